@@ -1,0 +1,336 @@
+"""Morphisms: open hypergraphs with typed wires, built by composition or tracing.
+
+A :class:`Diagram` is an ``open_hypergraphs`` open hypergraph whose wire labels
+are interned :class:`~circuitgrad.types.NdArrayType` s and whose edge labels are
+interned :class:`~circuitgrad.primitives.Primitive` s::
+
+        ┌───────┐      ┌──────┐
+    x ──┤ dense ├──────┤ relu ├── y          dense(8,4,16) >> relu(8,16)
+        └───────┘      └──────┘
+
+``f >> g`` composes, ``f @ g`` tensors; both check types and name the
+operations involved when they do not fit.  Diagrams are most easily written by
+*tracing* a Python function over symbolic wires (:func:`trace`)::
+
+    f = trace(lambda x, y: (x * y + x,), [T, T], name="f")
+
+Tracing collects one small hypergraph per operation and glues all their wires
+at the end with a single coequalizer, so its cost is linear in the size of
+the result.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import open_hypergraphs.numpy as ohn
+
+from .primitives import Parameter, Primitive, TypeMismatch, Copy, intern_op, op_of
+from .types import NdArrayType, format_types, intern_type, type_of
+
+__all__ = [
+    "Diagram", "Var", "Builder", "trace", "apply", "call", "identity",
+    "monogamous", "unbind_parameters", "IllFormedDiagram", "labels",
+]
+
+FF = ohn.FiniteFunction
+IC = ohn.IndexedCoproduct
+HG = ohn.Hypergraph
+OH = ohn.OpenHypergraph
+DTYPE = FF.Dtype
+
+_MAX_NAME = 60
+
+
+class IllFormedDiagram(ValueError):
+    """A diagram that is not a function: a wire with no or several producers, or a cycle."""
+
+
+def labels(types: Iterable[NdArrayType]) -> FF:
+    """The label function ``n → Σ₀`` of a list of wire types."""
+    return FF(None, np.fromiter((intern_type(t) for t in types), dtype=DTYPE))
+
+
+def _empty() -> FF:
+    return FF(None, np.zeros(0, dtype=DTYPE))
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= _MAX_NAME else name[: _MAX_NAME - 1] + "…"
+
+
+class Diagram(OH):
+    """A morphism ``source → target`` of the free symmetric monoidal category."""
+
+    name: str = "diagram"
+
+    @classmethod
+    def of(cls, f: OH, name: str = "diagram") -> "Diagram":
+        d = cls(f.s, f.t, f.H)
+        d.name = name
+        return d
+
+    @property
+    def source_types(self) -> tuple[NdArrayType, ...]:
+        return tuple(type_of(i) for i in self.H.w.table[self.s.table])
+
+    @property
+    def target_types(self) -> tuple[NdArrayType, ...]:
+        return tuple(type_of(i) for i in self.H.w.table[self.t.table])
+
+    def compose(f: "Diagram", g: "Diagram") -> "Diagram":
+        a = f.H.w.table[f.t.table]
+        b = g.H.w.table[g.s.table]
+        if len(a) != len(b) or not np.array_equal(a, b):
+            raise TypeMismatch(
+                f"cannot compose {_short(f.name)} >> {_short(getattr(g, 'name', 'diagram'))}: "
+                f"{_short(f.name)} outputs {format_types(f.target_types)} but "
+                f"{_short(getattr(g, 'name', 'diagram'))} expects {format_types(Diagram.of(g).source_types)}")
+        h = OH.compose(f, g)
+        return Diagram.of(h, f"{f.name} >> {getattr(g, 'name', 'diagram')}")
+
+    def tensor(f: "Diagram", g: "Diagram") -> "Diagram":
+        return Diagram.of(OH.tensor(f, g), f"({f.name}) @ ({getattr(g, 'name', 'diagram')})")
+
+    def __str__(self) -> str:
+        return (f"{_short(self.name)} : {format_types(self.source_types)} → {format_types(self.target_types)}"
+                f"  [{self.H.X} operations, {self.H.W} wires]")
+
+    def __repr__(self) -> str:
+        return f"<Diagram {self}>"
+
+    def __call__(self, *args: "Var") -> tuple["Var", ...]:
+        """Inline this diagram into the diagram being traced."""
+        return call(self, *args)
+
+
+def identity(types: Sequence[NdArrayType], name: str = "id") -> Diagram:
+    """The identity on a list of wire types."""
+    return Diagram.of(OH.identity(labels(types), _empty()), name)
+
+
+# ------------------------------------------------------------------ tracing
+class Var:
+    """A symbolic wire of the diagram being traced."""
+    __slots__ = ("builder", "wire", "type")
+
+    def __init__(self, builder: "Builder", wire: int, type: NdArrayType):
+        self.builder, self.wire, self.type = builder, wire, type
+
+    def __repr__(self) -> str:
+        return f"Var({self.wire}: {self.type})"
+
+    # arithmetic sugar: see circuitgrad.ops for the functions
+    def __add__(self, other): from . import ops; return ops.add(self, other)
+    def __radd__(self, other): from . import ops; return ops.add(other, self)
+    def __sub__(self, other): from . import ops; return ops.sub(self, other)
+    def __rsub__(self, other): from . import ops; return ops.sub(other, self)
+    def __mul__(self, other): from . import ops; return ops.mul(self, other)
+    def __rmul__(self, other): from . import ops; return ops.mul(other, self)
+    def __neg__(self): from . import ops; return ops.neg(self)
+    def __matmul__(self, other): from . import ops; return ops.matmul(self, other)
+
+    @property
+    def T(self) -> "Var":
+        from . import ops
+        return ops.transpose(self)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+
+_SINGLETONS: dict[Primitive, OH] = {}
+
+
+def _singleton(op: Primitive) -> OH:
+    d = _SINGLETONS.get(op)
+    if d is None:
+        x = FF(None, np.array([intern_op(op)], dtype=DTYPE))
+        d = OH.singleton(x, labels(op.source), labels(op.target))
+        _SINGLETONS[op] = d
+    return d
+
+
+class Builder:
+    """Collects pieces (one hypergraph per operation) and the wires to glue."""
+
+    _stack: list["Builder"] = []
+
+    def __init__(self) -> None:
+        self.pieces: list[OH] = []
+        self.n_wires = 0
+        self.glue_a: list[int] = []
+        self.glue_b: list[int] = []
+
+    @classmethod
+    def current(cls) -> "Builder":
+        if not cls._stack:
+            raise RuntimeError("no diagram is being traced: call this inside circuitgrad.trace(...)")
+        return cls._stack[-1]
+
+    @contextlib.contextmanager
+    def active(self):
+        Builder._stack.append(self)
+        try:
+            yield self
+        finally:
+            Builder._stack.pop()
+
+    def _add(self, piece: OH) -> int:
+        offset = self.n_wires
+        self.pieces.append(piece)
+        self.n_wires += piece.H.W
+        return offset
+
+    def input(self, t: NdArrayType) -> Var:
+        offset = self._add(OH.identity(labels([t]), _empty()))
+        return Var(self, offset, t)
+
+    def _glue(self, name: str, args: Sequence[Var], expected: Sequence[NdArrayType], wires: np.ndarray,
+              offset: int) -> None:
+        got = tuple(a.type if isinstance(a, Var) else a for a in args)
+        if len(args) != len(expected) or any(not isinstance(a, Var) for a in args) or got != tuple(expected):
+            raise TypeMismatch(f"{name}: expected {format_types(expected)}, got {format_types(got)}")
+        for a in args:
+            if a.builder is not self:
+                raise ValueError(f"{name}: argument {a} belongs to another diagram")
+        self.glue_a.extend(a.wire for a in args)
+        self.glue_b.extend(int(offset + w) for w in wires)
+
+    def apply(self, op: Primitive, *args: Var) -> tuple[Var, ...]:
+        piece = _singleton(op)
+        n = len(op.source)
+        offset = self.n_wires
+        self._glue(op.name, args, op.source, np.arange(n), offset)
+        self._add(piece)
+        return tuple(Var(self, offset + n + j, t) for j, t in enumerate(op.target))
+
+    def call(self, d: Diagram, *args: Var) -> tuple[Var, ...]:
+        offset = self.n_wires
+        self._glue(getattr(d, "name", "diagram"), args, Diagram.of(d).source_types, d.s.table, offset)
+        self._add(d)
+        tt = d.H.w.table[d.t.table]
+        return tuple(Var(self, int(offset + w), type_of(l)) for w, l in zip(d.t.table, tt))
+
+    def build(self, inputs: Sequence[Var], outputs: Sequence[Var], name: str) -> Diagram:
+        for v in list(inputs) + list(outputs):
+            if not isinstance(v, Var) or v.builder is not self:
+                raise TypeError(f"{name}: outputs must be wires of the traced diagram, got {v!r}")
+        W = self.n_wires
+        H = HG.coproduct_list([p.H for p in self.pieces]) if self.pieces else HG.empty(_empty(), _empty())
+        if self.glue_a:
+            a = FF(W, np.asarray(self.glue_a, dtype=DTYPE))
+            b = FF(W, np.asarray(self.glue_b, dtype=DTYPE))
+            q = a.coequalizer(b)
+            H = H.coequalize_vertices(q)
+        else:
+            q = FF.identity(W)
+        s = FF(W, np.fromiter((v.wire for v in inputs), dtype=DTYPE, count=len(inputs))) >> q
+        t = FF(W, np.fromiter((v.wire for v in outputs), dtype=DTYPE, count=len(outputs))) >> q
+        return Diagram.of(OH(s, t, H), name)
+
+
+def trace(fn: Callable[..., object], source: Sequence[NdArrayType], name: str | None = None) -> Diagram:
+    """The diagram computed by ``fn`` on symbolic wires of the ``source`` types.
+
+    ``fn`` returns a :class:`Var` or a tuple of them (the target, in order).
+    """
+    b = Builder()
+    args = [b.input(t) for t in source]
+    with b.active():
+        out = fn(*args)
+    outs = (out,) if isinstance(out, Var) else tuple(out)
+    return b.build(args, outs, name or getattr(fn, "__name__", "diagram"))
+
+
+def apply(op: Primitive, *args: Var) -> tuple[Var, ...]:
+    """Apply primitive ``op`` to wires of the diagram being traced."""
+    b = args[0].builder if args and isinstance(args[0], Var) else Builder.current()
+    return b.apply(op, *args)
+
+
+def call(d: Diagram, *args: Var) -> tuple[Var, ...]:
+    """Inline diagram ``d`` into the diagram being traced."""
+    b = args[0].builder if args and isinstance(args[0], Var) else Builder.current()
+    return b.call(d, *args)
+
+
+# ------------------------------------------------------------- normal forms
+def _wire_desc(f: OH, w: int) -> str:
+    return f"wire {w} of type {type_of(f.H.w.table[w])}"
+
+
+def monogamous(f: OH) -> Diagram:
+    """An equal diagram in which every wire has exactly one producer and one consumer.
+
+    Wires used ``k != 1`` times get an explicit :class:`Copy` ``(T, k)``
+    (``k = 0`` discards).  Raises :class:`IllFormedDiagram` if a wire has
+    no producer or several.  Vectorised: no Python loop over wires.
+    """
+    W = f.H.W
+    name = getattr(f, "name", "diagram")
+    prod = np.concatenate([f.s.table, f.H.t.values.table]).astype(np.int64)
+    nprod = np.bincount(prod, minlength=W)
+    bad = np.flatnonzero(nprod != 1)
+    if len(bad):
+        w = int(bad[0])
+        what = "no producer" if nprod[w] == 0 else f"{nprod[w]} producers"
+        raise IllFormedDiagram(f"{_short(name)}: {_wire_desc(f, w)} has {what}; a wire must be produced "
+                               f"exactly once (by an operation or as a source of the diagram)")
+    ns = len(f.H.s.values)
+    cons = np.concatenate([f.H.s.values.table, f.t.table]).astype(np.int64)
+    deg = np.bincount(cons, minlength=W)
+    fan = np.flatnonzero(deg != 1)
+    if len(fan) == 0:
+        return Diagram.of(f, name)
+    occ = np.flatnonzero(deg[cons] != 1)                 # occurrences to rewire
+    new = W + np.arange(len(occ))
+    cons2 = cons.copy()
+    cons2[occ] = new
+    order = np.argsort(cons[occ], kind="stable")          # group by wire (ascending = fan order)
+    copy_targets = new[order]
+    wl = f.H.w.table
+    key = wl[fan].astype(np.int64) * (1 << 20) + deg[fan]
+    ukey, inv = np.unique(key, return_inverse=True)
+    ulab = np.array([intern_op(Copy(type_of(k >> 20), int(k & ((1 << 20) - 1)))) for k in ukey], dtype=DTYPE)
+    H = HG(
+        s=IC(FF(None, np.concatenate([f.H.s.sources.table, np.ones(len(fan), DTYPE)])),
+             FF(W + len(occ), np.concatenate([cons2[:ns], fan]).astype(DTYPE))),
+        t=IC(FF(None, np.concatenate([f.H.t.sources.table, deg[fan].astype(DTYPE)])),
+             FF(W + len(occ), np.concatenate([f.H.t.values.table, copy_targets]).astype(DTYPE))),
+        w=FF(None, np.concatenate([wl, wl[cons[occ]]]).astype(DTYPE)),
+        x=FF(None, np.concatenate([f.H.x.table, ulab[inv]]).astype(DTYPE)),
+    )
+    return Diagram.of(OH(FF(H.W, f.s.table), FF(H.W, cons2[ns:].astype(DTYPE)), H), name)
+
+
+def kinds(f: OH, cls: type) -> np.ndarray:
+    """Boolean mask of the edges of ``f`` whose operation is an instance of ``cls``."""
+    u, inv = np.unique(f.H.x.table, return_inverse=True)
+    return np.array([isinstance(op_of(l), cls) for l in u], dtype=bool)[inv] if len(u) else np.zeros(0, bool)
+
+
+def unbind_parameters(f: OH) -> tuple[Diagram, list[Parameter]]:
+    """Turn every :class:`Parameter` edge into a new source wire, in edge order.
+
+    ``f : A → B`` with parameters ``P₁ … Pₖ`` inside becomes
+    ``P₁ ⊗ … ⊗ Pₖ ⊗ A → B``.
+    """
+    name = getattr(f, "name", "diagram")
+    mask = kinds(f, Parameter)
+    if not mask.any():
+        return Diagram.of(f, name), []
+    idx = np.flatnonzero(mask)
+    params = [op_of(l) for l in f.H.x.table[idx]]
+    tsrc = f.H.t.sources.table
+    seg = np.repeat(mask, tsrc)
+    pw = f.H.t.values.table[seg]                       # one output wire per parameter
+    keep = ~mask
+    H = HG(
+        s=IC(FF(None, f.H.s.sources.table[keep]), f.H.s.values),
+        t=IC(FF(None, tsrc[keep]), FF(f.H.W, f.H.t.values.table[~seg])),
+        w=f.H.w, x=FF(None, f.H.x.table[keep]))
+    s = FF(f.H.W, np.concatenate([pw, f.s.table]).astype(DTYPE))
+    return Diagram.of(OH(s, f.t, H), name), params

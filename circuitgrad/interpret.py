@@ -1,0 +1,108 @@
+"""The float reference interpreter: the living definition of float semantics.
+
+One entry point, :func:`run`, walks an SSA :class:`~circuitgrad.schedule.Program`
+with a rule table keyed by primitive class.  :data:`FLOAT_RULES` is the float
+table; :data:`circuitgrad.fixedpoint.FIXED_RULES` the fixed-point one.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import primitives as P
+from .schedule import Program
+from .types import NdArrayType
+
+__all__ = ["run", "FLOAT_RULES", "UnboundParameter", "check_inputs"]
+
+
+class UnboundParameter(ValueError):
+    """A program still contains a Parameter operation."""
+
+
+def _unbound(op, *args):
+    raise UnboundParameter(f"{op.name} '{op.label}' of type {op.T} has no value: bind parameters with "
+                           f"circuitgrad.compile_model or diagram.unbind_parameters before running")
+
+
+def _sum_to(x: np.ndarray, op: P.SumTo) -> np.ndarray:
+    lead, kept = op.axes()
+    axes = lead + kept
+    y = x.sum(axis=axes, keepdims=True) if axes else x
+    return y.reshape(op.S.shape)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.exp(-np.logaddexp(0, -x)).astype(x.dtype, copy=False)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _logsumexp(x: np.ndarray) -> np.ndarray:
+    m = x.max(axis=-1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def _dt(T: NdArrayType):
+    return T.dtype.numpy_dtype()
+
+
+FLOAT_RULES: dict[type, Callable] = {
+    P.Copy: lambda op, x: (x,) * op.n,
+    P.Parameter: _unbound,
+    P.Constant: lambda op: (np.full(op.T.shape, op.value, dtype=_dt(op.T)),),
+    P.Add: lambda op, a, b: (a + b,),
+    P.Neg: lambda op, a: (-a,),
+    P.Mul: lambda op, a, b: (a * b,),
+    P.Scale: lambda op, a: (a * _dt(op.T).type(op.c),),
+    P.MatMul: lambda op, a, b: (a @ b,),
+    P.Transpose: lambda op, a: (a.T,),
+    P.Reshape: lambda op, a: (a.reshape(op.shape),),
+    P.Broadcast: lambda op, a: (np.broadcast_to(a, op.T.shape),),
+    P.SumTo: lambda op, a: (_sum_to(a, op),),
+    P.Heaviside: lambda op, a: ((a > 0).astype(a.dtype),),
+    P.Sigmoid: lambda op, a: (_sigmoid(a),),
+    P.Tanh: lambda op, a: (np.tanh(a),),
+    P.Softmax: lambda op, a: (_softmax(a),),
+    P.LogSumExp: lambda op, a: (_logsumexp(a),),
+}
+
+
+def check_inputs(program: Program, inputs: Sequence[np.ndarray], names: Sequence[str] | None = None) -> None:
+    """Raise a clear error when the number or shapes of ``inputs`` do not fit ``program``."""
+    if len(inputs) != len(program.inputs):
+        raise TypeError(f"{program.name}: expected {len(program.inputs)} inputs, got {len(inputs)}")
+    for i, (v, x) in enumerate(zip(program.inputs, inputs)):
+        t = program.types[v]
+        if tuple(np.shape(x)) != t.shape:
+            what = names[i] if names else f"input {i}"
+            raise ValueError(f"{program.name}: {what} must have shape {list(t.shape)} ({t}), "
+                             f"got {list(np.shape(x))}")
+
+
+def run(program: Program, inputs: Sequence[np.ndarray], rules: dict | None = None,
+        after: Callable | None = None) -> list[np.ndarray]:
+    """Evaluate ``program`` on ``inputs`` with a rule table (float by default).
+
+    ``after(index, instr, results)`` is called after every instruction (the
+    fixed-point interpreter uses it for range checks).
+    """
+    rules = FLOAT_RULES if rules is None else rules
+    check_inputs(program, inputs)
+    env: list = [None] * len(program.types)
+    for v, x in zip(program.inputs, inputs):
+        env[v] = x
+    for i, a in enumerate(program.instrs):
+        rule = rules.get(type(a.op))
+        if rule is None:
+            raise NotImplementedError(f"{program.name}: no rule for {a.op.name} in this interpreter")
+        out = rule(a.op, *(env[x] for x in a.args))
+        if after is not None:
+            after(i, a, out)
+        for r, y in zip(a.results, out):
+            env[r] = y
+    return [env[v] for v in program.outputs]

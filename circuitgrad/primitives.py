@@ -1,0 +1,360 @@
+"""The closed set of primitive operations (the generators ``Σ₁``).
+
+A primitive is a small frozen dataclass that knows its type ``source → target``
+and nothing else: forward semantics live in the interpreters' rule tables
+(:mod:`circuitgrad.interpret`, :mod:`circuitgrad.fixedpoint`), reverse derivatives
+in :mod:`circuitgrad.optic`, code generation in each backend.  Every table is
+keyed by primitive class and a conformance test checks that none is missing
+a rule.  Constructors check shapes and dtypes and raise :class:`TypeMismatch`
+naming the operation and the offending types.
+
+Everything else (dense, relu, softmax, losses, optimizers) is a *definition*:
+a diagram of these primitives (:mod:`circuitgrad.nn`).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+import numpy as np
+
+from .types import NdArrayType, format_types
+
+__all__ = [
+    "TypeMismatch", "Primitive", "PRIMITIVES",
+    "Copy", "Add", "Neg", "Mul", "Scale", "Constant", "MatMul", "Transpose",
+    "Reshape", "Broadcast", "SumTo", "Heaviside", "Sigmoid", "Tanh",
+    "Softmax", "LogSumExp", "Parameter",
+    "intern_op", "op_of",
+]
+
+
+class TypeMismatch(TypeError):
+    """A shape or dtype mismatch found while building a model."""
+
+
+class Primitive:
+    """Base class: subclasses define ``source`` and ``target`` (tuples of types)."""
+
+    source: tuple[NdArrayType, ...]
+    target: tuple[NdArrayType, ...]
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def __str__(self) -> str:
+        return f"{self.name} : {format_types(self.source)} → {format_types(self.target)}"
+
+
+def _same(op: str, *ts: NdArrayType) -> None:
+    if any(t != ts[0] for t in ts):
+        raise TypeMismatch(f"{op}: operands must have the same type, got {format_types(ts)}")
+
+
+# --------------------------------------------------------------- structure
+@dataclass(frozen=True)
+class Copy(Primitive):
+    """``T → T^n``: duplicate a wire ``n`` times (``n = 0`` discards it).
+
+    Inserted by :func:`circuitgrad.diagram.monogamous` wherever a wire fans out.
+    """
+    T: NdArrayType
+    n: int = 2
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T,) * self.n
+
+
+@dataclass(frozen=True)
+class Parameter(Primitive):
+    """``I → T``: a trainable parameter, with a name and an initialiser.
+
+    ``init`` is ``"glorot"`` (uniform, Glorot & Bengio) or ``"zeros"``.
+    ``uid`` keeps two layers of the same shape distinct.
+    """
+    T: NdArrayType
+    label: str = "param"
+    init: str = "glorot"
+    uid: int = field(default_factory=lambda: next(_UIDS))
+
+    def __post_init__(self):
+        if self.init not in ("glorot", "zeros"):
+            raise ValueError(f"Parameter {self.label}: unknown init {self.init!r} (use 'glorot' or 'zeros')")
+
+    @property
+    def source(self): return ()
+
+    @property
+    def target(self): return (self.T,)
+
+
+_UIDS = itertools.count()
+
+
+@dataclass(frozen=True)
+class Constant(Primitive):
+    """``I → T``: every element equal to ``value``."""
+    T: NdArrayType
+    value: float
+
+    @property
+    def source(self): return ()
+
+    @property
+    def target(self): return (self.T,)
+
+
+# -------------------------------------------------------------- arithmetic
+@dataclass(frozen=True)
+class Add(Primitive):
+    """``T ⊗ T → T``: elementwise sum."""
+    T: NdArrayType
+
+    @property
+    def source(self): return (self.T, self.T)
+
+    @property
+    def target(self): return (self.T,)
+
+
+@dataclass(frozen=True)
+class Neg(Primitive):
+    """``T → T``: elementwise negation."""
+    T: NdArrayType
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T,)
+
+
+@dataclass(frozen=True)
+class Mul(Primitive):
+    """``T ⊗ T → T``: elementwise (Hadamard) product."""
+    T: NdArrayType
+
+    @property
+    def source(self): return (self.T, self.T)
+
+    @property
+    def target(self): return (self.T,)
+
+
+@dataclass(frozen=True)
+class Scale(Primitive):
+    """``T → T``: multiplication by the constant ``c`` (a linear map)."""
+    T: NdArrayType
+    c: float
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T,)
+
+
+@dataclass(frozen=True)
+class MatMul(Primitive):
+    """``[m, n] ⊗ [n, p] → [m, p]``: matrix product."""
+    A: NdArrayType
+    B: NdArrayType
+
+    def __post_init__(self):
+        a, b = self.A, self.B
+        if a.ndim != 2 or b.ndim != 2:
+            raise TypeMismatch(f"MatMul: operands must be matrices, got {format_types((a, b))}")
+        if a.dtype != b.dtype:
+            raise TypeMismatch(f"MatMul: dtypes differ, got {format_types((a, b))}")
+        if a.shape[1] != b.shape[0]:
+            raise TypeMismatch(
+                f"MatMul: inner dimensions differ ({a.shape[1]} != {b.shape[0]}) in {format_types((a, b))}")
+
+    @property
+    def source(self): return (self.A, self.B)
+
+    @property
+    def target(self): return (NdArrayType((self.A.shape[0], self.B.shape[1]), self.A.dtype),)
+
+
+# ----------------------------------------------------------------- layout
+@dataclass(frozen=True)
+class Transpose(Primitive):
+    """``[m, n] → [n, m]``."""
+    T: NdArrayType
+
+    def __post_init__(self):
+        if self.T.ndim != 2:
+            raise TypeMismatch(f"Transpose: operand must be a matrix, got {self.T}")
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T.with_shape(self.T.shape[::-1]),)
+
+
+@dataclass(frozen=True)
+class Reshape(Primitive):
+    """``T → T'`` with the same number of elements (row-major)."""
+    T: NdArrayType
+    shape: tuple[int, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if int(np.prod(self.shape, dtype=np.int64)) != self.T.size:
+            raise TypeMismatch(f"Reshape: cannot reshape {self.T} to {list(self.shape)}")
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T.with_shape(self.shape),)
+
+
+def _check_broadcast(op: str, small: NdArrayType, big: NdArrayType) -> None:
+    if small.dtype != big.dtype:
+        raise TypeMismatch(f"{op}: dtypes differ, got {format_types((small, big))}")
+    s, b = small.shape, big.shape
+    if len(s) > len(b) or any(x not in (1, y) for x, y in zip(s[::-1], b[::-1])):
+        raise TypeMismatch(f"{op}: {small} does not broadcast to {big}")
+
+
+@dataclass(frozen=True)
+class Broadcast(Primitive):
+    """``S → T``: NumPy broadcasting of ``S`` to the larger shape ``T``."""
+    S: NdArrayType
+    T: NdArrayType
+
+    def __post_init__(self):
+        _check_broadcast("Broadcast", self.S, self.T)
+
+    @property
+    def source(self): return (self.S,)
+
+    @property
+    def target(self): return (self.T,)
+
+    def axes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(lead, kept)``: leading axes added, and axes of size 1 stretched."""
+        lead = len(self.T.shape) - len(self.S.shape)
+        kept = tuple(lead + i for i, d in enumerate(self.S.shape) if d == 1 and self.T.shape[lead + i] != 1)
+        return tuple(range(lead)), kept
+
+
+@dataclass(frozen=True)
+class SumTo(Primitive):
+    """``T → S``: sum over the axes that broadcasting ``S → T`` would add or stretch."""
+    T: NdArrayType
+    S: NdArrayType
+
+    def __post_init__(self):
+        _check_broadcast("SumTo", self.S, self.T)
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.S,)
+
+    def axes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return Broadcast(self.S, self.T).axes()
+
+
+# ---------------------------------------------------------- nonlinearities
+@dataclass(frozen=True)
+class Heaviside(Primitive):
+    """``T → T``: ``1`` where ``x > 0``, else ``0`` (derivative zero)."""
+    T: NdArrayType
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T,)
+
+
+@dataclass(frozen=True)
+class Sigmoid(Primitive):
+    """``T → T``: logistic function (piecewise linear in fixed point)."""
+    T: NdArrayType
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T,)
+
+
+@dataclass(frozen=True)
+class Tanh(Primitive):
+    """``T → T``: hyperbolic tangent (``2σ(2x) - 1`` in fixed point)."""
+    T: NdArrayType
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T,)
+
+
+@dataclass(frozen=True)
+class Softmax(Primitive):
+    """``[..., k] → [..., k]``: softmax along the last axis."""
+    T: NdArrayType
+
+    def __post_init__(self):
+        if self.T.ndim < 1:
+            raise TypeMismatch(f"Softmax: operand needs at least one axis, got {self.T}")
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T,)
+
+
+@dataclass(frozen=True)
+class LogSumExp(Primitive):
+    """``[..., k] → [...]``: ``log Σ exp`` along the last axis."""
+    T: NdArrayType
+
+    def __post_init__(self):
+        if self.T.ndim < 1:
+            raise TypeMismatch(f"LogSumExp: operand needs at least one axis, got {self.T}")
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T.with_shape(self.T.shape[:-1]),)
+
+
+#: every primitive class; rule tables are checked against this tuple.
+PRIMITIVES: tuple[type[Primitive], ...] = (
+    Copy, Parameter, Constant, Add, Neg, Mul, Scale, MatMul, Transpose, Reshape,
+    Broadcast, SumTo, Heaviside, Sigmoid, Tanh, Softmax, LogSumExp,
+)
+
+
+# ---------------------------------------------------------------- interning
+_OPS: list[Primitive] = []
+_OP_IDS: dict[Primitive, int] = {}
+
+
+def intern_op(op: Primitive) -> int:
+    """The integer label of operation ``op`` (allocated on first use)."""
+    i = _OP_IDS.get(op)
+    if i is None:
+        i = len(_OPS)
+        _OPS.append(op)
+        _OP_IDS[op] = i
+    return i
+
+
+def op_of(label: int) -> Primitive:
+    """The operation with integer label ``label``."""
+    return _OPS[int(label)]
