@@ -6,7 +6,7 @@ arithmetic circuits over finite fields.
 """
 from .types import NdArrayType, Dtype, Float, Fixed, float32, float64, fixed
 from .primitives import TypeMismatch, Primitive, PRIMITIVES
-from .diagram import Diagram, Var, trace, identity, monogamous, unbind_parameters, IllFormedDiagram
+from .diagram import Diagram, Var, trace, identity, sequential, monogamous, unbind_parameters, IllFormedDiagram
 from .optic import rdiff, lens
 from .schedule import Program, Apply, schedule, retype
 from .interpret import run, UnboundParameter
@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 __all__ = [
     "NdArrayType", "Dtype", "Float", "Fixed", "float32", "float64", "fixed",
     "TypeMismatch", "Primitive", "PRIMITIVES",
-    "Diagram", "Var", "trace", "identity", "monogamous", "unbind_parameters", "IllFormedDiagram",
+    "Diagram", "Var", "trace", "identity", "sequential", "monogamous", "unbind_parameters", "IllFormedDiagram",
     "rdiff", "lens", "Program", "Apply", "schedule", "retype", "run", "UnboundParameter",
     "FixedPointOverflow", "run_fixed", "quantize", "dequantize", "ops", "nn",
     "compile_model", "CompiledModel",

@@ -79,7 +79,7 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
     for i, a in enumerate(program.instrs):
         for x in a.args:
             last_use[x] = i
-    keep = set(program.outputs)
+    keep = set(program.outputs) | set(program.inputs)
     consts: dict[str, object] = {}
     const_lines: list[str] = []
     body: list[str] = []
@@ -99,8 +99,8 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
         expr = rule(a.op, *(names[x] for x in a.args))
         lhs = " = ".join(names[r] for r in a.results)
         body.append(f"    {lhs} = {expr}".ljust(56) + f"  # {a.op.name} -> {ty}")
-        dead = [names[x] for x in dict.fromkeys(a.args) if last_use.get(x) == i and x not in keep
-                and not names[x].startswith("C") and x not in program.inputs]
+        dead = [names[x] for x in dict.fromkeys(a.args)
+                if last_use.get(x) == i and x not in keep and names[x][0] != "C"]
         if dead:
             body.append(f"    del {', '.join(dead)}")
     args = ", ".join(names[v] for v in program.inputs)

@@ -63,8 +63,17 @@ class CompiledModel:
     state_names: list[str]
     x_type: NdArrayType
     y_type: NdArrayType
-    fns: dict[str, _Fn] = field(default_factory=dict)
+    diagrams: dict[str, Diagram] = field(default_factory=dict)
+    arg_names: dict[str, list[str]] = field(default_factory=dict)
     compile_seconds: float = 0.0
+    _fns: dict[str, _Fn] = field(default_factory=dict, repr=False)
+
+    def fn(self, key: str) -> _Fn:
+        """The compiled ``predict``/``loss``/``gradients``/``step`` (compiled on first use)."""
+        f = self._fns.get(key)
+        if f is None:
+            f = self._fns[key] = _compile_fn(self.diagrams[key], key, self.dtype, self.arg_names[key])
+        return f
 
     # ----------------------------------------------------------- properties
     @property
@@ -78,12 +87,12 @@ class CompiledModel:
     @property
     def source(self) -> str:
         """The generated step code (Python/NumPy, or the SSA listing in fixed point)."""
-        return self.fns["step"].source
+        return self.fn("step").source
 
     @property
     def programs(self) -> dict[str, Program]:
         """The SSA programs of ``predict``, ``loss``, ``gradients`` and ``step``."""
-        return {k: f.program for k, f in self.fns.items()}
+        return {k: self.fn(k).program for k in self.diagrams}
 
     # ----------------------------------------------------------- conversion
     def _in(self, x, what: str) -> np.ndarray:
@@ -148,7 +157,7 @@ class CompiledModel:
             if chunk.shape[0] < B:
                 pad = np.zeros((B - chunk.shape[0],) + chunk.shape[1:], dtype=chunk.dtype)
                 chunk = np.concatenate([chunk, pad])
-            outs.append(np.asarray(self.fns["predict"].run(*ps, chunk)[0]))
+            outs.append(np.asarray(self.fn("predict").run(*ps, chunk)[0]))
         y = np.concatenate(outs)[:n] if outs else np.zeros((0,) + self.y_type.shape[1:])
         return dequantize(y, self.dtype) if self.is_fixed else y
 
@@ -156,14 +165,14 @@ class CompiledModel:
         """``d loss / d params`` at ``(x, y)`` (raw fixed-point integers in fixed point)."""
         x, y = self._in(x, "input"), self._targets(y)
         self._check_batch(x, "gradients")
-        out = self.fns["gradients"].run(*self._params(params, self.param_names), x, y)
+        out = self.fn("gradients").run(*self._params(params, self.param_names), x, y)
         return dict(zip(self.param_names, out))
 
     def loss(self, params: Params, x, y) -> float:
         """The loss value at ``(x, y)``."""
         x, y = self._in(x, "input"), self._targets(y)
         self._check_batch(x, "loss")
-        (v,) = self.fns["loss"].run(*self._params(params, self.param_names), x, y)
+        (v,) = self.fn("loss").run(*self._params(params, self.param_names), x, y)
         return float(dequantize(v, self.dtype)) if self.is_fixed else float(v)
 
     def step(self, params: Params, x, y) -> Params:
@@ -171,7 +180,7 @@ class CompiledModel:
         x, y = self._in(x, "input"), self._targets(y)
         self._check_batch(x, "step")
         names = self.param_names + self.state_names
-        out = self.fns["step"].run(*self._params(params, names), x, y)
+        out = self.fn("step").run(*self._params(params, names), x, y)
         return dict(zip(names, out))
 
 
@@ -225,17 +234,18 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
     snames = [f"{s}/{n}" for (s, _), n in zip(optimizer.state([p.T for p in params]), pnames)]
     names = {"predict": pnames + ["x"], "loss": pnames + ["x", "y"], "gradients": pnames + ["x", "y"],
              "step": pnames + [n.replace("/", "_") for n in snames] + ["x", "y"]}
-    fns: dict[str, _Fn] = {}
-    for key, d in diagrams.items():
-        prog = schedule(d, key)
-        if prog.types and any(t.dtype != dtype for t in prog.types):
-            prog = retype(prog, dtype)
-        if isinstance(dtype, Fixed):
-            fns[key] = _Fn(prog, lambda *xs, _p=prog: run_fixed(_p, xs), str(prog))
-        else:
-            fn, src = compile_program(prog, names[key], key)
-            fns[key] = _Fn(prog, fn, src)
     cm = CompiledModel(model, loss, optimizer, dtype, "numpy", params, pnames, snames,
-                       x_type.with_dtype(dtype), y_type.with_dtype(dtype), fns)
+                       x_type.with_dtype(dtype), y_type.with_dtype(dtype), diagrams, names)
+    cm.fn("step")          # the training step is compiled now; the others on first use
     cm.compile_seconds = time.perf_counter() - t0
     return cm
+
+
+def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str]) -> _Fn:
+    prog = schedule(d, key)
+    if prog.types and any(t.dtype != dtype for t in prog.types):
+        prog = retype(prog, dtype)
+    if isinstance(dtype, Fixed):
+        return _Fn(prog, lambda *xs: run_fixed(prog, xs), str(prog))
+    fn, src = compile_program(prog, arg_names, key)
+    return _Fn(prog, fn, src)

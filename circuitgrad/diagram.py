@@ -30,7 +30,7 @@ from .primitives import Parameter, Primitive, TypeMismatch, Copy, intern_op, op_
 from .types import NdArrayType, format_types, intern_type, type_of
 
 __all__ = [
-    "Diagram", "Var", "Builder", "trace", "apply", "call", "identity",
+    "Diagram", "Var", "Builder", "trace", "apply", "call", "identity", "sequential",
     "monogamous", "unbind_parameters", "IllFormedDiagram", "labels",
 ]
 
@@ -103,6 +103,36 @@ class Diagram(OH):
     def __call__(self, *args: "Var") -> tuple["Var", ...]:
         """Inline this diagram into the diagram being traced."""
         return call(self, *args)
+
+
+def sequential(ds: Sequence[OH], name: str | None = None) -> Diagram:
+    """``ds[0] >> ds[1] >> … >> ds[-1]`` in one step: linear in the total size.
+
+    Repeated ``>>`` copies the growing diagram each time (quadratic for deep
+    models); this tensors all pieces and glues every interface with a single
+    coequalizer.
+    """
+    if not ds:
+        raise ValueError("sequential needs at least one diagram")
+    names = [getattr(d, "name", "diagram") for d in ds]
+    for i, (f, g) in enumerate(zip(ds[:-1], ds[1:])):
+        a, b = f.H.w.table[f.t.table], g.H.w.table[g.s.table]
+        if len(a) != len(b) or not np.array_equal(a, b):
+            raise TypeMismatch(
+                f"cannot compose {_short(names[i])} >> {_short(names[i + 1])} (positions {i}, {i + 1}): "
+                f"{_short(names[i])} outputs {format_types(Diagram.of(f).target_types)} but "
+                f"{_short(names[i + 1])} expects {format_types(Diagram.of(g).source_types)}")
+    offs = np.zeros(len(ds) + 1, dtype=np.int64)
+    np.cumsum([d.H.W for d in ds], out=offs[1:])
+    W = int(offs[-1])
+    H = HG.coproduct_list([d.H for d in ds])
+    ga = np.concatenate([offs[i] + d.t.table.astype(np.int64) for i, d in enumerate(ds[:-1])] + [np.zeros(0, np.int64)])
+    gb = np.concatenate([offs[i + 1] + d.s.table.astype(np.int64) for i, d in enumerate(ds[1:])] + [np.zeros(0, np.int64)])
+    q = FF(W, ga.astype(DTYPE)).coequalizer(FF(W, gb.astype(DTYPE)))
+    H = H.coequalize_vertices(q)
+    s = FF(W, (offs[0] + ds[0].s.table).astype(DTYPE)) >> q
+    t = FF(W, (offs[-2] + ds[-1].t.table.astype(np.int64)).astype(DTYPE)) >> q
+    return Diagram.of(OH(s, t, H), name or " >> ".join(names[:3]) + (" >> …" if len(names) > 3 else ""))
 
 
 def identity(types: Sequence[NdArrayType], name: str = "id") -> Diagram:
@@ -184,9 +214,10 @@ class Builder:
         self.n_wires += piece.H.W
         return offset
 
-    def input(self, t: NdArrayType) -> Var:
-        offset = self._add(OH.identity(labels([t]), _empty()))
-        return Var(self, offset, t)
+    def inputs(self, types: Sequence[NdArrayType]) -> list[Var]:
+        """Fresh source wires of the given types (one discrete piece for all)."""
+        offset = self._add(OH.identity(labels(types), _empty()))
+        return [Var(self, offset + i, t) for i, t in enumerate(types)]
 
     def _glue(self, name: str, args: Sequence[Var], expected: Sequence[NdArrayType], wires: np.ndarray,
               offset: int) -> None:
@@ -237,12 +268,16 @@ def trace(fn: Callable[..., object], source: Sequence[NdArrayType], name: str | 
 
     ``fn`` returns a :class:`Var` or a tuple of them (the target, in order).
     """
+    name = name or getattr(fn, "__name__", "diagram")
     b = Builder()
-    args = [b.input(t) for t in source]
+    args = b.inputs(list(source))
     with b.active():
-        out = fn(*args)
+        try:
+            out = fn(*args)
+        except TypeMismatch as e:
+            raise TypeMismatch(f"in {name}: {e}") from None
     outs = (out,) if isinstance(out, Var) else tuple(out)
-    return b.build(args, outs, name or getattr(fn, "__name__", "diagram"))
+    return b.build(args, outs, name)
 
 
 def apply(op: Primitive, *args: Var) -> tuple[Var, ...]:

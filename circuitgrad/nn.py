@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from . import ops
-from .diagram import Diagram, Var, trace
+from .diagram import Diagram, Var, sequential, trace
 from .types import Dtype, NdArrayType, float32
 
 __all__ = [
@@ -78,13 +78,12 @@ def softmax(*shape: int, dtype: Dtype = float32) -> Diagram:
 
 def mlp(B: int, sizes: Sequence[int], activation=relu, dtype: Dtype = float32) -> Diagram:
     """``dense >> activation >> … >> dense`` through the layer ``sizes``."""
-    model = None
+    layers = []
     for i, (n, m) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layer = dense(B, n, m, dtype)
+        layers.append(dense(B, n, m, dtype))
         if i < len(sizes) - 2:
-            layer = layer >> activation(B, m, dtype=dtype)
-        model = layer if model is None else model >> layer
-    return model
+            layers.append(activation(B, m, dtype=dtype))
+    return sequential(layers, name=f"mlp({B},{'-'.join(map(str, sizes))})")
 
 
 # ------------------------------------------------------------------ losses

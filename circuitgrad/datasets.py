@@ -1,0 +1,53 @@
+"""Small real data sets that ship inside scikit-learn (no download): iris and digits.
+
+:func:`load` standardises the features with statistics of the training split
+only and returns a stratified train/test split; :func:`batches` yields
+shuffled full batches (the compiled step has a fixed batch size).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+__all__ = ["Dataset", "load", "batches"]
+
+
+@dataclass
+class Dataset:
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: int
+
+    @property
+    def features(self) -> int:
+        return self.x_train.shape[1]
+
+
+def load(name: str, test_fraction: float = 0.25, seed: int = 0) -> Dataset:
+    """``"iris"`` (150 × 4, 3 classes) or ``"digits"`` (1797 × 64, 10 classes)."""
+    try:
+        from sklearn import datasets as skd
+        from sklearn.model_selection import train_test_split
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("the example data sets need scikit-learn: pip install 'circuitgrad[examples]'") from e
+    loaders = {"iris": skd.load_iris, "digits": skd.load_digits}
+    if name not in loaders:
+        raise ValueError(f"unknown data set {name!r}; available: {sorted(loaders)}")
+    x, y = loaders[name](return_X_y=True)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_fraction, random_state=seed, stratify=y)
+    mu, sd = xtr.mean(0), xtr.std(0)
+    sd[sd == 0] = 1.0
+    return Dataset(name, (xtr - mu) / sd, ytr, (xte - mu) / sd, yte, int(y.max()) + 1)
+
+
+def batches(x: np.ndarray, y: np.ndarray, batch: int, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Shuffled full batches of ``batch`` rows (the remainder of each epoch is dropped)."""
+    idx = rng.permutation(len(x))
+    for i in range(0, len(x) - batch + 1, batch):
+        j = idx[i:i + batch]
+        yield x[j], y[j]

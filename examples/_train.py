@@ -1,0 +1,63 @@
+"""Shared training loop of the examples (``--dtype float32|fixed``, progress bar)."""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+import circuitgrad as cg
+from circuitgrad import datasets, nn
+
+
+def parser(description: str, epochs: int, batch: int, lr: float, hidden: list[int]) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--dtype", choices=["float32", "float64", "fixed"], default="float32",
+                   help="float training (NumPy) or exact fixed-point training (fixed-point interpreter)")
+    p.add_argument("--width", type=int, default=32, help="fixed-point width in bits (with --dtype fixed)")
+    p.add_argument("--frac", type=int, default=16, help="fixed-point fractional bits (with --dtype fixed)")
+    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--batch", type=int, default=batch)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--momentum", type=float, default=0.9, help="0 for plain SGD")
+    p.add_argument("--hidden", type=int, nargs="*", default=hidden, help="hidden layer widths")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--show-source", action="store_true", help="print the generated step code")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def model_for(data: datasets.Dataset, args) -> cg.Diagram:
+    return nn.mlp(args.batch, [data.features, *args.hidden, data.classes], activation=nn.relu)
+
+
+def compile_for(model: cg.Diagram, args) -> cg.CompiledModel:
+    dtype = {"float32": cg.float32, "float64": cg.float64, "fixed": cg.fixed(args.width, args.frac)}[args.dtype]
+    opt = nn.momentum(args.lr, args.momentum) if args.momentum else nn.sgd(args.lr)
+    return cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=opt, dtype=dtype)
+
+
+def train(name: str, args) -> float:
+    data = datasets.load(name, seed=args.seed)
+    model = model_for(data, args)
+    step = compile_for(model, args)
+    if args.show_source:
+        print(step.source)
+    print(f"{name}: {model}\ncompiled for {step.dtype} in {step.compile_seconds * 1e3:.1f} ms; "
+          f"{len(data.x_train)} train / {len(data.x_test)} test rows")
+    params = step.init_params(seed=args.seed)
+    rng = np.random.default_rng(args.seed)
+    per_epoch = len(data.x_train) // args.batch
+    t0 = time.perf_counter()
+    with tqdm(total=args.epochs * per_epoch, desc=f"train {name} [{step.dtype}]", unit="step",
+              disable=args.quiet) as bar:
+        for epoch in range(args.epochs):
+            for x, y in datasets.batches(data.x_train, data.y_train, args.batch, rng):
+                params = step.step(params, x, y)
+                bar.update()
+            bar.set_postfix(loss=f"{step.loss(params, x, y):.4f}")
+    acc = float((step.predict(params, data.x_test).argmax(1) == data.y_test).mean())
+    print(f"trained {args.epochs} epochs in {time.perf_counter() - t0:.1f} s")
+    print(f"accuracy={acc:.4f}")
+    return acc

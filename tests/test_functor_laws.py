@@ -1,0 +1,81 @@
+"""Functor laws of the reverse derivative, as property tests.
+
+``R[f >> g](a, dc) = R[f](a, R[g](f(a), dc))`` and
+``R[f @ g](a1, a2, db1, db2) = (R[f](a1, db1), R[g](a2, db2))``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+import circuitgrad as cg
+from circuitgrad import ops
+from conftest import evaluate
+
+F = cg.float64
+
+UNARY = {
+    "sigmoid": ops.sigmoid, "tanh": ops.tanh, "softmax": ops.softmax, "relu": ops.relu,
+    "square": lambda x: x * x, "scale": lambda x: ops.scale(x, -1.5), "shift": lambda x: x + 0.5,
+    "neg": ops.neg, "sin-ish": lambda x: x * ops.tanh(x) + x,
+}
+
+
+def _chain(names, shape):
+    T = cg.NdArrayType(shape, F)
+
+    def fn(x):
+        for n in names:
+            x = UNARY[n](x)
+        return x
+    return cg.trace(fn, [T], name="+".join(names) or "id")
+
+
+def _matrix_layer(shape, k):
+    """x ↦ tanh(x @ W) with W a second input: a two-input morphism."""
+    T = cg.NdArrayType(shape, F)
+    W = cg.NdArrayType((shape[1], k), F)
+    return cg.trace(lambda x, w: ops.tanh(x @ w), [T, W], name="tanh(x@W)")
+
+
+names = st.lists(st.sampled_from(sorted(UNARY)), min_size=0, max_size=4)
+shapes = st.tuples(st.integers(1, 3), st.integers(1, 4))
+seeds = st.integers(0, 2**31 - 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(names, names, shapes, seeds)
+def test_rdiff_of_composite_is_chain_rule(fs, gs, shape, seed):
+    rng = np.random.default_rng(seed)
+    f, g = _chain(fs, shape), _chain(gs, shape)
+    a, dc = rng.normal(size=shape), rng.normal(size=shape)
+    (lhs,) = evaluate(cg.rdiff(f >> g), a, dc)
+    (fa,) = evaluate(f, a)
+    (db,) = evaluate(cg.rdiff(g), fa, dc)
+    (rhs,) = evaluate(cg.rdiff(f), a, db)
+    np.testing.assert_allclose(lhs, rhs, rtol=1e-10, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(names, shapes, st.integers(1, 3), seeds)
+def test_rdiff_of_tensor_is_tensor_of_rdiffs(fs, shape, k, seed):
+    rng = np.random.default_rng(seed)
+    f, g = _chain(fs, shape), _matrix_layer(shape, k)
+    a1, a2, w = rng.normal(size=shape), rng.normal(size=shape), rng.normal(size=(shape[1], k))
+    db1, db2 = rng.normal(size=shape), rng.normal(size=(shape[0], k))
+    lhs = evaluate(cg.rdiff(f @ g), a1, a2, w, db1, db2)
+    rhs = evaluate(cg.rdiff(f), a1, db1) + evaluate(cg.rdiff(g), a2, w, db2)
+    assert len(lhs) == len(rhs) == 3
+    for l, r in zip(lhs, rhs):
+        np.testing.assert_allclose(l, r, rtol=1e-10, atol=1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(names, names, shapes, seeds)
+def test_sequential_equals_repeated_compose(fs, gs, shape, seed):
+    rng = np.random.default_rng(seed)
+    f, g, h = _chain(fs, shape), _chain(gs, shape), _chain(fs[::-1], shape)
+    a = rng.normal(size=shape)
+    (x,) = evaluate(f >> g >> h, a)
+    (y,) = evaluate(cg.sequential([f, g, h]), a)
+    np.testing.assert_array_equal(x, y)
