@@ -1,0 +1,31 @@
+"""The examples train to the accuracy the README promises (float32 and exact fixed point)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("sklearn")
+pytestmark = pytest.mark.slow
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("script,dtype,minimum", [
+    ("iris.py", "float32", 0.95),
+    ("iris.py", "fixed", 0.93),
+    ("digits.py", "float32", 0.95),
+    ("digits.py", "fixed", 0.90),
+])
+def test_example_accuracy(script, dtype, minimum):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", script), "--dtype", dtype, "--quiet"],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    last = out.strip().splitlines()[-1]
+    m = re.fullmatch(r"accuracy=([0-9.]+)", last)
+    assert m, out
+    assert float(m.group(1)) >= minimum
+    if dtype == "fixed":
+        assert "compiled for fixed(32,16)" in out
