@@ -59,6 +59,19 @@ NUMPY_RULES: dict[type, Callable[..., str]] = {
     P.LogSumExp: lambda op, a: f"logsumexp({a})",
 }
 
+#: ops whose result is a freshly allocated array (safe to overwrite once dead)
+_FRESH = (P.MatMul, P.Add, P.Mul, P.Neg, P.Scale, P.Heaviside, P.Sigmoid, P.Tanh, P.Softmax, P.SumTo,
+          P.LogSumExp)
+#: ops whose result may share memory with their argument
+_VIEWS = (P.Copy, P.Transpose, P.Reshape, P.Broadcast)
+#: in-place forms: (op, *names, out) -> statement expression
+_INPLACE = {
+    P.Add: lambda op, a, b, out: f"np.add({a}, {b}, out={out})",
+    P.Mul: lambda op, a, b, out: f"np.multiply({a}, {b}, out={out})",
+    P.Neg: lambda op, a, out: f"np.negative({a}, out={out})",
+    P.Scale: lambda op, a, out: f"np.multiply({a}, {_dt(op.T)}({op.c!r}), out={out})",
+}
+
 _HELPERS = {"np": np, "sigmoid": _sigmoid, "softmax": _softmax, "logsumexp": _logsumexp}
 
 
@@ -80,6 +93,8 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
         for x in a.args:
             last_use[x] = i
     keep = set(program.outputs) | set(program.inputs)
+    fresh: set[int] = set()       # variables that own their buffer
+    viewed: set[int] = set()      # variables that a view may still alias
     consts: dict[str, object] = {}
     const_lines: list[str] = []
     body: list[str] = []
@@ -96,7 +111,20 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
             continue
         if not a.results:
             continue
-        expr = rule(a.op, *(names[x] for x in a.args))
+        expr = None
+        if type(a.op) in _INPLACE:
+            shape = program.types[a.results[0]].shape
+            for x in a.args:
+                if (x in fresh and x not in viewed and last_use.get(x) == i and x not in keep
+                        and program.types[x].shape == shape):
+                    expr = _INPLACE[type(a.op)](a.op, *(names[y] for y in a.args), names[x])
+                    break
+        if expr is None:
+            expr = rule(a.op, *(names[x] for x in a.args))
+        if isinstance(a.op, _FRESH):
+            fresh.update(a.results)
+        if isinstance(a.op, _VIEWS):
+            viewed.update(a.args)
         lhs = " = ".join(names[r] for r in a.results)
         body.append(f"    {lhs} = {expr}".ljust(56) + f"  # {a.op.name} -> {ty}")
         dead = [names[x] for x in dict.fromkeys(a.args)

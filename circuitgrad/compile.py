@@ -25,6 +25,7 @@ from .fixedpoint import dequantize, quantize, run_fixed
 from .nn import Optimizer
 from .optic import rdiff
 from .primitives import Parameter
+from .rewrite import simplify
 from .schedule import Program, retype, schedule
 from .types import Dtype, Fixed, NdArrayType
 
@@ -242,7 +243,7 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
 
 
 def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str]) -> _Fn:
-    prog = schedule(d, key)
+    prog = simplify(schedule(d, key))
     if prog.types and any(t.dtype != dtype for t in prog.types):
         prog = retype(prog, dtype)
     if isinstance(dtype, Fixed):

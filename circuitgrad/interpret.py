@@ -34,7 +34,8 @@ def _sum_to(x: np.ndarray, op: P.SumTo) -> np.ndarray:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return np.exp(-np.logaddexp(0, -x)).astype(x.dtype, copy=False)
+    h = x.dtype.type(0.5)
+    return np.tanh(x * h) * h + h          # = 1/(1+e^-x), overflow-free
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,85 @@
+"""Peephole simplification of SSA programs, shared by every backend.
+
+The reverse derivative of a definition is built mechanically and contains
+patterns such as ``x + 0`` (the zero cotangent of a Heaviside step) or
+``-(c·g)`` (a learning-rate scale followed by the negation of a
+subtraction).  :func:`simplify` removes them before any backend sees the
+program, so the NumPy code, the FPGA sequencer and the ZK circuit all run
+the same, shorter program::
+
+    Add(x, Constant 0)        →  x
+    Neg(Scale(x, c))          →  Scale(x, −c)      (when the Scale has no other use)
+    Neg(Neg(x))               →  x
+    Scale(x, 1)               →  x
+
+The fixed-point semantics are defined on the simplified program (the
+interpreter runs it too), so all targets still agree bit for bit.
+"""
+from __future__ import annotations
+
+from . import primitives as P
+from .schedule import Apply, Program
+
+__all__ = ["simplify"]
+
+
+def simplify(p: Program) -> Program:
+    """The program with the rewrites above applied and dead instructions removed."""
+    uses: dict[int, int] = {}
+    for a in p.instrs:
+        for x in a.args:
+            uses[x] = uses.get(x, 0) + 1
+    for v in p.outputs:
+        uses[v] = uses.get(v, 0) + 1
+    producer: dict[int, Apply] = {}
+    pos: dict[int, int] = {}          # result variable -> index in instrs
+    subst: dict[int, int] = {}
+    instrs: list[Apply] = []
+
+    def res(v: int) -> int:
+        while v in subst:
+            v = subst[v]
+        return v
+
+    def is_zero(v: int) -> bool:
+        a = producer.get(v)
+        return a is not None and isinstance(a.op, P.Constant) and a.op.value == 0.0
+
+    for a in p.instrs:
+        args = tuple(res(x) for x in a.args)
+        op = a.op
+        if isinstance(op, P.Add) and (is_zero(args[0]) or is_zero(args[1])):
+            subst[a.results[0]] = args[1] if is_zero(args[0]) else args[0]
+            continue
+        if isinstance(op, P.Scale) and op.c == 1.0:
+            subst[a.results[0]] = args[0]
+            continue
+        if isinstance(op, P.Neg):
+            src = producer.get(args[0])
+            if src is not None and isinstance(src.op, P.Neg):
+                subst[a.results[0]] = src.args[0]
+                continue
+            if src is not None and isinstance(src.op, P.Scale) and uses.get(a.args[0], 0) == 1:
+                new = Apply(P.Scale(src.op.T, -src.op.c), src.args, a.results)
+                instrs[pos[args[0]]] = new
+                producer[a.results[0]] = new
+                pos[a.results[0]] = pos[args[0]]
+                continue
+        new = Apply(op, args, a.results)
+        instrs.append(new)
+        for r in a.results:
+            producer[r] = new
+            pos[r] = len(instrs) - 1
+    outputs = [res(v) for v in p.outputs]
+    return _dce(Program(p.types, list(p.inputs), outputs, instrs, p.name))
+
+
+def _dce(p: Program) -> Program:
+    live = set(p.outputs)
+    keep: list[Apply] = []
+    for a in reversed(p.instrs):
+        if any(r in live for r in a.results):
+            keep.append(a)
+            live.update(a.args)
+    keep.reverse()
+    return Program(p.types, p.inputs, p.outputs, keep, p.name)
