@@ -1,0 +1,49 @@
+"""The ``circuitgrad`` command line.
+
+    circuitgrad info                       version, primitives, backends
+    circuitgrad show examples/iris.py      the generated step code of an example's model
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import runpy
+import sys
+from typing import Sequence
+
+from . import __version__
+from .primitives import PRIMITIVES
+
+
+def _info(_args) -> int:
+    print(f"circuitgrad {__version__}")
+    print(f"primitives ({len(PRIMITIVES)}): {', '.join(p.__name__ for p in PRIMITIVES)}")
+    for b in ("gpu", "fpga", "zk"):
+        mod = importlib.import_module(f"circuitgrad.backends.{b}")
+        rules = getattr(mod, "RULES", {})
+        state = f"{len(rules)} rules" if rules else "not implemented yet"
+        print(f"backend {b}: {state}")
+    print("backend numpy: available (float32/float64 code generation; fixed point by the reference interpreter)")
+    return 0
+
+
+def _show(args) -> int:
+    sys.argv = [args.script, "--show-source", "--epochs", "0", "--quiet"] + (["--dtype", args.dtype])
+    runpy.run_path(args.script, run_name="__main__")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="circuitgrad", description="circuitgrad command line")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("info", help="version, primitives and backends").set_defaults(fn=_info)
+    p = sub.add_parser("show", help="print the generated step code of an example script")
+    p.add_argument("script")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64", "fixed"])
+    p.set_defaults(fn=_show)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
