@@ -293,8 +293,17 @@ def call(d: Diagram, *args: Var) -> tuple[Var, ...]:
 
 
 # ------------------------------------------------------------- normal forms
-def _wire_desc(f: OH, w: int) -> str:
-    return f"wire {w} of type {type_of(f.H.w.table[w])}"
+def check_producers(f: OH) -> None:
+    """Raise :class:`IllFormedDiagram` unless every wire is produced exactly once."""
+    outs = np.concatenate([f.s.table, f.H.t.values.table]).astype(np.int64)
+    n = np.bincount(outs, minlength=f.H.W)
+    bad = np.flatnonzero(n != 1)
+    if len(bad):
+        w = int(bad[0])
+        what = "no producer" if n[w] == 0 else f"{n[w]} producers"
+        raise IllFormedDiagram(f"{_short(getattr(f, 'name', 'diagram'))}: wire {w} of type "
+                               f"{type_of(f.H.w.table[w])} has {what}; a wire must be produced exactly "
+                               f"once (by an operation or as a source)")
 
 
 def monogamous(f: OH) -> Diagram:
@@ -306,14 +315,7 @@ def monogamous(f: OH) -> Diagram:
     """
     W = f.H.W
     name = getattr(f, "name", "diagram")
-    prod = np.concatenate([f.s.table, f.H.t.values.table]).astype(np.int64)
-    nprod = np.bincount(prod, minlength=W)
-    bad = np.flatnonzero(nprod != 1)
-    if len(bad):
-        w = int(bad[0])
-        what = "no producer" if nprod[w] == 0 else f"{nprod[w]} producers"
-        raise IllFormedDiagram(f"{_short(name)}: {_wire_desc(f, w)} has {what}; a wire must be produced "
-                               f"exactly once (by an operation or as a source of the diagram)")
+    check_producers(f)
     ns = len(f.H.s.values)
     cons = np.concatenate([f.H.s.values.table, f.t.table]).astype(np.int64)
     deg = np.bincount(cons, minlength=W)

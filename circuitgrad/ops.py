@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from . import primitives as P
-from .diagram import Builder, Var, apply
+from .diagram import Builder, Var
 from .primitives import TypeMismatch
 from .types import NdArrayType, format_types
 

@@ -17,10 +17,10 @@ import itertools
 from dataclasses import dataclass, field
 import numpy as np
 
-from .types import NdArrayType, format_types
+from .types import Interner, NdArrayType, format_types
 
 __all__ = [
-    "TypeMismatch", "Primitive", "PRIMITIVES",
+    "TypeMismatch", "Primitive", "Unary", "Binary", "PRIMITIVES",
     "Copy", "Add", "Neg", "Mul", "Scale", "Constant", "MatMul", "Transpose",
     "Reshape", "Broadcast", "SumTo", "Heaviside", "Sigmoid", "Tanh",
     "Softmax", "LogSumExp", "Parameter",
@@ -46,9 +46,28 @@ class Primitive:
         return f"{self.name} : {format_types(self.source)} → {format_types(self.target)}"
 
 
-def _same(op: str, *ts: NdArrayType) -> None:
-    if any(t != ts[0] for t in ts):
-        raise TypeMismatch(f"{op}: operands must have the same type, got {format_types(ts)}")
+@dataclass(frozen=True)
+class Unary(Primitive):
+    """Base of the elementwise ``T → T`` primitives."""
+    T: NdArrayType
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T,)
+
+
+@dataclass(frozen=True)
+class Binary(Primitive):
+    """Base of the elementwise ``T ⊗ T → T`` primitives."""
+    T: NdArrayType
+
+    @property
+    def source(self): return (self.T, self.T)
+
+    @property
+    def target(self): return (self.T,)
 
 
 # --------------------------------------------------------------- structure
@@ -108,53 +127,22 @@ class Constant(Primitive):
 
 
 # -------------------------------------------------------------- arithmetic
-@dataclass(frozen=True)
-class Add(Primitive):
+class Add(Binary):
     """``T ⊗ T → T``: elementwise sum."""
-    T: NdArrayType
-
-    @property
-    def source(self): return (self.T, self.T)
-
-    @property
-    def target(self): return (self.T,)
 
 
-@dataclass(frozen=True)
-class Neg(Primitive):
+class Neg(Unary):
     """``T → T``: elementwise negation."""
-    T: NdArrayType
-
-    @property
-    def source(self): return (self.T,)
-
-    @property
-    def target(self): return (self.T,)
 
 
-@dataclass(frozen=True)
-class Mul(Primitive):
+class Mul(Binary):
     """``T ⊗ T → T``: elementwise (Hadamard) product."""
-    T: NdArrayType
-
-    @property
-    def source(self): return (self.T, self.T)
-
-    @property
-    def target(self): return (self.T,)
 
 
 @dataclass(frozen=True)
-class Scale(Primitive):
+class Scale(Unary):
     """``T → T``: multiplication by the constant ``c`` (a linear map)."""
-    T: NdArrayType
-    c: float
-
-    @property
-    def source(self): return (self.T,)
-
-    @property
-    def target(self): return (self.T,)
+    c: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -265,56 +253,24 @@ class SumTo(Primitive):
 
 
 # ---------------------------------------------------------- nonlinearities
-@dataclass(frozen=True)
-class Heaviside(Primitive):
+class Heaviside(Unary):
     """``T → T``: ``1`` where ``x > 0``, else ``0`` (derivative zero)."""
-    T: NdArrayType
-
-    @property
-    def source(self): return (self.T,)
-
-    @property
-    def target(self): return (self.T,)
 
 
-@dataclass(frozen=True)
-class Sigmoid(Primitive):
+class Sigmoid(Unary):
     """``T → T``: logistic function (piecewise linear in fixed point)."""
-    T: NdArrayType
-
-    @property
-    def source(self): return (self.T,)
-
-    @property
-    def target(self): return (self.T,)
 
 
-@dataclass(frozen=True)
-class Tanh(Primitive):
+class Tanh(Unary):
     """``T → T``: hyperbolic tangent (``2σ(2x) - 1`` in fixed point)."""
-    T: NdArrayType
-
-    @property
-    def source(self): return (self.T,)
-
-    @property
-    def target(self): return (self.T,)
 
 
-@dataclass(frozen=True)
-class Softmax(Primitive):
+class Softmax(Unary):
     """``[..., k] → [..., k]``: softmax along the last axis."""
-    T: NdArrayType
 
     def __post_init__(self):
         if self.T.ndim < 1:
             raise TypeMismatch(f"Softmax: operand needs at least one axis, got {self.T}")
-
-    @property
-    def source(self): return (self.T,)
-
-    @property
-    def target(self): return (self.T,)
 
 
 @dataclass(frozen=True)
@@ -341,20 +297,6 @@ PRIMITIVES: tuple[type[Primitive], ...] = (
 
 
 # ---------------------------------------------------------------- interning
-_OPS: list[Primitive] = []
-_OP_IDS: dict[Primitive, int] = {}
-
-
-def intern_op(op: Primitive) -> int:
-    """The integer label of operation ``op`` (allocated on first use)."""
-    i = _OP_IDS.get(op)
-    if i is None:
-        i = len(_OPS)
-        _OPS.append(op)
-        _OP_IDS[op] = i
-    return i
-
-
-def op_of(label: int) -> Primitive:
-    """The operation with integer label ``label``."""
-    return _OPS[int(label)]
+_OPS: Interner[Primitive] = Interner()
+intern_op = _OPS.intern     #: the integer label of an operation (allocated on first use)
+op_of = _OPS.lookup         #: the operation with a given integer label

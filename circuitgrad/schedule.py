@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from .diagram import IllFormedDiagram, _short
-from .primitives import Primitive, intern_op, op_of
+from .diagram import IllFormedDiagram, _short, check_producers
+from .primitives import Primitive, op_of
 from .types import Dtype, NdArrayType, type_of
 
 __all__ = ["Apply", "Program", "schedule", "layering", "retype"]
@@ -88,18 +87,10 @@ def _gather(ptr: np.ndarray, segs: np.ndarray) -> np.ndarray:
 
 def _producers(f) -> np.ndarray:
     """``prod[w]``: the edge producing wire ``w``, or ``-1`` for a source wire."""
-    W, X = f.H.W, f.H.X
-    name = getattr(f, "name", "diagram")
+    check_producers(f)
     tptr, towner = _segments(f.H.t.sources.table.astype(np.int64))
     outs = f.H.t.values.table.astype(np.int64)
-    srcs = f.s.table.astype(np.int64)
-    n = np.bincount(np.concatenate([outs, srcs]), minlength=W)
-    bad = np.flatnonzero(n != 1)
-    if len(bad):
-        w = int(bad[0])
-        what = "no producer" if n[w] == 0 else f"{n[w]} producers"
-        raise IllFormedDiagram(f"{_short(name)}: wire {w} of type {type_of(f.H.w.table[w])} has {what}; "
-                               f"a wire must be produced exactly once (by an operation or as a source)")
+    W = f.H.W
     prod = np.full(W, -1, dtype=np.int64)
     prod[outs] = towner
     return prod

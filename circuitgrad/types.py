@@ -15,13 +15,13 @@ would call ``__eq__`` once per wire).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Generic, Hashable, Sequence, TypeVar
 
 import numpy as np
 
 __all__ = [
     "Dtype", "Float", "Fixed", "float32", "float64", "fixed",
-    "NdArrayType", "intern_type", "type_of", "format_types",
+    "NdArrayType", "Interner", "intern_type", "type_of", "format_types",
 ]
 
 
@@ -131,23 +131,32 @@ class NdArrayType:
 
 
 # ---------------------------------------------------------------- interning
-_TYPES: list[NdArrayType] = []
-_TYPE_IDS: dict[NdArrayType, int] = {}
+K = TypeVar("K", bound=Hashable)
 
 
-def intern_type(t: NdArrayType) -> int:
-    """The integer label of ``t`` (allocated on first use)."""
-    i = _TYPE_IDS.get(t)
-    if i is None:
-        i = len(_TYPES)
-        _TYPES.append(t)
-        _TYPE_IDS[t] = i
-    return i
+class Interner(Generic[K]):
+    """A process-wide bijection between hashable values and small integer labels."""
+
+    def __init__(self) -> None:
+        self._values: list[K] = []
+        self._ids: dict[K, int] = {}
+
+    def intern(self, v: K) -> int:
+        """The label of ``v`` (allocated on first use)."""
+        i = self._ids.get(v)
+        if i is None:
+            i = self._ids[v] = len(self._values)
+            self._values.append(v)
+        return i
+
+    def lookup(self, label: int) -> K:
+        """The value with label ``label``."""
+        return self._values[int(label)]
 
 
-def type_of(label: int) -> NdArrayType:
-    """The type with integer label ``label``."""
-    return _TYPES[int(label)]
+_TYPES: Interner[NdArrayType] = Interner()
+intern_type = _TYPES.intern     #: the integer label of a wire type (allocated on first use)
+type_of = _TYPES.lookup         #: the wire type with a given integer label
 
 
 def format_types(types: Sequence[NdArrayType]) -> str:
