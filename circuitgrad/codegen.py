@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import primitives as P
-from .interpret import _logsumexp, _sigmoid, _softmax
+from .interpret import FLOAT_RULES, _logsumexp, _sigmoid, _softmax
 from .schedule import Program
 
 __all__ = ["NUMPY_RULES", "generate", "compile_program"]
@@ -80,9 +80,57 @@ def _ident(name: str) -> str:
     return s if s and not s[0].isdigit() else f"_{s}"
 
 
+def _analyse(program: Program) -> tuple[dict[int, float], set[int], set[int]]:
+    """Float-only rewrites the generator applies (they change rounding, not values).
+
+    * ``Scale(MatMul(a, b), c)`` with a single use: scale the smaller operand
+      instead of the result (saves a pass over the larger array).
+    * ``Broadcast`` whose every consumer is an ``Add``/``Mul`` whose other operand
+      already has the full shape: left to NumPy's implicit broadcasting.
+
+    Returns ``(scale folded into matmul i, Scale instructions that become
+    aliases, Broadcast instructions that become aliases)``.
+    """
+    producer: dict[int, int] = {}
+    consumers: dict[int, list[int]] = {}
+    for i, a in enumerate(program.instrs):
+        for r in a.results:
+            producer[r] = i
+        for x in a.args:
+            consumers.setdefault(x, []).append(i)
+    outs = set(program.outputs)
+    fold: dict[int, float] = {}
+    alias: set[int] = set()
+    lazy: set[int] = set()
+    for j, a in enumerate(program.instrs):
+        if isinstance(a.op, P.Scale):
+            (r,) = a.args
+            i = producer.get(r)
+            if (i is not None and isinstance(program.instrs[i].op, P.MatMul) and r not in outs
+                    and len(consumers.get(r, ())) == 1):
+                fold[i] = a.op.c
+                alias.add(j)
+        elif isinstance(a.op, P.Broadcast):
+            (r,) = a.results
+            ok = r not in outs and bool(consumers.get(r))
+            for k in consumers.get(r, ()):
+                c = program.instrs[k]
+                others = [x for x in c.args if x != r]
+                ok = ok and isinstance(c.op, (P.Add, P.Mul)) and len(others) == 1 and \
+                    program.types[others[0]].shape == a.op.T.shape and \
+                    not (others[0] in producer and producer[others[0]] in lazy)
+            if ok:
+                lazy.add(j)
+    return fold, alias, lazy
+
+
 def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: str | None = None
              ) -> tuple[str, dict[str, object]]:
-    """``(source, constants)``: the Python source of ``program`` and its hoisted constants."""
+    """``(source, constants)``: the Python source of ``program`` and its hoisted constants.
+
+    Instructions whose arguments are all constants are evaluated once, at
+    generation time, and hoisted with the other constants.
+    """
     fn_name = _ident(fn_name or program.name)
     names = [f"v{i}" for i in range(len(program.types))]
     if arg_names:
@@ -92,9 +140,11 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
     for i, a in enumerate(program.instrs):
         for x in a.args:
             last_use[x] = i
+    fold, alias, lazy = _analyse(program)
     keep = set(program.outputs) | set(program.inputs)
     fresh: set[int] = set()       # variables that own their buffer
     viewed: set[int] = set()      # variables that a view may still alias
+    cval: dict[int, np.ndarray] = {}
     consts: dict[str, object] = {}
     const_lines: list[str] = []
     body: list[str] = []
@@ -103,16 +153,26 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
         if rule is None:
             raise NotImplementedError(f"NumPy backend: no rule for {a.op}")
         ty = ", ".join(str(program.types[r]) for r in a.results)
-        if isinstance(a.op, P.Constant):
-            c = f"C{len(consts)}"
-            consts[c] = np.full(a.op.T.shape, a.op.value, dtype=a.op.T.dtype.numpy_dtype())
-            const_lines.append(f"# {c} = {rule(a.op)}")
-            names[a.results[0]] = c
-            continue
         if not a.results:
             continue
+        if all(x in cval for x in a.args) and not isinstance(a.op, P.Copy):
+            vals = FLOAT_RULES[type(a.op)](a.op, *(cval[x] for x in a.args))
+            for r, v in zip(a.results, vals):
+                c = names[r] = f"C{len(consts)}"
+                consts[c] = cval[r] = np.array(v, dtype=program.types[r].dtype.numpy_dtype())
+                const_lines.append(f"# {c} = {rule(a.op, *(names[x] for x in a.args))}    {ty}")
+            continue
         expr = None
-        if type(a.op) in _INPLACE:
+        if i in alias or i in lazy:
+            expr = names[a.args[0]]
+        elif i in fold:
+            x, y = a.args
+            c = f"{_dt(a.op.A)}({fold[i]!r})"
+            if program.types[x].size <= program.types[y].size:
+                expr = f"({names[x]} * {c}) @ {names[y]}"
+            else:
+                expr = f"{names[x]} @ ({names[y]} * {c})"
+        elif type(a.op) in _INPLACE:
             shape = program.types[a.results[0]].shape
             for x in a.args:
                 if (x in fresh and x not in viewed and last_use.get(x) == i and x not in keep
@@ -121,14 +181,15 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
                     break
         if expr is None:
             expr = rule(a.op, *(names[x] for x in a.args))
-        if isinstance(a.op, _FRESH):
+        if isinstance(a.op, _FRESH) and not (i in alias and a.args[0] not in fresh):
             fresh.update(a.results)
-        if isinstance(a.op, _VIEWS):
+        if isinstance(a.op, _VIEWS) or i in alias:
             viewed.update(a.args)
         lhs = " = ".join(names[r] for r in a.results)
-        body.append(f"    {lhs} = {expr}".ljust(56) + f"  # {a.op.name} -> {ty}")
+        note = " (folded into the matmul)" if i in alias else " (implicit)" if i in lazy else ""
+        body.append(f"    {lhs} = {expr}".ljust(56) + f"  # {a.op.name}{note} -> {ty}")
         dead = [names[x] for x in dict.fromkeys(a.args)
-                if last_use.get(x) == i and x not in keep and names[x][0] != "C"]
+                if last_use.get(x) == i and x not in keep and x not in cval]
         if dead:
             body.append(f"    del {', '.join(dead)}")
     args = ", ".join(names[v] for v in program.inputs)
