@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--inner", type=int, default=50)
-    ap.add_argument("--torch-threads", type=int, nargs="+", default=[1, 0],
+    ap.add_argument("--torch-threads", type=int, nargs="*", default=[1, 0],
                     help="PyTorch thread counts to measure (0: PyTorch's default)")
     a = ap.parse_args()
     B, sizes = a.batch, a.sizes
@@ -74,7 +74,7 @@ def main() -> None:
     t_cg = times["circuitgrad (NumPy)"]
     rows = [[k, f"{t * 1e3:.3f}", f"{t / t_cg:.2f}"] for k, t in times.items()]
     print(f"MLP {'-'.join(map(str, sizes))}, batch {B}, float32 SGD step; {machine()}; "
-          f"median of {a.repeats} x {a.inner} steps")
+          f"circuitgrad GEMM: {cg.blas.name()}; median of {a.repeats} x {a.inner} steps")
     print(table(["implementation", "ms / step", "time / circuitgrad time"], rows))
     if len(times) > 1:
         best = min(t for k, t in times.items() if k != "circuitgrad (NumPy)")

@@ -11,7 +11,7 @@ from .optic import rdiff, lens
 from .schedule import Program, Apply, schedule, retype
 from .interpret import run, UnboundParameter
 from .fixedpoint import FixedPointOverflow, run_fixed, quantize, dequantize
-from . import ops
+from . import blas, ops
 from . import nn
 from .compile import compile_model, CompiledModel
 
@@ -22,6 +22,6 @@ __all__ = [
     "TypeMismatch", "Primitive", "PRIMITIVES",
     "Diagram", "Var", "trace", "identity", "sequential", "monogamous", "unbind_parameters", "IllFormedDiagram",
     "rdiff", "lens", "Program", "Apply", "schedule", "retype", "run", "UnboundParameter",
-    "FixedPointOverflow", "run_fixed", "quantize", "dequantize", "ops", "nn",
+    "FixedPointOverflow", "run_fixed", "quantize", "dequantize", "blas", "ops", "nn",
     "compile_model", "CompiledModel",
 ]

@@ -4,7 +4,8 @@ One rule per primitive turns an instruction into a NumPy expression; the
 generator hoists constants out of the function, names inputs after the
 parameters, and deletes each variable after its last use so large
 intermediate arrays are freed early.  The result is plain Python you can
-read (``compiled.source``), step through and profile.
+read (``compiled.source``), step through and profile.  ``matmul`` is
+:func:`circuitgrad.blas.matmul` (MKL's GEMM when installed, else NumPy).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import blas
 from . import primitives as P
 from .interpret import FLOAT_RULES, _logsumexp, _sigmoid, _softmax
 from .schedule import Program
@@ -47,7 +49,7 @@ NUMPY_RULES: dict[type, Callable[..., str]] = {
     P.Neg: lambda op, a: f"-{a}",
     P.Mul: lambda op, a, b: f"{a} * {b}",
     P.Scale: _scale,
-    P.MatMul: lambda op, a, b: f"{a} @ {b}",
+    P.MatMul: lambda op, a, b: f"matmul({a}, {b})",
     P.Transpose: lambda op, a: f"{a}.T",
     P.Reshape: lambda op, a: f"{a}.reshape({op.shape!r})",
     P.Broadcast: lambda op, a: f"np.broadcast_to({a}, {op.T.shape!r})",
@@ -72,7 +74,7 @@ _INPLACE = {
     P.Scale: lambda op, a, out: f"np.multiply({a}, {_dt(op.T)}({op.c!r}), out={out})",
 }
 
-_HELPERS = {"np": np, "sigmoid": _sigmoid, "softmax": _softmax, "logsumexp": _logsumexp}
+_HELPERS = {"np": np, "matmul": blas.matmul, "sigmoid": _sigmoid, "softmax": _softmax, "logsumexp": _logsumexp}
 
 
 def _ident(name: str) -> str:
@@ -169,9 +171,9 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
             x, y = a.args
             c = f"{_dt(a.op.A)}({fold[i]!r})"
             if program.types[x].size <= program.types[y].size:
-                expr = f"({names[x]} * {c}) @ {names[y]}"
+                expr = f"matmul({names[x]} * {c}, {names[y]})"
             else:
-                expr = f"{names[x]} @ ({names[y]} * {c})"
+                expr = f"matmul({names[x]}, {names[y]} * {c})"
         elif type(a.op) in _INPLACE:
             shape = program.types[a.results[0]].shape
             for x in a.args:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up .venv (if needed) with the test dependencies and runs the whole test suite.
-# PyTorch (CPU build 2.13.0, for the autograd cross-check) is installed when available;
-# without it those tests are skipped, not failed.
+# PyTorch (CPU build 2.13.0, for the autograd cross-check) and MKL (the optional fast GEMM)
+# are installed when available; without them those tests are skipped or use NumPy, not failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,6 +11,10 @@ if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv || exit 1; fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install -q torch==2.13.0 || echo "note: PyTorch not installable here; its cross-check tests will be skipped"
 fi
+if ! .venv/bin/python -c "import glob, sys; sys.exit(not glob.glob(sys.prefix + '/lib/libmkl_rt.so*'))"; then
+  .venv/bin/python -m pip install -q 'mkl>=2024' || echo "note: MKL not installable here; NumPy's matmul will be used"
+fi
+.venv/bin/python -c "import circuitgrad; print('circuitgrad GEMM:', circuitgrad.blas.name())"
 .venv/bin/python -m pytest -q -rs "$@"
 rc=$?
 if [ $rc -eq 5 ]; then echo "no tests collected"; exit 0; fi

@@ -1,0 +1,97 @@
+"""Matrix products for the NumPy backend: Intel MKL when installed, else NumPy.
+
+NumPy < 2 (pinned by ``open-hypergraphs``) ships OpenBLAS 0.3.23. On the
+project's AVX-512 machine, its float32 GEMM is 1.2–1.6× slower than the MKL
+that PyTorch uses, and matrix products are about 80% of an MLP training step
+(see ``docs/BENCHMARKS.md``). When the ``mkl`` wheel is installed
+(``pip install 'circuitgrad[mkl]'``), :func:`matmul` calls
+``cblas_sgemm``/``cblas_dgemm`` from ``libmkl_rt`` through ctypes. Operands
+that are neither C-contiguous nor transposed C-contiguous, and dtypes other
+than float32/float64, fall back to ``np.matmul``.
+
+MKL runs *sequentially* by default. On the 2-core machine, a threaded MKL
+pool (Intel or GNU OpenMP) competes with NumPy's own OpenBLAS thread pool,
+whose threads spin between calls. Measured on the 784-256-256-10 step: 3.2
+ms with Intel threading, 2.6 ms with GNU threading, 1.7 ms sequential, and
+2.0 ms with NumPy alone. ``CIRCUITGRAD_MKL_THREADING=intel|gnu|sequential``
+overrides this.
+
+``CIRCUITGRAD_BLAS=numpy`` forces NumPy; ``CIRCUITGRAD_BLAS=mkl`` makes a
+missing MKL an error.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+
+import numpy as np
+
+__all__ = ["matmul", "name"]
+
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_GEMM: dict[np.dtype, object] = {}
+_LAYERS = {"intel": 0, "gnu": 1, "sequential": 2}     # MKL_THREADING_* constants
+
+
+def _load() -> str:
+    choice = os.environ.get("CIRCUITGRAD_BLAS", "auto").lower()
+    if choice not in ("auto", "numpy", "mkl"):
+        raise ValueError(f"CIRCUITGRAD_BLAS must be auto, numpy or mkl, got {choice!r}")
+    if choice == "numpy":
+        return "numpy"
+    threading = os.environ.get("CIRCUITGRAD_MKL_THREADING", "sequential").lower()
+    if threading not in _LAYERS:
+        raise ValueError(f"CIRCUITGRAD_MKL_THREADING must be one of {sorted(_LAYERS)}, got {threading!r}")
+    libs = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
+    if not libs:
+        if choice == "mkl":
+            raise ImportError("CIRCUITGRAD_BLAS=mkl but libmkl_rt was not found: pip install 'circuitgrad[mkl]'")
+        return "numpy"
+    lib = ctypes.CDLL(libs[0])
+    try:
+        lib.MKL_Set_Threading_Layer(ctypes.c_int(_LAYERS[threading]))
+    except (AttributeError, OSError):                       # pragma: no cover - very old MKL
+        pass
+    P, I = ctypes.c_void_p, ctypes.c_int
+    for dt, fn, scalar in ((np.dtype(np.float32), lib.cblas_sgemm, ctypes.c_float),
+                           (np.dtype(np.float64), lib.cblas_dgemm, ctypes.c_double)):
+        fn.restype = None
+        fn.argtypes = [I, I, I, I, I, I, scalar, P, I, P, I, scalar, P, I]
+        _GEMM[dt] = fn
+    return f"mkl ({os.path.basename(libs[0])})"
+
+
+_NAME = _load()
+
+
+def name() -> str:
+    """Which GEMM :func:`matmul` uses: ``"numpy"`` or ``"mkl (...)"``."""
+    return _NAME
+
+
+def _layout(x: np.ndarray) -> tuple[int, int] | None:
+    if x.flags.c_contiguous:
+        return _NO_TRANS, x.shape[1]
+    if x.flags.f_contiguous:
+        return _TRANS, x.shape[0]
+    return None
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for matrices (MKL GEMM when available)."""
+    gemm = _GEMM.get(a.dtype)
+    if gemm is None or a.ndim != 2 or b.ndim != 2 or b.dtype != a.dtype or 0 in a.shape + b.shape:
+        return np.matmul(a, b)
+    la, lb = _layout(a), _layout(b)
+    if la is None or lb is None:
+        return np.matmul(a, b)
+    m, k = a.shape
+    n = b.shape[1]
+    if b.shape[0] != k:
+        raise ValueError(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
+    out = np.empty((m, n), dtype=a.dtype)
+    gemm(_ROW_MAJOR, la[0], lb[0], m, n, k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1], 0.0,
+         out.ctypes.data, n)
+    return out
