@@ -1,0 +1,68 @@
+"""Prime fields for circuits.
+
+Circuits are built over the integers with small signed coefficients and
+reduced into the field once: when constraints are checked and when files are
+written. :class:`Field` only knows its prime. :meth:`Field.galois` gives the
+matching ``galois.GF`` for users who want field arithmetic on arrays. It is
+built with ``primitive_element=`` and ``verify=False``; otherwise ``galois``
+spends minutes factoring ``p − 1`` for a 254-bit prime.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["Field", "BN254", "field"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """The prime field ``F_p``; ``generator`` is a multiplicative generator (for galois)."""
+    p: int
+    name: str
+    generator: int | None = None
+
+    @property
+    def n8(self) -> int:
+        """Bytes per element in the iden3 binary formats (a multiple of 8)."""
+        return ((self.p.bit_length() + 63) // 64) * 8
+
+    @property
+    def bits(self) -> int:
+        return self.p.bit_length()
+
+    def reduce(self, values) -> np.ndarray:
+        """Signed integers (int64 or object arrays) → canonical representatives in ``[0, p)`` (object array)."""
+        v = np.asarray(values, dtype=object)
+        return v % self.p
+
+    def galois(self):
+        """The ``galois.GF(p)`` class of this field (built quickly, cached)."""
+        return _galois(self.p, self.generator)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@lru_cache(maxsize=None)
+def _galois(p: int, generator: int | None):
+    try:
+        import galois
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("field arithmetic on arrays needs galois: pip install 'circuitgrad[zk]'") from e
+    if generator is None:
+        return galois.GF(p, verify=False)
+    return galois.GF(p, primitive_element=generator, verify=False)
+
+
+#: the BN254 (alt_bn128) scalar field, used by circom and snarkjs
+BN254 = Field(21888242871839275222246405745257275088548364400416034343698204186575808495617, "bn254", 5)
+
+
+def field(p: int, name: str | None = None, generator: int | None = None) -> Field:
+    """Any prime field; ``p`` should exceed ``2**100`` so that fixed-point values never wrap."""
+    if p < 3 or p % 2 == 0:
+        raise ValueError(f"field modulus must be an odd prime, got {p}")
+    return Field(int(p), name or f"F_{p}", generator)

@@ -1,0 +1,209 @@
+"""Rank-1 constraint systems, built in vectorised blocks.
+
+A constraint is ``⟨A_i, w⟩ · ⟨B_i, w⟩ = ⟨C_i, w⟩`` over ``F_p`` with
+``w[0] = 1``. :class:`Builder` appends *blocks*: ``m`` constraints of the same
+shape at once, each linear combination given as a list of
+``(wires[m], coeffs[m])`` terms. Every block carries a tag that names the
+program instruction and the gadget it came from. Error reports and the
+per-gadget constraint counts use these tags.
+
+Coefficients are small signed integers (``int64``). They are reduced into
+the field only when constraints are checked or files are written. Witness
+values are signed ``int64`` too: every wire in our gadgets is a range-checked
+fixed-point value, a bit, a product of two such values, or a bounded
+remainder, so none comes near ``2**63``.
+
+Wire layout, as circom expects it: ``0`` is the constant 1, then the public
+outputs, then the public inputs, then the private inputs, then internal wires.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from .field import Field
+
+__all__ = ["Builder", "R1CS", "Term", "UnsatisfiedConstraint"]
+
+Term = tuple  # (wires: ndarray[int64] or int, coeffs: ndarray[int64] or int)
+
+
+class UnsatisfiedConstraint(ValueError):
+    """A witness violates a constraint; the message names the constraint and its origin."""
+
+
+@dataclass
+class _Matrix:
+    """One of A, B, C in CSR form: the terms of row ``i`` are ``ptr[i]:ptr[i+1]``."""
+    ptr: np.ndarray
+    wires: np.ndarray
+    coeffs: np.ndarray
+
+    @classmethod
+    def from_coo(cls, rows: np.ndarray, wires: np.ndarray, coeffs: np.ndarray, n_rows: int) -> "_Matrix":
+        order = np.argsort(rows, kind="stable")
+        ptr = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n_rows), out=ptr[1:])
+        return cls(ptr, wires[order], coeffs[order])
+
+    def evaluate(self, w: np.ndarray, p: int, rows: np.ndarray | None = None) -> np.ndarray:
+        """``⟨M_i, w⟩ mod p`` for the given rows (all rows by default), as Python ints."""
+        if rows is None:
+            idx = np.arange(len(self.wires))
+            owner = np.repeat(np.arange(len(self.ptr) - 1), np.diff(self.ptr))
+            n = len(self.ptr) - 1
+        else:
+            lens = self.ptr[rows + 1] - self.ptr[rows]
+            starts = np.repeat(self.ptr[rows] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+            idx = starts + np.arange(int(lens.sum()))
+            owner = np.repeat(np.arange(len(rows)), lens)
+            n = len(rows)
+        prod = self.coeffs[idx].astype(object) * np.asarray(w, dtype=object)[self.wires[idx]]
+        out = np.zeros(n, dtype=object)
+        np.add.at(out, owner, prod)
+        return out % p
+
+
+@dataclass
+class R1CS:
+    """A finished constraint system (see the module docstring for the wire layout)."""
+    field: Field
+    n_wires: int
+    n_pub_out: int
+    n_pub_in: int
+    n_prv_in: int
+    A: _Matrix
+    B: _Matrix
+    C: _Matrix
+    tags: list[str]                     # one per block
+    block_rows: np.ndarray              # first row of each block (ascending) + total
+    wire_names: list[tuple[int, int, str]] = field(default_factory=list)   # (first wire, count, name)
+
+    @property
+    def n_constraints(self) -> int:
+        return len(self.A.ptr) - 1
+
+    @property
+    def n_public(self) -> int:
+        return self.n_pub_out + self.n_pub_in
+
+    def tag_of(self, row: int) -> str:
+        """The instruction and gadget that produced constraint ``row``."""
+        return self.tags[int(np.searchsorted(self.block_rows, row, side="right")) - 1]
+
+    def failing(self, w: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """The rows (of ``rows``, default all) that ``w`` does not satisfy."""
+        p = self.field.p
+        a, b, c = (M.evaluate(w, p, rows) for M in (self.A, self.B, self.C))
+        bad = np.flatnonzero((a * b - c) % p != 0)
+        return bad if rows is None else np.asarray(rows)[bad]
+
+    def check(self, w: np.ndarray) -> bool:
+        """True when ``w`` (with ``w[0] = 1``) satisfies every constraint."""
+        return len(w) == self.n_wires and int(w[0]) % self.field.p == 1 and len(self.failing(w)) == 0
+
+    def assert_satisfied(self, w: np.ndarray) -> None:
+        """Raise :class:`UnsatisfiedConstraint` naming the first failing constraint and its origin."""
+        if len(w) != self.n_wires:
+            raise UnsatisfiedConstraint(f"witness has {len(w)} values, the circuit has {self.n_wires} wires")
+        if int(w[0]) % self.field.p != 1:
+            raise UnsatisfiedConstraint(f"witness value 0 must be 1 (the constant wire), got {w[0]}")
+        bad = self.failing(w)
+        if len(bad):
+            r = int(bad[0])
+            raise UnsatisfiedConstraint(f"constraint {r} of {self.n_constraints} is not satisfied "
+                                        f"({len(bad)} failing in all); it comes from {self.tag_of(r)}")
+
+    def rows_of_wire(self, wire: int) -> np.ndarray:
+        """Every constraint in which ``wire`` appears (in A, B or C)."""
+        rows = []
+        for M in (self.A, self.B, self.C):
+            hit = np.flatnonzero(M.wires == wire)
+            rows.append(np.searchsorted(M.ptr, hit, side="right") - 1)
+        return np.unique(np.concatenate(rows))
+
+    def unconstrained_wires(self) -> np.ndarray:
+        """Lint: wires that appear in no constraint (must be empty for a sound circuit)."""
+        seen = np.zeros(self.n_wires, dtype=bool)
+        for M in (self.A, self.B, self.C):
+            seen[M.wires[M.coeffs % self.field.p != 0] if M.coeffs.dtype == object else M.wires[M.coeffs != 0]] = True
+        return np.flatnonzero(~seen)
+
+    def counts_by_gadget(self) -> dict[str, int]:
+        """Number of constraints per gadget kind (the part of each tag after the last ':')."""
+        out: dict[str, int] = {}
+        sizes = np.diff(self.block_rows)
+        for t, n in zip(self.tags, sizes):
+            k = t.rsplit(":", 1)[-1]
+            out[k] = out.get(k, 0) + int(n)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def wire_name(self, w: int) -> str:
+        for start, n, name in self.wire_names:
+            if start <= w < start + n:
+                return name if n == 1 else f"{name}[{w - start}]"
+        return "one" if w == 0 else f"w{w}"
+
+
+class Builder:
+    """Accumulates wires, constraint blocks and the witness program that fills the wires."""
+
+    def __init__(self, field: Field):
+        self.field = field
+        self.n = 1                                  # wire 0 is the constant 1
+        self.rows = 0
+        self.terms: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {"A": [], "B": [], "C": []}
+        self.tags: list[str] = []
+        self.block_rows: list[int] = []
+        self.fills: list[tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]] = []
+        self.names: list[tuple[int, int, str]] = []
+        self.context = "circuit"
+
+    # ------------------------------------------------------------- wires
+    def alloc(self, shape: int | Sequence[int], name: str | None = None) -> np.ndarray:
+        """Fresh wires, as an array of the given shape."""
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        n = int(np.prod(shape, dtype=np.int64))
+        w = np.arange(self.n, self.n + n, dtype=np.int64).reshape(shape)
+        if name:
+            self.names.append((self.n, n, name))
+        self.n += n
+        return w
+
+    def fill(self, wires: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Witness step: ``W[wires] = fn(W)`` (run in order by :meth:`Circuit.witness`)."""
+        self.fills.append((np.asarray(wires, dtype=np.int64), fn))
+
+    # ------------------------------------------------------- constraints
+    def constrain(self, A: Iterable[Term], B: Iterable[Term], C: Iterable[Term], kind: str) -> None:
+        """Add ``m`` constraints ``A·B = C``; each term is ``(wires, coeffs)`` broadcast to ``(m,)``."""
+        A, B, C = list(A), list(B), list(C)
+        m = max(np.size(w) for terms in (A, B, C) for w, _ in terms)
+        if m == 0:
+            return
+        rows = np.arange(self.rows, self.rows + m, dtype=np.int64)
+        for key, terms in (("A", A), ("B", B), ("C", C)):
+            for w, c in terms:
+                w = np.broadcast_to(np.asarray(w, dtype=np.int64).reshape(-1), (m,))
+                c = np.broadcast_to(np.asarray(c, dtype=np.int64).reshape(-1), (m,))
+                keep = c != 0
+                if keep.all():
+                    self.terms[key].append((rows, w, c))
+                elif keep.any():
+                    self.terms[key].append((rows[keep], w[keep], c[keep]))
+        self.tags.append(f"{self.context}:{kind}")
+        self.block_rows.append(self.rows)
+        self.rows += m
+
+    def finish(self, n_pub_out: int, n_pub_in: int, n_prv_in: int) -> R1CS:
+        def mat(key):
+            parts = self.terms[key]
+            if not parts:
+                z = np.zeros(0, dtype=np.int64)
+                return _Matrix.from_coo(z, z, z, self.rows)
+            return _Matrix.from_coo(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                                    np.concatenate([p[2] for p in parts]), self.rows)
+        return R1CS(self.field, self.n, n_pub_out, n_pub_in, n_prv_in, mat("A"), mat("B"), mat("C"),
+                    list(self.tags), np.array(self.block_rows + [self.rows], dtype=np.int64), list(self.names))
