@@ -1,8 +1,18 @@
-"""The zk backend: not implemented yet (see docs/ARCHITECTURE.md for the plan).
+"""The ZK backend: training steps as sound arithmetic circuits over prime fields.
 
-Its rule table is empty, so the conformance test reports every primitive
-as missing for this backend.
+    from circuitgrad.backends import zk
+    circuit = zk.compile(step, dtype=cg.fixed(32, 16), field=zk.BN254)
+    wit = circuit.witness(params, x, y)          # bit-exact with the fixed-point interpreter
+    assert circuit.check(wit)
+    circuit.export("out/")                       # step.r1cs, step.wtns, step.sym
+
+See ``docs/ZK.md`` for the gadgets, their costs and the public statement.
 """
-RULES: dict = {}
+from .circuit import Circuit, Witness, compile
+from .field import BN254, Field, field
+from .formats import FormatError
+from .lower import RULES
+from .r1cs import R1CS, UnsatisfiedConstraint
 
-__all__ = ["RULES"]
+__all__ = ["compile", "Circuit", "Witness", "BN254", "Field", "field", "R1CS", "RULES",
+           "UnsatisfiedConstraint", "FormatError"]

@@ -72,22 +72,30 @@ def range_check(b: Builder, x: np.ndarray, dt: Fixed, kind: str = "range") -> np
 
 
 def rescale(b: Builder, A: Sequence[tuple], B: Sequence[tuple], q: np.ndarray, dt: Fixed,
-            low: Callable[[np.ndarray], np.ndarray], kind: str = "rescale") -> None:
-    """Constrain ``q = round_half_up(⟨A⟩·⟨B⟩ / 2^f)`` and ``q`` in range.
+            low: Callable[[np.ndarray], np.ndarray], kind: str = "rescale", minus: Sequence[tuple] = (),
+            qbits: int | None = None) -> np.ndarray:
+    """Constrain ``q = round_half_up((⟨A⟩·⟨B⟩ + Σ minus) / 2^f)`` and ``q`` in range.
 
-    ``A·B = 2^f·q − 2^(f−1) + r`` with ``r = Σ rᵢ 2^i`` (``f`` bits).
-    ``low(W)`` gives ``A·B`` modulo ``2^64`` (wrapping int64), which is
-    enough to compute ``r``: only its low ``f`` bits matter.
+    ``A·B = 2^f·q − 2^(f−1) + r − Σ minus`` with ``r = Σ rᵢ 2^i`` (``f`` bits).
+    ``low(W)`` gives the full numerator modulo ``2^64`` (wrapping int64),
+    which is enough to compute ``r``: only its low ``f`` bits matter.
+    ``q`` is range-checked to ``dt`` (or to ``qbits`` signed bits).
+    Returns the remainder bits ``(m, f)``.
     """
     f = dt.frac
     m = np.size(q)
     r = b.alloc((m, f))
     flat = r.reshape(-1)
     b.constrain([(flat, 1)], [(flat, 1), (ONE, -1)], [], f"{kind}.remainder")
-    b.constrain(A, B, [(q, 1 << f), (ONE, -(1 << (f - 1)))] + [(r[:, i], 1 << i) for i in range(f)], kind)
+    b.constrain(A, B, [(q, 1 << f), (ONE, -(1 << (f - 1)))] + [(r[:, i], 1 << i) for i in range(f)]
+                + [(w, -np.asarray(c)) for w, c in minus], kind)
     half, mask = 1 << (f - 1), (1 << f) - 1
     b.fill(flat, lambda W: ((((low(W) + half) & mask)[:, None] >> np.arange(f)) & 1).reshape(-1))
-    range_check(b, q, dt, f"{kind}.range")
+    if qbits is None:
+        range_check(b, q, dt, f"{kind}.range")
+    else:
+        decompose(b, [(q, 1)], 1 << (qbits - 1), qbits, f"{kind}.range", f"result of {b.context}")
+    return r
 
 
 def positive(b: Builder, x: np.ndarray, nbits: int, kind: str = "sign") -> np.ndarray:

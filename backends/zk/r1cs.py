@@ -174,7 +174,7 @@ class Builder:
 
     def fill(self, wires: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> None:
         """Witness step: ``W[wires] = fn(W)`` (run in order by :meth:`Circuit.witness`)."""
-        self.fills.append((np.asarray(wires, dtype=np.int64), fn))
+        self.fills.append((np.asarray(wires, dtype=np.int64).reshape(-1), fn))
 
     # ------------------------------------------------------- constraints
     def constrain(self, A: Iterable[Term], B: Iterable[Term], C: Iterable[Term], kind: str) -> None:

@@ -1,0 +1,201 @@
+"""``zk.compile``: a compiled model's fixed-point program as an R1CS circuit.
+
+The public statement is what a verifier sees:
+* by default, the parameters (and any optimizer state) before the step are
+  public inputs, and the program's outputs (the parameters after the step,
+  or the predictions for ``predict``) are public outputs;
+* the batch ``x, y`` is private.
+
+:meth:`Circuit.statement` describes the statement and :meth:`Circuit.public`
+gives its values.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+import circuitgrad as cg
+from circuitgrad.compile import CompiledModel
+from circuitgrad.fixedpoint import FixedPointOverflow
+from circuitgrad.schedule import Program
+from circuitgrad.types import Fixed
+
+from . import formats
+from . import gadgets as G
+from .field import BN254, Field
+from .lower import RULES, Lowering
+from .r1cs import R1CS, Builder
+
+__all__ = ["Circuit", "Witness", "compile"]
+
+
+@dataclass
+class Witness:
+    """A full assignment of the circuit's wires (signed int64; ``values[0] = 1``)."""
+    circuit: "Circuit"
+    values: np.ndarray
+    seconds: float = 0.0
+
+    @property
+    def public(self) -> list[int]:
+        """Public signals in snarkjs order (outputs, then public inputs), as field elements."""
+        r = self.circuit.r1cs
+        return [int(v) % r.field.p for v in self.values[1:1 + r.n_public]]
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        """The program outputs (raw fixed point), by name."""
+        return {n: self.values[w] for n, w in zip(self.circuit.output_names, self.circuit.output_wires)}
+
+
+@dataclass
+class Circuit:
+    """An R1CS circuit of one compiled function (``step`` or ``predict``) with its witness program."""
+    r1cs: R1CS
+    program: Program
+    model: CompiledModel
+    function: str
+    input_names: list[str]
+    input_wires: list[np.ndarray]
+    output_names: list[str]
+    output_wires: list[np.ndarray]
+    public_inputs: list[str]
+    fills: list = field(repr=False, default_factory=list)
+    compile_seconds: float = 0.0
+    last_witness: Witness | None = field(default=None, repr=False)
+
+    @property
+    def field(self) -> Field:
+        return self.r1cs.field
+
+    @property
+    def dtype(self) -> Fixed:
+        return self.model.dtype
+
+    def statement(self) -> str:
+        """A readable description of the public statement."""
+        outs = ", ".join(f"{n}{list(w.shape)}" for n, w in zip(self.output_names, self.output_wires))
+        pubs = ", ".join(f"{n}{list(w.shape)}" for n, w in zip(self.input_names, self.input_wires)
+                         if n in self.public_inputs)
+        prv = ", ".join(f"{n}{list(w.shape)}" for n, w in zip(self.input_names, self.input_wires)
+                        if n not in self.public_inputs)
+        return (f"{self.function} of {self.model.model.name} in {self.dtype} over {self.field}: "
+                f"public outputs ({self.r1cs.n_pub_out} values): {outs}; public inputs ({self.r1cs.n_pub_in} "
+                f"values): {pubs}; private: {prv}; {self.r1cs.n_constraints} constraints, "
+                f"{self.r1cs.n_wires} wires")
+
+    # ------------------------------------------------------------ witness
+    def _inputs(self, params: Mapping[str, np.ndarray], x, y) -> list[np.ndarray]:
+        m = self.model
+        vals = []
+        for name in self.input_names:
+            if name == "x":
+                v = m._in(x, "input")
+            elif name == "y":
+                v = m._targets(y)
+            else:
+                key = name if name in params else name.replace("_", "/", 1)
+                if key not in params:
+                    raise KeyError(f"missing parameter {name!r}; expected {self.public_inputs}")
+                v = np.asarray(params[key])
+                v = v.astype(np.int64) if np.issubdtype(v.dtype, np.integer) else m._in(v, f"parameter {name}")
+            vals.append(v)
+        return vals
+
+    def witness(self, params: Mapping[str, np.ndarray], x, y=None) -> Witness:
+        """Every wire's value for one call, computed layer by layer (bit-exact with the interpreter)."""
+        t0 = time.perf_counter()
+        W = np.zeros(self.r1cs.n_wires, dtype=np.int64)
+        W[0] = 1
+        for wires, v in zip(self.input_wires, self._inputs(params, x, y)):
+            W[wires.reshape(-1)] = np.asarray(v, dtype=np.int64).reshape(-1)
+        for wires, fn in self.fills:
+            W[wires] = np.asarray(fn(W), dtype=np.int64).reshape(-1)
+        wit = Witness(self, W, time.perf_counter() - t0)
+        self.last_witness = wit
+        return wit
+
+    def check(self, wit: Witness | np.ndarray) -> bool:
+        """True when the witness satisfies every constraint."""
+        values = wit.values if isinstance(wit, Witness) else np.asarray(wit)
+        return self.r1cs.check(values)
+
+    def assert_satisfied(self, wit: Witness | np.ndarray) -> None:
+        """Raise naming the first failing constraint and the operation it came from."""
+        self.r1cs.assert_satisfied(wit.values if isinstance(wit, Witness) else np.asarray(wit))
+
+    # ------------------------------------------------------------- export
+    def export(self, directory: str, wit: Witness | None = None, name: str | None = None) -> dict[str, str]:
+        """Write ``<name>.r1cs``, ``<name>.wtns`` (if a witness is known) and ``<name>.sym``."""
+        os.makedirs(directory, exist_ok=True)
+        name = name or self.function
+        wit = wit or self.last_witness
+        paths = {"r1cs": os.path.join(directory, f"{name}.r1cs"), "sym": os.path.join(directory, f"{name}.sym")}
+        formats.write_r1cs(paths["r1cs"], self.r1cs)
+        formats.write_sym(paths["sym"], self.r1cs)
+        if wit is not None:
+            paths["wtns"] = os.path.join(directory, f"{name}.wtns")
+            formats.write_wtns(paths["wtns"], wit.values, self.field)
+        return paths
+
+
+def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field = BN254,
+            function: str = "step") -> Circuit:
+    """The R1CS circuit of ``model``'s ``step`` (default) or ``predict`` in fixed point.
+
+    ``dtype`` defaults to the model's own dtype if it is fixed point, else
+    ``fixed(32, 16)``.
+    """
+    t0 = time.perf_counter()
+    dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(32, 16))
+    if not isinstance(dtype, Fixed):
+        raise TypeError(f"zk.compile: circuits compute in fixed point; got dtype {dtype}")
+    if field.p.bit_length() < 4 * dtype.width + 64:
+        raise ValueError(f"zk.compile: field {field} ({field.bits} bits) is too small for {dtype}: products "
+                         f"and remainders need about {4 * dtype.width + 64} bits without wrap-around")
+    fx = model if model.dtype == dtype else cg.compile_model(model.model, model.loss_fn, model.optimizer, dtype)
+    if function not in fx.diagrams:
+        raise ValueError(f"zk.compile: unknown function {function!r}; choose one of {sorted(fx.diagrams)}")
+    prog = fx.fn(function).program
+    missing = sorted({type(a.op).__name__ for a in prog.instrs if type(a.op) not in RULES})
+    if missing:
+        raise NotImplementedError(f"zk.compile: the ZK backend has no rule for {missing} "
+                                  f"(used by {function} of {fx.model.name})")
+    in_names = list(fx.arg_names[function])
+    public_in = [n for n in in_names if n not in ("x", "y")]
+    out_names = (fx.param_names + fx.state_names) if function == "step" else (
+        fx.param_names if function == "gradients" else [function])
+    b = Builder(field)
+    # wire layout: public outputs, public inputs, private inputs, internal
+    pub_out = [b.alloc(prog.types[v].shape, f"out.{n}") for v, n in zip(prog.outputs, out_names)]
+    ins = {}
+    for v, n in zip(prog.inputs, in_names):
+        if n in public_in:
+            ins[v] = b.alloc(prog.types[v].shape, n)
+    for v, n in zip(prog.inputs, in_names):
+        if n not in public_in:
+            ins[v] = b.alloc(prog.types[v].shape, n)
+    n_pub_out = sum(w.size for w in pub_out)
+    n_pub_in = sum(ins[v].size for v, n in zip(prog.inputs, in_names) if n in public_in)
+    n_prv_in = sum(ins[v].size for v, n in zip(prog.inputs, in_names) if n not in public_in)
+    L = Lowering(b, dtype)
+    env: dict[int, np.ndarray] = dict(ins)
+    for v, n in zip(prog.inputs, in_names):
+        b.context = f"input {n}"
+        G.range_check(b, env[v].reshape(-1), dtype, "input.range")
+    for i, a in enumerate(prog.instrs):
+        b.context = f"{a.op.name}#{i}"
+        outs = RULES[type(a.op)](L, a.op, *(env[x] for x in a.args))
+        for r, o in zip(a.results, outs):
+            env[r] = o
+    for k, (v, w) in enumerate(zip(prog.outputs, pub_out)):
+        b.context = f"output {out_names[k]}"
+        src = np.ascontiguousarray(np.broadcast_to(env[v], w.shape)).reshape(-1)
+        b.constrain([(src, 1)], [(G.ONE, 1)], [(w.reshape(-1), 1)], "output")
+        b.fill(w, lambda W, src=src: W[src])
+    r = b.finish(n_pub_out, n_pub_in, n_prv_in)
+    return Circuit(r, prog, fx, function, in_names, [ins[v] for v in prog.inputs], out_names, pub_out,
+                   public_in, b.fills, time.perf_counter() - t0)

@@ -1,0 +1,180 @@
+"""The iden3 binary formats, written and read from their specifications.
+
+* ``.r1cs`` version 1 (github.com/iden3/r1csfile, ``doc/r1cs_bin_format.md``):
+  ``"r1cs"``, version u32, a section count u32, then sections ``(type u32,
+  size u64, body)``. Section 1 is the header: ``n8 u32``, the prime
+  (``n8`` bytes, little endian), ``nWires``, ``nPubOut``, ``nPubIn``,
+  ``nPrvIn`` as u32, ``nLabels`` u64, ``mConstraints`` u32. Section 2 holds
+  the constraints: for each constraint, for A, B and C, ``nTerms`` u32 and
+  then ``(wireId u32, coeff n8 bytes)`` per term. Section 3 maps wires to
+  labels (one u64 label per wire). Field elements are in standard form (not
+  Montgomery), little endian.
+* ``.wtns`` version 2 (as written by circom's witness calculators and read
+  by snarkjs): ``"wtns"``, version 2, 2 sections. Section 1 holds
+  ``n8 u32``, the prime and ``nWitness u32``. Section 2 holds the values,
+  ``n8`` bytes each.
+* ``.sym``: text, one line per wire: ``labelId,wireId,componentId,name``.
+
+Writers are vectorised. Repeated coefficients are encoded once, and the
+terms are scattered into one ``uint8`` buffer. Readers validate every size
+and raise :class:`FormatError` with the file name and what is wrong.
+"""
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+
+from .field import Field
+from .r1cs import R1CS
+
+__all__ = ["FormatError", "write_r1cs", "read_r1cs_header", "write_wtns", "read_wtns", "write_sym",
+           "field_bytes"]
+
+
+class FormatError(ValueError):
+    """A corrupt, truncated or mismatched file."""
+
+
+def field_bytes(values, fld: Field) -> np.ndarray:
+    """``(n, n8)`` little-endian bytes of the canonical representatives of signed integers."""
+    v = np.asarray(values).reshape(-1)
+    if v.dtype != object:
+        u, inv = np.unique(v.astype(np.int64), return_inverse=True)
+        uniq = [int(x) for x in u]
+    else:
+        seen: dict[int, int] = {}
+        inv = np.fromiter((seen.setdefault(int(x), len(seen)) for x in v), dtype=np.int64, count=len(v))
+        uniq = list(seen)
+    n8 = fld.n8
+    table = np.frombuffer(b"".join((x % fld.p).to_bytes(n8, "little") for x in uniq), dtype=np.uint8)
+    return table.reshape(len(uniq), n8)[np.asarray(inv, dtype=np.int64).reshape(-1)]
+
+
+def _section(kind: int, body: bytes) -> bytes:
+    return struct.pack("<IQ", kind, len(body)) + body
+
+
+def write_r1cs(path: str, r: R1CS) -> None:
+    """Write ``r`` as an iden3 ``.r1cs`` (version 1)."""
+    fld, n8 = r.field, r.field.n8
+    header = struct.pack("<I", n8) + fld.p.to_bytes(n8, "little") + struct.pack(
+        "<IIIIQI", r.n_wires, r.n_pub_out, r.n_pub_in, r.n_prv_in, r.n_wires, r.n_constraints)
+    # constraint section: per constraint, A B C blocks of (u32 count, terms of 4 + n8 bytes)
+    m = r.n_constraints
+    counts = np.stack([np.diff(M.ptr) for M in (r.A, r.B, r.C)], axis=1)          # (m, 3)
+    rec = 4 + n8
+    block_sizes = 4 + counts * rec
+    starts = np.zeros(3 * m + 1, dtype=np.int64)
+    np.cumsum(block_sizes.reshape(-1), out=starts[1:])
+    buf = np.zeros(int(starts[-1]), dtype=np.uint8)
+    heads = starts[:-1]
+    buf[heads[:, None] + np.arange(4)] = counts.reshape(-1).astype("<u4").view(np.uint8).reshape(-1, 4)
+    for j, M in enumerate((r.A, r.B, r.C)):
+        if len(M.wires) == 0:
+            continue
+        row_of = np.repeat(np.arange(m), np.diff(M.ptr))
+        pos_in_row = np.arange(len(M.wires)) - M.ptr[row_of]
+        off = heads.reshape(m, 3)[row_of, j] + 4 + pos_in_row * rec
+        recs = np.concatenate([M.wires.astype("<u4").view(np.uint8).reshape(-1, 4), field_bytes(M.coeffs, fld)],
+                              axis=1)
+        buf[off[:, None] + np.arange(rec)] = recs
+    labels = np.arange(r.n_wires, dtype="<u8").tobytes()
+    with open(path, "wb") as fh:
+        fh.write(b"r1cs" + struct.pack("<II", 1, 3))
+        fh.write(_section(1, header))
+        fh.write(_section(2, buf.tobytes()))
+        fh.write(_section(3, labels))
+
+
+def _read_sections(path: str, magic: bytes) -> tuple[int, dict[int, bytes]]:
+    name = os.path.basename(path)
+    try:
+        data = open(path, "rb").read()
+    except OSError as e:
+        raise FormatError(f"{name}: cannot read: {e.strerror}") from None
+    if len(data) < 12 or data[:4] != magic:
+        raise FormatError(f"{name}: not a {magic.decode()} file (bad magic or too short)")
+    version, n = struct.unpack_from("<II", data, 4)
+    pos, sections = 12, {}
+    for i in range(n):
+        if pos + 12 > len(data):
+            raise FormatError(f"{name}: truncated: section {i + 1} of {n} header is missing")
+        kind, size = struct.unpack_from("<IQ", data, pos)
+        pos += 12
+        if pos + size > len(data):
+            raise FormatError(f"{name}: truncated: section {kind} claims {size} bytes, {len(data) - pos} remain")
+        sections[kind] = data[pos:pos + size]
+        pos += size
+    if pos != len(data):
+        raise FormatError(f"{name}: {len(data) - pos} unexpected trailing bytes")
+    return version, sections
+
+
+def read_r1cs_header(path: str) -> dict:
+    """The header of an ``.r1cs`` file (validated)."""
+    name = os.path.basename(path)
+    version, sec = _read_sections(path, b"r1cs")
+    if version != 1:
+        raise FormatError(f"{name}: unsupported r1cs version {version} (expected 1)")
+    h = sec.get(1)
+    if h is None or len(h) < 4:
+        raise FormatError(f"{name}: header section missing")
+    n8 = struct.unpack_from("<I", h)[0]
+    if len(h) != 4 + n8 + 28:
+        raise FormatError(f"{name}: header section has {len(h)} bytes, expected {4 + n8 + 28}")
+    prime = int.from_bytes(h[4:4 + n8], "little")
+    nw, no, ni, npv, nl, m = struct.unpack_from("<IIIIQI", h, 4 + n8)
+    if 2 not in sec:
+        raise FormatError(f"{name}: constraint section missing")
+    return {"n8": n8, "prime": prime, "n_wires": nw, "n_pub_out": no, "n_pub_in": ni, "n_prv_in": npv,
+            "n_labels": nl, "n_constraints": m}
+
+
+def write_wtns(path: str, values, fld: Field) -> None:
+    """Write witness ``values`` (signed integers, ``values[0] = 1``) as ``.wtns`` version 2."""
+    n8 = fld.n8
+    head = struct.pack("<I", n8) + fld.p.to_bytes(n8, "little") + struct.pack("<I", len(values))
+    with open(path, "wb") as fh:
+        fh.write(b"wtns" + struct.pack("<II", 2, 2))
+        fh.write(_section(1, head))
+        fh.write(_section(2, field_bytes(values, fld).tobytes()))
+
+
+def read_wtns(path: str, fld: Field | None = None) -> list[int]:
+    """Witness values of a ``.wtns`` file (validated; checked against ``fld`` when given)."""
+    name = os.path.basename(path)
+    version, sec = _read_sections(path, b"wtns")
+    if version != 2:
+        raise FormatError(f"{name}: unsupported wtns version {version} (expected 2)")
+    h = sec.get(1)
+    if h is None or len(h) < 8:
+        raise FormatError(f"{name}: header section missing or short")
+    n8 = struct.unpack_from("<I", h)[0]
+    if len(h) != 8 + n8:
+        raise FormatError(f"{name}: header section has {len(h)} bytes, expected {8 + n8}")
+    prime = int.from_bytes(h[4:4 + n8], "little")
+    (n,) = struct.unpack_from("<I", h, 4 + n8)
+    if fld is not None and prime != fld.p:
+        raise FormatError(f"{name}: witness is over a different field (prime {prime}, expected {fld.p})")
+    body = sec.get(2, b"")
+    if len(body) != n * n8:
+        raise FormatError(f"{name}: values section has {len(body)} bytes, expected {n} × {n8}")
+    vals = [int.from_bytes(body[i * n8:(i + 1) * n8], "little") for i in range(n)]
+    if any(v >= prime for v in vals):
+        raise FormatError(f"{name}: a value is not reduced modulo the prime")
+    return vals
+
+
+def write_sym(path: str, r: R1CS) -> None:
+    """Write ``.sym``: ``labelId,wireId,componentId,name`` per wire (names like ``main.W0[3]``)."""
+    lines = []
+    names = {}
+    for start, n, name in r.wire_names:
+        for i in range(n):
+            names[start + i] = name if n == 1 else f"{name}[{i}]"
+    for wire in range(1, r.n_wires):
+        lines.append(f"{wire},{wire},0,main.{names.get(wire, f'aux[{wire}]')}")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
