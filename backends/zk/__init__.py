@@ -13,6 +13,7 @@ from .field import BN254, Field, field
 from .formats import FormatError
 from .lower import RULES
 from .r1cs import R1CS, UnsatisfiedConstraint
+from .snarkjs import Proof, SnarkjsError, ToolMissing, prove, verify
 
 __all__ = ["compile", "Circuit", "Witness", "BN254", "Field", "field", "R1CS", "RULES",
-           "UnsatisfiedConstraint", "FormatError"]
+           "UnsatisfiedConstraint", "FormatError", "Proof", "prove", "verify", "SnarkjsError", "ToolMissing"]
