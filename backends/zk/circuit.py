@@ -30,7 +30,7 @@ from .field import BN254, Field
 from .lower import RULES, Lowering
 from .r1cs import R1CS, Builder
 
-__all__ = ["Circuit", "Witness", "compile"]
+__all__ = ["Circuit", "Witness", "compile", "compile_program"]
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Circuit:
     """An R1CS circuit of one compiled function (``step`` or ``predict``) with its witness program."""
     r1cs: R1CS
     program: Program
-    model: CompiledModel
+    model: CompiledModel | None
     function: str
     input_names: list[str]
     input_wires: list[np.ndarray]
@@ -71,9 +71,8 @@ class Circuit:
     def field(self) -> Field:
         return self.r1cs.field
 
-    @property
-    def dtype(self) -> Fixed:
-        return self.model.dtype
+    dtype: Fixed = None
+
 
     def statement(self) -> str:
         """A readable description of the public statement."""
@@ -82,7 +81,8 @@ class Circuit:
                          if n in self.public_inputs)
         prv = ", ".join(f"{n}{list(w.shape)}" for n, w in zip(self.input_names, self.input_wires)
                         if n not in self.public_inputs)
-        return (f"{self.function} of {self.model.model.name} in {self.dtype} over {self.field}: "
+        what = f"{self.function} of {self.model.model.name}" if self.model else self.function
+        return (f"{what} in {self.dtype} over {self.field}: "
                 f"public outputs ({self.r1cs.n_pub_out} values): {outs}; public inputs ({self.r1cs.n_pub_in} "
                 f"values): {pubs}; private: {prv}; {self.r1cs.n_constraints} constraints, "
                 f"{self.r1cs.n_wires} wires")
@@ -107,11 +107,23 @@ class Circuit:
 
     def witness(self, params: Mapping[str, np.ndarray], x, y=None) -> Witness:
         """Every wire's value for one call, computed layer by layer (bit-exact with the interpreter)."""
+        return self.witness_raw(self._inputs(params, x, y))
+
+    def witness_raw(self, inputs: list[np.ndarray]) -> Witness:
+        """The witness for raw fixed-point program inputs (in program order)."""
         t0 = time.perf_counter()
         W = np.zeros(self.r1cs.n_wires, dtype=np.int64)
         W[0] = 1
-        for wires, v in zip(self.input_wires, self._inputs(params, x, y)):
-            W[wires.reshape(-1)] = np.asarray(v, dtype=np.int64).reshape(-1)
+        if len(inputs) != len(self.input_wires):
+            raise TypeError(f"{self.function}: expected {len(self.input_wires)} inputs, got {len(inputs)}")
+        for name, wires, v in zip(self.input_names, self.input_wires, inputs):
+            v = np.asarray(v, dtype=np.int64)
+            if v.shape != wires.shape:
+                raise ValueError(f"{self.function}: input {name} must have shape {list(wires.shape)}, "
+                                 f"got {list(v.shape)}")
+            if v.size and (v.min() < self.dtype.lo or v.max() > self.dtype.hi):
+                raise FixedPointOverflow(f"{self.function}: input {name} does not fit in {self.dtype}")
+            W[wires.reshape(-1)] = v.reshape(-1)
         for wires, fn in self.fills:
             W[wires] = np.asarray(fn(W), dtype=np.int64).reshape(-1)
         wit = Witness(self, W, time.perf_counter() - t0)
@@ -149,25 +161,36 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field = BN2
     ``dtype`` defaults to the model's own dtype if it is fixed point, else
     ``fixed(32, 16)``.
     """
-    t0 = time.perf_counter()
     dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(32, 16))
     if not isinstance(dtype, Fixed):
         raise TypeError(f"zk.compile: circuits compute in fixed point; got dtype {dtype}")
-    if field.p.bit_length() < 4 * dtype.width + 64:
-        raise ValueError(f"zk.compile: field {field} ({field.bits} bits) is too small for {dtype}: products "
-                         f"and remainders need about {4 * dtype.width + 64} bits without wrap-around")
     fx = model if model.dtype == dtype else cg.compile_model(model.model, model.loss_fn, model.optimizer, dtype)
     if function not in fx.diagrams:
         raise ValueError(f"zk.compile: unknown function {function!r}; choose one of {sorted(fx.diagrams)}")
-    prog = fx.fn(function).program
-    missing = sorted({type(a.op).__name__ for a in prog.instrs if type(a.op) not in RULES})
-    if missing:
-        raise NotImplementedError(f"zk.compile: the ZK backend has no rule for {missing} "
-                                  f"(used by {function} of {fx.model.name})")
     in_names = list(fx.arg_names[function])
-    public_in = [n for n in in_names if n not in ("x", "y")]
     out_names = (fx.param_names + fx.state_names) if function == "step" else (
         fx.param_names if function == "gradients" else [function])
+    c = compile_program(fx.fn(function).program, dtype, field, in_names,
+                        [n for n in in_names if n not in ("x", "y")], out_names, function)
+    c.model = fx
+    return c
+
+
+def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_names: list[str] | None = None,
+                    public_inputs: list[str] | None = None, output_names: list[str] | None = None,
+                    function: str | None = None) -> Circuit:
+    """The circuit of any fixed-point SSA program (``public_inputs`` default: none)."""
+    t0 = time.perf_counter()
+    function = function or prog.name
+    if field.p.bit_length() < 4 * dtype.width + 64:
+        raise ValueError(f"zk.compile: field {field} ({field.bits} bits) is too small for {dtype}: products "
+                         f"and remainders need about {4 * dtype.width + 64} bits without wrap-around")
+    missing = sorted({type(a.op).__name__ for a in prog.instrs if type(a.op) not in RULES})
+    if missing:
+        raise NotImplementedError(f"zk.compile: the ZK backend has no rule for {missing} (used by {function})")
+    in_names = list(input_names or [f"in{i}" for i in range(len(prog.inputs))])
+    public_in = list(public_inputs or [])
+    out_names = list(output_names or [f"out{i}" for i in range(len(prog.outputs))])
     b = Builder(field)
     # wire layout: public outputs, public inputs, private inputs, internal
     pub_out = [b.alloc(prog.types[v].shape, f"out.{n}") for v, n in zip(prog.outputs, out_names)]
@@ -197,5 +220,5 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field = BN2
         b.constrain([(src, 1)], [(G.ONE, 1)], [(w.reshape(-1), 1)], "output")
         b.fill(w, lambda W, src=src: W[src])
     r = b.finish(n_pub_out, n_pub_in, n_prv_in)
-    return Circuit(r, prog, fx, function, in_names, [ins[v] for v in prog.inputs], out_names, pub_out,
-                   public_in, b.fills, time.perf_counter() - t0)
+    return Circuit(r, prog, None, function, in_names, [ins[v] for v in prog.inputs], out_names, pub_out,
+                   public_in, b.fills, time.perf_counter() - t0, None, dtype)

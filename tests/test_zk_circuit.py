@@ -1,0 +1,140 @@
+"""The iris training step as a circuit: bit-exact witness, soundness under mutation,
+lint, circom file formats accepted by snarkjs, clear errors on bad files."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn
+from circuitgrad.backends import zk
+from circuitgrad.backends.zk import formats
+
+B = 8
+
+
+@pytest.fixture(scope="module")
+def iris():
+    step = cg.compile_model(nn.mlp(B, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1),
+                            dtype=cg.fixed(32, 16))
+    c = zk.compile(step, dtype=cg.fixed(32, 16), field=zk.BN254)
+    rng = np.random.default_rng(5)
+    params = step.init_params(seed=0)
+    x, y = rng.normal(size=(B, 4)), rng.integers(0, 3, size=B)
+    return step, c, params, x, y, c.witness(params, x, y)
+
+
+def test_witness_is_bit_exact_with_the_interpreter(iris):
+    step, c, params, x, y, w = iris
+    assert c.check(w)
+    want = step.step(params, x, y)
+    got = w.outputs()
+    assert list(got) == list(want)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_public_statement(iris):
+    step, c, params, x, y, w = iris
+    n = sum(v.size for v in params.values())
+    assert c.r1cs.n_pub_out == n and c.r1cs.n_pub_in == n
+    assert c.r1cs.n_prv_in == x.size + B * 3
+    p = c.field.p
+    new = np.concatenate([v.reshape(-1) for v in step.step(params, x, y).values()])
+    old = np.concatenate([v.reshape(-1) for v in params.values()])
+    assert w.public == [int(v) % p for v in np.concatenate([new, old])]
+    s = c.statement()
+    assert s.startswith("step of mlp(8,4-16-3) in fixed(32,16) over bn254: public outputs (131 values)")
+    assert "private: x[8, 4], y[8, 3]" in s
+
+
+def test_lint_no_unconstrained_wire(iris):
+    assert len(iris[1].r1cs.unconstrained_wires()) == 0
+
+
+def test_1000_random_private_mutations_are_rejected(iris):
+    step, c, params, x, y, w = iris
+    r = c.r1cs
+    rng = np.random.default_rng(11)
+    first_private = 1 + r.n_public
+    wires = rng.integers(first_private, r.n_wires, size=1000)
+    base = w.values.astype(object)
+    p = r.field.p
+    import random
+    pick = random.Random(11)
+    for wire in wires:
+        m = base.copy()
+        m[wire] = (m[wire] + pick.randrange(1, p)) % p
+        assert len(r.failing(m, r.rows_of_wire(int(wire)))) > 0, r.wire_name(int(wire))
+
+
+def test_witness_generation_speed_is_recorded(iris):
+    w = iris[5]
+    assert w.seconds > 0
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js not installed")
+def test_snarkjs_accepts_exported_iris_files(iris, tmp_path):
+    from circuitgrad.backends.zk.snarkjs import snarkjs
+    step, c, params, x, y, w = iris
+    paths = c.export(str(tmp_path), w)
+    exe = snarkjs()
+    info = subprocess.run([exe, "r1cs", "info", paths["r1cs"]], capture_output=True, text=True, check=True).stdout
+    assert f"# of Constraints: {c.r1cs.n_constraints}" in info
+    assert f"# of Wires: {c.r1cs.n_wires}" in info
+    assert f"# of Public Inputs: {c.r1cs.n_pub_in}" in info and f"# of Outputs: {c.r1cs.n_pub_out}" in info
+    chk = subprocess.run([exe, "wtns", "check", paths["r1cs"], paths["wtns"]], capture_output=True, text=True)
+    assert chk.returncode == 0 and "WITNESS IS CORRECT" in chk.stdout
+    bad = w.values.copy()
+    bad[-1] += 1
+    formats.write_wtns(os.path.join(tmp_path, "bad.wtns"), bad, c.field)
+    chk = subprocess.run([exe, "wtns", "check", paths["r1cs"], os.path.join(tmp_path, "bad.wtns")],
+                         capture_output=True, text=True)
+    assert "WITNESS IS CORRECT" not in chk.stdout
+
+
+def test_files_roundtrip_and_corruption_is_reported(iris, tmp_path):
+    step, c, params, x, y, w = iris
+    paths = c.export(str(tmp_path), w)
+    h = formats.read_r1cs_header(paths["r1cs"])
+    assert (h["n_wires"], h["n_constraints"], h["prime"]) == (c.r1cs.n_wires, c.r1cs.n_constraints, c.field.p)
+    vals = formats.read_wtns(paths["wtns"], c.field)
+    assert vals == [int(v) % c.field.p for v in w.values]
+    sym = open(paths["sym"]).read().splitlines()
+    assert sym[0] == "1,1,0,main.out.W0[0]" and len(sym) == c.r1cs.n_wires - 1
+    data = open(paths["r1cs"], "rb").read()
+    cut = os.path.join(tmp_path, "cut.r1cs")
+    open(cut, "wb").write(data[: len(data) // 2])
+    with pytest.raises(zk.FormatError, match=r"^cut\.r1cs: truncated: section 2 claims \d+ bytes, \d+ remain$"):
+        formats.read_r1cs_header(cut)
+    junk = os.path.join(tmp_path, "junk.wtns")
+    open(junk, "wb").write(b"nope" + bytes(20))
+    with pytest.raises(zk.FormatError, match=r"^junk\.wtns: not a wtns file \(bad magic or too short\)$"):
+        formats.read_wtns(junk)
+    wt = open(paths["wtns"], "rb").read()
+    short = os.path.join(tmp_path, "short.wtns")
+    open(short, "wb").write(wt[:-5])
+    with pytest.raises(zk.FormatError, match=r"^short\.wtns: truncated"):
+        formats.read_wtns(short)
+    other = os.path.join(tmp_path, "other.wtns")
+    formats.write_wtns(other, w.values, zk.field(2**255 - 19, "ed25519-base"))
+    with pytest.raises(zk.FormatError, match=r"^other\.wtns: witness is over a different field"):
+        formats.read_wtns(other, c.field)
+
+
+def test_field_too_small_is_rejected(iris):
+    step = iris[0]
+    with pytest.raises(ValueError, match=r"^zk\.compile: field F_2147483647 \(31 bits\) is too small for "
+                                         r"fixed\(32,16\)"):
+        zk.compile(step, field=zk.field(2**31 - 1))
+
+
+def test_float_model_is_compiled_in_the_requested_fixed_format():
+    step = cg.compile_model(nn.mlp(2, [2, 3, 2]), loss=nn.mse, optimizer=nn.sgd(0.25))
+    c = zk.compile(step, dtype=cg.fixed(16, 8), function="predict")
+    assert c.dtype == cg.fixed(16, 8)
+    w = c.witness({k: v for k, v in step.init_params(0).items()}, np.ones((2, 2)))
+    assert c.check(w)
