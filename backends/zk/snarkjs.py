@@ -222,6 +222,6 @@ def verify(proof: Proof) -> bool:
     out = res.stdout + res.stderr
     if res.returncode == 0 and "OK" in out:
         return True
-    if "Invalid proof" in out or res.returncode != 0 and "ERROR" in out:
+    if "invalid proof" in out.lower() or (res.returncode != 0 and "ERROR" in out):
         return False
     raise SnarkjsError(f"snarkjs verify gave an unexpected answer (exit {res.returncode}): {out[-500:]}")
