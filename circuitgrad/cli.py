@@ -2,6 +2,8 @@
 
     circuitgrad info                       version, primitives, backends
     circuitgrad show examples/iris.py      the generated step code of an example's model
+    circuitgrad zk prove examples/iris.py --steps 1 --out proofs/
+    circuitgrad zk verify proofs/
 """
 from __future__ import annotations
 
@@ -41,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("script")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "fixed"])
     p.set_defaults(fn=_show)
+    from .backends.zk import cli as zk_cli
+    zk_cli.add_parser(sub)
     args = ap.parse_args(argv)
     return args.fn(args)
 

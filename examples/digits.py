@@ -9,6 +9,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _train import parser, train  # noqa: E402
 
+DATASET = "digits"
+DEFAULTS = dict(epochs=20, batch=32, lr=0.05, hidden=[64])
+
 if __name__ == "__main__":
-    args = parser(__doc__.splitlines()[0], epochs=20, batch=32, lr=0.05, hidden=[64]).parse_args()
-    train("digits", args)
+    args = parser(__doc__.splitlines()[0], **DEFAULTS).parse_args()
+    train(DATASET, args)

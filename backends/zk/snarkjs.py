@@ -117,6 +117,7 @@ class Proof:
     statement: str = ""
     circuit_digest: str = ""
     timings: dict = field(default_factory=dict)
+    public_outputs: int = 0          # the first ``public_outputs`` public values are outputs
 
     def save(self, directory: str) -> None:
         """Write ``proof.json``, ``public.json``, ``verification_key.json`` and ``statement.json``."""
@@ -127,7 +128,8 @@ class Proof:
                 json.dump(obj, fh, indent=1)
         with open(os.path.join(directory, "statement.json"), "w") as fh:
             json.dump({"system": self.system, "statement": self.statement, "circuit_sha256": self.circuit_digest,
-                       "snarkjs": SNARKJS_VERSION, "timings_s": self.timings}, fh, indent=1)
+                       "public_outputs": self.public_outputs, "snarkjs": SNARKJS_VERSION,
+                       "timings_s": self.timings}, fh, indent=1)
 
     @classmethod
     def load(cls, directory: str) -> "Proof":
@@ -152,7 +154,7 @@ class Proof:
         if not isinstance(proof, dict) or not isinstance(vk, dict):
             raise ValueError(f"{directory}: proof.json and verification_key.json must be JSON objects")
         return cls(system, proof, public, vk, meta.get("statement", ""), meta.get("circuit_sha256", ""),
-                   meta.get("timings_s", {}))
+                   meta.get("timings_s", {}), int(meta.get("public_outputs", 0)))
 
 
 def _power(circuit: Circuit, system: str) -> int:
@@ -210,7 +212,7 @@ def prove(circuit: Circuit, wit: Witness, system: str = "groth16", ptau_file: st
     expected = [str(v) for v in wit.public]
     if public != expected:
         raise SnarkjsError("snarkjs public signals differ from the circuit's public statement")
-    return Proof(system, proof, public, vk, circuit.statement(), digest, timings)
+    return Proof(system, proof, public, vk, circuit.statement(), digest, timings, circuit.r1cs.n_pub_out)
 
 
 def verify(proof: Proof) -> bool:
