@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up .venv (if needed) with the test dependencies and runs the whole test suite.
-# PyTorch (CPU build 2.13.0, for the autograd cross-check) and MKL (the optional fast GEMM)
-# are installed when available; without them those tests are skipped or use NumPy, not failed.
+# PyTorch (CPU build 2.13.0, for the autograd cross-check), MKL (the optional fast GEMM) and
+# snarkjs (npm, for the ZK proof tests) are installed when available; without them those tests
+# are skipped or use NumPy, not failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -13,6 +14,13 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 if ! .venv/bin/python -c "import glob, sys; sys.exit(not glob.glob(sys.prefix + '/lib/libmkl_rt.so*'))"; then
   .venv/bin/python -m pip install -q 'mkl>=2024' || echo "note: MKL not installable here; NumPy's matmul will be used"
+fi
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  # snarkjs for the ZK backend's proof tests (installed once into ~/.cache/circuitgrad/npm)
+  .venv/bin/python -c "from circuitgrad.backends.zk.snarkjs import snarkjs; print('snarkjs:', snarkjs())" \
+    || echo "note: snarkjs not installable here; its tests will be skipped"
+else
+  echo "note: Node.js/npm not found; the snarkjs proof tests will be skipped"
 fi
 .venv/bin/python -c "import circuitgrad; print('circuitgrad GEMM:', circuitgrad.blas.name())"
 .venv/bin/python -m pytest -q -rs "$@"
