@@ -38,3 +38,12 @@ def rel_err(a, b) -> float:
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def snarkjs_or_skip() -> str:
+    """The snarkjs executable (installed through npm on first use), or skip the test."""
+    try:
+        from circuitgrad.backends.zk.snarkjs import snarkjs
+        return snarkjs(log=lambda s: None)
+    except Exception as e:  # ToolMissing, or npm failing without a registry
+        pytest.skip(f"snarkjs unavailable: {e}")

@@ -3,7 +3,6 @@ lint, circom file formats accepted by snarkjs, clear errors on bad files."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import numpy as np
@@ -13,6 +12,7 @@ import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
 from circuitgrad.backends.zk import formats
+from conftest import snarkjs_or_skip
 
 B = 8
 
@@ -76,12 +76,10 @@ def test_witness_generation_speed_is_recorded(iris):
     assert w.seconds > 0
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js not installed")
 def test_snarkjs_accepts_exported_iris_files(iris, tmp_path):
-    from circuitgrad.backends.zk.snarkjs import snarkjs
+    exe = snarkjs_or_skip()
     step, c, params, x, y, w = iris
     paths = c.export(str(tmp_path), w)
-    exe = snarkjs()
     info = subprocess.run([exe, "r1cs", "info", paths["r1cs"]], capture_output=True, text=True, check=True).stdout
     assert f"# of Constraints: {c.r1cs.n_constraints}" in info
     assert f"# of Wires: {c.r1cs.n_wires}" in info
@@ -138,3 +136,24 @@ def test_float_model_is_compiled_in_the_requested_fixed_format():
     assert c.dtype == cg.fixed(16, 8)
     w = c.witness({k: v for k, v in step.init_params(0).items()}, np.ones((2, 2)))
     assert c.check(w)
+
+
+def test_missing_node_is_a_clear_error(tmp_path, monkeypatch):
+    from circuitgrad.backends.zk import snarkjs as sj
+    monkeypatch.setenv("CIRCUITGRAD_CACHE", str(tmp_path))
+    monkeypatch.delenv("CIRCUITGRAD_SNARKJS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(sj.ToolMissing) as e:
+        sj.snarkjs(log=lambda s: None)
+    assert str(e.value) == ("snarkjs needs Node.js and npm, which are not on PATH: install them (for example "
+                            "'apt-get install nodejs npm', or from nodejs.org) and retry")
+
+
+def test_galois_field_builds_fast():
+    import time
+    pytest.importorskip("galois")
+    t = time.perf_counter()
+    GF = zk.BN254.galois()
+    assert time.perf_counter() - t < 5
+    a = GF([3, 5])
+    assert int((a * a)[1]) == 25 and int((-a)[0]) == zk.BN254.p - 3

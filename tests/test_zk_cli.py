@@ -3,14 +3,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
+from conftest import snarkjs_or_skip
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("node") is None, reason="Node.js not installed")]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _snarkjs():
+    snarkjs_or_skip()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

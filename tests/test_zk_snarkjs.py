@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 
 import numpy as np
 import pytest
+from conftest import snarkjs_or_skip
 
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("node") is None, reason="Node.js not installed")]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _snarkjs():
+    snarkjs_or_skip()
 
 CASES = {
     "groth16": (2, [2, 4, 2], cg.fixed(16, 8)),
