@@ -19,7 +19,7 @@ Costs per output element (``w`` width, ``f`` fractional bits, ``n`` inner dimens
 | Constant | 1 per distinct value in the whole circuit |
 | Heaviside | ``2w + 4`` |
 | Sigmoid / Tanh | about ``7w + 3f + 20`` (PLAN: sign, |x|, 3 comparisons, 3 scaled pieces, selects) |
-| Softmax | about ``3w + 4f + 150`` per element, plus ``w`` per row (max, exp, variable shift, division) |
+| Softmax | about ``w + 4f + 150`` per element, plus 1 per row (max with a one-hot selector, exp, variable shift, division) |
 """
 from __future__ import annotations
 
@@ -199,19 +199,18 @@ def _softmax(L: Lowering, op: P.Softmax, x):
     K = x.shape[-1]
     X = x.reshape(-1, K)
     R = X.shape[0]
-    # row maximum: m ≥ x_k for every k, and Π_k (m − x_k) = 0
+    # row maximum: m ≥ x_k for every k, and m = x_k where the one-hot selector s_k = 1
     m = b.alloc(R)
     b.fill(m, lambda W: W[X].max(axis=1))
     mk = np.repeat(m, K)
     xf = _flat(X)
     G.decompose(b, [(mk, 1), (xf, -1)], 0, w + 1, "softmax.max", "row maximum")
-    acc = [(m, 1), (X[:, 0], -1)]
-    for k in range(1, K - 1):
-        acc = [(G.product(b, acc, [(m, 1), (X[:, k], -1)], "softmax.max"), 1)]
-    if K > 1:
-        b.constrain(acc, [(m, 1), (X[:, K - 1], -1)], [], "softmax.max")
-    else:
-        b.constrain(acc, [(ONE, 1)], [], "softmax.max")
+    sel = b.alloc((R, K))
+    b.fill(sel, lambda W: np.eye(K, dtype=np.int64)[W[X].argmax(axis=1)].reshape(-1))
+    sf = _flat(sel)
+    b.constrain([(sf, 1)], [(sf, 1), (ONE, -1)], [], "softmax.max.select")
+    b.constrain([(sel[:, k], 1) for k in range(K)], [(ONE, 1)], [(ONE, 1)], "softmax.max.select")
+    b.constrain([(sf, 1)], [(mk, 1), (xf, -1)], [], "softmax.max.select")
     # t = rescale(z·log2 e),  z = x − m ≤ 0
     Cl = const(math.log2(math.e), dt)
     t = b.alloc(R * K)
