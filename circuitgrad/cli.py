@@ -23,7 +23,9 @@ def _info(_args) -> int:
     for b in ("gpu", "fpga", "zk"):
         mod = importlib.import_module(f"circuitgrad.backends.{b}")
         rules = getattr(mod, "RULES", {})
-        state = f"{len(rules)} rules" if rules else "not implemented yet"
+        unsupported = ", ".join(c.__name__ for c in getattr(mod, "UNSUPPORTED", {}))
+        state = (f"{len(rules)} rules" + (f" (unsupported: {unsupported})" if unsupported else "")
+                 if rules else "not implemented yet")
         print(f"backend {b}: {state}")
     print("backend numpy: available (float32/float64 code generation; fixed point by the reference interpreter)")
     return 0

@@ -8,7 +8,6 @@ step needs 7230 gates, i.e. a 2^13 ceremony that takes twice as long to prepare)
 from __future__ import annotations
 
 import json
-import random
 
 import numpy as np
 import pytest
@@ -54,8 +53,7 @@ def test_proof_verifies_and_states_the_public_values(proved):
 
 def test_changing_any_public_value_breaks_verification(proved):
     system, c, w, proof = proved
-    pick = random.Random(3)
-    for i in pick.sample(range(len(proof.public)), 3):
+    for i in range(len(proof.public)):
         bad = zk.Proof(proof.system, proof.proof, list(proof.public), proof.verification_key)
         bad.public[i] = str((int(bad.public[i]) + 1) % zk.BN254.p)
         assert not zk.verify(bad), f"public value {i} changed but the proof still verifies"

@@ -4,5 +4,6 @@ Its rule table is empty, so the conformance test reports every primitive
 as missing for this backend.
 """
 RULES: dict = {}
+UNSUPPORTED: dict = {}
 
-__all__ = ["RULES"]
+__all__ = ["RULES", "UNSUPPORTED"]

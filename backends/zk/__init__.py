@@ -11,9 +11,9 @@ See ``docs/ZK.md`` for the gadgets, their costs and the public statement.
 from .circuit import Circuit, Witness, compile, compile_program
 from .field import BN254, Field, field
 from .formats import FormatError
-from .lower import RULES
+from .lower import RULES, UNSUPPORTED
 from .r1cs import R1CS, UnsatisfiedConstraint
 from .snarkjs import Proof, SnarkjsError, ToolMissing, prove, verify
 
-__all__ = ["compile", "compile_program", "Circuit", "Witness", "BN254", "Field", "field", "R1CS", "RULES",
+__all__ = ["compile", "compile_program", "Circuit", "Witness", "BN254", "Field", "field", "R1CS", "RULES", "UNSUPPORTED",
            "UnsatisfiedConstraint", "FormatError", "Proof", "prove", "verify", "SnarkjsError", "ToolMissing"]

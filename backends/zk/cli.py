@@ -12,7 +12,6 @@ planned for that.
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os

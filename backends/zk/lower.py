@@ -36,7 +36,7 @@ from . import gadgets as G
 from .gadgets import ONE
 from .r1cs import Builder
 
-__all__ = ["RULES", "Lowering"]
+__all__ = ["RULES", "UNSUPPORTED", "Lowering"]
 
 
 class Lowering:
@@ -148,8 +148,8 @@ def _heaviside(L: Lowering, op: P.Heaviside, x):
     return (out,)
 
 
-def _plan(L: Lowering, x_terms: list, x_value: Callable, nbits: int, kind: str) -> tuple[list, Callable]:
-    """PLAN sigmoid of ``v = Σ x_terms`` (``|v| < 2^(nbits−1)``): returns its terms and value function."""
+def _plan(L: Lowering, x_terms: list, nbits: int, kind: str) -> list:
+    """PLAN sigmoid of ``v = Σ x_terms`` (``|v| < 2^(nbits−1)``), as linear-combination terms."""
     b, dt, f = L.b, L.dt, L.dt.frac
     s = G.at_least(b, x_terms, 0, nbits, f"{kind}.sign")                      # v ≥ 0
     ax = G.product(b, [(s, 2), (ONE, -1)], x_terms, f"{kind}.abs")           # |v|
@@ -171,12 +171,12 @@ def _plan(L: Lowering, x_terms: list, x_value: Callable, nbits: int, kind: str) 
     y = [(q3, 1), (ONE, o3), (d1, 1), (d2, 1), (d3, 1)]                      # σ(|v|)
     e = G.product(b, [(s, 1)], [(w, 2 * np.asarray(c)) for w, c in y] + [(ONE, -dt.one)], f"{kind}.select")
     out = [(ONE, dt.one)] + [(w, -np.asarray(c)) for w, c in y] + [(e, 1)]   # s ? y : one − y
-    return out, None
+    return out
 
 
 def _sigmoid(L: Lowering, op: P.Sigmoid, x):
     out = L.output(op, (x,))
-    terms, _ = _plan(L, [(_flat(x), 1)], None, L.dt.width + 1, "sigmoid")
+    terms = _plan(L, [(_flat(x), 1)], L.dt.width + 1, "sigmoid")
     o = _flat(out)
     L.b.constrain(terms, [(ONE, 1)], [(o, 1)], "sigmoid")
     G.range_check(L.b, o, L.dt, "sigmoid.range")
@@ -185,7 +185,7 @@ def _sigmoid(L: Lowering, op: P.Sigmoid, x):
 
 def _tanh(L: Lowering, op: P.Tanh, x):
     out = L.output(op, (x,))
-    terms, _ = _plan(L, [(_flat(x), 2)], None, L.dt.width + 2, "tanh")
+    terms = _plan(L, [(_flat(x), 2)], L.dt.width + 2, "tanh")
     o = _flat(out)
     L.b.constrain([(w, 2 * np.asarray(c)) for w, c in terms] + [(ONE, -L.dt.one)], [(ONE, 1)], [(o, 1)], "tanh")
     G.range_check(L.b, o, L.dt, "tanh.range")
@@ -281,4 +281,9 @@ RULES: dict[type, Callable] = {
     P.Sigmoid: _sigmoid,
     P.Tanh: _tanh,
     P.Softmax: _softmax,
+}
+
+#: primitives deliberately without a rule, and why (the conformance test checks this list)
+UNSUPPORTED: dict[type, str] = {
+    P.LogSumExp: "appears only in loss values, never in a training step (its reverse derivative is softmax)",
 }
