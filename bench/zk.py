@@ -33,7 +33,9 @@ from circuitgrad.backends import zk  # noqa: E402
 from circuitgrad.backends.zk import snarkjs as sj  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = [  # name, batch, sizes, dtype, loss
+CASES = [  # name, batch, sizes, dtype, loss ("predict" cases prove inference, like the ezkl peer)
+    ("iris predict", 1, [4, 16, 3], cg.fixed(16, 8), None),
+    ("digits predict", 1, [64, 64, 10], cg.fixed(16, 8), None),
     ("iris step", 8, [4, 16, 3], cg.fixed(32, 16), nn.softmax_cross_entropy),
     ("iris step", 32, [4, 16, 3], cg.fixed(32, 16), nn.softmax_cross_entropy),
     ("digits step", 32, [64, 64, 10], cg.fixed(32, 16), nn.softmax_cross_entropy),
@@ -52,14 +54,16 @@ def _kinds(c: zk.Circuit, top: int = 3) -> str:
 
 
 def measure(name, batch, sizes, dt, loss, repeats, prove_max, system):
-    step = cg.compile_model(nn.mlp(batch, sizes), loss=loss, optimizer=nn.sgd(0.1), dtype=dt)
+    function = "predict" if loss is None else "step"
+    step = cg.compile_model(nn.mlp(batch, sizes), loss=loss or nn.mse, optimizer=nn.sgd(0.1), dtype=dt)
     t = time.perf_counter()
-    c = zk.compile(step)
+    c = zk.compile(step, function=function)
     t_compile = time.perf_counter() - t
     rng = np.random.default_rng(0)
     params = step.init_params(seed=0)
     x = rng.normal(size=(batch, sizes[0]))
     y = rng.integers(0, sizes[-1], size=batch) if loss is nn.softmax_cross_entropy else rng.normal(size=(batch, sizes[-1]))
+    y = None if function == "predict" else y
     times = []
     for _ in range(repeats):
         w = c.witness(params, x, y)
@@ -105,7 +109,8 @@ def main() -> None:
         system = "plonk" if "plonk" in name else "groth16"
         rows.append(measure(name, batch, sizes, dt, loss, a.repeats, a.prove_max_power, system))
     f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
-    print(f"ZK backend (training steps, BN254); {machine()}; witness median of {a.repeats}")
+    print(f"circuitgrad ZK backend (BN254, snarkjs {sj.SNARKJS_VERSION} Groth16 unless noted); {machine()}; "
+          f"witness median of {a.repeats}")
     print(table(["case", "constraints", "largest gadgets", "compile s", "witness s", "constraints/s",
                  "ptau", "setup s", "prove s", "verify s", "proof B"],
                 [[r["case"], r["constraints"], r["kinds"], f(r["compile_s"], ".3f"), f(r["witness_s"], ".4f"),
