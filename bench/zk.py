@@ -44,12 +44,16 @@ CASES = [  # name, batch, sizes, dtype, loss ("predict" cases prove inference, l
 ]
 
 
-def _kinds(c: zk.Circuit, top: int = 3) -> str:
+def _base_kinds(c: zk.Circuit) -> dict[str, int]:
     agg: dict[str, int] = {}
     for k, n in c.r1cs.counts_by_gadget().items():
         base = k.split(".")[0]
         agg[base] = agg.get(base, 0) + n
-    items = sorted(agg.items(), key=lambda kv: -kv[1])[:top]
+    return agg
+
+
+def _kinds(c: zk.Circuit, top: int = 3) -> str:
+    items = sorted(_base_kinds(c).items(), key=lambda kv: -kv[1])[:top]
     return ", ".join(f"{k} {100 * n / c.r1cs.n_constraints:.0f}%" for k, n in items)
 
 
@@ -71,7 +75,7 @@ def measure(name, batch, sizes, dt, loss, repeats, prove_max, system):
     t_w = statistics.median(times)
     assert c.check(w)
     row = {"case": f"{name} {'-'.join(map(str, sizes))} b{batch} {dt}", "constraints": c.r1cs.n_constraints,
-           "kinds": _kinds(c), "compile_s": t_compile, "witness_s": t_w,
+           "kinds": _kinds(c), "all_kinds": _base_kinds(c), "compile_s": t_compile, "witness_s": t_w,
            "constraints_per_s": c.r1cs.n_constraints / t_w}
     power = sj._power(c, system)
     row["power"] = power
@@ -117,6 +121,10 @@ def main() -> None:
                   f"{r['constraints_per_s']:.3g}", f"2^{r['power']}", f(r.get("setup_s"), ".1f"),
                   f(r.get("prove_s"), ".2f"), f(r.get("verify_s"), ".2f"), r.get("proof_bytes", "-")]
                  for r in rows]))
+    print("\nconstraints by gadget kind (share of each circuit)")
+    kinds = sorted({k for r in rows for k in r["all_kinds"]}, key=lambda k: -sum(r["all_kinds"].get(k, 0) for r in rows))
+    print(table(["case"] + kinds, [[r["case"]] + [f"{100 * r['all_kinds'].get(k, 0) / r['constraints']:.1f}%"
+                                                  for k in kinds] for r in rows]))
     if a.ezkl:
         peers = ezkl_rows(["4-16-3", "64-64-10"])
         if peers:
