@@ -39,6 +39,7 @@ class _Fn:
     program: Program
     run: Callable
     source: str
+    launches: int | None = None      # kernel launches per call (GPU backend)
 
 
 def _param_names(params: Sequence[Parameter]) -> list[str]:
@@ -73,7 +74,8 @@ class CompiledModel:
         """The compiled ``predict``/``loss``/``gradients``/``step`` (compiled on first use)."""
         f = self._fns.get(key)
         if f is None:
-            f = self._fns[key] = _compile_fn(self.diagrams[key], key, self.dtype, self.arg_names[key])
+            f = self._fns[key] = _compile_fn(self.diagrams[key], key, self.dtype, self.arg_names[key],
+                                             self.backend, getattr(self, "donate", False))
         return f
 
     # ----------------------------------------------------------- properties
@@ -84,6 +86,23 @@ class CompiledModel:
     @property
     def is_fixed(self) -> bool:
         return isinstance(self.dtype, Fixed)
+
+    @property
+    def xp(self):
+        """The array module of this backend (``numpy`` or ``cupy``)."""
+        if self.backend == "cupy":
+            import cupy
+            return cupy
+        return np
+
+    @property
+    def launches_per_step(self) -> int | None:
+        """Kernel launches per training step (GPU backends), else None."""
+        return self.fn("step").launches
+
+    def to_host(self, a) -> np.ndarray:
+        """A NumPy copy of a backend array."""
+        return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
     @property
     def source(self) -> str:
@@ -97,13 +116,15 @@ class CompiledModel:
 
     # ----------------------------------------------------------- conversion
     def _in(self, x, what: str) -> np.ndarray:
+        if self.backend == "cupy":
+            return self.xp.asarray(x, dtype=self.dtype.numpy_dtype())
         x = np.asarray(x)
         if self.is_fixed:
             return quantize(x, self.dtype, what)
         return x.astype(self.dtype.numpy_dtype(), copy=False)
 
     def _targets(self, y) -> np.ndarray:
-        y = np.asarray(y)
+        y = self.to_host(y)
         if y.ndim == 1 and self.y_type.ndim == 2 and np.issubdtype(y.dtype, np.integer):
             k = self.y_type.shape[1]
             if y.size and (y.min() < 0 or y.max() >= k):
@@ -149,6 +170,7 @@ class CompiledModel:
     def predict(self, params: Params, x) -> np.ndarray:
         """Model outputs for any number of rows (run in chunks of the batch size)."""
         x = self._in(x, "input")
+        xp = self.xp
         B = self.batch
         n = x.shape[0]
         ps = self._params(params, self.param_names)
@@ -156,9 +178,9 @@ class CompiledModel:
         for i in range(0, n, B):
             chunk = x[i:i + B]
             if chunk.shape[0] < B:
-                pad = np.zeros((B - chunk.shape[0],) + chunk.shape[1:], dtype=chunk.dtype)
-                chunk = np.concatenate([chunk, pad])
-            outs.append(np.asarray(self.fn("predict").run(*ps, chunk)[0]))
+                pad = xp.zeros((B - chunk.shape[0],) + chunk.shape[1:], dtype=chunk.dtype)
+                chunk = xp.concatenate([chunk, pad])
+            outs.append(self.to_host(self.fn("predict").run(*ps, chunk)[0]))
         y = np.concatenate(outs)[:n] if outs else np.zeros((0,) + self.y_type.shape[1:])
         return dequantize(y, self.dtype) if self.is_fixed else y
 
@@ -174,7 +196,7 @@ class CompiledModel:
         x, y = self._in(x, "input"), self._targets(y)
         self._check_batch(x, "loss")
         (v,) = self.fn("loss").run(*self._params(params, self.param_names), x, y)
-        return float(dequantize(v, self.dtype)) if self.is_fixed else float(v)
+        return float(dequantize(v, self.dtype)) if self.is_fixed else float(self.to_host(v))
 
     def step(self, params: Params, x, y) -> Params:
         """One training step; returns the updated parameters (and optimizer state)."""
@@ -216,37 +238,59 @@ def _build(model: Diagram, loss_fn, optimizer: Optimizer):
     return params, x_type, y_type, {"predict": model_p, "loss": total, "gradients": grads, "step": step}
 
 
+BACKENDS = ("numpy", "cupy", "auto", "cupy-emulated")
+
+
 def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimizer: Optimizer,
-                  dtype: Dtype | None = None, backend: str = "numpy") -> CompiledModel:
+                  dtype: Dtype | None = None, backend: str = "numpy", donate: bool = False) -> CompiledModel:
     """Compile ``model : X → Y`` with a loss and an optimizer.
 
     ``dtype`` (default: the model's) retypes every wire: ``float32``,
     ``float64`` or ``fixed(width, frac)`` (exact integer semantics).
-    ``backend`` is ``"numpy"`` (``"auto"`` picks it when no GPU backend is
-    available).
+    ``backend``: ``"numpy"`` (CPU), ``"cupy"`` (fused CUDA kernels; needs
+    CuPy and a GPU), ``"auto"`` (CuPy when a GPU is usable, else NumPy) or
+    ``"cupy-emulated"`` (the CuPy code path run on the CPU, for testing).
+    ``donate=True`` (GPU) lets ``step`` update parameters in the arrays passed in.
     """
     t0 = time.perf_counter()
-    if backend not in ("numpy", "auto"):
-        raise ValueError(f"compile_model: unknown backend {backend!r}; available: 'numpy', 'auto' "
-                         f"(the CuPy backend is planned, see docs/ARCHITECTURE.md)")
+    if backend not in BACKENDS:
+        raise ValueError(f"compile_model: unknown backend {backend!r}; available: "
+                         f"{', '.join(repr(b) for b in BACKENDS)}")
+    if backend in ("cupy", "auto"):
+        from .backends import gpu
+        ok, why = gpu.available()
+        if backend == "cupy" and not ok:
+            raise RuntimeError(f"compile_model: backend='cupy' needs CuPy and a CUDA GPU: {why}; "
+                               f"use backend='numpy' (or 'auto')")
+        backend = "cupy" if ok else "numpy"
     params, x_type, y_type, diagrams = _build(model, loss, optimizer)
     dtype = dtype or x_type.dtype
+    if backend != "numpy" and isinstance(dtype, Fixed):
+        raise ValueError(f"compile_model: the {backend} backend computes in float32/float64, not {dtype}; "
+                         f"fixed point runs on backend='numpy' (the reference interpreter)")
     pnames = _param_names(params)
     snames = [f"{s}/{n}" for (s, _), n in zip(optimizer.state([p.T for p in params]), pnames)]
     names = {"predict": pnames + ["x"], "loss": pnames + ["x", "y"], "gradients": pnames + ["x", "y"],
              "step": pnames + [n.replace("/", "_") for n in snames] + ["x", "y"]}
-    cm = CompiledModel(model, loss, optimizer, dtype, "numpy", params, pnames, snames,
+    cm = CompiledModel(model, loss, optimizer, dtype, backend, params, pnames, snames,
                        x_type.with_dtype(dtype), y_type.with_dtype(dtype), diagrams, names)
+    cm.donate = donate
     cm.fn("step")          # the training step is compiled now; the others on first use
     cm.compile_seconds = time.perf_counter() - t0
     return cm
 
 
-def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str]) -> _Fn:
+def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str], backend: str = "numpy",
+                donate: bool = False) -> _Fn:
     prog = simplify(schedule(d, key))
     if prog.types and any(t.dtype != dtype for t in prog.types):
         prog = retype(prog, dtype)
     if isinstance(dtype, Fixed):
         return _Fn(prog, lambda *xs: run_fixed(prog, xs), str(prog))
+    if backend in ("cupy", "cupy-emulated"):
+        from .backends import gpu
+        pairs = dict(zip(prog.outputs, prog.inputs)) if donate and key == "step" else None
+        g = gpu.compile_function(prog, arg_names, key, emulate=backend == "cupy-emulated", donate_pairs=pairs)
+        return _Fn(prog, g.run, g.source, g.launches)
     fn, src = compile_program(prog, arg_names, key)
     return _Fn(prog, fn, src)

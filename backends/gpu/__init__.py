@@ -1,9 +1,59 @@
-"""The gpu backend: not implemented yet (see docs/ARCHITECTURE.md for the plan).
+"""The GPU backend: training steps as fused CUDA kernels and cuBLAS calls, through CuPy.
 
-Its rule table is empty, so the conformance test reports every primitive
-as missing for this backend.
+    step = cg.compile_model(model, loss=..., optimizer=..., backend="cupy")
+
+:mod:`~.plan` groups the SSA program into launches, :mod:`~.cuda` writes the
+kernels, and :mod:`~.runtime` writes the Python glue that launches them.
+:mod:`~.hostcheck` compiles the same kernels for the CPU with nvcc, so the
+generated code is tested without a GPU. See ``docs/GPU.md``.
 """
-RULES: dict = {}
+from __future__ import annotations
+
+from typing import Sequence
+
+from circuitgrad.schedule import Program
+
+from .cuda import RULES as _CUDA_RULES
+from .plan import Plan, plan
+from .runtime import GpuFunction, build, emulated_kernel
+
+__all__ = ["RULES", "UNSUPPORTED", "available", "compile_function", "plan", "Plan", "GpuFunction"]
+
+#: every primitive the backend handles (elementwise ones with a CUDA expression, the rest by the plan)
+RULES: dict = {k: v for k, v in _CUDA_RULES.items()}
 UNSUPPORTED: dict = {}
 
-__all__ = ["RULES", "UNSUPPORTED"]
+
+def available() -> tuple[bool, str]:
+    """``(True, device name)`` when CuPy and a CUDA device are usable, else ``(False, why)``."""
+    try:
+        import cupy
+    except ImportError:
+        return False, "CuPy is not installed (pip install 'circuitgrad[gpu]')"
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDARuntimeError without a driver
+        return False, f"no usable CUDA device ({type(e).__name__}: {e})"
+    if n == 0:
+        return False, "no CUDA device found"
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return True, name
+
+
+def _raw_launcher(p, index, kernel):
+    import cupy
+    return cupy.RawKernel(kernel.source, kernel.name)
+
+
+def compile_function(prog: Program, arg_names: Sequence[str], name: str, emulate: bool = False,
+                     donate_pairs: dict[int, int] | None = None) -> GpuFunction:
+    """Compile one program for the GPU (``emulate=True``: NumPy arrays and CPU-emulated kernels)."""
+    if emulate:
+        import numpy
+        return build(prog, arg_names, name, numpy, emulated_kernel, donate_pairs)
+    ok, why = available()
+    if not ok:
+        raise RuntimeError(f"backend='cupy' needs CuPy and a CUDA GPU: {why}")
+    import cupy
+    return build(prog, arg_names, name, cupy, _raw_launcher, donate_pairs)

@@ -1,0 +1,165 @@
+"""Python glue of a GPU step: generated source that launches the plan's kernels.
+
+The generated function allocates each intermediate from the array module's
+memory pool (``xp.empty``). It ``del``s every value after its last use, so
+buffers return to CuPy's pool in liveness order, and a steady-state step
+never calls ``cudaMalloc``. It calls cuBLAS for matrix products
+(``xp.matmul``), CuPy reductions for ``SumTo``, and the generated kernels for
+everything else. Nothing in a step synchronises with the host.
+
+With ``donate=True``, parameter updates are written into the parameter
+arrays passed in (each thread reads ``p[i]`` before it writes ``p[i]``).
+
+The same source also runs on the CPU with ``xp = numpy`` and *emulated*
+kernels, which evaluate each fused step's instructions with NumPy. The tests
+use this to check the glue, the plan and the buffer handling without a GPU.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from circuitgrad.interpret import FLOAT_RULES
+from circuitgrad.schedule import Program
+
+from .cuda import Kernel, kernels
+from .plan import Plan, plan
+
+__all__ = ["GpuFunction", "generate", "emulated_kernel", "BLOCK"]
+
+BLOCK = 256
+
+
+def _ident(s: str) -> str:
+    import re
+    s = re.sub(r"\W", "_", s)
+    return s if s and not s[0].isdigit() else f"_{s}"
+
+
+def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: str,
+             donate_pairs: dict[int, int] | None = None) -> str:
+    """Python source of the step. ``donate_pairs`` maps an output variable to the input it may overwrite."""
+    prog = p.program
+    names = {v: f"v{v}" for v in range(len(prog.types))}
+    for v, n in zip(prog.inputs, arg_names):
+        names[v] = _ident(n)
+
+    def src(v):
+        while v in p.folded:
+            v = p.folded[v]
+        return v
+
+    last: dict[int, int] = {}
+    for k, s in enumerate(p.steps):
+        for v in s.inputs:
+            last[src(v)] = k
+    keep = {src(v) for v in prog.outputs} | set(prog.inputs)
+    lines, consts = [], []
+    for k, s in enumerate(p.steps):
+        ty = lambda v: prog.types[v]  # noqa: E731
+        if s.kind == "const":
+            for r in s.outputs:
+                consts.append(f"C{r} = xp.asarray(_values[{r}])    # folded at compile time: {ty(r)}")
+                names[r] = f"C{r}"
+            continue
+        a = s.instrs[0]
+        args = [names[src(x)] for x in a.args]
+        if s.kind == "matmul":
+            lines.append(f"    {names[a.results[0]]} = xp.matmul({args[0]}, {args[1]})".ljust(60) + "# cuBLAS")
+        elif s.kind == "reduce":
+            lead, kept = a.op.axes()
+            axes = lead + kept
+            lines.append(f"    {names[a.results[0]]} = {args[0]}.sum(axis={axes!r}, keepdims=True)"
+                         f".reshape({a.op.S.shape!r})".ljust(60) + "# reduction")
+        elif s.kind == "view":
+            op = a.op
+            expr = {"Transpose": f"{args[0]}.T", "Reshape": f"{args[0]}.reshape({getattr(op, 'shape', None)!r})",
+                    "Broadcast": f"xp.broadcast_to({args[0]}, {op.T.shape!r})"}[op.name]
+            lines.append(f"    {names[a.results[0]]} = {expr}".ljust(60) + "# view, no launch")
+        else:  # fused / rowwise kernels
+            kern = ks[k]
+            outs = []
+            for v in kern.outputs:
+                t = prog.types[v]
+                donor = (donate_pairs or {}).get(v)
+                if donor is not None and donor in kern.inputs:
+                    lines.append(f"    {names[v]} = {names[donor]}".ljust(60) + "# donated buffer")
+                else:
+                    lines.append(f"    {names[v]} = xp.empty({t.shape!r}, dtype=xp.{t.dtype.numpy_dtype().name})")
+                outs.append(names[v])
+            grid = max(1, math.ceil(kern.n / BLOCK))
+            call = ", ".join([names[src(x)] for x in kern.inputs] + outs)
+            lines.append(f"    {kern.name}(({grid},), ({BLOCK},), ({call},))".ljust(60)
+                         + f"# {' + '.join(kern.ops)}")
+        dead = sorted({src(x) for x in s.inputs if last.get(src(x)) == k and src(x) not in keep
+                       and not names[src(x)].startswith("C")})
+        if dead:
+            lines.append(f"    del {', '.join(names[v] for v in dead)}")
+    args = ", ".join(names[v] for v in prog.inputs)
+    rets = ", ".join(names[src(v)] for v in prog.outputs)
+    return "\n".join(consts + [f"def {fn_name}({args}):"] + lines +
+                     [f"    return ({rets}{',' if len(prog.outputs) == 1 else ''})"]) + "\n"
+
+
+def emulated_kernel(p: Plan, step_index: int, kern: Kernel) -> Callable:
+    """A CPU stand-in for a kernel launch: runs the step's instructions with NumPy into the given outputs."""
+    step = p.steps[step_index]
+
+    def src(v):
+        while v in p.folded:
+            v = p.folded[v]
+        return v
+
+    def launch(grid, block, args):
+        env = dict(zip(kern.inputs, args[:len(kern.inputs)]))
+        for c, val in p.constants.items():
+            env.setdefault(c, np.asarray(val, dtype=np.asarray(args[0]).dtype))
+        for a in step.instrs:
+            res = FLOAT_RULES[type(a.op)](a.op, *(env[src(x)] for x in a.args))
+            for r, y in zip(a.results, res):
+                env[r] = y
+        for v, out in zip(kern.outputs, args[len(kern.inputs):]):
+            out[...] = np.broadcast_to(env[v], out.shape)
+    return launch
+
+
+@dataclass
+class GpuFunction:
+    """One compiled function (``step``, ``predict``, …) for the GPU."""
+    program: Program
+    plan: Plan
+    kernels: dict[int, Kernel]
+    python: str
+    fn: Callable
+
+    @property
+    def launches(self) -> int:
+        """Kernel launches per call (fused kernels + cuBLAS + reductions + row kernels)."""
+        return self.plan.launches
+
+    @property
+    def cuda_source(self) -> str:
+        return "\n".join(k.source for k in self.kernels.values())
+
+    @property
+    def source(self) -> str:
+        return self.python + "\n/* CUDA kernels */\n" + self.cuda_source
+
+    def run(self, *args):
+        return self.fn(*args)
+
+
+def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: Callable,
+          donate_pairs: dict[int, int] | None = None) -> GpuFunction:
+    """Plan, generate and bind one function. ``launcher(plan, index, kernel)`` makes the kernel callable."""
+    p = plan(prog)
+    ks = kernels(p, prefix=f"cg_{_ident(fn_name)}")
+    src = generate(p, ks, arg_names, _ident(fn_name), donate_pairs)
+    ns: dict[str, object] = {"xp": xp, "_values": p.values}
+    for i, k in ks.items():
+        ns[k.name] = launcher(p, i, k)
+    exec(compile(src, f"<circuitgrad-gpu:{fn_name}>", "exec"), ns)
+    return GpuFunction(prog, p, ks, src, ns[_ident(fn_name)])
