@@ -26,6 +26,9 @@ def _info(_args) -> int:
         unsupported = ", ".join(c.__name__ for c in getattr(mod, "UNSUPPORTED", {}))
         state = (f"{len(rules)} rules" + (f" (unsupported: {unsupported})" if unsupported else "")
                  if rules else "not implemented yet")
+        if b == "gpu":
+            ok, why = mod.available()
+            state += f"; device: {why}" if ok else f"; unavailable here: {why}"
         print(f"backend {b}: {state}")
     print("backend numpy: available (float32/float64 code generation; fixed point by the reference interpreter)")
     return 0

@@ -124,8 +124,9 @@ class CompiledModel:
         return x.astype(self.dtype.numpy_dtype(), copy=False)
 
     def _targets(self, y) -> np.ndarray:
-        y = self.to_host(y)
-        if y.ndim == 1 and self.y_type.ndim == 2 and np.issubdtype(y.dtype, np.integer):
+        if np.ndim(y) == 1 and self.y_type.ndim == 2 and np.issubdtype(y.dtype if hasattr(y, "dtype")
+                                                                       else np.asarray(y).dtype, np.integer):
+            y = self.to_host(y)
             k = self.y_type.shape[1]
             if y.size and (y.min() < 0 or y.max() >= k):
                 raise ValueError(f"class labels must be in 0..{k - 1}, got [{y.min()}, {y.max()}]")

@@ -22,6 +22,8 @@ def parser(description: str, epochs: int, batch: int, lr: float, hidden: list[in
     p.add_argument("--lr", type=float, default=lr)
     p.add_argument("--momentum", type=float, default=0.9, help="0 for plain SGD")
     p.add_argument("--hidden", type=int, nargs="*", default=hidden, help="hidden layer widths")
+    p.add_argument("--backend", choices=["numpy", "cupy", "auto"], default="numpy",
+                   help="where float training runs (cupy: fused CUDA kernels on a GPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--show-source", action="store_true", help="print the generated step code")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -35,7 +37,8 @@ def model_for(data: datasets.Dataset, args) -> cg.Diagram:
 def compile_for(model: cg.Diagram, args) -> cg.CompiledModel:
     dtype = {"float32": cg.float32, "float64": cg.float64, "fixed": cg.fixed(args.width, args.frac)}[args.dtype]
     opt = nn.momentum(args.lr, args.momentum) if args.momentum else nn.sgd(args.lr)
-    return cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=opt, dtype=dtype)
+    return cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=opt, dtype=dtype,
+                            backend=args.backend if args.dtype != "fixed" else "numpy")
 
 
 def train(name: str, args) -> float:
@@ -44,7 +47,7 @@ def train(name: str, args) -> float:
     step = compile_for(model, args)
     if args.show_source:
         print(step.source)
-    print(f"{name}: {model}\ncompiled for {step.dtype} in {step.compile_seconds * 1e3:.1f} ms; "
+    print(f"{name}: {model}\ncompiled for {step.dtype} on {step.backend} in {step.compile_seconds * 1e3:.1f} ms; "
           f"{len(data.x_train)} train / {len(data.x_test)} test rows")
     params = step.init_params(seed=args.seed)
     rng = np.random.default_rng(args.seed)

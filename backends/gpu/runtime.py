@@ -57,6 +57,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         for v in s.inputs:
             last[src(v)] = k
     keep = {src(v) for v in prog.outputs} | set(prog.inputs)
+    contiguous: set[int] = set()      # values produced by kernels or cuBLAS: C-contiguous by construction
     lines, consts = [], []
     for k, s in enumerate(p.steps):
         ty = lambda v: prog.types[v]  # noqa: E731
@@ -69,6 +70,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         args = [names[src(x)] for x in a.args]
         if s.kind == "matmul":
             lines.append(f"    {names[a.results[0]]} = xp.matmul({args[0]}, {args[1]})".ljust(60) + "# cuBLAS")
+            contiguous.add(a.results[0])
         elif s.kind == "reduce":
             lead, kept = a.op.axes()
             axes = lead + kept
@@ -91,7 +93,11 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
                     lines.append(f"    {names[v]} = xp.empty({t.shape!r}, dtype=xp.{t.dtype.numpy_dtype().name})")
                 outs.append(names[v])
             grid = max(1, math.ceil(kern.n / BLOCK))
-            call = ", ".join([names[src(x)] for x in kern.inputs] + outs)
+            # kernels index their inputs as C-contiguous arrays: views and caller arrays are made so
+            ins = [names[src(x)] if src(x) in contiguous or src(x) in p.values or prog.types[src(x)].ndim == 0
+                   else f"xp.ascontiguousarray({names[src(x)]})" for x in kern.inputs]
+            contiguous.update(kern.outputs)
+            call = ", ".join(ins + outs)
             lines.append(f"    {kern.name}(({grid},), ({BLOCK},), ({call},))".ljust(60)
                          + f"# {' + '.join(kern.ops)}")
         dead = sorted({src(x) for x in s.inputs if last.get(src(x)) == k and src(x) not in keep
