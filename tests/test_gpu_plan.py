@@ -100,3 +100,15 @@ def test_fixed_point_is_refused_on_the_gpu():
     with pytest.raises(ValueError, match=r"^compile_model: the cupy-emulated backend computes in float32/float64"):
         cg.compile_model(nn.mlp(2, [2, 2]), loss=nn.mse, optimizer=nn.sgd(0.1), dtype=cg.fixed(16, 8),
                          backend="cupy-emulated")
+
+
+def test_views_are_made_contiguous_before_kernels(rng):
+    T = cg.NdArrayType((3, 4), cg.float64)
+    d = cg.trace(lambda a, b: a.T * b + 1.0, [T, cg.NdArrayType((4, 3), cg.float64)], name="t")
+    prog = cg.schedule(d)
+    f = gpu.compile_function(prog, ["a", "b"], "t", emulate=True)
+    assert "xp.ascontiguousarray(v2)" in f.python            # the transposed view
+    a, b = rng.normal(size=(3, 4)), rng.normal(size=(4, 3))
+    (got,) = f.run(a, b)
+    np.testing.assert_allclose(got, a.T * b + 1.0, rtol=1e-14)
+    assert f.launches == 1                                    # transpose, mul and add: one kernel
