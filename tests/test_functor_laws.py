@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 import circuitgrad as cg
@@ -79,3 +80,25 @@ def test_sequential_equals_repeated_compose(fs, gs, shape, seed):
     (x,) = evaluate(f >> g >> h, a)
     (y,) = evaluate(cg.sequential([f, g, h]), a)
     np.testing.assert_array_equal(x, y)
+
+
+STRUCTURAL = [
+    # name, diagram builder, inputs -> expected reverse derivative
+    ("identity", lambda T, U: cg.identity([T]), lambda a, da: [da]),
+    ("copy", lambda T, U: cg.trace(lambda a: (a, a), [T]), lambda a, d1, d2: [d1 + d2]),
+    ("twist", lambda T, U: cg.trace(lambda a, b: (b, a), [T, U]), lambda a, b, db, da: [da, db]),
+    ("discard", lambda T, U: cg.trace(lambda a, b: a, [T, U]), lambda a, b, da: [da, np.zeros(2)]),
+]
+
+
+@pytest.mark.parametrize("name,make,want", STRUCTURAL, ids=[s[0] for s in STRUCTURAL])
+def test_rdiff_of_structural_morphisms(name, make, want):
+    T, U = cg.NdArrayType((3,), F), cg.NdArrayType((2,), F)
+    d = make(T, U)
+    r = cg.rdiff(d)
+    assert r.target_types == d.source_types
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=t.shape) for t in r.source_types]
+    got = evaluate(r, *xs)
+    for g, w in zip(got, want(*xs)):
+        np.testing.assert_array_equal(g, w)
