@@ -1,0 +1,262 @@
+"""The sequencer: an Amaranth component that runs a :class:`~.microcode.Microcode`.
+
+::
+
+          ┌──────────── program (one micro-op per pc, as constants) ───────────┐
+          │  loop counters o0, o1, k  ──► address generators  a, b, out        │
+          ▼                                                                     │
+    ┌───────────┐ read A ┌──────────────────────────────┐  write   ┌──────────┐ │
+    │  data     ├───────►│ stage 1: MAC (a·b, Σ_k),     ├─────────►│  data    │ │
+    │  memory   │ read B │ rescale, elementwise unit,   │          │  memory  │ │
+    │ lib.memory├───────►│ range check → overflow flag  │          │          │ │
+    └───────────┘        └──────────────────────────────┘          └──────────┘ │
+
+One (output element, k) pair is issued per cycle. Stage 0 drives the read
+addresses, and stage 1 gets the data one cycle later. It accumulates, and on
+the last ``k`` it rescales, range-checks and writes the result. After each
+micro-op, 2 drain cycles let the last write land before the next op reads.
+The cycle count is therefore exactly
+``Σ_ops (elements·K + 3)`` plus 2 for start and done (:func:`cycles`).
+
+Ports:
+* ``start`` (In): pulse high for one cycle to run the program.
+* ``busy``, ``done`` (Out).
+* ``overflow`` (Out): sticky; ``fault`` holds the pc of the first overflowing micro-op.
+* host memory port, usable while idle: ``host_addr``, ``host_wdata``, ``host_we``, ``host_rdata``.
+
+Elementwise kinds in hardware: ``add``, ``neg``, ``heaviside``, ``sigmoid``
+and ``tanh``, plus ``mac`` with or without ``b``. The softmax sub-operations
+(``max``, ``exp``, ``divf``) are not built yet: :func:`check_supported`
+names them before any simulation or synthesis starts.
+"""
+from __future__ import annotations
+
+import numpy as np
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from circuitgrad.fixedpoint import SIGMOID_PIECES, const
+
+from .microcode import Microcode, View
+
+__all__ = ["Sequencer", "cycles", "check_supported", "HW_KINDS"]
+
+HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh"}
+_KIND = {k: i for i, k in enumerate(sorted(HW_KINDS))}
+
+
+def check_supported(mc: Microcode) -> None:
+    """Raise a clear error naming every micro-op the hardware cannot run yet."""
+    bad = sorted({f"{u.kind} ({u.source})" for u in mc.ops if u.kind not in HW_KINDS})
+    if bad:
+        raise NotImplementedError(f"the FPGA sequencer cannot run these micro-ops yet: {', '.join(bad)}")
+
+
+def cycles(mc: Microcode) -> int:
+    """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer)."""
+    return 2 + sum(int(np.prod(u.out.shape, dtype=np.int64)) * u.K + 3 for u in mc.ops)
+
+
+def _2d(v: View) -> tuple[int, int, int, int, int, int]:
+    """``(base, n0, n1, s0, s1, kstride)`` with the view padded or folded to two dimensions."""
+    shape, strides = list(v.shape), list(v.strides)
+    while len(shape) < 2:
+        shape.insert(0, 1)
+        strides.insert(0, 0)
+    while len(shape) > 2:                      # fold leading axes when they nest
+        n0, n1 = shape[0], shape[1]
+        s0, s1 = strides[0], strides[1]
+        if n0 != 1 and s0 != s1 * n1:
+            raise NotImplementedError(f"view {v} does not fold to two dimensions")
+        shape[:2] = [n0 * n1]
+        strides[:2] = [s1 if n1 != 1 else s0]
+    return v.base, shape[0], shape[1], strides[0], strides[1], v.kstride
+
+
+class Sequencer(wiring.Component):
+    """Runs ``mc`` on one MAC unit (see the module docstring for the ports and timing)."""
+
+    def __init__(self, mc: Microcode):
+        check_supported(mc)
+        self.mc = mc
+        self.W = mc.dtype.width
+        self.depth = max(1, mc.depth)
+        n = len(mc.ops)
+        super().__init__({
+            "start": In(1), "busy": Out(1), "done": Out(1), "overflow": Out(1), "fault": Out(range(n + 1)),
+            "host_addr": In(range(self.depth)), "host_wdata": In(signed(self.W)), "host_we": In(1),
+            "host_rdata": Out(signed(self.W)),
+        })
+        init = [0] * self.depth
+        for addr, val in mc.init.items():
+            init[addr] = val
+        self.mem = memory.Memory(shape=signed(self.W), depth=self.depth, init=init)
+
+    def elaborate(self, platform):
+        m = Module()
+        mc, W, dt = self.mc, self.W, self.mc.dtype
+        f = dt.frac
+        m.submodules.mem = mem = self.mem
+        rd_a = mem.read_port()
+        rd_b = mem.read_port()
+        wr = mem.write_port()
+        A = range(self.depth + 1)
+
+        n_ops = len(mc.ops)
+        kmax = max([u.K for u in mc.ops] + [1])
+        nmax = max([int(np.prod(u.out.shape, dtype=np.int64)) for u in mc.ops] + [1])
+        pc = Signal(range(n_ops + 1))
+        # per-op fields, decoded from pc
+        kind = Signal(range(len(_KIND)))
+        rescale = Signal()
+        has_b = Signal()
+        K = Signal(range(kmax + 1))
+        n0 = Signal(range(nmax + 1))
+        n1 = Signal(range(nmax + 1))
+        fields = {}
+        for name in ("a", "b", "o"):
+            fields[name] = [Signal(signed(32), name=f"{name}_{x}") for x in ("base", "s0", "s1", "ks")]
+        with m.Switch(pc):
+            for i, u in enumerate(mc.ops):
+                with m.Case(i):
+                    ob, on0, on1, os0, os1, _ = _2d(u.out)
+                    ab, _, _, as0, as1, aks = _2d(View(u.a.base, u.out.shape, _align(u.a, u.out), u.a.kstride))
+                    bv = u.b if u.b is not None else View(0, u.out.shape, (0,) * len(u.out.shape))
+                    bb, _, _, bs0, bs1, bks = _2d(View(bv.base, u.out.shape, _align(bv, u.out), bv.kstride))
+                    m.d.comb += [kind.eq(_KIND[u.kind]), rescale.eq(int(u.rescale)), has_b.eq(int(u.b is not None)),
+                                 K.eq(u.K), n0.eq(on0), n1.eq(on1)]
+                    for name, vals in (("o", (ob, os0, os1, 0)), ("a", (ab, as0, as1, aks)), ("b", (bb, bs0, bs1, bks))):
+                        m.d.comb += [s.eq(v) for s, v in zip(fields[name], vals)]
+
+        i0 = Signal(range(nmax + 1))
+        i1 = Signal(range(nmax + 1))
+        k = Signal(range(kmax + 1))
+        row = {x: Signal(signed(32), name=f"row_{x}") for x in "abo"}
+        col = {x: Signal(signed(32), name=f"col_{x}") for x in "abo"}
+        ptr = {x: Signal(signed(32), name=f"ptr_{x}") for x in "ab"}
+
+        # stage-1 metadata (valid one cycle after issue)
+        v1 = Signal()
+        last1 = Signal()
+        first1 = Signal()
+        out1 = Signal(range(self.depth))
+        kind1 = Signal.like(kind)
+        resc1 = Signal()
+        hasb1 = Signal()
+        pc1 = Signal.like(pc)
+        acc_w = 2 * W + max(1, kmax.bit_length()) + 1
+        acc = Signal(signed(acc_w))
+
+        with m.FSM() as fsm:
+            with m.State("IDLE"):
+                m.d.comb += [rd_a.addr.eq(self.host_addr), self.host_rdata.eq(rd_a.data),
+                             wr.addr.eq(self.host_addr), wr.data.eq(self.host_wdata), wr.en.eq(self.host_we)]
+                with m.If(self.start):
+                    m.d.sync += [pc.eq(0), self.overflow.eq(0), self.fault.eq(0), self.done.eq(0)]
+                    m.next = "LOAD" if n_ops else "DONE"
+            with m.State("LOAD"):
+                m.d.sync += [i0.eq(0), i1.eq(0), k.eq(0)]
+                for x in "abo":
+                    f0 = fields[x if x != "o" else "o"]
+                    m.d.sync += [row[x].eq(f0[0]), col[x].eq(f0[0])]
+                    if x != "o":
+                        m.d.sync += ptr[x].eq(f0[0])
+                m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += [rd_a.addr.eq(ptr["a"]), rd_b.addr.eq(ptr["b"])]
+                is_last_k = k == K - 1
+                m.d.sync += [v1.eq(1), last1.eq(is_last_k), first1.eq(k == 0), out1.eq(col["o"]),
+                             kind1.eq(kind), resc1.eq(rescale), hasb1.eq(has_b), pc1.eq(pc)]
+                with m.If(~is_last_k):
+                    m.d.sync += [k.eq(k + 1), ptr["a"].eq(ptr["a"] + fields["a"][3]),
+                                 ptr["b"].eq(ptr["b"] + fields["b"][3])]
+                with m.Else():
+                    m.d.sync += k.eq(0)
+                    with m.If(i1 != n1 - 1):
+                        m.d.sync += i1.eq(i1 + 1)
+                        for x in "abo":
+                            m.d.sync += col[x].eq(col[x] + fields[x][2])
+                        for x in "ab":
+                            m.d.sync += ptr[x].eq(col[x] + fields[x][2])
+                    with m.Else():
+                        m.d.sync += i1.eq(0)
+                        for x in "abo":
+                            m.d.sync += [row[x].eq(row[x] + fields[x][1]), col[x].eq(row[x] + fields[x][1])]
+                        for x in "ab":
+                            m.d.sync += ptr[x].eq(row[x] + fields[x][1])
+                        with m.If(i0 == n0 - 1):
+                            m.next = "DRAIN1"
+                        with m.Else():
+                            m.d.sync += i0.eq(i0 + 1)
+            with m.State("DRAIN1"):
+                m.d.sync += v1.eq(0)
+                m.next = "DRAIN2"
+            with m.State("DRAIN2"):
+                with m.If(pc == n_ops - 1):
+                    m.next = "DONE"
+                with m.Else():
+                    m.d.sync += pc.eq(pc + 1)
+                    m.next = "LOAD"
+            with m.State("DONE"):
+                m.d.sync += [self.done.eq(1), v1.eq(0)]
+                m.next = "IDLE"
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+
+        # ----------------------------------------------------------- stage 1
+        a = rd_a.data
+        b = rd_b.data
+        prod = Signal(signed(2 * W))
+        m.d.comb += prod.eq(Mux(hasb1, a * b, a))
+        acc_next = Signal(signed(acc_w))
+        m.d.comb += acc_next.eq(Mux(first1, 0, acc) + prod)
+        with m.If(v1 & ~last1):
+            m.d.sync += acc.eq(acc_next)
+        mac_res = Signal(signed(acc_w))
+        m.d.comb += mac_res.eq(Mux(resc1, (acc_next + (1 << (f - 1))) >> f, acc_next))
+        ew = Signal(signed(W + 3))
+        sig_a = _sigmoid(m, a, dt, "sa")
+        sig_2a = _sigmoid(m, a * 2, dt, "s2a")
+        with m.Switch(kind1):
+            with m.Case(_KIND["add"]):
+                m.d.comb += ew.eq(a + b)
+            with m.Case(_KIND["neg"]):
+                m.d.comb += ew.eq(-a)
+            with m.Case(_KIND["heaviside"]):
+                m.d.comb += ew.eq(Mux(a > 0, dt.one, 0))
+            with m.Case(_KIND["sigmoid"]):
+                m.d.comb += ew.eq(sig_a)
+            with m.Case(_KIND["tanh"]):
+                m.d.comb += ew.eq(sig_2a * 2 - dt.one)
+        result = Signal(signed(acc_w))
+        m.d.comb += result.eq(Mux(kind1 == _KIND["mac"], mac_res, ew))
+        with m.If(v1 & last1 & ~fsm.ongoing("IDLE")):
+            m.d.comb += [wr.addr.eq(out1), wr.data.eq(result[:W]), wr.en.eq(1)]
+            with m.If(((result < dt.lo) | (result > dt.hi)) & ~self.overflow):
+                m.d.sync += [self.overflow.eq(1), self.fault.eq(pc1)]
+        return m
+
+
+def _align(v: View, out: View) -> tuple[int, ...]:
+    """Strides of operand ``v`` indexed by the output's coordinates (same rank, or fewer reduced axes)."""
+    if len(v.strides) == len(out.shape):
+        return v.strides
+    raise NotImplementedError(f"operand view {v} does not match output shape {out.shape}")
+
+
+def _sigmoid(m: Module, x, dt, name: str):
+    """PLAN sigmoid of signed ``x`` (combinational), exactly as ``fixedpoint.sigmoid_fixed``."""
+    f = dt.frac
+    ax = Signal(unsigned(dt.width + 2), name=f"{name}_abs")
+    m.d.comb += ax.eq(Mux(x < 0, -x, x))
+    y = Signal(signed(dt.width + 3), name=f"{name}_y")
+    (t5, _, _), *pieces = SIGMOID_PIECES
+    vals = []
+    for lower, slope, offset in pieces:
+        c = const(slope, dt)
+        vals.append((const(lower, dt), ((ax * c + (1 << (f - 1))) >> f) + const(offset, dt)))
+    (l1, p1), (l2, p2), (_, p3) = vals
+    m.d.comb += y.eq(Mux(ax >= const(t5, dt), dt.one, Mux(ax >= l1, p1, Mux(ax >= l2, p2, p3))))
+    out = Signal(signed(dt.width + 3), name=f"{name}_out")
+    m.d.comb += out.eq(Mux(x >= 0, y, dt.one - y))
+    return out

@@ -1,0 +1,46 @@
+"""Simulation of the sequencer with Amaranth's simulator (bit-exact against the microcode model)."""
+from __future__ import annotations
+
+import numpy as np
+from amaranth.sim import Simulator
+
+from circuitgrad.fixedpoint import FixedPointOverflow
+
+from .core import Sequencer
+from .microcode import Microcode
+
+__all__ = ["simulate"]
+
+
+def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_000) -> tuple[list[np.ndarray], int]:
+    """Load ``inputs``, run the program, return ``(outputs, cycles from start to done)``."""
+    dut = Sequencer(mc)
+    result: dict = {}
+
+    async def bench(ctx):
+        for view, x in zip(mc.inputs, inputs):
+            for addr, v in zip(view.addresses().reshape(-1), np.asarray(x, dtype=np.int64).reshape(-1)):
+                ctx.set(dut.mem.data[int(addr)], int(v))
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        n = 1
+        while not ctx.get(dut.done):
+            await ctx.tick()
+            n += 1
+            if n > max_cycles:
+                raise RuntimeError(f"FPGA simulation did not finish in {max_cycles} cycles")
+        result["cycles"] = n
+        result["overflow"] = ctx.get(dut.overflow)
+        result["fault"] = ctx.get(dut.fault)
+        result["outputs"] = [np.array([ctx.get(dut.mem.data[int(a)]) for a in v.addresses().reshape(-1)],
+                                      dtype=np.int64).reshape(v.shape) for v in mc.outputs]
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    if result["overflow"]:
+        u = mc.ops[result["fault"]]
+        raise FixedPointOverflow(f"{u.source} overflowed {mc.dtype} in the FPGA simulation")
+    return result["outputs"], result["cycles"]
