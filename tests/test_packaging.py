@@ -37,6 +37,6 @@ def test_cli_info(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == f"circuitgrad {circuitgrad.__version__}"
-    assert "backend fpga: not implemented yet" in out
+    assert "backend fpga: 15 rules (unsupported: LogSumExp)" in out
     assert "backend gpu: 16 rules; " in out
     assert "backend zk: 15 rules (unsupported: LogSumExp)" in out

@@ -1,9 +1,72 @@
-"""The fpga backend: not implemented yet (see docs/ARCHITECTURE.md for the plan).
+"""The FPGA backend: fixed-point programs on a sequenced datapath, in Amaranth HDL.
 
-Its rule table is empty, so the conformance test reports every primitive
-as missing for this backend.
+    from circuitgrad.backends import fpga
+    design = fpga.compile(step, dtype=cg.fixed(16, 8))        # predict or training step
+    outputs, cycles = fpga.simulate(design, params, x, y)     # bit-exact with the interpreter
+
+Work in progress (see ``docs/FPGA.md``). Built so far:
+* the microcode compiler, covering every primitive of a training step;
+* a one-MAC sequencer that runs ``mac``, ``add``, ``neg``, ``heaviside``, ``sigmoid`` and ``tanh``;
+* a cycle model that matches simulation exactly.
+
+Not built yet: the softmax unit (``max``, ``exp``, ``divide``), ``macs > 1``,
+synthesis with YoWASP, and stream interfaces.
 """
-RULES: dict = {}
-UNSUPPORTED: dict = {}
+from __future__ import annotations
 
-__all__ = ["RULES", "UNSUPPORTED"]
+from dataclasses import dataclass
+
+import numpy as np
+
+import circuitgrad as cg
+from circuitgrad.compile import CompiledModel
+from circuitgrad.types import Fixed
+
+from .core import HW_KINDS, Sequencer, check_supported, cycles
+from .microcode import RULES, UNSUPPORTED, Microcode, compile_program, execute
+
+__all__ = ["RULES", "UNSUPPORTED", "Design", "compile", "simulate", "Sequencer", "cycles", "Microcode",
+           "compile_program", "execute", "HW_KINDS"]
+
+
+@dataclass
+class Design:
+    """A compiled function of a model, ready to simulate or elaborate."""
+    model: CompiledModel
+    function: str
+    microcode: Microcode
+    macs: int = 1
+
+    @property
+    def cycles(self) -> int:
+        """Predicted cycles per call (exact for the current sequencer)."""
+        return cycles(self.microcode)
+
+    def component(self) -> Sequencer:
+        return Sequencer(self.microcode)
+
+
+def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, function: str = "step") -> Design:
+    """The FPGA design of ``model``'s ``step`` (default) or ``predict``."""
+    if macs != 1:
+        raise NotImplementedError(f"fpga.compile: only macs=1 is built so far (asked for macs={macs})")
+    dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(16, 8))
+    fx = model if model.dtype == dtype else cg.compile_model(model.model, model.loss_fn, model.optimizer, dtype)
+    mc = compile_program(fx.fn(function).program, dtype)
+    check_supported(mc)
+    return Design(fx, function, mc, macs)
+
+
+def simulate(design: Design, params, x, y=None) -> tuple[dict[str, np.ndarray], int]:
+    """Run the design in Amaranth's simulator: ``(outputs by name, cycles)``."""
+    from .sim import simulate as _simulate
+    fx, key = design.model, design.function
+    names = fx.param_names + (fx.state_names if key == "step" else [])
+    args = [np.asarray(params[n]) if np.issubdtype(np.asarray(params[n]).dtype, np.integer)
+            else fx._in(params[n], n) for n in names]
+    args.append(fx._in(x, "input"))
+    if key != "predict":
+        args.append(fx._targets(y))
+    outs, n = _simulate(design.microcode, args)
+    out_names = names if key == "step" else ([key] if key != "gradients" else fx.param_names)
+    return dict(zip(out_names, outs)), n

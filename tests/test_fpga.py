@@ -1,0 +1,92 @@
+"""FPGA backend: the microcode model and the Amaranth sequencer, bit-exact with the interpreter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn
+
+pytest.importorskip("amaranth")
+from circuitgrad.backends import fpga  # noqa: E402
+
+Q = cg.fixed(16, 8)
+MODELS = [
+    ("relu-mse-sgd", nn.relu, nn.mse, nn.sgd(0.125)),
+    ("sigmoid-sce-momentum", nn.sigmoid, nn.softmax_cross_entropy, nn.momentum(0.125)),
+    ("tanh-mse-sgd", nn.tanh, nn.mse, nn.sgd(0.0625)),
+]
+
+
+def _args(step, key, rng, B):
+    p = step.init_params(seed=0)
+    args = [p[k] for k in step.param_names] + ([p[k] for k in step.state_names] if key == "step" else [])
+    args.append(step._in(rng.normal(size=(B, step.x_type.shape[1])), "x"))
+    if key != "predict":
+        args.append(step._targets(rng.integers(0, step.y_type.shape[1], size=B)))
+    return args
+
+
+@pytest.mark.parametrize("name,act,loss,opt", MODELS, ids=[m[0] for m in MODELS])
+@pytest.mark.parametrize("key", ["predict", "step"])
+def test_microcode_is_bit_exact(name, act, loss, opt, key, rng):
+    B = 8
+    step = cg.compile_model(nn.mlp(B, [4, 16, 3], activation=act), loss=loss, optimizer=opt, dtype=Q)
+    prog = step.fn(key).program
+    mc = fpga.compile_program(prog, Q)
+    args = _args(step, key, rng, B)
+    got, _ = fpga.execute(mc, args)
+    want = cg.run_fixed(prog, args)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("act", [nn.relu, nn.sigmoid, nn.tanh], ids=["relu", "sigmoid", "tanh"])
+def test_sequencer_predict_bit_exact_and_cycle_model_exact(act, rng):
+    B = 4
+    step = cg.compile_model(nn.mlp(B, [4, 8, 3], activation=act), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    design = fpga.compile(step, function="predict")
+    p = step.init_params(seed=1)
+    for _ in range(3):
+        x = rng.normal(size=(B, 4))
+        outs, n = fpga.simulate(design, p, x)
+        assert np.array_equal(outs["predict"], step.fn("predict").run(*[p[k] for k in step.param_names],
+                                                                       step._in(x, "x"))[0])
+        assert n == design.cycles
+
+
+@pytest.mark.slow
+def test_twenty_training_steps_bit_exact():
+    from circuitgrad import datasets
+    data = datasets.load("iris")
+    B = 8
+    step = cg.compile_model(nn.mlp(B, [4, 16, 3]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    design = fpga.compile(step)
+    hw = step.init_params(seed=0)
+    sw = dict(hw)
+    rng = np.random.default_rng(0)
+    batches = list(datasets.batches(data.x_train, data.y_train, B, rng))[:20]
+    for x, y in batches:
+        hw, n = fpga.simulate(design, hw, x, y)
+        sw = step.step(sw, x, y)
+        assert n == design.cycles
+    assert all(np.array_equal(hw[k], sw[k]) for k in sw)
+    assert any(not np.array_equal(sw[k], step.init_params(seed=0)[k]) for k in sw)   # it did train
+
+
+def test_overflow_in_simulation_names_the_operation():
+    B = 2
+    step = cg.compile_model(nn.mlp(B, [2, 2]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=cg.fixed(8, 4))
+    design = fpga.compile(step, function="predict")
+    p = {k: np.full_like(v, 100) for k, v in step.init_params(seed=0).items()}     # raw 6.25
+    with pytest.raises(cg.FixedPointOverflow) as e:
+        fpga.simulate(design, p, np.full((B, 2), 7.0))
+    assert str(e.value) == "MatMul#0 overflowed fixed(8,4) in the FPGA simulation"
+
+
+def test_unbuilt_hardware_is_named_before_simulation():
+    step = cg.compile_model(nn.mlp(2, [2, 3]) >> nn.softmax(2, 3), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    with pytest.raises(NotImplementedError) as e:
+        fpga.compile(step, function="predict")
+    assert str(e.value).startswith("the FPGA sequencer cannot run these micro-ops yet: divf (Softmax#")
+    with pytest.raises(NotImplementedError, match=r"^fpga\.compile: only macs=1 is built so far \(asked for macs=4\)$"):
+        fpga.compile(step, macs=4)
