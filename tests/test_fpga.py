@@ -59,7 +59,8 @@ def test_twenty_training_steps_bit_exact():
     from circuitgrad import datasets
     data = datasets.load("iris")
     B = 8
-    step = cg.compile_model(nn.mlp(B, [4, 16, 3]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    step = cg.compile_model(nn.mlp(B, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                            dtype=Q)
     design = fpga.compile(step)
     hw = step.init_params(seed=0)
     sw = dict(hw)
@@ -83,10 +84,24 @@ def test_overflow_in_simulation_names_the_operation():
     assert str(e.value) == "MatMul#0 overflowed fixed(8,4) in the FPGA simulation"
 
 
+def test_softmax_predict_in_hardware(rng):
+    B = 4
+    step = cg.compile_model(nn.mlp(B, [4, 5, 3]) >> nn.softmax(B, 3), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    design = fpga.compile(step, function="predict")
+    p = step.init_params(seed=0)
+    x = rng.normal(size=(B, 4)) * 3
+    outs, n = fpga.simulate(design, p, x)
+    want = step.fn("predict").run(*[p[k] for k in step.param_names], step._in(x, "x"))[0]
+    assert np.array_equal(outs["predict"], want) and n == design.cycles
+
+
 def test_unbuilt_hardware_is_named_before_simulation():
-    step = cg.compile_model(nn.mlp(2, [2, 3]) >> nn.softmax(2, 3), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    from circuitgrad.backends.fpga.microcode import MicroOp, View
+    step = cg.compile_model(nn.mlp(2, [2, 3]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    mc = fpga.compile_program(step.fn("predict").program, Q)
+    mc.ops.append(MicroOp("fft", View(0, (1,), (0,)), View(0, (1,), (0,)), source="FFT#9"))
     with pytest.raises(NotImplementedError) as e:
-        fpga.compile(step, function="predict")
-    assert str(e.value).startswith("the FPGA sequencer cannot run these micro-ops yet: divf (Softmax#")
+        fpga.Sequencer(mc)
+    assert str(e.value) == "the FPGA sequencer cannot run these micro-ops yet: fft (FFT#9)"
     with pytest.raises(NotImplementedError, match=r"^fpga\.compile: only macs=1 is built so far \(asked for macs=4\)$"):
         fpga.compile(step, macs=4)

@@ -6,11 +6,10 @@
 
 Work in progress (see ``docs/FPGA.md``). Built so far:
 * the microcode compiler, covering every primitive of a training step;
-* a one-MAC sequencer that runs ``mac``, ``add``, ``neg``, ``heaviside``, ``sigmoid`` and ``tanh``;
+* a one-MAC sequencer that runs every micro-op kind, softmax included;
 * a cycle model that matches simulation exactly.
 
-Not built yet: the softmax unit (``max``, ``exp``, ``divide``), ``macs > 1``,
-synthesis with YoWASP, and stream interfaces.
+Not built yet: ``macs > 1``, synthesis with YoWASP, and stream interfaces.
 """
 from __future__ import annotations
 

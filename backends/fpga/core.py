@@ -24,10 +24,12 @@ Ports:
 * ``overflow`` (Out): sticky; ``fault`` holds the pc of the first overflowing micro-op.
 * host memory port, usable while idle: ``host_addr``, ``host_wdata``, ``host_we``, ``host_rdata``.
 
-Elementwise kinds in hardware: ``add``, ``neg``, ``heaviside``, ``sigmoid``
-and ``tanh``, plus ``mac`` with or without ``b``. The softmax sub-operations
-(``max``, ``exp``, ``divf``) are not built yet: :func:`check_supported`
-names them before any simulation or synthesis starts.
+Every micro-op kind is built: ``mac`` (with or without ``b``) and ``max``
+reduce over ``k``; ``add``, ``neg``, ``heaviside``, ``sigmoid``, ``tanh``,
+``exp`` and ``divf`` are combinational units in stage 1. The divider is
+combinational for now, which is correct but large and slow; a sequential
+divider is planned. :func:`check_supported` rejects unknown kinds before
+any simulation or synthesis starts.
 """
 from __future__ import annotations
 
@@ -36,13 +38,15 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from circuitgrad.fixedpoint import SIGMOID_PIECES, const
+import math
+
+from circuitgrad.fixedpoint import EXP2_C1, SIGMOID_PIECES, const
 
 from .microcode import Microcode, View
 
 __all__ = ["Sequencer", "cycles", "check_supported", "HW_KINDS"]
 
-HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh"}
+HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "max", "exp", "divf"}
 _KIND = {k: i for i, k in enumerate(sorted(HW_KINDS))}
 
 
@@ -209,11 +213,14 @@ class Sequencer(wiring.Component):
         prod = Signal(signed(2 * W))
         m.d.comb += prod.eq(Mux(hasb1, a * b, a))
         acc_next = Signal(signed(acc_w))
-        m.d.comb += acc_next.eq(Mux(first1, 0, acc) + prod)
+        with m.If(kind1 == _KIND["max"]):
+            m.d.comb += acc_next.eq(Mux(first1 | (a > acc), a, acc))
+        with m.Else():
+            m.d.comb += acc_next.eq(Mux(first1, 0, acc) + prod)
         with m.If(v1 & ~last1):
             m.d.sync += acc.eq(acc_next)
         mac_res = Signal(signed(acc_w))
-        m.d.comb += mac_res.eq(Mux(resc1, (acc_next + (1 << (f - 1))) >> f, acc_next))
+        m.d.comb += mac_res.eq(Mux(resc1 & (kind1 == _KIND["mac"]), (acc_next + (1 << (f - 1))) >> f, acc_next))
         ew = Signal(signed(W + 3))
         sig_a = _sigmoid(m, a, dt, "sa")
         sig_2a = _sigmoid(m, a * 2, dt, "s2a")
@@ -228,8 +235,12 @@ class Sequencer(wiring.Component):
                 m.d.comb += ew.eq(sig_a)
             with m.Case(_KIND["tanh"]):
                 m.d.comb += ew.eq(sig_2a * 2 - dt.one)
+            with m.Case(_KIND["exp"]):
+                m.d.comb += ew.eq(_exp(m, a - b, dt))
+            with m.Case(_KIND["divf"]):
+                m.d.comb += ew.eq((a << f) // b)
         result = Signal(signed(acc_w))
-        m.d.comb += result.eq(Mux(kind1 == _KIND["mac"], mac_res, ew))
+        m.d.comb += result.eq(Mux((kind1 == _KIND["mac"]) | (kind1 == _KIND["max"]), mac_res, ew))
         with m.If(v1 & last1 & ~fsm.ongoing("IDLE")):
             m.d.comb += [wr.addr.eq(out1), wr.data.eq(result[:W]), wr.en.eq(1)]
             with m.If(((result < dt.lo) | (result > dt.hi)) & ~self.overflow):
@@ -242,6 +253,29 @@ def _align(v: View, out: View) -> tuple[int, ...]:
     if len(v.strides) == len(out.shape):
         return v.strides
     raise NotImplementedError(f"operand view {v} does not match output shape {out.shape}")
+
+
+def _exp(m: Module, z, dt):
+    """``exp(z)`` for ``z ≤ 0`` (combinational), exactly as ``fixedpoint.exp_fixed``."""
+    f, W = dt.frac, dt.width
+    half = 1 << (f - 1)
+    t = Signal(signed(W + 4), name="exp_t")
+    m.d.comb += t.eq((z * const(math.log2(math.e), dt) + half) >> f)
+    k = Signal(signed(W + 4), name="exp_k")
+    m.d.comb += k.eq(t >> f)
+    r = Signal(signed(f + 2), name="exp_r")
+    m.d.comb += r.eq(t - (k << f))
+    u = Signal(signed(f + 4), name="exp_u")
+    m.d.comb += u.eq((r * const(1.0 - EXP2_C1, dt) + half) >> f)
+    v = Signal(signed(f + 4), name="exp_v")
+    m.d.comb += v.eq((r * (const(EXP2_C1, dt) + u) + half) >> f)
+    p = Signal(signed(f + 4), name="exp_p")
+    m.d.comb += p.eq(dt.one + v)
+    n = Signal(unsigned(7), name="exp_shift")
+    m.d.comb += n.eq(Mux(-k > 62, 62, -k))
+    out = Signal(signed(f + 4), name="exp_out")
+    m.d.comb += out.eq(p >> n)
+    return out
 
 
 def _sigmoid(m: Module, x, dt, name: str):
