@@ -44,7 +44,7 @@ from circuitgrad.fixedpoint import EXP2_C1, SIGMOID_PIECES, const
 
 from .microcode import Microcode, View
 
-__all__ = ["Sequencer", "cycles", "check_supported", "HW_KINDS"]
+__all__ = ["Sequencer", "cycles", "div_bits", "check_supported", "HW_KINDS"]
 
 HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "max", "exp", "divf"}
 _KIND = {k: i for i, k in enumerate(sorted(HW_KINDS))}
@@ -57,9 +57,23 @@ def check_supported(mc: Microcode) -> None:
         raise NotImplementedError(f"the FPGA sequencer cannot run these micro-ops yet: {', '.join(bad)}")
 
 
+def div_bits(mc: Microcode) -> int:
+    """Quotient bits the sequential divider produces (one per cycle)."""
+    return mc.dtype.width + mc.dtype.frac
+
+
 def cycles(mc: Microcode) -> int:
-    """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer)."""
-    return 2 + sum(int(np.prod(u.out.shape, dtype=np.int64)) * u.K + 3 for u in mc.ops)
+    """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
+
+    A micro-op costs 1 (load) + 2 (drain) cycles plus one per (element, k)
+    pair; a ``divf`` element costs ``div_bits + 3`` (issue, load, one cycle
+    per quotient bit, write).
+    """
+    total = 2
+    for u in mc.ops:
+        n = int(np.prod(u.out.shape, dtype=np.int64))
+        total += 3 + (n * (div_bits(mc) + 3) if u.kind == "divf" else n * u.K)
+    return total
 
 
 def _2d(v: View) -> tuple[int, int, int, int, int, int]:
@@ -82,7 +96,11 @@ class Sequencer(wiring.Component):
     """Runs ``mc`` on one MAC unit (see the module docstring for the ports and timing)."""
 
     def __init__(self, mc: Microcode):
-        check_supported(mc)
+        try:
+            check_supported(mc)
+        except NotImplementedError:
+            self._MustUse__silence = True      # never elaborated: no "unused" warning
+            raise
         self.mc = mc
         self.W = mc.dtype.width
         self.depth = max(1, mc.depth)
@@ -151,6 +169,14 @@ class Sequencer(wiring.Component):
         pc1 = Signal.like(pc)
         acc_w = 2 * W + max(1, kmax.bit_length()) + 1
         acc = Signal(signed(acc_w))
+        nb = div_bits(mc)
+        div_out = Signal(range(self.depth))
+        div_last = Signal()
+        num = Signal(unsigned(nb + 1))
+        den = Signal(unsigned(W))
+        rem = Signal(unsigned(W + 1))
+        quo = Signal(unsigned(nb))
+        dcount = Signal(range(nb + 1))
 
         with m.FSM() as fsm:
             with m.State("IDLE"):
@@ -170,8 +196,10 @@ class Sequencer(wiring.Component):
             with m.State("RUN"):
                 m.d.comb += [rd_a.addr.eq(ptr["a"]), rd_b.addr.eq(ptr["b"])]
                 is_last_k = k == K - 1
-                m.d.sync += [v1.eq(1), last1.eq(is_last_k), first1.eq(k == 0), out1.eq(col["o"]),
-                             kind1.eq(kind), resc1.eq(rescale), hasb1.eq(has_b), pc1.eq(pc)]
+                is_div = kind == _KIND["divf"]
+                m.d.sync += [v1.eq(~is_div), last1.eq(is_last_k), first1.eq(k == 0), out1.eq(col["o"]),
+                             kind1.eq(kind), resc1.eq(rescale), hasb1.eq(has_b), pc1.eq(pc),
+                             div_out.eq(col["o"]), div_last.eq((i1 == n1 - 1) & (i0 == n0 - 1))]
                 with m.If(~is_last_k):
                     m.d.sync += [k.eq(k + 1), ptr["a"].eq(ptr["a"] + fields["a"][3]),
                                  ptr["b"].eq(ptr["b"] + fields["b"][3])]
@@ -193,6 +221,28 @@ class Sequencer(wiring.Component):
                             m.next = "DRAIN1"
                         with m.Else():
                             m.d.sync += i0.eq(i0 + 1)
+                with m.If(is_div):
+                    m.next = "DIV_LOAD"
+            # sequential restoring divider: q = ⌊(a·2^f) / b⌋ for a ≥ 0, b > 0, one bit per cycle
+            with m.State("DIV_LOAD"):
+                m.d.sync += [num.eq(rd_a.data << f), den.eq(rd_b.data), rem.eq(0), quo.eq(0),
+                             dcount.eq(div_bits(mc) - 1)]
+                m.next = "DIV_ITER"
+            with m.State("DIV_ITER"):
+                trial = Cat(num[div_bits(mc) - 1], rem)            # (rem << 1) | next numerator bit
+                take = trial >= den
+                m.d.sync += [rem.eq(Mux(take, trial - den, trial)), quo.eq(Cat(take, quo)),
+                             num.eq(num << 1), dcount.eq(dcount - 1)]
+                with m.If(dcount == 0):
+                    m.next = "DIV_WRITE"
+            with m.State("DIV_WRITE"):
+                m.d.comb += [wr.addr.eq(div_out), wr.data.eq(quo[:W]), wr.en.eq(1)]
+                with m.If((quo > dt.hi) & ~self.overflow):
+                    m.d.sync += [self.overflow.eq(1), self.fault.eq(pc)]
+                with m.If(div_last):
+                    m.next = "DRAIN1"
+                with m.Else():
+                    m.next = "RUN"
             with m.State("DRAIN1"):
                 m.d.sync += v1.eq(0)
                 m.next = "DRAIN2"
@@ -222,23 +272,20 @@ class Sequencer(wiring.Component):
         mac_res = Signal(signed(acc_w))
         m.d.comb += mac_res.eq(Mux(resc1 & (kind1 == _KIND["mac"]), (acc_next + (1 << (f - 1))) >> f, acc_next))
         ew = Signal(signed(W + 3))
-        sig_a = _sigmoid(m, a, dt, "sa")
-        sig_2a = _sigmoid(m, a * 2, dt, "s2a")
+        used = {u.kind for u in mc.ops}          # build only the units this program uses
+        units = {
+            "add": lambda: a + b,
+            "neg": lambda: -a,
+            "heaviside": lambda: Mux(a > 0, dt.one, 0),
+            "sigmoid": lambda: _sigmoid(m, a, dt, "sa"),
+            "tanh": lambda: _sigmoid(m, a * 2, dt, "s2a") * 2 - dt.one,
+            "exp": lambda: _exp(m, a - b, dt),
+        }
         with m.Switch(kind1):
-            with m.Case(_KIND["add"]):
-                m.d.comb += ew.eq(a + b)
-            with m.Case(_KIND["neg"]):
-                m.d.comb += ew.eq(-a)
-            with m.Case(_KIND["heaviside"]):
-                m.d.comb += ew.eq(Mux(a > 0, dt.one, 0))
-            with m.Case(_KIND["sigmoid"]):
-                m.d.comb += ew.eq(sig_a)
-            with m.Case(_KIND["tanh"]):
-                m.d.comb += ew.eq(sig_2a * 2 - dt.one)
-            with m.Case(_KIND["exp"]):
-                m.d.comb += ew.eq(_exp(m, a - b, dt))
-            with m.Case(_KIND["divf"]):
-                m.d.comb += ew.eq((a << f) // b)
+            for name, unit in units.items():
+                if name in used:
+                    with m.Case(_KIND[name]):
+                        m.d.comb += ew.eq(unit())
         result = Signal(signed(acc_w))
         m.d.comb += result.eq(Mux((kind1 == _KIND["mac"]) | (kind1 == _KIND["max"]), mac_res, ew))
         with m.If(v1 & last1 & ~fsm.ongoing("IDLE")):
