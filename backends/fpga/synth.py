@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from amaranth import Module, Signal, signed
+from amaranth import Module, Signal
 from amaranth.back import rtlil
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out

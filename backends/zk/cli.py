@@ -12,10 +12,8 @@ planned for that.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 import time
 
 import numpy as np
@@ -30,15 +28,8 @@ __all__ = ["add_parser"]
 
 
 def _load_example(path: str):
-    if not os.path.exists(path):
-        raise SystemExit(f"circuitgrad zk: no such example script: {path}")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    spec = importlib.util.spec_from_file_location("circuitgrad_example", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    if not hasattr(mod, "DATASET") or not hasattr(mod, "DEFAULTS"):
-        raise SystemExit(f"circuitgrad zk: {path} must define DATASET and DEFAULTS (see examples/iris.py)")
-    return mod
+    from circuitgrad.cli import load_example
+    return load_example(path)
 
 
 class _Phase:

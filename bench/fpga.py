@@ -1,0 +1,66 @@
+"""FPGA designs: resources, Fmax, cycles and calls per second, synthesized with YoWASP.
+
+    python bench/fpga.py [--only iris-step]
+
+For each configuration, the table reports LUTs (logic cells), FFs, DSPs,
+block RAMs and Fmax from yosys and nextpnr. It also reports cycles per call
+from the exact cycle model (checked against simulation in
+``tests/test_fpga.py``) and calls per second at Fmax. Only ``macs=1`` is
+built so far. The reference rows come from the issue and hls4ml/FINN
+figures for comparison; they are not our measurements.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _util import machine, table  # noqa: E402
+
+import circuitgrad as cg  # noqa: E402
+from circuitgrad import nn  # noqa: E402
+from circuitgrad.backends import fpga  # noqa: E402
+from circuitgrad.backends.fpga.synth import DoesNotFit, synthesize  # noqa: E402
+
+CONFIGS = [  # name, batch, sizes, function, target
+    ("iris-step", 8, [4, 16, 3], "step", "ice40-up5k"),
+    ("iris-predict", 8, [4, 16, 3], "predict", "ice40-up5k"),
+    ("mlp5-predict", 1, [16, 64, 32, 32, 5], "predict", "ice40-up5k"),
+    ("mlp5-step", 1, [16, 64, 32, 32, 5], "step", "ecp5-85k"),
+]
+REFERENCE = [
+    ["reference: single-MAC dense 16→64 (issue)", "ice40-up5k", "~98 LUT4", "-", "1", "2", "~65", "-", "-"],
+    ["reference: unrolled constant multiply", "-", "~75 LUT4 each", "-", "-", "-", "-", "-", "-"],
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--macs", type=int, nargs="*", default=[1])
+    a = ap.parse_args()
+    rows = []
+    for name, B, sizes, fn, target in CONFIGS:
+        if a.only and name not in a.only:
+            continue
+        step = cg.compile_model(nn.mlp(B, sizes), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                                dtype=cg.fixed(16, 8))
+        for macs in a.macs:
+            label = f"{name} {'-'.join(map(str, sizes))} b{B} macs={macs}"
+            try:
+                d = fpga.compile(step, function=fn, macs=macs)
+                with tempfile.TemporaryDirectory() as tmp:
+                    r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr))
+                rows.append([label, target, r.luts, r.ffs, r.dsps, r.brams, f"{r.fmax_mhz:.1f}",
+                             r.cycles_per_call, f"{r.calls_per_second:.0f}"])
+            except (NotImplementedError, DoesNotFit) as e:
+                rows.append([label, target, f"not built: {e}", "", "", "", "", "", ""])
+    print(f"FPGA designs (fixed(16,8), YoWASP yosys + nextpnr); {machine()}")
+    print(table(["design", "target", "LUTs", "FFs", "DSPs", "BRAMs", "Fmax MHz", "cycles/call", "calls/s"],
+                rows + REFERENCE))
+
+
+if __name__ == "__main__":
+    main()
