@@ -113,7 +113,8 @@ def test_unbuilt_hardware_is_named_before_simulation():
 
 def test_design_too_big_is_refused_before_the_build():
     from circuitgrad.backends.fpga.synth import DoesNotFit, precheck
-    step = cg.compile_model(nn.mlp(64, [64, 256, 256, 10]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    step = cg.compile_model(nn.mlp(64, [64, 256, 256, 10]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                            dtype=Q)
     d = fpga.compile(step)
     with pytest.raises(DoesNotFit) as e:
         precheck(d, "ice40-up5k")
