@@ -65,14 +65,14 @@ def div_bits(mc: Microcode) -> int:
 def cycles(mc: Microcode) -> int:
     """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
 
-    A micro-op costs 1 (load) + 2 (drain) cycles plus one per (element, k)
+    A micro-op costs 1 (load) + 3 (drain) cycles plus one per (element, k)
     pair; a ``divf`` element costs ``div_bits + 3`` (issue, load, one cycle
     per quotient bit, write).
     """
     total = 2
     for u in mc.ops:
         n = int(np.prod(u.out.shape, dtype=np.int64))
-        total += 3 + (n * (div_bits(mc) + 3) if u.kind == "divf" else n * u.K)
+        total += 4 + (n * (div_bits(mc) + 3) if u.kind == "divf" else n * u.K)
     return total
 
 
@@ -246,6 +246,8 @@ class Sequencer(wiring.Component):
                 m.d.sync += v1.eq(0)
                 m.next = "DRAIN2"
             with m.State("DRAIN2"):
+                m.next = "DRAIN3"
+            with m.State("DRAIN3"):
                 with m.If(pc == n_ops - 1):
                     m.next = "DONE"
                 with m.Else():
@@ -256,20 +258,14 @@ class Sequencer(wiring.Component):
                 m.next = "IDLE"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
 
-        # ----------------------------------------------------------- stage 1
+        # ------------------------------------------------- stage 1: operands → product / unit
         a = rd_a.data
         b = rd_b.data
-        prod = Signal(signed(2 * W))
-        m.d.comb += prod.eq(Mux(hasb1, a * b, a))
-        acc_next = Signal(signed(acc_w))
-        with m.If(kind1 == _KIND["max"]):
-            m.d.comb += acc_next.eq(Mux(first1 | (a > acc), a, acc))
-        with m.Else():
-            m.d.comb += acc_next.eq(Mux(first1, 0, acc) + prod)
-        with m.If(v1 & ~last1):
-            m.d.sync += acc.eq(acc_next)
-        mac_res = Signal(signed(acc_w))
-        m.d.comb += mac_res.eq(Mux(resc1 & (kind1 == _KIND["mac"]), (acc_next + (1 << (f - 1))) >> f, acc_next))
+        v2, last2, first2 = Signal(), Signal(), Signal()
+        out2 = Signal(range(self.depth))
+        kind2, resc2, pc2 = Signal.like(kind), Signal(), Signal.like(pc)
+        p2 = Signal(signed(2 * W))
+        ew2 = Signal(signed(W + 3))
         ew = Signal(signed(W + 3))
         used = {u.kind for u in mc.ops}          # build only the units this program uses
         units = {
@@ -285,12 +281,31 @@ class Sequencer(wiring.Component):
                 if name in used:
                     with m.Case(_KIND[name]):
                         m.d.comb += ew.eq(unit())
-        result = Signal(signed(acc_w))
-        m.d.comb += result.eq(Mux((kind1 == _KIND["mac"]) | (kind1 == _KIND["max"]), mac_res, ew))
-        with m.If(v1 & last1 & ~fsm.ongoing("IDLE")):
-            m.d.comb += [wr.addr.eq(out1), wr.data.eq(result[:W]), wr.en.eq(1)]
-            with m.If(((result < dt.lo) | (result > dt.hi)) & ~self.overflow):
-                m.d.sync += [self.overflow.eq(1), self.fault.eq(pc1)]
+        m.d.sync += [v2.eq(v1 & ~fsm.ongoing("IDLE")), last2.eq(last1), first2.eq(first1), out2.eq(out1),
+                     kind2.eq(kind1), resc2.eq(resc1), pc2.eq(pc1), p2.eq(Mux(hasb1, a * b, a)), ew2.eq(ew)]
+
+        # ------------------------------------------- stage 2: accumulate (or max), rescale
+        acc_next = Signal(signed(acc_w))
+        with m.If(kind2 == _KIND["max"]):
+            m.d.comb += acc_next.eq(Mux(first2 | (p2 > acc), p2, acc))
+        with m.Else():
+            m.d.comb += acc_next.eq(Mux(first2, 0, acc) + p2)
+        with m.If(v2 & ~last2):
+            m.d.sync += acc.eq(acc_next)
+        reduce2 = (kind2 == _KIND["mac"]) | (kind2 == _KIND["max"])
+        v3 = Signal()
+        out3 = Signal(range(self.depth))
+        pc3 = Signal.like(pc)
+        res3 = Signal(signed(acc_w))
+        m.d.sync += [v3.eq(v2 & last2), out3.eq(out2), pc3.eq(pc2),
+                     res3.eq(Mux(reduce2, Mux(resc2 & (kind2 == _KIND["mac"]),
+                                              (acc_next + (1 << (f - 1))) >> f, acc_next), ew2))]
+
+        # ------------------------------------------------------ stage 3: range check, write
+        with m.If(v3):
+            m.d.comb += [wr.addr.eq(out3), wr.data.eq(res3[:W]), wr.en.eq(1)]
+            with m.If(((res3 < dt.lo) | (res3 > dt.hi)) & ~self.overflow):
+                m.d.sync += [self.overflow.eq(1), self.fault.eq(pc3)]
         return m
 
 
