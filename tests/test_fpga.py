@@ -44,11 +44,12 @@ def test_microcode_is_bit_exact(name, act, loss, opt, key, rng):
     assert all(np.array_equal(g, w) for g, w in zip(got, want))
 
 
+@pytest.mark.parametrize("ports", [1, 2])
 @pytest.mark.parametrize("act", [nn.relu, nn.sigmoid, nn.tanh], ids=["relu", "sigmoid", "tanh"])
-def test_sequencer_predict_bit_exact_and_cycle_model_exact(act, rng):
+def test_sequencer_predict_bit_exact_and_cycle_model_exact(act, ports, rng):
     B = 4
     step = cg.compile_model(nn.mlp(B, [4, 8, 3], activation=act), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
-    design = fpga.compile(step, function="predict")
+    design = fpga.compile(step, function="predict", read_ports=ports)
     p = step.init_params(seed=1)
     for _ in range(3):
         x = rng.normal(size=(B, 4))
@@ -56,6 +57,20 @@ def test_sequencer_predict_bit_exact_and_cycle_model_exact(act, rng):
         assert np.array_equal(outs["predict"], step.fn("predict").run(*[p[k] for k in step.param_names],
                                                                        step._in(x, "x"))[0])
         assert n == design.cycles
+
+
+@pytest.mark.parametrize("act,loss", [(nn.relu, nn.softmax_cross_entropy), (nn.tanh, nn.mse)], ids=["relu-sce", "tanh-mse"])
+def test_one_port_training_step_bit_exact(act, loss, rng):
+    B = 4
+    step = cg.compile_model(nn.mlp(B, [4, 6, 3], activation=act), loss=loss, optimizer=nn.momentum(0.125), dtype=Q)
+    d1, d2 = fpga.compile(step, read_ports=1), fpga.compile(step, read_ports=2)
+    p = step.init_params(seed=0)
+    x, y = rng.normal(size=(B, 4)), rng.integers(0, 3, size=B)
+    want = step.step(p, x, y)
+    for d in (d1, d2):
+        got, n = fpga.simulate(d, p, x, y)
+        assert all(np.array_equal(got[k], want[k]) for k in want) and n == d.cycles
+    assert d1.cycles > d2.cycles                       # one port: two-operand elements take two cycles
 
 
 @pytest.mark.slow
@@ -119,7 +134,7 @@ def test_design_too_big_is_refused_before_the_build():
     with pytest.raises(DoesNotFit) as e:
         precheck(d, "ice40-up5k")
     assert re.fullmatch(r"ice40-up5k: the design needs \d+ bits of block RAM \(2 copies of \d+ words × 16 bits\), "
-                        r"the device has 122880 \([\d.]+x too many\)", str(e.value))
+                        r"the device has 122880 \([\d.]+x too many\)(; try read_ports=1)?", str(e.value))
 
 
 @pytest.mark.slow

@@ -35,25 +35,31 @@ class Design:
     function: str
     microcode: Microcode
     macs: int = 1
+    read_ports: int = 2
 
     @property
     def cycles(self) -> int:
         """Predicted cycles per call (exact for the current sequencer)."""
-        return cycles(self.microcode)
+        return cycles(self.microcode, self.read_ports)
 
     def component(self) -> Sequencer:
-        return Sequencer(self.microcode)
+        return Sequencer(self.microcode, self.read_ports)
 
 
-def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, function: str = "step") -> Design:
-    """The FPGA design of ``model``'s ``step`` (default) or ``predict``."""
+def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, function: str = "step",
+            read_ports: int = 2) -> Design:
+    """The FPGA design of ``model``'s ``step`` (default) or ``predict``.
+
+    ``read_ports=1`` halves the block RAM (iCE40 duplicates a memory per read
+    port) at the cost of two cycles per two-operand element.
+    """
     if macs != 1:
         raise NotImplementedError(f"fpga.compile: only macs=1 is built so far (asked for macs={macs})")
     dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(16, 8))
     fx = model if model.dtype == dtype else cg.compile_model(model.model, model.loss_fn, model.optimizer, dtype)
     mc = compile_program(fx.fn(function).program, dtype)
     check_supported(mc)
-    return Design(fx, function, mc, macs)
+    return Design(fx, function, mc, macs, read_ports)
 
 
 def simulate(design: Design, params, x, y=None) -> tuple[dict[str, np.ndarray], int]:
@@ -66,6 +72,6 @@ def simulate(design: Design, params, x, y=None) -> tuple[dict[str, np.ndarray], 
     args.append(fx._in(x, "input"))
     if key != "predict":
         args.append(fx._targets(y))
-    outs, n = _simulate(design.microcode, args)
+    outs, n = _simulate(design.microcode, args, read_ports=design.read_ports)
     out_names = names if key == "step" else ([key] if key != "gradients" else fx.param_names)
     return dict(zip(out_names, outs)), n

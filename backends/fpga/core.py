@@ -62,17 +62,25 @@ def div_bits(mc: Microcode) -> int:
     return mc.dtype.width + mc.dtype.frac
 
 
-def cycles(mc: Microcode) -> int:
+def _const_b(u) -> bool:
+    return u.b is not None and u.b.kstride == 0 and all(st == 0 for st in u.b.strides)
+
+
+def cycles(mc: Microcode, read_ports: int = 2) -> int:
     """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
 
     A micro-op costs 1 (load) + 3 (drain) cycles plus one per (element, k)
     pair; a ``divf`` element costs ``div_bits + 3`` (issue, load, one cycle
-    per quotient bit, write).
+    per quotient bit, write). With one read port, an operation that reads
+    two non-constant operands issues every other cycle, and a constant
+    operand is read once, in one extra load cycle.
     """
     total = 2
     for u in mc.ops:
         n = int(np.prod(u.out.shape, dtype=np.int64))
-        total += 4 + (n * (div_bits(mc) + 3) if u.kind == "divf" else n * u.K)
+        two = read_ports == 1 and u.b is not None and not _const_b(u)
+        total += 4 + (read_ports == 1 and _const_b(u))
+        total += n * (div_bits(mc) + 3 + two) if u.kind == "divf" else n * u.K * (2 if two else 1)
     return total
 
 
@@ -95,7 +103,10 @@ def _2d(v: View) -> tuple[int, int, int, int, int, int]:
 class Sequencer(wiring.Component):
     """Runs ``mc`` on one MAC unit (see the module docstring for the ports and timing)."""
 
-    def __init__(self, mc: Microcode):
+    def __init__(self, mc: Microcode, read_ports: int = 2):
+        if read_ports not in (1, 2):
+            raise ValueError(f"read_ports must be 1 or 2, got {read_ports}")
+        self.read_ports = read_ports
         try:
             check_supported(mc)
         except NotImplementedError:
@@ -120,8 +131,9 @@ class Sequencer(wiring.Component):
         mc, W, dt = self.mc, self.W, self.mc.dtype
         f = dt.frac
         m.submodules.mem = mem = self.mem
+        one = self.read_ports == 1
         rd_a = mem.read_port()
-        rd_b = mem.read_port()
+        rd_b = None if one else mem.read_port()
         wr = mem.write_port()
 
         n_ops = len(mc.ops)
@@ -132,6 +144,15 @@ class Sequencer(wiring.Component):
         kind = Signal(range(len(_KIND)))
         rescale = Signal()
         has_b = Signal()
+        two_phase = Signal()       # one read port, two memory operands: read a, then b
+        const_b = Signal()         # one read port, b is a single constant word: read once at load
+        ph = Signal()
+        a_hold = Signal(signed(W))
+        b_const = Signal(signed(W))
+        tp1 = Signal()
+        cb1 = Signal()
+        a_in = Signal(signed(W))
+        b_in = Signal(signed(W))
         K = Signal(range(kmax + 1))
         n0 = Signal(range(nmax + 1))
         n1 = Signal(range(nmax + 1))
@@ -145,6 +166,8 @@ class Sequencer(wiring.Component):
                     ab, _, _, as0, as1, aks = _2d(View(u.a.base, u.out.shape, _align(u.a, u.out), u.a.kstride))
                     bv = u.b if u.b is not None else View(0, u.out.shape, (0,) * len(u.out.shape))
                     bb, _, _, bs0, bs1, bks = _2d(View(bv.base, u.out.shape, _align(bv, u.out), bv.kstride))
+                    cb = one and _const_b(u)
+                    m.d.comb += [two_phase.eq(int(one and u.b is not None and not cb)), const_b.eq(int(cb))]
                     m.d.comb += [kind.eq(_KIND[u.kind]), rescale.eq(int(u.rescale)), has_b.eq(int(u.b is not None)),
                                  K.eq(u.K), n0.eq(on0), n1.eq(on1)]
                     for name, vals in (("o", (ob, os0, os1, 0)), ("a", (ab, as0, as1, aks)), ("b", (bb, bs0, bs1, bks))):
@@ -177,6 +200,40 @@ class Sequencer(wiring.Component):
         quo = Signal(unsigned(nb))
         dcount = Signal(range(nb + 1))
 
+        def issue():
+            """Issue one (element, k) pair and advance the loop counters and addresses."""
+            is_last_k = k == K - 1
+            is_div = kind == _KIND["divf"]
+            m.d.sync += [v1.eq(~is_div), last1.eq(is_last_k), first1.eq(k == 0), out1.eq(col["o"]),
+                         kind1.eq(kind), resc1.eq(rescale), hasb1.eq(has_b), pc1.eq(pc),
+                         div_out.eq(col["o"]), div_last.eq((i1 == n1 - 1) & (i0 == n0 - 1))]
+            with m.If(~is_last_k):
+                m.d.sync += [k.eq(k + 1), ptr["a"].eq(ptr["a"] + fields["a"][3]),
+                             ptr["b"].eq(ptr["b"] + fields["b"][3])]
+            with m.Else():
+                m.d.sync += k.eq(0)
+                with m.If(i1 != n1 - 1):
+                    m.d.sync += i1.eq(i1 + 1)
+                    for x in "abo":
+                        m.d.sync += col[x].eq(col[x] + fields[x][2])
+                    for x in "ab":
+                        m.d.sync += ptr[x].eq(col[x] + fields[x][2])
+                with m.Else():
+                    m.d.sync += i1.eq(0)
+                    for x in "abo":
+                        m.d.sync += [row[x].eq(row[x] + fields[x][1]), col[x].eq(row[x] + fields[x][1])]
+                    for x in "ab":
+                        m.d.sync += ptr[x].eq(row[x] + fields[x][1])
+                    with m.If(i0 == n0 - 1):
+                        m.next = "DRAIN1"
+                    with m.Else():
+                        m.d.sync += i0.eq(i0 + 1)
+            m.d.sync += [tp1.eq(two_phase), cb1.eq(const_b)]
+            with m.If(two_phase):                              # phase 1: b is being read, a arrived
+                m.d.sync += [ph.eq(0), a_hold.eq(rd_a.data)]
+            with m.If(is_div):
+                m.next = "DIV_LOAD"
+
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 m.d.comb += [rd_a.addr.eq(self.host_addr), self.host_rdata.eq(rd_a.data),
@@ -191,40 +248,32 @@ class Sequencer(wiring.Component):
                     m.d.sync += [row[x].eq(f0[0]), col[x].eq(f0[0])]
                     if x != "o":
                         m.d.sync += ptr[x].eq(f0[0])
+                m.d.sync += ph.eq(0)
+                if one:
+                    m.d.comb += rd_a.addr.eq(fields["b"][0])      # the constant operand, if any
+                    with m.If(const_b):
+                        m.next = "LOADB"
+                    with m.Else():
+                        m.next = "RUN"
+                else:
+                    m.next = "RUN"
+            with m.State("LOADB"):
+                m.d.sync += b_const.eq(rd_a.data)
                 m.next = "RUN"
             with m.State("RUN"):
-                m.d.comb += [rd_a.addr.eq(ptr["a"]), rd_b.addr.eq(ptr["b"])]
+                if one:
+                    m.d.comb += rd_a.addr.eq(Mux(two_phase & ph, ptr["b"], ptr["a"]))
+                else:
+                    m.d.comb += [rd_a.addr.eq(ptr["a"]), rd_b.addr.eq(ptr["b"])]
                 is_last_k = k == K - 1
                 is_div = kind == _KIND["divf"]
-                m.d.sync += [v1.eq(~is_div), last1.eq(is_last_k), first1.eq(k == 0), out1.eq(col["o"]),
-                             kind1.eq(kind), resc1.eq(rescale), hasb1.eq(has_b), pc1.eq(pc),
-                             div_out.eq(col["o"]), div_last.eq((i1 == n1 - 1) & (i0 == n0 - 1))]
-                with m.If(~is_last_k):
-                    m.d.sync += [k.eq(k + 1), ptr["a"].eq(ptr["a"] + fields["a"][3]),
-                                 ptr["b"].eq(ptr["b"] + fields["b"][3])]
+                with m.If(two_phase & ~ph):                        # phase 0: a is being read
+                    m.d.sync += [ph.eq(1), v1.eq(0)]
                 with m.Else():
-                    m.d.sync += k.eq(0)
-                    with m.If(i1 != n1 - 1):
-                        m.d.sync += i1.eq(i1 + 1)
-                        for x in "abo":
-                            m.d.sync += col[x].eq(col[x] + fields[x][2])
-                        for x in "ab":
-                            m.d.sync += ptr[x].eq(col[x] + fields[x][2])
-                    with m.Else():
-                        m.d.sync += i1.eq(0)
-                        for x in "abo":
-                            m.d.sync += [row[x].eq(row[x] + fields[x][1]), col[x].eq(row[x] + fields[x][1])]
-                        for x in "ab":
-                            m.d.sync += ptr[x].eq(row[x] + fields[x][1])
-                        with m.If(i0 == n0 - 1):
-                            m.next = "DRAIN1"
-                        with m.Else():
-                            m.d.sync += i0.eq(i0 + 1)
-                with m.If(is_div):
-                    m.next = "DIV_LOAD"
+                    issue()
             # sequential restoring divider: q = ⌊(a·2^f) / b⌋ for a ≥ 0, b > 0, one bit per cycle
             with m.State("DIV_LOAD"):
-                m.d.sync += [num.eq(rd_a.data << f), den.eq(rd_b.data), rem.eq(0), quo.eq(0),
+                m.d.sync += [num.eq(a_in << f), den.eq(b_in), rem.eq(0), quo.eq(0),
                              dcount.eq(div_bits(mc) - 1)]
                 m.next = "DIV_ITER"
             with m.State("DIV_ITER"):
@@ -259,8 +308,11 @@ class Sequencer(wiring.Component):
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
 
         # ------------------------------------------------- stage 1: operands → product / unit
-        a = rd_a.data
-        b = rd_b.data
+        if one:
+            m.d.comb += [a_in.eq(Mux(tp1, a_hold, rd_a.data)), b_in.eq(Mux(cb1, b_const, rd_a.data))]
+        else:
+            m.d.comb += [a_in.eq(rd_a.data), b_in.eq(rd_b.data)]
+        a, b = a_in, b_in
         v2, last2, first2 = Signal(), Signal(), Signal()
         out2 = Signal(range(self.depth))
         kind2, resc2, pc2 = Signal.like(kind), Signal(), Signal.like(pc)

@@ -12,9 +12,10 @@ from .microcode import Microcode
 __all__ = ["simulate"]
 
 
-def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_000) -> tuple[list[np.ndarray], int]:
+def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_000,
+             read_ports: int = 2) -> tuple[list[np.ndarray], int]:
     """Load ``inputs``, run the program, return ``(outputs, cycles from start to done)``."""
-    dut = Sequencer(mc)
+    dut = Sequencer(mc, read_ports)
     result: dict = {}
 
     async def bench(ctx):

@@ -142,10 +142,13 @@ def precheck(design, target: str) -> None:
     """Refuse designs whose memory or multipliers cannot fit, before any tool runs."""
     t = TARGETS[target]
     mc = design.microcode
-    bits = mc.depth * mc.dtype.width * 2          # two read ports: the memory is duplicated
+    copies = design.read_ports                     # iCE40/ECP5 block RAMs: one copy per read port
+    bits = mc.depth * mc.dtype.width * copies
     if bits > t.bram_bits:
-        raise DoesNotFit(f"{target}: the design needs {bits} bits of block RAM (2 copies of {mc.depth} words × "
-                         f"{mc.dtype.width} bits), the device has {t.bram_bits} ({bits / t.bram_bits:.1f}x too many)")
+        hint = "; try read_ports=1" if copies > 1 and bits // copies <= t.bram_bits else ""
+        raise DoesNotFit(f"{target}: the design needs {bits} bits of block RAM ({copies} copies of {mc.depth} words "
+                         f"× {mc.dtype.width} bits), the device has {t.bram_bits} "
+                         f"({bits / t.bram_bits:.1f}x too many){hint}")
 
 
 def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=print) -> Report:
