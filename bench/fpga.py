@@ -24,11 +24,11 @@ from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import fpga  # noqa: E402
 from circuitgrad.backends.fpga.synth import DoesNotFit, synthesize  # noqa: E402
 
-CONFIGS = [  # name, batch, sizes, function, target
-    ("iris-step", 8, [4, 16, 3], "step", "ice40-up5k"),
-    ("iris-predict", 8, [4, 16, 3], "predict", "ice40-up5k"),
-    ("mlp5-predict", 1, [16, 64, 32, 32, 5], "predict", "ice40-up5k"),
-    ("mlp5-step", 1, [16, 64, 32, 32, 5], "step", "ecp5-85k"),
+CONFIGS = [  # name, batch, sizes, function, target, read ports
+    ("iris-step", 8, [4, 16, 3], "step", "ice40-up5k", 2),
+    ("iris-predict", 8, [4, 16, 3], "predict", "ice40-up5k", 2),
+    ("mlp5-predict", 1, [16, 64, 32, 32, 5], "predict", "ice40-up5k", 1),
+    ("mlp5-step", 1, [16, 64, 32, 32, 5], "step", "ecp5-85k", 2),
 ]
 REFERENCE = [
     ["reference: single-MAC dense 16→64 (issue)", "ice40-up5k", "~98 LUT4", "-", "1", "2", "~65", "-", "-"],
@@ -42,15 +42,15 @@ def main() -> None:
     ap.add_argument("--macs", type=int, nargs="*", default=[1])
     a = ap.parse_args()
     rows = []
-    for name, B, sizes, fn, target in CONFIGS:
+    for name, B, sizes, fn, target, ports in CONFIGS:
         if a.only and name not in a.only:
             continue
         step = cg.compile_model(nn.mlp(B, sizes), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
                                 dtype=cg.fixed(16, 8))
         for macs in a.macs:
-            label = f"{name} {'-'.join(map(str, sizes))} b{B} macs={macs}"
+            label = f"{name} {'-'.join(map(str, sizes))} b{B} macs={macs} ports={ports}"
             try:
-                d = fpga.compile(step, function=fn, macs=macs)
+                d = fpga.compile(step, function=fn, macs=macs, read_ports=ports)
                 with tempfile.TemporaryDirectory() as tmp:
                     r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr))
                 rows.append([label, target, r.luts, r.ffs, r.dsps, r.brams, f"{r.fmax_mhz:.1f}",

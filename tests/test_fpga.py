@@ -150,3 +150,14 @@ def test_iris_training_step_places_and_routes_on_up5k(tmp_path):
     assert os.path.getsize(r.bitstream) > 100_000                  # an iCE40 UP5K image is ~104 kB
     rep = json.loads(open(tmp_path / "report.json").read())
     assert rep["target"] == "ice40-up5k" and rep["luts"] == r.luts
+
+
+def test_predict_on_100_random_inputs_bit_exact(rng):
+    B = 100
+    step = cg.compile_model(nn.mlp(B, [4, 8, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    design = fpga.compile(step, function="predict")
+    p = step.init_params(seed=3)
+    x = rng.normal(size=(B, 4)) * 2
+    outs, n = fpga.simulate(design, p, x)
+    want = step.fn("predict").run(*[p[k] for k in step.param_names], step._in(x, "x"))[0]
+    assert np.array_equal(outs["predict"], want) and n == design.cycles
