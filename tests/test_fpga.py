@@ -161,3 +161,23 @@ def test_predict_on_100_random_inputs_bit_exact(rng):
     outs, n = fpga.simulate(design, p, x)
     want = step.fn("predict").run(*[p[k] for k in step.param_names], step._in(x, "x"))[0]
     assert np.array_equal(outs["predict"], want) and n == design.cycles
+
+
+@pytest.mark.slow
+def test_training_on_chip_keeps_parameters_in_memory():
+    """Parameters and momentum are loaded once; ten batches later they equal the interpreter's."""
+    from circuitgrad import datasets
+    data = datasets.load("iris")
+    B = 8
+    step = cg.compile_model(nn.mlp(B, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.125),
+                            dtype=Q)
+    design = fpga.compile(step)
+    assert [u.kind for u in design.microcode.ops[-8:]] == ["copy"] * 8        # 4 parameters + 4 momenta
+    batches = list(datasets.batches(data.x_train, data.y_train, B, np.random.default_rng(0)))[:10]
+    p0 = step.init_params(seed=0)
+    hw, n = fpga.train(design, p0, batches)
+    sw = dict(p0)
+    for x, y in batches:
+        sw = step.step(sw, x, y)
+    assert list(hw) == list(sw) and all(np.array_equal(hw[k], sw[k]) for k in sw)
+    assert n == 10 * design.cycles

@@ -24,7 +24,7 @@ from circuitgrad.types import Fixed
 from .core import HW_KINDS, Sequencer, check_supported, cycles
 from .microcode import RULES, UNSUPPORTED, Microcode, compile_program, execute
 
-__all__ = ["RULES", "UNSUPPORTED", "Design", "compile", "simulate", "Sequencer", "cycles", "Microcode",
+__all__ = ["RULES", "UNSUPPORTED", "Design", "compile", "simulate", "train", "Sequencer", "cycles", "Microcode",
            "compile_program", "execute", "HW_KINDS"]
 
 
@@ -47,17 +47,21 @@ class Design:
 
 
 def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, function: str = "step",
-            read_ports: int = 2) -> Design:
+            read_ports: int = 2, on_chip: bool = True) -> Design:
     """The FPGA design of ``model``'s ``step`` (default) or ``predict``.
 
     ``read_ports=1`` halves the block RAM (iCE40 duplicates a memory per read
-    port) at the cost of two cycles per two-operand element.
+    port) at the cost of two cycles per two-operand element. With
+    ``on_chip=True`` (default), a training step writes the updated
+    parameters and optimizer state back into their on-chip memory, so
+    training continues with new batches only (:func:`train`).
     """
     if macs != 1:
         raise NotImplementedError(f"fpga.compile: only macs=1 is built so far (asked for macs={macs})")
     dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(16, 8))
     fx = model if model.dtype == dtype else cg.compile_model(model.model, model.loss_fn, model.optimizer, dtype)
-    mc = compile_program(fx.fn(function).program, dtype)
+    n_state = len(fx.param_names) + len(fx.state_names) if function == "step" and on_chip else 0
+    mc = compile_program(fx.fn(function).program, dtype, write_back=n_state)
     check_supported(mc)
     return Design(fx, function, mc, macs, read_ports)
 
@@ -75,3 +79,19 @@ def simulate(design: Design, params, x, y=None) -> tuple[dict[str, np.ndarray], 
     outs, n = _simulate(design.microcode, args, read_ports=design.read_ports)
     out_names = names if key == "step" else ([key] if key != "gradients" else fx.param_names)
     return dict(zip(out_names, outs)), n
+
+
+def train(design: Design, params, batches) -> tuple[dict[str, np.ndarray], int]:
+    """Train on the simulated FPGA: parameters are loaded once, then only batches go in.
+
+    Returns the final parameters and optimizer state, read from on-chip
+    memory, and the total number of cycles.
+    """
+    from .sim import run_steps
+    fx = design.model
+    names = fx.param_names + fx.state_names
+    init = [np.asarray(params[n]) if np.issubdtype(np.asarray(params[n]).dtype, np.integer)
+            else fx._in(params[n], n) for n in names]
+    data = [(fx._in(x, "input"), fx._targets(y)) for x, y in batches]
+    state, n = run_steps(design.microcode, init, data, read_ports=design.read_ports)
+    return dict(zip(names, state)), n

@@ -46,7 +46,7 @@ from .microcode import Microcode, View
 
 __all__ = ["Sequencer", "cycles", "div_bits", "check_supported", "HW_KINDS"]
 
-HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "max", "exp", "divf"}
+HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "max", "exp", "divf", "copy"}
 _KIND = {k: i for i, k in enumerate(sorted(HW_KINDS))}
 
 
@@ -327,6 +327,7 @@ class Sequencer(wiring.Component):
             "sigmoid": lambda: _sigmoid(m, a, dt, "sa"),
             "tanh": lambda: _sigmoid(m, a * 2, dt, "s2a") * 2 - dt.one,
             "exp": lambda: _exp(m, a - b, dt),
+            "copy": lambda: a,
         }
         with m.Switch(kind1):
             for name, unit in units.items():

@@ -18,6 +18,7 @@ Micro-op kinds:
 | ``max`` | ``out[o] = max_k a[o,k]`` (softmax row maximum) |
 | ``exp`` | ``out[o] = exp_fixed(a[o] − b[o])`` |
 | ``divf`` | ``out[o] = ⌊a[o]·2^f / b[o]⌋`` |
+| ``copy`` | ``out[o] = a[o]`` (write-back of updated parameters) |
 
 Every result is range checked against the fixed-point width, as in the
 interpreter. :func:`execute` is a NumPy model of exactly this arithmetic; the
@@ -119,8 +120,16 @@ def _red(view: View, axes: tuple[int, ...], where: str) -> tuple[View, int]:
     return View(view.base, tuple(view.shape[d] for d in keep), tuple(view.strides[d] for d in keep), ks), K
 
 
-def compile_program(prog: Program, dt: Fixed) -> Microcode:
-    """Lay out ``prog``'s tensors in one memory and emit its micro-ops."""
+def compile_program(prog: Program, dt: Fixed, write_back: int = 0) -> Microcode:
+    """Lay out ``prog``'s tensors in one memory and emit its micro-ops.
+
+    ``write_back = n`` appends ``copy`` micro-ops that store the first ``n``
+    outputs into the memory of the first ``n`` inputs. This is how a
+    training step updates its parameters and optimizer state *in on-chip
+    memory*, so the next step only needs a new batch. The copies run last,
+    because an update may be computed before a gradient that still reads
+    the old value.
+    """
     env: dict[int, View] = {}
     top = 0
     init: dict[int, int] = {}
@@ -153,6 +162,11 @@ def compile_program(prog: Program, dt: Fixed) -> Microcode:
         outs = rule(op, args, alloc, constant, ops, where, dt, shape_out)
         for r, o in zip(a.results, outs):
             env[r] = o
+    for v_in, v_out in list(zip(prog.inputs, prog.outputs))[:write_back]:
+        src, dst = env[v_out], env[v_in]
+        if prog.types[v_in].shape != prog.types[v_out].shape:
+            raise ValueError(f"write-back: output {prog.types[v_out]} does not match input {prog.types[v_in]}")
+        ops.append(MicroOp("copy", dst, src, source=f"write-back of input {prog.inputs.index(v_in)}"))
     return Microcode(dt, ops, top, init, [env[v] for v in prog.inputs], [env[v] for v in prog.outputs])
 
 
@@ -268,6 +282,8 @@ def _elementwise(kind: str, a: np.ndarray, b: np.ndarray | None, dt: Fixed) -> n
         return exp_fixed(a - b, dt)
     if kind == "divf":
         return (a << dt.frac) // b
+    if kind == "copy":
+        return a
     raise ValueError(kind)
 
 

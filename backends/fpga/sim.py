@@ -45,3 +45,44 @@ def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_0
         u = mc.ops[result["fault"]]
         raise FixedPointOverflow(f"{u.source} overflowed {mc.dtype} in the FPGA simulation")
     return result["outputs"], result["cycles"]
+
+
+def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.ndarray, np.ndarray]],
+              read_ports: int = 2) -> tuple[list[np.ndarray], int]:
+    """Load ``state`` (the first inputs) once, then for each batch load ``x, y`` and run; read the state back."""
+    dut = Sequencer(mc, read_ports)
+    k = len(state)
+    result: dict = {}
+
+    def load(ctx, view, x):
+        for addr, v in zip(view.addresses().reshape(-1), np.asarray(x, dtype=np.int64).reshape(-1)):
+            ctx.set(dut.mem.data[int(addr)], int(v))
+
+    async def bench(ctx):
+        for view, x in zip(mc.inputs[:k], state):
+            load(ctx, view, x)
+        total = 0
+        for x, y in batches:
+            load(ctx, mc.inputs[k], x)
+            load(ctx, mc.inputs[k + 1], y)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            total += 1
+            while not ctx.get(dut.done):
+                await ctx.tick()
+                total += 1
+            if ctx.get(dut.overflow):
+                result["fault"] = ctx.get(dut.fault)
+                break
+        result["cycles"] = total
+        result["state"] = [np.array([ctx.get(dut.mem.data[int(a)]) for a in v.addresses().reshape(-1)],
+                                    dtype=np.int64).reshape(v.shape) for v in mc.inputs[:k]]
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    if "fault" in result:
+        raise FixedPointOverflow(f"{mc.ops[result['fault']].source} overflowed {mc.dtype} in the FPGA simulation")
+    return result["state"], result["cycles"]
