@@ -181,3 +181,44 @@ def test_training_on_chip_keeps_parameters_in_memory():
         sw = step.step(sw, x, y)
     assert list(hw) == list(sw) and all(np.array_equal(hw[k], sw[k]) for k in sw)
     assert n == 10 * design.cycles
+
+
+def test_stream_interfaces_predict(rng):
+    """Batches go in through a lib.stream, predictions come out through another."""
+    from amaranth.sim import Simulator
+    from circuitgrad.backends.fpga.accel import Accelerator
+    B = 4
+    step = cg.compile_model(nn.mlp(B, [4, 6, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    design = fpga.compile(step, function="predict")
+    mc = design.microcode
+    k = len(step.param_names)
+    dut = Accelerator(mc, batch_inputs=[k], streamed_outputs=[0])
+    p = step.init_params(seed=0)
+    xs = [step._in(rng.normal(size=(B, 4)), "x") for _ in range(2)]
+    got = []
+
+    async def bench(ctx):
+        for view, name in zip(mc.inputs[:k], step.param_names):        # parameters once, through the host port
+            for a, v in zip(view.addresses().reshape(-1), p[name].reshape(-1)):
+                ctx.set(dut.seq.mem.data[int(a)], int(v))
+        for x in xs:
+            for v in x.reshape(-1):
+                ctx.set(dut.batch.payload, int(v))
+                ctx.set(dut.batch.valid, 1)
+                await ctx.tick().until(dut.batch.ready)
+            ctx.set(dut.batch.valid, 0)
+            ctx.set(dut.result.ready, 1)
+            words = []
+            while len(words) < B * 3:
+                await ctx.tick()
+                if ctx.get(dut.result.valid) and ctx.get(dut.result.ready):
+                    words.append(ctx.get(dut.result.payload))
+            got.append(np.array(words).reshape(B, 3))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    for x, g in zip(xs, got):
+        want = step.fn("predict").run(*[p[n] for n in step.param_names], x)[0]
+        assert np.array_equal(g, want)

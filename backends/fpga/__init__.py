@@ -9,7 +9,10 @@ Work in progress (see ``docs/FPGA.md``). Built so far:
 * a one-MAC sequencer that runs every micro-op kind, softmax included;
 * a cycle model that matches simulation exactly.
 
-Not built yet: ``macs > 1``, synthesis with YoWASP, and stream interfaces.
+* YoWASP synthesis (:mod:`.synth`), ``lib.stream`` interfaces (:mod:`.accel`),
+  and on-chip parameter write-back for training (:func:`train`).
+
+Not built yet: ``macs > 1``.
 """
 from __future__ import annotations
 
