@@ -265,8 +265,6 @@ class Sequencer(wiring.Component):
                     m.d.comb += rd_a.addr.eq(Mux(two_phase & ph, ptr["b"], ptr["a"]))
                 else:
                     m.d.comb += [rd_a.addr.eq(ptr["a"]), rd_b.addr.eq(ptr["b"])]
-                is_last_k = k == K - 1
-                is_div = kind == _KIND["divf"]
                 with m.If(two_phase & ~ph):                        # phase 0: a is being read
                     m.d.sync += [ph.eq(1), v1.eq(0)]
                 with m.Else():
