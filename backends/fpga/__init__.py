@@ -24,8 +24,23 @@ import circuitgrad as cg
 from circuitgrad.compile import CompiledModel
 from circuitgrad.types import Fixed
 
-from .core import HW_KINDS, Sequencer, check_supported, cycles
 from .microcode import RULES, UNSUPPORTED, Microcode, compile_program, execute
+from .timing import HW_KINDS, check_supported, cycles
+
+
+def __getattr__(name: str):
+    """``Sequencer`` needs Amaranth: imported on first use, with a clear error without it."""
+    if name == "Sequencer":
+        return _core().Sequencer
+    raise AttributeError(name)
+
+
+def _core():
+    try:
+        from . import core
+    except ImportError as e:
+        raise ImportError("the FPGA backend's hardware needs Amaranth: pip install 'circuitgrad[fpga]'") from e
+    return core
 
 __all__ = ["RULES", "UNSUPPORTED", "Design", "compile", "simulate", "train", "Sequencer", "cycles", "Microcode",
            "compile_program", "execute", "HW_KINDS"]
@@ -45,8 +60,9 @@ class Design:
         """Predicted cycles per call (exact for the current sequencer)."""
         return cycles(self.microcode, self.read_ports)
 
-    def component(self) -> Sequencer:
-        return Sequencer(self.microcode, self.read_ports)
+    def component(self):
+        """The Amaranth :class:`~.core.Sequencer` of this design."""
+        return _core().Sequencer(self.microcode, self.read_ports)
 
 
 def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, function: str = "step",
@@ -71,6 +87,7 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, fun
 
 def simulate(design: Design, params, x, y=None) -> tuple[dict[str, np.ndarray], int]:
     """Run the design in Amaranth's simulator: ``(outputs by name, cycles)``."""
+    _core()
     from .sim import simulate as _simulate
     fx, key = design.model, design.function
     names = fx.param_names + (fx.state_names if key == "step" else [])
@@ -90,6 +107,7 @@ def train(design: Design, params, batches) -> tuple[dict[str, np.ndarray], int]:
     Returns the final parameters and optimizer state, read from on-chip
     memory, and the total number of cycles.
     """
+    _core()
     from .sim import run_steps
     fx = design.model
     names = fx.param_names + fx.state_names

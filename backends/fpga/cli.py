@@ -68,7 +68,7 @@ def _simulate(a) -> int:
 
 def add_parser(sub) -> None:
     """Register ``fpga synth`` and ``fpga simulate`` under the ``circuitgrad`` command."""
-    from .synth import TARGETS
+    from .devices import TARGETS
     fp = sub.add_parser("fpga", help="FPGA designs of training steps").add_subparsers(dest="fpga_cmd", required=True)
     for name, fn, helptext in (("synth", _synth, "synthesize, place and route with YoWASP"),
                                ("simulate", _simulate, "simulate training steps bit-exactly")):

@@ -1,0 +1,47 @@
+"""The sequencer's cycle model and capabilities, without Amaranth (pure Python)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .microcode import Microcode
+
+__all__ = ["HW_KINDS", "check_supported", "cycles", "div_bits"]
+
+HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "max", "exp", "divf", "copy"}
+_KIND = {k: i for i, k in enumerate(sorted(HW_KINDS))}
+
+
+def check_supported(mc: Microcode) -> None:
+    """Raise a clear error naming every micro-op the hardware cannot run yet."""
+    bad = sorted({f"{u.kind} ({u.source})" for u in mc.ops if u.kind not in HW_KINDS})
+    if bad:
+        raise NotImplementedError(f"the FPGA sequencer cannot run these micro-ops yet: {', '.join(bad)}")
+
+
+def div_bits(mc: Microcode) -> int:
+    """Quotient bits the sequential divider produces (one per cycle)."""
+    return mc.dtype.width + mc.dtype.frac
+
+
+def _const_b(u) -> bool:
+    return u.b is not None and u.b.kstride == 0 and all(st == 0 for st in u.b.strides)
+
+
+def cycles(mc: Microcode, read_ports: int = 2) -> int:
+    """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
+
+    A micro-op costs 1 (load) + 3 (drain) cycles plus one per (element, k)
+    pair; a ``divf`` element costs ``div_bits + 3`` (issue, load, one cycle
+    per quotient bit, write). With one read port, an operation that reads
+    two non-constant operands issues every other cycle, and a constant
+    operand is read once, in one extra load cycle.
+    """
+    total = 2
+    for u in mc.ops:
+        n = int(np.prod(u.out.shape, dtype=np.int64))
+        two = read_ports == 1 and u.b is not None and not _const_b(u)
+        total += 4 + (read_ports == 1 and _const_b(u))
+        total += n * (div_bits(mc) + 3 + two) if u.kind == "divf" else n * u.K * (2 if two else 1)
+    return total
+
+
