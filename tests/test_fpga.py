@@ -122,8 +122,9 @@ def test_unbuilt_hardware_is_named_before_simulation():
     with pytest.raises(NotImplementedError) as e:
         fpga.Sequencer(mc)
     assert str(e.value) == "the FPGA sequencer cannot run these micro-ops yet: fft (FFT#9)"
-    with pytest.raises(NotImplementedError, match=r"^fpga\.compile: only macs=1 is built so far \(asked for macs=4\)$"):
-        fpga.compile(step, macs=4)
+    with pytest.raises(ValueError, match=r"^fpga\.compile: macs must be ≥ 1, and macs > 1 needs read_ports=2 "
+                                         r"\(got macs=4, read_ports=1\)$"):
+        fpga.compile(step, macs=4, read_ports=1)
 
 
 def test_design_too_big_is_refused_before_the_build():
@@ -222,3 +223,17 @@ def test_stream_interfaces_predict(rng):
     for x, g in zip(xs, got):
         want = step.fn("predict").run(*[p[n] for n in step.param_names], x)[0]
         assert np.array_equal(g, want)
+
+
+@pytest.mark.parametrize("macs", [2, 3, 4, 8])
+def test_mac_lanes_bit_exact_with_exact_cycle_model(macs, rng):
+    B = 4
+    step = cg.compile_model(nn.mlp(B, [5, 7, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.125),
+                            dtype=Q)
+    d1, dm = fpga.compile(step, macs=1), fpga.compile(step, macs=macs)
+    p = step.init_params(seed=0)
+    x, y = rng.normal(size=(B, 5)), rng.integers(0, 3, size=B)
+    want = step.step(p, x, y)
+    got, n = fpga.simulate(dm, p, x, y)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+    assert n == dm.cycles < d1.cycles                  # reductions take ⌈K / macs⌉ cycles per element

@@ -58,11 +58,11 @@ class Design:
     @property
     def cycles(self) -> int:
         """Predicted cycles per call (exact for the current sequencer)."""
-        return cycles(self.microcode, self.read_ports)
+        return cycles(self.microcode, self.read_ports, self.macs)
 
     def component(self):
         """The Amaranth :class:`~.core.Sequencer` of this design."""
-        return _core().Sequencer(self.microcode, self.read_ports)
+        return _core().Sequencer(self.microcode, self.read_ports, self.macs)
 
 
 def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, function: str = "step",
@@ -75,8 +75,9 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, fun
     parameters and optimizer state back into their on-chip memory, so
     training continues with new batches only (:func:`train`).
     """
-    if macs != 1:
-        raise NotImplementedError(f"fpga.compile: only macs=1 is built so far (asked for macs={macs})")
+    if macs < 1 or (macs > 1 and read_ports != 2):
+        raise ValueError(f"fpga.compile: macs must be ≥ 1, and macs > 1 needs read_ports=2 "
+                         f"(got macs={macs}, read_ports={read_ports})")
     dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(16, 8))
     fx = model if model.dtype == dtype else cg.compile_model(model.model, model.loss_fn, model.optimizer, dtype)
     n_state = len(fx.param_names) + len(fx.state_names) if function == "step" and on_chip else 0
@@ -96,7 +97,7 @@ def simulate(design: Design, params, x, y=None) -> tuple[dict[str, np.ndarray], 
     args.append(fx._in(x, "input"))
     if key != "predict":
         args.append(fx._targets(y))
-    outs, n = _simulate(design.microcode, args, read_ports=design.read_ports)
+    outs, n = _simulate(design.microcode, args, read_ports=design.read_ports, macs=design.macs)
     out_names = names if key == "step" else ([key] if key != "gradients" else fx.param_names)
     return dict(zip(out_names, outs)), n
 
@@ -114,5 +115,5 @@ def train(design: Design, params, batches) -> tuple[dict[str, np.ndarray], int]:
     init = [np.asarray(params[n]) if np.issubdtype(np.asarray(params[n]).dtype, np.integer)
             else fx._in(params[n], n) for n in names]
     data = [(fx._in(x, "input"), fx._targets(y)) for x, y in batches]
-    state, n = run_steps(design.microcode, init, data, read_ports=design.read_ports)
+    state, n = run_steps(design.microcode, init, data, read_ports=design.read_ports, macs=design.macs)
     return dict(zip(names, state)), n

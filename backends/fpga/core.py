@@ -68,10 +68,13 @@ def _2d(v: View) -> tuple[int, int, int, int, int, int]:
 class Sequencer(wiring.Component):
     """Runs ``mc`` on one MAC unit (see the module docstring for the ports and timing)."""
 
-    def __init__(self, mc: Microcode, read_ports: int = 2):
+    def __init__(self, mc: Microcode, read_ports: int = 2, macs: int = 1):
         if read_ports not in (1, 2):
             raise ValueError(f"read_ports must be 1 or 2, got {read_ports}")
-        self.read_ports = read_ports
+        if macs < 1 or (macs > 1 and read_ports != 2):
+            raise ValueError(f"macs must be ≥ 1, and macs > 1 needs read_ports=2 (got macs={macs}, "
+                             f"read_ports={read_ports})")
+        self.read_ports, self.macs = read_ports, macs
         try:
             check_supported(mc)
         except NotImplementedError:
@@ -97,8 +100,10 @@ class Sequencer(wiring.Component):
         f = dt.frac
         m.submodules.mem = mem = self.mem
         one = self.read_ports == 1
+        L = self.macs
         rd_a = mem.read_port()
         rd_b = None if one else mem.read_port()
+        lanes = [(rd_a, rd_b)] + [(mem.read_port(), mem.read_port()) for _ in range(L - 1)]
         wr = mem.write_port()
 
         n_ops = len(mc.ops)
@@ -154,7 +159,8 @@ class Sequencer(wiring.Component):
         resc1 = Signal()
         hasb1 = Signal()
         pc1 = Signal.like(pc)
-        acc_w = 2 * W + max(1, kmax.bit_length()) + 1
+        mask1 = Signal(L)
+        acc_w = 2 * W + max(1, kmax.bit_length()) + 1 + max(0, (L - 1).bit_length())
         acc = Signal(signed(acc_w))
         nb = div_bits(mc)
         div_out = Signal(range(self.depth))
@@ -167,14 +173,15 @@ class Sequencer(wiring.Component):
 
         def issue():
             """Issue one (element, k) pair and advance the loop counters and addresses."""
-            is_last_k = k == K - 1
+            is_last_k = (k + L >= K) if L > 1 else (k == K - 1)
             is_div = kind == _KIND["divf"]
+            m.d.sync += [mask1[lane].eq(k + lane < K) for lane in range(L)]
             m.d.sync += [v1.eq(~is_div), last1.eq(is_last_k), first1.eq(k == 0), out1.eq(col["o"]),
                          kind1.eq(kind), resc1.eq(rescale), hasb1.eq(has_b), pc1.eq(pc),
                          div_out.eq(col["o"]), div_last.eq((i1 == n1 - 1) & (i0 == n0 - 1))]
             with m.If(~is_last_k):
-                m.d.sync += [k.eq(k + 1), ptr["a"].eq(ptr["a"] + fields["a"][3]),
-                             ptr["b"].eq(ptr["b"] + fields["b"][3])]
+                m.d.sync += [k.eq(k + L), ptr["a"].eq(ptr["a"] + fields["a"][3] * L),
+                             ptr["b"].eq(ptr["b"] + fields["b"][3] * L)]
             with m.Else():
                 m.d.sync += k.eq(0)
                 with m.If(i1 != n1 - 1):
@@ -229,7 +236,9 @@ class Sequencer(wiring.Component):
                 if one:
                     m.d.comb += rd_a.addr.eq(Mux(two_phase & ph, ptr["b"], ptr["a"]))
                 else:
-                    m.d.comb += [rd_a.addr.eq(ptr["a"]), rd_b.addr.eq(ptr["b"])]
+                    for lane, (ra, rb) in enumerate(lanes):
+                        m.d.comb += [ra.addr.eq(ptr["a"] + fields["a"][3] * lane),
+                                     rb.addr.eq(ptr["b"] + fields["b"][3] * lane)]
                 with m.If(two_phase & ~ph):                        # phase 0: a is being read
                     m.d.sync += [ph.eq(1), v1.eq(0)]
                 with m.Else():
@@ -279,7 +288,7 @@ class Sequencer(wiring.Component):
         v2, last2, first2 = Signal(), Signal(), Signal()
         out2 = Signal(range(self.depth))
         kind2, resc2, pc2 = Signal.like(kind), Signal(), Signal.like(pc)
-        p2 = Signal(signed(2 * W))
+        p2 = Signal(signed(2 * W + L.bit_length()))
         ew2 = Signal(signed(W + 3))
         ew = Signal(signed(W + 3))
         used = {u.kind for u in mc.ops}          # build only the units this program uses
@@ -297,8 +306,18 @@ class Sequencer(wiring.Component):
                 if name in used:
                     with m.Case(_KIND[name]):
                         m.d.comb += ew.eq(unit())
+        if L == 1:
+            lane_val = Mux(hasb1, a * b, a)
+        else:                                               # sum (mac) or max over the valid lanes
+            vals = [Mux(hasb1, ra.data * rb.data, ra.data) for ra, rb in lanes]
+            total = Signal(signed(2 * W + L.bit_length()), name="lane_sum")
+            m.d.comb += total.eq(sum(Mux(mask1[i], v, 0) for i, v in enumerate(vals)))
+            best = vals[0]
+            for i, v in enumerate(vals[1:], 1):
+                best = Mux(mask1[i] & (v > best), v, best)
+            lane_val = Mux(kind1 == _KIND["max"], best, total)
         m.d.sync += [v2.eq(v1 & ~fsm.ongoing("IDLE")), last2.eq(last1), first2.eq(first1), out2.eq(out1),
-                     kind2.eq(kind1), resc2.eq(resc1), pc2.eq(pc1), p2.eq(Mux(hasb1, a * b, a)), ew2.eq(ew)]
+                     kind2.eq(kind1), resc2.eq(resc1), pc2.eq(pc1), p2.eq(lane_val), ew2.eq(ew)]
 
         # ------------------------------------------- stage 2: accumulate (or max), rescale
         acc_next = Signal(signed(acc_w))

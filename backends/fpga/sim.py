@@ -13,9 +13,9 @@ __all__ = ["simulate"]
 
 
 def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_000,
-             read_ports: int = 2) -> tuple[list[np.ndarray], int]:
+             read_ports: int = 2, macs: int = 1) -> tuple[list[np.ndarray], int]:
     """Load ``inputs``, run the program, return ``(outputs, cycles from start to done)``."""
-    dut = Sequencer(mc, read_ports)
+    dut = Sequencer(mc, read_ports, macs)
     result: dict = {}
 
     async def bench(ctx):
@@ -48,9 +48,9 @@ def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_0
 
 
 def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.ndarray, np.ndarray]],
-              read_ports: int = 2) -> tuple[list[np.ndarray], int]:
+              read_ports: int = 2, macs: int = 1) -> tuple[list[np.ndarray], int]:
     """Load ``state`` (the first inputs) once, then for each batch load ``x, y`` and run; read the state back."""
-    dut = Sequencer(mc, read_ports)
+    dut = Sequencer(mc, read_ports, macs)
     k = len(state)
     result: dict = {}
 

@@ -127,7 +127,7 @@ def precheck(design, target: str) -> None:
     """Refuse designs whose memory or multipliers cannot fit, before any tool runs."""
     t = TARGETS[target]
     mc = design.microcode
-    copies = design.read_ports                     # iCE40/ECP5 block RAMs: one copy per read port
+    copies = design.read_ports * design.macs       # block RAMs: one copy of the memory per read port
     bits = mc.depth * mc.dtype.width * copies
     if bits > t.bram_bits:
         hint = "; try read_ports=1" if copies > 1 and bits // copies <= t.bram_bits else ""

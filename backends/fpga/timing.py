@@ -27,21 +27,23 @@ def _const_b(u) -> bool:
     return u.b is not None and u.b.kstride == 0 and all(st == 0 for st in u.b.strides)
 
 
-def cycles(mc: Microcode, read_ports: int = 2) -> int:
+def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
 
     A micro-op costs 1 (load) + 3 (drain) cycles plus one per (element, k)
     pair; a ``divf`` element costs ``div_bits + 3`` (issue, load, one cycle
     per quotient bit, write). With one read port, an operation that reads
     two non-constant operands issues every other cycle, and a constant
-    operand is read once, in one extra load cycle.
+    operand is read once, in one extra load cycle. With ``macs`` lanes, a
+    reduction over ``K`` takes ``⌈K / macs⌉`` cycles per element.
     """
     total = 2
     for u in mc.ops:
         n = int(np.prod(u.out.shape, dtype=np.int64))
         two = read_ports == 1 and u.b is not None and not _const_b(u)
         total += 4 + (read_ports == 1 and _const_b(u))
-        total += n * (div_bits(mc) + 3 + two) if u.kind == "divf" else n * u.K * (2 if two else 1)
+        steps = -(-u.K // macs)
+        total += n * (div_bits(mc) + 3 + two) if u.kind == "divf" else n * steps * (2 if two else 1)
     return total
 
 
