@@ -27,7 +27,8 @@ def _design(a):
     data = datasets.load(mod.DATASET, seed=0)
     step = cg.compile_model(nn.mlp(batch, [data.features, *hidden, data.classes]), loss=nn.softmax_cross_entropy,
                             optimizer=nn.sgd(a.lr), dtype=cg.fixed(a.width, a.frac))
-    return data, step, fpga_compile(step, function=a.function, macs=a.macs)
+    return data, step, fpga_compile(step, function=a.function, macs=a.macs,
+                                    read_ports=getattr(a, "read_ports", 2))
 
 
 def _synth(a) -> int:
@@ -38,7 +39,7 @@ def _synth(a) -> int:
     print(f"[compile] {design.function} of {step.model.name}: {len(design.microcode.ops)} micro-ops, "
           f"{design.microcode.depth} memory words, {design.cycles} cycles per call "
           f"({time.perf_counter() - t0:.2f} s)", flush=True)
-    report = synthesize(design, a.target, a.out, log=lambda s: print(f"[build] {s}", flush=True))
+    report = synthesize(design, a.target, a.out, log=lambda s: print(f"[build] {s}", flush=True), board=a.board)
     print(report)
     print(f"report written to {os.path.join(a.out, 'report.json')}")
     return 0
@@ -84,6 +85,9 @@ def add_parser(sub) -> None:
         if name == "synth":
             p.add_argument("--target", choices=sorted(TARGETS), default="ice40-up5k")
             p.add_argument("--out", default="build")
+            p.add_argument("--board", choices=["icebreaker"], default=None,
+                           help="constrain the pins to a board (iCEBreaker: host port on PMOD 1A)")
+            p.add_argument("--read-ports", type=int, choices=[1, 2], default=2, dest="read_ports")
         else:
             p.add_argument("--steps", type=int, default=3)
         p.set_defaults(fn=fn)

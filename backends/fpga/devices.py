@@ -1,7 +1,7 @@
 """FPGA devices the flow targets, and their capacities (pure data, no tools needed)."""
 from dataclasses import dataclass
 
-__all__ = ["Target", "TARGETS"]
+__all__ = ["Target", "TARGETS", "BOARDS", "pcf"]
 
 
 @dataclass(frozen=True)
@@ -18,3 +18,19 @@ TARGETS = {
     "ecp5-25k": Target("ecp5", ("--25k", "--package", "CABGA256"), 24288, 28, 56 * 18432),
     "ecp5-85k": Target("ecp5", ("--85k", "--package", "CABGA381"), 83640, 156, 208 * 18432),
 }
+
+
+#: board pinouts for ``Top``'s pins (iCEBreaker: 12 MHz clock on pin 35, host port on PMOD 1A, reset on PMOD 1B)
+BOARDS = {
+    "icebreaker": {
+        "target": "ice40-up5k",
+        "pins": {"clk": 35, "rst": 43, "start": 4, "sin": 2, "shift": 47, "write": 45, "read": 3,
+                 "sout": 48, "done": 46, "overflow": 44},
+    },
+}
+
+
+def pcf(board: str) -> str:
+    """The iCE40 pin constraints (``.pcf``) for ``board``."""
+    pins = BOARDS[board]["pins"]
+    return "".join(f"set_io {name} {pin}\n" for name, pin in pins.items())

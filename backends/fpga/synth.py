@@ -30,7 +30,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .core import Sequencer, cycles
-from .devices import TARGETS, Target  # noqa: F401
+from .devices import BOARDS, TARGETS, Target, pcf  # noqa: F401
 
 __all__ = ["TARGETS", "Top", "Report", "synthesize", "DoesNotFit"]
 
@@ -136,8 +136,19 @@ def precheck(design, target: str) -> None:
                          f"({bits / t.bram_bits:.1f}x too many){hint}")
 
 
-def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=print) -> Report:
-    """Synthesize, place and route ``design`` for ``target``; returns the parsed :class:`Report`."""
+def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=print,
+               board: str | None = None) -> Report:
+    """Synthesize, place and route ``design`` for ``target``; returns the parsed :class:`Report`.
+
+    ``board`` (``"icebreaker"``) constrains the pins to that board; without
+    it, nextpnr places the pins itself, which is fine for reports but not
+    for a real board.
+    """
+    if board is not None:
+        if board not in BOARDS:
+            raise ValueError(f"unknown board {board!r}; known boards: {sorted(BOARDS)}")
+        if BOARDS[board]["target"] != target:
+            raise ValueError(f"board {board} carries a {BOARDS[board]['target']}, not {target}")
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of {sorted(TARGETS)}")
     precheck(design, target)
@@ -155,8 +166,14 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=pr
         raise DoesNotFit(f"{target}: the design needs {dsps} DSP blocks, the device has {t.dsps}")
     if t.family == "ice40":
         bit = "top.bin"
-        _run(_tool("nextpnr-ice40") + list(t.pnr_args) + ["--json", "top.json", "--asc", "top.asc", "--report",
-                                                         "nextpnr_report.json", "--freq", "12", "--timing-allow-fail"],
+        pins = []
+        if board:
+            with open(os.path.join(outdir, "top.pcf"), "w") as fh:
+                fh.write(pcf(board))
+            pins = ["--pcf", "top.pcf"]
+        _run(_tool("nextpnr-ice40") + list(t.pnr_args) + pins + ["--json", "top.json", "--asc", "top.asc", "--report",
+                                                                "nextpnr_report.json", "--freq", "12",
+                                                                "--timing-allow-fail"],
              "place and route (nextpnr-ice40)", log, outdir)
         _run(_tool("icepack") + ["top.asc", bit], "bitstream (icepack)", log, outdir)
     else:
