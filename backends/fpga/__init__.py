@@ -4,15 +4,14 @@
     design = fpga.compile(step, dtype=cg.fixed(16, 8))        # predict or training step
     outputs, cycles = fpga.simulate(design, params, x, y)     # bit-exact with the interpreter
 
-Work in progress (see ``docs/FPGA.md``). Built so far:
+See ``docs/FPGA.md``. Built:
 * the microcode compiler, covering every primitive of a training step;
-* a one-MAC sequencer that runs every micro-op kind, softmax included;
+* a sequencer that runs every micro-op kind, softmax included;
 * a cycle model that matches simulation exactly.
 
 * YoWASP synthesis (:mod:`.synth`), ``lib.stream`` interfaces (:mod:`.accel`),
-  and on-chip parameter write-back for training (:func:`train`).
-
-Not built yet: ``macs > 1``.
+  and on-chip parameter write-back for training (:func:`train`);
+* ``macs`` MAC lanes for the reductions.
 """
 from __future__ import annotations
 
