@@ -60,6 +60,8 @@ def main() -> None:
                              r.cycles_per_call, f"{r.calls_per_second:.0f}"])
             except (NotImplementedError, DoesNotFit) as e:
                 rows.append([label, target, f"not built: {e}", "", "", "", "", "", ""])
+            except RuntimeError as e:                      # a tool failed: report it, keep going
+                rows.append([label, target, f"tool failed: {str(e).splitlines()[0]}", "", "", "", "", "", ""])
     print(f"FPGA designs (fixed(16,8), YoWASP yosys + nextpnr); {machine()}")
     print(table(["design", "target", "LUTs", "FFs", "DSPs", "BRAMs", "Fmax MHz", "cycles/call", "calls/s"],
                 rows + REFERENCE))
