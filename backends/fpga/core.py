@@ -126,9 +126,11 @@ class Sequencer(wiring.Component):
         K = Signal(range(kmax + 1))
         n0 = Signal(range(nmax + 1))
         n1 = Signal(range(nmax + 1))
+        # address arithmetic width: every base, stride and running pointer stays below 4·depth·macs
+        aw = (4 * self.depth * self.macs).bit_length() + 1
         fields = {}
         for name in ("a", "b", "o"):
-            fields[name] = [Signal(signed(32), name=f"{name}_{x}") for x in ("base", "s0", "s1", "ks")]
+            fields[name] = [Signal(unsigned(aw), name=f"{name}_{x}") for x in ("base", "s0", "s1", "ks")]
         with m.Switch(pc):
             for i, u in enumerate(mc.ops):
                 with m.Case(i):
@@ -146,9 +148,9 @@ class Sequencer(wiring.Component):
         i0 = Signal(range(nmax + 1))
         i1 = Signal(range(nmax + 1))
         k = Signal(range(kmax + 1))
-        row = {x: Signal(signed(32), name=f"row_{x}") for x in "abo"}
-        col = {x: Signal(signed(32), name=f"col_{x}") for x in "abo"}
-        ptr = {x: Signal(signed(32), name=f"ptr_{x}") for x in "ab"}
+        row = {x: Signal(unsigned(aw), name=f"row_{x}") for x in "abo"}
+        col = {x: Signal(unsigned(aw), name=f"col_{x}") for x in "abo"}
+        ptr = {x: Signal(unsigned(aw), name=f"ptr_{x}") for x in "ab"}
 
         # stage-1 metadata (valid one cycle after issue)
         v1 = Signal()

@@ -29,7 +29,7 @@ from amaranth.back import rtlil
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .core import Sequencer, cycles
+from .core import Sequencer  # noqa: F401
 from .devices import BOARDS, TARGETS, Target, pcf  # noqa: F401
 
 __all__ = ["TARGETS", "Top", "Report", "synthesize", "DoesNotFit"]
@@ -187,7 +187,7 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=pr
     util = rep.get("utilization", {})
     used = lambda *names: sum(util.get(n, {}).get("used", 0) for n in names)  # noqa: E731
     fmax = min((v.get("achieved", 0.0) for v in rep.get("fmax", {}).values()), default=0.0)
-    n = cycles(design.microcode)
+    n = design.cycles
     r = Report(target, used("ICESTORM_LC", "TRELLIS_COMB") or cells.get("SB_LUT4", 0),
                sum(v for k, v in cells.items() if "DFF" in k or k.startswith("TRELLIS_FF")),
                used("ICESTORM_DSP", "MULT18X18D"), used("ICESTORM_RAM", "DP16KD"), fmax, n,
