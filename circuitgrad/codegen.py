@@ -93,13 +93,7 @@ def _analyse(program: Program) -> tuple[dict[int, float], set[int], set[int]]:
     Returns ``(scale folded into matmul i, Scale instructions that become
     aliases, Broadcast instructions that become aliases)``.
     """
-    producer: dict[int, int] = {}
-    consumers: dict[int, list[int]] = {}
-    for i, a in enumerate(program.instrs):
-        for r in a.results:
-            producer[r] = i
-        for x in a.args:
-            consumers.setdefault(x, []).append(i)
+    producer, consumers = program.producers(), program.uses()
     outs = set(program.outputs)
     fold: dict[int, float] = {}
     alias: set[int] = set()

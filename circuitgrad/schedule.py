@@ -59,6 +59,18 @@ class Program:
         lines.append(f"    return ({', '.join(f'v{v}' for v in self.outputs)})")
         return "\n".join(lines)
 
+    def producers(self) -> dict[int, int]:
+        """``{variable: index of the instruction that defines it}`` (inputs are absent)."""
+        return {r: i for i, a in enumerate(self.instrs) for r in a.results}
+
+    def uses(self) -> dict[int, list[int]]:
+        """``{variable: indices of the instructions that read it}``, in program order."""
+        out: dict[int, list[int]] = {}
+        for i, a in enumerate(self.instrs):
+            for x in a.args:
+                out.setdefault(x, []).append(i)
+        return out
+
     def count(self) -> dict[str, int]:
         """Number of instructions per primitive name."""
         out: dict[str, int] = {}

@@ -44,13 +44,8 @@ def test_kernels_compile_and_match_numpy_on_the_host(name, make, loss, opt, dtyp
         npdt = dtype.numpy_dtype()
         inputs = [rng.normal(size=prog.types[v].shape).astype(npdt) for v in prog.inputs]
         env = _all_values(prog, inputs)
-
-        def src(v):
-            while v in p.folded:
-                v = p.folded[v]
-            return v
         for i, k in ks.items():
-            ins = [np.ascontiguousarray(env[src(v)], dtype=npdt) for v in k.inputs]
+            ins = [np.ascontiguousarray(env[p.src(v)], dtype=npdt) for v in k.inputs]
             outs = [np.zeros(prog.types[v].shape, dtype=npdt) for v in k.outputs]
             host(k.name, *ins, *outs)
             for v, o in zip(k.outputs, outs):

@@ -219,21 +219,24 @@ def _reshape_strides(view: View, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _per_row(v: View, shape: tuple[int, ...]) -> View:
+    """A per-row vector ``v`` (shape ``shape[:-1]``) broadcast along the last axis of ``shape``."""
+    return _broadcast(View(v.base, v.shape + (1,), v.strides + (0,)), shape)
+
+
 def _softmax(op, args, alloc, constant, ops, where, dt, shape):
     x = args[0]
     rows = shape[:-1]
     red, K = _red(x, (len(shape) - 1,), where)
     m = alloc(rows)
     ops.append(MicroOp("max", m, red, None, K, False, where + ":max"))
-    mb = _broadcast(View(m.base, rows + (1,), m.strides + (0,)), shape)
     e = alloc(shape)
-    ops.append(MicroOp("exp", e, x, mb, source=where + ":exp"))
+    ops.append(MicroOp("exp", e, x, _per_row(m, shape), source=where + ":exp"))
     ered, _ = _red(e, (len(shape) - 1,), where)
     s = alloc(rows)
     ops.append(MicroOp("mac", s, ered, None, K, False, where + ":sum"))
-    sb = _broadcast(View(s.base, rows + (1,), s.strides + (0,)), shape)
     out = alloc(shape)
-    ops.append(MicroOp("divf", out, e, sb, source=where + ":divide"))
+    ops.append(MicroOp("divf", out, e, _per_row(s, shape), source=where + ":divide"))
     return (out,)
 
 

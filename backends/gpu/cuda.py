@@ -100,11 +100,7 @@ def _fused(step: Launch, plan: Plan, name: str) -> Kernel:
     shape = out_t.shape
     n = int(np.prod(shape, dtype=np.int64))
 
-    def src(v):
-        while v in plan.folded:
-            v = plan.folded[v]
-        return v
-
+    src = plan.src
     names = {v: f"in{k}" for k, v in enumerate(step.inputs)}
     lines = []
     value: dict[int, str] = {}

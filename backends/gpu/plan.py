@@ -59,16 +59,16 @@ class Plan:
     def launches(self) -> int:
         return sum(s.launches for s in self.steps)
 
+    def src(self, v: int) -> int:
+        """The variable ``v`` really reads: folded copies and broadcasts resolved."""
+        while v in self.folded:
+            v = self.folded[v]
+        return v
+
 
 def plan(prog: Program) -> Plan:
     """The fusion plan of ``prog`` (see the module docstring)."""
-    producer: dict[int, int] = {}
-    uses: dict[int, list[int]] = {}
-    for i, a in enumerate(prog.instrs):
-        for r in a.results:
-            producer[r] = i
-        for x in a.args:
-            uses.setdefault(x, []).append(i)
+    producer, uses = prog.producers(), prog.uses()
     outputs = set(prog.outputs)
     # constant folding: every instruction whose arguments are all known is evaluated now
     values: dict[int, np.ndarray] = {}

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from circuitgrad.codegen import _ident
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Program
 
@@ -33,12 +34,6 @@ __all__ = ["GpuFunction", "generate", "emulated_kernel", "BLOCK"]
 BLOCK = 256
 
 
-def _ident(s: str) -> str:
-    import re
-    s = re.sub(r"\W", "_", s)
-    return s if s and not s[0].isdigit() else f"_{s}"
-
-
 def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: str,
              donate_pairs: dict[int, int] | None = None) -> str:
     """Python source of the step. ``donate_pairs`` maps an output variable to the input it may overwrite."""
@@ -47,11 +42,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
     for v, n in zip(prog.inputs, arg_names):
         names[v] = _ident(n)
 
-    def src(v):
-        while v in p.folded:
-            v = p.folded[v]
-        return v
-
+    src = p.src
     last: dict[int, int] = {}
     for k, s in enumerate(p.steps):
         for v in s.inputs:
@@ -113,11 +104,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
 def emulated_kernel(p: Plan, step_index: int, kern: Kernel) -> Callable:
     """A CPU stand-in for a kernel launch: runs the step's instructions with NumPy into the given outputs."""
     step = p.steps[step_index]
-
-    def src(v):
-        while v in p.folded:
-            v = p.folded[v]
-        return v
+    src = p.src
 
     def launch(grid, block, args):
         env = dict(zip(kern.inputs, args[:len(kern.inputs)]))

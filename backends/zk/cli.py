@@ -27,11 +27,6 @@ from .circuit import compile as zk_compile
 __all__ = ["add_parser"]
 
 
-def _load_example(path: str):
-    from circuitgrad.cli import load_example
-    return load_example(path)
-
-
 class _Phase:
     def __init__(self, name: str):
         self.name = name
@@ -47,7 +42,8 @@ class _Phase:
 
 
 def _prove(a) -> int:
-    mod = _load_example(a.script)
+    from circuitgrad.cli import load_example
+    mod = load_example(a.script)
     d = dict(mod.DEFAULTS)
     batch = a.batch or d["batch"]
     hidden = a.hidden if a.hidden is not None else d["hidden"]
