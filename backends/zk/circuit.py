@@ -27,7 +27,7 @@ from circuitgrad.types import Fixed
 from . import formats
 from . import gadgets as G
 from .field import BN254, Field
-from .lower import RULES, Lowering
+from .lower import RULES, Lowering, required_bits
 from .r1cs import R1CS, Builder
 
 __all__ = ["Circuit", "Witness", "compile", "compile_program"]
@@ -72,6 +72,8 @@ class Circuit:
         return self.r1cs.field
 
     dtype: Fixed = None
+    #: the circuit is sound over any prime ``p > 2^required_bits`` (see ``lower.required_bits``)
+    required_bits: int = 0
 
 
     def statement(self) -> str:
@@ -182,9 +184,10 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
     """The circuit of any fixed-point SSA program (``public_inputs`` default: none)."""
     t0 = time.perf_counter()
     function = function or prog.name
-    if field.p.bit_length() < 4 * dtype.width + 64:
-        raise ValueError(f"zk.compile: field {field} ({field.bits} bits) is too small for {dtype}: products "
-                         f"and remainders need about {4 * dtype.width + 64} bits without wrap-around")
+    need = required_bits(prog, dtype)
+    if field.p <= 1 << need:
+        raise ValueError(f"zk.compile: field {field} ({field.bits} bits) is too small for {dtype}: this program's "
+                         f"products and remainders need p > 2^{need} to never wrap around")
     missing = sorted({type(a.op).__name__ for a in prog.instrs if type(a.op) not in RULES})
     if missing:
         raise NotImplementedError(f"zk.compile: the ZK backend has no rule for {missing} (used by {function})")
@@ -221,4 +224,4 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
         b.fill(w, lambda W, src=src: W[src])
     r = b.finish(n_pub_out, n_pub_in, n_prv_in)
     return Circuit(r, prog, None, function, in_names, [ins[v] for v in prog.inputs], out_names, pub_out,
-                   public_in, b.fills, time.perf_counter() - t0, None, dtype)
+                   public_in, b.fills, time.perf_counter() - t0, None, dtype, need)

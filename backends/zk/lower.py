@@ -36,7 +36,7 @@ from . import gadgets as G
 from .gadgets import ONE
 from .r1cs import Builder
 
-__all__ = ["RULES", "UNSUPPORTED", "Lowering"]
+__all__ = ["RULES", "UNSUPPORTED", "Lowering", "required_bits"]
 
 
 class Lowering:
@@ -232,23 +232,26 @@ def _softmax(L: Lowering, op: P.Softmax, x):
     v = b.alloc(R * K)
     b.fill(v, lambda W: (rv(W) * (c1 + W[u]) + half) >> f)
     G.rescale(b, r_terms, [(u, 1), (ONE, c1)], v, dt, lambda W: rv(W) * (c1 + W[u]), "softmax.exp2")
-    # shift n = min(−k, 62), pow = 2^n
+    # shift n = min(−k, C), pow = 2^n. The interpreter clamps at 62, but p < 2^(f+2), so every shift of
+    # at least f + 2 gives 0: clamping at C = f + 2 is bit-exact and keeps 2^n far below the field size.
+    C = min(62, f + 2)
+    nb = C.bit_length()
     kb = w - f + 4
-    g = G.at_least(b, [(kk, -1)], 62, kb, "softmax.clamp")
-    gk = G.product(b, [(g, 1)], [(ONE, 62), (kk, 1)], "softmax.clamp")
-    nbits = G.decompose(b, [(kk, -1), (gk, 1)], 0, 6, "softmax.shift")
+    g = G.at_least(b, [(kk, -1)], C, kb, "softmax.clamp")
+    gk = G.product(b, [(g, 1)], [(ONE, C), (kk, 1)], "softmax.clamp")
+    nbits = G.decompose(b, [(kk, -1), (gk, 1)], 0, nb, "softmax.shift")
     powv = [(ONE, 1), (nbits[:, 0], 1)]
-    for i in range(1, 6):
+    for i in range(1, nb):
         powv = [(G.product(b, powv, [(ONE, 1), (nbits[:, i], (1 << (1 << i)) - 1)], "softmax.pow"), 1)]
     (pw, _), = powv
     # e = floor(p / pow):  e·pow = p − rem,  0 ≤ rem < pow
     e = b.alloc(R * K)
-    b.fill(e, lambda W: (dt.one + W[v]) >> np.minimum(-W[kk], 62))
+    b.fill(e, lambda W: (dt.one + W[v]) >> np.minimum(-W[kk], C))
     rem = b.alloc(R * K)
     b.fill(rem, lambda W: (dt.one + W[v]) - W[e] * W[pw])
     b.constrain([(e, 1)], [(pw, 1)], [(v, 1), (ONE, dt.one), (rem, -1)], "softmax.shift")
-    G.decompose(b, [(rem, 1)], 0, 63, "softmax.shift.rem")
-    G.decompose(b, [(pw, 1), (rem, -1)], -1, 63, "softmax.shift.rem")
+    G.decompose(b, [(rem, 1)], 0, C, "softmax.shift.rem")
+    G.decompose(b, [(pw, 1), (rem, -1)], -1, C, "softmax.shift.rem")
     G.decompose(b, [(e, 1)], 0, f + 2, "softmax.exp.range")
     # s = floor(e·2^f / S),  S = Σ_row e
     E = e.reshape(R, K)
@@ -262,6 +265,28 @@ def _softmax(L: Lowering, op: P.Softmax, x):
     G.decompose(b, S_terms + [(rem2, -1)], -1, db, "softmax.divide.rem")
     G.range_check(b, s, dt, "softmax.range")
     return (out,)
+
+
+def required_bits(prog, dt: Fixed) -> int:
+    """Bits a prime needs (``p > 2^bits``) so that no constraint of ``prog``'s circuit can wrap around.
+
+    Every constraint relates integers bounded by the range checks. A congruence
+    ``x ≡ y (mod p)`` with ``|x| + |y| < p`` forces ``x = y``. The largest such sums are:
+    a matmul's ``Σₙ aᵢbᵢ`` against ``2^f·q + r`` (``2w + log2 n`` bits); a PLAN piece or a
+    softmax rescale (``w + f + 3``); the softmax division ``s·Σe`` (``w + f + 3 + log2 K``);
+    its shift ``e·2^n`` (``2f + 4``). Two bits of margin are added.
+    """
+    w, f = dt.width, dt.frac
+    n_max, k_max = 1, 1
+    for a in prog.instrs:
+        if isinstance(a.op, P.MatMul):
+            n_max = max(n_max, prog.types[a.args[0]].shape[-1])
+        elif isinstance(a.op, P.SumTo):
+            n_max = max(n_max, int(np.prod(a.op.T.shape)) // max(1, int(np.prod(a.op.S.shape))))
+        elif isinstance(a.op, P.Softmax):
+            k_max = max(k_max, prog.types[a.args[0]].shape[-1])
+    lg = lambda v: math.ceil(math.log2(v)) if v > 1 else 0  # noqa: E731
+    return max(2 * w + lg(n_max), w + f + 3 + lg(k_max), 2 * f + 4) + 2
 
 
 #: lowering rule per primitive (LogSumExp appears only in loss values, never in a step)

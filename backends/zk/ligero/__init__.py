@@ -1,0 +1,88 @@
+"""The native transparent prover: Ligero over a 51-bit NTT-friendly prime, in NumPy.
+
+    from circuitgrad.backends import zk
+    proof = zk.prove(circuit, wit, system="ligero")     # no setup, no Node.js
+    assert zk.verify(proof, circuit, wit.public)
+    proof.save("step.proof"); zk.Proof.load("step.proof")
+
+A circuit is proved over ``F_p`` with ``p = 262139·2^33 + 1``, whatever field it
+was compiled for. Its constraints have small integer coefficients, and they
+are sound over any prime above ``2^circuit.required_bits``. :func:`prove`
+refuses circuits that need more than this field has (for example width 32),
+and names the widths that fit. See ``docs/ZK.md`` for the protocol, the
+soundness bound and the zero-knowledge argument.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import gf
+from .circuitdata import prepare
+from .params import TARGET_BITS, Params, choose, round_errors, soundness_bits
+from .proofio import FormatError, load, loads
+from .protocol import LigeroProof, Reject, prove_prepared, verify_prepared
+
+__all__ = ["prove", "verify", "check", "LigeroProof", "Params", "choose", "soundness_bits", "round_errors",
+           "TARGET_BITS", "FIELD_BITS", "load", "loads", "Reject", "FormatError"]
+
+#: usable bits: circuits need ``p > 2^required_bits``
+FIELD_BITS = gf.P.bit_length() - 1
+
+
+def _check_fits(circuit) -> None:
+    need = getattr(circuit, "required_bits", 0)
+    if need > FIELD_BITS:
+        raise ValueError(
+            f"ligero: {circuit.function} in {circuit.dtype} needs a prime above 2^{need} so that no constraint wraps "
+            f"around, but the Ligero field has {gf.P.bit_length()} bits (p = {gf.P}); use a narrower fixed-point "
+            f"format (fixed(16, 8) needs about 2·16 + log2(inner dimension) + 2 bits) or system='groth16'")
+
+
+def _signed_public(circuit, public: Sequence[int]) -> np.ndarray:
+    """Public values as integers: field elements of the circuit's field are lifted to (−p/2, p/2]."""
+    pc = circuit.field.p
+    out = [int(v) for v in public]
+    return np.array([v - pc if v > pc // 2 else v for v in out], dtype=object)
+
+
+def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGET_BITS,
+          check: bool = True, rng: np.random.Generator | None = None,
+          log: Callable[[str], None] | None = None) -> LigeroProof:
+    """A Ligero proof that ``wit`` satisfies ``circuit``.
+
+    ``params`` default to :func:`choose` for ``target_bits``. With ``check`` (the default), an
+    unsatisfied witness raises ``UnsatisfiedConstraint`` naming the constraint, before any
+    proving work starts.
+    """
+    _check_fits(circuit)
+    values = wit.values if hasattr(wit, "values") else np.asarray(wit)
+    if check:
+        circuit.assert_satisfied(values)
+    t0 = time.perf_counter()
+    pc = prepare(circuit.r1cs)
+    p = params or choose(pc.n_wires, pc.n_constraints, target_bits)
+    if log:
+        log(f"ligero: {pc.n_constraints} constraints, {pc.n_wires} wires; k={p.k} t={p.t} n={p.n} σ={p.sigma} "
+            f"({soundness_bits(p):.1f} bits)")
+    proof = prove_prepared(pc, values, p, circuit.statement(), circuit.r1cs.n_pub_out, rng=rng, log=log)
+    proof.timings["prove"] = time.perf_counter() - t0
+    return proof
+
+
+def check(proof: LigeroProof, circuit, public: Sequence[int] | None = None) -> None:
+    """Raise :class:`Reject` naming the first failed check (``public`` defaults to the proof's own)."""
+    _check_fits(circuit)
+    pub = proof.public if public is None else gf.reduce(_signed_public(circuit, public))
+    verify_prepared(prepare(circuit.r1cs), proof, pub)
+
+
+def verify(proof: LigeroProof, circuit, public: Sequence[int] | None = None) -> bool:
+    """True when ``proof`` proves ``circuit`` for ``public`` (the statement's values, as ``wit.public``)."""
+    try:
+        check(proof, circuit, public)
+        return True
+    except Reject:
+        return False

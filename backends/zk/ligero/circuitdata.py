@@ -1,0 +1,82 @@
+"""An R1CS prepared for the native prover: coefficients in ``F_p``, transposes and the digest.
+
+The prover needs ``A·z``, ``B·z`` and ``C·z``. The verifier and the prover both
+need the transposed products ``Aᵀ·r``. Both run as segment sums over CSR
+orders. The transposed order is computed once per circuit, and so is the
+digest that binds a proof to its circuit.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..r1cs import R1CS
+from . import gf
+
+__all__ = ["Prepared", "prepare", "digest"]
+
+
+@dataclass
+class _Mat:
+    ptr: np.ndarray          # row CSR
+    wires: np.ndarray
+    coeffs: np.ndarray       # in [0, p)
+    tptr: np.ndarray         # column CSR (order by wire)
+    torder: np.ndarray
+    trows: np.ndarray
+
+    def apply(self, z: np.ndarray) -> np.ndarray:
+        """``M·z`` (one value per constraint)."""
+        return gf.segment_sum(gf.mul(self.coeffs, z[self.wires]), self.ptr)
+
+    def apply_t(self, r: np.ndarray) -> np.ndarray:
+        """``Mᵀ·r`` (one value per wire)."""
+        return gf.segment_sum(gf.mul(self.coeffs[self.torder], r[self.trows]), self.tptr)
+
+
+@dataclass
+class Prepared:
+    r1cs: R1CS
+    digest: bytes
+    mats: tuple
+
+    @property
+    def n_wires(self) -> int:
+        return self.r1cs.n_wires
+
+    @property
+    def n_constraints(self) -> int:
+        return self.r1cs.n_constraints
+
+    @property
+    def n_public(self) -> int:
+        return self.r1cs.n_public
+
+
+def digest(r: R1CS) -> bytes:
+    """SHA-256 of the constraint system (sizes, and every matrix's CSR arrays); independent of the field."""
+    h = hashlib.sha256(b"circuitgrad-r1cs-v1")
+    h.update(np.array([r.n_wires, r.n_pub_out, r.n_pub_in, r.n_prv_in, r.n_constraints], dtype="<i8").tobytes())
+    for m in (r.A, r.B, r.C):
+        for arr in (m.ptr, m.wires, m.coeffs):
+            h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
+    return h.digest()
+
+
+def _mat(m, n_wires: int) -> _Mat:
+    rows = np.repeat(np.arange(len(m.ptr) - 1, dtype=np.int64), np.diff(m.ptr))
+    order = np.argsort(m.wires, kind="stable")
+    tptr = np.zeros(n_wires + 1, dtype=np.int64)
+    np.cumsum(np.bincount(m.wires, minlength=n_wires), out=tptr[1:])
+    return _Mat(m.ptr, m.wires.astype(np.int64), gf.reduce(m.coeffs), tptr, order, rows[order])
+
+
+def prepare(r: R1CS) -> Prepared:
+    """The prepared circuit (cached on the R1CS object)."""
+    cached = getattr(r, "_ligero_prepared", None)
+    if cached is None:
+        cached = Prepared(r, digest(r), tuple(_mat(m, r.n_wires) for m in (r.A, r.B, r.C)))
+        r._ligero_prepared = cached
+    return cached

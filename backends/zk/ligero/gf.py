@@ -1,0 +1,204 @@
+"""Vectorised arithmetic in the 51-bit prime field ``F_p``, ``p = 262139·2^33 + 1``.
+
+Elements are ``int64`` arrays with values in ``[0, p)``. The prime is chosen so
+that every operation stays in NumPy:
+
+* ``p < 2^51``: a product ``a·b < 2^102`` is reduced with the floating-point
+  quotient trick. ``q = ⌊fl(a)·fl(b)·fl(1/p)⌋`` is within 1 of the true
+  quotient, since the float error is below ``2^51·3·2^−53 < 1``. Then
+  ``r = a·b − q·p`` is computed in wrapping ``int64`` arithmetic, lies in
+  ``[−p, 2p)``, and is corrected with two sign masks. That makes about 12
+  NumPy passes, with no Python loop over elements.
+* ``2^33 | p − 1``: radix-2 NTTs exist up to size ``2^33``. Galois's generic
+  NTT at BN254 size took 234 s at ``2^13``; this one takes milliseconds.
+* ``3`` generates ``F_p^*``, which gives the coset ``3·⟨ω_n⟩`` where codewords
+  are evaluated. It is disjoint from the message subgroup ``H = ⟨ω_k⟩``.
+
+Matrix products (used for the proximity test) split each element into three
+17-bit limbs, so each of the nine limb products is exact in ``float64`` BLAS
+for inner dimensions below ``2^19``.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["P", "GENERATOR", "TWO_ADICITY", "mul", "add", "sub", "neg", "inv", "pow_", "sum_mod",
+           "segment_sum", "matmul", "root_of_unity", "ntt", "intt", "coset_eval", "coset_interp",
+           "from_bytes128", "reduce"]
+
+P = 262139 * 2 ** 33 + 1          # 2251756864012289, prime, 51 bits
+GENERATOR = 3
+TWO_ADICITY = 33
+_INV_P = 1.0 / P
+_P = np.int64(P)
+
+
+def reduce(x) -> np.ndarray:
+    """Signed integers (int64 or Python ints) → canonical ``int64`` representatives in ``[0, p)``."""
+    a = np.asarray(x)
+    if a.dtype == object:
+        return np.array([int(v) % P for v in a.reshape(-1)], dtype=np.int64).reshape(a.shape)
+    return np.mod(a.astype(np.int64), _P)
+
+
+def add(a, b) -> np.ndarray:
+    s = np.add(a, b, dtype=np.int64)
+    s -= _P
+    s += _P & (s >> 63)
+    return s
+
+
+def sub(a, b) -> np.ndarray:
+    s = np.subtract(a, b, dtype=np.int64)
+    s += _P & (s >> 63)
+    return s
+
+
+def neg(a) -> np.ndarray:
+    return sub(np.zeros_like(a, dtype=np.int64), a)
+
+
+def mul(a, b) -> np.ndarray:
+    """``a·b mod p`` elementwise (broadcasting)."""
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    q = (a.astype(np.float64) * b.astype(np.float64) * _INV_P).astype(np.int64)
+    with np.errstate(over="ignore"):
+        r = a * b - q * _P                 # exact modulo 2^64, and the true value lies in [-p, 2p)
+    r += _P & (r >> 63)
+    r -= _P
+    r += _P & (r >> 63)
+    return r
+
+
+def pow_(a: int, e: int) -> int:
+    return pow(int(a), int(e), P)
+
+
+def inv(a: int) -> int:
+    if int(a) % P == 0:
+        raise ZeroDivisionError("inverse of 0 in F_p")
+    return pow(int(a), P - 2, P)
+
+
+def sum_mod(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``Σ a mod p`` along ``axis``, exact: 26- and 25-bit limbs summed separately (no int64 overflow)."""
+    a = np.asarray(a, dtype=np.int64)
+    lo = (a & ((1 << 26) - 1)).sum(axis=axis)
+    hi = (a >> 26).sum(axis=axis)
+    return add(mul(reduce(hi), 1 << 26), reduce(lo))
+
+
+def segment_sum(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """``out[i] = Σ values[ptr[i]:ptr[i+1]] mod p`` (CSR segments; empty segments give 0)."""
+    n = len(ptr) - 1
+    out = np.zeros(n, dtype=np.int64)
+    if len(values) == 0 or n == 0:
+        return out
+    nonempty = ptr[1:] > ptr[:-1]
+    starts = ptr[:-1][nonempty]
+    v = np.asarray(values, dtype=np.int64)
+    lo = np.add.reduceat(v & ((1 << 26) - 1), starts)
+    hi = np.add.reduceat(v >> 26, starts)
+    out[nonempty] = add(mul(reduce(hi), 1 << 26), reduce(lo))
+    return out
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b mod p`` for 2-D arrays, via nine exact float64 limb products (inner dimension < 2^19)."""
+    if a.shape[1] >= 1 << 19:
+        raise ValueError("gf.matmul: inner dimension must be below 2^19")
+    la = [((a >> s) & 0x1FFFF).astype(np.float64) for s in (0, 17, 34)]
+    lb = [((b >> s) & 0x1FFFF).astype(np.float64) for s in (0, 17, 34)]
+    out = np.zeros((a.shape[0], b.shape[1]), dtype=np.int64)
+    for i in range(3):
+        for j in range(3):
+            part = reduce((la[i] @ lb[j]).astype(np.int64))    # < 2^53: exact
+            out = add(out, mul(part, pow(2, 17 * (i + j), P)))
+    return out
+
+
+def root_of_unity(n: int) -> int:
+    """A primitive ``n``-th root of unity (``n`` a power of two up to ``2^33``)."""
+    if n & (n - 1) or not 1 <= n <= 1 << TWO_ADICITY:
+        raise ValueError(f"no NTT of size {n} in F_p (sizes are powers of two up to 2^{TWO_ADICITY})")
+    return pow(GENERATOR, (P - 1) // n, P)
+
+
+@lru_cache(maxsize=64)
+def _powers(base: int, n: int) -> np.ndarray:
+    """``[1, base, base², …, base^(n−1)]`` (computed by doubling, cached)."""
+    out = np.ones(n, dtype=np.int64)
+    if n > 1:
+        out[1] = base
+        filled = 2
+        while filled < n:
+            step = min(filled, n - filled)
+            out[filled:filled + step] = mul(out[:step], pow(base, filled, P))
+            filled += step
+    out.setflags(write=False)
+    return out
+
+
+@lru_cache(maxsize=64)
+def _bitrev(n: int) -> np.ndarray:
+    bits = n.bit_length() - 1
+    idx = np.arange(n)
+    rev = np.zeros(n, dtype=np.int64)
+    for i in range(bits):
+        rev |= ((idx >> i) & 1) << (bits - 1 - i)
+    rev.setflags(write=False)
+    return rev
+
+
+def _ntt(a: np.ndarray, root: int) -> np.ndarray:
+    """Decimation-in-frequency NTT along the last axis (natural order in and out)."""
+    n = a.shape[-1]
+    lead = a.shape[:-1]
+    x = np.array(a, dtype=np.int64)
+    w = _powers(root, n)
+    h = n // 2
+    while h >= 1:
+        x = x.reshape(*lead, n // (2 * h), 2, h)
+        u, v = x[..., 0, :], x[..., 1, :]
+        tw = w[::n // (2 * h)][:h]
+        x = np.stack([add(u, v), mul(sub(u, v), tw)], axis=-2)
+        h //= 2
+    return x.reshape(*lead, n)[..., _bitrev(n)]
+
+
+def ntt(a: np.ndarray) -> np.ndarray:
+    """Evaluations on ``⟨ω_n⟩`` of polynomials with coefficients ``a`` (last axis, length ``n``)."""
+    return _ntt(a, root_of_unity(a.shape[-1]))
+
+
+def intt(a: np.ndarray) -> np.ndarray:
+    """Coefficients of the polynomials with evaluations ``a`` on ``⟨ω_n⟩`` (inverse of :func:`ntt`)."""
+    n = a.shape[-1]
+    return mul(_ntt(a, inv(root_of_unity(n))), inv(n))
+
+
+def coset_eval(coeffs: np.ndarray, n: int, shift: int = GENERATOR) -> np.ndarray:
+    """Evaluations on ``shift·⟨ω_n⟩`` of polynomials with ``coeffs`` (last axis, length ≤ ``n``)."""
+    d = coeffs.shape[-1]
+    if d > n:
+        raise ValueError(f"degree bound {d} exceeds the domain size {n}")
+    padded = np.zeros((*coeffs.shape[:-1], n), dtype=np.int64)
+    padded[..., :d] = mul(coeffs, _powers(shift, d))
+    return ntt(padded)
+
+
+def coset_interp(evals: np.ndarray, shift: int = GENERATOR) -> np.ndarray:
+    """Coefficients (length ``n``) of the polynomials with evaluations ``evals`` on ``shift·⟨ω_n⟩``."""
+    n = evals.shape[-1]
+    return mul(intt(evals), _powers(inv(shift), n))
+
+
+def from_bytes128(data: bytes) -> np.ndarray:
+    """Field elements from 16-byte big-endian chunks, reduced mod ``p`` (bias below ``2^−77``)."""
+    raw = np.frombuffer(data, dtype=">u8").reshape(-1, 2)
+    hi = reduce((raw[:, 0] % np.uint64(P)).astype(np.int64))
+    lo = reduce((raw[:, 1] % np.uint64(P)).astype(np.int64))
+    return add(mul(hi, pow(2, 64, P)), lo)

@@ -1,0 +1,153 @@
+"""Code parameters of the Ligero argument, and its soundness error in bits.
+
+A row of the witness matrix carries ``k`` values on the subgroup
+``H = ⟨ω_k⟩``. It is encoded as a polynomial of degree below ``K = k + t``
+(``t`` random coefficients times ``X^k − 1`` mask it) and evaluated on the
+coset ``3·⟨ω_n⟩``. The Reed–Solomon code has length ``n``, dimension ``K``
+and distance ``d = n − K + 1``. The verifier opens ``t`` columns, and every
+test runs ``σ`` times with independent challenges.
+
+See :func:`soundness_bits` for the bound and ``docs/ZK.md`` for its sources.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import gf
+
+__all__ = ["Params", "soundness_bits", "round_errors", "choose", "proof_bytes", "TARGET_BITS", "HASH_BITS"]
+
+#: default soundness target (bits), checked by a test
+TARGET_BITS = 100
+
+
+@dataclass(frozen=True)
+class Params:
+    k: int          # message values per row (|H|, a power of two)
+    t: int          # opened columns, and masking coefficients per row
+    n: int          # codeword length (a power of two)
+    sigma: int      # repetitions of each test
+
+    @property
+    def K(self) -> int:
+        """Degree bound of the row polynomials (the code's dimension)."""
+        return self.k + self.t
+
+    @property
+    def lin_len(self) -> int:
+        """Coefficients of the linear-test polynomial ``Σ rᵢ(X)·pᵢ(X)``: degree < K + k − 1."""
+        return self.K + self.k - 1
+
+    @property
+    def quad_len(self) -> int:
+        """Coefficients of the quadratic-test quotient ``(Σ rᵢ(pₐpᵦ − p꜀)) / (X^k − 1)``."""
+        return 2 * self.K - 1 - self.k
+
+    def validate(self) -> None:
+        """Raise ValueError unless the parameters define a sound, complete argument."""
+        for name in ("k", "n"):
+            v = getattr(self, name)
+            if v < 2 or v & (v - 1) or v > 1 << gf.TWO_ADICITY:
+                raise ValueError(f"Ligero parameter {name}={v} must be a power of two in [2, 2^{gf.TWO_ADICITY}]")
+        if not 1 <= self.t <= self.n:
+            raise ValueError(f"Ligero parameter t={self.t} must lie in [1, n={self.n}]")
+        if self.sigma < 1:
+            raise ValueError(f"Ligero parameter sigma={self.sigma} must be at least 1")
+        if 2 * self.K - 1 > self.n:
+            raise ValueError(f"Ligero parameters k={self.k}, t={self.t}, n={self.n}: products of row polynomials "
+                             f"have degree {2 * self.K - 2}, so n must be at least {2 * self.K - 1}")
+
+
+HASH_BITS = 256
+
+
+def _log_ratio(a: int, n: int, t: int) -> float:
+    """``log2(C(a, t) / C(n, t))``: the chance that ``t`` distinct random columns all land in a set of ``a``."""
+    if a < t:
+        return -math.inf
+    return (math.lgamma(a + 1) - math.lgamma(a - t + 1) - math.lgamma(n + 1) + math.lgamma(n - t + 1)) / math.log(2)
+
+
+def _log_sum(*x: float) -> float:
+    m = max(x)
+    return m if m == -math.inf else m + math.log2(sum(2.0 ** (v - m) for v in x))
+
+
+def round_errors(p: Params, field_bits: float = math.log2(gf.P)) -> tuple[float, float]:
+    """``log2`` of the two rounds' soundness errors ``(ε₁, ε₂)``.
+
+    With ``K`` the code dimension and ``n`` its length (Cascudo, Hazay, Venkitasubramaniam,
+    Yogev, *Independent Security Analysis of Longfellow ZK*, 2025, Thms 4.1, 4.3, 4.4)::
+
+        ε₁ = ((n + 1)/|F|)^σ + (1/|F|)^σ                       the tests' random combinations
+        ε₂ = C(⌊(n + K)/2⌋, t)/C(n, t) + C(2K − 2, t)/C(n, t)    the t opened columns
+
+    ε₁ is a σ-fold repetition with independent challenges; the columns are shared, so σ does
+    not reduce ε₂.
+    """
+    e1 = _log_sum(p.sigma * (math.log2(p.n + 1) - field_bits), -p.sigma * field_bits)
+    e2 = _log_sum(_log_ratio((p.n + p.K) // 2, p.n, p.t), _log_ratio(2 * p.K - 2, p.n, p.t))
+    return e1, e2
+
+
+def soundness_bits(p: Params, field_bits: float = math.log2(gf.P), hash_bits: int = HASH_BITS) -> float:
+    """Security level λ of the non-interactive argument, in bits.
+
+    ``ε_K = max(ε₁, ε₂)`` (:func:`round_errors`) is the round-by-round knowledge error. Fiat–Shamir
+    with a ``κ``-bit random oracle then gives ``ε(T) ≤ T·ε_K + 4.5·T²/2^κ`` for a prover making
+    ``T`` hash queries (ibid., Thm 5.1). λ is the largest value with
+    ``ε_K + 4.5·2^(λ−κ) ≤ 2^−λ``: a prover needs ``2^λ`` work per unit of success probability.
+    """
+    eK = max(round_errors(p, field_bits))
+    lo, hi = 0.0, min(-eK, float(hash_bits))
+    for _ in range(80):
+        lam = (lo + hi) / 2
+        if 2.0 ** eK + 4.5 * 2.0 ** (lam - hash_bits) <= 2.0 ** -lam:
+            lo = lam
+        else:
+            hi = lam
+    return lo
+
+
+def _rows(cells_z: int, cells_q: int, k: int) -> int:
+    return -(-cells_z // k) + 3 * -(-cells_q // k)
+
+
+def proof_bytes(p: Params, n_wires: int, n_constraints: int) -> int:
+    """Proof size estimate: opened columns, Merkle siblings and the σ test polynomials."""
+    rows = _rows(n_wires, n_constraints, p.k) + 3 * p.sigma
+    sib = p.t * max(1.0, math.log2(p.n / p.t)) * 32
+    return int(8 * p.t * rows + 16 * p.t + sib + 8 * p.sigma * (p.K + p.lin_len + p.quad_len))
+
+
+def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, sigma: int | None = None,
+           blowup: int = 4) -> Params:
+    """Parameters meeting ``target_bits`` with the smallest estimated proof.
+
+    ``k`` ranges over powers of two and ``n = blowup·k``. ``t`` is the smallest number
+    of opened columns that reaches the target, and ``σ`` (unless given) the smallest
+    repetition count that makes the field terms reach it.
+    """
+    fb = math.log2(gf.P)
+    best = None
+    for logk in range(5, 15):
+        k = 1 << logk
+        n = blowup * k
+        pr = None
+        for t in range(8, n // 2):
+            if 2 * (k + t) - 1 > n:
+                break
+            s = sigma or max(1, math.ceil((target_bits + 1) / (fb - math.log2(n + 2))))
+            cand = Params(k, t, n, s)
+            if soundness_bits(cand) >= target_bits:
+                pr = cand
+                break
+        if pr is None:
+            continue
+        cost = proof_bytes(pr, n_wires, n_constraints)
+        if best is None or cost < best[0]:
+            best = (cost, pr)
+    if best is None:
+        raise ValueError(f"no Ligero parameters reach {target_bits} bits with blowup {blowup}")
+    return best[1]

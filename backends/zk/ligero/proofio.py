@@ -1,0 +1,152 @@
+"""The ``.proof`` file format of native Ligero proofs (version 1).
+
+All integers are little-endian::
+
+    magic    8 bytes   b"CGLIGERO"
+    version  u16       1
+    hlen     u32       header length
+    header   hlen      UTF-8 JSON (sorted keys): protocol, field, hash, k, t, n, sigma,
+                       circuit_sha256, n_public, public_outputs, statement
+    public   n_public × u64            z[1 : 1 + n_public] in [0, p)
+    root     32 bytes                  Merkle root of the columns
+    u        σ·K × u64                 proximity polynomials
+    q        σ·(K + k − 1) × u64       linear-test polynomials
+    h        σ·(2K − 1 − k) × u64      quadratic-test quotients
+    rows     u32                       rows of the committed matrix
+    columns  rows·t × u64              opened columns (row-major)
+    salts    t × 16 bytes
+    nsib     u32                       Merkle siblings
+    siblings nsib × 32 bytes
+    check    32 bytes                  SHA-256 of everything above
+
+The header is also absorbed into the Fiat–Shamir transcript, so it cannot
+be altered without invalidating the proof. :func:`load` rejects every
+malformed, truncated, extended or corrupted file with a :class:`FormatError`
+that says what is wrong.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+
+import numpy as np
+
+from ..formats import FormatError
+from . import gf
+from .params import Params
+from .protocol import PROTOCOL, LigeroProof
+
+__all__ = ["save", "load", "dumps", "loads", "MAGIC", "VERSION"]
+
+MAGIC = b"CGLIGERO"
+VERSION = 1
+_KEYS = {"protocol": str, "field": str, "hash": str, "k": int, "t": int, "n": int, "sigma": int,
+         "circuit_sha256": str, "n_public": int, "public_outputs": int, "statement": str}
+
+
+def dumps(proof: LigeroProof) -> bytes:
+    head = json.dumps(proof.header(), sort_keys=True).encode()
+    parts = [MAGIC, struct.pack("<HI", VERSION, len(head)), head,
+             np.ascontiguousarray(proof.public, dtype="<u8").tobytes(), proof.root]
+    parts += [np.ascontiguousarray(a, dtype="<u8").tobytes() for a in (proof.u, proof.q, proof.h)]
+    parts += [struct.pack("<I", proof.columns.shape[0]), np.ascontiguousarray(proof.columns, dtype="<u8").tobytes()]
+    parts += list(proof.salts) + [struct.pack("<I", len(proof.siblings))] + list(proof.siblings)
+    body = b"".join(parts)
+    return body + hashlib.sha256(body).digest()
+
+
+def save(proof: LigeroProof, path: str) -> None:
+    with open(path, "wb") as fh:
+        fh.write(dumps(proof))
+
+
+class _Reader:
+    def __init__(self, data: bytes, name: str):
+        self.data, self.pos, self.name = data, 0, name
+
+    def take(self, n: int, what: str) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise FormatError(f"{self.name}: truncated in {what} (needs {n} bytes at offset {self.pos}, "
+                              f"file has {len(self.data)})")
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def field(self, count: int, what: str) -> np.ndarray:
+        a = np.frombuffer(self.take(8 * count, what), dtype="<u8")
+        if a.size and int(a.max()) >= gf.P:
+            raise FormatError(f"{self.name}: {what} holds a value that is not a field element (≥ p)")
+        return a.astype(np.int64)
+
+
+def loads(data: bytes, name: str = "proof") -> LigeroProof:
+    """Parse and validate a proof (see the module docstring); raises :class:`FormatError`."""
+    if len(data) < len(MAGIC) + 6 + 32:
+        raise FormatError(f"{name}: too short to be a circuitgrad Ligero proof ({len(data)} bytes)")
+    if data[:8] != MAGIC:
+        raise FormatError(f"{name}: not a circuitgrad Ligero proof (bad magic {data[:8]!r})")
+    body, check = data[:-32], data[-32:]
+    r = _Reader(body, name)
+    r.take(8, "magic")
+    version, hlen = struct.unpack("<HI", r.take(6, "version"))
+    if version != VERSION:
+        raise FormatError(f"{name}: proof format version {version} is not supported (this is version {VERSION})")
+    if hashlib.sha256(body).digest() != check:
+        raise FormatError(f"{name}: checksum mismatch: the file is corrupted or was modified")
+    try:
+        head = json.loads(r.take(hlen, "header").decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FormatError(f"{name}: header is not valid JSON ({e})") from None
+    if not isinstance(head, dict) or set(head) != set(_KEYS):
+        raise FormatError(f"{name}: header must have exactly the keys {sorted(_KEYS)}")
+    for key, typ in _KEYS.items():
+        if not isinstance(head[key], typ) or isinstance(head[key], bool):
+            raise FormatError(f"{name}: header field {key!r} must be {typ.__name__}")
+    if head["protocol"] != PROTOCOL:
+        raise FormatError(f"{name}: protocol {head['protocol']!r} is not {PROTOCOL!r}")
+    if head["field"] != str(gf.P):
+        raise FormatError(f"{name}: proof is over the field {head['field']}, this prover's is {gf.P}")
+    if head["hash"] != "sha256":
+        raise FormatError(f"{name}: hash {head['hash']!r} is not supported")
+    p = Params(head["k"], head["t"], head["n"], head["sigma"])
+    try:
+        p.validate()
+    except ValueError as e:
+        raise FormatError(f"{name}: {e}") from None
+    try:
+        digest = bytes.fromhex(head["circuit_sha256"])
+    except ValueError:
+        digest = b""
+    if len(digest) != 32:
+        raise FormatError(f"{name}: circuit_sha256 must be 64 hex digits")
+    npub = head["n_public"]
+    if npub < 0 or not 0 <= head["public_outputs"] <= npub:
+        raise FormatError(f"{name}: bad public value counts")
+    public = r.field(npub, "public values")
+    root = r.take(32, "Merkle root")
+    u = r.field(p.sigma * p.K, "proximity polynomials").reshape(p.sigma, p.K)
+    q = r.field(p.sigma * p.lin_len, "linear-test polynomials").reshape(p.sigma, p.lin_len)
+    h = r.field(p.sigma * p.quad_len, "quadratic-test quotients").reshape(p.sigma, p.quad_len)
+    (rows,) = struct.unpack("<I", r.take(4, "row count"))
+    if rows <= 3 * p.sigma:
+        raise FormatError(f"{name}: {rows} committed rows cannot hold a witness and {3 * p.sigma} masks")
+    columns = r.field(rows * p.t, "opened columns").reshape(rows, p.t)
+    salts = [r.take(16, "salts") for _ in range(p.t)]
+    (nsib,) = struct.unpack("<I", r.take(4, "sibling count"))
+    if nsib > p.t * p.n.bit_length():
+        raise FormatError(f"{name}: {nsib} Merkle siblings is more than {p.t} openings can need")
+    siblings = [r.take(32, "Merkle siblings") for _ in range(nsib)]
+    if r.pos != len(body):
+        raise FormatError(f"{name}: {len(body) - r.pos} unexpected bytes after the proof")
+    return LigeroProof(p, digest, public, head["public_outputs"], head["statement"], root, u, q, h, columns,
+                       salts, siblings)
+
+
+def load(path: str) -> LigeroProof:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise FormatError(f"{path}: no such proof file") from None
+    return loads(data, path)

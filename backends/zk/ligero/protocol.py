@@ -1,0 +1,307 @@
+"""The Ligero argument for R1CS (Ames, Hazay, Ishai, Venkitasubramaniam, CCS 2017).
+
+The prover commits to one matrix whose rows are Reed–Solomon codewords::
+
+    rows  [ z (wires) | a = Az | b = Bz | c = Cz | σ proximity masks | σ linear masks | σ quadratic masks ]
+           └──── k values per row on H, t random coefficients × (X^k − 1) ────┘
+
+Row ``i`` holds the polynomial ``pᵢ = interp_H(xᵢ) + (X^k − 1)·ρᵢ`` with
+``deg ρᵢ < t``, evaluated on the coset ``D = 3·⟨ω_n⟩``. Every column ``j`` is
+hashed with a salt into a Merkle tree. Three tests follow, each repeated
+``σ`` times, with challenges drawn from the Fiat–Shamir transcript. The
+transcript covers the header (parameters, field, circuit digest), the public
+values and every message.
+
+* **Proximity**: ``u = Σ rᵢ pᵢ + mask`` has degree < K.
+* **Linear**: ``a − Az = b − Bz = c − Cz = 0`` and ``z[:1+n_pub] = (1, public)``.
+  With random ``r`` the prover sends ``q = Σ rᵢ(X)·pᵢ(X) + mask``. Here ``rᵢ(X)``
+  interpolates row ``i`` of the combined coefficient vector on H, and the
+  verifier checks ``Σ_{h∈H} q(h) = Σ r_pub·public``.
+* **Quadratic**: ``a∘b = c``. The prover sends
+  ``h = (Σ rᵢ (pₐᵢ pᵦᵢ − p꜀ᵢ) + mask) / (X^k − 1)``, which is a polynomial
+  only if every product vanishes on H.
+
+The verifier then opens ``t`` columns and checks every test's polynomial
+against the opened values. The masks are a random polynomial of degree
+< K; a random polynomial of degree < K + k − 1 with ``Σ_H = 0``; and
+``(X^k − 1)·s``. They make every sent polynomial uniform given what it must
+satisfy. The ``t`` masking coefficients per row make the ``t`` opened
+evaluations of each witness row uniform (``D ∩ H = ∅``).
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import gf, merkle
+from .circuitdata import Prepared
+from .params import Params, soundness_bits
+from .transcript import Transcript
+
+__all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "Reject", "PROTOCOL"]
+
+PROTOCOL = "circuitgrad-ligero-r1cs-v1"
+
+
+class Reject(Exception):
+    """Why a proof does not verify."""
+
+
+@dataclass
+class LigeroProof:
+    """A native transparent proof; see :mod:`.proofio` for its file format."""
+    params: Params
+    circuit_digest: bytes
+    public: np.ndarray              # z[1 : 1 + n_public] in [0, p)
+    public_outputs: int
+    statement: str
+    root: bytes
+    u: np.ndarray                   # (σ, K)
+    q: np.ndarray                   # (σ, K + k − 1)
+    h: np.ndarray                   # (σ, 2K − 1 − k)
+    columns: np.ndarray             # (rows, t) opened column values
+    salts: list                     # t × 16 bytes
+    siblings: list                  # Merkle siblings (32 bytes each)
+    timings: dict = field(default_factory=dict)
+    system: str = "ligero"
+
+    def header(self) -> dict:
+        """The header that the file format stores and the transcript absorbs."""
+        p = self.params
+        return {"protocol": PROTOCOL, "field": str(gf.P), "hash": merkle.HASH, "k": p.k, "t": p.t, "n": p.n,
+                "sigma": p.sigma, "circuit_sha256": self.circuit_digest.hex(), "n_public": int(len(self.public)),
+                "public_outputs": int(self.public_outputs), "statement": self.statement}
+
+    @property
+    def soundness_bits(self) -> float:
+        return soundness_bits(self.params)
+
+    def save(self, path: str) -> None:
+        from .proofio import save
+        save(self, path)
+
+    @classmethod
+    def load(cls, path: str) -> "LigeroProof":
+        from .proofio import load
+        return load(path)
+
+
+@dataclass
+class _Layout:
+    """Row ranges of the committed matrix."""
+    k: int
+    mz: int
+    mq: int
+    sigma: int
+
+    @property
+    def mw(self) -> int:
+        return self.mz + 3 * self.mq
+
+    def block(self, name: str) -> slice:
+        mz, mq, s, mw = self.mz, self.mq, self.sigma, self.mw
+        return {"z": slice(0, mz), "a": slice(mz, mz + mq), "b": slice(mz + mq, mz + 2 * mq),
+                "c": slice(mz + 2 * mq, mw), "w": slice(0, mw), "prox": slice(mw, mw + s),
+                "lin": slice(mw + s, mw + 2 * s), "quad": slice(mw + 2 * s, mw + 3 * s)}[name]
+
+    @property
+    def rows(self) -> int:
+        return self.mw + 3 * self.sigma
+
+
+def _layout(pc: Prepared, p: Params) -> _Layout:
+    return _Layout(p.k, -(-pc.n_wires // p.k), max(1, -(-pc.n_constraints // p.k)), p.sigma)
+
+
+def _as_rows(v: np.ndarray, m: int, k: int) -> np.ndarray:
+    out = np.zeros(m * k, dtype=np.int64)
+    out[:len(v)] = v
+    return out.reshape(m, k)
+
+
+def _transcript(header: dict, public: np.ndarray) -> Transcript:
+    T = Transcript(PROTOCOL.encode())
+    T.absorb("header", json.dumps(header, sort_keys=True).encode())
+    T.absorb("public", np.ascontiguousarray(public, dtype="<i8").tobytes())
+    return T
+
+
+def _linear_rows(pc: Prepared, lay: _Layout, T: Transcript, s: int) -> tuple[np.ndarray, int]:
+    """Challenge ``s`` of the linear test: coefficient rows (mw, k) over the committed cells, and the target."""
+    M = pc.n_constraints
+    ra, rb, rc = (T.field(f"lin{s}.{x}", M) for x in "abc")
+    rp = T.field(f"lin{s}.public", pc.n_public + 1)
+    A, B, C = pc.mats
+    rz = gf.neg(gf.add(gf.add(A.apply_t(ra), B.apply_t(rb)), C.apply_t(rc)))
+    rz[:pc.n_public + 1] = gf.add(rz[:pc.n_public + 1], rp)
+    R = np.concatenate([_as_rows(rz, lay.mz, lay.k), _as_rows(ra, lay.mq, lay.k), _as_rows(rb, lay.mq, lay.k),
+                        _as_rows(rc, lay.mq, lay.k)])
+    return R, rp
+
+
+def _zh_on_coset(p: Params) -> np.ndarray:
+    """``η^k − 1`` for every ``η ∈ D`` (period n/k)."""
+    eta_k = gf.mul(gf._powers(gf.pow_(gf.root_of_unity(p.n), p.k), p.n // p.k), gf.pow_(gf.GENERATOR, p.k))
+    return gf.sub(np.tile(eta_k, p.k), 1)
+
+
+def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str = "", public_outputs: int = 0,
+                   rng: np.random.Generator | None = None, log: Callable[[str], None] | None = None,
+                   columns: Sequence[int] | None = None) -> LigeroProof:
+    """Prove that ``values`` satisfies the prepared circuit (no satisfiability check: see ``zk.prove``).
+
+    ``rng`` draws the masking randomness (default: the OS's CSPRNG). ``columns`` fixes
+    the opened columns instead of the transcript's choice; only the zero-knowledge test uses it,
+    and such a proof does not verify.
+    """
+    p.validate()
+    say = log or (lambda s: None)
+    rnd = _Randomness(rng)
+    timings, t0 = {}, time.perf_counter()
+    lay = _layout(pc, p)
+    K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
+    z = gf.reduce(np.asarray(values))
+    if len(z) != pc.n_wires:
+        raise ValueError(f"ligero: the witness has {len(z)} values, the circuit {pc.n_wires} wires")
+    A, B, C = pc.mats
+    X = np.concatenate([_as_rows(z, lay.mz, k)] + [_as_rows(M.apply(z), lay.mq, k) for M in (A, B, C)])
+    # encode: p_i = interp_H(x_i) + (X^k − 1)·ρ_i
+    coeffs = np.zeros((lay.mw, K), dtype=np.int64)
+    coeffs[:, :k] = gf.intt(X)
+    rho = rnd.field((lay.mw, t))
+    coeffs[:, :t] = gf.sub(coeffs[:, :t], rho)
+    coeffs[:, k:] = rho
+    prox_mask = rnd.field((sg, K))
+    lin_mask = rnd.field((sg, p.lin_len))
+    lin_mask[:, 0] = gf.neg(gf.sum_mod(lin_mask[:, k::k], axis=1))            # Σ_H mask = k·Σ_{j≡0 (k)} = 0
+    s = rnd.field((sg, p.quad_len))
+    quad_mask = np.zeros((sg, 2 * K - 1), dtype=np.int64)                     # (X^k − 1)·s
+    quad_mask[:, :p.quad_len] = gf.neg(s)
+    quad_mask[:, k:] = gf.add(quad_mask[:, k:], s)
+    U = np.concatenate([gf.coset_eval(coeffs, n), gf.coset_eval(prox_mask, n), gf.coset_eval(lin_mask, n),
+                        gf.coset_eval(quad_mask, n)])
+    timings["encode"] = time.perf_counter() - t0
+    say(f"encoded {lay.rows} rows × {n} columns")
+    t0 = time.perf_counter()
+    blob = rnd.bytes(16 * n)
+    salts = [blob[16 * i:16 * i + 16] for i in range(n)]
+    tree = merkle.Tree(merkle.leaves(U.T, salts))
+    timings["commit"] = time.perf_counter() - t0
+    proof = LigeroProof(p, pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
+                        None, None, None, None, None, None)
+    t0 = time.perf_counter()
+    T = _transcript(proof.header(), proof.public)
+    T.absorb("root", tree.root)
+    # proximity
+    r = T.field("prox", sg * lay.mw).reshape(sg, lay.mw)
+    proof.u = gf.add(gf.matmul(r, coeffs), prox_mask)
+    T.absorb("u", proof.u.astype("<i8").tobytes())
+    # linear
+    Uw = U[lay.block("w")]
+    q = np.zeros((sg, p.lin_len), dtype=np.int64)
+    for j in range(sg):
+        R, _ = _linear_rows(pc, lay, T, j)
+        Rd = gf.coset_eval(gf.intt(R), n)
+        qd = gf.add(gf.sum_mod(gf.mul(Rd, Uw), axis=0), U[lay.block("lin")][j])
+        q[j] = gf.coset_interp(qd)[:p.lin_len]
+    proof.q = q
+    T.absorb("q", q.astype("<i8").tobytes())
+    # quadratic
+    rq = T.field("quad", sg * lay.mq).reshape(sg, lay.mq)
+    prod = gf.sub(gf.mul(U[lay.block("a")], U[lay.block("b")]), U[lay.block("c")])
+    p0 = gf.add(gf.matmul(rq, prod), U[lay.block("quad")])
+    zh_inv = np.array([gf.inv(v) for v in _zh_on_coset(p)[:n // k]], dtype=np.int64)
+    proof.h = gf.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
+    T.absorb("h", proof.h.astype("<i8").tobytes())
+    timings["tests"] = time.perf_counter() - t0
+    idx = list(columns) if columns is not None else T.indices("columns", t, n)
+    proof.columns = U[:, idx]
+    proof.salts = [salts[i] for i in idx]
+    proof.siblings = tree.open(idx)
+    proof.timings = timings
+    return proof
+
+
+class _Randomness:
+    """Masking randomness: the OS's CSPRNG, or a seeded generator for reproducible tests."""
+
+    def __init__(self, rng: np.random.Generator | None):
+        self.rng = rng
+
+    def bytes(self, n: int) -> bytes:
+        return secrets.token_bytes(n) if self.rng is None else self.rng.bytes(n)
+
+    def field(self, shape: tuple) -> np.ndarray:
+        count = int(np.prod(shape))
+        return gf.from_bytes128(self.bytes(16 * count)).reshape(shape)
+
+
+def _eval_at(polys: np.ndarray, powers: np.ndarray) -> np.ndarray:
+    """Evaluate rows of coefficients at the opened points (``powers[i, j] = η_j^i``)."""
+    return gf.matmul(polys, powers[:polys.shape[1]])
+
+
+def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray) -> None:
+    """Raise :class:`Reject` naming the first failed check."""
+    p = proof.params
+    try:
+        p.validate()
+    except ValueError as e:
+        raise Reject(str(e)) from None
+    if proof.circuit_digest != pc.digest:
+        raise Reject("the proof is for another circuit (digest mismatch)")
+    public = gf.reduce(np.asarray(public, dtype=np.int64))
+    if len(public) != pc.n_public or len(proof.public) != pc.n_public:
+        raise Reject(f"expected {pc.n_public} public values, got {len(public)}")
+    if not np.array_equal(public, proof.public):
+        bad = int(np.flatnonzero(public != proof.public)[0])
+        raise Reject(f"public value {bad} differs from the proof's")
+    lay = _layout(pc, p)
+    K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
+    shapes = {"u": (sg, K), "q": (sg, p.lin_len), "h": (sg, p.quad_len), "columns": (lay.rows, t)}
+    for name, shape in shapes.items():
+        if getattr(proof, name).shape != shape:
+            raise Reject(f"{name} has shape {getattr(proof, name).shape}, expected {shape}")
+    T = _transcript(proof.header(), proof.public)
+    T.absorb("root", proof.root)
+    r = T.field("prox", sg * lay.mw).reshape(sg, lay.mw)
+    T.absorb("u", proof.u.astype("<i8").tobytes())
+    lin = [_linear_rows(pc, lay, T, j) for j in range(sg)]
+    T.absorb("q", proof.q.astype("<i8").tobytes())
+    rq = T.field("quad", sg * lay.mq).reshape(sg, lay.mq)
+    T.absorb("h", proof.h.astype("<i8").tobytes())
+    idx = T.indices("columns", t, n)
+    Uo = proof.columns
+    if len(proof.salts) != t or not merkle.verify_opening(proof.root, n, idx, merkle.leaves(Uo.T, proof.salts),
+                                                          proof.siblings):
+        raise Reject("opened columns do not match the Merkle commitment")
+    eta = gf.mul(gf.GENERATOR, gf._powers(gf.root_of_unity(n), n)[idx])
+    powers = np.ones((2 * K, t), dtype=np.int64)
+    powers[1] = eta
+    filled = 2
+    while filled < 2 * K:
+        step = min(filled, 2 * K - filled)
+        powers[filled:filled + step] = gf.mul(powers[:step], gf.mul(powers[filled - 1], eta))
+        filled += step
+    W = Uo[lay.block("w")]
+    if not np.array_equal(_eval_at(proof.u, powers), gf.add(gf.matmul(r, W), Uo[lay.block("prox")])):
+        raise Reject("proximity test failed at an opened column")
+    for j, (R, rp) in enumerate(lin):
+        target = gf.sum_mod(gf.mul(rp, np.concatenate([[1], proof.public])))
+        got = gf.mul(k, gf.sum_mod(proof.q[j, ::k]))
+        if got != target:
+            raise Reject(f"linear test {j}: the sum over H does not match the public values")
+        rvals = _eval_at(gf.intt(R), powers)                   # r_i(η) for every row and opened column
+        want = gf.add(gf.sum_mod(gf.mul(rvals, W), axis=0), Uo[lay.block("lin")][j])
+        if not np.array_equal(_eval_at(proof.q[j:j + 1], powers)[0], want):
+            raise Reject(f"linear test {j} failed at an opened column")
+    zh = gf.sub(powers[k], 1)
+    prod = gf.sub(gf.mul(Uo[lay.block("a")], Uo[lay.block("b")]), Uo[lay.block("c")])
+    want = gf.add(gf.matmul(rq, prod), Uo[lay.block("quad")])
+    if not np.array_equal(gf.mul(_eval_at(proof.h, powers), zh), want):
+        raise Reject("quadratic test failed at an opened column")
