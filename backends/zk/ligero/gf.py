@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["P", "GENERATOR", "TWO_ADICITY", "mul", "add", "sub", "neg", "inv", "pow_", "sum_mod",
-           "segment_sum", "matmul", "root_of_unity", "ntt", "intt", "coset_eval", "coset_interp",
+           "segment_sum", "matmul", "batch_inv", "lagrange_at", "root_of_unity", "ntt", "intt", "coset_eval", "coset_interp",
            "from_bytes128", "reduce"]
 
 P = 262139 * 2 ** 33 + 1          # 2251756864012289, prime, 51 bits
@@ -153,20 +153,53 @@ def _bitrev(n: int) -> np.ndarray:
     return rev
 
 
-def _ntt(a: np.ndarray, root: int) -> np.ndarray:
-    """Decimation-in-frequency NTT along the last axis (natural order in and out)."""
-    n = a.shape[-1]
-    lead = a.shape[:-1]
-    x = np.array(a, dtype=np.int64)
+def _mul_twiddle(a: np.ndarray, w: np.ndarray, w_over_p: np.ndarray) -> np.ndarray:
+    """``a·w mod p`` for a constant ``w`` with ``w/p`` precomputed (two fewer passes than :func:`mul`)."""
+    q = (a.astype(np.float64) * w_over_p).astype(np.int64)
+    with np.errstate(over="ignore"):
+        r = a * w - q * _P
+    r += _P & (r >> 63)
+    r -= _P
+    r += _P & (r >> 63)
+    return r
+
+
+@lru_cache(maxsize=64)
+def _stage_twiddles(root: int, n: int) -> tuple:
     w = _powers(root, n)
+    out = []
     h = n // 2
     while h >= 1:
-        x = x.reshape(*lead, n // (2 * h), 2, h)
-        u, v = x[..., 0, :], x[..., 1, :]
-        tw = w[::n // (2 * h)][:h]
-        x = np.stack([add(u, v), mul(sub(u, v), tw)], axis=-2)
+        tw = np.ascontiguousarray(w[::n // (2 * h)][:h])
+        out.append((h, tw, tw.astype(np.float64) * _INV_P))
         h //= 2
-    return x.reshape(*lead, n)[..., _bitrev(n)]
+    return tuple(out)
+
+
+def _ntt(a: np.ndarray, root: int) -> np.ndarray:
+    """Decimation-in-frequency NTT along the last axis (natural order in and out).
+
+    Rows are processed in blocks of about 2^17 elements, so that every stage's passes stay in cache.
+    """
+    n = a.shape[-1]
+    lead = a.shape[:-1]
+    x = np.array(a, dtype=np.int64).reshape(-1, n)
+    out = np.empty_like(x)
+    stages = _stage_twiddles(root, n)
+    rev = _bitrev(n)
+    chunk = max(1, (1 << 17) // n)
+    for r0 in range(0, x.shape[0], chunk):
+        blk = x[r0:r0 + chunk]
+        c = blk.shape[0]
+        for h, tw, twf in stages:
+            v4 = blk.reshape(c, n // (2 * h), 2, h)
+            u, v = v4[:, :, 0, :], v4[:, :, 1, :]
+            d = sub(u, v)
+            s_ = add(u, v)
+            v4[:, :, 1, :] = _mul_twiddle(d, tw, twf)
+            v4[:, :, 0, :] = s_
+        out[r0:r0 + c] = blk[:, rev]
+    return out.reshape(*lead, n)
 
 
 def ntt(a: np.ndarray) -> np.ndarray:
@@ -194,6 +227,37 @@ def coset_interp(evals: np.ndarray, shift: int = GENERATOR) -> np.ndarray:
     """Coefficients (length ``n``) of the polynomials with evaluations ``evals`` on ``shift·⟨ω_n⟩``."""
     n = evals.shape[-1]
     return mul(intt(evals), _powers(inv(shift), n))
+
+
+def batch_inv(a: np.ndarray) -> np.ndarray:
+    """Inverses of a 2-D array of nonzero elements: Montgomery's trick down axis 0, vectorised along axis 1."""
+    a = np.asarray(a, dtype=np.int64)
+    if a.size and not a.all():
+        raise ZeroDivisionError("batch_inv: an element is 0")
+    pre = np.empty_like(a)
+    acc = np.ones(a.shape[1], dtype=np.int64)
+    for i in range(a.shape[0]):
+        pre[i] = acc
+        acc = mul(acc, a[i])
+    inv_acc = np.array([inv(v) for v in acc.tolist()], dtype=np.int64)
+    out = np.empty_like(a)
+    for i in range(a.shape[0] - 1, -1, -1):
+        out[i] = mul(inv_acc, pre[i])
+        inv_acc = mul(inv_acc, a[i])
+    return out
+
+
+def lagrange_at(k: int, points: np.ndarray) -> np.ndarray:
+    """``L[h, j] = L_h(points_j)``: the Lagrange basis of the subgroup ``⟨ω_k⟩`` at points outside it.
+
+    ``L_h(x) = (x^k − 1)/k · ω^h/(x − ω^h)``, so ``Σ_h v_h L[h, j]`` is the value at ``points_j`` of
+    the polynomial of degree < k that takes the values ``v`` on the subgroup.
+    """
+    hs = _powers(root_of_unity(k), k)
+    x = np.asarray(points, dtype=np.int64)
+    xk = np.array([pow(int(v), k, P) for v in x.tolist()], dtype=np.int64)
+    scale = mul(sub(xk, 1), inv(k))
+    return mul(mul(batch_inv(sub(x[None, :], hs[:, None])), hs[:, None]), scale[None, :])
 
 
 def from_bytes128(data: bytes) -> np.ndarray:

@@ -289,6 +289,7 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray) -> Non
         powers[filled:filled + step] = gf.mul(powers[:step], gf.mul(powers[filled - 1], eta))
         filled += step
     W = Uo[lay.block("w")]
+    lag = gf.lagrange_at(k, eta)
     if not np.array_equal(_eval_at(proof.u, powers), gf.add(gf.matmul(r, W), Uo[lay.block("prox")])):
         raise Reject("proximity test failed at an opened column")
     for j, (R, rp) in enumerate(lin):
@@ -296,7 +297,7 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray) -> Non
         got = gf.mul(k, gf.sum_mod(proof.q[j, ::k]))
         if got != target:
             raise Reject(f"linear test {j}: the sum over H does not match the public values")
-        rvals = _eval_at(gf.intt(R), powers)                   # r_i(η) for every row and opened column
+        rvals = gf.matmul(R, lag)                              # r_i(η) for every row and opened column
         want = gf.add(gf.sum_mod(gf.mul(rvals, W), axis=0), Uo[lay.block("lin")][j])
         if not np.array_equal(_eval_at(proof.q[j:j + 1], powers)[0], want):
             raise Reject(f"linear test {j} failed at an opened column")

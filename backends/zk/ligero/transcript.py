@@ -2,8 +2,8 @@
 
 Every message is absorbed with a label and its length. A challenge is
 squeezed as SHAKE-256 output keyed by the current state, then absorbed
-back, so later challenges depend on earlier ones. Field challenges take 16
-bytes each (bias below ``2^−77``). Column indices are distinct and drawn by
+back, so later challenges depend on earlier ones. Field challenges take 8
+bytes each: 51-bit words, with those not below ``p`` rejected (exactly uniform). Column indices are distinct and drawn by
 rejection from 4-byte samples below the largest multiple of ``n``.
 """
 from __future__ import annotations
@@ -37,7 +37,15 @@ class Transcript:
         if count == 0:
             self.absorb("challenge:" + label, b"")
             return np.zeros(0, dtype=np.int64)
-        return gf.from_bytes128(self._squeeze(label, 16 * count))
+        out = np.zeros(0, dtype=np.int64)
+        round_ = 0
+        while len(out) < count:                 # 51-bit words below p: exactly uniform, 1 in 5000 rejected
+            want = count - len(out)
+            raw = np.frombuffer(self._squeeze(f"{label}#{round_}", 8 * (want + 16 + want // 1024)), dtype="<u8")
+            v = (raw & np.uint64((1 << 51) - 1)).astype(np.int64)
+            out = np.concatenate([out, v[v < gf.P][:want]])
+            round_ += 1
+        return out
 
     def indices(self, label: str, count: int, n: int) -> list[int]:
         """``count`` distinct uniform indices in ``[0, n)``."""
