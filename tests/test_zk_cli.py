@@ -26,7 +26,7 @@ def _cli(*args):
 def test_prove_two_chained_steps_then_verify_and_tamper(tmp_path):
     out = str(tmp_path / "proofs")
     res = _cli("zk", "prove", "examples/iris.py", "--steps", "2", "--batch", "1", "--hidden", "2",
-               "--width", "12", "--frac", "6", "--out", out)
+               "--width", "12", "--frac", "6", "--out", out, "--system", "groth16")
     assert res.returncode == 0, res.stdout + res.stderr
     for phase in ("[compile] done", "[witness 0] done", "[setup+prove 0] done", "[setup+prove 1] done"):
         assert phase in res.stdout
@@ -43,6 +43,7 @@ def test_prove_two_chained_steps_then_verify_and_tamper(tmp_path):
 
 
 def test_too_large_setup_is_refused_before_it_starts(tmp_path):
-    res = _cli("zk", "prove", "examples/digits.py", "--out", str(tmp_path / "p"), "--max-local-ptau", "12")
+    res = _cli("zk", "prove", "examples/digits.py", "--out", str(tmp_path / "p"), "--max-local-ptau", "12",
+               "--system", "groth16")
     assert res.returncode != 0
     assert "need powers of tau 2^" in res.stderr and "Pass --ptau FILE" in res.stderr

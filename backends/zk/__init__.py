@@ -5,15 +5,20 @@
     wit = circuit.witness(params, x, y)          # bit-exact with the fixed-point interpreter
     assert circuit.check(wit)
     circuit.export("out/")                       # step.r1cs, step.wtns, step.sym
+    proof = zk.prove(circuit, wit)               # native Ligero: transparent, no setup
+    assert zk.verify(proof, circuit, wit.public)
 
 See ``docs/ZK.md`` for the gadgets, their costs and the public statement.
 """
 from .circuit import Circuit, Witness, compile, compile_program
-from .field import BN254, Field, field
+from .field import BN254, LIGERO51, Field, field
 from .formats import FormatError
 from .lower import RULES, UNSUPPORTED
 from .r1cs import R1CS, UnsatisfiedConstraint
-from .snarkjs import Proof, SnarkjsError, ToolMissing, prove, verify
+from .ligero import LigeroProof
+from .prover import SYSTEMS, prove, verify
+from .snarkjs import Proof, SnarkjsError, ToolMissing
 
-__all__ = ["compile", "compile_program", "Circuit", "Witness", "BN254", "Field", "field", "R1CS", "RULES", "UNSUPPORTED",
-           "UnsatisfiedConstraint", "FormatError", "Proof", "prove", "verify", "SnarkjsError", "ToolMissing"]
+__all__ = ["compile", "compile_program", "Circuit", "Witness", "BN254", "LIGERO51", "Field", "field", "R1CS", "RULES", "UNSUPPORTED",
+           "UnsatisfiedConstraint", "FormatError", "Proof", "LigeroProof", "SYSTEMS", "prove", "verify",
+           "SnarkjsError", "ToolMissing"]

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["Field", "BN254", "field"]
+__all__ = ["Field", "BN254", "LIGERO51", "field"]
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,12 @@ def _galois(p: int, generator: int | None):
 BN254 = Field(21888242871839275222246405745257275088548364400416034343698204186575808495617, "bn254", 5)
 
 
+#: the native Ligero prover's field, p = 262139·2^33 + 1 (51 bits, NTTs up to 2^33; see ligero/gf.py)
+LIGERO51 = Field(262139 * 2 ** 33 + 1, "ligero51", 3)
+
+
 def field(p: int, name: str | None = None, generator: int | None = None) -> Field:
-    """Any prime field; ``p`` should exceed ``2**100`` so that fixed-point values never wrap."""
+    """Any prime field; ``zk.compile`` refuses one too small for the program (see ``lower.required_bits``)."""
     if p < 3 or p % 2 == 0:
         raise ValueError(f"field modulus must be an odd prime, got {p}")
     return Field(int(p), name or f"F_{p}", generator)

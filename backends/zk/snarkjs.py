@@ -11,7 +11,7 @@ cached by size (``…/ptau/pot<k>.ptau``). That makes them a *local* trusted
 setup: fine for tests and for proving to yourself. For proofs that others
 should trust, pass ``ptau=`` a file from a public ceremony. Measured here:
 ``prepare phase2`` takes about 20 s at 2^12 and about 38 min at 2^16, so
-large circuits need the native prover (planned) or a downloaded ptau.
+large circuits need the native prover (``system="ligero"``) or a downloaded ptau.
 Proving keys are cached by the SHA-256 of the ``.r1cs`` file, so proving
 several steps of one model runs the setup once.
 """
@@ -132,8 +132,14 @@ class Proof:
                        "timings_s": self.timings}, fh, indent=1)
 
     @classmethod
-    def load(cls, directory: str) -> "Proof":
-        """Read a proof saved by :meth:`save`; malformed files raise a clear ValueError."""
+    def load(cls, directory: str):
+        """Read a proof saved by :meth:`save`; malformed files raise a clear ValueError.
+
+        A path to a file (not a directory) is read as a native Ligero ``.proof`` file.
+        """
+        if os.path.isfile(directory):
+            from .ligero import load
+            return load(directory)
         def read(name):
             path = os.path.join(directory, f"{name}.json")
             try:
@@ -173,7 +179,7 @@ def prove(circuit: Circuit, wit: Witness, system: str = "groth16", ptau_file: st
     """Prove ``wit`` for ``circuit`` with snarkjs (setup cached per circuit); returns a :class:`Proof`."""
     if system not in SYSTEMS:
         raise ValueError(f"zk.prove: unknown system {system!r}; snarkjs systems are {SYSTEMS} "
-                         f"(the native transparent prover is planned)")
+                         f"(the native transparent prover is zk.prove(..., system='ligero'))")
     circuit.assert_satisfied(wit)
     timings = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,11 +24,13 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..field import LIGERO51
+
 __all__ = ["P", "GENERATOR", "TWO_ADICITY", "mul", "add", "sub", "neg", "inv", "pow_", "sum_mod",
            "segment_sum", "matmul", "batch_inv", "lagrange_at", "root_of_unity", "ntt", "intt", "coset_eval", "coset_interp",
            "from_bytes128", "reduce"]
 
-P = 262139 * 2 ** 33 + 1          # 2251756864012289, prime, 51 bits
+P = LIGERO51.p                    # 262139·2^33 + 1 = 2251756864012289, prime, 51 bits
 GENERATOR = 3
 TWO_ADICITY = 33
 _INV_P = 1.0 / P

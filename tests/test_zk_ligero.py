@@ -1,0 +1,342 @@
+"""The native Ligero prover: field arithmetic, soundness bound, completeness, soundness, zero knowledge, format."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import datasets, nn
+from circuitgrad.backends import zk
+from circuitgrad.backends.zk import ligero
+from circuitgrad.backends.zk.ligero import gf, merkle, params as LP, protocol
+from circuitgrad.backends.zk.ligero.circuitdata import prepare
+from circuitgrad.backends.zk.r1cs import Builder
+
+P = gf.P
+
+
+# ------------------------------------------------------------------ field
+def _obj(a):
+    return np.asarray(a).astype(object)
+
+
+@pytest.mark.parametrize("op, ref", [
+    (gf.add, lambda a, b: (a + b) % P),
+    (gf.sub, lambda a, b: (a - b) % P),
+    (gf.mul, lambda a, b: (a * b) % P),
+])
+def test_field_ops_match_python_integers(op, ref):
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, P, 5000)
+    b = rng.integers(0, P, 5000)
+    a[:3], b[:3] = P - 1, [P - 1, 0, 1]
+    assert (op(a, b).astype(object) == ref(_obj(a), _obj(b))).all()
+
+
+def test_p_is_the_documented_ntt_friendly_prime():
+    assert P == 262139 * 2 ** 33 + 1 and P.bit_length() == 51
+    assert pow(3, (P - 1) // 2, P) != 1 and pow(3, (P - 1) // 262139, P) != 1   # 3 generates F_p^*
+    assert all(pow(a, P - 1, P) == 1 for a in (2, 5, 7, 11, 13))                      # Fermat witnesses
+
+
+def test_matmul_segment_sum_and_batch_inverse():
+    rng = np.random.default_rng(2)
+    A, B = rng.integers(0, P, (4, 300)), rng.integers(0, P, (300, 5))
+    assert (gf.matmul(A, B).astype(object) == (_obj(A) @ _obj(B)) % P).all()
+    v = np.full(10, P - 1)
+    assert gf.segment_sum(v, np.array([0, 4, 4, 10])).tolist() == [(4 * (P - 1)) % P, 0, (6 * (P - 1)) % P]
+    x = rng.integers(1, P, (7, 3))
+    assert (gf.mul(gf.batch_inv(x), x) == 1).all()
+
+
+@pytest.mark.parametrize("n", [2, 16, 256])
+def test_ntt_is_the_dft_and_inverts(n):
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, P, (2, n))
+    w = gf.root_of_unity(n)
+    ref = [[sum(int(x[i, j]) * pow(w, j * k, P) for j in range(n)) % P for k in range(n)] for i in range(2)]
+    assert gf.ntt(x).tolist() == ref
+    assert (gf.intt(gf.ntt(x)) == x).all()
+    c = rng.integers(0, P, (1, n // 2))
+    ev = gf.coset_eval(c, n)
+    assert ev[0, 1] == sum(int(c[0, i]) * pow(3 * w, i, P) for i in range(n // 2)) % P
+    assert (gf.coset_interp(ev)[:, :n // 2] == c).all() and not gf.coset_interp(ev)[:, n // 2:].any()
+
+
+def test_lagrange_basis_interpolates():
+    rng = np.random.default_rng(3)
+    k = 8
+    vals = rng.integers(0, P, k)
+    coeffs = gf.intt(vals[None])[0]
+    pts = np.array([3, 12345, P - 7])
+    want = [sum(int(c) * pow(int(x), i, P) for i, c in enumerate(coeffs)) % P for x in pts]
+    assert gf.matmul(vals[None], gf.lagrange_at(k, pts))[0].tolist() == want
+
+
+# ------------------------------------------------------------ soundness bound
+def _exact_round2_bits(p: LP.Params) -> float:
+    def ratio(a):
+        return Fraction(math.comb(a, p.t), math.comb(p.n, p.t))
+    return -math.log2(ratio((p.n + p.K) // 2) + ratio(2 * p.K - 2))
+
+
+def test_soundness_formula_reproduces_the_longfellow_review():
+    # Cascudo et al. (2025), Fig. 2: n = 4096, rate 1/7 (K = 585), 140 queries give 115.7 bits, 132 give 108.97
+    big_field = 256
+    for t, bits in ((140, 115.73), (132, 108.97)):
+        p = LP.Params(585 - t, t, 4096, 1)
+        assert -LP.round_errors(p, field_bits=big_field)[1] == pytest.approx(bits, abs=0.01)
+
+
+@pytest.mark.parametrize("cells", [300, 80_000, 2_000_000])
+def test_default_parameters_reach_100_bits(cells):
+    p = LP.choose(cells, cells)
+    assert LP.soundness_bits(p) >= 100
+    e1, e2 = LP.round_errors(p)
+    assert -e2 == pytest.approx(_exact_round2_bits(p), abs=1e-6)
+    assert -e1 >= 100 and p.sigma * (math.log2(P) - math.log2(p.n + 1)) >= 100 - 1e-9
+    assert LP.soundness_bits(LP.Params(p.k, p.t // 2, p.n, p.sigma)) < 100     # fewer columns: not enough
+
+
+def test_fiat_shamir_caps_the_level_at_the_hash_size():
+    p = LP.Params(1024, 1000, 8192, 8)
+    assert LP.soundness_bits(p) == pytest.approx((256 - math.log2(4.5)) / 2, abs=0.01)
+
+
+# -------------------------------------------------------------- circuits
+def _step_circuit(dataset: str, batch: int, hidden: list[int], dt=cg.fixed(16, 8)):
+    data = datasets.load(dataset, seed=0)
+    step = cg.compile_model(nn.mlp(batch, [data.features, *hidden, data.classes]), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.sgd(0.1), dtype=dt)
+    c = zk.compile(step)
+    wit = c.witness(step.init_params(seed=0), data.x_train[:batch], data.y_train[:batch])
+    return c, wit
+
+
+@pytest.fixture(scope="module")
+def iris():
+    c, wit = _step_circuit("iris", 8, [16])
+    proof = zk.prove(c, wit, system="ligero", rng=np.random.default_rng(0))
+    return c, wit, proof
+
+
+def test_iris_step_proof_verifies(iris):
+    c, wit, proof = iris
+    assert c.required_bits <= ligero.FIELD_BITS
+    assert zk.verify(proof, c, wit.public)
+    assert proof.soundness_bits >= 100
+
+
+@pytest.mark.slow
+def test_digits_step_proof_verifies():
+    c, wit = _step_circuit("digits", 8, [16])
+    proof = zk.prove(c, wit, system="ligero")
+    assert c.r1cs.n_constraints > 100_000
+    assert zk.verify(proof, c, wit.public)
+
+
+def test_unsatisfied_witness_is_refused_before_proving(iris):
+    c, wit, _ = iris
+    bad = wit.values.copy()
+    bad[-1] += 1
+    with pytest.raises(zk.UnsatisfiedConstraint):
+        zk.prove(c, bad, system="ligero")
+
+
+def test_wide_formats_are_refused_with_the_bits_they_need():
+    c, wit = _step_circuit("iris", 2, [4], cg.fixed(32, 16))
+    with pytest.raises(ValueError, match=rf"^ligero: step in fixed\(32,16\) needs a prime above 2\^{c.required_bits} "
+                                         r"so that no constraint wraps around, but the Ligero field has 51 bits"):
+        zk.prove(c, wit, system="ligero")
+
+
+def test_a_violated_constraint_gives_a_proof_that_does_not_verify(iris):
+    c, wit, _ = iris
+    rng = np.random.default_rng(4)
+    first_private = 1 + c.r1cs.n_public
+    for w in rng.choice(np.arange(first_private, c.r1cs.n_wires), 3, replace=False):
+        bad = wit.values.copy()
+        bad[w] += int(rng.integers(1, 1000))
+        assert not c.check(bad)
+        proof = ligero.prove(c, bad, check=False)
+        with pytest.raises(ligero.Reject):
+            ligero.check(proof, c, wit.public)
+
+
+def test_changed_public_values_are_rejected(iris):
+    c, wit, proof = iris
+    rng = np.random.default_rng(5)
+    for i in rng.choice(len(wit.public), 10, replace=False):
+        pub = list(wit.public)
+        pub[i] = (pub[i] + 1) % c.field.p
+        assert not zk.verify(proof, c, pub), f"public value {i} changed but the proof verifies"
+    # a proof that claims other public values (its header and transcript change with them) is rejected
+    forged = protocol.LigeroProof(**{**proof.__dict__, "public": gf.add(proof.public, 1)})
+    with pytest.raises(ligero.Reject):
+        ligero.check(forged, c, None)
+
+
+def test_another_circuit_is_rejected(iris):
+    c, wit, proof = iris
+    other, _ = _step_circuit("iris", 8, [12])
+    with pytest.raises(ligero.Reject, match=r"^the proof is for another circuit \(digest mismatch\)$"):
+        ligero.check(proof, other, None)
+
+
+def test_every_part_of_a_proof_is_bound(iris):
+    c, wit, proof = iris
+    rng = np.random.default_rng(6)
+    for name in ("u", "q", "h", "columns", "public"):
+        for _ in range(3):
+            arr = getattr(proof, name).copy()
+            flat = arr.reshape(-1)
+            flat[rng.integers(flat.size)] = int(rng.integers(0, P))
+            assert not zk.verify(protocol.LigeroProof(**{**proof.__dict__, name: arr}), c, None), name
+    for name in ("salts", "siblings"):
+        items = list(getattr(proof, name))
+        j = int(rng.integers(len(items)))
+        items[j] = bytes(b ^ 1 for b in items[j])
+        assert not zk.verify(protocol.LigeroProof(**{**proof.__dict__, name: items}), c, wit.public), name
+    root = bytes(32)
+    assert not zk.verify(protocol.LigeroProof(**{**proof.__dict__, "root": root}), c, wit.public)
+    assert not zk.verify(protocol.LigeroProof(**{**proof.__dict__, "statement": "another"}), c, wit.public)
+
+
+# ------------------------------------------------------------- file format
+def test_file_roundtrip_and_every_flipped_byte_is_rejected(iris, tmp_path):
+    c, wit, proof = iris
+    path = tmp_path / "step.proof"
+    proof.save(str(path))
+    again = zk.Proof.load(str(path))
+    assert isinstance(again, zk.LigeroProof) and zk.verify(again, c, wit.public)
+    data = path.read_bytes()
+    rng = np.random.default_rng(7)
+    for pos in rng.choice(len(data), 40, replace=False):
+        bad = bytearray(data)
+        bad[pos] ^= 1 << int(rng.integers(8))
+        try:
+            p = ligero.loads(bytes(bad))
+        except zk.FormatError:
+            continue
+        assert not zk.verify(p, c, wit.public), f"flipping byte {pos} went unnoticed"
+
+
+def test_malformed_files_get_clear_errors(iris, tmp_path):
+    from circuitgrad.backends.zk.ligero import proofio
+    import hashlib
+    _, _, proof = iris
+    data = proofio.dumps(proof)
+
+    def seal(body):
+        return body + hashlib.sha256(body).digest()
+
+    cases = [
+        (b"", r"^proof: too short to be a circuitgrad Ligero proof \(0 bytes\)$"),
+        (b"NOTAPROOF" + data[9:], r"^proof: not a circuitgrad Ligero proof \(bad magic"),
+        (data[:-1], r"^proof: checksum mismatch: the file is corrupted or was modified$"),
+        (seal(data[:8] + b"\x02\x00" + data[10:-32]), r"^proof: proof format version 2 is not supported"),
+        (seal(data[:-32 - 5]), r"^proof: truncated in Merkle siblings"),
+        (seal(data[:-32] + b"extra"), r"^proof: 5 unexpected bytes after the proof$"),
+    ]
+    for blob, msg in cases:
+        with pytest.raises(zk.FormatError, match=msg):
+            ligero.loads(blob)
+    head = proof.header()
+    import json
+    import struct
+    for key, value, msg in (("field", "7", r"is over the field 7"), ("k", 3, r"k=3 must be a power of two"),
+                            ("protocol", "x", r"protocol 'x' is not")):
+        h = json.dumps({**head, key: value}, sort_keys=True).encode()
+        old = struct.unpack("<I", data[10:14])[0]
+        blob = seal(data[:10] + struct.pack("<I", len(h)) + h + data[14 + old:-32])
+        with pytest.raises(zk.FormatError, match=msg):
+            ligero.loads(blob)
+    with pytest.raises(zk.FormatError, match=r"no such proof file"):
+        ligero.load(str(tmp_path / "missing.proof"))
+
+
+# ----------------------------------------------------------- zero knowledge
+def _square_circuit(m: int):
+    """``y_i = x_i²`` with ``y`` public and ``x`` private: ``x`` and ``−x`` prove the same statement."""
+    b = Builder(zk.BN254)
+    y = b.alloc(m, "y")
+    x = b.alloc(m, "x")
+    b.constrain([(x, 1)], [(x, 1)], [(y, 1)], "square")
+    return b.finish(m, 0, m)
+
+
+def test_opened_values_do_not_depend_on_the_private_witness():
+    """Two witnesses with the same public statement give identically distributed openings.
+
+    The test fixes the opened columns, proves 150 times with each witness and compares the
+    distributions (16 bins) of everything the verifier sees about the witness: opened witness-row
+    values and the three test polynomials. It also checks the exact reason: on the opened
+    columns, the masking coefficients act through an invertible t×t matrix, so any opened
+    values are reachable from any witness.
+    """
+    m = 24
+    r1cs = _square_circuit(m)
+    pc = prepare(r1cs)
+    rng = np.random.default_rng(8)
+    x = rng.integers(-100, 100, m)
+    w1 = np.concatenate([[1], x * x, x])
+    w2 = np.concatenate([[1], x * x, -x])
+    assert r1cs.check(w1) and r1cs.check(w2)
+    p = LP.Params(k=16, t=6, n=64, sigma=1)
+    cols = [1, 7, 20, 33, 50, 63]
+    seen = []
+    for w in (w1, w2):
+        vals = []
+        for _ in range(150):
+            pr = protocol.prove_prepared(pc, w, p, rng=rng, columns=cols)
+            vals.append(np.concatenate([pr.columns.reshape(-1), pr.u.reshape(-1), pr.q.reshape(-1),
+                                        pr.h.reshape(-1)]))
+        seen.append(np.array(vals) * 16 // P)
+    h1 = np.bincount(seen[0].reshape(-1), minlength=16)
+    h2 = np.bincount(seen[1].reshape(-1), minlength=16)
+    chi2 = float((((h1 - h2) ** 2) / np.maximum(h1 + h2, 1)).sum())
+    assert chi2 < 45, f"opened values differ in distribution (χ² = {chi2:.1f}, 15 dof)"   # p < 1e-4 under H0
+    # exactness: opened value = data part + (η^k − 1)·ρ(η); ρ ↦ (ρ(η_j))_j is a Vandermonde map
+    eta = [3 * pow(gf.root_of_unity(p.n), j, P) % P for j in cols]
+    M = [[(pow(e, p.k, P) - 1) * pow(e, i, P) % P for i in range(p.t)] for e in eta]
+    assert _rank_mod_p(M) == p.t
+
+
+def _rank_mod_p(rows):
+    M = [list(r) for r in rows]
+    rank, ncol = 0, len(M[0])
+    for c in range(ncol):
+        piv = next((r for r in range(rank, len(M)) if M[r][c] % P), None)
+        if piv is None:
+            continue
+        M[rank], M[piv] = M[piv], M[rank]
+        inv = pow(M[rank][c], P - 2, P)
+        for r in range(len(M)):
+            if r != rank and M[r][c] % P:
+                f = M[r][c] * inv % P
+                M[r] = [(a - f * b) % P for a, b in zip(M[r], M[rank])]
+        rank += 1
+    return rank
+
+
+def test_merkle_openings_reject_wrong_siblings():
+    leaves = [bytes([i]) * 32 for i in range(16)]
+    tree = merkle.Tree(leaves)
+    idx = [3, 4, 9]
+    sib = tree.open(idx)
+    assert merkle.verify_opening(tree.root, 16, idx, [leaves[i] for i in idx], sib)
+    assert not merkle.verify_opening(tree.root, 16, idx, [leaves[i] for i in idx], sib[:-1])
+    assert not merkle.verify_opening(tree.root, 16, idx, [leaves[i] for i in (3, 4, 8)], sib)
+    assert not merkle.verify_opening(tree.root, 16, [3, 3, 9], [leaves[i] for i in idx], sib)
+
+
+def test_dispatch_rejects_unknown_systems_and_needs_the_circuit(iris):
+    c, wit, proof = iris
+    with pytest.raises(ValueError, match=r"^zk\.prove: unknown proof system 'stark'; choose one of "
+                                         r"\['ligero', 'groth16', 'plonk'\]$"):
+        zk.prove(c, wit, system="stark")
+    with pytest.raises(TypeError, match=r"^zk\.verify: a Ligero proof is checked against its circuit"):
+        zk.verify(proof)
