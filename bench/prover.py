@@ -1,0 +1,156 @@
+"""Native Ligero prover: prover and verifier time, proof size and peak memory, against snarkjs and ezkl.
+
+    python bench/prover.py [--repeats 3] [--cases iris8 iris32 digits syn1e5 syn1e6] [--ezkl] [--snarkjs]
+
+Cases (all fixed(16, 8), proved over the 51-bit Ligero field at ≥ 100 bits):
+  iris-predict  inference of the iris MLP 4-16-3, batch 1 (what the ezkl peer proves)
+  iris8/iris32  the iris training step (4-16-3, softmax cross-entropy, SGD) at batch 8 and 32
+  digits        the digits example's training step (64-64-10, batch 32)
+  syn1e5/1e6    synthetic circuits of 10^5 and 10^6 multiplication constraints
+  syn8k         a synthetic circuit of 8 000 constraints: the largest whose powers of tau
+                (2^13) are practical here, proved by both Ligero and snarkjs Groth16 (--snarkjs)
+Each case runs in its own process, which gives the peak resident memory (ru_maxrss, including the
+interpreter and NumPy). Prover and verifier times are medians of --repeats runs.
+With --ezkl (needs .venv-ezkl, see bench/peers/ezkl_prove.py), ezkl proves the inference of the
+same 4-16-3 model in the same session.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _util import machine, table  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES = ["iris-predict", "iris8", "iris32", "digits", "syn8k", "syn1e5", "syn1e6"]
+
+
+def _model_circuit(case: str):
+    import circuitgrad as cg
+    from circuitgrad import datasets, nn
+    from circuitgrad.backends import zk
+    ds, batch, hidden, fn = {"iris-predict": ("iris", 1, [16], "predict"), "iris8": ("iris", 8, [16], "step"),
+                             "iris32": ("iris", 32, [16], "step"), "digits": ("digits", 32, [64], "step")}[case]
+    data = datasets.load(ds, seed=0)
+    step = cg.compile_model(nn.mlp(batch, [data.features, *hidden, data.classes]), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.sgd(0.1), dtype=cg.fixed(16, 8))
+    c = zk.compile(step, field=zk.LIGERO51, function=fn)
+    params = step.init_params(seed=0)
+    wit = c.witness(params, data.x_train[:batch], data.y_train[:batch] if fn == "step" else None)
+    return c, wit
+
+
+def synthetic(n: int, field=None):
+    """``n − 8`` products ``cᵢ = aᵢ·bᵢ`` of private values; the first 8 products are public.
+
+    Built over BN254 by default so that snarkjs accepts it too (Ligero proves any circuit whose
+    ``required_bits`` fit its own field)."""
+    import circuitgrad as cg
+    from circuitgrad.backends import zk
+    from circuitgrad.backends.zk.r1cs import Builder
+    m = n - 8
+    b = Builder(field or zk.BN254)
+    pub = b.alloc(8, "out")
+    A, B = b.alloc(m, "a"), b.alloc(m, "b")
+    C = b.alloc(m)
+    b.constrain([(A, 1)], [(B, 1)], [(C, 1)], "product")
+    b.constrain([(C[:8], 1)], [(0, 1)], [(pub, 1)], "output")
+    r = b.finish(8, 0, 2 * m)
+    rng = np.random.default_rng(0)
+    W = np.zeros(r.n_wires, dtype=np.int64)
+    W[0] = 1
+    W[A] = rng.integers(-2 ** 15, 2 ** 15, m)
+    W[B] = rng.integers(-2 ** 15, 2 ** 15, m)
+    W[C] = W[A] * W[B]
+    W[pub] = W[C[:8]]
+    c = zk.Circuit(r, None, None, f"synthetic{n}", [], [], [], [], [], [], 0.0, None, cg.fixed(16, 8), 32)
+    return c, zk.Witness(c, W)
+
+
+def child(case: str, repeats: int, snarkjs: bool) -> dict:
+    from circuitgrad.backends import zk
+    from circuitgrad.backends.zk import ligero
+    c, wit = synthetic({"syn8k": 8000, "syn1e5": 10 ** 5, "syn1e6": 10 ** 6}[case]) if case.startswith("syn") \
+        else _model_circuit(case)
+    assert c.check(wit)
+    prove_s, verify_s = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        proof = ligero.prove(c, wit, check=False)
+        prove_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        ok = ligero.verify(proof, c, wit.public)
+        verify_s.append(time.perf_counter() - t0)
+        assert ok, f"{case}: the proof does not verify"
+    from circuitgrad.backends.zk.ligero.proofio import dumps
+    row = {"case": case, "constraints": c.r1cs.n_constraints, "wires": c.r1cs.n_wires,
+           "params": f"k={proof.params.k} t={proof.params.t} n={proof.params.n} σ={proof.params.sigma}",
+           "bits": proof.soundness_bits, "prove_s": statistics.median(prove_s),
+           "verify_s": statistics.median(verify_s), "proof_bytes": len(dumps(proof)),
+           "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if snarkjs:
+        from circuitgrad.backends.zk import snarkjs as sj
+        t0 = time.perf_counter()
+        sp = zk.prove(c, wit, system="groth16", log=lambda s: print("  " + s, file=sys.stderr))
+        total = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        assert sj.verify(sp)
+        row["groth16"] = {"prove_s": sp.timings["prove"], "setup_s": sp.timings.get("setup"), "total_s": total,
+                          "verify_s": time.perf_counter() - t0, "proof_bytes": len(json.dumps(sp.proof))}
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cases", nargs="*", default=CASES, choices=CASES)
+    ap.add_argument("--snarkjs", action="store_true", help="prove syn8k with snarkjs Groth16 too")
+    ap.add_argument("--ezkl", action="store_true", help="run the ezkl peer (inference of 4-16-3)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(child(a.child, a.repeats, a.snarkjs)))
+        return
+    rows = []
+    for case in a.cases:
+        print(f"[{case}] …", file=sys.stderr, flush=True)
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--repeats", str(a.repeats)]
+        if a.snarkjs and case == "syn8k":
+            cmd.append("--snarkjs")
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"[{case}] failed: {out.stderr[-800:]}", file=sys.stderr)
+            continue
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"circuitgrad native Ligero prover (51-bit field, SHA-256); {machine()}; median of {a.repeats}")
+    print(table(["case", "constraints", "parameters", "bits", "prove s", "verify s", "proof KiB", "peak MiB"],
+                [[r["case"], r["constraints"], r["params"], f"{r['bits']:.1f}", f"{r['prove_s']:.2f}",
+                  f"{r['verify_s']:.2f}", f"{r['proof_bytes'] / 1024:.0f}", f"{r['peak_mib']:.0f}"] for r in rows]))
+    peers = [r for r in rows if "groth16" in r]
+    for r in peers:
+        g = r["groth16"]
+        print(f"\nsnarkjs Groth16 (peer), {r['case']} ({r['constraints']} constraints, ptau cached): prove "
+              f"{g['prove_s']:.2f} s (Ligero {r['prove_s']:.2f} s, ratio {g['prove_s'] / r['prove_s']:.1f}x), "
+              f"setup {g['setup_s'] or 0:.1f} s, verify {g['verify_s']:.2f} s, proof {g['proof_bytes']} B")
+    if a.ezkl:
+        from zk import ezkl_rows
+        for p in ezkl_rows(["4-16-3"]):
+            mine = next((r for r in rows if r["case"] == "iris-predict"), None)
+            pv = statistics.median(p["prove_s"]) if p.get("prove_s") else None
+            ratio = f", ratio {pv / mine['prove_s']:.1f}x" if mine and pv else ""
+            print(f"\nezkl (peer) inference of {p['model']}: setup {p.get('setup_s', 0):.1f} s, prove "
+                  f"{pv:.2f} s{ratio} against Ligero iris-predict, verify {p.get('verify_s', 0):.2f} s, "
+                  f"proof {p.get('proof_bytes')} B, proving key {p.get('pk_bytes')} B")
+
+
+if __name__ == "__main__":
+    main()
