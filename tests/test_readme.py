@@ -10,7 +10,8 @@ pytest.importorskip("sklearn")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_readme_python_blocks_run(capsys):
+def test_readme_python_blocks_run(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)                       # snippets write files (step.proof)
     src = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     blocks = re.findall(r"```python\n(.*?)```", src, re.S)
     assert len(blocks) >= 2
