@@ -67,8 +67,11 @@ def mul(a, b) -> np.ndarray:
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     q = (a.astype(np.float64) * b.astype(np.float64) * _INV_P).astype(np.int64)
-    with np.errstate(over="ignore"):
-        r = a * b - q * _P                 # exact modulo 2^64, and the true value lies in [-p, 2p)
+    if a.ndim and b.ndim:
+        r = a * b - q * _P                 # exact modulo 2^64 (arrays wrap silently); true value in [-p, 2p)
+    else:
+        with np.errstate(over="ignore"):   # NumPy scalars warn on wrap-around
+            r = a * b - q * _P
     r += _P & (r >> 63)
     r -= _P
     r += _P & (r >> 63)
@@ -109,16 +112,20 @@ def segment_sum(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b mod p`` for 2-D arrays, via nine exact float64 limb products (inner dimension < 2^19)."""
+    """``a @ b mod p`` for 2-D arrays, via exact float64 limb products (inner dimension < 2^19).
+
+    Both sides split into three 17-bit limbs. The limbs of ``b`` are laid side by side, so three
+    BLAS calls compute all nine limb products. Each is below ``2^53`` and therefore exact.
+    """
     if a.shape[1] >= 1 << 19:
         raise ValueError("gf.matmul: inner dimension must be below 2^19")
-    la = [((a >> s) & 0x1FFFF).astype(np.float64) for s in (0, 17, 34)]
-    lb = [((b >> s) & 0x1FFFF).astype(np.float64) for s in (0, 17, 34)]
-    out = np.zeros((a.shape[0], b.shape[1]), dtype=np.int64)
-    for i in range(3):
+    nb = b.shape[1]
+    wide = np.concatenate([((b >> s) & 0x1FFFF).astype(np.float64) for s in (0, 17, 34)], axis=1)
+    out = np.zeros((a.shape[0], nb), dtype=np.int64)
+    for i, s in enumerate((0, 17, 34)):
+        prod = (((a >> s) & 0x1FFFF).astype(np.float64) @ wide).astype(np.int64)
         for j in range(3):
-            part = reduce((la[i] @ lb[j]).astype(np.int64))    # < 2^53: exact
-            out = add(out, mul(part, pow(2, 17 * (i + j), P)))
+            out = add(out, mul(reduce(prod[:, j * nb:(j + 1) * nb]), pow(2, 17 * (i + j), P)))
     return out
 
 
@@ -158,8 +165,7 @@ def _bitrev(n: int) -> np.ndarray:
 def _mul_twiddle(a: np.ndarray, w: np.ndarray, w_over_p: np.ndarray) -> np.ndarray:
     """``a·w mod p`` for a constant ``w`` with ``w/p`` precomputed (two fewer passes than :func:`mul`)."""
     q = (a.astype(np.float64) * w_over_p).astype(np.int64)
-    with np.errstate(over="ignore"):
-        r = a * w - q * _P
+    r = a * w - q * _P
     r += _P & (r >> 63)
     r -= _P
     r += _P & (r >> 63)
@@ -232,21 +238,31 @@ def coset_interp(evals: np.ndarray, shift: int = GENERATOR) -> np.ndarray:
 
 
 def batch_inv(a: np.ndarray) -> np.ndarray:
-    """Inverses of a 2-D array of nonzero elements: Montgomery's trick down axis 0, vectorised along axis 1."""
+    """Elementwise inverses of nonzero elements (any shape).
+
+    Montgomery's trick on a ``(rows, cols)`` reshaping with ``rows ≈ √size``. One Python loop step
+    handles a whole row, and a single Fermat inversion per column finishes it.
+    """
     a = np.asarray(a, dtype=np.int64)
     if a.size and not a.all():
         raise ZeroDivisionError("batch_inv: an element is 0")
-    pre = np.empty_like(a)
-    acc = np.ones(a.shape[1], dtype=np.int64)
-    for i in range(a.shape[0]):
+    flat = a.reshape(-1)
+    rows = max(1, int(np.sqrt(flat.size)))
+    cols = -(-flat.size // rows)
+    x = np.ones(rows * cols, dtype=np.int64)
+    x[:flat.size] = flat
+    x = x.reshape(rows, cols)
+    pre = np.empty_like(x)
+    acc = np.ones(cols, dtype=np.int64)
+    for i in range(rows):
         pre[i] = acc
-        acc = mul(acc, a[i])
+        acc = mul(acc, x[i])
     inv_acc = np.array([inv(v) for v in acc.tolist()], dtype=np.int64)
-    out = np.empty_like(a)
-    for i in range(a.shape[0] - 1, -1, -1):
+    out = np.empty_like(x)
+    for i in range(rows - 1, -1, -1):
         out[i] = mul(inv_acc, pre[i])
-        inv_acc = mul(inv_acc, a[i])
-    return out
+        inv_acc = mul(inv_acc, x[i])
+    return out.reshape(-1)[:flat.size].reshape(a.shape)
 
 
 def lagrange_at(k: int, points: np.ndarray) -> np.ndarray:

@@ -292,13 +292,14 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray) -> Non
     lag = gf.lagrange_at(k, eta)
     if not np.array_equal(_eval_at(proof.u, powers), gf.add(gf.matmul(r, W), Uo[lay.block("prox")])):
         raise Reject("proximity test failed at an opened column")
+    rvals = gf.matmul(np.concatenate([R for R, _ in lin]), lag)      # r_i(η) for every row, opened column
     for j, (R, rp) in enumerate(lin):
         target = gf.sum_mod(gf.mul(rp, np.concatenate([[1], proof.public])))
         got = gf.mul(k, gf.sum_mod(proof.q[j, ::k]))
         if got != target:
             raise Reject(f"linear test {j}: the sum over H does not match the public values")
-        rvals = gf.matmul(R, lag)                              # r_i(η) for every row and opened column
-        want = gf.add(gf.sum_mod(gf.mul(rvals, W), axis=0), Uo[lay.block("lin")][j])
+        rv = rvals[j * lay.mw:(j + 1) * lay.mw]
+        want = gf.add(gf.sum_mod(gf.mul(rv, W), axis=0), Uo[lay.block("lin")][j])
         if not np.array_equal(_eval_at(proof.q[j:j + 1], powers)[0], want):
             raise Reject(f"linear test {j} failed at an opened column")
     zh = gf.sub(powers[k], 1)
