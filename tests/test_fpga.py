@@ -201,7 +201,7 @@ def test_stream_interfaces_predict(rng):
     async def bench(ctx):
         for view, name in zip(mc.inputs[:k], step.param_names):        # parameters once, through the host port
             for a, v in zip(view.addresses().reshape(-1), p[name].reshape(-1)):
-                ctx.set(dut.seq.mem.data[int(a)], int(v))
+                dut.seq.poke(ctx, a, v)
         for x in xs:
             for v in x.reshape(-1):
                 ctx.set(dut.batch.payload, int(v))

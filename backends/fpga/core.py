@@ -92,19 +92,37 @@ class Sequencer(wiring.Component):
         init = [0] * self.depth
         for addr, val in mc.init.items():
             init[addr] = val
-        self.mem = memory.Memory(shape=signed(self.W), depth=self.depth, init=init)
+        # one read port per memory beyond the first lane: lanes get explicit copies (written together),
+        # which maps each onto plain one-write/one-read block RAM without yosys replicating a 2L-port memory
+        copies = 1 if macs == 1 else 2 * macs
+        self.mems = [memory.Memory(shape=signed(self.W), depth=self.depth, init=init) for _ in range(copies)]
+        self.mem = self.mems[0]
+
+    def poke(self, ctx, addr: int, value: int) -> None:
+        """Set a memory word in simulation (every copy)."""
+        for mem in self.mems:
+            ctx.set(mem.data[int(addr)], int(value))
 
     def elaborate(self, platform):
         m = Module()
         mc, W, dt = self.mc, self.W, self.mc.dtype
         f = dt.frac
-        m.submodules.mem = mem = self.mem
+        for i, mem in enumerate(self.mems):
+            m.submodules[f"mem{i}" if i else "mem"] = mem
         one = self.read_ports == 1
         L = self.macs
-        rd_a = mem.read_port()
-        rd_b = None if one else mem.read_port()
-        lanes = [(rd_a, rd_b)] + [(mem.read_port(), mem.read_port()) for _ in range(L - 1)]
-        wr = mem.write_port()
+        if L == 1:
+            rd_a = self.mem.read_port()
+            rd_b = None if one else self.mem.read_port()
+            lanes = [(rd_a, rd_b)]
+        else:
+            ports = [mem.read_port() for mem in self.mems]
+            lanes = [(ports[2 * i], ports[2 * i + 1]) for i in range(L)]
+            rd_a, rd_b = lanes[0]
+        writes = [mem.write_port() for mem in self.mems]
+        wr = writes[0]
+        for other in writes[1:]:
+            m.d.comb += [other.addr.eq(wr.addr), other.data.eq(wr.data), other.en.eq(wr.en)]
 
         n_ops = len(mc.ops)
         kmax = max([u.K for u in mc.ops] + [1])
@@ -173,17 +191,29 @@ class Sequencer(wiring.Component):
         quo = Signal(unsigned(nb))
         dcount = Signal(range(nb + 1))
 
+        # a max reduction runs on lane 0 alone (k advances by 1): lanes carry no comparators
+        is_max = Signal()
+        m.d.comb += is_max.eq(kind == _KIND["max"])
+
         def issue():
             """Issue one (element, k) pair and advance the loop counters and addresses."""
-            is_last_k = (k + L >= K) if L > 1 else (k == K - 1)
+            is_last_k = Mux(is_max, k == K - 1, k + L >= K) if L > 1 else (k == K - 1)
             is_div = kind == _KIND["divf"]
-            m.d.sync += [mask1[lane].eq(k + lane < K) for lane in range(L)]
+            m.d.sync += [mask1[lane].eq((k + lane < K) & (~is_max if lane else 1)) for lane in range(L)]
             m.d.sync += [v1.eq(~is_div), last1.eq(is_last_k), first1.eq(k == 0), out1.eq(col["o"]),
                          kind1.eq(kind), resc1.eq(rescale), hasb1.eq(has_b), pc1.eq(pc),
                          div_out.eq(col["o"]), div_last.eq((i1 == n1 - 1) & (i0 == n0 - 1))]
             with m.If(~is_last_k):
-                m.d.sync += [k.eq(k + L), ptr["a"].eq(ptr["a"] + fields["a"][3] * L),
-                             ptr["b"].eq(ptr["b"] + fields["b"][3] * L)]
+                if L > 1:
+                    with m.If(is_max):
+                        m.d.sync += [k.eq(k + 1), ptr["a"].eq(ptr["a"] + fields["a"][3]),
+                                     ptr["b"].eq(ptr["b"] + fields["b"][3])]
+                    with m.Else():
+                        m.d.sync += [k.eq(k + L), ptr["a"].eq(ptr["a"] + fields["a"][3] * L),
+                                     ptr["b"].eq(ptr["b"] + fields["b"][3] * L)]
+                else:
+                    m.d.sync += [k.eq(k + 1), ptr["a"].eq(ptr["a"] + fields["a"][3]),
+                                 ptr["b"].eq(ptr["b"] + fields["b"][3])]
             with m.Else():
                 m.d.sync += k.eq(0)
                 with m.If(i1 != n1 - 1):
@@ -308,16 +338,19 @@ class Sequencer(wiring.Component):
                 if name in used:
                     with m.Case(_KIND[name]):
                         m.d.comb += ew.eq(unit())
+        # each lane multiplies a by b, by 1 (a sum without b) or by 0 (a lane past K): the selection is
+        # on the W-bit multiplier input, not on the 2W-bit product
         if L == 1:
-            lane_val = Mux(hasb1, a * b, a)
-        else:                                               # sum (mac) or max over the valid lanes
-            vals = [Mux(hasb1, ra.data * rb.data, ra.data) for ra, rb in lanes]
+            lane_val = a * Mux(hasb1, b, 1)
+        else:                                               # lane sum; a max uses lane 0 only
+            vals = [a * Mux(hasb1, b, 1)]
+            for lane, (ra, rb) in enumerate(lanes[1:], 1):
+                vals.append(ra.data * Mux(mask1[lane], Mux(hasb1, rb.data, 1), 0))
             total = Signal(signed(2 * W + L.bit_length()), name="lane_sum")
-            m.d.comb += total.eq(sum(Mux(mask1[i], v, 0) for i, v in enumerate(vals)))
-            best = vals[0]
-            for i, v in enumerate(vals[1:], 1):
-                best = Mux(mask1[i] & (v > best), v, best)
-            lane_val = Mux(kind1 == _KIND["max"], best, total)
+            while len(vals) > 1:                            # balanced adder tree (shallow for yosys)
+                vals = [vals[i] + vals[i + 1] if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
+            m.d.comb += total.eq(vals[0])
+            lane_val = total
         m.d.sync += [v2.eq(v1 & ~fsm.ongoing("IDLE")), last2.eq(last1), first2.eq(first1), out2.eq(out1),
                      kind2.eq(kind1), resc2.eq(resc1), pc2.eq(pc1), p2.eq(lane_val), ew2.eq(ew)]
 

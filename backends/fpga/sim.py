@@ -21,7 +21,7 @@ def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_0
     async def bench(ctx):
         for view, x in zip(mc.inputs, inputs):
             for addr, v in zip(view.addresses().reshape(-1), np.asarray(x, dtype=np.int64).reshape(-1)):
-                ctx.set(dut.mem.data[int(addr)], int(v))
+                dut.poke(ctx, addr, v)
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
@@ -56,7 +56,7 @@ def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.nda
 
     def load(ctx, view, x):
         for addr, v in zip(view.addresses().reshape(-1), np.asarray(x, dtype=np.int64).reshape(-1)):
-            ctx.set(dut.mem.data[int(addr)], int(v))
+            dut.poke(ctx, addr, v)
 
     async def bench(ctx):
         for view, x in zip(mc.inputs[:k], state):

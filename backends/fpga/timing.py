@@ -35,14 +35,15 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     per quotient bit, write). With one read port, an operation that reads
     two non-constant operands issues every other cycle, and a constant
     operand is read once, in one extra load cycle. With ``macs`` lanes, a
-    reduction over ``K`` takes ``⌈K / macs⌉`` cycles per element.
+    sum over ``K`` takes ``⌈K / macs⌉`` cycles per element; a maximum runs on
+    lane 0 alone (``K`` cycles), so that lanes need no comparators.
     """
     total = 2
     for u in mc.ops:
         n = int(np.prod(u.out.shape, dtype=np.int64))
         two = read_ports == 1 and u.b is not None and not _const_b(u)
         total += 4 + (read_ports == 1 and _const_b(u))
-        steps = -(-u.K // macs)
+        steps = u.K if u.kind == "max" else -(-u.K // macs)
         total += n * (div_bits(mc) + 3 + two) if u.kind == "divf" else n * steps * (2 if two else 1)
     return total
 
