@@ -46,7 +46,7 @@ from .microcode import Microcode, View
 
 __all__ = ["Sequencer", "cycles", "div_bits", "check_supported", "HW_KINDS"]
 
-from .timing import HW_KINDS, _KIND, _const_b, check_supported, cycles, div_bits  # noqa: F401
+from .timing import HW_KINDS, _KIND, _const_b, check_supported, cycles, div_bits, ew_stages  # noqa: F401
 
 
 def _2d(v: View) -> tuple[int, int, int, int, int, int]:
@@ -125,6 +125,7 @@ class Sequencer(wiring.Component):
             m.d.comb += [other.addr.eq(wr.addr), other.data.eq(wr.data), other.en.eq(wr.en)]
 
         n_ops = len(mc.ops)
+        D = ew_stages(mc)                 # extra pipeline stages between operand read and accumulate
         kmax = max([u.K for u in mc.ops] + [1])
         nmax = max([int(np.prod(u.out.shape, dtype=np.int64)) for u in mc.ops] + [1])
         pc = Signal(range(n_ops + 1))
@@ -299,7 +300,10 @@ class Sequencer(wiring.Component):
                 m.d.sync += v1.eq(0)
                 m.next = "DRAIN2"
             with m.State("DRAIN2"):
-                m.next = "DRAIN3"
+                m.next = "DRAIN_EW0" if D else "DRAIN3"
+            for i in range(D):                                  # the pipelined elementwise stages drain too
+                with m.State(f"DRAIN_EW{i}"):
+                    m.next = f"DRAIN_EW{i + 1}" if i + 1 < D else "DRAIN3"
             with m.State("DRAIN3"):
                 with m.If(pc == n_ops - 1):
                     m.next = "DONE"
@@ -330,7 +334,6 @@ class Sequencer(wiring.Component):
             "heaviside": lambda: Mux(a > 0, dt.one, 0),
             "sigmoid": lambda: _sigmoid(m, a, dt, "sa"),
             "tanh": lambda: _sigmoid(m, a * 2, dt, "s2a") * 2 - dt.one,
-            "exp": lambda: _exp(m, a - b, dt),
             "copy": lambda: a,
         }
         with m.Switch(kind1):
@@ -351,8 +354,20 @@ class Sequencer(wiring.Component):
                 vals = [vals[i] + vals[i + 1] if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
             m.d.comb += total.eq(vals[0])
             lane_val = total
-        m.d.sync += [v2.eq(v1 & ~fsm.ongoing("IDLE")), last2.eq(last1), first2.eq(first1), out2.eq(out1),
-                     kind2.eq(kind1), resc2.eq(resc1), pc2.eq(pc1), p2.eq(lane_val), ew2.eq(ew)]
+        lane_sig = Signal(signed(2 * W + L.bit_length()), name="lane_val")
+        valid1 = Signal()
+        m.d.comb += [lane_sig.eq(lane_val), valid1.eq(v1 & ~fsm.ongoing("IDLE"))]
+        stage = [valid1, last1, first1, out1, kind1, resc1, pc1, lane_sig, ew]
+        exp_out = _exp(m, a - b, dt) if "exp" in used else None      # registered inside: D = 2 stages
+        for d in range(D):                                             # delay everything else to match
+            nxt = [Signal.like(x, name=f"{x.name}_d{d}") for x in stage]
+            m.d.sync += [n_.eq(x) for n_, x in zip(nxt, stage)]
+            stage = nxt
+        vD, lastD, firstD, outD, kindD, rescD, pcD, laneD, ewD = stage
+        if exp_out is not None:
+            ewD = Mux(kindD == _KIND["exp"], exp_out, ewD)
+        m.d.sync += [v2.eq(vD), last2.eq(lastD), first2.eq(firstD), out2.eq(outD),
+                     kind2.eq(kindD), resc2.eq(rescD), pc2.eq(pcD), p2.eq(laneD), ew2.eq(ewD)]
 
         # ------------------------------------------- stage 2: accumulate (or max), rescale
         acc_next = Signal(signed(acc_w))
@@ -387,17 +402,22 @@ def _align(v: View, out: View) -> tuple[int, ...]:
 
 
 def _exp(m: Module, z, dt):
-    """``exp(z)`` for ``z ≤ 0`` (combinational), exactly as ``fixedpoint.exp_fixed``."""
+    """``exp(z)`` for ``z ≤ 0``, exactly as ``fixedpoint.exp_fixed``, in three stages (one multiply each).
+
+    Two registers (:func:`~.timing.ew_stages`) split ``t = rescale(z·log2 e)``; then
+    ``u = rescale(r·c₂)``; then ``v = rescale(r·(c₁ + u))`` and the shift. The returned value is
+    valid two cycles after ``z``.
+    """
     f, W = dt.frac, dt.width
     half = 1 << (f - 1)
     t = Signal(signed(W + 4), name="exp_t")
-    m.d.comb += t.eq((z * const(math.log2(math.e), dt) + half) >> f)
+    m.d.sync += t.eq((z * const(math.log2(math.e), dt) + half) >> f)
     k = Signal(signed(W + 4), name="exp_k")
-    m.d.comb += k.eq(t >> f)
     r = Signal(signed(f + 2), name="exp_r")
-    m.d.comb += r.eq(t - (k << f))
     u = Signal(signed(f + 4), name="exp_u")
-    m.d.comb += u.eq((r * const(1.0 - EXP2_C1, dt) + half) >> f)
+    k1 = t >> f
+    r1 = t - (k1 << f)
+    m.d.sync += [k.eq(k1), r.eq(r1), u.eq((r1 * const(1.0 - EXP2_C1, dt) + half) >> f)]
     v = Signal(signed(f + 4), name="exp_v")
     m.d.comb += v.eq((r * (const(EXP2_C1, dt) + u) + half) >> f)
     p = Signal(signed(f + 4), name="exp_p")

@@ -5,7 +5,7 @@ import numpy as np
 
 from .microcode import Microcode
 
-__all__ = ["HW_KINDS", "check_supported", "cycles", "div_bits"]
+__all__ = ["HW_KINDS", "check_supported", "cycles", "div_bits", "ew_stages"]
 
 HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "max", "exp", "divf", "copy"}
 _KIND = {k: i for i, k in enumerate(sorted(HW_KINDS))}
@@ -23,6 +23,11 @@ def div_bits(mc: Microcode) -> int:
     return mc.dtype.width + mc.dtype.frac
 
 
+def ew_stages(mc: Microcode) -> int:
+    """Extra pipeline stages of the elementwise path: 2 when the exp unit is built (one multiply per stage)."""
+    return 2 if any(u.kind == "exp" for u in mc.ops) else 0
+
+
 def _const_b(u) -> bool:
     return u.b is not None and u.b.kstride == 0 and all(st == 0 for st in u.b.strides)
 
@@ -30,7 +35,8 @@ def _const_b(u) -> bool:
 def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
 
-    A micro-op costs 1 (load) + 3 (drain) cycles plus one per (element, k)
+    A micro-op costs 1 (load) + 3 (drain) cycles, plus 2 more drain cycles in
+    every op when the pipelined exp unit is built (:func:`ew_stages`), plus one per (element, k)
     pair; a ``divf`` element costs ``div_bits + 3`` (issue, load, one cycle
     per quotient bit, write). With one read port, an operation that reads
     two non-constant operands issues every other cycle, and a constant
@@ -39,10 +45,11 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     lane 0 alone (``K`` cycles), so that lanes need no comparators.
     """
     total = 2
+    D = ew_stages(mc)
     for u in mc.ops:
         n = int(np.prod(u.out.shape, dtype=np.int64))
         two = read_ports == 1 and u.b is not None and not _const_b(u)
-        total += 4 + (read_ports == 1 and _const_b(u))
+        total += 4 + D + (read_ports == 1 and _const_b(u))
         steps = u.K if u.kind == "max" else -(-u.K // macs)
         total += n * (div_bits(mc) + 3 + two) if u.kind == "divf" else n * steps * (2 if two else 1)
     return total
