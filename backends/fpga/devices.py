@@ -1,7 +1,7 @@
 """FPGA devices the flow targets, and their capacities (pure data, no tools needed)."""
 from dataclasses import dataclass
 
-__all__ = ["Target", "TARGETS", "BOARDS", "pcf"]
+__all__ = ["Target", "TARGETS", "BOARDS", "pcf", "lpf", "constraints"]
 
 
 @dataclass(frozen=True)
@@ -20,12 +20,20 @@ TARGETS = {
 }
 
 
-#: board pinouts for ``Top``'s pins (iCEBreaker: 12 MHz clock on pin 35, host port on PMOD 1A, reset on PMOD 1B)
+#: board pinouts for ``Top``'s pins.
+#: iCEBreaker: 12 MHz clock on pin 35, host port on PMOD 1A, reset on PMOD 1B.
+#: ULX3S (v2/v3, ECP5-85F): 25 MHz clock on G2, reset on FIRE1 (R1), host port on GPIO J1 gp[0..5],
+#: done and overflow on LEDs 0 and 1 (sites from the board's reference ulx3s_v20.lpf).
 BOARDS = {
     "icebreaker": {
-        "target": "ice40-up5k",
+        "target": "ice40-up5k", "clock_mhz": 12,
         "pins": {"clk": 35, "rst": 43, "start": 4, "sin": 2, "shift": 47, "write": 45, "read": 3,
                  "sout": 48, "done": 46, "overflow": 44},
+    },
+    "ulx3s": {
+        "target": "ecp5-85k", "clock_mhz": 25,
+        "pins": {"clk": "G2", "rst": "R1", "start": "B11", "sin": "A10", "shift": "A9", "write": "B9",
+                 "read": "A7", "sout": "C8", "done": "B2", "overflow": "C2"},
     },
 }
 
@@ -34,3 +42,20 @@ def pcf(board: str) -> str:
     """The iCE40 pin constraints (``.pcf``) for ``board``."""
     pins = BOARDS[board]["pins"]
     return "".join(f"set_io {name} {pin}\n" for name, pin in pins.items())
+
+
+def lpf(board: str) -> str:
+    """The ECP5 pin constraints (``.lpf``) for ``board``: sites, LVCMOS33 and the clock frequency."""
+    b = BOARDS[board]
+    lines = []
+    for name, site in b["pins"].items():
+        pull = "DOWN" if name in ("rst", "start", "sin", "shift", "write", "read") else "NONE"
+        lines += [f'LOCATE COMP "{name}" SITE "{site}" ;', f'IOBUF PORT "{name}" PULLMODE={pull} IO_TYPE=LVCMOS33 ;']
+    lines.append(f'FREQUENCY PORT "clk" {b["clock_mhz"]} MHZ ;')
+    return "\n".join(lines) + "\n"
+
+
+def constraints(board: str) -> tuple[str, str]:
+    """``(file name, text)`` of the pin constraints for ``board``, in its family's format."""
+    family = TARGETS[BOARDS[board]["target"]].family
+    return ("top.pcf", pcf(board)) if family == "ice40" else ("top.lpf", lpf(board))

@@ -26,7 +26,7 @@ Amaranth design is tested against it, and it against the interpreter.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -120,7 +120,7 @@ def _red(view: View, axes: tuple[int, ...], where: str) -> tuple[View, int]:
     return View(view.base, tuple(view.shape[d] for d in keep), tuple(view.strides[d] for d in keep), ks), K
 
 
-def compile_program(prog: Program, dt: Fixed, write_back: int = 0) -> Microcode:
+def compile_program(prog: Program, dt: Fixed, write_back: int = 0, reuse: bool = True) -> Microcode:
     """Lay out ``prog``'s tensors in one memory and emit its micro-ops.
 
     ``write_back = n`` appends ``copy`` micro-ops that store the first ``n``
@@ -129,17 +129,23 @@ def compile_program(prog: Program, dt: Fixed, write_back: int = 0) -> Microcode:
     memory*, so the next step only needs a new batch. The copies run last,
     because an update may be computed before a gradient that still reads
     the old value.
+
+    ``reuse`` (default) lets intermediate tensors share memory when their lifetimes do
+    not overlap (:func:`_reuse_memory`).
     """
     env: dict[int, View] = {}
     top = 0
     init: dict[int, int] = {}
     consts: dict[int, int] = {}
     ops: list[MicroOp] = []
+    regions: list[tuple[int, int]] = []          # (start, size) of every allocation, in address order
 
     def alloc(shape) -> View:
         nonlocal top
         v = _contiguous(top, tuple(shape))
-        top += max(1, int(np.prod(shape, dtype=np.int64)))
+        size = max(1, int(np.prod(shape, dtype=np.int64)))
+        regions.append((top, size))
+        top += size
         return v
 
     def constant(raw: int) -> int:
@@ -147,6 +153,7 @@ def compile_program(prog: Program, dt: Fixed, write_back: int = 0) -> Microcode:
         if raw not in consts:
             consts[raw] = top
             init[top] = raw
+            regions.append((top, 1))
             top += 1
         return consts[raw]
 
@@ -167,7 +174,76 @@ def compile_program(prog: Program, dt: Fixed, write_back: int = 0) -> Microcode:
         if prog.types[v_in].shape != prog.types[v_out].shape:
             raise ValueError(f"write-back: output {prog.types[v_out]} does not match input {prog.types[v_in]}")
         ops.append(MicroOp("copy", dst, src, source=f"write-back of input {prog.inputs.index(v_in)}"))
-    return Microcode(dt, ops, top, init, [env[v] for v in prog.inputs], [env[v] for v in prog.outputs])
+    ins, outs = [env[v] for v in prog.inputs], [env[v] for v in prog.outputs]
+    if not reuse:
+        return Microcode(dt, ops, top, init, ins, outs)
+    return _reuse_memory(dt, ops, regions, init, ins, outs)
+
+
+def _reuse_memory(dt: Fixed, ops: list[MicroOp], regions: list[tuple[int, int]], init: dict[int, int],
+                  ins: list[View], outs: list[View]) -> Microcode:
+    """Re-lay the memory so that regions whose lifetimes do not overlap share addresses.
+
+    A region lives from the first micro-op that touches it to the last one. Inputs, outputs and
+    constants are pinned at the bottom and live throughout. Every other region gets the first free
+    block (first fit) at its first micro-op. A block is free once its last reader has finished: the
+    drain between micro-ops guarantees that, while a micro-op that reads a region cannot be
+    writing it.
+    """
+    starts = np.array([r[0] for r in regions], dtype=np.int64)
+
+    def region(v: View) -> int:
+        return int(np.searchsorted(starts, v.base, side="right")) - 1
+
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for j, u in enumerate(ops):
+        for v in (u.out, u.a, u.b):
+            if v is not None:
+                r = region(v)
+                first.setdefault(r, j)
+                last[r] = j
+    pinned = sorted({region(v) for v in ins + outs} | {region(View(a, (), ())) for a in init})
+    new: dict[int, int] = {}
+    top = 0
+    for r in pinned:
+        new[r] = top
+        top += regions[r][1]
+    free: list[list[int]] = []                  # [start, size] blocks, kept sorted and merged
+    live: list[int] = []
+    for r in sorted((r for r in first if r not in new), key=lambda r: (first[r], r)):
+        for d in [d for d in live if last[d] < first[r]]:
+            live.remove(d)
+            free.append([new[d], regions[d][1]])
+            free.sort()
+            merged = [free[0]]
+            for blk in free[1:]:
+                if merged[-1][0] + merged[-1][1] == blk[0]:
+                    merged[-1][1] += blk[1]
+                else:
+                    merged.append(blk)
+            free = merged
+        size = regions[r][1]
+        blk = next((b for b in free if b[1] >= size), None)
+        if blk is None:
+            new[r] = top
+            top += size
+        else:
+            new[r] = blk[0]
+            blk[0] += size
+            blk[1] -= size
+            free = [b for b in free if b[1]]
+        live.append(r)
+
+    def move(v: View | None) -> View | None:
+        if v is None:
+            return None
+        r = region(v)
+        return replace(v, base=new[r] + v.base - regions[r][0])
+
+    ops2 = [replace(u, out=move(u.out), a=move(u.a), b=move(u.b)) for u in ops]
+    init2 = {new[region(View(a, (), ()))] + a - regions[region(View(a, (), ()))][0]: val for a, val in init.items()}
+    return Microcode(dt, ops2, top, init2, [move(v) for v in ins], [move(v) for v in outs])
 
 
 # ----------------------------------------------------------------- rules

@@ -30,7 +30,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .core import Sequencer  # noqa: F401
-from .devices import BOARDS, TARGETS, Target, pcf  # noqa: F401
+from .devices import BOARDS, TARGETS, Target, constraints, pcf  # noqa: F401
 
 __all__ = ["TARGETS", "Top", "Report", "synthesize", "DoesNotFit"]
 
@@ -148,7 +148,7 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=pr
         if board not in BOARDS:
             raise ValueError(f"unknown board {board!r}; known boards: {sorted(BOARDS)}")
         if BOARDS[board]["target"] != target:
-            raise ValueError(f"board {board} carries a {BOARDS[board]['target']}, not {target}")
+            raise ValueError(f"board {board} is built for {BOARDS[board]['target']}, not {target}")
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of {sorted(TARGETS)}")
     precheck(design, target)
@@ -164,13 +164,14 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=pr
     dsps = cells.get("SB_MAC16", 0) + cells.get("MULT18X18D", 0)
     if dsps > t.dsps:
         raise DoesNotFit(f"{target}: the design needs {dsps} DSP blocks, the device has {t.dsps}")
+    pins = []
+    if board:
+        name, text = constraints(board)
+        with open(os.path.join(outdir, name), "w") as fh:
+            fh.write(text)
+        pins = ["--pcf" if t.family == "ice40" else "--lpf", name]
     if t.family == "ice40":
         bit = "top.bin"
-        pins = []
-        if board:
-            with open(os.path.join(outdir, "top.pcf"), "w") as fh:
-                fh.write(pcf(board))
-            pins = ["--pcf", "top.pcf"]
         _run(_tool("nextpnr-ice40") + list(t.pnr_args) + pins + ["--json", "top.json", "--asc", "top.asc", "--report",
                                                                 "nextpnr_report.json", "--freq", "12",
                                                                 "--timing-allow-fail"],
@@ -178,7 +179,7 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=pr
         _run(_tool("icepack") + ["top.asc", bit], "bitstream (icepack)", log, outdir)
     else:
         bit = "top.bit"
-        _run(_tool("nextpnr-ecp5") + list(t.pnr_args) + ["--json", "top.json", "--textcfg", "top.config",
+        _run(_tool("nextpnr-ecp5") + list(t.pnr_args) + pins + ["--json", "top.json", "--textcfg", "top.config",
                                                         "--report", "nextpnr_report.json", "--freq", "25", "--timing-allow-fail"],
              "place and route (nextpnr-ecp5)", log, outdir)
         _run(_tool("ecppack") + ["top.config", bit], "bitstream (ecppack)", log, outdir)
