@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up .venv (if needed) and runs the main demo: iris and digits, float32 and exact fixed point.
+# Sets up .venv (if needed) and runs the main demo: iris and digits, float32 and exact fixed point,
+# then proves two iris training steps in zero knowledge and verifies the proofs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -13,3 +14,6 @@ for data in iris digits; do
     .venv/bin/python "examples/$data.py" --dtype "$dtype"
   done
 done
+echo "== zero-knowledge proofs of two iris training steps (native Ligero prover: no setup, no Node.js)"
+.venv/bin/circuitgrad zk prove examples/iris.py --system ligero --steps 2 --out build/demo-proofs
+.venv/bin/circuitgrad zk verify build/demo-proofs
