@@ -340,3 +340,41 @@ def test_dispatch_rejects_unknown_systems_and_needs_the_circuit(iris):
         zk.prove(c, wit, system="stark")
     with pytest.raises(TypeError, match=r"^zk\.verify: a Ligero proof is checked against its circuit"):
         zk.verify(proof)
+
+
+# ------------------------------------------------ review regressions (weak parameters, aliasing, header)
+def test_weak_parameters_are_refused_even_for_an_honest_proof(iris):
+    c, wit, _ = iris
+    weak = LP.Params(k=2048, t=20, n=8192, sigma=1)
+    assert LP.soundness_bits(weak) < 100
+    proof = ligero.prove(c, wit, params=weak)
+    with pytest.raises(ligero.Reject, match=r"^the proof's parameters \(k=2048, t=20, n=8192, σ=1\) give "
+                                            r"[\d.]+ bits of soundness, below the required 100$"):
+        ligero.check(proof, c, wit.public)
+    assert ligero.verify(proof, c, wit.public, min_bits=0)              # the argument itself is complete
+    with pytest.raises(ValueError, match=r"exceeds the largest supported codeword"):
+        LP.Params(k=1 << 22, t=100, n=1 << 24, sigma=3).validate()
+    with pytest.raises(ValueError, match=r"must not outnumber the message values"):
+        LP.Params(k=4, t=5, n=32, sigma=1).validate()
+
+
+def test_public_values_that_alias_modulo_the_ligero_prime_are_refused(iris):
+    c, wit, proof = iris
+    for shift in (P, -5 * P):
+        pub = list(wit.public)
+        pub[0] = (pub[0] + shift) % c.field.p                            # another BN254 value, same residue
+        with pytest.raises(ligero.Reject, match=r"^public value 0 \(-?\d+\) is outside the range"):
+            ligero.check(proof, c, pub)
+        assert not zk.verify(proof, c, pub)
+
+
+def test_header_must_match_the_circuit(iris):
+    c, wit, proof = iris
+    lying = protocol.LigeroProof(**{**proof.__dict__, "public_outputs": 0})
+    with pytest.raises(ligero.Reject, match=rf"^the proof claims 0 public outputs, the circuit has "
+                                            rf"{c.r1cs.n_pub_out}$"):
+        ligero.check(lying, c, wit.public)
+    bad = protocol.LigeroProof(**{**proof.__dict__, "u": proof.u - P})   # same residues, not canonical
+    with pytest.raises(ligero.Reject, match=r"^u must hold field elements"):
+        ligero.check(bad, c, wit.public)
+    assert not zk.verify(protocol.LigeroProof(**{**proof.__dict__, "u": proof.u[:, :3]}), c, wit.public)

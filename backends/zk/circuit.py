@@ -73,7 +73,7 @@ class Circuit:
 
     dtype: Fixed = None
     #: the circuit is sound over any prime ``p > 2^required_bits`` (see ``lower.required_bits``)
-    required_bits: int = 0
+    required_bits: int | None = None
 
 
     def statement(self) -> str:

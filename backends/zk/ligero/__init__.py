@@ -33,7 +33,10 @@ FIELD_BITS = gf.P.bit_length() - 1
 
 
 def _check_fits(circuit) -> None:
-    need = getattr(circuit, "required_bits", 0)
+    need = getattr(circuit, "required_bits", None)
+    if not need:
+        raise ValueError(f"ligero: circuit {circuit.function!r} does not say how many bits its constraints need "
+                         f"(required_bits); circuits from zk.compile do, a hand-built one must set it")
     if need > FIELD_BITS:
         raise ValueError(
             f"ligero: {circuit.function} in {circuit.dtype} needs a prime above 2^{need} so that no constraint wraps "
@@ -42,10 +45,19 @@ def _check_fits(circuit) -> None:
 
 
 def _signed_public(circuit, public: Sequence[int]) -> np.ndarray:
-    """Public values as integers: field elements of the circuit's field are lifted to (−p/2, p/2]."""
+    """Public values as integers: field elements of the circuit's field are lifted to (−p/2, p/2].
+
+    The statement is about these integers. An integer outside ``(−P/2, P/2)`` (``P`` the Ligero
+    prime) would alias another one modulo ``P``, so it is refused rather than reduced.
+    """
     pc = circuit.field.p
     out = [int(v) for v in public]
-    return np.array([v - pc if v > pc // 2 else v for v in out], dtype=object)
+    lifted = [v - pc if v > pc // 2 else v for v in out]
+    bad = next((i for i, v in enumerate(lifted) if not -(gf.P // 2) < v < gf.P // 2), None)
+    if bad is not None:
+        raise Reject(f"public value {bad} ({lifted[bad]}) is outside the range the Ligero field represents "
+                     f"without aliasing (|v| < {gf.P // 2})")
+    return np.array(lifted, dtype=object)
 
 
 def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGET_BITS,
@@ -72,17 +84,34 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
     return proof
 
 
-def check(proof: LigeroProof, circuit, public: Sequence[int] | None = None) -> None:
-    """Raise :class:`Reject` naming the first failed check (``public`` defaults to the proof's own)."""
+def check(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_bits: float = TARGET_BITS) -> None:
+    """Raise :class:`Reject` naming the first failed check (``public`` defaults to the proof's own).
+
+    Besides the argument itself, the header must match the circuit: its public-output count
+    (which the chain of training steps relies on) and its statement.
+    """
     _check_fits(circuit)
+    if not isinstance(proof, LigeroProof):
+        raise Reject(f"not a Ligero proof: {type(proof).__name__}")
+    pc = prepare(circuit.r1cs)
+    if proof.circuit_digest != pc.digest:
+        raise Reject("the proof is for another circuit (digest mismatch)")
+    if proof.public_outputs != circuit.r1cs.n_pub_out:
+        raise Reject(f"the proof claims {proof.public_outputs} public outputs, the circuit has "
+                     f"{circuit.r1cs.n_pub_out}")
+    if proof.statement != circuit.statement():
+        raise Reject("the proof's statement is not this circuit's")
     pub = proof.public if public is None else gf.reduce(_signed_public(circuit, public))
-    verify_prepared(prepare(circuit.r1cs), proof, pub)
+    verify_prepared(pc, proof, pub, min_bits)
 
 
-def verify(proof: LigeroProof, circuit, public: Sequence[int] | None = None) -> bool:
-    """True when ``proof`` proves ``circuit`` for ``public`` (the statement's values, as ``wit.public``)."""
+def verify(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_bits: float = TARGET_BITS) -> bool:
+    """True when ``proof`` proves ``circuit`` for ``public`` (the statement's values, as ``wit.public``).
+
+    A malformed proof object (wrong types or shapes) is invalid too: it returns False.
+    """
     try:
-        check(proof, circuit, public)
+        check(proof, circuit, public, min_bits)
         return True
-    except Reject:
+    except (Reject, ValueError, TypeError, IndexError, AttributeError):
         return False

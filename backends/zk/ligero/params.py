@@ -18,8 +18,10 @@ from . import gf
 
 __all__ = ["Params", "soundness_bits", "round_errors", "choose", "proof_bytes", "TARGET_BITS", "HASH_BITS"]
 
-#: default soundness target (bits), checked by a test
+#: default soundness target (bits), checked by a test; the verifier refuses proofs below it
 TARGET_BITS = 100
+#: the largest codeword the verifier accepts (keeps a hostile proof file from demanding huge memory)
+MAX_N = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,11 @@ class Params:
             raise ValueError(f"Ligero parameter t={self.t} must lie in [1, n={self.n}]")
         if self.sigma < 1:
             raise ValueError(f"Ligero parameter sigma={self.sigma} must be at least 1")
+        if self.t > self.k:
+            raise ValueError(f"Ligero parameters k={self.k}, t={self.t}: the masking coefficients (t) must not "
+                             f"outnumber the message values (k)")
+        if self.n > MAX_N:
+            raise ValueError(f"Ligero parameter n={self.n} exceeds the largest supported codeword, {MAX_N}")
         if 2 * self.K - 1 > self.n:
             raise ValueError(f"Ligero parameters k={self.k}, t={self.t}, n={self.n}: products of row polynomials "
                              f"have degree {2 * self.K - 2}, so n must be at least {2 * self.K - 1}")

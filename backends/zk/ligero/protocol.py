@@ -155,7 +155,9 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
                    columns: Sequence[int] | None = None) -> LigeroProof:
     """Prove that ``values`` satisfies the prepared circuit (no satisfiability check: see ``zk.prove``).
 
-    ``rng`` draws the masking randomness (default: the OS's CSPRNG). ``columns`` fixes
+    ``rng`` draws the masking randomness (default: the OS's CSPRNG). A seeded NumPy generator
+    is for reproducible tests only: it is not cryptographic, and zero knowledge rests on the
+    masks being unpredictable. ``columns`` fixes
     the opened columns instead of the transcript's choice; only the zero-knowledge test uses it,
     and such a proof does not verify.
     """
@@ -246,13 +248,34 @@ def _eval_at(polys: np.ndarray, powers: np.ndarray) -> np.ndarray:
     return gf.matmul(polys, powers[:polys.shape[1]])
 
 
-def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray) -> None:
-    """Raise :class:`Reject` naming the first failed check."""
+def _canonical(proof: LigeroProof, rows: int) -> None:
+    """Every value a field element in [0, p), every hash and salt the right size (else Reject)."""
+    for name in ("public", "u", "q", "h", "columns"):
+        a = getattr(proof, name)
+        if not isinstance(a, np.ndarray) or a.dtype != np.int64 or (a.size and (a.min() < 0 or a.max() >= gf.P)):
+            raise Reject(f"{name} must hold field elements (int64 in [0, p))")
+    if not isinstance(proof.root, bytes) or len(proof.root) != 32:
+        raise Reject("the Merkle root must be 32 bytes")
+    if any(not isinstance(x, bytes) or len(x) != 16 for x in proof.salts):
+        raise Reject("every salt must be 16 bytes")
+    if any(not isinstance(x, bytes) or len(x) != 32 for x in proof.siblings):
+        raise Reject("every Merkle sibling must be 32 bytes")
+
+
+def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bits: float = 100) -> None:
+    """Raise :class:`Reject` naming the first failed check.
+
+    The proof names its own parameters, so the verifier insists that they give at least
+    ``min_bits`` of soundness: weaker parameters would let a prover grind a false proof.
+    """
     p = proof.params
     try:
         p.validate()
     except ValueError as e:
         raise Reject(str(e)) from None
+    if soundness_bits(p) < min_bits:
+        raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}) give "
+                     f"{soundness_bits(p):.1f} bits of soundness, below the required {min_bits}")
     if proof.circuit_digest != pc.digest:
         raise Reject("the proof is for another circuit (digest mismatch)")
     public = gf.reduce(np.asarray(public, dtype=np.int64))
@@ -265,8 +288,9 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray) -> Non
     K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
     shapes = {"u": (sg, K), "q": (sg, p.lin_len), "h": (sg, p.quad_len), "columns": (lay.rows, t)}
     for name, shape in shapes.items():
-        if getattr(proof, name).shape != shape:
-            raise Reject(f"{name} has shape {getattr(proof, name).shape}, expected {shape}")
+        if np.shape(getattr(proof, name)) != shape:
+            raise Reject(f"{name} has shape {np.shape(getattr(proof, name))}, expected {shape}")
+    _canonical(proof, lay.rows)
     T = _transcript(proof.header(), proof.public)
     T.absorb("root", proof.root)
     r = T.field("prox", sg * lay.mw).reshape(sg, lay.mw)
