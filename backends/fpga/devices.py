@@ -10,13 +10,19 @@ class Target:
     pnr_args: tuple[str, ...]
     luts: int
     dsps: int
-    bram_bits: int
+    bram_blocks: int         # block RAMs on the device
+    block_words: int         # words per block at the block's widest data port
+    block_width: int         # that port's width in bits
+
+    def blocks(self, depth: int, width: int) -> int:
+        """Block RAMs one copy of a ``depth × width`` memory takes (blocks are not shared between copies)."""
+        return -(-depth // self.block_words) * -(-width // self.block_width)
 
 
 TARGETS = {
-    "ice40-up5k": Target("ice40", ("--up5k", "--package", "sg48"), 5280, 8, 30 * 4096),
-    "ecp5-25k": Target("ecp5", ("--25k", "--package", "CABGA256"), 24288, 28, 56 * 18432),
-    "ecp5-85k": Target("ecp5", ("--85k", "--package", "CABGA381"), 83640, 156, 208 * 18432),
+    "ice40-up5k": Target("ice40", ("--up5k", "--package", "sg48"), 5280, 8, 30, 256, 16),        # SB_RAM40_4K
+    "ecp5-25k": Target("ecp5", ("--25k", "--package", "CABGA256"), 24288, 28, 56, 1024, 18),     # DP16KD
+    "ecp5-85k": Target("ecp5", ("--85k", "--package", "CABGA381"), 83640, 156, 208, 1024, 18),
 }
 
 

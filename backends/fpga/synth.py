@@ -128,12 +128,14 @@ def precheck(design, target: str) -> None:
     t = TARGETS[target]
     mc = design.microcode
     copies = design.read_ports * design.macs       # block RAMs: one copy of the memory per read port
-    bits = mc.depth * mc.dtype.width * copies
-    if bits > t.bram_bits:
-        hint = "; try read_ports=1" if copies > 1 and bits // copies <= t.bram_bits else ""
-        raise DoesNotFit(f"{target}: the design needs {bits} bits of block RAM ({copies} copies of {mc.depth} words "
-                         f"× {mc.dtype.width} bits), the device has {t.bram_bits} "
-                         f"({bits / t.bram_bits:.1f}x too many){hint}")
+    per = t.blocks(mc.depth, mc.dtype.width)
+    need = per * copies
+    if need > t.bram_blocks:
+        hint = "; try read_ports=1" if copies > 1 and per <= t.bram_blocks and design.macs == 1 else (
+            f"; at most macs={t.bram_blocks // (2 * per)} fits" if design.macs > 1 and t.bram_blocks >= 2 * per else "")
+        raise DoesNotFit(f"{target}: the design needs {need} block RAMs ({copies} copies of {mc.depth} words "
+                         f"× {mc.dtype.width} bits, {per} blocks each), the device has {t.bram_blocks} "
+                         f"({need / t.bram_blocks:.1f}x too many){hint}")
 
 
 def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=print,
