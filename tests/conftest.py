@@ -1,6 +1,10 @@
 """Shared helpers: finite differences and a float64 evaluator for diagrams."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -47,3 +51,12 @@ def snarkjs_or_skip() -> str:
         return snarkjs(log=lambda s: None)
     except Exception as e:  # ToolMissing, or npm failing without a registry
         pytest.skip(f"snarkjs unavailable: {e}")
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(*args, timeout: int = 1800) -> subprocess.CompletedProcess:
+    """``python -m circuitgrad.cli ARGS`` from the repository root, output captured."""
+    return subprocess.run([sys.executable, "-m", "circuitgrad.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=timeout)

@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-from conftest import snarkjs_or_skip
+from conftest import run_cli, snarkjs_or_skip
 
 pytestmark = pytest.mark.slow
 
@@ -15,12 +13,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(autouse=True)
 def _snarkjs():
     snarkjs_or_skip()
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "circuitgrad.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=1800)
+_cli = run_cli
 
 
 def test_prove_two_chained_steps_then_verify_and_tamper(tmp_path):

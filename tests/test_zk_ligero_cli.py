@@ -4,15 +4,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import run_cli
 
-
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "circuitgrad.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=900)
+_cli = run_cli
 
 
 def test_prove_chained_steps_verify_and_tamper(tmp_path):
