@@ -13,6 +13,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(autouse=True)
 def _snarkjs():
     snarkjs_or_skip()
+
+
 _cli = run_cli
 
 
