@@ -358,7 +358,7 @@ class Sequencer(wiring.Component):
         valid1 = Signal()
         m.d.comb += [lane_sig.eq(lane_val), valid1.eq(v1 & ~fsm.ongoing("IDLE"))]
         stage = [valid1, last1, first1, out1, kind1, resc1, pc1, lane_sig, ew]
-        exp_out = _exp(m, a - b, dt) if "exp" in used else None      # registered inside: D = 2 stages
+        exp_out = _exp(m, a - b, dt) if "exp" in used else None      # registered inside: D = 4 stages
         for d in range(D):                                             # delay everything else to match
             nxt = [Signal.like(x, name=f"{x.name}_d{d}") for x in stage]
             m.d.sync += [n_.eq(x) for n_, x in zip(nxt, stage)]
@@ -402,16 +402,18 @@ def _align(v: View, out: View) -> tuple[int, ...]:
 
 
 def _exp(m: Module, z, dt):
-    """``exp(z)`` for ``z ≤ 0``, exactly as ``fixedpoint.exp_fixed``, in three stages (one multiply each).
+    """``exp(z)`` for ``z ≤ 0``, exactly as ``fixedpoint.exp_fixed``, in five stages (one multiply at most each).
 
-    Two registers (:func:`~.timing.ew_stages`) split ``t = rescale(z·log2 e)``; then
-    ``u = rescale(r·c₂)``; then ``v = rescale(r·(c₁ + u))`` and the shift. The returned value is
-    valid two cycles after ``z``.
+    Four registers (:func:`~.timing.ew_stages`): ``z = a − b`` is registered straight after the
+    memory read; then ``t = rescale(z·log2 e)``; then ``u = rescale(r·c₂)``; then
+    ``v = rescale(r·(c₁ + u))``; then ``(1 + v) >> n``. The result is valid four cycles after ``z``.
     """
     f, W = dt.frac, dt.width
     half = 1 << (f - 1)
+    zr = Signal(signed(W + 1), name="exp_z")          # registered operand: the block-RAM read ends here
+    m.d.sync += zr.eq(z)
     t = Signal(signed(W + 4), name="exp_t")
-    m.d.sync += t.eq((z * const(math.log2(math.e), dt) + half) >> f)
+    m.d.sync += t.eq((zr * const(math.log2(math.e), dt) + half) >> f)
     k = Signal(signed(W + 4), name="exp_k")
     r = Signal(signed(f + 2), name="exp_r")
     u = Signal(signed(f + 4), name="exp_u")
@@ -419,11 +421,10 @@ def _exp(m: Module, z, dt):
     r1 = t - (k1 << f)
     m.d.sync += [k.eq(k1), r.eq(r1), u.eq((r1 * const(1.0 - EXP2_C1, dt) + half) >> f)]
     v = Signal(signed(f + 4), name="exp_v")
-    m.d.comb += v.eq((r * (const(EXP2_C1, dt) + u) + half) >> f)
+    n = Signal(unsigned(7), name="exp_shift")
+    m.d.sync += [v.eq((r * (const(EXP2_C1, dt) + u) + half) >> f), n.eq(Mux(-k > 62, 62, -k))]
     p = Signal(signed(f + 4), name="exp_p")
     m.d.comb += p.eq(dt.one + v)
-    n = Signal(unsigned(7), name="exp_shift")
-    m.d.comb += n.eq(Mux(-k > 62, 62, -k))
     out = Signal(signed(f + 4), name="exp_out")
     m.d.comb += out.eq(p >> n)
     return out

@@ -24,8 +24,8 @@ def div_bits(mc: Microcode) -> int:
 
 
 def ew_stages(mc: Microcode) -> int:
-    """Extra pipeline stages of the elementwise path: 2 when the exp unit is built (one multiply per stage)."""
-    return 2 if any(u.kind == "exp" for u in mc.ops) else 0
+    """Extra pipeline stages of the elementwise path: 4 when the exp unit is built (one multiply per stage)."""
+    return 4 if any(u.kind == "exp" for u in mc.ops) else 0
 
 
 def _const_b(u) -> bool:
@@ -35,7 +35,7 @@ def _const_b(u) -> bool:
 def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
 
-    A micro-op costs 1 (load) + 3 (drain) cycles, plus 2 more drain cycles in
+    A micro-op costs 1 (load) + 3 (drain) cycles, plus 4 more drain cycles in
     every op when the pipelined exp unit is built (:func:`ew_stages`), plus one per (element, k)
     pair; a ``divf`` element costs ``div_bits + 3`` (issue, load, one cycle
     per quotient bit, write). With one read port, an operation that reads
