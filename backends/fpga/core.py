@@ -16,7 +16,7 @@ addresses, and stage 1 gets the data one cycle later. It accumulates, and on
 the last ``k`` it rescales, range-checks and writes the result. After each
 micro-op, 2 drain cycles let the last write land before the next op reads.
 The cycle count is therefore exactly
-``Σ_ops (elements·K + 3)`` plus 2 for start and done (:func:`cycles`).
+``Σ_ops (elements·K + 3)`` plus 3 for start, decode and done (:func:`cycles`).
 
 Ports:
 * ``start`` (In): pulse high for one cycle to run the program.
@@ -129,6 +129,7 @@ class Sequencer(wiring.Component):
         kmax = max([u.K for u in mc.ops] + [1])
         nmax = max([int(np.prod(u.out.shape, dtype=np.int64)) for u in mc.ops] + [1])
         pc = Signal(range(n_ops + 1))
+        last_op = Signal()
         # per-op fields, decoded from pc
         kind = Signal(range(len(_KIND)))
         rescale = Signal()
@@ -150,6 +151,8 @@ class Sequencer(wiring.Component):
         fields = {}
         for name in ("a", "b", "o"):
             fields[name] = [Signal(unsigned(aw), name=f"{name}_{x}") for x in ("base", "s0", "s1", "ks")]
+        # per-op fields are decoded from pc into registers: the decode (a mux over every op) stays
+        # off the address adders' path; pc advances in DRAIN1, so they are ready by LOAD
         with m.Switch(pc):
             for i, u in enumerate(mc.ops):
                 with m.Case(i):
@@ -158,11 +161,11 @@ class Sequencer(wiring.Component):
                     bv = u.b if u.b is not None else View(0, u.out.shape, (0,) * len(u.out.shape))
                     bb, _, _, bs0, bs1, bks = _2d(View(bv.base, u.out.shape, _align(bv, u.out), bv.kstride))
                     cb = one and _const_b(u)
-                    m.d.comb += [two_phase.eq(int(one and u.b is not None and not cb)), const_b.eq(int(cb))]
-                    m.d.comb += [kind.eq(_KIND[u.kind]), rescale.eq(int(u.rescale)), has_b.eq(int(u.b is not None)),
+                    m.d.sync += [two_phase.eq(int(one and u.b is not None and not cb)), const_b.eq(int(cb))]
+                    m.d.sync += [kind.eq(_KIND[u.kind]), rescale.eq(int(u.rescale)), has_b.eq(int(u.b is not None)),
                                  K.eq(u.K), n0.eq(on0), n1.eq(on1)]
                     for name, vals in (("o", (ob, os0, os1, 0)), ("a", (ab, as0, as1, aks)), ("b", (bb, bs0, bs1, bks))):
-                        m.d.comb += [s.eq(v) for s, v in zip(fields[name], vals)]
+                        m.d.sync += [s.eq(v) for s, v in zip(fields[name], vals)]
 
         i0 = Signal(range(nmax + 1))
         i1 = Signal(range(nmax + 1))
@@ -244,8 +247,10 @@ class Sequencer(wiring.Component):
                 m.d.comb += [rd_a.addr.eq(self.host_addr), self.host_rdata.eq(rd_a.data),
                              wr.addr.eq(self.host_addr), wr.data.eq(self.host_wdata), wr.en.eq(self.host_we)]
                 with m.If(self.start):
-                    m.d.sync += [pc.eq(0), self.overflow.eq(0), self.fault.eq(0), self.done.eq(0)]
-                    m.next = "LOAD" if n_ops else "DONE"
+                    m.d.sync += [pc.eq(0), self.overflow.eq(0), self.fault.eq(0), self.done.eq(0), last_op.eq(0)]
+                    m.next = "BEGIN" if n_ops else "DONE"
+            with m.State("BEGIN"):                              # the decoded fields of op 0 settle
+                m.next = "LOAD"
             with m.State("LOAD"):
                 m.d.sync += [i0.eq(0), i1.eq(0), k.eq(0)]
                 for x in "abo":
@@ -298,6 +303,10 @@ class Sequencer(wiring.Component):
                     m.next = "RUN"
             with m.State("DRAIN1"):
                 m.d.sync += v1.eq(0)
+                with m.If(pc == n_ops - 1):
+                    m.d.sync += last_op.eq(1)
+                with m.Else():
+                    m.d.sync += pc.eq(pc + 1)
                 m.next = "DRAIN2"
             with m.State("DRAIN2"):
                 m.next = "DRAIN_EW0" if D else "DRAIN3"
@@ -305,10 +314,9 @@ class Sequencer(wiring.Component):
                 with m.State(f"DRAIN_EW{i}"):
                     m.next = f"DRAIN_EW{i + 1}" if i + 1 < D else "DRAIN3"
             with m.State("DRAIN3"):
-                with m.If(pc == n_ops - 1):
+                with m.If(last_op):
                     m.next = "DONE"
                 with m.Else():
-                    m.d.sync += pc.eq(pc + 1)
                     m.next = "LOAD"
             with m.State("DONE"):
                 m.d.sync += [self.done.eq(1), v1.eq(0)]
@@ -374,17 +382,23 @@ class Sequencer(wiring.Component):
         with m.If(kind2 == _KIND["max"]):
             m.d.comb += acc_next.eq(Mux(first2 | (p2 > acc), p2, acc))
         with m.Else():
-            m.d.comb += acc_next.eq(Mux(first2, 0, acc) + p2)
-        with m.If(v2 & ~last2):
+            # the rounding constant of the rescale seeds the sum, so the final rescale is a plain shift
+            # (one carry chain between stage 2 and stage 3, not two)
+            seed = Mux(resc2 & (kind2 == _KIND["mac"]), 1 << (f - 1), 0)
+            m.d.comb += acc_next.eq(Mux(first2, seed, acc) + p2)
+        with m.If(v2):
             m.d.sync += acc.eq(acc_next)
-        reduce2 = (kind2 == _KIND["mac"]) | (kind2 == _KIND["max"])
-        v3 = Signal()
+        # stage 3 reads the finished sum from the accumulator register itself (the next element's first
+        # accumulation overwrites it only at the end of that cycle), so no adder sits before stage 3
+        v3, red3, rs3 = Signal(), Signal(), Signal()
         out3 = Signal(range(self.depth))
         pc3 = Signal.like(pc)
+        ew3 = Signal.like(ew2)
+        m.d.sync += [v3.eq(v2 & last2), out3.eq(out2), pc3.eq(pc2), ew3.eq(ew2),
+                     red3.eq((kind2 == _KIND["mac"]) | (kind2 == _KIND["max"])),
+                     rs3.eq(resc2 & (kind2 == _KIND["mac"]))]
         res3 = Signal(signed(acc_w))
-        m.d.sync += [v3.eq(v2 & last2), out3.eq(out2), pc3.eq(pc2),
-                     res3.eq(Mux(reduce2, Mux(resc2 & (kind2 == _KIND["mac"]),
-                                              (acc_next + (1 << (f - 1))) >> f, acc_next), ew2))]
+        m.d.comb += res3.eq(Mux(red3, Mux(rs3, acc >> f, acc), ew3))
 
         # ------------------------------------------------------ stage 3: range check, write
         with m.If(v3):

@@ -44,7 +44,7 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     sum over ``K`` takes ``⌈K / macs⌉`` cycles per element; a maximum runs on
     lane 0 alone (``K`` cycles), so that lanes need no comparators.
     """
-    total = 2
+    total = 3
     D = ew_stages(mc)
     for u in mc.ops:
         n = int(np.prod(u.out.shape, dtype=np.int64))
