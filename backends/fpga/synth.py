@@ -181,9 +181,9 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=pr
         _run(_tool("icepack") + ["top.asc", bit], "bitstream (icepack)", log, outdir)
     else:
         bit = "top.bit"
-        _run(_tool("nextpnr-ecp5") + list(t.pnr_args) + pins + ["--json", "top.json", "--textcfg", "top.config",
-                                                        "--report", "nextpnr_report.json", "--freq", "25", "--timing-allow-fail"],
-             "place and route (nextpnr-ecp5)", log, outdir)
+        _run(_tool("nextpnr-ecp5") + list(t.pnr_args) + pins
+             + ["--json", "top.json", "--textcfg", "top.config", "--report", "nextpnr_report.json", "--freq", "25",
+                "--timing-allow-fail"], "place and route (nextpnr-ecp5)", log, outdir)
         _run(_tool("ecppack") + ["top.config", bit], "bitstream (ecppack)", log, outdir)
     bit = os.path.join(outdir, bit)
     rep = json.load(open(os.path.join(outdir, "nextpnr_report.json")))

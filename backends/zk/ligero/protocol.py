@@ -248,7 +248,7 @@ def _eval_at(polys: np.ndarray, powers: np.ndarray) -> np.ndarray:
     return gf.matmul(polys, powers[:polys.shape[1]])
 
 
-def _canonical(proof: LigeroProof, rows: int) -> None:
+def _canonical(proof: LigeroProof) -> None:
     """Every value a field element in [0, p), every hash and salt the right size (else Reject)."""
     for name in ("public", "u", "q", "h", "columns"):
         a = getattr(proof, name)
@@ -290,7 +290,7 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     for name, shape in shapes.items():
         if np.shape(getattr(proof, name)) != shape:
             raise Reject(f"{name} has shape {np.shape(getattr(proof, name))}, expected {shape}")
-    _canonical(proof, lay.rows)
+    _canonical(proof)
     T = _transcript(proof.header(), proof.public)
     T.absorb("root", proof.root)
     r = T.field("prox", sg * lay.mw).reshape(sg, lay.mw)

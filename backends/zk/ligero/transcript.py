@@ -2,9 +2,10 @@
 
 Every message is absorbed with a label and its length. A challenge is
 squeezed as SHAKE-256 output keyed by the current state, then absorbed
-back, so later challenges depend on earlier ones. Field challenges take 8
-bytes each: 51-bit words, with those not below ``p`` rejected (exactly uniform). Column indices are distinct and drawn by
-rejection from 4-byte samples below the largest multiple of ``n``.
+back, so later challenges depend on earlier ones. A field challenge is a
+51-bit word, redrawn when it is not below ``p``, so it is exactly uniform.
+Column indices are distinct. They are drawn by rejection from 4-byte
+samples below the largest multiple of ``n``.
 """
 from __future__ import annotations
 
