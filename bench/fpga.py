@@ -32,6 +32,7 @@ CONFIGS = [  # name, batch, sizes, function, target, read ports, sweep macs?
     ("iris-predict", 8, [4, 16, 3], "predict", "ice40-up5k", 2, False),
     ("mlp5-predict", 1, [16, 64, 32, 32, 5], "predict", "ice40-up5k", 1, False),
     ("mlp5-step", 1, [16, 64, 32, 32, 5], "step", "ecp5-85k", 2, False),
+    ("dense16x64-predict", 1, [16, 64], "predict", "ice40-up5k", 2, False),   # the reference's design
 ]
 REFERENCE = [
     ["reference: single-MAC dense 16→64 (issue)", "ice40-up5k", "~98 LUT4", "-", "1", "2", "~65", "-", "-"],
