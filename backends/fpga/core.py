@@ -146,8 +146,9 @@ class Sequencer(wiring.Component):
         K = Signal(range(kmax + 1))
         n0 = Signal(range(nmax + 1))
         n1 = Signal(range(nmax + 1))
-        # address arithmetic width: every base, stride and running pointer stays below 4·depth·macs
-        aw = (4 * self.depth * self.macs).bit_length() + 1
+        # address arithmetic is modulo 2^aw: every address the memory sees is below depth, and + and ·
+        # commute with the reduction, so aw = the address width is exact (masked lanes may wrap harmlessly)
+        aw = max(1, (self.depth - 1).bit_length())
         fields = {}
         for name in ("a", "b", "o"):
             fields[name] = [Signal(unsigned(aw), name=f"{name}_{x}") for x in ("base", "s0", "s1", "ks")]
