@@ -93,16 +93,8 @@ def check(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_
     _check_fits(circuit)
     if not isinstance(proof, LigeroProof):
         raise Reject(f"not a Ligero proof: {type(proof).__name__}")
-    pc = prepare(circuit.r1cs)
-    if proof.circuit_digest != pc.digest:
-        raise Reject("the proof is for another circuit (digest mismatch)")
-    if proof.public_outputs != circuit.r1cs.n_pub_out:
-        raise Reject(f"the proof claims {proof.public_outputs} public outputs, the circuit has "
-                     f"{circuit.r1cs.n_pub_out}")
-    if proof.statement != circuit.statement():
-        raise Reject("the proof's statement is not this circuit's")
     pub = proof.public if public is None else gf.reduce(_signed_public(circuit, public))
-    verify_prepared(pc, proof, pub, min_bits)
+    verify_prepared(prepare(circuit.r1cs), proof, pub, min_bits, circuit.statement())
 
 
 def verify(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_bits: float = TARGET_BITS) -> bool:

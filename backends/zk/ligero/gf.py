@@ -26,7 +26,7 @@ import numpy as np
 
 from ..field import LIGERO51
 
-__all__ = ["P", "GENERATOR", "TWO_ADICITY", "mul", "add", "sub", "neg", "inv", "pow_", "sum_mod",
+__all__ = ["P", "GENERATOR", "TWO_ADICITY", "mul", "add", "sub", "neg", "inv", "powers", "sum_mod",
            "segment_sum", "matmul", "batch_inv", "lagrange_at", "root_of_unity", "ntt", "intt", "coset_eval", "coset_interp",
            "from_bytes128", "reduce"]
 
@@ -78,10 +78,6 @@ def mul(a, b) -> np.ndarray:
     return r
 
 
-def pow_(a: int, e: int) -> int:
-    return pow(int(a), int(e), P)
-
-
 def inv(a: int) -> int:
     if int(a) % P == 0:
         raise ZeroDivisionError("inverse of 0 in F_p")
@@ -91,8 +87,11 @@ def inv(a: int) -> int:
 def sum_mod(a: np.ndarray, axis: int = -1) -> np.ndarray:
     """``Σ a mod p`` along ``axis``, exact: 26- and 25-bit limbs summed separately (no int64 overflow)."""
     a = np.asarray(a, dtype=np.int64)
-    lo = (a & ((1 << 26) - 1)).sum(axis=axis)
-    hi = (a >> 26).sum(axis=axis)
+    return _join(lo=(a & ((1 << 26) - 1)).sum(axis=axis), hi=(a >> 26).sum(axis=axis))
+
+
+def _join(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``hi·2^26 + lo mod p`` for limb sums (each far below 2^63)."""
     return add(mul(reduce(hi), 1 << 26), reduce(lo))
 
 
@@ -105,9 +104,7 @@ def segment_sum(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     nonempty = ptr[1:] > ptr[:-1]
     starts = ptr[:-1][nonempty]
     v = np.asarray(values, dtype=np.int64)
-    lo = np.add.reduceat(v & ((1 << 26) - 1), starts)
-    hi = np.add.reduceat(v >> 26, starts)
-    out[nonempty] = add(mul(reduce(hi), 1 << 26), reduce(lo))
+    out[nonempty] = _join(lo=np.add.reduceat(v & ((1 << 26) - 1), starts), hi=np.add.reduceat(v >> 26, starts))
     return out
 
 
@@ -136,17 +133,24 @@ def root_of_unity(n: int) -> int:
     return pow(GENERATOR, (P - 1) // n, P)
 
 
-@lru_cache(maxsize=64)
-def _powers(base: int, n: int) -> np.ndarray:
-    """``[1, base, base², …, base^(n−1)]`` (computed by doubling, cached)."""
-    out = np.ones(n, dtype=np.int64)
+def powers(base, n: int) -> np.ndarray:
+    """``[1, base, base², …, base^(n−1)]`` along a new first axis (``base`` a scalar or an array), by doubling."""
+    b = np.asarray(base, dtype=np.int64)
+    out = np.ones((n,) + b.shape, dtype=np.int64)
     if n > 1:
-        out[1] = base
+        out[1] = b
         filled = 2
         while filled < n:
             step = min(filled, n - filled)
-            out[filled:filled + step] = mul(out[:step], pow(base, filled, P))
+            out[filled:filled + step] = mul(out[:step], mul(out[filled - 1], b))     # × base^filled
             filled += step
+    return out
+
+
+@lru_cache(maxsize=64)
+def _powers(base: int, n: int) -> np.ndarray:
+    """:func:`powers` of a scalar, cached (NTT twiddles and coset shifts)."""
+    out = powers(base, n)
     out.setflags(write=False)
     return out
 

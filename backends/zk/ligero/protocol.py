@@ -145,9 +145,9 @@ def _linear_rows(pc: Prepared, lay: _Layout, T: Transcript, s: int) -> tuple[np.
 
 
 def _zh_on_coset(p: Params) -> np.ndarray:
-    """``η^k − 1`` for every ``η ∈ D`` (period n/k)."""
-    eta_k = gf.mul(gf._powers(gf.pow_(gf.root_of_unity(p.n), p.k), p.n // p.k), gf.pow_(gf.GENERATOR, p.k))
-    return gf.sub(np.tile(eta_k, p.k), 1)
+    """``η^k − 1`` for the first ``n/k`` points ``η`` of ``D`` (the values repeat with that period)."""
+    eta_k = gf.mul(gf.powers(pow(gf.root_of_unity(p.n), p.k, gf.P), p.n // p.k), pow(gf.GENERATOR, p.k, gf.P))
+    return gf.sub(eta_k, 1)
 
 
 def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str = "", public_outputs: int = 0,
@@ -217,7 +217,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     rq = T.field("quad", sg * lay.mq).reshape(sg, lay.mq)
     prod = gf.sub(gf.mul(U[lay.block("a")], U[lay.block("b")]), U[lay.block("c")])
     p0 = gf.add(gf.matmul(rq, prod), U[lay.block("quad")])
-    zh_inv = np.array([gf.inv(v) for v in _zh_on_coset(p)[:n // k]], dtype=np.int64)
+    zh_inv = np.array([gf.inv(v) for v in _zh_on_coset(p).tolist()], dtype=np.int64)
     proof.h = gf.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
     T.absorb("h", proof.h.astype("<i8").tobytes())
     timings["tests"] = time.perf_counter() - t0
@@ -262,11 +262,14 @@ def _canonical(proof: LigeroProof) -> None:
         raise Reject("every Merkle sibling must be 32 bytes")
 
 
-def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bits: float = 100) -> None:
+def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bits: float = 100,
+                    statement: str | None = None) -> None:
     """Raise :class:`Reject` naming the first failed check.
 
     The proof names its own parameters, so the verifier insists that they give at least
-    ``min_bits`` of soundness: weaker parameters would let a prover grind a false proof.
+    ``min_bits`` of soundness: weaker parameters would let a prover grind a false proof. The
+    header must match the circuit: its digest, its public-output count (which the chain of
+    training steps relies on) and, when given, its ``statement``.
     """
     p = proof.params
     try:
@@ -278,6 +281,10 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
                      f"{soundness_bits(p):.1f} bits of soundness, below the required {min_bits}")
     if proof.circuit_digest != pc.digest:
         raise Reject("the proof is for another circuit (digest mismatch)")
+    if proof.public_outputs != pc.r1cs.n_pub_out:
+        raise Reject(f"the proof claims {proof.public_outputs} public outputs, the circuit has {pc.r1cs.n_pub_out}")
+    if statement is not None and proof.statement != statement:
+        raise Reject("the proof's statement is not this circuit's")
     public = gf.reduce(np.asarray(public, dtype=np.int64))
     if len(public) != pc.n_public or len(proof.public) != pc.n_public:
         raise Reject(f"expected {pc.n_public} public values, got {len(public)}")
@@ -304,14 +311,9 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     if len(proof.salts) != t or not merkle.verify_opening(proof.root, n, idx, merkle.leaves(Uo.T, proof.salts),
                                                           proof.siblings):
         raise Reject("opened columns do not match the Merkle commitment")
-    eta = gf.mul(gf.GENERATOR, gf._powers(gf.root_of_unity(n), n)[idx])
-    powers = np.ones((2 * K, t), dtype=np.int64)
-    powers[1] = eta
-    filled = 2
-    while filled < 2 * K:
-        step = min(filled, 2 * K - filled)
-        powers[filled:filled + step] = gf.mul(powers[:step], gf.mul(powers[filled - 1], eta))
-        filled += step
+    w = gf.root_of_unity(n)
+    eta = np.array([gf.GENERATOR * pow(w, j, gf.P) % gf.P for j in idx], dtype=np.int64)   # opened points
+    powers = gf.powers(eta, 2 * K)                                  # powers[i, j] = η_j^i
     W = Uo[lay.block("w")]
     lag = gf.lagrange_at(k, eta)
     if not np.array_equal(_eval_at(proof.u, powers), gf.add(gf.matmul(r, W), Uo[lay.block("prox")])):
