@@ -112,20 +112,26 @@ def _read_sections(path: str, magic: bytes) -> tuple[int, dict[int, bytes]]:
     return version, sections
 
 
-def read_r1cs_header(path: str) -> dict:
-    """The header of an ``.r1cs`` file (validated)."""
+def _field_header(path: str, magic: bytes, version: int, tail: int) -> tuple:
+    """Open an iden3 file: ``(name, sections, n8, prime, rest)``, where header section 1 is
+    ``n8 (u32) ‖ prime (n8 bytes) ‖ rest (tail bytes)``; the version and sizes are checked."""
     name = os.path.basename(path)
-    version, sec = _read_sections(path, b"r1cs")
-    if version != 1:
-        raise FormatError(f"{name}: unsupported r1cs version {version} (expected 1)")
+    found, sec = _read_sections(path, magic)
+    if found != version:
+        raise FormatError(f"{name}: unsupported {magic.decode()} version {found} (expected {version})")
     h = sec.get(1)
     if h is None or len(h) < 4:
-        raise FormatError(f"{name}: header section missing")
+        raise FormatError(f"{name}: header section missing or short")
     n8 = struct.unpack_from("<I", h)[0]
-    if len(h) != 4 + n8 + 28:
-        raise FormatError(f"{name}: header section has {len(h)} bytes, expected {4 + n8 + 28}")
-    prime = int.from_bytes(h[4:4 + n8], "little")
-    nw, no, ni, npv, nl, m = struct.unpack_from("<IIIIQI", h, 4 + n8)
+    if len(h) != 4 + n8 + tail:
+        raise FormatError(f"{name}: header section has {len(h)} bytes, expected {4 + n8 + tail}")
+    return name, sec, n8, int.from_bytes(h[4:4 + n8], "little"), h[4 + n8:]
+
+
+def read_r1cs_header(path: str) -> dict:
+    """The header of an ``.r1cs`` file (validated)."""
+    name, sec, n8, prime, rest = _field_header(path, b"r1cs", 1, 28)
+    nw, no, ni, npv, nl, m = struct.unpack("<IIIIQI", rest)
     if 2 not in sec:
         raise FormatError(f"{name}: constraint section missing")
     return {"n8": n8, "prime": prime, "n_wires": nw, "n_pub_out": no, "n_pub_in": ni, "n_prv_in": npv,
@@ -144,18 +150,8 @@ def write_wtns(path: str, values, fld: Field) -> None:
 
 def read_wtns(path: str, fld: Field | None = None) -> list[int]:
     """Witness values of a ``.wtns`` file (validated; checked against ``fld`` when given)."""
-    name = os.path.basename(path)
-    version, sec = _read_sections(path, b"wtns")
-    if version != 2:
-        raise FormatError(f"{name}: unsupported wtns version {version} (expected 2)")
-    h = sec.get(1)
-    if h is None or len(h) < 8:
-        raise FormatError(f"{name}: header section missing or short")
-    n8 = struct.unpack_from("<I", h)[0]
-    if len(h) != 8 + n8:
-        raise FormatError(f"{name}: header section has {len(h)} bytes, expected {8 + n8}")
-    prime = int.from_bytes(h[4:4 + n8], "little")
-    (n,) = struct.unpack_from("<I", h, 4 + n8)
+    name, sec, n8, prime, rest = _field_header(path, b"wtns", 2, 4)
+    (n,) = struct.unpack("<I", rest)
     if fld is not None and prime != fld.p:
         raise FormatError(f"{name}: witness is over a different field (prime {prime}, expected {fld.p})")
     body = sec.get(2, b"")
