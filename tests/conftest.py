@@ -60,3 +60,17 @@ def run_cli(*args, timeout: int = 1800) -> subprocess.CompletedProcess:
     """``python -m circuitgrad.cli ARGS`` from the repository root, output captured."""
     return subprocess.run([sys.executable, "-m", "circuitgrad.cli", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=timeout)
+
+
+def train_mlp(dataset: str, batch: int, sizes: list[int], epochs: int, backend: str, lr: float = 0.05):
+    """Train an MLP (softmax cross-entropy, momentum, seed 0) on ``backend``; returns (params, test accuracy)."""
+    from circuitgrad import datasets, nn
+    data = datasets.load(dataset)
+    step = cg.compile_model(nn.mlp(batch, sizes), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(lr),
+                            backend=backend)
+    p = step.init_params(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(epochs):
+        for x, y in datasets.batches(data.x_train, data.y_train, batch, rng):
+            p = step.step(p, x, y)
+    return p, (step.predict(p, data.x_test).argmax(1) == data.y_test).mean()

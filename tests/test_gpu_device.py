@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import train_mlp
 
 import circuitgrad as cg
 from circuitgrad import nn
@@ -38,17 +39,5 @@ def test_gpu_agrees_with_numpy(name, make, key, rng):
 
 
 def test_digits_trains_to_the_numpy_accuracy():
-    from circuitgrad import datasets
-    data = datasets.load("digits")
-    B = 32
-    accs = []
-    for backend in ("numpy", "cupy"):
-        step = cg.compile_model(nn.mlp(B, [64, 64, 10]), loss=nn.softmax_cross_entropy,
-                                optimizer=nn.momentum(0.05), backend=backend)
-        p = step.init_params(seed=0)
-        rng = np.random.default_rng(0)
-        for _ in range(20):
-            for x, y in datasets.batches(data.x_train, data.y_train, B, rng):
-                p = step.step(p, x, y)
-        accs.append((step.predict(p, data.x_test).argmax(1) == data.y_test).mean())
+    accs = [train_mlp("digits", 32, [64, 64, 10], 20, backend)[1] for backend in ("numpy", "cupy")]
     assert abs(accs[0] - accs[1]) <= 0.01 and accs[1] >= 0.95

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import train_mlp
 
 import circuitgrad as cg
 from circuitgrad import nn
@@ -38,20 +39,7 @@ def test_emulated_gpu_equals_numpy_backend(name, make, loss, opt, key, rng):
 
 
 def test_training_through_the_gpu_code_path_matches_numpy():
-    from circuitgrad import datasets
-    data = datasets.load("iris")
-    B = 8
-    accs, finals = [], []
-    for backend in ("numpy", "cupy-emulated"):
-        step = cg.compile_model(nn.mlp(B, [4, 16, 3]), loss=nn.softmax_cross_entropy,
-                                optimizer=nn.momentum(0.05), backend=backend)
-        p = step.init_params(seed=0)
-        rng = np.random.default_rng(0)
-        for _ in range(60):
-            for x, y in datasets.batches(data.x_train, data.y_train, B, rng):
-                p = step.step(p, x, y)
-        accs.append((step.predict(p, data.x_test).argmax(1) == data.y_test).mean())
-        finals.append(p)
+    finals, accs = zip(*(train_mlp("iris", 8, [4, 16, 3], 60, backend) for backend in ("numpy", "cupy-emulated")))
     assert accs[0] == accs[1] >= 0.95
     for k in finals[0]:
         np.testing.assert_allclose(finals[1][k], finals[0][k], rtol=1e-4, atol=1e-5)
