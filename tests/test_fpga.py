@@ -274,6 +274,53 @@ def test_mac_lanes_bit_exact_with_exact_cycle_model(macs, rng):
     p = step.init_params(seed=0)
     x, y = rng.normal(size=(B, 5)), rng.integers(0, 3, size=B)
     want = step.step(p, x, y)
-    got, n = fpga.simulate(dm, p, x, y)
+    got, n = fpga.simulate(dm, p, x, y, check_collisions=True)
     assert all(np.array_equal(got[k], want[k]) for k in want)
     assert n == dm.cycles < d1.cycles                  # reductions take ⌈K / macs⌉ cycles per element
+
+
+@pytest.mark.parametrize("ports,key", [(2, "step"), (1, "step"), (2, "predict")])
+def test_no_used_read_collides_with_a_write(ports, key, rng):
+    # synthesis declares same-cycle read/write of one word undefined; the schedule must never rely on it
+    B = 4
+    step = cg.compile_model(nn.mlp(B, [5, 7, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.125),
+                            dtype=Q)
+    d = fpga.compile(step, function=key, read_ports=ports)
+    p = step.init_params(seed=0)
+    x, y = rng.normal(size=(B, 5)), rng.integers(0, 3, size=B)
+    got, n = fpga.simulate(d, p, x, y if key == "step" else None, check_collisions=True)
+    assert n == d.cycles
+
+
+def test_collision_check_catches_a_collision():
+    from amaranth import Elaboratable, Module, Signal
+    from amaranth.lib import memory
+    from amaranth.sim import Simulator
+
+    from circuitgrad.backends.fpga.sim import ReadWriteCollision, _watch_collisions
+
+    class Clash(Elaboratable):         # reads and writes word 2 in every cycle, with the read marked used
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.mem = mem = memory.Memory(shape=8, depth=4, init=[])
+            rd, wr, used = mem.read_port(), mem.write_port(), Signal()
+            m.d.comb += [rd.addr.eq(2), wr.addr.eq(2), wr.en.eq(1), wr.data.eq(5), used.eq(1)]
+            self.ports = ([(rd, used)], wr)
+            return m
+
+    dut = Clash()
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    _watch_collisions(sim, dut)
+    with pytest.raises(ReadWriteCollision, match="cycle 1: read port 0 reads address 2 while it is written"):
+        sim.run_until(5e-8)
+
+
+def test_rtlil_declares_every_read_collision_undefined():
+    from circuitgrad.backends.fpga.synth import rtlil_text
+    step = cg.compile_model(nn.mlp(4, [5, 7, 3]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    for macs in (1, 3):
+        il = rtlil_text(fpga.compile(step, macs=macs), log=lambda s: None)
+        masks = re.findall(r"parameter \\COLLISION_X_MASK (\d+)'([01]+)", il)
+        assert len(masks) == 2 * macs                      # one per read port (macs = 1: two ports, one memory)
+        assert all(bits == "1" * int(n) for n, bits in masks)

@@ -85,8 +85,12 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, fun
     return Design(fx, function, mc, macs, read_ports)
 
 
-def simulate(design: Design, params, x, y=None) -> tuple[dict[str, np.ndarray], int]:
-    """Run the design in Amaranth's simulator: ``(outputs by name, cycles)``."""
+def simulate(design: Design, params, x, y=None, check_collisions: bool = False) -> tuple[dict[str, np.ndarray], int]:
+    """Run the design in Amaranth's simulator: ``(outputs by name, cycles)``.
+
+    ``check_collisions`` also fails if a block-RAM word is ever read in the cycle it is written
+    (the synthesized memories leave that case undefined; see ``docs/FPGA.md``).
+    """
     _core()
     from .sim import simulate as _simulate
     fx, key = design.model, design.function
@@ -96,7 +100,8 @@ def simulate(design: Design, params, x, y=None) -> tuple[dict[str, np.ndarray], 
     args.append(fx._in(x, "input"))
     if key != "predict":
         args.append(fx._targets(y))
-    outs, n = _simulate(design.microcode, args, read_ports=design.read_ports, macs=design.macs)
+    outs, n = _simulate(design.microcode, args, read_ports=design.read_ports, macs=design.macs,
+                        check_collisions=check_collisions)
     out_names = names if key == "step" else ([key] if key != "gradients" else fx.param_names)
     return dict(zip(out_names, outs)), n
 

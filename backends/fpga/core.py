@@ -11,25 +11,31 @@
     │ lib.memory├───────►│ range check → overflow flag  │          │          │ │
     └───────────┘        └──────────────────────────────┘          └──────────┘ │
 
-One (output element, k) pair is issued per cycle. Stage 0 drives the read
-addresses, and stage 1 gets the data one cycle later. It accumulates, and on
-the last ``k`` it rescales, range-checks and writes the result. After each
-micro-op, 2 drain cycles let the last write land before the next op reads.
-The cycle count is therefore exactly
-``Σ_ops (elements·K + 3)`` plus 3 for start, decode and done (:func:`cycles`).
+One (output element, k) pair is issued per cycle (``macs`` k values at once
+with ``macs`` lanes). Issue drives the read addresses; the data comes back
+one cycle later and goes through the product or the elementwise unit (``D``
+more stages when the exp unit is built). It is then accumulated exactly, and
+on the last ``k`` rescaled, range-checked and written. Every micro-op drains
+its pipeline before the next one reads, so the cycle count is exactly
+:func:`~.timing.cycles`.
+
+Timing: every loop test reads a register (``k_last``, ``i0_last``,
+``i1_last``, ``k_left``), the per-op fields are decoded from ``pc`` into
+registers one cycle ahead, and the accumulator adds plain registers (the
+seed is chosen after the adder), so each carry chain stays in one piece.
 
 Ports:
 * ``start`` (In): pulse high for one cycle to run the program.
 * ``busy``, ``done`` (Out).
 * ``overflow`` (Out): sticky; ``fault`` holds the pc of the first overflowing micro-op.
-* host memory port, usable while idle: ``host_addr``, ``host_wdata``, ``host_we``, ``host_rdata``.
+* host memory port, usable while idle: ``host_addr``, ``host_wdata``, ``host_we``, ``host_rdata``
+  (do not read and write in the same cycle: see ``synth.rtlil_text``).
 
 Every micro-op kind is built: ``mac`` (with or without ``b``) and ``max``
-reduce over ``k``; ``add``, ``neg``, ``heaviside``, ``sigmoid``, ``tanh``,
-``exp`` and ``divf`` are combinational units in stage 1. The divider is
-combinational for now, which is correct but large and slow; a sequential
-divider is planned. :func:`check_supported` rejects unknown kinds before
-any simulation or synthesis starts.
+reduce over ``k``; ``add``, ``neg``, ``heaviside``, ``sigmoid`` and ``tanh``
+are combinational units, ``exp`` is pipelined and ``divf`` is a sequential
+restoring divider. :func:`check_supported` rejects unknown kinds before any
+simulation or synthesis starts.
 """
 from __future__ import annotations
 
@@ -121,6 +127,13 @@ class Sequencer(wiring.Component):
             rd_a, rd_b = lanes[0]
         writes = [mem.write_port() for mem in self.mems]
         wr = writes[0]
+        # kept for the simulation's collision check (synth declares same-cycle read/write undefined):
+        # the read ports, the write port, and whether the data being read will be used
+        reading, reading_b = Signal(), Signal()
+        live = Signal(L)                 # lanes whose k is inside the reduction (a max uses lane 0 only)
+        used = [Signal(name=f"used{i}") for i in range(2 * L)]
+        self.ports = ([(p, used[2 * lane + i]) for lane, ports in enumerate(lanes) for i, p in enumerate(ports)
+                       if p is not None], wr)
         for other in writes[1:]:
             m.d.comb += [other.addr.eq(wr.addr), other.data.eq(wr.data), other.en.eq(wr.en)]
 
@@ -143,29 +156,45 @@ class Sequencer(wiring.Component):
         cb1 = Signal()
         a_in = Signal(signed(W))
         b_in = Signal(signed(W))
+        # the reduction advances k by kstep (L, or 1 for a max or one lane); ``k_last`` is a register
+        # (set from k + kstep ≥ klast as k advances), so no comparison sits on the loop-control path.
+        # Bounds are decoded as last indices (n − 1), and the pointer steps ks·kstep as constants.
         K = Signal(range(kmax + 1))
-        n0 = Signal(range(nmax + 1))
-        n1 = Signal(range(nmax + 1))
+        kstep = Signal(range(L + 1))
+        klast = Signal(range(kmax + 1))
+        kone = Signal()              # the whole reduction is one step
+        k_last = Signal()
+        k_left = Signal(range(kmax + 1))          # K − k: lane l is live while k_left > l (no per-lane adder)
+        n0_one, n1_one = Signal(), Signal()       # the same for the element loops: registered last flags
+        i0_last, i1_last = Signal(), Signal()
+        n0_last = Signal(range(nmax + 1))
+        n1_last = Signal(range(nmax + 1))
         # address arithmetic is modulo 2^aw: every address the memory sees is below depth, and + and ·
         # commute with the reduction, so aw = the address width is exact (masked lanes may wrap harmlessly)
         aw = max(1, (self.depth - 1).bit_length())
         fields = {}
         for name in ("a", "b", "o"):
-            fields[name] = [Signal(unsigned(aw), name=f"{name}_{x}") for x in ("base", "s0", "s1", "ks")]
+            fields[name] = [Signal(unsigned(aw), name=f"{name}_{x}") for x in ("base", "s0", "s1", "ks", "kinc")]
         # per-op fields are decoded from pc into registers: the decode (a mux over every op) stays
         # off the address adders' path; pc advances in DRAIN1, so they are ready by LOAD
+        # (the last op is the default case: every pc value decodes, so the registers need no enable)
         with m.Switch(pc):
             for i, u in enumerate(mc.ops):
-                with m.Case(i):
+                with (m.Case(i) if i < n_ops - 1 else m.Default()):
                     ob, on0, on1, os0, os1, _ = _2d(u.out)
                     ab, _, _, as0, as1, aks = _2d(View(u.a.base, u.out.shape, _align(u.a, u.out), u.a.kstride))
                     bv = u.b if u.b is not None else View(0, u.out.shape, (0,) * len(u.out.shape))
                     bb, _, _, bs0, bs1, bks = _2d(View(bv.base, u.out.shape, _align(bv, u.out), bv.kstride))
                     cb = one and _const_b(u)
                     m.d.sync += [two_phase.eq(int(one and u.b is not None and not cb)), const_b.eq(int(cb))]
+                    step = 1 if u.kind == "max" else L
                     m.d.sync += [kind.eq(_KIND[u.kind]), rescale.eq(int(u.rescale)), has_b.eq(int(u.b is not None)),
-                                 K.eq(u.K), n0.eq(on0), n1.eq(on1)]
-                    for name, vals in (("o", (ob, os0, os1, 0)), ("a", (ab, as0, as1, aks)), ("b", (bb, bs0, bs1, bks))):
+                                 K.eq(u.K), kstep.eq(step), klast.eq(max(u.K - step, 0)), kone.eq(int(u.K <= step)),
+                                 n0_last.eq(on0 - 1), n1_last.eq(on1 - 1), n0_one.eq(int(on0 == 1)),
+                                 n1_one.eq(int(on1 == 1))]
+                    mod = 1 << aw
+                    for name, vals in (("o", (ob, os0, os1, 0, 0)), ("a", (ab, as0, as1, aks, aks * step % mod)),
+                                       ("b", (bb, bs0, bs1, bks, bks * step % mod))):
                         m.d.sync += [s.eq(v) for s, v in zip(fields[name], vals)]
 
         i0 = Signal(range(nmax + 1))
@@ -186,7 +215,7 @@ class Sequencer(wiring.Component):
         pc1 = Signal.like(pc)
         mask1 = Signal(L)
         acc_w = 2 * W + max(1, kmax.bit_length()) + 1 + max(0, (L - 1).bit_length())
-        acc = Signal(signed(acc_w))
+        acc = Signal(signed(acc_w), reset_less=True)    # seeded on first2: no reset, one control set per tile
         nb = div_bits(mc)
         div_out = Signal(range(self.depth))
         div_last = Signal()
@@ -199,44 +228,40 @@ class Sequencer(wiring.Component):
         # a max reduction runs on lane 0 alone (k advances by 1): lanes carry no comparators
         is_max = Signal()
         m.d.comb += is_max.eq(kind == _KIND["max"])
+        m.d.comb += [live[lane].eq((k_left > lane) & (~is_max if lane else 1)) for lane in range(L)]
+        for lane in range(L):
+            m.d.comb += [used[2 * lane].eq(reading & (live[lane] if lane else 1)),
+                         used[2 * lane + 1].eq(reading_b & live[lane])]
 
         def issue():
             """Issue one (element, k) pair and advance the loop counters and addresses."""
-            is_last_k = Mux(is_max, k == K - 1, k + L >= K) if L > 1 else (k == K - 1)
+            is_last_k = k_last
             is_div = kind == _KIND["divf"]
-            m.d.sync += [mask1[lane].eq((k + lane < K) & (~is_max if lane else 1)) for lane in range(L)]
+            m.d.sync += mask1.eq(live)
             m.d.sync += [v1.eq(~is_div), last1.eq(is_last_k), first1.eq(k == 0), out1.eq(col["o"]),
                          kind1.eq(kind), resc1.eq(rescale), hasb1.eq(has_b), pc1.eq(pc),
-                         div_out.eq(col["o"]), div_last.eq((i1 == n1 - 1) & (i0 == n0 - 1))]
+                         div_out.eq(col["o"]), div_last.eq(i1_last & i0_last)]
             with m.If(~is_last_k):
-                if L > 1:
-                    with m.If(is_max):
-                        m.d.sync += [k.eq(k + 1), ptr["a"].eq(ptr["a"] + fields["a"][3]),
-                                     ptr["b"].eq(ptr["b"] + fields["b"][3])]
-                    with m.Else():
-                        m.d.sync += [k.eq(k + L), ptr["a"].eq(ptr["a"] + fields["a"][3] * L),
-                                     ptr["b"].eq(ptr["b"] + fields["b"][3] * L)]
-                else:
-                    m.d.sync += [k.eq(k + 1), ptr["a"].eq(ptr["a"] + fields["a"][3]),
-                                 ptr["b"].eq(ptr["b"] + fields["b"][3])]
+                m.d.sync += [k.eq(k + kstep), k_last.eq(k + kstep >= klast), k_left.eq(k_left - kstep),
+                             ptr["a"].eq(ptr["a"] + fields["a"][4]), ptr["b"].eq(ptr["b"] + fields["b"][4])]
             with m.Else():
-                m.d.sync += k.eq(0)
-                with m.If(i1 != n1 - 1):
-                    m.d.sync += i1.eq(i1 + 1)
+                m.d.sync += [k.eq(0), k_last.eq(kone), k_left.eq(K)]
+                with m.If(~i1_last):
+                    m.d.sync += [i1.eq(i1 + 1), i1_last.eq(i1 + 1 == n1_last)]
                     for x in "abo":
                         m.d.sync += col[x].eq(col[x] + fields[x][2])
                     for x in "ab":
                         m.d.sync += ptr[x].eq(col[x] + fields[x][2])
                 with m.Else():
-                    m.d.sync += i1.eq(0)
+                    m.d.sync += [i1.eq(0), i1_last.eq(n1_one)]
                     for x in "abo":
                         m.d.sync += [row[x].eq(row[x] + fields[x][1]), col[x].eq(row[x] + fields[x][1])]
                     for x in "ab":
                         m.d.sync += ptr[x].eq(row[x] + fields[x][1])
-                    with m.If(i0 == n0 - 1):
+                    with m.If(i0_last):
                         m.next = "DRAIN1"
                     with m.Else():
-                        m.d.sync += i0.eq(i0 + 1)
+                        m.d.sync += [i0.eq(i0 + 1), i0_last.eq(i0 + 1 == n0_last)]
             m.d.sync += [tp1.eq(two_phase), cb1.eq(const_b)]
             with m.If(two_phase):                              # phase 1: b is being read, a arrived
                 m.d.sync += [ph.eq(0), a_hold.eq(rd_a.data)]
@@ -253,7 +278,7 @@ class Sequencer(wiring.Component):
             with m.State("BEGIN"):                              # the decoded fields of op 0 settle
                 m.next = "LOAD"
             with m.State("LOAD"):
-                m.d.sync += [i0.eq(0), i1.eq(0), k.eq(0)]
+                m.d.sync += [i0.eq(0), i1.eq(0), k.eq(0), k_last.eq(kone), k_left.eq(K), i0_last.eq(n0_one), i1_last.eq(n1_one)]
                 for x in "abo":
                     f0 = fields[x if x != "o" else "o"]
                     m.d.sync += [row[x].eq(f0[0]), col[x].eq(f0[0])]
@@ -275,9 +300,7 @@ class Sequencer(wiring.Component):
                 if one:
                     m.d.comb += rd_a.addr.eq(Mux(two_phase & ph, ptr["b"], ptr["a"]))
                 else:
-                    for lane, (ra, rb) in enumerate(lanes):
-                        m.d.comb += [ra.addr.eq(ptr["a"] + fields["a"][3] * lane),
-                                     rb.addr.eq(ptr["b"] + fields["b"][3] * lane)]
+                    m.d.comb += rd_a.addr.eq(ptr["a"])
                 with m.If(two_phase & ~ph):                        # phase 0: a is being read
                     m.d.sync += [ph.eq(1), v1.eq(0)]
                 with m.Else():
@@ -322,7 +345,15 @@ class Sequencer(wiring.Component):
             with m.State("DONE"):
                 m.d.sync += [self.done.eq(1), v1.eq(0)]
                 m.next = "IDLE"
-        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+        m.d.comb += [self.busy.eq(~fsm.ongoing("IDLE")), reading.eq(fsm.ongoing("LOAD") | fsm.ongoing("RUN")),
+                     reading_b.eq(fsm.ongoing("RUN") & has_b)]
+        # every read port but rd_a (which the host shares while idle) reads in every state: a read has no
+        # side effect, and no state multiplexer then sits on those addresses
+        if not one:
+            for lane, (ra, rb) in enumerate(lanes):
+                if lane:
+                    m.d.comb += ra.addr.eq(ptr["a"] + fields["a"][3] * lane)
+                m.d.comb += rb.addr.eq(ptr["b"] + fields["b"][3] * lane)
 
         # ------------------------------------------------- stage 1: operands → product / unit
         if one:
@@ -381,12 +412,15 @@ class Sequencer(wiring.Component):
         # ------------------------------------------- stage 2: accumulate (or max), rescale
         acc_next = Signal(signed(acc_w))
         with m.If(kind2 == _KIND["max"]):
-            m.d.comb += acc_next.eq(Mux(first2 | (p2 > acc), p2, acc))
+            # a max compares words (p2 = a·1 and the running max both fit W bits): a W-bit carry chain
+            m.d.comb += acc_next.eq(Mux(first2 | (p2[:W].as_signed() > acc[:W].as_signed()), p2, acc))
         with m.Else():
             # the rounding constant of the rescale seeds the sum, so the final rescale is a plain shift
             # (one carry chain between stage 2 and stage 3, not two)
+            # two adders and a mux after them, not a mux before one: the adder's operands are then plain
+            # registers, so each carry shares its logic cell with its sum (iCE40 split the chain otherwise)
             seed = Mux(resc2 & (kind2 == _KIND["mac"]), 1 << (f - 1), 0)
-            m.d.comb += acc_next.eq(Mux(first2, seed, acc) + p2)
+            m.d.comb += acc_next.eq(Mux(first2, p2 + seed, acc + p2))
         with m.If(v2):
             m.d.sync += acc.eq(acc_next)
         # stage 3 reads the finished sum from the accumulator register itself (the next element's first
@@ -420,8 +454,9 @@ def _exp(m: Module, z, dt):
     """``exp(z)`` for ``z ≤ 0``, exactly as ``fixedpoint.exp_fixed``, in five stages (one multiply at most each).
 
     Four registers (:func:`~.timing.ew_stages`): ``z = a − b`` is registered straight after the
-    memory read; then ``t = rescale(z·log2 e)``; then ``u = rescale(r·c₂)``; then
-    ``v = rescale(r·(c₁ + u))``; then ``(1 + v) >> n``. The result is valid four cycles after ``z``.
+    memory read; then ``t = rescale(z·log2 e)``; then ``u = rescale(r·c₂)`` and ``−k``; then
+    ``p = 1 + rescale(r·(c₁ + u))`` (one adder: the 1 rides in the rounding constant) and the clamped
+    shift; then ``p >> n``. The result is valid four cycles after ``z``.
     """
     f, W = dt.frac, dt.width
     half = 1 << (f - 1)
@@ -429,17 +464,19 @@ def _exp(m: Module, z, dt):
     m.d.sync += zr.eq(z)
     t = Signal(signed(W + 4), name="exp_t")
     m.d.sync += t.eq((zr * const(math.log2(math.e), dt) + half) >> f)
-    k = Signal(signed(W + 4), name="exp_k")
+    nk = Signal(signed(W + 5), name="exp_nk")         # −k ≥ 0
     r = Signal(signed(f + 2), name="exp_r")
     u = Signal(signed(f + 4), name="exp_u")
     k1 = t >> f
     r1 = t - (k1 << f)
-    m.d.sync += [k.eq(k1), r.eq(r1), u.eq((r1 * const(1.0 - EXP2_C1, dt) + half) >> f)]
-    v = Signal(signed(f + 4), name="exp_v")
-    n = Signal(unsigned(7), name="exp_shift")
-    m.d.sync += [v.eq((r * (const(EXP2_C1, dt) + u) + half) >> f), n.eq(Mux(-k > 62, 62, -k))]
-    p = Signal(signed(f + 4), name="exp_p")
-    m.d.comb += p.eq(dt.one + v)
+    m.d.sync += [nk.eq(-k1), r.eq(r1), u.eq((r1 * const(1.0 - EXP2_C1, dt) + half) >> f)]
+    p = Signal(signed(f + 4), name="exp_p")          # 1 + v, the 1 folded into v's rounding constant
+    n = Signal(unsigned(6), name="exp_shift")
+    # the reference shifts by min(−k, 62); p < 2^(f+2) ≤ 2^62, so every shift ≥ f + 2 gives 0 and the
+    # clamp may be 63, chosen by an OR of the high bits of −k instead of a comparison
+    assert f + 2 <= 63
+    m.d.sync += [p.eq((r * (const(EXP2_C1, dt) + u) + (half + (dt.one << f))) >> f),
+                 n.eq(Mux(nk[6:].any(), 63, nk[:6]))]
     out = Signal(signed(f + 4), name="exp_out")
     m.d.comb += out.eq(p >> n)
     return out

@@ -9,12 +9,43 @@ from circuitgrad.fixedpoint import FixedPointOverflow
 from .core import Sequencer
 from .microcode import Microcode
 
-__all__ = ["simulate"]
+__all__ = ["simulate", "ReadWriteCollision"]
+
+
+class ReadWriteCollision(AssertionError):
+    """A read port addressed the word being written in the same cycle while the program ran."""
+
+
+def _watch_collisions(sim: Simulator, dut: Sequencer) -> None:
+    """Fail the simulation if a read whose data is used addresses the word written in the same cycle.
+
+    Synthesis declares such collisions undefined (see ``synth.rtlil``), which saves the block RAMs'
+    bypass logic; this check is what makes that sound. Reads outside ``LOAD`` and ``RUN``, and reads of
+    ``b`` by a micro-op without one, are never used, so they may collide freely.
+    """
+    reads, wr = dut.ports
+    signals = [wr.en, wr.addr] + [s for port, used in reads for s in (port.addr, used)]
+
+    async def watch(ctx):
+        cycle = 0
+        async for vals in ctx.tick().sample(*signals):
+            en, waddr, *rest = vals[2:]
+            cycle += 1
+            for i in range(0, len(rest) if en else 0, 2):
+                if rest[i + 1] and rest[i] == waddr:
+                    raise ReadWriteCollision(f"cycle {cycle}: read port {i // 2} reads address {waddr} "
+                                             f"while it is written")
+
+    sim.add_process(watch)
 
 
 def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_000,
-             read_ports: int = 2, macs: int = 1) -> tuple[list[np.ndarray], int]:
-    """Load ``inputs``, run the program, return ``(outputs, cycles from start to done)``."""
+             read_ports: int = 2, macs: int = 1, check_collisions: bool = False) -> tuple[list[np.ndarray], int]:
+    """Load ``inputs``, run the program, return ``(outputs, cycles from start to done)``.
+
+    ``check_collisions`` raises :class:`ReadWriteCollision` if a read port ever addresses the word
+    being written in the same cycle (slower; the tests use it).
+    """
     dut = Sequencer(mc, read_ports, macs)
     result: dict = {}
 
@@ -40,6 +71,8 @@ def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_0
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
+    if check_collisions:
+        _watch_collisions(sim, dut)
     sim.run()
     if result["overflow"]:
         u = mc.ops[result["fault"]]
