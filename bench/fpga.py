@@ -35,8 +35,8 @@ CONFIGS = [  # name, batch, sizes, function, target, read ports, sweep macs?
     ("dense16x64-predict", 1, [16, 64], "predict", "ice40-up5k", 2, False),   # the reference's design
 ]
 REFERENCE = [
-    ["reference: single-MAC dense 16→64 (issue)", "ice40-up5k", "~98 LUT4", "-", "1", "2", "~65", "-", "-"],
-    ["reference: unrolled constant multiply", "-", "~75 LUT4 each", "-", "-", "-", "-", "-", "-"],
+    ["reference: single-MAC dense 16→64 (issue)", "ice40-up5k", "-", "~98", "-", "1", "2", "~65", "-", "-"],
+    ["reference: unrolled constant multiply", "-", "-", "~75 each", "-", "-", "-", "-", "-", "-"],
 ]
 
 
@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--macs", type=int, nargs="*", default=[1, 2, 4, 8], help="lane counts for the sweeps")
     a = ap.parse_args()
-    rows = []
+    rows, lut4 = [], {}
     for name, B, sizes, fn, target, ports, sweep in CONFIGS:
         if a.only and name not in a.only:
             continue
@@ -57,15 +57,23 @@ def main() -> None:
                 d = fpga.compile(step, function=fn, macs=macs, read_ports=ports)
                 with tempfile.TemporaryDirectory() as tmp:
                     r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr))
-                rows.append([label, target, r.luts, r.ffs, r.dsps, r.brams, f"{r.fmax_mhz:.1f}",
+                rows.append([label, target, r.luts, r.lut4, r.ffs, r.dsps, r.brams, f"{r.fmax_mhz:.1f}",
                              r.cycles_per_call, f"{r.calls_per_second:.0f}"])
+                if sweep:
+                    lut4[(name, target, macs)] = r.lut4
             except (NotImplementedError, DoesNotFit) as e:
-                rows.append([label, target, f"not built: {e}", "", "", "", "", "", ""])
+                rows.append([label, target, f"not built: {e}", "", "", "", "", "", "", ""])
             except RuntimeError as e:                      # a tool failed: report it, keep going
-                rows.append([label, target, f"tool failed: {str(e).splitlines()[0]}", "", "", "", "", "", ""])
+                rows.append([label, target, f"tool failed: {str(e).splitlines()[0]}", "", "", "", "", "", "", ""])
     print(f"FPGA designs (fixed(16,8), YoWASP yosys + nextpnr); {machine()}")
-    print(table(["design", "target", "LUTs", "FFs", "DSPs", "BRAMs", "Fmax MHz", "cycles/call", "calls/s"],
-                rows + REFERENCE))
+    print(table(["design", "target", "logic cells", "LUT4s", "FFs", "DSPs", "BRAMs", "Fmax MHz", "cycles/call",
+                 "calls/s"], rows + REFERENCE))
+    # the per-MAC overhead: LUT4s each lane beyond the first adds, against the reference's ~98 LUT4
+    lanes = [[f"{name} {target}", macs, f"{(n - lut4[(name, target, 1)]) / (macs - 1):.0f}"]
+             for (name, target, macs), n in lut4.items() if macs > 1 and (name, target, 1) in lut4]
+    if lanes:
+        print("\nLUT4s per extra MAC lane (reference: ~98 LUT4 for a whole single-MAC dense layer)")
+        print(table(["design", "macs", "LUT4 per extra lane"], lanes))
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ def _core():
         raise ImportError("the FPGA backend's hardware needs Amaranth: pip install 'circuitgrad[fpga]'") from e
     return core
 
-__all__ = ["RULES", "UNSUPPORTED", "Design", "compile", "simulate", "train", "Sequencer", "cycles", "Microcode",
-           "compile_program", "execute", "HW_KINDS"]
+__all__ = ["RULES", "UNSUPPORTED", "Design", "UnrolledDesign", "compile", "unroll", "simulate", "train", "Sequencer",
+           "cycles", "Microcode", "compile_program", "execute", "HW_KINDS"]
 
 
 @dataclass
@@ -53,6 +53,7 @@ class Design:
     microcode: Microcode
     macs: int = 1
     read_ports: int = 2
+    uses_dsp = True                     # multipliers map to DSP blocks
 
     @property
     def cycles(self) -> int:
@@ -62,6 +63,62 @@ class Design:
     def component(self):
         """The Amaranth :class:`~.core.Sequencer` of this design."""
         return _core().Sequencer(self.microcode, self.read_ports, self.macs)
+
+    def top(self):
+        """The sequencer behind the serial pins that synthesis builds (:class:`~.synth.Top`)."""
+        from .synth import Top
+        return Top(self.component())
+
+
+@dataclass
+class UnrolledDesign:
+    """``predict`` unrolled into a pipeline with the parameters built in (:mod:`.unrolled`)."""
+    model: CompiledModel
+    microcode: Microcode
+    consts: dict[int, int]
+    function: str = "predict"
+    uses_dsp = False                    # constant multiplies go to LUTs
+
+    @property
+    def cycles(self) -> int:
+        """Cycles per call at full throughput: a new batch enters every cycle."""
+        return 1
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a batch entering to its result leaving: one register per micro-op, plus the input."""
+        return len(self.microcode.ops) + 1
+
+    def component(self):
+        _core()
+        from .unrolled import Unrolled
+        return Unrolled(self.microcode, self.consts)
+
+    def top(self):
+        from .unrolled import UnrolledTop
+        return UnrolledTop(self.component())
+
+
+def unroll(model: CompiledModel, params, dtype: Fixed | None = None) -> UnrolledDesign:
+    """``model``'s ``predict`` as a fully unrolled pipeline with ``params`` built in as constants.
+
+    Every weight multiply becomes a constant multiply in LUTs, and a new batch
+    enters every cycle. This suits tiny layers only, and the design must be
+    rebuilt when the weights change; the sequencer (:func:`compile`) is the
+    general design. Operations without an unrolled unit (softmax's ``max``,
+    ``exp`` and ``divf``) are refused here, by name.
+    """
+    dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(16, 8))
+    fx = model if model.dtype == dtype else cg.compile_model(model.model, model.loss_fn, model.optimizer, dtype)
+    mc = compile_program(fx.fn("predict").program, dtype, write_back=0)
+    from .unrolled import check_unrollable
+    check_unrollable(mc)
+    consts = {}
+    for view, name in zip(mc.inputs[:-1], fx.param_names, strict=True):
+        v = np.asarray(params[name])
+        raw = v if np.issubdtype(v.dtype, np.integer) else fx._in(v, name)     # raw fixed point, or floats
+        consts.update(zip((int(a) for a in view.addresses().reshape(-1)), (int(v) for v in np.asarray(raw).reshape(-1))))
+    return UnrolledDesign(fx, mc, consts)
 
 
 def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, function: str = "step",
@@ -92,6 +149,13 @@ def simulate(design: Design, params, x, y=None, check_collisions: bool = False) 
     (the synthesized memories leave that case undefined; see ``docs/FPGA.md``).
     """
     _core()
+    if isinstance(design, UnrolledDesign):
+        from .sim import run_unrolled
+        if params is not None:
+            raise ValueError("an unrolled design has its parameters built in: pass params=None, or rebuild it "
+                             "with fpga.unroll(model, params)")
+        outs, n = run_unrolled(design, [design.model._in(x, "input")])
+        return {"predict": outs[0]}, n
     from .sim import simulate as _simulate
     fx, key = design.model, design.function
     names = fx.param_names + (fx.state_names if key == "step" else [])

@@ -119,3 +119,45 @@ def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.nda
     if "fault" in result:
         raise FixedPointOverflow(f"{mc.ops[result['fault']].source} overflowed {mc.dtype} in the FPGA simulation")
     return result["state"], result["cycles"]
+
+
+def run_unrolled(design, xs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
+    """Stream the raw batches ``xs`` into an unrolled design, one per cycle; ``(results, cycles)``.
+
+    ``cycles`` runs from the first batch entering to the last result leaving:
+    ``latency + len(xs) − 1`` when nothing stalls.
+    """
+    dut = design.component()
+    mc = design.microcode
+    shape = mc.outputs[0].shape
+    result: dict = {"outs": []}
+
+    async def bench(ctx):
+        ctx.set(dut.y.ready, 1)
+        n, sent = 0, 0
+        while len(result["outs"]) < len(xs):
+            if sent < len(xs):
+                ctx.set(dut.x.payload, [int(v) for v in np.asarray(xs[sent]).reshape(-1)])
+                ctx.set(dut.x.valid, 1)
+            else:
+                ctx.set(dut.x.valid, 0)
+            if ctx.get(dut.y.valid):
+                y = ctx.get(dut.y.payload)
+                result["outs"].append(np.array([y[j] for j in range(len(dut.y_addrs))], dtype=np.int64).reshape(shape))
+                result["cycles"] = n
+            if sent < len(xs) and ctx.get(dut.x.ready):
+                sent += 1
+            await ctx.tick()
+            n += 1
+            if n > 10 * (design.latency + len(xs)):
+                raise RuntimeError("the unrolled pipeline stopped producing results")
+        result["overflow"] = ctx.get(dut.overflow)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    if result["overflow"]:
+        raise FixedPointOverflow(f"a result of {mc.ops[0].source.split(':')[0] or 'predict'} overflowed {mc.dtype} "
+                                 f"in the unrolled FPGA simulation")
+    return result["outs"], result["cycles"]

@@ -82,7 +82,8 @@ class Top(wiring.Component):
 @dataclass
 class Report:
     target: str
-    luts: int
+    luts: int                # logic cells placed (LUT, carry and flip-flop cells: nextpnr's count)
+    lut4: int                # 4-input LUTs after synthesis (yosys: SB_LUT4 / LUT4), the unit vendors quote
     ffs: int
     dsps: int
     brams: int
@@ -93,7 +94,7 @@ class Report:
     seconds: float
 
     def __str__(self) -> str:
-        rows: list = [("target", self.target), ("LUTs", self.luts), ("FFs", self.ffs), ("DSPs", self.dsps),
+        rows: list = [("target", self.target), ("logic cells", self.luts), ("LUT4s", self.lut4), ("FFs", self.ffs), ("DSPs", self.dsps),
                 ("block RAMs", self.brams), ("Fmax (MHz)", f"{self.fmax_mhz:.1f}"),
                 ("cycles per call", self.cycles_per_call), ("calls per second", f"{self.calls_per_second:.0f}"),
                 ("bitstream", self.bitstream), ("build time (s)", f"{self.seconds:.1f}")]
@@ -134,7 +135,7 @@ def rtlil_text(design, log=print) -> str:
     check_collisions=True)`` checks this cycle by cycle in the tests. The host port must not read
     and write in the same cycle.
     """
-    il = rtlil.convert(Top(design.component()), name="top")
+    il = rtlil.convert(design.top(), name="top")
     il, n = re.subn(r"(parameter \\COLLISION_X_MASK )(\d+)'([01]+)",
                     lambda mt: f"{mt[1]}{mt[2]}'{'1' * int(mt[2])}", il)
     if n == 0:
@@ -145,6 +146,8 @@ def rtlil_text(design, log=print) -> str:
 def precheck(design, target: str) -> None:
     """Refuse designs whose memory or multipliers cannot fit, before any tool runs."""
     t = TARGETS[target]
+    if not hasattr(design, "read_ports"):          # an unrolled design has no memory
+        return
     mc = design.microcode
     copies = design.read_ports * design.macs       # block RAMs: one copy of the memory per read port
     per = t.blocks(mc.depth, mc.dtype.width)
@@ -178,13 +181,20 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=pr
     os.makedirs(outdir, exist_ok=True)
     with open(os.path.join(outdir, "top.il"), "w") as fh:
         fh.write(rtlil_text(design, log))
-    synth = "synth_ice40 -dsp" if t.family == "ice40" else "synth_ecp5"
+    if t.family == "ice40":
+        synth = "synth_ice40 -dsp" if design.uses_dsp else "synth_ice40"
+    else:
+        synth = "synth_ecp5" if design.uses_dsp else "synth_ecp5 -nodsp"
     _run(_tool("yosys") + ["-q", "-p", f"read_rtlil top.il; {synth} -top top -json top.json; "
                                        f"tee -q -o yosys_stat.txt stat"], "synthesis (yosys)", log, outdir)
     cells = _cells(open(os.path.join(outdir, "yosys_stat.txt")).read())
     dsps = cells.get("SB_MAC16", 0) + cells.get("MULT18X18D", 0)
     if dsps > t.dsps:
         raise DoesNotFit(f"{target}: the design needs {dsps} DSP blocks, the device has {t.dsps}")
+    lut4 = cells.get("SB_LUT4", 0) + cells.get("LUT4", 0)
+    if lut4 > t.luts:                              # refused before place and route, the long step
+        raise DoesNotFit(f"{target}: the design needs {lut4} LUT4s after synthesis, the device has {t.luts} "
+                         f"({lut4 / t.luts:.1f}x too many)")
     pins = []
     if board:
         name, text = constraints(board)
@@ -211,6 +221,7 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=pr
     fmax = min((v.get("achieved", 0.0) for v in rep.get("fmax", {}).values()), default=0.0)
     n = design.cycles
     r = Report(target, used("ICESTORM_LC", "TRELLIS_COMB") or cells.get("SB_LUT4", 0),
+               cells.get("SB_LUT4", 0) + cells.get("LUT4", 0),
                sum(v for k, v in cells.items() if "DFF" in k or k.startswith("TRELLIS_FF")),
                used("ICESTORM_DSP", "MULT18X18D"), used("ICESTORM_RAM", "DP16KD"), fmax, n,
                fmax * 1e6 / n if n else 0.0, bit, time.perf_counter() - t0)
