@@ -18,6 +18,8 @@ import os
 import sys
 import tempfile
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _util import machine, table  # noqa: E402
 
@@ -33,6 +35,11 @@ CONFIGS = [  # name, batch, sizes, function, target, read ports, sweep macs?
     ("mlp5-predict", 1, [16, 64, 32, 32, 5], "predict", "ice40-up5k", 1, False),
     ("mlp5-step", 1, [16, 64, 32, 32, 5], "step", "ecp5-85k", 2, False),
     ("dense16x64-predict", 1, [16, 64], "predict", "ice40-up5k", 2, False),   # the reference's design
+]
+UNROLLED = [  # name, sizes, target: tiny layers, fully unrolled with the weights as constants (fpga.unroll)
+    ("unrolled-dense", [4, 8], "ice40-up5k"),
+    ("unrolled-dense", [8, 4], "ice40-up5k"),
+    ("unrolled-mlp", [4, 8, 3], "ecp5-25k"),
 ]
 REFERENCE = [
     ["reference: single-MAC dense 16→64 (issue)", "ice40-up5k", "-", "~98", "-", "1", "2", "~65", "-", "-"],
@@ -68,6 +75,28 @@ def main() -> None:
     print(f"FPGA designs (fixed(16,8), YoWASP yosys + nextpnr); {machine()}")
     print(table(["design", "target", "logic cells", "LUT4s", "FFs", "DSPs", "BRAMs", "Fmax MHz", "cycles/call",
                  "calls/s"], rows + REFERENCE))
+    urows = []
+    for name, sizes, target in UNROLLED:
+        if a.only and name not in a.only:
+            continue
+        label = f"{name} {'-'.join(map(str, sizes))} b1"
+        step = cg.compile_model(nn.mlp(1, sizes), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=cg.fixed(16, 8))
+        p = step.init_params(seed=0)
+        mults = sum(int(np.count_nonzero(np.asarray(p[k]))) for k in step.param_names if np.asarray(p[k]).ndim == 2)
+        try:
+            d = fpga.unroll(step, p)
+            with tempfile.TemporaryDirectory() as tmp:
+                r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr))
+            urows.append([label, target, r.lut4, r.ffs, r.dsps, mults, f"{r.lut4 / mults:.0f}", f"{r.fmax_mhz:.1f}",
+                          d.latency, f"{r.fmax_mhz * 1e6:.3g}"])
+        except (NotImplementedError, DoesNotFit, RuntimeError) as e:
+            urows.append([label, target, f"not built: {str(e).splitlines()[0]}"] + [""] * 7)
+    if urows:
+        print("\nUnrolled predict (weights built in as constants; whole design, pins and range checks included)")
+        print(table(["design", "target", "LUT4s", "FFs", "DSPs", "weight multiplies", "LUT4 per multiply",
+                     "Fmax MHz", "latency (cycles)", "batches/s"],
+                    urows + [["reference: unrolled constant multiply (issue)", "-", "-", "-", "-", "-", "~75",
+                              "-", "-", "-"]]))
     # the per-MAC overhead: LUT4s each lane beyond the first adds, against the reference's ~98 LUT4
     lanes = [[f"{name} {target}", macs, f"{(n - lut4[(name, target, 1)]) / (macs - 1):.0f}"]
              for (name, target, macs), n in lut4.items() if macs > 1 and (name, target, 1) in lut4]

