@@ -120,8 +120,17 @@ def _run(cmd: list[str], what: str, log, cwd: str) -> subprocess.CompletedProces
     log(f"{what}: {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}")
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if res.returncode != 0:
+        _overflowing(res.stdout + res.stderr, what)
         raise RuntimeError(f"{what} failed (exit {res.returncode}):\n{(res.stdout + res.stderr)[-2000:]}")
     return res
+
+
+def _overflowing(text: str, what: str) -> None:
+    """Raise :class:`DoesNotFit` when a failed tool's log shows a resource used beyond the device."""
+    for name, used, avail in re.findall(r"(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", text):
+        if int(used) > int(avail):
+            raise DoesNotFit(f"{what}: the design needs {used} {name} cells after packing, the device has "
+                             f"{avail} ({int(used) / int(avail):.2f}x too many)")
 
 
 def rtlil_text(design, log=print) -> str:
