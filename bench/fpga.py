@@ -37,9 +37,10 @@ CONFIGS = [  # name, batch, sizes, function, target, read ports, sweep macs?
     ("dense16x64-predict", 1, [16, 64], "predict", "ice40-up5k", 2, False),   # the reference's design
 ]
 UNROLLED = [  # name, sizes, target: tiny layers, fully unrolled with the weights as constants (fpga.unroll)
+    ("unrolled-dense", [4, 4], "ice40-up5k"),
     ("unrolled-dense", [4, 8], "ice40-up5k"),
     ("unrolled-dense", [8, 4], "ice40-up5k"),
-    ("unrolled-mlp", [4, 8, 3], "ecp5-25k"),
+    ("unrolled-mlp", [4, 8, 3], "ice40-up5k"),
 ]
 REFERENCE = [
     ["reference: single-MAC dense 16→64 (issue)", "ice40-up5k", "-", "~98", "-", "1", "2", "~65", "-", "-"],
@@ -75,7 +76,7 @@ def main() -> None:
     print(f"FPGA designs (fixed(16,8), YoWASP yosys + nextpnr); {machine()}")
     print(table(["design", "target", "logic cells", "LUT4s", "FFs", "DSPs", "BRAMs", "Fmax MHz", "cycles/call",
                  "calls/s"], rows + REFERENCE))
-    urows = []
+    urows, ulut = [], {}
     for name, sizes, target in UNROLLED:
         if a.only and name not in a.only:
             continue
@@ -89,6 +90,7 @@ def main() -> None:
                 r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr))
             urows.append([label, target, r.lut4, r.ffs, r.dsps, mults, f"{r.lut4 / mults:.0f}", f"{r.fmax_mhz:.1f}",
                           d.latency, f"{r.fmax_mhz * 1e6:.3g}"])
+            ulut[tuple(sizes)] = (r.lut4, mults)
         except (NotImplementedError, DoesNotFit, RuntimeError) as e:
             urows.append([label, target, f"not built: {str(e).splitlines()[0]}"] + [""] * 7)
     if urows:
@@ -97,6 +99,9 @@ def main() -> None:
                      "Fmax MHz", "latency (cycles)", "batches/s"],
                     urows + [["reference: unrolled constant multiply (issue)", "-", "-", "-", "-", "-", "~75",
                               "-", "-", "-"]]))
+        if (4, 4) in ulut and (8, 4) in ulut:          # same outputs, twice the inputs: the multiplies alone
+            (l4, m4), (l8, m8) = ulut[(4, 4)], ulut[(8, 4)]
+            print(f"marginal cost of a weight multiply (8-4 minus 4-4, same outputs): {(l8 - l4) / (m8 - m4):.1f} LUT4")
     # the per-MAC overhead: LUT4s each lane beyond the first adds, against the reference's ~98 LUT4
     lanes = [[f"{name} {target}", macs, f"{(n - lut4[(name, target, 1)]) / (macs - 1):.0f}"]
              for (name, target, macs), n in lut4.items() if macs > 1 and (name, target, 1) in lut4]

@@ -115,13 +115,20 @@ def _tool(name: str) -> list[str]:
     raise FileNotFoundError(f"yowasp-{name} not found: pip install 'circuitgrad[fpga]'")
 
 
-def _run(cmd: list[str], what: str, log, cwd: str) -> subprocess.CompletedProcess:
-    """Run a YoWASP tool in ``cwd`` (its WebAssembly sandbox sees only the working directory)."""
+def _run(cmd: list[str], what: str, log, cwd: str, logfile: str | None = None) -> subprocess.CompletedProcess:
+    """Run a YoWASP tool in ``cwd`` (its WebAssembly sandbox sees only the working directory).
+
+    ``logfile``: the tool's own log in ``cwd``, whose tail goes into the error when the tool fails
+    quietly (yosys ``-q``).
+    """
     log(f"{what}: {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}")
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if res.returncode != 0:
-        _overflowing(res.stdout + res.stderr, what)
-        raise RuntimeError(f"{what} failed (exit {res.returncode}):\n{(res.stdout + res.stderr)[-2000:]}")
+        text = res.stdout + res.stderr
+        if logfile and os.path.exists(os.path.join(cwd, logfile)):
+            text += open(os.path.join(cwd, logfile), errors="replace").read()[-1500:]
+        _overflowing(text, what)
+        raise RuntimeError(f"{what} failed (exit {res.returncode}), the log ends with:\n{text[-2000:]}")
     return res
 
 
@@ -147,7 +154,7 @@ def rtlil_text(design, log=print) -> str:
     il = rtlil.convert(design.top(), name="top")
     il, n = re.subn(r"(parameter \\COLLISION_X_MASK )(\d+)'([01]+)",
                     lambda mt: f"{mt[1]}{mt[2]}'{'1' * int(mt[2])}", il)
-    if n == 0:
+    if n == 0 and "$memrd" in il:
         log("note: no COLLISION_X_MASK in the RTLIL; the memories keep their collision bypass logic")
     return il
 
@@ -194,8 +201,9 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=pr
         synth = "synth_ice40 -dsp" if design.uses_dsp else "synth_ice40"
     else:
         synth = "synth_ecp5" if design.uses_dsp else "synth_ecp5 -nodsp"
-    _run(_tool("yosys") + ["-q", "-p", f"read_rtlil top.il; {synth} -top top -json top.json; "
-                                       f"tee -q -o yosys_stat.txt stat"], "synthesis (yosys)", log, outdir)
+    _run(_tool("yosys") + ["-q", "-l", "yosys.log", "-p", f"read_rtlil top.il; {synth} -top top -json top.json; "
+                                                         f"tee -q -o yosys_stat.txt stat"],
+         "synthesis (yosys)", log, outdir, logfile="yosys.log")
     cells = _cells(open(os.path.join(outdir, "yosys_stat.txt")).read())
     dsps = cells.get("SB_MAC16", 0) + cells.get("MULT18X18D", 0)
     if dsps > t.dsps:
