@@ -131,8 +131,8 @@ class Sequencer(wiring.Component):
         # the read ports, the write port, and whether the data being read will be used
         reading, reading_b = Signal(), Signal()
         live = Signal(L)                 # lanes whose k is inside the reduction (a max uses lane 0 only)
-        used = [Signal(name=f"used{i}") for i in range(2 * L)]
-        self.ports = ([(p, used[2 * lane + i]) for lane, ports in enumerate(lanes) for i, p in enumerate(ports)
+        port_used = [Signal(name=f"used{i}") for i in range(2 * L)]
+        self.ports = ([(p, port_used[2 * lane + i]) for lane, ports in enumerate(lanes) for i, p in enumerate(ports)
                        if p is not None], wr)
         for other in writes[1:]:
             m.d.comb += [other.addr.eq(wr.addr), other.data.eq(wr.data), other.en.eq(wr.en)]
@@ -226,17 +226,20 @@ class Sequencer(wiring.Component):
         dcount = Signal(range(nb + 1))
 
         # a max reduction runs on lane 0 alone (k advances by 1): lanes carry no comparators
+        # units a program never uses are not built (yosys cannot see which kinds the decode produces)
+        used = {u.kind for u in mc.ops}
+        has_max, has_div = "max" in used, "divf" in used
         is_max = Signal()
-        m.d.comb += is_max.eq(kind == _KIND["max"])
+        m.d.comb += is_max.eq(kind == _KIND["max"] if has_max else 0)
         m.d.comb += [live[lane].eq((k_left > lane) & (~is_max if lane else 1)) for lane in range(L)]
         for lane in range(L):
-            m.d.comb += [used[2 * lane].eq(reading & (live[lane] if lane else 1)),
-                         used[2 * lane + 1].eq(reading_b & live[lane])]
+            m.d.comb += [port_used[2 * lane].eq(reading & (live[lane] if lane else 1)),
+                         port_used[2 * lane + 1].eq(reading_b & live[lane])]
 
         def issue():
             """Issue one (element, k) pair and advance the loop counters and addresses."""
             is_last_k = k_last
-            is_div = kind == _KIND["divf"]
+            is_div = (kind == _KIND["divf"]) if has_div else 0
             m.d.sync += mask1.eq(live)
             m.d.sync += [v1.eq(~is_div), last1.eq(is_last_k), first1.eq(k == 0), out1.eq(col["o"]),
                          kind1.eq(kind), resc1.eq(rescale), hasb1.eq(has_b), pc1.eq(pc),
@@ -265,8 +268,9 @@ class Sequencer(wiring.Component):
             m.d.sync += [tp1.eq(two_phase), cb1.eq(const_b)]
             with m.If(two_phase):                              # phase 1: b is being read, a arrived
                 m.d.sync += [ph.eq(0), a_hold.eq(rd_a.data)]
-            with m.If(is_div):
-                m.next = "DIV_LOAD"
+            if has_div:
+                with m.If(is_div):
+                    m.next = "DIV_LOAD"
 
         with m.FSM() as fsm:
             with m.State("IDLE"):
@@ -306,25 +310,26 @@ class Sequencer(wiring.Component):
                 with m.Else():
                     issue()
             # sequential restoring divider: q = ⌊(a·2^f) / b⌋ for a ≥ 0, b > 0, one bit per cycle
-            with m.State("DIV_LOAD"):
-                m.d.sync += [num.eq(a_in << f), den.eq(b_in), rem.eq(0), quo.eq(0),
-                             dcount.eq(div_bits(mc) - 1)]
-                m.next = "DIV_ITER"
-            with m.State("DIV_ITER"):
-                trial = Cat(num[div_bits(mc) - 1], rem)            # (rem << 1) | next numerator bit
-                take = trial >= den
-                m.d.sync += [rem.eq(Mux(take, trial - den, trial)), quo.eq(Cat(take, quo)),
-                             num.eq(num << 1), dcount.eq(dcount - 1)]
-                with m.If(dcount == 0):
-                    m.next = "DIV_WRITE"
-            with m.State("DIV_WRITE"):
-                m.d.comb += [wr.addr.eq(div_out), wr.data.eq(quo[:W]), wr.en.eq(1)]
-                with m.If((quo > dt.hi) & ~self.overflow):
-                    m.d.sync += [self.overflow.eq(1), self.fault.eq(pc)]
-                with m.If(div_last):
-                    m.next = "DRAIN1"
-                with m.Else():
-                    m.next = "RUN"
+            if has_div:
+                with m.State("DIV_LOAD"):
+                    m.d.sync += [num.eq(a_in << f), den.eq(b_in), rem.eq(0), quo.eq(0),
+                                 dcount.eq(div_bits(mc) - 1)]
+                    m.next = "DIV_ITER"
+                with m.State("DIV_ITER"):
+                    trial = Cat(num[div_bits(mc) - 1], rem)        # (rem << 1) | next numerator bit
+                    take = trial >= den
+                    m.d.sync += [rem.eq(Mux(take, trial - den, trial)), quo.eq(Cat(take, quo)),
+                                 num.eq(num << 1), dcount.eq(dcount - 1)]
+                    with m.If(dcount == 0):
+                        m.next = "DIV_WRITE"
+                with m.State("DIV_WRITE"):
+                    m.d.comb += [wr.addr.eq(div_out), wr.data.eq(quo[:W]), wr.en.eq(1)]
+                    with m.If((quo > dt.hi) & ~self.overflow):
+                        m.d.sync += [self.overflow.eq(1), self.fault.eq(pc)]
+                    with m.If(div_last):
+                        m.next = "DRAIN1"
+                    with m.Else():
+                        m.next = "RUN"
             with m.State("DRAIN1"):
                 m.d.sync += v1.eq(0)
                 with m.If(pc == n_ops - 1):
@@ -366,7 +371,6 @@ class Sequencer(wiring.Component):
         kind2, resc2, pc2 = Signal.like(kind), Signal(), Signal.like(pc)
         p2 = Signal(signed(2 * W + L.bit_length()))
         ew2 = Signal(signed(W + 3))
-        used = {u.kind for u in mc.ops}          # build only the units this program uses
 
         def ew_unit(kind_s, a, b):
             """The elementwise units on operands ``a``, ``b`` for the micro-op kind ``kind_s``."""
@@ -428,8 +432,9 @@ class Sequencer(wiring.Component):
         # the running max has a W-bit register of its own (p2 = a·1 and the max both fit W bits), so its
         # comparison drives W multiplexers, not the accumulator's enable
         mx = Signal(signed(W), reset_less=True)
-        with m.If(v2 & (kind2 == _KIND["max"])):
-            m.d.sync += mx.eq(Mux(first2 | (p2[:W].as_signed() > mx), p2[:W], mx))
+        if has_max:
+            with m.If(v2 & (kind2 == _KIND["max"])):
+                m.d.sync += mx.eq(Mux(first2 | (p2[:W].as_signed() > mx), p2[:W], mx))
         # the rounding constant of the rescale seeds the sum, so the final rescale is a plain shift
         # (one carry chain between stage 2 and stage 3, not two). Two adders and a mux after them, not a
         # mux before one: the adder's operands are then plain registers, so each carry shares its logic
@@ -444,7 +449,7 @@ class Sequencer(wiring.Component):
         pc3 = Signal.like(pc)
         ew3 = Signal.like(ew2)
         m.d.sync += [v3.eq(v2 & last2), out3.eq(out2), pc3.eq(pc2), ew3.eq(ew2),
-                     red3.eq(kind2 == _KIND["mac"]), mx3.eq(kind2 == _KIND["max"]),
+                     red3.eq(kind2 == _KIND["mac"]), mx3.eq((kind2 == _KIND["max"]) if has_max else 0),
                      rs3.eq(resc2 & (kind2 == _KIND["mac"]))]
         res3 = Signal(signed(acc_w))
         m.d.comb += res3.eq(Mux(red3, Mux(rs3, acc >> f, acc), Mux(mx3, mx, ew3)))
