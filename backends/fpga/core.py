@@ -425,6 +425,8 @@ class Sequencer(wiring.Component):
         vD, lastD, firstD, outD, kindD, rescD, pcD, laneD, ewD = stage
         if exp_out is not None:
             ewD = Mux(kindD == _KIND["exp"], exp_out, ewD)
+        seed2 = Signal()                        # the seed's select, decoded a stage early
+        m.d.sync += seed2.eq(rescD & (kindD == _KIND["mac"]))
         m.d.sync += [v2.eq(vD), last2.eq(lastD), first2.eq(firstD), out2.eq(outD),
                      kind2.eq(kindD), resc2.eq(rescD), pc2.eq(pcD), p2.eq(laneD), ew2.eq(ewD)]
 
@@ -439,7 +441,7 @@ class Sequencer(wiring.Component):
         # (one carry chain between stage 2 and stage 3, not two). Two adders and a mux after them, not a
         # mux before one: the adder's operands are then plain registers, so each carry shares its logic
         # cell with its sum (iCE40 split the chain otherwise)
-        seed = Mux(resc2 & (kind2 == _KIND["mac"]), 1 << (f - 1), 0)
+        seed = Mux(seed2, 1 << (f - 1), 0)
         with m.If(v2):
             m.d.sync += acc.eq(Mux(first2, p2 + seed, acc + p2))
         # stage 3 reads the finished sum from the accumulator register itself (the next element's first
@@ -456,12 +458,20 @@ class Sequencer(wiring.Component):
 
         # ------------------------------------------------------ stage 3: range check, write
         # in range ⇔ every bit from W − 1 up is a copy of the sign (dt.lo = −2^(W−1), dt.hi = 2^(W−1) − 1):
-        # two reductions, no comparators
-        top = res3[W - 1:]
+        # two reductions on register bits, no comparators; the sticky flag is set one cycle later (the
+        # drain before done leaves room for it), so the check is off the write path
+        def outside(bits):
+            return bits.any() & ~bits.all()
+
+        bad = Signal()
+        m.d.comb += bad.eq(Mux(red3, Mux(rs3, outside(acc[f + W - 1:]), outside(acc[W - 1:])),
+                               Mux(mx3, 0, outside(ew3[W - 1:]))))
+        bad4, pc4 = Signal(), Signal.like(pc)
+        m.d.sync += [bad4.eq(v3 & bad), pc4.eq(pc3)]
         with m.If(v3):
             m.d.comb += [wr.addr.eq(out3), wr.data.eq(res3[:W]), wr.en.eq(1)]
-            with m.If(top.any() & ~top.all() & ~self.overflow):
-                m.d.sync += [self.overflow.eq(1), self.fault.eq(pc3)]
+        with m.If(bad4 & ~self.overflow):
+            m.d.sync += [self.overflow.eq(1), self.fault.eq(pc4)]
         return m
 
 
