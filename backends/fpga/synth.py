@@ -32,11 +32,16 @@ from amaranth.lib.wiring import In, Out
 from .core import Sequencer  # noqa: F401
 from .devices import BOARDS, TARGETS, Target, constraints, pcf  # noqa: F401
 
-__all__ = ["TARGETS", "Top", "Report", "synthesize", "DoesNotFit", "rtlil_text"]
+__all__ = ["TARGETS", "Top", "SERIAL_PINS", "Report", "synthesize", "DoesNotFit", "rtlil_text"]
 
 
 class DoesNotFit(ValueError):
     """The design exceeds the device."""
+
+
+#: the pins of every synthesized top: a serial host port that fits one PMOD (see ``devices.BOARDS``)
+SERIAL_PINS = {"start": In(1), "sin": In(1), "shift": In(1), "write": In(1), "read": In(1),
+               "sout": Out(1), "done": Out(1), "overflow": Out(1)}
 
 
 class Top(wiring.Component):
@@ -47,18 +52,10 @@ class Top(wiring.Component):
     load ``mem[addr]`` into the output register, which ``sout`` shifts out
     on later ``shift`` cycles.
     """
-    start: In(1)
-    sin: In(1)
-    shift: In(1)
-    write: In(1)
-    read: In(1)
-    sout: Out(1)
-    done: Out(1)
-    overflow: Out(1)
 
     def __init__(self, seq: Sequencer):
         self.seq = seq
-        super().__init__()
+        super().__init__(SERIAL_PINS)
 
     def elaborate(self, platform):
         m = Module()

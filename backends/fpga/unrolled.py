@@ -236,18 +236,11 @@ class UnrolledTop(wiring.Component):
     register; later ``shift`` cycles bring it out of ``sout``, first word first. ``write`` and
     ``read`` are unused (the parameters are built in).
     """
-    start: In(1)
-    sin: In(1)
-    shift: In(1)
-    write: In(1)
-    read: In(1)
-    sout: Out(1)
-    done: Out(1)
-    overflow: Out(1)
 
     def __init__(self, core: Unrolled):
+        from .synth import SERIAL_PINS
         self.core = core
-        super().__init__()
+        super().__init__(SERIAL_PINS)
 
     def elaborate(self, platform):
         m = Module()
