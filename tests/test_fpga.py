@@ -316,6 +316,18 @@ def test_collision_check_catches_a_collision():
         sim.run_until(5e-8)
 
 
+def test_layout_check_refuses_an_op_that_reads_its_own_output():
+    from circuitgrad.backends.fpga.microcode import MicroOp, View
+    from circuitgrad.backends.fpga.synth import self_overlap
+    step = cg.compile_model(nn.mlp(4, [5, 7, 3]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    mc = fpga.compile(step).microcode
+    self_overlap(mc)                                   # the compiler's layouts pass
+    u = mc.ops[0]
+    mc.ops.append(MicroOp("add", u.out, u.out, View(0, u.out.shape, (0,) * len(u.out.shape)), source="Add#99"))
+    with pytest.raises(RuntimeError, match=r"^micro-op Add#99 \(add\) reads its own output words through a "):
+        self_overlap(mc)
+
+
 def test_rtlil_declares_every_read_collision_undefined():
     from circuitgrad.backends.fpga.synth import rtlil_text
     step = cg.compile_model(nn.mlp(4, [5, 7, 3]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)

@@ -122,3 +122,28 @@ def test_unrolled_layer_too_big_is_refused_before_place_and_route(tmp_path):
                                          r"many\))$"):
         synthesize(d, "ice40-up5k", str(tmp_path), log=lambda s: None)
     assert not (tmp_path / "top.asc").exists()                  # no placement was written
+
+
+@pytest.mark.parametrize("sizes", [(2, 3, 1, 3), (4, 1, 4, 1, 3)])
+def test_reused_addresses_forget_earlier_relu_masks(sizes, rng):
+    # review regression: a width-1 layer reuses a heaviside's address for a K = 1 product, which once
+    # became a stale mask multiplexer
+    from circuitgrad.backends.fpga.sim import run_unrolled
+    step = _model(nn.relu, B=1, sizes=sizes)
+    p = step.init_params(seed=1)
+    d = fpga.unroll(step, p)
+    xs = [rng.normal(size=(1, sizes[0])) for _ in range(20)]
+    outs, _ = run_unrolled(d, [step._in(x, "input") for x in xs])
+    assert all(np.array_equal(o, _want(step, p, x)) for o, x in zip(outs, xs))
+
+
+def test_heaviside_of_one_overflows_like_the_interpreter():
+    # review regression: in fixed(W, W−1) the value 1.0 is out of range, so H(x > 0) overflows
+    q = cg.fixed(8, 7)
+    step = cg.compile_model(nn.mlp(1, [2, 2, 2]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=q)
+    p = {"W0": np.diag([64, 64]), "b0": np.zeros(2, np.int64), "W1": np.diag([64, 64]), "b1": np.zeros(2, np.int64)}
+    x = np.array([[0.5, 0.25]])
+    with pytest.raises(FixedPointOverflow):
+        step.fn("predict").run(*[p[k] for k in step.param_names], step._in(x, "input"))
+    with pytest.raises(FixedPointOverflow, match="in the unrolled FPGA simulation"):
+        fpga.simulate(fpga.unroll(step, p), None, x)

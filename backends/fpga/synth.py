@@ -137,6 +137,23 @@ def _overflowing(text: str, what: str) -> None:
                              f"{avail} ({int(used) / int(avail):.2f}x too many)")
 
 
+def self_overlap(mc) -> None:
+    """Check the layout fact the collision argument rests on: no micro-op reads a word it writes.
+
+    Within a micro-op, a write then never meets a read of the same word. Between micro-ops, the drain
+    cycles land every write before the next op reads. Raises ``RuntimeError`` (a compiler bug) otherwise.
+    """
+    for u in mc.ops:
+        out = set(u.out.addresses().reshape(-1).tolist())
+        for name, v in (("a", u.a), ("b", u.b)):
+            if v is None:
+                continue
+            reads = {int(x) for k in range(u.K) for x in v.addresses(k).reshape(-1)}
+            if out & reads:
+                raise RuntimeError(f"micro-op {u.source} ({u.kind}) reads its own output words through {name} "
+                                   f"(addresses {sorted(out & reads)[:4]}…): the memory layout is wrong")
+
+
 def rtlil_text(design, log=print) -> str:
     """``Top(design)`` as RTLIL, with same-cycle read/write collisions on its memories declared undefined.
 
@@ -148,6 +165,8 @@ def rtlil_text(design, log=print) -> str:
     check_collisions=True)`` checks this cycle by cycle in the tests. The host port must not read
     and write in the same cycle.
     """
+    if hasattr(design, "read_ports"):
+        self_overlap(design.microcode)
     il = rtlil.convert(design.top(), name="top")
     il, n = re.subn(r"(parameter \\COLLISION_X_MASK )(\d+)'([01]+)",
                     lambda mt: f"{mt[1]}{mt[2]}'{'1' * int(mt[2])}", il)

@@ -76,7 +76,7 @@ class Unrolled(wiring.Component):
         env.update({a: int(v) for a, v in self.consts.items()})
         born: dict[int, int] = {}               # address → the stage its register belongs to
         masks: dict[int, Signal] = {}           # heaviside results as 1-bit masks (value = mask ? one : 0)
-        late: dict[tuple[int, int], Signal] = {}   # (address or ~address for a mask, stage) → delayed copy
+        late: dict[tuple, Signal] = {}          # (address or ~address for a mask, its birth, stage) → delayed copy
 
         def reg(value, name: str, shape) -> Signal:
             r = Signal(shape, name=name)
@@ -88,11 +88,12 @@ class Unrolled(wiring.Component):
             v = masks[addr] if mask else env[addr]
             if isinstance(v, int) or stage == born[addr]:
                 return v
-            key = ~addr if mask else addr
-            for t in range(born[addr] + 1, stage + 1):
-                if (key, t) not in late:
-                    late[(key, t)] = reg(late.get((key, t - 1), v), f"{'h' if mask else 'm'}{addr}_s{t}", v.shape())
-            return late[(key, stage)]
+            key, b = ~addr if mask else addr, born[addr]        # an address reused later is born again
+            for t in range(b + 1, stage + 1):
+                if (key, b, t) not in late:
+                    late[(key, b, t)] = reg(late.get((key, b, t - 1), v), f"{'h' if mask else 'm'}{addr}_s{t}",
+                                            v.shape())
+            return late[(key, b, stage)]
 
         for i, a in enumerate(self.x_addrs):
             env[a], born[a] = reg(self.x.payload[i], f"x{i}", signed(W)), 0
@@ -125,6 +126,8 @@ class Unrolled(wiring.Component):
                     x = at(a_addr[0], s)
                     mask = int(x > 0) if isinstance(x, int) else (x > 0)
                     r, checked = Mux(mask, dt.one, 0) if not isinstance(mask, int) else dt.one * mask, False
+                    if dt.one > dt.hi and not isinstance(mask, int):     # fixed(W, W−1): 1.0 itself overflows
+                        flags.append(mask)
                 else:
                     x, y = at(a_addr[0], s), (at(b_addr[0], s) if b_addr else None)
                     if isinstance(x, int) and (y is None or isinstance(y, int)):
@@ -139,6 +142,7 @@ class Unrolled(wiring.Component):
                         r = _sigmoid(m, x, dt, f"sig{s}_{e}")
                     else:                                                   # tanh
                         r = _sigmoid(m, x * 2, dt, f"tanh{s}_{e}") * 2 - dt.one
+                masks.pop(oa, None)                 # a reused address no longer holds an earlier op's mask
                 if isinstance(r, int):                                      # folded at build time
                     if not dt.lo <= r <= dt.hi:
                         raise FixedPointOverflow(f"{u.source}: the constant result {r / dt.one:.6g} overflows {dt}")
