@@ -216,7 +216,7 @@ def test_training_on_chip_keeps_parameters_in_memory():
     assert [u.kind for u in design.microcode.ops[-8:]] == ["copy"] * 8        # 4 parameters + 4 momenta
     batches = list(datasets.batches(data.x_train, data.y_train, B, np.random.default_rng(0)))[:10]
     p0 = step.init_params(seed=0)
-    hw, n = fpga.train(design, p0, batches)
+    hw, n = fpga.train(design, p0, batches, check_collisions=True)
     sw = dict(p0)
     for x, y in batches:
         sw = step.step(sw, x, y)

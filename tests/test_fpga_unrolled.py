@@ -74,6 +74,10 @@ def test_overflow_travels_with_its_batch():
     d = fpga.unroll(step, p)
     with pytest.raises(FixedPointOverflow, match="overflowed fixed\\(16,8\\) in the unrolled FPGA simulation"):
         fpga.simulate(d, None, np.ones((2, 4)))
+    from circuitgrad.backends.fpga.sim import run_unrolled
+    xs = [step._in(np.full((2, 4), v), "input") for v in (0.0, 0.0, 0.0, 1.0, 0.0)]
+    with pytest.raises(FixedPointOverflow, match=r"^batch 3 \(of 5; 1 in all\) overflowed"):
+        run_unrolled(d, xs)
 
 
 def test_bad_uses_are_refused_by_name():

@@ -171,11 +171,11 @@ def simulate(design: Design, params, x, y=None, check_collisions: bool = False) 
     return dict(zip(out_names, outs)), n
 
 
-def train(design: Design, params, batches) -> tuple[dict[str, np.ndarray], int]:
+def train(design: Design, params, batches, check_collisions: bool = False) -> tuple[dict[str, np.ndarray], int]:
     """Train on the simulated FPGA: parameters are loaded once, then only batches go in.
 
     Returns the final parameters and optimizer state, read from on-chip
-    memory, and the total number of cycles.
+    memory, and the total number of cycles. ``check_collisions`` as in :func:`simulate`.
     """
     _core()
     from .sim import run_steps
@@ -184,5 +184,6 @@ def train(design: Design, params, batches) -> tuple[dict[str, np.ndarray], int]:
     init = [np.asarray(params[n]) if np.issubdtype(np.asarray(params[n]).dtype, np.integer)
             else fx._in(params[n], n) for n in names]
     data = [(fx._in(x, "input"), fx._targets(y)) for x, y in batches]
-    state, n = run_steps(design.microcode, init, data, read_ports=design.read_ports, macs=design.macs)
+    state, n = run_steps(design.microcode, init, data, read_ports=design.read_ports, macs=design.macs,
+                         check_collisions=check_collisions)
     return dict(zip(names, state)), n

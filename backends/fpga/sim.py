@@ -81,7 +81,7 @@ def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_0
 
 
 def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.ndarray, np.ndarray]],
-              read_ports: int = 2, macs: int = 1) -> tuple[list[np.ndarray], int]:
+              read_ports: int = 2, macs: int = 1, check_collisions: bool = False) -> tuple[list[np.ndarray], int]:
     """Load ``state`` (the first inputs) once, then for each batch load ``x, y`` and run; read the state back."""
     dut = Sequencer(mc, read_ports, macs)
     k = len(state)
@@ -115,6 +115,8 @@ def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.nda
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
+    if check_collisions:
+        _watch_collisions(sim, dut)
     sim.run()
     if "fault" in result:
         raise FixedPointOverflow(f"{mc.ops[result['fault']].source} overflowed {mc.dtype} in the FPGA simulation")
@@ -130,7 +132,7 @@ def run_unrolled(design, xs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
     dut = design.component()
     mc = design.microcode
     shape = mc.outputs[0].shape
-    result: dict = {"outs": []}
+    result: dict = {"outs": [], "bad": []}
 
     async def bench(ctx):
         ctx.set(dut.y.ready, 1)
@@ -145,19 +147,20 @@ def run_unrolled(design, xs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
                 y = ctx.get(dut.y.payload)
                 result["outs"].append(np.array([y[j] for j in range(len(dut.y_addrs))], dtype=np.int64).reshape(shape))
                 result["cycles"] = n
+                if ctx.get(dut.y_overflow):
+                    result["bad"].append(len(result["outs"]) - 1)
             if sent < len(xs) and ctx.get(dut.x.ready):
                 sent += 1
             await ctx.tick()
             n += 1
             if n > 10 * (design.latency + len(xs)):
                 raise RuntimeError("the unrolled pipeline stopped producing results")
-        result["overflow"] = ctx.get(dut.overflow)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    if result["overflow"]:
-        raise FixedPointOverflow(f"a result of {mc.ops[0].source.split(':')[0] or 'predict'} overflowed {mc.dtype} "
-                                 f"in the unrolled FPGA simulation")
+    if result["bad"]:
+        raise FixedPointOverflow(f"batch {result['bad'][0]} (of {len(xs)}; {len(result['bad'])} in all) overflowed "
+                                 f"{mc.dtype} in the unrolled FPGA simulation")
     return result["outs"], result["cycles"]

@@ -48,7 +48,8 @@ class Unrolled(wiring.Component):
     """``mc`` as a pipeline; ``consts`` maps the addresses of the built-in parameters to raw values.
 
     Ports: ``x`` (In, a stream of whole input batches, ``ArrayLayout(signed(W), n_in)``), ``y`` (Out,
-    the outputs), ``overflow`` (Out, sticky: some batch that left had a result out of range).
+    the outputs), ``y_overflow`` (Out: the batch now on ``y`` had a result out of range), ``overflow``
+    (Out, sticky: some batch that left had one).
     """
 
     def __init__(self, mc: Microcode, consts: dict[int, int]):
@@ -61,6 +62,7 @@ class Unrolled(wiring.Component):
         super().__init__({
             "x": In(stream.Signature(data.ArrayLayout(signed(self.W), len(self.x_addrs)))),
             "y": Out(stream.Signature(data.ArrayLayout(signed(self.W), len(self.y_addrs)))),
+            "y_overflow": Out(1),
             "overflow": Out(1),
         })
 
@@ -159,6 +161,7 @@ class Unrolled(wiring.Component):
         advance = Signal()                      # the whole pipeline moves unless its output is stalled
         m.d.comb += [advance.eq(~self.y.valid | self.y.ready), self.x.ready.eq(advance), self.y.valid.eq(valid[n])]
         m.d.comb += [self.y.payload[j].eq(v) for j, v in enumerate(outs)]
+        m.d.comb += self.y_overflow.eq(ovf[n])
         with m.If(advance):
             m.d.sync += [r.eq(v) for r, v in regs]
         with m.If(self.y.valid & self.y.ready & ovf[n]):
