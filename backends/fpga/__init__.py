@@ -107,7 +107,9 @@ def unroll(model: CompiledModel, params, dtype: Fixed | None = None) -> Unrolled
     enters every cycle. This suits tiny layers only, and the design must be
     rebuilt when the weights change; the sequencer (:func:`compile`) is the
     general design. Operations without an unrolled unit (softmax's ``max``,
-    ``exp`` and ``divf``) are refused here, by name.
+    ``exp`` and ``divf``) are refused here, by name. Integer ``params`` are
+    taken as raw values of ``dtype`` (as :func:`simulate` does), floats are
+    quantized.
     """
     dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(16, 8))
     fx = model if model.dtype == dtype else cg.compile_model(model.model, model.loss_fn, model.optimizer, dtype)
