@@ -238,13 +238,12 @@ class Sequencer(wiring.Component):
 
         def issue():
             """Issue one (element, k) pair and advance the loop counters and addresses."""
-            is_last_k = k_last
             is_div = (kind == _KIND["divf"]) if has_div else 0
             m.d.sync += mask1.eq(live)
-            m.d.sync += [v1.eq(~is_div), last1.eq(is_last_k), first1.eq(k == 0), out1.eq(col["o"]),
+            m.d.sync += [v1.eq(~is_div), last1.eq(k_last), first1.eq(k == 0), out1.eq(col["o"]),
                          kind1.eq(kind), resc1.eq(rescale), hasb1.eq(has_b), pc1.eq(pc),
                          div_out.eq(col["o"]), div_last.eq(i1_last & i0_last)]
-            with m.If(~is_last_k):
+            with m.If(~k_last):
                 m.d.sync += [k.eq(k + kstep), k_last.eq(k + kstep >= klast), k_left.eq(k_left - kstep),
                              ptr["a"].eq(ptr["a"] + fields["a"][4]), ptr["b"].eq(ptr["b"] + fields["b"][4])]
             with m.Else():
@@ -284,10 +283,10 @@ class Sequencer(wiring.Component):
             with m.State("LOAD"):
                 m.d.sync += [i0.eq(0), i1.eq(0), k.eq(0), k_last.eq(kone), k_left.eq(K), i0_last.eq(n0_one), i1_last.eq(n1_one)]
                 for x in "abo":
-                    f0 = fields[x if x != "o" else "o"]
-                    m.d.sync += [row[x].eq(f0[0]), col[x].eq(f0[0])]
+                    base = fields[x][0]
+                    m.d.sync += [row[x].eq(base), col[x].eq(base)]
                     if x != "o":
-                        m.d.sync += ptr[x].eq(f0[0])
+                        m.d.sync += ptr[x].eq(base)
                 m.d.sync += ph.eq(0)
                 if one:
                     m.d.comb += rd_a.addr.eq(fields["b"][0])      # the constant operand, if any
@@ -375,19 +374,11 @@ class Sequencer(wiring.Component):
         def ew_unit(kind_s, a, b):
             """The elementwise units on operands ``a``, ``b`` for the micro-op kind ``kind_s``."""
             ew = Signal(signed(W + 3), name="ew")
-            units = {
-                "add": lambda: a + b,
-                "neg": lambda: -a,
-                "heaviside": lambda: Mux(a > 0, dt.one, 0),
-                "sigmoid": lambda: _sigmoid(m, a, dt, "sa"),
-                "tanh": lambda: _sigmoid(m, a * 2, dt, "s2a") * 2 - dt.one,
-                "copy": lambda: a,
-            }
             with m.Switch(kind_s):
-                for name, unit in units.items():
+                for name in ELEMENTWISE:
                     if name in used:
                         with m.Case(_KIND[name]):
-                            m.d.comb += ew.eq(unit())
+                            m.d.comb += ew.eq(elementwise(m, name, a, b, dt, f"s_{name}"))
             return ew
 
         # with the exp pipeline built (D > 0), the other units work on registered operands one stage
@@ -460,9 +451,6 @@ class Sequencer(wiring.Component):
         # in range ⇔ every bit from W − 1 up is a copy of the sign (dt.lo = −2^(W−1), dt.hi = 2^(W−1) − 1):
         # two reductions on register bits, no comparators; the sticky flag is set one cycle later (the
         # drain before done leaves room for it), so the check is off the write path
-        def outside(bits):
-            return bits.any() & ~bits.all()
-
         bad = Signal()
         m.d.comb += bad.eq(Mux(red3, Mux(rs3, outside(acc[f + W - 1:]), outside(acc[W - 1:])),
                                Mux(mx3, 0, outside(ew3[W - 1:]))))
@@ -512,6 +500,36 @@ def _exp(m: Module, z, dt):
     out = Signal(signed(f + 4), name="exp_out")
     m.d.comb += out.eq(p >> n)
     return out
+
+
+#: the elementwise micro-op kinds of :func:`elementwise` (exp is pipelined apart, divf is sequential)
+ELEMENTWISE = ("add", "neg", "heaviside", "sigmoid", "tanh", "copy")
+
+
+def elementwise(m: Module, kind: str, a, b, dt, name: str):
+    """The value of elementwise micro-op ``kind`` on operands ``a``, ``b`` (``name`` prefixes its signals).
+
+    Shared by the sequencer's unit and the unrolled datapath, as ``microcode._elementwise`` is their
+    NumPy model.
+    """
+    if kind == "add":
+        return a + b
+    if kind == "neg":
+        return -a
+    if kind == "heaviside":
+        return Mux(a > 0, dt.one, 0)
+    if kind == "sigmoid":
+        return _sigmoid(m, a, dt, name)
+    if kind == "tanh":
+        return _sigmoid(m, a * 2, dt, name) * 2 - dt.one
+    if kind == "copy":
+        return a
+    raise NotImplementedError(f"no elementwise unit for {kind!r}")
+
+
+def outside(bits):
+    """``bits`` (from bit W − 1 of a value up) are not all copies of the sign: the value overflows W bits."""
+    return bits.any() & ~bits.all()
 
 
 def _sigmoid(m: Module, x, dt, name: str):

@@ -19,7 +19,7 @@ class ReadWriteCollision(AssertionError):
 def _watch_collisions(sim: Simulator, dut: Sequencer) -> None:
     """Fail the simulation if a read whose data is used addresses the word written in the same cycle.
 
-    Synthesis declares such collisions undefined (see ``synth.rtlil``), which saves the block RAMs'
+    Synthesis declares such collisions undefined (see ``synth.rtlil_text``), which saves the block RAMs'
     bypass logic; this check is what makes that sound. Reads outside ``LOAD`` and ``RUN``, and reads of
     ``b`` by a micro-op without one, are never used, so they may collide freely.
     """

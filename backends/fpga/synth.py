@@ -254,7 +254,7 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=pr
     fmax = min((v.get("achieved", 0.0) for v in rep.get("fmax", {}).values()), default=0.0)
     n = design.cycles
     r = Report(target, used("ICESTORM_LC", "TRELLIS_COMB") or cells.get("SB_LUT4", 0),
-               cells.get("SB_LUT4", 0) + cells.get("LUT4", 0),
+               lut4,
                sum(v for k, v in cells.items() if "DFF" in k or k.startswith("TRELLIS_FF")),
                used("ICESTORM_DSP", "MULT18X18D"), used("ICESTORM_RAM", "DP16KD"), fmax, n,
                fmax * 1e6 / n if n else 0.0, bit, time.perf_counter() - t0)

@@ -27,13 +27,13 @@ from amaranth.lib.wiring import In, Out
 
 from circuitgrad.fixedpoint import FixedPointOverflow
 
-from .core import _sigmoid
+from .core import ELEMENTWISE, elementwise, outside
 from .microcode import Microcode, _elementwise
 
 __all__ = ["Unrolled", "UnrolledTop", "UNROLLED_KINDS", "check_unrollable"]
 
 #: micro-op kinds the unrolled datapath builds (max, exp and divf belong to softmax, which predict lacks)
-UNROLLED_KINDS = ("mac", "add", "neg", "heaviside", "sigmoid", "tanh", "copy")
+UNROLLED_KINDS = ("mac",) + ELEMENTWISE
 
 
 def check_unrollable(mc: Microcode) -> None:
@@ -134,16 +134,8 @@ class Unrolled(wiring.Component):
                     x, y = at(a_addr[0], s), (at(b_addr[0], s) if b_addr else None)
                     if isinstance(x, int) and (y is None or isinstance(y, int)):
                         r = int(_elementwise(u.kind, np.array([x]), None if y is None else np.array([y]), dt)[0])
-                    elif u.kind == "add":
-                        r = x + y
-                    elif u.kind == "neg":
-                        r = -x
-                    elif u.kind == "copy":
-                        r, checked = x, False
-                    elif u.kind == "sigmoid":
-                        r = _sigmoid(m, x, dt, f"sig{s}_{e}")
-                    else:                                                   # tanh
-                        r = _sigmoid(m, x * 2, dt, f"tanh{s}_{e}") * 2 - dt.one
+                    else:
+                        r, checked = elementwise(m, u.kind, x, y, dt, f"{u.kind}{s}_{e}"), u.kind != "copy"
                 masks.pop(oa, None)                 # a reused address no longer holds an earlier op's mask
                 if isinstance(r, int):                                      # folded at build time
                     if not dt.lo <= r <= dt.hi:
@@ -224,8 +216,7 @@ def _out_of_range(r, W: int):
         v = Cat(v, 0).as_signed()
     if len(v) < W:
         return 0
-    top = v[W - 1:]
-    return top.any() & ~top.all()
+    return outside(v[W - 1:])
 
 
 def _any(flags: list) :
