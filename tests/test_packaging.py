@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 import zipfile
 
 import pytest
@@ -19,17 +20,77 @@ def test_backends_importable_under_circuitgrad():
         assert m.__name__.startswith("circuitgrad.backends.")
 
 
+# run by the fresh environment's Python, from a folder outside the checkout
+SMOKE = """
+import sys
+import numpy as np
+import circuitgrad as cg
+from circuitgrad import nn
+from circuitgrad.backends import zk
+step = cg.compile_model(nn.mlp(2, [2, 2, 2]), nn.softmax_cross_entropy, nn.sgd(0.125), dtype=cg.fixed(16, 8))
+circuit = zk.compile(step, field=zk.LIGERO51)
+wit = circuit.witness(step.init_params(0), [[0.5, 1.0], [1.0, 0.0]], np.eye(2)[[0, 1]])
+proof = zk.prove(circuit, wit, system="ligero")
+assert zk.verify(proof, circuit, wit.public)
+for name, m in sorted(sys.modules.items()):
+    if name.split(".")[0] == "circuitgrad":
+        print(name, m.__file__)
+"""
+
+
+def _source_packages() -> dict[str, list[str]]:
+    """Every package folder of the source tree (it has an ``__init__.py``) -> its modules' paths in a wheel."""
+    out = {}
+    for root, name in (("circuitgrad", "circuitgrad"), ("backends", "circuitgrad/backends")):
+        for folder, _, files in os.walk(os.path.join(ROOT, root)):
+            if "__init__.py" in files:
+                dest = name + folder[len(os.path.join(ROOT, root)):].replace(os.sep, "/")
+                out[folder] = [f"{dest}/{f}" for f in files if f.endswith(".py")]
+    return out
+
+
 @pytest.mark.slow
-def test_wheel_maps_backends_into_circuitgrad(tmp_path):
+def test_wheel_ships_every_package_and_runs_from_a_fresh_environment(tmp_path):
+    """Build the wheel, install it into a new virtual environment, run the CLI and a Ligero proof from it."""
     pytest.importorskip("setuptools")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(tmp_path), ROOT], check=True, capture_output=True)
-    (wheel,) = [f for f in os.listdir(tmp_path) if f.endswith(".whl")]
-    names = zipfile.ZipFile(tmp_path / wheel).namelist()
-    assert "circuitgrad/backends/zk/__init__.py" in names
-    assert "circuitgrad/backends/fpga/__init__.py" in names
-    assert "circuitgrad/backends/gpu/__init__.py" in names
+                    "-w", str(tmp_path / "dist"), ROOT], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    packages = _source_packages()
+    assert len(packages) >= 6                                    # circuitgrad, backends, gpu, fpga, zk, zk.ligero
+    for folder, modules in packages.items():
+        missing = [m for m in modules if m not in names]
+        assert not missing, f"{os.path.relpath(folder, ROOT)} is not fully in the wheel: {missing}"
     assert not any(n.startswith("backends/") for n in names)     # no top-level 'backends' package
+
+    # A fresh environment holding only the wheel; its dependencies (numpy, ...) come from this
+    # environment's site-packages through a .pth path line. Path lines add a folder to sys.path
+    # but do not run that folder's own .pth files, so an editable circuitgrad here stays inactive.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    bindir = venv / ("Scripts" if os.name == "nt" else "bin")
+    python = str(bindir / "python")
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps",
+                    "--no-index", str(wheel)], check=True, capture_output=True)
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    here = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    with open(os.path.join(purelib, "_circuitgrad_test_deps.pth"), "w") as f:
+        f.write("".join(p + "\n" for p in sorted(here)))
+
+    run = tmp_path / "run"                                       # outside the checkout
+    run.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    res = subprocess.run([str(bindir / "circuitgrad"), "--help"], cwd=run, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "usage: circuitgrad" in res.stdout
+    res = subprocess.run([python, "-c", SMOKE], cwd=run, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    loaded = dict(line.split(" ", 1) for line in res.stdout.splitlines())
+    assert "circuitgrad.backends.zk.ligero" in loaded
+    for name, path in loaded.items():                           # the installed copy, not the checkout
+        assert os.path.realpath(path).startswith(os.path.realpath(purelib) + os.sep), (name, path)
 
 
 def test_cli_info(capsys):
