@@ -156,11 +156,11 @@ def test_iris_training_step_places_and_routes_on_up5k(tmp_path):
     step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
     d = fpga.compile(step)
     r = synthesize(d, "ice40-up5k", str(tmp_path), log=lambda s: None)
-    assert 0 < r.lut4 <= r.luts <= 5280 and 1 <= r.dsps <= 8 and 0 < r.brams <= 30
+    assert 0 < r.lut4 <= r.logic_cells <= 5280 and 1 <= r.dsps <= 8 and 0 < r.brams <= 30
     assert r.fmax_mhz > 1 and r.cycles_per_call == d.cycles
     assert os.path.getsize(r.bitstream) > 100_000                  # an iCE40 UP5K image is ~104 kB
     rep = json.loads(open(tmp_path / "report.json").read())
-    assert rep["target"] == "ice40-up5k" and rep["luts"] == r.luts
+    assert rep["target"] == "ice40-up5k" and rep["logic_cells"] == r.logic_cells
 
 
 @pytest.mark.parametrize("board", ["icebreaker", "ulx3s"])

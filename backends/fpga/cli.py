@@ -1,6 +1,6 @@
 """``circuitgrad fpga synth|simulate``: hardware for an example's model.
 
-    circuitgrad fpga synth examples/iris.py --target ice40-up5k [--function step] [--out build/]
+    circuitgrad fpga synth examples/iris.py --target ice40-up5k [--function step] [--out out/fpga/]
     circuitgrad fpga simulate examples/iris.py --steps 5
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ def add_parser(sub) -> None:
         if name == "synth":
             p.add_argument("--target", choices=sorted(TARGETS), default=None,
                            help="device (default: the board's, else ice40-up5k)")
-            p.add_argument("--out", default="build")
+            p.add_argument("--out", default="out/fpga")
             p.add_argument("--board", choices=sorted(BOARDS), default=None,
                            help="constrain the pins to a board (iCEBreaker: host port on PMOD 1A; ULX3S: on GPIO J1)")
             p.add_argument("--read-ports", type=int, choices=[1, 2], default=2, dest="read_ports")

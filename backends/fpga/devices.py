@@ -8,7 +8,7 @@ __all__ = ["Target", "TARGETS", "BOARDS", "pcf", "lpf", "constraints"]
 class Target:
     family: str
     pnr_args: tuple[str, ...]
-    luts: int
+    lut4: int                # 4-input LUTs on the device (one per iCE40 logic cell, two per ECP5 slice)
     dsps: int
     bram_blocks: int         # block RAMs on the device
     block_words: int         # words per block at the block's widest data port

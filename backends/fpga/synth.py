@@ -79,7 +79,7 @@ class Top(wiring.Component):
 @dataclass
 class Report:
     target: str
-    luts: int                # logic cells placed (LUT, carry and flip-flop cells: nextpnr's count)
+    logic_cells: int         # logic cells placed: nextpnr's ICESTORM_LC / TRELLIS_COMB count (not LUTs)
     lut4: int                # 4-input LUTs after synthesis (yosys: SB_LUT4 / LUT4), the unit vendors quote
     ffs: int
     dsps: int
@@ -91,7 +91,7 @@ class Report:
     seconds: float
 
     def __str__(self) -> str:
-        rows: list = [("target", self.target), ("logic cells", self.luts), ("LUT4s", self.lut4), ("FFs", self.ffs), ("DSPs", self.dsps),
+        rows: list = [("target", self.target), ("logic cells", self.logic_cells), ("LUT4s", self.lut4), ("FFs", self.ffs), ("DSPs", self.dsps),
                 ("block RAMs", self.brams), ("Fmax (MHz)", f"{self.fmax_mhz:.1f}"),
                 ("cycles per call", self.cycles_per_call), ("calls per second", f"{self.calls_per_second:.0f}"),
                 ("bitstream", self.bitstream), ("build time (s)", f"{self.seconds:.1f}")]
@@ -192,7 +192,7 @@ def precheck(design, target: str) -> None:
                          f"({need / t.bram_blocks:.1f}x too many){hint}")
 
 
-def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=print,
+def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log=print,
                board: str | None = None) -> Report:
     """Synthesize, place and route ``design`` for ``target``; returns the parsed :class:`Report`.
 
@@ -225,9 +225,9 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "build", log=pr
     if dsps > t.dsps:
         raise DoesNotFit(f"{target}: the design needs {dsps} DSP blocks, the device has {t.dsps}")
     lut4 = cells.get("SB_LUT4", 0) + cells.get("LUT4", 0)
-    if lut4 > t.luts:                              # refused before place and route, the long step
-        raise DoesNotFit(f"{target}: the design needs {lut4} LUT4s after synthesis, the device has {t.luts} "
-                         f"({lut4 / t.luts:.1f}x too many)")
+    if lut4 > t.lut4:                              # refused before place and route, the long step
+        raise DoesNotFit(f"{target}: the design needs {lut4} LUT4s after synthesis, the device has {t.lut4} "
+                         f"({lut4 / t.lut4:.1f}x too many)")
     pins = []
     if board:
         name, text = constraints(board)
