@@ -1,47 +1,184 @@
-"""``circuitgrad zk prove --system ligero`` / ``zk verify``: no snarkjs, no setup."""
+"""``circuitgrad zk prove --system ligero`` / ``zk verify``: no snarkjs, no setup; the bundle is untrusted."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
 
+import numpy as np
+import pytest
 from conftest import run_cli
 
-_cli = run_cli
+from circuitgrad.cli import main
+
+IRIS = ["examples/iris.py", "--batch", "4"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_prove_chained_steps_verify_and_tamper(tmp_path):
-    out = str(tmp_path / "proofs")
-    res = _cli("zk", "prove", "examples/iris.py", "--system", "ligero", "--steps", "3", "--batch", "4",
-               "--out", out)
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("zk") / "proofs")
+    res = run_cli("zk", "prove", *IRIS, "--steps", "3", "--out", out)
     assert res.returncode == 0, res.stdout + res.stderr
+    return out, res.stdout
+
+
+@pytest.fixture
+def copy(bundle, tmp_path):
+    def make() -> str:
+        dst = str(tmp_path / "copy")
+        shutil.copytree(bundle[0], dst)
+        return dst
+    return make
+
+
+def verify(capsys, proofs: str, *extra: str) -> tuple[int, str]:
+    """``zk verify`` in-process: (exit code, stdout); a refusal (SystemExit with a message) is (2, message)."""
+    os.chdir(ROOT)
+    try:
+        rc = main(["zk", "verify", *IRIS, proofs, *extra])
+    except SystemExit as e:
+        return 2, str(e.code)
+    return rc, capsys.readouterr().out
+
+
+def test_prove_prints_phases_statement_and_parameter_hashes(bundle):
+    out, stdout = bundle
     for phase in ("[compile] done", "[witness 0] done", "[prove 0] done", "[prove 2] done"):
-        assert phase in res.stdout
-    assert "public statement: step of mlp(4,4-16-3) in fixed(16,8) over ligero51: public outputs" in res.stdout
-    assert json.load(open(os.path.join(out, "chain.json")))["options"]["width"] == 16
-    ok = _cli("zk", "verify", out)
+        assert phase in stdout
+    assert ("public statement: step of mlp(4,4-16-3) [program sha256 " in stdout
+            and "], loss softmax_cross_entropy, optimizer sgd(lr=0.05 (raw 13)) in fixed(16,8) over ligero51: "
+            "public outputs (131 values)" in stdout)
+    assert "private: x[4, 4], y[4, 3] (targets y: one-hot rows)" in stdout
+    chain = json.load(open(os.path.join(out, "chain.json")))
+    assert chain["steps"] == 3 and chain["options"]["width"] == 16 and chain["options"]["lr"] == 0.05
+    assert f"first parameters sha256 {chain['first_params_sha256']}" in stdout
+    assert sorted(os.listdir(out)) == ["chain.json", "final.npz", "step_000.proof", "step_001.proof",
+                                       "step_002.proof"]
+
+
+def test_end_to_end_verify_names_first_and_last_parameters(bundle):
+    out, _ = bundle
+    ok = run_cli("zk", "verify", *IRIS, out, "--init-seed", "0", "--final", os.path.join(out, "final.npz"))
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert ok.stdout.count(": ligero OK") == 3 and "all proofs verify" in ok.stdout
+    chain = json.load(open(os.path.join(out, "chain.json")))
+    assert ok.stdout.count(": ligero OK\n") == 3 and "all 3 proofs verify" in ok.stdout
+    assert f"first parameters sha256 {chain['first_params_sha256']}" in ok.stdout
+    assert f"last parameters sha256 {chain['last_params_sha256']}" in ok.stdout
+    assert "final.npz: equals the last step's parameters" in ok.stdout
+
+
+def test_a_script_named_in_the_bundle_is_never_run(copy, capsys, tmp_path):
+    broken = copy()
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.py"
+    evil.write_text(f"open({str(marker)!r}, 'w').write('ran')\nDATASET = 'iris'\nDEFAULTS = dict(batch=4, "
+                    f"hidden=[16], lr=0.05, epochs=1)\n")
+    chain = json.load(open(os.path.join(broken, "chain.json")))
+    chain["options"]["script"] = str(evil)
+    json.dump(chain, open(os.path.join(broken, "chain.json"), "w"))
+    rc, out = verify(capsys, broken, "--init-seed", "0")
+    assert rc == 0 and "all 3 proofs verify" in out
+    assert not marker.exists()
+
+
+def test_the_first_parameters_are_anchored_to_the_verifiers_checkpoint(bundle, capsys, tmp_path):
+    rc, out = verify(capsys, bundle[0], "--init-seed", "1")
+    assert rc == 1
+    assert "step_000.proof: ligero OK (does not continue from the starting parameters)" in out
+    assert "VERIFICATION FAILED" in out
+    # the same starting point as a checkpoint file verifies
+    from circuitgrad.backends.zk.cli import _setup
+    import argparse
+    args = argparse.Namespace(script="examples/iris.py", system="ligero", width=None, frac=None, batch=4,
+                              hidden=None, lr=None)
+    step = _setup(args)[1]
+    np.savez(tmp_path / "init.npz", **step.init_params(seed=0))
+    rc, out = verify(capsys, bundle[0], "--init", str(tmp_path / "init.npz"))
+    assert rc == 0 and "all 3 proofs verify" in out
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: os.remove(os.path.join(d, "step_001.proof")),
+     "chain.json says 3 steps but step_001.proof is missing"),
+    (lambda d: os.rename(os.path.join(d, "step_002.proof"), os.path.join(d, "step_005.proof")),
+     "chain.json says 3 steps but step_002.proof is missing"),
+    (lambda d: shutil.copy(os.path.join(d, "step_002.proof"), os.path.join(d, "step_003.proof")),
+     "unexpected step_003.proof: chain.json says 3 steps, step_000.proof to step_002.proof"),
+    (lambda d: os.remove(os.path.join(d, "chain.json")),
+     "no chain.json: not a proof bundle written by 'circuitgrad zk prove'"),
+    (lambda d: open(os.path.join(d, "chain.json"), "w").write("{\"steps\": 3,"),
+     "chain.json: not valid JSON (Expecting property name enclosed in double quotes: line 1 column 13 (char 12))"),
+    (lambda d: open(os.path.join(d, "chain.json"), "w").write("[1, 2]"),
+     "chain.json: not a circuitgrad proof bundle (format must be 'circuitgrad-zk-bundle')"),
+    (lambda d: _edit_chain(d, steps="3"), "chain.json: field 'steps' must be a int, got str"),
+    (lambda d: _edit_chain(d, steps=0), "chain.json: steps must be in 1..1000000, got 0"),
+    (lambda d: _edit_chain(d, system="groth16"), "holds groth16 proofs, not ligero: verify them with --system groth16"),
+    (lambda d: _edit_chain(d, system="stark"), "chain.json: unknown proof system 'stark'"),
+    (lambda d: _edit_chain(d, version=2), "chain.json: bundle version 2 is not supported (this is version 1)"),
+])
+def test_malformed_or_incomplete_bundles_end_with_one_clear_line(copy, capsys, edit, message):
+    d = copy()
+    edit(d)
+    rc, out = verify(capsys, d, "--init-seed", "0")
+    assert rc == 2 and message in out and out.startswith("circuitgrad zk: ") and "\n" not in out
+
+
+def _edit_chain(d: str, **fields) -> None:
+    path = os.path.join(d, "chain.json")
+    chain = json.load(open(path))
+    chain.update(fields)
+    json.dump(chain, open(path, "w"))
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "name the parameters the run starts from, which the verifier trusts: --init FILE.npz (a checkpoint) "
+         "or --init-seed N (step.init_params(N))"),
+    (("--init-seed", "0", "--steps", "0"), "--steps must be at least 1, got 0"),
+    (("--init-seed", "0", "--steps", "2"), "holds 3 steps, you asked to verify 2"),
+    (("--init", "nothing.npz"), "nothing.npz: no such checkpoint"),
+])
+def test_verifier_options_are_checked(bundle, capsys, args, message):
+    rc, out = verify(capsys, bundle[0], *args)
+    assert rc == 2 and out.endswith(message)
+
+
+@pytest.mark.parametrize("where", ["missing", "file"])
+def test_verify_of_something_that_is_not_a_bundle(capsys, tmp_path, where):
+    path = str(tmp_path / "nothing") if where == "missing" else str(tmp_path / "x.json")
+    if where == "file":
+        open(path, "w").write("{}")
+    rc, out = verify(capsys, path, "--init-seed", "0")
+    assert rc == 2 and out == f"circuitgrad zk: {path}: not a proof directory (zk prove --out writes one)"
+
+
+def test_steps_zero_is_refused_by_prove(tmp_path):
+    with pytest.raises(SystemExit, match=r"^circuitgrad zk: --steps must be at least 1, got 0$"):
+        main(["zk", "prove", *IRIS, "--steps", "0", "--out", str(tmp_path / "p")])
+
+
+def test_moved_corrupted_and_foreign_proofs_fail_by_name(copy, capsys):
+    broken = copy()
     # a proof moved to another position is valid on its own but breaks the chain
-    broken = str(tmp_path / "broken")
-    shutil.copytree(out, broken)
-    shutil.copy(os.path.join(out, "step_000.proof"), os.path.join(broken, "step_002.proof"))
-    bad = _cli("zk", "verify", broken)
-    assert bad.returncode == 1
-    assert "step_002.proof: ligero OK (does not continue the previous step)" in bad.stdout
-    assert "VERIFICATION FAILED" in bad.stdout
+    shutil.copy(os.path.join(broken, "step_000.proof"), os.path.join(broken, "step_002.proof"))
+    rc, out = verify(capsys, broken, "--init-seed", "0")
+    assert rc == 1
+    assert "step_002.proof: ligero OK (does not continue from the previous step)" in out
+    assert "VERIFICATION FAILED" in out
     # a corrupted file is refused with the reason
     path = os.path.join(broken, "step_001.proof")
     data = bytearray(open(path, "rb").read())
     data[len(data) // 2] ^= 0x10
     open(path, "wb").write(bytes(data))
-    bad = _cli("zk", "verify", broken)
-    assert bad.returncode != 0
-    assert "step_001.proof: checksum mismatch: the file is corrupted or was modified" in bad.stderr
-    # verifying against another circuit (other options) fails
-    chain = json.load(open(os.path.join(out, "chain.json")))
-    chain["options"]["hidden"] = [12]
-    json.dump(chain, open(os.path.join(out, "chain.json"), "w"))
-    other = _cli("zk", "verify", out)
-    assert other.returncode == 1
-    assert "the proof is for another circuit (digest mismatch)" in other.stdout
+    rc, out = verify(capsys, broken, "--init-seed", "0")
+    assert rc == 1
+    assert "step_001.proof: ligero INVALID: " in out and "checksum mismatch: the file is corrupted or was modified" in out
+
+
+def test_the_verifier_names_the_options_not_the_bundle(bundle, capsys):
+    rc, out = verify(capsys, bundle[0], "--init-seed", "0", "--lr", "0.5")
+    assert rc == 1
+    assert "chain.json names another statement than the one you verify (its options differ: lr=0.05 (yours 0.5))" \
+        in out
+    assert "step_000.proof: ligero INVALID: the proof is for another circuit (digest mismatch)" in out
+    assert "optimizer sgd(lr=0.5 (raw 128))" in out and "VERIFICATION FAILED" in out

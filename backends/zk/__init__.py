@@ -6,7 +6,7 @@
     assert circuit.check(wit)
     circuit.export("out/")                       # step.r1cs, step.wtns, step.sym
     proof = zk.prove(circuit, wit)               # native Ligero: transparent, no setup
-    assert zk.verify(proof, circuit, wit.public)
+    assert zk.verify(proof, circuit, wit.public) # against the circuit the verifier compiled
 
 See ``docs/ZK.md`` for the gadgets, their costs and the public statement.
 """
@@ -15,10 +15,11 @@ from .field import BN254, LIGERO51, Field, field
 from .formats import FormatError
 from .lower import RULES, UNSUPPORTED
 from .r1cs import R1CS, UnsatisfiedConstraint
-from .ligero import LigeroProof
-from .prover import SYSTEMS, prove, verify
-from .snarkjs import Proof, SnarkjsError, ToolMissing
+from .ligero import LigeroProof, Reject
+from .prover import SYSTEMS, check, prove, verify
+from .snarkjs import Keys, Proof, SnarkjsError, ToolMissing, setup, verification_key
+from .statement import params_sha256
 
 __all__ = ["compile", "compile_program", "Circuit", "Witness", "BN254", "LIGERO51", "Field", "field", "R1CS", "RULES", "UNSUPPORTED",
-           "UnsatisfiedConstraint", "FormatError", "Proof", "LigeroProof", "SYSTEMS", "prove", "verify",
-           "SnarkjsError", "ToolMissing"]
+           "UnsatisfiedConstraint", "FormatError", "Proof", "LigeroProof", "SYSTEMS", "prove", "verify", "check",
+           "Reject", "Keys", "setup", "verification_key", "params_sha256", "SnarkjsError", "ToolMissing"]

@@ -26,6 +26,7 @@ from circuitgrad.types import Fixed
 
 from . import formats
 from . import gadgets as G
+from . import statement as S
 from .field import BN254, Field
 from .lower import RULES, Lowering, required_bits
 from .r1cs import R1CS, Builder
@@ -74,20 +75,48 @@ class Circuit:
     dtype: Fixed = None
     #: the circuit is sound over any prime ``p > 2^required_bits`` (see ``lower.required_bits``)
     required_bits: int | None = None
+    #: what the targets ``y`` are constrained to: ``"one-hot"``, ``"any"``, or None (no targets)
+    targets: str | None = None
 
+    def statement_data(self) -> dict:
+        """The public statement as plain data (see :func:`.statement.describe`)."""
+        return S.describe(self)
 
     def statement(self) -> str:
-        """A readable description of the public statement."""
-        outs = ", ".join(f"{n}{list(w.shape)}" for n, w in zip(self.output_names, self.output_wires))
-        pubs = ", ".join(f"{n}{list(w.shape)}" for n, w in zip(self.input_names, self.input_wires)
-                         if n in self.public_inputs)
-        prv = ", ".join(f"{n}{list(w.shape)}" for n, w in zip(self.input_names, self.input_wires)
-                        if n not in self.public_inputs)
-        what = f"{self.function} of {self.model.model.name}" if self.model else self.function
-        return (f"{what} in {self.dtype} over {self.field}: "
-                f"public outputs ({self.r1cs.n_pub_out} values): {outs}; public inputs ({self.r1cs.n_pub_in} "
-                f"values): {pubs}; private: {prv}; {self.r1cs.n_constraints} constraints, "
-                f"{self.r1cs.n_wires} wires")
+        """The public statement in one readable line: model, program hash, loss, optimizer constants
+        (as written and raw), dtype, field, public and private shapes, circuit size."""
+        return S.render(self.statement_data())
+
+    def digest(self) -> bytes:
+        """SHA-256 of the constraint system and the whole statement; proofs are bound to it."""
+        cached = getattr(self, "_digest", None)
+        if cached is None:
+            cached = self._digest = S.digest(self)
+        return cached
+
+    def split_public(self, public) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Public values (field elements, snarkjs order) → (outputs, public inputs) as raw signed arrays.
+
+        Every value must be a canonical field element in ``[0, p)``; anything else raises ValueError.
+        """
+        p = self.field.p
+        vals = [int(v) for v in public]
+        if len(vals) != self.r1cs.n_public:
+            raise ValueError(f"expected {self.r1cs.n_public} public values, got {len(vals)}")
+        bad = next((i for i, v in enumerate(vals) if not 0 <= v < p), None)
+        if bad is not None:
+            raise ValueError(f"public value {bad} ({vals[bad]}) is not a canonical field element in [0, p)")
+        signed = np.array([v - p if v > p // 2 else v for v in vals], dtype=object)
+        out, pos = {}, 0
+        for n, w in zip(self.output_names, self.output_wires):
+            out[n] = signed[pos:pos + w.size].astype(np.int64).reshape(w.shape)
+            pos += w.size
+        ins = {}
+        for n, w in zip(self.input_names, self.input_wires):
+            if n in self.public_inputs:
+                ins[n] = signed[pos:pos + w.size].astype(np.int64).reshape(w.shape)
+                pos += w.size
+        return out, ins
 
     # ------------------------------------------------------------ witness
     def _inputs(self, params: Mapping[str, np.ndarray], x, y) -> list[np.ndarray]:
@@ -98,6 +127,7 @@ class Circuit:
                 v = m._in(x, "input")
             elif name == "y":
                 v = m._targets(y)
+                self._check_targets(v)
             else:
                 key = name if name in params else name.replace("_", "/", 1)
                 if key not in params:
@@ -106,6 +136,17 @@ class Circuit:
                 v = v.astype(np.int64) if np.issubdtype(v.dtype, np.integer) else m._in(v, f"parameter {name}")
             vals.append(v)
         return vals
+
+    def _check_targets(self, y: np.ndarray) -> None:
+        if self.targets != "one-hot":
+            return
+        one = 1 << self.dtype.frac
+        ok = np.isin(y, (0, one)).all(axis=-1) & ((y == one).sum(axis=-1) == 1)
+        if not ok.all():
+            row = int(np.flatnonzero(~ok.reshape(-1))[0])
+            raise ValueError(f"{self.function}: target row {row} is not one-hot; this circuit was compiled with "
+                             f"targets='one-hot' (the default for classification losses): pass class labels or "
+                             f"one-hot rows, or compile with zk.compile(..., targets='any') to prove other targets")
 
     def witness(self, params: Mapping[str, np.ndarray], x, y=None) -> Witness:
         """Every wire's value for one call, computed layer by layer (bit-exact with the interpreter)."""
@@ -157,11 +198,15 @@ class Circuit:
 
 
 def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field = BN254,
-            function: str = "step") -> Circuit:
+            function: str = "step", targets: str | None = None) -> Circuit:
     """The R1CS circuit of ``model``'s ``step`` (default) or ``predict`` in fixed point.
 
     ``dtype`` defaults to the model's own dtype if it is fixed point, else
-    ``fixed(32, 16)``.
+    ``fixed(32, 16)``. ``targets`` (functions with targets ``y`` only):
+    ``"one-hot"`` constrains every row of ``y`` to one entry ``1.0`` and the
+    rest ``0`` (``B·K + B`` constraints); ``"any"`` leaves ``y`` free within
+    the dtype's range. The default is ``"one-hot"`` for
+    ``nn.softmax_cross_entropy`` and ``"any"`` for other losses.
     """
     dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(32, 16))
     if not isinstance(dtype, Fixed):
@@ -172,16 +217,41 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field = BN2
     in_names = list(fx.arg_names[function])
     out_names = (fx.param_names + fx.state_names) if function == "step" else (
         fx.param_names if function == "gradients" else [function])
+    if "y" not in in_names:
+        if targets is not None:
+            raise ValueError(f"zk.compile: {function} has no targets y; targets= applies to step, gradients, loss")
+    else:
+        from circuitgrad import nn
+        targets = targets or ("one-hot" if fx.loss_fn is nn.softmax_cross_entropy else "any")
+        if targets not in S.TARGETS:
+            raise ValueError(f"zk.compile: targets must be one of {list(S.TARGETS)}, got {targets!r}")
+    constrain = {"y": _one_hot} if targets == "one-hot" else {}
     c = compile_program(fx.fn(function).program, dtype, field, in_names,
-                        [n for n in in_names if n not in ("x", "y")], out_names, function)
-    c.model = fx
+                        [n for n in in_names if n not in ("x", "y")], out_names, function, constrain)
+    c.model, c.targets = fx, targets
     return c
+
+
+def _one_hot(b: Builder, y: np.ndarray, dtype: Fixed) -> None:
+    """Every row of ``y`` one-hot in raw fixed point: ``y(y − 2^f) = 0`` per entry, ``Σ_row y = 2^f``.
+
+    Sound over any ``p > K·2^f``: each entry is ``0`` or ``2^f`` (a product of field elements is zero
+    only if a factor is), and ``K`` such entries sum to ``2^f`` without wrapping only if exactly one is set.
+    """
+    one = 1 << dtype.frac
+    flat = y.reshape(-1)
+    b.constrain([(flat, 1)], [(flat, 1), (G.ONE, -one)], [], "targets.one_hot")
+    rows = y.reshape(-1, y.shape[-1])
+    b.constrain([(rows[:, k], 1) for k in range(rows.shape[1])], [(G.ONE, 1)], [(G.ONE, one)], "targets.row_sum")
 
 
 def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_names: list[str] | None = None,
                     public_inputs: list[str] | None = None, output_names: list[str] | None = None,
-                    function: str | None = None) -> Circuit:
-    """The circuit of any fixed-point SSA program (``public_inputs`` default: none)."""
+                    function: str | None = None, constrain: Mapping | None = None) -> Circuit:
+    """The circuit of any fixed-point SSA program (``public_inputs`` default: none).
+
+    ``constrain`` maps input names to extra gadgets ``fn(builder, wires, dtype)`` (e.g. one-hot targets).
+    """
     t0 = time.perf_counter()
     function = function or prog.name
     need = required_bits(prog, dtype)
@@ -212,6 +282,8 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
     for v, n in zip(prog.inputs, in_names):
         b.context = f"input {n}"
         G.range_check(b, env[v].reshape(-1), dtype, "input.range")
+        if constrain and n in constrain:
+            constrain[n](b, env[v], dtype)
     for i, a in enumerate(prog.instrs):
         b.context = f"{a.op.name}#{i}"
         outs = RULES[type(a.op)](L, a.op, *(env[x] for x in a.args))

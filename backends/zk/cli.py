@@ -1,29 +1,30 @@
 """``circuitgrad zk prove|verify``: prove training steps of an example and check the proofs.
 
-    circuitgrad zk prove examples/digits.py --system ligero --steps 4 --out proofs/
-    circuitgrad zk verify proofs/
+    circuitgrad zk prove examples/iris.py --steps 4 --out out/proofs
+    circuitgrad zk verify examples/iris.py out/proofs --init-seed 0
 
-Each step gets its own proof (``proofs/step_000.proof`` for Ligero,
-``proofs/step_000/`` for snarkjs), and the proofs form a chain: step ``k``
-proves ``params_k → params_{k+1}``, so its public inputs must equal the
-public outputs of step ``k − 1``. ``verify`` checks every proof and that
-chain.
+Each step gets its own proof (``step_000.proof`` for Ligero, ``step_000/``
+for snarkjs), and the proofs form a chain: step ``k`` proves
+``params_k → params_{k+1}``, so its public inputs must equal the public
+outputs of step ``k − 1``.
+
+The bundle is untrusted input (:mod:`.bundle`). ``verify`` compiles the
+circuit from the model file and options named on *its own* command line,
+never from the bundle, and checks every proof against it; the first
+parameters must equal a checkpoint the verifier supplies (``--init FILE.npz``,
+or ``--init-seed N``: the parameters ``step.init_params(N)`` gives). The step
+files must be exactly those ``chain.json`` counts. The result names the
+SHA-256 of the first and last parameters. snarkjs proofs are checked against
+a verification key derived from that circuit (``--vkey``/``--zkey``/``--ptau``,
+or this machine's own setup), never the key inside the proof.
 
 Why one proof per step rather than one proof of the chain: the chain is
 already bound by equal public values, which anyone can compare. Per-step
 proofs keep the prover's memory at one step's circuit, and they let step
-``k`` be proved while training continues. A failure names the step. One
-Ligero proof of ``s`` steps would be smaller in total, since proof size
-grows like the square root of the circuit. But its prover would hold all
-``s`` witnesses at once, and snarkjs would need a ``2^⌈log2(s·M)⌉`` ceremony.
-
-Ligero proofs are verified against the circuit. ``chain.json`` records the
-example and the options, so ``verify`` recompiles the circuit and checks each
-proof's circuit digest.
+``k`` be proved while training continues. A failure names the step.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -32,14 +33,20 @@ import numpy as np
 import circuitgrad as cg
 from circuitgrad import datasets, nn
 
+from . import bundle as B
 from . import ligero
 from . import snarkjs as sj
 from .circuit import compile as zk_compile
 from .field import BN254, LIGERO51
 from .formats import FormatError
-from .prover import SYSTEMS
+from .prover import SYSTEMS, check
+from .statement import params_sha256
 
 __all__ = ["add_parser"]
+
+
+def _fail(msg: str) -> SystemExit:
+    return SystemExit(f"circuitgrad zk: {msg}")
 
 
 class _Phase:
@@ -56,25 +63,33 @@ class _Phase:
             print(f"[{self.name}] done in {time.perf_counter() - self.t0:.2f} s", flush=True)
 
 
-def _setup(script: str, batch, hidden, width: int, frac: int, lr, seed: int, field: str = "bn254"):
-    """The example's dataset, compiled step and circuit for the given options."""
+def _setup(a):
+    """The example's dataset, compiled step and circuit for the options in ``a``, and those options resolved."""
     from circuitgrad.cli import load_example
-    mod = load_example(script)
+    mod = load_example(a.script)
     d = dict(mod.DEFAULTS)
-    batch = batch or d["batch"]
-    hidden = hidden if hidden is not None else d["hidden"]
-    data = datasets.load(mod.DATASET, seed=seed)
-    model = nn.mlp(batch, [data.features, *hidden, data.classes])
-    step = cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=nn.sgd(lr or d["lr"]),
-                            dtype=cg.fixed(width, frac))
-    return data, step, zk_compile(step, field=LIGERO51 if field == "ligero51" else BN254), batch
-
-
-def _options(a) -> dict:
     width = a.width or (16 if a.system == "ligero" else 32)
-    frac = a.frac or width // 2
-    return {"script": os.path.abspath(a.script), "batch": a.batch, "hidden": a.hidden, "width": width,
-            "frac": frac, "lr": a.lr, "seed": a.seed, "field": "ligero51" if a.system == "ligero" else "bn254"}
+    opts = {"script": a.script, "batch": a.batch or d["batch"],
+            "hidden": list(a.hidden if a.hidden is not None else d["hidden"]), "width": width,
+            "frac": a.frac if a.frac is not None else width // 2, "lr": a.lr or d["lr"],
+            "field": "ligero51" if a.system == "ligero" else "bn254"}
+    data = datasets.load(mod.DATASET)
+    model = nn.mlp(opts["batch"], [data.features, *opts["hidden"], data.classes])
+    step = cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=nn.sgd(opts["lr"]),
+                            dtype=cg.fixed(opts["width"], opts["frac"]))
+    return data, step, zk_compile(step, field=LIGERO51 if a.system == "ligero" else BN254), opts
+
+
+def _params(step, circuit, init: str | None, seed: int | None) -> list[np.ndarray]:
+    """Raw parameters (in the circuit's output order) from a checkpoint file or ``init_params(seed)``."""
+    names, wires = circuit.output_names, circuit.output_wires
+    if init is not None:
+        try:
+            return B.load_params(init, names, [w.shape for w in wires], circuit.dtype)
+        except FormatError as e:
+            raise _fail(str(e)) from None
+    p = step.init_params(seed=seed)
+    return [np.asarray(p[n], dtype=np.int64) for n in names]
 
 
 def _refuse_large_setup(a, circuit) -> None:
@@ -92,13 +107,17 @@ def _refuse_large_setup(a, circuit) -> None:
 
 
 def _prove(a) -> int:
-    opts = _options(a)
+    if a.steps < 1:
+        raise _fail(f"--steps must be at least 1, got {a.steps}")
     with _Phase("compile"):
-        data, step, circuit, batch = _setup(**opts)
+        data, step, circuit, opts = _setup(a)
+    batch = opts["batch"]
     print(f"public statement: {circuit.statement()}")
     if a.system != "ligero":
         _refuse_large_setup(a, circuit)
-    params = step.init_params(seed=a.seed)
+    names = circuit.output_names
+    first = _params(step, circuit, a.init, a.seed)
+    params = dict(zip(names, first))
     rng = np.random.default_rng(a.seed)
     batches = datasets.batches(data.x_train, data.y_train, batch, rng)
     os.makedirs(a.out, exist_ok=True)
@@ -111,80 +130,102 @@ def _prove(a) -> int:
         with _Phase(f"witness {k}"):
             wit = circuit.witness(params, x, y)
             circuit.assert_satisfied(wit)
+        where = os.path.join(a.out, B.step_name(k, a.system))
         if a.system == "ligero":
             with _Phase(f"prove {k}"):
                 proof = ligero.prove(circuit, wit, log=lambda s: print("  " + s, flush=True))
-            where = os.path.join(a.out, f"step_{k:03d}.proof")
             proof.save(where)
             info = f"{os.path.getsize(where) / 1024:.0f} KiB, {proof.soundness_bits:.1f} bits"
         else:
             with _Phase(f"setup+prove {k}"):
                 proof = sj.prove(circuit, wit, system=a.system, ptau_file=a.ptau, log=lambda s: print("  " + s))
-            where = os.path.join(a.out, f"step_{k:03d}")
             proof.save(where)
             info = str(proof.timings)
         params = step.step(params, x, y)
         print(f"step {k}: proof in {where} ({len(proof.public)} public values, {info})")
-    with open(os.path.join(a.out, "chain.json"), "w") as fh:
-        json.dump({"steps": a.steps, "system": a.system, "statement": circuit.statement(), "options": opts}, fh,
-                  indent=1)
+    last = [np.asarray(params[n], dtype=np.int64) for n in names]
+    np.savez(os.path.join(a.out, "final.npz"), **dict(zip(names, last)))
+    h0, h1 = params_sha256(names, first), params_sha256(names, last)
+    B.write_chain(a.out, a.steps, a.system, circuit.statement(), circuit.digest().hex(), h0, h1, opts)
+    print(f"first parameters sha256 {h0}")
+    print(f"last parameters sha256 {h1} (saved as {os.path.join(a.out, 'final.npz')})")
     return 0
 
 
+def _load_proof(path: str, system: str):
+    return ligero.load(path) if system == "ligero" else sj.Proof.load(path)
+
+
 def _verify(a) -> int:
-    root = a.proofs
-    chain_path = os.path.join(root, "chain.json")
-    chain = json.load(open(chain_path)) if os.path.isfile(chain_path) else {}
-    if chain.get("system") == "ligero" or root.endswith(".proof"):
-        return _verify_ligero(root, chain)
-    dirs = sorted(os.path.join(root, n) for n in os.listdir(root) if n.startswith("step_")) \
-        if os.path.isdir(root) and not os.path.exists(os.path.join(root, "proof.json")) else [root]
-    if not dirs:
-        raise SystemExit(f"circuitgrad zk verify: no proofs (step_*/ or proof.json) in {root}")
-    results = []
-    for d in dirs:
-        proof = sj.Proof.load(d)
-        results.append((d, proof, sj.verify(proof), proof.public))
-    return _report(results, proof.statement)
-
-
-def _report(results: list, statement: str) -> int:
-    """Print one line per proof, check the chain (inputs of step k = outputs of step k − 1)."""
-    ok, prev = True, None
-    for where, proof, good, public in results:
-        n = proof.public_outputs
-        chained = prev is None or list(public[n:]) == list(prev[1][:prev[0].public_outputs])
-        print(f"{where}: {proof.system} {'OK' if good else 'INVALID'}"
-              + ("" if chained else " (does not continue the previous step)"))
-        ok = ok and good and chained
-        prev = (proof, public)
+    if a.steps is not None and a.steps < 1:
+        raise _fail(f"--steps must be at least 1, got {a.steps}")
+    if (a.init is None) == (a.init_seed is None):
+        raise _fail("name the parameters the run starts from, which the verifier trusts: --init FILE.npz "
+                    "(a checkpoint) or --init-seed N (step.init_params(N))")
+    try:
+        bundle = B.read(a.proofs, a.system, SYSTEMS)
+    except FormatError as e:
+        raise _fail(str(e)) from None
+    if a.steps is not None and a.steps != bundle.steps:
+        raise _fail(f"{a.proofs} holds {bundle.steps} steps, you asked to verify {a.steps}")
+    with _Phase("compile"):
+        _, step, circuit, opts = _setup(a)
+    statement = circuit.statement()
+    ok = True
+    if bundle.statement != statement:
+        ok = False
+        differ = [f"{k}={bundle.options.get(k)!r:.40} (yours {v!r})" for k, v in opts.items()
+                  if k != "script" and bundle.options.get(k) != v]
+        print(f"{a.proofs}: chain.json names another statement than the one you verify"
+              + (f" (its options differ: {', '.join(differ)})" if differ else ""))
+    keys = {}
+    if a.system != "ligero":
+        try:
+            keys = {"vkey": sj.verification_key(circuit, a.system, a.vkey, a.zkey, a.ptau)}
+        except (FormatError, sj.ToolMissing, ValueError) as e:
+            raise _fail(str(e)) from None
+    names = circuit.output_names
+    prev = _params(step, circuit, a.init, a.init_seed)
+    first = prev
+    for path in bundle.paths:
+        where = os.path.relpath(path, a.proofs)
+        try:
+            proof = _load_proof(path, a.system)
+            check(proof, circuit, **keys)
+            outs, ins = circuit.split_public(proof.public)
+        except (FormatError, ligero.Reject, ValueError) as e:
+            print(f"{where}: {a.system} INVALID: {e}")
+            ok, prev = False, None
+            continue
+        chained = prev is not None and all(np.array_equal(i, p) for i, p in zip(ins.values(), prev))
+        what = "the starting parameters" if path == bundle.paths[0] else "the previous step"
+        print(f"{where}: {a.system} OK" + ("" if chained else f" (does not continue from {what})"))
+        ok = ok and chained
+        prev = list(outs.values())
+    if a.final is not None and prev is not None:
+        final = _params(step, circuit, a.final, None)
+        same = all(np.array_equal(f, p) for f, p in zip(final, prev))
+        print(f"{a.final}: {'equals' if same else 'DIFFERS FROM'} the last step's parameters")
+        ok = ok and same
     print(f"statement: {statement}")
-    print("all proofs verify" if ok else "VERIFICATION FAILED")
+    print(f"first parameters sha256 {params_sha256(names, first)}")
+    if prev is not None:
+        print(f"last parameters sha256 {params_sha256(names, prev)}")
+    print(f"all {bundle.steps} proofs verify" if ok else "VERIFICATION FAILED")
     return 0 if ok else 1
 
 
-def _verify_ligero(root: str, chain: dict) -> int:
-    files = [root] if root.endswith(".proof") else sorted(
-        os.path.join(root, n) for n in os.listdir(root) if n.startswith("step_") and n.endswith(".proof"))
-    if not files or "options" not in chain:
-        raise SystemExit(f"circuitgrad zk verify: {root} needs step_*.proof files and the chain.json that "
-                         f"'zk prove --system ligero' writes (it names the circuit to verify against)")
-    with _Phase("compile"):
-        circuit = _setup(**chain["options"])[2]
-    results = []
-    for f in files:
-        try:
-            proof = ligero.load(f)
-        except FormatError as e:
-            raise SystemExit(f"circuitgrad zk verify: {e}") from None
-        try:
-            ligero.check(proof, circuit)
-            good = True
-        except ligero.Reject as e:
-            print(f"  {f}: {e}")
-            good = False
-        results.append((f, proof, good, [int(v) for v in proof.public]))
-    return _report(results, circuit.statement())
+def _circuit_args(p) -> None:
+    """The options that determine the circuit: the prover and the verifier name them the same way."""
+    p.add_argument("script", help="the example script that defines the model (DATASET and DEFAULTS)")
+    p.add_argument("--system", choices=SYSTEMS, default="ligero",
+                   help="ligero (native, transparent, default), groth16 or plonk (snarkjs)")
+    p.add_argument("--width", type=int, default=None, help="fixed-point width (default 16 for ligero, else 32)")
+    p.add_argument("--frac", type=int, default=None, help="fractional bits (default width/2)")
+    p.add_argument("--batch", type=int, default=None, help="batch size (default: the example's)")
+    p.add_argument("--hidden", type=int, nargs="*", default=None, help="hidden widths (default: the example's)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the example's)")
+    p.add_argument("--ptau", default=None, help="prepared powers-of-tau file (default: this machine's cache)")
 
 
 def add_parser(sub) -> None:
@@ -192,21 +233,21 @@ def add_parser(sub) -> None:
     zk = sub.add_parser("zk", help="zero-knowledge proofs of training steps").add_subparsers(dest="zk_cmd",
                                                                                             required=True)
     p = zk.add_parser("prove", help="prove training steps of an example script")
-    p.add_argument("script")
+    _circuit_args(p)
     p.add_argument("--steps", type=int, default=1)
-    p.add_argument("--out", default="proofs")
-    p.add_argument("--system", choices=SYSTEMS, default="ligero",
-                   help="ligero (native, transparent, default), groth16 or plonk (snarkjs)")
-    p.add_argument("--width", type=int, default=None, help="fixed-point width (default 16 for ligero, else 32)")
-    p.add_argument("--frac", type=int, default=None, help="fractional bits (default width/2)")
-    p.add_argument("--batch", type=int, default=None, help="batch size (default: the example's)")
-    p.add_argument("--hidden", type=int, nargs="*", default=None, help="hidden widths (default: the example's)")
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ptau", default=None, help="prepared powers-of-tau file (default: generated and cached)")
+    p.add_argument("--out", default="proofs", help="the bundle directory to write (default proofs/)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial parameters and the batch order")
+    p.add_argument("--init", default=None, help="start from this checkpoint (.npz of raw parameters)")
     p.add_argument("--max-local-ptau", type=int, default=14,
                    help="largest powers of tau to generate locally without --ptau (default 14)")
     p.set_defaults(fn=_prove)
-    v = zk.add_parser("verify", help="verify proofs written by 'zk prove'")
-    v.add_argument("proofs")
+    v = zk.add_parser("verify", help="verify a bundle written by 'zk prove' against a model you name")
+    _circuit_args(v)
+    v.add_argument("proofs", help="the bundle directory (untrusted: it is only read)")
+    v.add_argument("--init", default=None, help="the checkpoint the run must start from (.npz of raw parameters)")
+    v.add_argument("--init-seed", type=int, default=None, help="the run starts from step.init_params(N)")
+    v.add_argument("--final", default=None, help="also check that the last parameters equal this checkpoint")
+    v.add_argument("--steps", type=int, default=None, help="the number of steps the bundle must hold")
+    v.add_argument("--vkey", default=None, help="snarkjs: a verification key you trust (verification_key.json)")
+    v.add_argument("--zkey", default=None, help="groth16: a proving key, checked against the circuit and --ptau")
     v.set_defaults(fn=_verify)

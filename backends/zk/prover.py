@@ -11,7 +11,7 @@ from . import ligero
 from . import snarkjs as sj
 from .ligero import LigeroProof
 
-__all__ = ["SYSTEMS", "prove", "verify"]
+__all__ = ["SYSTEMS", "prove", "verify", "check"]
 
 SYSTEMS = ("ligero",) + tuple(sj.SYSTEMS)
 
@@ -20,7 +20,7 @@ def prove(circuit, wit, system: str = "ligero", **options):
     """Prove ``wit`` for ``circuit`` with ``system`` (``"ligero"``, ``"groth16"`` or ``"plonk"``).
 
     Options go to :func:`ligero.prove` (``params``, ``target_bits``, ``rng``, ``log``) or to
-    snarkjs (``ptau_file``, ``log``).
+    snarkjs (``ptau_file``, ``keys`` from :func:`snarkjs.setup`, ``log``).
     """
     if system == "ligero":
         return ligero.prove(circuit, wit, **options)
@@ -29,17 +29,27 @@ def prove(circuit, wit, system: str = "ligero", **options):
     raise ValueError(f"zk.prove: unknown proof system {system!r}; choose one of {list(SYSTEMS)}")
 
 
-def verify(proof, circuit=None, public: Sequence[int] | None = None) -> bool:
-    """True when ``proof`` is valid; a Ligero proof needs the ``circuit`` it claims to prove.
+def verify(proof, circuit, public: Sequence[int] | None = None, **keys) -> bool:
+    """True when ``proof`` proves ``circuit`` (which the verifier compiled itself) for ``public``.
 
-    ``public`` (the statement's values, as ``wit.public``) must equal the proof's public values.
-    A snarkjs proof carries its own verification key (which binds its circuit), so ``circuit`` is
-    not needed for it.
+    ``public`` (the statement's values, as ``wit.public``; default the proof's own) must be canonical
+    field elements, ``[0, p)``, equal to the proof's. Nothing the proof carries is trusted: a Ligero
+    proof is checked against the circuit's digest and statement; a snarkjs proof against a verification
+    key derived from the circuit (``keys``: ``vkey=``, ``zkey=``, ``ptau_file=``; see
+    :func:`snarkjs.verification_key`), never the key inside the proof.
     """
+    if circuit is None or not hasattr(circuit, "r1cs"):
+        raise TypeError("zk.verify: a proof is checked against the circuit the verifier compiled itself: "
+                        "zk.verify(proof, zk.compile(step), public)")
     if isinstance(proof, LigeroProof):
-        if circuit is None:
-            raise TypeError("zk.verify: a Ligero proof is checked against its circuit: zk.verify(proof, circuit, public)")
+        if keys:
+            raise TypeError(f"zk.verify: a Ligero proof needs no keys (got {sorted(keys)})")
         return ligero.verify(proof, circuit, public)
-    if public is not None and [str(int(v)) for v in public] != list(proof.public):
-        return False
-    return sj.verify(proof)
+    return sj.verify(proof, circuit, public, **keys)
+
+
+def check(proof, circuit, public: Sequence[int] | None = None, **keys) -> None:
+    """Like :func:`verify`, but raise :class:`Reject` naming the first failed check."""
+    if isinstance(proof, LigeroProof):
+        return ligero.check(proof, circuit, public)
+    return sj.check(proof, circuit, public, **keys)

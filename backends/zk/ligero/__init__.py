@@ -45,19 +45,29 @@ def _check_fits(circuit) -> None:
 
 
 def _signed_public(circuit, public: Sequence[int]) -> np.ndarray:
-    """Public values as integers: field elements of the circuit's field are lifted to (−p/2, p/2].
+    """Public values as integers: canonical field elements of the circuit's field, lifted to (−p/2, p/2].
 
-    The statement is about these integers. An integer outside ``(−P/2, P/2)`` (``P`` the Ligero
-    prime) would alias another one modulo ``P``, so it is refused rather than reduced.
+    A value outside ``[0, p)`` is refused (``v + p`` would otherwise prove the statement about ``v``).
+    The statement is about the lifted integers. One outside ``(−P/2, P/2)`` (``P`` the Ligero prime)
+    would alias another one modulo ``P``, so it is refused rather than reduced.
     """
     pc = circuit.field.p
     out = [int(v) for v in public]
+    bad = next((i for i, v in enumerate(out) if not 0 <= v < pc), None)
+    if bad is not None:
+        raise Reject(f"public value {bad} ({out[bad]}) is not a canonical element of {circuit.field} "
+                     f"(it must lie in [0, p))")
     lifted = [v - pc if v > pc // 2 else v for v in out]
     bad = next((i for i, v in enumerate(lifted) if not -(gf.P // 2) < v < gf.P // 2), None)
     if bad is not None:
         raise Reject(f"public value {bad} ({lifted[bad]}) is outside the range the Ligero field represents "
                      f"without aliasing (|v| < {gf.P // 2})")
     return np.array(lifted, dtype=object)
+
+
+def _digest(circuit) -> bytes | None:
+    """The circuit's digest (constraints and statement), or None for a bare constraint system."""
+    return circuit.digest() if hasattr(circuit, "digest") else None
 
 
 def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGET_BITS,
@@ -79,7 +89,8 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
     if log:
         log(f"ligero: {pc.n_constraints} constraints, {pc.n_wires} wires; k={p.k} t={p.t} n={p.n} σ={p.sigma} "
             f"({soundness_bits(p):.1f} bits)")
-    proof = prove_prepared(pc, values, p, circuit.statement(), circuit.r1cs.n_pub_out, rng=rng, log=log)
+    proof = prove_prepared(pc, values, p, circuit.statement(), circuit.r1cs.n_pub_out, rng=rng, log=log,
+                           digest=_digest(circuit))
     proof.timings["prove"] = time.perf_counter() - t0
     return proof
 
@@ -94,7 +105,7 @@ def check(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_
     if not isinstance(proof, LigeroProof):
         raise Reject(f"not a Ligero proof: {type(proof).__name__}")
     pub = proof.public if public is None else gf.reduce(_signed_public(circuit, public))
-    verify_prepared(prepare(circuit.r1cs), proof, pub, min_bits, circuit.statement())
+    verify_prepared(prepare(circuit.r1cs), proof, pub, min_bits, circuit.statement(), _digest(circuit))
 
 
 def verify(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_bits: float = TARGET_BITS) -> bool:

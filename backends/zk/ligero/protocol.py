@@ -152,8 +152,11 @@ def _zh_on_coset(p: Params) -> np.ndarray:
 
 def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str = "", public_outputs: int = 0,
                    rng: np.random.Generator | None = None, log: Callable[[str], None] | None = None,
-                   columns: Sequence[int] | None = None) -> LigeroProof:
+                   columns: Sequence[int] | None = None, digest: bytes | None = None) -> LigeroProof:
     """Prove that ``values`` satisfies the prepared circuit (no satisfiability check: see ``zk.prove``).
+
+    ``digest`` (default: the constraint system's) is what the proof is bound to; ``zk.prove`` passes
+    the circuit's digest, which covers its statement as well.
 
     ``rng`` draws the masking randomness (default: the OS's CSPRNG). A seeded NumPy generator
     is for reproducible tests only: it is not cryptographic, and zero knowledge rests on the
@@ -194,7 +197,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     salts = [blob[16 * i:16 * i + 16] for i in range(n)]
     tree = merkle.Tree(merkle.leaves(U.T, salts))
     timings["commit"] = time.perf_counter() - t0
-    proof = LigeroProof(p, pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
+    proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
                         None, None, None, None, None, None)
     t0 = time.perf_counter()
     T = _transcript(proof.header(), proof.public)
@@ -263,7 +266,7 @@ def _canonical(proof: LigeroProof) -> None:
 
 
 def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bits: float = 100,
-                    statement: str | None = None) -> None:
+                    statement: str | None = None, digest: bytes | None = None) -> None:
     """Raise :class:`Reject` naming the first failed check.
 
     The proof names its own parameters, so the verifier insists that they give at least
@@ -279,7 +282,7 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     if soundness_bits(p) < min_bits:
         raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}) give "
                      f"{soundness_bits(p):.1f} bits of soundness, below the required {min_bits}")
-    if proof.circuit_digest != pc.digest:
+    if proof.circuit_digest != (digest or pc.digest):
         raise Reject("the proof is for another circuit (digest mismatch)")
     if proof.public_outputs != pc.r1cs.n_pub_out:
         raise Reject(f"the proof claims {proof.public_outputs} public outputs, the circuit has {pc.r1cs.n_pub_out}")

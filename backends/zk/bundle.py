@@ -1,0 +1,147 @@
+"""Proof bundles: the directory ``zk prove`` writes, read as untrusted input by ``zk verify``.
+
+A bundle of ``N`` steps holds exactly::
+
+    chain.json                 {"format": "circuitgrad-zk-bundle", "version": 1, "steps": N, "system": ...,
+                                "statement": ..., "circuit_sha256": ..., "first_params_sha256": ...,
+                                "last_params_sha256": ..., "options": {...}}
+    step_000.proof … step_{N−1}.proof        (Ligero)   or   step_000/ … step_{N−1}/   (snarkjs)
+    final.npz                  the parameters after the last step (optional, for the verifier's --final)
+
+Nothing in a bundle is executed or trusted. :func:`read` checks its shape
+(every field's type and range, exactly the step files ``steps`` names, no
+others) and returns the step paths; the verifier compares ``statement`` with
+the statement of the circuit it compiled itself, and uses the options only to
+say which differ. :func:`load_params` reads a parameter checkpoint
+(``.npz``, no pickles) and validates it against a circuit's parameters.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import zipfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from .formats import FormatError
+
+__all__ = ["FORMAT", "VERSION", "Bundle", "read", "write_chain", "step_name", "load_params", "BundleError"]
+
+FORMAT = "circuitgrad-zk-bundle"
+VERSION = 1
+_MAX_CHAIN = 1 << 20             # bytes
+_MAX_STEPS = 1_000_000
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class BundleError(FormatError):
+    """A bundle or checkpoint is missing, malformed, or not what the verifier asked for."""
+
+
+@dataclass
+class Bundle:
+    root: str
+    steps: int
+    system: str
+    statement: str
+    circuit_sha256: str
+    options: dict
+    paths: list[str]
+
+
+def step_name(k: int, system: str) -> str:
+    """``step_000.proof`` (Ligero) or ``step_000`` (a snarkjs proof directory)."""
+    return f"step_{k:03d}.proof" if system == "ligero" else f"step_{k:03d}"
+
+
+def write_chain(root: str, steps: int, system: str, statement: str, circuit_sha256: str, first: str,
+                last: str, options: dict) -> None:
+    with open(os.path.join(root, "chain.json"), "w") as fh:
+        json.dump({"format": FORMAT, "version": VERSION, "steps": steps, "system": system,
+                   "statement": statement, "circuit_sha256": circuit_sha256, "first_params_sha256": first,
+                   "last_params_sha256": last, "options": options}, fh, indent=1)
+
+
+_FIELDS = {"format": str, "version": int, "steps": int, "system": str, "statement": str, "circuit_sha256": str,
+           "first_params_sha256": str, "last_params_sha256": str, "options": dict}
+
+
+def read(root: str, system: str, systems) -> Bundle:
+    """Validate the bundle at ``root`` for proofs of ``system``; :class:`BundleError` says what is wrong."""
+    if not os.path.isdir(root):
+        raise BundleError(f"{root}: not a proof directory (zk prove --out writes one)")
+    path = os.path.join(root, "chain.json")
+    if not os.path.isfile(path):
+        raise BundleError(f"{root}: no chain.json: not a proof bundle written by 'circuitgrad zk prove'")
+    if os.path.getsize(path) > _MAX_CHAIN:
+        raise BundleError(f"{path}: larger than {_MAX_CHAIN} bytes")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            chain = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BundleError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(chain, dict) or chain.get("format") != FORMAT:
+        raise BundleError(f"{path}: not a circuitgrad proof bundle (format must be {FORMAT!r})")
+    for key, typ in _FIELDS.items():
+        v = chain.get(key)
+        if not isinstance(v, typ) or isinstance(v, bool):
+            raise BundleError(f"{path}: field {key!r} must be a {typ.__name__}, got {type(v).__name__}")
+    if chain["version"] != VERSION:
+        raise BundleError(f"{path}: bundle version {chain['version']} is not supported (this is version {VERSION})")
+    if chain["system"] not in systems:
+        raise BundleError(f"{path}: unknown proof system {chain['system'][:40]!r}")
+    if chain["system"] != system:
+        raise BundleError(f"{root} holds {chain['system']} proofs, not {system}: verify them with "
+                          f"--system {chain['system']}")
+    n = chain["steps"]
+    if not 1 <= n <= _MAX_STEPS:
+        raise BundleError(f"{path}: steps must be in 1..{_MAX_STEPS}, got {n}")
+    for key in ("circuit_sha256", "first_params_sha256", "last_params_sha256"):
+        if not _HEX64.fullmatch(chain[key]):
+            raise BundleError(f"{path}: {key} must be 64 lowercase hex digits")
+    names = [step_name(k, system) for k in range(n)]
+    present = {e for e in os.listdir(root) if e.startswith("step_")}
+    missing = [e for e in names if e not in present]
+    extra = sorted(present - set(names))
+    if missing:
+        raise BundleError(f"{root}: chain.json says {n} steps but {missing[0]} is missing"
+                          + (f" ({len(missing)} missing in all)" if len(missing) > 1 else ""))
+    if extra:
+        raise BundleError(f"{root}: unexpected {extra[0]}: chain.json says {n} steps, "
+                          f"{names[0]} to {names[-1]}")
+    return Bundle(root, n, system, chain["statement"], chain["circuit_sha256"], chain["options"],
+                  [os.path.join(root, e) for e in names])
+
+
+def load_params(path: str, names: list[str], shapes: list[tuple], dtype) -> list[np.ndarray]:
+    """Raw fixed-point parameters from a ``.npz`` checkpoint (``np.savez(path, **params)``), validated.
+
+    The file must hold exactly ``names``, each an integer array of its shape within ``dtype``'s range
+    (raw values ``v`` meaning ``v / 2**frac``, as ``step.init_params`` and ``step.step`` give them).
+    """
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise BundleError(f"{path}: no such checkpoint") from None
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        raise BundleError(f"{path}: not a NumPy .npz checkpoint ({e})") from None
+    if set(data) != set(names):
+        missing, extra = sorted(set(names) - set(data)), sorted(set(data) - set(names))
+        raise BundleError(f"{path}: expected the parameters {names}"
+                          + (f"; missing {missing}" if missing else "") + (f"; unexpected {extra}" if extra else ""))
+    out = []
+    for n, shape in zip(names, shapes):
+        a = data[n]
+        if a.shape != tuple(shape):
+            raise BundleError(f"{path}: parameter {n} has shape {list(a.shape)}, expected {list(shape)}")
+        if not np.issubdtype(a.dtype, np.integer):
+            raise BundleError(f"{path}: parameter {n} is {a.dtype}; a checkpoint holds raw {dtype} integers "
+                              f"(as step.init_params() returns them for a fixed-point model)")
+        if a.size and (int(a.min()) < dtype.lo or int(a.max()) > dtype.hi):
+            raise BundleError(f"{path}: parameter {n} has values outside {dtype} "
+                              f"([{dtype.lo}, {dtype.hi}] raw)")
+        out.append(a.astype(np.int64))
+    return out

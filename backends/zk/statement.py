@@ -1,0 +1,126 @@
+"""The public statement of a circuit: what a verified proof claims, named in full.
+
+A proof of a training step claims *"there is a private batch for which this
+step, in exactly this arithmetic, takes the public parameters before to the
+public parameters after"*. :func:`describe` names everything that claim
+depends on:
+
+* the function (``step``/``predict``) and the model, with the SHA-256 of the
+  exact SSA program (every operation and every constant);
+* the loss and the optimizer, with each optimizer constant both as written
+  (``lr=0.05``) and as the raw fixed-point integer the circuit multiplies by;
+* the dtype, the field (name and prime), the batch shapes of ``x`` and ``y``
+  and what the targets are constrained to (one-hot rows, or any values);
+* the public outputs, public inputs and private inputs with their shapes,
+  and the circuit's size.
+
+:func:`digest` hashes this description together with the constraint system,
+so a proof bound to the digest is bound to every item above.
+:func:`params_sha256` names a set of parameters (raw fixed-point values) by
+one hash, as the verifier prints for the first and last parameters of a run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from circuitgrad.fixedpoint import const
+from circuitgrad.schedule import Program
+
+__all__ = ["describe", "render", "digest", "program_sha256", "params_sha256", "TARGETS"]
+
+#: what ``zk.compile(..., targets=...)`` may constrain the targets ``y`` to
+TARGETS = ("one-hot", "any")
+
+
+def program_sha256(prog: Program) -> str:
+    """SHA-256 of the SSA program: input and output types, every operation with its constants."""
+    h = hashlib.sha256(b"circuitgrad-program-v1\n")
+    h.update(repr([prog.types[v] for v in prog.inputs]).encode())
+    for a in prog.instrs:
+        h.update(f"\n{a.op!r}{list(a.args)}{list(a.results)}".encode())
+    h.update(f"\nreturn {list(prog.outputs)}".encode())
+    return h.hexdigest()
+
+
+def _optimizer(opt, dtype) -> dict[str, Any]:
+    """The optimizer's kind and constants, each as written and as its raw fixed-point value."""
+    consts = {}
+    for f in dataclasses.fields(opt):
+        v = getattr(opt, f.name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v:
+            consts[f.name] = {"value": float(v), "raw": int(const(v, dtype, f"optimizer {f.name}"))}
+    return {"name": opt.name.split("(")[0], "constants": consts}
+
+
+def describe(circuit) -> dict[str, Any]:
+    """The statement as plain data (JSON-serialisable, canonical)."""
+    def shapes(names: Sequence[str], wires) -> list:
+        return [[n, list(w.shape)] for n, w in zip(names, wires)]
+    ins = list(zip(circuit.input_names, circuit.input_wires))
+    m = circuit.model
+    d: dict[str, Any] = {
+        "function": circuit.function,
+        "model": m.model.name if m is not None else None,
+        "program_sha256": program_sha256(circuit.program),
+        "loss": getattr(m.loss_fn, "__name__", repr(m.loss_fn)) if m is not None else None,
+        "optimizer": _optimizer(m.optimizer, circuit.dtype) if m is not None and circuit.function == "step"
+        else None,
+        "dtype": str(circuit.dtype),
+        "field": {"name": circuit.field.name, "p": str(circuit.field.p)},
+        "targets": circuit.targets,
+        "public_outputs": shapes(circuit.output_names, circuit.output_wires),
+        "public_inputs": [[n, list(w.shape)] for n, w in ins if n in circuit.public_inputs],
+        "private_inputs": [[n, list(w.shape)] for n, w in ins if n not in circuit.public_inputs],
+        "constraints": int(circuit.r1cs.n_constraints),
+        "wires": int(circuit.r1cs.n_wires),
+    }
+    return d
+
+
+def render(d: Mapping[str, Any]) -> str:
+    """One readable line: the text saved in every proof and printed by the CLI."""
+    def listing(items) -> str:
+        return ", ".join(f"{n}{s}" for n, s in items) or "none"
+
+    def count(items) -> int:
+        return sum(int(np.prod(s, dtype=np.int64)) for _, s in items)
+    what = d["function"] + (f" of {d['model']}" if d["model"] else "")
+    head = f"{what} [program sha256 {d['program_sha256'][:16]}]"
+    if d["loss"]:
+        head += f", loss {d['loss']}"
+    if d["optimizer"]:
+        c = ", ".join(f"{k}={v['value']:g} (raw {v['raw']})" for k, v in d["optimizer"]["constants"].items())
+        head += f", optimizer {d['optimizer']['name']}({c})"
+    private = listing(d["private_inputs"])
+    if d["targets"] == "one-hot":
+        private += " (targets y: one-hot rows)"
+    elif d["targets"] == "any":
+        private += " (targets y: any in-range values)"
+    return (f"{head} in {d['dtype']} over {d['field']['name']}: "
+            f"public outputs ({count(d['public_outputs'])} values): {listing(d['public_outputs'])}; "
+            f"public inputs ({count(d['public_inputs'])} values): {listing(d['public_inputs'])}; "
+            f"private: {private}; {d['constraints']} constraints, {d['wires']} wires")
+
+
+def digest(circuit) -> bytes:
+    """SHA-256 binding the constraint system and the whole statement (see the module docstring)."""
+    from .ligero.circuitdata import prepare
+    h = hashlib.sha256(b"circuitgrad-circuit-v1")
+    h.update(prepare(circuit.r1cs).digest)
+    h.update(json.dumps(describe(circuit), sort_keys=True).encode())
+    return h.digest()
+
+
+def params_sha256(names: Sequence[str], arrays: Sequence[np.ndarray]) -> str:
+    """SHA-256 of named raw fixed-point parameters (name, shape and little-endian int64 values of each)."""
+    h = hashlib.sha256(b"circuitgrad-params-v1")
+    for n, a in zip(names, arrays, strict=True):
+        a = np.asarray(a, dtype=np.int64)
+        h.update(json.dumps([n, list(a.shape)]).encode())
+        h.update(np.ascontiguousarray(a, dtype="<i8").tobytes())
+    return h.hexdigest()
