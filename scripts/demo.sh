@@ -15,5 +15,5 @@ for data in iris digits; do
   done
 done
 echo "== zero-knowledge proofs of two iris training steps (native Ligero prover: no setup, no Node.js)"
-.venv/bin/circuitgrad zk prove examples/iris.py --system ligero --steps 2 --out build/demo-proofs
-.venv/bin/circuitgrad zk verify build/demo-proofs
+.venv/bin/circuitgrad zk prove examples/iris.py --system ligero --steps 2 --out out/demo-proofs
+.venv/bin/circuitgrad zk verify examples/iris.py out/demo-proofs --system ligero --init-seed 0

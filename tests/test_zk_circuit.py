@@ -47,8 +47,10 @@ def test_public_statement(iris):
     old = np.concatenate([v.reshape(-1) for v in params.values()])
     assert w.public == [int(v) % p for v in np.concatenate([new, old])]
     s = c.statement()
-    assert s.startswith("step of mlp(8,4-16-3) in fixed(32,16) over bn254: public outputs (131 values)")
-    assert "private: x[8, 4], y[8, 3]" in s
+    assert s.startswith(f"step of mlp(8,4-16-3) [program sha256 {c.statement_data()['program_sha256'][:16]}], "
+                        f"loss softmax_cross_entropy, optimizer sgd(lr=0.1 (raw 6554)) in fixed(32,16) over bn254: "
+                        f"public outputs (131 values)")
+    assert "private: x[8, 4], y[8, 3] (targets y: one-hot rows)" in s
 
 
 def test_lint_no_unconstrained_wire(iris):

@@ -29,7 +29,7 @@ def prove(circuit, wit, system: str = "ligero", **options):
     raise ValueError(f"zk.prove: unknown proof system {system!r}; choose one of {list(SYSTEMS)}")
 
 
-def verify(proof, circuit, public: Sequence[int] | None = None, **keys) -> bool:
+def verify(proof, circuit=None, public: Sequence[int] | None = None, **keys) -> bool:
     """True when ``proof`` proves ``circuit`` (which the verifier compiled itself) for ``public``.
 
     ``public`` (the statement's values, as ``wit.public``; default the proof's own) must be canonical

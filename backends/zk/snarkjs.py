@@ -316,8 +316,9 @@ def setup(circuit: Circuit, system: str = "groth16", ptau_file: str | None = Non
         tag = "local" if ptau_file is None else _sha256_file(ptau_file)[:16]
         keydir = cache_dir("keys", f"{digest[:32]}-{system}-{tag}")
         zkey, vkey = os.path.join(keydir, "final.zkey"), os.path.join(keydir, "verification_key.json")
-        if os.path.exists(vkey):
-            return Keys(system, zkey, json.load(open(vkey)), ptau_file or "local")
+        used = os.path.join(keydir, "ptau.txt")       # which powers of tau the cached keys were made from
+        if os.path.exists(vkey) and os.path.exists(used):
+            return Keys(system, zkey, json.load(open(vkey)), open(used).read())
         if not create and system == "groth16":
             raise ToolMissing(f"no Groth16 setup of this circuit on this machine: pass the verification key of a "
                               f"setup you trust (verification_key= / --vkey), or its proving key (zkey= / --zkey), "
@@ -339,6 +340,8 @@ def setup(circuit: Circuit, system: str = "groth16", ptau_file: str | None = Non
             elif res.returncode != 0:
                 raise SnarkjsError(f"snarkjs plonk setup failed: {(res.stdout + res.stderr)[-800:]}")
         _run(["zkey", "export", "verificationkey", zkey, vkey], "zkey export verificationkey")
+        with open(used, "w") as fh:
+            fh.write(pt)
         return Keys(system, zkey, json.load(open(vkey)), pt)
 
 
