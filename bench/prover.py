@@ -103,7 +103,7 @@ def child(case: str, repeats: int, snarkjs: bool) -> dict:
         sp = zk.prove(c, wit, system="groth16", log=lambda s: print("  " + s, file=sys.stderr))
         total = time.perf_counter() - t0
         t0 = time.perf_counter()
-        assert sj.verify(sp)
+        assert sj.verify(sp, c, wit.public)
         row["groth16"] = {"prove_s": sp.timings["prove"], "setup_s": sp.timings.get("setup"), "total_s": total,
                           "verify_s": time.perf_counter() - t0, "proof_bytes": len(json.dumps(sp.proof))}
     return row

@@ -82,7 +82,7 @@ def measure(name, batch, sizes, dt, loss, repeats, prove_max, system):
     if power <= prove_max:
         proof = sj.prove(c, w, system=system, log=lambda s: print("  " + s, file=sys.stderr))
         t = time.perf_counter()
-        ok = sj.verify(proof)
+        ok = sj.verify(proof, c, w.public)
         row.update(setup_s=proof.timings.get("setup"), prove_s=proof.timings["prove"],
                    verify_s=time.perf_counter() - t, verified=ok,
                    proof_bytes=len(json.dumps(proof.proof, separators=(",", ":"))))
