@@ -137,6 +137,21 @@ _DEC = re.compile(r"0|[1-9][0-9]{0,77}")
 _MAX_JSON = 4 << 20          # bytes: a proof, key or public file larger than this is refused unread
 
 
+def _read_json(path: str, missing: str):
+    """A JSON file of at most ``_MAX_JSON`` bytes (a regular file); :class:`FormatError` otherwise."""
+    try:
+        if not os.path.isfile(path):
+            raise FormatError(missing)
+        if os.path.getsize(path) > _MAX_JSON:
+            raise FormatError(f"{path}: larger than {_MAX_JSON} bytes")
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except OSError as e:
+        raise FormatError(f"{path}: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FormatError(f"{path}: not valid JSON ({e})") from None
+
+
 def _canonical(v, what: str, bound: int) -> str:
     """``v`` as a canonical decimal string below ``bound`` (no sign, no leading zeros), else FormatError."""
     if not isinstance(v, str) or not _DEC.fullmatch(v) or int(v) >= bound:
@@ -212,16 +227,7 @@ class Proof:
             raise FormatError(f"{directory}: no such proof directory")
 
         def read(name):
-            path = os.path.join(directory, f"{name}.json")
-            try:
-                if os.path.getsize(path) > _MAX_JSON:
-                    raise FormatError(f"{path}: larger than {_MAX_JSON} bytes")
-                with open(path) as fh:
-                    return json.load(fh)
-            except (FileNotFoundError, IsADirectoryError):
-                raise FormatError(f"{directory}: missing {name}.json") from None
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise FormatError(f"{path}: not valid JSON ({e})") from None
+            return _read_json(os.path.join(directory, f"{name}.json"), f"{directory}: missing {name}.json")
         meta = read("statement")
         if not isinstance(meta, dict):
             raise FormatError(f"{directory}/statement.json: expected a JSON object")
@@ -279,15 +285,7 @@ def _r1cs_file(circuit: Circuit, directory: str) -> tuple[str, str]:
 def _read_vkey(vkey, system: str, circuit: Circuit) -> dict:
     """A verification key given by the verifier (dict or path), checked against the system and the circuit."""
     if isinstance(vkey, (str, os.PathLike)):
-        try:
-            if os.path.getsize(vkey) > _MAX_JSON:
-                raise FormatError(f"{vkey}: larger than {_MAX_JSON} bytes")
-            with open(vkey) as fh:
-                vkey = json.load(fh)
-        except OSError as e:
-            raise FormatError(f"verification key {vkey}: {e.strerror}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise FormatError(f"verification key: not valid JSON ({e})") from None
+        vkey = _read_json(str(vkey), f"verification key {vkey}: no such file")
     if not isinstance(vkey, dict) or vkey.get("protocol") != system or vkey.get("curve") != "bn128":
         raise FormatError(f"the verification key is not a {system} key over bn128")
     if vkey.get("nPublic") != circuit.r1cs.n_public:
