@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import ops
+from . import arguments, nn, ops
 from .codegen import compile_program
 from .diagram import Diagram, identity, trace, unbind_parameters
-from .fixedpoint import dequantize, quantize, run_fixed
+from .fixedpoint import FixedPointOverflow, const, dequantize, run_fixed
 from .nn import Optimizer
 from .optic import rdiff
 from .primitives import Parameter
@@ -114,24 +115,33 @@ class CompiledModel:
         """The SSA programs of ``predict``, ``loss``, ``gradients`` and ``step``."""
         return {k: self.fn(k).program for k in self.diagrams}
 
-    # ----------------------------------------------------------- conversion
-    def _in(self, x, what: str) -> np.ndarray:
-        if self.backend == "cupy":
-            return self.xp.asarray(x, dtype=self.dtype.numpy_dtype())
-        x = np.asarray(x)
-        if self.is_fixed:
-            return quantize(x, self.dtype, what)
-        return x.astype(self.dtype.numpy_dtype(), copy=False)
+    # ----------------------------------------------------------- arguments
+    # Checked and converted by circuitgrad.arguments (the policy is in its docstring).
+    def _in(self, x, what: str):
+        """``x`` converted to this model's dtype on its backend (quantized in fixed point); no shape check."""
+        return arguments.convert(arguments.real_array(x, what), self.dtype, self.xp, what)
 
-    def _targets(self, y) -> np.ndarray:
-        if np.ndim(y) == 1 and self.y_type.ndim == 2 and np.issubdtype(y.dtype if hasattr(y, "dtype")
-                                                                       else np.asarray(y).dtype, np.integer):
-            y = self.to_host(y)
-            k = self.y_type.shape[1]
-            if y.size and (y.min() < 0 or y.max() >= k):
-                raise ValueError(f"class labels must be in 0..{k - 1}, got [{y.min()}, {y.max()}]")
-            y = np.eye(k)[y]
-        return self._in(y, "targets")
+    def _targets(self, y, fn: str = ""):
+        """Targets ``y`` (integer class labels or rows of the output type) checked and converted."""
+        return arguments.targets(y, self.y_type, self.dtype, self.xp, fn)
+
+    def _x(self, x, fn: str):
+        return arguments.inputs(x, self.x_type, self.dtype, self.xp, fn, any_rows=fn == "predict")
+
+    @cached_property
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        types = [p.T for p in self.parameters]
+        types += [t for _, t in self.optimizer.state(types)]
+        return {n: t.shape for n, t in zip(self.param_names + self.state_names, types)}
+
+    @cached_property
+    def _all_names(self) -> list[str]:
+        return self.param_names + self.state_names
+
+    def _params(self, params: Mapping[str, np.ndarray], fn: str) -> list:
+        """The arrays ``fn`` takes from ``params`` (checked: names, shapes, dtypes), in order."""
+        names = self._all_names if fn == "step" else self.param_names
+        return arguments.parameters(params, names, self._shapes, self._shapes, self.dtype, fn)
 
     def to_float(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Parameters as float64 arrays (dequantized in fixed point)."""
@@ -139,14 +149,13 @@ class CompiledModel:
             return {k: dequantize(v, self.dtype) for k, v in params.items()}
         return {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}
 
-    def _check_batch(self, x: np.ndarray, what: str) -> None:
-        if x.shape[0] != self.batch:
-            raise ValueError(f"{what}: this model was built for batch {self.batch}, got {x.shape[0]} rows "
-                             f"(predict accepts any number of rows; step/gradients need exactly {self.batch})")
-
     # ----------------------------------------------------------------- API
     def init_params(self, seed: int = 0) -> Params:
-        """Glorot-uniform weights, zero biases and zero optimizer state."""
+        """Glorot-uniform weights, zero biases and zero optimizer state.
+
+        Arrays of the model's float dtype, or raw ``int64`` fixed-point values
+        (``v`` means ``v / 2**frac``) for a fixed-point model.
+        """
         rng = np.random.default_rng(seed)
         out: Params = {}
         for name, p in zip(self.param_names, self.parameters):
@@ -162,19 +171,20 @@ class CompiledModel:
             out[name] = self._in(np.zeros(t.shape), f"optimizer state {name}")
         return out
 
-    def _params(self, params: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
-        missing = [n for n in names if n not in params]
-        if missing:
-            raise KeyError(f"missing parameters {missing}; expected {list(names)}")
-        return [params[n] for n in names]
-
     def predict(self, params: Params, x) -> np.ndarray:
-        """Model outputs for any number of rows (run in chunks of the batch size)."""
-        x = self._in(x, "input")
+        """Model outputs for any number of rows (run in chunks of the batch size).
+
+        ``x``: any real dtype, converted to the model's (quantized in fixed
+        point), shape ``(n, *input shape)``, finite.  ``params`` as for
+        :meth:`step` (the optimizer state may be left in or out).  Bad
+        arguments raise ``TypeError``/``ValueError`` naming them (see
+        :mod:`circuitgrad.arguments`).
+        """
+        ps = self._params(params, "predict")
+        x = self._x(x, "predict")
         xp = self.xp
         B = self.batch
         n = x.shape[0]
-        ps = self._params(params, self.param_names)
         outs = []
         for i in range(0, n, B):
             chunk = x[i:i + B]
@@ -186,26 +196,39 @@ class CompiledModel:
         return dequantize(y, self.dtype) if self.is_fixed else y
 
     def gradients(self, params: Params, x, y) -> dict[str, np.ndarray]:
-        """``d loss / d params`` at ``(x, y)`` (raw fixed-point integers in fixed point)."""
-        x, y = self._in(x, "input"), self._targets(y)
-        self._check_batch(x, "gradients")
-        out = self.fn("gradients").run(*self._params(params, self.param_names), x, y)
+        """``d loss / d params`` at ``(x, y)`` (raw fixed-point integers in fixed point).
+
+        Arguments as for :meth:`step` (the optimizer state may be left in or out).
+        """
+        ps = self._params(params, "gradients")
+        out = self.fn("gradients").run(*ps, self._x(x, "gradients"), self._targets(y, "gradients"))
         return dict(zip(self.param_names, out))
 
     def loss(self, params: Params, x, y) -> float:
-        """The loss value at ``(x, y)``."""
-        x, y = self._in(x, "input"), self._targets(y)
-        self._check_batch(x, "loss")
-        (v,) = self.fn("loss").run(*self._params(params, self.param_names), x, y)
+        """The loss value at ``(x, y)``; arguments as for :meth:`step` (the optimizer state may be left out)."""
+        ps = self._params(params, "loss")
+        (v,) = self.fn("loss").run(*ps, self._x(x, "loss"), self._targets(y, "loss"))
         return float(dequantize(v, self.dtype)) if self.is_fixed else float(self.to_host(v))
 
     def step(self, params: Params, x, y) -> Params:
-        """One training step; returns the updated parameters (and optimizer state)."""
-        x, y = self._in(x, "input"), self._targets(y)
-        self._check_batch(x, "step")
-        names = self.param_names + self.state_names
-        out = self.fn("step").run(*self._params(params, names), x, y)
-        return dict(zip(names, out))
+        """One training step; returns the updated parameters (and optimizer state).
+
+        * ``params``: exactly the names of :meth:`init_params`, each of its
+          shape; float models take arrays of exactly their dtype (a float64
+          array for a float32 model is refused: ``.astype`` it), fixed-point
+          models raw integers (``v`` means ``v / 2**frac``; floats are refused:
+          start from :meth:`init_params` or :func:`~circuitgrad.quantize`).
+        * ``x``: shape ``(batch, *input shape)``, any real dtype, converted to
+          the model's (quantized in fixed point), finite.
+        * ``y``: integer class labels ``(batch,)`` in ``0..K-1`` (not floats),
+          or target rows of exactly the output shape, finite.
+
+        Bad arguments raise ``TypeError``/``ValueError`` naming the function,
+        the argument, and the expected and received shape or dtype.
+        """
+        ps = self._params(params, "step")
+        out = self.fn("step").run(*ps, self._x(x, "step"), self._targets(y, "step"))
+        return dict(zip(self.param_names + self.state_names, out))
 
 
 def _build(model: Diagram, loss_fn, optimizer: Optimizer):
@@ -240,6 +263,45 @@ def _build(model: Diagram, loss_fn, optimizer: Optimizer):
 
 
 BACKENDS = ("numpy", "cupy", "auto", "cupy-emulated")
+_SWAPPED = "; did you swap loss= and optimizer=?"
+
+
+def _describe(v: object) -> str:
+    if isinstance(v, Optimizer):
+        return f"the optimizer {v.name}"
+    if isinstance(v, Diagram):
+        return f"the diagram {v.name}"
+    if callable(v) and hasattr(v, "__name__"):
+        return f"the function {v.__name__}"
+    r = repr(v)
+    return f"{type(v).__name__} {r if len(r) <= 40 else r[:39] + '…'}"
+
+
+def _check_arguments(model: object, loss: object, optimizer: object) -> None:
+    """Clear ``TypeError`` s for a model that is no diagram, and for swapped or uncalled loss/optimizer."""
+    if not isinstance(model, Diagram):
+        raise TypeError(f"compile_model: model must be a Diagram such as nn.mlp(8, [4, 16, 3]), "
+                        f"got {_describe(model)}")
+    if isinstance(loss, Diagram) or not callable(loss) or isinstance(loss, Optimizer):
+        hint = (_SWAPPED if isinstance(loss, Optimizer) else
+                "; pass the function itself (nn.mse, not nn.mse(T)): compile_model applies it to the "
+                "model's output type" if isinstance(loss, Diagram) else "")
+        raise TypeError(f"compile_model: loss must be a loss function such as nn.mse or "
+                        f"nn.softmax_cross_entropy, got {_describe(loss)}{hint}")
+    if not isinstance(optimizer, Optimizer):
+        hint = (f"; call it with a learning rate, e.g. nn.{optimizer.__name__}(0.1)"
+                if optimizer in (nn.sgd, nn.momentum) else _SWAPPED if callable(optimizer) else "")
+        raise TypeError(f"compile_model: optimizer must be an Optimizer such as nn.sgd(0.1) or "
+                        f"nn.momentum(0.1), got {_describe(optimizer)}{hint}")
+
+
+def _check_constants(optimizer: Optimizer, dtype: Fixed) -> None:
+    """Refuse optimizer constants that round to 0 (or do not fit) in ``dtype``, rounded as the interpreter does."""
+    for what, c in optimizer.constants():
+        try:
+            const(c, dtype, what)
+        except FixedPointOverflow as e:
+            raise ValueError(f"compile_model: {e}") from None
 
 
 def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimizer: Optimizer,
@@ -252,8 +314,14 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
     CuPy and a GPU), ``"auto"`` (CuPy when a GPU is usable, else NumPy) or
     ``"cupy-emulated"`` (the CuPy code path run on the CPU, for testing).
     ``donate=True`` (GPU) lets ``step`` update parameters in the arrays passed in.
+
+    ``TypeError`` if ``model`` is not a diagram or ``loss``/``optimizer`` are
+    swapped (or not a loss function / :class:`~circuitgrad.nn.Optimizer`);
+    ``ValueError`` if a fixed-point learning rate or momentum beta rounds to 0
+    (or does not fit) in ``dtype``.
     """
     t0 = time.perf_counter()
+    _check_arguments(model, loss, optimizer)
     if backend not in BACKENDS:
         raise ValueError(f"compile_model: unknown backend {backend!r}; available: "
                          f"{', '.join(repr(b) for b in BACKENDS)}")
@@ -266,6 +334,8 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
         backend = "cupy" if ok else "numpy"
     params, x_type, y_type, diagrams = _build(model, loss, optimizer)
     dtype = dtype or x_type.dtype
+    if isinstance(dtype, Fixed):
+        _check_constants(optimizer, dtype)
     if backend != "numpy" and isinstance(dtype, Fixed):
         raise ValueError(f"compile_model: the {backend} backend computes in float32/float64, not {dtype}; "
                          f"fixed point runs on backend='numpy' (the reference interpreter)")

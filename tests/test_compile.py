@@ -86,12 +86,12 @@ def test_wrong_batch_and_labels_are_clear_errors(rng):
     p = step.init_params(seed=0)
     with pytest.raises(ValueError) as e:
         step.step(p, rng.normal(size=(5, 4)), np.zeros(5, int))
-    assert str(e.value) == ("step: this model was built for batch 8, got 5 rows (predict accepts any number "
-                            "of rows; step/gradients need exactly 8)")
+    assert str(e.value) == ("step: input x must have shape (8, 4), got (5, 4) (this model was built for "
+                            "batch 8; predict accepts any number of rows)")
     with pytest.raises(ValueError) as e:
         step.step(p, rng.normal(size=(8, 4)), np.full(8, 3))
-    assert str(e.value) == "class labels must be in 0..2, got [3, 3]"
-    with pytest.raises(KeyError):
+    assert str(e.value) == "step: targets y must be class labels in 0..2, got values in [3, 3]"
+    with pytest.raises(KeyError):       # also a ValueError (more cases in test_bad_input.py)
         step.step({"W0": p["W0"]}, rng.normal(size=(8, 4)), np.zeros(8, int))
 
 

@@ -1,0 +1,216 @@
+"""Checking and converting the arguments of ``predict``, ``loss``, ``gradients`` and ``step``.
+
+The policy (recorded in ``docs/ARCHITECTURE.md``, "Inputs and errors"):
+
+* **inputs** ``x``: any real dtype (integer or float), converted to the
+  model's dtype (quantized, round half up, for fixed point: an integer ``x``
+  means real values, not raw ones); the shape must be the model's
+  (``predict``: any number of rows); float values must be finite.
+* **targets** ``y``: integer class labels of shape ``(B,)`` in ``0..K-1``
+  (floats are refused, even whole numbers), or target rows of exactly the
+  model's shape ``(B, K)``, converted like ``x`` and finite.
+* **parameters**: a dict with exactly the expected names (the optimizer
+  state may also be passed to ``predict``/``loss``/``gradients``); each an
+  array of the expected shape; float models take exactly their float dtype
+  (never converted, so a float64 array given to a float32 model is an
+  error), fixed-point models take raw integers ``v`` meaning ``v / 2**frac``,
+  within the format's range.
+
+A wrong kind of value or dtype is a ``TypeError``, a wrong shape, name or
+value a ``ValueError`` (names: :class:`ParameterNameError`, also a
+``KeyError``).  Messages start with the function and the argument, then say
+what was expected and what was received, e.g.
+``step: input x must have shape (8, 4), got (8, 5)``.
+
+The checks are vectorised: one ``np.isfinite`` pass over a float batch, one
+``min``/``max`` over labels and over fixed-point parameters, metadata checks
+otherwise.  Arrays that already live on a GPU (CuPy) are not checked for
+finiteness, which would synchronise the device every step; NumPy arrays
+given to a GPU model are checked on the host before the transfer.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .fixedpoint import quantize
+from .types import Dtype, Fixed, NdArrayType
+
+__all__ = ["ParameterNameError", "real_array", "convert", "inputs", "targets", "parameters"]
+
+
+class ParameterNameError(KeyError, ValueError):
+    """The parameters dict lacks expected names or holds unknown ones."""
+
+    def __str__(self) -> str:          # KeyError would show the repr of the message
+        return str(self.args[0]) if self.args else ""
+
+
+def _on_device(a) -> bool:
+    return not isinstance(a, np.ndarray) and hasattr(a, "__cuda_array_interface__")
+
+
+def _shape(shape: Sequence) -> str:
+    """``(8, 4)``, ``(8,)``, ``(n, 4)``."""
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def real_array(a, where: str):
+    """``a`` as an array (host, or the device array it already is) of an integer or float dtype."""
+    if _on_device(a):
+        arr = a
+    else:
+        try:
+            arr = np.asarray(a)
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"{where} must be a rectangular array of numbers, got a {type(a).__name__} "
+                            f"that NumPy cannot convert ({e})") from None
+    if arr.dtype.kind not in "iuf":
+        got = f"dtype {arr.dtype}" if hasattr(a, "dtype") else f"{type(a).__name__} (dtype {arr.dtype})"
+        raise TypeError(f"{where} must be a real-valued array (integer or float dtype), got {got}")
+    return arr
+
+
+def check_finite(a: np.ndarray, where: str, note: str = "") -> None:
+    """Raise ``ValueError`` if the host float array ``a`` holds NaN or infinity."""
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        n = int(a.size - np.count_nonzero(np.isfinite(a)))
+        raise ValueError(f"{where} must be finite, got {n} NaN or infinite value{'s' if n != 1 else ''}{note}")
+
+
+def convert(a, dtype: Dtype, xp, where: str):
+    """A real array (:func:`real_array`) in ``dtype`` on the backend ``xp``: quantized for fixed point.
+
+    Host float values are checked finite (after the conversion, so that a
+    float64 value too large for float32 is caught too).
+    """
+    nd = dtype.numpy_dtype()
+    if _on_device(a):
+        return a if a.dtype == nd else a.astype(nd)
+    if isinstance(dtype, Fixed):
+        check_finite(a, where)
+        return quantize(a, dtype, where)
+    if a.dtype.kind != "f":
+        b = a.astype(nd)
+    elif a.dtype.itemsize > nd.itemsize:          # float64 → float32: values may become inf
+        with np.errstate(over="ignore"):
+            b = a.astype(nd)
+        if not np.isfinite(b).all():
+            check_finite(a, where)                # NaN or inf given
+            check_finite(b, where, f" (values too large for {dtype})")
+    else:
+        b = a.astype(nd, copy=False)
+        check_finite(b, where)
+    return b if xp is np else xp.asarray(b)
+
+
+def inputs(x, T: NdArrayType, dtype: Dtype, xp, fn: str, any_rows: bool = False):
+    """The input batch ``x`` of function ``fn`` checked against the model's input type ``T`` and converted."""
+    where = f"{fn}: input x"
+    a = real_array(x, where)
+    rest = T.shape[1:]
+    if a.shape[1:] != rest or a.ndim != T.ndim or (not any_rows and a.shape[0] != T.shape[0]):
+        if any_rows:
+            msg = f"{where} must have shape {_shape(('n',) + rest)} for any number of rows n"
+        else:
+            msg = f"{where} must have shape {_shape(T.shape)}"
+        msg += f", got {_shape(a.shape)}"
+        if a.shape == rest:
+            msg += "; for a single row pass x[None]"
+        elif a.shape[1:] == rest and a.ndim == T.ndim:
+            msg += f" (this model was built for batch {T.shape[0]}; predict accepts any number of rows)"
+        raise ValueError(msg)
+    return convert(a, dtype, xp, where)
+
+
+def targets(y, T: NdArrayType, dtype: Dtype, xp, fn: str = ""):
+    """The targets ``y`` of function ``fn``: integer class labels (one-hot encoded here) or rows of type ``T``."""
+    where = f"{fn}: targets y" if fn else "targets y"
+    a = real_array(y, where)
+    if a.shape == T.shape:
+        return convert(a, dtype, xp, where)
+    if T.ndim != 2:
+        raise ValueError(f"{where} must have shape {_shape(T.shape)}, got {_shape(a.shape)}")
+    if a.ndim != 1 or a.shape[0] != T.shape[0] or a.dtype.kind == "f":
+        expected = (f"{where} must be integer class labels of shape {_shape(T.shape[:1])} or target rows of "
+                    f"shape {_shape(T.shape)}")
+        if a.dtype.kind == "f" and a.shape == T.shape[:1]:
+            raise TypeError(f"{expected}, got {a.dtype} labels; pass integers, e.g. y.astype(int)")
+        raise ValueError(f"{expected}, got shape {_shape(a.shape)}")
+    host = a.get() if _on_device(a) else a
+    k = T.shape[1]
+    unsigned = host.view(f"u{host.itemsize}") if host.dtype.kind == "i" else host   # negatives become huge
+    if host.size and unsigned.max() >= k:
+        raise ValueError(f"{where} must be class labels in 0..{k - 1}, got values in "
+                         f"[{int(host.min())}, {int(host.max())}]")
+    if isinstance(dtype, Fixed):
+        return np.eye(k, dtype=np.int64)[host] * dtype.one
+    one_hot = np.eye(k, dtype=dtype.numpy_dtype())[host]
+    return one_hot if xp is np else xp.asarray(one_hot)
+
+
+def _names_error(fn: str, missing: list[str], unknown: list[str], expected: Sequence[str]) -> ParameterNameError:
+    parts = ([f"missing parameters {missing}"] if missing else []) + \
+            ([f"unknown parameters {unknown}"] if unknown else [])
+    return ParameterNameError(f"{fn}: {', '.join(parts)}; expected {list(expected)}")
+
+
+def parameters(params: Mapping, names: Sequence[str], allowed: Sequence[str] | set[str],
+               shapes: Mapping[str, tuple[int, ...]], dtype: Dtype, fn: str) -> list:
+    """``[params[n] for n in names]``, checked: names, shapes, dtypes (and range, in fixed point).
+
+    ``allowed`` names may be present without being used (the optimizer
+    state, for ``predict``); any other name is an error, since a misspelt
+    name would otherwise be silently ignored.
+    """
+    if not isinstance(params, (dict, Mapping)):
+        raise TypeError(f"{fn}: params must be a dict of arrays by name (as returned by init_params), "
+                        f"got {type(params).__name__}")
+    try:
+        out = [params[n] for n in names]
+    except KeyError:
+        out = None
+    if out is None or len(params) > len(names):
+        missing = [n for n in names if n not in params]
+        unknown = [k for k in params if k not in allowed]
+        if missing or unknown:
+            raise _names_error(fn, missing, unknown, names)
+    if isinstance(dtype, Fixed):
+        for n, v in zip(names, out):
+            _check_raw(v, shapes[n], dtype, f"{fn}: parameter {n}")
+    else:
+        want = dtype.numpy_dtype()
+        for n, v in zip(names, out):
+            if getattr(v, "dtype", None) != want or v.shape != shapes[n]:
+                _check_float(v, shapes[n], dtype, f"{fn}: parameter {n}")
+    return out
+
+
+def _check_shape(v, shape: tuple[int, ...], where: str) -> None:
+    if tuple(v.shape) != shape:
+        raise ValueError(f"{where} must have shape {_shape(shape)}, got {_shape(v.shape)}")
+
+
+def _check_float(v, shape: tuple[int, ...], dtype: Dtype, where: str) -> None:
+    """Why ``v`` is not an array of ``dtype`` and ``shape`` (the slow path of :func:`parameters`)."""
+    if not (hasattr(v, "dtype") and hasattr(v, "shape")):
+        raise TypeError(f"{where} must be a {dtype} array, got {type(v).__name__}")
+    if v.dtype != dtype.numpy_dtype():
+        raise TypeError(f"{where} must be {dtype}, got {v.dtype}; convert it with .astype(np.{dtype.numpy_dtype().name})")
+    _check_shape(v, shape, where)
+
+
+def _check_raw(v, shape: tuple[int, ...], dtype: Fixed, where: str) -> None:
+    """``v`` must be an integer array of raw ``dtype`` values of ``shape``."""
+    if not (hasattr(v, "dtype") and hasattr(v, "shape")):
+        raise TypeError(f"{where} must be an integer array of raw {dtype} values, got {type(v).__name__}")
+    if v.dtype.kind not in "iu":
+        raise TypeError(f"{where} must hold raw {dtype} integers (v means v / 2**{dtype.frac}), got {v.dtype}; "
+                        f"use init_params(), or quantize(values, {dtype}) from circuitgrad for real values")
+    _check_shape(v, shape, where)
+    if v.size:
+        lo, hi = int(v.min()), int(v.max())
+        if lo < dtype.lo or hi > dtype.hi:
+            raise ValueError(f"{where} must hold raw values in {dtype}'s range [{dtype.lo}, {dtype.hi}], "
+                             f"got values in [{lo}, {hi}]")
