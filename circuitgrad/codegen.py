@@ -9,6 +9,7 @@ read (``compiled.source``), step through and profile.  ``matmul`` is
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Callable, Sequence
 
@@ -26,6 +27,11 @@ def _dt(T) -> str:
     return f"np.{T.dtype.numpy_dtype().name}"
 
 
+def _num(c: float) -> str:
+    """A Python literal for the constant ``c`` (``float('nan')``/``float('inf')`` when not finite)."""
+    return repr(c) if math.isfinite(c) else f"float({repr(c)!r})"
+
+
 def _sum_to(op: P.SumTo, a: str) -> str:
     lead, kept = op.axes()
     axes = lead + kept
@@ -38,13 +44,13 @@ def _sum_to(op: P.SumTo, a: str) -> str:
 def _scale(op: P.Scale, a: str) -> str:
     if op.c == -1.0:
         return f"-{a}"
-    return f"{a} * {_dt(op.T)}({op.c!r})"
+    return f"{a} * {_dt(op.T)}({_num(op.c)})"
 
 
 #: rule per primitive: ``(op, *argument names) -> expression`` (one result).
 NUMPY_RULES: dict[type, Callable[..., str]] = {
     P.Copy: lambda op, a: a,
-    P.Constant: lambda op: f"np.full({op.T.shape!r}, {op.value!r}, dtype={_dt(op.T)})",
+    P.Constant: lambda op: f"np.full({op.T.shape!r}, {_num(op.value)}, dtype={_dt(op.T)})",
     P.Add: lambda op, a, b: f"{a} + {b}",
     P.Neg: lambda op, a: f"-{a}",
     P.Mul: lambda op, a, b: f"{a} * {b}",
@@ -71,7 +77,7 @@ _INPLACE = {
     P.Add: lambda op, a, b, out: f"np.add({a}, {b}, out={out})",
     P.Mul: lambda op, a, b, out: f"np.multiply({a}, {b}, out={out})",
     P.Neg: lambda op, a, out: f"np.negative({a}, out={out})",
-    P.Scale: lambda op, a, out: f"np.multiply({a}, {_dt(op.T)}({op.c!r}), out={out})",
+    P.Scale: lambda op, a, out: f"np.multiply({a}, {_dt(op.T)}({_num(op.c)}), out={out})",
 }
 
 _HELPERS = {"np": np, "matmul": blas.matmul, "sigmoid": _sigmoid, "softmax": _softmax, "logsumexp": _logsumexp}
@@ -163,7 +169,7 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
             expr = names[a.args[0]]
         elif i in fold:
             x, y = a.args
-            c = f"{_dt(a.op.A)}({fold[i]!r})"
+            c = f"{_dt(a.op.A)}({_num(fold[i])})"
             if program.types[x].size <= program.types[y].size:
                 expr = f"matmul({names[x]} * {c}, {names[y]})"
             else:

@@ -61,7 +61,8 @@ def const(c: float, dt: Fixed, what: str = "constant") -> int:
     """The raw fixed-point value of constant ``c`` (round half up)."""
     v = math.floor(c * (1 << dt.frac) + 0.5)
     if c != 0 and v == 0:
-        raise FixedPointOverflow(f"{what} {c} rounds to 0 in {dt}: use more fractional bits")
+        raise FixedPointOverflow(f"{what} {c} rounds to 0 in {dt}: its smallest step is 2**-{dt.frac} = "
+                                 f"{1 / dt.one:g}; use more fractional bits")
     if not dt.lo <= v <= dt.hi:
         raise FixedPointOverflow(f"{what} {c} does not fit in {dt} (range [{dt.lo / dt.one}, {dt.hi / dt.one}])")
     return v

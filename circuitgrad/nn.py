@@ -10,8 +10,11 @@ Losses are functions ``T ↦ (Ŷ ⊗ Y → float[])`` and optimizers build the u
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
+
+import numpy as np
 
 from . import ops
 from .diagram import Diagram, Var, sequential, trace
@@ -110,12 +113,35 @@ def softmax_cross_entropy(T: NdArrayType) -> Diagram:
 
 
 # -------------------------------------------------------------- optimizers
+def _rate(fn: str, what: str, v: object, upper: float = math.inf) -> float:
+    """``v`` as a float in ``(0, upper)``, or a clear error naming ``fn`` and ``what``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{fn}: {what} must be a number, got {type(v).__name__} {v!r}")
+    f = float(v)
+    if not (math.isfinite(f) and 0 < f < upper):
+        bound = "> 0" if upper == math.inf else f"in (0, {upper:g})"
+        raise ValueError(f"{fn}: {what} must be a finite number {bound}, got {f!r}")
+    return f
+
+
 @dataclass(frozen=True)
 class Optimizer:
-    """Builds the update diagram ``P ⊗ S ⊗ dP → P ⊗ S`` for parameter types ``P``."""
+    """Builds the update diagram ``P ⊗ S ⊗ dP → P ⊗ S`` for parameter types ``P``.
+
+    ``lr`` must be a finite number > 0 and ``beta`` 0 (no momentum) or in ``(0, 1)``.
+    """
     name: str
     lr: float
     beta: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lr", _rate(self.name, "learning rate lr", self.lr))
+        if self.beta != 0:
+            object.__setattr__(self, "beta", _rate(self.name, "beta", self.beta, upper=1.0))
+
+    def constants(self) -> list[tuple[str, float]]:
+        """The constants of the update, by name: ``learning rate`` and, with momentum, ``momentum beta``."""
+        return [("learning rate", self.lr)] + ([("momentum beta", self.beta)] if self.beta else [])
 
     def state(self, params: Sequence[NdArrayType]) -> list[tuple[str, NdArrayType]]:
         """``(suffix, type)`` of the optimizer state, per parameter order."""
@@ -135,12 +161,11 @@ class Optimizer:
 
 
 def sgd(lr: float) -> Optimizer:
-    """Plain SGD: ``p ← p − lr·∇p``."""
-    return Optimizer(f"sgd({lr})", lr)
+    """Plain SGD: ``p ← p − lr·∇p`` (``lr``: a finite number > 0)."""
+    return Optimizer(f"sgd({lr})", _rate("sgd", "learning rate lr", lr))
 
 
 def momentum(lr: float, beta: float = 0.9) -> Optimizer:
-    """Heavy-ball momentum: ``v ← β·v + ∇p``, ``p ← p − lr·v``."""
-    if not 0 < beta < 1:
-        raise ValueError(f"momentum beta must be in (0, 1), got {beta}")
-    return Optimizer(f"momentum({lr},{beta})", lr, beta)
+    """Heavy-ball momentum: ``v ← β·v + ∇p``, ``p ← p − lr·v`` (``lr > 0`` and ``β ∈ (0, 1)``, finite)."""
+    return Optimizer(f"momentum({lr},{beta})", _rate("momentum", "learning rate lr", lr),
+                     _rate("momentum", "beta", beta, upper=1.0))

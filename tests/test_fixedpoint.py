@@ -66,7 +66,8 @@ def test_constants_round_half_up_and_zero_is_an_error():
     assert const(-0.75, Q) == -49152
     with pytest.raises(cg.FixedPointOverflow) as e:
         const(1e-4, cg.fixed(16, 8), "learning rate")
-    assert str(e.value) == "learning rate 0.0001 rounds to 0 in fixed(16,8): use more fractional bits"
+    assert str(e.value) == ("learning rate 0.0001 rounds to 0 in fixed(16,8): its smallest step is 2**-8 = "
+                            "0.00390625; use more fractional bits")
 
 
 def test_quantize_out_of_range_input():

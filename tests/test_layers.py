@@ -79,5 +79,5 @@ def test_optimizer_update(opt, ref, rng):
 
 
 def test_momentum_rejects_bad_beta():
-    with pytest.raises(ValueError, match=r"momentum beta must be in \(0, 1\), got 1.5"):
+    with pytest.raises(ValueError, match=r"^momentum: beta must be a finite number in \(0, 1\), got 1.5$"):
         nn.momentum(0.1, 1.5)
