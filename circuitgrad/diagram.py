@@ -31,7 +31,7 @@ from .types import NdArrayType, format_types, intern_type, type_of
 
 __all__ = [
     "Diagram", "Var", "Builder", "trace", "apply", "call", "identity", "sequential",
-    "monogamous", "unbind_parameters", "IllFormedDiagram", "labels",
+    "monogamous", "unbind_parameters", "IllFormedDiagram", "labels", "UNSUPPORTED", "UNSUPPORTED_UFUNCS",
 ]
 
 FF = ohn.FiniteFunction
@@ -142,7 +142,13 @@ def identity(types: Sequence[NdArrayType], name: str = "id") -> Diagram:
 
 # ------------------------------------------------------------------ tracing
 class Var:
-    """A symbolic wire of the diagram being traced."""
+    """A symbolic wire of the diagram being traced.
+
+    Supports ``+ - * @``, unary ``-``, ``.T``, ``.shape`` and NumPy's
+    ``add``/``subtract``/``multiply``/``matmul``/``negative``/``tanh`` ufuncs;
+    the operations in :data:`UNSUPPORTED` raise a ``TypeError`` saying what to
+    use instead.
+    """
     __slots__ = ("builder", "wire", "type")
 
     def __init__(self, builder: "Builder", wire: int, type: NdArrayType):
@@ -169,6 +175,93 @@ class Var:
     @property
     def shape(self) -> tuple[int, ...]:
         return self.type.shape
+
+    def __array_ufunc__(self, ufunc, method: str, *inputs, **kwargs):
+        """NumPy arithmetic on traced values (``np.float32(2) * x``) goes to :mod:`circuitgrad.ops`."""
+        from . import ops
+        name = _UFUNC_OPS.get(ufunc.__name__) if method == "__call__" and not kwargs else None
+        other = next((v for v in inputs if not isinstance(v, (Var,) + ops.Number)), None)
+        if name is not None and other is None:
+            return getattr(ops, name)(*inputs)
+        why, hint = UNSUPPORTED_UFUNCS.get(ufunc.__name__, _OTHER_UFUNC)
+        what = f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}(...)"
+        if name is not None:
+            what += f" with a {type(other).__name__} operand"
+            hint = "arrays in a model are parameters (ops.param(T, label)) or constants (ops.constant(T, c))"
+        raise TypeError(f"{what} {why}; {hint}")
+
+
+#: NumPy ufuncs that have a traced equivalent: ufunc name -> circuitgrad.ops function
+_UFUNC_OPS = {"add": "add", "subtract": "sub", "multiply": "mul", "negative": "neg", "matmul": "matmul",
+              "tanh": "tanh"}
+
+_NOT_YET = "is not supported on traced values yet"
+_NO_VALUE = ("is not possible on a traced value: it is a wire of the diagram being traced, with no number "
+             "until the compiled function runs")
+_OPS = "use the functions of circuitgrad.ops (ops.add, ops.mul, ops.matmul, ops.relu, ops.sigmoid, ops.tanh, " \
+       "ops.softmax, ops.logsumexp, ops.heaviside, ops.sum, ops.reshape)"
+_SELECT = "the diagram cannot branch: select with h = ops.heaviside(x), then h * a + (1 - h) * b"
+
+#: Operations a traced :class:`Var` refuses: attribute -> (what the user wrote, why, what to use).
+#: Each becomes a method raising ``TypeError(f"{what} {why}; {instead}")``; implementing an operation
+#: for real means deleting its entry and defining the method on :class:`Var`.
+UNSUPPORTED: dict[str, tuple[str, str, str]] = {
+    "__truediv__": ("x / y", _NOT_YET, "for a constant divisor c use ops.scale(x, 1 / c)"),
+    "__rtruediv__": ("c / x", _NOT_YET, "there is no reciprocal yet"),
+    "__floordiv__": ("x // y", _NOT_YET, "there is no integer division"),
+    "__rfloordiv__": ("c // x", _NOT_YET, "there is no integer division"),
+    "__mod__": ("x % y", _NOT_YET, "there is no remainder"),
+    "__rmod__": ("c % x", _NOT_YET, "there is no remainder"),
+    "__divmod__": ("divmod(x, y)", _NOT_YET, "there is no integer division"),
+    "__pow__": ("x ** n", _NOT_YET, "for a square use x * x"),
+    "__rpow__": ("c ** x", _NOT_YET, "there is no elementwise exponential yet"),
+    "__abs__": ("abs(x)", _NOT_YET, "use ops.relu(x) + ops.relu(-x)"),
+    "__lt__": ("the comparison x < y", _NOT_YET, "use ops.heaviside(y - x): 1 where x < y, else 0"),
+    "__le__": ("the comparison x <= y", _NOT_YET, "use 1 - ops.heaviside(x - y): 1 where x <= y, else 0"),
+    "__gt__": ("the comparison x > y", _NOT_YET, "use ops.heaviside(x - y): 1 where x > y, else 0"),
+    "__ge__": ("the comparison x >= y", _NOT_YET, "use 1 - ops.heaviside(y - x): 1 where x >= y, else 0"),
+    "__getitem__": ("indexing or slicing x[...]", _NOT_YET,
+                    "ops.reshape(x, shape) and ops.sum(x, axis) change shapes"),
+    "__setitem__": ("assigning x[...] = v", _NOT_YET, "traced values are immutable: compute a new one with ops"),
+    "__iter__": ("iterating over x", _NOT_YET, "a traced value is one wire, not a sequence"),
+    "__len__": ("len(x)", _NO_VALUE, "use x.shape[0]"),
+    "__bool__": ("bool(x) (as in `if x:`, `x and y`, `not x`)", _NO_VALUE, _SELECT),
+    "__float__": ("float(x)", _NO_VALUE, "constants are plain numbers or ops.constant(T, c)"),
+    "__int__": ("int(x)", _NO_VALUE, "constants are plain numbers or ops.constant(T, c)"),
+    "__index__": ("using x as an index", _NO_VALUE, "use x.shape for sizes"),
+    "__array__": ("np.asarray(x)", _NO_VALUE, _OPS),
+    "sum": ("x.sum()", _NOT_YET, "use ops.sum(x) or ops.sum(x, axis)"),
+    "mean": ("x.mean()", _NOT_YET, "use ops.scale(ops.sum(x), 1 / n) with n the number of elements"),
+    "reshape": ("x.reshape(...)", _NOT_YET, "use ops.reshape(x, shape)"),
+    "transpose": ("x.transpose()", _NOT_YET, "use x.T or ops.transpose(x)"),
+    "dot": ("x.dot(y)", _NOT_YET, "use x @ y"),
+    "max": ("x.max()", _NOT_YET, "there is no max reduction yet"),
+    "min": ("x.min()", _NOT_YET, "there is no min reduction yet"),
+    "astype": ("x.astype(...)", _NOT_YET,
+               "dtypes never change inside a diagram: compile_model(dtype=...) retypes a whole model"),
+}
+
+#: NumPy ufuncs applied to a traced value: ufunc name -> (why, what to use)
+UNSUPPORTED_UFUNCS: dict[str, tuple[str, str]] = {
+    "exp": (_NOT_YET, "ops.softmax, ops.logsumexp, ops.sigmoid and ops.tanh cover the layers' uses"),
+    "log": (_NOT_YET, "ops.logsumexp covers the losses' use"),
+    "maximum": (_NOT_YET, "for np.maximum(x, 0) use ops.relu(x)"),
+    "true_divide": (_NOT_YET, "for a constant divisor c use ops.scale(x, 1 / c)"),
+    "absolute": (_NOT_YET, "use ops.relu(x) + ops.relu(-x)"),
+}
+_OTHER_UFUNC = (_NOT_YET, _OPS)
+
+
+def _refuse(what: str, why: str, instead: str) -> Callable[..., object]:
+    def method(self, *args, **kwargs):
+        raise TypeError(f"{what} {why}; {instead}")
+    method.__doc__ = f"Not supported: {what} raises TypeError ({instead})."
+    return method
+
+
+for _name, _entry in UNSUPPORTED.items():
+    setattr(Var, _name, _refuse(*_entry))
+del _name, _entry
 
 
 _SINGLETONS: dict[Primitive, OH] = {}
@@ -266,7 +359,11 @@ class Builder:
 def trace(fn: Callable[..., object], source: Sequence[NdArrayType], name: str | None = None) -> Diagram:
     """The diagram computed by ``fn`` on symbolic wires of the ``source`` types.
 
-    ``fn`` returns a :class:`Var` or a tuple of them (the target, in order).
+    ``fn`` returns a :class:`Var` or a tuple (or list) of them (the target,
+    in order); anything else is a ``TypeError`` saying what it returned.
+    Operations a :class:`Var` does not support (``x / y``, ``x > 0``,
+    ``if x:``, ``np.exp(x)``, ``x.sum()``, …: see :data:`UNSUPPORTED`) raise a
+    ``TypeError`` naming the operation and what to use instead.
     """
     name = name or getattr(fn, "__name__", "diagram")
     b = Builder()
@@ -276,8 +373,26 @@ def trace(fn: Callable[..., object], source: Sequence[NdArrayType], name: str | 
             out = fn(*args)
         except TypeMismatch as e:
             raise TypeMismatch(f"in {name}: {e}") from None
-    outs = (out,) if isinstance(out, Var) else tuple(out)
-    return b.build(args, outs, name)
+    return b.build(args, _outputs(out, name), name)
+
+
+def _outputs(out: object, name: str) -> tuple[Var, ...]:
+    """The traced function's result as a tuple of Vars, or a ``TypeError`` saying what it returned."""
+    if isinstance(out, Var):
+        return (out,)
+    if isinstance(out, (tuple, list)) and all(isinstance(v, Var) for v in out):
+        return tuple(out)
+    if isinstance(out, (tuple, list)):
+        i, v = next((i, v) for i, v in enumerate(out) if not isinstance(v, Var))
+        got = f"a {type(out).__name__} whose item {i} is {_short(f'{type(v).__name__} {v!r}')}"
+    elif out is None:
+        got = "None (a missing return?)"
+    else:
+        got = _short(f"{type(out).__name__} {out!r}")
+        if isinstance(out, (int, float)):
+            got += f" (a constant output is ops.constant(T, {out!r}))"
+    return_type = "a Var (a traced value) or a tuple of Vars"
+    raise TypeError(f"trace {name}: the traced function must return {return_type}, got {got}")
 
 
 def apply(op: Primitive, *args: Var) -> tuple[Var, ...]:
