@@ -46,8 +46,12 @@ def load(name: str, test_fraction: float = 0.25, seed: int = 0) -> Dataset:
 
 
 def batches(x: np.ndarray, y: np.ndarray, batch: int, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Shuffled full batches of ``batch`` rows (the remainder of each epoch is dropped)."""
+    """Shuffled full batches of ``batch`` rows (the remainder of each epoch is dropped).
+
+    ``ValueError`` at once (not when iterating) unless ``1 <= batch <= len(x)``:
+    a larger batch would silently yield nothing.
+    """
+    if not 1 <= batch <= len(x):
+        raise ValueError(f"batches: batch must be in 1..{len(x)} (the number of rows), got {batch}")
     idx = rng.permutation(len(x))
-    for i in range(0, len(x) - batch + 1, batch):
-        j = idx[i:i + batch]
-        yield x[j], y[j]
+    return ((x[j], y[j]) for j in (idx[i:i + batch] for i in range(0, len(x) - batch + 1, batch)))

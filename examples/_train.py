@@ -1,14 +1,14 @@
-"""Shared training loop of the examples (``--dtype float32|fixed``, progress bar)."""
+"""Shared training loop of the examples (``--dtype float32|fixed``, progress bar or lines)."""
 from __future__ import annotations
 
 import argparse
 import time
 
 import numpy as np
-from tqdm import tqdm
 
 import circuitgrad as cg
 from circuitgrad import datasets, nn
+from circuitgrad.progress import progress
 
 
 def parser(description: str, epochs: int, batch: int, lr: float, hidden: list[int]) -> argparse.ArgumentParser:
@@ -26,35 +26,56 @@ def parser(description: str, epochs: int, batch: int, lr: float, hidden: list[in
                    help="where float training runs (cupy: fused CUDA kernels on a GPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--show-source", action="store_true", help="print the generated step code")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress (a bar on a terminal, else a line every tenth of the steps)")
     return p
+
+
+def check_args(args, data: datasets.Dataset) -> str | None:
+    """What is wrong with the command line for this data set (for ``parser.error``), or None."""
+    n = len(data.x_train)
+    if args.epochs < 0:
+        return f"--epochs must be 0 or more, got {args.epochs}"
+    if args.batch < 1:
+        return f"--batch must be 1 or more, got {args.batch}"
+    if args.batch > n:
+        return f"--batch {args.batch} is larger than the {n} training rows of {data.name}: use --batch {n} or less"
+    if any(h < 1 for h in args.hidden):
+        return f"--hidden widths must be 1 or more, got {args.hidden}"
+    return None
 
 
 def model_for(data: datasets.Dataset, args) -> cg.Diagram:
     return nn.mlp(args.batch, [data.features, *args.hidden, data.classes], activation=nn.relu)
 
 
-def compile_for(model: cg.Diagram, args) -> cg.CompiledModel:
-    dtype = {"float32": cg.float32, "float64": cg.float64, "fixed": cg.fixed(args.width, args.frac)}[args.dtype]
+def options(args) -> tuple[cg.Dtype, nn.Optimizer]:
+    """The dtype and optimizer of the command line (``ValueError``/``TypeError`` naming a bad value)."""
+    if args.dtype == "fixed":
+        dtype = cg.fixed(args.width, args.frac)
+    else:
+        dtype = {"float32": cg.float32, "float64": cg.float64}[args.dtype]
     opt = nn.momentum(args.lr, args.momentum) if args.momentum else nn.sgd(args.lr)
+    return dtype, opt
+
+
+def compile_for(model: cg.Diagram, args) -> cg.CompiledModel:
+    dtype, opt = options(args)
     return cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=opt, dtype=dtype,
                             backend=args.backend if args.dtype != "fixed" else "numpy")
 
 
-def train(name: str, args) -> float:
-    data = datasets.load(name, seed=args.seed)
-    model = model_for(data, args)
-    step = compile_for(model, args)
+def train(data: datasets.Dataset, args, step: cg.CompiledModel) -> float:
+    """Train ``step`` on ``data`` for ``args.epochs``; prints and returns the test accuracy."""
     if args.show_source:
         print(step.source)
-    print(f"{name}: {model}\ncompiled for {step.dtype} on {step.backend} in {step.compile_seconds * 1e3:.1f} ms; "
-          f"{len(data.x_train)} train / {len(data.x_test)} test rows")
+    print(f"{data.name}: {step.model}\ncompiled for {step.dtype} on {step.backend} in "
+          f"{step.compile_seconds * 1e3:.1f} ms; {len(data.x_train)} train / {len(data.x_test)} test rows")
     params = step.init_params(seed=args.seed)
     rng = np.random.default_rng(args.seed)
     per_epoch = len(data.x_train) // args.batch
     t0 = time.perf_counter()
-    with tqdm(total=args.epochs * per_epoch, desc=f"train {name} [{step.dtype}]", unit="step",
-              disable=args.quiet) as bar:
+    with progress(args.epochs * per_epoch, f"train {data.name} [{step.dtype}]", disable=args.quiet) as bar:
         for epoch in range(args.epochs):
             for x, y in datasets.batches(data.x_train, data.y_train, args.batch, rng):
                 params = step.step(params, x, y)
@@ -64,3 +85,18 @@ def train(name: str, args) -> float:
     print(f"trained {args.epochs} epochs in {time.perf_counter() - t0:.1f} s")
     print(f"accuracy={acc:.4f}")
     return acc
+
+
+def main(name: str, defaults: dict, description: str) -> float:
+    """Parse the command line, refuse bad values with a one-line usage error, train on data set ``name``."""
+    p = parser(description, **defaults)
+    args = p.parse_args()
+    data = datasets.load(name, seed=args.seed)
+    problem = check_args(args, data)
+    if problem is not None:
+        p.error(problem)
+    try:        # bad --lr, --momentum, --width/--frac (or a learning rate they cannot hold), --backend
+        step = compile_for(model_for(data, args), args)
+    except (ValueError, TypeError, RuntimeError) as e:
+        p.error(str(e))
+    return train(data, args, step)

@@ -10,10 +10,10 @@ import argparse
 import time
 
 import numpy as np
-from tqdm import tqdm
 
 import circuitgrad as cg
 from circuitgrad import nn
+from circuitgrad.progress import progress
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -23,6 +23,8 @@ if __name__ == "__main__":
     ap.add_argument("--backend", choices=["numpy", "cupy", "auto"], default="auto")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args()
+    if a.batch < 1 or a.steps < 1 or min(a.sizes) < 1:
+        ap.error(f"--batch, --steps and --sizes must be 1 or more, got {a.batch}, {a.steps} and {a.sizes}")
     step = cg.compile_model(nn.mlp(a.batch, a.sizes), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.01),
                             backend=a.backend, donate=True)
     xp = step.xp
@@ -35,8 +37,10 @@ if __name__ == "__main__":
     print(f"MLP {'-'.join(map(str, a.sizes))}, batch {a.batch}, backend {step.backend}"
           + (f", {launches} kernel launches per step" if launches else ""))
     t0 = time.perf_counter()
-    for _ in tqdm(range(a.steps), disable=a.quiet, unit="step"):
-        params = step.step(params, x, y)
+    with progress(a.steps, "train", disable=a.quiet) as bar:
+        for _ in range(a.steps):
+            params = step.step(params, x, y)
+            bar.update()
     step.to_host(params[step.param_names[0]])   # wait for the device
     dt = time.perf_counter() - t0
     print(f"{a.steps / dt:.1f} steps/s, loss {step.loss(params, x, y):.4f}")

@@ -7,11 +7,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _train import parser, train  # noqa: E402
+from _train import main  # noqa: E402
 
 DATASET = "iris"
 DEFAULTS = dict(epochs=60, batch=8, lr=0.05, hidden=[16])
 
 if __name__ == "__main__":
-    args = parser(__doc__.splitlines()[0], **DEFAULTS).parse_args()
-    train(DATASET, args)
+    main(DATASET, DEFAULTS, __doc__.splitlines()[0])
