@@ -247,7 +247,7 @@ def test_malformed_files_get_clear_errors(iris, tmp_path):
     head = proof.header()
     import json
     import struct
-    for key, value, msg in (("field", "7", r"is over the field 7"), ("k", 3, r"k=3 must be a power of two"),
+    for key, value, msg in (("field", "7", r"is over the field '7'"), ("k", 3, r"k=3 must be a power of two"),
                             ("protocol", "x", r"protocol 'x' is not")):
         h = json.dumps({**head, key: value}, sort_keys=True).encode()
         old = struct.unpack("<I", data[10:14])[0]

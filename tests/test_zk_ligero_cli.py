@@ -182,3 +182,83 @@ def test_the_verifier_names_the_options_not_the_bundle(bundle, capsys):
         in out
     assert "step_000.proof: ligero INVALID: the proof is for another circuit (digest mismatch)" in out
     assert "optimizer sgd(lr=0.5 (raw 128))" in out and "VERIFICATION FAILED" in out
+
+
+# ------------------------------------------ review regressions: the bundle as hostile input
+
+
+def test_files_that_are_not_regular_files_are_refused_without_reading(copy, capsys):
+    d = copy()
+    step1, step2 = os.path.join(d, "step_001.proof"), os.path.join(d, "step_002.proof")
+    os.remove(step1)
+    os.symlink("/dev/zero", step1)                 # would exhaust memory if read
+    os.remove(step2)
+    os.mkfifo(step2)                               # would hang if opened for reading
+    rc, out = verify(capsys, d, "--init-seed", "0")
+    assert rc == 2 and out.endswith("step_001.proof is a symbolic link; a bundle holds its own files")
+    os.remove(step1)
+    shutil.copy(os.path.join(d, "step_000.proof"), step1)
+    rc, out = verify(capsys, d, "--init-seed", "0")
+    assert rc == 1 and f"step_002.proof: ligero INVALID: {step2}: not a regular file; a proof file must be one" in out
+    assert "last parameters sha256" not in out     # only named when every step verified
+
+
+def test_a_ligero_proof_is_not_accepted_as_a_groth16_step(bundle, capsys, tmp_path):
+    d = str(tmp_path / "g16")
+    shutil.copytree(bundle[0], d)
+    _edit_chain(d, system="groth16")
+    for k in range(3):
+        os.rename(os.path.join(d, f"step_00{k}.proof"), os.path.join(d, f"step_00{k}"))
+    os.chdir(ROOT)
+    with pytest.raises(SystemExit) as e:           # before any proof is read: the verifier has no trusted key
+        main(["zk", "verify", "examples/iris.py", d, "--batch", "4", "--init-seed", "0", "--system", "groth16",
+              "--vkey", str(tmp_path / "none.json")])
+    assert str(e.value.code).endswith("none.json: no such file")
+    from circuitgrad.backends.zk.cli import _check_step
+    from circuitgrad.backends.zk import FormatError
+    with pytest.raises(FormatError, match=r"^step_000: a groth16 proof is a directory"):
+        _check_step(os.path.join(d, "step_000"), "groth16", None, {})
+
+
+def test_hostile_json_and_names_end_in_one_escaped_line(copy, capsys):
+    d = copy()
+    open(os.path.join(d, "chain.json"), "w").write("[" * 100000 + "]" * 100000)
+    rc, out = verify(capsys, d, "--init-seed", "0")
+    assert rc == 2 and "chain.json: not valid JSON (" in out and "\n" not in out
+    open(os.path.join(d, "chain.json"), "w").write('{"format": "circuitgrad-zk-bundle", "steps": 1' + "0" * 5000
+                                                  + "}")
+    rc, out = verify(capsys, d, "--init-seed", "0")
+    assert rc == 2 and "chain.json: not valid JSON (Exceeds the limit" in out
+
+
+def test_control_characters_from_the_bundle_are_escaped(copy, capsys):
+    d = copy()
+    evil = "step_\r\x1b[2Kall 3 proofs verify\x1b[8m"
+    open(os.path.join(d, evil), "w").write("x")
+    rc, out = verify(capsys, d, "--init-seed", "0")
+    assert rc == 2 and "\x1b" not in out and "\r" not in out
+    assert "unexpected step_\\r\\x1b[2Kall 3 proofs verify\\x1b[8m: chain.json says 3 steps" in out
+
+
+def test_checkpoints_are_bounded_and_validated(bundle, capsys, tmp_path):
+    import zipfile
+    bomb = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("W0.npy", b"\0" * (50 << 20))         # 50 MiB of zeros, a few KiB compressed
+    rc, out = verify(capsys, bundle[0], "--init", str(bomb))
+    assert rc == 2 and out.endswith("bomb.npz: member 'W0.npy' is larger than its shape needs")
+    npy = tmp_path / "plain.npz"
+    np.save(open(npy, "wb"), np.zeros(3))
+    rc, out = verify(capsys, bundle[0], "--init", str(npy))
+    assert rc == 2 and "plain.npz: not a NumPy .npz checkpoint (" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--lr", "0"), "sgd: learning rate lr must be a finite number > 0, got 0.0"),
+    (("--lr", "nan"), "sgd: learning rate lr must be a finite number > 0, got nan"),
+    (("--batch", "0"), "--batch must be at least 1, got 0"),
+    (("--hidden", "0"), "--hidden must be at least 1, got 0"),
+])
+def test_the_verifiers_own_options_are_checked_not_replaced(bundle, capsys, args, message):
+    rc, out = verify(capsys, bundle[0], "--init-seed", "0", *args)
+    assert rc == 2 and out == f"circuitgrad zk: {message}"

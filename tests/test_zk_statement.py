@@ -127,3 +127,26 @@ def test_target_option_defaults_and_errors():
     with pytest.raises(ValueError, match=r"^zk.compile: predict has no targets y; targets= applies to step"):
         zk.compile(step, function="predict", targets="any")
     assert zk.compile(step, function="predict").targets is None
+
+
+def test_the_verifiers_work_is_bounded_by_the_circuit_not_the_prover(proved):
+    """A prover may not choose parameters that make verification arbitrarily expensive."""
+    from circuitgrad.backends.zk.ligero import Params, choose
+    step, c, w, _ = proved
+    r = c.r1cs
+    rows = max(r.n_wires, r.n_constraints)
+    k = 2 << (rows - 1).bit_length()              # twice the largest k the circuit can use
+    big = zk.prove(c, w, params=Params(k, 150, 4 * k, 3))
+    with pytest.raises(zk.Reject, match=rf"^the proof's parameters \(k={k}, n={4 * k}, σ=3\) are larger than this "
+                                        rf"circuit of {rows} rows can need"):
+        zk.check(big, c, w.public)
+    many = zk.prove(c, w, params=choose(r.n_wires, r.n_constraints, sigma=9))
+    with pytest.raises(zk.Reject, match=r"σ=9\) are larger than this circuit"):
+        zk.check(many, c, w.public)
+
+
+def test_the_digest_follows_the_statement_after_compilation():
+    step, c = _circuit(targets="any")
+    before = c.digest()
+    c.targets = "one-hot"                          # claims a constraint its R1CS does not have
+    assert c.digest() != before and c.digest() != _circuit()[1].digest()

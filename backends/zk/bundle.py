@@ -17,6 +17,7 @@ say which differ. :func:`load_params` reads a parameter checkpoint
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .formats import FormatError
+from .formats import FormatError, printable, read_untrusted
 
 __all__ = ["FORMAT", "VERSION", "Bundle", "read", "write_chain", "step_name", "load_params", "BundleError"]
 
@@ -73,15 +74,14 @@ def read(root: str, system: str, systems) -> Bundle:
     if not os.path.isdir(root):
         raise BundleError(f"{root}: not a proof directory (zk prove --out writes one)")
     path = os.path.join(root, "chain.json")
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise BundleError(f"{root}: no chain.json: not a proof bundle written by 'circuitgrad zk prove'")
-    if os.path.getsize(path) > _MAX_CHAIN:
-        raise BundleError(f"{path}: larger than {_MAX_CHAIN} bytes")
     try:
-        with open(path, encoding="utf-8") as fh:
-            chain = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BundleError(f"{path}: not valid JSON ({e})") from None
+        chain = json.loads(read_untrusted(path, _MAX_CHAIN, "chain.json").decode("utf-8"))
+    except FormatError as e:
+        raise BundleError(str(e)) from None
+    except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
+        raise BundleError(f"{path}: not valid JSON ({printable(str(e))[:200]})") from None
     if not isinstance(chain, dict) or chain.get("format") != FORMAT:
         raise BundleError(f"{path}: not a circuitgrad proof bundle (format must be {FORMAT!r})")
     for key, typ in _FIELDS.items():
@@ -109,10 +109,34 @@ def read(root: str, system: str, systems) -> Bundle:
         raise BundleError(f"{root}: chain.json says {n} steps but {missing[0]} is missing"
                           + (f" ({len(missing)} missing in all)" if len(missing) > 1 else ""))
     if extra:
-        raise BundleError(f"{root}: unexpected {extra[0]}: chain.json says {n} steps, "
+        raise BundleError(f"{root}: unexpected {printable(extra[0])}: chain.json says {n} steps, "
                           f"{names[0]} to {names[-1]}")
+    link = next((e for e in names if os.path.islink(os.path.join(root, e))), None)
+    if link:
+        raise BundleError(f"{root}: {link} is a symbolic link; a bundle holds its own files")
     return Bundle(root, n, system, chain["statement"], chain["circuit_sha256"], chain["options"],
                   [os.path.join(root, e) for e in names])
+
+
+def _read_npz(path: str, names: list[str], shapes: list[tuple]) -> dict[str, np.ndarray]:
+    """The arrays of a ``.npz``: a regular file, no pickles, each member no larger than its shape needs."""
+    try:
+        raw = read_untrusted(path, what="checkpoint")
+    except FormatError as e:
+        raise BundleError(str(e)) from None
+    sizes = {f"{n}.npy": 8 * int(np.prod(s, dtype=np.int64)) + 4096 for n, s in zip(names, shapes)}
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+            for info in zf.infolist():       # before anything is decompressed: no zip bombs
+                if info.filename in sizes and info.file_size > sizes[info.filename]:
+                    raise BundleError(f"{path}: member {printable(info.filename)!r} is larger than its shape needs")
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+            return {k: z[k] for k in z.files if f"{k}.npy" in sizes} | {k: None for k in z.files
+                                                                          if f"{k}.npy" not in sizes}
+    except BundleError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError) as e:
+        raise BundleError(f"{path}: not a NumPy .npz checkpoint ({printable(str(e))[:200]})") from None
 
 
 def load_params(path: str, names: list[str], shapes: list[tuple], dtype) -> list[np.ndarray]:
@@ -121,17 +145,11 @@ def load_params(path: str, names: list[str], shapes: list[tuple], dtype) -> list
     The file must hold exactly ``names``, each an integer array of its shape within ``dtype``'s range
     (raw values ``v`` meaning ``v / 2**frac``, as ``step.init_params`` and ``step.step`` give them).
     """
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise BundleError(f"{path}: no such checkpoint") from None
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
-        raise BundleError(f"{path}: not a NumPy .npz checkpoint ({e})") from None
+    data = _read_npz(path, names, shapes)
     if set(data) != set(names):
         missing, extra = sorted(set(names) - set(data)), sorted(set(data) - set(names))
-        raise BundleError(f"{path}: expected the parameters {names}"
-                          + (f"; missing {missing}" if missing else "") + (f"; unexpected {extra}" if extra else ""))
+        raise BundleError(f"{path}: expected the parameters {names}" + (f"; missing {missing}" if missing else "")
+                          + (f"; unexpected {printable(str(extra))[:200]}" if extra else ""))
     out = []
     for n, shape in zip(names, shapes):
         a = data[n]

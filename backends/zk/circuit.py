@@ -89,10 +89,7 @@ class Circuit:
 
     def digest(self) -> bytes:
         """SHA-256 of the constraint system and the whole statement; proofs are bound to it."""
-        cached = getattr(self, "_digest", None)
-        if cached is None:
-            cached = self._digest = S.digest(self)
-        return cached
+        return S.digest(self)
 
     def split_public(self, public) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Public values (field elements, snarkjs order) → (outputs, public inputs) as raw signed arrays.

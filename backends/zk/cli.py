@@ -38,15 +38,15 @@ from . import ligero
 from . import snarkjs as sj
 from .circuit import compile as zk_compile
 from .field import BN254, LIGERO51
-from .formats import FormatError
-from .prover import SYSTEMS, check
+from .formats import FormatError, printable
+from .prover import SYSTEMS
 from .statement import params_sha256
 
 __all__ = ["add_parser"]
 
 
 def _fail(msg: str) -> SystemExit:
-    return SystemExit(f"circuitgrad zk: {msg}")
+    return SystemExit(f"circuitgrad zk: {printable(msg)}")
 
 
 class _Phase:
@@ -68,16 +68,26 @@ def _setup(a):
     from circuitgrad.cli import load_example
     mod = load_example(a.script)
     d = dict(mod.DEFAULTS)
-    width = a.width or (16 if a.system == "ligero" else 32)
-    opts = {"script": a.script, "batch": a.batch or d["batch"],
-            "hidden": list(a.hidden if a.hidden is not None else d["hidden"]), "width": width,
-            "frac": a.frac if a.frac is not None else width // 2, "lr": a.lr or d["lr"],
+
+    def given(v, default):
+        return default if v is None else v
+    width = given(a.width, 16 if a.system == "ligero" else 32)
+    opts = {"script": a.script, "batch": given(a.batch, d["batch"]), "hidden": list(given(a.hidden, d["hidden"])),
+            "width": width, "frac": given(a.frac, width // 2), "lr": given(a.lr, d["lr"]),
             "field": "ligero51" if a.system == "ligero" else "bn254"}
-    data = datasets.load(mod.DATASET)
-    model = nn.mlp(opts["batch"], [data.features, *opts["hidden"], data.classes])
-    step = cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=nn.sgd(opts["lr"]),
-                            dtype=cg.fixed(opts["width"], opts["frac"]))
-    return data, step, zk_compile(step, field=LIGERO51 if a.system == "ligero" else BN254), opts
+    bad = next((f"--{k} must be at least 1, got {v}" for k, v in (("batch", opts["batch"]), *(
+        ("hidden", h) for h in opts["hidden"])) if v < 1), None)
+    if bad:
+        raise _fail(bad)
+    try:
+        data = datasets.load(mod.DATASET)
+        model = nn.mlp(opts["batch"], [data.features, *opts["hidden"], data.classes])
+        step = cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=nn.sgd(opts["lr"]),
+                                dtype=cg.fixed(opts["width"], opts["frac"]))
+        circuit = zk_compile(step, field=LIGERO51 if a.system == "ligero" else BN254)
+    except (ValueError, TypeError, OverflowError, ArithmeticError) as e:
+        raise _fail(str(e)) from None
+    return data, step, circuit, opts
 
 
 def _params(step, circuit, init: str | None, seed: int | None) -> list[np.ndarray]:
@@ -152,8 +162,20 @@ def _prove(a) -> int:
     return 0
 
 
-def _load_proof(path: str, system: str):
-    return ligero.load(path) if system == "ligero" else sj.Proof.load(path)
+def _check_step(path: str, system: str, circuit, keys: dict):
+    """Load the proof at ``path`` as a ``system`` proof and check it against ``circuit`` (raise on failure)."""
+    if system == "ligero":
+        proof = ligero.load(path)
+        ligero.check(proof, circuit)
+    else:
+        if not os.path.isdir(path):
+            raise FormatError(f"{os.path.basename(path)}: a {system} proof is a directory (proof.json, public.json, "
+                              f"verification_key.json, statement.json)")
+        proof = sj.Proof.load(path)
+        if proof.system != system:
+            raise FormatError(f"{os.path.basename(path)}: a {proof.system} proof, not {system}")
+        sj.check(proof, circuit, **keys)
+    return proof
 
 
 def _verify(a) -> int:
@@ -182,7 +204,7 @@ def _verify(a) -> int:
     if a.system != "ligero":
         try:
             keys = {"vkey": sj.verification_key(circuit, a.system, a.vkey, a.zkey, a.ptau)}
-        except (FormatError, sj.ToolMissing, ValueError) as e:
+        except (FormatError, sj.ToolMissing, sj.SnarkjsError, ValueError) as e:
             raise _fail(str(e)) from None
     names = circuit.output_names
     prev = _params(step, circuit, a.init, a.init_seed)
@@ -190,11 +212,10 @@ def _verify(a) -> int:
     for path in bundle.paths:
         where = os.path.relpath(path, a.proofs)
         try:
-            proof = _load_proof(path, a.system)
-            check(proof, circuit, **keys)
+            proof = _check_step(path, a.system, circuit, keys)
             outs, ins = circuit.split_public(proof.public)
-        except (FormatError, ligero.Reject, ValueError) as e:
-            print(f"{where}: {a.system} INVALID: {e}")
+        except (FormatError, ligero.Reject, ValueError, RecursionError) as e:
+            print(f"{where}: {a.system} INVALID: {printable(str(e))}")
             ok, prev = False, None
             continue
         chained = prev is not None and all(np.array_equal(i, p) for i, p in zip(ins.values(), prev))
@@ -209,7 +230,7 @@ def _verify(a) -> int:
         ok = ok and same
     print(f"statement: {statement}")
     print(f"first parameters sha256 {params_sha256(names, first)}")
-    if prev is not None:
+    if ok:
         print(f"last parameters sha256 {params_sha256(names, prev)}")
     print(f"all {bundle.steps} proofs verify" if ok else "VERIFICATION FAILED")
     return 0 if ok else 1

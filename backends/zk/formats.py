@@ -22,6 +22,7 @@ and raise :class:`FormatError` with the file name and what is wrong.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 
 import numpy as np
@@ -30,11 +31,46 @@ from .field import Field
 from .r1cs import R1CS
 
 __all__ = ["FormatError", "write_r1cs", "read_r1cs_header", "write_wtns", "read_wtns", "write_sym",
-           "field_bytes"]
+           "field_bytes", "read_untrusted", "printable", "MAX_FILE"]
+
+#: the largest file an untrusted reader reads (bytes)
+MAX_FILE = 256 << 20
 
 
 class FormatError(ValueError):
     """A corrupt, truncated or mismatched file."""
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped, so that data from a file cannot drive the terminal."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+def read_untrusted(path: str, limit: int = MAX_FILE, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, else :class:`FormatError`.
+
+    Symbolic links, directories, FIFOs and devices are refused without reading (opened non-blocking,
+    so a FIFO cannot hang the reader), and so is anything larger than ``limit``.
+    """
+    name = printable(str(path))
+    if os.path.islink(path):
+        raise FormatError(f"{name}: a symbolic link; a {what} must be a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise FormatError(f"{name}: no such {what}") from None
+    except OSError as e:
+        raise FormatError(f"{name}: cannot read: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(f"{name}: not a regular file; a {what} must be one")
+        if st.st_size > limit:
+            raise FormatError(f"{name}: {st.st_size} bytes, more than a {what} may have ({limit})")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise FormatError(f"{name}: more than a {what} may have ({limit} bytes)")
+    return data
 
 
 def field_bytes(values, fld: Field) -> np.ndarray:
@@ -90,10 +126,7 @@ def write_r1cs(path: str, r: R1CS) -> None:
 
 def _read_sections(path: str, magic: bytes) -> tuple[int, dict[int, bytes]]:
     name = os.path.basename(path)
-    try:
-        data = open(path, "rb").read()
-    except OSError as e:
-        raise FormatError(f"{name}: cannot read: {e.strerror}") from None
+    data = read_untrusted(path, what=f"{magic.decode()} file")
     if len(data) < 12 or data[:4] != magic:
         raise FormatError(f"{name}: not a {magic.decode()} file (bad magic or too short)")
     version, n = struct.unpack_from("<II", data, 4)

@@ -51,5 +51,7 @@ def verify(proof, circuit=None, public: Sequence[int] | None = None, **keys) -> 
 def check(proof, circuit, public: Sequence[int] | None = None, **keys) -> None:
     """Like :func:`verify`, but raise :class:`Reject` naming the first failed check."""
     if isinstance(proof, LigeroProof):
+        if keys:
+            raise TypeError(f"zk.check: a Ligero proof needs no keys (got {sorted(keys)})")
         return ligero.check(proof, circuit, public)
     return sj.check(proof, circuit, public, **keys)

@@ -48,7 +48,7 @@ from typing import Callable, Sequence
 
 from .circuit import Circuit, Witness
 from .field import BN254
-from .formats import FormatError
+from .formats import FormatError, printable, read_untrusted
 from .ligero.protocol import Reject
 
 __all__ = ["SNARKJS_VERSION", "ToolMissing", "SnarkjsError", "Proof", "Keys", "setup", "verification_key",
@@ -139,17 +139,13 @@ _MAX_JSON = 4 << 20          # bytes: a proof, key or public file larger than th
 
 def _read_json(path: str, missing: str):
     """A JSON file of at most ``_MAX_JSON`` bytes (a regular file); :class:`FormatError` otherwise."""
+    if not os.path.lexists(path):
+        raise FormatError(missing)
+    data = read_untrusted(path, _MAX_JSON, "snarkjs JSON file")
     try:
-        if not os.path.isfile(path):
-            raise FormatError(missing)
-        if os.path.getsize(path) > _MAX_JSON:
-            raise FormatError(f"{path}: larger than {_MAX_JSON} bytes")
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except OSError as e:
-        raise FormatError(f"{path}: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{path}: not valid JSON ({e})") from None
+        return json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
+        raise FormatError(f"{printable(path)}: not valid JSON ({printable(str(e))[:200]})") from None
 
 
 def _canonical(v, what: str, bound: int) -> str:
@@ -428,7 +424,7 @@ def check(proof: Proof, circuit: Circuit, public: Sequence[int] | None = None, v
     if len(proof.public) != circuit.r1cs.n_public or proof.public_outputs != circuit.r1cs.n_pub_out:
         raise Reject(f"the proof has {len(proof.public)} public values ({proof.public_outputs} outputs), the "
                      f"circuit {circuit.r1cs.n_public} ({circuit.r1cs.n_pub_out} outputs)")
-    if proof.statement != circuit.statement():
+    if proof.statement != circuit.statement() or proof.circuit_digest != circuit.digest().hex():
         raise Reject("the proof's statement is not this circuit's")
     vk = verification_key(circuit, proof.system, vkey, zkey, ptau_file, log=lambda s: None)
     if proof.verification_key != vk:

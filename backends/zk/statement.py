@@ -37,6 +37,14 @@ __all__ = ["describe", "render", "digest", "program_sha256", "params_sha256", "T
 TARGETS = ("one-hot", "any")
 
 
+def _known() -> dict[str, str]:
+    from .field import BN254, LIGERO51
+    return {f.name: str(f.p) for f in (BN254, LIGERO51)}
+
+
+_KNOWN = _known()
+
+
 def program_sha256(prog: Program) -> str:
     """SHA-256 of the SSA program: input and output types, every operation with its constants."""
     h = hashlib.sha256(b"circuitgrad-program-v1\n")
@@ -101,14 +109,20 @@ def render(d: Mapping[str, Any]) -> str:
         private += " (targets y: one-hot rows)"
     elif d["targets"] == "any":
         private += " (targets y: any in-range values)"
-    return (f"{head} in {d['dtype']} over {d['field']['name']}: "
+    fld = d["field"]["name"] if _KNOWN.get(d["field"]["name"]) == d["field"]["p"] else \
+        f"{d['field']['name']} (p = {d['field']['p']})"
+    return (f"{head} in {d['dtype']} over {fld}: "
             f"public outputs ({count(d['public_outputs'])} values): {listing(d['public_outputs'])}; "
             f"public inputs ({count(d['public_inputs'])} values): {listing(d['public_inputs'])}; "
             f"private: {private}; {d['constraints']} constraints, {d['wires']} wires")
 
 
 def digest(circuit) -> bytes:
-    """SHA-256 binding the constraint system and the whole statement (see the module docstring)."""
+    """SHA-256 binding the constraint system and the whole statement (see the module docstring).
+
+    Computed from the statement as it is now (the R1CS part is cached with the R1CS), so changing a
+    circuit's model or targets after compiling cannot leave a stale digest behind.
+    """
     from .ligero.circuitdata import prepare
     h = hashlib.sha256(b"circuitgrad-circuit-v1")
     h.update(prepare(circuit.r1cs).digest)

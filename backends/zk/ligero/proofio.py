@@ -32,7 +32,7 @@ import struct
 
 import numpy as np
 
-from ..formats import FormatError
+from ..formats import FormatError, printable, read_untrusted
 from . import gf
 from .params import Params
 from .protocol import PROTOCOL, LigeroProof
@@ -85,7 +85,7 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     if len(data) < len(MAGIC) + 6 + 32:
         raise FormatError(f"{name}: too short to be a circuitgrad Ligero proof ({len(data)} bytes)")
     if data[:8] != MAGIC:
-        raise FormatError(f"{name}: not a circuitgrad Ligero proof (bad magic {data[:8]!r})")
+        raise FormatError(f"{name}: not a circuitgrad Ligero proof (bad magic)")
     body, check = data[:-32], data[-32:]
     r = _Reader(body, name)
     r.take(8, "magic")
@@ -96,19 +96,19 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
         raise FormatError(f"{name}: checksum mismatch: the file is corrupted or was modified")
     try:
         head = json.loads(r.take(hlen, "header").decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FormatError(f"{name}: header is not valid JSON ({e})") from None
+    except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
+        raise FormatError(f"{name}: header is not valid JSON ({printable(str(e))[:200]})") from None
     if not isinstance(head, dict) or set(head) != set(_KEYS):
         raise FormatError(f"{name}: header must have exactly the keys {sorted(_KEYS)}")
     for key, typ in _KEYS.items():
         if not isinstance(head[key], typ) or isinstance(head[key], bool):
             raise FormatError(f"{name}: header field {key!r} must be {typ.__name__}")
     if head["protocol"] != PROTOCOL:
-        raise FormatError(f"{name}: protocol {head['protocol']!r} is not {PROTOCOL!r}")
+        raise FormatError(f"{name}: protocol {head['protocol'][:80]!r} is not {PROTOCOL!r}")
     if head["field"] != str(gf.P):
-        raise FormatError(f"{name}: proof is over the field {head['field']}, this prover's is {gf.P}")
+        raise FormatError(f"{name}: proof is over the field {head['field'][:80]!r}, this prover's is {gf.P}")
     if head["hash"] != "sha256":
-        raise FormatError(f"{name}: hash {head['hash']!r} is not supported")
+        raise FormatError(f"{name}: hash {head['hash'][:80]!r} is not supported")
     p = Params(head["k"], head["t"], head["n"], head["sigma"])
     try:
         p.validate()
@@ -144,9 +144,5 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
 
 
 def load(path: str) -> LigeroProof:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
-        raise FormatError(f"{path}: no such proof file") from None
-    return loads(data, path)
+    """Read and validate a proof file (a regular file of at most ``formats.MAX_FILE`` bytes)."""
+    return loads(read_untrusted(path, what="proof file"), printable(str(path)))

@@ -46,6 +46,8 @@ from .transcript import Transcript
 __all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "Reject", "PROTOCOL"]
 
 PROTOCOL = "circuitgrad-ligero-r1cs-v1"
+#: the most repetitions a verifier accepts (``choose`` picks 3 for 100 bits)
+MAX_SIGMA = 8
 
 
 class Reject(Exception):
@@ -279,6 +281,11 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         p.validate()
     except ValueError as e:
         raise Reject(str(e)) from None
+    rows = max(pc.n_wires, pc.n_constraints, 32)
+    if p.k > 1 << (rows - 1).bit_length() or p.n > 8 * p.k or p.sigma > MAX_SIGMA:
+        raise Reject(f"the proof's parameters (k={p.k}, n={p.n}, σ={p.sigma}) are larger than this circuit "
+                     f"of {rows} rows can need (k ≤ {1 << (rows - 1).bit_length()}, n ≤ 8k, σ ≤ {MAX_SIGMA}): "
+                     f"a verifier's work must not be the prover's choice")
     if soundness_bits(p) < min_bits:
         raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}) give "
                      f"{soundness_bits(p):.1f} bits of soundness, below the required {min_bits}")
