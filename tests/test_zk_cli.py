@@ -60,7 +60,7 @@ def test_prove_two_chained_steps_then_verify_tamper_and_forge(tmp_path):
     ins = [int(v) - zk.BN254.p if int(v) > zk.BN254.p // 2 else int(v) for v in real.public[n_out:]]
     forged = zk.prove(fake, zk.Witness(fake, np.array([1] + [0] * n_out + ins, dtype=np.int64)),
                       system="groth16", log=lambda s: None)
-    forged.statement = c.statement()
+    forged.statement, forged.circuit_digest = c.statement(), c.digest().hex()
     forgery = str(tmp_path / "forgery")
     shutil.copytree(out, forgery)
     shutil.rmtree(os.path.join(forgery, "step_000"))

@@ -125,6 +125,7 @@ def test_a_forged_groth16_proof_of_another_circuit_is_rejected(proved):
     forged = zk.prove(fake, fw, system="groth16", log=lambda s: None)
     assert sj.verify(forged, fake)                 # a valid proof ... of the trivial circuit
     forged.statement = c.statement()               # claiming the real statement, as a forger edits statement.json
+    forged.circuit_digest = c.digest().hex()
     assert forged.public[c.r1cs.n_pub_out:] == proof.public[c.r1cs.n_pub_out:]    # from the real parameters
     assert not zk.verify(forged, c)
     with pytest.raises(zk.Reject, match=r"^the proof's verification key is not the one derived for this circuit"):
