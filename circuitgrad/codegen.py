@@ -17,7 +17,7 @@ import numpy as np
 
 from . import blas
 from . import primitives as P
-from .interpret import FLOAT_RULES, _logsumexp, _sigmoid, _softmax
+from .interpret import FLOAT_RULES, _argmax_mask, _causal_mask, _logsumexp, _sigmoid, _softmax
 from .schedule import Program
 
 __all__ = ["NUMPY_RULES", "generate", "compile_program"]
@@ -63,24 +63,35 @@ NUMPY_RULES: dict[type, Callable[..., str]] = {
     P.Heaviside: lambda op, a: f"({a} > 0).astype({_dt(op.T)})",
     P.Sigmoid: lambda op, a: f"sigmoid({a})",
     P.Tanh: lambda op, a: f"np.tanh({a})",
-    P.Softmax: lambda op, a: f"softmax({a})",
+    P.Softmax: lambda op, a: f"softmax({a}, causal=True)" if op.causal else f"softmax({a})",
     P.LogSumExp: lambda op, a: f"logsumexp({a})",
+    P.Exp: lambda op, a: f"np.exp({a})",
+    P.Log: lambda op, a: f"np.log({a})",
+    P.Sqrt: lambda op, a: f"np.sqrt({a})",
+    P.Div: lambda op, a, b: f"{a} / {b}",
+    P.ArgMaxMask: lambda op, a: f"argmax_mask({a})",
+    P.Permute: lambda op, a: f"np.transpose({a}, {op.axes!r})",
+    P.BatchMatMul: lambda op, a, b: f"np.matmul({a}, {b})",
+    P.CausalMask: lambda op, a: f"causal_mask({a})",
 }
 
 #: ops whose result is a freshly allocated array (safe to overwrite once dead)
 _FRESH = (P.MatMul, P.Add, P.Mul, P.Neg, P.Scale, P.Heaviside, P.Sigmoid, P.Tanh, P.Softmax, P.SumTo,
-          P.LogSumExp)
+          P.LogSumExp, P.Exp, P.Log, P.Sqrt, P.Div, P.ArgMaxMask, P.BatchMatMul, P.CausalMask)
 #: ops whose result may share memory with their argument
-_VIEWS = (P.Copy, P.Transpose, P.Reshape, P.Broadcast)
+_VIEWS = (P.Copy, P.Transpose, P.Reshape, P.Broadcast, P.Permute)
 #: in-place forms: (op, *names, out) -> statement expression
 _INPLACE = {
     P.Add: lambda op, a, b, out: f"np.add({a}, {b}, out={out})",
     P.Mul: lambda op, a, b, out: f"np.multiply({a}, {b}, out={out})",
     P.Neg: lambda op, a, out: f"np.negative({a}, out={out})",
     P.Scale: lambda op, a, out: f"np.multiply({a}, {_dt(op.T)}({_num(op.c)}), out={out})",
+    P.Div: lambda op, a, b, out: f"np.divide({a}, {b}, out={out})",
+    P.Exp: lambda op, a, out: f"np.exp({a}, out={out})",
 }
 
-_HELPERS = {"np": np, "matmul": blas.matmul, "sigmoid": _sigmoid, "softmax": _softmax, "logsumexp": _logsumexp}
+_HELPERS = {"np": np, "matmul": blas.matmul, "sigmoid": _sigmoid, "softmax": _softmax, "logsumexp": _logsumexp,
+            "argmax_mask": _argmax_mask, "causal_mask": _causal_mask}
 
 
 def _ident(name: str) -> str:

@@ -38,9 +38,27 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.tanh(x * h) * h + h          # = 1/(1+e^-x), overflow-free
 
 
-def _softmax(x: np.ndarray) -> np.ndarray:
+def causal_keep(shape) -> np.ndarray:
+    """``True`` where a causal mask keeps an entry of the last two axes (``j ≤ i``), as a broadcastable array."""
+    s, t = shape[-2], shape[-1]
+    return np.arange(t)[None, :] <= np.arange(s)[:, None]
+
+
+def _softmax(x: np.ndarray, causal: bool = False) -> np.ndarray:
+    if causal:
+        x = np.where(causal_keep(x.shape), x, -np.inf)
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def _causal_mask(x: np.ndarray) -> np.ndarray:
+    return np.where(causal_keep(x.shape), x, x.dtype.type(0))
+
+
+def _argmax_mask(x: np.ndarray) -> np.ndarray:
+    """One-hot of the first maximum along the last axis (in ``x``'s dtype)."""
+    idx = x.argmax(axis=-1)[..., None]
+    return (np.arange(x.shape[-1]) == idx).astype(x.dtype)
 
 
 def _logsumexp(x: np.ndarray) -> np.ndarray:
@@ -68,8 +86,16 @@ FLOAT_RULES: dict[type, Callable] = {
     P.Heaviside: lambda op, a: ((a > 0).astype(a.dtype),),
     P.Sigmoid: lambda op, a: (_sigmoid(a),),
     P.Tanh: lambda op, a: (np.tanh(a),),
-    P.Softmax: lambda op, a: (_softmax(a),),
+    P.Softmax: lambda op, a: (_softmax(a, op.causal),),
     P.LogSumExp: lambda op, a: (_logsumexp(a),),
+    P.Exp: lambda op, a: (np.exp(a),),
+    P.Log: lambda op, a: (np.log(a),),
+    P.Sqrt: lambda op, a: (np.sqrt(a),),
+    P.Div: lambda op, a, b: (a / b,),
+    P.ArgMaxMask: lambda op, a: (_argmax_mask(a),),
+    P.Permute: lambda op, a: (np.transpose(a, op.axes),),
+    P.BatchMatMul: lambda op, a, b: (np.matmul(a, b),),
+    P.CausalMask: lambda op, a: (_causal_mask(a),),
 }
 
 

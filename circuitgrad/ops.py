@@ -26,6 +26,8 @@ __all__ = [
     "add", "sub", "mul", "neg", "scale", "matmul", "transpose", "reshape",
     "broadcast_to", "sum_to", "sum", "constant", "param", "heaviside",
     "sigmoid", "tanh", "softmax", "logsumexp", "relu",
+    "exp", "log", "sqrt", "rsqrt", "div", "power", "max", "mean", "permute", "causal_mask",
+    "layer_norm", "gelu", "attention", "ATTENTION_EPS",
 ]
 
 Number = (int, float, np.integer, np.floating)
@@ -127,13 +129,52 @@ def mul(a, b) -> Var:
 
 
 def matmul(a: Var, b: Var) -> Var:
-    """Matrix product ``a @ b``."""
-    return _builder(a, b).apply(P.MatMul(a.type, b.type), a, b)[0]
+    """``a @ b`` with NumPy's ``matmul`` rules for operands of two or more axes.
+
+    ``[m, n] @ [n, p]`` is one :class:`MatMul`. A weight matrix on the right, ``[..., n] @ [n, p]``,
+    is one :class:`MatMul` of the flattened rows. Otherwise the leading axes are broadcast and one
+    :class:`BatchMatMul` multiplies ``[..., m, n] @ [..., n, p]``.
+    """
+    if not (isinstance(a, Var) and isinstance(b, Var)):
+        raise TypeError(f"matmul: operands must be traced wires, got {a!r} and {b!r}")
+    if a.type.ndim < 2 or b.type.ndim < 2:
+        raise TypeMismatch(f"MatMul: operands need at least two axes, got {format_types((a.type, b.type))}")
+    if a.type.ndim == 2 and b.type.ndim == 2:
+        return _builder(a, b).apply(P.MatMul(a.type, b.type), a, b)[0]
+    if b.type.ndim == 2:
+        if a.shape[-1] != b.shape[0]:
+            raise TypeMismatch(f"MatMul: inner dimensions differ ({a.shape[-1]} != {b.shape[0]}) in "
+                               f"{format_types((a.type, b.type))}")
+        flat = reshape(a, (int(np.prod(a.shape[:-1], dtype=np.int64)), a.shape[-1]))
+        return reshape(matmul(flat, b), a.shape[:-1] + (b.shape[1],))
+    try:
+        lead = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        raise TypeMismatch(f"BatchMatMul: leading axes do not broadcast in {format_types((a.type, b.type))}") from None
+    a, b = broadcast_to(a, lead + a.shape[-2:]), broadcast_to(b, lead + b.shape[-2:])
+    return a.builder.apply(P.BatchMatMul(a.type, b.type), a, b)[0]
 
 
 def transpose(x: Var) -> Var:
-    """Matrix transpose."""
+    """Matrix transpose; for more axes, the last two are swapped."""
+    if x.type.ndim > 2:
+        return permute(x, tuple(range(x.type.ndim - 2)) + (x.type.ndim - 1, x.type.ndim - 2))
     return x.builder.apply(P.Transpose(x.type), x)[0]
+
+
+def permute(x: Var, axes: Sequence[int]) -> Var:
+    """``np.transpose(x, axes)``."""
+    axes = tuple(int(a) % (x.type.ndim or 1) for a in axes)
+    if axes == tuple(range(x.type.ndim)):
+        return x
+    if x.type.ndim == 2:
+        return transpose(x)
+    return x.builder.apply(P.Permute(x.type, axes), x)[0]
+
+
+def causal_mask(x: Var) -> Var:
+    """Zero the entries above the diagonal of the last two axes."""
+    return x.builder.apply(P.CausalMask(x.type), x)[0]
 
 
 def reshape(x: Var, shape: Sequence[int]) -> Var:
@@ -164,11 +205,133 @@ def tanh(x: Var) -> Var:
     return x.builder.apply(P.Tanh(x.type), x)[0]
 
 
-def softmax(x: Var) -> Var:
-    """Softmax over the last axis."""
-    return x.builder.apply(P.Softmax(x.type), x)[0]
+def softmax(x: Var, causal: bool = False) -> Var:
+    """Softmax over the last axis; ``causal``: entries above the diagonal of the last two axes get 0."""
+    return x.builder.apply(P.Softmax(x.type, bool(causal)), x)[0]
 
 
 def logsumexp(x: Var) -> Var:
     """``log Σ exp`` over the last axis."""
     return x.builder.apply(P.LogSumExp(x.type), x)[0]
+
+
+# ------------------------------------------------------ the second vocabulary
+def _unary(cls, x: Var) -> Var:
+    if not isinstance(x, Var):
+        raise TypeError(f"{cls.__name__}: operand must be a traced wire, got {x!r}")
+    return x.builder.apply(cls(x.type), x)[0]
+
+
+def exp(x: Var) -> Var:
+    """Elementwise ``e^x``."""
+    return _unary(P.Exp, x)
+
+
+def log(x: Var) -> Var:
+    """Elementwise natural logarithm (of positive values)."""
+    return _unary(P.Log, x)
+
+
+def sqrt(x: Var) -> Var:
+    """Elementwise square root (of non-negative values)."""
+    return _unary(P.Sqrt, x)
+
+
+def div(a, b) -> Var:
+    """Elementwise ``a / b``; a number divisor becomes a :class:`Scale` by ``1 / b``."""
+    if isinstance(b, Number) and isinstance(a, Var):
+        if b == 0:
+            raise ZeroDivisionError(f"Div: division of {a.type} by the constant 0")
+        return scale(a, 1.0 / b)
+    a, b = _binary("Div", a, b)
+    return a.builder.apply(P.Div(a.type), a, b)[0]
+
+
+def rsqrt(x: Var) -> Var:
+    """``1 / sqrt(x)``."""
+    return div(1.0, sqrt(x))
+
+
+def power(x: Var, k: int) -> Var:
+    """``x ** k`` for an integer ``k ≥ 0`` (repeated squaring: about ``2·log2 k`` products)."""
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 0:
+        raise TypeError(f"x ** k: k must be an integer ≥ 0, got {k!r}; for 1 / x use 1 / x, for a root ops.sqrt")
+    if k == 0:
+        return constant(x.type, 1.0)
+    out, base = None, x
+    while k:
+        if k & 1:
+            out = base if out is None else mul(out, base)
+        k >>= 1
+        if k:
+            base = mul(base, base)
+    return out
+
+
+def max(x: Var, axis: int = -1) -> Var:
+    """The maximum along ``axis`` (that axis removed): ``Σ x · ArgMaxMask(x)``.
+
+    Its reverse derivative sends the gradient to the first maximum, as ``torch.max(x, dim)`` does.
+    """
+    nd = x.type.ndim
+    axis %= nd
+    if axis != nd - 1:
+        order = tuple(i for i in range(nd) if i != axis) + (axis,)
+        x = permute(x, order)
+    mask = x.builder.apply(P.ArgMaxMask(x.type), x)[0]
+    return sum(mul(x, mask), -1)
+
+
+def mean(x: Var, axis: int | None = None) -> Var:
+    """The mean over one axis, or over all elements."""
+    n = x.type.size if axis is None else x.shape[axis % x.type.ndim]
+    return scale(sum(x, axis), 1.0 / n)
+
+
+def _keep(x: Var, reduced: Var) -> Var:
+    """A last-axis reduction broadcast back to ``x``'s shape."""
+    return broadcast_to(reshape(reduced, x.shape[:-1] + (1,)), x.shape)
+
+
+def layer_norm(x: Var, eps: float = 1e-5) -> Var:
+    """``(x − mean) / sqrt(var + eps)`` over the last axis (biased variance, no affine), as PyTorch."""
+    xc = sub(x, _keep(x, mean(x, -1)))
+    var = mean(mul(xc, xc), -1)
+    return mul(xc, _keep(x, rsqrt(add(var, eps))))
+
+
+def gelu(x: Var) -> Var:
+    """GELU, tanh approximation (PyTorch's ``approximate="tanh"``)."""
+    inner = scale(add(x, scale(power(x, 3), 0.044715)), float(np.sqrt(2.0 / np.pi)))
+    return mul(scale(x, 0.5), add(tanh(inner), 1.0))
+
+
+#: ε of spherical attention: ``a = s / sqrt(Σ s² + ε)``
+ATTENTION_EPS = 1e-6
+
+
+def attention(q: Var, k: Var, v: Var, causal: bool = False, kind: str = "softmax") -> Var:
+    """Attention over ``q, k, v : [..., S, dh]`` with scores ``s = q·kᵀ / sqrt(dh)``.
+
+    * ``kind="softmax"``: ``softmax(s) @ v`` (``torch.nn.functional.scaled_dot_product_attention``);
+      ``causal`` masks key ``j > i`` for query ``i``.
+    * ``kind="spherical"``: each query's scores, masked entries set to 0, normalised to unit L2 norm,
+      ``a = s / sqrt(Σ s² + ε)`` (``ε = ATTENTION_EPS``), then ``a @ v``. No exponential and no
+      running maximum: a streaming form needs only a running sum of squares.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Var) or t.type.ndim < 2:
+            raise TypeError(f"attention: {name} must be a traced wire of shape [..., S, dh], got {t!r}")
+    if q.shape[-1] != k.shape[-1] or k.shape[:-1] != v.shape[:-1] or q.shape[:-2] != k.shape[:-2]:
+        raise TypeMismatch(f"attention: q, k, v must be [..., S, dh], [..., T, dh], [..., T, dv], got "
+                           f"{format_types((q.type, k.type, v.type))}")
+    if kind not in ("softmax", "spherical"):
+        raise ValueError(f"attention: kind must be 'softmax' or 'spherical', got {kind!r}")
+    s = scale(matmul(q, transpose(k)), 1.0 / float(np.sqrt(q.shape[-1])))
+    if kind == "softmax":
+        a = softmax(s, causal=causal)
+    else:
+        if causal:
+            s = causal_mask(s)
+        a = mul(s, _keep(s, rsqrt(add(sum(mul(s, s), -1), ATTENTION_EPS))))
+    return matmul(a, v)

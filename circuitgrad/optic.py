@@ -84,6 +84,28 @@ def _matmul(op: P.MatMul) -> Rule:
                  lambda a, b, dy: (dy @ b.T, a.T @ dy))
 
 
+def _batch_matmul(op: P.BatchMatMul) -> Rule:
+    return _lens(op, (op.A, op.B), lambda a, b: (_self(op, a, b), (a, b)),
+                 lambda a, b, dy: (ops.matmul(dy, ops.transpose(b)), ops.matmul(ops.transpose(a), dy)))
+
+
+def _div(op: P.Div) -> Rule:
+    """``y = a / b``: ``da = dy / b``, ``db = −da · y`` (residuals ``b`` and ``y``)."""
+    def fwd(a, b):
+        (y,) = _self(op, a, b)
+        return (y,), (b, y)
+
+    def rev(b, y, dy):
+        da = ops.div(dy, b)
+        return da, ops.neg(ops.mul(da, y))
+    return _lens(op, (op.T, op.T), fwd, rev)
+
+
+def _input_residual(back: Callable) -> Callable:
+    """Rule that keeps the *input* ``x`` as residual; ``back(x, dy) -> dx``."""
+    return lambda op: _lens(op, (op.T,), lambda x: (_self(op, x), (x,)), lambda x, dy: back(op, x, dy))
+
+
 def _output_residual(back: Callable) -> Callable:
     """Rule that keeps the *output* ``y`` as residual; ``back(y, dy) -> dx``."""
     def rule(op):
@@ -126,6 +148,14 @@ RULES: dict[type, Callable[[P.Primitive], Rule]] = {
     P.Tanh: _output_residual(lambda op, t, dy: dy * (1.0 - t * t)),
     P.Softmax: _output_residual(_softmax_back),
     P.LogSumExp: _logsumexp,
+    P.Exp: _output_residual(lambda op, y, dy: dy * y),
+    P.Log: _input_residual(lambda op, x, dy: ops.div(dy, x)),
+    P.Sqrt: _output_residual(lambda op, y, dy: ops.div(ops.scale(dy, 0.5), y)),
+    P.Div: _div,
+    P.ArgMaxMask: _linear(lambda op, dy: ops.constant(op.T, 0.0)),
+    P.Permute: _linear(lambda op, dy: ops.permute(dy, op.inverse())),
+    P.BatchMatMul: _batch_matmul,
+    P.CausalMask: _linear(lambda op, dy: ops.causal_mask(dy)),
 }
 
 _CACHE: dict[int, Rule] = {}

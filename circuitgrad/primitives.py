@@ -23,7 +23,8 @@ __all__ = [
     "TypeMismatch", "Primitive", "Unary", "Binary", "PRIMITIVES",
     "Copy", "Add", "Neg", "Mul", "Scale", "Constant", "MatMul", "Transpose",
     "Reshape", "Broadcast", "SumTo", "Heaviside", "Sigmoid", "Tanh",
-    "Softmax", "LogSumExp", "Parameter",
+    "Softmax", "LogSumExp", "Parameter", "Exp", "Log", "Sqrt", "Div", "ArgMaxMask", "Permute",
+    "BatchMatMul", "CausalMask",
     "intern_op", "op_of",
 ]
 
@@ -139,6 +140,10 @@ class Mul(Binary):
     """``T ⊗ T → T``: elementwise (Hadamard) product."""
 
 
+class Div(Binary):
+    """``T ⊗ T → T``: elementwise quotient ``a / b`` (in fixed point: rounded, with a checkable remainder)."""
+
+
 @dataclass(frozen=True)
 class Scale(Unary):
     """``T → T``: multiplication by the constant ``c`` (a linear map)."""
@@ -168,6 +173,37 @@ class MatMul(Primitive):
     def target(self): return (NdArrayType((self.A.shape[0], self.B.shape[1]), self.A.dtype),)
 
 
+@dataclass(frozen=True)
+class BatchMatMul(Primitive):
+    """``[..., m, n] ⊗ [..., n, p] → [..., m, p]``: one matrix product per leading index.
+
+    The leading axes must be equal (``ops.matmul`` broadcasts them first, as NumPy's ``matmul`` does).
+    """
+    A: NdArrayType
+    B: NdArrayType
+
+    def __post_init__(self):
+        a, b = self.A, self.B
+        if a.ndim < 3 or a.ndim != b.ndim:
+            raise TypeMismatch(f"BatchMatMul: operands must have the same number (≥ 3) of axes, got "
+                               f"{format_types((a, b))}")
+        if a.dtype != b.dtype:
+            raise TypeMismatch(f"BatchMatMul: dtypes differ, got {format_types((a, b))}")
+        if a.shape[:-2] != b.shape[:-2]:
+            raise TypeMismatch(f"BatchMatMul: leading axes differ ({list(a.shape[:-2])} != "
+                               f"{list(b.shape[:-2])}) in {format_types((a, b))}")
+        if a.shape[-1] != b.shape[-2]:
+            raise TypeMismatch(f"BatchMatMul: inner dimensions differ ({a.shape[-1]} != {b.shape[-2]}) in "
+                               f"{format_types((a, b))}")
+
+    @property
+    def source(self): return (self.A, self.B)
+
+    @property
+    def target(self):
+        return (self.A.with_shape(self.A.shape[:-1] + (self.B.shape[-1],)),)
+
+
 # ----------------------------------------------------------------- layout
 @dataclass(frozen=True)
 class Transpose(Primitive):
@@ -183,6 +219,45 @@ class Transpose(Primitive):
 
     @property
     def target(self): return (self.T.with_shape(self.T.shape[::-1]),)
+
+
+@dataclass(frozen=True)
+class Permute(Primitive):
+    """``T → T'``: the axes of ``T`` in the order ``axes`` (``np.transpose(x, axes)``)."""
+    T: NdArrayType
+    axes: tuple[int, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "axes", tuple(int(a) for a in self.axes))
+        if sorted(self.axes) != list(range(self.T.ndim)):
+            raise TypeMismatch(f"Permute: axes {list(self.axes)} are not a permutation of the {self.T.ndim} "
+                               f"axes of {self.T}")
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T.with_shape(tuple(self.T.shape[a] for a in self.axes)),)
+
+    def inverse(self) -> tuple[int, ...]:
+        """The axes that undo this permutation."""
+        return tuple(int(i) for i in np.argsort(self.axes))
+
+
+@dataclass(frozen=True)
+class CausalMask(Primitive):
+    """``[..., s, t] → [..., s, t]``: zero every entry above the diagonal (``j > i``); a linear map."""
+    T: NdArrayType
+
+    def __post_init__(self):
+        if self.T.ndim < 2:
+            raise TypeMismatch(f"CausalMask: operand needs at least two axes, got {self.T}")
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (self.T,)
 
 
 @dataclass(frozen=True)
@@ -265,12 +340,44 @@ class Tanh(Unary):
     """``T → T``: hyperbolic tangent (``2σ(2x) - 1`` in fixed point)."""
 
 
+class Exp(Unary):
+    """``T → T``: ``e^x`` (in fixed point: ``2^k·p(r)`` with ``x·log2 e = k + r``)."""
+
+
+class Log(Unary):
+    """``T → T``: natural logarithm of positive values."""
+
+
+class Sqrt(Unary):
+    """``T → T``: square root of non-negative values (in fixed point: the floor, checked by squaring)."""
+
+
+class ArgMaxMask(Unary):
+    """``[..., k] → [..., k]``: ``1`` at the first maximum along the last axis, else ``0``.
+
+    Piecewise constant (derivative zero), like :class:`Heaviside`; ``max`` is the definition
+    ``Σ x · ArgMaxMask(x)``, whose reverse derivative routes the gradient to that one element.
+    """
+
+    def __post_init__(self):
+        if self.T.ndim < 1:
+            raise TypeMismatch(f"ArgMaxMask: operand needs at least one axis, got {self.T}")
+
+
+@dataclass(frozen=True)
 class Softmax(Unary):
-    """``[..., k] → [..., k]``: softmax along the last axis."""
+    """``[..., k] → [..., k]``: softmax along the last axis.
+
+    ``causal=True`` (operands with at least two axes ``[..., s, k]``): entry ``j > i`` of row ``i`` is
+    masked out (probability exactly 0), as in a decoder's attention.
+    """
+    causal: bool = False
 
     def __post_init__(self):
         if self.T.ndim < 1:
             raise TypeMismatch(f"Softmax: operand needs at least one axis, got {self.T}")
+        if self.causal and self.T.ndim < 2:
+            raise TypeMismatch(f"Softmax(causal=True): operand needs at least two axes, got {self.T}")
 
 
 @dataclass(frozen=True)
@@ -293,6 +400,7 @@ class LogSumExp(Primitive):
 PRIMITIVES: tuple[type[Primitive], ...] = (
     Copy, Parameter, Constant, Add, Neg, Mul, Scale, MatMul, Transpose, Reshape,
     Broadcast, SumTo, Heaviside, Sigmoid, Tanh, Softmax, LogSumExp,
+    Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask,
 )
 
 
