@@ -144,8 +144,9 @@ def identity(types: Sequence[NdArrayType], name: str = "id") -> Diagram:
 class Var:
     """A symbolic wire of the diagram being traced.
 
-    Supports ``+ - * @``, unary ``-``, ``.T``, ``.shape`` and NumPy's
-    ``add``/``subtract``/``multiply``/``matmul``/``negative``/``tanh`` ufuncs;
+    Supports ``+ - * / @``, ``** k`` (integer ``k``), unary ``-``, ``.T``, ``.shape``, ``.sum(axis)``,
+    ``.mean(axis)``, ``.max(axis)``, ``.reshape(shape)`` and NumPy's
+    ``add``/``subtract``/``multiply``/``divide``/``matmul``/``negative``/``tanh``/``exp``/``log``/``sqrt`` ufuncs;
     the operations in :data:`UNSUPPORTED` raise a ``TypeError`` saying what to
     use instead.
     """
@@ -166,6 +167,31 @@ class Var:
     def __rmul__(self, other): from . import ops; return ops.mul(other, self)
     def __neg__(self): from . import ops; return ops.neg(self)
     def __matmul__(self, other): from . import ops; return ops.matmul(self, other)
+    def __truediv__(self, other): from . import ops; return ops.div(self, other)
+    def __rtruediv__(self, other): from . import ops; return ops.div(other, self)
+    def __pow__(self, k): from . import ops; return ops.power(self, k)
+
+    def sum(self, axis: int | None = None, **numpy) -> "Var":
+        """``ops.sum(x, axis)``: over one axis, or all (``axis=None``; also what ``np.sum(x)`` calls)."""
+        from . import ops
+        if any(v is not None for v in numpy.values()):
+            raise TypeError(f"x.sum: only axis= is supported on traced values, got {sorted(numpy)}")
+        return ops.sum(self, axis)
+
+    def mean(self, axis: int | None = None) -> "Var":
+        """``ops.mean(x, axis)``."""
+        from . import ops
+        return ops.mean(self, axis)
+
+    def max(self, axis: int = -1) -> "Var":
+        """``ops.max(x, axis)``: the maximum along one axis."""
+        from . import ops
+        return ops.max(self, axis)
+
+    def reshape(self, *shape) -> "Var":
+        """``ops.reshape(x, shape)`` (``x.reshape(2, 3)`` or ``x.reshape((2, 3))``)."""
+        from . import ops
+        return ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
 
     @property
     def T(self) -> "Var":
@@ -193,27 +219,24 @@ class Var:
 
 #: NumPy ufuncs that have a traced equivalent: ufunc name -> circuitgrad.ops function
 _UFUNC_OPS = {"add": "add", "subtract": "sub", "multiply": "mul", "negative": "neg", "matmul": "matmul",
-              "tanh": "tanh"}
+              "tanh": "tanh", "exp": "exp", "log": "log", "sqrt": "sqrt", "divide": "div", "true_divide": "div"}
 
 _NOT_YET = "is not supported on traced values yet"
 _NO_VALUE = ("is not possible on a traced value: it is a wire of the diagram being traced, with no number "
              "until the compiled function runs")
-_OPS = "use the functions of circuitgrad.ops (ops.add, ops.mul, ops.matmul, ops.relu, ops.sigmoid, ops.tanh, " \
-       "ops.softmax, ops.logsumexp, ops.heaviside, ops.sum, ops.reshape)"
+_OPS = "use the functions of circuitgrad.ops (ops.add, ops.mul, ops.div, ops.matmul, ops.exp, ops.log, ops.sqrt, " \
+       "ops.relu, ops.sigmoid, ops.tanh, ops.softmax, ops.heaviside, ops.sum, ops.max, ops.reshape, ops.permute)"
 _SELECT = "the diagram cannot branch: select with h = ops.heaviside(x), then h * a + (1 - h) * b"
 
 #: Operations a traced :class:`Var` refuses: attribute -> (what the user wrote, why, what to use).
 #: Each becomes a method raising ``TypeError(f"{what} {why}; {instead}")``; implementing an operation
 #: for real means deleting its entry and defining the method on :class:`Var`.
 UNSUPPORTED: dict[str, tuple[str, str, str]] = {
-    "__truediv__": ("x / y", _NOT_YET, "for a constant divisor c use ops.scale(x, 1 / c)"),
-    "__rtruediv__": ("c / x", _NOT_YET, "there is no reciprocal yet"),
     "__floordiv__": ("x // y", _NOT_YET, "there is no integer division"),
     "__rfloordiv__": ("c // x", _NOT_YET, "there is no integer division"),
     "__mod__": ("x % y", _NOT_YET, "there is no remainder"),
     "__rmod__": ("c % x", _NOT_YET, "there is no remainder"),
     "__divmod__": ("divmod(x, y)", _NOT_YET, "there is no integer division"),
-    "__pow__": ("x ** n", _NOT_YET, "for a square use x * x"),
     "__rpow__": ("c ** x", _NOT_YET, "there is no elementwise exponential yet"),
     "__abs__": ("abs(x)", _NOT_YET, "use ops.relu(x) + ops.relu(-x)"),
     "__lt__": ("the comparison x < y", _NOT_YET, "use ops.heaviside(y - x): 1 where x < y, else 0"),
@@ -230,12 +253,8 @@ UNSUPPORTED: dict[str, tuple[str, str, str]] = {
     "__int__": ("int(x)", _NO_VALUE, "constants are plain numbers or ops.constant(T, c)"),
     "__index__": ("using x as an index", _NO_VALUE, "use x.shape for sizes"),
     "__array__": ("np.asarray(x)", _NO_VALUE, _OPS),
-    "sum": ("x.sum()", _NOT_YET, "use ops.sum(x) or ops.sum(x, axis)"),
-    "mean": ("x.mean()", _NOT_YET, "use ops.scale(ops.sum(x), 1 / n) with n the number of elements"),
-    "reshape": ("x.reshape(...)", _NOT_YET, "use ops.reshape(x, shape)"),
     "transpose": ("x.transpose()", _NOT_YET, "use x.T or ops.transpose(x)"),
     "dot": ("x.dot(y)", _NOT_YET, "use x @ y"),
-    "max": ("x.max()", _NOT_YET, "there is no max reduction yet"),
     "min": ("x.min()", _NOT_YET, "there is no min reduction yet"),
     "astype": ("x.astype(...)", _NOT_YET,
                "dtypes never change inside a diagram: compile_model(dtype=...) retypes a whole model"),
@@ -243,10 +262,7 @@ UNSUPPORTED: dict[str, tuple[str, str, str]] = {
 
 #: NumPy ufuncs applied to a traced value: ufunc name -> (why, what to use)
 UNSUPPORTED_UFUNCS: dict[str, tuple[str, str]] = {
-    "exp": (_NOT_YET, "ops.softmax, ops.logsumexp, ops.sigmoid and ops.tanh cover the layers' uses"),
-    "log": (_NOT_YET, "ops.logsumexp covers the losses' use"),
     "maximum": (_NOT_YET, "for np.maximum(x, 0) use ops.relu(x)"),
-    "true_divide": (_NOT_YET, "for a constant divisor c use ops.scale(x, 1 / c)"),
     "absolute": (_NOT_YET, "use ops.relu(x) + ops.relu(-x)"),
 }
 _OTHER_UFUNC = (_NOT_YET, _OPS)

@@ -13,6 +13,7 @@ from conftest import evaluate, rel_err, vjp_fd
 F = cg.float64
 T = cg.NdArrayType((3, 4), F)
 V = cg.NdArrayType((4,), F)
+T3 = cg.NdArrayType((2, 3, 4), F)
 
 
 def _sig(x):
@@ -46,7 +47,23 @@ CASES = [
     (P.Tanh(T), lambda a: (np.tanh(a),)),
     (P.Softmax(T), lambda a: (_softmax(a),)),
     (P.LogSumExp(T), lambda a: (np.log(np.exp(a).sum(-1)),)),
+    (P.Softmax(T, causal=True), lambda a: (_softmax(np.where(np.tri(3, 4, dtype=bool), a, -np.inf)),)),
+    (P.Exp(T), lambda a: (np.exp(a),)),
+    (P.Log(T), lambda a: (np.log(a),)),
+    (P.Sqrt(T), lambda a: (np.sqrt(a),)),
+    (P.Div(T), lambda a, b: (a / b,)),
+    (P.ArgMaxMask(T), lambda a: (np.eye(4)[a.argmax(-1)],)),
+    (P.Permute(T3, (2, 0, 1)), lambda a: (a.transpose(2, 0, 1),)),
+    (P.BatchMatMul(T3, cg.NdArrayType((2, 4, 5), F)), lambda a, b: (np.einsum("bij,bjk->bik", a, b),)),
+    (P.CausalMask(T3), lambda a: (a * np.tri(3, 4),)),
 ]
+
+#: operations defined on part of the line: inputs drawn from their domain
+DOMAIN = {
+    P.Log: lambda rng, t: rng.uniform(0.5, 3.0, size=t.shape),
+    P.Sqrt: lambda rng, t: rng.uniform(0.5, 3.0, size=t.shape),
+    P.Div: lambda rng, t: rng.choice([-1.0, 1.0], size=t.shape) * rng.uniform(0.5, 2.0, size=t.shape),
+}
 
 
 def test_cases_cover_every_primitive():
@@ -59,7 +76,9 @@ def _diagram(op):
 
 
 def _inputs(op, rng):
-    return [rng.normal(size=t.shape) for t in op.source]
+    draw = DOMAIN.get(type(op))
+    return [draw(rng, t) if draw and (i == len(op.source) - 1 or type(op) is not P.Div) else rng.normal(size=t.shape)
+            for i, t in enumerate(op.source)]
 
 
 @pytest.mark.parametrize("op,ref", CASES, ids=[f"{op.name}-{i}" for i, (op, _) in enumerate(CASES)])
