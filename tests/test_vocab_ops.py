@@ -1,0 +1,133 @@
+"""The second vocabulary (attention, layer norm, GELU, max, …): forward and reverse derivative against
+NumPy references, central finite differences (float64, relative error < 1e-6) and PyTorch autograd."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import evaluate, rel_err, vjp_fd
+
+import circuitgrad as cg
+from circuitgrad import ops
+from circuitgrad.primitives import TypeMismatch
+
+F = cg.float64
+B, H, S, DH = 2, 2, 5, 4
+
+
+def T(*shape):
+    return cg.NdArrayType(shape, F)
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _attention(q, k, v, causal=False, kind="softmax"):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    keep = np.tri(s.shape[-2], s.shape[-1], dtype=bool) if causal else np.ones(s.shape[-2:], dtype=bool)
+    if kind == "softmax":
+        a = _softmax(np.where(keep, s, -np.inf))
+    else:
+        s = np.where(keep, s, 0.0)
+        a = s / np.sqrt((s * s).sum(-1, keepdims=True) + ops.ATTENTION_EPS)
+    return a @ v
+
+
+def _layer_norm(x, eps=1e-5):
+    xc = x - x.mean(-1, keepdims=True)
+    return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps)
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+QKV = [T(B, H, S, DH)] * 3
+#: (name, traced function, input types, float64 reference)
+CASES = [
+    ("attention-softmax", lambda q, k, v: ops.attention(q, k, v), QKV, _attention),
+    ("attention-softmax-causal", lambda q, k, v: ops.attention(q, k, v, causal=True), QKV,
+     lambda q, k, v: _attention(q, k, v, causal=True)),
+    ("attention-spherical", lambda q, k, v: ops.attention(q, k, v, kind="spherical"), QKV,
+     lambda q, k, v: _attention(q, k, v, kind="spherical")),
+    ("attention-spherical-causal", lambda q, k, v: ops.attention(q, k, v, causal=True, kind="spherical"), QKV,
+     lambda q, k, v: _attention(q, k, v, causal=True, kind="spherical")),
+    ("layer_norm", lambda x: ops.layer_norm(x), [T(3, 6)], _layer_norm),
+    ("gelu", ops.gelu, [T(3, 6)], _gelu),
+    ("max-last", lambda x: ops.max(x), [T(3, 6)], lambda x: x.max(-1)),
+    ("max-axis0", lambda x: ops.max(x, 0), [T(3, 6)], lambda x: x.max(0)),
+    ("matmul-weight", lambda x, w: x @ w, [T(2, 3, 4), T(4, 5)], lambda x, w: x @ w),
+    ("matmul-broadcast", lambda a, b: a @ b, [T(2, 3, 4), T(1, 4, 5)], lambda a, b: a @ b),
+    ("transpose-3d", lambda x: x.T, [T(2, 3, 4)], lambda x: np.swapaxes(x, -1, -2)),
+    ("rsqrt", lambda x: ops.rsqrt(x * x + 1.0), [T(3, 4)], lambda x: 1 / np.sqrt(x * x + 1)),
+    ("log-exp", lambda x: ops.log(ops.exp(x) + 1.0), [T(3, 4)], lambda x: np.log(np.exp(x) + 1)),
+]
+
+
+def _diagram(fn, types):
+    return cg.trace(fn, types)
+
+
+@pytest.mark.parametrize("fn,types,ref", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_forward_against_numpy(fn, types, ref, rng):
+    xs = [rng.normal(size=t.shape) for t in types]
+    (got,) = evaluate(_diagram(fn, types), *xs)
+    np.testing.assert_allclose(got, ref(*xs), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fn,types,ref", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_reverse_derivative_against_finite_differences(fn, types, ref, rng):
+    xs = [rng.normal(size=t.shape) for t in types]
+    d = _diagram(fn, types)
+    dy = rng.normal(size=d.target_types[0].shape)
+    got = evaluate(cg.rdiff(d), *xs, dy)
+    want = vjp_fd(lambda *a: (ref(*a),), xs, [dy])
+    for g, w in zip(got, want):
+        assert rel_err(g, w) < 1e-6
+
+
+def test_building_errors_name_the_operation_and_both_types():
+    with pytest.raises(TypeMismatch, match=r"^in <lambda>: attention: q, k, v must be \[\.\.\., S, dh\], \[\.\.\., T, dh\], "
+                                           r"\[\.\.\., T, dv\], got \(float64\[2, 5, 4\], float64\[2, 5, 3\], "
+                                           r"float64\[2, 5, 4\]\)$"):
+        cg.trace(lambda q, k, v: ops.attention(q, k, v), [T(2, 5, 4), T(2, 5, 3), T(2, 5, 4)])
+    with pytest.raises(TypeMismatch, match=r"^in <lambda>: MatMul: inner dimensions differ \(4 != 3\) in "):
+        cg.trace(lambda x, w: x @ w, [T(2, 3, 4), T(3, 5)])
+    with pytest.raises(TypeMismatch, match=r"^in <lambda>: BatchMatMul: leading axes do not broadcast in "):
+        cg.trace(lambda a, b: a @ b, [T(2, 3, 4), T(3, 4, 5)])
+    with pytest.raises(ValueError, match=r"^attention: kind must be 'softmax' or 'spherical', got 'linear'$"):
+        cg.trace(lambda q, k, v: ops.attention(q, k, v, kind="linear"), QKV)
+
+
+# ------------------------------------------------------------------ PyTorch
+torch = pytest.importorskip("torch")
+
+
+def _torch_cases():
+    F_ = torch.nn.functional
+    return {
+        "attention-softmax": lambda q, k, v: F_.scaled_dot_product_attention(q, k, v),
+        "attention-softmax-causal": lambda q, k, v: F_.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "layer_norm": lambda x: F_.layer_norm(x, (x.shape[-1],), eps=1e-5),
+        "gelu": lambda x: F_.gelu(x, approximate="tanh"),
+        "max-last": lambda x: torch.max(x, dim=-1).values,
+        "max-axis0": lambda x: torch.max(x, dim=0).values,
+    }
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(_torch_cases()))
+def test_against_pytorch_autograd(name, rng):
+    _, fn, types, _ = next(c for c in CASES if c[0] == name)
+    xs = [rng.normal(size=t.shape) for t in types]
+    d = _diagram(fn, types)
+    (y,) = evaluate(d, *xs)
+    dy = rng.normal(size=y.shape)
+    grads = evaluate(cg.rdiff(d), *xs, dy)
+    txs = [torch.tensor(x, requires_grad=True) for x in xs]
+    ty = _torch_cases()[name](*txs)
+    ty.backward(torch.tensor(dy))
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-10, atol=1e-12)
+    for g, t in zip(grads, txs):
+        np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-8, atol=1e-10)
