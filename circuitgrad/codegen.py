@@ -185,7 +185,7 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
                 expr = f"matmul({names[x]} * {c}, {names[y]})"
             else:
                 expr = f"matmul({names[x]}, {names[y]} * {c})"
-        elif type(a.op) in _INPLACE:
+        elif type(a.op) in _INPLACE and program.types[a.results[0]].shape:    # 0-d results are scalars
             shape = program.types[a.results[0]].shape
             for x in a.args:
                 if (x in fresh and x not in viewed and last_use.get(x) == i and x not in keep

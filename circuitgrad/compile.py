@@ -151,7 +151,8 @@ class CompiledModel:
 
     # ----------------------------------------------------------------- API
     def init_params(self, seed: int = 0) -> Params:
-        """Glorot-uniform weights, zero biases and zero optimizer state.
+        """Parameters by their ``init`` (Glorot-uniform weights, zero biases, unit gains, ``N(0, 0.02²)``
+        embeddings) and the optimizer's initial state (zeros, and its learning rate where it keeps one).
 
         Arrays of the model's float dtype, or raw ``int64`` fixed-point values
         (``v`` means ``v / 2**frac``) for a fixed-point model.
@@ -160,15 +161,17 @@ class CompiledModel:
         out: Params = {}
         for name, p in zip(self.param_names, self.parameters):
             shape = p.T.shape
-            if p.init == "zeros" or len(shape) == 0:
-                v = np.zeros(shape)
+            if p.init in ("zeros", "ones") or len(shape) == 0:
+                v = np.full(shape, 1.0 if p.init == "ones" else 0.0)
+            elif p.init == "normal":
+                v = rng.normal(0.0, 0.02, size=shape)
             else:
                 fan_in, fan_out = (shape[0], shape[-1]) if len(shape) > 1 else (shape[0], shape[0])
                 lim = np.sqrt(6.0 / (fan_in + fan_out))
                 v = rng.uniform(-lim, lim, size=shape)
             out[name] = self._in(v, f"parameter {name}")
         for name, (_, t) in zip(self.state_names, self.optimizer.state([p.T for p in self.parameters])):
-            out[name] = self._in(np.zeros(t.shape), f"optimizer state {name}")
+            out[name] = self._in(np.full(t.shape, self.optimizer.initial(name)), f"optimizer state {name}")
         return out
 
     def predict(self, params: Params, x) -> np.ndarray:
@@ -340,7 +343,7 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
         raise ValueError(f"compile_model: the {backend} backend computes in float32/float64, not {dtype}; "
                          f"fixed point runs on backend='numpy' (the reference interpreter)")
     pnames = _param_names(params)
-    snames = [f"{s}/{n}" for (s, _), n in zip(optimizer.state([p.T for p in params]), pnames)]
+    snames = optimizer.state_names(pnames, [p.T for p in params])
     names = {"predict": pnames + ["x"], "loss": pnames + ["x", "y"], "gradients": pnames + ["x", "y"],
              "step": pnames + [n.replace("/", "_") for n in snames] + ["x", "y"]}
     cm = CompiledModel(model, loss, optimizer, dtype, backend, params, pnames, snames,

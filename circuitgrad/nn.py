@@ -23,6 +23,8 @@ from .types import Dtype, NdArrayType, float32
 __all__ = [
     "linear", "bias", "dense", "relu", "sigmoid", "tanh", "softmax",
     "mse", "softmax_cross_entropy", "sgd", "momentum", "Optimizer", "mlp",
+    "gelu", "layer_norm", "rms_norm", "attention", "transformer_block", "Adam", "adam", "adamw",
+    "set_learning_rate",
 ]
 
 
@@ -147,6 +149,14 @@ class Optimizer:
         """``(suffix, type)`` of the optimizer state, per parameter order."""
         return [("momentum", t) for t in params] if self.beta else []
 
+    def state_names(self, names: Sequence[str], params: Sequence[NdArrayType]) -> list[str]:
+        """The names of the state entries (``"momentum/W0"``, …), in :meth:`state`'s order."""
+        return [f"{s}/{n}" for (s, _), n in zip(self.state(params), names)]
+
+    def initial(self, name: str) -> float:
+        """The initial value of state entry ``name`` (zero)."""
+        return 0.0
+
     def update(self, params: Sequence[NdArrayType]) -> Diagram:
         k = len(params)
         state = [t for _, t in self.state(params)]
@@ -169,3 +179,184 @@ def momentum(lr: float, beta: float = 0.9) -> Optimizer:
     """Heavy-ball momentum: ``v ← β·v + ∇p``, ``p ← p − lr·v`` (``lr > 0`` and ``β ∈ (0, 1)``, finite)."""
     return Optimizer(f"momentum({lr},{beta})", _rate("momentum", "learning rate lr", lr),
                      _rate("momentum", "beta", beta, upper=1.0))
+
+
+# ------------------------------------------------------ transformer layers
+def _shape_name(name: str, shape: Sequence[int], **kw) -> str:
+    extra = "".join(f",{k}={v}" for k, v in kw.items())
+    return f"{name}({','.join(map(str, shape))}{extra})"
+
+
+def gelu(*shape: int, dtype: Dtype = float32) -> Diagram:
+    """GELU, tanh approximation (PyTorch's ``approximate="tanh"``)."""
+    return _elementwise("gelu", ops.gelu, shape, dtype)
+
+
+def layer_norm(*shape: int, eps: float = 1e-5, dtype: Dtype = float32) -> Diagram:
+    """Layer normalisation over the last axis with a learned gain ``g`` (ones) and bias ``b`` (zeros)."""
+    d = shape[-1]
+
+    def f(x):
+        g = ops.param(_T((d,), dtype), "ln_g", init="ones")
+        b = ops.param(_T((d,), dtype), "ln_b", init="zeros")
+        return ops.layer_norm(x, eps) * g + b
+    return trace(f, [_T(shape, dtype)], name=_shape_name("layer_norm", shape))
+
+
+def rms_norm(*shape: int, eps: float = 1e-6, dtype: Dtype = float32) -> Diagram:
+    """RMS normalisation over the last axis, ``x / sqrt(mean(x²) + eps) · g`` (``g`` ones)."""
+    d = shape[-1]
+
+    def f(x):
+        g = ops.param(_T((d,), dtype), "rms_g", init="ones")
+        r = ops.rsqrt(ops.mean(x * x, -1) + eps)
+        return x * ops.broadcast_to(ops.reshape(r, x.shape[:-1] + (1,)), x.shape) * g
+    return trace(f, [_T(shape, dtype)], name=_shape_name("rms_norm", shape))
+
+
+def _project(x: Var, n: int, m: int, label: str, dtype: Dtype) -> Var:
+    """``x @ W + b`` over the last axis."""
+    W = ops.param(_T((n, m), dtype), f"{label}_W")
+    b = ops.param(_T((m,), dtype), f"{label}_b", init="zeros")
+    return x @ W + b
+
+
+def _heads(x: Var, heads: int) -> Var:
+    """``[B, S, d] → [B, heads, S, d/heads]``."""
+    B, S, d = x.shape
+    return ops.permute(ops.reshape(x, (B, S, heads, d // heads)), (0, 2, 1, 3))
+
+
+def _multi_head(x: Var, d: int, heads: int, causal: bool, kind: str, dtype: Dtype) -> Var:
+    B, S, _ = x.shape
+    q, k, v = (_heads(_project(x, d, d, n, dtype), heads) for n in ("q", "k", "v"))
+    o = ops.permute(ops.attention(q, k, v, causal=causal, kind=kind), (0, 2, 1, 3))
+    return _project(ops.reshape(o, (B, S, d)), d, d, "o", dtype)
+
+
+def _check_heads(fn: str, d: int, heads: int, kind: str) -> None:
+    if heads < 1 or d % heads:
+        raise ValueError(f"{fn}: d={d} must be a multiple of heads={heads}")
+    if kind not in ("softmax", "spherical"):
+        raise ValueError(f"{fn}: attention must be 'softmax' or 'spherical', got {kind!r}")
+
+
+def attention(B: int, S: int, d: int, heads: int = 1, causal: bool = False, kind: str = "softmax",
+              dtype: Dtype = float32) -> Diagram:
+    """Multi-head self-attention ``[B, S, d] → [B, S, d]``: projections ``q, k, v, o`` with biases,
+    ``heads`` heads of width ``d/heads``, softmax or spherical attention (see :func:`ops.attention`)::
+
+              ┌─ x@Wq ─┐
+        x ──┬─┼─ x@Wk ─┼── attention per head ── concat ── @Wo ── y
+            └─┴─ x@Wv ─┘
+    """
+    _check_heads("nn.attention", d, heads, kind)
+    return trace(lambda x: _multi_head(x, d, heads, causal, kind, dtype), [_T((B, S, d), dtype)],
+                 name=_shape_name("attention", (B, S, d), heads=heads, kind=kind, causal=causal))
+
+
+def transformer_block(B: int, S: int, d: int, heads: int = 1, causal: bool = True, kind: str = "softmax",
+                      mlp_ratio: int = 4, dtype: Dtype = float32) -> Diagram:
+    """A pre-norm transformer block: ``x + attention(ln(x))``, then ``x + mlp(ln(x))`` with a GELU MLP."""
+    _check_heads("nn.transformer_block", d, heads, kind)
+
+    def block(x):
+        def ln(z, tag):
+            g = ops.param(_T((d,), dtype), f"{tag}_g", init="ones")
+            b = ops.param(_T((d,), dtype), f"{tag}_b", init="zeros")
+            return ops.layer_norm(z) * g + b
+        x = x + _multi_head(ln(x, "ln1"), d, heads, causal, kind, dtype)
+        h = ops.gelu(_project(ln(x, "ln2"), d, mlp_ratio * d, "fc", dtype))
+        return x + _project(h, mlp_ratio * d, d, "proj", dtype)
+    return trace(block, [_T((B, S, d), dtype)],
+                 name=_shape_name("transformer_block", (B, S, d), heads=heads, kind=kind))
+
+
+# -------------------------------------------------------------------- Adam
+@dataclass(frozen=True)
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) and, with ``decoupled=True``, AdamW (Loshchilov & Hutter), as ``torch.optim``::
+
+        t ← t + 1;  p ← p·(1 − lr·wd) (AdamW);  m ← β₁m + (1 − β₁)g;  v ← β₂v + (1 − β₂)g²
+        p ← p − lr/(1 − β₁ᵗ) · m / (sqrt(v)/sqrt(1 − β₂ᵗ) + ε)
+
+    The state holds ``m`` and ``v`` per parameter, the step count ``adam/t`` and the learning rate
+    ``adam/lr`` (set to ``lr`` by ``init_params``): a schedule changes ``params["adam/lr"]`` between
+    steps (:func:`set_learning_rate`) without recompiling. Plain Adam's ``weight_decay`` adds
+    ``wd·p`` to the gradient, as ``torch.optim.Adam`` does.
+    """
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    decoupled: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        fn = "adamw" if self.decoupled else "adam"
+        object.__setattr__(self, "beta2", _rate(fn, "beta2", self.beta2, upper=1.0))
+        object.__setattr__(self, "eps", _rate(fn, "eps", self.eps))
+        if self.weight_decay:
+            object.__setattr__(self, "weight_decay", _rate(fn, "weight_decay", self.weight_decay))
+
+    def constants(self) -> list[tuple[str, float]]:
+        return [("learning rate", self.lr), ("beta1", self.beta), ("beta2", self.beta2), ("eps", self.eps)] + (
+            [("weight decay", self.weight_decay)] if self.weight_decay else [])
+
+    def state(self, params: Sequence[NdArrayType]) -> list[tuple[str, NdArrayType]]:
+        dt = params[0].dtype if params else float32
+        return [("adam_m", t) for t in params] + [("adam_v", t) for t in params] + [
+            ("adam_t", _T((), dt)), ("adam_lr", _T((), dt))]
+
+    def state_names(self, names: Sequence[str], params: Sequence[NdArrayType]) -> list[str]:
+        return [f"adam_m/{n}" for n in names] + [f"adam_v/{n}" for n in names] + ["adam/t", "adam/lr"]
+
+    def initial(self, name: str) -> float:
+        return self.lr if name == "adam/lr" else 0.0
+
+    def update(self, params: Sequence[NdArrayType]) -> Diagram:
+        k = len(params)
+        b1, b2, wd = self.beta, self.beta2, self.weight_decay
+
+        def step(*vs: Var):
+            p, m, v, (t, lr), g = vs[:k], vs[k:2 * k], vs[2 * k:3 * k], vs[3 * k:3 * k + 2], vs[3 * k + 2:]
+            t = t + 1.0
+            step_size = lr / (1.0 - ops.exp(t * math.log(b1)))
+            bc2 = ops.sqrt(1.0 - ops.exp(t * math.log(b2)))
+            new_p, new_m, new_v = [], [], []
+            for pi, mi, vi, gi in zip(p, m, v, g):
+                if wd and self.decoupled:
+                    pi = pi - pi * (lr * wd)
+                elif wd:
+                    gi = gi + ops.scale(pi, wd)
+                mi = ops.scale(mi, b1) + ops.scale(gi, 1.0 - b1)
+                vi = ops.scale(vi, b2) + ops.scale(gi * gi, 1.0 - b2)
+                denom = ops.sqrt(vi) / bc2 + self.eps
+                new_p.append(pi - step_size * (mi / denom))
+                new_m.append(mi)
+                new_v.append(vi)
+            return tuple(new_p) + tuple(new_m) + tuple(new_v) + (t, lr)
+        types = list(params) + [t for _, t in self.state(params)] + list(params)
+        return trace(step, types, name=self.name)
+
+
+def adam(lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+         weight_decay: float = 0.0) -> Adam:
+    """``torch.optim.Adam`` (L2 weight decay added to the gradient)."""
+    return Adam(f"adam({lr})", _rate("adam", "learning rate lr", lr), _rate("adam", "beta1", betas[0], 1.0),
+                betas[1], eps, weight_decay, False)
+
+
+def adamw(lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+          weight_decay: float = 0.01) -> Adam:
+    """``torch.optim.AdamW`` (decoupled weight decay)."""
+    return Adam(f"adamw({lr},wd={weight_decay})", _rate("adamw", "learning rate lr", lr),
+                _rate("adamw", "beta1", betas[0], 1.0), betas[1], eps, weight_decay, True)
+
+
+def set_learning_rate(params: dict, lr: float) -> dict:
+    """``params`` with Adam's learning rate ``adam/lr`` set to ``lr`` (same dtype): a schedule, no recompile."""
+    if "adam/lr" not in params:
+        raise KeyError("set_learning_rate: params hold no 'adam/lr' (only nn.adam and nn.adamw keep the rate as "
+                       "state; other optimizers' rates are constants of the compiled step)")
+    old = np.asarray(params["adam/lr"])
+    return {**params, "adam/lr": np.asarray(lr, dtype=old.dtype)}

@@ -92,7 +92,8 @@ class Copy(Primitive):
 class Parameter(Primitive):
     """``I → T``: a trainable parameter, with a name and an initialiser.
 
-    ``init`` is ``"glorot"`` (uniform, Glorot & Bengio) or ``"zeros"``.
+    ``init`` is ``"glorot"`` (uniform, Glorot & Bengio), ``"zeros"``, ``"ones"`` (normalisation gains) or
+    ``"normal"`` (``N(0, 0.02²)``, embeddings as in GPT-2).
     ``uid`` keeps two layers of the same shape distinct.
     """
     T: NdArrayType
@@ -101,8 +102,8 @@ class Parameter(Primitive):
     uid: int = field(default_factory=lambda: next(_UIDS))
 
     def __post_init__(self):
-        if self.init not in ("glorot", "zeros"):
-            raise ValueError(f"Parameter {self.label}: unknown init {self.init!r} (use 'glorot' or 'zeros')")
+        if self.init not in INITS:
+            raise ValueError(f"Parameter {self.label}: unknown init {self.init!r} (use one of {list(INITS)})")
 
     @property
     def source(self): return ()
@@ -112,6 +113,8 @@ class Parameter(Primitive):
 
 
 _UIDS = itertools.count()
+#: the initialisers a :class:`Parameter` may name
+INITS = ("glorot", "zeros", "ones", "normal")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,108 @@
+"""Transformer layers and Adam against PyTorch: a block's loss and gradients, Adam/AdamW trajectories."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+F = torch.nn.functional
+
+
+def torch_block(x, p, heads, causal, kind):
+    """The same pre-norm block as ``nn.transformer_block``, written directly in PyTorch."""
+    B, S, d = x.shape
+
+    def ln(z, tag):
+        return F.layer_norm(z, (d,), p[f"{tag}_g0"], p[f"{tag}_b0"], eps=1e-5)
+
+    def proj(z, tag):
+        return z @ p[f"{tag}_W0"] + p[f"{tag}_b0"]
+
+    h = ln(x, "ln1")
+    q, k, v = (proj(h, t).reshape(B, S, heads, d // heads).transpose(1, 2) for t in "qkv")
+    if kind == "softmax":
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    else:
+        s = q @ k.transpose(-1, -2) / (d // heads) ** 0.5
+        if causal:
+            s = s * torch.tril(torch.ones(S, S, dtype=s.dtype))
+        o = (s / torch.sqrt((s * s).sum(-1, keepdim=True) + cg.ops.ATTENTION_EPS)) @ v
+    x = x + proj(o.transpose(1, 2).reshape(B, S, d), "o")
+    return x + proj(F.gelu(proj(ln(x, "ln2"), "fc"), approximate="tanh"), "proj")
+
+
+@pytest.mark.parametrize("kind", ["softmax", "spherical"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_transformer_block_loss_and_gradients_equal_pytorch(kind, causal, rng):
+    B, S, d, heads = 2, 5, 8, 2
+    step = cg.compile_model(nn.transformer_block(B, S, d, heads=heads, causal=causal, kind=kind), nn.mse,
+                            nn.sgd(0.1), dtype=cg.float64)
+    params = {k: v + rng.normal(scale=0.1, size=v.shape) for k, v in step.init_params(seed=3).items()}
+    x, y = rng.normal(size=(B, S, d)), rng.normal(size=(B, S, d))
+    grads, loss = step.gradients(params, x, y), step.loss(params, x, y)
+    tp = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    tl = F.mse_loss(torch_block(torch.tensor(x), tp, heads, causal, kind), torch.tensor(y))
+    tl.backward()
+    assert abs(loss - tl.item()) <= 1e-12 * abs(tl.item())
+    for k in params:
+        np.testing.assert_allclose(grads[k], tp[k].grad.numpy(), rtol=1e-8, atol=1e-12, err_msg=k)
+
+
+@pytest.mark.parametrize("name,make,torch_opt", [
+    ("adam", lambda: nn.adam(0.01), lambda ps: torch.optim.Adam(ps, lr=0.01)),
+    ("adam-l2", lambda: nn.adam(0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
+     lambda ps: torch.optim.Adam(ps, lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
+    ("adamw", lambda: nn.adamw(0.01, weight_decay=0.05), lambda ps: torch.optim.AdamW(ps, lr=0.01,
+                                                                                       weight_decay=0.05)),
+])
+def test_adam_trajectories_equal_torch_optim(name, make, torch_opt, rng):
+    B, sizes = 6, [4, 7, 3]
+    step = cg.compile_model(nn.mlp(B, sizes, activation=nn.tanh), nn.mse, make(), dtype=cg.float64)
+    params = step.init_params(seed=1)
+    tp = {k: torch.tensor(params[k], requires_grad=True) for k in step.param_names}
+    opt = torch_opt(list(tp.values()))
+    for _ in range(10):
+        x, y = rng.normal(size=(B, sizes[0])), rng.normal(size=(B, sizes[-1]))
+        params = step.step(params, x, y)
+        opt.zero_grad()
+        h = torch.tanh(torch.tensor(x) @ tp["W0"] + tp["b0"]) @ tp["W1"] + tp["b1"]
+        F.mse_loss(h, torch.tensor(y)).backward()
+        opt.step()
+    assert float(params["adam/t"]) == 10.0
+    for k in step.param_names:
+        np.testing.assert_allclose(params[k], tp[k].detach().numpy(), rtol=1e-10, atol=1e-14, err_msg=k)
+
+
+def test_learning_rate_schedule_without_recompiling(rng):
+    B, sizes = 4, [3, 2]
+    step = cg.compile_model(nn.mlp(B, sizes), nn.mse, nn.adam(0.1), dtype=cg.float64)
+    p0 = step.init_params(seed=0)
+    x, y = rng.normal(size=(B, 3)), rng.normal(size=(B, 2))
+    fast, slow = step.step(p0, x, y), step.step(nn.set_learning_rate(p0, 0.01), x, y)
+    # Adam's first step moves every parameter by about lr: the rate in the state is the one used
+    assert np.allclose(np.abs(fast["W0"] - p0["W0"]), 0.1, rtol=1e-3)
+    assert np.allclose(np.abs(slow["W0"] - p0["W0"]), 0.01, rtol=1e-3)
+    with pytest.raises(KeyError, match="set_learning_rate: params hold no 'adam/lr'"):
+        nn.set_learning_rate(cg.compile_model(nn.mlp(B, sizes), nn.mse, nn.sgd(0.1)).init_params(0), 0.1)
+
+
+@pytest.mark.parametrize("args,message", [
+    (dict(lr=-1.0), "adam: learning rate lr must be a finite number > 0, got -1.0"),
+    (dict(betas=(0.9, 1.0)), "adam: beta2 must be a finite number in (0, 1), got 1.0"),
+    (dict(eps=0.0), "adam: eps must be a finite number > 0, got 0.0"),
+])
+def test_adam_arguments_are_checked(args, message):
+    with pytest.raises(ValueError, match=f"^{message.replace('(', r'[(]').replace(')', r'[)]')}$"):
+        nn.adam(**args)
+
+
+def test_layer_building_errors():
+    with pytest.raises(ValueError, match=r"^nn.attention: d=10 must be a multiple of heads=4$"):
+        nn.attention(2, 3, 10, heads=4)
+    with pytest.raises(ValueError, match=r"^nn.transformer_block: attention must be 'softmax' or 'spherical', "
+                                         r"got 'linear'$"):
+        nn.transformer_block(2, 3, 8, kind="linear")
