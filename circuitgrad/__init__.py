@@ -4,7 +4,7 @@ One model definition, one reverse derivative (an optic functor over the whole
 hypergraph), compiled to NumPy / CuPy step functions, Amaranth hardware and
 arithmetic circuits over finite fields.
 """
-from .types import NdArrayType, Dtype, Float, Fixed, float32, float64, fixed
+from .types import NdArrayType, Dtype, Float, Fixed, Index, float32, float64, fixed, index
 from .primitives import TypeMismatch, Primitive, PRIMITIVES
 from .diagram import Diagram, Var, trace, identity, sequential, monogamous, unbind_parameters, IllFormedDiagram
 from .optic import rdiff, lens
@@ -18,7 +18,7 @@ from .compile import compile_model, CompiledModel
 __version__ = "0.1.0"
 
 __all__ = [
-    "NdArrayType", "Dtype", "Float", "Fixed", "float32", "float64", "fixed",
+    "NdArrayType", "Dtype", "Float", "Fixed", "Index", "float32", "float64", "fixed", "index",
     "TypeMismatch", "Primitive", "PRIMITIVES",
     "Diagram", "Var", "trace", "identity", "sequential", "monogamous", "unbind_parameters", "IllFormedDiagram",
     "rdiff", "lens", "Program", "Apply", "schedule", "retype", "run", "UnboundParameter",

@@ -35,7 +35,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .fixedpoint import quantize
-from .types import Dtype, Fixed, NdArrayType
+from .types import Dtype, Fixed, Index, NdArrayType
 
 __all__ = ["ParameterNameError", "real_array", "convert", "inputs", "targets", "parameters"]
 
@@ -109,6 +109,8 @@ def inputs(x, T: NdArrayType, dtype: Dtype, xp, fn: str, any_rows: bool = False)
     """The input batch ``x`` of function ``fn`` checked against the model's input type ``T`` and converted."""
     where = f"{fn}: input x"
     a = real_array(x, where)
+    if isinstance(T.dtype, Index):
+        return ids(a, T, xp, where, any_rows)
     rest = T.shape[1:]
     if a.shape[1:] != rest or a.ndim != T.ndim or (not any_rows and a.shape[0] != T.shape[0]):
         if any_rows:
@@ -124,22 +126,39 @@ def inputs(x, T: NdArrayType, dtype: Dtype, xp, fn: str, any_rows: bool = False)
     return convert(a, dtype, xp, where)
 
 
+def ids(a, T: NdArrayType, xp, where: str, any_rows: bool = False):
+    """Integer ids of an ``index(n)`` input: integers of ``T``'s shape (any rows with ``any_rows``) in ``[0, n)``."""
+    n = T.dtype.n
+    if a.ndim != T.ndim or a.shape[1:] != T.shape[1:] or (not any_rows and a.shape[0] != T.shape[0]):
+        rows = ("n",) if any_rows else T.shape[:1]
+        raise ValueError(f"{where} must have shape {_shape(rows + T.shape[1:])} (ids of a vocabulary of {n}), "
+                         f"got {_shape(a.shape)}")
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{where} must hold integer ids of a vocabulary of {n}, got {a.dtype}")
+    host = a.get() if _on_device(a) else a
+    if host.size and (int(host.min()) < 0 or int(host.max()) >= n):
+        raise ValueError(f"{where} holds ids in [{int(host.min())}, {int(host.max())}], outside the vocabulary of "
+                         f"{n} (ids 0..{n - 1})")
+    out = np.asarray(host, dtype=np.int64)
+    return out if xp is np else xp.asarray(out)
+
+
 def targets(y, T: NdArrayType, dtype: Dtype, xp, fn: str = ""):
     """The targets ``y`` of function ``fn``: integer class labels (one-hot encoded here) or rows of type ``T``."""
     where = f"{fn}: targets y" if fn else "targets y"
     a = real_array(y, where)
     if a.shape == T.shape:
         return convert(a, dtype, xp, where)
-    if T.ndim != 2:
+    if T.ndim < 2:
         raise ValueError(f"{where} must have shape {_shape(T.shape)}, got {_shape(a.shape)}")
-    if a.ndim != 1 or a.shape[0] != T.shape[0] or a.dtype.kind == "f":
-        expected = (f"{where} must be integer class labels of shape {_shape(T.shape[:1])} or target rows of "
+    if a.shape != T.shape[:-1] or a.dtype.kind == "f":
+        expected = (f"{where} must be integer class labels of shape {_shape(T.shape[:-1])} or target rows of "
                     f"shape {_shape(T.shape)}")
-        if a.dtype.kind == "f" and a.shape == T.shape[:1]:
+        if a.dtype.kind == "f" and a.shape == T.shape[:-1]:
             raise TypeError(f"{expected}, got {a.dtype} labels; pass integers, e.g. y.astype(int)")
         raise ValueError(f"{expected}, got shape {_shape(a.shape)}")
     host = a.get() if _on_device(a) else a
-    k = T.shape[1]
+    k = T.shape[-1]
     unsigned = host.view(f"u{host.itemsize}") if host.dtype.kind == "i" else host   # negatives become huge
     if host.size and unsigned.max() >= k:
         raise ValueError(f"{where} must be class labels in 0..{k - 1}, got values in "

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import blas
 from . import primitives as P
-from .interpret import FLOAT_RULES, _argmax_mask, _causal_mask, _logsumexp, _sigmoid, _softmax
+from .interpret import FLOAT_RULES, _argmax_mask, _causal_mask, _logsumexp, _one_hot, _sigmoid, _softmax
 from .schedule import Program
 
 __all__ = ["NUMPY_RULES", "generate", "compile_program"]
@@ -73,11 +73,12 @@ NUMPY_RULES: dict[type, Callable[..., str]] = {
     P.Permute: lambda op, a: f"np.transpose({a}, {op.axes!r})",
     P.BatchMatMul: lambda op, a, b: f"np.matmul({a}, {b})",
     P.CausalMask: lambda op, a: f"causal_mask({a})",
+    P.OneHot: lambda op, a: f"one_hot({a}, {op.S.dtype.n}, {_dt(op.T)})",
 }
 
 #: ops whose result is a freshly allocated array (safe to overwrite once dead)
 _FRESH = (P.MatMul, P.Add, P.Mul, P.Neg, P.Scale, P.Heaviside, P.Sigmoid, P.Tanh, P.Softmax, P.SumTo,
-          P.LogSumExp, P.Exp, P.Log, P.Sqrt, P.Div, P.ArgMaxMask, P.BatchMatMul, P.CausalMask)
+          P.LogSumExp, P.Exp, P.Log, P.Sqrt, P.Div, P.ArgMaxMask, P.BatchMatMul, P.CausalMask, P.OneHot)
 #: ops whose result may share memory with their argument
 _VIEWS = (P.Copy, P.Transpose, P.Reshape, P.Broadcast, P.Permute)
 #: in-place forms: (op, *names, out) -> statement expression
@@ -91,7 +92,7 @@ _INPLACE = {
 }
 
 _HELPERS = {"np": np, "matmul": blas.matmul, "sigmoid": _sigmoid, "softmax": _softmax, "logsumexp": _logsumexp,
-            "argmax_mask": _argmax_mask, "causal_mask": _causal_mask}
+            "argmax_mask": _argmax_mask, "causal_mask": _causal_mask, "one_hot": _one_hot}
 
 
 def _ident(name: str) -> str:

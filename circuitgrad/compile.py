@@ -27,7 +27,7 @@ from .nn import Optimizer
 from .optic import rdiff
 from .primitives import Parameter
 from .rewrite import simplify
-from .schedule import Program, retype, schedule
+from .schedule import Program, retype_type, retype, schedule
 from .types import Dtype, Fixed, NdArrayType
 
 __all__ = ["compile_model", "CompiledModel", "Params"]
@@ -336,7 +336,7 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
                                f"use backend='numpy' (or 'auto')")
         backend = "cupy" if ok else "numpy"
     params, x_type, y_type, diagrams = _build(model, loss, optimizer)
-    dtype = dtype or x_type.dtype
+    dtype = dtype or y_type.dtype          # the output's: an input may be index(n) token ids
     if isinstance(dtype, Fixed):
         _check_constants(optimizer, dtype)
     if backend != "numpy" and isinstance(dtype, Fixed):
@@ -347,7 +347,7 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
     names = {"predict": pnames + ["x"], "loss": pnames + ["x", "y"], "gradients": pnames + ["x", "y"],
              "step": pnames + [n.replace("/", "_") for n in snames] + ["x", "y"]}
     cm = CompiledModel(model, loss, optimizer, dtype, backend, params, pnames, snames,
-                       x_type.with_dtype(dtype), y_type.with_dtype(dtype), diagrams, names)
+                       retype_type(x_type, dtype), y_type.with_dtype(dtype), diagrams, names)
     cm.donate = donate
     cm.fn("step")          # the training step is compiled now; the others on first use
     cm.compile_seconds = time.perf_counter() - t0

@@ -55,6 +55,11 @@ def _causal_mask(x: np.ndarray) -> np.ndarray:
     return np.where(causal_keep(x.shape), x, x.dtype.type(0))
 
 
+def _one_hot(ids: np.ndarray, n: int, dtype) -> np.ndarray:
+    """Rows with ``1`` at each id (ids already checked to lie in ``[0, n)``)."""
+    return (np.asarray(ids)[..., None] == np.arange(n)).astype(dtype)
+
+
 def _argmax_mask(x: np.ndarray) -> np.ndarray:
     """One-hot of the first maximum along the last axis (in ``x``'s dtype)."""
     idx = x.argmax(axis=-1)[..., None]
@@ -96,6 +101,7 @@ FLOAT_RULES: dict[type, Callable] = {
     P.Permute: lambda op, a: (np.transpose(a, op.axes),),
     P.BatchMatMul: lambda op, a, b: (np.matmul(a, b),),
     P.CausalMask: lambda op, a: (_causal_mask(a),),
+    P.OneHot: lambda op, s: (_one_hot(s, op.S.dtype.n, _dt(op.T)),),
 }
 
 

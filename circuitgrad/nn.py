@@ -18,13 +18,13 @@ import numpy as np
 
 from . import ops
 from .diagram import Diagram, Var, sequential, trace
-from .types import Dtype, NdArrayType, float32
+from .types import Dtype, NdArrayType, float32, index
 
 __all__ = [
     "linear", "bias", "dense", "relu", "sigmoid", "tanh", "softmax",
     "mse", "softmax_cross_entropy", "sgd", "momentum", "Optimizer", "mlp",
     "gelu", "layer_norm", "rms_norm", "attention", "transformer_block", "Adam", "adam", "adamw",
-    "set_learning_rate",
+    "set_learning_rate", "embedding", "positional_embedding", "gpt",
 ]
 
 
@@ -101,12 +101,15 @@ def mse(T: NdArrayType) -> Diagram:
 
 
 def softmax_cross_entropy(T: NdArrayType) -> Diagram:
-    """``mean_b(logsumexp(ŷ_b) − Σ_k y_bk ŷ_bk)``: ``[B, K] ⊗ [B, K] → []`` (``y`` one-hot).
+    """``mean_rows(logsumexp(ŷ_r) − Σ_k y_rk ŷ_rk)``: ``[..., K] ⊗ [..., K] → []`` (``y`` one-hot rows).
 
-    Its reverse derivative is ``(softmax(ŷ) − y) / B``: the log is never
-    differentiated, so the fixed-point step needs only softmax.
+    Rows are every index but the last: ``[B, K]`` averages over the batch, ``[B, S, V]`` over every
+    position, as ``torch.nn.functional.cross_entropy`` does. Integer labels (``[B]`` or ``[B, S]``)
+    are accepted at the call and one-hot encoded there. Its reverse derivative is
+    ``(softmax(ŷ) − y) / rows``: the log is never differentiated, so the fixed-point step needs only
+    softmax.
     """
-    B = T.shape[0] if T.ndim > 1 else 1
+    B = int(np.prod(T.shape[:-1], dtype=np.int64)) if T.ndim > 1 else 1
 
     def loss(yhat: Var, y: Var) -> Var:
         per_row = ops.logsumexp(yhat) - ops.sum(y * yhat, axis=-1)
@@ -270,6 +273,39 @@ def transformer_block(B: int, S: int, d: int, heads: int = 1, causal: bool = Tru
         return x + _project(h, mlp_ratio * d, d, "proj", dtype)
     return trace(block, [_T((B, S, d), dtype)],
                  name=_shape_name("transformer_block", (B, S, d), heads=heads, kind=kind))
+
+
+def embedding(B: int, S: int, vocab: int, d: int, dtype: Dtype = float32) -> Diagram:
+    """Token ids ``index(vocab)[B, S]`` to vectors ``[B, S, d]``: ``OneHot(ids) @ E`` with ``E ~ N(0, 0.02²)``."""
+    def f(ids):
+        E = ops.param(_T((vocab, d), dtype), "tok_E", init="normal")
+        return ops.one_hot(ids, dtype) @ E
+    return trace(f, [NdArrayType((B, S), index(vocab))], name=_shape_name("embedding", (B, S, vocab, d)))
+
+
+def positional_embedding(B: int, S: int, d: int, dtype: Dtype = float32) -> Diagram:
+    """``x + P`` with a learned position table ``P : [S, d]`` (``N(0, 0.02²)``) broadcast over the batch."""
+    def f(x):
+        return x + ops.param(_T((S, d), dtype), "pos_P", init="normal")
+    return trace(f, [_T((B, S, d), dtype)], name=_shape_name("positional_embedding", (B, S, d)))
+
+
+def gpt(B: int, S: int, vocab: int, d: int = 128, heads: int = 4, layers: int = 2, attention: str = "softmax",
+        mlp_ratio: int = 4, dtype: Dtype = float32) -> Diagram:
+    """A GPT: token and position embeddings, ``layers`` causal pre-norm blocks, a final layer norm and a
+    linear head to ``vocab`` logits: ``index(vocab)[B, S] → [B, S, vocab]``::
+
+        ids ── embedding ── + positions ── block × layers ── layer_norm ── @W + b ── logits
+    """
+    _check_heads("nn.gpt", d, heads, attention)
+    if layers < 0:
+        raise ValueError(f"nn.gpt: layers must be ≥ 0, got {layers}")
+    parts = [embedding(B, S, vocab, d, dtype), positional_embedding(B, S, d, dtype)]
+    parts += [transformer_block(B, S, d, heads, True, attention, mlp_ratio, dtype) for _ in range(layers)]
+    parts += [layer_norm(B, S, d, dtype=dtype), trace(lambda x: _project(x, d, vocab, "head", dtype),
+                                                      [_T((B, S, d), dtype)], name=f"head({d},{vocab})")]
+    return sequential(parts, name=f"gpt(B={B},S={S},vocab={vocab},d={d},heads={heads},layers={layers},"
+                                  f"{attention})")
 
 
 # -------------------------------------------------------------------- Adam

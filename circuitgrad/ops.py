@@ -20,14 +20,14 @@ import numpy as np
 from . import primitives as P
 from .diagram import Builder, Var
 from .primitives import TypeMismatch
-from .types import NdArrayType, format_types
+from .types import Dtype, NdArrayType, float32, format_types
 
 __all__ = [
     "add", "sub", "mul", "neg", "scale", "matmul", "transpose", "reshape",
     "broadcast_to", "sum_to", "sum", "constant", "param", "heaviside",
     "sigmoid", "tanh", "softmax", "logsumexp", "relu",
     "exp", "log", "sqrt", "rsqrt", "div", "power", "max", "mean", "permute", "causal_mask",
-    "layer_norm", "gelu", "attention", "ATTENTION_EPS",
+    "layer_norm", "gelu", "attention", "ATTENTION_EPS", "one_hot",
 ]
 
 Number = (int, float, np.integer, np.floating)
@@ -335,3 +335,9 @@ def attention(q: Var, k: Var, v: Var, causal: bool = False, kind: str = "softmax
             s = causal_mask(s)
         a = mul(s, _keep(s, rsqrt(add(sum(mul(s, s), -1), ATTENTION_EPS))))
     return matmul(a, v)
+
+
+def one_hot(ids: Var, dtype: Dtype = float32) -> Var:
+    """Rows ``[..., n]`` with ``1`` at each id of an ``index(n)`` wire (the model's dtype replaces ``dtype``)."""
+    T = NdArrayType(ids.shape + (getattr(ids.type.dtype, "n", 0),), dtype)
+    return ids.builder.apply(P.OneHot(ids.type, T), ids)[0]

@@ -156,6 +156,7 @@ RULES: dict[type, Callable[[P.Primitive], Rule]] = {
     P.Permute: _linear(lambda op, dy: ops.permute(dy, op.inverse())),
     P.BatchMatMul: _batch_matmul,
     P.CausalMask: _linear(lambda op, dy: ops.causal_mask(dy)),
+    P.OneHot: lambda op: _lens(op, (), lambda s: (_self(op, s), ()), lambda dy: ops.constant(op.S, 0)),
 }
 
 _CACHE: dict[int, Rule] = {}

@@ -17,14 +17,14 @@ import itertools
 from dataclasses import dataclass, field
 import numpy as np
 
-from .types import Interner, NdArrayType, format_types
+from .types import Index, Interner, NdArrayType, format_types
 
 __all__ = [
     "TypeMismatch", "Primitive", "Unary", "Binary", "PRIMITIVES",
     "Copy", "Add", "Neg", "Mul", "Scale", "Constant", "MatMul", "Transpose",
     "Reshape", "Broadcast", "SumTo", "Heaviside", "Sigmoid", "Tanh",
     "Softmax", "LogSumExp", "Parameter", "Exp", "Log", "Sqrt", "Div", "ArgMaxMask", "Permute",
-    "BatchMatMul", "CausalMask",
+    "BatchMatMul", "CausalMask", "OneHot",
     "intern_op", "op_of",
 ]
 
@@ -125,6 +125,30 @@ class Constant(Primitive):
 
     @property
     def source(self): return ()
+
+    @property
+    def target(self): return (self.T,)
+
+
+@dataclass(frozen=True)
+class OneHot(Primitive):
+    """``S → T``: integer ids ``S : index(n)[...]`` to rows ``T : [..., n]`` with ``1`` at each id.
+
+    The bridge from integer wires (token ids) to arithmetic: an embedding is ``OneHot(ids) @ E``. The
+    ids carry no derivative.
+    """
+    S: NdArrayType
+    T: NdArrayType
+
+    def __post_init__(self):
+        if not isinstance(self.S.dtype, Index):
+            raise TypeMismatch(f"OneHot: ids must be an index(n) wire, got {self.S}")
+        if self.T.shape != self.S.shape + (self.S.dtype.n,) or isinstance(self.T.dtype, Index):
+            raise TypeMismatch(f"OneHot: {self.S} gives rows of shape {list(self.S.shape + (self.S.dtype.n,))} "
+                               f"in a float or fixed dtype, not {self.T}")
+
+    @property
+    def source(self): return (self.S,)
 
     @property
     def target(self): return (self.T,)
@@ -403,7 +427,7 @@ class LogSumExp(Primitive):
 PRIMITIVES: tuple[type[Primitive], ...] = (
     Copy, Parameter, Constant, Add, Neg, Mul, Scale, MatMul, Transpose, Reshape,
     Broadcast, SumTo, Heaviside, Sigmoid, Tanh, Softmax, LogSumExp,
-    Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask,
+    Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot,
 )
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from .diagram import IllFormedDiagram, _short, check_producers
 from .primitives import Primitive, op_of
-from .types import Dtype, NdArrayType, type_of
+from .types import Dtype, Index, NdArrayType, type_of
 
 __all__ = ["Apply", "Program", "schedule", "layering", "retype"]
 
@@ -187,15 +187,16 @@ def schedule(f, name: str | None = None) -> Program:
 
 
 # ------------------------------------------------------------------ retyping
-def _retype_value(v, dtype: Dtype):
-    if isinstance(v, NdArrayType):
+def retype_type(v, dtype: Dtype):
+    """A wire type in ``dtype``; index types (token ids) keep theirs, other values are unchanged."""
+    if isinstance(v, NdArrayType) and not isinstance(v.dtype, Index):
         return v.with_dtype(dtype)
     return v
 
 
 def retype_op(op: Primitive, dtype: Dtype) -> Primitive:
     """``op`` with every wire type's dtype replaced by ``dtype``."""
-    changes = {f.name: _retype_value(getattr(op, f.name), dtype) for f in dataclasses.fields(op)
+    changes = {f.name: retype_type(getattr(op, f.name), dtype) for f in dataclasses.fields(op)
                if isinstance(getattr(op, f.name), NdArrayType)}
     return dataclasses.replace(op, **changes) if changes else op
 
@@ -209,5 +210,5 @@ def retype(p: Program, dtype: Dtype) -> Program:
         if op is None:
             op = cache[a.op] = retype_op(a.op, dtype)
         instrs.append(Apply(op, a.args, a.results))
-    return Program([t.with_dtype(dtype) for t in p.types], list(p.inputs), list(p.outputs), instrs,
+    return Program([retype_type(t, dtype) for t in p.types], list(p.inputs), list(p.outputs), instrs,
                    p.name, list(p.layers))

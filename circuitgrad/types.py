@@ -20,7 +20,7 @@ from typing import Generic, Hashable, Sequence, TypeVar
 import numpy as np
 
 __all__ = [
-    "Dtype", "Float", "Fixed", "float32", "float64", "fixed",
+    "Dtype", "Float", "Fixed", "Index", "float32", "float64", "fixed", "index",
     "NdArrayType", "Interner", "intern_type", "type_of", "format_types",
 ]
 
@@ -89,8 +89,33 @@ class Fixed(Dtype):
         return f"fixed({self.width},{self.frac})"
 
 
+@dataclass(frozen=True)
+class Index(Dtype):
+    """Integers in ``[0, n)``: token ids and class labels (``int64`` arrays in every target).
+
+    The bound is part of the type, so every call checks its inputs against it. Index wires keep their
+    dtype when a model is retyped to a float or fixed-point dtype.
+    """
+    n: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"index(n): n must be an integer ≥ 1, got {self.n!r}")
+
+    def numpy_dtype(self) -> np.dtype:
+        return np.dtype(np.int64)
+
+    def __str__(self) -> str:
+        return f"index({self.n})"
+
+
 float32 = Float(32)
 float64 = Float(64)
+
+
+def index(n: int) -> Index:
+    """The dtype of integers in ``[0, n)`` (token ids of a vocabulary of ``n``)."""
+    return Index(n)
 
 
 def fixed(width: int, frac: int) -> Fixed:
@@ -110,7 +135,8 @@ class NdArrayType:
             raise ValueError(f"negative dimension in shape {shape}")
         object.__setattr__(self, "shape", shape)
         if not isinstance(self.dtype, Dtype):
-            raise TypeError(f"dtype must be a circuitgrad dtype (float32, float64, fixed(w, f)), got {self.dtype!r}")
+            raise TypeError(f"dtype must be a circuitgrad dtype (float32, float64, fixed(w, f), index(n)), "
+                            f"got {self.dtype!r}")
 
     @property
     def ndim(self) -> int:

@@ -405,3 +405,39 @@ def test_progress_helper_lines_and_bar(capsys):
     with Progress(3, "bar", tty=True) as bar:            # a terminal: tqdm draws the bar on stderr
         bar.update(3)
     assert "3/3" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ issue 12: token ids
+@pytest.fixture(scope="module")
+def tiny_gpt():
+    return cg.compile_model(nn.gpt(2, 4, 7, d=4, heads=1, layers=1), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.sgd(0.1))
+
+
+@pytest.mark.parametrize("ids,exc,message", [
+    (np.array([[0, 1, 2, 7], [0, 0, 0, 0]]), ValueError,
+     "step: input x holds ids in [0, 7], outside the vocabulary of 7 (ids 0..6)"),
+    (np.array([[0, 1, 2, -1], [0, 0, 0, 0]]), ValueError,
+     "step: input x holds ids in [-1, 2], outside the vocabulary of 7 (ids 0..6)"),
+    (np.zeros((2, 4)), TypeError, "step: input x must hold integer ids of a vocabulary of 7, got float64"),
+    (np.zeros((2, 5), dtype=int), ValueError,
+     "step: input x must have shape (2, 4) (ids of a vocabulary of 7), got (2, 5)"),
+])
+def test_token_ids_are_checked_at_the_call(tiny_gpt, ids, exc, message):
+    with pytest.raises(exc) as e:
+        tiny_gpt.step(tiny_gpt.init_params(0), ids, np.zeros((2, 4), dtype=int))
+    assert str(e.value) == message
+
+
+def test_sequence_targets_are_labels_or_rows(tiny_gpt):
+    p = tiny_gpt.init_params(0)
+    x = np.zeros((2, 4), dtype=int)
+    with pytest.raises(ValueError) as e:
+        tiny_gpt.step(p, x, np.full((2, 4), 9))
+    assert str(e.value) == "step: targets y must be class labels in 0..6, got values in [9, 9]"
+    with pytest.raises(TypeError) as e:
+        tiny_gpt.step(p, x, np.zeros((2, 4)))
+    assert str(e.value) == ("step: targets y must be integer class labels of shape (2, 4) or target rows of "
+                            "shape (2, 4, 7), got float64 labels; pass integers, e.g. y.astype(int)")
+    assert tiny_gpt.loss(p, x, np.zeros((2, 4), dtype=int)) == pytest.approx(
+        tiny_gpt.loss(p, x, np.eye(7)[np.zeros((2, 4), dtype=int)]), rel=1e-6)

@@ -106,3 +106,34 @@ def test_layer_building_errors():
     with pytest.raises(ValueError, match=r"^nn.transformer_block: attention must be 'softmax' or 'spherical', "
                                          r"got 'linear'$"):
         nn.transformer_block(2, 3, 8, kind="linear")
+
+
+BLOCK = ("ln1_g", "ln1_b", "q_W", "q_b", "k_W", "k_b", "v_W", "v_b", "o_W", "o_b", "ln2_g", "ln2_b", "fc_W", "fc_b",
+         "proj_W", "proj_b")
+
+
+def torch_gpt(ids, p, layers, heads, kind):
+    """The same GPT in PyTorch (circuitgrad numbers parameters of one label in order: block i's are q_W{i}, …)."""
+    V = p["tok_E0"].shape[0]
+    x = F.one_hot(ids, V).to(p["tok_E0"].dtype) @ p["tok_E0"] + p["pos_P0"]
+    for i in range(layers):
+        x = torch_block(x, {f"{n}0": p[f"{n}{i}"] for n in BLOCK}, heads, True, kind)
+    x = F.layer_norm(x, (x.shape[-1],), p["ln_g0"], p["ln_b0"], eps=1e-5)
+    return x @ p["head_W0"] + p["head_b0"]
+
+
+@pytest.mark.parametrize("kind", ["softmax", "spherical"])
+def test_gpt_training_step_gradients_equal_pytorch(kind, rng):
+    B, S, V, d, heads, layers = 2, 6, 11, 8, 2, 2
+    step = cg.compile_model(nn.gpt(B, S, V, d=d, heads=heads, layers=layers, attention=kind),
+                            loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1), dtype=cg.float64)
+    params = {k: v + rng.normal(scale=0.1, size=v.shape) for k, v in step.init_params(seed=0).items()}
+    ids, nxt = rng.integers(0, V, size=(B, S)), rng.integers(0, V, size=(B, S))
+    grads, loss = step.gradients(params, ids, nxt), step.loss(params, ids, nxt)
+    tp = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    logits = torch_gpt(torch.tensor(ids), tp, layers, heads, kind)
+    tl = F.cross_entropy(logits.reshape(-1, V), torch.tensor(nxt).reshape(-1))
+    tl.backward()
+    assert abs(loss - tl.item()) <= 1e-12 * abs(tl.item())
+    for k in params:
+        np.testing.assert_allclose(grads[k], tp[k].grad.numpy(), rtol=1e-8, atol=1e-12, err_msg=k)

@@ -353,6 +353,7 @@ UNSUPPORTED = {
     P.Permute: _LATER,
     P.BatchMatMul: _LATER,
     P.CausalMask: _LATER,
+    P.OneHot: _LATER,
 }
 
 

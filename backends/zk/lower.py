@@ -322,4 +322,5 @@ UNSUPPORTED: dict[type, str] = {
     P.Permute: _LATER,
     P.BatchMatMul: _LATER,
     P.CausalMask: _LATER,
+    P.OneHot: _LATER,
 }
