@@ -29,3 +29,13 @@ def test_example_accuracy(script, dtype, minimum):
     assert float(m.group(1)) >= minimum
     if dtype == "fixed":
         assert "compiled for fixed(32,16)" in out
+
+
+@pytest.mark.parametrize("attention", ["softmax", "spherical"])
+def test_digits_vit_accuracy(attention):
+    """Issue 12: the digits as sequences of rows through transformer blocks reach 0.95 with either attention."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "digits_vit.py"), "--attention", attention,
+                          "--quiet"], capture_output=True, text=True, timeout=600, check=True).stdout
+    m = re.fullmatch(r"accuracy=([0-9.]+)", out.strip().splitlines()[-1])
+    assert m, out
+    assert float(m.group(1)) >= 0.95
