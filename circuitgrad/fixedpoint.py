@@ -104,6 +104,13 @@ def const(c: float, dt: Fixed, what: str = "constant") -> int:
     return v
 
 
+def constant_raw(op, dt: Fixed) -> int:
+    """The raw value of a :class:`Constant` operation: ``const(value)``, or at least one step for an epsilon."""
+    if getattr(op, "epsilon", False) and op.value > 0:
+        return max(int(round(op.value * (1 << dt.frac))), 1)
+    return const(op.value, dt, "Constant")
+
+
 def rescale(p, frac: int):
     """``round_half_up(p / 2**frac)`` by an arithmetic shift (works on int64 or object arrays)."""
     return (p + (1 << (frac - 1))) >> frac
@@ -337,7 +344,7 @@ def _argmax_mask(op, x):
 FIXED_RULES: dict[type, Callable] = {
     P.Copy: lambda op, x: (x,) * op.n,
     P.Parameter: _unbound,
-    P.Constant: lambda op: (np.full(op.T.shape, const(op.value, _fx(op.T)), dtype=np.int64),),
+    P.Constant: lambda op: (np.full(op.T.shape, constant_raw(op, _fx(op.T)), dtype=np.int64),),
     P.Add: lambda op, a, b: (a + b,),
     P.Neg: lambda op, a: (-a,),
     P.Mul: _mul,

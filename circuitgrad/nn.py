@@ -212,7 +212,7 @@ def rms_norm(*shape: int, eps: float = 1e-6, dtype: Dtype = float32) -> Diagram:
 
     def f(x):
         g = ops.param(_T((d,), dtype), "rms_g", init="ones")
-        r = ops.rsqrt(ops.mean(x * x, -1) + eps)
+        r = ops.rsqrt(ops.add_epsilon(ops.mean(x * x, -1), eps))
         return x * ops.broadcast_to(ops.reshape(r, x.shape[:-1] + (1,)), x.shape) * g
     return trace(f, [_T(shape, dtype)], name=_shape_name("rms_norm", shape))
 

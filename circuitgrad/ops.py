@@ -27,7 +27,7 @@ __all__ = [
     "broadcast_to", "sum_to", "sum", "constant", "param", "heaviside",
     "sigmoid", "tanh", "softmax", "logsumexp", "relu",
     "exp", "log", "sqrt", "rsqrt", "div", "power", "max", "mean", "permute", "causal_mask",
-    "layer_norm", "gelu", "attention", "ATTENTION_EPS", "one_hot",
+    "layer_norm", "gelu", "attention", "ATTENTION_EPS", "one_hot", "add_epsilon",
 ]
 
 Number = (int, float, np.integer, np.floating)
@@ -40,9 +40,14 @@ def _builder(*xs) -> Builder:
     return Builder.current()
 
 
-def constant(T: NdArrayType, value: float) -> Var:
-    """A wire of type ``T`` filled with ``value``."""
-    return Builder.current().apply(P.Constant(T, float(value)))[0]
+def constant(T: NdArrayType, value: float, epsilon: bool = False) -> Var:
+    """A wire of type ``T`` filled with ``value`` (``epsilon``: at least one fixed-point step, see :class:`Constant`)."""
+    return Builder.current().apply(P.Constant(T, float(value), epsilon))[0]
+
+
+def add_epsilon(x: Var, eps: float) -> Var:
+    """``x + ε`` with ``ε`` an epsilon constant (one fixed-point step where the dtype cannot hold ``ε``)."""
+    return add(x, constant(x.type, eps, epsilon=True))
 
 
 def param(T: NdArrayType, label: str = "param", init: str = "glorot") -> Var:
@@ -297,7 +302,7 @@ def layer_norm(x: Var, eps: float = 1e-5) -> Var:
     """``(x − mean) / sqrt(var + eps)`` over the last axis (biased variance, no affine), as PyTorch."""
     xc = sub(x, _keep(x, mean(x, -1)))
     var = mean(mul(xc, xc), -1)
-    return mul(xc, _keep(x, rsqrt(add(var, eps))))
+    return mul(xc, _keep(x, rsqrt(add_epsilon(var, eps))))
 
 
 def gelu(x: Var) -> Var:
@@ -316,7 +321,8 @@ def attention(q: Var, k: Var, v: Var, causal: bool = False, kind: str = "softmax
     * ``kind="softmax"``: ``softmax(s) @ v`` (``torch.nn.functional.scaled_dot_product_attention``);
       ``causal`` masks key ``j > i`` for query ``i``.
     * ``kind="spherical"``: each query's scores, masked entries set to 0, normalised to unit L2 norm,
-      ``a = s / sqrt(Σ s² + ε)`` (``ε = ATTENTION_EPS``), then ``a @ v``. No exponential and no
+      ``a = s / sqrt(Σ s² + ε)`` (``ε = ATTENTION_EPS`` = 1e-6; one step in fixed point), then ``a @ v``.
+      No exponential and no
       running maximum: a streaming form needs only a running sum of squares.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -333,7 +339,7 @@ def attention(q: Var, k: Var, v: Var, causal: bool = False, kind: str = "softmax
     else:
         if causal:
             s = causal_mask(s)
-        a = mul(s, _keep(s, rsqrt(add(sum(mul(s, s), -1), ATTENTION_EPS))))
+        a = mul(s, _keep(s, rsqrt(add_epsilon(sum(mul(s, s), -1), ATTENTION_EPS))))
     return matmul(a, v)
 
 

@@ -119,9 +119,14 @@ INITS = ("glorot", "zeros", "ones", "normal")
 
 @dataclass(frozen=True)
 class Constant(Primitive):
-    """``I → T``: every element equal to ``value``."""
+    """``I → T``: every element equal to ``value``.
+
+    ``epsilon=True`` marks a small positive stabiliser (``sqrt(v + ε)``): where a dtype cannot hold it
+    (fixed point, ``ε`` below one step) it is one step, ``2^-frac``, instead of an error.
+    """
     T: NdArrayType
     value: float
+    epsilon: bool = False
 
     @property
     def source(self): return ()

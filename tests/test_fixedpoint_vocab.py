@@ -393,3 +393,15 @@ def test_sqrt_never_overflows(dt):
     """sqrt(hi·2^f) < 2^(w−1) for every format: Sqrt needs no range check of its own."""
     (q,) = _run(P.Sqrt(cg.NdArrayType((3,), dt)), np.array([0, dt.one if dt.frac < dt.width - 1 else 1, dt.hi]))
     assert int(q.max()) <= dt.hi
+
+
+def test_epsilon_constants_are_at_least_one_step_in_fixed_point():
+    """Spherical attention's ε = 1e-6 and layer norm's 1e-5 are below fixed(16,8)'s step: they become one step,
+    while an ordinary constant that rounds to 0 is still an error."""
+    from circuitgrad import primitives as P
+    from circuitgrad.fixedpoint import constant_raw
+    T = cg.NdArrayType((), cg.fixed(16, 8))
+    assert constant_raw(P.Constant(T, 1e-6, epsilon=True), T.dtype) == 1
+    assert constant_raw(P.Constant(T, 0.5, epsilon=True), T.dtype) == 128
+    with pytest.raises(cg.FixedPointOverflow, match="rounds to 0"):
+        constant_raw(P.Constant(T, 1e-6), T.dtype)

@@ -1,6 +1,9 @@
 """Transformer layers and Adam against PyTorch: a block's loss and gradients, Adam/AdamW trajectories."""
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -10,29 +13,12 @@ from circuitgrad import nn
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 F = torch.nn.functional
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "peers"))
+import torch_gpt  # noqa: E402
 
 
 def torch_block(x, p, heads, causal, kind):
-    """The same pre-norm block as ``nn.transformer_block``, written directly in PyTorch."""
-    B, S, d = x.shape
-
-    def ln(z, tag):
-        return F.layer_norm(z, (d,), p[f"{tag}_g0"], p[f"{tag}_b0"], eps=1e-5)
-
-    def proj(z, tag):
-        return z @ p[f"{tag}_W0"] + p[f"{tag}_b0"]
-
-    h = ln(x, "ln1")
-    q, k, v = (proj(h, t).reshape(B, S, heads, d // heads).transpose(1, 2) for t in "qkv")
-    if kind == "softmax":
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    else:
-        s = q @ k.transpose(-1, -2) / (d // heads) ** 0.5
-        if causal:
-            s = s * torch.tril(torch.ones(S, S, dtype=s.dtype))
-        o = (s / torch.sqrt((s * s).sum(-1, keepdim=True) + cg.ops.ATTENTION_EPS)) @ v
-    x = x + proj(o.transpose(1, 2).reshape(B, S, d), "o")
-    return x + proj(F.gelu(proj(ln(x, "ln2"), "fc"), approximate="tanh"), "proj")
+    return torch_gpt.block(x, p, heads, causal, kind, eps=cg.ops.ATTENTION_EPS)
 
 
 @pytest.mark.parametrize("kind", ["softmax", "spherical"])
@@ -108,20 +94,6 @@ def test_layer_building_errors():
         nn.transformer_block(2, 3, 8, kind="linear")
 
 
-BLOCK = ("ln1_g", "ln1_b", "q_W", "q_b", "k_W", "k_b", "v_W", "v_b", "o_W", "o_b", "ln2_g", "ln2_b", "fc_W", "fc_b",
-         "proj_W", "proj_b")
-
-
-def torch_gpt(ids, p, layers, heads, kind):
-    """The same GPT in PyTorch (circuitgrad numbers parameters of one label in order: block i's are q_W{i}, …)."""
-    V = p["tok_E0"].shape[0]
-    x = F.one_hot(ids, V).to(p["tok_E0"].dtype) @ p["tok_E0"] + p["pos_P0"]
-    for i in range(layers):
-        x = torch_block(x, {f"{n}0": p[f"{n}{i}"] for n in BLOCK}, heads, True, kind)
-    x = F.layer_norm(x, (x.shape[-1],), p["ln_g0"], p["ln_b0"], eps=1e-5)
-    return x @ p["head_W0"] + p["head_b0"]
-
-
 @pytest.mark.parametrize("kind", ["softmax", "spherical"])
 def test_gpt_training_step_gradients_equal_pytorch(kind, rng):
     B, S, V, d, heads, layers = 2, 6, 11, 8, 2, 2
@@ -131,7 +103,7 @@ def test_gpt_training_step_gradients_equal_pytorch(kind, rng):
     ids, nxt = rng.integers(0, V, size=(B, S)), rng.integers(0, V, size=(B, S))
     grads, loss = step.gradients(params, ids, nxt), step.loss(params, ids, nxt)
     tp = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
-    logits = torch_gpt(torch.tensor(ids), tp, layers, heads, kind)
+    logits = torch_gpt.gpt(torch.tensor(ids), tp, layers, heads, kind, eps=cg.ops.ATTENTION_EPS)
     tl = F.cross_entropy(logits.reshape(-1, V), torch.tensor(nxt).reshape(-1))
     tl.backward()
     assert abs(loss - tl.item()) <= 1e-12 * abs(tl.item())

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from circuitgrad import primitives as P
-from circuitgrad.fixedpoint import FixedPointOverflow, const, exp_fixed, rescale, sigmoid_fixed
+from circuitgrad.fixedpoint import FixedPointOverflow, const, constant_raw, exp_fixed, rescale, sigmoid_fixed
 from circuitgrad.schedule import Program
 from circuitgrad.types import Fixed
 
@@ -319,7 +319,7 @@ def _softmax(op, args, alloc, constant, ops, where, dt, shape):
 
 
 def _constant(op, args, alloc, constant, ops, where, dt, shape):
-    c = constant(const(op.value, dt, "Constant"))
+    c = constant(constant_raw(op, dt))
     return (View(c, shape, (0,) * len(shape)),)
 
 

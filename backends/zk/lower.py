@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from circuitgrad import primitives as P
-from circuitgrad.fixedpoint import EXP2_C1, FIXED_RULES, SIGMOID_PIECES, FixedPointOverflow, const
+from circuitgrad.fixedpoint import EXP2_C1, FIXED_RULES, SIGMOID_PIECES, FixedPointOverflow, const, constant_raw
 from circuitgrad.types import Fixed
 
 from . import gadgets as G
@@ -106,7 +106,7 @@ def _sum_to(L: Lowering, op: P.SumTo, x):
 
 
 def _constant(L: Lowering, op: P.Constant):
-    w = L.constant(const(op.value, L.dt, "Constant"))
+    w = L.constant(constant_raw(op, L.dt))
     return (np.full(op.T.shape, w, dtype=np.int64),)
 
 
