@@ -39,3 +39,17 @@ def test_digits_vit_accuracy(attention):
     m = re.fullmatch(r"accuracy=([0-9.]+)", out.strip().splitlines()[-1])
     assert m, out
     assert float(m.group(1)) >= 0.95
+
+
+@pytest.mark.parametrize("dtype,attention", [("float32", "softmax"), ("float32", "spherical"), ("fixed", "softmax")])
+def test_tinygpt_learns_and_prints_val_loss_last(dtype, attention):
+    """A small tinygpt run beats the uniform guess over 96 characters (ln 96 = 4.56 nats) and ends with val_loss=."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "tinygpt.py"), "--dtype", dtype,
+                          "--attention", attention, "--steps", "200", "--d", "32", "--heads", "2", "--layers", "1",
+                          "--seq", "32", "--batch", "8", "--chars", "200000", "--sample", "20", "--quiet"],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    lines = out.strip().splitlines()
+    assert lines[-2].startswith("sample: 'def ")
+    m = re.fullmatch(r"val_loss=([0-9.]+)", lines[-1])
+    assert m, out
+    assert float(m.group(1)) < 3.5
