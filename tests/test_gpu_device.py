@@ -1,5 +1,7 @@
 """On a GPU (marked ``gpu``; skipped without CuPy and a CUDA device): every primitive and layer
-agrees with the NumPy backend within float32 tolerance, and digits trains to the same accuracy."""
+agrees with the NumPy backend within float32 tolerance, and digits trains to the same accuracy;
+the second vocabulary's cases (tests/test_gpu_vocab.py) agree with the float interpreter, and
+attention models (a block with both attentions, GPTs) step as the NumPy backend does."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,3 +43,52 @@ def test_gpu_agrees_with_numpy(name, make, key, rng):
 def test_digits_trains_to_the_numpy_accuracy():
     accs = [train_mlp("digits", 32, [64, 64, 10], 20, backend)[1] for backend in ("numpy", "cupy")]
     assert abs(accs[0] - accs[1]) <= 0.01 and accs[1] >= 0.95
+
+
+# ------------------------------------------- the second vocabulary on the device
+from test_gpu_vocab import CASES, _block, _inputs, _programs  # noqa: E402
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_second_vocabulary_agrees_with_the_interpreter(case, rng):
+    """Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, causal Softmax, OneHot (forward and
+    reverse-derivative programs), float32 on the device against the float interpreter."""
+    import cupy
+    for prog in _programs(case, cg.float32):
+        f = gpu.compile_function(prog, [f"a{k}" for k in range(len(prog.inputs))], "f")
+        xs = _inputs(prog, case[3], rng)
+        want = cg.run(prog, xs)
+        got = f.run(*[cupy.asarray(x) for x in xs])
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(cupy.asnumpy(g), w, rtol=1e-4, atol=1e-5, err_msg=case[0])
+
+
+ATTENTION_MODELS = [
+    ("attention-block", _block, nn.mse, None),
+    ("gpt-softmax", lambda: nn.gpt(4, 8, 13, d=24, heads=3, layers=2), nn.softmax_cross_entropy, 13),
+    ("gpt-spherical", lambda: nn.gpt(4, 8, 13, d=24, heads=3, layers=2, attention="spherical"),
+     nn.softmax_cross_entropy, 13),
+]
+
+
+@pytest.mark.parametrize("name,make,loss,vocab", ATTENTION_MODELS, ids=[m[0] for m in ATTENTION_MODELS])
+def test_attention_models_agree_with_numpy(name, make, loss, vocab, rng):
+    """Predictions, loss and three training steps (momentum: Adam would normalise the rounding noise of
+    gradients that are exactly 0, such as a key bias under softmax) within float32 tolerance (looser than
+    the MLPs': spherical attention divides by the norm of a causal row, a single score in row 0)."""
+    ref = cg.compile_model(make(), loss=loss, optimizer=nn.momentum(0.05))
+    dev = cg.compile_model(make(), loss=loss, optimizer=nn.momentum(0.05), backend="cupy")
+    p = ref.init_params(seed=0)
+    q = {k: dev.xp.asarray(v) for k, v in p.items()}
+    for _ in range(3):
+        if vocab:
+            x, y = rng.integers(0, vocab, size=ref.x_type.shape), rng.integers(0, vocab, size=ref.x_type.shape)
+        else:
+            x = rng.normal(size=ref.x_type.shape).astype(np.float32)
+            y = rng.normal(size=ref.y_type.shape).astype(np.float32)
+        np.testing.assert_allclose(dev.to_host(dev.predict(q, x)), ref.predict(p, x), rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(dev.loss(q, x, y), ref.loss(p, x, y), rtol=1e-4)
+        p, q = ref.step(p, x, y), dev.step(q, x, y)
+        for k in p:
+            np.testing.assert_allclose(dev.to_host(q[k]), p[k], rtol=1e-3, atol=1e-4, err_msg=k)

@@ -8,10 +8,15 @@ Every kernel comes in two parts:
 * ``<name>(...)``: the ``extern "C" __global__`` wrapper that CuPy's
   ``RawKernel`` launches with one thread per element.
 
-Broadcast inputs are read through index arithmetic with the shapes baked in
-as constants (for example ``b[i % 16]`` for a bias). Scalar constants become
-literals. Intermediate values stay in registers, and only the group's
-outputs are written to memory.
+Inputs that are views (broadcasts, transposes, permutations, reshapes) are
+read through index arithmetic with the shapes baked in as constants (for
+example ``b[i % 16]`` for a bias, or a permuted ``k`` read in place).
+Scalar constants become literals. Intermediate values stay in registers, and
+only the group's outputs are written to memory.
+
+Row kernels (``Softmax``, causal or not, ``LogSumExp``, ``ArgMaxMask``) run one
+thread per row of the last axis; ``copy`` kernels gather a view into a
+contiguous array for a consumer that needs one (a batched cuBLAS product).
 """
 from __future__ import annotations
 
@@ -21,14 +26,17 @@ from typing import Callable
 import numpy as np
 
 from circuitgrad import primitives as P
-from circuitgrad.types import NdArrayType
+from circuitgrad.types import Index, NdArrayType
 
-from .plan import Launch, Plan
+from .plan import Launch, Plan, Stage, contiguous_strides
 
 __all__ = ["Kernel", "RULES", "kernels", "ctype"]
 
 
 def ctype(t: NdArrayType) -> str:
+    """The C type of a wire: ``float``, ``double``, or ``long long`` for ``index(n)`` ids."""
+    if isinstance(t.dtype, Index):
+        return "long long"
     bits = t.dtype.numpy_dtype().itemsize * 8
     if t.dtype.is_fixed or bits not in (32, 64):
         raise TypeError(f"GPU backend computes in float32/float64, got {t}")
@@ -36,6 +44,8 @@ def ctype(t: NdArrayType) -> str:
 
 
 def _lit(v: float, c: str) -> str:
+    if c == "long long":
+        return f"{int(v)}LL"
     s = repr(float(v))
     if s in ("inf", "-inf", "nan"):
         raise ValueError(f"GPU backend: constant {v} cannot be a literal")
@@ -46,18 +56,34 @@ def _fn(name: str, c: str) -> str:
     return name + ("f" if c == "float" else "")
 
 
-#: CUDA C expression per elementwise primitive: ``(op, ctype, *argument expressions) -> expression``
-RULES: dict[type, Callable[..., str]] = {
+def _causal(op: P.CausalMask, c: str, a: str) -> str:
+    """Keep entry ``(q, j)`` of the last two axes when ``j <= q``; ``i`` is the element's linear index."""
+    s, t = op.T.shape[-2:]
+    return f"((i % {t}LL) <= ((i / {t}LL) % {s}LL) ? {a} : ({c})0)"
+
+
+#: CUDA C expression per elementwise primitive: ``(op, ctype, *argument expressions) -> expression``.
+#: An expression may use ``i``, the element's linear index in the operand's shape (``CausalMask``).
+RULES: dict[type, Callable[..., str] | None] = {
     P.Add: lambda op, c, a, b: f"({a} + {b})",
     P.Neg: lambda op, c, a: f"(-{a})",
     P.Mul: lambda op, c, a, b: f"({a} * {b})",
+    P.Div: lambda op, c, a, b: f"({a} / {b})",
     P.Scale: lambda op, c, a: f"({a} * {_lit(op.c, c)})",
     P.Heaviside: lambda op, c, a: f"({a} > 0 ? ({c})1 : ({c})0)",
     P.Sigmoid: lambda op, c, a: f"(({c})1 / (({c})1 + {_fn('exp', c)}(-{a})))",
     P.Tanh: lambda op, c, a: f"{_fn('tanh', c)}({a})",
+    P.Exp: lambda op, c, a: f"{_fn('exp', c)}({a})",
+    P.Log: lambda op, c, a: f"{_fn('log', c)}({a})",
+    P.Sqrt: lambda op, c, a: f"{_fn('sqrt', c)}({a})",
+    P.CausalMask: _causal,
+    # the operand is the row's id (read through a broadcast along the last axis)
+    P.OneHot: lambda op, c, a: f"({a} == i % {op.T.shape[-1]}LL ? ({c})1 : ({c})0)",
     # structural primitives are handled by the plan: no kernel code of their own
-    P.Copy: None, P.Broadcast: None, P.Transpose: None, P.Reshape: None, P.Constant: None,
-    P.MatMul: None, P.SumTo: None, P.Softmax: None, P.LogSumExp: None,
+    P.Copy: None, P.Broadcast: None, P.Transpose: None, P.Reshape: None, P.Permute: None, P.Constant: None,
+    P.MatMul: None, P.BatchMatMul: None, P.SumTo: None,
+    # row kernels (below)
+    P.Softmax: None, P.LogSumExp: None, P.ArgMaxMask: None,
 }
 
 
@@ -70,95 +96,207 @@ class Kernel:
     outputs: list[int]         # plan variables written
     n: int                     # threads (elements or rows)
     ops: list[str]             # primitive names it executes (for reports)
+    strided: frozenset = frozenset()   # inputs read through a layout (not element i for element i)
+    in_types: tuple = ()               # C type of each input (``long long`` for ids), as in the source
+
+
+def _strided(t: str, shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
+    """Offset of element ``t`` (a linear index in ``shape``) of a strided view: ``Σ coord_d(t) · strides[d]``."""
+    if all(n == 1 or s == c for n, s, c in zip(shape, strides, contiguous_strides(shape))):
+        return t
+    terms = []
+    for d in range(len(shape) - 1, -1, -1):
+        if shape[d] == 1 or strides[d] == 0:
+            continue
+        out_stride = int(np.prod(shape[d + 1:], dtype=np.int64))
+        coord = f"({t} / {out_stride}LL)" if out_stride != 1 else t
+        coord = f"({coord} % {shape[d]}LL)"
+        terms.append(coord if strides[d] == 1 else f"{coord} * {strides[d]}LL")
+    return " + ".join(terms) if terms else "0"
 
 
 def _index(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str:
     """Index into an input of ``in_shape`` broadcast to ``out_shape``, from the output's linear ``i``."""
     if in_shape == out_shape:
         return "i"
-    size = int(np.prod(in_shape, dtype=np.int64))
-    if size == 1:
-        return "0"
     lead = len(out_shape) - len(in_shape)
-    terms = []
-    in_stride = 1
-    for d in range(len(out_shape) - 1, lead - 1, -1):
-        dim_in = in_shape[d - lead]
-        if dim_in != 1:
-            out_stride = int(np.prod(out_shape[d + 1:], dtype=np.int64))
-            coord = f"(i / {out_stride}LL)" if out_stride != 1 else "i"
-            coord = f"({coord} % {out_shape[d]}LL)"
-            terms.append(coord if in_stride == 1 else f"{coord} * {in_stride}LL")
-        in_stride *= dim_in
-    return " + ".join(terms) if terms else "0"
+    cs = contiguous_strides(in_shape)
+    strides = tuple(0 if d < lead or in_shape[d - lead] == 1 else cs[d - lead] for d in range(len(out_shape)))
+    return _strided("i", out_shape, strides)
+
+
+def _read_index(stages: tuple[Stage, ...], tmp: str) -> tuple[str, list[str]]:
+    """The base offset of element ``i`` of a view: one expression, after temporaries for multi-stage layouts."""
+    expr, pre = "i", []
+    for k, (shape, strides) in enumerate(stages):
+        e = _strided(expr, shape, strides)
+        if k < len(stages) - 1:
+            pre.append(f"    const long long {tmp}_{k} = {e};")
+            expr = f"{tmp}_{k}"
+        else:
+            expr = e
+    return expr, pre
+
+
+def _wrap(name: str, params: list[str], n: int) -> str:
+    pnames = [p.rsplit(" ", 1)[1] for p in params]
+    return (f"extern \"C\" __global__ void {name}({', '.join(params)}) {{\n"
+            f"    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+            f"    if (i < {n}LL) {name}_body(i, {', '.join(pnames)});\n}}\n")
 
 
 def _fused(step: Launch, plan: Plan, name: str) -> Kernel:
     prog = plan.program
     out_t = prog.types[step.instrs[-1].results[0]]
     c = ctype(out_t)
-    shape = out_t.shape
-    n = int(np.prod(shape, dtype=np.int64))
+    n = out_t.size
+    in_types = tuple(ctype(prog.types[v]) for v in step.inputs)
+    defined = {r: a for a in step.remat for r in a.results}       # recomputed where they are read
+    strided: set[int] = set()
+    count = [0]
 
-    src = plan.src
-    names = {v: f"in{k}" for k, v in enumerate(step.inputs)}
-    lines = []
-    value: dict[int, str] = {}
-    for v in step.inputs:
-        value[v] = f"r{v}"
-        lines.append(f"    const {c} r{v} = in{step.inputs.index(v)}[{_index(prog.types[v].shape, shape)}];")
-    for a in step.instrs:
-        args = []
-        for x in a.args:
-            s = src(x)
-            args.append(_lit(plan.constants[s], c) if s in plan.constants else value[s])
-        expr = RULES[type(a.op)](a.op, c, *args)
-        r = a.results[0]
-        value[r] = f"v{r}"
-        lines.append(f"    const {c} v{r} = {expr};   // {a.op.name}")
+    def fresh(prefix: str) -> str:
+        count[0] += 1
+        return f"{prefix}{count[0]}"
+
+    def emit(instrs: list, lines: list[str], pad: str, again: bool) -> dict[int, str]:
+        """Code for ``instrs`` at index ``i``; returns each result's register."""
+        value: dict[int, str] = {}
+        reads: dict[tuple, str] = {}
+
+        def arg(a, x: int) -> str:
+            s = plan.src(x)
+            if s in plan.constants:
+                return _lit(plan.constants[s], ctype(prog.types[s]))
+            b, stages = plan.operand(a, s)
+            if b in value:
+                assert not stages, "a fused kernel reads its own values element for element"
+                return value[b]
+            key = (b, stages)
+            if key in reads:
+                return reads[key]
+            idx, pre = _read_index(stages, fresh("j"))
+            lines.extend(pad + p.lstrip() for p in pre)
+            if b in defined:
+                # a small group recomputed at the index this read needs: ``i`` shadowed in a block
+                t, w = fresh("o"), fresh("w")
+                lines.append(f"{pad}const long long {t} = {idx};")
+                lines.append(f"{pad}{c} {w};")
+                lines.append(f"{pad}{{")
+                lines.append(f"{pad}    const long long i = {t};")
+                needed = _closure(b, defined, plan)
+                inner = emit([a2 for a2 in step.remat if a2.results[0] in needed], lines, pad + "    ", True)
+                lines.append(f"{pad}    {w} = {inner[b]};")
+                lines.append(f"{pad}}}")
+                reads[key] = w
+                return w
+            k = step.inputs.index(b)
+            reg = fresh(f"r{b}_") if stages or again else f"r{b}"
+            lines.append(f"{pad}const {in_types[k]} {reg} = in{k}[{idx}];")
+            if stages or again:
+                strided.add(b)
+            reads[key] = reg
+            return reg
+
+        for a in instrs:
+            expr = RULES[type(a.op)](a.op, c, *(arg(a, x) for x in a.args))
+            r = a.results[0]
+            value[r] = f"v{r}"
+            lines.append(f"{pad}const {c} v{r} = {expr};   // {a.op.name}")
+        return value
+
+    lines: list[str] = []
+    value = emit(step.instrs, lines, "    ", False)
     for k, v in enumerate(step.outputs):
         lines.append(f"    out{k}[i] = {value[v]};")
-    params = [f"const {c}* __restrict__ in{k}" for k in range(len(step.inputs))] + \
-             [f"{c}* __restrict__ out{k}" for k in range(len(step.outputs))]
+    params = [f"const {t}* __restrict__ in{k}" for k, t in enumerate(in_types)] + \
+             [f"{ctype(prog.types[v])}* __restrict__ out{k}" for k, v in enumerate(step.outputs)]
     body = (f"__host__ __device__ inline void {name}_body(long long i, {', '.join(params)}) {{\n"
             + "\n".join(lines) + "\n}\n")
-    pnames = [f"in{k}" for k in range(len(step.inputs))] + [f"out{k}" for k in range(len(step.outputs))]
-    wrapper = (f"extern \"C\" __global__ void {name}({', '.join(params)}) {{\n"
-               f"    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
-               f"    if (i < {n}LL) {name}_body(i, {', '.join(pnames)});\n}}\n")
-    del names
-    return Kernel(name, body + wrapper, list(step.inputs), list(step.outputs), n, [a.op.name for a in step.instrs])
+    ops = [a.op.name for a in step.instrs] + [f"({a.op.name})" for a in step.remat]
+    return Kernel(name, body + _wrap(name, params, n), list(step.inputs), list(step.outputs), n,
+                  ops, frozenset(strided), in_types)
+
+
+def _closure(v: int, defined: dict, plan: Plan) -> set[int]:
+    """The recomputed results ``v`` depends on (itself included)."""
+    out, todo = set(), [v]
+    while todo:
+        r = todo.pop()
+        if r in out or r not in defined:
+            continue
+        out.add(r)
+        for x in defined[r].args:
+            s = plan.src(x)
+            if s not in plan.constants:
+                todo.append(plan.read(s)[0])
+    return out
+
+
+def _gather(step: Launch, plan: Plan, name: str) -> Kernel:
+    """``out[i] = base[offset(i)]``: a view made contiguous for a consumer that needs it."""
+    (r,) = step.outputs
+    t = plan.program.types[r]
+    c = ctype(t)
+    base, stages = step.layout
+    idx, pre = _read_index(stages, "j")
+    params = [f"const {c}* __restrict__ in0", f"{c}* __restrict__ out0"]
+    body = (f"__host__ __device__ inline void {name}_body(long long i, {', '.join(params)}) {{\n"
+            + "".join(p + "\n" for p in pre) + f"    out0[i] = in0[{idx}];\n}}\n")
+    return Kernel(name, body + _wrap(name, params, t.size), [base], [r], t.size,
+                  [f"copy({step.instrs[0].op.name})"], frozenset([base]), (c,))
 
 
 def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
+    """One thread per row of the last axis: softmax (causal: row ``q`` keeps ``j <= q``), log-sum-exp, argmax."""
     a = step.instrs[0]
     t = plan.program.types[a.args[0]]
     c = ctype(t)
     k = t.shape[-1]
     rows = int(np.prod(t.shape[:-1], dtype=np.int64))
     e = _fn("exp", c)
-    if isinstance(a.op, P.Softmax):
-        tail = (f"    for (int j = 0; j < {k}; ++j) y[i * {k} + j] = {e}(x[i * {k} + j] - m) / s;\n")
-    else:  # LogSumExp
-        tail = f"    y[i] = m + {_fn('log', c)}(s);\n"
-    body = (f"__host__ __device__ inline void {name}_body(long long i, const {c}* __restrict__ x, "
-            f"{c}* __restrict__ y) {{\n"
-            f"    {c} m = x[i * {k}];\n"
-            f"    for (int j = 1; j < {k}; ++j) m = x[i * {k} + j] > m ? x[i * {k} + j] : m;\n"
-            f"    {c} s = 0;\n"
-            f"    for (int j = 0; j < {k}; ++j) s += {e}(x[i * {k} + j] - m);\n" + tail + "}\n")
-    wrapper = (f"extern \"C\" __global__ void {name}(const {c}* __restrict__ x, {c}* __restrict__ y) {{\n"
-               f"    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
-               f"    if (i < {rows}LL) {name}_body(i, x, y);\n}}\n")
-    return Kernel(name, body + wrapper, list(step.inputs), list(step.outputs), rows, [a.op.name])
+    x = f"x[i * {k}LL + j]"
+    y = f"y[i * {k}LL + j]"
+    if isinstance(a.op, P.ArgMaxMask):
+        # the first maximum, as NumPy's argmax (a NaN counts as the maximum)
+        core = (f"    {c} m = x[i * {k}LL];\n"
+                f"    int b = 0;\n"
+                f"    for (int j = 1; j < {k}; ++j) {{\n"
+                f"        const {c} v = {x};\n"
+                f"        if (m == m && !(v <= m)) {{ m = v; b = j; }}\n"
+                f"    }}\n"
+                f"    for (int j = 0; j < {k}; ++j) {y} = j == b ? ({c})1 : ({c})0;\n")
+    else:
+        if isinstance(a.op, P.Softmax) and a.op.causal:
+            s = t.shape[-2]
+            # row i is query q = i % s: keys j <= q only; the others get exactly 0
+            n = f"(int)((i % {s}LL) + 1 < {k}LL ? (i % {s}LL) + 1 : {k}LL)"
+        else:
+            n = f"{k}"
+        core = (f"    const int n = {n};\n"
+                f"    {c} m = x[i * {k}LL];\n"
+                f"    for (int j = 1; j < n; ++j) m = {x} > m ? {x} : m;\n"
+                f"    {c} s = 0;\n"
+                f"    for (int j = 0; j < n; ++j) s += {e}({x} - m);\n")
+        if isinstance(a.op, P.Softmax):
+            core += f"    for (int j = 0; j < {k}; ++j) {y} = j < n ? {e}({x} - m) / s : ({c})0;\n"
+        else:  # LogSumExp
+            core += f"    y[i] = m + {_fn('log', c)}(s);\n"
+    params = [f"const {c}* __restrict__ x", f"{c}* __restrict__ y"]
+    body = (f"__host__ __device__ inline void {name}_body(long long i, {', '.join(params)}) {{\n"
+            + core + "}\n")
+    return Kernel(name, body + _wrap(name, params, rows), list(step.inputs), list(step.outputs), rows,
+                  [a.op.name + ("(causal)" if getattr(a.op, "causal", False) else "")], frozenset(), (c,))
 
 
 def kernels(plan: Plan, prefix: str = "cg") -> dict[int, Kernel]:
-    """The kernel of every fused and row-wise step, keyed by step index."""
+    """The kernel of every fused, row-wise and copy step, keyed by step index."""
     out: dict[int, Kernel] = {}
     for i, s in enumerate(plan.steps):
         if s.kind == "fused":
             out[i] = _fused(s, plan, f"{prefix}_fused{i}")
         elif s.kind == "rowwise":
             out[i] = _rowwise(s, plan, f"{prefix}_row{i}")
+        elif s.kind == "copy":
+            out[i] = _gather(s, plan, f"{prefix}_copy{i}")
     return out

@@ -28,7 +28,8 @@ def nvcc() -> str | None:
 
 def _host_entry(k: Kernel, c: str) -> str:
     n_in, n_out = len(k.inputs), len(k.outputs)
-    params = [f"const {c}* in{i}" for i in range(n_in)] + [f"{c}* out{i}" for i in range(n_out)]
+    types = k.in_types or (c,) * n_in
+    params = [f"const {t}* in{i}" for i, t in enumerate(types)] + [f"{c}* out{i}" for i in range(n_out)]
     names = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)]
     return (f'extern "C" void host_{k.name}({", ".join(params)}) {{\n'
             f"    for (long long i = 0; i < {k.n}LL; ++i) {k.name}_body(i, {', '.join(names)});\n}}\n")

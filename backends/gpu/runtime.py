@@ -10,8 +10,15 @@ everything else. Nothing in a step synchronises with the host.
 With ``donate=True``, parameter updates are written into the parameter
 arrays passed in (each thread reads ``p[i]`` before it writes ``p[i]``).
 
+Views (transposes, permutations, broadcasts, reshapes) are NumPy/CuPy views
+when something other than a kernel needs them (``xp.transpose``, ``.T``,
+``.reshape``, or ``as_strided`` over the base array); kernels read the base
+array itself through index arithmetic. A ``copy`` kernel gathers a view that
+its consumer needs contiguous (a ``BatchMatMul`` operand, a row kernel input).
+
 The same source also runs on the CPU with ``xp = numpy`` and *emulated*
-kernels, which evaluate each fused step's instructions with NumPy. The tests
+kernels, which evaluate each step's instructions with NumPy, reading every
+input through the same layouts (offset arrays) as the CUDA code. The tests
 use this to check the glue, the plan and the buffer handling without a GPU.
 """
 from __future__ import annotations
@@ -27,7 +34,7 @@ from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Program
 
 from .cuda import Kernel, kernels
-from .plan import Plan, plan
+from .plan import Plan, plan, read_through
 
 __all__ = ["GpuFunction", "generate", "emulated_kernel", "BLOCK"]
 
@@ -48,7 +55,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         for v in s.inputs:
             last[src(v)] = k
     keep = {src(v) for v in prog.outputs} | set(prog.inputs)
-    contiguous: set[int] = set()      # values produced by kernels or cuBLAS: C-contiguous by construction
+    contiguous: set[int] = set()      # values produced by kernels, cuBLAS or reductions: C-contiguous
     lines, consts = [], []
     for k, s in enumerate(p.steps):
         ty = lambda v: prog.types[v]  # noqa: E731
@@ -60,25 +67,41 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         a = s.instrs[0]
         args = [names[src(x)] for x in a.args]
         if s.kind == "matmul":
-            lines.append(f"    {names[a.results[0]]} = xp.matmul({args[0]}, {args[1]})".ljust(60) + "# cuBLAS")
+            note = "# cuBLAS" if a.op.name == "MatMul" else "# cuBLAS, batched"
+            lines.append(f"    {names[a.results[0]]} = xp.matmul({args[0]}, {args[1]})".ljust(60) + note)
             contiguous.add(a.results[0])
         elif s.kind == "reduce":
             lead, kept = a.op.axes()
             axes = lead + kept
             lines.append(f"    {names[a.results[0]]} = {args[0]}.sum(axis={axes!r}, keepdims=True)"
                          f".reshape({a.op.S.shape!r})".ljust(60) + "# reduction")
+            contiguous.add(a.results[0])
         elif s.kind == "view":
-            op = a.op
-            expr = {"Transpose": f"{args[0]}.T", "Reshape": f"{args[0]}.reshape({getattr(op, 'shape', None)!r})",
-                    "Broadcast": f"xp.broadcast_to({args[0]}, {op.T.shape!r})"}[op.name]
-            lines.append(f"    {names[a.results[0]]} = {expr}".ljust(60) + "# view, no launch")
-        else:  # fused / rowwise kernels
+            op, r = a.op, a.results[0]
+            if s.layout is not None:                  # built from the base array: one strided view of it
+                base, stages = s.layout
+                b = names[base] if base in contiguous or base in p.values else f"xp.ascontiguousarray({names[base]})"
+                if not stages:
+                    expr = f"{b}.reshape({ty(r).shape!r})"
+                else:
+                    ((shape, strides),) = stages
+                    item = ty(r).dtype.numpy_dtype().itemsize
+                    expr = (f"xp.lib.stride_tricks.as_strided({b}, {tuple(shape)!r}, "
+                            f"{tuple(st * item for st in strides)!r})")
+            else:
+                expr = {"Transpose": f"{args[0]}.T", "Reshape": f"{args[0]}.reshape({getattr(op, 'shape', None)!r})",
+                        "Permute": f"xp.transpose({args[0]}, {getattr(op, 'axes', None)!r})",
+                        "Broadcast": f"xp.broadcast_to({args[0]}, {op.T.shape!r})"}[op.name]
+            lines.append(f"    {names[r]} = {expr}".ljust(60) + "# view, no launch")
+        else:  # fused / rowwise / copy kernels
             kern = ks[k]
             outs = []
             for v in kern.outputs:
                 t = prog.types[v]
                 donor = (donate_pairs or {}).get(v)
-                if donor is not None and donor in kern.inputs:
+                # in place only where every thread reads the element it writes
+                if donor is not None and donor in kern.inputs and donor not in kern.strided \
+                        and s.kind == "fused":
                     lines.append(f"    {names[v]} = {names[donor]}".ljust(60) + "# donated buffer")
                 else:
                     lines.append(f"    {names[v]} = xp.empty({t.shape!r}, dtype=xp.{t.dtype.numpy_dtype().name})")
@@ -102,18 +125,35 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
 
 
 def emulated_kernel(p: Plan, step_index: int, kern: Kernel) -> Callable:
-    """A CPU stand-in for a kernel launch: runs the step's instructions with NumPy into the given outputs."""
+    """A CPU stand-in for a kernel launch: runs the step's instructions with NumPy into the given outputs.
+
+    Inputs are read as the CUDA code reads them: through the plan's layouts, as offsets into the
+    base arrays passed in (so a wrong layout gives a wrong result here too).
+    """
     step = p.steps[step_index]
-    src = p.src
+    prog = p.program
 
     def launch(grid, block, args):
-        env = dict(zip(kern.inputs, args[:len(kern.inputs)]))
-        for c, val in p.constants.items():
-            env.setdefault(c, np.asarray(val, dtype=np.asarray(args[0]).dtype))
-        for a in step.instrs:
-            res = FLOAT_RULES[type(a.op)](a.op, *(env[src(x)] for x in a.args))
-            for r, y in zip(a.results, res):
-                env[r] = y
+        bases = dict(zip(kern.inputs, args[:len(kern.inputs)]))
+        dtype = np.asarray(args[-1]).dtype
+        env: dict[int, np.ndarray] = {}
+
+        def value(x: int) -> np.ndarray:
+            s, shape = p.src(x), prog.types[x].shape
+            if s in p.constants:
+                return np.full(shape, p.constants[s], dtype=dtype)
+            b, stages = p.read(s)
+            return read_through(env[b] if b in env else bases[b], shape, stages)
+
+        if step.kind == "copy":
+            (r,) = kern.outputs
+            base, stages = step.layout
+            env[r] = read_through(bases[base], prog.types[r].shape, stages)
+        else:
+            for a in step.remat + step.instrs:      # recomputed groups first (once, in their own shape)
+                res = FLOAT_RULES[type(a.op)](a.op, *(value(x) for x in a.args))
+                for r, y in zip(a.results, res):
+                    env[r] = np.asarray(y)
         for v, out in zip(kern.outputs, args[len(kern.inputs):]):
             out[...] = np.broadcast_to(env[v], out.shape)
     return launch
@@ -130,7 +170,7 @@ class GpuFunction:
 
     @property
     def launches(self) -> int:
-        """Kernel launches per call (fused kernels + cuBLAS + reductions + row kernels)."""
+        """Kernel launches per call (fused kernels + cuBLAS + reductions + row kernels + copies)."""
         return self.plan.launches
 
     @property
