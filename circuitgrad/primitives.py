@@ -24,7 +24,7 @@ __all__ = [
     "Copy", "Add", "Neg", "Mul", "Scale", "Constant", "MatMul", "Transpose",
     "Reshape", "Broadcast", "SumTo", "Heaviside", "Sigmoid", "Tanh",
     "Softmax", "LogSumExp", "Parameter", "Exp", "Log", "Sqrt", "Div", "ArgMaxMask", "Permute",
-    "BatchMatMul", "CausalMask", "OneHot",
+    "BatchMatMul", "CausalMask", "OneHot", "SECOND_VOCABULARY",
     "intern_op", "op_of",
 ]
 
@@ -427,6 +427,11 @@ class LogSumExp(Primitive):
     @property
     def target(self): return (self.T.with_shape(self.T.shape[:-1]),)
 
+
+#: the primitives added for transformers (issue 12), which the ZK and FPGA backends lower in issue 13
+SECOND_VOCABULARY: tuple[type[Primitive], ...] = (
+    Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot,
+)
 
 #: every primitive class; rule tables are checked against this tuple.
 PRIMITIVES: tuple[type[Primitive], ...] = (

@@ -10,13 +10,14 @@ linear head to the 10 classes. AdamW, softmax cross-entropy.
 from __future__ import annotations
 
 import argparse
-import time
-
-import numpy as np
+import os
+import sys
 
 import circuitgrad as cg
 from circuitgrad import datasets, nn, ops
-from circuitgrad.progress import progress
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _train import train  # noqa: E402
 
 DATASET = "digits"
 
@@ -61,22 +62,8 @@ def main() -> float:
                                 loss=nn.softmax_cross_entropy, optimizer=nn.adamw(args.lr, weight_decay=0.01))
     except (ValueError, TypeError) as e:
         p.error(str(e))
-    print(f"{step.model.name}: compiled in {step.compile_seconds * 1e3:.0f} ms; {len(data.x_train)} train / "
-          f"{len(data.x_test)} test images")
-    params = step.init_params(seed=args.seed)
-    rng = np.random.default_rng(args.seed)
-    per_epoch = len(data.x_train) // args.batch
-    t0 = time.perf_counter()
-    with progress(args.epochs * per_epoch, f"train vit [{args.attention}]", disable=args.quiet) as bar:
-        for _ in range(args.epochs):
-            for x, y in datasets.batches(data.x_train, data.y_train, args.batch, rng):
-                params = step.step(params, x, y)
-                bar.update()
-            bar.set_postfix(loss=f"{step.loss(params, x, y):.4f}")
-    acc = float((step.predict(params, data.x_test).argmax(1) == data.y_test).mean())
-    print(f"trained {args.epochs} epochs in {time.perf_counter() - t0:.1f} s")
-    print(f"accuracy={acc:.4f}")
-    return acc
+    args.show_source = False
+    return train(data, args, step)
 
 
 if __name__ == "__main__":
