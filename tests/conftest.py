@@ -16,6 +16,16 @@ def evaluate(d, *inputs):
     return cg.run(cg.schedule(d), [np.asarray(x, dtype=np.float64) for x in inputs])
 
 
+def all_values(prog, inputs):
+    """Every value of ``prog`` (SSA variable -> array) under the float reference rules."""
+    from circuitgrad.interpret import FLOAT_RULES
+    env = dict(zip(prog.inputs, inputs))
+    for a in prog.instrs:
+        for r, v in zip(a.results, FLOAT_RULES[type(a.op)](a.op, *(env[x] for x in a.args))):
+            env[r] = np.asarray(v)
+    return env
+
+
 def vjp_fd(f, inputs, douts, eps=1e-6):
     """Central finite differences of ``<f(inputs), douts>`` w.r.t. every input."""
     grads = []

@@ -9,7 +9,7 @@ import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends.gpu import cuda, hostcheck
 from circuitgrad.backends.gpu import plan as make_plan
-from circuitgrad.interpret import FLOAT_RULES
+from conftest import all_values
 
 pytestmark = pytest.mark.skipif(hostcheck.nvcc() is None, reason="nvcc not installed")
 
@@ -20,14 +20,6 @@ MODELS = [
     ("tanh-softmax", lambda B, dt: nn.mlp(B, [4, 7, 3], activation=nn.tanh, dtype=dt) >> nn.softmax(B, 3, dtype=dt),
      nn.mse, nn.sgd(0.05)),
 ]
-
-
-def _all_values(prog, inputs):
-    env = dict(zip(prog.inputs, inputs))
-    for a in prog.instrs:
-        for r, v in zip(a.results, FLOAT_RULES[type(a.op)](a.op, *(env[x] for x in a.args))):
-            env[r] = np.asarray(v)
-    return env
 
 
 @pytest.mark.parametrize("dtype,tol", [(cg.float32, 2e-5), (cg.float64, 1e-12)], ids=["f32", "f64"])
@@ -43,7 +35,7 @@ def test_kernels_compile_and_match_numpy_on_the_host(name, make, loss, opt, dtyp
         host = hostcheck.compile_host(list(ks.values()), cuda.ctype(prog.types[prog.inputs[0]]))
         npdt = dtype.numpy_dtype()
         inputs = [rng.normal(size=prog.types[v].shape).astype(npdt) for v in prog.inputs]
-        env = _all_values(prog, inputs)
+        env = all_values(prog, inputs)
         for i, k in ks.items():
             ins = [np.ascontiguousarray(env[p.src(v)], dtype=npdt) for v in k.inputs]
             outs = [np.zeros(prog.types[v].shape, dtype=npdt) for v in k.outputs]

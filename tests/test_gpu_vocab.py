@@ -26,6 +26,7 @@ from circuitgrad.backends.gpu import plan as plan_mod          # the function
 from circuitgrad.backends.gpu.plan import _view_stages, _viewable, nocopy_reshape, read_through
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.rewrite import simplify
+from conftest import all_values
 
 F = cg.float64
 
@@ -109,14 +110,6 @@ def _inputs(prog: cg.Program, domain: str | None, rng) -> list[np.ndarray]:
     return out
 
 
-def _all_values(prog, inputs):
-    env = dict(zip(prog.inputs, inputs))
-    for a in prog.instrs:
-        for r, v in zip(a.results, FLOAT_RULES[type(a.op)](a.op, *(env[x] for x in a.args))):
-            env[r] = np.asarray(v)
-    return env
-
-
 @pytest.fixture(scope="module", params=[(cg.float32, 2e-5), (F, 1e-12)], ids=["f32", "f64"])
 def host_kernels(request):
     """Every kernel of every case (forward and reverse), compiled by one nvcc call per dtype."""
@@ -140,7 +133,7 @@ def test_kernels_match_the_interpreter_on_the_host(case, host_kernels, rng):
     dtype, tol, built, host = host_kernels
     for j in range(2):
         prog, p, ks = built[(case[0], j)]
-        env = _all_values(prog, _inputs(prog, case[3], rng))
+        env = all_values(prog, _inputs(prog, case[3], rng))
         for k in ks.values():
             ins = [np.ascontiguousarray(env[v], dtype=prog.types[v].dtype.numpy_dtype()) for v in k.inputs]
             outs = [np.full(prog.types[v].shape, np.nan, dtype=dtype.numpy_dtype()) for v in k.outputs]
@@ -418,7 +411,7 @@ def test_whole_gpt_step_kernel_by_kernel_on_the_host(rng):
             xs.append(rng.integers(0, t.dtype.n, size=t.shape))
         else:
             xs.append(np.abs(rng.normal(size=t.shape)).astype(np.float32) + 0.1)   # Adam's v and t positive
-    env = _all_values(prog, xs)
+    env = all_values(prog, xs)
     for k in ks.values():
         ins = [np.ascontiguousarray(env[v], dtype=prog.types[v].dtype.numpy_dtype()) for v in k.inputs]
         outs = [np.full(prog.types[v].shape, np.nan, dtype=np.float32) for v in k.outputs]
