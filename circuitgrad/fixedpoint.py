@@ -83,6 +83,11 @@ def _index(mask: np.ndarray) -> list[int]:
     return [int(i) for i in np.unravel_index(int(np.argmax(mask)), mask.shape)]
 
 
+def _smallest(x: np.ndarray, dt: Fixed) -> str:
+    """``the smallest v at index [i, …]`` of raw values ``x``, for domain errors."""
+    return f"the smallest {int(x.min()) / dt.one:.6g} at index {_index(x == x.min())}"
+
+
 def _count(n: int, size: int, noun: str, cond: str) -> str:
     return f"{n} of {size} {noun} {'is' if n == 1 else 'are'} {cond}"
 
@@ -273,9 +278,8 @@ def _log(op, x):
     if np.any(bad):
         raise FixedPointDomainError(
             _signature(op),
-            f"log of a value ≤ 0 ({_count(int(bad.sum()), bad.size, 'inputs', '≤ 0')}, the smallest "
-            f"{int(x.min()) / dt.one:.6g} at index {_index(x == x.min())}); log needs inputs > 0: add an "
-            f"epsilon of at least 2**-{dt.frac} to a non-negative input")
+            f"log of a value ≤ 0 ({_count(int(bad.sum()), bad.size, 'inputs', '≤ 0')}, {_smallest(x, dt)}); "
+            f"log needs inputs > 0: add an epsilon of at least 2**-{dt.frac} to a non-negative input")
     return (log_fixed(x, dt),)
 
 
@@ -296,9 +300,9 @@ def _sqrt(op, x):
     if np.any(bad):
         raise FixedPointDomainError(
             _signature(op),
-            f"square root of a negative value ({_count(int(bad.sum()), bad.size, 'inputs', '< 0')}, the "
-            f"smallest {int(x.min()) / dt.one:.6g} at index {_index(x == x.min())}); sqrt needs inputs ≥ 0: "
-            f"clamp them at 0 first (relu), or take the square root of a sum of squares")
+            f"square root of a negative value ({_count(int(bad.sum()), bad.size, 'inputs', '< 0')}, "
+            f"{_smallest(x, dt)}); sqrt needs inputs ≥ 0: clamp them at 0 first (relu), or take the square "
+            f"root of a sum of squares")
     return (sqrt_fixed(x, dt),)
 
 

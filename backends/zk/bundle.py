@@ -131,8 +131,7 @@ def _read_npz(path: str, names: list[str], shapes: list[tuple]) -> dict[str, np.
                 if info.filename in sizes and info.file_size > sizes[info.filename]:
                     raise BundleError(f"{path}: member {printable(info.filename)!r} is larger than its shape needs")
         with np.load(io.BytesIO(raw), allow_pickle=False) as z:
-            return {k: z[k] for k in z.files if f"{k}.npy" in sizes} | {k: None for k in z.files
-                                                                          if f"{k}.npy" not in sizes}
+            return {k: z[k] if f"{k}.npy" in sizes else None for k in z.files}   # unknown names: not read
     except BundleError:
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError) as e:
