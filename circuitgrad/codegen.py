@@ -17,7 +17,8 @@ import numpy as np
 
 from . import blas
 from . import primitives as P
-from .interpret import FLOAT_RULES, _argmax_mask, _causal_mask, _logsumexp, _one_hot, _sigmoid, _softmax
+from .interpret import (FLOAT_RULES, _argmax_mask, _causal_mask, _logsumexp, _one_hot, _sigmoid, _softmax, fold,
+                        pad, unfold)
 from .schedule import Program
 
 __all__ = ["NUMPY_RULES", "generate", "compile_program"]
@@ -74,13 +75,18 @@ NUMPY_RULES: dict[type, Callable[..., str]] = {
     P.BatchMatMul: lambda op, a, b: f"np.matmul({a}, {b})",
     P.CausalMask: lambda op, a: f"causal_mask({a})",
     P.OneHot: lambda op, a: f"one_hot({a}, {op.S.dtype.n}, {_dt(op.T)})",
+    P.Slice: lambda op, a: f"{a}[{', '.join(f'{i}:{j}:{k}' for i, j, k in op.index)}]",
+    P.Pad: lambda op, a: f"pad({a}, {op.T.shape!r}, {op.index!r})",
+    P.Unfold: lambda op, a: f"unfold({a}, {op.kernel!r}, {op.stride!r}, {op.padding!r})",
+    P.Fold: lambda op, a: f"fold({a}, {op.T.shape!r}, {op.kernel!r}, {op.stride!r}, {op.padding!r})",
 }
 
 #: ops whose result is a freshly allocated array (safe to overwrite once dead)
 _FRESH = (P.MatMul, P.Add, P.Mul, P.Neg, P.Scale, P.Heaviside, P.Sigmoid, P.Tanh, P.Softmax, P.SumTo,
-          P.LogSumExp, P.Exp, P.Log, P.Sqrt, P.Div, P.ArgMaxMask, P.BatchMatMul, P.CausalMask, P.OneHot)
+          P.LogSumExp, P.Exp, P.Log, P.Sqrt, P.Div, P.ArgMaxMask, P.BatchMatMul, P.CausalMask, P.OneHot,
+          P.Pad, P.Unfold, P.Fold)
 #: ops whose result may share memory with their argument
-_VIEWS = (P.Copy, P.Transpose, P.Reshape, P.Broadcast, P.Permute)
+_VIEWS = (P.Copy, P.Transpose, P.Reshape, P.Broadcast, P.Permute, P.Slice)
 #: in-place forms: (op, *names, out) -> statement expression
 _INPLACE = {
     P.Add: lambda op, a, b, out: f"np.add({a}, {b}, out={out})",
@@ -92,7 +98,8 @@ _INPLACE = {
 }
 
 _HELPERS = {"np": np, "matmul": blas.matmul, "sigmoid": _sigmoid, "softmax": _softmax, "logsumexp": _logsumexp,
-            "argmax_mask": _argmax_mask, "causal_mask": _causal_mask, "one_hot": _one_hot}
+            "argmax_mask": _argmax_mask, "causal_mask": _causal_mask, "one_hot": _one_hot,
+            "pad": pad, "unfold": unfold, "fold": fold}
 
 
 def _ident(name: str) -> str:

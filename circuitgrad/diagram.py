@@ -193,6 +193,11 @@ class Var:
         from . import ops
         return ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
 
+    def __getitem__(self, key) -> "Var":
+        """Basic NumPy indexing: ints, slices (positive steps), ``...`` and ``None`` (:func:`ops.getitem`)."""
+        from . import ops
+        return ops.getitem(self, key)
+
     @property
     def T(self) -> "Var":
         from . import ops
@@ -243,8 +248,6 @@ UNSUPPORTED: dict[str, tuple[str, str, str]] = {
     "__le__": ("the comparison x <= y", _NOT_YET, "use 1 - ops.heaviside(x - y): 1 where x <= y, else 0"),
     "__gt__": ("the comparison x > y", _NOT_YET, "use ops.heaviside(x - y): 1 where x > y, else 0"),
     "__ge__": ("the comparison x >= y", _NOT_YET, "use 1 - ops.heaviside(y - x): 1 where x >= y, else 0"),
-    "__getitem__": ("indexing or slicing x[...]", _NOT_YET,
-                    "ops.reshape(x, shape) and ops.sum(x, axis) change shapes"),
     "__setitem__": ("assigning x[...] = v", _NOT_YET, "traced values are immutable: compute a new one with ops"),
     "__iter__": ("iterating over x", _NOT_YET, "a traced value is one wire, not a sequence"),
     "__len__": ("len(x)", _NO_VALUE, "use x.shape[0]"),

@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import primitives as P
-from .interpret import _unbound, causal_keep, run
+from .interpret import FLOAT_RULES, _unbound, causal_keep, run
 from .schedule import Apply, Program
 from .types import Fixed, Index, NdArrayType
 
@@ -372,6 +372,11 @@ FIXED_RULES: dict[type, Callable] = {
     P.BatchMatMul: _batch_matmul,
     P.OneHot: _one_hot,
     P.CausalMask: lambda op, a: (np.where(causal_keep(a.shape), a, 0).astype(np.int64),),
+    # data movement (and Fold's sums of overlapping blocks): exact on raw integers, as in float
+    P.Slice: FLOAT_RULES[P.Slice],
+    P.Pad: FLOAT_RULES[P.Pad],
+    P.Unfold: FLOAT_RULES[P.Unfold],
+    P.Fold: FLOAT_RULES[P.Fold],
 }
 
 

@@ -71,6 +71,49 @@ def _logsumexp(x: np.ndarray) -> np.ndarray:
     return (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
 
 
+def slices(index) -> tuple[slice, ...]:
+    """A :class:`Slice`/:class:`Pad` index as NumPy slices."""
+    return tuple(slice(a, b, c) for a, b, c in index)
+
+
+def pad(x: np.ndarray, shape: tuple[int, ...], index) -> np.ndarray:
+    """Zeros of ``shape`` with ``x`` written at ``index`` (:class:`Pad`)."""
+    out = np.zeros(shape, dtype=x.dtype)
+    out[slices(index)] = x
+    return out
+
+
+def _blocks(n: int, k: int, s: int, p: int) -> int:
+    return (n + 2 * p - k) // s + 1
+
+
+def unfold(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]) -> np.ndarray:
+    """``torch.nn.functional.unfold``: a strided view of the (padded) image, copied once into columns."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    B, C, H, W = x.shape
+    ho, wo = _blocks(H, kh, sh, ph), _blocks(W, kw, sw, pw)
+    if ph or pw:
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    s = x.strides
+    v = np.lib.stride_tricks.as_strided(x, (B, C, kh, kw, ho, wo), (s[0], s[1], s[2], s[3], s[2] * sh, s[3] * sw),
+                                        writeable=False)
+    return v.reshape(B, C * kh * kw, ho * wo)
+
+
+def fold(cols: np.ndarray, shape: tuple[int, int, int, int], kernel: tuple[int, int], stride: tuple[int, int],
+         padding: tuple[int, int]) -> np.ndarray:
+    """``torch.nn.functional.fold`` into an image of ``shape``: the adjoint of :func:`unfold`."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    B, C, H, W = shape
+    ho, wo = _blocks(H, kh, sh, ph), _blocks(W, kw, sw, pw)
+    out = np.zeros((B, C, H + 2 * ph, W + 2 * pw), dtype=cols.dtype)
+    c = cols.reshape(B, C, kh, kw, ho, wo)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i:i + sh * ho:sh, j:j + sw * wo:sw] += c[:, :, i, j]
+    return out[:, :, ph:ph + H, pw:pw + W]
+
+
 def _dt(T: NdArrayType):
     return T.dtype.numpy_dtype()
 
@@ -102,6 +145,10 @@ FLOAT_RULES: dict[type, Callable] = {
     P.BatchMatMul: lambda op, a, b: (np.matmul(a, b),),
     P.CausalMask: lambda op, a: (_causal_mask(a),),
     P.OneHot: lambda op, s: (_one_hot(s, op.S.dtype.n, _dt(op.T)),),
+    P.Slice: lambda op, a: (a[slices(op.index)],),
+    P.Pad: lambda op, a: (pad(a, op.T.shape, op.index),),
+    P.Unfold: lambda op, a: (unfold(a, op.kernel, op.stride, op.padding),),
+    P.Fold: lambda op, a: (fold(a, op.T.shape, op.kernel, op.stride, op.padding),),
 }
 
 

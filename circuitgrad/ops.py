@@ -13,6 +13,7 @@ float64 raises :class:`~circuitgrad.primitives.TypeMismatch`.
 """
 from __future__ import annotations
 
+import builtins
 from typing import Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ __all__ = [
     "sigmoid", "tanh", "softmax", "logsumexp", "relu",
     "exp", "log", "sqrt", "rsqrt", "div", "power", "max", "mean", "permute", "causal_mask",
     "layer_norm", "gelu", "attention", "ATTENTION_EPS", "one_hot", "add_epsilon",
+    "getitem", "slice", "pad", "concat", "unfold", "fold", "conv2d", "max_pool2d", "avg_pool2d",
 ]
 
 Number = (int, float, np.integer, np.floating)
@@ -347,3 +349,163 @@ def one_hot(ids: Var, dtype: Dtype = float32) -> Var:
     """Rows ``[..., n]`` with ``1`` at each id of an ``index(n)`` wire (the model's dtype replaces ``dtype``)."""
     T = NdArrayType(ids.shape + (getattr(ids.type.dtype, "n", 0),), dtype)
     return ids.builder.apply(P.OneHot(ids.type, T), ids)[0]
+
+
+# ------------------------------------------------------------- slicing
+def slice(x: Var, index: Sequence[tuple[int, int, int]]) -> Var:
+    """The block ``x[a₀:b₀:c₀, …]``: one ``(start, stop, step)`` per axis (a :class:`Slice`)."""
+    op = P.Slice(x.type, tuple(index))
+    if all(i == (0, n, 1) for i, n in zip(op.index, x.shape)):
+        return x
+    return x.builder.apply(op, x)[0]
+
+
+def getitem(x: Var, key) -> Var:
+    """``x[key]`` with NumPy's basic indexing: integers (negative ones count from the end), slices with a
+    positive step, one ``...`` and ``None`` (a new axis of size 1). Advanced (array) indexing is refused."""
+    key = key if isinstance(key, tuple) else (key,)
+    if builtins.sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("x[...]: an index can only have a single ellipsis ('...')")
+    used = builtins.sum(k is not None and k is not Ellipsis for k in key)
+    if used > x.type.ndim:
+        raise IndexError(f"x[...]: too many indices ({used}) for {x.type}")
+    if Ellipsis not in key:
+        key = key + (Ellipsis,)
+    at = key.index(Ellipsis)
+    key = key[:at] + (builtins.slice(None),) * (x.type.ndim - used) + key[at + 1:]
+    index, shape, axis = [], [], 0
+    for k in key:
+        if k is None:
+            shape.append(1)
+            continue
+        n = x.shape[axis]
+        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            i = int(k) + n if k < 0 else int(k)
+            if not 0 <= i < n:
+                raise IndexError(f"x[...]: index {int(k)} is out of bounds for axis {axis} of size {n} ({x.type})")
+            index.append((i, i + 1, 1))
+        elif isinstance(k, builtins.slice):
+            a, b, c = k.indices(n)
+            if c < 1:
+                raise IndexError(f"x[...]: slices need a positive step, got {k} on axis {axis} ({x.type}); "
+                                 f"reverse an axis with ops.permute/ops.concat instead")
+            index.append((a, builtins.max(a, b), c))
+            shape.append(len(range(a, b, c)))
+        else:
+            raise IndexError(f"x[...]: only integers, slices, '...' and None index a traced value, got "
+                             f"{type(k).__name__} {k!r} (no advanced indexing)")
+        axis += 1
+    return reshape(slice(x, index), tuple(shape))
+
+
+def pad(x: Var, widths: Sequence[tuple[int, int]]) -> Var:
+    """Zero padding: ``widths`` is ``(before, after)`` per axis, as in ``np.pad`` (a :class:`Pad`)."""
+    widths = [tuple(int(v) for v in w) for w in widths]
+    if len(widths) != x.type.ndim or any(len(w) != 2 or min(w) < 0 for w in widths):
+        raise TypeMismatch(f"pad: widths must be one (before, after) ≥ 0 per axis of {x.type}, got {widths}")
+    if all(w == (0, 0) for w in widths):
+        return x
+    T = x.type.with_shape(tuple(n + a + b for n, (a, b) in zip(x.shape, widths)))
+    index = tuple((a, a + n, 1) for n, (a, _) in zip(x.shape, widths))
+    return x.builder.apply(P.Pad(x.type, T, index), x)[0]
+
+
+def concat(xs: Sequence[Var], axis: int = 0) -> Var:
+    """``np.concatenate(xs, axis)``: a sum of :class:`Pad` s (each one's reverse map is a slice)."""
+    xs = list(xs)
+    if not xs or not all(isinstance(v, Var) for v in xs):
+        raise TypeError(f"concat: expected a non-empty sequence of traced wires, got {xs!r}")
+    first = xs[0].type
+    axis %= first.ndim or 1
+    for v in xs[1:]:
+        t = v.type
+        if t.dtype != first.dtype or t.ndim != first.ndim or \
+                t.shape[:axis] + t.shape[axis + 1:] != first.shape[:axis] + first.shape[axis + 1:]:
+            raise TypeMismatch(f"concat: operands must agree on every axis but {axis}, got "
+                               f"{format_types(tuple(u.type for u in xs))}")
+    if len(xs) == 1:
+        return xs[0]
+    total = builtins.sum(v.shape[axis] for v in xs)
+    T = first.with_shape(first.shape[:axis] + (total,) + first.shape[axis + 1:])
+    out, at = None, 0
+    for v in xs:
+        index = tuple((at, at + v.shape[d], 1) if d == axis else (0, n, 1) for d, n in enumerate(T.shape))
+        y = v.builder.apply(P.Pad(v.type, T, index), v)[0]
+        out = y if out is None else add(out, y)
+        at += v.shape[axis]
+    return out
+
+
+# --------------------------------------------------------- convolution
+def unfold(x: Var, kernel, stride=1, padding=0) -> Var:
+    """``torch.nn.functional.unfold``: ``[B, C, H, W] → [B, C·kh·kw, L]`` (an :class:`Unfold`)."""
+    return x.builder.apply(P.Unfold(x.type, kernel, stride, padding), x)[0]
+
+
+def fold(cols: Var, size: tuple[int, int], kernel, stride=1, padding=0) -> Var:
+    """``torch.nn.functional.fold(cols, output_size=size)``: ``[B, C·kh·kw, L] → [B, C, H, W]``."""
+    B, K = cols.shape[:2] if cols.type.ndim == 3 else (0, 0)
+    kh, kw = P._pair("Fold", "kernel", kernel, 1)
+    if cols.type.ndim != 3 or K % (kh * kw):
+        raise TypeMismatch(f"Fold: columns must be [B, C·{kh}·{kw}, L], got {cols.type}")
+    T = cols.type.with_shape((B, K // (kh * kw)) + tuple(size))
+    return cols.builder.apply(P.Fold(T, kernel, stride, padding), cols)[0]
+
+
+def conv2d(x: Var, w: Var, stride=1, padding=0) -> Var:
+    """``torch.nn.functional.conv2d`` (no bias): NCHW input ``[B, C, H, W]``, OIHW weights ``[O, C, kh, kw]``.
+
+    An :class:`Unfold` and one matrix product ``w[O, C·kh·kw] @ cols[B, C·kh·kw, L]`` (im2col); the
+    reverse derivative is the same two steps transposed: a :class:`Fold` of ``wᵀ @ dy``, and
+    ``Σ_b dy @ colsᵀ`` for the weights.
+    """
+    if not (isinstance(x, Var) and isinstance(w, Var)):
+        raise TypeError(f"conv2d: operands must be traced wires, got {x!r} and {w!r}")
+    if x.type.ndim != 4 or w.type.ndim != 4 or x.shape[1] != w.shape[1] or x.type.dtype != w.type.dtype:
+        raise TypeMismatch(f"conv2d: input [B, C, H, W] and weights [O, C, kh, kw] must agree on C and dtype, "
+                           f"got {format_types((x.type, w.type))}")
+    try:
+        cols = unfold(x, w.shape[2:], stride, padding)
+    except TypeMismatch as e:
+        raise TypeMismatch(f"conv2d: {e} (weights {w.type})") from None
+    O = w.shape[0]
+    ho, wo = P.Unfold(x.type, w.shape[2:], stride, padding).out_hw()
+    y = matmul(reshape(w, (O, cols.shape[1])), cols)
+    return reshape(y, (x.shape[0], O, ho, wo))
+
+
+def _windows(name: str, x: Var, kernel, stride, padding) -> tuple[Var, tuple[int, int]]:
+    """``[B, C, Ho, Wo, kh·kw]``: each pooling window on the last axis."""
+    if not isinstance(x, Var) or x.type.ndim != 4:
+        raise TypeMismatch(f"{name}: input must be a traced [B, C, H, W] wire, got {x!r}")
+    kernel = P._pair(name, "kernel", kernel, 1)
+    stride = kernel if stride is None else P._pair(name, "stride", stride, 1)
+    B, C, H, W = x.shape
+    if stride == kernel and padding in (0, (0, 0)) and H % kernel[0] == 0 and W % kernel[1] == 0:
+        ho, wo = H // kernel[0], W // kernel[1]        # non-overlapping windows: a reshape and a permute
+        t = permute(reshape(x, (B, C, ho, kernel[0], wo, kernel[1])), (0, 1, 2, 4, 3, 5))
+        return reshape(t, (B, C, ho, wo, kernel[0] * kernel[1])), (ho, wo)
+    try:
+        op = P.Unfold(x.type, kernel, stride, padding)
+    except TypeMismatch as e:
+        raise TypeMismatch(f"{name}: {e}") from None
+    ho, wo = op.out_hw()
+    cols = reshape(x.builder.apply(op, x)[0], (B, C, kernel[0] * kernel[1], ho, wo))
+    return permute(cols, (0, 1, 3, 4, 2)), (ho, wo)
+
+
+def max_pool2d(x: Var, kernel, stride=None, padding=0) -> Var:
+    """``torch.nn.functional.max_pool2d`` (``stride`` defaults to ``kernel``). The gradient goes to the first
+    maximum of each window. ``padding`` must be 0: PyTorch pads with ``-inf``, which fixed point cannot hold."""
+    if padding not in (0, (0, 0)):
+        raise TypeMismatch(f"max_pool2d: padding must be 0, got {padding!r} (PyTorch pads with -inf, which "
+                           f"fixed point cannot hold; pad with ops.pad where zeros are meant)")
+    win, _ = _windows("max_pool2d", x, kernel, stride, 0)
+    return max(win, -1)
+
+
+def avg_pool2d(x: Var, kernel, stride=None, padding=0) -> Var:
+    """``torch.nn.functional.avg_pool2d`` (``stride`` defaults to ``kernel``; zero padding counted in the
+    average, PyTorch's default ``count_include_pad=True``)."""
+    win, _ = _windows("avg_pool2d", x, kernel, stride, padding)
+    return mean(win, -1)

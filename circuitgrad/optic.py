@@ -157,6 +157,11 @@ RULES: dict[type, Callable[[P.Primitive], Rule]] = {
     P.BatchMatMul: _batch_matmul,
     P.CausalMask: _linear(lambda op, dy: ops.causal_mask(dy)),
     P.OneHot: lambda op: _lens(op, (), lambda s: (_self(op, s), ()), lambda dy: ops.constant(op.S, 0)),
+    # the layout primitives come in adjoint pairs: each one's reverse map is the other
+    P.Slice: _linear(lambda op, dy: _self(P.Pad(op.target[0], op.T, op.index), dy)),
+    P.Pad: _linear(lambda op, dy: _self(P.Slice(op.T, op.index), dy)),
+    P.Unfold: _linear(lambda op, dy: _self(P.Fold(op.T, op.kernel, op.stride, op.padding), dy)),
+    P.Fold: _linear(lambda op, dy: _self(P.Unfold(op.T, op.kernel, op.stride, op.padding), dy)),
 }
 
 _CACHE: dict[int, Rule] = {}

@@ -24,7 +24,7 @@ __all__ = [
     "Copy", "Add", "Neg", "Mul", "Scale", "Constant", "MatMul", "Transpose",
     "Reshape", "Broadcast", "SumTo", "Heaviside", "Sigmoid", "Tanh",
     "Softmax", "LogSumExp", "Parameter", "Exp", "Log", "Sqrt", "Div", "ArgMaxMask", "Permute",
-    "BatchMatMul", "CausalMask", "OneHot", "SECOND_VOCABULARY",
+    "BatchMatMul", "CausalMask", "OneHot", "Slice", "Pad", "Unfold", "Fold", "SECOND_VOCABULARY",
     "intern_op", "op_of",
 ]
 
@@ -310,6 +310,136 @@ class Reshape(Primitive):
     def target(self): return (self.T.with_shape(self.shape),)
 
 
+def _check_index(op: str, T: NdArrayType, index) -> tuple[tuple[int, int, int], ...]:
+    """Normalise ``index`` to one ``(start, stop, step)`` per axis of ``T`` (``0 ≤ start ≤ stop ≤ n``, ``step ≥ 1``)."""
+    try:
+        index = tuple((int(a), int(b), int(c)) for a, b, c in index)
+    except (TypeError, ValueError):
+        raise TypeMismatch(f"{op}: index must be one (start, stop, step) per axis, got {index!r}") from None
+    if len(index) != T.ndim or any(not (0 <= a <= b <= n) or c < 1 for (a, b, c), n in zip(index, T.shape)):
+        raise TypeMismatch(f"{op}: index {[list(i) for i in index]} does not select from {T} "
+                           f"(one (start, stop, step) per axis, 0 ≤ start ≤ stop ≤ size, step ≥ 1)")
+    return index
+
+
+def _selected(T: NdArrayType, index) -> NdArrayType:
+    return T.with_shape(tuple(len(range(a, b, c)) for a, b, c in index))
+
+
+@dataclass(frozen=True)
+class Slice(Primitive):
+    """``T → T'``: the strided block ``x[a₀:b₀:c₀, a₁:b₁:c₁, …]``, one ``(start, stop, step)`` per axis.
+
+    Its adjoint (reverse map) is :class:`Pad` with the same index.
+    """
+    T: NdArrayType
+    index: tuple[tuple[int, int, int], ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "index", _check_index("Slice", self.T, self.index))
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self): return (_selected(self.T, self.index),)
+
+
+@dataclass(frozen=True)
+class Pad(Primitive):
+    """``S → T``: zeros of type ``T`` with ``S`` written at ``T[index]`` (``index`` as in :class:`Slice`).
+
+    The adjoint of :class:`Slice`: zero padding, concatenation (a sum of pads) and dilation.
+    """
+    S: NdArrayType
+    T: NdArrayType
+    index: tuple[tuple[int, int, int], ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "index", _check_index("Pad", self.T, self.index))
+        if _selected(self.T, self.index) != self.S:
+            raise TypeMismatch(f"Pad: {self.S} does not fill the block {[list(i) for i in self.index]} "
+                               f"of {self.T}")
+
+    @property
+    def source(self): return (self.S,)
+
+    @property
+    def target(self): return (self.T,)
+
+
+def _pair(op: str, what: str, v, low: int) -> tuple[int, int]:
+    t = (v, v) if isinstance(v, (int, np.integer)) else tuple(v)
+    if len(t) != 2 or any(not isinstance(x, (int, np.integer)) or x < low for x in t):
+        raise TypeMismatch(f"{op}: {what} must be an int ≥ {low} or a pair of them, got {v!r}")
+    return int(t[0]), int(t[1])
+
+
+@dataclass(frozen=True)
+class Unfold(Primitive):
+    """``[B, C, H, W] → [B, C·kh·kw, L]``: each sliding ``kh × kw`` block (zero padded) as a column.
+
+    ``torch.nn.functional.unfold``: row ``(c·kh + i)·kw + j`` of column ``l = y·Wo + x`` is
+    ``x[c, y·sh − ph + i, x·sw − pw + j]`` (0 outside the image). A convolution is this followed by a
+    matrix product; the adjoint is :class:`Fold`.
+    """
+    T: NdArrayType
+    kernel: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int] = (0, 0)
+
+    def __post_init__(self):
+        _blocks(self, self.T)
+
+    def out_hw(self) -> tuple[int, int]:
+        """``(Ho, Wo)``: block positions along the height and the width."""
+        return _blocks(self, self.T)
+
+    @property
+    def source(self): return (self.T,)
+
+    @property
+    def target(self):
+        B, C = self.T.shape[:2]
+        ho, wo = self.out_hw()
+        return (self.T.with_shape((B, C * self.kernel[0] * self.kernel[1], ho * wo)),)
+
+
+def _blocks(op, T: NdArrayType) -> tuple[int, int]:
+    """Check an Unfold/Fold's geometry against the image type ``T``; ``(Ho, Wo)``."""
+    name = type(op).__name__
+    object.__setattr__(op, "kernel", _pair(name, "kernel", op.kernel, 1))
+    object.__setattr__(op, "stride", _pair(name, "stride", op.stride, 1))
+    object.__setattr__(op, "padding", _pair(name, "padding", op.padding, 0))
+    if T.ndim != 4:
+        raise TypeMismatch(f"{name}: the image must be [B, C, H, W], got {T}")
+    out = tuple((n + 2 * p - k) // s + 1 for n, k, s, p in zip(T.shape[2:], op.kernel, op.stride, op.padding))
+    if min(out) < 1:
+        raise TypeMismatch(f"{name}: kernel {list(op.kernel)} with padding {list(op.padding)} does not fit {T}")
+    return out
+
+
+@dataclass(frozen=True)
+class Fold(Primitive):
+    """``[B, C·kh·kw, L] → [B, C, H, W]``: the adjoint of :class:`Unfold` (overlapping blocks summed).
+
+    ``T`` is the image type; ``torch.nn.functional.fold`` with ``output_size=(H, W)``.
+    """
+    T: NdArrayType
+    kernel: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int] = (0, 0)
+
+    def __post_init__(self):
+        _blocks(self, self.T)
+
+    @property
+    def source(self): return Unfold(self.T, self.kernel, self.stride, self.padding).target
+
+    @property
+    def target(self): return (self.T,)
+
+
 def _check_broadcast(op: str, small: NdArrayType, big: NdArrayType) -> None:
     if small.dtype != big.dtype:
         raise TypeMismatch(f"{op}: dtypes differ, got {format_types((small, big))}")
@@ -430,14 +560,14 @@ class LogSumExp(Primitive):
 
 #: the primitives added for transformers (issue 12), which the ZK and FPGA backends lower in issue 13
 SECOND_VOCABULARY: tuple[type[Primitive], ...] = (
-    Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot,
+    Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot, Slice, Pad, Unfold, Fold,
 )
 
 #: every primitive class; rule tables are checked against this tuple.
 PRIMITIVES: tuple[type[Primitive], ...] = (
     Copy, Parameter, Constant, Add, Neg, Mul, Scale, MatMul, Transpose, Reshape,
     Broadcast, SumTo, Heaviside, Sigmoid, Tanh, Softmax, LogSumExp,
-    Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot,
+    Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot, Slice, Pad, Unfold, Fold,
 )
 
 

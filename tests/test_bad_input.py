@@ -268,8 +268,6 @@ VAR_CASES = [
     ("gt", lambda x: x > 0, f"the comparison x > y {NOT_YET}; use ops.heaviside(x - y): 1 where x > y, else 0"),
     ("le", lambda x: x <= 0, f"the comparison x <= y {NOT_YET}; use 1 - ops.heaviside(x - y): 1 where x <= y, "
                              f"else 0"),
-    ("index", lambda x: x[0], f"indexing or slicing x[...] {NOT_YET}; ops.reshape(x, shape) and ops.sum(x, axis) "
-                              f"change shapes"),
     ("float", lambda x: float(x), f"float(x) {NO_VALUE}; constants are plain numbers or ops.constant(T, c)"),
     ("if", lambda x: x if x else -x, f"bool(x) (as in `if x:`, `x and y`, `not x`) {NO_VALUE}; the diagram cannot "
                                      f"branch: select with h = ops.heaviside(x), then h * a + (1 - h) * b"),
@@ -309,7 +307,31 @@ SUGAR = [
     ("reshape-tuple", lambda x: x.reshape((3, 2)), lambda x: x.reshape(3, 2)),
     ("np.exp", lambda x: np.exp(x), np.exp),
     ("np.divide", lambda x: np.divide(x, 2.0), lambda x: x / 2.0),
+    ("index", lambda x: x[1], lambda x: x[1]),
+    ("index-negative", lambda x: x[-1, -2], lambda x: x[-1, -2]),
+    ("slice", lambda x: x[:, ::2], lambda x: x[:, ::2]),
+    ("slice-clipped", lambda x: x[:, 1:99], lambda x: x[:, 1:99]),
+    ("slice-empty", lambda x: x[:, 2:1], lambda x: x[:, 2:1]),
+    ("ellipsis-newaxis", lambda x: x[None, ..., 1:], lambda x: x[None, ..., 1:]),
 ]
+
+INDEX_ERRORS = [
+    ("out-of-bounds", lambda x: x[2], "x[...]: index 2 is out of bounds for axis 0 of size 2 (float32[2, 3])"),
+    ("too-many", lambda x: x[0, 0, 0], "x[...]: too many indices (3) for float32[2, 3]"),
+    ("two-ellipses", lambda x: x[..., ...], "x[...]: an index can only have a single ellipsis ('...')"),
+    ("negative-step", lambda x: x[:, ::-1], "x[...]: slices need a positive step, got slice(None, None, -1) on "
+                                            "axis 1 (float32[2, 3]); reverse an axis with ops.permute/ops.concat "
+                                            "instead"),
+    ("advanced", lambda x: x[[0, 1]], "x[...]: only integers, slices, '...' and None index a traced value, got "
+                                      "list [0, 1] (no advanced indexing)"),
+]
+
+
+@pytest.mark.parametrize("fn,message", [c[1:] for c in INDEX_ERRORS], ids=[c[0] for c in INDEX_ERRORS])
+def test_bad_indices_of_traced_values(fn, message):
+    with pytest.raises(IndexError) as e:
+        cg.trace(fn, [T])
+    assert str(e.value) == message
 
 
 @pytest.mark.parametrize("fn,ref", [c[1:] for c in SUGAR], ids=[c[0] for c in SUGAR])

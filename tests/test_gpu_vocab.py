@@ -1,5 +1,5 @@
 """The GPU backend on the second vocabulary (Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul,
-CausalMask, causal Softmax, OneHot), without a GPU:
+CausalMask, causal Softmax, OneHot, Slice, Pad, Unfold, Fold), without a GPU:
 
 * every kernel of each case's forward and reverse-derivative programs, compiled by nvcc for the
   device and for the host, computes on the host what the float interpreter computes (float32 and
@@ -78,6 +78,17 @@ CASES = [
     ("attention-spherical-causal", lambda q, k, v: ops.attention(q, k, v, causal=True, kind="spherical"),
      [T(2, 3, 4, 8)] * 3, None),
     ("one-hot", lambda ids, e: ops.one_hot(ids, F) @ e, [IDS, T(7, 3)], None),
+    ("slice", lambda x: x[:, 1:, ::2] * 2.0, [T(2, 3, 5)], None),
+    ("slice-int", lambda x: x[1, ..., 1] + 1.0, [T(2, 3, 5)], None),
+    ("pad", lambda x: ops.pad(x, [(0, 1), (2, 0), (1, 1)]) * 2.0, [T(2, 3, 4)], None),
+    ("concat", lambda a, b: ops.concat([a, b * 2.0, a], 1), [T(2, 3, 4), T(2, 1, 4)], None),
+    ("conv2d", lambda x, w: ops.conv2d(x, w, stride=1, padding=1), [T(2, 3, 5, 4), T(4, 3, 3, 3)], None),
+    ("conv2d-strided", lambda x, w: ops.conv2d(x, w, stride=(2, 1), padding=(0, 2)),
+     [T(2, 2, 7, 5), T(3, 2, 3, 2)], None),
+    ("unfold-overlap", lambda x: ops.unfold(x, 3, stride=2, padding=1) * 2.0, [T(1, 2, 6, 6)], None),
+    ("max-pool", lambda x: ops.max_pool2d(x, 2), [T(2, 3, 4, 6)], None),
+    ("max-pool-overlap", lambda x: ops.max_pool2d(x, 3, 2), [T(2, 2, 7, 7)], None),
+    ("avg-pool-padded", lambda x: ops.avg_pool2d(x, 3, 2, 1), [T(2, 2, 6, 5)], None),
 ]
 IDS_OF = [c[0] for c in CASES]
 

@@ -98,10 +98,11 @@ def test_cli_info(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == f"circuitgrad {circuitgrad.__version__}"
-    later = "LogSumExp, Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot"
-    assert out.splitlines()[1].startswith("primitives (26): Copy, Parameter, Constant, ")
+    later = "LogSumExp, Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot, Slice, Pad, " \
+            "Unfold, Fold"
+    assert out.splitlines()[1].startswith("primitives (30): Copy, Parameter, Constant, ")
     assert f"backend fpga: 15 rules (unsupported: {later})" in out
-    assert "backend gpu: 25 rules; " in out          # every primitive but Parameter
+    assert "backend gpu: 29 rules; " in out          # every primitive but Parameter
     assert f"backend zk: 15 rules (unsupported: {later})" in out
 
 

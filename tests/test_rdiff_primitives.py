@@ -26,6 +26,46 @@ def _softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
+IMG = cg.NdArrayType((2, 3, 5, 4), F)
+GEOMETRY = dict(kernel=(3, 2), stride=(2, 1), padding=(1, 2))
+
+
+def _unfold_loops(x, kernel, stride, padding):
+    """Naive im2col: one column per block position, rows (c, i, j), zeros outside the image."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    B, C, H, W = x.shape
+    ho, wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    out = np.zeros((B, C * kh * kw, ho * wo))
+    for b in range(B):
+        for c in range(C):
+            for i in range(kh):
+                for j in range(kw):
+                    for y in range(ho):
+                        for z in range(wo):
+                            r, q = y * sh - ph + i, z * sw - pw + j
+                            if 0 <= r < H and 0 <= q < W:
+                                out[b, (c * kh + i) * kw + j, y * wo + z] = x[b, c, r, q]
+    return out
+
+
+def _fold_loops(cols, shape, kernel, stride, padding):
+    """Naive col2im: every column entry added to the pixel it came from."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    B, C, H, W = shape
+    ho, wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    out = np.zeros(shape)
+    for b in range(B):
+        for c in range(C):
+            for i in range(kh):
+                for j in range(kw):
+                    for y in range(ho):
+                        for z in range(wo):
+                            r, q = y * sh - ph + i, z * sw - pw + j
+                            if 0 <= r < H and 0 <= q < W:
+                                out[b, c, r, q] += cols[b, (c * kh + i) * kw + j, y * wo + z]
+    return out
+
+
 #: (operation, float64 reference) for every primitive (Parameter is tested in test_compile)
 CASES = [
     (P.Copy(T, 3), lambda x: (x, x, x)),
@@ -58,6 +98,13 @@ CASES = [
     (P.BatchMatMul(T3, cg.NdArrayType((2, 4, 5), F)), lambda a, b: (np.einsum("bij,bjk->bik", a, b),)),
     (P.CausalMask(T3), lambda a: (a * np.tri(3, 4),)),
     (P.OneHot(IDS, cg.NdArrayType((3, 4, 5), F)), lambda s: (np.eye(5)[s],)),
+    (P.Slice(T3, ((1, 2, 1), (0, 3, 2), (1, 4, 1))), lambda a: (a[1:2, 0:3:2, 1:4],)),
+    (P.Pad(cg.NdArrayType((1, 2, 3), F), T3, ((1, 2, 1), (0, 3, 2), (1, 4, 1))),
+     lambda a: (np.pad(a[:, [0, 0, 1], :] * np.array([1, 0, 1])[None, :, None], ((1, 0), (0, 0), (1, 0))),)),
+    (P.Unfold(IMG, **GEOMETRY), lambda x: (_unfold_loops(x, **GEOMETRY),)),
+    (P.Fold(IMG, **GEOMETRY), lambda c: (_fold_loops(c, IMG.shape, **GEOMETRY),)),
+    (P.Fold(cg.NdArrayType((1, 2, 6, 6), F), kernel=3, stride=2),          # overlapping blocks, a margin left
+     lambda c: (_fold_loops(c, (1, 2, 6, 6), (3, 3), (2, 2), (0, 0)),)),
 ]
 
 #: operations defined on part of the line: inputs drawn from their domain

@@ -15,7 +15,8 @@ Scalar constants become literals. Intermediate values stay in registers, and
 only the group's outputs are written to memory.
 
 Row kernels (``Softmax``, causal or not, ``LogSumExp``, ``ArgMaxMask``) run one
-thread per row of the last axis; ``copy`` kernels gather a view into a
+thread per row of the last axis; gathers (``Slice``, ``Pad``, ``Unfold``, ``Fold``) one thread per
+result element, with the geometry baked in; ``copy`` kernels gather a view into a
 contiguous array for a consumer that needs one (a batched cuBLAS product).
 """
 from __future__ import annotations
@@ -82,8 +83,9 @@ RULES: dict[type, Callable[..., str] | None] = {
     # structural primitives are handled by the plan: no kernel code of their own
     P.Copy: None, P.Broadcast: None, P.Transpose: None, P.Reshape: None, P.Permute: None, P.Constant: None,
     P.MatMul: None, P.BatchMatMul: None, P.SumTo: None,
-    # row kernels (below)
+    # row kernels and gathers (below)
     P.Softmax: None, P.LogSumExp: None, P.ArgMaxMask: None,
+    P.Slice: None, P.Pad: None, P.Unfold: None, P.Fold: None,
 }
 
 
@@ -289,6 +291,65 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
                   [a.op.name + ("(causal)" if getattr(a.op, "causal", False) else "")], frozenset(), (c,))
 
 
+def _coords(shape: tuple[int, ...], names: list[str]) -> list[str]:
+    """Declarations of the coordinates of element ``i`` of a C-contiguous array of ``shape``."""
+    cs = contiguous_strides(shape)
+    return [f"    const long long {n} = (i / {st}LL) % {d}LL;" for n, st, d in zip(names, cs, shape)]
+
+
+def _moves(op: P.Primitive, c: str) -> list[str]:
+    """The body of a gather: ``y[i]`` from ``x`` (contiguous) for a Slice, Pad, Unfold or Fold."""
+    (xt,), (yt,) = op.source, op.target
+    xs = contiguous_strides(xt.shape)
+    if isinstance(op, P.Slice):
+        off = sum(a * st for (a, _, _), st in zip(op.index, xs))
+        strides = tuple(k * st for (_, _, k), st in zip(op.index, xs))
+        return [f"    y[i] = x[{off}LL + {_strided('i', yt.shape, strides)}];"]
+    if isinstance(op, P.Pad):
+        d = len(yt.shape)
+        lines = _coords(yt.shape, [f"t{k}" for k in range(d)])
+        conds, terms = [], []
+        for k, ((a, b, st), n) in enumerate(zip(op.index, xt.shape)):
+            lines.append(f"    const long long r{k} = t{k} - {a}LL;")
+            conds.append(f"r{k} >= 0 && r{k} % {st}LL == 0 && r{k} / {st}LL < {n}LL")
+            terms.append(f"(r{k} / {st}LL) * {xs[k]}LL")
+        return lines + [f"    y[i] = ({' && '.join(conds) or '1'}) ? x[{' + '.join(terms) or '0'}] : ({c})0;"]
+    (kh, kw), (sh, sw), (ph, pw) = op.kernel, op.stride, op.padding
+    B, C, H, W = op.T.shape
+    ho, wo = P.Unfold(op.T, op.kernel, op.stride, op.padding).out_hw()
+    K, L = C * kh * kw, ho * wo
+    if isinstance(op, P.Unfold):
+        return _coords((B, C, kh, kw, ho, wo), ["b", "ch", "ki", "kj", "oy", "ox"]) + [
+            f"    const long long yy = oy * {sh}LL - {ph}LL + ki, xx = ox * {sw}LL - {pw}LL + kj;",
+            f"    y[i] = (yy >= 0 && yy < {H}LL && xx >= 0 && xx < {W}LL) ? "
+            f"x[((b * {C}LL + ch) * {H}LL + yy) * {W}LL + xx] : ({c})0;"]
+    return _coords((B, C, H, W), ["b", "ch", "yy", "xx"]) + [       # Fold: sum the blocks over (yy, xx)
+        f"    {c} acc = 0;",
+        f"    for (long long ki = 0; ki < {kh}; ++ki) {{",
+        f"        const long long ty = yy + {ph}LL - ki;",
+        f"        if (ty < 0 || ty % {sh}LL != 0 || ty / {sh}LL >= {ho}LL) continue;",
+        f"        for (long long kj = 0; kj < {kw}; ++kj) {{",
+        f"            const long long tx = xx + {pw}LL - kj;",
+        f"            if (tx < 0 || tx % {sw}LL != 0 || tx / {sw}LL >= {wo}LL) continue;",
+        f"            acc += x[(b * {K}LL + (ch * {kh}LL + ki) * {kw}LL + kj) * {L}LL"
+        f" + (ty / {sh}LL) * {wo}LL + tx / {sw}LL];",
+        "        }",
+        "    }",
+        "    y[i] = acc;"]
+
+
+def _gather_op(step: Launch, plan: Plan, name: str) -> Kernel:
+    """One thread per result element of a Slice, Pad, Unfold or Fold (see :func:`_moves`)."""
+    a = step.instrs[0]
+    t = plan.program.types[a.results[0]]
+    c = ctype(t)
+    params = [f"const {c}* __restrict__ x", f"{c}* __restrict__ y"]
+    body = (f"__host__ __device__ inline void {name}_body(long long i, {', '.join(params)}) {{\n"
+            + "\n".join(_moves(a.op, c)) + "\n}\n")
+    return Kernel(name, body + _wrap(name, params, t.size), list(step.inputs), list(step.outputs), t.size,
+                  [a.op.name], frozenset(step.inputs), (c,))
+
+
 def kernels(plan: Plan, prefix: str = "cg") -> dict[int, Kernel]:
     """The kernel of every fused, row-wise and copy step, keyed by step index."""
     out: dict[int, Kernel] = {}
@@ -299,4 +360,6 @@ def kernels(plan: Plan, prefix: str = "cg") -> dict[int, Kernel]:
             out[i] = _rowwise(s, plan, f"{prefix}_row{i}")
         elif s.kind == "copy":
             out[i] = _gather(s, plan, f"{prefix}_copy{i}")
+        elif s.kind == "gather":
+            out[i] = _gather_op(s, plan, f"{prefix}_gather{i}")
     return out

@@ -4,7 +4,9 @@ Elementwise primitives (``Add, Neg, Mul, Scale, Heaviside, Sigmoid, Tanh, Exp, L
 CausalMask, OneHot``) over the same number of elements are fused into one kernel (``OneHot`` reads
 its integer id through a broadcast along the new last axis). The remaining
 instructions become ``matmul`` (cuBLAS: ``MatMul`` and, batched, ``BatchMatMul``), ``reduce``
-(SumTo), ``rowwise`` (Softmax, causal or not, LogSumExp, ArgMaxMask), ``view`` (no launch) and
+(SumTo), ``rowwise`` (Softmax, causal or not, LogSumExp, ArgMaxMask), ``gather`` (Slice, Pad,
+Unfold, Fold: one thread per result element reading a contiguous operand at computed offsets, zero
+outside it; Fold sums its overlapping blocks in a loop, so no atomics), ``view`` (no launch) and
 ``copy`` (a gather kernel) steps.
 
 Layouts. ``Broadcast``, ``Transpose``, ``Permute`` and ``Reshape`` never move data by themselves.
@@ -48,12 +50,14 @@ from circuitgrad import primitives as P
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Apply, Program
 
-__all__ = ["ELEMENTWISE", "ROWWISE", "VIEWS", "Launch", "Plan", "plan", "Layout", "gather_index",
+__all__ = ["ELEMENTWISE", "ROWWISE", "GATHERS", "VIEWS", "Launch", "Plan", "plan", "Layout", "gather_index",
            "read_through", "contiguous_strides", "nocopy_reshape"]
 
 ELEMENTWISE = (P.Add, P.Neg, P.Mul, P.Scale, P.Heaviside, P.Sigmoid, P.Tanh,
                P.Exp, P.Log, P.Sqrt, P.Div, P.CausalMask, P.OneHot)
 ROWWISE = (P.Softmax, P.LogSumExp, P.ArgMaxMask)
+#: one thread per result element, reading a contiguous operand at computed offsets
+GATHERS = (P.Slice, P.Pad, P.Unfold, P.Fold)
 VIEWS = (P.Broadcast, P.Transpose, P.Permute, P.Reshape)
 MATMULS = (P.MatMul, P.BatchMatMul)
 #: how many recent groups of the same size an instruction without a producer group may join
@@ -72,7 +76,7 @@ Layout = tuple[int, tuple[Stage, ...]]               # (base variable, stages)
 class Launch:
     """One step of the plan.
 
-    ``kind`` is ``fused``, ``matmul``, ``reduce``, ``rowwise``, ``copy``, ``view`` or ``const``.
+    ``kind`` is ``fused``, ``matmul``, ``reduce``, ``rowwise``, ``gather``, ``copy``, ``view`` or ``const``.
     ``instrs`` are the SSA instructions it executes (in order); ``inputs`` the
     variables it reads from memory; ``outputs`` the variables it writes.
     ``layout``: for ``copy`` steps, and ``view`` steps built from their base, the layout read.
@@ -308,7 +312,7 @@ def plan(prog: Program) -> Plan:
             op = prog.instrs[k].op
             if isinstance(op, ELEMENTWISE + VIEWS):
                 continue                                   # read through the layout
-            if isinstance(op, ROWWISE):
+            if isinstance(op, ROWWISE + GATHERS):
                 need_contiguous = True                     # the kernel is given the base pointer
                 continue
             need_array = True
@@ -537,6 +541,8 @@ def plan(prog: Program) -> Plan:
             steps.append(Launch("reduce", [a], [src(x) for x in a.args], list(a.results)))
         elif isinstance(a.op, ROWWISE):
             steps.append(Launch("rowwise", [a], [read(a.args[0])[0]], list(a.results)))
+        elif isinstance(a.op, GATHERS):
+            steps.append(Launch("gather", [a], [read(a.args[0])[0]], list(a.results)))
         else:
             raise NotImplementedError(f"GPU backend: no rule for {a.op}")
     return Plan(prog, steps, folded, constants, values, layouts)
