@@ -166,7 +166,11 @@ class CompiledModel:
             elif p.init == "normal":
                 v = rng.normal(0.0, 0.02, size=shape)
             else:
-                fan_in, fan_out = (shape[0], shape[-1]) if len(shape) > 1 else (shape[0], shape[0])
+                if len(shape) == 4:            # convolution weights [O, C, kh, kw], as PyTorch counts fans
+                    rf = shape[2] * shape[3]
+                    fan_in, fan_out = shape[1] * rf, shape[0] * rf
+                else:
+                    fan_in, fan_out = (shape[0], shape[-1]) if len(shape) > 1 else (shape[0], shape[0])
                 lim = np.sqrt(6.0 / (fan_in + fan_out))
                 v = rng.uniform(-lim, lim, size=shape)
             out[name] = self._in(v, f"parameter {name}")

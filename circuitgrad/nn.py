@@ -25,6 +25,7 @@ __all__ = [
     "mse", "softmax_cross_entropy", "sgd", "momentum", "Optimizer", "mlp",
     "gelu", "layer_norm", "rms_norm", "attention", "transformer_block", "Adam", "adam", "adamw",
     "set_learning_rate", "embedding", "positional_embedding", "gpt",
+    "conv2d", "max_pool2d", "avg_pool2d", "flatten", "ClipGradNorm", "clip_grad_norm",
 ]
 
 
@@ -90,6 +91,49 @@ def mlp(B: int, sizes: Sequence[int], activation=relu, dtype: Dtype = float32) -
             layers.append(activation(B, m, dtype=dtype))
     return sequential(layers, name=f"mlp({B},{'-'.join(map(str, sizes))})")
 
+
+
+# ------------------------------------------------------------ convolutions
+def conv2d(B: int, C: int, H: int, W: int, O: int, kernel: int | tuple[int, int] = 3, stride=1, padding=0,
+           bias: bool = True, dtype: Dtype = float32) -> Diagram:
+    """``torch.nn.Conv2d(C, O, kernel, stride, padding)`` on ``[B, C, H, W]`` images (NCHW)::
+
+               ┌────────┐   ┌───────────────┐   ┌─────┐
+        x ─────┤ Unfold ├───┤ w[O, C·kh·kw] @├───┤ + b ├── y : [B, O, Ho, Wo]
+               └────────┘   └───────────────┘   └─────┘
+
+    Weights ``w : [O, C, kh, kw]`` (Glorot-uniform), bias ``b : [O]`` (zeros) unless ``bias=False``.
+    """
+    k = (kernel, kernel) if isinstance(kernel, int) else tuple(kernel)
+    Wt = _T((O, C) + k, dtype)
+
+    def f(x):
+        y = ops.conv2d(x, ops.param(Wt, "W"), stride, padding)
+        if bias:
+            y = y + ops.broadcast_to(ops.param(_T((O, 1, 1), dtype), "b", init="zeros"), y.shape)
+        return y
+    return trace(f, [_T((B, C, H, W), dtype)], name=_shape_name("conv2d", (B, C, H, W, O), kernel=kernel,
+                                                                 stride=stride, padding=padding))
+
+
+def max_pool2d(B: int, C: int, H: int, W: int, kernel: int | tuple[int, int] = 2, stride=None,
+               dtype: Dtype = float32) -> Diagram:
+    """``torch.nn.MaxPool2d(kernel, stride)`` (``stride`` defaults to ``kernel``; no padding)."""
+    return trace(lambda x: ops.max_pool2d(x, kernel, stride), [_T((B, C, H, W), dtype)],
+                 name=_shape_name("max_pool2d", (B, C, H, W), kernel=kernel, stride=stride))
+
+
+def avg_pool2d(B: int, C: int, H: int, W: int, kernel: int | tuple[int, int] = 2, stride=None, padding=0,
+               dtype: Dtype = float32) -> Diagram:
+    """``torch.nn.AvgPool2d(kernel, stride, padding)`` (zero padding counted, PyTorch's default)."""
+    return trace(lambda x: ops.avg_pool2d(x, kernel, stride, padding), [_T((B, C, H, W), dtype)],
+                 name=_shape_name("avg_pool2d", (B, C, H, W), kernel=kernel, stride=stride, padding=padding))
+
+
+def flatten(B: int, *shape: int, dtype: Dtype = float32) -> Diagram:
+    """``[B, *shape] → [B, Π shape]`` (``torch.nn.Flatten``)."""
+    n = int(np.prod(shape, dtype=np.int64))
+    return trace(lambda x: ops.reshape(x, (B, n)), [_T((B,) + shape, dtype)], name=_shape_name("flatten", (B,) + shape))
 
 # ------------------------------------------------------------------ losses
 def mse(T: NdArrayType) -> Diagram:
@@ -388,6 +432,61 @@ def adamw(lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: floa
     return Adam(f"adamw({lr},wd={weight_decay})", _rate("adamw", "learning rate lr", lr),
                 _rate("adamw", "beta1", betas[0], 1.0), betas[1], eps, weight_decay, True)
 
+
+#: added to the global norm before dividing, as ``torch.nn.utils.clip_grad_norm_``
+CLIP_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class ClipGradNorm(Optimizer):
+    """``inner`` applied to gradients clipped by their global norm, as ``torch.nn.utils.clip_grad_norm_``::
+
+        n = sqrt(Σ_params Σ g²);  g ← g · min(1, max_norm / (n + 1e-6))
+
+    The state, its names and initial values are ``inner``'s (a schedule still works). In fixed point
+    the ``1e-6`` is one step, like every ε constant.
+    """
+    inner: Optimizer | None = None
+    max_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.inner, Optimizer):
+            raise TypeError(f"clip_grad_norm: optimizer must be an nn optimizer (nn.sgd, nn.adamw, …), "
+                            f"got {self.inner!r}")
+        object.__setattr__(self, "max_norm", _rate("clip_grad_norm", "max_norm", self.max_norm))
+
+    def constants(self) -> list[tuple[str, float]]:
+        return self.inner.constants() + [("clip max norm", self.max_norm)]
+
+    def state(self, params: Sequence[NdArrayType]) -> list[tuple[str, NdArrayType]]:
+        return self.inner.state(params)
+
+    def state_names(self, names: Sequence[str], params: Sequence[NdArrayType]) -> list[str]:
+        return self.inner.state_names(names, params)
+
+    def initial(self, name: str) -> float:
+        return self.inner.initial(name)
+
+    def update(self, params: Sequence[NdArrayType]) -> Diagram:
+        k, n_state = len(params), len(self.inner.state(params))
+        inner = self.inner.update(params)
+
+        def step(*vs: Var):
+            g = vs[k + n_state:]
+            squares = [ops.sum(gi * gi) for gi in g]
+            total = squares[0]
+            for sq in squares[1:]:
+                total = total + sq
+            coef = ops.div(self.max_norm, ops.add_epsilon(ops.sqrt(total), CLIP_EPS))
+            coef = 1.0 - ops.relu(1.0 - coef)                                  # min(1, coef)
+            return inner(*vs[:k + n_state], *(gi * ops.broadcast_to(coef, gi.shape) for gi in g))
+        return trace(step, list(params) + [t for _, t in self.state(params)] + list(params), name=self.name)
+
+
+def clip_grad_norm(optimizer: Optimizer, max_norm: float = 1.0) -> ClipGradNorm:
+    """``optimizer`` after clipping the gradients to global norm ``max_norm`` (``torch.nn.utils.clip_grad_norm_``)."""
+    return ClipGradNorm(f"clip_grad_norm({getattr(optimizer, 'name', optimizer)},{max_norm})",
+                        getattr(optimizer, "lr", 1.0), 0.0, optimizer, max_norm)
 
 def set_learning_rate(params: dict, lr: float) -> dict:
     """``params`` with Adam's learning rate ``adam/lr`` set to ``lr`` (same dtype): a schedule, no recompile."""

@@ -477,7 +477,8 @@ def conv2d(x: Var, w: Var, stride=1, padding=0) -> Var:
 def _windows(name: str, x: Var, kernel, stride, padding) -> tuple[Var, tuple[int, int]]:
     """``[B, C, Ho, Wo, kh·kw]``: each pooling window on the last axis."""
     if not isinstance(x, Var) or x.type.ndim != 4:
-        raise TypeMismatch(f"{name}: input must be a traced [B, C, H, W] wire, got {x!r}")
+        raise TypeMismatch(f"{name}: input must be a traced [B, C, H, W] wire, got "
+                           f"{x.type if isinstance(x, Var) else repr(x)}")
     kernel = P._pair(name, "kernel", kernel, 1)
     stride = kernel if stride is None else P._pair(name, "stride", stride, 1)
     B, C, H, W = x.shape

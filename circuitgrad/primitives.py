@@ -92,7 +92,8 @@ class Copy(Primitive):
 class Parameter(Primitive):
     """``I → T``: a trainable parameter, with a name and an initialiser.
 
-    ``init`` is ``"glorot"`` (uniform, Glorot & Bengio), ``"zeros"``, ``"ones"`` (normalisation gains) or
+    ``init`` is ``"glorot"`` (uniform, Glorot & Bengio; fans ``C·kh·kw`` and ``O·kh·kw`` for ``[O, C, kh, kw]``
+    convolution weights), ``"zeros"``, ``"ones"`` (normalisation gains) or
     ``"normal"`` (``N(0, 0.02²)``, embeddings as in GPT-2).
     ``uid`` keeps two layers of the same shape distinct.
     """

@@ -19,6 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ("iris.py", "fixed", 0.93),
     ("digits.py", "float32", 0.95),
     ("digits.py", "fixed", 0.90),
+    ("digits_cnn.py", "float32", 0.97),
+    ("digits_cnn.py", "fixed", 0.95),
 ])
 def test_example_accuracy(script, dtype, minimum):
     out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", script), "--dtype", dtype, "--quiet"],

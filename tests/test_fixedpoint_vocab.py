@@ -270,12 +270,17 @@ def test_error_against_float64_within_documented_bound(name, dt, rng):
 
 
 @pytest.mark.parametrize("dt", FORMATS, ids=str)
-@pytest.mark.parametrize("op_of", [lambda T: P.ArgMaxMask(T), lambda T: P.Permute(T, (1, 2, 0)),
-                                   lambda T: P.CausalMask(T)], ids=["argmax_mask", "permute", "causal_mask"])
+@pytest.mark.parametrize("op_of", [
+    lambda T: P.ArgMaxMask(T), lambda T: P.Permute(T, (1, 2, 0)), lambda T: P.CausalMask(T),
+    lambda T: P.Slice(T, ((1, 6, 2), (0, 5, 1), (2, 4, 1))),
+    lambda T: P.Pad(T, T.with_shape((7, 9, 5)), ((1, 7, 1), (0, 9, 2), (0, 5, 1))),
+    lambda T: P.Unfold(T.with_shape((2, 3, 5, 5)), kernel=3, stride=2, padding=1),
+    lambda T: P.Fold(T.with_shape((2, 1, 6, 5)), kernel=(2, 3), stride=1, padding=(0, 1)),
+], ids=["argmax_mask", "permute", "causal_mask", "slice", "pad", "unfold", "fold"])
 def test_selection_and_movement_equal_float(op_of, dt, rng):
-    T = cg.NdArrayType((6, 5, 5), dt)
+    op = op_of(cg.NdArrayType((6, 5, 5), dt))
+    (T,) = op.source
     x = rng.integers(-4, 4, size=T.shape) * (dt.one // 2)
-    op = op_of(T)
     (got,) = _run(op, x)
     assert np.array_equal(dequantize(got, dt), _float(op, x, dt=dt))
 
@@ -354,11 +359,14 @@ OVERFLOWS = [
     (lambda dt: P.ArgMaxMask(cg.NdArrayType((2,), dt)), cg.fixed(8, 7), lambda dt: (np.array([1, 2]),)),
     (lambda dt: P.OneHot(cg.NdArrayType((2,), cg.index(3)), cg.NdArrayType((2, 3), dt)), cg.fixed(8, 7),
      lambda dt: (np.array([0, 2]),)),
+    # overlapping blocks summed back: 4 copies of 0.5 where blocks meet
+    (lambda dt: P.Fold(cg.NdArrayType((1, 1, 3, 3), dt), kernel=2), cg.fixed(8, 6),
+     lambda dt: (np.full((1, 4, 4), dt.one // 2),)),
 ]
 
 
 @pytest.mark.parametrize("case", OVERFLOWS, ids=["exp16", "exp32", "log", "div", "batch_matmul", "argmax_mask",
-                                                "one_hot"])
+                                                "one_hot", "fold"])
 def test_overflow_names_the_new_operation(case):
     make, dt, args = case
     op = make(dt)

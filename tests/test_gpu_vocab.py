@@ -164,7 +164,7 @@ def test_every_new_primitive_reaches_a_kernel_or_a_step():
                 for a in s.instrs + s.remat:
                     seen[a.op.name] += 1
     for name in ("Exp", "Log", "Sqrt", "Div", "ArgMaxMask", "Permute", "BatchMatMul", "CausalMask", "Softmax",
-                 "OneHot"):
+                 "OneHot", "Slice", "Pad", "Unfold", "Fold"):
         assert seen[name], name
 
 
@@ -293,11 +293,15 @@ MODELS = [
      lambda: nn.adamw(1e-2), 11),
     ("gpt-spherical", lambda: nn.gpt(2, 4, 11, d=12, heads=3, layers=1, attention="spherical"),
      nn.softmax_cross_entropy, lambda: nn.adam(1e-2), 11),
+    ("cnn", lambda: cg.sequential([nn.conv2d(3, 2, 6, 6, 4, kernel=3, padding=1), nn.relu(3, 4, 6, 6),
+                                   nn.max_pool2d(3, 4, 6, 6, 2), nn.conv2d(3, 4, 3, 3, 5, kernel=2, stride=1),
+                                   nn.avg_pool2d(3, 5, 2, 2, 2), nn.flatten(3, 5, 1, 1), nn.dense(3, 5, 4)]),
+     nn.mse, lambda: nn.clip_grad_norm(nn.adamw(1e-2), 0.5), None),
 ]
 
 
 @pytest.mark.parametrize("name,make,loss,opt,vocab", MODELS, ids=[m[0] for m in MODELS])
-def test_attention_training_steps_through_the_gpu_code_path_equal_numpy(name, make, loss, opt, vocab, rng):
+def test_training_steps_through_the_gpu_code_path_equal_numpy(name, make, loss, opt, vocab, rng):
     ref = cg.compile_model(make(), loss=loss, optimizer=opt(), dtype=F)
     emu = cg.compile_model(make(), loss=loss, optimizer=opt(), dtype=F, backend="cupy-emulated")
     p = q = ref.init_params(seed=3)

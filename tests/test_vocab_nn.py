@@ -109,3 +109,80 @@ def test_gpt_training_step_gradients_equal_pytorch(kind, rng):
     assert abs(loss - tl.item()) <= 1e-12 * abs(tl.item())
     for k in params:
         np.testing.assert_allclose(grads[k], tp[k].grad.numpy(), rtol=1e-8, atol=1e-12, err_msg=k)
+
+
+# ------------------------------------------------------------ convolutions
+def _issue_cnn(B):
+    """The CNN of the issue, verbatim."""
+    return cg.sequential([nn.conv2d(B, 1, 8, 8, 16, kernel=3, padding=1), nn.relu(B, 16, 8, 8),
+                          nn.max_pool2d(B, 16, 8, 8, 2), nn.flatten(B, 16, 4, 4), nn.dense(B, 256, 10)])
+
+
+def _torch_cnn(tp, x):
+    h = F.conv2d(x, tp["W0"], tp["b0"].reshape(-1), padding=1).relu()
+    return F.max_pool2d(h, 2).flatten(1) @ tp["W1"] + tp["b1"]
+
+
+def test_cnn_training_step_equals_pytorch(rng):
+    B = 5
+    step = cg.compile_model(_issue_cnn(B), nn.softmax_cross_entropy, nn.sgd(0.1), dtype=cg.float64)
+    params = step.init_params(seed=0)
+    assert {k: params[k].shape for k in step.param_names} == {"W0": (16, 1, 3, 3), "b0": (16, 1, 1),
+                                                              "W1": (256, 10), "b1": (10,)}
+    x, y = rng.normal(size=(B, 1, 8, 8)), rng.integers(0, 10, size=B)
+    new = step.step(params, x, y)
+    tp = {k: torch.tensor(params[k], requires_grad=True) for k in step.param_names}
+    F.cross_entropy(_torch_cnn(tp, torch.tensor(x)), torch.tensor(y)).backward()
+    for k in step.param_names:
+        grad = (params[k] - new[k]) / 0.1
+        np.testing.assert_allclose(grad, tp[k].grad.numpy(), rtol=1e-8, atol=1e-12, err_msg=k)
+
+
+def test_conv_layer_geometry_and_init_match_pytorch_conventions(rng):
+    d = nn.conv2d(2, 3, 9, 7, 4, kernel=(3, 2), stride=2, padding=(1, 0))
+    assert d.target_types == (cg.NdArrayType((2, 4, 5, 3)),)
+    assert nn.flatten(2, 4, 5, 3).target_types == (cg.NdArrayType((2, 60)),)
+    assert nn.avg_pool2d(2, 4, 5, 3, 3, stride=1, padding=1).target_types == (cg.NdArrayType((2, 4, 5, 3)),)
+    step = cg.compile_model(_issue_cnn(2), nn.softmax_cross_entropy, nn.sgd(0.1))
+    W = step.init_params(seed=0)["W0"]
+    lim = np.sqrt(6.0 / (1 * 9 + 16 * 9))             # Glorot: fans C·kh·kw and O·kh·kw
+    assert np.abs(W).max() <= lim and np.abs(W).max() > 0.8 * lim
+
+
+@pytest.mark.parametrize("name,make,torch_opt", [
+    ("sgd", lambda: nn.clip_grad_norm(nn.sgd(0.5), 0.1), lambda ps: torch.optim.SGD(ps, lr=0.5)),
+    ("adamw", lambda: nn.clip_grad_norm(nn.adamw(0.01, weight_decay=0.05), 0.05),
+     lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.05)),
+    ("not-clipped", lambda: nn.clip_grad_norm(nn.momentum(0.1), 1e3), lambda ps: torch.optim.SGD(ps, lr=0.1,
+                                                                                               momentum=0.9)),
+])
+def test_gradient_clipping_equals_torch_clip_grad_norm(name, make, torch_opt, rng):
+    B, sizes = 6, [4, 7, 3]
+    opt = make()
+    step = cg.compile_model(nn.mlp(B, sizes, activation=nn.tanh), nn.mse, opt, dtype=cg.float64)
+    params = step.init_params(seed=1)
+    tp = {k: torch.tensor(params[k], requires_grad=True) for k in step.param_names}
+    topt = torch_opt(list(tp.values()))
+    clipped = 0
+    for _ in range(10):
+        x, y = rng.normal(size=(B, sizes[0])), 3 * rng.normal(size=(B, sizes[-1]))
+        params = step.step(params, x, y)
+        topt.zero_grad()
+        h = torch.tanh(torch.tensor(x) @ tp["W0"] + tp["b0"]) @ tp["W1"] + tp["b1"]
+        F.mse_loss(h, torch.tensor(y)).backward()
+        clipped += float(torch.nn.utils.clip_grad_norm_(list(tp.values()), opt.max_norm)) > opt.max_norm
+        topt.step()
+    assert clipped == (0 if name == "not-clipped" else 10)
+    for k in step.param_names:
+        np.testing.assert_allclose(params[k], tp[k].detach().numpy(), rtol=1e-10, atol=1e-14, err_msg=k)
+
+
+def test_gradient_clipping_keeps_the_schedule_and_names_its_constant():
+    opt = nn.clip_grad_norm(nn.adamw(0.01), 0.5)
+    assert opt.constants()[-1] == ("clip max norm", 0.5)
+    step = cg.compile_model(nn.mlp(2, [3, 2]), nn.mse, opt)
+    assert "adam/lr" in nn.set_learning_rate(step.init_params(0), 0.001)
+    with pytest.raises(ValueError, match=r"^clip_grad_norm: max_norm must be a finite number > 0, got 0.0$"):
+        nn.clip_grad_norm(nn.sgd(0.1), 0.0)
+    with pytest.raises(TypeError, match=r"^clip_grad_norm: optimizer must be an nn optimizer"):
+        nn.clip_grad_norm("sgd", 1.0)

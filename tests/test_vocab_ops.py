@@ -43,6 +43,17 @@ def _gelu(x):
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
+def _windows(x, k, stride, padding=(0, 0)):
+    """``[B, C, Ho, Wo, kh, kw]`` by NumPy's sliding windows (independent of Unfold)."""
+    x = np.pad(x, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2))
+    w = np.lib.stride_tricks.sliding_window_view(x, k, axis=(2, 3))
+    return w[:, :, ::stride[0], ::stride[1]]
+
+
+def _conv(x, w, stride=(1, 1), padding=(0, 0)):
+    return np.einsum("bchwij,ocij->bohw", _windows(x, w.shape[2:], stride, padding), w)
+
+
 QKV = [T(B, H, S, DH)] * 3
 #: (name, traced function, input types, float64 reference)
 CASES = [
@@ -62,6 +73,21 @@ CASES = [
     ("transpose-3d", lambda x: x.T, [T(2, 3, 4)], lambda x: np.swapaxes(x, -1, -2)),
     ("rsqrt", lambda x: ops.rsqrt(x * x + 1.0), [T(3, 4)], lambda x: 1 / np.sqrt(x * x + 1)),
     ("log-exp", lambda x: ops.log(ops.exp(x) + 1.0), [T(3, 4)], lambda x: np.log(np.exp(x) + 1)),
+    ("conv2d", lambda x, w: ops.conv2d(x, w), [T(2, 3, 6, 5), T(4, 3, 3, 3)], _conv),
+    ("conv2d-stride-padding", lambda x, w: ops.conv2d(x, w, stride=(2, 1), padding=(1, 2)),
+     [T(2, 2, 7, 5), T(3, 2, 3, 2)], lambda x, w: _conv(x, w, (2, 1), (1, 2))),
+    ("max_pool2d", lambda x: ops.max_pool2d(x, 2), [T(2, 3, 4, 6)],
+     lambda x: _windows(x, (2, 2), (2, 2)).max((-1, -2))),
+    ("max_pool2d-overlap", lambda x: ops.max_pool2d(x, 3, stride=2), [T(2, 2, 7, 6)],
+     lambda x: _windows(x, (3, 3), (2, 2)).max((-1, -2))),
+    ("avg_pool2d", lambda x: ops.avg_pool2d(x, 2), [T(2, 3, 4, 6)],
+     lambda x: _windows(x, (2, 2), (2, 2)).mean((-1, -2))),
+    ("avg_pool2d-padded", lambda x: ops.avg_pool2d(x, 3, stride=2, padding=1), [T(2, 2, 6, 5)],
+     lambda x: _windows(x, (3, 3), (2, 2), (1, 1)).mean((-1, -2))),
+    ("slice", lambda x: x[1:, ::2, -1] * 1.0, [T(3, 5, 4)], lambda x: x[1:, ::2, -1]),
+    ("concat", lambda a, b: ops.concat([a, b, a], axis=1), [T(2, 3, 4), T(2, 1, 4)],
+     lambda a, b: np.concatenate([a, b, a], axis=1)),
+    ("pad", lambda x: ops.pad(x, [(1, 0), (0, 2)]), [T(3, 4)], lambda x: np.pad(x, [(1, 0), (0, 2)])),
 ]
 
 
@@ -100,6 +126,35 @@ def test_building_errors_name_the_operation_and_both_types():
         cg.trace(lambda q, k, v: ops.attention(q, k, v, kind="linear"), QKV)
 
 
+CONV_ERRORS = [
+    ("channels", lambda x, w: ops.conv2d(x, w), [T(2, 3, 6, 6), T(4, 2, 3, 3)],
+     "in <lambda>: conv2d: input [B, C, H, W] and weights [O, C, kh, kw] must agree on C and dtype, got "
+     "(float64[2, 3, 6, 6], float64[4, 2, 3, 3])"),
+    ("image-rank", lambda x, w: ops.conv2d(x, w), [T(3, 6, 6), T(4, 3, 3, 3)],
+     "in <lambda>: conv2d: input [B, C, H, W] and weights [O, C, kh, kw] must agree on C and dtype, got "
+     "(float64[3, 6, 6], float64[4, 3, 3, 3])"),
+    ("kernel-too-big", lambda x, w: ops.conv2d(x, w), [T(1, 1, 2, 2), T(1, 1, 3, 3)],
+     "in <lambda>: conv2d: Unfold: kernel [3, 3] with padding [0, 0] does not fit float64[1, 1, 2, 2] "
+     "(weights float64[1, 1, 3, 3])"),
+    ("stride-zero", lambda x, w: ops.conv2d(x, w, stride=0), [T(1, 1, 4, 4), T(1, 1, 3, 3)],
+     "in <lambda>: conv2d: Unfold: stride must be an int ≥ 1 or a pair of them, got 0 (weights float64[1, 1, 3, 3])"),
+    ("pool-rank", lambda x: ops.max_pool2d(x, 2), [T(4, 4)],
+     "in <lambda>: max_pool2d: input must be a traced [B, C, H, W] wire, got float64[4, 4]"),
+    ("pool-padding", lambda x: ops.max_pool2d(x, 3, 2, padding=1), [T(1, 1, 4, 4)],
+     "in <lambda>: max_pool2d: padding must be 0, got 1 (PyTorch pads with -inf, which fixed point cannot hold; "
+     "pad with ops.pad where zeros are meant)"),
+    ("concat", lambda a, b: ops.concat([a, b], 1), [T(2, 3), T(3, 3)],
+     "in <lambda>: concat: operands must agree on every axis but 1, got (float64[2, 3], float64[3, 3])"),
+]
+
+
+@pytest.mark.parametrize("fn,types,message", [c[1:] for c in CONV_ERRORS], ids=[c[0] for c in CONV_ERRORS])
+def test_convolution_errors_name_the_operation_and_both_types(fn, types, message):
+    with pytest.raises(TypeMismatch) as e:
+        cg.trace(fn, types)
+    assert str(e.value) == message
+
+
 # ------------------------------------------------------------------ PyTorch
 torch = pytest.importorskip("torch")
 
@@ -113,6 +168,13 @@ def _torch_cases():
         "gelu": lambda x: F_.gelu(x, approximate="tanh"),
         "max-last": lambda x: torch.max(x, dim=-1).values,
         "max-axis0": lambda x: torch.max(x, dim=0).values,
+        "conv2d": lambda x, w: F_.conv2d(x, w),
+        "conv2d-stride-padding": lambda x, w: F_.conv2d(x, w, stride=(2, 1), padding=(1, 2)),
+        "max_pool2d": lambda x: F_.max_pool2d(x, 2),
+        "max_pool2d-overlap": lambda x: F_.max_pool2d(x, 3, stride=2),
+        "avg_pool2d": lambda x: F_.avg_pool2d(x, 2),
+        "avg_pool2d-padded": lambda x: F_.avg_pool2d(x, 3, stride=2, padding=1),
+        "concat": lambda a, b: torch.cat([a, b, a], dim=1),
     }
 
 
