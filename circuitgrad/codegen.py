@@ -18,7 +18,7 @@ import numpy as np
 from . import blas
 from . import primitives as P
 from .interpret import (FLOAT_RULES, _argmax_mask, _causal_mask, _logsumexp, _one_hot, _sigmoid, _softmax, fold,
-                        pad, unfold)
+                        add_into, pad, unfold)
 from .schedule import Program
 
 __all__ = ["NUMPY_RULES", "generate", "compile_program"]
@@ -75,7 +75,8 @@ NUMPY_RULES: dict[type, Callable[..., str]] = {
     P.BatchMatMul: lambda op, a, b: f"np.matmul({a}, {b})",
     P.CausalMask: lambda op, a: f"causal_mask({a})",
     P.OneHot: lambda op, a: f"one_hot({a}, {op.S.dtype.n}, {_dt(op.T)})",
-    P.Slice: lambda op, a: f"{a}[{', '.join(f'{i}:{j}:{k}' for i, j, k in op.index)}]",
+    # a copy: strided views make every later elementwise pass several times slower
+    P.Slice: lambda op, a: f"{a}[{', '.join(f'{i}:{j}:{k}' for i, j, k in op.index)}].copy()",
     P.Pad: lambda op, a: f"pad({a}, {op.T.shape!r}, {op.index!r})",
     P.Unfold: lambda op, a: f"unfold({a}, {op.kernel!r}, {op.stride!r}, {op.padding!r})",
     P.Fold: lambda op, a: f"fold({a}, {op.T.shape!r}, {op.kernel!r}, {op.stride!r}, {op.padding!r})",
@@ -84,9 +85,9 @@ NUMPY_RULES: dict[type, Callable[..., str]] = {
 #: ops whose result is a freshly allocated array (safe to overwrite once dead)
 _FRESH = (P.MatMul, P.Add, P.Mul, P.Neg, P.Scale, P.Heaviside, P.Sigmoid, P.Tanh, P.Softmax, P.SumTo,
           P.LogSumExp, P.Exp, P.Log, P.Sqrt, P.Div, P.ArgMaxMask, P.BatchMatMul, P.CausalMask, P.OneHot,
-          P.Pad, P.Unfold, P.Fold)
+          P.Slice, P.Pad, P.Unfold, P.Fold)
 #: ops whose result may share memory with their argument
-_VIEWS = (P.Copy, P.Transpose, P.Reshape, P.Broadcast, P.Permute, P.Slice)
+_VIEWS = (P.Copy, P.Transpose, P.Reshape, P.Broadcast, P.Permute)
 #: in-place forms: (op, *names, out) -> statement expression
 _INPLACE = {
     P.Add: lambda op, a, b, out: f"np.add({a}, {b}, out={out})",
@@ -99,7 +100,7 @@ _INPLACE = {
 
 _HELPERS = {"np": np, "matmul": blas.matmul, "sigmoid": _sigmoid, "softmax": _softmax, "logsumexp": _logsumexp,
             "argmax_mask": _argmax_mask, "causal_mask": _causal_mask, "one_hot": _one_hot,
-            "pad": pad, "unfold": unfold, "fold": fold}
+            "pad": pad, "unfold": unfold, "fold": fold, "add_into": add_into}
 
 
 def _ident(name: str) -> str:
@@ -107,7 +108,7 @@ def _ident(name: str) -> str:
     return s if s and not s[0].isdigit() else f"_{s}"
 
 
-def _analyse(program: Program) -> tuple[dict[int, float], set[int], set[int]]:
+def _analyse(program: Program) -> tuple[dict[int, float], set[int], set[int], dict[int, int]]:
     """Float-only rewrites the generator applies (they change rounding, not values).
 
     * ``Scale(MatMul(a, b), c)`` with a single use: scale the smaller operand
@@ -115,14 +116,19 @@ def _analyse(program: Program) -> tuple[dict[int, float], set[int], set[int]]:
     * ``Broadcast`` whose every consumer is an ``Add``/``Mul`` whose other operand
       already has the full shape: left to NumPy's implicit broadcasting.
 
+    * ``Add(x, Pad(y))`` with the pad used once: ``y`` added into ``x``'s block in place
+      (``add_into``) when ``x`` can be overwritten, so a sum of pads (a concatenation, the
+      gradient of overlapping slices) allocates one array.
+
     Returns ``(scale folded into matmul i, Scale instructions that become
-    aliases, Broadcast instructions that become aliases)``.
+    aliases, Broadcast instructions that become aliases, pads deferred to their Add)``.
     """
     producer, consumers = program.producers(), program.uses()
     outs = set(program.outputs)
     fold: dict[int, float] = {}
     alias: set[int] = set()
     lazy: set[int] = set()
+    pads: dict[int, int] = {}
     for j, a in enumerate(program.instrs):
         if isinstance(a.op, P.Scale):
             (r,) = a.args
@@ -142,7 +148,13 @@ def _analyse(program: Program) -> tuple[dict[int, float], set[int], set[int]]:
                     not (others[0] in producer and producer[others[0]] in lazy)
             if ok:
                 lazy.add(j)
-    return fold, alias, lazy
+        elif isinstance(a.op, P.Pad):
+            (r,) = a.results
+            use = consumers.get(r, [])
+            if r not in outs and len(use) == 1 and isinstance(program.instrs[use[0]].op, P.Add) and \
+                    len(set(program.instrs[use[0]].args)) == 2:
+                pads[j] = use[0]
+    return fold, alias, lazy, pads
 
 
 def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: str | None = None
@@ -157,11 +169,12 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
     if arg_names:
         for v, n in zip(program.inputs, arg_names):
             names[v] = _ident(n)
+    fold, alias, lazy, pads = _analyse(program)
     last_use: dict[int, int] = {}
     for i, a in enumerate(program.instrs):
         for x in a.args:
-            last_use[x] = i
-    fold, alias, lazy = _analyse(program)
+            last_use[x] = max(last_use.get(x, -1), pads.get(i, i))      # a deferred pad reads at its Add
+    padded = {program.instrs[j].results[0]: program.instrs[j] for j in pads}
     keep = set(program.outputs) | set(program.inputs)
     fresh: set[int] = set()       # variables that own their buffer
     viewed: set[int] = set()      # variables that a view may still alias
@@ -184,7 +197,12 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
                 const_lines.append(f"# {c} = {rule(a.op, *(names[x] for x in a.args))}    {ty}")
             continue
         expr = None
-        if i in alias or i in lazy:
+        if i in pads and a.args[0] not in cval:
+            continue                                   # emitted by its Add
+        if isinstance(a.op, P.Add) and any(x in padded for x in a.args):
+            expr = _add_pad(a, program, names, padded, lambda x: (
+                x in fresh and x not in viewed and last_use.get(x) == i and x not in keep))
+        elif i in alias or i in lazy:
             expr = names[a.args[0]]
         elif i in fold:
             x, y = a.args
@@ -209,7 +227,8 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
         lhs = " = ".join(names[r] for r in a.results)
         note = " (folded into the matmul)" if i in alias else " (implicit)" if i in lazy else ""
         body.append(f"    {lhs} = {expr}".ljust(56) + f"  # {a.op.name}{note} -> {ty}")
-        dead = [names[x] for x in dict.fromkeys(a.args)
+        read = [y for x in a.args for y in ((padded[x].args[0],) if x in padded and i not in pads else (x,))]
+        dead = [names[x] for x in dict.fromkeys(read)
                 if last_use.get(x) == i and x not in keep and x not in cval]
         if dead:
             body.append(f"    del {', '.join(dead)}")
@@ -218,6 +237,21 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
     src = "\n".join(const_lines + [f"def {fn_name}({args}):"] + (body or ["    pass"])
                     + [f"    return ({ret}{',' if len(program.outputs) == 1 else ''})"]) + "\n"
     return src, consts
+
+
+def _add_pad(a, program: Program, names: list[str], padded: dict, writable: Callable[[int], bool]) -> str:
+    """The expression of ``Add(x, Pad(y))`` (either order): ``y`` added into ``x`` in place when ``x`` may be
+    overwritten, else into a new pad (of the other operand when both are deferred pads)."""
+    x, y = a.args if a.args[1] in padded else a.args[::-1]
+    p = padded[y]
+    if x in padded:
+        q = padded[x]
+        into = f"pad({names[q.args[0]]}, {q.op.T.shape!r}, {q.op.index!r})"
+    elif writable(x):
+        into = names[x]
+    else:                       # a copy (of an implicit broadcast, too: ``x`` may be the smaller array)
+        into = f"np.broadcast_to({names[x]}, {p.op.T.shape!r}).copy()"
+    return f"add_into({into}, {names[p.args[0]]}, {p.op.index!r})"
 
 
 def compile_program(program: Program, arg_names: Sequence[str] | None = None,

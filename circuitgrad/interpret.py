@@ -83,21 +83,38 @@ def pad(x: np.ndarray, shape: tuple[int, ...], index) -> np.ndarray:
     return out
 
 
+def add_into(out: np.ndarray, x: np.ndarray, index) -> np.ndarray:
+    """``out + Pad(x)`` in place: ``out[index] += x`` (the NumPy backend's sum of pads)."""
+    out[slices(index)] += x
+    return out
+
+
 def _blocks(n: int, k: int, s: int, p: int) -> int:
     return (n + 2 * p - k) // s + 1
 
 
+def _valid(n: int, k: int, s: int, p: int, i: int, out: int) -> tuple[int, int]:
+    """The block positions ``[o0, o1)`` whose kernel offset ``i`` lands inside ``[0, n)``: ``0 ≤ o·s − p + i < n``."""
+    return max(0, -(-(p - i) // s)), min(out, (n - 1 + p - i) // s + 1)
+
+
 def unfold(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]) -> np.ndarray:
-    """``torch.nn.functional.unfold``: a strided view of the (padded) image, copied once into columns."""
+    """``torch.nn.functional.unfold``: one strided copy per kernel offset, zeros only where padding is read."""
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     B, C, H, W = x.shape
     ho, wo = _blocks(H, kh, sh, ph), _blocks(W, kw, sw, pw)
-    if ph or pw:
-        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    s = x.strides
-    v = np.lib.stride_tricks.as_strided(x, (B, C, kh, kw, ho, wo), (s[0], s[1], s[2], s[3], s[2] * sh, s[3] * sw),
-                                        writeable=False)
-    return v.reshape(B, C * kh * kw, ho * wo)
+    out = np.empty((B, C, kh, kw, ho, wo), dtype=x.dtype)
+    for i in range(kh):
+        y0, y1 = _valid(H, kh, sh, ph, i, ho)
+        for j in range(kw):
+            x0, x1 = _valid(W, kw, sw, pw, j, wo)
+            o = out[:, :, i, j]
+            if y0 > 0 or y1 < ho or x0 > 0 or x1 < wo:
+                o.fill(0)
+            if y1 > y0 and x1 > x0:
+                o[:, :, y0:y1, x0:x1] = x[:, :, y0 * sh - ph + i:(y1 - 1) * sh - ph + i + 1:sh,
+                                          x0 * sw - pw + j:(x1 - 1) * sw - pw + j + 1:sw]
+    return out.reshape(B, C * kh * kw, ho * wo)
 
 
 def fold(cols: np.ndarray, shape: tuple[int, int, int, int], kernel: tuple[int, int], stride: tuple[int, int],

@@ -29,7 +29,7 @@ __all__ = [
     "sigmoid", "tanh", "softmax", "logsumexp", "relu",
     "exp", "log", "sqrt", "rsqrt", "div", "power", "max", "mean", "permute", "causal_mask",
     "layer_norm", "gelu", "attention", "ATTENTION_EPS", "one_hot", "add_epsilon",
-    "getitem", "slice", "pad", "concat", "unfold", "fold", "conv2d", "max_pool2d", "avg_pool2d",
+    "getitem", "slice", "pad", "concat", "unfold", "fold", "conv2d", "max_pool2d", "avg_pool2d", "maximum",
 ]
 
 Number = (int, float, np.integer, np.floating)
@@ -474,25 +474,29 @@ def conv2d(x: Var, w: Var, stride=1, padding=0) -> Var:
     return reshape(y, (x.shape[0], O, ho, wo))
 
 
-def _windows(name: str, x: Var, kernel, stride, padding) -> tuple[Var, tuple[int, int]]:
-    """``[B, C, Ho, Wo, kh·kw]``: each pooling window on the last axis."""
+def _windows(name: str, x: Var, kernel, stride, padding) -> list[Var]:
+    """The ``kh·kw`` strided slices ``[B, C, Ho, Wo]`` of a pooling window's offsets (row-major order)."""
     if not isinstance(x, Var) or x.type.ndim != 4:
         raise TypeMismatch(f"{name}: input must be a traced [B, C, H, W] wire, got "
                            f"{x.type if isinstance(x, Var) else repr(x)}")
     kernel = P._pair(name, "kernel", kernel, 1)
     stride = kernel if stride is None else P._pair(name, "stride", stride, 1)
-    B, C, H, W = x.shape
-    if stride == kernel and padding in (0, (0, 0)) and H % kernel[0] == 0 and W % kernel[1] == 0:
-        ho, wo = H // kernel[0], W // kernel[1]        # non-overlapping windows: a reshape and a permute
-        t = permute(reshape(x, (B, C, ho, kernel[0], wo, kernel[1])), (0, 1, 2, 4, 3, 5))
-        return reshape(t, (B, C, ho, wo, kernel[0] * kernel[1])), (ho, wo)
     try:
-        op = P.Unfold(x.type, kernel, stride, padding)
+        ho, wo = P.Unfold(x.type, kernel, stride, padding).out_hw()
     except TypeMismatch as e:
         raise TypeMismatch(f"{name}: {e}") from None
-    ho, wo = op.out_hw()
-    cols = reshape(x.builder.apply(op, x)[0], (B, C, kernel[0] * kernel[1], ho, wo))
-    return permute(cols, (0, 1, 3, 4, 2)), (ho, wo)
+    (sh, sw), (ph, pw) = stride, P._pair(name, "padding", padding, 0)
+    x = pad(x, [(0, 0), (0, 0), (ph, ph), (pw, pw)])
+    B, C = x.shape[:2]
+    return [slice(x, ((0, B, 1), (0, C, 1), (i, i + sh * (ho - 1) + 1, sh), (j, j + sw * (wo - 1) + 1, sw)))
+            for i in range(kernel[0]) for j in range(kernel[1])]
+
+
+def maximum(a: Var, b: Var) -> Var:
+    """Elementwise ``max(a, b)``, exactly: ``h·b + (1 − h)·a`` with ``h = H(b − a)`` (ties and the
+    gradient go to ``a``, as PyTorch sends a pooling window's gradient to its first maximum)."""
+    h = heaviside(sub(b, a))
+    return add(mul(h, b), mul(sub(1.0, h), a))
 
 
 def max_pool2d(x: Var, kernel, stride=None, padding=0) -> Var:
@@ -501,12 +505,18 @@ def max_pool2d(x: Var, kernel, stride=None, padding=0) -> Var:
     if padding not in (0, (0, 0)):
         raise TypeMismatch(f"max_pool2d: padding must be 0, got {padding!r} (PyTorch pads with -inf, which "
                            f"fixed point cannot hold; pad with ops.pad where zeros are meant)")
-    win, _ = _windows("max_pool2d", x, kernel, stride, 0)
-    return max(win, -1)
+    win = _windows("max_pool2d", x, kernel, stride, 0)
+    out = win[0]
+    for w in win[1:]:
+        out = maximum(out, w)
+    return out
 
 
 def avg_pool2d(x: Var, kernel, stride=None, padding=0) -> Var:
     """``torch.nn.functional.avg_pool2d`` (``stride`` defaults to ``kernel``; zero padding counted in the
     average, PyTorch's default ``count_include_pad=True``)."""
-    win, _ = _windows("avg_pool2d", x, kernel, stride, padding)
-    return mean(win, -1)
+    win = _windows("avg_pool2d", x, kernel, stride, padding)
+    out = win[0]
+    for w in win[1:]:
+        out = add(out, w)
+    return scale(out, 1.0 / len(win))
