@@ -45,10 +45,15 @@ def causal_keep(shape) -> np.ndarray:
 
 
 def _softmax(x: np.ndarray, causal: bool = False) -> np.ndarray:
+    """Softmax along the last axis, in one new array (every step after the first in place)."""
     if causal:
-        x = np.where(causal_keep(x.shape), x, -np.inf)
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+        e = np.where(causal_keep(x.shape), x, x.dtype.type(-np.inf))
+        np.subtract(e, e.max(axis=-1, keepdims=True), out=e)
+    else:
+        e = x - x.max(axis=-1, keepdims=True)
+    np.exp(e, out=e)
+    np.divide(e, e.sum(axis=-1, keepdims=True), out=e)
+    return e
 
 
 def _causal_mask(x: np.ndarray) -> np.ndarray:
