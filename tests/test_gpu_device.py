@@ -51,8 +51,8 @@ from test_gpu_vocab import CASES, _block, _inputs, _programs  # noqa: E402
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_second_vocabulary_agrees_with_the_interpreter(case, rng):
-    """Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, causal Softmax, OneHot (forward and
-    reverse-derivative programs), float32 on the device against the float interpreter."""
+    """Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, causal Softmax, OneHot, Slice, Pad,
+    Unfold, Fold (forward and reverse-derivative programs), float32 on the device against the float interpreter."""
     import cupy
     for prog in _programs(case, cg.float32):
         f = gpu.compile_function(prog, [f"a{k}" for k in range(len(prog.inputs))], "f")
@@ -69,6 +69,9 @@ ATTENTION_MODELS = [
     ("gpt-softmax", lambda: nn.gpt(4, 8, 13, d=24, heads=3, layers=2), nn.softmax_cross_entropy, 13),
     ("gpt-spherical", lambda: nn.gpt(4, 8, 13, d=24, heads=3, layers=2, attention="spherical"),
      nn.softmax_cross_entropy, 13),
+    ("cnn", lambda: cg.sequential([nn.conv2d(4, 1, 8, 8, 8, kernel=3, padding=1), nn.relu(4, 8, 8, 8),
+                                   nn.max_pool2d(4, 8, 8, 8, 2), nn.flatten(4, 8, 4, 4), nn.dense(4, 128, 10)]),
+     nn.mse, None),
 ]
 
 
