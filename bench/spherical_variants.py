@@ -42,35 +42,23 @@ def run(variant: str, steps: int, lr: float) -> float:
     p = {k: torch.tensor(np.asarray(v, dtype=np.float32), requires_grad=True) for k, v in params.items()
          if not k.startswith("adam")}
 
-    def block(x, p, heads, causal, kind, i=0, eps=cg.ops.ATTENTION_EPS):
-        B, S, d = x.shape
-
-        def ln(z, tag):
-            return F.layer_norm(z, (d,), p[f"{tag}_g{i}"], p[f"{tag}_b{i}"], eps=1e-5)
-
-        def proj(z, tag):
-            return z @ p[f"{tag}_W{i}"] + p[f"{tag}_b{i}"]
-        h = ln(x, "ln1")
-        q, k, v = (proj(h, t).reshape(B, S, heads, d // heads).transpose(1, 2) for t in "qkv")
+    def attend(q, k, v):
+        S = q.shape[-2]
         if variant == "softmax":
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            mask = torch.tril(torch.ones(S, S))
-            s = (q @ k.transpose(-1, -2) / (d // heads) ** 0.5) * mask
-            a = s / torch.sqrt((s * s).sum(-1, keepdim=True) + eps)
-            if variant == "count":
-                a = a / torch.sqrt(mask.sum(-1, keepdim=True))
-            elif variant == "square":
-                a = a * a
-            o = a @ v
-        x = x + proj(o.transpose(1, 2).reshape(B, S, d), "o")
-        return x + proj(F.gelu(proj(ln(x, "ln2"), "fc"), approximate="tanh"), "proj")
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        mask = torch.tril(torch.ones(S, S))
+        s = (q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5) * mask
+        a = s / torch.sqrt((s * s).sum(-1, keepdim=True) + cg.ops.ATTENTION_EPS)
+        if variant == "count":
+            a = a / torch.sqrt(mask.sum(-1, keepdim=True))
+        elif variant == "square":
+            a = a * a
+        return a @ v
 
-    torch_gpt.block = block
     opt = torch.optim.AdamW(list(p.values()), lr=lr, eps=1e-8, weight_decay=0.01)
 
     def loss_of(x, y):
-        logits = torch_gpt.gpt(torch.tensor(x), p, args.layers, args.heads, "spherical")
+        logits = torch_gpt.gpt(torch.tensor(x), p, args.layers, args.heads, "spherical", attend=attend)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.tensor(y).reshape(-1))
     for k, starts in enumerate(tinygpt.batch_starts(len(train), args.seq, args.batch, steps, args.seed)):
         for g in opt.param_groups:

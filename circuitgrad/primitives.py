@@ -20,7 +20,7 @@ import numpy as np
 from .types import Index, Interner, NdArrayType, format_types
 
 __all__ = [
-    "TypeMismatch", "Primitive", "Unary", "Binary", "PRIMITIVES",
+    "TypeMismatch", "Primitive", "Unary", "Binary", "Arrow", "Blocks", "PRIMITIVES",
     "Copy", "Add", "Neg", "Mul", "Scale", "Constant", "MatMul", "Transpose",
     "Reshape", "Broadcast", "SumTo", "Heaviside", "Sigmoid", "Tanh",
     "Softmax", "LogSumExp", "Parameter", "Exp", "Log", "Sqrt", "Div", "ArgMaxMask", "Permute",
@@ -66,6 +66,19 @@ class Binary(Primitive):
 
     @property
     def source(self): return (self.T, self.T)
+
+    @property
+    def target(self): return (self.T,)
+
+
+@dataclass(frozen=True)
+class Arrow(Primitive):
+    """Base of the one-operand primitives that change the type: ``S → T``."""
+    S: NdArrayType
+    T: NdArrayType
+
+    @property
+    def source(self): return (self.S,)
 
     @property
     def target(self): return (self.T,)
@@ -137,14 +150,12 @@ class Constant(Primitive):
 
 
 @dataclass(frozen=True)
-class OneHot(Primitive):
+class OneHot(Arrow):
     """``S → T``: integer ids ``S : index(n)[...]`` to rows ``T : [..., n]`` with ``1`` at each id.
 
     The bridge from integer wires (token ids) to arithmetic: an embedding is ``OneHot(ids) @ E``. The
     ids carry no derivative.
     """
-    S: NdArrayType
-    T: NdArrayType
 
     def __post_init__(self):
         if not isinstance(self.S.dtype, Index):
@@ -152,12 +163,6 @@ class OneHot(Primitive):
         if self.T.shape != self.S.shape + (self.S.dtype.n,) or isinstance(self.T.dtype, Index):
             raise TypeMismatch(f"OneHot: {self.S} gives rows of shape {list(self.S.shape + (self.S.dtype.n,))} "
                                f"in a float or fixed dtype, not {self.T}")
-
-    @property
-    def source(self): return (self.S,)
-
-    @property
-    def target(self): return (self.T,)
 
 
 # -------------------------------------------------------------- arithmetic
@@ -347,13 +352,11 @@ class Slice(Primitive):
 
 
 @dataclass(frozen=True)
-class Pad(Primitive):
+class Pad(Arrow):
     """``S → T``: zeros of type ``T`` with ``S`` written at ``T[index]`` (``index`` as in :class:`Slice`).
 
     The adjoint of :class:`Slice`: zero padding, concatenation (a sum of pads) and dilation.
     """
-    S: NdArrayType
-    T: NdArrayType
     index: tuple[tuple[int, int, int], ...]
 
     def __post_init__(self):
@@ -361,12 +364,6 @@ class Pad(Primitive):
         if _selected(self.T, self.index) != self.S:
             raise TypeMismatch(f"Pad: {self.S} does not fill the block {[list(i) for i in self.index]} "
                                f"of {self.T}")
-
-    @property
-    def source(self): return (self.S,)
-
-    @property
-    def target(self): return (self.T,)
 
 
 def _pair(op: str, what: str, v, low: int) -> tuple[int, int]:
@@ -377,65 +374,63 @@ def _pair(op: str, what: str, v, low: int) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Unfold(Primitive):
-    """``[B, C, H, W] → [B, C·kh·kw, L]``: each sliding ``kh × kw`` block (zero padded) as a column.
-
-    ``torch.nn.functional.unfold``: row ``(c·kh + i)·kw + j`` of column ``l = y·Wo + x`` is
-    ``x[c, y·sh − ph + i, x·sw − pw + j]`` (0 outside the image). A convolution is this followed by a
-    matrix product; the adjoint is :class:`Fold`.
-    """
+class Blocks(Primitive):
+    """Base of :class:`Unfold` and :class:`Fold`: the sliding ``kh × kw`` blocks of an image type ``T``
+    ``[B, C, H, W]`` with ``stride`` and zero ``padding`` (ints or pairs), as columns ``[B, C·kh·kw, L]``."""
     T: NdArrayType
     kernel: tuple[int, int]
     stride: tuple[int, int] = (1, 1)
     padding: tuple[int, int] = (0, 0)
 
     def __post_init__(self):
-        _blocks(self, self.T)
+        name = type(self).__name__
+        object.__setattr__(self, "kernel", _pair(name, "kernel", self.kernel, 1))
+        object.__setattr__(self, "stride", _pair(name, "stride", self.stride, 1))
+        object.__setattr__(self, "padding", _pair(name, "padding", self.padding, 0))
+        if self.T.ndim != 4:
+            raise TypeMismatch(f"{name}: the image must be [B, C, H, W], got {self.T}")
+        if min(self.out_hw()) < 1:
+            raise TypeMismatch(f"{name}: kernel {list(self.kernel)} with padding {list(self.padding)} does not "
+                               f"fit {self.T}")
 
     def out_hw(self) -> tuple[int, int]:
         """``(Ho, Wo)``: block positions along the height and the width."""
-        return _blocks(self, self.T)
+        return tuple((n + 2 * p - k) // s + 1
+                     for n, k, s, p in zip(self.T.shape[2:], self.kernel, self.stride, self.padding))
+
+    @property
+    def columns(self) -> NdArrayType:
+        """``[B, C·kh·kw, Ho·Wo]``."""
+        B, C = self.T.shape[:2]
+        ho, wo = self.out_hw()
+        return self.T.with_shape((B, C * self.kernel[0] * self.kernel[1], ho * wo))
+
+
+@dataclass(frozen=True)
+class Unfold(Blocks):
+    """``[B, C, H, W] → [B, C·kh·kw, L]``: each sliding ``kh × kw`` block (zero padded) as a column.
+
+    ``torch.nn.functional.unfold``: row ``(c·kh + i)·kw + j`` of column ``l = y·Wo + x`` is
+    ``image[c, y·sh − ph + i, x·sw − pw + j]`` (0 outside the image). A convolution is this followed by a
+    matrix product; the adjoint is :class:`Fold`.
+    """
 
     @property
     def source(self): return (self.T,)
 
     @property
-    def target(self):
-        B, C = self.T.shape[:2]
-        ho, wo = self.out_hw()
-        return (self.T.with_shape((B, C * self.kernel[0] * self.kernel[1], ho * wo)),)
-
-
-def _blocks(op, T: NdArrayType) -> tuple[int, int]:
-    """Check an Unfold/Fold's geometry against the image type ``T``; ``(Ho, Wo)``."""
-    name = type(op).__name__
-    object.__setattr__(op, "kernel", _pair(name, "kernel", op.kernel, 1))
-    object.__setattr__(op, "stride", _pair(name, "stride", op.stride, 1))
-    object.__setattr__(op, "padding", _pair(name, "padding", op.padding, 0))
-    if T.ndim != 4:
-        raise TypeMismatch(f"{name}: the image must be [B, C, H, W], got {T}")
-    out = tuple((n + 2 * p - k) // s + 1 for n, k, s, p in zip(T.shape[2:], op.kernel, op.stride, op.padding))
-    if min(out) < 1:
-        raise TypeMismatch(f"{name}: kernel {list(op.kernel)} with padding {list(op.padding)} does not fit {T}")
-    return out
+    def target(self): return (self.columns,)
 
 
 @dataclass(frozen=True)
-class Fold(Primitive):
+class Fold(Blocks):
     """``[B, C·kh·kw, L] → [B, C, H, W]``: the adjoint of :class:`Unfold` (overlapping blocks summed).
 
     ``T`` is the image type; ``torch.nn.functional.fold`` with ``output_size=(H, W)``.
     """
-    T: NdArrayType
-    kernel: tuple[int, int]
-    stride: tuple[int, int] = (1, 1)
-    padding: tuple[int, int] = (0, 0)
-
-    def __post_init__(self):
-        _blocks(self, self.T)
 
     @property
-    def source(self): return Unfold(self.T, self.kernel, self.stride, self.padding).target
+    def source(self): return (self.columns,)
 
     @property
     def target(self): return (self.T,)
@@ -450,19 +445,11 @@ def _check_broadcast(op: str, small: NdArrayType, big: NdArrayType) -> None:
 
 
 @dataclass(frozen=True)
-class Broadcast(Primitive):
+class Broadcast(Arrow):
     """``S → T``: NumPy broadcasting of ``S`` to the larger shape ``T``."""
-    S: NdArrayType
-    T: NdArrayType
 
     def __post_init__(self):
         _check_broadcast("Broadcast", self.S, self.T)
-
-    @property
-    def source(self): return (self.S,)
-
-    @property
-    def target(self): return (self.T,)
 
     def axes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``(lead, kept)``: leading axes added, and axes of size 1 stretched."""

@@ -30,12 +30,12 @@ IMG = cg.NdArrayType((2, 3, 5, 4), F)
 GEOMETRY = dict(kernel=(3, 2), stride=(2, 1), padding=(1, 2))
 
 
-def _unfold_loops(x, kernel, stride, padding):
-    """Naive im2col: one column per block position, rows (c, i, j), zeros outside the image."""
+def _blocks(shape, kernel, stride, padding):
+    """Naive im2col positions: ``(b, c, row, column, pixel)`` for every kernel entry of every block, inside
+    the image (the padding is skipped)."""
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
-    B, C, H, W = x.shape
+    B, C, H, W = shape
     ho, wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
-    out = np.zeros((B, C * kh * kw, ho * wo))
     for b in range(B):
         for c in range(C):
             for i in range(kh):
@@ -44,25 +44,24 @@ def _unfold_loops(x, kernel, stride, padding):
                         for z in range(wo):
                             r, q = y * sh - ph + i, z * sw - pw + j
                             if 0 <= r < H and 0 <= q < W:
-                                out[b, (c * kh + i) * kw + j, y * wo + z] = x[b, c, r, q]
+                                yield (b, (c * kh + i) * kw + j, y * wo + z), (b, c, r, q)
+
+
+def _unfold_loops(x, kernel, stride, padding):
+    """Naive im2col: one column per block position, rows (c, i, j), zeros outside the image."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    B, C, H, W = x.shape
+    out = np.zeros((B, C * kh * kw, ((H + 2 * ph - kh) // sh + 1) * ((W + 2 * pw - kw) // sw + 1)))
+    for col, pixel in _blocks(x.shape, kernel, stride, padding):
+        out[col] = x[pixel]
     return out
 
 
 def _fold_loops(cols, shape, kernel, stride, padding):
     """Naive col2im: every column entry added to the pixel it came from."""
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
-    B, C, H, W = shape
-    ho, wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
     out = np.zeros(shape)
-    for b in range(B):
-        for c in range(C):
-            for i in range(kh):
-                for j in range(kw):
-                    for y in range(ho):
-                        for z in range(wo):
-                            r, q = y * sh - ph + i, z * sw - pw + j
-                            if 0 <= r < H and 0 <= q < W:
-                                out[b, c, r, q] += cols[b, (c * kh + i) * kw + j, y * wo + z]
+    for col, pixel in _blocks(shape, kernel, stride, padding):
+        out[pixel] += cols[col]
     return out
 
 
