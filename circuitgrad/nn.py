@@ -444,7 +444,8 @@ class ClipGradNorm(Optimizer):
         n = sqrt(Σ_params Σ g²);  g ← g · min(1, max_norm / (n + 1e-6))
 
     The state, its names and initial values are ``inner``'s (a schedule still works). In fixed point
-    the ``1e-6`` is one step, like every ε constant.
+    the ``1e-6`` is one step, like every ε constant, and the sum of squares must fit the format (in
+    fixed(32, 16): ``Σ g² < 32768``), else the step raises ``FixedPointOverflow`` naming the ``Mul``.
     """
     inner: Optimizer | None = None
     max_norm: float = 1.0
@@ -477,8 +478,10 @@ class ClipGradNorm(Optimizer):
             total = squares[0]
             for sq in squares[1:]:
                 total = total + sq
-            coef = ops.div(self.max_norm, ops.add_epsilon(ops.sqrt(total), CLIP_EPS))
-            coef = 1.0 - ops.relu(1.0 - coef)                                  # min(1, coef)
+            # min(1, m / (n + ε)) = m / max(n + ε, m): never above 1, so it neither loses a small
+            # coefficient to rounding (1 − (1 − c)) nor overflows fixed point when the gradients vanish
+            norm = ops.add_epsilon(ops.sqrt(total), CLIP_EPS)
+            coef = ops.div(self.max_norm, ops.maximum(norm, ops.constant(norm.type, self.max_norm)))
             return inner(*vs[:k + n_state], *(gi * ops.broadcast_to(coef, gi.shape) for gi in g))
         return trace(step, list(params) + [t for _, t in self.state(params)] + list(params), name=self.name)
 

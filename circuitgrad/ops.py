@@ -364,14 +364,15 @@ def getitem(x: Var, key) -> Var:
     """``x[key]`` with NumPy's basic indexing: integers (negative ones count from the end), slices with a
     positive step, one ``...`` and ``None`` (a new axis of size 1). Advanced (array) indexing is refused."""
     key = key if isinstance(key, tuple) else (key,)
-    if builtins.sum(k is Ellipsis for k in key) > 1:
+    dots = [i for i, k in enumerate(key) if k is Ellipsis]          # by identity: keys may be arrays
+    if len(dots) > 1:
         raise IndexError("x[...]: an index can only have a single ellipsis ('...')")
     used = builtins.sum(k is not None and k is not Ellipsis for k in key)
     if used > x.type.ndim:
         raise IndexError(f"x[...]: too many indices ({used}) for {x.type}")
-    if Ellipsis not in key:
-        key = key + (Ellipsis,)
-    at = key.index(Ellipsis)
+    if not dots:
+        dots, key = [len(key)], key + (Ellipsis,)
+    at = dots[0]
     key = key[:at] + (builtins.slice(None),) * (x.type.ndim - used) + key[at + 1:]
     index, shape, axis = [], [], 0
     for k in key:
@@ -388,7 +389,7 @@ def getitem(x: Var, key) -> Var:
             a, b, c = k.indices(n)
             if c < 1:
                 raise IndexError(f"x[...]: slices need a positive step, got {k} on axis {axis} ({x.type}); "
-                                 f"reverse an axis with ops.permute/ops.concat instead")
+                                 f"an axis cannot be reversed")
             index.append((a, builtins.max(a, b), c))
             shape.append(len(range(a, b, c)))
         else:
@@ -416,7 +417,9 @@ def concat(xs: Sequence[Var], axis: int = 0) -> Var:
     if not xs or not all(isinstance(v, Var) for v in xs):
         raise TypeError(f"concat: expected a non-empty sequence of traced wires, got {xs!r}")
     first = xs[0].type
-    axis %= first.ndim or 1
+    if first.ndim == 0:
+        raise TypeMismatch(f"concat: operands need at least one axis, got {format_types(tuple(u.type for u in xs))}")
+    axis %= first.ndim
     for v in xs[1:]:
         t = v.type
         if t.dtype != first.dtype or t.ndim != first.ndim or \
@@ -502,7 +505,7 @@ def maximum(a: Var, b: Var) -> Var:
 def max_pool2d(x: Var, kernel, stride=None, padding=0) -> Var:
     """``torch.nn.functional.max_pool2d`` (``stride`` defaults to ``kernel``). The gradient goes to the first
     maximum of each window. ``padding`` must be 0: PyTorch pads with ``-inf``, which fixed point cannot hold."""
-    if padding not in (0, (0, 0)):
+    if P._pair("max_pool2d", "padding", padding, 0) != (0, 0):
         raise TypeMismatch(f"max_pool2d: padding must be 0, got {padding!r} (PyTorch pads with -inf, which "
                            f"fixed point cannot hold; pad with ops.pad where zeros are meant)")
     win = _windows("max_pool2d", x, kernel, stride, 0)

@@ -320,10 +320,14 @@ INDEX_ERRORS = [
     ("too-many", lambda x: x[0, 0, 0], "x[...]: too many indices (3) for float32[2, 3]"),
     ("two-ellipses", lambda x: x[..., ...], "x[...]: an index can only have a single ellipsis ('...')"),
     ("negative-step", lambda x: x[:, ::-1], "x[...]: slices need a positive step, got slice(None, None, -1) on "
-                                            "axis 1 (float32[2, 3]); reverse an axis with ops.permute/ops.concat "
-                                            "instead"),
+                                            "axis 1 (float32[2, 3]); an axis cannot be reversed"),
     ("advanced", lambda x: x[[0, 1]], "x[...]: only integers, slices, '...' and None index a traced value, got "
                                       "list [0, 1] (no advanced indexing)"),
+    ("array", lambda x: x[np.array([0, 1])], "x[...]: only integers, slices, '...' and None index a traced value, "
+                                             "got ndarray array([0, 1]) (no advanced indexing)"),
+    ("array-second", lambda x: x[0, np.array([1, 2])], "x[...]: only integers, slices, '...' and None index a "
+                                                       "traced value, got ndarray array([1, 2]) (no advanced "
+                                                       "indexing)"),
 ]
 
 

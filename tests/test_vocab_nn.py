@@ -186,3 +186,24 @@ def test_gradient_clipping_keeps_the_schedule_and_names_its_constant():
         nn.clip_grad_norm(nn.sgd(0.1), 0.0)
     with pytest.raises(TypeError, match=r"^clip_grad_norm: optimizer must be an nn optimizer"):
         nn.clip_grad_norm("sgd", 1.0)
+
+
+@pytest.mark.parametrize("dtype", [cg.float32, cg.float64], ids=str)
+def test_clipping_keeps_the_step_length_for_huge_gradients(dtype):
+    """torch's coefficient min(1, m / (n + 1e-6)): a gradient of norm 1e8 still moves the parameters by m."""
+    P = [cg.NdArrayType((3,), dtype)]
+    prog = cg.schedule(nn.clip_grad_norm(nn.sgd(1.0), 1.0).update(P))
+    for n in (1e4, 1e8, 1e17):
+        g = (np.array([1.0, 2.0, 2.0]) * n / 3).astype(dtype.numpy_dtype())
+        (p,) = cg.run(prog, [np.zeros(3, dtype.numpy_dtype()), g])
+        assert abs(np.linalg.norm(p.astype(np.float64)) - 1.0) < 1e-6
+
+
+def test_clipping_in_fixed_point_with_vanishing_gradients():
+    """A perfectly fit batch (zero gradients) is a zero step, not an overflow of m / ε."""
+    step = cg.compile_model(nn.mlp(4, [3, 2]), nn.mse, nn.clip_grad_norm(nn.sgd(0.1), 1.0), dtype=cg.fixed(32, 16))
+    p = step.init_params(seed=0)
+    x = np.random.default_rng(0).normal(size=(4, 3))
+    q = step.step(p, x, np.asarray(step.predict(p, x), dtype=float))
+    for k in step.param_names:
+        assert np.array_equal(q[k], p[k]), k
