@@ -468,11 +468,12 @@ def conv2d(x: Var, w: Var, stride=1, padding=0) -> Var:
         raise TypeMismatch(f"conv2d: input [B, C, H, W] and weights [O, C, kh, kw] must agree on C and dtype, "
                            f"got {format_types((x.type, w.type))}")
     try:
-        cols = unfold(x, w.shape[2:], stride, padding)
+        op = P.Unfold(x.type, w.shape[2:], stride, padding)
     except TypeMismatch as e:
         raise TypeMismatch(f"conv2d: {e} (weights {w.type})") from None
+    cols = x.builder.apply(op, x)[0]
     O = w.shape[0]
-    ho, wo = P.Unfold(x.type, w.shape[2:], stride, padding).out_hw()
+    ho, wo = op.out_hw()
     y = matmul(reshape(w, (O, cols.shape[1])), cols)
     return reshape(y, (x.shape[0], O, ho, wo))
 

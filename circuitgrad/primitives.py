@@ -282,20 +282,12 @@ class Permute(Primitive):
         return tuple(int(i) for i in np.argsort(self.axes))
 
 
-@dataclass(frozen=True)
-class CausalMask(Primitive):
+class CausalMask(Unary):
     """``[..., s, t] → [..., s, t]``: zero every entry above the diagonal (``j > i``); a linear map."""
-    T: NdArrayType
 
     def __post_init__(self):
         if self.T.ndim < 2:
             raise TypeMismatch(f"CausalMask: operand needs at least two axes, got {self.T}")
-
-    @property
-    def source(self): return (self.T,)
-
-    @property
-    def target(self): return (self.T,)
 
 
 @dataclass(frozen=True)

@@ -300,35 +300,28 @@ def test_layer_norm_and_causal_attention_track_float(rng):
 
 
 # --------------------------------------------------------------------------- errors
-def test_division_by_zero_names_the_instruction():
-    T = cg.NdArrayType((3,), Q32)
+DOMAIN_ERRORS = [
+    ("div", P.Div(cg.NdArrayType((3,), Q32)), (np.array([1, 2, 3]), np.array([5, 0, 0])),
+     "Div(fixed(32,16)[3], fixed(32,16)[3]) at instruction 0 of Div: division by zero (2 of 3 divisors are "
+     "0, the first at index [1]); keep divisors away from 0, e.g. add an epsilon of at least 2**-16 to a "
+     "non-negative divisor"),
+    ("log", P.Log(cg.NdArrayType((2, 2), Q16)), (np.array([[256, 0], [3, 1]]),),
+     "Log(fixed(16,8)[2, 2]) at instruction 0 of Log: log of a value ≤ 0 (1 of 4 inputs is ≤ 0, the "
+     "smallest 0 at index [0, 1]); log needs inputs > 0: add an epsilon of at least 2**-8 to a "
+     "non-negative input"),
+    ("sqrt", P.Sqrt(cg.NdArrayType((4,), Q32)), (np.array([4, -1 << 14, 0, -1 << 14]),),
+     "Sqrt(fixed(32,16)[4]) at instruction 0 of Sqrt: square root of a negative value (2 of 4 inputs are "
+     "< 0, the smallest -0.25 at index [1]); sqrt needs inputs ≥ 0: clamp them at 0 first (relu), or take "
+     "the square root of a sum of squares"),
+]
+
+
+@pytest.mark.parametrize("op,args,message", [c[1:] for c in DOMAIN_ERRORS], ids=[c[0] for c in DOMAIN_ERRORS])
+def test_domain_errors_name_the_instruction(op, args, message):
     with pytest.raises(FixedPointDomainError) as e:
-        _run(P.Div(T), np.array([1, 2, 3]), np.array([5, 0, 0]))
-    assert str(e.value) == (
-        "Div(fixed(32,16)[3], fixed(32,16)[3]) at instruction 0 of Div: division by zero (2 of 3 divisors are "
-        "0, the first at index [1]); keep divisors away from 0, e.g. add an epsilon of at least 2**-16 to a "
-        "non-negative divisor")
+        _run(op, *args)
+    assert str(e.value) == message
     assert isinstance(e.value, cg.FixedPointOverflow)
-
-
-def test_log_of_zero_names_the_instruction():
-    T = cg.NdArrayType((2, 2), Q16)
-    with pytest.raises(FixedPointDomainError) as e:
-        _run(P.Log(T), np.array([[256, 0], [3, 1]]))
-    assert str(e.value) == (
-        "Log(fixed(16,8)[2, 2]) at instruction 0 of Log: log of a value ≤ 0 (1 of 4 inputs is ≤ 0, the "
-        "smallest 0 at index [0, 1]); log needs inputs > 0: add an epsilon of at least 2**-8 to a "
-        "non-negative input")
-
-
-def test_sqrt_of_a_negative_names_the_instruction():
-    T = cg.NdArrayType((4,), Q32)
-    with pytest.raises(FixedPointDomainError) as e:
-        _run(P.Sqrt(T), np.array([4, -1 << 14, 0, -1 << 14]))
-    assert str(e.value) == (
-        "Sqrt(fixed(32,16)[4]) at instruction 0 of Sqrt: square root of a negative value (2 of 4 inputs are "
-        "< 0, the smallest -0.25 at index [1]); sqrt needs inputs ≥ 0: clamp them at 0 first (relu), or take "
-        "the square root of a sum of squares")
 
 
 def test_rule_errors_name_the_operation_without_a_program():
