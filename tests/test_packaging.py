@@ -103,7 +103,7 @@ def test_cli_info(capsys):
     assert out.splitlines()[1].startswith("primitives (30): Copy, Parameter, Constant, ")
     assert f"backend fpga: 15 rules (unsupported: {later})" in out
     assert "backend gpu: 29 rules; " in out          # every primitive but Parameter
-    assert f"backend zk: 15 rules (unsupported: {later})" in out
+    assert "backend zk: 28 rules (unsupported: LogSumExp)" in out   # every primitive but Parameter
 
 
 def test_core_and_cli_work_without_optional_backend_dependencies():

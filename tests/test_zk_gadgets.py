@@ -29,13 +29,39 @@ CASES = [
     P.SumTo(T, cg.NdArrayType((3,))), P.Constant(T, 1.5), P.Heaviside(T), P.Sigmoid(T), P.Tanh(T),
     P.Softmax(T), P.Transpose(T), P.Broadcast(cg.NdArrayType((3,)), T),
 ]
+S3 = cg.NdArrayType((2, 3, 3))
+IMG = cg.NdArrayType((1, 2, 3, 3))
+#: the transformer and convolution vocabulary (issue 12), lowered in issue 13
+VOCAB = [
+    P.Exp(T), P.Log(T), P.Sqrt(T), P.Div(T), P.ArgMaxMask(cg.NdArrayType((3, 4))), P.Softmax(S3, causal=True),
+    P.OneHot(cg.NdArrayType((2, 3), cg.index(5)), cg.NdArrayType((2, 3, 5))), P.CausalMask(S3),
+    P.Permute(S3, (2, 0, 1)), P.BatchMatMul(S3, cg.NdArrayType((2, 3, 2))),
+    P.Slice(cg.NdArrayType((4, 3)), ((1, 4, 2), (0, 3, 1))), P.Pad(cg.NdArrayType((2, 3)), cg.NdArrayType((4, 3)),
+                                                                  ((1, 4, 2), (0, 3, 1))),
+    P.Unfold(IMG, 2, stride=1, padding=1), P.Fold(IMG, 2, stride=1, padding=1),
+]
+#: where each operand must lie (the operation's domain): (low, high)
+DOMAIN = {"Exp": (-3.0, 2.0), "Log": (0.01, 3.0), "Sqrt": (0.0, 3.0)}
 
 
 def _inputs(op, rng, scale=3.0):
-    return [quantize(rng.uniform(-scale, scale, size=t.shape), Q) for t in op.source]
+    out = []
+    for i, t in enumerate(op.source):
+        if isinstance(t.dtype, cg.Index):
+            out.append(rng.integers(0, t.dtype.n, size=t.shape))
+            continue
+        lo, hi = DOMAIN.get(op.name, (-scale, scale))
+        v = rng.uniform(lo, hi, size=t.shape)
+        if op.name == "Div" and i == 1:          # divisors of both signs, away from 0
+            v = np.where(v < 0, v - 0.25, v + 0.25)
+        if op.name == "ArgMaxMask":              # ties: the first maximum must win
+            v[:, 2] = v.max(axis=1)
+            v[0, :] = 1.0
+        out.append(quantize(v, Q))
+    return out
 
 
-@pytest.mark.parametrize("op", CASES, ids=lambda op: op.name)
+@pytest.mark.parametrize("op", CASES + VOCAB, ids=lambda op: op.name + ("(causal)" if getattr(op, "causal", 0) else ""))
 def test_gadget_accepts_interpreter_and_pins_every_value(op, rng):
     prog, c = _circuit(op)
     xs = _inputs(op, rng)
@@ -44,6 +70,11 @@ def test_gadget_accepts_interpreter_and_pins_every_value(op, rng):
     want = cg.run_fixed(prog, xs)
     got = [w.values[o] for o in c.output_wires]
     assert all(np.array_equal(g, x) for g, x in zip(got, want))
+    _assert_pinned(c, w, rng, op.name)
+
+
+def _assert_pinned(c, w, rng, name):
+    """No wire is unconstrained, and moving any wire by ±1 or a random value breaks a constraint."""
     r = c.r1cs
     assert len(r.unconstrained_wires()) == 0
     p = r.field.p
@@ -53,7 +84,23 @@ def test_gadget_accepts_interpreter_and_pins_every_value(op, rng):
         for delta in (1, p - 1, int(rng.integers(2, 1 << 62))):
             mutated = base.copy()
             mutated[wire] = (mutated[wire] + delta) % p
-            assert len(r.failing(mutated, rows)) > 0, f"{op.name}: wire {r.wire_name(wire)} is not pinned"
+            assert len(r.failing(mutated, rows)) > 0, f"{name}: wire {r.wire_name(wire)} is not pinned"
+
+
+@pytest.mark.parametrize("kind", ["softmax", "spherical"])
+def test_causal_attention_head_and_its_reverse_pin_every_wire(kind, rng):
+    """Masked entries are the constant-0 wire, and products, sums and MACs with it cost nothing: the
+    whole head (forward and reverse derivative) stays sound and bit-exact."""
+    from circuitgrad import ops
+    T = cg.NdArrayType((3, 2))
+    d = cg.rdiff(cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3, name=kind))
+    prog = cg.retype(cg.schedule(d), Q)
+    c = zk.compile_program(prog, Q)
+    xs = [quantize(rng.uniform(-2, 2, size=prog.types[v].shape), Q) for v in prog.inputs]
+    w = c.witness_raw(xs)
+    assert c.check(w)
+    assert all(np.array_equal(w.values[o], x) for o, x in zip(c.output_wires, cg.run_fixed(prog, xs)))
+    _assert_pinned(c, w, rng, kind)
 
 
 def test_rescale_has_no_second_witness(rng):
@@ -100,3 +147,72 @@ def test_overflowing_witness_is_a_clear_error():
     with pytest.raises(cg.FixedPointOverflow) as e:
         c.witness_raw([big, big])
     assert str(e.value).startswith("Mul#0 overflowed fixed(16,8): result range [")
+
+
+def _replay(c, inputs, wire: int, delta: int):
+    """The witness an honest prover computes after lying about one wire: every later value (bits,
+    remainders, products) is recomputed from the lie. None when no such witness exists."""
+    W = np.zeros(c.r1cs.n_wires, dtype=np.int64)
+    W[0] = 1
+    for wires, v in zip(c.input_wires, inputs):
+        W[wires.reshape(-1)] = np.asarray(v).reshape(-1)
+    try:
+        for wires, fn in c.fills:
+            W[wires] = np.asarray(fn(W), dtype=np.int64).reshape(-1)
+            if wire in wires:
+                W[wire] += delta
+    except (ArithmeticError, ValueError, IndexError):
+        return None
+    return W
+
+
+@pytest.mark.parametrize("op", VOCAB, ids=lambda op: op.name + ("(causal)" if getattr(op, "causal", 0) else ""))
+def test_no_second_witness_from_a_consistent_lie(op, rng):
+    """Structured mutations (quotient + 1 with its remainder recomputed, root − 1 with its gaps, another
+    maximum, shift or bit length with everything after it): no lie about a value computed by a fill has
+    a consistent completion."""
+    prog, c = _circuit(op)
+    xs = _inputs(op, rng)
+    assert c.check(c.witness_raw(xs))
+    for wires, _ in c.fills:
+        for wire in {int(wires[0]), int(wires[-1]), int(wires[len(wires) // 2])}:
+            for delta in (1, -1):
+                W = _replay(c, xs, wire, delta)
+                assert W is None or not c.check(W), f"{op.name}: lying about {c.r1cs.wire_name(wire)} by {delta}"
+
+
+#: values at the edges of each domain, in fixed(16,8): (op, operand values)
+EDGES = [
+    (P.Exp(cg.NdArrayType((6,))), [[-40.0, -6.0, -0.004, 0.0, 3.0, 4.8]]),
+    (P.Sqrt(cg.NdArrayType((5,))), [[0.0, 1 / 256, 0.25, 2.0, Q.hi / 256]]),
+    (P.Log(cg.NdArrayType((5,))), [[1 / 256, 0.5, 1.0, 7.3, Q.hi / 256]]),
+    (P.Div(cg.NdArrayType((5,))), [[1.0, -3.0, 127.0, 0.0, -0.5], [-1 / 256, 64.0, 127.0, -2.0, 1 / 256]]),
+]
+
+
+@pytest.mark.parametrize("op,vals", EDGES, ids=lambda v: getattr(v, "name", ""))
+def test_edges_of_the_domain(op, vals):
+    prog, c = _circuit(op)
+    xs = [quantize(np.array(v), Q) for v in vals]
+    try:
+        want = cg.run_fixed(prog, xs)
+    except cg.FixedPointOverflow:                 # the interpreter refuses: so must the witness
+        with pytest.raises(cg.FixedPointOverflow):
+            c.witness_raw(xs)
+        return
+    w = c.witness_raw(xs)
+    assert c.check(w)
+    assert np.array_equal(w.values[c.output_wires[0]], want[0])
+
+
+@pytest.mark.parametrize("op,vals,message", [
+    (P.Exp(cg.NdArrayType((2,))), [[1.0, 5.0]], "Exp#0 overflowed fixed(16,8)"),
+    (P.Div(cg.NdArrayType((2,))), [[1.0, 1.0], [1.0, 0.0]], "Div(fixed(16,8)[2], fixed(16,8)[2]): division by zero"),
+    (P.Sqrt(cg.NdArrayType((2,))), [[1.0, -1.0]], "Sqrt(fixed(16,8)[2]): square root of a negative value"),
+    (P.Log(cg.NdArrayType((2,))), [[1.0, 0.0]], "Log(fixed(16,8)[2]): log of a value ≤ 0"),
+])
+def test_out_of_domain_witness_is_refused_naming_the_operation(op, vals, message):
+    prog, c = _circuit(op)
+    with pytest.raises(cg.FixedPointOverflow) as e:
+        c.witness_raw([quantize(np.array(v), Q) for v in vals])
+    assert str(e.value).startswith(message), str(e.value)

@@ -121,7 +121,7 @@ class Circuit:
         vals = []
         for name in self.input_names:
             if name == "x":
-                v = m._in(x, "input")
+                v = m._x(x, self.function)
             elif name == "y":
                 v = m._targets(y)
                 self._check_targets(v)

@@ -73,8 +73,9 @@ def range_check(b: Builder, x: np.ndarray, dt: Fixed, kind: str = "range") -> np
 
 def rescale(b: Builder, A: Sequence[tuple], B: Sequence[tuple], q: np.ndarray, dt: Fixed,
             low: Callable[[np.ndarray], np.ndarray], kind: str = "rescale", minus: Sequence[tuple] = (),
-            qbits: int | None = None) -> np.ndarray:
-    """Constrain ``q = round_half_up((⟨A⟩·⟨B⟩ + Σ minus) / 2^f)`` and ``q`` in range.
+            qbits: int | None = None, frac: int | None = None) -> np.ndarray:
+    """Constrain ``q = round_half_up((⟨A⟩·⟨B⟩ + Σ minus) / 2^f)`` and ``q`` in range (``frac``
+    overrides ``f``).
 
     ``A·B = 2^f·q − 2^(f−1) + r − Σ minus`` with ``r = Σ rᵢ 2^i`` (``f`` bits).
     ``low(W)`` gives the full numerator modulo ``2^64`` (wrapping int64),
@@ -82,7 +83,7 @@ def rescale(b: Builder, A: Sequence[tuple], B: Sequence[tuple], q: np.ndarray, d
     ``q`` is range-checked to ``dt`` (or to ``qbits`` signed bits).
     Returns the remainder bits ``(m, f)``.
     """
-    f = dt.frac
+    f = dt.frac if frac is None else frac
     m = np.size(q)
     r = b.alloc((m, f))
     flat = r.reshape(-1)

@@ -29,12 +29,14 @@ from typing import Callable
 import numpy as np
 
 from circuitgrad import primitives as P
-from circuitgrad.fixedpoint import EXP2_C1, FIXED_RULES, SIGMOID_PIECES, FixedPointOverflow, const, constant_raw
+from circuitgrad.fixedpoint import FIXED_RULES, SIGMOID_PIECES, FixedPointOverflow, const, constant_raw
+from circuitgrad.interpret import causal_keep, slices, unfold
 from circuitgrad.types import Fixed
 
 from . import gadgets as G
 from .gadgets import ONE
 from .r1cs import Builder
+from .special import SPECIAL_RULES
 
 __all__ = ["RULES", "UNSUPPORTED", "Lowering", "required_bits"]
 
@@ -58,21 +60,36 @@ class Lowering:
             self.constants[raw] = w
         return w
 
-    def output(self, op: P.Primitive, ins: tuple, index: int = 0) -> np.ndarray:
-        """Output wires of ``op`` whose witness is the interpreter's result (range-checked)."""
+    @property
+    def zero(self) -> int:
+        """The constant-0 wire (masked, padded and out-of-image entries)."""
+        return self.constant(0)
+
+    def output(self, op: P.Primitive, ins: tuple, index: int = 0, where: np.ndarray | None = None) -> np.ndarray:
+        """Output wires of ``op`` whose witness is the interpreter's result (range-checked).
+
+        ``where`` (flat indices): only those entries get wires; the others are the constant-0 wire,
+        which the caller's rule must justify (a causal mask's masked entries).
+        """
         shape = op.target[index].shape
-        out = self.b.alloc(shape)
+        if where is None:
+            out = self.b.alloc(shape)
+            sel = slice(None)
+        else:
+            out = np.full(shape, self.zero, dtype=np.int64)
+            out.reshape(-1)[where] = self.b.alloc(len(where))
+            sel = where
         rule = FIXED_RULES[type(op)]
         dt, ctx = self.dt, self.b.context
 
         def fill(W):
-            y = rule(op, *(W[x] for x in ins))[index]
+            y = np.asarray(rule(op, *(W[x] for x in ins))[index]).reshape(-1)[sel]
             if np.size(y) and (int(np.min(y)) < dt.lo or int(np.max(y)) > dt.hi):
                 raise FixedPointOverflow(f"{ctx} overflowed {dt}: result range [{int(np.min(y)) / dt.one:.6g}, "
                                          f"{int(np.max(y)) / dt.one:.6g}] exceeds [{dt.lo / dt.one:.6g}, "
                                          f"{dt.hi / dt.one:.6g}]")
             return np.asarray(y).astype(np.int64).reshape(-1)
-        self.b.fill(out, fill)
+        self.b.fill(out if where is None else out.reshape(-1)[where], fill)
         return out
 
 
@@ -82,10 +99,30 @@ def _flat(x: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------ linear ops
 def _linear_rule(terms_of: Callable) -> Callable:
+    """``o = Σ cᵢ·xᵢ``: one constraint and a range check per element, except where the operands are the
+    constant-0 wire (masked or padded entries): there the result is the 0 wire, or the one other
+    operand when its coefficient is 1 (``x + 0 = x``), at no cost."""
     def rule(L: Lowering, op, *ins):
-        out = L.output(op, ins)
-        terms = terms_of(op, *(_flat(np.broadcast_to(x, op.target[0].shape)) for x in ins))
+        shape = op.target[0].shape
+        terms = terms_of(op, *(_flat(np.broadcast_to(x, shape)) for x in ins))
+        z = L.constants.get(0)
+        if z is None:
+            live, alias = None, None
+        else:
+            nonzero = np.stack([w != z for w, _ in terms])
+            count = nonzero.sum(axis=0)
+            ones = np.array([np.all(np.asarray(c) == 1) for _, c in terms])
+            alias = (count == 1) & ones[nonzero.argmax(axis=0)]
+            live = np.flatnonzero((count > 1) | ((count == 1) & ~alias))
+        out = L.output(op, ins, where=live)
         o = _flat(out)
+        if live is not None:
+            for w, _ in terms:                       # x + 0 = x: the output is the operand's wire
+                pick = alias & (w != z)
+                o[pick] = w[pick]
+            o, terms = o[live], [(w[live], c) for w, c in terms]
+            if not o.size:
+                return (out,)
         L.b.constrain(terms, [(ONE, 1)], [(o, 1)], "linear")
         G.range_check(L.b, o, L.dt, "linear.range")
         return (out,)
@@ -111,31 +148,116 @@ def _constant(L: Lowering, op: P.Constant):
 
 
 # -------------------------------------------------------- multiplicative
+def _live(L: Lowering, *flats: np.ndarray) -> np.ndarray | None:
+    """Indices of the elements where no operand is the constant-0 wire (None: all of them)."""
+    z = L.constants.get(0)
+    if z is None:
+        return None
+    dead = np.zeros(len(flats[0]), dtype=bool)
+    for f in flats:
+        dead |= f == z
+    return np.flatnonzero(~dead) if dead.any() else None
+
+
 def _mul(L: Lowering, op: P.Mul, a, b):
-    q = L.output(op, (a, b))
-    fa, fb = _flat(a), _flat(b)
-    G.rescale(L.b, [(fa, 1)], [(fb, 1)], _flat(q), L.dt, lambda W: W[fa] * W[fb], "mul")
+    """A product with a 0-wire factor is the 0 wire (no constraint): masked attention weights."""
+    shape = op.target[0].shape
+    fa, fb = (_flat(np.broadcast_to(x, shape)) for x in (a, b))
+    live = _live(L, fa, fb)
+    q = L.output(op, (a, b), where=live)
+    fq = _flat(q)
+    if live is not None:
+        fa, fb, fq = fa[live], fb[live], fq[live]
+    if not fq.size:
+        return (q,)
+    G.rescale(L.b, [(fa, 1)], [(fb, 1)], fq, L.dt, lambda W: W[fa] * W[fb], "mul")
     return (q,)
 
 
 def _scale(L: Lowering, op: P.Scale, a):
-    q = L.output(op, (a,))
     c = const(op.c, L.dt, "Scale constant")
     fa = _flat(a)
-    G.rescale(L.b, [(fa, c)], [(ONE, 1)], _flat(q), L.dt, lambda W: W[fa] * c, "scale")
+    live = _live(L, fa)
+    q = L.output(op, (a,), where=live)
+    fq = _flat(q)
+    if live is not None:
+        fa, fq = fa[live], fq[live]
+    if not fq.size:
+        return (q,)
+    G.rescale(L.b, [(fa, c)], [(ONE, 1)], fq, L.dt, lambda W: W[fa] * c, "scale")
     return (q,)
 
 
-def _matmul(L: Lowering, op: P.MatMul, a, b):
+def _matmul(L: Lowering, op: P.MatMul | P.BatchMatMul, a, b):
     q = L.output(op, (a, b))
-    m, n = a.shape
-    p = b.shape[1]
-    A = np.broadcast_to(a[:, None, :], (m, p, n)).reshape(-1, n)   # a[i, k] for output (i, j)
-    B = np.broadcast_to(b.T[None, :, :], (m, p, n)).reshape(-1, n)  # b[k, j]
-    extra = [(G.product(L.b, [(A[:, k], 1)], [(B[:, k], 1)], "matmul.mac"), 1) for k in range(1, n)]
+    *lead, m, n = a.shape
+    p = b.shape[-1]
+    full = (*lead, m, p, n)
+    A = np.broadcast_to(a[..., :, None, :], full).reshape(-1, n)                 # a[..., i, k] for (i, j)
+    B = np.broadcast_to(np.swapaxes(b, -1, -2)[..., None, :, :], full).reshape(-1, n)   # b[..., k, j]
+    live = _live(L, A.reshape(-1), B.reshape(-1))
+    nz = np.ones(A.shape, dtype=bool)
+    if live is not None:                          # products with a 0-wire factor are left out
+        nz = np.zeros(A.size, dtype=bool)
+        nz[live] = True
+        nz = nz.reshape(A.shape)
+    extra = []
+    for k in range(1, n):
+        rows = nz[:, k]
+        if rows.all():
+            extra.append((G.product(L.b, [(A[:, k], 1)], [(B[:, k], 1)], "matmul.mac"), 1))
+        elif rows.any():
+            wk = np.zeros(len(rows), dtype=np.int64)
+            wk[rows] = G.product(L.b, [(A[rows, k], 1)], [(B[rows, k], 1)], "matmul.mac")
+            extra.append((wk, rows.astype(np.int64)))
     G.rescale(L.b, [(A[:, 0], 1)], [(B[:, 0], 1)], _flat(q), L.dt,
               lambda W: (W[a] @ W[b]).reshape(-1), "matmul.rescale", minus=extra)
     return (q,)
+
+
+# --------------------------------------------------------------- layout
+def _masked(L: Lowering, op: P.CausalMask, x):
+    """Masked entries become the constant-0 wire: no constraint."""
+    return (np.where(causal_keep(x.shape), x, L.zero),)
+
+
+def _slice(L: Lowering, op: P.Slice, x):
+    return (x[slices(op.index)],)
+
+
+def _pad(L: Lowering, op: P.Pad, x):
+    out = np.full(op.T.shape, L.zero, dtype=np.int64)
+    out[slices(op.index)] = x
+    return (out,)
+
+
+def _unfold(L: Lowering, op: P.Unfold, x):
+    """The interpreter's own gather, on wire indices shifted so that padding reads the 0 wire."""
+    z = L.zero
+    return (unfold(x - z, op.kernel, op.stride, op.padding) + z,)
+
+
+def _fold(L: Lowering, op: P.Fold, cols):
+    """Each pixel is the sum of the column entries that :class:`Unfold` would read from it: one
+    linear constraint and a range check per pixel."""
+    out = L.output(op, (cols,))
+    npix = int(np.prod(op.T.shape))
+    src = unfold(np.arange(1, npix + 1, dtype=np.int64).reshape(op.T.shape), op.kernel, op.stride,
+                 op.padding).reshape(-1)                 # pixel + 1 read by each column entry (0: padding)
+    c = _flat(cols)
+    hit = np.flatnonzero(src)
+    pix = src[hit] - 1
+    order = np.argsort(pix, kind="stable")
+    pix, hit = pix[order], hit[order]
+    count = np.bincount(pix, minlength=npix)
+    rank = np.arange(len(pix)) - np.repeat(np.cumsum(count) - count, count)
+    table = np.zeros((npix, max(1, int(count.max(initial=0)))), dtype=np.int64)
+    coef = np.zeros_like(table)
+    table[pix, rank], coef[pix, rank] = c[hit], 1
+    o = _flat(out)
+    L.b.constrain([(table[:, j], coef[:, j]) for j in range(table.shape[1])], [(ONE, 1)], [(o, 1)], "fold")
+    G.range_check(L.b, o, L.dt, "fold.range")
+    return (out,)
 
 
 # ---------------------------------------------------------- comparisons
@@ -192,83 +314,6 @@ def _tanh(L: Lowering, op: P.Tanh, x):
     return (out,)
 
 
-# -------------------------------------------------------------- softmax
-def _softmax(L: Lowering, op: P.Softmax, x):
-    if op.causal:
-        raise NotImplementedError("zk.compile: causal softmax (attention) reaches the ZK backend in issue 13")
-    b, dt, f, w = L.b, L.dt, L.dt.frac, L.dt.width
-    out = L.output(op, (x,))
-    K = x.shape[-1]
-    X = x.reshape(-1, K)
-    R = X.shape[0]
-    # row maximum: m ≥ x_k for every k, and m = x_k where the one-hot selector s_k = 1
-    m = b.alloc(R)
-    b.fill(m, lambda W: W[X].max(axis=1))
-    mk = np.repeat(m, K)
-    xf = _flat(X)
-    G.decompose(b, [(mk, 1), (xf, -1)], 0, w + 1, "softmax.max", "row maximum")
-    sel = b.alloc((R, K))
-    b.fill(sel, lambda W: np.eye(K, dtype=np.int64)[W[X].argmax(axis=1)].reshape(-1))
-    sf = _flat(sel)
-    b.constrain([(sf, 1)], [(sf, 1), (ONE, -1)], [], "softmax.max.select")
-    b.constrain([(sel[:, k], 1) for k in range(K)], [(ONE, 1)], [(ONE, 1)], "softmax.max.select")
-    b.constrain([(sf, 1)], [(mk, 1), (xf, -1)], [], "softmax.max.select")
-    # t = rescale(z·log2 e),  z = x − m ≤ 0
-    Cl = const(math.log2(math.e), dt)
-    t = b.alloc(R * K)
-    half = 1 << (f - 1)
-    b.fill(t, lambda W: ((W[xf] - W[mk]) * Cl + half) >> f)
-    G.rescale(b, [(xf, Cl), (mk, -Cl)], [(ONE, 1)], t, dt, lambda W: (W[xf] - W[mk]) * Cl, "softmax.log2e",
-              qbits=w + 3)
-    # t = 2^f·k + r,  r ∈ [0, 2^f)
-    kk = b.alloc(R * K)
-    b.fill(kk, lambda W: W[t] >> f)
-    r = G.decompose(b, [(t, 1), (kk, -(1 << f))], 0, f, "softmax.frac")
-    r_terms = [(r[:, i], 1 << i) for i in range(f)]
-    # p = one + rescale(r·(c1 + rescale(c2·r)))
-    c1, c2 = const(EXP2_C1, dt), const(1.0 - EXP2_C1, dt)
-    rv = lambda W: W[t] - (W[kk] << f)  # noqa: E731
-    u = b.alloc(R * K)
-    b.fill(u, lambda W: (rv(W) * c2 + half) >> f)
-    G.rescale(b, [(wi, c * c2) for wi, c in r_terms], [(ONE, 1)], u, dt, lambda W: rv(W) * c2, "softmax.exp2")
-    v = b.alloc(R * K)
-    b.fill(v, lambda W: (rv(W) * (c1 + W[u]) + half) >> f)
-    G.rescale(b, r_terms, [(u, 1), (ONE, c1)], v, dt, lambda W: rv(W) * (c1 + W[u]), "softmax.exp2")
-    # shift n = min(−k, C), pow = 2^n. The interpreter clamps at 62, but p < 2^(f+2), so every shift of
-    # at least f + 2 gives 0: clamping at C = f + 2 is bit-exact and keeps 2^n far below the field size.
-    C = min(62, f + 2)
-    nb = C.bit_length()
-    kb = w - f + 4
-    g = G.at_least(b, [(kk, -1)], C, kb, "softmax.clamp")
-    gk = G.product(b, [(g, 1)], [(ONE, C), (kk, 1)], "softmax.clamp")
-    nbits = G.decompose(b, [(kk, -1), (gk, 1)], 0, nb, "softmax.shift")
-    powv = [(ONE, 1), (nbits[:, 0], 1)]
-    for i in range(1, nb):
-        powv = [(G.product(b, powv, [(ONE, 1), (nbits[:, i], (1 << (1 << i)) - 1)], "softmax.pow"), 1)]
-    (pw, _), = powv
-    # e = floor(p / pow):  e·pow = p − rem,  0 ≤ rem < pow
-    e = b.alloc(R * K)
-    b.fill(e, lambda W: (dt.one + W[v]) >> np.minimum(-W[kk], C))
-    rem = b.alloc(R * K)
-    b.fill(rem, lambda W: (dt.one + W[v]) - W[e] * W[pw])
-    b.constrain([(e, 1)], [(pw, 1)], [(v, 1), (ONE, dt.one), (rem, -1)], "softmax.shift")
-    G.decompose(b, [(rem, 1)], 0, C, "softmax.shift.rem")
-    G.decompose(b, [(pw, 1), (rem, -1)], -1, C, "softmax.shift.rem")
-    G.decompose(b, [(e, 1)], 0, f + 2, "softmax.exp.range")
-    # s = floor(e·2^f / S),  S = Σ_row e
-    E = e.reshape(R, K)
-    S_terms = [(np.repeat(E[:, k], K), 1) for k in range(K)]
-    s = _flat(out)
-    rem2 = b.alloc(R * K)
-    b.fill(rem2, lambda W: (W[e] << f) - W[s] * np.repeat(W[E].sum(axis=1), K))
-    b.constrain([(s, 1)], S_terms, [(e, 1 << f), (rem2, -1)], "softmax.divide")
-    db = f + 3 + max(1, math.ceil(math.log2(K)))
-    G.decompose(b, [(rem2, 1)], 0, db, "softmax.divide.rem")
-    G.decompose(b, S_terms + [(rem2, -1)], -1, db, "softmax.divide.rem")
-    G.range_check(b, s, dt, "softmax.range")
-    return (out,)
-
-
 def required_bits(prog, dt: Fixed) -> int:
     """Bits a prime needs (``p > 2^bits``) so that no constraint of ``prog``'s circuit can wrap around.
 
@@ -276,19 +321,33 @@ def required_bits(prog, dt: Fixed) -> int:
     ``x ≡ y (mod p)`` with ``|x| + |y| < p`` forces ``x = y``. The largest such sums are:
     a matmul's ``Σₙ aᵢbᵢ`` against ``2^f·q + r`` (``2w + log2 n`` bits); a PLAN piece or a
     softmax rescale (``w + f + 3``); the softmax division ``s·Σe`` (``w + f + 3 + log2 K``);
-    its shift ``e·2^n`` (``2f + 4``). Two bits of margin are added.
+    its shift ``e·2^n`` (``2f + 4``); a division's ``2σr + |c|`` (``2w + 1``); an exp's upward shift
+    ``e·2^k`` (``2w − f + 1``); a log's ``L·ln 2`` (``2f + 15``); a one-hot row's ``Σ k·row_k``
+    (``f + 2·log2 n``); a fold's sum of ``c`` entries (``w + log2 c``). Two bits of margin are added.
     """
     w, f = dt.width, dt.frac
-    n_max, k_max = 1, 1
-    for a in prog.instrs:
-        if isinstance(a.op, P.MatMul):
-            n_max = max(n_max, prog.types[a.args[0]].shape[-1])
-        elif isinstance(a.op, P.SumTo):
-            n_max = max(n_max, int(np.prod(a.op.T.shape)) // max(1, int(np.prod(a.op.S.shape))))
-        elif isinstance(a.op, P.Softmax):
-            k_max = max(k_max, prog.types[a.args[0]].shape[-1])
     lg = lambda v: math.ceil(math.log2(v)) if v > 1 else 0  # noqa: E731
-    return max(2 * w + lg(n_max), w + f + 3 + lg(k_max), 2 * f + 4) + 2
+    n_max, k_max = 1, 1
+    need = [2 * f + 4]
+    for a in prog.instrs:
+        op = a.op
+        if isinstance(op, (P.MatMul, P.BatchMatMul)):
+            n_max = max(n_max, prog.types[a.args[0]].shape[-1])
+        elif isinstance(op, P.SumTo):
+            n_max = max(n_max, int(np.prod(op.T.shape)) // max(1, int(np.prod(op.S.shape))))
+        elif isinstance(op, P.Softmax):
+            k_max = max(k_max, prog.types[a.args[0]].shape[-1])
+        elif isinstance(op, P.Div):
+            need.append(2 * w + 1)
+        elif isinstance(op, P.Exp):
+            need.append(2 * w - f + 1)
+        elif isinstance(op, P.Log):
+            need.append(2 * f + 15)
+        elif isinstance(op, P.OneHot):
+            need.append(f + 2 * lg(op.S.dtype.n))
+        elif isinstance(op, P.Fold):
+            need.append(w + lg(math.ceil(op.kernel[0] / op.stride[0]) * math.ceil(op.kernel[1] / op.stride[1])))
+    return max(2 * w + lg(n_max), w + f + 3 + lg(k_max), *need) + 2
 
 
 #: lowering rule per primitive (LogSumExp appears only in loss values, never in a step)
@@ -307,13 +366,17 @@ RULES: dict[type, Callable] = {
     P.Heaviside: _heaviside,
     P.Sigmoid: _sigmoid,
     P.Tanh: _tanh,
-    P.Softmax: _softmax,
+    P.Permute: lambda L, op, x: (np.transpose(x, op.axes),),
+    P.BatchMatMul: _matmul,
+    P.CausalMask: _masked,
+    P.Slice: _slice,
+    P.Pad: _pad,
+    P.Unfold: _unfold,
+    P.Fold: _fold,
+    **SPECIAL_RULES,
 }
 
 #: primitives deliberately without a rule, and why (the conformance test checks this list)
-_LATER = ("the transformer and convolution vocabulary (issue 12) reaches the ZK backend in issue 13; until then "
-          "compile_model runs it in float and fixed point on the CPU")
 UNSUPPORTED: dict[type, str] = {
     P.LogSumExp: "appears only in loss values, never in a training step (its reverse derivative is softmax)",
-    **{p: _LATER for p in P.SECOND_VOCABULARY},
 }

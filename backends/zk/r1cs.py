@@ -43,10 +43,21 @@ class _Matrix:
 
     @classmethod
     def from_coo(cls, rows: np.ndarray, wires: np.ndarray, coeffs: np.ndarray, n_rows: int) -> "_Matrix":
-        order = np.argsort(rows, kind="stable")
+        """Canonical form: each row's terms sorted by wire, one term per wire (repeated wires summed, as
+        the ``.r1cs`` format requires: snarkjs keeps only the last coefficient of a repeated wire), no zeros."""
+        order = np.lexsort((wires, rows))
+        rows, wires, coeffs = rows[order], wires[order], coeffs[order]
+        if len(rows):
+            first = np.ones(len(rows), dtype=bool)
+            first[1:] = (rows[1:] != rows[:-1]) | (wires[1:] != wires[:-1])
+            if not first.all():
+                starts = np.flatnonzero(first)
+                rows, wires, coeffs = rows[starts], wires[starts], np.add.reduceat(coeffs, starts)
+                keep = coeffs != 0
+                rows, wires, coeffs = rows[keep], wires[keep], coeffs[keep]
         ptr = np.zeros(n_rows + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=n_rows), out=ptr[1:])
-        return cls(ptr, wires[order], coeffs[order])
+        return cls(ptr, wires, coeffs)
 
     def evaluate(self, w: np.ndarray, p: int, rows: np.ndarray | None = None) -> np.ndarray:
         """``⟨M_i, w⟩ mod p`` for the given rows (all rows by default), as Python ints."""
