@@ -14,6 +14,7 @@ from .fixedpoint import FixedPointOverflow, run_fixed, quantize, dequantize
 from . import blas, ops
 from . import nn
 from .compile import compile_model, CompiledModel
+from .modelfile import ModelSpec
 
 __version__ = "0.1.0"
 
@@ -23,5 +24,5 @@ __all__ = [
     "Diagram", "Var", "trace", "identity", "sequential", "monogamous", "unbind_parameters", "IllFormedDiagram",
     "rdiff", "lens", "Program", "Apply", "schedule", "retype", "run", "UnboundParameter",
     "FixedPointOverflow", "run_fixed", "quantize", "dequantize", "blas", "ops", "nn",
-    "compile_model", "CompiledModel",
+    "compile_model", "CompiledModel", "ModelSpec",
 ]

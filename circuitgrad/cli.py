@@ -19,19 +19,45 @@ from . import __version__
 from .primitives import PRIMITIVES
 
 
-def load_example(path: str):
-    """Import an example script (``examples/iris.py``) without running it: its DATASET and DEFAULTS."""
-    import importlib.util
-    import os
-    if not os.path.exists(path):
-        raise SystemExit(f"circuitgrad: no such example script: {path}")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    spec = importlib.util.spec_from_file_location("circuitgrad_example", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    if not hasattr(mod, "DATASET") or not hasattr(mod, "DEFAULTS"):
-        raise SystemExit(f"circuitgrad: {path} must define DATASET and DEFAULTS (see examples/iris.py)")
-    return mod
+def load_model(a, default_dtype):
+    """The model file ``a.script`` (``circuitgrad/modelfile.py``) with the options of the command line:
+    ``--batch``, ``--hidden`` and ``--lr`` where given, and every ``--option KEY=VALUE``. Returns the spec
+    and the fixed-point dtype: ``fixed(--width, --frac)``, else the file's own fixed dtype, else
+    ``default_dtype(width)``. A file that breaks the convention is a one-line error."""
+    import inspect
+
+    from . import types
+    from .modelfile import ModelFileError, load, load_function, parse_option
+    given = {k: v for k, v in (("batch", a.batch), ("hidden", a.hidden), ("lr", a.lr)) if v is not None}
+    for k, v in (("batch", [a.batch] if a.batch is not None else []), ("hidden", a.hidden or [])):
+        bad = next((x for x in v if x < 1), None)
+        if bad is not None:
+            raise ValueError(f"--{k} must be at least 1, got {bad}")
+    try:
+        given.update(parse_option(o) for o in (getattr(a, "option", None) or []))
+        fn = load_function(a.script)
+        if a.width is not None:
+            dtype = types.fixed(a.width, a.frac if a.frac is not None else a.width // 2)
+        else:
+            spec = load(a.script, given, fn)
+            dtype = spec.dtype if isinstance(spec.dtype, types.Fixed) and a.frac is None else types.fixed(
+                default_dtype.width, a.frac if a.frac is not None else default_dtype.frac)
+        # a model() that takes dtype chooses what suits it (e.g. its fixed-point optimizer)
+        accepts = "dtype" in inspect.signature(fn).parameters
+        spec = load(a.script, {**given, "dtype": dtype} if accepts else given, fn)
+    except ModelFileError as e:
+        raise ValueError(str(e)) from None
+    return spec, dtype
+
+
+def add_model_options(p) -> None:
+    """The options that reach a model file's ``model()`` (the same for every tool)."""
+    p.add_argument("script", help="the model file: defines model(**options) -> cg.ModelSpec")
+    p.add_argument("--batch", type=int, default=None, help="model(batch=N) (default: the file's)")
+    p.add_argument("--hidden", type=int, nargs="*", default=None, help="model(hidden=[...]) (MLP examples)")
+    p.add_argument("--lr", type=float, default=None, help="model(lr=X) (default: the file's)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other model() option, a Python literal (repeatable): --option heads=2")
 
 
 def _info(_args) -> int:

@@ -87,6 +87,17 @@ def train(data: datasets.Dataset, args, step: cg.CompiledModel) -> float:
     return acc
 
 
+def mlp_spec(name: str, batch: int, hidden, lr: float, momentum: float = 0.9,
+             dtype: cg.Dtype = cg.float32) -> cg.ModelSpec:
+    """The model file convention (``circuitgrad/modelfile.py``) for an MLP example: the ReLU MLP, loss,
+    optimizer and dtype this script trains, and shuffled batches of the training set."""
+    data = datasets.load(name)
+    model = nn.mlp(batch, [data.features, *hidden, data.classes], activation=nn.relu)
+    opt = nn.momentum(lr, momentum) if momentum else nn.sgd(lr)
+    return cg.ModelSpec(model, nn.softmax_cross_entropy, opt, dtype,
+                        lambda seed: datasets.batches(data.x_train, data.y_train, batch, np.random.default_rng(seed)))
+
+
 def main(name: str, defaults: dict, description: str) -> float:
     """Parse the command line, refuse bad values with a one-line usage error, train on data set ``name``."""
     p = parser(description, **defaults)

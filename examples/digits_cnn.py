@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
+
 import circuitgrad as cg
 from circuitgrad import datasets, nn
 
@@ -32,6 +34,16 @@ def cnn(B: int, channels: int = 16, hidden: list[int] | tuple[int, ...] = (), dt
               nn.max_pool2d(B, c, 8, 8, 2, dtype=dtype), nn.flatten(B, c, 4, 4, dtype=dtype),
               nn.mlp(B, [c * 16, *hidden, 10], dtype=dtype)]
     return cg.sequential(layers, name=f"cnn(conv3x3x{c},maxpool2,{'-'.join(map(str, [c * 16, *hidden, 10]))})")
+
+
+def model(batch: int = 32, channels: int = 16, hidden: list[int] | tuple[int, ...] = (), lr: float = 0.05,
+          momentum: float = 0.9, dtype: cg.Dtype = cg.float32) -> cg.ModelSpec:
+    """The model file convention (``circuitgrad zk prove``, ``fpga synth``): the CNN, loss, optimizer and
+    data this script trains (its defaults: batch 32, 16 channels, momentum SGD 0.05/0.9)."""
+    data = datasets.load(DATASET)
+    opt = nn.momentum(lr, momentum) if momentum else nn.sgd(lr)
+    return cg.ModelSpec(cnn(batch, channels, hidden, dtype), nn.softmax_cross_entropy, opt, dtype,
+                        lambda seed: datasets.batches(data.x_train, data.y_train, batch, np.random.default_rng(seed)))
 
 
 def main() -> float:

@@ -91,16 +91,28 @@ def sample(step, params, prompt: str, n: int, seq: int) -> str:
     return "".join(VOCAB[i] for i in ctx)
 
 
+def model(batch: int = DEFAULTS["batch"], seq: int = DEFAULTS["seq"], d: int = DEFAULTS["d"],
+          heads: int = DEFAULTS["heads"], layers: int = DEFAULTS["layers"], attention: str = "softmax",
+          lr: float = DEFAULTS["lr"], fixed_lr: float = 0.1, chars: int = DEFAULTS["chars"],
+          dtype: cg.Dtype = cg.float32) -> cg.ModelSpec:
+    """The model file convention (``circuitgrad zk prove``, ``fpga synth``): this script's GPT, loss and
+    optimizer, and its training windows. AdamW in float. In fixed point, Adam's second moment
+    ``(1 − β₂)·g²`` falls below one step for typical gradients (measured in fixed(32,16): AdamW did not
+    learn), so fixed point trains with momentum SGD at the constant rate ``fixed_lr``."""
+    gpt = nn.gpt(batch, seq, len(VOCAB), d=d, heads=heads, layers=layers, attention=attention)
+    opt = nn.momentum(fixed_lr, 0.9) if isinstance(dtype, cg.Fixed) else nn.adamw(lr)
+
+    def data(seed: int):
+        train, _ = split(corpus(chars))
+        for starts in batch_starts(len(train), seq, batch, 256, seed):
+            yield windows(train, starts, seq)
+    return cg.ModelSpec(gpt, nn.softmax_cross_entropy, opt, dtype, data)
+
+
 def build(args) -> cg.CompiledModel:
-    """AdamW in float32. In fixed(32,16), Adam's second moment ``(1 − β₂)·g²`` falls below one step for
-    typical gradients (measured: AdamW did not learn), so fixed point trains with momentum SGD
-    (``--fixed-lr``, constant: the rate is part of the compiled step)."""
-    model = nn.gpt(args.batch, args.seq, len(VOCAB), d=args.d, heads=args.heads, layers=args.layers,
-                   attention=args.attention)
-    if args.dtype == "float32":
-        return cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=nn.adamw(args.lr))
-    return cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=nn.momentum(args.fixed_lr, 0.9),
-                            dtype=cg.fixed(32, 16))
+    """The step this script trains: :func:`model` in float32 (AdamW) or fixed(32,16) (momentum SGD)."""
+    return model(args.batch, args.seq, args.d, args.heads, args.layers, args.attention, args.lr, args.fixed_lr,
+                 args.chars, cg.float32 if args.dtype == "float32" else cg.fixed(32, 16)).compile()
 
 
 def with_rate(params: dict, k: int, args) -> dict:

@@ -11,7 +11,7 @@ from conftest import run_cli
 
 from circuitgrad.cli import main
 
-IRIS = ["examples/iris.py", "--batch", "4"]
+IRIS = ["examples/iris.py", "--batch", "4", "--option", "momentum=0"]     # plain SGD: 131 public values
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -72,8 +72,8 @@ def test_a_script_named_in_the_bundle_is_never_run(copy, capsys, tmp_path):
     broken = copy()
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.py"
-    evil.write_text(f"open({str(marker)!r}, 'w').write('ran')\nDATASET = 'iris'\nDEFAULTS = dict(batch=4, "
-                    f"hidden=[16], lr=0.05, epochs=1)\n")
+    evil.write_text(f"open({str(marker)!r}, 'w').write('ran')\nimport sys\nsys.path.insert(0, 'examples')\n"
+                    f"from iris import model\n")
     chain = json.load(open(os.path.join(broken, "chain.json")))
     chain["options"]["script"] = str(evil)
     json.dump(chain, open(os.path.join(broken, "chain.json"), "w"))
@@ -91,7 +91,7 @@ def test_the_first_parameters_are_anchored_to_the_verifiers_checkpoint(bundle, c
     from circuitgrad.backends.zk.cli import _setup
     import argparse
     args = argparse.Namespace(script="examples/iris.py", system="ligero", width=None, frac=None, batch=4,
-                              hidden=None, lr=None)
+                              hidden=None, lr=None, option=["momentum=0"])
     step = _setup(args)[1]
     np.savez(tmp_path / "init.npz", **step.init_params(seed=0))
     rc, out = verify(capsys, bundle[0], "--init", str(tmp_path / "init.npz"))

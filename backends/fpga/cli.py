@@ -2,6 +2,9 @@
 
     circuitgrad fpga synth examples/iris.py --target ice40-up5k [--function step] [--out out/fpga/]
     circuitgrad fpga simulate examples/iris.py --steps 5
+
+The model file (``circuitgrad/modelfile.py``) defines ``model(**options)``: the model, loss, optimizer,
+dtype and data that the script trains; ``--batch``, ``--lr`` and ``--option KEY=VALUE`` reach it.
 """
 from __future__ import annotations
 
@@ -11,31 +14,30 @@ import time
 import numpy as np
 
 import circuitgrad as cg
-from circuitgrad import datasets, nn
+from circuitgrad import modelfile
+from circuitgrad.cli import add_model_options
 
 __all__ = ["add_parser"]
 
 
 def _design(a):
-    from circuitgrad.cli import load_example
+    from circuitgrad.cli import load_model
 
     from . import compile as fpga_compile
-    mod = load_example(a.script)
-    d = dict(mod.DEFAULTS)
-    batch = a.batch or d["batch"]
-    hidden = a.hidden if a.hidden is not None else d["hidden"]
-    data = datasets.load(mod.DATASET, seed=0)
-    step = cg.compile_model(nn.mlp(batch, [data.features, *hidden, data.classes]), loss=nn.softmax_cross_entropy,
-                            optimizer=nn.sgd(a.lr), dtype=cg.fixed(a.width, a.frac))
-    return data, step, fpga_compile(step, function=a.function, macs=a.macs,
-                                    read_ports=getattr(a, "read_ports", 2))
+    try:
+        spec, dtype = load_model(a, cg.fixed(16, 8))
+        step = spec.compile(dtype=dtype)
+        design = fpga_compile(step, function=a.function, macs=a.macs, read_ports=getattr(a, "read_ports", 2))
+    except (ValueError, TypeError, NotImplementedError, ArithmeticError) as e:
+        raise SystemExit(f"circuitgrad fpga: {e}") from None
+    return spec, step, design
 
 
 def _synth(a) -> int:
     from .synth import synthesize
     t0 = time.perf_counter()
     print("[compile] …", flush=True)
-    data, step, design = _design(a)
+    spec, step, design = _design(a)
     print(f"[compile] {design.function} of {step.model.name}: {len(design.microcode.ops)} micro-ops, "
           f"{design.microcode.depth} memory words, {design.cycles} cycles per call "
           f"({time.perf_counter() - t0:.2f} s)", flush=True)
@@ -49,13 +51,12 @@ def _synth(a) -> int:
 
 def _simulate(a) -> int:
     from . import simulate
-    data, step, design = _design(a)
+    spec, step, design = _design(a)
     if design.function != "step":
         raise SystemExit("circuitgrad fpga simulate: only --function step is simulated from the command line")
     hw = step.init_params(seed=0)
     sw = dict(hw)
-    rng = np.random.default_rng(0)
-    batches = datasets.batches(data.x_train, data.y_train, step.batch, rng)
+    batches = modelfile.batches(spec, 0, a.script)
     for k in range(a.steps):
         x, y = next(batches)
         t0 = time.perf_counter()
@@ -76,14 +77,11 @@ def add_parser(sub) -> None:
     for name, fn, helptext in (("synth", _synth, "synthesize, place and route with YoWASP"),
                                ("simulate", _simulate, "simulate training steps bit-exactly")):
         p = fp.add_parser(name, help=helptext)
-        p.add_argument("script")
+        add_model_options(p)
         p.add_argument("--function", choices=["step", "predict"], default="step")
         p.add_argument("--macs", type=int, default=1)
-        p.add_argument("--width", type=int, default=16)
-        p.add_argument("--frac", type=int, default=8)
-        p.add_argument("--lr", type=float, default=0.125)
-        p.add_argument("--batch", type=int, default=None)
-        p.add_argument("--hidden", type=int, nargs="*", default=None)
+        p.add_argument("--width", type=int, default=None, help="fixed-point width (default: the file's, else 16)")
+        p.add_argument("--frac", type=int, default=None, help="fractional bits (default: the file's, else width/2)")
         if name == "synth":
             p.add_argument("--target", choices=sorted(TARGETS), default=None,
                            help="device (default: the board's, else ice40-up5k)")

@@ -2,6 +2,10 @@
 
     circuitgrad zk prove examples/iris.py --steps 4 --out out/proofs
     circuitgrad zk verify examples/iris.py out/proofs --init-seed 0
+    circuitgrad zk prove examples/tinygpt.py --option d=16 --option heads=2 --option layers=1 --batch 1
+
+The model file (``circuitgrad/modelfile.py``) defines ``model(**options)``:
+the model, loss, optimizer, dtype and data that the script trains.
 
 Each step gets its own proof (``step_000.proof`` for Ligero, ``step_000/``
 for snarkjs), and the proofs form a chain: step ``k`` proves
@@ -25,13 +29,15 @@ proofs keep the prover's memory at one step's circuit, and they let step
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
 import numpy as np
 
 import circuitgrad as cg
-from circuitgrad import datasets, nn
+from circuitgrad import modelfile
+from circuitgrad.cli import add_model_options
 
 from . import bundle as B
 from . import ligero
@@ -64,30 +70,17 @@ class _Phase:
 
 
 def _setup(a):
-    """The example's dataset, compiled step and circuit for the options in ``a``, and those options resolved."""
-    from circuitgrad.cli import load_example
-    mod = load_example(a.script)
-    d = dict(mod.DEFAULTS)
-
-    def given(v, default):
-        return default if v is None else v
-    width = given(a.width, 16 if a.system == "ligero" else 32)
-    opts = {"script": a.script, "batch": given(a.batch, d["batch"]), "hidden": list(given(a.hidden, d["hidden"])),
-            "width": width, "frac": given(a.frac, width // 2), "lr": given(a.lr, d["lr"]),
-            "field": "ligero51" if a.system == "ligero" else "bn254"}
-    bad = next((f"--{k} must be at least 1, got {v}" for k, v in (("batch", opts["batch"]), *(
-        ("hidden", h) for h in opts["hidden"])) if v < 1), None)
-    if bad:
-        raise _fail(bad)
+    """The model file's spec, compiled step and circuit for the options in ``a``, and those options resolved."""
+    from circuitgrad.cli import load_model
     try:
-        data = datasets.load(mod.DATASET)
-        model = nn.mlp(opts["batch"], [data.features, *opts["hidden"], data.classes])
-        step = cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=nn.sgd(opts["lr"]),
-                                dtype=cg.fixed(opts["width"], opts["frac"]))
+        spec, dtype = load_model(a, cg.fixed(16, 8) if a.system == "ligero" else cg.fixed(32, 16))
+        step = spec.compile(dtype=dtype)
         circuit = zk_compile(step, field=LIGERO51 if a.system == "ligero" else BN254)
     except (ValueError, TypeError, OverflowError, ArithmeticError) as e:
         raise _fail(str(e)) from None
-    return data, step, circuit, opts
+    opts = {"script": a.script, **spec.options, "width": dtype.width, "frac": dtype.frac,
+            "field": "ligero51" if a.system == "ligero" else "bn254"}
+    return spec, step, circuit, opts
 
 
 def _params(step, circuit, init: str | None, seed: int | None) -> list[np.ndarray]:
@@ -120,23 +113,22 @@ def _prove(a) -> int:
     if a.steps < 1:
         raise _fail(f"--steps must be at least 1, got {a.steps}")
     with _Phase("compile"):
-        data, step, circuit, opts = _setup(a)
-    batch = opts["batch"]
+        spec, step, circuit, opts = _setup(a)
     print(f"public statement: {circuit.statement()}")
     if a.system != "ligero":
         _refuse_large_setup(a, circuit)
     names = circuit.output_names
     first = _params(step, circuit, a.init, a.seed)
     params = dict(zip(names, first))
-    rng = np.random.default_rng(a.seed)
-    batches = datasets.batches(data.x_train, data.y_train, batch, rng)
+    try:
+        batches = modelfile.batches(spec, a.seed, a.script)
+        first_batch = next(batches)
+    except modelfile.ModelFileError as e:
+        raise _fail(str(e)) from None
+    batches = itertools.chain([first_batch], batches)
     os.makedirs(a.out, exist_ok=True)
     for k in range(a.steps):
-        try:
-            x, y = next(batches)
-        except StopIteration:
-            batches = datasets.batches(data.x_train, data.y_train, batch, rng)
-            x, y = next(batches)
+        x, y = next(batches)
         with _Phase(f"witness {k}"):
             wit = circuit.witness(params, x, y)
             circuit.assert_satisfied(wit)
@@ -238,14 +230,11 @@ def _verify(a) -> int:
 
 def _circuit_args(p) -> None:
     """The options that determine the circuit: the prover and the verifier name them the same way."""
-    p.add_argument("script", help="the example script that defines the model (DATASET and DEFAULTS)")
+    add_model_options(p)
     p.add_argument("--system", choices=SYSTEMS, default="ligero",
                    help="ligero (native, transparent, default), groth16 or plonk (snarkjs)")
     p.add_argument("--width", type=int, default=None, help="fixed-point width (default 16 for ligero, else 32)")
     p.add_argument("--frac", type=int, default=None, help="fractional bits (default width/2)")
-    p.add_argument("--batch", type=int, default=None, help="batch size (default: the example's)")
-    p.add_argument("--hidden", type=int, nargs="*", default=None, help="hidden widths (default: the example's)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the example's)")
     p.add_argument("--ptau", default=None, help="prepared powers-of-tau file (default: this machine's cache)")
 
 

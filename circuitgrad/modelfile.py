@@ -1,0 +1,141 @@
+"""Model files: one Python file that defines what the command-line tools train, prove and build.
+
+A model file defines a function ``model(**options) -> ModelSpec``::
+
+    import circuitgrad as cg
+    from circuitgrad import nn
+
+    def model(batch: int = 8, lr: float = 0.05) -> cg.ModelSpec:
+        return cg.ModelSpec(model=nn.mlp(batch, [4, 16, 3]), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.momentum(lr, 0.9), dtype=cg.float32,
+                            data=lambda seed: batches_of_my_data(batch, seed))
+
+``circuitgrad zk prove|verify``, ``fpga synth`` and ``fpga simulate`` load it
+with :func:`load`, passing only the options named on their own command line
+(``--batch 4`` → ``model(batch=4)``, ``--option heads=2`` → ``model(heads=2)``),
+so the model, loss and optimizer the tools use are exactly those the script
+trains. ``data(seed)`` yields ``(x, y)`` batches of the model's batch size; a
+tool that needs more batches than one iterator gives calls ``data(seed + 1)``,
+and so on.
+
+The file is code and is run: name only files you trust. The tools take its
+path from their own command line, never from a proof bundle or other data.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import itertools
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from .diagram import Diagram
+from .types import Dtype, Fixed, float32
+
+__all__ = ["ModelSpec", "ModelFileError", "load", "load_function", "parse_option", "batches"]
+
+
+class ModelFileError(ValueError):
+    """A model file that does not follow the convention, or options it does not accept."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model file's ``model()`` returns: everything needed to compile and feed a training step."""
+    model: Diagram
+    loss: Callable
+    optimizer: Any                  # an nn.Optimizer
+    dtype: Dtype = float32
+    data: Callable[[int], Iterable[tuple]] | None = None
+    #: the options ``model()`` ran with, its defaults included (filled by :func:`load`, as plain JSON values)
+    options: Mapping[str, object] = field(default_factory=dict)
+
+    def compile(self, dtype: Dtype | None = None, **kwargs):
+        """``cg.compile_model`` of this model, loss and optimizer (``dtype`` overrides the file's)."""
+        from .compile import compile_model
+        return compile_model(self.model, self.loss, self.optimizer, dtype or self.dtype, **kwargs)
+
+    def fixed_dtype(self, default: Fixed) -> Fixed:
+        """The file's dtype if it is fixed point, else ``default`` (circuits and hardware compute in fixed point)."""
+        return self.dtype if isinstance(self.dtype, Fixed) else default
+
+
+def parse_option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` from the command line; the value is a Python literal (``2``, ``0.5``, ``[16, 16]``,
+    ``'spherical'``) or else the plain string (``spherical``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise ModelFileError(f"--option takes KEY=VALUE with KEY a Python name, got {text!r}")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
+
+
+def load_function(path: str) -> Callable[..., ModelSpec]:
+    """Run the model file at ``path`` and return its ``model`` function."""
+    if not os.path.isfile(path):
+        raise ModelFileError(f"no such model file: {path}")
+    spec = importlib.util.spec_from_file_location(f"circuitgrad_model_{abs(hash(os.path.abspath(path)))}", path)
+    if spec is None or spec.loader is None:
+        raise ModelFileError(f"{path}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fn = getattr(mod, "model", None)
+    if not callable(fn):
+        raise ModelFileError(f"{path} must define model(**options) returning cg.ModelSpec "
+                             f"(see circuitgrad/modelfile.py or examples/iris.py)")
+    return fn
+
+
+def load(path: str, options: Mapping[str, object] | None = None,
+         fn: Callable[..., ModelSpec] | None = None) -> ModelSpec:
+    """Run the model file at ``path`` and call its ``model(**options)``; the result is checked.
+    ``fn``: the file's ``model`` function, already loaded by :func:`load_function`."""
+    options = dict(options or {})
+    fn = fn or load_function(path)
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(options) - set(params))
+        if unknown:
+            raise ModelFileError(f"{path}: model() takes no option {', '.join(unknown)}; it accepts "
+                                 f"{', '.join(params) or 'none'}")
+    out = fn(**options)
+    if not isinstance(out, ModelSpec):
+        raise ModelFileError(f"{path}: model() must return cg.ModelSpec, got {type(out).__name__}")
+    from . import nn
+    checks = ((isinstance(out.model, Diagram), "model must be a cg.Diagram"),
+              (callable(out.loss), "loss must be a loss function such as nn.softmax_cross_entropy"),
+              (isinstance(out.optimizer, nn.Optimizer), "optimizer must be an nn optimizer such as nn.sgd(0.1)"),
+              (isinstance(out.dtype, Dtype), "dtype must be a cg dtype such as cg.float32 or cg.fixed(16, 8)"),
+              (out.data is None or callable(out.data), "data must be a function seed -> iterable of (x, y)"))
+    bad = next((msg for ok, msg in checks if not ok), None)
+    if bad:
+        raise ModelFileError(f"{path}: model(): {bad}")
+    ran = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+    ran.update(options)
+    return replace(out, options={k: _plain(v) for k, v in ran.items()})
+
+
+def _plain(v: object) -> object:
+    """A JSON value for an option (tuples become lists, anything unusual its ``str``)."""
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)
+
+
+def batches(spec: ModelSpec, seed: int, path: str = "the model file") -> Iterator[tuple]:
+    """Endless ``(x, y)`` batches: ``data(seed)``, then ``data(seed + 1)``, …"""
+    if spec.data is None:
+        raise ModelFileError(f"{path}: model() returned no data; set ModelSpec(data=lambda seed: ...)")
+    for k in itertools.count():
+        it = iter(spec.data(seed + k))
+        first = next(it, None)
+        if first is None:
+            raise ModelFileError(f"{path}: data({seed + k}) yielded no batch")
+        yield first
+        yield from it

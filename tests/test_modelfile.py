@@ -1,0 +1,108 @@
+"""Model files (``circuitgrad/modelfile.py``): the convention the command-line tools load, the examples
+that follow it, and its errors."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import modelfile, nn
+from circuitgrad.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL_GPT = {"batch": 1, "seq": 4, "d": 8, "heads": 2, "layers": 1, "chars": 5000}
+
+
+@pytest.mark.parametrize("path, options, model_name", [
+    ("examples/iris.py", {"batch": 4}, "mlp(4,4-16-3)"),
+    ("examples/digits.py", {}, "mlp(32,64-64-10)"),
+    ("examples/digits_cnn.py", {"batch": 2, "channels": 2}, "cnn(conv3x3x2,maxpool2,32-10)"),
+    ("examples/tinygpt.py", {**SMALL_GPT, "attention": "spherical"},
+     "gpt(B=1,S=4,vocab=96,d=8,heads=2,layers=1,spherical)"),
+])
+def test_every_example_defines_what_it_trains(path, options, model_name):
+    spec = modelfile.load(os.path.join(ROOT, path), options)
+    assert spec.model.name == model_name
+    assert spec.options["batch"] == options.get("batch", spec.options["batch"])
+    step = spec.compile()
+    params = step.init_params(seed=0)
+    x, y = next(modelfile.batches(spec, 0, path))
+    after = step.step(params, x, y)
+    assert any(not np.array_equal(after[k], params[k]) for k in step.param_names)
+
+
+def test_the_fixed_point_dtype_picks_the_scripts_fixed_point_optimizer():
+    path = os.path.join(ROOT, "examples/tinygpt.py")
+    assert modelfile.load(path, SMALL_GPT).optimizer.name.startswith("adamw")
+    assert modelfile.load(path, {**SMALL_GPT, "dtype": cg.fixed(16, 8)}).optimizer.name.startswith("momentum")
+
+
+@pytest.mark.parametrize("text, parsed", [
+    ("heads=2", ("heads", 2)), ("lr=0.5", ("lr", 0.5)), ("hidden=[16, 8]", ("hidden", [16, 8])),
+    ("attention=spherical", ("attention", "spherical")), ("attention='spherical'", ("attention", "spherical")),
+])
+def test_options_are_python_literals_or_strings(text, parsed):
+    assert modelfile.parse_option(text) == parsed
+
+
+def _write(tmp_path, body: str) -> str:
+    p = tmp_path / "m.py"
+    p.write_text("import circuitgrad as cg\nfrom circuitgrad import nn\n" + body)
+    return str(p)
+
+
+def test_errors_name_the_file_and_what_to_do(tmp_path):
+    cases = [
+        ("x = 1\n", "{p} must define model(**options) returning cg.ModelSpec (see circuitgrad/modelfile.py or "
+                    "examples/iris.py)", {}),
+        ("def model(batch=2):\n    return nn.mlp(batch, [2, 2])\n", "{p}: model() must return cg.ModelSpec, got "
+                                                                     "Diagram", {}),
+        ("def model(batch=2):\n    return cg.ModelSpec(nn.mlp(batch, [2, 2]), nn.mse, 0.1)\n",
+         "{p}: model(): optimizer must be an nn optimizer such as nn.sgd(0.1)", {}),
+        ("def model(batch=2):\n    return cg.ModelSpec(nn.mlp(batch, [2, 2]), nn.mse, nn.sgd(0.1))\n",
+         "{p}: model() takes no option heads; it accepts batch", {"heads": 2}),
+    ]
+    for body, message, options in cases:
+        p = _write(tmp_path, body)
+        with pytest.raises(modelfile.ModelFileError) as e:
+            modelfile.load(p, options)
+        assert str(e.value) == message.format(p=p)
+    with pytest.raises(modelfile.ModelFileError, match=r"^no such model file: nowhere\.py$"):
+        modelfile.load("nowhere.py")
+    with pytest.raises(modelfile.ModelFileError, match=r"^--option takes KEY=VALUE with KEY a Python name, got '2'$"):
+        modelfile.parse_option("2")
+    p = _write(tmp_path, "def model():\n    return cg.ModelSpec(nn.mlp(2, [2, 2]), nn.mse, nn.sgd(0.1))\n")
+    with pytest.raises(modelfile.ModelFileError, match=r"model\(\) returned no data; set ModelSpec\(data="):
+        next(modelfile.batches(modelfile.load(p), 0, p))
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    os.chdir(ROOT)
+    with pytest.raises(SystemExit) as e:
+        main(["fpga", "simulate", "examples/iris.py", "--option", "heads=2"])
+    assert str(e.value.code).startswith("circuitgrad fpga: examples/iris.py: model() takes no option heads; it "
+                                        "accepts batch, hidden, lr, momentum, dtype")
+
+
+def test_fpga_simulate_runs_the_model_the_script_trains(capsys):
+    """Momentum SGD, as examples/iris.py trains (the earlier CLI rebuilt a plain-SGD MLP)."""
+    os.chdir(ROOT)
+    assert main(["fpga", "simulate", "examples/iris.py", "--batch", "4", "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("bit-exact with the interpreter: True") == 2
+
+
+@pytest.mark.slow
+def test_zk_prove_and_verify_a_gpt_model_file(tmp_path, capsys):
+    os.chdir(ROOT)
+    opts = ["examples/tinygpt.py", *sum((["--option", f"{k}={v}"] for k, v in SMALL_GPT.items()), []),
+            "--option", "attention=spherical"]
+    assert main(["zk", "prove", *opts, "--steps", "1", "--out", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "public statement: step of gpt(B=1,S=4,vocab=96,d=8,heads=2,layers=1,spherical)" in out
+    assert "optimizer momentum(lr=0.1 (raw 26), beta=0.9 (raw 230)) in fixed(16,8)" in out
+    assert main(["zk", "verify", *opts, str(tmp_path / "p"), "--init-seed", "0"]) == 0
+    assert "all 1 proofs verify" in capsys.readouterr().out
+    assert main(["zk", "verify", *opts[:-1], "attention=softmax", str(tmp_path / "p"), "--init-seed", "0"]) == 1
