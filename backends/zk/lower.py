@@ -19,7 +19,12 @@ Costs per output element (``w`` width, ``f`` fractional bits, ``n`` inner dimens
 | Constant | 1 per distinct value in the whole circuit |
 | Heaviside | ``2w + 4`` |
 | Sigmoid / Tanh | about ``7w + 3f + 20`` (PLAN: sign, |x|, 3 comparisons, 3 scaled pieces, selects) |
-| Softmax | about ``w + 4f + 150`` per element, plus 1 per row (max with a one-hot selector, exp, variable shift, division) |
+| BatchMatMul | as MatMul, per leading index |
+| Permute, Slice, CausalMask, Pad, Unfold | 0 (wire renaming; masked and padded entries are the constant-0 wire) |
+| Fold | ``w + 2`` per pixel (the sum of the column entries that Unfold reads from it) |
+
+A product, scale, sum or multiply-accumulate with the constant-0 wire is folded away (no constraint).
+The special functions (Exp, Softmax, Div, Sqrt, Log, ArgMaxMask, OneHot) are in :mod:`.special`.
 """
 from __future__ import annotations
 
