@@ -3,9 +3,12 @@
     circuitgrad info                       version, primitives, backends
     circuitgrad show examples/iris.py      the generated step code of an example's model
     circuitgrad zk prove examples/iris.py --steps 1 --out proofs/
-    circuitgrad zk verify proofs/
+    circuitgrad zk verify examples/iris.py proofs/ --init-seed 0
     circuitgrad fpga synth examples/iris.py --target ice40-up5k
     circuitgrad fpga simulate examples/iris.py --steps 5
+
+``zk`` and ``fpga`` take a model file (:mod:`circuitgrad.modelfile`): ``model(**options)`` returns
+what the script trains; ``--batch``, ``--hidden``, ``--lr`` and ``--option KEY=VALUE`` reach it.
 """
 from __future__ import annotations
 
