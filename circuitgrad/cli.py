@@ -39,15 +39,20 @@ def load_model(a, default_dtype):
     try:
         given.update(parse_option(o) for o in (getattr(a, "option", None) or []))
         fn = load_function(a.script)
+        params = inspect.signature(fn).parameters
+        # a model() that takes dtype gets the one compiled for, and chooses what suits it (tinygpt: its
+        # fixed-point optimizer); its own default dtype is read from the signature, so it runs once
+        own = params["dtype"].default if "dtype" in params else None
+        spec = None if own is not None else load(a.script, given, fn)
+        own = own if spec is None else spec.dtype
         if a.width is not None:
             dtype = types.fixed(a.width, a.frac if a.frac is not None else a.width // 2)
+        elif isinstance(own, types.Fixed) and a.frac is None:
+            dtype = own
         else:
-            spec = load(a.script, given, fn)
-            dtype = spec.dtype if isinstance(spec.dtype, types.Fixed) and a.frac is None else types.fixed(
-                default_dtype.width, a.frac if a.frac is not None else default_dtype.frac)
-        # a model() that takes dtype chooses what suits it (e.g. its fixed-point optimizer)
-        accepts = "dtype" in inspect.signature(fn).parameters
-        spec = load(a.script, {**given, "dtype": dtype} if accepts else given, fn)
+            dtype = types.fixed(default_dtype.width, a.frac if a.frac is not None else default_dtype.frac)
+        if spec is None:
+            spec = load(a.script, {**given, "dtype": dtype}, fn)
     except ModelFileError as e:
         raise ValueError(str(e)) from None
     return spec, dtype

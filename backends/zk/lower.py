@@ -153,15 +153,21 @@ def _constant(L: Lowering, op: P.Constant):
 
 
 # -------------------------------------------------------- multiplicative
-def _live(L: Lowering, *flats: np.ndarray) -> np.ndarray | None:
-    """Indices of the elements where no operand is the constant-0 wire (None: all of them)."""
+def _dead(L: Lowering, *wires: np.ndarray) -> np.ndarray | None:
+    """Where some operand is the constant-0 wire (None: nowhere)."""
     z = L.constants.get(0)
     if z is None:
         return None
-    dead = np.zeros(len(flats[0]), dtype=bool)
-    for f in flats:
-        dead |= f == z
-    return np.flatnonzero(~dead) if dead.any() else None
+    dead = np.zeros(wires[0].shape, dtype=bool)
+    for w in wires:
+        dead |= w == z
+    return dead if dead.any() else None
+
+
+def _live(L: Lowering, *flats: np.ndarray) -> np.ndarray | None:
+    """Indices of the elements where no operand is the constant-0 wire (None: all of them)."""
+    dead = _dead(L, *flats)
+    return None if dead is None else np.flatnonzero(~dead)
 
 
 def _mul(L: Lowering, op: P.Mul, a, b):
@@ -200,12 +206,8 @@ def _matmul(L: Lowering, op: P.MatMul | P.BatchMatMul, a, b):
     full = (*lead, m, p, n)
     A = np.broadcast_to(a[..., :, None, :], full).reshape(-1, n)                 # a[..., i, k] for (i, j)
     B = np.broadcast_to(np.swapaxes(b, -1, -2)[..., None, :, :], full).reshape(-1, n)   # b[..., k, j]
-    live = _live(L, A.reshape(-1), B.reshape(-1))
-    nz = np.ones(A.shape, dtype=bool)
-    if live is not None:                          # products with a 0-wire factor are left out
-        nz = np.zeros(A.size, dtype=bool)
-        nz[live] = True
-        nz = nz.reshape(A.shape)
+    dead = _dead(L, A, B)                         # products with a 0-wire factor are left out
+    nz = np.ones(A.shape, dtype=bool) if dead is None else ~dead
     extra = []
     for k in range(1, n):
         rows = nz[:, k]
