@@ -1,0 +1,252 @@
+"""Lowering rules: one per primitive, each emitting micro-ops over views (see :mod:`.microcode`).
+
+A rule is ``rule(op, args, cx, shape) -> views of its results``: ``args`` are the operands' views,
+``cx`` (:class:`Context`) allocates memory and constants and emits micro-ops, ``shape`` is the first
+result's shape. Layout rules return views and emit nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from circuitgrad import primitives as P
+from circuitgrad.fixedpoint import const, constant_raw
+from circuitgrad.interpret import causal_keep
+from circuitgrad.types import Fixed
+
+from .isa import MicroOp, View, broadcast_view, permute_view, reshape_view, slice_view
+
+__all__ = ["Context", "RULES", "UNSUPPORTED"]
+
+
+@dataclass
+class Context:
+    """What a rule may do: allocate, name constants, emit micro-ops (``where`` names the instruction)."""
+    alloc: Callable[[tuple[int, ...]], View]
+    constant: Callable[[int], int]
+    table: Callable[[np.ndarray], View]
+    ops: list[MicroOp]
+    where: str
+    dt: Fixed
+
+    def emit(self, kind: str, out: View, a: View, b: View | None = None, K: int = 1, rescale: bool = False,
+             tag: str = "") -> View:
+        self.ops.append(MicroOp(kind, out, a, b, K, rescale, self.where + (f":{tag}" if tag else "")))
+        return out
+
+    def zeros(self, shape: tuple[int, ...]) -> View:
+        """A fresh region filled with 0 by one ``copy`` of the constant 0."""
+        out = self.alloc(shape)
+        return self.emit("copy", out, View(self.constant(0), out.shape, (0,) * len(shape)), tag="zero")
+
+    def copy(self, v: View) -> View:
+        """``v`` copied into a fresh contiguous region."""
+        return self.emit("copy", self.alloc(v.shape), v, tag="copy")
+
+    def reshape(self, v: View, shape: tuple[int, ...]) -> View:
+        """``v`` reshaped: a view when the strides allow it, else a copy first."""
+        r = reshape_view(v, shape)
+        return r if r is not None else reshape_view(self.copy(v), shape)
+
+    def reduce(self, v: View, axes: tuple[int, ...], shape: tuple[int, ...]) -> tuple[View, int]:
+        """``v`` as an outer view of ``shape`` (the ``axes`` removed) and a flattened reduction ``(kstride, K)``.
+
+        The summed axes must flatten to one stride; otherwise ``v`` is first copied with them innermost.
+        """
+        keep = [d for d in range(len(v.shape)) if d not in axes]
+        K = int(np.prod([v.shape[d] for d in axes], dtype=np.int64))
+        inner = reshape_view(View(0, tuple(v.shape[d] for d in axes), tuple(v.strides[d] for d in axes)), (K,))
+        outer = reshape_view(View(v.base, tuple(v.shape[d] for d in keep), tuple(v.strides[d] for d in keep)),
+                             shape)
+        if inner is None or outer is None:
+            moved = self.copy(permute_view(v, tuple(keep) + tuple(axes)))
+            return self.reduce(moved, tuple(range(len(keep), len(v.shape))), shape)
+        return View(outer.base, outer.shape, outer.strides, inner.strides[0] if K > 1 else 0), K
+
+
+def _splat(cx: Context, raw: int, shape: tuple[int, ...]) -> View:
+    return View(cx.constant(raw), shape, (0,) * len(shape))
+
+
+def _per_row(v: View, shape: tuple[int, ...]) -> View:
+    """A per-row vector ``v`` (shape ``shape[:-1]``) broadcast along the last axis of ``shape``."""
+    return broadcast_view(View(v.base, v.shape + (1,), v.strides + (0,)), shape)
+
+
+def _ew(kind: str):
+    def rule(op, args, cx, shape):
+        return (cx.emit(kind, cx.alloc(shape), args[0], args[1] if len(args) > 1 else None),)
+    return rule
+
+
+def _mul(op, args, cx, shape):
+    return (cx.emit("mac", cx.alloc(shape), args[0], args[1], 1, True),)
+
+
+def _scale(op, args, cx, shape):
+    return (cx.emit("mac", cx.alloc(shape), args[0], _splat(cx, const(op.c, cx.dt, "Scale constant"), shape), 1, True),)
+
+
+def _matmul(op, args, cx, shape):
+    a, b = args
+    av = View(a.base, shape, (a.strides[0], 0), a.strides[1])
+    bv = View(b.base, shape, (0, b.strides[1]), b.strides[0])
+    return (cx.emit("mac", cx.alloc(shape), av, bv, op.A.shape[1], True),)
+
+
+def _batch_matmul(op, args, cx, shape):
+    """``[..., m, n] @ [..., n, p]``: one ``mac`` over the leading axes (legalised per batch index)."""
+    a, b = args
+    lead = shape[:-2]
+    av = View(a.base, shape, a.strides[:-2] + (a.strides[-2], 0), a.strides[-1])
+    bv = View(b.base, shape, b.strides[:-2] + (0, b.strides[-1]), b.strides[-2])
+    assert len(lead) == len(a.shape) - 2
+    return (cx.emit("mac", cx.alloc(shape), av, bv, op.A.shape[-1], True),)
+
+
+def _sum_to(op, args, cx, shape):
+    lead, kept = op.axes()
+    red, K = cx.reduce(args[0], lead + kept, shape)
+    return (cx.emit("mac", cx.alloc(shape), red, None, K, False),)
+
+
+def _softmax(op, args, cx, shape):
+    """Row max, ``exp(x − max)``, row sum, floor division; a causal softmax runs the max and the exp on
+    the kept prefix of each row (one micro-op per row index), the masked entries staying 0."""
+    x, last = args[0], len(shape) - 1
+    rows = shape[:-1]
+    m = cx.alloc(rows)
+    if not op.causal:
+        red, K = cx.reduce(x, (last,), rows)
+        cx.emit("max", m, red, None, K, tag="max")
+        e = cx.emit("exp", cx.alloc(shape), x, _per_row(m, shape), tag="exp")
+    else:
+        e = cx.zeros(shape)
+        lead = shape[:-2]
+        for i in range(shape[-2]):
+            n = min(i + 1, shape[-1])
+            xi = View(x.base + i * x.strides[-2], lead + (n,), x.strides[:-2] + (x.strides[-1],))
+            mi = View(m.base + i * m.strides[-1], lead, m.strides[:-1])
+            cx.emit("max", mi, View(xi.base, lead, xi.strides[:-1], xi.strides[-1]), None, n, tag=f"max{i}")
+            ei = View(e.base + i * e.strides[-2], lead + (n,), e.strides[:-2] + (e.strides[-1],))
+            cx.emit("exp", ei, xi, _per_row(mi, lead + (n,)), tag=f"exp{i}")
+    ered, K = cx.reduce(e, (last,), rows)
+    s = cx.emit("mac", cx.alloc(rows), ered, None, K, False, tag="sum")
+    return (cx.emit("divf", cx.alloc(shape), e, _per_row(s, shape), tag="divide"),)
+
+
+def _constant(op, args, cx, shape):
+    return (_splat(cx, constant_raw(op, cx.dt), shape),)
+
+
+def _causal_mask(op, args, cx, shape):
+    """``x`` times a constant 0/1 table (an exact product: no rescale)."""
+    keep = cx.table(np.asarray(causal_keep(shape[-2:]), dtype=np.int64))
+    return (cx.emit("mac", cx.alloc(shape), args[0], broadcast_view(keep, shape)),)
+
+
+def _iota(cx: Context, n: int, shape: tuple[int, ...]) -> View:
+    return broadcast_view(cx.table(np.arange(n, dtype=np.int64)), shape)
+
+
+def _one_hot(op, args, cx, shape):
+    """``eq(id, j)`` against a constant table ``0, 1, …, n − 1``: ``2^f`` where equal."""
+    return (cx.emit("eq", cx.alloc(shape), _per_row(args[0], shape), _iota(cx, shape[-1], shape)),)
+
+
+def _argmax_mask(op, args, cx, shape):
+    """The first maximum's index per row (an ``argmax`` reduction), then ``eq`` against ``0, …, n − 1``."""
+    rows = shape[:-1]
+    red, K = cx.reduce(args[0], (len(shape) - 1,), rows)
+    idx = cx.emit("argmax", cx.alloc(rows), red, None, K, tag="argmax")
+    return (cx.emit("eq", cx.alloc(shape), _per_row(idx, shape), _iota(cx, K, shape), tag="mask"),)
+
+
+def _pad(op, args, cx, shape):
+    """Zeros, then the operand copied into its block."""
+    out = cx.zeros(shape)
+    cx.emit("copy", slice_view(out, op.index), args[0], tag="block")
+    return (out,)
+
+
+def _padded(op, x: View, cx: Context) -> View:
+    ph, pw = op.padding
+    if not (ph or pw):
+        return x
+    B, C, H, W = op.T.shape
+    out = cx.zeros((B, C, H + 2 * ph, W + 2 * pw))
+    cx.emit("copy", slice_view(out, ((0, B, 1), (0, C, 1), (ph, ph + H, 1), (pw, pw + W, 1))), x, tag="pad")
+    return out
+
+
+def _blocks(op, img: View) -> View:
+    """The ``[B, C, kh, kw, Ho, Wo]`` view of the sliding blocks of a (padded) image view."""
+    (kh, kw), (sh, sw), (ho, wo) = op.kernel, op.stride, op.out_hw()
+    B, C = op.T.shape[:2]
+    sB, sC, sH, sW = img.strides
+    return View(img.base, (B, C, kh, kw, ho, wo), (sB, sC, sH, sW, sH * sh, sW * sw))
+
+
+def _unfold(op, args, cx, shape):
+    """im2col as one ``copy`` from the blocks' affine view (the reduction of a convolution runs over
+    ``(c, i, j)``, which no single reduction stride reaches: see ``docs/FPGA.md``)."""
+    blocks = _blocks(op, _padded(op, args[0], cx))
+    out = cx.alloc(shape)
+    cx.emit("copy", reshape_view(out, blocks.shape), blocks, tag="im2col")
+    return (out,)
+
+
+def _fold(op, args, cx, shape):
+    """col2im: each kernel offset ``(i, j)`` adds its columns into the padded image in place."""
+    (kh, kw), (ph, pw) = op.kernel, op.padding
+    B, C, H, W = op.T.shape
+    img = cx.zeros((B, C, H + 2 * ph, W + 2 * pw))
+    cols = cx.reshape(args[0], _blocks(op, img).shape)
+    blocks = _blocks(op, img)
+    for i in range(kh):
+        for j in range(kw):
+            tgt = View(blocks.base + i * blocks.strides[2] + j * blocks.strides[3], blocks.shape[:2] + blocks.shape[4:],
+                       blocks.strides[:2] + blocks.strides[4:])
+            src = View(cols.base + i * cols.strides[2] + j * cols.strides[3], cols.shape[:2] + cols.shape[4:],
+                       cols.strides[:2] + cols.strides[4:])
+            cx.emit("add", tgt, tgt, src, tag=f"block{i},{j}")
+    return (slice_view(img, ((0, B, 1), (0, C, 1), (ph, ph + H, 1), (pw, pw + W, 1))),)
+
+
+RULES: dict[type, Callable] = {
+    P.Copy: lambda op, args, cx, shape: (args[0],) * op.n,
+    P.Transpose: lambda op, args, cx, shape: (permute_view(args[0], (1, 0)),),
+    P.Permute: lambda op, args, cx, shape: (permute_view(args[0], op.axes),),
+    P.Reshape: lambda op, args, cx, shape: (cx.reshape(args[0], shape),),
+    P.Broadcast: lambda op, args, cx, shape: (broadcast_view(args[0], shape),),
+    P.Slice: lambda op, args, cx, shape: (slice_view(args[0], op.index),),
+    P.Constant: _constant,
+    P.Add: _ew("add"),
+    P.Neg: _ew("neg"),
+    P.Heaviside: _ew("heaviside"),
+    P.Sigmoid: _ew("sigmoid"),
+    P.Tanh: _ew("tanh"),
+    P.Log: _ew("log"),
+    P.Sqrt: _ew("sqrt"),
+    P.Div: _ew("div"),
+    P.Exp: lambda op, args, cx, shape: (cx.emit("exp", cx.alloc(shape), args[0], _splat(cx, 0, shape)),),
+    P.Mul: _mul,
+    P.Scale: _scale,
+    P.MatMul: _matmul,
+    P.BatchMatMul: _batch_matmul,
+    P.SumTo: _sum_to,
+    P.Softmax: _softmax,
+    P.CausalMask: _causal_mask,
+    P.OneHot: _one_hot,
+    P.ArgMaxMask: _argmax_mask,
+    P.Pad: _pad,
+    P.Unfold: _unfold,
+    P.Fold: _fold,
+}
+
+#: primitives without an FPGA rule, and why
+UNSUPPORTED = {
+    P.LogSumExp: "appears only in loss values, never in a training step (its reverse derivative is softmax)",
+}
