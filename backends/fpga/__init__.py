@@ -164,7 +164,7 @@ def simulate(design: Design, params, x, y=None, check_collisions: bool = False) 
     names = fx.param_names + (fx.state_names if key == "step" else [])
     args = [np.asarray(params[n]) if np.issubdtype(np.asarray(params[n]).dtype, np.integer)
             else fx._in(params[n], n) for n in names]
-    args.append(fx._in(x, "input"))
+    args.append(fx._x(x, key))
     if key != "predict":
         args.append(fx._targets(y))
     outs, n = _simulate(design.microcode, args, read_ports=design.read_ports, macs=design.macs,
@@ -185,7 +185,7 @@ def train(design: Design, params, batches, check_collisions: bool = False) -> tu
     names = fx.param_names + fx.state_names
     init = [np.asarray(params[n]) if np.issubdtype(np.asarray(params[n]).dtype, np.integer)
             else fx._in(params[n], n) for n in names]
-    data = [(fx._in(x, "input"), fx._targets(y)) for x, y in batches]
+    data = [(fx._x(x, "step"), fx._targets(y)) for x, y in batches]
     state, n = run_steps(design.microcode, init, data, read_ports=design.read_ports, macs=design.macs,
                          check_collisions=check_collisions)
     return dict(zip(names, state)), n

@@ -40,19 +40,17 @@ simulation or synthesis starts.
 from __future__ import annotations
 
 import numpy as np
-from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-import math
-
-from circuitgrad.fixedpoint import EXP2_C1, SIGMOID_PIECES, const
-
 from .microcode import Microcode, View
+from .units import ELEMENTWISE, EW_WIDTH, elementwise, exp_unit, outside
 
-__all__ = ["Sequencer", "cycles", "div_bits", "check_supported", "HW_KINDS"]
+__all__ = ["Sequencer", "cycles", "div_bits", "sqrt_bits", "check_supported", "HW_KINDS"]
 
-from .timing import HW_KINDS, _KIND, _const_b, check_supported, cycles, div_bits, ew_stages  # noqa: F401
+from .timing import (HW_KINDS, _KIND, SEQUENTIAL, _const_b, check_supported, cycles, div_bits,  # noqa: F401
+                     ew_stages, sqrt_bits)
 
 
 def _2d(v: View) -> tuple[int, int, int, int, int, int]:
@@ -187,7 +185,7 @@ class Sequencer(wiring.Component):
                     bb, _, _, bs0, bs1, bks = _2d(View(bv.base, u.out.shape, _align(bv, u.out), bv.kstride))
                     cb = one and _const_b(u)
                     m.d.sync += [two_phase.eq(int(one and u.b is not None and not cb)), const_b.eq(int(cb))]
-                    step = 1 if u.kind == "max" else L
+                    step = 1 if u.kind in ("max", "argmax") else L
                     m.d.sync += [kind.eq(_KIND[u.kind]), rescale.eq(int(u.rescale)), has_b.eq(int(u.b is not None)),
                                  K.eq(u.K), kstep.eq(step), klast.eq(max(u.K - step, 0)), kone.eq(int(u.K <= step)),
                                  n0_last.eq(on0 - 1), n1_last.eq(on1 - 1), n0_one.eq(int(on0 == 1)),
@@ -216,21 +214,26 @@ class Sequencer(wiring.Component):
         mask1 = Signal(L)
         acc_w = 2 * W + max(1, kmax.bit_length()) + 1 + max(0, (L - 1).bit_length())
         acc = Signal(signed(acc_w), reset_less=True)    # seeded on first2: no reset, one control set per tile
-        nb = div_bits(mc)
+        # the sequential units (divf, div, sqrt) share their registers: a numerator (or radicand) shifted
+        # out from the top, a remainder, the quotient (or root) shifted in, and a count
+        nb, sb = div_bits(mc), sqrt_bits(mc)
         div_out = Signal(range(self.depth))
         div_last = Signal()
-        num = Signal(unsigned(nb + 1))
+        num = Signal(unsigned(max(nb + 1, 2 * sb)))
         den = Signal(unsigned(W))
-        rem = Signal(unsigned(W + 1))
-        quo = Signal(unsigned(nb))
-        dcount = Signal(range(nb + 1))
+        rem = Signal(unsigned(max(W + 1, sb + 2)))
+        quo = Signal(unsigned(max(nb, sb)))
+        dcount = Signal(range(max(nb, sb) + 1))
+        neg = Signal()                   # div: the quotient's sign
+        bad_in = Signal()                # an operand outside the unit's domain (a zero divisor, a negative radicand)
 
         # a max reduction runs on lane 0 alone (k advances by 1): lanes carry no comparators
         # units a program never uses are not built (yosys cannot see which kinds the decode produces)
         used = {u.kind for u in mc.ops}
-        has_max, has_div = "max" in used, "divf" in used
+        has_max, has_argmax = bool(used & {"max", "argmax"}), "argmax" in used
+        has_div = bool(used & SEQUENTIAL)
         is_max = Signal()
-        m.d.comb += is_max.eq(kind == _KIND["max"] if has_max else 0)
+        m.d.comb += is_max.eq(((kind == _KIND["max"]) | (kind == _KIND["argmax"])) if has_max else 0)
         m.d.comb += [live[lane].eq((k_left > lane) & (~is_max if lane else 1)) for lane in range(L)]
         for lane in range(L):
             m.d.comb += [port_used[2 * lane].eq(reading & (live[lane] if lane else 1)),
@@ -238,7 +241,7 @@ class Sequencer(wiring.Component):
 
         def issue():
             """Issue one (element, k) pair and advance the loop counters and addresses."""
-            is_div = (kind == _KIND["divf"]) if has_div else 0
+            is_div = Cat(*[kind == _KIND[x] for x in sorted(SEQUENTIAL & used)]).any() if has_div else 0
             m.d.sync += mask1.eq(live)
             m.d.sync += [v1.eq(~is_div), last1.eq(k_last), first1.eq(k == 0), out1.eq(col["o"]),
                          kind1.eq(kind), resc1.eq(rescale), hasb1.eq(has_b), pc1.eq(pc),
@@ -310,20 +313,42 @@ class Sequencer(wiring.Component):
                     issue()
             # sequential restoring divider: q = ⌊(a·2^f) / b⌋ for a ≥ 0, b > 0, one bit per cycle
             if has_div:
+                is_sqrt = (kind == _KIND["sqrt"]) if "sqrt" in used else 0
+                is_rdiv = (kind == _KIND["div"]) if "div" in used else 0
                 with m.State("DIV_LOAD"):
-                    m.d.sync += [num.eq(a_in << f), den.eq(b_in), rem.eq(0), quo.eq(0),
-                                 dcount.eq(div_bits(mc) - 1)]
-                    m.next = "DIV_ITER"
-                with m.State("DIV_ITER"):
-                    trial = Cat(num[div_bits(mc) - 1], rem)        # (rem << 1) | next numerator bit
+                    a_neg, b_neg = a_in < 0, b_in < 0
+                    m.d.sync += [num.eq(Mux(a_neg, -a_in, a_in) << f), den.eq(Mux(b_neg, -b_in, b_in)),
+                                 rem.eq(0), quo.eq(0), neg.eq(a_neg ^ b_neg),
+                                 bad_in.eq(Mux(is_sqrt, a_neg, (b_in == 0) | (~is_rdiv & (a_neg | b_neg)))),
+                                 dcount.eq(Mux(is_sqrt, sb - 1, nb - 1))]
+                    m.next = "SQRT_ITER" if "sqrt" in used else "DIV_ITER"
+                    if "sqrt" in used:
+                        with m.If(~is_sqrt):
+                            m.next = "DIV_ITER"
+                with m.State("DIV_ITER"):           # restoring division of |a|·2^f by |b|, one bit per cycle
+                    trial = Cat(num[nb - 1], rem)                  # (rem << 1) | next numerator bit
                     take = trial >= den
                     m.d.sync += [rem.eq(Mux(take, trial - den, trial)), quo.eq(Cat(take, quo)),
                                  num.eq(num << 1), dcount.eq(dcount - 1)]
                     with m.If(dcount == 0):
                         m.next = "DIV_WRITE"
+                if "sqrt" in used:
+                    with m.State("SQRT_ITER"):      # restoring square root of a·2^f, two radicand bits per cycle
+                        trial_r = Cat(num[2 * sb - 2:2 * sb], rem)     # (rem << 2) | next two bits
+                        cand = Cat(Const(1, 2), quo)                    # (root << 2) | 1
+                        take = trial_r >= cand
+                        m.d.sync += [rem.eq(Mux(take, trial_r - cand, trial_r)), quo.eq(Cat(take, quo)),
+                                     num.eq(num << 2), dcount.eq(dcount - 1)]
+                        with m.If(dcount == 0):
+                            m.next = "DIV_WRITE"
                 with m.State("DIV_WRITE"):
-                    m.d.comb += [wr.addr.eq(div_out), wr.data.eq(quo[:W]), wr.en.eq(1)]
-                    with m.If((quo > dt.hi) & ~self.overflow):
+                    # div rounds half up: the magnitude gains 1 when 2·rem ≥ |b| (> |b| for a negative quotient)
+                    up = Mux(neg, Cat(0, rem) > den, Cat(0, rem) >= den) & is_rdiv
+                    mag = Signal(unsigned(max(nb, sb) + 1), name="div_mag")
+                    res = Signal(signed(max(nb, sb) + 2), name="div_res")
+                    m.d.comb += [mag.eq(quo + up), res.eq(Mux(neg & is_rdiv, -mag, mag))]
+                    m.d.comb += [wr.addr.eq(div_out), wr.data.eq(res[:W]), wr.en.eq(1)]
+                    with m.If((bad_in | (res > dt.hi) | (res < dt.lo)) & ~self.overflow):
                         m.d.sync += [self.overflow.eq(1), self.fault.eq(pc)]
                     with m.If(div_last):
                         m.next = "DRAIN1"
@@ -369,11 +394,11 @@ class Sequencer(wiring.Component):
         out2 = Signal(range(self.depth))
         kind2, resc2, pc2 = Signal.like(kind), Signal(), Signal.like(pc)
         p2 = Signal(signed(2 * W + L.bit_length()))
-        ew2 = Signal(signed(W + 3))
+        ew2 = Signal(signed(EW_WIDTH(dt)))
 
         def ew_unit(kind_s, a, b):
             """The elementwise units on operands ``a``, ``b`` for the micro-op kind ``kind_s``."""
-            ew = Signal(signed(W + 3), name="ew")
+            ew = Signal(signed(EW_WIDTH(dt)), name="ew")
             with m.Switch(kind_s):
                 for name in ELEMENTWISE:
                     if name in used:
@@ -386,7 +411,7 @@ class Sequencer(wiring.Component):
         if D:
             a_r, b_r = Signal.like(a_in, name="a_r"), Signal.like(b_in, name="b_r")
             m.d.sync += [a_r.eq(a), b_r.eq(b)]
-            ew = Signal(signed(W + 3), name="ew_early")        # unused placeholder for stage 1
+            ew = Signal(signed(EW_WIDTH(dt)), name="ew_early")        # unused placeholder for stage 1
         else:
             ew = ew_unit(kind1, a, b)
         # each lane multiplies a by b, by 1 (a sum without b) or by 0 (a lane past K): the selection is
@@ -406,14 +431,19 @@ class Sequencer(wiring.Component):
         valid1 = Signal()
         m.d.comb += [lane_sig.eq(lane_val), valid1.eq(v1 & ~fsm.ongoing("IDLE"))]
         stage = [valid1, last1, first1, out1, kind1, resc1, pc1, lane_sig, ew]
-        exp_out = _exp(m, a - b, dt) if "exp" in used else None      # registered inside: D = 4 stages
+        k1 = Signal(range(kmax + 1), name="k1")      # an argmax keeps the index of its maximum
+        if has_argmax:
+            m.d.sync += k1.eq(k)
+            stage.append(k1)
+        exp_out = exp_unit(m, a - b, dt) if "exp" in used else None      # registered inside: D = 4 stages
         for d in range(D):                                             # delay everything else to match
             nxt = [Signal.like(x, name=f"{x.name}_d{d}") for x in stage]
             m.d.sync += [n_.eq(x) for n_, x in zip(nxt, stage)]
             stage = nxt
             if d == 0:                           # a_r, b_r are this stage's operands: the units join here
                 stage[8] = ew_unit(stage[4], a_r, b_r)
-        vD, lastD, firstD, outD, kindD, rescD, pcD, laneD, ewD = stage
+        vD, lastD, firstD, outD, kindD, rescD, pcD, laneD, ewD = stage[:9]
+        kD = stage[9] if has_argmax else None
         if exp_out is not None:
             ewD = Mux(kindD == _KIND["exp"], exp_out, ewD)
         seed2 = Signal()                        # the seed's select, decoded a stage early
@@ -425,9 +455,16 @@ class Sequencer(wiring.Component):
         # the running max has a W-bit register of its own (p2 = a·1 and the max both fit W bits), so its
         # comparison drives W multiplexers, not the accumulator's enable
         mx = Signal(signed(W), reset_less=True)
+        mi = Signal(range(kmax + 1), reset_less=True)            # argmax: the first index of the maximum
+        k2 = Signal.like(k1)
+        if has_argmax:
+            m.d.sync += k2.eq(kD)
         if has_max:
-            with m.If(v2 & (kind2 == _KIND["max"])):
-                m.d.sync += mx.eq(Mux(first2 | (p2[:W].as_signed() > mx), p2[:W], mx))
+            with m.If(v2 & ((kind2 == _KIND["max"]) | ((kind2 == _KIND["argmax"]) if has_argmax else 0))):
+                take = first2 | (p2[:W].as_signed() > mx)          # strictly greater: the first maximum stays
+                m.d.sync += mx.eq(Mux(take, p2[:W], mx))
+                if has_argmax:
+                    m.d.sync += mi.eq(Mux(take, k2, mi))
         # the rounding constant of the rescale seeds the sum, so the final rescale is a plain shift
         # (one carry chain between stage 2 and stage 3, not two). Two adders and a mux after them, not a
         # mux before one: the adder's operands are then plain registers, so each carry shares its logic
@@ -437,15 +474,18 @@ class Sequencer(wiring.Component):
             m.d.sync += acc.eq(Mux(first2, p2 + seed, acc + p2))
         # stage 3 reads the finished sum from the accumulator register itself (the next element's first
         # accumulation overwrites it only at the end of that cycle), so no adder sits before stage 3
-        v3, red3, rs3, mx3 = Signal(), Signal(), Signal(), Signal()
+        v3, red3, rs3, mx3, am3 = Signal(), Signal(), Signal(), Signal(), Signal()
         out3 = Signal(range(self.depth))
         pc3 = Signal.like(pc)
         ew3 = Signal.like(ew2)
         m.d.sync += [v3.eq(v2 & last2), out3.eq(out2), pc3.eq(pc2), ew3.eq(ew2),
-                     red3.eq(kind2 == _KIND["mac"]), mx3.eq((kind2 == _KIND["max"]) if has_max else 0),
+                     red3.eq(kind2 == _KIND["mac"]),
+                     mx3.eq(((kind2 == _KIND["max"]) | ((kind2 == _KIND["argmax"]) if has_argmax else 0))
+                            if has_max else 0),
+                     am3.eq((kind2 == _KIND["argmax"]) if has_argmax else 0),
                      rs3.eq(resc2 & (kind2 == _KIND["mac"]))]
         res3 = Signal(signed(acc_w))
-        m.d.comb += res3.eq(Mux(red3, Mux(rs3, acc >> f, acc), Mux(mx3, mx, ew3)))
+        m.d.comb += res3.eq(Mux(red3, Mux(rs3, acc >> f, acc), Mux(mx3, Mux(am3, mi, mx), ew3)))
 
         # ------------------------------------------------------ stage 3: range check, write
         # in range ⇔ every bit from W − 1 up is a copy of the sign (dt.lo = −2^(W−1), dt.hi = 2^(W−1) − 1):
@@ -468,83 +508,3 @@ def _align(v: View, out: View) -> tuple[int, ...]:
     if len(v.strides) == len(out.shape):
         return v.strides
     raise NotImplementedError(f"operand view {v} does not match output shape {out.shape}")
-
-
-def _exp(m: Module, z, dt):
-    """``exp(z)`` for ``z ≤ 0``, exactly as ``fixedpoint.exp_fixed``, in five stages (one multiply at most each).
-
-    Four registers (:func:`~.timing.ew_stages`): ``z = a − b`` is registered straight after the
-    memory read; then ``t = rescale(z·log2 e)``; then ``u = rescale(r·c₂)`` and ``−k``; then
-    ``p = 1 + rescale(r·(c₁ + u))`` (one adder: the 1 rides in the rounding constant) and the clamped
-    shift; then ``p >> n``. The result is valid four cycles after ``z``.
-    """
-    f, W = dt.frac, dt.width
-    half = 1 << (f - 1)
-    zr = Signal(signed(W + 1), name="exp_z")          # registered operand: the block-RAM read ends here
-    m.d.sync += zr.eq(z)
-    t = Signal(signed(W + 4), name="exp_t")
-    m.d.sync += t.eq((zr * const(math.log2(math.e), dt) + half) >> f)
-    nk = Signal(signed(W + 5), name="exp_nk")         # −k ≥ 0
-    r = Signal(signed(f + 2), name="exp_r")
-    u = Signal(signed(f + 4), name="exp_u")
-    k1 = t >> f
-    r1 = t - (k1 << f)
-    m.d.sync += [nk.eq(-k1), r.eq(r1), u.eq((r1 * const(1.0 - EXP2_C1, dt) + half) >> f)]
-    p = Signal(signed(f + 4), name="exp_p")          # 1 + v, the 1 folded into v's rounding constant
-    n = Signal(unsigned(6), name="exp_shift")
-    # the reference shifts by min(−k, 62); p < 2^(f+2) ≤ 2^62, so every shift ≥ f + 2 gives 0 and the
-    # clamp may be 63, chosen by an OR of the high bits of −k instead of a comparison
-    assert f + 2 <= 63
-    m.d.sync += [p.eq((r * (const(EXP2_C1, dt) + u) + (half + (dt.one << f))) >> f),
-                 n.eq(Mux(nk[6:].any(), 63, nk[:6]))]
-    out = Signal(signed(f + 4), name="exp_out")
-    m.d.comb += out.eq(p >> n)
-    return out
-
-
-#: the elementwise micro-op kinds of :func:`elementwise` (exp is pipelined apart, divf is sequential)
-ELEMENTWISE = ("add", "neg", "heaviside", "sigmoid", "tanh", "copy")
-
-
-def elementwise(m: Module, kind: str, a, b, dt, name: str):
-    """The value of elementwise micro-op ``kind`` on operands ``a``, ``b`` (``name`` prefixes its signals).
-
-    Shared by the sequencer's unit and the unrolled datapath, as ``microcode._elementwise`` is their
-    NumPy model.
-    """
-    if kind == "add":
-        return a + b
-    if kind == "neg":
-        return -a
-    if kind == "heaviside":
-        return Mux(a > 0, dt.one, 0)
-    if kind == "sigmoid":
-        return _sigmoid(m, a, dt, name)
-    if kind == "tanh":
-        return _sigmoid(m, a * 2, dt, name) * 2 - dt.one
-    if kind == "copy":
-        return a
-    raise NotImplementedError(f"no elementwise unit for {kind!r}")
-
-
-def outside(bits):
-    """``bits`` (from bit W − 1 of a value up) are not all copies of the sign: the value overflows W bits."""
-    return bits.any() & ~bits.all()
-
-
-def _sigmoid(m: Module, x, dt, name: str):
-    """PLAN sigmoid of signed ``x`` (combinational), exactly as ``fixedpoint.sigmoid_fixed``."""
-    f = dt.frac
-    ax = Signal(unsigned(dt.width + 2), name=f"{name}_abs")
-    m.d.comb += ax.eq(Mux(x < 0, -x, x))
-    y = Signal(signed(dt.width + 3), name=f"{name}_y")
-    (t5, _, _), *pieces = SIGMOID_PIECES
-    vals = []
-    for lower, slope, offset in pieces:
-        c = const(slope, dt)
-        vals.append((const(lower, dt), ((ax * c + (1 << (f - 1))) >> f) + const(offset, dt)))
-    (l1, p1), (l2, p2), (_, p3) = vals
-    m.d.comb += y.eq(Mux(ax >= const(t5, dt), dt.one, Mux(ax >= l1, p1, Mux(ax >= l2, p2, p3))))
-    out = Signal(signed(dt.width + 3), name=f"{name}_out")
-    m.d.comb += out.eq(Mux(x >= 0, y, dt.one - y))
-    return out

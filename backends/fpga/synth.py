@@ -141,12 +141,15 @@ def self_overlap(mc) -> None:
     """Check the layout fact the collision argument rests on: no micro-op reads a word it writes.
 
     Within a micro-op, a write then never meets a read of the same word. Between micro-ops, the drain
-    cycles land every write before the next op reads. Raises ``RuntimeError`` (a compiler bug) otherwise.
+    cycles land every write before the next op reads. The one exception is an elementwise update in
+    place (an operand view equal to the output's, as col2im's accumulation): each word is then read only
+    by the element that writes it, cycles before it is written. Raises ``RuntimeError`` (a compiler bug)
+    otherwise.
     """
     for u in mc.ops:
         out = set(u.out.addresses().reshape(-1).tolist())
         for name, v in (("a", u.a), ("b", u.b)):
-            if v is None:
+            if v is None or (v == u.out and u.K == 1):
                 continue
             reads = {int(x) for k in range(u.K) for x in v.addresses(k).reshape(-1)}
             if out & reads:

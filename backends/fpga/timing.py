@@ -5,9 +5,12 @@ import numpy as np
 
 from .microcode import Microcode
 
-__all__ = ["HW_KINDS", "check_supported", "cycles", "div_bits", "ew_stages"]
+__all__ = ["HW_KINDS", "SEQUENTIAL", "check_supported", "cycles", "div_bits", "sqrt_bits", "ew_stages"]
 
-HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "max", "exp", "divf", "copy"}
+HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "eq", "log", "max", "argmax", "exp", "divf", "div",
+            "sqrt", "copy"}
+#: the kinds the sequential unit computes, one result bit per cycle
+SEQUENTIAL = {"divf", "div", "sqrt"}
 _KIND = {k: i for i, k in enumerate(sorted(HW_KINDS))}
 
 
@@ -21,6 +24,11 @@ def check_supported(mc: Microcode) -> None:
 def div_bits(mc: Microcode) -> int:
     """Quotient bits the sequential divider produces (one per cycle)."""
     return mc.dtype.width + mc.dtype.frac
+
+
+def sqrt_bits(mc: Microcode) -> int:
+    """Root bits the sequential square root produces (one per cycle): ``⌈(W + f) / 2⌉``."""
+    return (mc.dtype.width + mc.dtype.frac + 1) // 2
 
 
 def ew_stages(mc: Microcode) -> int:
@@ -37,11 +45,11 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
 
     A micro-op costs 1 (load) + 3 (drain) cycles, plus 4 more drain cycles in
     every op when the pipelined exp unit is built (:func:`ew_stages`), plus one per (element, k)
-    pair; a ``divf`` element costs ``div_bits + 3`` (issue, load, one cycle
-    per quotient bit, write). With one read port, an operation that reads
+    pair; a ``divf`` or ``div`` element costs ``div_bits + 3`` (issue, load, one cycle
+    per quotient bit, write), a ``sqrt`` element ``sqrt_bits + 3``. With one read port, an operation that reads
     two non-constant operands issues every other cycle, and a constant
     operand is read once, in one extra load cycle. With ``macs`` lanes, a
-    sum over ``K`` takes ``⌈K / macs⌉`` cycles per element; a maximum runs on
+    sum over ``K`` takes ``⌈K / macs⌉`` cycles per element; a maximum or argmax runs on
     lane 0 alone (``K`` cycles), so that lanes need no comparators.
     """
     total = 3
@@ -50,8 +58,11 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
         n = int(np.prod(u.out.shape, dtype=np.int64))
         two = read_ports == 1 and u.b is not None and not _const_b(u)
         total += 4 + D + (read_ports == 1 and _const_b(u))
-        steps = u.K if u.kind == "max" else -(-u.K // macs)
-        total += n * (div_bits(mc) + 3 + two) if u.kind == "divf" else n * steps * (2 if two else 1)
+        steps = u.K if u.kind in ("max", "argmax") else -(-u.K // macs)
+        if u.kind in SEQUENTIAL:
+            total += n * ((sqrt_bits(mc) if u.kind == "sqrt" else div_bits(mc)) + 3 + two)
+        else:
+            total += n * steps * (2 if two else 1)
     return total
 
 

@@ -27,7 +27,7 @@ from amaranth.lib.wiring import In, Out
 
 from circuitgrad.fixedpoint import FixedPointOverflow
 
-from .core import ELEMENTWISE, elementwise, outside
+from .units import ELEMENTWISE, elementwise, outside
 from .microcode import Microcode, _elementwise
 
 __all__ = ["Unrolled", "UnrolledTop", "UNROLLED_KINDS", "check_unrollable"]
