@@ -84,3 +84,50 @@ def train_mlp(dataset: str, batch: int, sizes: list[int], epochs: int, backend: 
         for x, y in datasets.batches(data.x_train, data.y_train, batch, rng):
             p = step.step(p, x, y)
     return p, (step.predict(p, data.x_test).argmax(1) == data.y_test).mean()
+
+
+# ------------------------------------------------ one case per primitive, for the backends' rule tables
+from circuitgrad import primitives as P  # noqa: E402
+from circuitgrad.fixedpoint import quantize  # noqa: E402
+
+T = cg.NdArrayType((2, 3))
+CASES = [
+    P.Add(T), P.Neg(T), P.Mul(T), P.Scale(T, -0.75), P.MatMul(cg.NdArrayType((2, 3)), cg.NdArrayType((3, 2))),
+    P.SumTo(T, cg.NdArrayType((3,))), P.Constant(T, 1.5), P.Heaviside(T), P.Sigmoid(T), P.Tanh(T),
+    P.Softmax(T), P.Transpose(T), P.Broadcast(cg.NdArrayType((3,)), T),
+]
+S3 = cg.NdArrayType((2, 3, 3))
+IMG = cg.NdArrayType((1, 2, 3, 3))
+#: the transformer and convolution vocabulary (issue 12), lowered in issue 13
+VOCAB = [
+    P.Exp(T), P.Log(T), P.Sqrt(T), P.Div(T), P.ArgMaxMask(cg.NdArrayType((3, 4))), P.Softmax(S3, causal=True),
+    P.OneHot(cg.NdArrayType((2, 3), cg.index(5)), cg.NdArrayType((2, 3, 5))), P.CausalMask(S3),
+    P.Permute(S3, (2, 0, 1)), P.BatchMatMul(S3, cg.NdArrayType((2, 3, 2))),
+    P.Slice(cg.NdArrayType((4, 3)), ((1, 4, 2), (0, 3, 1))), P.Pad(cg.NdArrayType((2, 3)), cg.NdArrayType((4, 3)),
+                                                                  ((1, 4, 2), (0, 3, 1))),
+    P.Unfold(IMG, 2, stride=1, padding=1), P.Fold(IMG, 2, stride=1, padding=1),
+]
+#: where each operand must lie (the operation's domain): (low, high)
+DOMAIN = {"Exp": (-3.0, 2.0), "Log": (0.01, 3.0), "Sqrt": (0.0, 3.0)}
+
+
+def case_id(op) -> str:
+    return op.name + ("(causal)" if getattr(op, "causal", 0) else "")
+
+
+def vocab_inputs(op, rng, scale=3.0, dt=cg.fixed(16, 8)):
+    """Raw fixed-point operands of ``op`` inside its domain, with the edge cases its rules must get right."""
+    out = []
+    for i, t in enumerate(op.source):
+        if isinstance(t.dtype, cg.Index):
+            out.append(rng.integers(0, t.dtype.n, size=t.shape))
+            continue
+        lo, hi = DOMAIN.get(op.name, (-scale, scale))
+        v = rng.uniform(lo, hi, size=t.shape)
+        if op.name == "Div" and i == 1:          # divisors of both signs, away from 0
+            v = np.where(v < 0, v - 0.25, v + 0.25)
+        if op.name == "ArgMaxMask":              # ties: the first maximum must win
+            v[:, 2] = v.max(axis=1)
+            v[0, :] = 1.0
+        out.append(quantize(v, dt))
+    return out

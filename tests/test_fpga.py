@@ -323,7 +323,11 @@ def test_layout_check_refuses_an_op_that_reads_its_own_output():
     mc = fpga.compile(step).microcode
     self_overlap(mc)                                   # the compiler's layouts pass
     u = mc.ops[0]
-    mc.ops.append(MicroOp("add", u.out, u.out, View(0, u.out.shape, (0,) * len(u.out.shape)), source="Add#99"))
+    zero = View(0, u.out.shape, (0,) * len(u.out.shape))
+    mc.ops.append(MicroOp("add", u.out, u.out, zero, source="Add#98"))      # in place: each word read by its writer
+    self_overlap(mc)
+    first = View(u.out.base, u.out.shape, (0,) * len(u.out.shape))          # every element reads word 0
+    mc.ops.append(MicroOp("add", u.out, first, zero, source="Add#99"))
     with pytest.raises(RuntimeError, match=r"^micro-op Add#99 \(add\) reads its own output words through a "):
         self_overlap(mc)
 

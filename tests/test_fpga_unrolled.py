@@ -86,7 +86,7 @@ def test_bad_uses_are_refused_by_name():
     with pytest.raises(NotImplementedError) as e:
         check_unrollable(fpga.compile(step).microcode)          # a training step has softmax's max/exp/divf
     assert re.fullmatch(r"the unrolled FPGA datapath has no 'max' unit \(needed by .+\); it builds mac, add, neg, "
-                        r"heaviside, sigmoid, tanh, copy: use the sequencer \(fpga\.compile\)", str(e.value))
+                        r"heaviside, sigmoid, tanh, eq, log, copy: use the sequencer \(fpga\.compile\)", str(e.value))
     d = fpga.unroll(step, step.init_params(seed=0))
     with pytest.raises(ValueError, match=r"^an unrolled design has its parameters built in: pass params=None"):
         fpga.simulate(d, step.init_params(seed=0), np.zeros((2, 4)))

@@ -47,7 +47,7 @@ from circuitgrad.types import Fixed
 from .isa import MicroOp, Microcode, View, contiguous, legalise
 from .rules import RULES, UNSUPPORTED, Context
 
-__all__ = ["View", "MicroOp", "Microcode", "compile_program", "execute", "UNSUPPORTED", "RULES"]
+__all__ = ["View", "MicroOp", "Microcode", "compile_program", "execute", "UNSUPPORTED", "RULES", "DOMAIN_WHAT"]
 
 
 def compile_program(prog: Program, dt: Fixed, write_back: int = 0, reuse: bool = True) -> Microcode:
@@ -217,10 +217,10 @@ def _elementwise(kind: str, a: np.ndarray, b: np.ndarray | None, dt: Fixed) -> n
 
 
 #: the operand values each kind's unit refuses (the sequencer raises its overflow flag on them)
-_DOMAIN = {"divf": lambda a, b: b <= 0, "div": lambda a, b: b == 0, "sqrt": lambda a, b: a < 0,
+_DOMAIN = {"divf": lambda a, b: (b <= 0) | (a < 0), "div": lambda a, b: b == 0, "sqrt": lambda a, b: a < 0,
            "log": lambda a, b: a <= 0}
-_DOMAIN_WHAT = {"divf": "a divisor ≤ 0", "div": "division by zero", "sqrt": "the square root of a negative value",
-                "log": "the log of a value ≤ 0"}
+DOMAIN_WHAT = {"divf": "a negative dividend or a divisor ≤ 0", "div": "a zero divisor",
+               "sqrt": "a negative radicand", "log": "an operand ≤ 0"}
 
 
 def _argmax(vals: list[np.ndarray]) -> np.ndarray:
@@ -253,7 +253,7 @@ def execute(mc: Microcode, inputs: list[np.ndarray], check: bool = True) -> tupl
         else:
             a, b = mem[u.a.addresses()], mem[u.b.addresses()] if u.b is not None else None
             if check and u.kind in _DOMAIN and np.any(_DOMAIN[u.kind](a, b)):
-                raise FixedPointOverflow(f"{u.source}: {_DOMAIN_WHAT[u.kind]} on the FPGA")
+                raise FixedPointOverflow(f"{u.source} had {DOMAIN_WHAT[u.kind]} on the FPGA")
             y = _elementwise(u.kind, a, b, dt)
         if check and y.size and (y.min() < dt.lo or y.max() > dt.hi):
             raise FixedPointOverflow(f"{u.source} overflowed {dt} on the FPGA: result range "

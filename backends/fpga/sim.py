@@ -7,7 +7,7 @@ from amaranth.sim import Simulator
 from circuitgrad.fixedpoint import FixedPointOverflow
 
 from .core import Sequencer
-from .microcode import Microcode
+from .microcode import DOMAIN_WHAT, Microcode
 
 __all__ = ["simulate", "ReadWriteCollision"]
 
@@ -76,7 +76,8 @@ def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_0
     sim.run()
     if result["overflow"]:
         u = mc.ops[result["fault"]]
-        raise FixedPointOverflow(f"{u.source} overflowed {mc.dtype} in the FPGA simulation")
+        why = f" or had {DOMAIN_WHAT[u.kind]}" if u.kind in DOMAIN_WHAT else ""
+        raise FixedPointOverflow(f"{u.source} overflowed {mc.dtype}{why} in the FPGA simulation")
     return result["outputs"], result["cycles"]
 
 

@@ -52,6 +52,8 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     sum over ``K`` takes ``⌈K / macs⌉`` cycles per element; a maximum or argmax runs on
     lane 0 alone (``K`` cycles), so that lanes need no comparators.
     """
+    if not mc.ops:                       # a program of views only: start, then done
+        return 2
     total = 3
     D = ew_stages(mc)
     for u in mc.ops:

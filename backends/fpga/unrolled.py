@@ -32,7 +32,8 @@ from .microcode import Microcode, _elementwise
 
 __all__ = ["Unrolled", "UnrolledTop", "UNROLLED_KINDS", "check_unrollable"]
 
-#: micro-op kinds the unrolled datapath builds (max, exp and divf belong to softmax, which predict lacks)
+#: micro-op kinds the unrolled datapath builds: the MAC and the combinational units (no reduction, pipelined
+#: exp or sequential unit)
 UNROLLED_KINDS = ("mac",) + ELEMENTWISE
 
 
