@@ -32,7 +32,7 @@ from amaranth.lib.wiring import In, Out
 from .core import Sequencer  # noqa: F401
 from .devices import BOARDS, TARGETS, Target, constraints, pcf  # noqa: F401
 
-__all__ = ["TARGETS", "Top", "SERIAL_PINS", "Report", "synthesize", "DoesNotFit", "rtlil_text"]
+__all__ = ["TARGETS", "Top", "SERIAL_PINS", "Report", "synthesize", "cell_counts", "DoesNotFit", "rtlil_text"]
 
 
 class DoesNotFit(ValueError):
@@ -195,6 +195,29 @@ def precheck(design, target: str) -> None:
                          f"({need / t.bram_blocks:.1f}x too many){hint}")
 
 
+def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=print) -> dict[str, int]:
+    """Synthesize ``design`` for ``target`` with yosys only (no place and route): its cells by type.
+
+    ``"SB_LUT4"``/``"LUT4"`` are the LUTs, ``"SB_MAC16"``/``"MULT18X18D"`` the DSP blocks; flip-flop
+    types contain ``"DFF"`` (iCE40) or start with ``"TRELLIS_FF"`` (ECP5).
+    """
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; choose one of {sorted(TARGETS)}")
+    precheck(design, target)
+    t = TARGETS[target]
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "top.il"), "w") as fh:
+        fh.write(rtlil_text(design, log))
+    if t.family == "ice40":
+        synth = "synth_ice40 -dsp" if design.uses_dsp else "synth_ice40"
+    else:
+        synth = "synth_ecp5" if design.uses_dsp else "synth_ecp5 -nodsp"
+    _run(_tool("yosys") + ["-q", "-l", "yosys.log", "-p", f"read_rtlil top.il; {synth} -top top -json top.json; "
+                                                         f"tee -q -o yosys_stat.txt stat"],
+         "synthesis (yosys)", log, outdir, logfile="yosys.log")
+    return _cells(open(os.path.join(outdir, "yosys_stat.txt")).read())
+
+
 def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log=print,
                board: str | None = None) -> Report:
     """Synthesize, place and route ``design`` for ``target``; returns the parsed :class:`Report`.
@@ -210,20 +233,9 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log
             raise ValueError(f"board {board} is built for {BOARDS[board]['target']}, not {target}")
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of {sorted(TARGETS)}")
-    precheck(design, target)
-    t = TARGETS[target]
     t0 = time.perf_counter()
-    os.makedirs(outdir, exist_ok=True)
-    with open(os.path.join(outdir, "top.il"), "w") as fh:
-        fh.write(rtlil_text(design, log))
-    if t.family == "ice40":
-        synth = "synth_ice40 -dsp" if design.uses_dsp else "synth_ice40"
-    else:
-        synth = "synth_ecp5" if design.uses_dsp else "synth_ecp5 -nodsp"
-    _run(_tool("yosys") + ["-q", "-l", "yosys.log", "-p", f"read_rtlil top.il; {synth} -top top -json top.json; "
-                                                         f"tee -q -o yosys_stat.txt stat"],
-         "synthesis (yosys)", log, outdir, logfile="yosys.log")
-    cells = _cells(open(os.path.join(outdir, "yosys_stat.txt")).read())
+    cells = cell_counts(design, target, outdir, log)
+    t = TARGETS[target]
     dsps = cells.get("SB_MAC16", 0) + cells.get("MULT18X18D", 0)
     if dsps > t.dsps:
         raise DoesNotFit(f"{target}: the design needs {dsps} DSP blocks, the device has {t.dsps}")
