@@ -106,3 +106,13 @@ def test_zk_prove_and_verify_a_gpt_model_file(tmp_path, capsys):
     assert main(["zk", "verify", *opts, str(tmp_path / "p"), "--init-seed", "0"]) == 0
     assert "all 1 proofs verify" in capsys.readouterr().out
     assert main(["zk", "verify", *opts[:-1], "attention=softmax", str(tmp_path / "p"), "--init-seed", "0"]) == 1
+
+
+@pytest.mark.slow
+def test_fpga_simulate_a_gpt_model_file(capsys):
+    """The GPT the script trains, simulated on the sequencer from the shell (momentum SGD, token ids)."""
+    os.chdir(ROOT)
+    opts = ["examples/tinygpt.py", *sum((["--option", f"{k}={v}"] for k, v in SMALL_GPT.items()), [])]
+    assert main(["fpga", "simulate", *opts, "--macs", "4", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("bit-exact with the interpreter: True") == 1
