@@ -3,6 +3,7 @@ that follow it, and its errors."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -116,3 +117,12 @@ def test_fpga_simulate_a_gpt_model_file(capsys):
     assert main(["fpga", "simulate", *opts, "--macs", "4", "--steps", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count("bit-exact with the interpreter: True") == 1
+
+
+def test_fpga_synth_of_a_design_too_big_is_one_line(capsys):
+    os.chdir(ROOT)
+    opts = ["examples/tinygpt.py", *sum((["--option", f"{k}={v}"] for k, v in SMALL_GPT.items()), [])]
+    with pytest.raises(SystemExit) as e:
+        main(["fpga", "synth", *opts, "--macs", "8", "--target", "ice40-up5k"])
+    assert re.fullmatch(r"circuitgrad fpga synth: ice40-up5k: the design needs \d+ block RAMs \(16 copies of \d+ words "
+                        r"× 16 bits, \d+ blocks each\), the device has 30 \([\d.]+x too many\)", str(e.value.code))

@@ -43,7 +43,11 @@ def _synth(a) -> int:
           f"({time.perf_counter() - t0:.2f} s)", flush=True)
     from .devices import BOARDS
     target = a.target or (BOARDS[a.board]["target"] if a.board else "ice40-up5k")
-    report = synthesize(design, target, a.out, log=lambda s: print(f"[build] {s}", flush=True), board=a.board)
+    from .synth import DoesNotFit
+    try:
+        report = synthesize(design, target, a.out, log=lambda s: print(f"[build] {s}", flush=True), board=a.board)
+    except DoesNotFit as e:
+        raise SystemExit(f"circuitgrad fpga synth: {e}") from None
     print(report)
     print(f"report written to {os.path.join(a.out, 'report.json')}")
     return 0
