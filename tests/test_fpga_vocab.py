@@ -186,3 +186,42 @@ def test_three_training_steps_on_the_simulated_sequencer_equal_the_interpreter(n
     on_chip, n = fpga.train(design, step.init_params(seed=0), batches)   # parameters stay in block RAM
     assert all(np.array_equal(on_chip[p], np.asarray(params[p])) for p in params)
     assert n == 3 * design.cycles
+
+
+def test_an_empty_block_moves_nothing():
+    """A concatenation with an empty slice: no micro-op of zero elements reaches the sequencer (whose loop
+    bounds would wrap) and the cycle model still counts exactly."""
+    from circuitgrad import ops
+    d = cg.trace(lambda x: ops.concat([ops.slice(x, ((2, 2, 1), (0, 3, 1))), x], axis=0),
+                 (cg.NdArrayType((2, 3)),), name="concat-empty")
+    prog = cg.retype(cg.schedule(d), Q)
+    xs = [quantize(np.arange(6).reshape(2, 3) - 2.5, Q)]
+    mc = fpga.compile_program(prog, Q)
+    assert all(u.out.size for u in mc.ops)
+    got, n = simulate(mc, xs)
+    assert np.array_equal(got[0], cg.run_fixed(prog, xs)[0]) and n == fpga.cycles(mc)
+
+
+def test_indices_that_do_not_fit_a_word_are_refused_at_compile_time():
+    from circuitgrad import primitives as P
+    dt = cg.fixed(8, 4)
+    op = P.OneHot(cg.NdArrayType((2,), cg.index(300)), cg.NdArrayType((2, 300)))
+    prog = cg.retype(cg.schedule(cg.trace(lambda i: apply(op, i), op.source, name="onehot")), dt)
+    with pytest.raises(NotImplementedError, match=r"^FPGA backend: OneHot#0 compares indices up to 299, more than "
+                                                  r"one fixed\(8,4\) word holds \(127\); use a wider fixed-point "
+                                                  r"format$"):
+        fpga.compile_program(prog, dt)
+    op = P.ArgMaxMask(cg.NdArrayType((1, 100)))                 # 99 fits: the index is not range checked
+    prog = cg.retype(cg.schedule(cg.trace(lambda x: apply(op, x), op.source, name="argmax")), dt)
+    x = np.zeros((1, 100), dtype=np.int64)
+    x[0, 97] = 5
+    mc = fpga.compile_program(prog, dt)
+    assert np.array_equal(fpga.execute(mc, [x])[0][0], cg.run_fixed(prog, [x])[0])
+    assert np.array_equal(simulate(mc, [x])[0][0], cg.run_fixed(prog, [x])[0])
+
+
+def test_a_batch_of_the_wrong_size_is_refused():
+    step = cg.compile_model(nn.mlp(2, [3, 2]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
+    design = fpga.compile(step, function="predict")
+    with pytest.raises(ValueError, match=r"predict: input x"):
+        fpga.simulate(design, step.init_params(seed=0), np.zeros((3, 3)))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import circuitgrad as cg
+from circuitgrad import arguments
 from circuitgrad.compile import CompiledModel
 from circuitgrad.types import Fixed
 
@@ -164,7 +165,7 @@ def simulate(design: Design, params, x, y=None, check_collisions: bool = False) 
     names = fx.param_names + (fx.state_names if key == "step" else [])
     args = [np.asarray(params[n]) if np.issubdtype(np.asarray(params[n]).dtype, np.integer)
             else fx._in(params[n], n) for n in names]
-    args.append(fx._x(x, key))
+    args.append(arguments.inputs(x, fx.x_type, fx.dtype, fx.xp, key))      # the design's batch, exactly
     if key != "predict":
         args.append(fx._targets(y))
     outs, n = _simulate(design.microcode, args, read_ports=design.read_ports, macs=design.macs,

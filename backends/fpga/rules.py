@@ -148,6 +148,10 @@ def _causal_mask(op, args, cx, shape):
 
 
 def _iota(cx: Context, n: int, shape: tuple[int, ...]) -> View:
+    """The constant table ``0, 1, …, n − 1``: its entries (indices, token ids) must fit one memory word."""
+    if n - 1 > cx.dt.hi:
+        raise NotImplementedError(f"FPGA backend: {cx.where} compares indices up to {n - 1}, more than one "
+                                  f"{cx.dt} word holds ({cx.dt.hi}); use a wider fixed-point format")
     return broadcast_view(cx.table(np.arange(n, dtype=np.int64)), shape)
 
 
