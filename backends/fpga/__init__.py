@@ -5,8 +5,10 @@
     outputs, cycles = fpga.simulate(design, params, x, y)     # bit-exact with the interpreter
 
 See ``docs/FPGA.md``. Built:
-* the microcode compiler, covering every primitive of a training step;
-* a sequencer that runs every micro-op kind, softmax included;
+* the microcode compiler (:mod:`.isa`, :mod:`.rules`, :mod:`.microcode`), covering every primitive of a
+  training step: MLPs, GPTs (softmax or spherical attention) and CNNs;
+* a sequencer that runs every micro-op kind (:mod:`.core`, :mod:`.units`): softmax, division, square
+  root, log, exp of either sign, argmax;
 * a cycle model that matches simulation exactly.
 
 * YoWASP synthesis (:mod:`.synth`), ``lib.stream`` interfaces (:mod:`.accel`),
