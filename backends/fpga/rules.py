@@ -99,10 +99,8 @@ def _matmul(op, args, cx, shape):
 def _batch_matmul(op, args, cx, shape):
     """``[..., m, n] @ [..., n, p]``: one ``mac`` over the leading axes (legalised per batch index)."""
     a, b = args
-    lead = shape[:-2]
     av = View(a.base, shape, a.strides[:-2] + (a.strides[-2], 0), a.strides[-1])
     bv = View(b.base, shape, b.strides[:-2] + (0, b.strides[-1]), b.strides[-2])
-    assert len(lead) == len(a.shape) - 2
     return (cx.emit("mac", cx.alloc(shape), av, bv, op.A.shape[-1], True),)
 
 
