@@ -225,3 +225,17 @@ def test_a_batch_of_the_wrong_size_is_refused():
     design = fpga.compile(step, function="predict")
     with pytest.raises(ValueError, match=r"predict: input x"):
         fpga.simulate(design, step.init_params(seed=0), np.zeros((3, 3)))
+
+
+@pytest.mark.parametrize("cls", ["Unfold", "Fold"])
+@pytest.mark.parametrize("img, kernel, stride, padding", [((2, 2, 5, 4), (3, 2), (2, 1), (1, 0)),
+                                                          ((1, 1, 5, 5), 3, 2, 2)])
+def test_strided_and_asymmetric_blocks_on_the_sequencer(cls, img, kernel, stride, padding, rng):
+    from circuitgrad import primitives as P
+    op = getattr(P, cls)(cg.NdArrayType(img), kernel, stride=stride, padding=padding)
+    d = cg.trace(lambda x: apply(op, x), op.source, name=cls)
+    for prog in (cg.retype(cg.schedule(d), Q), cg.retype(cg.schedule(cg.rdiff(d)), Q)):
+        xs = [quantize(rng.uniform(-1, 1, prog.types[v].shape), Q) for v in prog.inputs]
+        mc = fpga.compile_program(prog, Q)
+        got, n = simulate(mc, xs, check_collisions=True)
+        assert all(np.array_equal(g, w) for g, w in zip(got, cg.run_fixed(prog, xs))) and n == fpga.cycles(mc)

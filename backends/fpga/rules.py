@@ -173,13 +173,23 @@ def _pad(op, args, cx, shape):
     return (out,)
 
 
-def _padded(op, x: View, cx: Context) -> View:
-    ph, pw = op.padding
-    if not (ph or pw):
-        return x
+def _interior(op) -> tuple[tuple[int, int, int], ...]:
+    """The image's block inside its padded version (a :class:`Slice` index)."""
+    (ph, pw), (B, C, H, W) = op.padding, op.T.shape
+    return (0, B, 1), (0, C, 1), (ph, ph + H, 1), (pw, pw + W, 1)
+
+
+def _padded_zeros(op, cx: Context) -> View:
     B, C, H, W = op.T.shape
-    out = cx.zeros((B, C, H + 2 * ph, W + 2 * pw))
-    cx.emit("copy", slice_view(out, ((0, B, 1), (0, C, 1), (ph, ph + H, 1), (pw, pw + W, 1))), x, tag="pad")
+    ph, pw = op.padding
+    return cx.zeros((B, C, H + 2 * ph, W + 2 * pw))
+
+
+def _padded(op, x: View, cx: Context) -> View:
+    if not any(op.padding):
+        return x
+    out = _padded_zeros(op, cx)
+    cx.emit("copy", slice_view(out, _interior(op)), x, tag="pad")
     return out
 
 
@@ -202,19 +212,16 @@ def _unfold(op, args, cx, shape):
 
 def _fold(op, args, cx, shape):
     """col2im: each kernel offset ``(i, j)`` adds its columns into the padded image in place."""
-    (kh, kw), (ph, pw) = op.kernel, op.padding
-    B, C, H, W = op.T.shape
-    img = cx.zeros((B, C, H + 2 * ph, W + 2 * pw))
-    cols = cx.reshape(args[0], _blocks(op, img).shape)
+    img = _padded_zeros(op, cx)
     blocks = _blocks(op, img)
-    for i in range(kh):
-        for j in range(kw):
-            tgt = View(blocks.base + i * blocks.strides[2] + j * blocks.strides[3], blocks.shape[:2] + blocks.shape[4:],
-                       blocks.strides[:2] + blocks.strides[4:])
-            src = View(cols.base + i * cols.strides[2] + j * cols.strides[3], cols.shape[:2] + cols.shape[4:],
-                       cols.strides[:2] + cols.strides[4:])
-            cx.emit("add", tgt, tgt, src, tag=f"block{i},{j}")
-    return (slice_view(img, ((0, B, 1), (0, C, 1), (ph, ph + H, 1), (pw, pw + W, 1))),)
+    cols = cx.reshape(args[0], blocks.shape)
+    for i in range(op.kernel[0]):
+        for j in range(op.kernel[1]):
+            at = tuple((0, n, 1) for n in blocks.shape[:2]) + ((i, i + 1, 1), (j, j + 1, 1)) + tuple(
+                (0, n, 1) for n in blocks.shape[4:])
+            tgt = slice_view(blocks, at)
+            cx.emit("add", tgt, tgt, slice_view(cols, at), tag=f"block{i},{j}")
+    return (slice_view(img, _interior(op)),)
 
 
 RULES: dict[type, Callable] = {
