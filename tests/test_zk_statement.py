@@ -136,13 +136,18 @@ def test_the_verifiers_work_is_bounded_by_the_circuit_not_the_prover(proved):
     r = c.r1cs
     rows = max(r.n_wires, r.n_constraints)
     k = 2 << (rows - 1).bit_length()              # twice the largest k the circuit can use
-    big = zk.prove(c, w, params=Params(k, 150, 4 * k, 3))
-    with pytest.raises(zk.Reject, match=rf"^the proof's parameters \(k={k}, n={4 * k}, σ=3\) are larger than this "
-                                        rf"circuit of {rows} rows can need"):
+    assert r.n_lookups > 0                        # over LIGERO51, ranges are lookups
+    big = zk.prove(c, w, params=Params(k, 150, 4 * k, 3, 3))
+    with pytest.raises(zk.Reject, match=rf"^the proof's parameters \(k={k}, n={4 * k}, σ=3, σL=3\) are larger than "
+                                        rf"this circuit of {rows} rows can need"):
         zk.check(big, c, w.public)
-    many = zk.prove(c, w, params=choose(r.n_wires, r.n_constraints, sigma=9))
-    with pytest.raises(zk.Reject, match=r"σ=9\) are larger than this circuit"):
+    many = zk.prove(c, w, params=choose(r.n_wires, r.n_constraints, sigma=9, lookups=r.n_lookups))
+    with pytest.raises(zk.Reject, match=r"σ=9, σL=3\) are larger than this circuit"):
         zk.check(many, c, w.public)
+    p = choose(r.n_wires, r.n_constraints, lookups=r.n_lookups)
+    lots = zk.prove(c, w, params=Params(p.k, p.t, p.n, p.sigma, 9))
+    with pytest.raises(zk.Reject, match=r"σL=9\) are larger than this circuit .*σL ≤ 8\)"):
+        zk.check(lots, c, w.public)
 
 
 def test_the_digest_follows_the_statement_after_compilation():

@@ -27,11 +27,11 @@ from circuitgrad.types import Fixed
 from . import formats
 from . import gadgets as G
 from . import statement as S
-from .field import BN254, Field
+from .field import BN254, LIGERO51, Field
 from .lower import RULES, Lowering, required_bits
 from .r1cs import R1CS, Builder
 
-__all__ = ["Circuit", "Witness", "compile", "compile_program"]
+__all__ = ["Circuit", "Witness", "compile", "compile_program", "default_range_checks"]
 
 
 @dataclass
@@ -179,9 +179,23 @@ class Circuit:
         """Raise naming the first failing constraint and the operation it came from."""
         self.r1cs.assert_satisfied(wit.values if isinstance(wit, Witness) else np.asarray(wit))
 
+    @property
+    def range_checks(self) -> str:
+        """``"lookup"`` when the circuit proves ranges by lookups (native prover only), else ``"bits"``."""
+        return "bits" if self.r1cs.L is None else "lookup"
+
+    def require_r1cs(self, what: str) -> None:
+        """Raise unless the circuit is plain R1CS (no lookups): what snarkjs and circom take."""
+        if self.r1cs.L is not None:
+            raise ValueError(f"{what}: this circuit proves its ranges with {self.r1cs.n_lookups} lookups, which "
+                             f".r1cs files and snarkjs cannot express; compile it with "
+                             f"zk.compile(..., range_checks='bits') for snarkjs and circom, or prove it with "
+                             f"the native prover (system='ligero')")
+
     # ------------------------------------------------------------- export
     def export(self, directory: str, wit: Witness | None = None, name: str | None = None) -> dict[str, str]:
         """Write ``<name>.r1cs``, ``<name>.wtns`` (if a witness is known) and ``<name>.sym``."""
+        self.require_r1cs("export")
         os.makedirs(directory, exist_ok=True)
         name = name or self.function
         wit = wit or self.last_witness
@@ -194,8 +208,13 @@ class Circuit:
         return paths
 
 
+def default_range_checks(field: Field) -> str:
+    """``"lookup"`` over the native prover's field (:data:`LIGERO51`), ``"bits"`` otherwise (snarkjs)."""
+    return "lookup" if field == LIGERO51 else "bits"
+
+
 def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field = BN254,
-            function: str = "step", targets: str | None = None) -> Circuit:
+            function: str = "step", targets: str | None = None, range_checks: str | None = None) -> Circuit:
     """The R1CS circuit of ``model``'s ``step`` (default) or ``predict`` in fixed point.
 
     ``dtype`` defaults to the model's own dtype if it is fixed point, else
@@ -204,6 +223,11 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field = BN2
     rest ``0`` (``B·K + B`` constraints); ``"any"`` leaves ``y`` free within
     the dtype's range. The default is ``"one-hot"`` for
     ``nn.softmax_cross_entropy`` and ``"any"`` for other losses.
+
+    ``range_checks``: ``"bits"`` proves every range by a bit decomposition (plain R1CS, for
+    snarkjs and circom); ``"lookup"`` by lookups into a table of ``2^8`` values, which only the
+    native Ligero prover proves (logUp) and which makes a transformer step about half the size.
+    The default follows the field: ``"lookup"`` over :data:`LIGERO51`, ``"bits"`` otherwise.
     """
     dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(32, 16))
     if not isinstance(dtype, Fixed):
@@ -224,7 +248,7 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field = BN2
             raise ValueError(f"zk.compile: targets must be one of {list(S.TARGETS)}, got {targets!r}")
     constrain = {"y": _one_hot} if targets == "one-hot" else {}
     c = compile_program(fx.fn(function).program, dtype, field, in_names,
-                        [n for n in in_names if n not in ("x", "y")], out_names, function, constrain)
+                        [n for n in in_names if n not in ("x", "y")], out_names, function, constrain, range_checks)
     c.model, c.targets = fx, targets
     return c
 
@@ -244,9 +268,11 @@ def _one_hot(b: Builder, y: np.ndarray, dtype: Fixed) -> None:
 
 def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_names: list[str] | None = None,
                     public_inputs: list[str] | None = None, output_names: list[str] | None = None,
-                    function: str | None = None, constrain: Mapping | None = None) -> Circuit:
+                    function: str | None = None, constrain: Mapping | None = None,
+                    range_checks: str | None = None) -> Circuit:
     """The circuit of any fixed-point SSA program (``public_inputs`` default: none).
 
+    ``range_checks``: ``"bits"`` or ``"lookup"`` (default: :func:`default_range_checks` of the field).
     ``constrain`` maps input names to extra gadgets ``fn(builder, wires, dtype)`` (e.g. one-hot targets).
     """
     t0 = time.perf_counter()
@@ -261,7 +287,7 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
     in_names = list(input_names or [f"in{i}" for i in range(len(prog.inputs))])
     public_in = list(public_inputs or [])
     out_names = list(output_names or [f"out{i}" for i in range(len(prog.outputs))])
-    b = Builder(field)
+    b = Builder(field, range_checks or default_range_checks(field))
     # wire layout: public outputs, public inputs, private inputs, internal
     pub_out = [b.alloc(prog.types[v].shape, f"out.{n}") for v, n in zip(prog.outputs, out_names)]
     ins = {}

@@ -93,7 +93,10 @@ def _section(kind: int, body: bytes) -> bytes:
 
 
 def write_r1cs(path: str, r: R1CS) -> None:
-    """Write ``r`` as an iden3 ``.r1cs`` (version 1)."""
+    """Write ``r`` as an iden3 ``.r1cs`` (version 1); refuses a system with lookups (the format has none)."""
+    if r.L is not None:
+        raise ValueError(f"write_r1cs: this system proves its ranges with {r.n_lookups} lookups, which the "
+                         f".r1cs format cannot express; compile with zk.compile(..., range_checks='bits')")
     fld, n8 = r.field, r.field.n8
     header = struct.pack("<I", n8) + fld.p.to_bytes(n8, "little") + struct.pack(
         "<IIIIQI", r.n_wires, r.n_pub_out, r.n_pub_in, r.n_prv_in, r.n_wires, r.n_constraints)

@@ -15,6 +15,16 @@ Every gadget works on ``m`` elements at once. Wire arguments are 1-D
 | :func:`product` | ``1`` | ``z = x·y`` |
 | :func:`linear` | ``1 + (w + 1)`` | ``o = Σ cᵢ xᵢ + k``, range-checked |
 
+With ``range_checks="lookup"`` (:class:`.r1cs.Builder`), :func:`fits` proves
+``v ∈ [0, 2^n)`` with lookups into the table ``[0, 2^8)`` instead of ``n + 1``
+constraints: ``v = l₀ + 2^8·l₁ + …`` with ``⌈n/8⌉ − 1`` limb wires, one lookup
+per limb (the lowest limb is ``v − Σ 2^(8j)·l_j``, so it needs no wire), and
+one more lookup of ``2^(8−r)·l_top`` when the top limb has ``r < 8`` bits. No
+constraint at all: a 16-bit range check is one wire and two lookups. The
+gadgets that need a bit (:func:`positive`, :func:`at_least`) take it as one
+boolean wire above a ``fits`` of the rest; only the shift amounts of ``exp``
+keep their bits.
+
 Every non-deterministic value (bits, remainders, quotients, signs) is fixed
 by these constraints. ``tests/test_zk_gadgets.py`` mutates each one and
 checks that some constraint breaks.
@@ -28,12 +38,14 @@ import numpy as np
 from circuitgrad.fixedpoint import FixedPointOverflow
 from circuitgrad.types import Fixed
 
-from .r1cs import Builder
+from .r1cs import TABLE_BITS, Builder
 
-__all__ = ["lc_value", "decompose", "range_check", "rescale", "positive", "at_least", "product", "linear",
+__all__ = ["lc_value", "decompose", "fits", "top_bit", "range_check", "rescale", "positive", "at_least", "product", "linear",
            "ONE"]
 
 ONE = 0  # the constant wire
+#: below this many bits a bit decomposition is as cheap as lookups
+_LOOKUP_MIN_BITS = 3
 
 
 def lc_value(W: np.ndarray, terms: Sequence[tuple], const: int = 0) -> np.ndarray:
@@ -66,9 +78,57 @@ def decompose(b: Builder, terms: Sequence[tuple], const: int, nbits: int, kind: 
     return bits
 
 
-def range_check(b: Builder, x: np.ndarray, dt: Fixed, kind: str = "range") -> np.ndarray:
-    """Constrain ``x ∈ [lo, hi]`` of ``dt``; returns the ``w`` bits of ``x + 2^(w−1)``."""
-    return decompose(b, [(x, 1)], 1 << (dt.width - 1), dt.width, kind, f"result of {b.context}")
+def _checked(v: np.ndarray, nbits: int, const: int, context: str, what: str, kind: str) -> np.ndarray:
+    if v.size and (v.min() < 0 or v.max() >= (1 << nbits)):
+        raise FixedPointOverflow(f"{context}: {what} out of range for {kind}: "
+                                 f"[{int(v.min()) - const}, {int(v.max()) - const}] does not fit")
+    return v
+
+
+def fits(b: Builder, terms: Sequence[tuple], const: int, nbits: int, kind: str, what: str = "value") -> None:
+    """Constrain ``v = Σ terms + const ∈ [0, 2^nbits)``: bits, or limbs looked up in ``[0, 2^8)``."""
+    if b.range_checks == "bits" or nbits < _LOOKUP_MIN_BITS:
+        decompose(b, terms, const, nbits, kind, what)
+        return
+    m = max(np.size(w) for w, _ in terms)
+    bits = TABLE_BITS
+    c = -(-nbits // bits)                                 # limbs
+    low = list(terms) + [(ONE, const)]                    # v − Σ_{j≥1} 2^(8j)·l_j
+    top = low
+    if c > 1:
+        limbs = b.alloc((m, c - 1))
+        low += [(limbs[:, j - 1], -(1 << (bits * j))) for j in range(1, c)]
+        b.lookup([(limbs.reshape(-1), 1)], f"{kind}.limbs")
+        top = [(limbs[:, -1], 1)]
+        context = b.context
+        b.fill(limbs, lambda W: ((_checked(lc_value(W, terms, const), nbits, const, context, what, kind)[:, None]
+                                  >> (bits * np.arange(1, c))) & ((1 << bits) - 1)).reshape(-1))
+    else:
+        context = b.context
+        b.fill(np.zeros(0, dtype=np.int64), lambda W: _checked(lc_value(W, terms, const), nbits, const, context,
+                                                               what, kind)[:0])
+    b.lookup(low, f"{kind}.limbs")
+    r = nbits - bits * (c - 1)                            # bits of the top limb
+    if r < bits:
+        b.lookup([(w, np.asarray(cf) << (bits - r)) for w, cf in top], f"{kind}.top")
+
+
+def top_bit(b: Builder, terms: Sequence[tuple], const: int, nbits: int, kind: str) -> np.ndarray:
+    """The bit wires ``v ≥ 2^(nbits−1)`` for ``v = Σ terms + const ∈ [0, 2^nbits)``."""
+    if b.range_checks == "bits" or nbits - 1 < _LOOKUP_MIN_BITS:
+        return decompose(b, terms, const, nbits, kind)[:, nbits - 1]
+    m = max(np.size(w) for w, _ in terms)
+    t = b.alloc(m)
+    b.constrain([(t, 1)], [(t, 1), (ONE, -1)], [], f"{kind}.bit")
+    context = b.context
+    b.fill(t, lambda W: _checked(lc_value(W, terms, const), nbits, const, context, "value", kind) >> (nbits - 1))
+    fits(b, list(terms) + [(t, -(1 << (nbits - 1)))], const, nbits - 1, kind)
+    return t
+
+
+def range_check(b: Builder, x: np.ndarray, dt: Fixed, kind: str = "range") -> None:
+    """Constrain ``x ∈ [lo, hi]`` of ``dt`` (``x + 2^(w−1)`` fits ``w`` bits)."""
+    fits(b, [(x, 1)], 1 << (dt.width - 1), dt.width, kind, f"result of {b.context}")
 
 
 def rescale(b: Builder, A: Sequence[tuple], B: Sequence[tuple], q: np.ndarray, dt: Fixed,
@@ -81,34 +141,38 @@ def rescale(b: Builder, A: Sequence[tuple], B: Sequence[tuple], q: np.ndarray, d
     ``low(W)`` gives the full numerator modulo ``2^64`` (wrapping int64),
     which is enough to compute ``r``: only its low ``f`` bits matter.
     ``q`` is range-checked to ``dt`` (or to ``qbits`` signed bits).
-    Returns the remainder bits ``(m, f)``.
+    Returns the remainder wires: bits ``(m, f)``, or with lookups one wire per element ``(m, 1)``.
     """
     f = dt.frac if frac is None else frac
     m = np.size(q)
-    r = b.alloc((m, f))
-    flat = r.reshape(-1)
-    b.constrain([(flat, 1)], [(flat, 1), (ONE, -1)], [], f"{kind}.remainder")
-    b.constrain(A, B, [(q, 1 << f), (ONE, -(1 << (f - 1)))] + [(r[:, i], 1 << i) for i in range(f)]
-                + [(w, -np.asarray(c)) for w, c in minus], kind)
     half, mask = 1 << (f - 1), (1 << f) - 1
-    b.fill(flat, lambda W: ((((low(W) + half) & mask)[:, None] >> np.arange(f)) & 1).reshape(-1))
+    if b.range_checks == "lookup":                        # one remainder wire, looked up
+        r = b.alloc((m, 1))
+        r_terms = [(r[:, 0], 1)]
+        b.fill(r, lambda W: (low(W) + half) & mask)
+        fits(b, r_terms, 0, f, f"{kind}.remainder")
+    else:
+        r = b.alloc((m, f))
+        flat = r.reshape(-1)
+        b.constrain([(flat, 1)], [(flat, 1), (ONE, -1)], [], f"{kind}.remainder")
+        r_terms = [(r[:, i], 1 << i) for i in range(f)]
+        b.fill(flat, lambda W: ((((low(W) + half) & mask)[:, None] >> np.arange(f)) & 1).reshape(-1))
+    b.constrain(A, B, [(q, 1 << f), (ONE, -half)] + r_terms + [(w, -np.asarray(c)) for w, c in minus], kind)
     if qbits is None:
         range_check(b, q, dt, f"{kind}.range")
     else:
-        decompose(b, [(q, 1)], 1 << (qbits - 1), qbits, f"{kind}.range", f"result of {b.context}")
+        fits(b, [(q, 1)], 1 << (qbits - 1), qbits, f"{kind}.range", f"result of {b.context}")
     return r
 
 
 def positive(b: Builder, x: np.ndarray, nbits: int, kind: str = "sign") -> np.ndarray:
     """Bit wires ``x > 0`` for ``x ∈ [−2^(nbits−1), 2^(nbits−1))``: the top bit of ``x − 1 + 2^nbits``."""
-    bits = decompose(b, [(x, 1)], (1 << nbits) - 1, nbits + 1, kind)
-    return bits[:, nbits]
+    return top_bit(b, [(x, 1)], (1 << nbits) - 1, nbits + 1, kind)
 
 
 def at_least(b: Builder, terms: Sequence[tuple], threshold: int, nbits: int, kind: str = "compare") -> np.ndarray:
     """Bit wires ``v ≥ threshold`` for ``v = Σ terms`` with ``|v − threshold| < 2^nbits``."""
-    bits = decompose(b, terms, (1 << nbits) - threshold, nbits + 1, kind)
-    return bits[:, nbits]
+    return top_bit(b, terms, (1 << nbits) - threshold, nbits + 1, kind)
 
 
 def product(b: Builder, x: Sequence[tuple], y: Sequence[tuple], kind: str = "product") -> np.ndarray:

@@ -15,6 +15,12 @@ remainder, so none comes near ``2**63``.
 
 Wire layout, as circom expects it: ``0`` is the constant 1, then the public
 outputs, then the public inputs, then the private inputs, then internal wires.
+
+A system may also carry *lookups* (``range_checks="lookup"``): rows of a
+sparse matrix ``L`` whose values ``⟨L_i, w⟩`` must each lie in the table
+``[0, 2^TABLE_BITS)``. The native Ligero prover proves them with a logUp
+argument (:mod:`.ligero.lookup`); the ``.r1cs`` format has no lookups, so such a
+system cannot go to snarkjs.
 """
 from __future__ import annotations
 
@@ -25,7 +31,12 @@ import numpy as np
 
 from .field import Field
 
-__all__ = ["Builder", "R1CS", "Term", "UnsatisfiedConstraint"]
+__all__ = ["Builder", "R1CS", "Term", "UnsatisfiedConstraint", "TABLE_BITS", "RANGE_CHECKS"]
+
+#: lookups check membership in ``[0, 2^TABLE_BITS)``
+TABLE_BITS = 8
+#: how gadgets prove that a value lies in a range: bit decompositions, or lookups into the table
+RANGE_CHECKS = ("bits", "lookup")
 
 Term = tuple  # (wires: ndarray[int64] or int, coeffs: ndarray[int64] or int)
 
@@ -91,6 +102,32 @@ class R1CS:
     tags: list[str]                     # one per block
     block_rows: np.ndarray              # first row of each block (ascending) + total
     wire_names: list[tuple[int, int, str]] = field(default_factory=list)   # (first wire, count, name)
+    L: _Matrix | None = None            # lookup rows: each ⟨L_i, w⟩ must lie in [0, 2^TABLE_BITS)
+    lookup_tags: list[str] = field(default_factory=list)
+    lookup_block_rows: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+
+    @property
+    def n_lookups(self) -> int:
+        return 0 if self.L is None else len(self.L.ptr) - 1
+
+    def lookup_tag_of(self, row: int) -> str:
+        """The instruction and gadget that produced lookup ``row``."""
+        return self.lookup_tags[int(np.searchsorted(self.lookup_block_rows, row, side="right")) - 1]
+
+    def failing_lookups(self, w: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """The lookup rows (of ``rows``, default all) whose value is outside the table."""
+        if self.L is None:
+            return np.zeros(0, dtype=np.int64)
+        v = self.L.evaluate(w, self.field.p, rows)
+        bad = np.flatnonzero(v >= 1 << TABLE_BITS)
+        return bad if rows is None else np.asarray(rows)[bad]
+
+    def lookup_rows_of_wire(self, wire: int) -> np.ndarray:
+        """Every lookup in which ``wire`` appears."""
+        if self.L is None:
+            return np.zeros(0, dtype=np.int64)
+        hit = np.flatnonzero(self.L.wires == wire)
+        return np.unique(np.searchsorted(self.L.ptr, hit, side="right") - 1)
 
     @property
     def n_constraints(self) -> int:
@@ -113,7 +150,8 @@ class R1CS:
 
     def check(self, w: np.ndarray) -> bool:
         """True when ``w`` (with ``w[0] = 1``) satisfies every constraint."""
-        return len(w) == self.n_wires and int(w[0]) % self.field.p == 1 and len(self.failing(w)) == 0
+        return (len(w) == self.n_wires and int(w[0]) % self.field.p == 1 and len(self.failing(w)) == 0
+                and len(self.failing_lookups(w)) == 0)
 
     def assert_satisfied(self, w: np.ndarray) -> None:
         """Raise :class:`UnsatisfiedConstraint` naming the first failing constraint and its origin."""
@@ -126,6 +164,11 @@ class R1CS:
             r = int(bad[0])
             raise UnsatisfiedConstraint(f"constraint {r} of {self.n_constraints} is not satisfied "
                                         f"({len(bad)} failing in all); it comes from {self.tag_of(r)}")
+        bad = self.failing_lookups(w)
+        if len(bad):
+            r = int(bad[0])
+            raise UnsatisfiedConstraint(f"lookup {r} of {self.n_lookups} is outside the table [0, {1 << TABLE_BITS}) "
+                                        f"({len(bad)} failing in all); it comes from {self.lookup_tag_of(r)}")
 
     def rows_of_wire(self, wire: int) -> np.ndarray:
         """Every constraint in which ``wire`` appears (in A, B or C)."""
@@ -138,15 +181,16 @@ class R1CS:
     def unconstrained_wires(self) -> np.ndarray:
         """Lint: wires that appear in no constraint (must be empty for a sound circuit)."""
         seen = np.zeros(self.n_wires, dtype=bool)
-        for M in (self.A, self.B, self.C):
+        for M in (self.A, self.B, self.C) + ((self.L,) if self.L is not None else ()):
             seen[M.wires[M.coeffs % self.field.p != 0] if M.coeffs.dtype == object else M.wires[M.coeffs != 0]] = True
         return np.flatnonzero(~seen)
 
-    def counts_by_gadget(self) -> dict[str, int]:
-        """Number of constraints per gadget kind (the part of each tag after the last ':')."""
+    def counts_by_gadget(self, lookups: bool = False) -> dict[str, int]:
+        """Number of constraints (or with ``lookups``, of lookups) per gadget kind (the tag after the last ':')."""
         out: dict[str, int] = {}
-        sizes = np.diff(self.block_rows)
-        for t, n in zip(self.tags, sizes):
+        tags, rows = (self.lookup_tags, self.lookup_block_rows) if lookups else (self.tags, self.block_rows)
+        sizes = np.diff(rows)
+        for t, n in zip(tags, sizes):
             k = t.rsplit(":", 1)[-1]
             out[k] = out.get(k, 0) + int(n)
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
@@ -161,8 +205,15 @@ class R1CS:
 class Builder:
     """Accumulates wires, constraint blocks and the witness program that fills the wires."""
 
-    def __init__(self, field: Field):
+    def __init__(self, field: Field, range_checks: str = "bits"):
+        if range_checks not in RANGE_CHECKS:
+            raise ValueError(f"range_checks must be one of {list(RANGE_CHECKS)}, got {range_checks!r}")
         self.field = field
+        self.range_checks = range_checks
+        self.lookup_terms: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.lookup_tags: list[str] = []
+        self.lookup_block_rows: list[int] = []
+        self.n_lookups = 0
         self.n = 1                                  # wire 0 is the constant 1
         self.rows = 0
         self.terms: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {"A": [], "B": [], "C": []}
@@ -196,25 +247,47 @@ class Builder:
             return
         rows = np.arange(self.rows, self.rows + m, dtype=np.int64)
         for key, terms in (("A", A), ("B", B), ("C", C)):
-            for w, c in terms:
-                w = np.broadcast_to(np.asarray(w, dtype=np.int64).reshape(-1), (m,))
-                c = np.broadcast_to(np.asarray(c, dtype=np.int64).reshape(-1), (m,))
-                keep = c != 0
-                if keep.all():
-                    self.terms[key].append((rows, w, c))
-                elif keep.any():
-                    self.terms[key].append((rows[keep], w[keep], c[keep]))
+            self.terms[key] += _coo(rows, terms, m)
         self.tags.append(f"{self.context}:{kind}")
         self.block_rows.append(self.rows)
         self.rows += m
 
+    def lookup(self, terms: Iterable[Term], kind: str) -> None:
+        """Add ``m`` lookups: each value ``Σ terms`` (broadcast to ``(m,)``) must lie in ``[0, 2^TABLE_BITS)``."""
+        terms = list(terms)
+        m = max(np.size(w) for w, _ in terms)
+        if m == 0:
+            return
+        rows = np.arange(self.n_lookups, self.n_lookups + m, dtype=np.int64)
+        self.lookup_terms += _coo(rows, terms, m)
+        self.lookup_tags.append(f"{self.context}:{kind}")
+        self.lookup_block_rows.append(self.n_lookups)
+        self.n_lookups += m
+
     def finish(self, n_pub_out: int, n_pub_in: int, n_prv_in: int) -> R1CS:
-        def mat(key):
-            parts = self.terms[key]
-            if not parts:
-                z = np.zeros(0, dtype=np.int64)
-                return _Matrix.from_coo(z, z, z, self.rows)
-            return _Matrix.from_coo(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                                    np.concatenate([p[2] for p in parts]), self.rows)
-        return R1CS(self.field, self.n, n_pub_out, n_pub_in, n_prv_in, mat("A"), mat("B"), mat("C"),
-                    list(self.tags), np.array(self.block_rows + [self.rows], dtype=np.int64), list(self.names))
+        L = _from_parts(self.lookup_terms, self.n_lookups) if self.range_checks == "lookup" else None
+        return R1CS(self.field, self.n, n_pub_out, n_pub_in, n_prv_in, *(_from_parts(self.terms[k], self.rows)
+                    for k in "ABC"), list(self.tags), np.array(self.block_rows + [self.rows], dtype=np.int64),
+                    list(self.names), L, list(self.lookup_tags),
+                    np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64))
+
+
+def _coo(rows: np.ndarray, terms: list, m: int) -> list:
+    """COO parts ``(rows, wires, coeffs)`` of ``m`` linear combinations; zero coefficients dropped."""
+    out = []
+    for w, c in terms:
+        w = np.broadcast_to(np.asarray(w, dtype=np.int64).reshape(-1), (m,))
+        c = np.broadcast_to(np.asarray(c, dtype=np.int64).reshape(-1), (m,))
+        keep = c != 0
+        if keep.all():
+            out.append((rows, w, c))
+        elif keep.any():
+            out.append((rows[keep], w[keep], c[keep]))
+    return out
+
+
+def _from_parts(parts: list, n_rows: int) -> _Matrix:
+    if not parts:
+        z = np.zeros(0, dtype=np.int64)
+        return _Matrix.from_coo(z, z, z, n_rows)
+    return _Matrix.from_coo(*(np.concatenate([p[i] for p in parts]) for i in range(3)), n_rows)

@@ -300,6 +300,7 @@ def setup(circuit: Circuit, system: str = "groth16", ptau_file: str | None = Non
     ``create=False`` returns only keys this machine has made before (else :class:`ToolMissing`),
     and never generates powers of tau.
     """
+    circuit.require_r1cs(f"snarkjs {system}")
     if system not in SYSTEMS:
         raise ValueError(f"zk.setup: unknown system {system!r}; snarkjs systems are {SYSTEMS}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -314,9 +315,9 @@ def setup(circuit: Circuit, system: str = "groth16", ptau_file: str | None = Non
         if os.path.exists(vkey) and os.path.exists(used):
             return Keys(system, zkey, json.load(open(vkey)), open(used).read())
         if not create and system == "groth16":
-            raise ToolMissing(f"no Groth16 setup of this circuit on this machine: pass the verification key of a "
-                              f"setup you trust (verification_key= / --vkey), or its proving key (zkey= / --zkey), "
-                              f"or run zk.setup(circuit) yourself and give the prover its zkey")
+            raise ToolMissing("no Groth16 setup of this circuit on this machine: pass the verification key of a "
+                              "setup you trust (verification_key= / --vkey), or its proving key (zkey= / --zkey), "
+                              "or run zk.setup(circuit) yourself and give the prover its zkey")
         pt = ptau_file or ptau(power, log, create=create)
         log(f"setup: {system} keys for {circuit.r1cs.n_constraints} constraints")
         if system == "groth16":
@@ -348,6 +349,7 @@ def verification_key(circuit: Circuit, system: str, vkey=None, zkey: str | None 
     deterministic PLONK setup from ``ptau_file`` or this machine's powers of tau, or this machine's own
     Groth16 setup of the circuit. Raises :class:`ToolMissing` when none is available.
     """
+    circuit.require_r1cs(f"snarkjs {system}")
     if vkey is not None:
         return _read_vkey(vkey, system, circuit)
     if zkey is not None:
@@ -374,6 +376,7 @@ def prove(circuit: Circuit, wit: Witness, system: str = "groth16", ptau_file: st
     ``keys`` from a setup the verifier trusts (:func:`setup`); by default this machine's own setup
     (cached per circuit).
     """
+    circuit.require_r1cs(f"snarkjs {system}")
     if system not in SYSTEMS:
         raise ValueError(f"zk.prove: unknown system {system!r}; snarkjs systems are {SYSTEMS} "
                          f"(the native transparent prover is zk.prove(..., system='ligero'))")

@@ -71,8 +71,8 @@ def exp_unit(L: "Lowering", z_terms: list, n: int, kind: str, nonpositive: bool 
     # t = 2^f·k + r,  r ∈ [0, 2^f)
     kk = b.alloc(n)
     b.fill(kk, lambda W: W[t] >> f)
-    r = G.decompose(b, [(t, 1), (kk, -(1 << f))], 0, f, f"{kind}.frac")
-    r_terms = [(r[:, i], 1 << i) for i in range(f)]
+    r_terms = [(t, 1), (kk, -(1 << f))]
+    G.fits(b, r_terms, 0, f, f"{kind}.frac")
     # p = one + rescale(r·(c1 + rescale(c2·r)))
     c1, c2 = const(EXP2_C1, dt), const(1.0 - EXP2_C1, dt)
     rv = lambda W: W[t] - (W[kk] << f)  # noqa: E731
@@ -103,9 +103,9 @@ def exp_unit(L: "Lowering", z_terms: list, n: int, kind: str, nonpositive: bool 
     rem = b.alloc(n)
     b.fill(rem, lambda W: (dt.one + W[v]) - W[e] * W[pw])
     b.constrain([(e, 1)], [(pw, 1)], [(v, 1), (ONE, dt.one), (rem, -1)], f"{kind}.shift")
-    G.decompose(b, [(rem, 1)], 0, C, f"{kind}.shift.rem")
-    G.decompose(b, [(pw, 1), (rem, -1)], -1, C, f"{kind}.shift.rem")
-    G.decompose(b, [(e, 1)], 0, f + 2, f"{kind}.exp.range")
+    G.fits(b, [(rem, 1)], 0, C, f"{kind}.shift.rem")
+    G.fits(b, [(pw, 1), (rem, -1)], -1, C, f"{kind}.shift.rem")
+    G.fits(b, [(e, 1)], 0, f + 2, f"{kind}.exp.range")
     if kp is None:
         return e
     # upward shift by kp < 2^nbp: kp ≥ w − 1 − f already overflows the dtype, so nbp bits suffice
@@ -140,7 +140,7 @@ def _softmax(L: "Lowering", op: P.Softmax, x):
     b.fill(m, lambda W: np.where(keep, W[X], np.iinfo(np.int64).min).max(axis=1))
     mk = m[row]
     xf = X.reshape(-1)[idx]
-    G.decompose(b, [(mk, 1), (xf, -1)], 0, w + 1, "softmax.max", "row maximum")
+    G.fits(b, [(mk, 1), (xf, -1)], 0, w + 1, "softmax.max", "row maximum")
     sel = b.alloc(N)
     b.fill(sel, lambda W: (np.arange(K)[None, :] == np.where(keep, W[X], np.iinfo(np.int64).min)
                            .argmax(axis=1)[:, None]).reshape(-1)[idx].astype(np.int64))
@@ -159,8 +159,8 @@ def _softmax(L: "Lowering", op: P.Softmax, x):
     b.fill(rem2, lambda W: (W[e] << f) - W[s] * lc_value(W, S_terms))
     b.constrain([(s, 1)], S_terms, [(e, 1 << f), (rem2, -1)], "softmax.divide")
     db = f + 3 + max(1, math.ceil(math.log2(K)))
-    G.decompose(b, [(rem2, 1)], 0, db, "softmax.divide.rem")
-    G.decompose(b, S_terms + [(rem2, -1)], -1, db, "softmax.divide.rem")
+    G.fits(b, [(rem2, 1)], 0, db, "softmax.divide.rem")
+    G.fits(b, S_terms + [(rem2, -1)], -1, db, "softmax.divide.rem")
     G.range_check(b, s, dt, "softmax.range")
     return (out,)
 
@@ -179,8 +179,8 @@ def _div(L: "Lowering", op: P.Div, a, c):
     r = [(fa, 1 << f), (qc, -1)]
     sr = G.product(b, [(pos, 2), (ONE, -1)], r, "div.remainder")
     rho = [(sr, 2), (absc, 1)]
-    G.decompose(b, rho, 0, w + 1, "div.remainder.low", "remainder")
-    G.decompose(b, [(absc, 2)] + [(wi, -c) for wi, c in rho], -1, w + 1, "div.remainder.high", "remainder")
+    G.fits(b, rho, 0, w + 1, "div.remainder.low", "remainder")
+    G.fits(b, [(absc, 2)] + [(wi, -c) for wi, c in rho], -1, w + 1, "div.remainder.high", "remainder")
     G.range_check(b, q, dt, "div.range")
     return (out,)
 
@@ -196,11 +196,11 @@ def _sqrt(L: "Lowering", op: P.Sqrt, a):
     out = L.output(op, (a,))
     fa, q = _flat(a), _flat(out)
     nq = root_bits(dt)
-    G.decompose(b, [(q, 1)], 0, nq, "sqrt.root", "square root")
+    G.fits(b, [(q, 1)], 0, nq, "sqrt.root", "square root")
     qq = G.product(b, [(q, 1)], [(q, 1)], "sqrt.square")
     gap = nq + 2                                         # both gaps are at most 2q < 2^(nq + 1)
-    G.decompose(b, [(fa, 1 << f), (qq, -1)], 0, gap, "sqrt.below", "square root gap")
-    G.decompose(b, [(qq, 1), (q, 2), (fa, -(1 << f))], 0, gap, "sqrt.above", "square root gap")
+    G.fits(b, [(fa, 1 << f), (qq, -1)], 0, gap, "sqrt.below", "square root gap")
+    G.fits(b, [(qq, 1), (q, 2), (fa, -(1 << f))], 0, gap, "sqrt.above", "square root gap")
     return (out,)
 
 
@@ -222,18 +222,18 @@ def _log(L: "Lowering", op: P.Log, s):
     b.constrain([(hf, 1)], [(hf, 1), (ONE, -1)], [], "log.length")
     b.constrain([(h[:, i], 1) for i in range(span)], [(ONE, 1)], [(ONE, 1)], "log.length")
     pw = [(h[:, i], 1 << i) for i in range(span)]
-    G.decompose(b, [(fs, 1)] + [(wi, -c) for wi, c in pw], 0, w, "log.length.low", "bit length")
-    G.decompose(b, [(wi, 2 * c) for wi, c in pw] + [(fs, -1)], -1, w, "log.length.high", "bit length")
+    G.fits(b, [(fs, 1)] + [(wi, -c) for wi, c in pw], 0, w, "log.length.low", "bit length")
+    G.fits(b, [(wi, 2 * c) for wi, c in pw] + [(fs, -1)], -1, w, "log.length.high", "bit length")
     # mant·2^n = s·2^f − rem,  0 ≤ rem < 2^n
     mant = b.alloc(n)
     b.fill(mant, lambda W: (W[fs] << f) >> bitlen(W))
     rem = b.alloc(n)
     b.fill(rem, lambda W: (W[fs] << f) - (W[mant] << bitlen(W)))
     b.constrain([(mant, 1)], pw, [(fs, 1 << f), (rem, -1)], "log.mantissa")
-    G.decompose(b, [(rem, 1)], 0, w, "log.mantissa.rem")
-    G.decompose(b, [(wi, c) for wi, c in pw] + [(rem, -1)], -1, w, "log.mantissa.rem")
+    G.fits(b, [(rem, 1)], 0, w, "log.mantissa.rem")
+    G.fits(b, [(wi, c) for wi, c in pw] + [(rem, -1)], -1, w, "log.mantissa.rem")
     # u = mant − one ∈ [0, 2^f);  log2m = rescale(u·(C1 − rescale((C1 − 1)·u)))
-    G.decompose(b, [(mant, 1)], -dt.one, f, "log.mantissa.range")
+    G.fits(b, [(mant, 1)], -dt.one, f, "log.mantissa.range")
     c1, c2 = const(LOG2_C1, dt), const(LOG2_C1 - 1.0, dt)
     u = [(mant, 1), (ONE, -dt.one)]
     uv = lambda W: W[mant] - dt.one  # noqa: E731
@@ -274,7 +274,7 @@ def _argmax_mask(L: "Lowering", op: P.ArgMaxMask, x):
     b.constrain([(sf, 1)], [(mk, 1), (xf, -1)], [], "argmax.select")
     prefix = [(np.repeat(sel[:, i], K), (np.arange(K) >= i).astype(np.int64)[None, :].repeat(R, 0).reshape(-1))
               for i in range(K)]
-    G.decompose(b, [(mk, 1), (xf, -1)] + prefix, -1, w + 1, "argmax.first", "row maximum")
+    G.fits(b, [(mk, 1), (xf, -1)] + prefix, -1, w + 1, "argmax.first", "row maximum")
     o = _flat(out)
     b.constrain([(sf, dt.one)], [(ONE, 1)], [(o, 1)], "argmax")
     return (out,)

@@ -87,6 +87,8 @@ def describe(circuit) -> dict[str, Any]:
         "constraints": int(circuit.r1cs.n_constraints),
         "wires": int(circuit.r1cs.n_wires),
     }
+    if circuit.r1cs.L is not None:
+        d["lookups"] = int(circuit.r1cs.n_lookups)
     return d
 
 
@@ -114,7 +116,8 @@ def render(d: Mapping[str, Any]) -> str:
     return (f"{head} in {d['dtype']} over {fld}: "
             f"public outputs ({count(d['public_outputs'])} values): {listing(d['public_outputs'])}; "
             f"public inputs ({count(d['public_inputs'])} values): {listing(d['public_inputs'])}; "
-            f"private: {private}; {d['constraints']} constraints, {d['wires']} wires")
+            f"private: {private}; {d['constraints']} constraints, {d['wires']} wires"
+            + (f", {d['lookups']} lookups into [0, 256)" if "lookups" in d else ""))
 
 
 def digest(circuit) -> bytes:

@@ -85,10 +85,12 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
         circuit.assert_satisfied(values)
     t0 = time.perf_counter()
     pc = prepare(circuit.r1cs)
-    p = params or choose(pc.n_wires, pc.n_constraints, target_bits)
+    p = params or choose(pc.n_wires, pc.n_constraints, target_bits, lookups=pc.n_lookups)
     if log:
-        log(f"ligero: {pc.n_constraints} constraints, {pc.n_wires} wires; k={p.k} t={p.t} n={p.n} σ={p.sigma} "
-            f"({soundness_bits(p):.1f} bits)")
+        lk = f", {pc.n_lookups} lookups" if pc.n_lookups else ""
+        sl = f" σL={p.lookup_sigma}" if pc.n_lookups else ""
+        log(f"ligero: {pc.n_constraints} constraints, {pc.n_wires} wires{lk}; k={p.k} t={p.t} n={p.n} σ={p.sigma}"
+            f"{sl} ({soundness_bits(p, lookups=pc.n_lookups):.1f} bits)")
     proof = prove_prepared(pc, values, p, circuit.statement(), circuit.r1cs.n_pub_out, rng=rng, log=log,
                            digest=_digest(circuit))
     proof.timings["prove"] = time.perf_counter() - t0

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..r1cs import R1CS
+from ..r1cs import R1CS, TABLE_BITS
 from . import gf
 
 __all__ = ["Prepared", "prepare", "digest"]
@@ -41,6 +41,11 @@ class Prepared:
     r1cs: R1CS
     digest: bytes
     mats: tuple
+    L: _Mat | None = None            # lookup rows (see :mod:`.lookup`)
+
+    @property
+    def n_lookups(self) -> int:
+        return self.r1cs.n_lookups
 
     @property
     def n_wires(self) -> int:
@@ -56,10 +61,16 @@ class Prepared:
 
 
 def digest(r: R1CS) -> bytes:
-    """SHA-256 of the constraint system (sizes, and every matrix's CSR arrays); independent of the field."""
+    """SHA-256 of the constraint system (sizes, every matrix's CSR arrays, and the lookup matrix and table
+    size if it has lookups); independent of the field."""
     h = hashlib.sha256(b"circuitgrad-r1cs-v1")
     h.update(np.array([r.n_wires, r.n_pub_out, r.n_pub_in, r.n_prv_in, r.n_constraints], dtype="<i8").tobytes())
-    for m in (r.A, r.B, r.C):
+    mats = (r.A, r.B, r.C)
+    if r.L is not None:
+        h.update(b"lookups")
+        h.update(np.array([r.n_lookups, TABLE_BITS], dtype="<i8").tobytes())
+        mats += (r.L,)
+    for m in mats:
         for arr in (m.ptr, m.wires, m.coeffs):
             h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
     return h.digest()
@@ -77,6 +88,7 @@ def prepare(r: R1CS) -> Prepared:
     """The prepared circuit (cached on the R1CS object)."""
     cached = getattr(r, "_ligero_prepared", None)
     if cached is None:
-        cached = Prepared(r, digest(r), tuple(_mat(m, r.n_wires) for m in (r.A, r.B, r.C)))
+        cached = Prepared(r, digest(r), tuple(_mat(m, r.n_wires) for m in (r.A, r.B, r.C)),
+                          None if r.L is None else _mat(r.L, r.n_wires))
         r._ligero_prepared = cached
     return cached

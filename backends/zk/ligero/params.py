@@ -16,7 +16,11 @@ from dataclasses import dataclass
 
 from . import gf
 
-__all__ = ["Params", "soundness_bits", "round_errors", "choose", "proof_bytes", "TARGET_BITS", "HASH_BITS"]
+__all__ = ["Params", "soundness_bits", "round_errors", "lookup_error", "lookup_sigma", "choose", "proof_bytes",
+           "TARGET_BITS", "HASH_BITS", "TABLE"]
+
+#: entries of the lookup table ``[0, 2^TABLE_BITS)``
+TABLE = 1 << 8
 
 #: default soundness target (bits), checked by a test; the verifier refuses proofs below it
 TARGET_BITS = 100
@@ -30,6 +34,7 @@ class Params:
     t: int          # opened columns, and masking coefficients per row
     n: int          # codeword length (a power of two)
     sigma: int      # repetitions of each test
+    lookup_sigma: int = 0   # independent logUp challenges (0: the circuit has no lookups)
 
     @property
     def K(self) -> int:
@@ -56,6 +61,8 @@ class Params:
             raise ValueError(f"Ligero parameter t={self.t} must lie in [1, n={self.n}]")
         if self.sigma < 1:
             raise ValueError(f"Ligero parameter sigma={self.sigma} must be at least 1")
+        if self.lookup_sigma < 0:
+            raise ValueError(f"Ligero parameter lookup_sigma={self.lookup_sigma} must not be negative")
         if self.t > self.k:
             raise ValueError(f"Ligero parameters k={self.k}, t={self.t}: the masking coefficients (t) must not "
                              f"outnumber the message values (k)")
@@ -98,15 +105,40 @@ def round_errors(p: Params, field_bits: float = math.log2(gf.P)) -> tuple[float,
     return e1, e2
 
 
-def soundness_bits(p: Params, field_bits: float = math.log2(gf.P), hash_bits: int = HASH_BITS) -> float:
-    """Security level λ of the non-interactive argument, in bits.
+def lookup_error(lookups: int, sigma: int, field_bits: float = math.log2(gf.P)) -> float:
+    """``log2`` of the logUp round's soundness error: ``((N + |T|)/|F|)^σ_L`` (−∞ without lookups).
 
-    ``ε_K = max(ε₁, ε₂)`` (:func:`round_errors`) is the round-by-round knowledge error. Fiat–Shamir
+    With ``v`` fixed by the first commitment, ``Σ 1/(α − vᵢ) − Σ m_j/(α − j)`` is a nonzero rational
+    function unless every ``vᵢ`` is in the table with multiplicity ``m_j`` (``N < p``); cleared of
+    denominators it has degree below ``N + |T|``, so a random ``α`` is a root with probability at most
+    ``(N + |T|)/|F|`` (Haböck, *Multivariate lookups based on logarithmic derivatives*, 2022, Lemma 5).
+    ``σ_L`` independent challenges multiply.
+    """
+    if lookups == 0:
+        return -math.inf
+    return sigma * (math.log2(lookups + TABLE) - field_bits)
+
+
+def lookup_sigma(lookups: int, target_bits: float = 100, field_bits: float = math.log2(gf.P)) -> int:
+    """The fewest logUp challenges that keep :func:`lookup_error` below ``2^−(target_bits + 1)``."""
+    if lookups == 0:
+        return 0
+    return max(1, math.ceil((target_bits + 1) / (field_bits - math.log2(lookups + TABLE))))
+
+
+def soundness_bits(p: Params, field_bits: float = math.log2(gf.P), hash_bits: int = HASH_BITS,
+                   lookups: int = 0) -> float:
+    """Security level λ of the non-interactive argument, in bits (``lookups``: the circuit's count).
+
+    ``ε_K = max(ε₁, ε₂, ε_L)`` (:func:`round_errors`, :func:`lookup_error`) is the round-by-round
+    knowledge error; a circuit with lookups and ``lookup_sigma = 0`` has no sound argument (λ = 0). Fiat–Shamir
     with a ``κ``-bit random oracle then gives ``ε(T) ≤ T·ε_K + 4.5·T²/2^κ`` for a prover making
     ``T`` hash queries (ibid., Thm 5.1). λ is the largest value with
     ``ε_K + 4.5·2^(λ−κ) ≤ 2^−λ``: a prover needs ``2^λ`` work per unit of success probability.
     """
-    eK = max(round_errors(p, field_bits))
+    if lookups and p.lookup_sigma < 1:
+        return 0.0
+    eK = max(*round_errors(p, field_bits), lookup_error(lookups, p.lookup_sigma, field_bits))
     lo, hi = 0.0, min(-eK, float(hash_bits))
     for _ in range(80):
         lam = (lo + hi) / 2
@@ -117,19 +149,20 @@ def soundness_bits(p: Params, field_bits: float = math.log2(gf.P), hash_bits: in
     return lo
 
 
-def _rows(cells_z: int, cells_q: int, k: int) -> int:
-    return -(-cells_z // k) + 3 * -(-cells_q // k)
+def _rows(cells_z: int, cells_q: int, k: int, lookups: int = 0, sl: int = 0) -> int:
+    lk = (1 + sl) * (-(-lookups // k) + -(-TABLE // k)) if lookups else 0
+    return -(-cells_z // k) + 3 * -(-cells_q // k) + lk
 
 
-def proof_bytes(p: Params, n_wires: int, n_constraints: int) -> int:
+def proof_bytes(p: Params, n_wires: int, n_constraints: int, lookups: int = 0) -> int:
     """Proof size estimate: opened columns, Merkle siblings and the σ test polynomials."""
-    rows = _rows(n_wires, n_constraints, p.k) + 3 * p.sigma
-    sib = p.t * max(1.0, math.log2(p.n / p.t)) * 32
+    rows = _rows(n_wires, n_constraints, p.k, lookups, p.lookup_sigma) + 3 * p.sigma
+    sib = p.t * max(1.0, math.log2(p.n / p.t)) * 32 * (2 if lookups else 1)
     return int(8 * p.t * rows + 16 * p.t + sib + 8 * p.sigma * (p.K + p.lin_len + p.quad_len))
 
 
 def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, sigma: int | None = None,
-           blowup: int = 4) -> Params:
+           blowup: int = 4, lookups: int = 0) -> Params:
     """Parameters meeting ``target_bits`` with the smallest estimated proof.
 
     ``k`` ranges over powers of two and ``n = blowup·k``. ``t`` is the smallest number
@@ -146,13 +179,13 @@ def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, s
             if 2 * (k + t) - 1 > n:
                 break
             s = sigma or max(1, math.ceil((target_bits + 1) / (fb - math.log2(n + 2))))
-            cand = Params(k, t, n, s)
-            if soundness_bits(cand) >= target_bits:
+            cand = Params(k, t, n, s, lookup_sigma(lookups, target_bits))
+            if soundness_bits(cand, lookups=lookups) >= target_bits:
                 pr = cand
                 break
         if pr is None:
             continue
-        cost = proof_bytes(pr, n_wires, n_constraints)
+        cost = proof_bytes(pr, n_wires, n_constraints, lookups)
         if best is None or cost < best[0]:
             best = (cost, pr)
     if best is None:

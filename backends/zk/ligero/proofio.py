@@ -1,4 +1,4 @@
-"""The ``.proof`` file format of native Ligero proofs (version 1).
+"""The ``.proof`` file format of native Ligero proofs (version 1, and version 2 with lookups).
 
 All integers are little-endian::
 
@@ -18,6 +18,17 @@ All integers are little-endian::
     nsib     u32                       Merkle siblings
     siblings nsib × 32 bytes
     check    32 bytes                  SHA-256 of everything above
+
+Version 2 is written for circuits with lookups (:mod:`.lookup`). Its header
+has two more keys, ``lookups`` and ``lookup_sigma``, and the second commitment
+follows the siblings (before ``check``)::
+
+    root2     32 bytes                 Merkle root of the lookup commitment
+    rows2     u32                      its rows (σL·(mv + mm))
+    columns2  rows2·t × u64            its opened columns (the same t columns)
+    salts2    t × 16 bytes
+    nsib2     u32
+    siblings2 nsib2 × 32 bytes
 
 The header is also absorbed into the Fiat–Shamir transcript, so it cannot
 be altered without invalidating the proof. :func:`load` rejects every
@@ -40,18 +51,23 @@ from .protocol import PROTOCOL, LigeroProof
 __all__ = ["save", "load", "dumps", "loads", "MAGIC", "VERSION"]
 
 MAGIC = b"CGLIGERO"
-VERSION = 1
+VERSION = 2
 _KEYS = {"protocol": str, "field": str, "hash": str, "k": int, "t": int, "n": int, "sigma": int,
          "circuit_sha256": str, "n_public": int, "public_outputs": int, "statement": str}
+_KEYS2 = dict(_KEYS, lookups=int, lookup_sigma=int)
 
 
 def dumps(proof: LigeroProof) -> bytes:
     head = json.dumps(proof.header(), sort_keys=True).encode()
-    parts = [MAGIC, struct.pack("<HI", VERSION, len(head)), head,
+    parts = [MAGIC, struct.pack("<HI", 2 if proof.lookups else 1, len(head)), head,
              np.ascontiguousarray(proof.public, dtype="<u8").tobytes(), proof.root]
     parts += [np.ascontiguousarray(a, dtype="<u8").tobytes() for a in (proof.u, proof.q, proof.h)]
     parts += [struct.pack("<I", proof.columns.shape[0]), np.ascontiguousarray(proof.columns, dtype="<u8").tobytes()]
     parts += list(proof.salts) + [struct.pack("<I", len(proof.siblings))] + list(proof.siblings)
+    if proof.lookups:
+        parts += [proof.root2, struct.pack("<I", proof.columns2.shape[0]),
+                  np.ascontiguousarray(proof.columns2, dtype="<u8").tobytes()]
+        parts += list(proof.salts2) + [struct.pack("<I", len(proof.siblings2))] + list(proof.siblings2)
     body = b"".join(parts)
     return body + hashlib.sha256(body).digest()
 
@@ -90,17 +106,19 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     r = _Reader(body, name)
     r.take(8, "magic")
     version, hlen = struct.unpack("<HI", r.take(6, "version"))
-    if version != VERSION:
-        raise FormatError(f"{name}: proof format version {version} is not supported (this is version {VERSION})")
+    if version not in (1, VERSION):
+        raise FormatError(f"{name}: proof format version {version} is not supported (this reads versions 1 "
+                          f"and {VERSION})")
     if hashlib.sha256(body).digest() != check:
         raise FormatError(f"{name}: checksum mismatch: the file is corrupted or was modified")
     try:
         head = json.loads(r.take(hlen, "header").decode())
     except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
         raise FormatError(f"{name}: header is not valid JSON ({printable(str(e))[:200]})") from None
-    if not isinstance(head, dict) or set(head) != set(_KEYS):
-        raise FormatError(f"{name}: header must have exactly the keys {sorted(_KEYS)}")
-    for key, typ in _KEYS.items():
+    keys = _KEYS2 if version == 2 else _KEYS
+    if not isinstance(head, dict) or set(head) != set(keys):
+        raise FormatError(f"{name}: a version {version} header must have exactly the keys {sorted(keys)}")
+    for key, typ in keys.items():
         if not isinstance(head[key], typ) or isinstance(head[key], bool):
             raise FormatError(f"{name}: header field {key!r} must be {typ.__name__}")
     if head["protocol"] != PROTOCOL:
@@ -109,7 +127,10 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
         raise FormatError(f"{name}: proof is over the field {head['field'][:80]!r}, this prover's is {gf.P}")
     if head["hash"] != "sha256":
         raise FormatError(f"{name}: hash {head['hash'][:80]!r} is not supported")
-    p = Params(head["k"], head["t"], head["n"], head["sigma"])
+    lookups, sl = (head["lookups"], head["lookup_sigma"]) if version == 2 else (0, 0)
+    if version == 2 and not (lookups > 0 and sl > 0):
+        raise FormatError(f"{name}: a version 2 proof must have lookups and lookup_sigma ≥ 1")
+    p = Params(head["k"], head["t"], head["n"], head["sigma"], sl)
     try:
         p.validate()
     except ValueError as e:
@@ -137,10 +158,22 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     if nsib > p.t * p.n.bit_length():
         raise FormatError(f"{name}: {nsib} Merkle siblings is more than {p.t} openings can need")
     siblings = [r.take(32, "Merkle siblings") for _ in range(nsib)]
+    proof = LigeroProof(p, digest, public, head["public_outputs"], head["statement"], root, u, q, h, columns,
+                        salts, siblings, lookups=lookups)
+    if lookups:
+        proof.root2 = r.take(32, "lookup Merkle root")
+        (rows2,) = struct.unpack("<I", r.take(4, "lookup row count"))
+        if rows2 < 2 * sl:
+            raise FormatError(f"{name}: {rows2} lookup rows cannot hold {sl} challenges' inverses and table terms")
+        proof.columns2 = r.field(rows2 * p.t, "opened lookup columns").reshape(rows2, p.t)
+        proof.salts2 = [r.take(16, "lookup salts") for _ in range(p.t)]
+        (nsib2,) = struct.unpack("<I", r.take(4, "lookup sibling count"))
+        if nsib2 > p.t * p.n.bit_length():
+            raise FormatError(f"{name}: {nsib2} Merkle siblings is more than {p.t} openings can need")
+        proof.siblings2 = [r.take(32, "lookup Merkle siblings") for _ in range(nsib2)]
     if r.pos != len(body):
         raise FormatError(f"{name}: {len(body) - r.pos} unexpected bytes after the proof")
-    return LigeroProof(p, digest, public, head["public_outputs"], head["statement"], root, u, q, h, columns,
-                       salts, siblings)
+    return proof
 
 
 def load(path: str) -> LigeroProof:

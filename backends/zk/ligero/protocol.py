@@ -21,6 +21,12 @@ values and every message.
   ``h = (Σ rᵢ (pₐᵢ pᵦᵢ − p꜀ᵢ) + mask) / (X^k − 1)``, which is a polynomial
   only if every product vanishes on H.
 
+A circuit with lookups (``range_checks="lookup"``) adds the rows ``v | m`` to
+this commitment and a second commitment ``h | g`` after the lookup challenges
+(:mod:`.lookup`): the linear and quadratic tests then cover the lookup
+constraints too, over the rows of both commitments, and the verifier opens
+the same ``t`` columns of both.
+
 The verifier then opens ``t`` columns and checks every test's polynomial
 against the opened values. The masks are a random polynomial of degree
 < K; a random polynomial of degree < K + k − 1 with ``Σ_H = 0``; and
@@ -38,7 +44,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import gf, merkle
+from . import gf, lookup, merkle
 from .circuitdata import Prepared
 from .params import Params, soundness_bits
 from .transcript import Transcript
@@ -71,17 +77,25 @@ class LigeroProof:
     siblings: list                  # Merkle siblings (32 bytes each)
     timings: dict = field(default_factory=dict)
     system: str = "ligero"
+    lookups: int = 0                # the circuit's lookups; with lookups, the second commitment:
+    root2: bytes = b""
+    columns2: np.ndarray | None = None   # (σL·(mv + mm), t)
+    salts2: list = field(default_factory=list)
+    siblings2: list = field(default_factory=list)
 
     def header(self) -> dict:
         """The header that the file format stores and the transcript absorbs."""
         p = self.params
-        return {"protocol": PROTOCOL, "field": str(gf.P), "hash": merkle.HASH, "k": p.k, "t": p.t, "n": p.n,
+        head = {"protocol": PROTOCOL, "field": str(gf.P), "hash": merkle.HASH, "k": p.k, "t": p.t, "n": p.n,
                 "sigma": p.sigma, "circuit_sha256": self.circuit_digest.hex(), "n_public": int(len(self.public)),
                 "public_outputs": int(self.public_outputs), "statement": self.statement}
+        if self.lookups:
+            head.update(lookups=int(self.lookups), lookup_sigma=p.lookup_sigma)
+        return head
 
     @property
     def soundness_bits(self) -> float:
-        return soundness_bits(self.params)
+        return soundness_bits(self.params, lookups=self.lookups)
 
     def save(self, path: str) -> None:
         from .proofio import save
@@ -95,29 +109,44 @@ class LigeroProof:
 
 @dataclass
 class _Layout:
-    """Row ranges of the committed matrix."""
+    """Row ranges of the two committed matrices, stacked: round 1 (witness, lookup values, masks), round 2."""
     k: int
     mz: int
     mq: int
     sigma: int
+    lk: lookup.Shape
 
     @property
     def mw(self) -> int:
-        return self.mz + 3 * self.mq
+        """Witness rows of round 1."""
+        return self.mz + 3 * self.mq + self.lk.first
 
     def block(self, name: str) -> slice:
-        mz, mq, s, mw = self.mz, self.mq, self.sigma, self.mw
+        mz, mq, s, mw, mv = self.mz, self.mq, self.sigma, self.mw, self.lk.mv
+        c = mz + 3 * mq
         return {"z": slice(0, mz), "a": slice(mz, mz + mq), "b": slice(mz + mq, mz + 2 * mq),
-                "c": slice(mz + 2 * mq, mw), "w": slice(0, mw), "prox": slice(mw, mw + s),
-                "lin": slice(mw + s, mw + 2 * s), "quad": slice(mw + 2 * s, mw + 3 * s)}[name]
+                "c": slice(mz + 2 * mq, c), "v": slice(c, c + mv), "prox": slice(mw, mw + s),
+                "lin": slice(mw + s, mw + 2 * s), "quad": slice(mw + 2 * s, mw + 3 * s),
+                "h": slice(self.rows, self.rows + self.lk.sl * mv), "round2": slice(self.rows, self.total)}[name]
+
+    @property
+    def w(self) -> np.ndarray:
+        """Every witness row of both rounds (the rows the proximity and linear tests combine)."""
+        return np.r_[0:self.mw, self.rows:self.total]
 
     @property
     def rows(self) -> int:
+        """Rows of the round-1 matrix."""
         return self.mw + 3 * self.sigma
+
+    @property
+    def total(self) -> int:
+        return self.rows + self.lk.second
 
 
 def _layout(pc: Prepared, p: Params) -> _Layout:
-    return _Layout(p.k, -(-pc.n_wires // p.k), max(1, -(-pc.n_constraints // p.k)), p.sigma)
+    return _Layout(p.k, -(-pc.n_wires // p.k), max(1, -(-pc.n_constraints // p.k)), p.sigma,
+                   lookup.Shape(pc.n_lookups, p.k, p.lookup_sigma if pc.n_lookups else 0))
 
 
 def _as_rows(v: np.ndarray, m: int, k: int) -> np.ndarray:
@@ -133,16 +162,22 @@ def _transcript(header: dict, public: np.ndarray) -> Transcript:
     return T
 
 
-def _linear_rows(pc: Prepared, lay: _Layout, T: Transcript, s: int) -> tuple[np.ndarray, int]:
-    """Challenge ``s`` of the linear test: coefficient rows (mw, k) over the committed cells, and the target."""
+def _linear_rows(pc: Prepared, lay: _Layout, T: Transcript, s: int,
+                 alphas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Challenge ``s`` of the linear test: coefficient rows over the witness rows of both rounds
+    (``lay.w`` order, ``k`` columns), and the public coefficients."""
     M = pc.n_constraints
     ra, rb, rc = (T.field(f"lin{s}.{x}", M) for x in "abc")
     rp = T.field(f"lin{s}.public", pc.n_public + 1)
     A, B, C = pc.mats
     rz = gf.neg(gf.add(gf.add(A.apply_t(ra), B.apply_t(rb)), C.apply_t(rc)))
     rz[:pc.n_public + 1] = gf.add(rz[:pc.n_public + 1], rp)
+    extra = []
+    if lay.lk.n:
+        rz, R1, R2 = lookup.linear_rows(pc, lay.lk, T, s, alphas, rz)
+        extra = [R1, R2]
     R = np.concatenate([_as_rows(rz, lay.mz, lay.k), _as_rows(ra, lay.mq, lay.k), _as_rows(rb, lay.mq, lay.k),
-                        _as_rows(rc, lay.mq, lay.k)])
+                        _as_rows(rc, lay.mq, lay.k)] + extra)
     return R, rp
 
 
@@ -171,18 +206,18 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     rnd = _Randomness(rng)
     timings, t0 = {}, time.perf_counter()
     lay = _layout(pc, p)
+    if pc.n_lookups and p.lookup_sigma < 1:
+        raise ValueError(f"ligero: the circuit has {pc.n_lookups} lookups, so lookup_sigma must be at least 1")
     K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
     z = gf.reduce(np.asarray(values))
     if len(z) != pc.n_wires:
         raise ValueError(f"ligero: the witness has {len(z)} values, the circuit {pc.n_wires} wires")
     A, B, C = pc.mats
-    X = np.concatenate([_as_rows(z, lay.mz, k)] + [_as_rows(M.apply(z), lay.mq, k) for M in (A, B, C)])
-    # encode: p_i = interp_H(x_i) + (X^k − 1)·ρ_i
-    coeffs = np.zeros((lay.mw, K), dtype=np.int64)
-    coeffs[:, :k] = gf.intt(X)
-    rho = rnd.field((lay.mw, t))
-    coeffs[:, :t] = gf.sub(coeffs[:, :t], rho)
-    coeffs[:, k:] = rho
+    X = [_as_rows(z, lay.mz, k)] + [_as_rows(M.apply(z), lay.mq, k) for M in (A, B, C)]
+    if lay.lk.n:
+        rows, lv, lm = lookup.first_rows(pc, z, lay.lk)
+        X.append(rows)
+    coeffs = _encode(np.concatenate(X), p, rnd)
     prox_mask = rnd.field((sg, K))
     lin_mask = rnd.field((sg, p.lin_len))
     lin_mask[:, 0] = gf.neg(gf.sum_mod(lin_mask[:, k::k], axis=1))            # Σ_H mask = k·Σ_{j≡0 (k)} = 0
@@ -195,43 +230,83 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     timings["encode"] = time.perf_counter() - t0
     say(f"encoded {lay.rows} rows × {n} columns")
     t0 = time.perf_counter()
-    blob = rnd.bytes(16 * n)
-    salts = [blob[16 * i:16 * i + 16] for i in range(n)]
-    tree = merkle.Tree(merkle.leaves(U.T, salts))
+    salts, tree = _commit(U, n, rnd)
     timings["commit"] = time.perf_counter() - t0
     proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
-                        None, None, None, None, None, None)
-    t0 = time.perf_counter()
+                        None, None, None, None, None, None, lookups=pc.n_lookups)
     T = _transcript(proof.header(), proof.public)
     T.absorb("root", tree.root)
+    alphas = np.zeros(0, dtype=np.int64)
+    if lay.lk.n:                                                            # round 2: h, g after the challenges
+        t0 = time.perf_counter()
+        alphas = T.field("lookup.alpha", lay.lk.sl)
+        coeffs2 = _encode(lookup.second_rows(lv, lm, alphas, lay.lk), p, rnd)
+        U2 = gf.coset_eval(coeffs2, n)
+        salts2, tree2 = _commit(U2, n, rnd)
+        T.absorb("root2", tree2.root)
+        proof.root2 = tree2.root
+        coeffs, U = np.concatenate([coeffs, coeffs2]), np.concatenate([U, U2])
+        timings["lookup"] = time.perf_counter() - t0
+        say(f"committed {lay.lk.second} lookup rows ({pc.n_lookups} lookups, {lay.lk.sl} challenges)")
+    t0 = time.perf_counter()
     # proximity
-    r = T.field("prox", sg * lay.mw).reshape(sg, lay.mw)
-    proof.u = gf.add(gf.matmul(r, coeffs), prox_mask)
+    W = lay.w
+    Uw = U[W]
+    r = T.field("prox", sg * len(W)).reshape(sg, len(W))
+    proof.u = gf.add(gf.matmul(r, coeffs), prox_mask)                 # coeffs: the rows of lay.w, in order
     T.absorb("u", proof.u.astype("<i8").tobytes())
     # linear
-    Uw = U[lay.block("w")]
     q = np.zeros((sg, p.lin_len), dtype=np.int64)
     for j in range(sg):
-        R, _ = _linear_rows(pc, lay, T, j)
+        R, _ = _linear_rows(pc, lay, T, j, alphas)
         Rd = gf.coset_eval(gf.intt(R), n)
         qd = gf.add(gf.sum_mod(gf.mul(Rd, Uw), axis=0), U[lay.block("lin")][j])
         q[j] = gf.coset_interp(qd)[:p.lin_len]
     proof.q = q
     T.absorb("q", q.astype("<i8").tobytes())
     # quadratic
-    rq = T.field("quad", sg * lay.mq).reshape(sg, lay.mq)
-    prod = gf.sub(gf.mul(U[lay.block("a")], U[lay.block("b")]), U[lay.block("c")])
-    p0 = gf.add(gf.matmul(rq, prod), U[lay.block("quad")])
+    rq = T.field("quad", sg * (lay.mq + lay.lk.sl * lay.lk.mv)).reshape(sg, -1)
+    p0 = gf.add(gf.matmul(rq, _products(U, lay, alphas)), U[lay.block("quad")])
     zh_inv = np.array([gf.inv(v) for v in _zh_on_coset(p).tolist()], dtype=np.int64)
     proof.h = gf.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
     T.absorb("h", proof.h.astype("<i8").tobytes())
     timings["tests"] = time.perf_counter() - t0
     idx = list(columns) if columns is not None else T.indices("columns", t, n)
-    proof.columns = U[:, idx]
+    proof.columns = U[:lay.rows, idx]
     proof.salts = [salts[i] for i in idx]
     proof.siblings = tree.open(idx)
+    if lay.lk.n:
+        proof.columns2 = U[lay.rows:, idx]
+        proof.salts2 = [salts2[i] for i in idx]
+        proof.siblings2 = tree2.open(idx)
     proof.timings = timings
     return proof
+
+
+def _encode(X: np.ndarray, p: Params, rnd: "_Randomness") -> np.ndarray:
+    """Row polynomials ``pᵢ = interp_H(xᵢ) + (X^k − 1)·ρᵢ`` (coefficients, degree < K) of the rows ``X``."""
+    k, t = p.k, p.t
+    coeffs = np.zeros((X.shape[0], p.K), dtype=np.int64)
+    coeffs[:, :k] = gf.intt(X)
+    rho = rnd.field((X.shape[0], t))
+    coeffs[:, :t] = gf.sub(coeffs[:, :t], rho)
+    coeffs[:, k:] = rho
+    return coeffs
+
+
+def _commit(U: np.ndarray, n: int, rnd: "_Randomness") -> tuple[list, merkle.Tree]:
+    """Salted Merkle tree over the columns of ``U``."""
+    blob = rnd.bytes(16 * n)
+    salts = [blob[16 * i:16 * i + 16] for i in range(n)]
+    return salts, merkle.Tree(merkle.leaves(U.T, salts))
+
+
+def _products(U: np.ndarray, lay: _Layout, alphas: np.ndarray) -> np.ndarray:
+    """The quadratic test's rows at any points: ``a∘b − c``, then ``h_s∘(α_s − v) − 1``."""
+    prod = gf.sub(gf.mul(U[lay.block("a")], U[lay.block("b")]), U[lay.block("c")])
+    if not lay.lk.n:
+        return prod
+    return np.concatenate([prod, lookup.quadratic_rows(U[lay.block("v")], U[lay.block("h")], alphas)])
 
 
 class _Randomness:
@@ -255,7 +330,8 @@ def _eval_at(polys: np.ndarray, powers: np.ndarray) -> np.ndarray:
 
 def _canonical(proof: LigeroProof) -> None:
     """Every value a field element in [0, p), every hash and salt the right size (else Reject)."""
-    for name in ("public", "u", "q", "h", "columns"):
+    names = ("public", "u", "q", "h", "columns") + (("columns2",) if proof.lookups else ())
+    for name in names:
         a = getattr(proof, name)
         if not isinstance(a, np.ndarray) or a.dtype != np.int64 or (a.size and (a.min() < 0 or a.max() >= gf.P)):
             raise Reject(f"{name} must hold field elements (int64 in [0, p))")
@@ -265,6 +341,13 @@ def _canonical(proof: LigeroProof) -> None:
         raise Reject("every salt must be 16 bytes")
     if any(not isinstance(x, bytes) or len(x) != 32 for x in proof.siblings):
         raise Reject("every Merkle sibling must be 32 bytes")
+    if proof.lookups:
+        if not isinstance(proof.root2, bytes) or len(proof.root2) != 32:
+            raise Reject("the lookup commitment's Merkle root must be 32 bytes")
+        if any(not isinstance(x, bytes) or len(x) != 16 for x in proof.salts2):
+            raise Reject("every salt must be 16 bytes")
+        if any(not isinstance(x, bytes) or len(x) != 32 for x in proof.siblings2):
+            raise Reject("every Merkle sibling must be 32 bytes")
 
 
 def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bits: float = 100,
@@ -282,13 +365,20 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     except ValueError as e:
         raise Reject(str(e)) from None
     rows = max(pc.n_wires, pc.n_constraints, 32)
-    if p.k > 1 << (rows - 1).bit_length() or p.n > 8 * p.k or p.sigma > MAX_SIGMA:
-        raise Reject(f"the proof's parameters (k={p.k}, n={p.n}, σ={p.sigma}) are larger than this circuit "
-                     f"of {rows} rows can need (k ≤ {1 << (rows - 1).bit_length()}, n ≤ 8k, σ ≤ {MAX_SIGMA}): "
-                     f"a verifier's work must not be the prover's choice")
-    if soundness_bits(p) < min_bits:
-        raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}) give "
-                     f"{soundness_bits(p):.1f} bits of soundness, below the required {min_bits}")
+    if p.k > 1 << (rows - 1).bit_length() or p.n > 8 * p.k or p.sigma > MAX_SIGMA or p.lookup_sigma > MAX_SIGMA:
+        sl = f", σL={p.lookup_sigma}" if p.lookup_sigma else ""
+        raise Reject(f"the proof's parameters (k={p.k}, n={p.n}, σ={p.sigma}{sl}) are larger than this circuit "
+                     f"of {rows} rows can need (k ≤ {1 << (rows - 1).bit_length()}, n ≤ 8k, σ ≤ {MAX_SIGMA}"
+                     f"{', σL ≤ %d' % MAX_SIGMA if sl else ''}): a verifier's work must not be the prover's choice")
+    if proof.lookups != pc.n_lookups:
+        raise Reject(f"the proof claims {proof.lookups} lookups, the circuit has {pc.n_lookups}")
+    if not pc.n_lookups and p.lookup_sigma:
+        raise Reject("the proof has lookup challenges, but the circuit has no lookups")
+    bits = soundness_bits(p, lookups=pc.n_lookups)
+    if bits < min_bits:
+        sl = f", σL={p.lookup_sigma}" if pc.n_lookups else ""
+        raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}) give "
+                     f"{bits:.1f} bits of soundness, below the required {min_bits}")
     if proof.circuit_digest != (digest or pc.digest):
         raise Reject("the proof is for another circuit (digest mismatch)")
     if proof.public_outputs != pc.r1cs.n_pub_out:
@@ -304,27 +394,41 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     lay = _layout(pc, p)
     K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
     shapes = {"u": (sg, K), "q": (sg, p.lin_len), "h": (sg, p.quad_len), "columns": (lay.rows, t)}
+    if lay.lk.n:
+        shapes["columns2"] = (lay.lk.second, t)
     for name, shape in shapes.items():
         if np.shape(getattr(proof, name)) != shape:
             raise Reject(f"{name} has shape {np.shape(getattr(proof, name))}, expected {shape}")
     _canonical(proof)
     T = _transcript(proof.header(), proof.public)
     T.absorb("root", proof.root)
-    r = T.field("prox", sg * lay.mw).reshape(sg, lay.mw)
+    alphas = np.zeros(0, dtype=np.int64)
+    if lay.lk.n:
+        alphas = T.field("lookup.alpha", lay.lk.sl)
+        T.absorb("root2", proof.root2)
+    nw = len(lay.w)
+    r = T.field("prox", sg * nw).reshape(sg, nw)
     T.absorb("u", proof.u.astype("<i8").tobytes())
-    lin = [_linear_rows(pc, lay, T, j) for j in range(sg)]
+    lin = [_linear_rows(pc, lay, T, j, alphas) for j in range(sg)]
     T.absorb("q", proof.q.astype("<i8").tobytes())
-    rq = T.field("quad", sg * lay.mq).reshape(sg, lay.mq)
+    rq = T.field("quad", sg * (lay.mq + lay.lk.sl * lay.lk.mv)).reshape(sg, -1)
     T.absorb("h", proof.h.astype("<i8").tobytes())
     idx = T.indices("columns", t, n)
-    Uo = proof.columns
-    if len(proof.salts) != t or not merkle.verify_opening(proof.root, n, idx, merkle.leaves(Uo.T, proof.salts),
+    if len(proof.salts) != t or not merkle.verify_opening(proof.root, n, idx, merkle.leaves(proof.columns.T,
+                                                                                            proof.salts),
                                                           proof.siblings):
         raise Reject("opened columns do not match the Merkle commitment")
+    Uo = proof.columns
+    if lay.lk.n:
+        if len(proof.salts2) != t or not merkle.verify_opening(proof.root2, n, idx,
+                                                               merkle.leaves(proof.columns2.T, proof.salts2),
+                                                               proof.siblings2):
+            raise Reject("opened columns do not match the lookup commitment")
+        Uo = np.concatenate([Uo, proof.columns2])
     w = gf.root_of_unity(n)
     eta = np.array([gf.GENERATOR * pow(w, j, gf.P) % gf.P for j in idx], dtype=np.int64)   # opened points
     powers = gf.powers(eta, 2 * K)                                  # powers[i, j] = η_j^i
-    W = Uo[lay.block("w")]
+    W = Uo[lay.w]
     lag = gf.lagrange_at(k, eta)
     if not np.array_equal(_eval_at(proof.u, powers), gf.add(gf.matmul(r, W), Uo[lay.block("prox")])):
         raise Reject("proximity test failed at an opened column")
@@ -334,12 +438,11 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         got = gf.mul(k, gf.sum_mod(proof.q[j, ::k]))
         if got != target:
             raise Reject(f"linear test {j}: the sum over H does not match the public values")
-        rv = rvals[j * lay.mw:(j + 1) * lay.mw]
+        rv = rvals[j * nw:(j + 1) * nw]
         want = gf.add(gf.sum_mod(gf.mul(rv, W), axis=0), Uo[lay.block("lin")][j])
         if not np.array_equal(_eval_at(proof.q[j:j + 1], powers)[0], want):
             raise Reject(f"linear test {j} failed at an opened column")
     zh = gf.sub(powers[k], 1)
-    prod = gf.sub(gf.mul(Uo[lay.block("a")], Uo[lay.block("b")]), Uo[lay.block("c")])
-    want = gf.add(gf.matmul(rq, prod), Uo[lay.block("quad")])
+    want = gf.add(gf.matmul(rq, _products(Uo, lay, alphas)), Uo[lay.block("quad")])
     if not np.array_equal(gf.mul(_eval_at(proof.h, powers), zh), want):
         raise Reject("quadratic test failed at an opened column")

@@ -1,0 +1,122 @@
+"""logUp lookups in the Ligero argument: range checks against the table ``T = [0, 2^8)``.
+
+A circuit with ``range_checks="lookup"`` carries a sparse matrix ``L``: every
+value ``vᵢ = ⟨Lᵢ, z⟩`` must lie in ``T``. The argument takes two commitments::
+
+    round 1   z | a | b | c | v | m | masks           v = L·z, m_j = #{i : vᵢ = j}
+              ── α₁ … α_σL drawn from the transcript ──
+    round 2   h₁ … h_σL | g₁ … g_σL                    h_s,i = 1/(α_s − vᵢ),  g_s,j = m_j/(α_s − j)
+
+and proves, with the R1CS, the constraints::
+
+    v − L·z = 0                       linear
+    g_s,j·(α_s − j) − m_j = 0         linear (α_s is public once drawn)
+    Σᵢ h_s,i − Σ_j g_s,j = 0          linear
+    h_s ∘ (α_s − v) = 1               quadratic, on every cell of the rows
+
+The last two say ``Σᵢ 1/(α_s − vᵢ) = Σ_j m_j/(α_s − j)``, which for a random
+``α_s`` holds only if every ``vᵢ`` is in ``T`` (Haböck 2022, Lemma 5; the error
+is :func:`.params.lookup_error`). ``v`` and ``m`` are committed before the
+challenges, so they cannot depend on them. Padding cells of ``v`` are 0 and
+those of ``h`` are ``1/α_s``: they satisfy the quadratic rows and no sum counts
+them. Every row is encoded, masked and opened like the witness rows, so zero
+knowledge is unchanged.
+
+This module gives the rows each round commits and each test's share; the
+protocol itself is in :mod:`.protocol`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import gf
+from .params import TABLE
+from .transcript import Transcript
+
+__all__ = ["Shape", "first_rows", "second_rows", "linear_rows", "quadratic_rows", "AlphaCollision"]
+
+
+class AlphaCollision(RuntimeError):
+    """A challenge equals a looked-up value or a table entry (probability below ``(N + 256)/p``)."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Rows of the lookup blocks: ``mv`` for ``v`` (and each ``h_s``), ``mm`` for ``m`` (and each ``g_s``)."""
+    n: int          # lookups
+    k: int
+    sl: int         # challenges
+
+    @property
+    def mv(self) -> int:
+        return -(-self.n // self.k) if self.n else 0
+
+    @property
+    def mm(self) -> int:
+        return -(-TABLE // self.k) if self.n else 0
+
+    @property
+    def first(self) -> int:
+        """Witness rows that round 1 adds (``v``, ``m``)."""
+        return self.mv + self.mm
+
+    @property
+    def second(self) -> int:
+        """Rows of the round-2 commitment (``h_s``, ``g_s``)."""
+        return self.sl * (self.mv + self.mm)
+
+
+def _rows(v: np.ndarray, m: int, k: int, pad: int = 0) -> np.ndarray:
+    out = np.full(m * k, pad, dtype=np.int64)
+    out[:len(v)] = v
+    return out.reshape(m, k)
+
+
+def first_rows(pc, z: np.ndarray, sh: Shape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Round 1: the rows ``v | m`` and the values ``v`` and multiplicities ``m``."""
+    v = pc.L.apply(z)
+    if v.size and int(v.max()) >= TABLE:
+        bad = int(np.flatnonzero(v >= TABLE)[0])
+        raise ValueError(f"ligero: lookup {bad} ({pc.r1cs.lookup_tag_of(bad)}) is outside the table [0, {TABLE}): "
+                         f"the witness does not satisfy the circuit")
+    m = np.bincount(v, minlength=TABLE).astype(np.int64)
+    return np.concatenate([_rows(v, sh.mv, sh.k), _rows(m, sh.mm, sh.k)]), v, m
+
+
+def second_rows(v: np.ndarray, m: np.ndarray, alphas: np.ndarray, sh: Shape) -> np.ndarray:
+    """Round 2: ``h_1 … h_σL | g_1 … g_σL`` (raises :class:`AlphaCollision` if a denominator is 0)."""
+    vp = _rows(v, sh.mv, sh.k).reshape(-1)
+    table = np.arange(TABLE, dtype=np.int64)
+    den = [gf.sub(a, vp) for a in alphas.tolist()] + [gf.sub(a, table) for a in alphas.tolist()]
+    if any(not d.all() for d in den):
+        raise AlphaCollision("ligero: a lookup challenge equals a looked-up value (probability below 2^-30); "
+                             "prove again (fresh masking randomness gives a fresh challenge)")
+    inv = gf.batch_inv(np.concatenate(den))
+    nv = vp.size
+    h = inv[:sh.sl * nv].reshape(sh.sl, sh.mv, sh.k)
+    g = gf.mul(inv[sh.sl * nv:].reshape(sh.sl, TABLE), m)
+    return np.concatenate([h.reshape(-1, sh.k)] + [_rows(gs, sh.mm, sh.k) for gs in g])
+
+
+def linear_rows(pc, sh: Shape, T: Transcript, s: int, alphas: np.ndarray,
+                rz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Challenge ``s`` of the linear test, lookup part: ``rz − Lᵀ·r_v`` and the coefficient rows of the round-1
+    lookup blocks ``(first, k)`` and of the round-2 commitment ``(second, k)``. The constraints have no constant."""
+    rv = T.field(f"lin{s}.lookup", sh.n)
+    rg = T.field(f"lin{s}.table", sh.sl * TABLE).reshape(sh.sl, TABLE)
+    rsum = T.field(f"lin{s}.sum", sh.sl)
+    rz = gf.sub(rz, pc.L.apply_t(rv))
+    table = np.arange(TABLE, dtype=np.int64)
+    R1 = np.concatenate([_rows(rv, sh.mv, sh.k), _rows(gf.neg(gf.sum_mod(rg, axis=0)), sh.mm, sh.k)])
+    Rh = [_rows(np.full(sh.n, r, dtype=np.int64), sh.mv, sh.k) for r in rsum.tolist()]
+    Rg = [_rows(gf.sub(gf.mul(rg[j], gf.sub(a, table)), rsum[j]), sh.mm, sh.k) for j, a in enumerate(alphas.tolist())]
+    return rz, R1, np.concatenate(Rh + Rg)
+
+
+def quadratic_rows(V: np.ndarray, H: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    """``h_s ∘ (α_s − v) − 1`` at any points: ``V`` the ``v`` rows' values, ``H`` the ``h`` rows' (σL·mv)."""
+    mv = V.shape[0]
+    return np.concatenate([gf.sub(gf.mul(H[j * mv:(j + 1) * mv], gf.sub(a, V)), 1)
+                           for j, a in enumerate(alphas.tolist())])
