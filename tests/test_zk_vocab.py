@@ -42,17 +42,19 @@ def _cnn():
 MODELS = {"gpt-softmax": lambda: _gpt("softmax"), "gpt-spherical": lambda: _gpt("spherical"), "cnn": _cnn}
 
 
-@pytest.fixture(scope="module", params=sorted(MODELS))
+@pytest.fixture(scope="module", params=[(m, rc) for m in sorted(MODELS) for rc in ("bits", "lookup")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
 def run(request):
-    step, batches = MODELS[request.param]()
-    circuit = zk.compile(step)
+    name, rc = request.param
+    step, batches = MODELS[name]()
+    circuit = zk.compile(step, range_checks=rc)
     params = step.init_params(seed=0)
     witnesses = []
     for x, y in batches:
         w = circuit.witness(params, x, y)
         params = step.step(params, x, y)              # the fixed-point interpreter
         witnesses.append((w, params))
-    return request.param, step, circuit, witnesses
+    return f"{name}-{rc}", step, circuit, witnesses
 
 
 def test_three_steps_are_bit_exact_and_satisfy_the_circuit(run):
@@ -63,6 +65,21 @@ def test_three_steps_are_bit_exact_and_satisfy_the_circuit(run):
         for p in step.param_names:
             assert np.array_equal(outs[p], np.asarray(after[p.replace("_", "/", 1)] if p not in after else after[p])), \
                 f"{name}: step {k}, parameter {p}"
+
+
+def test_lookups_prove_and_verify_natively(run):
+    """The native prover proves the lookup circuit of the last step; it is far smaller than the bits one."""
+    name, step, circuit, witnesses = run
+    if circuit.range_checks == "bits":
+        return
+    w, _ = witnesses[-1]
+    proof = zk.prove(circuit, w, rng=np.random.default_rng(0))
+    assert proof.lookups == circuit.r1cs.n_lookups > 0
+    assert zk.verify(proof, circuit, w.public)
+    bits = zk.compile(step, range_checks="bits").r1cs
+    r = circuit.r1cs
+    assert r.n_constraints < bits.n_constraints / 3 and r.n_wires < bits.n_wires / 2
+    assert not zk.verify(proof, zk.compile(step, range_checks="bits"), w.public)
 
 
 def test_no_wire_is_unconstrained(run):
@@ -80,9 +97,15 @@ def test_a_wrong_parameter_update_is_refused(run):
 
 @pytest.mark.slow
 def test_snarkjs_accepts_the_exported_witness(run, tmp_path):
-    exe = snarkjs_or_skip()
     name, step, circuit, witnesses = run
     w, _ = witnesses[-1]
+    if circuit.range_checks == "lookup":
+        with pytest.raises(ValueError, match=r"^export: this circuit proves its ranges with \d+ lookups, which "
+                                             r"\.r1cs files and snarkjs cannot express; compile it with "
+                                             r"zk\.compile\(\.\.\., range_checks='bits'\)"):
+            circuit.export(str(tmp_path), w)
+        return
+    exe = snarkjs_or_skip()
     paths = circuit.export(str(tmp_path), w)
     chk = subprocess.run([exe, "wtns", "check", paths["r1cs"], paths["wtns"]], capture_output=True, text=True)
     assert chk.returncode == 0 and "WITNESS IS CORRECT" in chk.stdout, chk.stdout[-500:] + chk.stderr[-500:]

@@ -1,0 +1,271 @@
+"""Range checks as lookups (``range_checks="lookup"``) and the logUp argument of the native prover.
+
+Gadgets: every primitive's lookup circuit accepts the interpreter's computation, and moving any
+wire breaks a constraint or a lookup. Limbs: exactly ``[0, 2^n)`` fits ``n`` bits. Prover: honest
+proofs verify; cheating provers (a value outside the table with made-up multiplicities, a looked-up
+value that is not ``L·z``, inverses shuffled to keep their sum) are rejected; so are tampered proofs
+and files. Exporters: ``.r1cs`` and snarkjs refuse lookups with a clear error.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn
+from circuitgrad.backends import zk
+from circuitgrad.backends.zk import gadgets as G
+from circuitgrad.backends.zk import ligero
+from circuitgrad.backends.zk.ligero import lookup, params as LP, protocol
+from circuitgrad.backends.zk.r1cs import Builder
+from circuitgrad.diagram import apply
+from conftest import CASES, VOCAB, vocab_inputs as _inputs
+
+Q = cg.fixed(16, 8)
+P = ligero.gf.P
+
+
+def _circuit(op):
+    d = cg.trace(lambda *a: apply(op, *a), op.source, name=op.name)
+    prog = cg.retype(cg.schedule(d), Q)
+    return prog, zk.compile_program(prog, Q, zk.LIGERO51)
+
+
+def _breaks(r, values, wire: int, delta: int) -> bool:
+    mutated = values.copy()
+    mutated[wire] = (mutated[wire] + delta) % r.field.p
+    rows, lrows = r.rows_of_wire(wire), r.lookup_rows_of_wire(wire)
+    return len(r.failing(mutated, rows)) > 0 or len(r.failing_lookups(mutated, lrows)) > 0
+
+
+# ------------------------------------------------------------------ gadgets
+@pytest.mark.parametrize("op", CASES + VOCAB, ids=lambda op: op.name + ("(causal)" if getattr(op, "causal", 0) else ""))
+def test_lookup_gadgets_accept_the_interpreter_and_pin_every_wire(op, rng):
+    prog, c = _circuit(op)
+    assert c.range_checks == "lookup" and (c.r1cs.n_lookups > 0) == bool(prog.inputs)
+    xs = _inputs(op, rng)
+    w = c.witness_raw(xs)
+    c.assert_satisfied(w)
+    assert all(np.array_equal(w.values[o], x) for o, x in zip(c.output_wires, cg.run_fixed(prog, xs)))
+    r = c.r1cs
+    assert len(r.unconstrained_wires()) == 0
+    base = w.values.astype(object)
+    inputs = set(np.concatenate([x.reshape(-1) for x in c.input_wires]).tolist()) if c.input_wires else set()
+    for wire in range(1, r.n_wires):
+        # an input is free within its range (its lowest limb is implicit, so ±1 is another valid input);
+        # every other wire is a function of the inputs and may not move at all
+        for delta in ((int(rng.integers(1 << 20, 1 << 62)),) if wire in inputs else
+                      (1, r.field.p - 1, int(rng.integers(2, 1 << 62)))):
+            assert _breaks(r, base, wire, delta), f"{op.name}: wire {r.wire_name(wire)} is not pinned"
+
+
+@pytest.mark.parametrize("nbits", [3, 7, 8, 9, 16, 17, 24])
+def test_fits_accepts_exactly_the_range(nbits):
+    """``v = x + c`` fits ``nbits`` bits: every edge inside holds, ``−1`` and ``2^nbits`` break a lookup."""
+    b = Builder(zk.LIGERO51, "lookup")
+    x = b.alloc(1)
+    G.fits(b, [(x, 1)], 5, nbits, "test")
+    r = b.finish(0, 0, 1)
+    assert r.n_constraints == 0 and r.n_lookups == -(-nbits // 8) + (nbits % 8 != 0)
+    for v, ok in ((0, True), (1, True), ((1 << nbits) - 1, True), (1 << (nbits - 1), True), (-1, False),
+                  (1 << nbits, False), ((1 << nbits) + 255, False)):
+        W = np.zeros(r.n_wires, dtype=np.int64)
+        W[0], W[1] = 1, v - 5
+        for wires, fn in b.fills:
+            if wires.size:
+                W[wires] = ((v >> (8 * np.arange(1, wires.size + 1))) & 255)      # honest limbs of v
+        if not ok:                                       # the best a cheat can do: limbs of v mod 2^nbits
+            for wires, fn in b.fills:
+                if wires.size:
+                    W[wires] = (((v % (1 << nbits)) >> (8 * np.arange(1, wires.size + 1))) & 255)
+        assert r.check(W) == ok, (nbits, v)
+
+
+def test_an_out_of_range_witness_is_refused_naming_the_gadget():
+    b = Builder(zk.LIGERO51, "lookup")
+    b.context = "Mul#3"
+    x = b.alloc(2)
+    G.fits(b, [(x, 1)], 0, 12, "mul.range")
+    r = b.finish(0, 0, 2)
+    W = np.array([1, 7, 1 << 12, 0, 16])                  # 4096 = 0 + 256·16: the top limb has 4 bits
+    with pytest.raises(zk.UnsatisfiedConstraint) as e:
+        r.assert_satisfied(W)
+    assert str(e.value) == ("lookup 5 of 6 is outside the table [0, 256) (1 failing in all); it comes from "
+                            "Mul#3:mul.range.top")
+    with pytest.raises(cg.FixedPointOverflow) as e:
+        W = np.zeros(r.n_wires, dtype=np.int64)
+        W[0], W[1], W[2] = 1, 7, 1 << 12
+        for wires, fn in b.fills:
+            W[wires] = fn(W)
+    assert str(e.value) == "Mul#3: value out of range for mul.range: [7, 4096] does not fit"
+
+
+def test_bits_and_lookups_compute_the_same_witness_outputs(rng):
+    step = cg.compile_model(nn.mlp(4, [4, 8, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    x, y = rng.uniform(-1, 1, (4, 4)), rng.integers(0, 3, 4)
+    outs = [zk.compile(step, range_checks=rc).witness(step.init_params(0), x, y).outputs() for rc in ("bits", "lookup")]
+    assert outs[0].keys() == outs[1].keys() and all(np.array_equal(outs[0][k], outs[1][k]) for k in outs[0])
+
+
+def test_the_default_follows_the_field():
+    step = cg.compile_model(nn.mlp(2, [2, 3, 2]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    assert zk.compile(step).range_checks == "bits"
+    assert zk.compile(step, field=zk.LIGERO51).range_checks == "lookup"
+    assert zk.compile(step, field=zk.LIGERO51, range_checks="bits").range_checks == "bits"
+    with pytest.raises(ValueError, match=r"^range_checks must be one of \['bits', 'lookup'\], got 'limbs'$"):
+        zk.compile(step, range_checks="limbs")
+    c = zk.compile(step, field=zk.LIGERO51)
+    assert c.statement().endswith(f"{c.r1cs.n_constraints} constraints, {c.r1cs.n_wires} wires, "
+                                  f"{c.r1cs.n_lookups} lookups into [0, 256)")
+    assert c.digest() != zk.compile(step, field=zk.LIGERO51, range_checks="bits").digest()
+
+
+def test_snarkjs_and_r1cs_files_refuse_lookups(tmp_path):
+    from circuitgrad.backends.zk import formats, snarkjs
+    step = cg.compile_model(nn.mlp(2, [2, 3, 2]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    c = zk.compile(step, field=zk.LIGERO51)
+    with pytest.raises(ValueError, match=r"^snarkjs groth16: this circuit proves its ranges with \d+ lookups"):
+        snarkjs.setup(c, "groth16")
+    with pytest.raises(ValueError, match=r"^write_r1cs: this system proves its ranges with \d+ lookups, which the "
+                                         r"\.r1cs format cannot express"):
+        formats.write_r1cs(str(tmp_path / "x.r1cs"), c.r1cs)
+
+
+# ------------------------------------------------------------------- prover
+@pytest.fixture(scope="module")
+def proved():
+    step = cg.compile_model(nn.mlp(4, [4, 8, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    c = zk.compile(step, field=zk.LIGERO51)
+    rng = np.random.default_rng(3)
+    w = c.witness(step.init_params(0), rng.uniform(-1, 1, (4, 4)), rng.integers(0, 3, 4))
+    return c, w, zk.prove(c, w, rng=np.random.default_rng(0))
+
+
+def test_soundness_of_the_lookup_round():
+    n = 226_403                                            # a GPT step's lookups
+    sl = LP.lookup_sigma(n)
+    assert LP.lookup_error(n, sl) <= -101 < LP.lookup_error(n, sl - 1)
+    assert LP.lookup_error(n, sl) == pytest.approx(sl * (math.log2(n + 256) - math.log2(P)))
+    p = LP.choose(400_000, 260_000, lookups=n)
+    assert p.lookup_sigma == sl and LP.soundness_bits(p, lookups=n) >= 100
+    assert LP.soundness_bits(LP.Params(p.k, p.t, p.n, p.sigma, 0), lookups=n) == 0
+    assert LP.soundness_bits(LP.Params(p.k, p.t, p.n, p.sigma, 1), lookups=n) < 40
+
+
+def test_honest_lookup_proof_verifies_and_roundtrips(proved, tmp_path):
+    c, w, proof = proved
+    assert proof.lookups == c.r1cs.n_lookups and proof.params.lookup_sigma >= 1
+    zk.check(proof, c, w.public)
+    path = tmp_path / "step.proof"
+    proof.save(str(path))
+    assert path.read_bytes()[8:10] == b"\x02\x00"                 # format version 2
+    again = zk.Proof.load(str(path))
+    assert again.lookups == proof.lookups and zk.verify(again, c, w.public)
+    data = path.read_bytes()
+    rng = np.random.default_rng(11)
+    for pos in rng.choice(len(data), 40, replace=False):
+        bad = bytearray(data)
+        bad[pos] ^= 1 << int(rng.integers(8))
+        try:
+            p = ligero.loads(bytes(bad))
+        except zk.FormatError:
+            continue
+        assert not zk.verify(p, c, w.public), f"flipping byte {pos} went unnoticed"
+
+
+def test_tampered_lookup_commitment_is_rejected(proved):
+    c, w, proof = proved
+    rng = np.random.default_rng(5)
+    cases = {"root2": bytes(32), "columns2": proof.columns2.copy(), "salts2": list(proof.salts2),
+             "siblings2": list(proof.siblings2)}
+    cases["columns2"][int(rng.integers(proof.columns2.shape[0])), 0] ^= 1
+    cases["salts2"][0] = bytes(16)
+    cases["siblings2"][0] = bytes(32)
+    for name, value in cases.items():
+        with pytest.raises(zk.Reject):
+            zk.check(protocol.LigeroProof(**{**proof.__dict__, name: value}), c, w.public)
+    with pytest.raises(zk.Reject, match=r"^the proof claims 3 lookups, the circuit has \d+$"):
+        zk.check(protocol.LigeroProof(**{**proof.__dict__, "lookups": 3}), c, w.public)
+    weak = protocol.LigeroProof(**{**proof.__dict__, "params": LP.Params(proof.params.k, proof.params.t,
+                                                                         proof.params.n, proof.params.sigma, 1)})
+    with pytest.raises(zk.Reject, match=r"σL=1\) give [\d.]+ bits of soundness, below the required 100$"):
+        zk.check(weak, c, w.public)
+
+
+def _cheat(c, w, monkeypatch, first=None, second=None):
+    """A proof made by a prover whose round-1 or round-2 rows are replaced (no satisfiability check)."""
+    if first:
+        real = lookup.first_rows
+        monkeypatch.setattr(lookup, "first_rows", lambda pc, z, sh: first(real, pc, z, sh))
+    if second:
+        real2 = lookup.second_rows
+        monkeypatch.setattr(lookup, "second_rows", lambda v, m, a, sh: second(real2(v, m, a, sh), sh))
+    return zk.prove(c, w, check=False, rng=np.random.default_rng(1))
+
+
+def test_a_value_outside_the_table_cannot_be_proved(proved, monkeypatch):
+    """The witness puts 256 into a limb; the cheat claims it as 255 in the multiplicities."""
+    c, w, _ = proved
+    r = c.r1cs
+    limb_rows = [i for i, t in enumerate(r.lookup_tags) if t.endswith("range.limbs")]
+    row = int(r.lookup_block_rows[limb_rows[0]])
+    wire = int(r.L.wires[r.L.ptr[row]])                           # a wire of that lookup
+    bad = w.values.copy()
+    bad[wire] += 256 // int(r.L.coeffs[r.L.ptr[row]])            # moves that lookup by 256
+    assert not c.check(bad)
+    with pytest.raises(ValueError, match=r"^ligero: lookup \d+ \(.*\) is outside the table \[0, 256\)"):
+        zk.prove(c, bad, check=False)
+
+    def first(real, pc, z, sh):
+        v = pc.L.apply(z)
+        m = np.bincount(np.minimum(v, 255), minlength=256)
+        rows = np.concatenate([lookup._rows(v, sh.mv, sh.k), lookup._rows(m, sh.mm, sh.k)])
+        return rows, v, m
+    proof = _cheat(c, bad, monkeypatch, first=first)
+    with pytest.raises(zk.Reject, match=r"^linear test 0"):
+        zk.check(proof, c)
+
+
+def test_a_looked_up_value_must_be_the_circuits(proved, monkeypatch):
+    c, w, _ = proved
+
+    def first(real, pc, z, sh):
+        rows, v, m = real(pc, z, sh)
+        v = v.copy()
+        j = int(np.flatnonzero(v < 255)[0])
+        m = m.copy()
+        m[v[j]] -= 1
+        v[j] += 1                                           # still in the table, no longer L·z
+        m[v[j]] += 1
+        return np.concatenate([lookup._rows(v, sh.mv, sh.k), lookup._rows(m, sh.mm, sh.k)]), v, m
+    with pytest.raises(zk.Reject, match=r"^linear test 0"):
+        zk.check(_cheat(c, w, monkeypatch, first=first), c)
+
+
+def test_inverses_must_be_inverses(proved, monkeypatch):
+    """Shifting one inverse up and another down keeps every sum: only the quadratic rows catch it."""
+    c, w, _ = proved
+
+    def second(rows, sh):
+        rows = rows.copy()
+        rows[0, 0] = ligero.gf.add(rows[0, 0], 1)
+        rows[0, 1] = ligero.gf.sub(rows[0, 1], 1)
+        return rows
+    with pytest.raises(zk.Reject, match=r"^quadratic test failed"):
+        zk.check(_cheat(c, w, monkeypatch, second=second), c)
+
+
+def test_a_version_2_header_must_name_its_lookups(proved):
+    import hashlib
+    import json
+    import struct
+    from circuitgrad.backends.zk.ligero import proofio
+    _, _, proof = proved
+    data = proofio.dumps(proof)
+    h = json.dumps({**proof.header(), "lookups": 0}, sort_keys=True).encode()
+    old = struct.unpack("<I", data[10:14])[0]
+    body = data[:10] + struct.pack("<I", len(h)) + h + data[14 + old:-32]
+    with pytest.raises(zk.FormatError, match=r"^proof: a version 2 proof must have lookups and lookup_sigma ≥ 1$"):
+        ligero.loads(body + hashlib.sha256(body).digest())
