@@ -1,0 +1,123 @@
+"""Range checks as bits against logUp lookups in the native Ligero prover: size, time and memory.
+
+    python bench/lookup.py [--repeats 3] [--cases iris8 digits gpt-softmax gpt-spherical cnn]
+
+Every case is a fixed(16, 8) training step (softmax cross-entropy, SGD) compiled twice over the
+Ligero field, with ``range_checks="bits"`` (every range a bit decomposition, what snarkjs takes)
+and ``range_checks="lookup"`` (limbs looked up in ``[0, 2^8)``), and proved at ≥ 100 bits:
+  iris8          MLP 4-16-3, batch 8
+  digits         MLP 64-64-10, batch 32
+  gpt-softmax    GPT B=2, S=8, vocab 16, d=16, 2 heads, 1 layer, softmax attention
+  gpt-spherical  the same GPT with spherical (L2) attention
+  cnn            the digits CNN example (2 channels, batch 2)
+Each (case, mode) runs in its own process, which gives its peak resident memory. Prover and
+verifier times are medians of --repeats runs; the ratio table divides lookup by bits, both
+measured in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _util import machine, table  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES = ["iris8", "digits", "gpt-softmax", "gpt-spherical", "cnn"]
+MODES = ["bits", "lookup"]
+
+
+def _step(case: str):
+    """The compiled step and one batch ``(x, y)``."""
+    import circuitgrad as cg
+    from circuitgrad import datasets, nn
+    Q = cg.fixed(16, 8)
+    rng = np.random.default_rng(0)
+    if case.startswith("gpt"):
+        step = cg.compile_model(nn.gpt(2, 8, 16, d=16, heads=2, layers=1, attention=case.split("-")[1]),
+                                loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+        return step, rng.integers(0, 16, (2, 8)), rng.integers(0, 16, (2, 8))
+    if case == "cnn":
+        sys.path.insert(0, os.path.join(ROOT, "examples"))
+        from digits_cnn import cnn
+        step = cg.compile_model(cnn(2, channels=2, dtype=Q), loss=nn.softmax_cross_entropy,
+                                optimizer=nn.sgd(0.125), dtype=Q)
+        return step, rng.uniform(0, 1, step.x_type.shape), rng.integers(0, 10, 2)
+    ds, batch, hidden = {"iris8": ("iris", 8, 16), "digits": ("digits", 32, 64)}[case]
+    data = datasets.load(ds, seed=0)
+    step = cg.compile_model(nn.mlp(batch, [data.features, hidden, data.classes]), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.sgd(0.1), dtype=Q)
+    return step, data.x_train[:batch], data.y_train[:batch]
+
+
+def child(case: str, mode: str, repeats: int) -> dict:
+    from circuitgrad.backends import zk
+    from circuitgrad.backends.zk import ligero
+    from circuitgrad.backends.zk.ligero.proofio import dumps
+    from circuitgrad.backends.zk.ligero.protocol import _layout
+    from circuitgrad.backends.zk.ligero.circuitdata import prepare
+    step, x, y = _step(case)
+    c = zk.compile(step, field=zk.LIGERO51, range_checks=mode)
+    wit = c.witness(step.init_params(seed=0), x, y)
+    c.assert_satisfied(wit)
+    prove_s, verify_s = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        proof = ligero.prove(c, wit, check=False)
+        prove_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        ok = ligero.verify(proof, c, wit.public)
+        verify_s.append(time.perf_counter() - t0)
+        assert ok, f"{case}/{mode}: the proof does not verify"
+    lay = _layout(prepare(c.r1cs), proof.params)
+    r = c.r1cs
+    return {"case": case, "mode": mode, "constraints": r.n_constraints, "wires": r.n_wires, "lookups": r.n_lookups,
+            "cells": int(len(lay.w) * lay.k), "sigma_l": proof.params.lookup_sigma, "bits": proof.soundness_bits,
+            "prove_s": statistics.median(prove_s), "verify_s": statistics.median(verify_s),
+            "proof_bytes": len(dumps(proof)), "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cases", nargs="*", default=CASES, choices=CASES)
+    ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(child(*a.child, a.repeats)))
+        return
+    rows = {}
+    for case in a.cases:
+        for mode in MODES:
+            print(f"[{case} {mode}] …", file=sys.stderr, flush=True)
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", case, mode, "--repeats",
+                                  str(a.repeats)], capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(f"[{case} {mode}] failed: {out.stderr[-1500:]}")
+            rows[case, mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"native Ligero prover, range checks as bits and as logUp lookups (table 2^8); {machine()}; "
+          f"median of {a.repeats}")
+    print(table(["case", "ranges", "constraints", "wires", "lookups", "σL", "committed cells", "bits", "prove s",
+                 "verify s", "proof KiB", "peak MiB"],
+                [[r["case"], r["mode"], r["constraints"], r["wires"], r["lookups"], r["sigma_l"], r["cells"],
+                  f"{r['bits']:.1f}", f"{r['prove_s']:.2f}", f"{r['verify_s']:.2f}", f"{r['proof_bytes'] / 1024:.0f}",
+                  f"{r['peak_mib']:.0f}"] for r in rows.values()]))
+    print("\nlookup ÷ bits (same run)")
+    ratio = []
+    for case in a.cases:
+        b, lk = rows[case, "bits"], rows[case, "lookup"]
+        ratio.append([case] + [f"{lk[k] / b[k]:.2f}×" for k in ("constraints", "cells", "prove_s", "verify_s",
+                                                                  "proof_bytes", "peak_mib")])
+    print(table(["case", "constraints", "committed cells", "prove", "verify", "proof size", "peak memory"], ratio))
+
+
+if __name__ == "__main__":
+    main()
