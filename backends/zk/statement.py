@@ -74,7 +74,7 @@ def describe(circuit) -> dict[str, Any]:
     d: dict[str, Any] = {
         "function": circuit.function,
         "model": m.model.name if m is not None else None,
-        "program_sha256": program_sha256(circuit.program),
+        "program_sha256": program_sha256(circuit.program) if circuit.program is not None else None,
         "loss": getattr(m.loss_fn, "__name__", repr(m.loss_fn)) if m is not None else None,
         "optimizer": _optimizer(m.optimizer, circuit.dtype) if m is not None and circuit.function == "step"
         else None,
@@ -100,7 +100,8 @@ def render(d: Mapping[str, Any]) -> str:
     def count(items) -> int:
         return sum(int(np.prod(s, dtype=np.int64)) for _, s in items)
     what = d["function"] + (f" of {d['model']}" if d["model"] else "")
-    head = f"{what} [program sha256 {d['program_sha256'][:16]}]"
+    head = f"{what} [program sha256 {d['program_sha256'][:16]}]" if d["program_sha256"] else \
+        f"{what} [hand-built constraint system]"
     if d["loss"]:
         head += f", loss {d['loss']}"
     if d["optimizer"]:
