@@ -134,7 +134,7 @@ def test_the_verifiers_work_is_bounded_by_the_circuit_not_the_prover(proved):
     from circuitgrad.backends.zk.ligero import Params, choose
     step, c, w, _ = proved
     r = c.r1cs
-    rows = max(r.n_wires, r.n_constraints)
+    rows = max(r.n_wires, r.n_constraints, r.n_lookups, 1024)    # a small circuit may still need k = 1024
     k = 2 << (rows - 1).bit_length()              # twice the largest k the circuit can use
     assert r.n_lookups > 0                        # over LIGERO51, ranges are lookups
     big = zk.prove(c, w, params=Params(k, 150, 4 * k, 3, 3))
@@ -155,3 +155,18 @@ def test_the_digest_follows_the_statement_after_compilation():
     before = c.digest()
     c.targets = "one-hot"                          # claims a constraint its R1CS does not have
     assert c.digest() != before and c.digest() != _circuit()[1].digest()
+
+
+def test_a_hand_built_constraint_system_has_a_statement_and_proves():
+    """A circuit built with the Builder (no program, no model) still names what it proves."""
+    from circuitgrad.backends.zk.r1cs import Builder
+    b = Builder(zk.LIGERO51)
+    out = b.alloc(1, "out")
+    a, c = b.alloc(1, "a"), b.alloc(1)
+    b.constrain([(a, 1)], [(a, 1)], [(c, 1)], "square")
+    b.constrain([(c, 1)], [(0, 1)], [(out, 1)], "output")
+    r = b.finish(1, 0, 1)
+    circuit = zk.Circuit(r, None, None, "square", [], [], [], [], [], [], 0.0, None, DT, 34)
+    assert circuit.statement().startswith("square [hand-built constraint system] in fixed(16,8) over ligero51: ")
+    w = zk.Witness(circuit, np.array([1, 9, 3, 9]))
+    assert zk.verify(zk.prove(circuit, w), circuit, w.public)

@@ -364,7 +364,8 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         p.validate()
     except ValueError as e:
         raise Reject(str(e)) from None
-    rows = max(pc.n_wires, pc.n_constraints, 32)
+    # the largest k this circuit can need: its rows rounded up, or 1024 (100 bits needs ~150 of n = 4k columns)
+    rows = max(pc.n_wires, pc.n_constraints, pc.n_lookups, 1024)
     if p.k > 1 << (rows - 1).bit_length() or p.n > 8 * p.k or p.sigma > MAX_SIGMA or p.lookup_sigma > MAX_SIGMA:
         sl = f", σL={p.lookup_sigma}" if p.lookup_sigma else ""
         raise Reject(f"the proof's parameters (k={p.k}, n={p.n}, σ={p.sigma}{sl}) are larger than this circuit "
