@@ -23,12 +23,12 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _util import machine, table  # noqa: E402
+from prover import time_ligero  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ["iris8", "digits", "gpt-softmax", "gpt-spherical", "cnn"]
@@ -60,7 +60,6 @@ def _step(case: str):
 
 def child(case: str, mode: str, repeats: int) -> dict:
     from circuitgrad.backends import zk
-    from circuitgrad.backends.zk import ligero
     from circuitgrad.backends.zk.ligero.proofio import dumps
     from circuitgrad.backends.zk.ligero.protocol import _layout
     from circuitgrad.backends.zk.ligero.circuitdata import prepare
@@ -68,15 +67,7 @@ def child(case: str, mode: str, repeats: int) -> dict:
     c = zk.compile(step, field=zk.LIGERO51, range_checks=mode)
     wit = c.witness(step.init_params(seed=0), x, y)
     c.assert_satisfied(wit)
-    prove_s, verify_s = [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        proof = ligero.prove(c, wit, check=False)
-        prove_s.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        ok = ligero.verify(proof, c, wit.public)
-        verify_s.append(time.perf_counter() - t0)
-        assert ok, f"{case}/{mode}: the proof does not verify"
+    proof, prove_s, verify_s = time_ligero(c, wit, repeats, f"{case}/{mode}")
     lay = _layout(prepare(c.r1cs), proof.params)
     r = c.r1cs
     return {"case": case, "mode": mode, "constraints": r.n_constraints, "wires": r.n_wires, "lookups": r.n_lookups,

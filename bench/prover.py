@@ -76,12 +76,9 @@ def synthetic(n: int, field=None):
     return c, zk.Witness(c, W)
 
 
-def child(case: str, repeats: int, snarkjs: bool) -> dict:
-    from circuitgrad.backends import zk
+def time_ligero(c, wit, repeats: int, what: str) -> tuple:
+    """The last proof, and the prover's and verifier's times (seconds) of ``repeats`` runs."""
     from circuitgrad.backends.zk import ligero
-    c, wit = synthetic({"syn8k": 8000, "syn1e5": 10 ** 5, "syn1e6": 10 ** 6}[case]) if case.startswith("syn") \
-        else _model_circuit(case)
-    assert c.check(wit)
     prove_s, verify_s = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -90,10 +87,20 @@ def child(case: str, repeats: int, snarkjs: bool) -> dict:
         t0 = time.perf_counter()
         ok = ligero.verify(proof, c, wit.public)
         verify_s.append(time.perf_counter() - t0)
-        assert ok, f"{case}: the proof does not verify"
+        assert ok, f"{what}: the proof does not verify"
+    return proof, prove_s, verify_s
+
+
+def child(case: str, repeats: int, snarkjs: bool) -> dict:
+    from circuitgrad.backends import zk
+    c, wit = synthetic({"syn8k": 8000, "syn1e5": 10 ** 5, "syn1e6": 10 ** 6}[case]) if case.startswith("syn") \
+        else _model_circuit(case)
+    assert c.check(wit)
+    proof, prove_s, verify_s = time_ligero(c, wit, repeats, case)
     from circuitgrad.backends.zk.ligero.proofio import dumps
-    row = {"case": case, "constraints": c.r1cs.n_constraints, "wires": c.r1cs.n_wires,
-           "params": f"k={proof.params.k} t={proof.params.t} n={proof.params.n} σ={proof.params.sigma}",
+    sl = f" σL={proof.params.lookup_sigma}" if c.r1cs.n_lookups else ""
+    row = {"case": case, "constraints": c.r1cs.n_constraints, "wires": c.r1cs.n_wires, "lookups": c.r1cs.n_lookups,
+           "params": f"k={proof.params.k} t={proof.params.t} n={proof.params.n} σ={proof.params.sigma}{sl}",
            "bits": proof.soundness_bits, "prove_s": statistics.median(prove_s),
            "verify_s": statistics.median(verify_s), "proof_bytes": len(dumps(proof)),
            "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -132,8 +139,9 @@ def main() -> None:
             continue
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"circuitgrad native Ligero prover (51-bit field, SHA-256); {machine()}; median of {a.repeats}")
-    print(table(["case", "constraints", "parameters", "bits", "prove s", "verify s", "proof KiB", "peak MiB"],
-                [[r["case"], r["constraints"], r["params"], f"{r['bits']:.1f}", f"{r['prove_s']:.2f}",
+    print(table(["case", "constraints", "lookups", "parameters", "bits", "prove s", "verify s", "proof KiB",
+                 "peak MiB"],
+                [[r["case"], r["constraints"], r["lookups"], r["params"], f"{r['bits']:.1f}", f"{r['prove_s']:.2f}",
                   f"{r['verify_s']:.2f}", f"{r['proof_bytes'] / 1024:.0f}", f"{r['peak_mib']:.0f}"] for r in rows]))
     peers = [r for r in rows if "groth16" in r]
     for r in peers:

@@ -131,3 +131,19 @@ def vocab_inputs(op, rng, scale=3.0, dt=cg.fixed(16, 8)):
             v[0, :] = 1.0
         out.append(quantize(v, dt))
     return out
+
+
+def assert_flipped_bytes_rejected(data: bytes, circuit, public, seed: int, flips: int = 40) -> None:
+    """Flip one random bit of ``flips`` random bytes of a Ligero proof file: each is refused by the reader
+    (FormatError) or by the verifier."""
+    from circuitgrad.backends import zk
+    from circuitgrad.backends.zk import ligero
+    rng = np.random.default_rng(seed)
+    for pos in rng.choice(len(data), flips, replace=False):
+        bad = bytearray(data)
+        bad[pos] ^= 1 << int(rng.integers(8))
+        try:
+            p = ligero.loads(bytes(bad))
+        except zk.FormatError:
+            continue
+        assert not zk.verify(p, circuit, public), f"flipping byte {pos} went unnoticed"
