@@ -260,3 +260,39 @@ def test_a_version_2_header_must_name_its_lookups(proved):
     body = data[:10] + struct.pack("<I", len(h)) + h + data[14 + old:-32]
     with pytest.raises(zk.FormatError, match=r"^proof: a version 2 proof must have lookups and lookup_sigma ≥ 1$"):
         ligero.loads(body + hashlib.sha256(body).digest())
+
+
+def test_a_challenge_in_the_table_is_refused(proved, monkeypatch):
+    """At α = j the constraint g_j·(α − j) = m_j leaves g_j free (a forgery: 300 would pass as a table
+    value), so the verifier refuses challenges in [0, 256), and the honest prover cannot use them."""
+    from circuitgrad.backends.zk.ligero.transcript import Transcript
+    c, w, _ = proved
+    real = Transcript.field
+
+    def field(self, label, count):
+        out = real(self, label, count)
+        return np.full(count, 7, dtype=np.int64) if label == "lookup.alpha" else out
+    monkeypatch.setattr(Transcript, "field", field)
+    with pytest.raises(lookup.AlphaCollision, match=r"^ligero: a lookup challenge equals a looked-up value"):
+        zk.prove(c, w)
+    monkeypatch.setattr(lookup, "second_rows", lambda v, m, a, sh: np.zeros((sh.second, sh.k), dtype=np.int64))
+    forged = zk.prove(c, w, check=False)
+    with pytest.raises(zk.Reject, match=r"^a lookup challenge fell in the table \[0, 256\); an honest prover "
+                                        r"proves again$"):
+        zk.check(forged, c, w.public)
+
+
+def test_a_lookup_circuit_needs_lookup_challenges_whatever_the_bits_asked(proved):
+    c, w, proof = proved
+    p = proof.params
+    none = protocol.LigeroProof(**{**proof.__dict__, "params": LP.Params(p.k, p.t, p.n, p.sigma, 0)})
+    with pytest.raises(zk.Reject, match=r"^the circuit has \d+ lookups, but the proof draws no lookup challenge$"):
+        ligero.check(none, c, w.public, min_bits=0)
+
+
+def test_a_bits_builder_refuses_lookups():
+    b = Builder(zk.LIGERO51, "bits")
+    x = b.alloc(1)
+    with pytest.raises(ValueError, match=r"^Builder\.lookup: this builder checks ranges with bits; lookups need "
+                                         r"Builder\(field, range_checks='lookup'\)$"):
+        b.lookup([(x, 1)], "test")

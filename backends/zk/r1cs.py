@@ -254,6 +254,9 @@ class Builder:
 
     def lookup(self, terms: Iterable[Term], kind: str) -> None:
         """Add ``m`` lookups: each value ``Σ terms`` (broadcast to ``(m,)``) must lie in ``[0, 2^TABLE_BITS)``."""
+        if self.range_checks != "lookup":
+            raise ValueError(f"Builder.lookup: this builder checks ranges with {self.range_checks}; "
+                             f"lookups need Builder(field, range_checks='lookup')")
         terms = list(terms)
         m = max(np.size(w) for w, _ in terms)
         if m == 0:

@@ -35,7 +35,7 @@ from . import gf
 from .params import TABLE
 from .transcript import Transcript
 
-__all__ = ["Shape", "first_rows", "second_rows", "linear_rows", "quadratic_rows", "AlphaCollision"]
+__all__ = ["TABLE", "Shape", "first_rows", "second_rows", "linear_rows", "quadratic_rows", "AlphaCollision"]
 
 
 class AlphaCollision(RuntimeError):
@@ -90,7 +90,7 @@ def second_rows(v: np.ndarray, m: np.ndarray, alphas: np.ndarray, sh: Shape) -> 
     vp = _rows(v, sh.mv, sh.k).reshape(-1)
     table = np.arange(TABLE, dtype=np.int64)
     den = [gf.sub(a, vp) for a in alphas.tolist()] + [gf.sub(a, table) for a in alphas.tolist()]
-    if any(not d.all() for d in den):
+    if any(not d.all() for d in den):               # α_s equals some vᵢ or table entry j (the verifier refuses α ∈ T)
         raise AlphaCollision("ligero: a lookup challenge equals a looked-up value (probability below 2^-30); "
                              "prove again (fresh masking randomness gives a fresh challenge)")
     inv = gf.batch_inv(np.concatenate(den))

@@ -12,6 +12,8 @@ See :func:`soundness_bits` for the bound and ``docs/ZK.md`` for its sources.
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from dataclasses import dataclass
 
 from . import gf
@@ -53,6 +55,10 @@ class Params:
 
     def validate(self) -> None:
         """Raise ValueError unless the parameters define a sound, complete argument."""
+        for name in ("k", "t", "n", "sigma", "lookup_sigma"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+                raise ValueError(f"Ligero parameter {name}={v!r} must be an integer")
         for name in ("k", "n"):
             v = getattr(self, name)
             if v < 2 or v & (v - 1) or v > 1 << gf.TWO_ADICITY:
@@ -112,7 +118,8 @@ def lookup_error(lookups: int, sigma: int, field_bits: float = math.log2(gf.P)) 
     function unless every ``vᵢ`` is in the table with multiplicity ``m_j`` (``N < p``); cleared of
     denominators it has degree below ``N + |T|``, so a random ``α`` is a root with probability at most
     ``(N + |T|)/|F|`` (Haböck, *Multivariate lookups based on logarithmic derivatives*, 2022, Lemma 5).
-    ``σ_L`` independent challenges multiply.
+    This needs ``α ∉ T``: at ``α = j`` the constraint ``g_j·(α − j) = m_j`` would leave ``g_j`` free, so
+    the verifier refuses a challenge in the table. ``σ_L`` independent challenges multiply.
     """
     if lookups == 0:
         return -math.inf

@@ -342,6 +342,8 @@ def _canonical(proof: LigeroProof) -> None:
     if any(not isinstance(x, bytes) or len(x) != 32 for x in proof.siblings):
         raise Reject("every Merkle sibling must be 32 bytes")
     if proof.lookups:
+        if not isinstance(proof.salts2, list) or not isinstance(proof.siblings2, list):
+            raise Reject("the lookup commitment's salts and siblings must be lists of bytes")
         if not isinstance(proof.root2, bytes) or len(proof.root2) != 32:
             raise Reject("the lookup commitment's Merkle root must be 32 bytes")
         if any(not isinstance(x, bytes) or len(x) != 16 for x in proof.salts2):
@@ -375,6 +377,8 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         raise Reject(f"the proof claims {proof.lookups} lookups, the circuit has {pc.n_lookups}")
     if not pc.n_lookups and p.lookup_sigma:
         raise Reject("the proof has lookup challenges, but the circuit has no lookups")
+    if pc.n_lookups and p.lookup_sigma < 1:
+        raise Reject(f"the circuit has {pc.n_lookups} lookups, but the proof draws no lookup challenge")
     bits = soundness_bits(p, lookups=pc.n_lookups)
     if bits < min_bits:
         sl = f", σL={p.lookup_sigma}" if pc.n_lookups else ""
@@ -406,6 +410,8 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     alphas = np.zeros(0, dtype=np.int64)
     if lay.lk.n:
         alphas = T.field("lookup.alpha", lay.lk.sl)
+        if int(alphas.min()) < lookup.TABLE:      # g_j·(α − j) = m_j would not bind g_j: the bound assumes α ∉ T
+            raise Reject("a lookup challenge fell in the table [0, 256); an honest prover proves again")
         T.absorb("root2", proof.root2)
     nw = len(lay.w)
     r = T.field("prox", sg * nw).reshape(sg, nw)
