@@ -1,6 +1,6 @@
 """Range checks as bits against logUp lookups in the native Ligero prover: size, time and memory.
 
-    python bench/lookup.py [--repeats 3] [--cases iris8 digits gpt-softmax gpt-spherical cnn]
+    python bench/lookup.py [--repeats 3] [--cases iris8 digits gpt-softmax gpt-spherical cnn2]
 
 Every case is a fixed(16, 8) training step (softmax cross-entropy, SGD) compiled twice over the
 Ligero field, with ``range_checks="bits"`` (every range a bit decomposition, what snarkjs takes)
@@ -9,7 +9,7 @@ and ``range_checks="lookup"`` (limbs looked up in ``[0, 2^8)``), and proved at â
   digits         MLP 64-64-10, batch 32
   gpt-softmax    GPT B=2, S=8, vocab 16, d=16, 2 heads, 1 layer, softmax attention
   gpt-spherical  the same GPT with spherical (L2) attention
-  cnn            the digits CNN example (2 channels, batch 2)
+  cnn2           the digits CNN example (2 channels, batch 2)
 Each (case, mode) runs in its own process, which gives its peak resident memory. Prover and
 verifier times are medians of --repeats runs; the ratio table divides lookup by bits, both
 measured in the same run.
@@ -24,48 +24,20 @@ import statistics
 import subprocess
 import sys
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _util import machine, table  # noqa: E402
-from prover import time_ligero  # noqa: E402
+from prover import _model_circuit, time_ligero  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ["iris8", "digits", "gpt-softmax", "gpt-spherical", "cnn"]
+CASES = ["iris8", "digits", "gpt-softmax", "gpt-spherical", "cnn2"]
 MODES = ["bits", "lookup"]
 
 
-def _step(case: str):
-    """The compiled step and one batch ``(x, y)``."""
-    import circuitgrad as cg
-    from circuitgrad import datasets, nn
-    Q = cg.fixed(16, 8)
-    rng = np.random.default_rng(0)
-    if case.startswith("gpt"):
-        step = cg.compile_model(nn.gpt(2, 8, 16, d=16, heads=2, layers=1, attention=case.split("-")[1]),
-                                loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
-        return step, rng.integers(0, 16, (2, 8)), rng.integers(0, 16, (2, 8))
-    if case == "cnn":
-        sys.path.insert(0, os.path.join(ROOT, "examples"))
-        from digits_cnn import cnn
-        step = cg.compile_model(cnn(2, channels=2, dtype=Q), loss=nn.softmax_cross_entropy,
-                                optimizer=nn.sgd(0.125), dtype=Q)
-        return step, rng.uniform(0, 1, step.x_type.shape), rng.integers(0, 10, 2)
-    ds, batch, hidden = {"iris8": ("iris", 8, 16), "digits": ("digits", 32, 64)}[case]
-    data = datasets.load(ds, seed=0)
-    step = cg.compile_model(nn.mlp(batch, [data.features, hidden, data.classes]), loss=nn.softmax_cross_entropy,
-                            optimizer=nn.sgd(0.1), dtype=Q)
-    return step, data.x_train[:batch], data.y_train[:batch]
-
-
 def child(case: str, mode: str, repeats: int) -> dict:
-    from circuitgrad.backends import zk
     from circuitgrad.backends.zk.ligero.proofio import dumps
     from circuitgrad.backends.zk.ligero.protocol import _layout
     from circuitgrad.backends.zk.ligero.circuitdata import prepare
-    step, x, y = _step(case)
-    c = zk.compile(step, field=zk.LIGERO51, range_checks=mode)
-    wit = c.witness(step.init_params(seed=0), x, y)
+    c, wit = _model_circuit(case, mode)
     c.assert_satisfied(wit)
     proof, prove_s, verify_s = time_ligero(c, wit, repeats, f"{case}/{mode}")
     lay = _layout(prepare(c.r1cs), proof.params)

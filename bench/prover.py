@@ -6,10 +6,15 @@ Cases (all fixed(16, 8), proved over the 51-bit Ligero field at ≥ 100 bits):
   iris-predict  inference of the iris MLP 4-16-3, batch 1 (what the ezkl peer proves)
   iris8/iris32  the iris training step (4-16-3, softmax cross-entropy, SGD) at batch 8 and 32
   digits        the digits example's training step (64-64-10, batch 32)
+  gpt-softmax   a GPT step: batch 2, S=8, vocab 16, d=16, 2 heads, 1 layer, softmax attention
+  gpt-spherical the same GPT step with spherical (L2) attention
+  cnn8          the digits CNN example's step (2 channels, batch 8)
   syn1e5/1e6    synthetic circuits of 10^5 and 10^6 multiplication constraints
   syn8k         a synthetic circuit of 8 000 constraints: the largest whose powers of tau
                 (2^13) are practical here, proved by both Ligero and snarkjs Groth16 (--snarkjs)
-Each case runs in its own process, which gives the peak resident memory (ru_maxrss, including the
+The model circuits are compiled over the Ligero field, so their ranges are logUp lookups (see
+bench/lookup.py for bits against lookups); a second table gives each model circuit's largest gadget
+kinds, as shares of its constraints + lookups. Each case runs in its own process, which gives the peak resident memory (ru_maxrss, including the
 interpreter and NumPy). Prover and verifier times are medians of --repeats runs.
 With --ezkl (needs .venv-ezkl, see bench/peers/ezkl_prove.py), ezkl proves the inference of the
 same 4-16-3 model in the same session.
@@ -31,22 +36,52 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _util import machine, table  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ["iris-predict", "iris8", "iris32", "digits", "syn8k", "syn1e5", "syn1e6"]
+CASES = ["iris-predict", "iris8", "iris32", "digits", "gpt-softmax", "gpt-spherical", "cnn8", "syn8k", "syn1e5",
+         "syn1e6"]
 
 
-def _model_circuit(case: str):
+def model_step(case: str):
+    """The compiled fixed(16, 8) step (or predict) of a model case, and one batch ``(x, y)``."""
     import circuitgrad as cg
     from circuitgrad import datasets, nn
-    from circuitgrad.backends import zk
-    ds, batch, hidden, fn = {"iris-predict": ("iris", 1, [16], "predict"), "iris8": ("iris", 8, [16], "step"),
-                             "iris32": ("iris", 32, [16], "step"), "digits": ("digits", 32, [64], "step")}[case]
+    Q = cg.fixed(16, 8)
+    rng = np.random.default_rng(0)
+    if case.startswith("gpt"):
+        step = cg.compile_model(nn.gpt(2, 8, 16, d=16, heads=2, layers=1, attention=case.split("-")[1]),
+                                loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+        return step, rng.integers(0, 16, (2, 8)), rng.integers(0, 16, (2, 8))
+    if case.startswith("cnn"):
+        sys.path.insert(0, os.path.join(ROOT, "examples"))
+        from digits_cnn import cnn
+        batch = int(case[3:])
+        step = cg.compile_model(cnn(batch, channels=2, dtype=Q), loss=nn.softmax_cross_entropy,
+                                optimizer=nn.sgd(0.125), dtype=Q)
+        return step, rng.uniform(0, 1, step.x_type.shape), rng.integers(0, 10, batch)
+    ds, batch, hidden = {"iris-predict": ("iris", 1, 16), "iris8": ("iris", 8, 16), "iris32": ("iris", 32, 16),
+                         "digits": ("digits", 32, 64)}[case]
     data = datasets.load(ds, seed=0)
-    step = cg.compile_model(nn.mlp(batch, [data.features, *hidden, data.classes]), loss=nn.softmax_cross_entropy,
-                            optimizer=nn.sgd(0.1), dtype=cg.fixed(16, 8))
-    c = zk.compile(step, field=zk.LIGERO51, function=fn)
-    params = step.init_params(seed=0)
-    wit = c.witness(params, data.x_train[:batch], data.y_train[:batch] if fn == "step" else None)
+    step = cg.compile_model(nn.mlp(batch, [data.features, hidden, data.classes]), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.sgd(0.1), dtype=Q)
+    return step, data.x_train[:batch], data.y_train[:batch]
+
+
+def _model_circuit(case: str, range_checks: str | None = None):
+    from circuitgrad.backends import zk
+    step, x, y = model_step(case)
+    fn = "predict" if case.endswith("predict") else "step"
+    c = zk.compile(step, field=zk.LIGERO51, function=fn, range_checks=range_checks)
+    wit = c.witness(step.init_params(seed=0), x, y if fn == "step" else None)
     return c, wit
+
+
+def split(c, top: int = 6) -> str:
+    """The largest gadget kinds of a circuit: constraints and lookups, as ``kind n`` pairs."""
+    kinds = c.r1cs.counts_by_gadget()
+    for k, n in c.r1cs.counts_by_gadget(lookups=True).items():
+        kinds[f"{k} (lookups)"] = n
+    total = c.r1cs.n_constraints + c.r1cs.n_lookups
+    best = sorted(kinds.items(), key=lambda kv: -kv[1])[:top]
+    return ", ".join(f"{k} {100 * n / total:.0f}%" for k, n in best)
 
 
 def synthetic(n: int, field=None):
@@ -103,6 +138,7 @@ def child(case: str, repeats: int, snarkjs: bool) -> dict:
            "params": f"k={proof.params.k} t={proof.params.t} n={proof.params.n} σ={proof.params.sigma}{sl}",
            "bits": proof.soundness_bits, "prove_s": statistics.median(prove_s),
            "verify_s": statistics.median(verify_s), "proof_bytes": len(dumps(proof)),
+           "split": split(c) if not case.startswith("syn") else "",
            "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if snarkjs:
         from circuitgrad.backends.zk import snarkjs as sj
@@ -143,6 +179,10 @@ def main() -> None:
                  "peak MiB"],
                 [[r["case"], r["constraints"], r["lookups"], r["params"], f"{r['bits']:.1f}", f"{r['prove_s']:.2f}",
                   f"{r['verify_s']:.2f}", f"{r['proof_bytes'] / 1024:.0f}", f"{r['peak_mib']:.0f}"] for r in rows]))
+    split_rows = [[r["case"], r["split"]] for r in rows if r.get("split")]
+    if split_rows:
+        print("\nlargest gadget kinds (share of constraints + lookups)")
+        print(table(["case", "gadget kinds"], split_rows))
     peers = [r for r in rows if "groth16" in r]
     for r in peers:
         g = r["groth16"]
