@@ -212,7 +212,7 @@ def test_a_value_outside_the_table_cannot_be_proved(proved, monkeypatch):
     def first(real, pc, z, sh):
         v = pc.L.apply(z)
         m = np.bincount(np.minimum(v, 255), minlength=256)
-        rows = np.concatenate([lookup._rows(v, sh.mv, sh.k), lookup._rows(m, sh.mm, sh.k)])
+        rows = np.concatenate([ligero.gf.as_rows(v, sh.mv, sh.k), ligero.gf.as_rows(m, sh.mm, sh.k)])
         return rows, v, m
     proof = _cheat(c, bad, monkeypatch, first=first)
     with pytest.raises(zk.Reject, match=r"^linear test 0"):
@@ -230,7 +230,7 @@ def test_a_looked_up_value_must_be_the_circuits(proved, monkeypatch):
         m[v[j]] -= 1
         v[j] += 1                                           # still in the table, no longer L·z
         m[v[j]] += 1
-        return np.concatenate([lookup._rows(v, sh.mv, sh.k), lookup._rows(m, sh.mm, sh.k)]), v, m
+        return np.concatenate([ligero.gf.as_rows(v, sh.mv, sh.k), ligero.gf.as_rows(m, sh.mm, sh.k)]), v, m
     with pytest.raises(zk.Reject, match=r"^linear test 0"):
         zk.check(_cheat(c, w, monkeypatch, first=first), c)
 

@@ -45,6 +45,13 @@ def reduce(x) -> np.ndarray:
     return np.mod(a.astype(np.int64), _P)
 
 
+def as_rows(v: np.ndarray, m: int, k: int) -> np.ndarray:
+    """``v`` laid out as ``m`` rows of ``k`` values, zero-padded (how every block of the committed matrix is laid out)."""
+    out = np.zeros(m * k, dtype=np.int64)
+    out[:len(v)] = v
+    return out.reshape(m, k)
+
+
 def add(a, b) -> np.ndarray:
     s = np.add(a, b, dtype=np.int64)
     s -= _P

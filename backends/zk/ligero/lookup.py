@@ -68,12 +68,6 @@ class Shape:
         return self.sl * (self.mv + self.mm)
 
 
-def _rows(v: np.ndarray, m: int, k: int, pad: int = 0) -> np.ndarray:
-    out = np.full(m * k, pad, dtype=np.int64)
-    out[:len(v)] = v
-    return out.reshape(m, k)
-
-
 def first_rows(pc, z: np.ndarray, sh: Shape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Round 1: the rows ``v | m`` and the values ``v`` and multiplicities ``m``."""
     v = pc.L.apply(z)
@@ -82,12 +76,12 @@ def first_rows(pc, z: np.ndarray, sh: Shape) -> tuple[np.ndarray, np.ndarray, np
         raise ValueError(f"ligero: lookup {bad} ({pc.r1cs.lookup_tag_of(bad)}) is outside the table [0, {TABLE}): "
                          f"the witness does not satisfy the circuit")
     m = np.bincount(v, minlength=TABLE).astype(np.int64)
-    return np.concatenate([_rows(v, sh.mv, sh.k), _rows(m, sh.mm, sh.k)]), v, m
+    return np.concatenate([gf.as_rows(v, sh.mv, sh.k), gf.as_rows(m, sh.mm, sh.k)]), v, m
 
 
 def second_rows(v: np.ndarray, m: np.ndarray, alphas: np.ndarray, sh: Shape) -> np.ndarray:
     """Round 2: ``h_1 … h_σL | g_1 … g_σL`` (raises :class:`AlphaCollision` if a denominator is 0)."""
-    vp = _rows(v, sh.mv, sh.k).reshape(-1)
+    vp = gf.as_rows(v, sh.mv, sh.k).reshape(-1)
     table = np.arange(TABLE, dtype=np.int64)
     den = [gf.sub(a, vp) for a in alphas.tolist()] + [gf.sub(a, table) for a in alphas.tolist()]
     if any(not d.all() for d in den):               # α_s equals some vᵢ or table entry j (the verifier refuses α ∈ T)
@@ -97,7 +91,7 @@ def second_rows(v: np.ndarray, m: np.ndarray, alphas: np.ndarray, sh: Shape) -> 
     nv = vp.size
     h = inv[:sh.sl * nv].reshape(sh.sl, sh.mv, sh.k)
     g = gf.mul(inv[sh.sl * nv:].reshape(sh.sl, TABLE), m)
-    return np.concatenate([h.reshape(-1, sh.k)] + [_rows(gs, sh.mm, sh.k) for gs in g])
+    return np.concatenate([h.reshape(-1, sh.k)] + [gf.as_rows(gs, sh.mm, sh.k) for gs in g])
 
 
 def linear_rows(pc, sh: Shape, T: Transcript, s: int, alphas: np.ndarray,
@@ -109,9 +103,10 @@ def linear_rows(pc, sh: Shape, T: Transcript, s: int, alphas: np.ndarray,
     rsum = T.field(f"lin{s}.sum", sh.sl)
     rz = gf.sub(rz, pc.L.apply_t(rv))
     table = np.arange(TABLE, dtype=np.int64)
-    R1 = np.concatenate([_rows(rv, sh.mv, sh.k), _rows(gf.neg(gf.sum_mod(rg, axis=0)), sh.mm, sh.k)])
-    Rh = [_rows(np.full(sh.n, r, dtype=np.int64), sh.mv, sh.k) for r in rsum.tolist()]
-    Rg = [_rows(gf.sub(gf.mul(rg[j], gf.sub(a, table)), rsum[j]), sh.mm, sh.k) for j, a in enumerate(alphas.tolist())]
+    R1 = np.concatenate([gf.as_rows(rv, sh.mv, sh.k), gf.as_rows(gf.neg(gf.sum_mod(rg, axis=0)), sh.mm, sh.k)])
+    Rh = [gf.as_rows(np.full(sh.n, r, dtype=np.int64), sh.mv, sh.k) for r in rsum.tolist()]
+    Rg = [gf.as_rows(gf.sub(gf.mul(rg[j], gf.sub(a, table)), rsum[j]), sh.mm, sh.k)
+          for j, a in enumerate(alphas.tolist())]
     return rz, R1, np.concatenate(Rh + Rg)
 
 

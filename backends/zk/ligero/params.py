@@ -12,17 +12,18 @@ See :func:`soundness_bits` for the bound and ``docs/ZK.md`` for its sources.
 from __future__ import annotations
 
 import math
-
-import numpy as np
 from dataclasses import dataclass
 
+import numpy as np
+
+from ..r1cs import TABLE_BITS
 from . import gf
 
 __all__ = ["Params", "soundness_bits", "round_errors", "lookup_error", "lookup_sigma", "choose", "proof_bytes",
            "TARGET_BITS", "HASH_BITS", "TABLE"]
 
 #: entries of the lookup table ``[0, 2^TABLE_BITS)``
-TABLE = 1 << 8
+TABLE = 1 << TABLE_BITS
 
 #: default soundness target (bits), checked by a test; the verifier refuses proofs below it
 TARGET_BITS = 100

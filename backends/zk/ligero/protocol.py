@@ -149,12 +149,6 @@ def _layout(pc: Prepared, p: Params) -> _Layout:
                    lookup.Shape(pc.n_lookups, p.k, p.lookup_sigma if pc.n_lookups else 0))
 
 
-def _as_rows(v: np.ndarray, m: int, k: int) -> np.ndarray:
-    out = np.zeros(m * k, dtype=np.int64)
-    out[:len(v)] = v
-    return out.reshape(m, k)
-
-
 def _transcript(header: dict, public: np.ndarray) -> Transcript:
     T = Transcript(PROTOCOL.encode())
     T.absorb("header", json.dumps(header, sort_keys=True).encode())
@@ -176,8 +170,8 @@ def _linear_rows(pc: Prepared, lay: _Layout, T: Transcript, s: int,
     if lay.lk.n:
         rz, R1, R2 = lookup.linear_rows(pc, lay.lk, T, s, alphas, rz)
         extra = [R1, R2]
-    R = np.concatenate([_as_rows(rz, lay.mz, lay.k), _as_rows(ra, lay.mq, lay.k), _as_rows(rb, lay.mq, lay.k),
-                        _as_rows(rc, lay.mq, lay.k)] + extra)
+    R = np.concatenate([gf.as_rows(rz, lay.mz, lay.k), gf.as_rows(ra, lay.mq, lay.k), gf.as_rows(rb, lay.mq, lay.k),
+                        gf.as_rows(rc, lay.mq, lay.k)] + extra)
     return R, rp
 
 
@@ -213,7 +207,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     if len(z) != pc.n_wires:
         raise ValueError(f"ligero: the witness has {len(z)} values, the circuit {pc.n_wires} wires")
     A, B, C = pc.mats
-    X = [_as_rows(z, lay.mz, k)] + [_as_rows(M.apply(z), lay.mq, k) for M in (A, B, C)]
+    X = [gf.as_rows(z, lay.mz, k)] + [gf.as_rows(M.apply(z), lay.mq, k) for M in (A, B, C)]
     if lay.lk.n:
         rows, lv, lm = lookup.first_rows(pc, z, lay.lk)
         X.append(rows)
