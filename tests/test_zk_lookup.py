@@ -177,6 +177,15 @@ def test_tampered_lookup_commitment_is_rejected(proved):
     for name, value in cases.items():
         with pytest.raises(zk.Reject):
             zk.check(protocol.LigeroProof(**{**proof.__dict__, name: value}), c, w.public)
+    for name in ("columns2", "salts2", "siblings2"):        # the challenges still hold: only the opening fails
+        with pytest.raises(zk.Reject, match=r"^opened columns do not match the lookup commitment$"):
+            zk.check(protocol.LigeroProof(**{**proof.__dict__, name: cases[name]}), c, w.public)
+    malformed = [("root2", bytes(31), r"^the lookup commitment's Merkle root must be 32 bytes$"),
+                 ("salts2", tuple(proof.salts2), r"^the lookup commitment's salts and siblings must be lists of bytes$"),
+                 ("siblings2", [b"x"] * 3, r"^every Merkle sibling must be 32 bytes$")]
+    for name, value, msg in malformed:
+        with pytest.raises(zk.Reject, match=msg):
+            zk.check(protocol.LigeroProof(**{**proof.__dict__, name: value}), c, w.public)
     with pytest.raises(zk.Reject, match=r"^the proof claims 3 lookups, the circuit has \d+$"):
         zk.check(protocol.LigeroProof(**{**proof.__dict__, "lookups": 3}), c, w.public)
     weak = protocol.LigeroProof(**{**proof.__dict__, "params": LP.Params(proof.params.k, proof.params.t,
@@ -296,3 +305,36 @@ def test_a_bits_builder_refuses_lookups():
     with pytest.raises(ValueError, match=r"^Builder\.lookup: this builder checks ranges with bits; lookups need "
                                          r"Builder\(field, range_checks='lookup'\)$"):
         b.lookup([(x, 1)], "test")
+
+
+def test_lookup_challenges_are_refused_for_a_circuit_without_lookups():
+    step = cg.compile_model(nn.mlp(4, [4, 8, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    bits = zk.compile(step, field=zk.LIGERO51, range_checks="bits")
+    rng = np.random.default_rng(3)
+    wb = bits.witness(step.init_params(0), rng.uniform(-1, 1, (4, 4)), rng.integers(0, 3, 4))
+    honest = zk.prove(bits, wb, rng=np.random.default_rng(0))
+    p = honest.params
+    extra = protocol.LigeroProof(**{**honest.__dict__, "params": LP.Params(p.k, p.t, p.n, p.sigma, 3)})
+    with pytest.raises(zk.Reject, match=r"^the proof has lookup challenges, but the circuit has no lookups$"):
+        zk.check(extra, bits, wb.public)
+
+
+def test_parameters_must_be_integers():
+    with pytest.raises(ValueError, match=r"^Ligero parameter lookup_sigma=None must be an integer$"):
+        LP.Params(512, 162, 2048, 3, None).validate()
+    with pytest.raises(ValueError, match=r"^Ligero parameter k=True must be an integer$"):
+        LP.Params(True, 162, 2048, 3).validate()
+
+
+def test_a_version_2_file_needs_room_for_its_lookup_rows(proved):
+    import hashlib
+    import struct
+    from circuitgrad.backends.zk.ligero import proofio
+    _, _, proof = proved
+    data = proofio.dumps(proof)
+    tail = 32 + 4 + proof.columns2.size * 8 + 16 * len(proof.salts2) + 4 + 32 * len(proof.siblings2)
+    at = len(data) - 32 - tail + 32                         # the lookup row count, after root2
+    body = data[:at] + struct.pack("<I", 1) + data[at + 4:-32]
+    with pytest.raises(zk.FormatError, match=r"^proof: 1 lookup rows cannot hold 3 challenges' inverses and "
+                                             r"table terms$"):
+        ligero.loads(body + hashlib.sha256(body).digest())

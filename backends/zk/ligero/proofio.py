@@ -63,13 +63,18 @@ def dumps(proof: LigeroProof) -> bytes:
              np.ascontiguousarray(proof.public, dtype="<u8").tobytes(), proof.root]
     parts += [np.ascontiguousarray(a, dtype="<u8").tobytes() for a in (proof.u, proof.q, proof.h)]
     parts += [struct.pack("<I", proof.columns.shape[0]), np.ascontiguousarray(proof.columns, dtype="<u8").tobytes()]
-    parts += list(proof.salts) + [struct.pack("<I", len(proof.siblings))] + list(proof.siblings)
+    parts += _openings(proof.salts, proof.siblings)
     if proof.lookups:
         parts += [proof.root2, struct.pack("<I", proof.columns2.shape[0]),
                   np.ascontiguousarray(proof.columns2, dtype="<u8").tobytes()]
-        parts += list(proof.salts2) + [struct.pack("<I", len(proof.siblings2))] + list(proof.siblings2)
+        parts += _openings(proof.salts2, proof.siblings2)
     body = b"".join(parts)
     return body + hashlib.sha256(body).digest()
+
+
+def _openings(salts: list, siblings: list) -> list:
+    """The salts, the sibling count and the Merkle siblings of one commitment's opened columns."""
+    return list(salts) + [struct.pack("<I", len(siblings))] + list(siblings)
 
 
 def save(proof: LigeroProof, path: str) -> None:
@@ -88,6 +93,14 @@ class _Reader:
         out = self.data[self.pos:self.pos + n]
         self.pos += n
         return out
+
+    def openings(self, p: Params, what: str) -> tuple[list, list]:
+        """One commitment's ``t`` salts and its Merkle siblings (at most as many as ``t`` openings need)."""
+        salts = [self.take(16, f"{what}salts") for _ in range(p.t)]
+        (nsib,) = struct.unpack("<I", self.take(4, f"{what}sibling count"))
+        if nsib > p.t * p.n.bit_length():
+            raise FormatError(f"{self.name}: {nsib} Merkle siblings is more than {p.t} openings can need")
+        return salts, [self.take(32, f"{what}Merkle siblings") for _ in range(nsib)]
 
     def field(self, count: int, what: str) -> np.ndarray:
         a = np.frombuffer(self.take(8 * count, what), dtype="<u8")
@@ -153,11 +166,7 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     if rows <= 3 * p.sigma:
         raise FormatError(f"{name}: {rows} committed rows cannot hold a witness and {3 * p.sigma} masks")
     columns = r.field(rows * p.t, "opened columns").reshape(rows, p.t)
-    salts = [r.take(16, "salts") for _ in range(p.t)]
-    (nsib,) = struct.unpack("<I", r.take(4, "sibling count"))
-    if nsib > p.t * p.n.bit_length():
-        raise FormatError(f"{name}: {nsib} Merkle siblings is more than {p.t} openings can need")
-    siblings = [r.take(32, "Merkle siblings") for _ in range(nsib)]
+    salts, siblings = r.openings(p, "")
     proof = LigeroProof(p, digest, public, head["public_outputs"], head["statement"], root, u, q, h, columns,
                         salts, siblings, lookups=lookups)
     if lookups:
@@ -166,11 +175,7 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
         if rows2 < 2 * sl:
             raise FormatError(f"{name}: {rows2} lookup rows cannot hold {sl} challenges' inverses and table terms")
         proof.columns2 = r.field(rows2 * p.t, "opened lookup columns").reshape(rows2, p.t)
-        proof.salts2 = [r.take(16, "lookup salts") for _ in range(p.t)]
-        (nsib2,) = struct.unpack("<I", r.take(4, "lookup sibling count"))
-        if nsib2 > p.t * p.n.bit_length():
-            raise FormatError(f"{name}: {nsib2} Merkle siblings is more than {p.t} openings can need")
-        proof.siblings2 = [r.take(32, "lookup Merkle siblings") for _ in range(nsib2)]
+        proof.salts2, proof.siblings2 = r.openings(p, "lookup ")
     if r.pos != len(body):
         raise FormatError(f"{name}: {len(body) - r.pos} unexpected bytes after the proof")
     return proof

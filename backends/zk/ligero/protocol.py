@@ -329,21 +329,26 @@ def _canonical(proof: LigeroProof) -> None:
         a = getattr(proof, name)
         if not isinstance(a, np.ndarray) or a.dtype != np.int64 or (a.size and (a.min() < 0 or a.max() >= gf.P)):
             raise Reject(f"{name} must hold field elements (int64 in [0, p))")
-    if not isinstance(proof.root, bytes) or len(proof.root) != 32:
-        raise Reject("the Merkle root must be 32 bytes")
-    if any(not isinstance(x, bytes) or len(x) != 16 for x in proof.salts):
-        raise Reject("every salt must be 16 bytes")
-    if any(not isinstance(x, bytes) or len(x) != 32 for x in proof.siblings):
-        raise Reject("every Merkle sibling must be 32 bytes")
+    _commitment(proof.root, proof.salts, proof.siblings, "the")
     if proof.lookups:
-        if not isinstance(proof.salts2, list) or not isinstance(proof.siblings2, list):
-            raise Reject("the lookup commitment's salts and siblings must be lists of bytes")
-        if not isinstance(proof.root2, bytes) or len(proof.root2) != 32:
-            raise Reject("the lookup commitment's Merkle root must be 32 bytes")
-        if any(not isinstance(x, bytes) or len(x) != 16 for x in proof.salts2):
-            raise Reject("every salt must be 16 bytes")
-        if any(not isinstance(x, bytes) or len(x) != 32 for x in proof.siblings2):
-            raise Reject("every Merkle sibling must be 32 bytes")
+        _commitment(proof.root2, proof.salts2, proof.siblings2, "the lookup commitment's")
+
+
+def _commitment(root, salts, siblings, whose: str) -> None:
+    """A Merkle root of 32 bytes, lists of 16-byte salts and 32-byte siblings (else Reject)."""
+    if not isinstance(salts, list) or not isinstance(siblings, list):
+        raise Reject(f"{whose} salts and siblings must be lists of bytes")
+    if not isinstance(root, bytes) or len(root) != 32:
+        raise Reject(f"{whose} Merkle root must be 32 bytes")
+    if any(not isinstance(x, bytes) or len(x) != 16 for x in salts):
+        raise Reject("every salt must be 16 bytes")
+    if any(not isinstance(x, bytes) or len(x) != 32 for x in siblings):
+        raise Reject("every Merkle sibling must be 32 bytes")
+
+
+def _opens(root: bytes, columns: np.ndarray, salts: list, siblings: list, n: int, idx: list) -> bool:
+    """The opened ``columns`` (one salt each) are the leaves ``idx`` of the tree with this root."""
+    return len(salts) == len(idx) and merkle.verify_opening(root, n, idx, merkle.leaves(columns.T, salts), siblings)
 
 
 def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bits: float = 100,
@@ -415,15 +420,11 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     rq = T.field("quad", sg * (lay.mq + lay.lk.sl * lay.lk.mv)).reshape(sg, -1)
     T.absorb("h", proof.h.astype("<i8").tobytes())
     idx = T.indices("columns", t, n)
-    if len(proof.salts) != t or not merkle.verify_opening(proof.root, n, idx, merkle.leaves(proof.columns.T,
-                                                                                            proof.salts),
-                                                          proof.siblings):
+    if not _opens(proof.root, proof.columns, proof.salts, proof.siblings, n, idx):
         raise Reject("opened columns do not match the Merkle commitment")
     Uo = proof.columns
     if lay.lk.n:
-        if len(proof.salts2) != t or not merkle.verify_opening(proof.root2, n, idx,
-                                                               merkle.leaves(proof.columns2.T, proof.salts2),
-                                                               proof.siblings2):
+        if not _opens(proof.root2, proof.columns2, proof.salts2, proof.siblings2, n, idx):
             raise Reject("opened columns do not match the lookup commitment")
         Uo = np.concatenate([Uo, proof.columns2])
     w = gf.root_of_unity(n)
