@@ -95,18 +95,16 @@ def fits(b: Builder, terms: Sequence[tuple], const: int, nbits: int, kind: str, 
     c = -(-nbits // bits)                                 # limbs
     low = list(terms) + [(ONE, const)]                    # v − Σ_{j≥1} 2^(8j)·l_j
     top = low
+    context = b.context
+    value = lambda W: _checked(lc_value(W, terms, const), nbits, const, context, what, kind)  # noqa: E731
     if c > 1:
         limbs = b.alloc((m, c - 1))
         low += [(limbs[:, j - 1], -(1 << (bits * j))) for j in range(1, c)]
         b.lookup([(limbs.reshape(-1), 1)], f"{kind}.limbs")
         top = [(limbs[:, -1], 1)]
-        context = b.context
-        b.fill(limbs, lambda W: ((_checked(lc_value(W, terms, const), nbits, const, context, what, kind)[:, None]
-                                  >> (bits * np.arange(1, c))) & ((1 << bits) - 1)).reshape(-1))
-    else:
-        context = b.context
-        b.fill(np.zeros(0, dtype=np.int64), lambda W: _checked(lc_value(W, terms, const), nbits, const, context,
-                                                               what, kind)[:0])
+        b.fill(limbs, lambda W: ((value(W)[:, None] >> (bits * np.arange(1, c))) & ((1 << bits) - 1)).reshape(-1))
+    else:                                                 # no wire to fill: only the witness-time range guard
+        b.fill(np.zeros(0, dtype=np.int64), lambda W: value(W)[:0])
     b.lookup(low, f"{kind}.limbs")
     r = nbits - bits * (c - 1)                            # bits of the top limb
     if r < bits:
