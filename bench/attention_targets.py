@@ -24,6 +24,7 @@ from _util import table  # noqa: E402
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import ops  # noqa: E402
 from circuitgrad.backends import zk  # noqa: E402
+from circuitgrad.rewrite import simplify  # noqa: E402
 
 WEIGHTS = ("softmax", "sqrt", "div", "exp", "causal", "square")       # gadget tags of the weights
 
@@ -33,7 +34,7 @@ def head(kind: str, S: int, dh: int, dt: cg.Fixed, reverse: bool) -> cg.Program:
     d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T, T, T], name=f"{kind}-head")
     if reverse:
         d = cg.rdiff(d)
-    return cg.retype(cg.schedule(d), dt)
+    return cg.retype(simplify(cg.schedule(d)), dt)       # as compile_model does
 
 
 def constraints(prog: cg.Program, dt: cg.Fixed, range_checks: str = "bits") -> tuple[int, int]:

@@ -69,6 +69,7 @@ NUMPY_RULES: dict[type, Callable[..., str]] = {
     P.Exp: lambda op, a: f"np.exp({a})",
     P.Log: lambda op, a: f"np.log({a})",
     P.Sqrt: lambda op, a: f"np.sqrt({a})",
+    P.Rsqrt: lambda op, a: f"1 / np.sqrt({a})",
     P.Div: lambda op, a, b: f"{a} / {b}",
     P.ArgMaxMask: lambda op, a: f"argmax_mask({a})",
     P.Permute: lambda op, a: f"np.transpose({a}, {op.axes!r})",
@@ -84,7 +85,7 @@ NUMPY_RULES: dict[type, Callable[..., str]] = {
 
 #: ops whose result is a freshly allocated array (safe to overwrite once dead)
 _FRESH = (P.MatMul, P.Add, P.Mul, P.Neg, P.Scale, P.Heaviside, P.Sigmoid, P.Tanh, P.Softmax, P.SumTo,
-          P.LogSumExp, P.Exp, P.Log, P.Sqrt, P.Div, P.ArgMaxMask, P.BatchMatMul, P.CausalMask, P.OneHot,
+          P.LogSumExp, P.Exp, P.Log, P.Sqrt, P.Rsqrt, P.Div, P.ArgMaxMask, P.BatchMatMul, P.CausalMask, P.OneHot,
           P.Slice, P.Pad, P.Unfold, P.Fold)
 #: ops whose result may share memory with their argument
 _VIEWS = (P.Copy, P.Transpose, P.Reshape, P.Broadcast, P.Permute)

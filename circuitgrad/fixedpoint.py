@@ -22,11 +22,11 @@ computations; ``docs/FIXED_POINT.md`` restates them with measured errors.
 * **Checkable forms** (a ZK circuit checks them, an FPGA builds them from its
   sequential divider and exp unit): ``Div`` is a quotient rounded half up with
   a range-checked remainder, ``Sqrt`` the floor whose square brackets the
-  input, ``Exp`` the same ``2**k · p(r)`` unit for either sign, ``Log`` the
+  input, ``Rsqrt`` exactly ``Div(1, Sqrt(x))``, ``Exp`` the same ``2**k · p(r)`` unit for either sign, ``Log`` the
   LogSumExp polynomial after normalising by the bit length, ``ArgMaxMask``
   the exact one-hot of the first maximum.
 * **Domain errors** (division by zero, log of a value ≤ 0, square root of a
-  negative value) raise :class:`FixedPointDomainError`, which names the
+  negative value, reciprocal square root of a value ≤ 0) raise :class:`FixedPointDomainError`, which names the
   operation (and, from :func:`run_fixed`, the instruction) and says what to do.
 """
 from __future__ import annotations
@@ -306,6 +306,18 @@ def _sqrt(op, x):
     return (sqrt_fixed(x, dt),)
 
 
+def _rsqrt(op, x):
+    """``Div(1, Sqrt(x))``, both rounded as they are alone; ``x > 0`` (the root of a positive raw value is ≥ 1)."""
+    dt = _fx(op.T)
+    bad = x <= 0
+    if np.any(bad):
+        raise FixedPointDomainError(
+            _signature(op),
+            f"reciprocal square root of a value ≤ 0 ({_count(int(bad.sum()), bad.size, 'inputs', '≤ 0')}, "
+            f"{_smallest(x, dt)}); rsqrt needs inputs > 0: add an epsilon of at least 2**-{dt.frac}")
+    return (div_fixed(dt.one, sqrt_fixed(x, dt), dt),)
+
+
 def div_fixed(a: np.ndarray, b: np.ndarray, dt: Fixed) -> np.ndarray:
     """``floor(a·2**frac / b + 1/2)`` for raw ``b ≠ 0`` (round half up of the exact quotient).
 
@@ -366,6 +378,7 @@ FIXED_RULES: dict[type, Callable] = {
     P.Exp: _exp,
     P.Log: _log,
     P.Sqrt: _sqrt,
+    P.Rsqrt: _rsqrt,
     P.Div: _div,
     P.ArgMaxMask: _argmax_mask,
     P.Permute: lambda op, a: (np.transpose(a, op.axes),),

@@ -161,6 +161,7 @@ FLOAT_RULES: dict[type, Callable] = {
     P.Exp: lambda op, a: (np.exp(a),),
     P.Log: lambda op, a: (np.log(a),),
     P.Sqrt: lambda op, a: (np.sqrt(a),),
+    P.Rsqrt: lambda op, a: (1 / np.sqrt(a),),
     P.Div: lambda op, a, b: (a / b,),
     P.ArgMaxMask: lambda op, a: (_argmax_mask(a),),
     P.Permute: lambda op, a: (np.transpose(a, op.axes),),

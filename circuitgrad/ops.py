@@ -255,8 +255,9 @@ def div(a, b) -> Var:
 
 
 def rsqrt(x: Var) -> Var:
-    """``1 / sqrt(x)``."""
-    return div(1.0, sqrt(x))
+    """``1 / sqrt(x)`` of positive values (an :class:`~circuitgrad.primitives.Rsqrt`: in fixed point exactly
+    ``div(1, sqrt(x))``, with a reverse derivative of three products instead of two divisions)."""
+    return _unary(P.Rsqrt, x)
 
 
 def power(x: Var, k: int) -> Var:
@@ -335,13 +336,15 @@ def attention(q: Var, k: Var, v: Var, causal: bool = False, kind: str = "softmax
                            f"{format_types((q.type, k.type, v.type))}")
     if kind not in ("softmax", "spherical"):
         raise ValueError(f"attention: kind must be 'softmax' or 'spherical', got {kind!r}")
-    s = scale(matmul(q, transpose(k)), 1.0 / float(np.sqrt(q.shape[-1])))
+    c = 1.0 / float(np.sqrt(q.shape[-1]))
     if kind == "softmax":
-        a = softmax(s, causal=causal)
+        a = softmax(scale(matmul(q, transpose(k)), c), causal=causal)
     else:
-        if causal:
-            s = causal_mask(s)
-        a = mul(s, _keep(s, rsqrt(add_epsilon(sum(mul(s, s), -1), ATTENTION_EPS))))
+        # the mask goes first and once more on ``a``: the same values, but the scale and, in the reverse
+        # derivative, the product ``da·r`` then skip the masked scores (a ZK circuit proves only the kept ones)
+        mask = causal_mask if causal else (lambda x: x)
+        s = scale(mask(matmul(q, transpose(k))), c)
+        a = mask(mul(s, _keep(s, rsqrt(add_epsilon(sum(mul(s, s), -1), ATTENTION_EPS)))))
     return matmul(a, v)
 
 

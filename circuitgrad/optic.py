@@ -151,6 +151,8 @@ RULES: dict[type, Callable[[P.Primitive], Rule]] = {
     P.Exp: _output_residual(lambda op, y, dy: dy * y),
     P.Log: _input_residual(lambda op, x, dy: ops.div(dy, x)),
     P.Sqrt: _output_residual(lambda op, y, dy: ops.div(ops.scale(dy, 0.5), y)),
+    # −½·dy·y³, halved first: no intermediate exceeds the result where y ≥ 1 (as the two divisions' did)
+    P.Rsqrt: _output_residual(lambda op, y, dy: ops.scale(dy, -0.5) * y * y * y),
     P.Div: _div,
     P.ArgMaxMask: _linear(lambda op, dy: ops.constant(op.T, 0.0)),
     P.Permute: _linear(lambda op, dy: ops.permute(dy, op.inverse())),

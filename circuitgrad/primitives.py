@@ -23,7 +23,7 @@ __all__ = [
     "TypeMismatch", "Primitive", "Unary", "Binary", "Arrow", "Blocks", "PRIMITIVES",
     "Copy", "Add", "Neg", "Mul", "Scale", "Constant", "MatMul", "Transpose",
     "Reshape", "Broadcast", "SumTo", "Heaviside", "Sigmoid", "Tanh",
-    "Softmax", "LogSumExp", "Parameter", "Exp", "Log", "Sqrt", "Div", "ArgMaxMask", "Permute",
+    "Softmax", "LogSumExp", "Parameter", "Exp", "Log", "Sqrt", "Rsqrt", "Div", "ArgMaxMask", "Permute",
     "BatchMatMul", "CausalMask", "OneHot", "Slice", "Pad", "Unfold", "Fold", "SECOND_VOCABULARY",
     "intern_op", "op_of",
 ]
@@ -494,6 +494,16 @@ class Sqrt(Unary):
     """``T → T``: square root of non-negative values (in fixed point: the floor, checked by squaring)."""
 
 
+class Rsqrt(Unary):
+    """``T → T``: ``1 / sqrt(x)`` of positive values.
+
+    In fixed point exactly ``Div(1, Sqrt(x))``, each rounded as it is alone (so every target reuses its
+    square root and its divider). A primitive of its own for its reverse derivative,
+    ``dx = −½·dy·y³``: three products, where the derivative of ``Div(1, Sqrt(x))`` takes two divisions
+    (the costliest rows of a ZK circuit, a quotient bit per cycle on the FPGA).
+    """
+
+
 class ArgMaxMask(Unary):
     """``[..., k] → [..., k]``: ``1`` at the first maximum along the last axis, else ``0``.
 
@@ -540,14 +550,14 @@ class LogSumExp(Primitive):
 
 #: the primitives added for transformers (issue 12), which the ZK and FPGA backends lower in issue 13
 SECOND_VOCABULARY: tuple[type[Primitive], ...] = (
-    Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot, Slice, Pad, Unfold, Fold,
+    Exp, Log, Sqrt, Rsqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot, Slice, Pad, Unfold, Fold,
 )
 
 #: every primitive class; rule tables are checked against this tuple.
 PRIMITIVES: tuple[type[Primitive], ...] = (
     Copy, Parameter, Constant, Add, Neg, Mul, Scale, MatMul, Transpose, Reshape,
     Broadcast, SumTo, Heaviside, Sigmoid, Tanh, Softmax, LogSumExp,
-    Exp, Log, Sqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot, Slice, Pad, Unfold, Fold,
+    Exp, Log, Sqrt, Rsqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot, Slice, Pad, Unfold, Fold,
 )
 
 

@@ -11,6 +11,11 @@ the same, shorter program::
     Neg(Scale(x, c))          →  Scale(x, −c)      (when the Scale has no other use)
     Neg(Neg(x))               →  x
     Scale(x, 1)               →  x
+    f(x, y) twice             →  f(x, y) once     (common subexpressions; ``x·y`` = ``y·x``)
+
+The last one matters most to reverse derivatives: the rule of ``Mul`` applied to
+``x·x`` emits ``dy·x`` twice, and a training step's ZK circuit would prove both.
+Parameters are never merged (two of one shape are distinct by construction).
 
 The fixed-point semantics are defined on the simplified program (the
 interpreter runs it too), so all targets still agree bit for bit.
@@ -45,33 +50,56 @@ def simplify(p: Program) -> Program:
         a = producer.get(v)
         return a is not None and isinstance(a.op, P.Constant) and a.op.value == 0.0
 
+    seen: dict[tuple, Apply] = {}         # (op, args) -> its first occurrence
+
+    def alias(r: int, s: int) -> None:
+        """``r`` is ``s`` from now on; ``s`` inherits ``r``'s uses (an upper bound: it stays safe)."""
+        subst[r] = s
+        uses[s] = uses.get(s, 0) + uses.get(r, 0)
+
     for a in p.instrs:
         args = tuple(res(x) for x in a.args)
         op = a.op
+        key = None if isinstance(op, P.Parameter) else (op, _canonical(op, args))
+        if key is not None and key in seen:
+            for r, s in zip(a.results, seen[key].results):
+                alias(r, s)
+            continue
         if isinstance(op, P.Add) and (is_zero(args[0]) or is_zero(args[1])):
-            subst[a.results[0]] = args[1] if is_zero(args[0]) else args[0]
+            alias(a.results[0], args[1] if is_zero(args[0]) else args[0])
             continue
         if isinstance(op, P.Scale) and op.c == 1.0:
-            subst[a.results[0]] = args[0]
+            alias(a.results[0], args[0])
             continue
         if isinstance(op, P.Neg):
             src = producer.get(args[0])
             if src is not None and isinstance(src.op, P.Neg):
-                subst[a.results[0]] = src.args[0]
+                alias(a.results[0], src.args[0])
                 continue
-            if src is not None and isinstance(src.op, P.Scale) and uses.get(a.args[0], 0) == 1:
+            if src is not None and isinstance(src.op, P.Scale) and uses.get(args[0], 0) == 1:
                 new = Apply(P.Scale(src.op.T, -src.op.c), src.args, a.results)
+                seen.pop((src.op, src.args), None)       # its result is gone: no later Scale may reuse it
+                seen.setdefault((new.op, new.args), new)
                 instrs[pos[args[0]]] = new
                 producer[a.results[0]] = new
                 pos[a.results[0]] = pos[args[0]]
                 continue
         new = Apply(op, args, a.results)
+        if key is not None:
+            seen[key] = new
         instrs.append(new)
         for r in a.results:
             producer[r] = new
             pos[r] = len(instrs) - 1
     outputs = [res(v) for v in p.outputs]
     return _dce(Program(p.types, list(p.inputs), outputs, instrs, p.name))
+
+
+_COMMUTATIVE = (P.Add, P.Mul)
+
+
+def _canonical(op: P.Primitive, args: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(args)) if isinstance(op, _COMMUTATIVE) else args
 
 
 def _dce(p: Program) -> Program:

@@ -100,7 +100,7 @@ S3 = cg.NdArrayType((2, 3, 3))
 IMG = cg.NdArrayType((1, 2, 3, 3))
 #: the transformer and convolution vocabulary (issue 12), lowered in issue 13
 VOCAB = [
-    P.Exp(T), P.Log(T), P.Sqrt(T), P.Div(T), P.ArgMaxMask(cg.NdArrayType((3, 4))), P.Softmax(S3, causal=True),
+    P.Exp(T), P.Log(T), P.Sqrt(T), P.Rsqrt(T), P.Div(T), P.ArgMaxMask(cg.NdArrayType((3, 4))), P.Softmax(S3, causal=True),
     P.OneHot(cg.NdArrayType((2, 3), cg.index(5)), cg.NdArrayType((2, 3, 5))), P.CausalMask(S3),
     P.Permute(S3, (2, 0, 1)), P.BatchMatMul(S3, cg.NdArrayType((2, 3, 2))),
     P.Slice(cg.NdArrayType((4, 3)), ((1, 4, 2), (0, 3, 1))), P.Pad(cg.NdArrayType((2, 3)), cg.NdArrayType((4, 3)),
@@ -108,7 +108,7 @@ VOCAB = [
     P.Unfold(IMG, 2, stride=1, padding=1), P.Fold(IMG, 2, stride=1, padding=1),
 ]
 #: where each operand must lie (the operation's domain): (low, high)
-DOMAIN = {"Exp": (-3.0, 2.0), "Log": (0.01, 3.0), "Sqrt": (0.0, 3.0)}
+DOMAIN = {"Exp": (-3.0, 2.0), "Log": (0.01, 3.0), "Sqrt": (0.0, 3.0), "Rsqrt": (0.004, 3.0)}
 
 
 def case_id(op) -> str:

@@ -95,6 +95,18 @@ def test_log_normalises_by_bit_length(dt, rng):
     assert np.all(got[x == dt.one] == 0)                        # ln 1 = 0 exactly
 
 
+@pytest.mark.parametrize("dt", FORMATS + [cg.fixed(8, 4)], ids=str)
+def test_rsqrt_is_one_divided_by_the_square_root(dt, rng):
+    """``Rsqrt`` is defined as ``Div(1, Sqrt(x))`` (what its ZK and FPGA rules build), checked here against
+    integer arithmetic: ``q = isqrt(x·2^f)``, then ``1/q`` rounded half up."""
+    x = np.concatenate([rng.integers(1, dt.hi + 1, size=3000), [1, 2, 3, dt.one, dt.hi]])
+    (y,) = _run(P.Rsqrt(cg.NdArrayType(x.shape, dt)), x)
+    for a, r in zip(x.tolist(), y.tolist()):
+        q = math.isqrt(a << dt.frac)
+        num = dt.one << dt.frac
+        assert r == num // q + (2 * (num % q) >= q)
+
+
 @pytest.mark.parametrize("dt", FORMATS + [cg.fixed(32, 31), cg.fixed(8, 4)], ids=str)
 def test_sqrt_is_the_floor_bracketed_by_squares(dt, rng):
     x = np.concatenate([rng.integers(0, dt.hi + 1, size=3000), [0, 1, 2, dt.one, dt.hi],
@@ -241,6 +253,9 @@ CASES = {
             {Q32: 0.0055, Q16: 0.0115}, False),
     "sqrt": (lambda s, dt: P.Sqrt(cg.NdArrayType(s, dt)),
              lambda dt, rng: (rng.integers(0, dt.hi + 1, size=4000),), {Q32: 2 ** -16, Q16: 2 ** -8}, False),
+    "rsqrt": (lambda s, dt: P.Rsqrt(cg.NdArrayType(s, dt)),
+              lambda dt, rng: (rng.integers(dt.one // 4, dt.hi + 1, size=4000),), {Q32: 2 ** -15, Q16: 2 ** -5},
+              False),
     "div": (lambda s, dt: P.Div(cg.NdArrayType(s, dt)), _div_args,
             {Q32: 2 ** -17 + 1e-9, Q16: 2 ** -9 + 1e-9}, False),
     "batch_matmul": (lambda s, dt: P.BatchMatMul(cg.NdArrayType((4, 8, 16), dt), cg.NdArrayType((4, 16, 8), dt)),
@@ -313,6 +328,10 @@ DOMAIN_ERRORS = [
      "Sqrt(fixed(32,16)[4]) at instruction 0 of Sqrt: square root of a negative value (2 of 4 inputs are "
      "< 0, the smallest -0.25 at index [1]); sqrt needs inputs ≥ 0: clamp them at 0 first (relu), or take "
      "the square root of a sum of squares"),
+    ("rsqrt", P.Rsqrt(cg.NdArrayType((3,), Q16)), (np.array([4, 0, -3]),),
+     "Rsqrt(fixed(16,8)[3]) at instruction 0 of Rsqrt: reciprocal square root of a value ≤ 0 (2 of 3 inputs "
+     "are ≤ 0, the smallest -0.0117188 at index [2]); rsqrt needs inputs > 0: add an epsilon of at least "
+     "2**-8"),
 ]
 
 

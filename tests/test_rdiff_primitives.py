@@ -91,6 +91,7 @@ CASES = [
     (P.Exp(T), lambda a: (np.exp(a),)),
     (P.Log(T), lambda a: (np.log(a),)),
     (P.Sqrt(T), lambda a: (np.sqrt(a),)),
+    (P.Rsqrt(T), lambda a: (1 / np.sqrt(a),)),
     (P.Div(T), lambda a, b: (a / b,)),
     (P.ArgMaxMask(T), lambda a: (np.eye(4)[a.argmax(-1)],)),
     (P.Permute(T3, (2, 0, 1)), lambda a: (a.transpose(2, 0, 1),)),
@@ -110,6 +111,7 @@ CASES = [
 DOMAIN = {
     P.Log: lambda rng, t: rng.uniform(0.5, 3.0, size=t.shape),
     P.Sqrt: lambda rng, t: rng.uniform(0.5, 3.0, size=t.shape),
+    P.Rsqrt: lambda rng, t: rng.uniform(0.5, 3.0, size=t.shape),
     P.Div: lambda rng, t: rng.choice([-1.0, 1.0], size=t.shape) * rng.uniform(0.5, 2.0, size=t.shape),
     P.OneHot: lambda rng, t: rng.integers(0, t.dtype.n, size=t.shape),
 }

@@ -151,6 +151,7 @@ def test_no_second_witness_from_a_consistent_lie(op, range_checks, rng):
 EDGES = [
     (P.Exp(cg.NdArrayType((6,))), [[-40.0, -6.0, -0.004, 0.0, 3.0, 4.8]]),
     (P.Sqrt(cg.NdArrayType((5,))), [[0.0, 1 / 256, 0.25, 2.0, Q.hi / 256]]),
+    (P.Rsqrt(cg.NdArrayType((5,))), [[1 / 256, 2 / 256, 0.25, 2.0, Q.hi / 256]]),
     (P.Log(cg.NdArrayType((5,))), [[1 / 256, 0.5, 1.0, 7.3, Q.hi / 256]]),
     (P.Div(cg.NdArrayType((5,))), [[1.0, -3.0, 127.0, 0.0, -0.5], [-1 / 256, 64.0, 127.0, -2.0, 1 / 256]]),
 ]
@@ -175,6 +176,7 @@ def test_edges_of_the_domain(op, vals):
     (P.Exp(cg.NdArrayType((2,))), [[1.0, 5.0]], "Exp#0 overflowed fixed(16,8)"),
     (P.Div(cg.NdArrayType((2,))), [[1.0, 1.0], [1.0, 0.0]], "Div(fixed(16,8)[2], fixed(16,8)[2]): division by zero"),
     (P.Sqrt(cg.NdArrayType((2,))), [[1.0, -1.0]], "Sqrt(fixed(16,8)[2]): square root of a negative value"),
+    (P.Rsqrt(cg.NdArrayType((2,))), [[1.0, 0.0]], "Rsqrt(fixed(16,8)[2]): reciprocal square root of a value ≤ 0"),
     (P.Log(cg.NdArrayType((2,))), [[1.0, 0.0]], "Log(fixed(16,8)[2]): log of a value ≤ 0"),
 ])
 def test_out_of_domain_witness_is_refused_naming_the_operation(op, vals, message):

@@ -81,6 +81,12 @@ def _ew(kind: str):
     return rule
 
 
+def _rsqrt(op, args, cx, shape):
+    """``Div(1, Sqrt(x))``, as the fixed-point semantics define it: the square root, then the divider."""
+    root = cx.emit("sqrt", cx.alloc(shape), args[0], None)
+    return (cx.emit("div", cx.alloc(shape), _splat(cx, cx.dt.one, shape), root),)
+
+
 def _mul(op, args, cx, shape):
     return (cx.emit("mac", cx.alloc(shape), args[0], args[1], 1, True),)
 
@@ -239,6 +245,7 @@ RULES: dict[type, Callable] = {
     P.Tanh: _ew("tanh"),
     P.Log: _ew("log"),
     P.Sqrt: _ew("sqrt"),
+    P.Rsqrt: _rsqrt,
     P.Div: _ew("div"),
     P.Exp: lambda op, args, cx, shape: (cx.emit("exp", cx.alloc(shape), args[0], _splat(cx, 0, shape)),),
     P.Mul: _mul,

@@ -77,6 +77,7 @@ RULES: dict[type, Callable[..., str] | None] = {
     P.Exp: lambda op, c, a: f"{_fn('exp', c)}({a})",
     P.Log: lambda op, c, a: f"{_fn('log', c)}({a})",
     P.Sqrt: lambda op, c, a: f"{_fn('sqrt', c)}({a})",
+    P.Rsqrt: lambda op, c, a: f"(({c})1 / {_fn('sqrt', c)}({a}))",
     P.CausalMask: _causal,
     # the operand is the row's id (read through a broadcast along the last axis)
     P.OneHot: lambda op, c, a: f"({a} == i % {op.T.shape[-1]}LL ? ({c})1 : ({c})0)",

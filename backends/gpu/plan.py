@@ -54,7 +54,7 @@ __all__ = ["ELEMENTWISE", "ROWWISE", "GATHERS", "VIEWS", "Launch", "Plan", "plan
            "read_through", "contiguous_strides", "nocopy_reshape"]
 
 ELEMENTWISE = (P.Add, P.Neg, P.Mul, P.Scale, P.Heaviside, P.Sigmoid, P.Tanh,
-               P.Exp, P.Log, P.Sqrt, P.Div, P.CausalMask, P.OneHot)
+               P.Exp, P.Log, P.Sqrt, P.Rsqrt, P.Div, P.CausalMask, P.OneHot)
 ROWWISE = (P.Softmax, P.LogSumExp, P.ArgMaxMask)
 #: one thread per result element, reading a contiguous operand at computed offsets
 GATHERS = (P.Slice, P.Pad, P.Unfold, P.Fold)

@@ -24,7 +24,7 @@ Costs per output element (``w`` width, ``f`` fractional bits, ``n`` inner dimens
 | Fold | ``w + 2`` per pixel (the sum of the column entries that Unfold reads from it) |
 
 A product, scale, sum or multiply-accumulate with the constant-0 wire is folded away (no constraint).
-The special functions (Exp, Softmax, Div, Sqrt, Log, ArgMaxMask, OneHot) are in :mod:`.special`.
+The special functions (Exp, Softmax, Div, Sqrt, Rsqrt, Log, ArgMaxMask, OneHot) are in :mod:`.special`.
 """
 from __future__ import annotations
 
@@ -344,7 +344,7 @@ def required_bits(prog, dt: Fixed) -> int:
             n_max = max(n_max, int(np.prod(op.T.shape)) // max(1, int(np.prod(op.S.shape))))
         elif isinstance(op, P.Softmax):
             k_max = max(k_max, prog.types[a.args[0]].shape[-1])
-        elif isinstance(op, P.Div):
+        elif isinstance(op, (P.Div, P.Rsqrt)):
             need.append(2 * w + 1)
         elif isinstance(op, P.Exp):
             need.append(2 * w - f + 1)

@@ -9,6 +9,7 @@ length of a softmax or argmax row. Constraints per output element:
 | primitive | constraints | non-deterministic values pinned |
 |---|---|---|
 | Div | about ``4w + 2f + 8`` | sign of ``b``, quotient, remainder ``−|b| ≤ 2·sign(b)·r < |b|`` |
+| Rsqrt | Sqrt's then Div's | ``Div(1, Sqrt(a))``, exactly the fixed-point definition |
 | Sqrt | about ``(w + f)/2 + (w + f) + 3`` | root ``q ≥ 0`` with ``q² ≤ a·2^f < (q + 1)²`` |
 | Exp | about ``3w + 6f + 30`` | ``t = z·log2 e``, ``k = ⌊t/2^f⌋``, fraction bits, shifts, ``⌊p/2^−k⌋`` |
 | Softmax | about ``w + 4f + 150`` per element, plus 1 per row | row maximum (one-hot selector), exp, division |
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from circuitgrad import primitives as P
-from circuitgrad.fixedpoint import EXP2_C1, LN2_EXTRA_BITS, LOG2_C1, LOG2_E, _bit_length, const
+from circuitgrad.fixedpoint import FIXED_RULES, EXP2_C1, LN2_EXTRA_BITS, LOG2_C1, LOG2_E, _bit_length, const
 from circuitgrad.interpret import causal_keep
 
 from . import gadgets as G
@@ -204,6 +205,16 @@ def _sqrt(L: "Lowering", op: P.Sqrt, a):
     return (out,)
 
 
+def _rsqrt(L: "Lowering", op: P.Rsqrt, a):
+    """``Div(1, Sqrt(a))``, as the fixed-point semantics define it: the two gadgets above in turn (the
+    divisor, a root of a positive value, is ≥ 1, which the division's sign check also forces). A witness
+    for an operand ≤ 0 is refused by Rsqrt's own rule, so that the error names Rsqrt."""
+    L.b.fill(np.zeros(0, dtype=np.int64), lambda W: FIXED_RULES[P.Rsqrt](op, W[a])[0].reshape(-1)[:0])
+    (root,) = _sqrt(L, P.Sqrt(op.T), a)
+    one = np.full(op.T.shape, L.constant(L.dt.one), dtype=np.int64)
+    return _div(L, P.Div(op.T), one, root)
+
+
 # ------------------------------------------------------------------ log
 def _log(L: "Lowering", op: P.Log, s):
     """``log_fixed``: ``n`` one-hot over ``[0, w − 1)`` with ``2^n ≤ s < 2^(n+1)``;
@@ -299,6 +310,7 @@ SPECIAL_RULES = {
     P.Softmax: _softmax,
     P.Div: _div,
     P.Sqrt: _sqrt,
+    P.Rsqrt: _rsqrt,
     P.Log: _log,
     P.ArgMaxMask: _argmax_mask,
     P.OneHot: _one_hot,
