@@ -360,9 +360,10 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
 
 def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str], backend: str = "numpy",
                 donate: bool = False) -> _Fn:
-    prog = simplify(schedule(d, key))
+    prog = schedule(d, key)
     if prog.types and any(t.dtype != dtype for t in prog.types):
         prog = retype(prog, dtype)
+    prog = simplify(prog)                  # after retype: some rewrites are fixed point's alone
     if isinstance(dtype, Fixed):
         return _Fn(prog, lambda *xs: run_fixed(prog, xs), str(prog))
     if backend in ("cupy", "cupy-emulated"):

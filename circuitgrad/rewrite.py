@@ -17,6 +17,19 @@ The last one matters most to reverse derivatives: the rule of ``Mul`` applied to
 ``x·x`` emits ``dy·x`` twice, and a training step's ZK circuit would prove both.
 Parameters are never merged (two of one shape are distinct by construction).
 
+In fixed point one more rewrite turns a product summed along the last axis
+into one contraction (a dot product per row)::
+
+    SumTo(Mul(x, y))          →  Reshape(BatchMatMul(x[..., None, :], y[..., :, None]))
+
+(when the product has no other use and the sum keeps every axis but the last).
+A sum of rounded products becomes one rounding of the exact sum: more
+accurate, and cheaper everywhere: a ZK circuit proves a dot product with one
+constraint per product and a single range-checked rescale per row (a
+rounded product costs a constraint and three lookups), the FPGA runs it as
+one ``mac`` on its lanes. Layer norm's variance, the reverse derivatives of
+softmax, of layer norm and of spherical attention are such sums.
+
 The fixed-point semantics are defined on the simplified program (the
 interpreter runs it too), so all targets still agree bit for bit.
 """
@@ -24,6 +37,7 @@ from __future__ import annotations
 
 from . import primitives as P
 from .schedule import Apply, Program
+from .types import Fixed
 
 __all__ = ["simplify"]
 
@@ -92,10 +106,51 @@ def simplify(p: Program) -> Program:
             producer[r] = new
             pos[r] = len(instrs) - 1
     outputs = [res(v) for v in p.outputs]
-    return _dce(Program(p.types, list(p.inputs), outputs, instrs, p.name))
+    return _contract(_dce(Program(p.types, list(p.inputs), outputs, instrs, p.name)))
 
 
 _COMMUTATIVE = (P.Add, P.Mul)
+
+
+def _contract(p: Program) -> Program:
+    """``SumTo(Mul(x, y))`` along the last axis → one contraction, in fixed point (see the module docs)."""
+    uses: dict[int, int] = {}
+    for a in p.instrs:
+        for x in a.args:
+            uses[x] = uses.get(x, 0) + 1
+    for v in p.outputs:
+        uses[v] = uses.get(v, 0) + 1
+    producer = {a.results[0]: a for a in p.instrs if a.results}
+    types = list(p.types)
+    instrs: list[Apply] = []
+    dropped: set[int] = set()
+
+    def fresh(t) -> int:
+        types.append(t)
+        return len(types) - 1
+
+    for a in p.instrs:
+        op = a.op
+        m = producer.get(a.args[0]) if isinstance(op, P.SumTo) else None
+        if (m is None or not isinstance(m.op, P.Mul) or uses.get(m.results[0], 0) != 1
+                or not isinstance(op.T.dtype, Fixed) or op.T.ndim < 1
+                or op.S.shape != op.T.shape[:-1] + (1,)):
+            instrs.append(a)
+            continue
+        T, n = op.T, op.T.shape[-1]
+        x, y = m.args
+        lead = T.shape[:-1]
+        row, col = T.with_shape(lead + (1, n)), T.with_shape(lead + (n, 1))
+        xr, yr = fresh(row), fresh(col)
+        instrs += [Apply(P.Reshape(T, row.shape), (x,), (xr,)), Apply(P.Reshape(T, col.shape), (y,), (yr,))]
+        dot = fresh(T.with_shape(lead + (1, 1)))
+        mm = P.BatchMatMul(row, col) if lead else P.MatMul(row, col)
+        instrs += [Apply(mm, (xr, yr), (dot,)), Apply(P.Reshape(types[dot], op.S.shape), (dot,), a.results)]
+        dropped.add(id(m))
+    if not dropped:
+        return p
+    kept = [a for a in instrs if id(a) not in dropped]
+    return Program(types, list(p.inputs), list(p.outputs), kept, p.name)
 
 
 def _canonical(op: P.Primitive, args: tuple[int, ...]) -> tuple[int, ...]:

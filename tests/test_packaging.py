@@ -98,10 +98,10 @@ def test_cli_info(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == f"circuitgrad {circuitgrad.__version__}"
-    assert out.splitlines()[1].startswith("primitives (30): Copy, Parameter, Constant, ")
-    assert "backend fpga: 28 rules (unsupported: LogSumExp)" in out
-    assert "backend gpu: 29 rules; " in out          # every primitive but Parameter
-    assert "backend zk: 28 rules (unsupported: LogSumExp)" in out   # every primitive but Parameter
+    assert out.splitlines()[1].startswith("primitives (31): Copy, Parameter, Constant, ")
+    assert "backend fpga: 29 rules (unsupported: LogSumExp)" in out
+    assert "backend gpu: 30 rules; " in out          # every primitive but Parameter
+    assert "backend zk: 29 rules (unsupported: LogSumExp)" in out   # every primitive but Parameter
 
 
 def test_core_and_cli_work_without_optional_backend_dependencies():
@@ -125,4 +125,4 @@ def test_core_and_cli_work_without_optional_backend_dependencies():
             "    raise AssertionError('expected ImportError')\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
-    assert "backend fpga: 28 rules" in res.stdout
+    assert "backend fpga: 29 rules" in res.stdout
