@@ -101,3 +101,32 @@ def test_peepholes(name, f, count, fixed):
     q = simplify(p)
     assert q.count() == count
     _same_values(p, q, fixed=fixed and _program(fixed, 1))
+
+
+# ------------------------------------------------ contraction (fixed point)
+def _fixed(f, shapes) -> Program:
+    return simplify(cg.retype(cg.schedule(cg.trace(f, [cg.NdArrayType(s) for s in shapes], name="f")), DT))
+
+
+@pytest.mark.parametrize("shape,contraction", [((3, 4), "BatchMatMul"), ((2, 3, 5), "BatchMatMul"), ((6,), "MatMul")])
+def test_a_product_summed_along_the_last_axis_is_one_rounded_contraction(shape, contraction, rng):
+    p = _fixed(lambda x, y: (ops.sum(x * y, -1),), [shape, shape])
+    assert "Mul" not in p.count() and "SumTo" not in p.count() and p.count()[contraction] == 1
+    x, y = (rng.integers(-3 * DT.one, 3 * DT.one, size=shape) for _ in range(2))
+    (got,) = cg.run_fixed(p, [x, y])
+    exact = (x * y).sum(-1)                                   # the products' exact sum, then one rounding
+    assert np.array_equal(got.reshape(exact.shape), (exact + (1 << (DT.frac - 1))) >> DT.frac)
+
+
+@pytest.mark.parametrize("name,f,shapes", [
+    ("float", None, None),
+    ("product used twice", lambda x, y: (ops.sum(x * y, -1), x * y), [(3, 4), (3, 4)]),
+    ("sum over the first axis", lambda x, y: (ops.sum(x * y, 0),), [(3, 4), (3, 4)]),
+])
+def test_no_contraction_where_the_pattern_does_not_hold(name, f, shapes):
+    if name == "float":
+        T2 = cg.NdArrayType((3, 4))
+        p = simplify(cg.schedule(cg.trace(lambda x, y: (ops.sum(x * y, -1),), [T2, T2])))
+    else:
+        p = _fixed(f, shapes)
+    assert p.count()["Mul"] == 1 and "BatchMatMul" not in p.count()
