@@ -126,8 +126,10 @@ def _reuse_memory(dt: Fixed, ops: list[MicroOp], regions: list[tuple[int, int]],
     """Re-lay the memory so that regions whose lifetimes do not overlap share addresses.
 
     A region lives from the first micro-op that touches it to the last one. Inputs, outputs and
-    constants are pinned at the bottom and live throughout. Every other region gets the first free
-    block (first fit) at its first micro-op. A block is free once its last reader has finished: the
+    constants are pinned at the bottom and live throughout. Every other region gets the smallest free
+    block it fits (best fit: first fit let a 16-word dot product split a 256-word block and pushed a
+    head's memory past 2048 words, one more address bit everywhere), or the free block on top, grown,
+    at its first micro-op. A block is free once its last reader has finished: the
     drain between micro-ops guarantees that, while a micro-op that reads a region cannot be
     writing it.
     """
@@ -165,7 +167,11 @@ def _reuse_memory(dt: Fixed, ops: list[MicroOp], regions: list[tuple[int, int]],
                     merged.append(blk)
             free = merged
         size = regions[r][1]
-        blk = next((b for b in free if b[1] >= size), None)
+        blk = min((b for b in free if b[1] >= size), key=lambda b: (b[1], b[0]), default=None)
+        if blk is None and free and free[-1][0] + free[-1][1] == top:        # grow the free block on top
+            blk = free[-1]
+            top += size - blk[1]
+            blk[1] = size
         if blk is None:
             new[r] = top
             top += size
