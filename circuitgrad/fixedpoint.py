@@ -272,14 +272,17 @@ def _logsumexp(op, x):
     return (m[..., 0] + log_fixed(s, dt),)
 
 
+def _require(op, x: np.ndarray, bad: np.ndarray, what: str, cond: str, advice: str) -> None:
+    """Raise :class:`FixedPointDomainError` for the inputs ``x`` marked ``bad`` (``what``: the failure)."""
+    if np.any(bad):
+        raise FixedPointDomainError(_signature(op), f"{what} ({_count(int(bad.sum()), bad.size, 'inputs', cond)}, "
+                                                    f"{_smallest(x, _fx(op.T))}); {advice}")
+
+
 def _log(op, x):
     dt = _fx(op.T)
-    bad = x <= 0
-    if np.any(bad):
-        raise FixedPointDomainError(
-            _signature(op),
-            f"log of a value ≤ 0 ({_count(int(bad.sum()), bad.size, 'inputs', '≤ 0')}, {_smallest(x, dt)}); "
-            f"log needs inputs > 0: add an epsilon of at least 2**-{dt.frac} to a non-negative input")
+    _require(op, x, x <= 0, "log of a value ≤ 0", "≤ 0",
+             f"log needs inputs > 0: add an epsilon of at least 2**-{dt.frac} to a non-negative input")
     return (log_fixed(x, dt),)
 
 
@@ -295,26 +298,16 @@ def sqrt_fixed(a: np.ndarray, dt: Fixed) -> np.ndarray:
 
 
 def _sqrt(op, x):
-    dt = _fx(op.T)
-    bad = x < 0
-    if np.any(bad):
-        raise FixedPointDomainError(
-            _signature(op),
-            f"square root of a negative value ({_count(int(bad.sum()), bad.size, 'inputs', '< 0')}, "
-            f"{_smallest(x, dt)}); sqrt needs inputs ≥ 0: clamp them at 0 first (relu), or take the square "
-            f"root of a sum of squares")
-    return (sqrt_fixed(x, dt),)
+    _require(op, x, x < 0, "square root of a negative value", "< 0",
+             "sqrt needs inputs ≥ 0: clamp them at 0 first (relu), or take the square root of a sum of squares")
+    return (sqrt_fixed(x, _fx(op.T)),)
 
 
 def _rsqrt(op, x):
     """``Div(1, Sqrt(x))``, both rounded as they are alone; ``x > 0`` (the root of a positive raw value is ≥ 1)."""
     dt = _fx(op.T)
-    bad = x <= 0
-    if np.any(bad):
-        raise FixedPointDomainError(
-            _signature(op),
-            f"reciprocal square root of a value ≤ 0 ({_count(int(bad.sum()), bad.size, 'inputs', '≤ 0')}, "
-            f"{_smallest(x, dt)}); rsqrt needs inputs > 0: add an epsilon of at least 2**-{dt.frac}")
+    _require(op, x, x <= 0, "reciprocal square root of a value ≤ 0", "≤ 0",
+             f"rsqrt needs inputs > 0: add an epsilon of at least 2**-{dt.frac}")
     return (div_fixed(dt.one, sqrt_fixed(x, dt), dt),)
 
 

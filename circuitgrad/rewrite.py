@@ -44,12 +44,7 @@ __all__ = ["simplify"]
 
 def simplify(p: Program) -> Program:
     """The program with the rewrites above applied and dead instructions removed."""
-    uses: dict[int, int] = {}
-    for a in p.instrs:
-        for x in a.args:
-            uses[x] = uses.get(x, 0) + 1
-    for v in p.outputs:
-        uses[v] = uses.get(v, 0) + 1
+    uses = _use_counts(p)
     producer: dict[int, Apply] = {}
     pos: dict[int, int] = {}          # result variable -> index in instrs
     subst: dict[int, int] = {}
@@ -112,14 +107,17 @@ def simplify(p: Program) -> Program:
 _COMMUTATIVE = (P.Add, P.Mul)
 
 
+def _use_counts(p: Program) -> dict[int, int]:
+    """How many times each variable is read (an output counts as a read)."""
+    uses: dict[int, int] = {}
+    for v in [x for a in p.instrs for x in a.args] + list(p.outputs):
+        uses[v] = uses.get(v, 0) + 1
+    return uses
+
+
 def _contract(p: Program) -> Program:
     """``SumTo(Mul(x, y))`` along the last axis → one contraction, in fixed point (see the module docs)."""
-    uses: dict[int, int] = {}
-    for a in p.instrs:
-        for x in a.args:
-            uses[x] = uses.get(x, 0) + 1
-    for v in p.outputs:
-        uses[v] = uses.get(v, 0) + 1
+    uses = _use_counts(p)
     producer = {a.results[0]: a for a in p.instrs if a.results}
     types = list(p.types)
     instrs: list[Apply] = []
