@@ -1,0 +1,26 @@
+"""Exact costs of one causal attention head (issue 13): spherical attention's weights in a training step
+take at most half of softmax's constraints + lookups, and its FPGA memory stays under 2048 words."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+from attention_targets import constraints, head  # noqa: E402
+
+import circuitgrad as cg  # noqa: E402
+
+DT = cg.fixed(16, 8)
+
+
+@pytest.mark.parametrize("S", [8, 16])
+def test_spherical_weights_cost_at_most_half_of_softmax_in_a_training_step(S):
+    soft = constraints(head("softmax", S, 16, DT, True), DT, "lookup")[1]
+    sph = constraints(head("spherical", S, 16, DT, True), DT, "lookup")[1]
+    assert sph <= soft / 2, (sph, soft)
+
+
+def test_best_fit_keeps_a_spherical_head_under_2048_words():
+    """First fit let the 16-word row sums split a 256-word block: 2051 words, one more address bit."""
+    from circuitgrad.backends import fpga
+    assert fpga.compile_program(head("spherical", 16, 16, DT, False), DT).depth < 2048
