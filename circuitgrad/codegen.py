@@ -227,7 +227,8 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
             viewed.update(a.args)
         lhs = " = ".join(names[r] for r in a.results)
         note = " (folded into the matmul)" if i in alias else " (implicit)" if i in lazy else ""
-        body.append(f"    {lhs} = {expr}".ljust(56) + f"  # {a.op.name}{note} -> {ty}")
+        body.append(f"    {lhs} = {expr}".ljust(56) + f"  # {a.op.name}{note} -> {ty}"
+                    + (f"  @ {a.path}" if a.path else ""))
         read = [y for x in a.args for y in ((padded[x].args[0],) if x in padded and i not in pads else (x,))]
         dead = [names[x] for x in dict.fromkeys(read)
                 if last_use.get(x) == i and x not in keep and x not in cval]

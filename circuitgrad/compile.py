@@ -258,14 +258,15 @@ def _build(model: Diagram, loss_fn, optimizer: Optimizer):
     def grads_fn(*v):
         (*ps, x, y) = v
         return R(*ps, x, y, ops.constant(l_type, 1.0))[:k]
-    grads = trace(grads_fn, ptypes + [x_type, y_type], name="gradients")
+    grads = trace(grads_fn, ptypes + [x_type, y_type], name="gradients", path="")
     upd = optimizer.update(ptypes)
     n_state = len(optimizer.state(ptypes))
 
     def step_fn(*v):
         ps, ss, (x, y) = v[:k], v[k:k + n_state], v[k + n_state:]
         return upd(*ps, *ss, *grads(*ps, x, y))
-    step = trace(step_fn, ptypes + [t for _, t in optimizer.state(ptypes)] + [x_type, y_type], name="step")
+    step = trace(step_fn, ptypes + [t for _, t in optimizer.state(ptypes)] + [x_type, y_type], name="step",
+                 path="")
     return params, x_type, y_type, {"predict": model_p, "loss": total, "gradients": grads, "step": step}
 
 

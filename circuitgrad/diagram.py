@@ -26,12 +26,14 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import open_hypergraphs.numpy as ohn
 
-from .primitives import Parameter, Primitive, TypeMismatch, Copy, intern_op, op_of
+from .provenance import _SCOPE, current_path, definition, scope, segment
+from .primitives import Parameter, Primitive, TypeMismatch, Copy, intern_op, op_of, path_of
 from .types import NdArrayType, format_types, intern_type, type_of
 
 __all__ = [
     "Diagram", "Var", "Builder", "trace", "apply", "call", "identity", "sequential",
     "monogamous", "unbind_parameters", "IllFormedDiagram", "labels", "UNSUPPORTED", "UNSUPPORTED_UFUNCS",
+    "relabel",
 ]
 
 FF = ohn.FiniteFunction
@@ -58,6 +60,42 @@ def _empty() -> FF:
 
 def _short(name: str) -> str:
     return name if len(name) <= _MAX_NAME else name[: _MAX_NAME - 1] + "…"
+
+
+# --------------------------------------------------------------- provenance
+def _map_paths(f: OH, new_path: Callable[[str], str]) -> OH:
+    """``f`` with every edge at path ``p`` moved to ``new_path(p)`` (one relabelling of the edge labels)."""
+    if not f.H.X:
+        return f
+    u, inv = np.unique(f.H.x.table, return_inverse=True)
+    lab = np.fromiter((intern_op(op_of(l), new_path(path_of(l))) for l in u), dtype=DTYPE, count=len(u))
+    H = HG(f.H.s, f.H.t, f.H.w, FF(None, lab[inv].astype(DTYPE)))
+    return Diagram.of(OH(f.s, f.t, H), getattr(f, "name", "diagram"))
+
+
+def relabel(f: OH, prefix: str) -> "Diagram":
+    """``f`` as a part of the definition at ``prefix``: every path ``p`` becomes ``prefix/p``."""
+    if not prefix:
+        return Diagram.of(f, getattr(f, "name", "diagram"))
+    return _map_paths(f, lambda p: f"{prefix}/{p}" if p else prefix)
+
+
+def _top(f: OH) -> str:
+    """The definition ``f`` is: the first segment its operations' paths share, else its name's segment."""
+    heads = {path_of(l).partition("/")[0] for l in np.unique(f.H.x.table)}
+    return heads.pop() if len(heads) == 1 and "" not in heads else segment(getattr(f, "name", "diagram"))
+
+
+def _as_part(f: OH, seg: str) -> OH:
+    """``f`` as the definition ``seg``: paths under ``f``'s own top segment are renamed, others prefixed."""
+    top = _top(f)
+
+    def new(p: str) -> str:
+        head, _, rest = p.partition("/")
+        if head == top:
+            return f"{seg}/{rest}" if rest else seg
+        return f"{seg}/{p}" if p else seg
+    return _map_paths(f, new)
 
 
 class Diagram(OH):
@@ -122,6 +160,7 @@ def sequential(ds: Sequence[OH], name: str | None = None) -> Diagram:
                 f"cannot compose {_short(names[i])} >> {_short(names[i + 1])} (positions {i}, {i + 1}): "
                 f"{_short(names[i])} outputs {format_types(Diagram.of(f).target_types)} but "
                 f"{_short(names[i + 1])} expects {format_types(Diagram.of(g).source_types)}")
+    ds = _parts(ds, name)
     offs = np.zeros(len(ds) + 1, dtype=np.int64)
     np.cumsum([d.H.W for d in ds], out=offs[1:])
     W = int(offs[-1])
@@ -133,6 +172,21 @@ def sequential(ds: Sequence[OH], name: str | None = None) -> Diagram:
     s = FF(W, (offs[0] + ds[0].s.table).astype(DTYPE)) >> q
     t = FF(W, (offs[-2] + ds[-1].t.table.astype(np.int64)).astype(DTYPE)) >> q
     return Diagram.of(OH(s, t, H), name or " >> ".join(names[:3]) + (" >> …" if len(names) > 3 else ""))
+
+
+def _parts(ds: Sequence[OH], name: str | None) -> list[OH]:
+    """The parts of a :func:`sequential` as definitions: repeated names numbered (``block0``, ``block1``),
+    all under ``segment(name)`` when a name is given."""
+    segs = [_top(d) for d in ds]
+    count = {s: segs.count(s) for s in segs}
+    seen: dict[str, int] = {}
+    out = []
+    for d, s in zip(ds, segs):
+        if count[s] > 1:
+            k = seen[s] = seen.get(s, -1) + 1
+            d = _as_part(d, f"{s}{k}")
+        out.append(relabel(d, segment(name)) if name else d)
+    return out
 
 
 def identity(types: Sequence[NdArrayType], name: str = "id") -> Diagram:
@@ -283,15 +337,16 @@ for _name, _entry in UNSUPPORTED.items():
 del _name, _entry
 
 
-_SINGLETONS: dict[Primitive, OH] = {}
+_SINGLETONS: dict[int, OH] = {}
 
 
-def _singleton(op: Primitive) -> OH:
-    d = _SINGLETONS.get(op)
+def _singleton(op: Primitive, path: str) -> OH:
+    label = intern_op(op, path)
+    d = _SINGLETONS.get(label)
     if d is None:
-        x = FF(None, np.array([intern_op(op)], dtype=DTYPE))
+        x = FF(None, np.array([label], dtype=DTYPE))
         d = OH.singleton(x, labels(op.source), labels(op.target))
-        _SINGLETONS[op] = d
+        _SINGLETONS[label] = d
     return d
 
 
@@ -343,7 +398,7 @@ class Builder:
         self.glue_b.extend(int(offset + w) for w in wires)
 
     def apply(self, op: Primitive, *args: Var) -> tuple[Var, ...]:
-        piece = _singleton(op)
+        piece = _singleton(op, current_path())
         n = len(op.source)
         offset = self.n_wires
         self._glue(op.name, args, op.source, np.arange(n), offset)
@@ -353,7 +408,7 @@ class Builder:
     def call(self, d: Diagram, *args: Var) -> tuple[Var, ...]:
         offset = self.n_wires
         self._glue(getattr(d, "name", "diagram"), args, Diagram.of(d).source_types, d.s.table, offset)
-        self._add(d)
+        self._add(relabel(d, current_path()))
         tt = d.H.w.table[d.t.table]
         return tuple(Var(self, int(offset + w), type_of(l)) for w, l in zip(d.t.table, tt))
 
@@ -375,7 +430,8 @@ class Builder:
         return Diagram.of(OH(s, t, H), name)
 
 
-def trace(fn: Callable[..., object], source: Sequence[NdArrayType], name: str | None = None) -> Diagram:
+def trace(fn: Callable[..., object], source: Sequence[NdArrayType], name: str | None = None,
+          path: str | None = None) -> Diagram:
     """The diagram computed by ``fn`` on symbolic wires of the ``source`` types.
 
     ``fn`` returns a :class:`Var` or a tuple (or list) of them (the target,
@@ -383,15 +439,26 @@ def trace(fn: Callable[..., object], source: Sequence[NdArrayType], name: str | 
     Operations a :class:`Var` does not support (``x / y``, ``x > 0``,
     ``if x:``, ``np.exp(x)``, ``x.sum()``, …: see :data:`UNSUPPORTED`) raise a
     ``TypeError`` naming the operation and what to use instead.
+
+    The result is a definition: its operations are created at path
+    ``path`` (default :func:`segment` ``(name)``; ``""`` for none, so that the
+    called diagrams keep their own paths), extended by the :func:`scope` s
+    entered while tracing; calling it inside another trace puts those paths
+    under the caller's.
     """
     name = name or getattr(fn, "__name__", "diagram")
     b = Builder()
     args = b.inputs(list(source))
-    with b.active():
-        try:
-            out = fn(*args)
-        except TypeMismatch as e:
-            raise TypeMismatch(f"in {name}: {e}") from None
+    outer = _SCOPE[:]
+    _SCOPE[:] = [] if path == "" else [segment(name if path is None else path)]
+    try:
+        with b.active():
+            try:
+                out = fn(*args)
+            except TypeMismatch as e:
+                raise TypeMismatch(f"in {name}: {e}") from None
+    finally:
+        _SCOPE[:] = outer
     return b.build(args, _outputs(out, name), name)
 
 

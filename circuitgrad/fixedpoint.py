@@ -396,9 +396,8 @@ def _range_check(program: Program):
                 continue
             lo, hi = int(y.min()), int(y.max())
             if lo < dt.lo or hi > dt.hi:
-                args = ", ".join(str(program.types[x]) for x in a.args)
                 raise FixedPointOverflow(
-                    f"{a.op.name}({args}) at instruction {i} of {program.name} overflowed {dt}: "
+                    f"{program.site(i)} overflowed {dt}: "
                     f"result range [{lo / dt.one:.6g}, {hi / dt.one:.6g}] exceeds "
                     f"[{dt.lo / dt.one:.6g}, {dt.hi / dt.one:.6g}]; use more integer bits "
                     f"(a wider fixed format), smaller inputs or a smaller learning rate")
@@ -426,9 +425,7 @@ def run_fixed(program: Program, inputs: Sequence[np.ndarray]) -> list[np.ndarray
         i = state["i"]
         if state["checking"] or i >= len(program.instrs):
             raise
-        a = program.instrs[i]
-        args = ", ".join(str(program.types[x]) for x in a.args)
-        where = f"{a.op.name}({args}) at instruction {i} of {program.name}"
+        where = program.site(i)
         if isinstance(e, FixedPointDomainError):
             raise FixedPointDomainError(where, e.detail) from None
         raise FixedPointOverflow(f"{where}: {e}") from None

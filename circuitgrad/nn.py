@@ -18,6 +18,7 @@ import numpy as np
 
 from . import ops
 from .diagram import Diagram, Var, sequential, trace
+from .provenance import scope
 from .types import Dtype, NdArrayType, float32, index
 
 __all__ = [
@@ -53,9 +54,7 @@ def dense(B: int, n: int, m: int, dtype: Dtype = float32) -> Diagram:
         x ──┤ @ W    ├───┤ + b  ├── y
             └────────┘   └──────┘
     """
-    d = linear(B, n, m, dtype) >> bias(B, m, dtype)
-    d.name = f"dense({B},{n},{m})"
-    return d
+    return sequential([linear(B, n, m, dtype), bias(B, m, dtype)], name=f"dense({B},{n},{m})")
 
 
 def _elementwise(name: str, fn, shape: Sequence[int], dtype: Dtype) -> Diagram:
@@ -262,10 +261,11 @@ def rms_norm(*shape: int, eps: float = 1e-6, dtype: Dtype = float32) -> Diagram:
 
 
 def _project(x: Var, n: int, m: int, label: str, dtype: Dtype) -> Var:
-    """``x @ W + b`` over the last axis."""
-    W = ops.param(_T((n, m), dtype), f"{label}_W")
-    b = ops.param(_T((m,), dtype), f"{label}_b", init="zeros")
-    return x @ W + b
+    """``x @ W + b`` over the last axis, the definition ``label``."""
+    with scope(label):
+        W = ops.param(_T((n, m), dtype), f"{label}_W")
+        b = ops.param(_T((m,), dtype), f"{label}_b", init="zeros")
+        return x @ W + b
 
 
 def _heads(x: Var, heads: int) -> Var:
@@ -309,14 +309,19 @@ def transformer_block(B: int, S: int, d: int, heads: int = 1, causal: bool = Tru
 
     def block(x):
         def ln(z, tag):
-            g = ops.param(_T((d,), dtype), f"{tag}_g", init="ones")
-            b = ops.param(_T((d,), dtype), f"{tag}_b", init="zeros")
-            return ops.layer_norm(z) * g + b
-        x = x + _multi_head(ln(x, "ln1"), d, heads, causal, kind, dtype)
-        h = ops.gelu(_project(ln(x, "ln2"), d, mlp_ratio * d, "fc", dtype))
-        return x + _project(h, mlp_ratio * d, d, "proj", dtype)
+            with scope(tag):
+                g = ops.param(_T((d,), dtype), f"{tag}_g", init="ones")
+                b = ops.param(_T((d,), dtype), f"{tag}_b", init="zeros")
+                return ops.layer_norm(z) * g + b
+        z = ln(x, "ln1")
+        with scope("attention"):
+            x = x + _multi_head(z, d, heads, causal, kind, dtype)
+        z = ln(x, "ln2")
+        with scope("mlp"):
+            z = _project(ops.gelu(_project(z, d, mlp_ratio * d, "fc", dtype)), mlp_ratio * d, d, "proj", dtype)
+        return x + z
     return trace(block, [_T((B, S, d), dtype)],
-                 name=_shape_name("transformer_block", (B, S, d), heads=heads, kind=kind))
+                 name=_shape_name("transformer_block", (B, S, d), heads=heads, kind=kind), path="block")
 
 
 def embedding(B: int, S: int, vocab: int, d: int, dtype: Dtype = float32) -> Diagram:
@@ -347,7 +352,7 @@ def gpt(B: int, S: int, vocab: int, d: int = 128, heads: int = 4, layers: int = 
     parts = [embedding(B, S, vocab, d, dtype), positional_embedding(B, S, d, dtype)]
     parts += [transformer_block(B, S, d, heads, True, attention, mlp_ratio, dtype) for _ in range(layers)]
     parts += [layer_norm(B, S, d, dtype=dtype), trace(lambda x: _project(x, d, vocab, "head", dtype),
-                                                      [_T((B, S, d), dtype)], name=f"head({d},{vocab})")]
+                                                      [_T((B, S, d), dtype)], name=f"head({d},{vocab})", path="")]
     return sequential(parts, name=f"gpt(B={B},S={S},vocab={vocab},d={d},heads={heads},layers={layers},"
                                   f"{attention})")
 

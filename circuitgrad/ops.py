@@ -20,6 +20,7 @@ import numpy as np
 
 from . import primitives as P
 from .diagram import Builder, Var
+from .provenance import definition, scope
 from .primitives import TypeMismatch
 from .types import Dtype, NdArrayType, float32, format_types
 
@@ -276,6 +277,7 @@ def power(x: Var, k: int) -> Var:
     return out
 
 
+@definition()
 def max(x: Var, axis: int = -1) -> Var:
     """The maximum along ``axis`` (that axis removed): ``Σ x · ArgMaxMask(x)``.
 
@@ -301,6 +303,7 @@ def _keep(x: Var, reduced: Var) -> Var:
     return broadcast_to(reshape(reduced, x.shape[:-1] + (1,)), x.shape)
 
 
+@definition()
 def layer_norm(x: Var, eps: float = 1e-5) -> Var:
     """``(x − mean) / sqrt(var + eps)`` over the last axis (biased variance, no affine), as PyTorch."""
     xc = sub(x, _keep(x, mean(x, -1)))
@@ -308,6 +311,7 @@ def layer_norm(x: Var, eps: float = 1e-5) -> Var:
     return mul(xc, _keep(x, rsqrt(add_epsilon(var, eps))))
 
 
+@definition()
 def gelu(x: Var) -> Var:
     """GELU, tanh approximation (PyTorch's ``approximate="tanh"``)."""
     inner = scale(add(x, scale(power(x, 3), 0.044715)), float(np.sqrt(2.0 / np.pi)))
@@ -336,6 +340,11 @@ def attention(q: Var, k: Var, v: Var, causal: bool = False, kind: str = "softmax
                            f"{format_types((q.type, k.type, v.type))}")
     if kind not in ("softmax", "spherical"):
         raise ValueError(f"attention: kind must be 'softmax' or 'spherical', got {kind!r}")
+    with scope(kind):
+        return _attention(q, k, v, causal, kind)
+
+
+def _attention(q: Var, k: Var, v: Var, causal: bool, kind: str) -> Var:
     c = 1.0 / float(np.sqrt(q.shape[-1]))
     if kind == "softmax":
         a = softmax(scale(matmul(q, transpose(k)), c), causal=causal)
@@ -458,6 +467,7 @@ def fold(cols: Var, size: tuple[int, int], kernel, stride=1, padding=0) -> Var:
     return cols.builder.apply(P.Fold(T, kernel, stride, padding), cols)[0]
 
 
+@definition()
 def conv2d(x: Var, w: Var, stride=1, padding=0) -> Var:
     """``torch.nn.functional.conv2d`` (no bias): NCHW input ``[B, C, H, W]``, OIHW weights ``[O, C, kh, kw]``.
 
@@ -506,6 +516,7 @@ def maximum(a: Var, b: Var) -> Var:
     return add(mul(h, b), mul(sub(1.0, h), a))
 
 
+@definition()
 def max_pool2d(x: Var, kernel, stride=None, padding=0) -> Var:
     """``torch.nn.functional.max_pool2d`` (``stride`` defaults to ``kernel``). The gradient goes to the first
     maximum of each window. ``padding`` must be 0: PyTorch pads with ``-inf``, which fixed point cannot hold."""
@@ -519,6 +530,7 @@ def max_pool2d(x: Var, kernel, stride=None, padding=0) -> Var:
     return out
 
 
+@definition()
 def avg_pool2d(x: Var, kernel, stride=None, padding=0) -> Var:
     """``torch.nn.functional.avg_pool2d`` (``stride`` defaults to ``kernel``; zero padding counted in the
     average, PyTorch's default ``count_include_pad=True``)."""

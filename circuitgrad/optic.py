@@ -26,7 +26,7 @@ import open_hypergraphs.numpy as ohn
 
 from . import ops
 from . import primitives as P
-from .diagram import DTYPE, FF, IC, OH, Diagram, _empty, apply, labels, monogamous, trace
+from .diagram import DTYPE, FF, IC, OH, Diagram, _empty, _map_paths, apply, labels, monogamous, trace
 from .types import NdArrayType
 
 __all__ = ["RULES", "Rule", "rule_for", "rdiff", "lens", "ReverseDerivative"]
@@ -166,18 +166,28 @@ RULES: dict[type, Callable[[P.Primitive], Rule]] = {
     P.Fold: _linear(lambda op, dy: _self(P.Unfold(op.T, op.kernel, op.stride, op.padding), dy)),
 }
 
+_BY_OP: dict[P.Primitive, Rule] = {}
 _CACHE: dict[int, Rule] = {}
 
 
+def _at(f: OH, path: str) -> Diagram:
+    """``f`` with every operation placed at ``path``: a rule's maps inherit their operation's path."""
+    return _map_paths(f, lambda p: path)
+
+
 def rule_for(label: int) -> Rule:
-    """The (cached) rule of the operation with label ``label``."""
+    """The (cached) rule of the edge label ``label``: its operation's rule, placed at its path."""
     r = _CACHE.get(label)
     if r is None:
         op = P.op_of(label)
-        make = RULES.get(type(op))
-        if make is None:
-            raise NotImplementedError(f"no reverse-derivative rule for {op}")
-        r = _CACHE[label] = make(op)
+        base = _BY_OP.get(op)
+        if base is None:
+            make = RULES.get(type(op))
+            if make is None:
+                raise NotImplementedError(f"no reverse-derivative rule for {op}")
+            base = _BY_OP[op] = make(op)
+        path = P.path_of(label)
+        r = _CACHE[label] = Rule(base.residual, _at(base.fwd, path), _at(base.rev, path))
     return r
 
 

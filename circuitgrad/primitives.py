@@ -25,7 +25,7 @@ __all__ = [
     "Reshape", "Broadcast", "SumTo", "Heaviside", "Sigmoid", "Tanh",
     "Softmax", "LogSumExp", "Parameter", "Exp", "Log", "Sqrt", "Rsqrt", "Div", "ArgMaxMask", "Permute",
     "BatchMatMul", "CausalMask", "OneHot", "Slice", "Pad", "Unfold", "Fold", "SECOND_VOCABULARY",
-    "intern_op", "op_of",
+    "intern_op", "op_of", "path_of",
 ]
 
 
@@ -562,6 +562,23 @@ PRIMITIVES: tuple[type[Primitive], ...] = (
 
 
 # ---------------------------------------------------------------- interning
-_OPS: Interner[Primitive] = Interner()
-intern_op = _OPS.intern     #: the integer label of an operation (allocated on first use)
-op_of = _OPS.lookup         #: the operation with a given integer label
+# An edge label is an operation *at a place*: the primitive and the definition path that created it
+# (``"gpt/block1/attention/softmax"``, see :mod:`circuitgrad.diagram`'s scopes).  Equal operations at
+# different places get different labels, so provenance travels with every rewrite of the hypergraph
+# (composition, tensoring, the reverse-derivative functor) at no cost.
+_SITES: Interner[tuple[Primitive, str]] = Interner()
+
+
+def intern_op(op: Primitive, path: str = "") -> int:
+    """The integer edge label of ``op`` created at definition path ``path`` (allocated on first use)."""
+    return _SITES.intern((op, path))
+
+
+def op_of(label: int) -> Primitive:
+    """The operation of an edge label."""
+    return _SITES.lookup(label)[0]
+
+
+def path_of(label: int) -> str:
+    """The definition path of an edge label (``""`` where none was recorded)."""
+    return _SITES.lookup(label)[1]

@@ -86,14 +86,14 @@ def simplify(p: Program) -> Program:
                 alias(a.results[0], src.args[0])
                 continue
             if src is not None and isinstance(src.op, P.Scale) and uses.get(args[0], 0) == 1:
-                new = Apply(P.Scale(src.op.T, -src.op.c), src.args, a.results)
+                new = Apply(P.Scale(src.op.T, -src.op.c), src.args, a.results, src.path)
                 seen.pop((src.op, src.args), None)       # its result is gone: no later Scale may reuse it
                 seen.setdefault((new.op, new.args), new)
                 instrs[pos[args[0]]] = new
                 producer[a.results[0]] = new
                 pos[a.results[0]] = pos[args[0]]
                 continue
-        new = Apply(op, args, a.results)
+        new = Apply(op, args, a.results, a.path)
         if key is not None:
             seen[key] = new
         instrs.append(new)
@@ -140,10 +140,10 @@ def _contract(p: Program) -> Program:
         lead = T.shape[:-1]
         row, col = T.with_shape(lead + (1, n)), T.with_shape(lead + (n, 1))
         xr, yr = fresh(row), fresh(col)
-        instrs += [Apply(P.Reshape(T, row.shape), (x,), (xr,)), Apply(P.Reshape(T, col.shape), (y,), (yr,))]
+        instrs += [Apply(P.Reshape(T, row.shape), (x,), (xr,), a.path), Apply(P.Reshape(T, col.shape), (y,), (yr,), a.path)]
         dot = fresh(T.with_shape(lead + (1, 1)))
         mm = P.BatchMatMul(row, col) if lead else P.MatMul(row, col)
-        instrs += [Apply(mm, (xr, yr), (dot,)), Apply(P.Reshape(types[dot], op.S.shape), (dot,), a.results)]
+        instrs += [Apply(mm, (xr, yr), (dot,), a.path), Apply(P.Reshape(types[dot], op.S.shape), (dot,), a.results, a.path)]
         dropped.add(id(m))
     if not dropped:
         return p

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .diagram import IllFormedDiagram, _short, check_producers
-from .primitives import Primitive, op_of
+from .provenance import segment
+from .primitives import Primitive, op_of, path_of
 from .types import Dtype, Index, NdArrayType, type_of
 
 __all__ = ["Apply", "Program", "schedule", "layering", "retype"]
@@ -29,10 +30,12 @@ __all__ = ["Apply", "Program", "schedule", "layering", "retype"]
 
 @dataclass(frozen=True)
 class Apply:
-    """``results = op(*args)``, with ``args``/``results`` SSA variable numbers."""
+    """``results = op(*args)``, with ``args``/``results`` SSA variable numbers; ``path`` is the
+    definition that created it (``"gpt/block1/attention/softmax"``, ``""`` if none)."""
     op: Primitive
     args: tuple[int, ...]
     results: tuple[int, ...]
+    path: str = ""
 
 
 @dataclass
@@ -55,9 +58,18 @@ class Program:
         for a in self.instrs:
             lhs = ", ".join(f"v{r}" for r in a.results) or "_"
             lines.append(f"    {lhs} = {a.op.name}({', '.join(f'v{x}' for x in a.args)})"
-                         f"    # {', '.join(str(self.types[r]) for r in a.results)}")
+                         f"    # {', '.join(str(self.types[r]) for r in a.results)}"
+                         + (f"  @ {a.path}" if a.path else ""))
         lines.append(f"    return ({', '.join(f'v{v}' for v in self.outputs)})")
         return "\n".join(lines)
+
+    def site(self, i: int) -> str:
+        """``Exp(float32[8, 8]) at instruction 12 of step (gpt/block0/attention/softmax)``: where
+        instruction ``i`` is, for error messages."""
+        a = self.instrs[i]
+        args = ", ".join(str(self.types[x]) for x in a.args)
+        at = f" ({a.path})" if a.path and a.path != segment(self.name) else ""
+        return f"{a.op.name}({args}) at instruction {i} of {self.name}{at}"
 
     def producers(self) -> dict[int, int]:
         """``{variable: index of the instruction that defines it}`` (inputs are absent)."""
@@ -181,7 +193,8 @@ def schedule(f, name: str | None = None) -> Program:
     for e in order:
         instrs.append(Apply(op_of(xs[e]),
                             tuple(int(v) for v in var[svals[sptr[e]:sptr[e + 1]]]),
-                            tuple(int(v) for v in var[tvals[tptr[e]:tptr[e + 1]]])))
+                            tuple(int(v) for v in var[tvals[tptr[e]:tptr[e + 1]]]),
+                            path_of(xs[e])))
     outputs = [int(v) for v in var[f.t.table.astype(np.int64)]]
     return Program(types, [int(v) for v in var[inputs]], outputs, instrs, name, [int(layer[e]) for e in order])
 
@@ -209,6 +222,6 @@ def retype(p: Program, dtype: Dtype) -> Program:
         op = cache.get(a.op)
         if op is None:
             op = cache[a.op] = retype_op(a.op, dtype)
-        instrs.append(Apply(op, a.args, a.results))
+        instrs.append(Apply(op, a.args, a.results, a.path))
     return Program([retype_type(t, dtype) for t in p.types], list(p.inputs), list(p.outputs), instrs,
                    p.name, list(p.layers))

@@ -115,7 +115,7 @@ def test_fixed_rules_cover_every_primitive():
     assert set(FIXED_RULES) == set(P.PRIMITIVES)
 
 
-def test_overflow_in_a_training_step_names_the_operation():
+def test_overflow_in_a_training_step_names_the_operation_and_its_definition():
     B = 4
     model = nn.dense(B, 4, 8) >> nn.relu(B, 8) >> nn.dense(B, 8, 3)
     fx = cg.compile_model(model, loss=nn.mse, optimizer=nn.sgd(0.5), dtype=cg.fixed(8, 4))
@@ -124,7 +124,7 @@ def test_overflow_in_a_training_step_names_the_operation():
     with pytest.raises(cg.FixedPointOverflow) as e:
         fx.step(params, x, np.zeros((B, 3)))
     assert re.fullmatch(r"MatMul\(fixed\(8,4\)\[\d+, \d+\], fixed\(8,4\)\[\d+, \d+\]\) at instruction \d+ "
-                        r"of step overflowed fixed\(8,4\): result range \[-?[\d.]+, -?[\d.]+\] exceeds "
+                        r"of step \(dense/linear\) overflowed fixed\(8,4\): result range \[-?[\d.]+, -?[\d.]+\] exceeds "
                         r"\[-8, 7.9375\]; use more integer bits \(a wider fixed format\), smaller inputs "
                         r"or a smaller learning rate", str(e.value))
 
