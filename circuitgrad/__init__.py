@@ -15,6 +15,7 @@ from . import blas, ops
 from . import nn
 from .compile import compile_model, CompiledModel
 from .modelfile import ModelSpec
+from .cost import cost, Cost
 
 __version__ = "0.1.0"
 
@@ -24,5 +25,5 @@ __all__ = [
     "Diagram", "Var", "trace", "identity", "sequential", "monogamous", "unbind_parameters", "IllFormedDiagram",
     "rdiff", "lens", "Program", "Apply", "schedule", "retype", "run", "UnboundParameter",
     "FixedPointOverflow", "run_fixed", "quantize", "dequantize", "blas", "ops", "nn",
-    "compile_model", "CompiledModel", "ModelSpec",
+    "compile_model", "CompiledModel", "ModelSpec", "cost", "Cost",
 ]

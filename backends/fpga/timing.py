@@ -5,7 +5,7 @@ import numpy as np
 
 from .microcode import Microcode
 
-__all__ = ["HW_KINDS", "SEQUENTIAL", "check_supported", "cycles", "div_bits", "sqrt_bits", "ew_stages"]
+__all__ = ["HW_KINDS", "SEQUENTIAL", "check_supported", "cycles", "op_cycles", "div_bits", "sqrt_bits", "ew_stages"]
 
 HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "eq", "log", "max", "argmax", "exp", "divf", "div",
             "sqrt", "copy"}
@@ -54,17 +54,23 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     """
     if not mc.ops:                       # a program of views only: start, then done
         return 2
-    total = 3
+    return 3 + int(sum(op_cycles(mc, read_ports, macs)))
+
+
+def op_cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> np.ndarray:
+    """The cycles of each micro-op of ``mc`` (:func:`cycles` is 3 more than their sum: start and done)."""
     D = ew_stages(mc)
-    for u in mc.ops:
+    out = np.zeros(len(mc.ops), dtype=np.int64)
+    for i, u in enumerate(mc.ops):
         n = int(np.prod(u.out.shape, dtype=np.int64))
         two = read_ports == 1 and u.b is not None and not _const_b(u)
-        total += 4 + D + (read_ports == 1 and _const_b(u))
+        c = 4 + D + (read_ports == 1 and _const_b(u))
         steps = u.K if u.kind in ("max", "argmax") else -(-u.K // macs)
         if u.kind in SEQUENTIAL:
-            total += n * ((sqrt_bits(mc) if u.kind == "sqrt" else div_bits(mc)) + 3 + two)
+            c += n * ((sqrt_bits(mc) if u.kind == "sqrt" else div_bits(mc)) + 3 + two)
         else:
-            total += n * steps * (2 if two else 1)
-    return total
+            c += n * steps * (2 if two else 1)
+        out[i] = c
+    return out
 
 

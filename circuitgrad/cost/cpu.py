@@ -1,0 +1,137 @@
+"""CPU: FLOPs and bytes of the SSA program, and a roofline time from a one-off calibration.
+
+The calibration measures, once per machine (cached in ``~/.cache/circuitgrad/cpu-calibration.json``,
+or ``$CIRCUITGRAD_CACHE``), what the NumPy backend's building blocks achieve here:
+
+* the GEMM rate of :func:`circuitgrad.blas.matmul` at several sizes (FLOP/s, by product size),
+* the streaming rate of an elementwise NumPy operation into a fresh array at several sizes (bytes/s,
+  by array size: small arrays run from cache, large ones pay for the new pages),
+* the rate of ``np.exp`` (evaluations/s) and the fixed cost of one NumPy call (seconds).
+
+An instruction is predicted to take ``call + max(matmul_flops / gemm(size), bytes / stream(size))
++ transcendentals / exp``: the roofline of the two resources it uses, plus the interpreter's call.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import blas
+from .work import Work, work
+
+__all__ = ["Calibration", "calibrate", "estimate"]
+
+_GEMM_SIZES = (16, 32, 64, 128, 256, 512)
+_STREAM_SIZES = (256, 4096, 65536, 1 << 20, 1 << 23)
+_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured rates of this machine (see the module docstring)."""
+    gemm_flops: tuple[float, ...]        # FLOP/s at 2·n³ for n in _GEMM_SIZES
+    stream_bytes: tuple[float, ...]      # bytes/s of ``a + b`` (3 arrays) at _STREAM_SIZES float32 elements
+    exp_per_s: float
+    call_s: float
+    machine: str
+    blas: str
+
+    def gemm(self, flops: float) -> float:
+        """FLOP/s of a product of ``flops`` (log-interpolated between the measured sizes)."""
+        xs = np.log([2.0 * n ** 3 for n in _GEMM_SIZES])
+        return float(np.exp(np.interp(np.log(max(flops, 1.0)), xs, np.log(self.gemm_flops))))
+
+    def stream(self, nbytes: float) -> float:
+        """Bytes/s of an elementwise pass over ``nbytes`` in all."""
+        xs = np.log([12.0 * n for n in _STREAM_SIZES])
+        return float(np.exp(np.interp(np.log(max(nbytes, 1.0)), xs, np.log(self.stream_bytes))))
+
+    def seconds(self, w: Work) -> float:
+        t = max(w.matmul_flops / self.gemm(w.matmul_flops) if w.matmul_flops else 0.0,
+                w.bytes / self.stream(w.bytes) if w.bytes else 0.0)
+        return self.call_s + t + w.transcendentals / self.exp_per_s
+
+
+def _median_time(fn, repeats: int) -> float:
+    fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _measure() -> Calibration:
+    rng = np.random.default_rng(0)
+    gemm = []
+    for n in _GEMM_SIZES:
+        a, b = rng.standard_normal((2, n, n), dtype=np.float32)
+        reps = max(3, int(2e8 / (2 * n ** 3)))
+        t = _median_time(lambda: [blas.matmul(a, b) for _ in range(8)], min(reps, 15)) / 8
+        gemm.append(2.0 * n ** 3 / t)
+    stream = []
+    for n in _STREAM_SIZES:
+        x, y = rng.standard_normal((2, n), dtype=np.float32)
+        k = max(1, (1 << 20) // n)
+        t = _median_time(lambda: [np.add(x, y) for _ in range(k)], 7) / k     # a fresh result, as the code does
+        stream.append(12.0 * n / t)
+    big = rng.standard_normal(1 << 20, dtype=np.float32)
+    exp_rate = (1 << 20) / _median_time(lambda: np.exp(big), 7)
+    tiny = np.ones(4, np.float32)
+    call = _median_time(lambda: [np.add(tiny, tiny) for _ in range(1000)], 7) / 1000
+    return Calibration(tuple(gemm), tuple(stream), exp_rate, call, _machine(), blas.name())
+
+
+def _machine() -> str:
+    return f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores".replace("  ", " ")
+
+
+def _cache_path() -> str:
+    root = os.environ.get("CIRCUITGRAD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "circuitgrad")
+    return os.path.join(root, "cpu-calibration.json")
+
+
+def calibrate(refresh: bool = False) -> Calibration:
+    """This machine's :class:`Calibration`: measured once (a few seconds), then read from the cache."""
+    path = _cache_path()
+    if not refresh and os.path.exists(path):
+        try:
+            with open(path) as fh:
+                d = json.load(fh)
+            if d.pop("version", None) == _VERSION and d.get("machine") == _machine() and d.get("blas") == blas.name():
+                return Calibration(tuple(d["gemm_flops"]), tuple(d["stream_bytes"]), float(d["exp_per_s"]),
+                                   float(d["call_s"]), d["machine"], d["blas"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass                          # a damaged cache is measured again
+    c = _measure()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump({"version": _VERSION, **asdict(c)}, fh)
+    return c
+
+
+def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2,
+             calibration: Calibration | None = None):
+    from . import Cost, program_of, table
+    if device not in (None, "this", "cpu"):
+        raise ValueError(f"cost: the cpu target measures this machine; device must be None, got {device!r}")
+    cal = calibration or calibrate()
+    p = program_of(f, function)
+    lines = []
+    for a in p.instrs:
+        w = work(p, a)
+        lines.append((a.path, {"instructions": 1, "flops": w.flops, "matmul_flops": w.matmul_flops,
+                               "bytes": w.bytes, "seconds": cal.seconds(w)}))
+    rows, total = table(lines, depth)
+    notes = [f"calibration: {cal.machine}, {cal.blas} GEMM {cal.gemm(2 * 512 ** 3) / 1e9:.1f} GFLOP/s at 512³, "
+             f"stream {cal.stream(12 << 23) / 1e9:.1f} GB/s, {cal.call_s * 1e6:.2f} µs per call",
+             "time per instruction: call + max(matmul FLOPs / GEMM rate, bytes / stream rate) + exp evaluations"]
+    return Cost("cpu", cal.machine, p.name, rows, total, notes, {"calibration": cal})

@@ -1,0 +1,84 @@
+"""GPU: HBM traffic of the fused-kernel plan, FLOPs by unit, and a per-kernel roofline time.
+
+The program is planned by the GPU backend itself (:func:`circuitgrad.backends.gpu.plan.plan`):
+each launch reads its input arrays from HBM and writes its outputs (views cost nothing, a fused
+kernel's intermediates stay in registers), so the traffic is that of the code that runs. A
+kernel's predicted time is ``launch + max(bytes / HBM bandwidth, tensor-core FLOPs / TC rate +
+CUDA-core FLOPs / FP32 rate)``.
+
+Device profiles are the vendors' datasheet figures (dense, without sparsity):
+
+* ``h100`` — NVIDIA H100 SXM5 80 GB (*NVIDIA H100 Tensor Core GPU* datasheet, 2023): HBM3
+  3.35 TB/s; FP32 67 TFLOPS; FP64 34 TFLOPS; TF32 tensor core 494.5 TFLOPS; BF16/FP16 989.5 TFLOPS;
+  50 MB L2; 228 KB shared memory per SM, 132 SMs.
+* ``h200`` — NVIDIA H200 SXM 141 GB (*NVIDIA H200 Tensor Core GPU* datasheet, 2024): HBM3e
+  4.8 TB/s; the same compute as the H100 SXM.
+
+The launch cost (4 µs, kernel launch through CuPy from Python) is an assumption until the device
+issue measures it; the HBM rate is the datasheet peak, which real kernels reach only in part.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..types import Float
+from .work import itemsize, work
+
+__all__ = ["Device", "DEVICES", "estimate"]
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    hbm_bytes_s: float
+    fp32_flops: float
+    fp64_flops: float
+    tf32_flops: float
+    bf16_flops: float
+    smem_bytes: int            # shared memory per SM (the "M" of the attention IO model)
+    launch_s: float = 4e-6
+
+
+DEVICES = {
+    "h100": Device("NVIDIA H100 SXM5 80GB", 3.35e12, 67e12, 34e12, 494.5e12, 989.5e12, 228 * 1024),
+    "h200": Device("NVIDIA H200 SXM 141GB", 4.8e12, 67e12, 34e12, 494.5e12, 989.5e12, 228 * 1024),
+}
+
+
+def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, tf32: bool = False):
+    from . import Cost, program_of, table
+    from ..backends.gpu.plan import plan
+    key = (device or "h100").lower()
+    if key not in DEVICES:
+        raise ValueError(f"cost: unknown GPU device {device!r}; choose one of {', '.join(DEVICES)}")
+    dev = DEVICES[key]
+    p = program_of(f, function)
+    pl = plan(p)
+    lines = []
+    launches = 0
+    for step in pl.steps:
+        if step.kind in ("view", "const"):
+            continue
+        launches += 1
+        nbytes = 0
+        for v in dict.fromkeys(pl.read(x)[0] for x in step.inputs):
+            nbytes += p.types[v].size * itemsize(p.types[v])
+        nbytes += sum(p.types[v].size * itemsize(p.types[v]) for v in step.outputs)
+        ws = [work(p, a) for a in step.instrs + step.remat]
+        mm = sum(w.matmul_flops for w in ws)
+        other = sum(w.flops for w in ws) - mm
+        dt = p.types[step.instrs[0].results[0]].dtype if step.instrs and step.instrs[0].results else None
+        on_tc = mm if (tf32 and isinstance(dt, Float) and dt.bits == 32) else 0
+        simt_rate = dev.fp64_flops if isinstance(dt, Float) and dt.bits == 64 else dev.fp32_flops
+        compute = on_tc / dev.tf32_flops + (mm - on_tc + other) / simt_rate
+        secs = dev.launch_s + max(nbytes / dev.hbm_bytes_s, compute)
+        path = step.instrs[0].path if step.instrs else ""
+        lines.append((path, {"kernels": 1, "flops": mm + other, "matmul_flops": mm, "tensor_core_flops": on_tc,
+                             "cuda_core_flops": mm - on_tc + other, "bytes": nbytes, "seconds": secs}))
+    rows, total = table(lines, depth)
+    notes = [f"{dev.name}: HBM {dev.hbm_bytes_s / 1e12:.2f} TB/s, FP32 {dev.fp32_flops / 1e12:.0f} TFLOPS, "
+             f"TF32 tensor cores {dev.tf32_flops / 1e12:.1f} TFLOPS ({'used' if tf32 else 'not used: tf32=False'}), "
+             f"{dev.launch_s * 1e6:.0f} µs per launch (assumed)",
+             f"{launches} launches per {p.name}; bytes are HBM reads and writes of the fused-kernel plan"]
+    return Cost("gpu", dev.name, p.name, rows, total, notes, {"device": dev, "launches": launches, "plan": pl})

@@ -1,0 +1,135 @@
+"""ZK: the circuit's constraints and lookups, exactly, by definition and gadget kind; a prover time.
+
+The counts are those of the circuit itself: the program is lowered by the ZK backend's own rules
+(no matrix is proved), and every constraint block's tag (``MatMul#12:product``) names the
+instruction, hence the definition, that emitted it.  The native Ligero prover's time is predicted
+from the size of the matrix it encodes (``rows·n·log₂n`` for its chosen code), with a constant
+calibrated once on this machine by proving two synthetic circuits (cached like the CPU calibration).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = ["estimate", "prover_work", "calibrate_prover"]
+
+_TAG = re.compile(r"^[^#:]*#(\d+):")
+_VERSION = 1
+
+
+def _circuit(f: Any, function: str, dtype, field, range_checks):
+    from ..compile import CompiledModel
+    if not isinstance(f, CompiledModel):
+        raise TypeError(f"cost: the zk target needs a compiled model (cg.compile_model), got {type(f).__name__}")
+    from ..backends import zk
+    field = field or zk.LIGERO51
+    return zk.compile(f, dtype=dtype, field=field, function=function, range_checks=range_checks)
+
+
+def prover_work(c) -> float:
+    """What the Ligero prover encodes: witness-matrix rows (both rounds) × codeword length × log₂ of it."""
+    from ..backends.zk.ligero import choose, prepare
+    from ..backends.zk.ligero.protocol import _layout
+    pc = prepare(c.r1cs)
+    p = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups)
+    return float(_layout(pc, p).total * p.n * math.log2(p.n))
+
+
+def _synthetic(n: int):
+    """``n`` products of private values over the Ligero field, with their witness."""
+    import circuitgrad as cg
+    from ..backends import zk
+    from ..backends.zk.r1cs import Builder
+    b = Builder(zk.LIGERO51)
+    pub = b.alloc(1, "out")
+    A, B, C = b.alloc(n), b.alloc(n), b.alloc(n)
+    b.constrain([(A, 1)], [(B, 1)], [(C, 1)], "product")
+    b.constrain([(C[:1], 1)], [(0, 1)], [(pub, 1)], "output")
+    r = b.finish(1, 0, 2 * n)
+    rng = np.random.default_rng(0)
+    W = np.zeros(r.n_wires, dtype=np.int64)
+    W[0] = 1
+    W[A], W[B] = rng.integers(-2 ** 15, 2 ** 15, (2, n))
+    W[C] = W[A] * W[B]
+    W[pub] = W[C[:1]]
+    c = zk.Circuit(r, None, None, f"synthetic{n}", [], [], [], [], [], [], 0.0, None, cg.fixed(16, 8), 32)
+    return c, zk.Witness(c, W)
+
+
+def _cache_path() -> str:
+    root = os.environ.get("CIRCUITGRAD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "circuitgrad")
+    return os.path.join(root, "ligero-calibration.json")
+
+
+def calibrate_prover(refresh: bool = False) -> tuple[float, float]:
+    """``(fixed seconds, seconds per unit of prover_work)``, fitted to proofs of two synthetic circuits."""
+    from ..backends.zk import ligero
+    from .cpu import _machine
+    path = _cache_path()
+    if not refresh and os.path.exists(path):
+        try:
+            with open(path) as fh:
+                d = json.load(fh)
+            if d.get("version") == _VERSION and d.get("machine") == _machine():
+                return float(d["fixed_s"]), float(d["per_work_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    xs, ys = [], []
+    for n in (1 << 12, 1 << 16):
+        c, wit = _synthetic(n)
+        ligero.prove(c, wit, check=False)                     # warm-up
+        ts = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            ligero.prove(c, wit, check=False)
+            ts.append(time.perf_counter() - t0)
+        xs.append(prover_work(c))
+        ys.append(statistics.median(ts))
+    slope = (ys[1] - ys[0]) / (xs[1] - xs[0])
+    fixed = max(ys[0] - slope * xs[0], 0.0)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump({"version": _VERSION, "machine": _machine(), "fixed_s": fixed, "per_work_s": slope}, fh)
+    return fixed, slope
+
+
+def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, dtype=None,
+             field=None, range_checks: str | None = None, prover_time: bool = True):
+    from . import Cost, table
+    c = _circuit(f, function, dtype, field, range_checks)
+    r = c.r1cs
+    paths = [a.path for a in c.program.instrs]
+    lines = []
+    kinds: dict[str, dict[str, int]] = {}
+    for tags, bounds, what in ((r.tags, r.block_rows, "constraints"), (r.lookup_tags, r.lookup_block_rows, "lookups")):
+        for tag, n in zip(tags, np.diff(np.asarray(bounds))):
+            m = _TAG.match(tag)
+            word = tag.split(":", 1)[0].split(" ", 1)[0]
+            path = paths[int(m.group(1))] if m else f"({word if word.endswith('s') else word + 's'})"
+            lines.append((path, {"constraints": 0, "lookups": 0, what: int(n)}))
+            k = tag.rsplit(":", 1)[-1]
+            kinds.setdefault(k, {"constraints": 0, "lookups": 0})[what] += int(n)
+    rows, total = table(lines, depth)
+    total.values.setdefault("constraints", 0)
+    total.values.setdefault("lookups", 0)
+    notes = [f"{r.n_constraints:,} constraints and {r.n_lookups:,} lookups over {r.field} "
+             f"(ranges by {'lookups' if r.L is not None else 'bits'}), {r.n_wires:,} wires, dtype {c.dtype}"]
+    if prover_time:
+        fixed, slope = calibrate_prover()
+        secs = fixed + slope * prover_work(c)
+        size = max(total.constraints + total.lookups, 1)
+        for row in rows:                      # shared out by each definition's share of the rows
+            row.values["seconds"] = secs * (row.values["constraints"] + row.values["lookups"]) / size
+        total.values["seconds"] = secs
+        notes.append(f"Ligero prover: {secs:.2f} s predicted (calibrated on this machine: {fixed * 1e3:.0f} ms + "
+                     f"{slope * 1e9:.2f} ns per encoded element·log₂n)")
+    top = sorted(kinds.items(), key=lambda kv: -(kv[1]["constraints"] + kv[1]["lookups"]))[:8]
+    notes.append("by gadget: " + ", ".join(f"{k} {v['constraints'] + v['lookups']:,}" for k, v in top))
+    return Cost("zk", str(r.field), function, rows, total, notes, {"circuit": c, "by_gadget": kinds})

@@ -1,0 +1,186 @@
+"""The cost model: exact ZK constraints and FPGA cycles, FLOPs equal to PyTorch's counter, plan traffic."""
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn, ops
+from circuitgrad.backends import fpga, zk
+from circuitgrad.cost import cpu as cost_cpu
+
+FX = cg.fixed(16, 8)
+
+
+def mlp():
+    return nn.mlp(8, [4, 16, 3])
+
+
+def cnn(B=4):
+    return cg.sequential([nn.conv2d(B, 1, 8, 8, 4, kernel=3, padding=1), nn.relu(B, 4, 8, 8),
+                          nn.max_pool2d(B, 4, 8, 8, 2), nn.flatten(B, 4, 4, 4), nn.dense(B, 64, 10)])
+
+
+def gpt(kind="softmax"):
+    return nn.gpt(2, 4, 8, d=8, heads=2, layers=2, attention=kind)
+
+
+MODELS = {"mlp": (mlp, nn.sgd(0.125)), "cnn": (cnn, nn.momentum(0.125, 0.5)), "gpt": (gpt, nn.sgd(0.125))}
+
+
+def compiled(name, dtype=cg.float32):
+    make, opt = MODELS[name]
+    return cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=opt, dtype=dtype)
+
+
+# ------------------------------------------------------------------ exact counts
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_zk_constraints_equal_the_compiled_circuit(name):
+    step = compiled(name, FX)
+    c = cg.cost(step, "zk", prover_time=False)
+    circuit = zk.compile(step, field=zk.LIGERO51)
+    assert c.constraints == circuit.r1cs.n_constraints
+    assert c.lookups == circuit.r1cs.n_lookups
+    assert sum(r.constraints for r in c.rows) == c.constraints
+    # the gadget breakdown is the circuit's own
+    by = c.detail["by_gadget"]
+    assert {k: v["constraints"] for k, v in by.items() if v["constraints"]} == circuit.r1cs.counts_by_gadget()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("macs", [1, 4])
+def test_fpga_cycles_equal_the_design(name, macs):
+    step = compiled(name, FX)
+    c = cg.cost(step, "fpga", macs=macs)
+    d = fpga.compile(step, macs=macs)
+    assert c.cycles == d.cycles
+    assert c.total.words == d.microcode.depth
+    assert sum(r.cycles for r in c.rows) == c.cycles
+
+
+def test_rows_name_the_definitions():
+    c = cg.cost(compiled("gpt", FX), "zk", prover_time=False)
+    names = [r.name for r in c.rows]
+    assert {"gpt/block0", "gpt/block1", "gpt/embedding", "gpt/head", "sgd", "softmax_cross_entropy"} <= set(names)
+    deeper = cg.cost(compiled("gpt", FX), "zk", prover_time=False, depth=4)
+    assert "gpt/block1/attention/softmax" in [r.name for r in deeper.rows]
+    assert deeper.constraints == c.constraints
+
+
+# ------------------------------------------------------------------ FLOPs against PyTorch
+torch_tests = pytest.mark.torch
+
+
+def _torch_flops(fn):
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    # the math backend: FlopCounterMode does not count the CPU flash kernel's products
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
+        fn(torch).backward()
+    return fc.get_total_flops()
+
+
+@torch_tests
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_matmul_flops_equal_pytorch_flop_counter(name):
+    step = compiled(name, cg.float64)
+    params = step.init_params(seed=0)
+
+    def forward_backward(torch):
+        import torch.nn.functional as F
+        p = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+        if name == "mlp":
+            x = torch.randn(8, 4, dtype=torch.float64)
+            h = torch.relu(x @ p["W0"] + p["b0"])
+            logits, y = h @ p["W1"] + p["b1"], torch.randint(0, 3, (8,))
+        elif name == "cnn":
+            x = torch.randn(4, 1, 8, 8, dtype=torch.float64)
+            h = F.max_pool2d(torch.relu(F.conv2d(x, p["W0"], padding=1) + p["b0"]), 2)
+            logits, y = h.reshape(4, 64) @ p["W1"] + p["b1"], torch.randint(0, 10, (4,))
+        else:
+            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "peers"))
+            import torch_gpt
+            ids = torch.randint(0, 8, (2, 4))
+            logits, y = torch_gpt.gpt(ids, p, 2, 2, "softmax").reshape(-1, 8), torch.randint(0, 8, (8,))
+        return F.cross_entropy(logits, y)
+    assert cg.cost(step, "cpu").matmul_flops == _torch_flops(forward_backward)
+
+
+# ------------------------------------------------------------------ GPU plan traffic, by hand
+def test_gpu_traffic_of_one_fused_kernel_and_one_product():
+    T = cg.NdArrayType((1000,), cg.float32)
+    f = cg.trace(lambda x: ops.tanh(x) * x + x, [T], name="f")
+    c = cg.cost(f, "gpu", device="h100")
+    assert c.total.kernels == 1
+    assert c.bytes == 2 * 4000                     # x read once, the result written once
+    assert c.flops == 3 * 1000 and c.matmul_flops == 0
+    A, B = cg.NdArrayType((64, 32), cg.float32), cg.NdArrayType((32, 16), cg.float32)
+    g = cg.trace(lambda a, b: a @ b, [A, B], name="g")
+    c = cg.cost(g, "gpu", device="h200")
+    assert c.matmul_flops == 2 * 64 * 32 * 16
+    assert c.bytes == 4 * (64 * 32 + 32 * 16 + 64 * 16)
+    dev = c.detail["device"]
+    assert c.seconds == pytest.approx(dev.launch_s + max(c.bytes / dev.hbm_bytes_s, c.flops / dev.fp32_flops))
+    tc = cg.cost(g, "gpu", device="h100", tf32=True)
+    assert tc.total.tensor_core_flops == 2 * 64 * 32 * 16 and tc.total.cuda_core_flops == 0
+
+
+def test_gpu_launches_equal_the_backend_plan():
+    from circuitgrad.backends.gpu.plan import plan
+    step = compiled("gpt")
+    c = cg.cost(step, "gpu")
+    assert c.total.kernels == c.detail["launches"] == plan(step.programs["step"]).launches
+
+
+# ------------------------------------------------------------------ CPU roofline
+def test_cpu_roofline_from_a_given_calibration():
+    cal = cost_cpu.Calibration(gemm_flops=(1e9,) * 6, stream_bytes=(1e10,) * 5, exp_per_s=1e9, call_s=1e-6,
+                               machine="test", blas="numpy")
+    A, B = cg.NdArrayType((64, 32), cg.float32), cg.NdArrayType((32, 16), cg.float32)
+    g = cg.trace(lambda a, b: ops.exp(a @ b), [A, B], name="g")
+    c = cg.cost(g, "cpu", calibration=cal)
+    mm, ex = 2 * 64 * 32 * 16, 64 * 16
+    mm_bytes = 4 * (64 * 32 + 32 * 16 + 64 * 16)
+    expect = (1e-6 + max(mm / 1e9, mm_bytes / 1e10)) + (1e-6 + 2 * 4 * ex / 1e10 + ex / 1e9)
+    assert c.seconds == pytest.approx(expect)
+    assert c.flops == mm + ex and c.matmul_flops == mm
+
+
+def test_cpu_calibration_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("CIRCUITGRAD_CACHE", str(tmp_path))
+    a = cost_cpu.calibrate()
+    assert os.path.exists(tmp_path / "cpu-calibration.json")
+    assert all(r > 0 for r in a.gemm_flops + a.stream_bytes) and a.call_s > 0
+    assert cost_cpu.calibrate() == a                       # read back, not measured again
+    (tmp_path / "cpu-calibration.json").write_text("{not json")
+    assert cost_cpu.calibrate().gemm_flops                 # a damaged cache is measured again
+
+
+def test_table_lists_rows_and_total():
+    s = str(cg.cost(compiled("mlp"), "gpu"))
+    assert re.search(r"^mlp/dense0 ", s, re.M) and re.search(r"^total ", s, re.M)
+    assert "launches per step" in s
+
+
+# ------------------------------------------------------------------ bad requests
+def test_bad_requests_raise_clear_errors():
+    step = compiled("mlp")
+    with pytest.raises(ValueError, match=re.escape("cost: target must be one of cpu, gpu, fpga, zk, got 'tpu'")):
+        cg.cost(step, "tpu")
+    with pytest.raises(ValueError, match=re.escape("cost: unknown GPU device 'a100'; choose one of h100, h200")):
+        cg.cost(step, "gpu", device="a100")
+    with pytest.raises(TypeError, match=re.escape("cost: the zk target needs a compiled model (cg.compile_model), "
+                                                  "got Diagram")):
+        cg.cost(mlp(), "zk")
+    with pytest.raises(TypeError, match=re.escape("cost: expected a compiled model (cg.compile_model), a Diagram "
+                                                  "or a Program, got int")):
+        cg.cost(3, "cpu")
+    with pytest.raises(ValueError, match=re.escape("cost: unknown function 'train'; choose one of ['gradients', "
+                                                   "'loss', 'predict', 'step']")):
+        cg.cost(step, "cpu", function="train")
+    with pytest.raises(AttributeError, match=re.escape("cost: cycles does not apply to target 'gpu'")):
+        cg.cost(step, "gpu").cycles
+    np.testing.assert_equal(cg.cost(step, "gpu").total.kernels > 0, True)
