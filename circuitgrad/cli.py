@@ -6,8 +6,10 @@
     circuitgrad zk verify examples/iris.py proofs/ --init-seed 0
     circuitgrad fpga synth examples/iris.py --target ice40-up5k
     circuitgrad fpga simulate examples/iris.py --steps 5
+    circuitgrad draw examples/tinygpt.py -o gpt.svg [--step] [--expand attention]
+    circuitgrad cost examples/tinygpt.py --target cpu|gpu|fpga|zk [--device h100] [--macs 4]
 
-``zk`` and ``fpga`` take a model file (:mod:`circuitgrad.modelfile`): ``model(**options)`` returns
+``zk``, ``fpga``, ``draw`` and ``cost`` take a model file (:mod:`circuitgrad.modelfile`): ``model(**options)`` returns
 what the script trains; ``--batch``, ``--hidden``, ``--lr`` and ``--option KEY=VALUE`` reach it.
 """
 from __future__ import annotations
@@ -91,6 +93,70 @@ def _show(args) -> int:
     return 0
 
 
+def _fixed_options(p) -> None:
+    p.add_argument("--width", type=int, default=None, help="fixed-point width (fpga and zk; default: the file's or 16)")
+    p.add_argument("--frac", type=int, default=None, help="fractional bits (default: width/2)")
+
+
+def _reported(fn):
+    """Run a command; a bad model, option or fixed-point range is one line on stderr and exit status 2."""
+    def run(args) -> int:
+        from .fixedpoint import FixedPointOverflow
+        try:
+            return fn(args)
+        except (ValueError, TypeError, FixedPointOverflow, NotImplementedError) as e:
+            print(f"circuitgrad {args.cmd}: {e}", file=sys.stderr)
+            return 2
+    return run
+
+
+@_reported
+def _cost(args) -> int:
+    from . import types
+    from .cost import cost
+    spec, dtype = load_model(args, types.fixed(16, 8))
+    fixed = args.target in ("fpga", "zk")
+    step = spec.compile(dtype if fixed else None)
+    options = {"cpu": {}, "gpu": {"tf32": args.tf32}, "fpga": {"macs": args.macs},
+               "zk": {"prover_time": not args.no_prover_time}}[args.target]
+    print(cost(step, args.target, device=args.device, function=args.function, depth=args.depth, **options))
+    return 0
+
+
+@_reported
+def _draw(args) -> int:
+    from . import types
+    from .drawing import draw
+    spec, _ = load_model(args, types.fixed(16, 8))
+    draw(spec.compile() if args.step else spec.model, path=args.output, expand=tuple(args.expand),
+         depth=args.depth)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _add_views(sub) -> None:
+    p = sub.add_parser("cost", help="predicted cost of a model file's training step on a target")
+    add_model_options(p)
+    _fixed_options(p)
+    p.add_argument("--target", choices=["cpu", "gpu", "fpga", "zk"], default="cpu")
+    p.add_argument("--device", default=None, help="gpu: h100 or h200 (default h100)")
+    p.add_argument("--function", default="step", choices=["step", "predict", "gradients", "loss"])
+    p.add_argument("--depth", type=int, default=2, help="rows group definitions by this many path segments")
+    p.add_argument("--macs", type=int, default=1, help="fpga: MAC lanes")
+    p.add_argument("--tf32", action="store_true", help="gpu: float32 products on tensor cores (TF32)")
+    p.add_argument("--no-prover-time", action="store_true", help="zk: counts only, no prover calibration")
+    p.set_defaults(fn=_cost)
+    p = sub.add_parser("draw", help="a neural circuit diagram (SVG) of a model file's model or training step")
+    add_model_options(p)
+    _fixed_options(p)
+    p.add_argument("-o", "--output", default="model.svg", help="the SVG file to write (default model.svg)")
+    p.add_argument("--step", action="store_true", help="draw the whole training step, not the model")
+    p.add_argument("--expand", action="append", default=[], metavar="NAME",
+                   help="expand the definitions named NAME (repeatable; '*' expands everything)")
+    p.add_argument("--depth", type=int, default=1, help="levels of definitions shown as boxes (default 1)")
+    p.set_defaults(fn=_draw)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="circuitgrad", description="circuitgrad command line")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -103,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     zk_cli.add_parser(sub)
     from .backends.fpga import cli as fpga_cli
     fpga_cli.add_parser(sub)
+    _add_views(sub)
     args = ap.parse_args(argv)
     return args.fn(args)
 

@@ -1,0 +1,75 @@
+"""The cost model's predictions against measurements, in one run.
+
+    python bench/cost.py [--repeats 7] [--skip-zk]
+
+CPU: ``cg.cost(step, "cpu").seconds`` against the median time of the compiled NumPy step, for the
+bench models (MLP 784-256-256-10 b128, the digits CNN b128, the GPT d128 S64 B16 of bench/gpt_cpu.py).
+ZK: ``cg.cost(step, "zk").seconds`` against the median time of the native Ligero prover, for iris
+training steps (fixed(16,8), the 51-bit field). Ratios are predicted / measured.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _util import machine, median_time, table  # noqa: E402
+
+import circuitgrad as cg  # noqa: E402
+from circuitgrad import nn  # noqa: E402
+
+
+def cpu_cases():
+    rng = np.random.default_rng(0)
+    B = 128
+    yield ("MLP 784-256-256-10 b128", nn.mlp(B, [784, 256, 256, 10]), nn.sgd(0.1),
+           rng.normal(size=(B, 784)), rng.integers(0, 10, B))
+    cnn = cg.sequential([nn.conv2d(B, 1, 8, 8, 16, kernel=3, padding=1), nn.relu(B, 16, 8, 8),
+                         nn.max_pool2d(B, 16, 8, 8, 2), nn.flatten(B, 16, 4, 4), nn.dense(B, 256, 10)])
+    yield "digits CNN b128", cnn, nn.adam(1e-3), rng.normal(size=(B, 1, 8, 8)), rng.integers(0, 10, B)
+    Bg, S, V = 16, 64, 96
+    yield ("GPT d128 h4 L2 S64 B16", nn.gpt(Bg, S, V, d=128, heads=4, layers=2), nn.adamw(3e-3),
+           rng.integers(0, V, (Bg, S)), rng.integers(0, V, (Bg, S)))
+
+
+def zk_cases():
+    rng = np.random.default_rng(0)
+    for B in (8, 32):
+        x, y = rng.normal(size=(B, 4)), rng.integers(0, 3, B)
+        yield f"iris step 4-16-3 b{B}", nn.mlp(B, [4, 16, 3]), nn.sgd(0.125), x, y
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--skip-zk", action="store_true")
+    a = ap.parse_args()
+    rows = []
+    for name, model, opt, x, y in cpu_cases():
+        step = cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=opt)
+        params = step.init_params(seed=0)
+        measured = median_time(lambda: step.step(params, x, y), a.repeats)
+        c = cg.cost(step, "cpu")
+        rows.append(["cpu", name, f"{c.flops / 1e6:.1f}M", f"{c.bytes / 1e6:.1f}M", f"{c.seconds * 1e3:.2f} ms",
+                     f"{measured * 1e3:.2f} ms", f"{c.seconds / measured:.2f}"])
+    if not a.skip_zk:
+        from circuitgrad.backends import zk
+        from circuitgrad.backends.zk import ligero
+        for name, model, opt, x, y in zk_cases():
+            step = cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=opt, dtype=cg.fixed(16, 8))
+            c = cg.cost(step, "zk")
+            circuit = c.detail["circuit"]
+            wit = circuit.witness(step.init_params(seed=0), x, y)
+            measured = median_time(lambda: ligero.prove(circuit, wit, check=False), a.repeats)
+            assert zk.verify(ligero.prove(circuit, wit), circuit, wit.public)
+            rows.append(["zk", name, f"{c.constraints:,} + {c.lookups:,} lookups", "", f"{c.seconds:.3f} s",
+                         f"{measured:.3f} s", f"{c.seconds / measured:.2f}"])
+    print(f"cost model vs measurement; {machine()}; medians of {a.repeats}")
+    print(table(["target", "case", "FLOPs / size", "bytes", "predicted", "measured", "ratio"], rows))
+
+
+if __name__ == "__main__":
+    main()
