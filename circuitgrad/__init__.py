@@ -15,7 +15,7 @@ from . import blas, ops
 from . import nn
 from .compile import compile_model, CompiledModel
 from .modelfile import ModelSpec
-from .cost import cost, Cost
+from .costmodel import cost, Cost
 
 __version__ = "0.1.0"
 

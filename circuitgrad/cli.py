@@ -113,7 +113,7 @@ def _reported(fn):
 @_reported
 def _cost(args) -> int:
     from . import types
-    from .cost import cost
+    from .costmodel import cost
     spec, dtype = load_model(args, types.fixed(16, 8))
     fixed = args.target in ("fpga", "zk")
     step = spec.compile(dtype if fixed else None)

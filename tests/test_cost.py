@@ -9,7 +9,7 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad.backends import fpga, zk
-from circuitgrad.cost import cpu as cost_cpu
+from circuitgrad.costmodel import cpu as cost_cpu
 
 FX = cg.fixed(16, 8)
 

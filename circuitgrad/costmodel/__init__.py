@@ -132,7 +132,7 @@ def cost(f: Any, target: str = "cpu", device: str | None = None, function: str =
     """The predicted cost of ``f`` (a compiled model's ``function``, or a diagram's forward map) on ``target``.
 
     * ``"cpu"``: FLOPs, bytes and a roofline time from a one-off calibration of this machine
-      (``options``: ``calibration=`` a :class:`~circuitgrad.cost.cpu.Calibration`).
+      (``options``: ``calibration=`` a :class:`~circuitgrad.costmodel.cpu.Calibration`).
     * ``"gpu"``: the fused-kernel plan's HBM traffic, tensor-core and CUDA-core FLOPs and a
       per-kernel roofline time on ``device`` (``"h100"``, ``"h200"``; ``tf32=True`` puts float32
       products on tensor cores).
