@@ -9,7 +9,8 @@ table of layer formulas to keep in step with the layers.
 * ``flops``: every arithmetic operation (matrix products included), one per element and operation.
 * ``transcendentals``: ``exp``/``log``/``tanh``/``sigmoid``/``sqrt``/``rsqrt``/``div`` evaluations.
 * ``bytes``: what a materialising interpreter reads and writes (operands and results once each);
-  metadata-only operations (``Reshape``, ``Copy``, ``Parameter``) move nothing.
+  views (``Reshape``, ``Broadcast``, ``Transpose``, ``Permute``, ``Slice``) and ``Copy``/``Parameter``
+  move nothing: their consumers read the memory.
 """
 from __future__ import annotations
 
@@ -106,8 +107,9 @@ RULES: dict[type, Callable[[P.Primitive], tuple[int, int, int]]] = {
     P.Softmax: _softmax, P.LogSumExp: _logsumexp,
 }
 
-#: operations that only relabel memory: nothing is read or written
-_METADATA = (P.Copy, P.Parameter, P.Reshape)
+#: operations that only relabel memory (NumPy views: reshapes, broadcasts, transposes and basic
+#: slices, as the code generator emits them): nothing is read or written
+_METADATA = (P.Copy, P.Parameter, P.Reshape, P.Broadcast, P.Transpose, P.Permute, P.Slice)
 
 
 def work(p: Program, a: Apply) -> Work:
