@@ -16,6 +16,7 @@ from . import nn
 from .compile import compile_model, CompiledModel
 from .modelfile import ModelSpec
 from .costmodel import cost, Cost
+from .drawing import draw
 
 __version__ = "0.1.0"
 
@@ -25,5 +26,5 @@ __all__ = [
     "Diagram", "Var", "trace", "identity", "sequential", "monogamous", "unbind_parameters", "IllFormedDiagram",
     "rdiff", "lens", "Program", "Apply", "schedule", "retype", "run", "UnboundParameter",
     "FixedPointOverflow", "run_fixed", "quantize", "dequantize", "blas", "ops", "nn",
-    "compile_model", "CompiledModel", "ModelSpec", "cost", "Cost",
+    "compile_model", "CompiledModel", "ModelSpec", "cost", "Cost", "draw",
 ]
