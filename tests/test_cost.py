@@ -184,3 +184,30 @@ def test_bad_requests_raise_clear_errors():
     with pytest.raises(AttributeError, match=re.escape("cost: cycles does not apply to target 'gpu'")):
         cg.cost(step, "gpu").cycles
     np.testing.assert_equal(cg.cost(step, "gpu").total.kernels > 0, True)
+
+
+# ------------------------------------------------------------------ FPGA resources against synthesis
+def test_fpga_resource_estimate_has_dsp_and_bram_rules():
+    step = compiled("mlp", FX)
+    c1 = cg.cost(step, "fpga", device="ecp5-85k", macs=1)
+    c4 = cg.cost(step, "fpga", device="ecp5-85k", macs=4)
+    # the exp unit's four multipliers plus the lanes' (1, 1, then 2 each); memory copies per lane
+    assert (c1.total.dsp, c4.total.dsp) == (5, 10)
+    assert c4.total.bram == 4 * c1.total.bram
+    with pytest.raises(ValueError, match=re.escape("cost: unknown FPGA device 'xc7a35t'; choose an ecp5-… or "
+                                                   "ice40-… target (ecp5-85k, ice40-up5k)")):
+        cg.cost(step, "fpga", device="xc7a35t")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["ecp5-85k", "ice40-up5k"])
+def test_fpga_resource_estimate_against_synthesis(target, tmp_path):
+    """A design the fit never saw (the iris predict at batch 8): LUT4 within 20 %, DSPs and BRAMs exact."""
+    from circuitgrad.backends.fpga.synth import cell_counts
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=FX)
+    c = cg.cost(step, "fpga", device=target, function="predict")
+    cells = cell_counts(fpga.compile(step, function="predict"), target, str(tmp_path), log=lambda *a: None)
+    lut = cells.get("LUT4", 0) + cells.get("SB_LUT4", 0)
+    assert abs(c.lut4 / lut - 1) <= 0.20, (c.lut4, lut)
+    assert c.total.dsp == cells.get("MULT18X18D", 0) + cells.get("SB_MAC16", 0)
+    assert c.total.bram == cells.get("DP16KD", 0) + cells.get("SB_RAM40_4K", 0)

@@ -27,6 +27,7 @@ METRICS = {
     "instructions": "instrs", "kernels": "kernels", "micro_ops": "µops",
     "flops": "FLOPs", "matmul_flops": "matmul FLOPs", "tensor_core_flops": "tensor-core FLOPs",
     "cuda_core_flops": "CUDA-core FLOPs", "bytes": "bytes", "cycles": "cycles", "words": "memory words",
+    "lut4": "LUT4 (est.)", "dsp": "DSP (est.)", "bram": "BRAM (est.)",
     "constraints": "constraints", "lookups": "lookups", "seconds": "predicted s",
 }
 
@@ -71,6 +72,7 @@ class Cost:
     bytes = property(lambda self: self._get("bytes"))
     seconds = property(lambda self: self._get("seconds"))
     constraints = property(lambda self: self._get("constraints"))
+    lut4 = property(lambda self: self._get("lut4"))
     lookups = property(lambda self: self._get("lookups"))
     cycles = property(lambda self: self._get("cycles"))
 

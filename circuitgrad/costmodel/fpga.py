@@ -1,15 +1,78 @@
-"""FPGA: the sequencer's cycles (its exact cycle model, micro-op by micro-op) and memory words.
+"""FPGA: the sequencer's cycles (its exact cycle model, micro-op by micro-op), memory words, and an
+estimate of LUT4s, DSP blocks and block RAMs.
 
 The program is compiled to the sequencer's microcode by the FPGA backend itself; every micro-op
 names the instruction it implements (``MatMul#12``), hence its definition, and the cycle model
 (:func:`circuitgrad.backends.fpga.timing.op_cycles`) is the one the simulation tests check.
+
+Resources (per device family, ``device="ecp5-85k"`` or ``"ice40-up5k"``):
+
+* block RAMs: the sequencer's memory copies (one per read port with one lane, two per lane
+  otherwise) times the blocks one copy needs (``⌈depth / block depth⌉``: 256 16-bit words on iCE40,
+  1024 on ECP5); an ECP5 memory of at most ``LUTRAM_BITS`` bits goes to distributed RAM instead;
+* DSP blocks: one multiplier for each of the first two MAC lanes, two for each further lane, and
+  four more for the pipelined exp unit (counted from synthesis, as yosys maps them);
+* LUT4s: a linear model in the design's features (:func:`features`: micro-ops × address bits, lanes,
+  one read port, the units the microcode uses, the memory blocks), with non-negative coefficients
+  fitted to yosys synthesis of 15 training designs at 1, 2 and 4 lanes and with one read port
+  (``python bench/fpga_estimate.py --fit``
+  regenerates :mod:`.fpga_fit`; the bench's own designs, which the fit never saw, check it).
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
-__all__ = ["estimate"]
+__all__ = ["estimate", "features", "resources", "FEATURES"]
+
+#: the LUT model's features, in order (see :func:`features`)
+FEATURES = ("const", "rom", "lanes", "one_port", "sequential", "exp", "sigmoid", "tanh", "log", "compare", "lutram",
+            "blocks")
+#: block RAM geometry per family: (16-bit words per block, largest memory kept in distributed RAM, bits)
+_BLOCKS = {"ecp5": (1024, 1200), "ice40": (256, 0)}
+
+
+def _family(device: str) -> str:
+    fam = device.split("-", 1)[0].lower()
+    if fam not in _BLOCKS:
+        raise ValueError(f"cost: unknown FPGA device {device!r}; choose an ecp5-… or ice40-… target "
+                         f"(ecp5-85k, ice40-up5k)")
+    return fam
+
+
+def brams(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
+    """Block RAMs of the sequencer's memory on ``device`` (see the module docstring)."""
+    per, lutram = _BLOCKS[_family(device)]
+    if mc.depth * mc.dtype.width <= lutram:
+        return 0
+    copies = read_ports if macs == 1 else 2 * macs
+    return copies * math.ceil(max(mc.depth, 1) * mc.dtype.width / (16 * per))
+
+
+def dsps(mc, macs: int = 1) -> int:
+    """DSP blocks: the MAC lanes' multipliers and the exp unit's four."""
+    lanes = macs if macs <= 2 else 2 + 2 * (macs - 2)
+    return lanes + 4 * any(u.kind == "exp" for u in mc.ops)
+
+
+def features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]:
+    """The LUT model's inputs for microcode ``mc`` on ``device``, in :data:`FEATURES` order."""
+    kinds = {u.kind for u in mc.ops}
+    b = brams(mc, device, macs, read_ports)
+    return [1.0, len(mc.ops) * math.log2(max(mc.depth, 2)), macs - 1.0, float(read_ports == 1),
+            float(bool(kinds & {"div", "divf", "sqrt"})),
+            float("exp" in kinds), float("sigmoid" in kinds), float("tanh" in kinds), float("log" in kinds),
+            float(bool(kinds & {"max", "argmax"})), float(b == 0), float(b)]
+
+
+def resources(mc, device: str, macs: int = 1, read_ports: int = 2) -> dict[str, int]:
+    """Estimated ``lut4``, ``dsp`` and ``bram`` of the sequencer running ``mc`` on ``device``."""
+    from .fpga_fit import LUT4
+    coeffs = LUT4[_family(device)]
+    x = features(mc, device, macs, read_ports)
+    lut = sum(coeffs.get(k, 0.0) * v for k, v in zip(FEATURES, x))
+    return {"lut4": int(round(lut)), "dsp": dsps(mc, macs), "bram": brams(mc, device, macs, read_ports)}
 
 _SOURCE = re.compile(r"^[^#]*#(\d+)")
 
@@ -32,6 +95,11 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     rows, total = table(lines, depth)
     total.values["words"] = mc.depth
     assert total.values["cycles"] == d.cycles, "the per-micro-op cycles must add up to the design's"
+    device = device or "ecp5-85k"
+    res = resources(mc, device, macs, read_ports)
+    total.values.update(res)
     notes = [f"{len(mc.ops)} micro-ops, {mc.depth} memory words of {mc.dtype} ({mc.dtype.width}-bit), "
-             f"macs={macs}, read_ports={read_ports}"]
-    return Cost("fpga", device or "sequencer", function, rows, total, notes, {"design": d})
+             f"macs={macs}, read_ports={read_ports}",
+             f"{device} estimate: {res['lut4']} LUT4, {res['dsp']} DSP, {res['bram']} block RAM "
+             f"(a model fitted to yosys synthesis: see docs/COST.md)"]
+    return Cost("fpga", device, function, rows, total, notes, {"design": d, "resources": res})

@@ -1,0 +1,132 @@
+"""The FPGA resource estimate of ``cg.cost(step, "fpga")`` against yosys synthesis.
+
+    python bench/fpga_estimate.py            # the bench/fpga.py designs: estimate vs synthesis
+    python bench/fpga_estimate.py --fit      # refit the LUT model on the training designs first
+
+The LUT4 model (``circuitgrad/costmodel/fpga.py``) is linear in a design's features; ``--fit``
+synthesizes 15 training designs at 1, 2 and 4 MAC lanes and with one read port, for each family, with yosys (no place and
+route) and writes the least-squares coefficients to ``circuitgrad/costmodel/fpga_fit.py``.
+The check runs on the designs of ``bench/fpga.py``, which the fit never sees.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+from scipy.optimize import nnls
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _util import machine, table  # noqa: E402
+
+import circuitgrad as cg  # noqa: E402
+from circuitgrad import nn  # noqa: E402
+from circuitgrad.backends import fpga  # noqa: E402
+from circuitgrad.backends.fpga.synth import DoesNotFit, cell_counts  # noqa: E402
+from circuitgrad.costmodel import fpga as est  # noqa: E402
+
+FX = cg.fixed(16, 8)
+TARGETS = {"ecp5": "ecp5-85k", "ice40": "ice40-up5k"}
+
+
+def _mlp(B, sizes, act=nn.relu, loss=nn.softmax_cross_entropy):
+    return cg.compile_model(nn.mlp(B, sizes, activation=act), loss=loss, optimizer=nn.sgd(0.125), dtype=FX)
+
+
+def _cnn(B):
+    m = cg.sequential([nn.conv2d(B, 1, 6, 6, 2, kernel=3, padding=1), nn.relu(B, 2, 6, 6), nn.max_pool2d(B, 2, 6, 6, 2),
+                       nn.flatten(B, 2, 3, 3), nn.dense(B, 18, 4)])
+    return cg.compile_model(m, loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=FX)
+
+
+def _attention(kind):
+    m = nn.attention(1, 4, 4, heads=1, causal=True, kind=kind)
+    return cg.compile_model(m, loss=nn.mse, optimizer=nn.sgd(0.125), dtype=FX)
+
+
+def training():
+    """(name, compiled model, function) of the fit's designs: small MLPs, a CNN, attention heads."""
+    return [("mlp 4-3-8-2", _mlp(4, [3, 8, 2]), "predict"), ("mlp 4-3-8-2", _mlp(4, [3, 8, 2]), "step"),
+            ("mse 2-5-6", _mlp(2, [5, 6], loss=nn.mse), "step"), ("mse 2-5-6", _mlp(2, [5, 6], loss=nn.mse), "predict"),
+            ("mlp 2-6-12-8-3", _mlp(2, [6, 12, 8, 3]), "step"), ("mlp 1-8-32-4", _mlp(1, [8, 32, 4]), "predict"),
+            ("sigmoid 4-4-8-3", _mlp(4, [4, 8, 3], act=nn.sigmoid), "step"),
+            ("tanh 2-3-4-2", _mlp(2, [3, 4, 2], act=nn.tanh, loss=nn.mse), "step"),
+            ("cnn 2", _cnn(2), "predict"), ("cnn 2", _cnn(2), "step"), ("softmax head", _attention("softmax"), "predict"),
+            ("spherical head", _attention("spherical"), "predict"), ("spherical head", _attention("spherical"), "step"),
+            ("mlp 1-24-48-6", _mlp(1, [24, 48, 6]), "predict"), ("mlp 1-24-48-6", _mlp(1, [24, 48, 6]), "step")]
+
+
+def checks():
+    """The designs of bench/fpga.py: (name, model, function, target, read ports, lanes)."""
+    iris = _mlp(8, [4, 16, 3])
+    mlp5 = _mlp(1, [16, 64, 32, 32, 5])
+    dense = _mlp(1, [16, 64], loss=nn.mse)
+    return [("iris step", iris, "step", "ice40-up5k", 2, m) for m in (1, 2)] + \
+           [("iris step", iris, "step", "ecp5-85k", 2, m) for m in (1, 2, 4, 8)] + \
+           [("iris predict", iris, "predict", "ice40-up5k", 2, 1), ("mlp5 predict", mlp5, "predict", "ice40-up5k", 1, 1),
+            ("mlp5 step", mlp5, "step", "ecp5-85k", 2, 1), ("dense 16→64 predict", dense, "predict", "ice40-up5k", 2, 1)]
+
+
+def synth(step, function, target, read_ports, macs):
+    d = fpga.compile(step, function=function, macs=macs, read_ports=read_ports)
+    with tempfile.TemporaryDirectory() as out:
+        c = cell_counts(d, target, out, log=lambda *a: None)
+    return d, {"lut4": c.get("LUT4", 0) + c.get("SB_LUT4", 0), "dsp": c.get("MULT18X18D", 0) + c.get("SB_MAC16", 0),
+               "bram": c.get("DP16KD", 0) + c.get("SB_RAM40_4K", 0)}
+
+
+def fit() -> dict:
+    coeffs = {}
+    for fam, target in TARGETS.items():
+        X, y = [], []
+        for name, step, fn in training():
+            for rp, macs in ((2, 1), (2, 2), (2, 4), (1, 1)):
+                try:
+                    d, got = synth(step, fn, target, rp, macs)
+                except DoesNotFit as e:            # iCE40: larger memories at several lanes
+                    print(f"{target} {name} {fn} macs={macs}: skipped ({e})", flush=True)
+                    continue
+                X.append(est.features(d.microcode, target, macs, rp))
+                y.append(got["lut4"])
+                print(f"{target} {name} {fn} macs={macs}: {got}", flush=True)
+        X, y = np.array(X), np.array(y, dtype=float)
+        used = X.any(axis=0)
+        c, _ = nnls(X[:, used], y)                  # every feature adds hardware: no negative coefficient
+        coeffs[fam] = {k: round(float(v), 3) for k, v in zip(np.array(est.FEATURES)[used], c)}
+    path = os.path.join(os.path.dirname(est.__file__), "fpga_fit.py")
+    with open(path, "w") as fh:
+        fh.write(f'''"""LUT4 model coefficients per FPGA family, fitted by ``python bench/fpga_estimate.py --fit``.
+
+Fitted to yosys synthesis (synth_ecp5 / synth_ice40 -dsp) of {len(training())} training designs at 1 and
+2 and 4 MAC lanes and one read port, by non-negative least squares; features as :data:`circuitgrad.costmodel.fpga.FEATURES`. Generated: do not edit by hand.
+"""
+LUT4 = {json.dumps(coeffs, indent=4)}
+''')
+    return coeffs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fit", action="store_true", help="refit the LUT model first (about 3 minutes)")
+    a = ap.parse_args()
+    if a.fit:
+        print(json.dumps(fit(), indent=1))
+    rows = []
+    for name, step, fn, target, rp, macs in checks():
+        try:
+            d, got = synth(step, fn, target, rp, macs)
+        except DoesNotFit as e:
+            rows.append([name, target, macs, rp, f"does not fit: {e}", "", "", ""])
+            continue
+        e = est.resources(d.microcode, target, macs, rp)
+        rows.append([name, target, macs, rp, f"{e['lut4']} / {got['lut4']} = {e['lut4'] / got['lut4']:.2f}",
+                     f"{e['dsp']} / {got['dsp']}", f"{e['bram']} / {got['bram']}", d.cycles])
+    print(f"FPGA resources, estimate / yosys synthesis; {machine()}")
+    print(table(["design", "target", "macs", "read ports", "LUT4", "DSP", "BRAM", "cycles"], rows))
+
+
+if __name__ == "__main__":
+    main()
