@@ -5,7 +5,9 @@
 CPU: ``cg.cost(step, "cpu").seconds`` against the median time of the compiled NumPy step, for the
 bench models (MLP 784-256-256-10 b128, the digits CNN b128, the GPT d128 S64 B16 of bench/gpt_cpu.py).
 ZK: ``cg.cost(step, "zk").seconds`` against the median time of the native Ligero prover, for iris
-training steps (fixed(16,8), the 51-bit field). Ratios are predicted / measured.
+training steps (fixed(16,8), the 51-bit field). Ratios are predicted / measured. Both calibrations
+are measured again at the start of the run (``--keep-calibration`` uses the cached ones), so that
+prediction and measurement see the same machine load.
 """
 from __future__ import annotations
 
@@ -46,7 +48,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--skip-zk", action="store_true")
+    ap.add_argument("--keep-calibration", action="store_true",
+                    help="use the cached calibrations (default: measure them again, in this run)")
     a = ap.parse_args()
+    from circuitgrad.costmodel import cpu, zk as zk_cost
+    if not a.keep_calibration:
+        cpu.calibrate(refresh=True)
+        if not a.skip_zk:
+            zk_cost.calibrate_prover(refresh=True)
     rows = []
     for name, model, opt, x, y in cpu_cases():
         step = cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=opt)

@@ -4,8 +4,8 @@ The calibration measures, once per machine (cached in ``~/.cache/circuitgrad/cpu
 or ``$CIRCUITGRAD_CACHE``), what the NumPy backend's building blocks achieve here:
 
 * the GEMM rate of :func:`circuitgrad.blas.matmul` at several sizes (FLOP/s, by product size),
-* the streaming rate of an elementwise NumPy operation into a fresh array at several sizes (bytes/s,
-  by array size: small arrays run from cache, large ones pay for the new pages),
+* the streaming rate of an elementwise NumPy operation at several sizes (bytes/s, by array size),
+  on operands cycled through a pool larger than the caches and into a fresh result, as in a step,
 * the rate of ``np.exp`` (evaluations/s) and the fixed cost of one NumPy call (seconds).
 
 An instruction is predicted to take ``call + max(matmul_flops / gemm(size), bytes / stream(size))
@@ -30,7 +30,9 @@ __all__ = ["Calibration", "calibrate", "estimate"]
 
 _GEMM_SIZES = (16, 32, 64, 128, 256, 512)
 _STREAM_SIZES = (256, 4096, 65536, 1 << 20, 1 << 23)
-_VERSION = 2
+_VERSION = 4
+#: bytes of operands the elementwise calibration cycles through (more than the last-level cache)
+_POOL_BYTES = 96 << 20
 
 
 @dataclass(frozen=True)
@@ -59,13 +61,18 @@ class Calibration:
         return self.call_s + t + w.transcendentals / self.exp_per_s
 
 
-def _median_time(fn, repeats: int) -> float:
+def _per_call(fn, batch_s: float = 0.02, repeats: int = 7) -> float:
+    """Seconds per call of ``fn``: calls batched to about ``batch_s`` each, median of ``repeats`` batches."""
     fn()
+    t0 = time.perf_counter()
+    fn()
+    k = max(1, int(batch_s / max(time.perf_counter() - t0, 1e-7)))
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
+        for _ in range(k):
+            fn()
+        ts.append((time.perf_counter() - t0) / k)
     return statistics.median(ts)
 
 
@@ -74,19 +81,22 @@ def _measure() -> Calibration:
     gemm = []
     for n in _GEMM_SIZES:
         a, b = rng.standard_normal((2, n, n), dtype=np.float32)
-        reps = max(3, int(2e8 / (2 * n ** 3)))
-        t = _median_time(lambda: [blas.matmul(a, b) for _ in range(8)], min(reps, 15)) / 8
-        gemm.append(2.0 * n ** 3 / t)
+        gemm.append(2.0 * n ** 3 / _per_call(lambda: blas.matmul(a, b)))
     stream = []
     for n in _STREAM_SIZES:
-        x, y = rng.standard_normal((2, n), dtype=np.float32)
-        k = max(1, (1 << 20) // n)
-        t = _median_time(lambda: [np.add(x, y) for _ in range(k)], 7) / k     # a fresh result, as the code does
-        stream.append(12.0 * n / t)
+        # operands cycle through a pool larger than the caches, as a step's many arrays do, and every
+        # result is a fresh array, as the generated code's are
+        pool = [rng.standard_normal(n, dtype=np.float32) for _ in range(max(3, _POOL_BYTES // (4 * n)))]
+        it = iter(range(1 << 62))
+
+        def add() -> None:
+            i = next(it) % (len(pool) - 1)
+            np.add(pool[i], pool[i + 1])
+        stream.append(12.0 * n / _per_call(add))
     big = rng.standard_normal(1 << 20, dtype=np.float32)
-    exp_rate = (1 << 20) / _median_time(lambda: np.exp(big), 7)
+    exp_rate = (1 << 20) / _per_call(lambda: np.exp(big))
     tiny = np.ones(4, np.float32)
-    call = _median_time(lambda: [np.add(tiny, tiny) for _ in range(1000)], 7) / 1000
+    call = _per_call(lambda: np.add(tiny, tiny))
     return Calibration(tuple(gemm), tuple(stream), exp_rate, call, _machine(), blas.name())
 
 
