@@ -4,7 +4,7 @@
     python bench/fpga_estimate.py --fit      # refit the LUT model on the training designs first
 
 The LUT4 model (``circuitgrad/costmodel/fpga.py``) is linear in a design's features; ``--fit``
-synthesizes 15 training designs at 1, 2 and 4 MAC lanes and with one read port, for each family, with yosys (no place and
+synthesizes 17 training designs at 1, 2 and 4 MAC lanes and with one read port, for each family, with yosys (no place and
 route) and writes the least-squares coefficients to ``circuitgrad/costmodel/fpga_fit.py``.
 The check runs on the designs of ``bench/fpga.py``, which the fit never sees.
 """
@@ -56,7 +56,8 @@ def training():
             ("tanh 2-3-4-2", _mlp(2, [3, 4, 2], act=nn.tanh, loss=nn.mse), "step"),
             ("cnn 2", _cnn(2), "predict"), ("cnn 2", _cnn(2), "step"), ("softmax head", _attention("softmax"), "predict"),
             ("spherical head", _attention("spherical"), "predict"), ("spherical head", _attention("spherical"), "step"),
-            ("mlp 1-24-48-6", _mlp(1, [24, 48, 6]), "predict"), ("mlp 1-24-48-6", _mlp(1, [24, 48, 6]), "step")]
+            ("mlp 1-24-48-6", _mlp(1, [24, 48, 6]), "predict"), ("mlp 1-24-48-6", _mlp(1, [24, 48, 6]), "step"),
+            ("mse 1-8-24", _mlp(1, [8, 24], loss=nn.mse), "predict"), ("mse 1-12-40", _mlp(1, [12, 40], loss=nn.mse), "step")]
 
 
 def checks():

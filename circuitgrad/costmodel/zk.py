@@ -3,8 +3,9 @@
 The counts are those of the circuit itself: the program is lowered by the ZK backend's own rules
 (no matrix is proved), and every constraint block's tag (``MatMul#12:product``) names the
 instruction, hence the definition, that emitted it.  The native Ligero prover's time is predicted
-from the size of the matrix it encodes (``rows·n·log₂n`` for its chosen code), with a constant
-calibrated once on this machine by proving two synthetic circuits (cached like the CPU calibration).
+from its work on the circuit (:func:`prover_features`: the matrix it encodes, the columns it hashes,
+the constraint matrices' nonzeros, the lookups), each with a rate calibrated once on this machine by
+proving five synthetic circuits (cached like the CPU calibration).
 """
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["estimate", "prover_work", "calibrate_prover"]
+__all__ = ["estimate", "prover_features", "prover_work", "prover_seconds", "calibrate_prover", "PROVER_FEATURES"]
 
 _TAG = re.compile(r"^[^#:]*#(\d+):")
-_VERSION = 1
+_VERSION = 2
 
 
 def _circuit(f: Any, function: str, dtype, field, range_checks):
@@ -33,30 +34,47 @@ def _circuit(f: Any, function: str, dtype, field, range_checks):
     return zk.compile(f, dtype=dtype, field=field, function=function, range_checks=range_checks)
 
 
-def prover_work(c) -> float:
-    """What the Ligero prover encodes: witness-matrix rows (both rounds) × codeword length × log₂ of it."""
+#: what the prover's time is modelled in (see :func:`prover_features`)
+PROVER_FEATURES = ("call", "encode", "columns", "nonzeros", "lookups")
+
+
+def prover_features(c) -> list[float]:
+    """The Ligero prover's work on circuit ``c``, from its own parameter choice and matrix layout:
+    one call; the encoding (matrix rows × codeword length × log₂ of it: one NTT per row); hashing and
+    combining the columns (rows × codeword length); ``A·z``, ``B·z``, ``C·z`` (their nonzeros); logUp."""
     from ..backends.zk.ligero import choose, prepare
     from ..backends.zk.ligero.protocol import _layout
     pc = prepare(c.r1cs)
     p = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups)
-    return float(_layout(pc, p).total * p.n * math.log2(p.n))
+    rows = _layout(pc, p).total
+    nnz = sum(len(M.wires) for M in (c.r1cs.A, c.r1cs.B, c.r1cs.C))
+    return [1.0, float(rows * p.n * math.log2(p.n)), float(rows * p.n), float(nnz), float(pc.n_lookups)]
 
 
-def _synthetic(n: int):
-    """``n`` products of private values over the Ligero field, with their witness."""
+def prover_work(c) -> float:
+    """The encoding work alone (``rows · n · log₂ n``), the prover's dominant term."""
+    return prover_features(c)[1]
+
+
+def _synthetic(n: int, lookups: bool = False):
+    """``n`` products ``c = a·b`` of private values over the Ligero field (with ``lookups``: ``a`` and ``b``
+    range-checked by lookups), with their witness."""
     import circuitgrad as cg
     from ..backends import zk
     from ..backends.zk.r1cs import Builder
-    b = Builder(zk.LIGERO51)
+    b = Builder(zk.LIGERO51, "lookup" if lookups else "bits")
     pub = b.alloc(1, "out")
     A, B, C = b.alloc(n), b.alloc(n), b.alloc(n)
     b.constrain([(A, 1)], [(B, 1)], [(C, 1)], "product")
     b.constrain([(C[:1], 1)], [(0, 1)], [(pub, 1)], "output")
+    if lookups:
+        b.lookup([(A, 1)], "range")
+        b.lookup([(B, 1)], "range")
     r = b.finish(1, 0, 2 * n)
     rng = np.random.default_rng(0)
     W = np.zeros(r.n_wires, dtype=np.int64)
     W[0] = 1
-    W[A], W[B] = rng.integers(-2 ** 15, 2 ** 15, (2, n))
+    W[A], W[B] = rng.integers(0, 256, (2, n)) if lookups else rng.integers(-2 ** 15, 2 ** 15, (2, n))
     W[C] = W[A] * W[B]
     W[pub] = W[C[:1]]
     c = zk.Circuit(r, None, None, f"synthetic{n}", [], [], [], [], [], [], 0.0, None, cg.fixed(16, 8), 32)
@@ -68,8 +86,15 @@ def _cache_path() -> str:
     return os.path.join(root, "ligero-calibration.json")
 
 
-def calibrate_prover(refresh: bool = False) -> tuple[float, float]:
-    """``(fixed seconds, seconds per unit of prover_work)``, fitted to proofs of two synthetic circuits."""
+#: the calibration circuits: (products, with lookups)
+_CALIBRATION = ((1 << 8, False), (1 << 12, False), (1 << 16, False), (1 << 11, True), (1 << 15, True))
+
+
+def calibrate_prover(refresh: bool = False) -> tuple[float, ...]:
+    """Seconds per unit of each of :data:`PROVER_FEATURES`, fitted (non-negative least squares) to proofs of
+    five synthetic circuits, with and without lookups (about 10 s once; then cached)."""
+    from scipy.optimize import nnls
+
     from ..backends.zk import ligero
     from .cpu import _machine
     path = _cache_path()
@@ -78,26 +103,32 @@ def calibrate_prover(refresh: bool = False) -> tuple[float, float]:
             with open(path) as fh:
                 d = json.load(fh)
             if d.get("version") == _VERSION and d.get("machine") == _machine():
-                return float(d["fixed_s"]), float(d["per_work_s"])
+                return tuple(float(v) for v in d["seconds_per"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    xs, ys = [], []
-    for n in (1 << 12, 1 << 16):
-        c, wit = _synthetic(n)
+    X, y = [], []
+    for n, lk in _CALIBRATION:
+        c, wit = _synthetic(n, lk)
         ligero.prove(c, wit, check=False)                     # warm-up
         ts = []
-        for _ in range(3):
+        for _ in range(5):
             t0 = time.perf_counter()
             ligero.prove(c, wit, check=False)
             ts.append(time.perf_counter() - t0)
-        xs.append(prover_work(c))
-        ys.append(statistics.median(ts))
-    slope = (ys[1] - ys[0]) / (xs[1] - xs[0])
-    fixed = max(ys[0] - slope * xs[0], 0.0)
+        X.append(prover_features(c))
+        y.append(statistics.median(ts))
+    X, y = np.array(X), np.array(y)
+    scale = X.max(axis=0)                                      # nnls on comparable columns
+    coef = nnls(X / scale, y)[0] / scale
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as fh:
-        json.dump({"version": _VERSION, "machine": _machine(), "fixed_s": fixed, "per_work_s": slope}, fh)
-    return fixed, slope
+        json.dump({"version": _VERSION, "machine": _machine(), "seconds_per": [float(v) for v in coef]}, fh)
+    return tuple(float(v) for v in coef)
+
+
+def prover_seconds(c) -> float:
+    """The native Ligero prover's predicted time on circuit ``c`` (this machine's calibration)."""
+    return float(np.dot(calibrate_prover(), prover_features(c)))
 
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, dtype=None,
@@ -122,14 +153,13 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     notes = [f"{r.n_constraints:,} constraints and {r.n_lookups:,} lookups over {r.field} "
              f"(ranges by {'lookups' if r.L is not None else 'bits'}), {r.n_wires:,} wires, dtype {c.dtype}"]
     if prover_time:
-        fixed, slope = calibrate_prover()
-        secs = fixed + slope * prover_work(c)
+        secs = prover_seconds(c)
         size = max(total.constraints + total.lookups, 1)
         for row in rows:                      # shared out by each definition's share of the rows
             row.values["seconds"] = secs * (row.values["constraints"] + row.values["lookups"]) / size
         total.values["seconds"] = secs
-        notes.append(f"Ligero prover: {secs:.2f} s predicted (calibrated on this machine: {fixed * 1e3:.0f} ms + "
-                     f"{slope * 1e9:.2f} ns per encoded element·log₂n)")
+        notes.append(f"Ligero prover: {secs:.2f} s predicted (a model of its work, calibrated on this machine "
+                     f"by proving synthetic circuits: see docs/COST.md)")
     top = sorted(kinds.items(), key=lambda kv: -(kv[1]["constraints"] + kv[1]["lookups"]))[:8]
     notes.append("by gadget: " + ", ".join(f"{k} {v['constraints'] + v['lookups']:,}" for k, v in top))
     return Cost("zk", str(r.field), function, rows, total, notes, {"circuit": c, "by_gadget": kinds})
