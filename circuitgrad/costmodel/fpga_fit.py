@@ -1,32 +1,32 @@
 """LUT4 model coefficients per FPGA family, fitted by ``python bench/fpga_estimate.py --fit``.
 
-Fitted to yosys synthesis (synth_ecp5 / synth_ice40 -dsp) of 15 training designs at 1 and
+Fitted to yosys synthesis (synth_ecp5 / synth_ice40 -dsp) of 17 training designs at 1 and
 2 and 4 MAC lanes and one read port, by non-negative least squares; features as :data:`circuitgrad.costmodel.fpga.FEATURES`. Generated: do not edit by hand.
 """
 LUT4 = {
     "ecp5": {
-        "const": 278.387,
-        "rom": 0.548,
-        "lanes": 66.117,
-        "one_port": 85.796,
-        "sequential": 268.606,
-        "exp": 199.843,
-        "sigmoid": 37.618,
-        "tanh": 70.984,
+        "const": 281.775,
+        "rom": 0.557,
+        "lanes": 61.072,
+        "one_port": 90.185,
+        "sequential": 258.576,
+        "exp": 190.085,
+        "sigmoid": 48.125,
+        "tanh": 62.38,
         "compare": 0.0,
-        "lutram": 308.575,
-        "blocks": 4.627
+        "lutram": 309.029,
+        "blocks": 6.582
     },
     "ice40": {
-        "const": 428.47,
-        "rom": 0.38,
-        "lanes": 59.65,
-        "one_port": 76.03,
-        "sequential": 422.102,
-        "exp": 241.772,
-        "sigmoid": 129.32,
-        "tanh": 134.216,
+        "const": 405.631,
+        "rom": 0.392,
+        "lanes": 49.675,
+        "one_port": 82.355,
+        "sequential": 440.551,
+        "exp": 233.498,
+        "sigmoid": 135.837,
+        "tanh": 157.389,
         "compare": 0.0,
-        "blocks": 13.652
+        "blocks": 15.134
     }
 }
