@@ -157,6 +157,31 @@ def test_cpu_calibration_is_cached(tmp_path, monkeypatch):
     assert cost_cpu.calibrate() == a                       # read back, not measured again
     (tmp_path / "cpu-calibration.json").write_text("{not json")
     assert cost_cpu.calibrate().gemm_flops                 # a damaged cache is measured again
+    import json
+    bad = json.loads((tmp_path / "cpu-calibration.json").read_text())
+    for field, value in (("gemm_flops", [1.0]), ("stream_bytes", [-1.0] * 5), ("call_s", "nan"), ("exp_per_s", None)):
+        (tmp_path / "cpu-calibration.json").write_text(json.dumps({**bad, field: value}))
+        c = cost_cpu.calibrate()                           # a malformed field: measured again, never used
+        assert len(c.gemm_flops) == 6 and min(c.stream_bytes) > 0 and c.call_s > 0 and c.exp_per_s > 0
+
+
+def test_prover_calibration_cache_is_validated(tmp_path, monkeypatch):
+    import json
+    from circuitgrad.costmodel import zk as cost_zk
+    monkeypatch.setenv("CIRCUITGRAD_CACHE", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(cost_zk, "_calibration_circuit", lambda *a: calls.append(a) or cost_zk._synthetic(64))
+    rates = cost_zk.calibrate_prover()
+    assert len(rates) == len(cost_zk.PROVER_FEATURES) and all(r >= 0 for r in rates)
+    n = len(calls)
+    assert cost_zk.calibrate_prover() == rates and len(calls) == n      # cached
+    path = tmp_path / "ligero-calibration.json"
+    good = json.loads(path.read_text())
+    for value in ([1.0, 2.0], [-1.0] * 5, ["inf"] * 5, "x"):
+        path.write_text(json.dumps({**good, "seconds_per": value}))
+        again = cost_zk.calibrate_prover()
+        assert len(again) == 5 and all(np.isfinite(r) and r >= 0 for r in again)
+    assert len(calls) == 5 * n                                           # each malformed cache re-measured
 
 
 def test_table_lists_rows_and_total():

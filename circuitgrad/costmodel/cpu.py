@@ -117,10 +117,14 @@ def calibrate(refresh: bool = False) -> Calibration:
             with open(path) as fh:
                 d = json.load(fh)
             if d.pop("version", None) == _VERSION and d.get("machine") == _machine() and d.get("blas") == blas.name():
-                return Calibration(tuple(d["gemm_flops"]), tuple(d["stream_bytes"]), float(d["exp_per_s"]),
-                                   float(d["call_s"]), d["machine"], d["blas"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass                          # a damaged cache is measured again
+                c = Calibration(tuple(float(v) for v in d["gemm_flops"]), tuple(float(v) for v in d["stream_bytes"]),
+                                float(d["exp_per_s"]), float(d["call_s"]), d["machine"], d["blas"])
+                rates = c.gemm_flops + c.stream_bytes + (c.exp_per_s, c.call_s)
+                if (len(c.gemm_flops), len(c.stream_bytes)) == (len(_GEMM_SIZES), len(_STREAM_SIZES)) and \
+                        all(np.isfinite(r) and r > 0 for r in rates):
+                    return c
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass                          # a damaged or foreign cache is measured again
     c = _measure()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as fh:

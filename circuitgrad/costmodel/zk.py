@@ -120,9 +120,11 @@ def calibrate_prover(refresh: bool = False) -> tuple[float, ...]:
             with open(path) as fh:
                 d = json.load(fh)
             if d.get("version") == _VERSION and d.get("machine") == _machine():
-                return tuple(float(v) for v in d["seconds_per"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+                rates = tuple(float(v) for v in d["seconds_per"])
+                if len(rates) == len(PROVER_FEATURES) and all(np.isfinite(r) and r >= 0 for r in rates):
+                    return rates
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass                          # a damaged or foreign cache is measured again
     X, y = [], []
     for kind, n, arg in _CALIBRATION:
         c, wit = _calibration_circuit(kind, n, arg)
@@ -136,7 +138,7 @@ def calibrate_prover(refresh: bool = False) -> tuple[float, ...]:
         y.append(statistics.median(ts))
     X, y = np.array(X), np.array(y)
     X, y = X / y[:, None], np.ones_like(y)                    # relative errors: small proofs count as much
-    scale = X.max(axis=0)                                      # nnls on comparable columns
+    scale = np.where(X.max(axis=0) > 0, X.max(axis=0), 1.0)   # nnls on comparable columns
     coef = nnls(X / scale, y)[0] / scale
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as fh:
