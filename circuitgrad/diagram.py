@@ -20,13 +20,14 @@ the result.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import open_hypergraphs.numpy as ohn
 
-from .provenance import _SCOPE, current_path, definition, scope, segment
+from .provenance import _SCOPE, current_path, segment
 from .primitives import Parameter, Primitive, TypeMismatch, Copy, intern_op, op_of, path_of
 from .types import NdArrayType, format_types, intern_type, type_of
 
@@ -178,7 +179,7 @@ def _parts(ds: Sequence[OH], name: str | None) -> list[OH]:
     """The parts of a :func:`sequential` as definitions: repeated names numbered (``block0``, ``block1``),
     all under ``segment(name)`` when a name is given."""
     segs = [_top(d) for d in ds]
-    count = {s: segs.count(s) for s in segs}
+    count = collections.Counter(segs)
     seen: dict[str, int] = {}
     out = []
     for d, s in zip(ds, segs):

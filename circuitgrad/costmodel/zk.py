@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["estimate", "prover_features", "prover_work", "prover_seconds", "calibrate_prover", "PROVER_FEATURES"]
+__all__ = ["estimate", "prover_features", "prover_seconds", "calibrate_prover", "PROVER_FEATURES"]
 
 _TAG = re.compile(r"^[^#:]*#(\d+):")
 _VERSION = 4
@@ -49,11 +49,6 @@ def prover_features(c) -> list[float]:
     rows = _layout(pc, p).total
     nnz = sum(len(M.wires) for M in (c.r1cs.A, c.r1cs.B, c.r1cs.C))
     return [1.0, float(rows * p.n * math.log2(p.n)), float(rows * p.n), float(nnz), float(pc.n_lookups)]
-
-
-def prover_work(c) -> float:
-    """The encoding work alone (``rows · n · log₂ n``), the prover's dominant term."""
-    return prover_features(c)[1]
 
 
 def _synthetic(n: int, lookups: bool = False):
