@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from circuitgrad.cache import cache_dir
+
 from .circuit import Circuit, Witness
 from .field import BN254
 from .formats import FormatError, printable, read_untrusted
@@ -64,13 +66,6 @@ class ToolMissing(RuntimeError):
 
 class SnarkjsError(RuntimeError):
     """snarkjs failed; the message carries its output."""
-
-
-def cache_dir(*parts: str) -> str:
-    root = os.environ.get("CIRCUITGRAD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "circuitgrad")
-    path = os.path.join(root, *parts)
-    os.makedirs(path, exist_ok=True)
-    return path
 
 
 def snarkjs(install: bool = True, log: Callable[[str], None] = print) -> str:

@@ -13,7 +13,6 @@ An instruction is predicted to take ``call + max(matmul_flops / gemm(size), byte
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .. import blas
+from ..cache import cached
 from .work import Work, work
 
 __all__ = ["Calibration", "calibrate", "estimate"]
@@ -104,32 +104,20 @@ def _machine() -> str:
     return f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores".replace("  ", " ")
 
 
-def _cache_path() -> str:
-    root = os.environ.get("CIRCUITGRAD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "circuitgrad")
-    return os.path.join(root, "cpu-calibration.json")
+def _parse(d: dict) -> Calibration | None:
+    """A cached calibration, or None unless every rate is there, finite and positive."""
+    c = Calibration(tuple(float(v) for v in d["gemm_flops"]), tuple(float(v) for v in d["stream_bytes"]),
+                    float(d["exp_per_s"]), float(d["call_s"]), d["machine"], d["blas"])
+    rates = c.gemm_flops + c.stream_bytes + (c.exp_per_s, c.call_s)
+    ok = (len(c.gemm_flops), len(c.stream_bytes)) == (len(_GEMM_SIZES), len(_STREAM_SIZES)) and \
+        all(np.isfinite(r) and r > 0 for r in rates)
+    return c if ok else None
 
 
 def calibrate(refresh: bool = False) -> Calibration:
     """This machine's :class:`Calibration`: measured once (a few seconds), then read from the cache."""
-    path = _cache_path()
-    if not refresh and os.path.exists(path):
-        try:
-            with open(path) as fh:
-                d = json.load(fh)
-            if d.pop("version", None) == _VERSION and d.get("machine") == _machine() and d.get("blas") == blas.name():
-                c = Calibration(tuple(float(v) for v in d["gemm_flops"]), tuple(float(v) for v in d["stream_bytes"]),
-                                float(d["exp_per_s"]), float(d["call_s"]), d["machine"], d["blas"])
-                rates = c.gemm_flops + c.stream_bytes + (c.exp_per_s, c.call_s)
-                if (len(c.gemm_flops), len(c.stream_bytes)) == (len(_GEMM_SIZES), len(_STREAM_SIZES)) and \
-                        all(np.isfinite(r) and r > 0 for r in rates):
-                    return c
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            pass                          # a damaged or foreign cache is measured again
-    c = _measure()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as fh:
-        json.dump({"version": _VERSION, **asdict(c)}, fh)
-    return c
+    key = {"version": _VERSION, "machine": _machine(), "blas": blas.name()}
+    return cached("cpu-calibration.json", key, _parse, _measure, asdict, refresh)
 
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2,

@@ -9,15 +9,13 @@ proving four synthetic circuits and three small MLP training steps (cached like 
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import statistics
-import time
 from typing import Any
 
 import numpy as np
+
+from ..cache import cached
 
 __all__ = ["estimate", "prover_features", "prover_seconds", "calibrate_prover", "PROVER_FEATURES"]
 
@@ -76,11 +74,6 @@ def _synthetic(n: int, lookups: bool = False):
     return c, zk.Witness(c, W)
 
 
-def _cache_path() -> str:
-    root = os.environ.get("CIRCUITGRAD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "circuitgrad")
-    return os.path.join(root, "ligero-calibration.json")
-
-
 #: the calibration circuits: synthetic products (count, with lookups), and small training steps (batch, sizes)
 _CALIBRATION = (("products", 1 << 8, False), ("products", 1 << 12, False), ("products", 1 << 16, False),
                 ("products", 1 << 15, True), ("step", 4, (3, 6, 2)), ("step", 16, (12, 48, 6)),
@@ -105,39 +98,30 @@ def calibrate_prover(refresh: bool = False) -> tuple[float, ...]:
     """Seconds per unit of each of :data:`PROVER_FEATURES`, fitted (non-negative least squares) to proofs of
     four synthetic circuits (with and without lookups) and three small MLP training steps (about 20 s
     once; then cached)."""
+    from .cpu import _machine
+
+    def parse(d: dict) -> tuple[float, ...] | None:
+        rates = tuple(float(v) for v in d["seconds_per"])
+        ok = len(rates) == len(PROVER_FEATURES) and all(np.isfinite(r) and r >= 0 for r in rates)
+        return rates if ok else None
+    return cached("ligero-calibration.json", {"version": _VERSION, "machine": _machine()}, parse, _fit_prover,
+                  lambda rates: {"seconds_per": list(rates)}, refresh)
+
+
+def _fit_prover() -> tuple[float, ...]:
     from scipy.optimize import nnls
 
     from ..backends.zk import ligero
-    from .cpu import _machine
-    path = _cache_path()
-    if not refresh and os.path.exists(path):
-        try:
-            with open(path) as fh:
-                d = json.load(fh)
-            if d.get("version") == _VERSION and d.get("machine") == _machine():
-                rates = tuple(float(v) for v in d["seconds_per"])
-                if len(rates) == len(PROVER_FEATURES) and all(np.isfinite(r) and r >= 0 for r in rates):
-                    return rates
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            pass                          # a damaged or foreign cache is measured again
+    from .cpu import _per_call
     X, y = [], []
     for kind, n, arg in _CALIBRATION:
         c, wit = _calibration_circuit(kind, n, arg)
-        ligero.prove(c, wit, check=False)                     # warm-up
-        ts = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            ligero.prove(c, wit, check=False)
-            ts.append(time.perf_counter() - t0)
         X.append(prover_features(c))
-        y.append(statistics.median(ts))
+        y.append(_per_call(lambda: ligero.prove(c, wit, check=False), batch_s=0.0, repeats=5))   # one proof a batch
     X, y = np.array(X), np.array(y)
     X, y = X / y[:, None], np.ones_like(y)                    # relative errors: small proofs count as much
     scale = np.where(X.max(axis=0) > 0, X.max(axis=0), 1.0)   # nnls on comparable columns
     coef = nnls(X / scale, y)[0] / scale
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as fh:
-        json.dump({"version": _VERSION, "machine": _machine(), "seconds_per": [float(v) for v in coef]}, fh)
     return tuple(float(v) for v in coef)
 
 
