@@ -6,6 +6,8 @@
 The LUT4 model (``circuitgrad/costmodel/fpga.py``) is linear in a design's features; ``--fit``
 synthesizes 17 training designs at 1, 2 and 4 MAC lanes and with one read port, for each family, with yosys (no place and
 route) and writes the least-squares coefficients to ``circuitgrad/costmodel/fpga_fit.py``.
+The unrolled ``predict`` (``fpga.unroll``) has its own model (adder and subtractor bits of its netlist),
+fitted to ten unrolled MLPs with other shapes and seeds than the bench's four.
 The check runs on the designs of ``bench/fpga.py``, which the fit never sees.
 """
 from __future__ import annotations
@@ -60,6 +62,26 @@ def training():
             ("mse 1-8-24", _mlp(1, [8, 24], loss=nn.mse), "predict"), ("mse 1-12-40", _mlp(1, [12, 40], loss=nn.mse), "step")]
 
 
+#: unrolled predict designs of the fit: (layer sizes, parameter seed), batch 1, mse, fixed(16, 8)
+UNROLLED_TRAINING = [([2, 3], 0), ([3, 6], 1), ([6, 6], 2), ([5, 3], 3), ([2, 4, 2], 4), ([3, 5, 2], 5), ([6, 3], 6),
+                     ([4, 6], 7), ([2, 8], 8), ([3, 4, 4], 9)]
+#: the unrolled designs of bench/fpga.py
+UNROLLED_CHECKS = [([4, 4], 0), ([4, 8], 0), ([8, 4], 0), ([4, 8, 3], 0)]
+
+
+def unrolled(sizes, seed):
+    """An unrolled MLP predict (as bench/fpga.py builds them): its compiled model and parameters."""
+    step = cg.compile_model(nn.mlp(1, sizes), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=FX)
+    return step, step.init_params(seed=seed)
+
+
+def _counts(d, target):
+    with tempfile.TemporaryDirectory() as out:
+        c = cell_counts(d, target, out, log=lambda *a: None)
+    return {"lut4": c.get("LUT4", 0) + c.get("SB_LUT4", 0), "dsp": c.get("MULT18X18D", 0) + c.get("SB_MAC16", 0),
+            "bram": c.get("DP16KD", 0) + c.get("SB_RAM40_4K", 0)}
+
+
 def checks():
     """The designs of bench/fpga.py: (name, model, function, target, read ports, lanes)."""
     iris = _mlp(8, [4, 16, 3])
@@ -73,14 +95,18 @@ def checks():
 
 def synth(step, function, target, read_ports, macs):
     d = fpga.compile(step, function=function, macs=macs, read_ports=read_ports)
-    with tempfile.TemporaryDirectory() as out:
-        c = cell_counts(d, target, out, log=lambda *a: None)
-    return d, {"lut4": c.get("LUT4", 0) + c.get("SB_LUT4", 0), "dsp": c.get("MULT18X18D", 0) + c.get("SB_MAC16", 0),
-               "bram": c.get("DP16KD", 0) + c.get("SB_RAM40_4K", 0)}
+    return d, _counts(d, target)
+
+
+def _nnls(X, y, names) -> dict:
+    X, y = np.array(X), np.array(y, dtype=float)
+    used = X.any(axis=0)
+    c, _ = nnls(X[:, used], y)                      # every feature adds hardware: no negative coefficient
+    return {k: round(float(v), 3) for k, v in zip(np.array(names)[used], c)}
 
 
 def fit() -> dict:
-    coeffs = {}
+    coeffs, ucoeffs = {}, {}
     for fam, target in TARGETS.items():
         X, y = [], []
         for name, step, fn in training():
@@ -93,25 +119,35 @@ def fit() -> dict:
                 X.append(est.features(d.microcode, target, macs, rp))
                 y.append(got["lut4"])
                 print(f"{target} {name} {fn} macs={macs}: {got}", flush=True)
-        X, y = np.array(X), np.array(y, dtype=float)
-        used = X.any(axis=0)
-        c, _ = nnls(X[:, used], y)                  # every feature adds hardware: no negative coefficient
-        coeffs[fam] = {k: round(float(v), 3) for k, v in zip(np.array(est.FEATURES)[used], c)}
+        coeffs[fam] = _nnls(X, y, est.FEATURES)
+        X, y = [], []
+        for sizes, seed in UNROLLED_TRAINING:
+            d = fpga.unroll(*unrolled(sizes, seed))
+            got = _counts(d, target)
+            X.append(est.unrolled_features(d))
+            y.append(got["lut4"])
+            print(f"{target} unrolled {'-'.join(map(str, sizes))} seed {seed}: {got}", flush=True)
+        ucoeffs[fam] = _nnls(X, y, est.UNROLLED_FEATURES)
     path = os.path.join(os.path.dirname(est.__file__), "fpga_fit.py")
     with open(path, "w") as fh:
         fh.write(f'''"""LUT4 model coefficients per FPGA family, fitted by ``python bench/fpga_estimate.py --fit``.
 
-Fitted to yosys synthesis (synth_ecp5 / synth_ice40 -dsp) of {len(training())} training designs at 1 and
-2 and 4 MAC lanes and one read port, by non-negative least squares; features as :data:`circuitgrad.costmodel.fpga.FEATURES`. Generated: do not edit by hand.
+Fitted to yosys synthesis (synth_ecp5 / synth_ice40) by non-negative least squares.
+``LUT4``: the sequencer, {len(training())} training designs at 1, 2 and 4 MAC lanes and with one read port;
+features as :data:`circuitgrad.costmodel.fpga.FEATURES`. ``UNROLLED_LUT4``: the unrolled predict,
+{len(UNROLLED_TRAINING)} MLPs; features as :data:`circuitgrad.costmodel.fpga.UNROLLED_FEATURES`.
+Generated: do not edit by hand.
 """
 LUT4 = {json.dumps(coeffs, indent=4)}
+
+UNROLLED_LUT4 = {json.dumps(ucoeffs, indent=4)}
 ''')
-    return coeffs
+    return {"sequencer": coeffs, "unrolled": ucoeffs}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fit", action="store_true", help="refit the LUT model first (about 3 minutes)")
+    ap.add_argument("--fit", action="store_true", help="refit the LUT models first (about 15 minutes)")
     a = ap.parse_args()
     if a.fit:
         print(json.dumps(fit(), indent=1))
@@ -125,6 +161,13 @@ def main() -> None:
         e = est.resources(d.microcode, target, macs, rp)
         rows.append([name, target, macs, rp, f"{e['lut4']} / {got['lut4']} = {e['lut4'] / got['lut4']:.2f}",
                      f"{e['dsp']} / {got['dsp']}", f"{e['bram']} / {got['bram']}", d.cycles])
+    for sizes, seed in UNROLLED_CHECKS:
+        for target in TARGETS.values():
+            d = fpga.unroll(*unrolled(sizes, seed))
+            got, e = _counts(d, target), est.unrolled_resources(d, target)
+            rows.append([f"unrolled {'-'.join(map(str, sizes))} predict", target, "-", "-",
+                         f"{e['lut4']} / {got['lut4']} = {e['lut4'] / got['lut4']:.2f}", f"{e['dsp']} / {got['dsp']}",
+                         f"{e['bram']} / {got['bram']}", f"latency {d.latency}"])
     print(f"FPGA resources, estimate / yosys synthesis; {machine()}")
     print(table(["design", "target", "macs", "read ports", "LUT4", "DSP", "BRAM", "cycles"], rows))
 

@@ -17,6 +17,12 @@ Resources (per device family, ``device="ecp5-85k"`` or ``"ice40-up5k"``):
   fitted to yosys synthesis of 17 training designs at 1, 2 and 4 lanes and with one read port
   (``python bench/fpga_estimate.py --fit``
   regenerates :mod:`.fpga_fit`; the bench's own designs, which the fit never saw, check it).
+
+The unrolled ``predict`` (``unroll=params``, :func:`circuitgrad.backends.fpga.unroll`) has no memory
+and no DSP block: its LUT4s are a linear model in the bits of the adders and of the subtractors that
+its generated netlist declares (:func:`unrolled_features`), fitted the same way to ten unrolled MLPs
+with other shapes and weights than the bench's. Its cycles are its latency: one pipeline stage per
+micro-op and the input register; a new batch enters every cycle.
 """
 from __future__ import annotations
 
@@ -24,11 +30,13 @@ import math
 import re
 from typing import Any
 
-__all__ = ["estimate", "features", "resources", "FEATURES"]
+__all__ = ["estimate", "features", "resources", "unrolled_features", "FEATURES", "UNROLLED_FEATURES"]
 
 #: the LUT model's features, in order (see :func:`features`)
 FEATURES = ("const", "rom", "lanes", "one_port", "sequential", "exp", "sigmoid", "tanh", "log", "compare", "lutram",
             "blocks")
+#: the unrolled design's LUT model's features (see :func:`unrolled_features`)
+UNROLLED_FEATURES = ("add_bits", "sub_bits")
 #: block RAM geometry per family: (16-bit words per block, largest memory kept in distributed RAM, bits)
 _BLOCKS = {"ecp5": (1024, 1200), "ice40": (256, 0)}
 
@@ -74,32 +82,79 @@ def resources(mc, device: str, macs: int = 1, read_ports: int = 2) -> dict[str, 
     lut = sum(coeffs.get(k, 0.0) * v for k, v in zip(FEATURES, x))
     return {"lut4": int(round(lut)), "dsp": dsps(mc, macs), "bram": brams(mc, device, macs, read_ports)}
 
+def unrolled_features(design) -> list[float]:
+    """The unrolled LUT model's inputs, in :data:`UNROLLED_FEATURES` order.
+
+    The sums of the output widths of the ``$add`` and of the ``$sub`` cells in the design's RTLIL, as
+    Amaranth emits it. The widths count bits that synthesis later trims (shifted-in zeros, constant
+    operands), which the fitted coefficients absorb; negations and constant shifts are wiring or fold
+    into the adders and are left out.
+    """
+    from ..backends.fpga.synth import rtlil_text
+    bits = {"$add": 0, "$sub": 0}
+    kind = None
+    for line in rtlil_text(design, log=lambda *a: None).splitlines():
+        words = line.split()
+        if words[:1] == ["cell"]:
+            kind = words[1] if words[1] in bits else None
+        elif kind and words[:2] == ["parameter", "\\Y_WIDTH"]:
+            bits[kind] += int(words[2])
+        elif words == ["end"]:
+            kind = None
+    return [float(bits["$add"]), float(bits["$sub"])]
+
+
+def unrolled_resources(design, device: str) -> dict[str, int]:
+    """Estimated ``lut4``, ``dsp`` and ``bram`` of an unrolled design on ``device``: LUTs only."""
+    from .fpga_fit import UNROLLED_LUT4
+    coeffs = UNROLLED_LUT4[_family(device)]
+    lut = sum(coeffs.get(k, 0.0) * v for k, v in zip(UNROLLED_FEATURES, unrolled_features(design)))
+    return {"lut4": int(round(lut)), "dsp": 0, "bram": 0}
+
+
 _SOURCE = re.compile(r"^[^#]*#(\d+)")
 
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, macs: int = 1,
-             read_ports: int = 2, dtype=None, on_chip: bool = True):
+             read_ports: int = 2, dtype=None, on_chip: bool = True, unroll: Any = None):
     from ..compile import CompiledModel
     from . import Cost, table
     if not isinstance(f, CompiledModel):
         raise TypeError(f"cost: the fpga target needs a compiled model (cg.compile_model), got {type(f).__name__}")
     from ..backends import fpga
     from ..backends.fpga.timing import op_cycles
-    d = fpga.compile(f, dtype=dtype, macs=macs, function=function, read_ports=read_ports, on_chip=on_chip)
+    device = device or "ecp5-85k"
+    _family(device)
+    if unroll is not None:
+        if function != "predict":
+            raise ValueError(f"cost: the unrolled FPGA design runs predict only; pass function='predict' "
+                             f"(got {function!r})")
+        d = fpga.unroll(f, unroll, dtype=dtype)
+        cycles = [1] * len(d.microcode.ops)          # one pipeline stage per micro-op
+        head = ("(input register)", {"micro_ops": 0, "cycles": 1})
+    else:
+        d = fpga.compile(f, dtype=dtype, macs=macs, function=function, read_ports=read_ports, on_chip=on_chip)
+        cycles = op_cycles(d.microcode, read_ports, macs)
+        head = ("(start and done)", {"micro_ops": 0, "cycles": 3 if d.microcode.ops else 2})
     mc = d.microcode
     paths = [a.path for a in d.model.fn(function).program.instrs]
-    lines = [("(start and done)", {"micro_ops": 0, "cycles": 3 if mc.ops else 2})]
-    for u, c in zip(mc.ops, op_cycles(mc, read_ports, macs)):
+    lines = [head]
+    for u, c in zip(mc.ops, cycles):
         m = _SOURCE.match(u.source)
         lines.append((paths[int(m.group(1))] if m else "(write-backs)", {"micro_ops": 1, "cycles": int(c)}))
     rows, total = table(lines, depth)
-    total.values["words"] = mc.depth
-    assert total.values["cycles"] == d.cycles, "the per-micro-op cycles must add up to the design's"
-    device = device or "ecp5-85k"
-    res = resources(mc, device, macs, read_ports)
+    if unroll is not None:
+        assert total.values["cycles"] == d.latency, "the stages must add up to the pipeline's latency"
+        res = unrolled_resources(d, device)
+        shape = (f"{len(mc.ops)} micro-ops unrolled into a {d.latency}-stage pipeline with the parameters built in; "
+                 f"one batch per cycle, {d.latency} cycles of latency")
+    else:
+        total.values["words"] = mc.depth
+        assert total.values["cycles"] == d.cycles, "the per-micro-op cycles must add up to the design's"
+        res = resources(mc, device, macs, read_ports)
+        shape = (f"{len(mc.ops)} micro-ops, {mc.depth} memory words of {mc.dtype} ({mc.dtype.width}-bit), "
+                 f"macs={macs}, read_ports={read_ports}")
     total.values.update(res)
-    notes = [f"{len(mc.ops)} micro-ops, {mc.depth} memory words of {mc.dtype} ({mc.dtype.width}-bit), "
-             f"macs={macs}, read_ports={read_ports}",
-             f"{device} estimate: {res['lut4']} LUT4, {res['dsp']} DSP, {res['bram']} block RAM "
-             f"(a model fitted to yosys synthesis: see docs/COST.md)"]
+    notes = [shape, f"{device} estimate: {res['lut4']} LUT4, {res['dsp']} DSP, {res['bram']} block RAM "
+                    f"(a model fitted to yosys synthesis: see docs/COST.md)"]
     return Cost("fpga", device, function, rows, total, notes, {"design": d, "resources": res})

@@ -1,7 +1,10 @@
 """LUT4 model coefficients per FPGA family, fitted by ``python bench/fpga_estimate.py --fit``.
 
-Fitted to yosys synthesis (synth_ecp5 / synth_ice40 -dsp) of 17 training designs at 1 and
-2 and 4 MAC lanes and one read port, by non-negative least squares; features as :data:`circuitgrad.costmodel.fpga.FEATURES`. Generated: do not edit by hand.
+Fitted to yosys synthesis (synth_ecp5 / synth_ice40) by non-negative least squares.
+``LUT4``: the sequencer, 17 training designs at 1, 2 and 4 MAC lanes and with one read port;
+features as :data:`circuitgrad.costmodel.fpga.FEATURES`. ``UNROLLED_LUT4``: the unrolled predict,
+10 MLPs; features as :data:`circuitgrad.costmodel.fpga.UNROLLED_FEATURES`.
+Generated: do not edit by hand.
 """
 LUT4 = {
     "ecp5": {
@@ -28,5 +31,16 @@ LUT4 = {
         "tanh": 157.389,
         "compare": 0.0,
         "blocks": 15.134
+    }
+}
+
+UNROLLED_LUT4 = {
+    "ecp5": {
+        "add_bits": 0.14,
+        "sub_bits": 1.256
+    },
+    "ice40": {
+        "add_bits": 0.263,
+        "sub_bits": 0.933
     }
 }
