@@ -16,7 +16,8 @@ with :func:`load`, passing only the options named on their own command line
 so the model, loss and optimizer the tools use are exactly those the script
 trains. ``data(seed)`` yields ``(x, y)`` batches of the model's batch size; a
 tool that needs more batches than one iterator gives calls ``data(seed + 1)``,
-and so on.
+and so on. ``dataset()`` returns the whole training set ``(x, y)`` those batches are
+drawn from; ``zk prove --private`` commits to it by its Merkle root.
 
 The file is code and is run: name only files you trust. The tools take its
 path from their own command line, never from a proof bundle or other data.
@@ -34,7 +35,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from .diagram import Diagram
 from .types import Dtype, Fixed, float32
 
-__all__ = ["ModelSpec", "ModelFileError", "load", "load_function", "parse_option", "batches"]
+__all__ = ["ModelSpec", "ModelFileError", "load", "load_function", "parse_option", "batches", "dataset"]
 
 
 class ModelFileError(ValueError):
@@ -51,6 +52,9 @@ class ModelSpec:
     data: Callable[[int], Iterable[tuple]] | None = None
     #: the options ``model()`` ran with, its defaults included (filled by :func:`load`, as plain JSON values)
     options: Mapping[str, object] = field(default_factory=dict)
+    #: the whole training set ``() -> (x, y)`` that ``data`` draws its batches from: what a private run
+    #: commits to (``circuitgrad zk prove --private``)
+    dataset: Callable[[], tuple] | None = None
 
     def compile(self, dtype: Dtype | None = None, **kwargs):
         """``cg.compile_model`` of this model, loss and optimizer (``dtype`` overrides the file's)."""
@@ -126,6 +130,14 @@ def _plain(v: object) -> object:
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     return str(v)
+
+
+def dataset(spec: ModelSpec, path: str = "the model file") -> tuple:
+    """The training set ``(x, y)`` of ``spec`` (its ``dataset()``)."""
+    if spec.dataset is None:
+        raise ModelFileError(f"{path}: model() returned no dataset to commit to; set "
+                             f"ModelSpec(dataset=lambda: (x_train, y_train))")
+    return spec.dataset()
 
 
 def batches(spec: ModelSpec, seed: int, path: str = "the model file") -> Iterator[tuple]:

@@ -95,7 +95,8 @@ def mlp_spec(name: str, batch: int, hidden, lr: float, momentum: float = 0.9,
     model = nn.mlp(batch, [data.features, *hidden, data.classes], activation=nn.relu)
     opt = nn.momentum(lr, momentum) if momentum else nn.sgd(lr)
     return cg.ModelSpec(model, nn.softmax_cross_entropy, opt, dtype,
-                        lambda seed: datasets.batches(data.x_train, data.y_train, batch, np.random.default_rng(seed)))
+                        lambda seed: datasets.batches(data.x_train, data.y_train, batch, np.random.default_rng(seed)),
+                        dataset=lambda: (data.x_train, data.y_train))
 
 
 def main(name: str, defaults: dict, description: str) -> float:

@@ -8,6 +8,10 @@
     proof = zk.prove(circuit, wit)               # native Ligero: transparent, no setup
     assert zk.verify(proof, circuit, wit.public) # against the circuit the verifier compiled
 
+    data = zk.commit_dataset(step, X, Y)         # private runs: weights behind commitments, data by its root
+    run = zk.prove_run(step, params0, batches, dataset=data, cluster=4)      # 4 local Dask workers
+    assert zk.verify_run(run, step, c0=run.commitments[0], d=data.commitment)
+
 See ``docs/ZK.md`` for the gadgets, their costs and the public statement.
 """
 from .circuit import Circuit, Witness, compile, compile_program
@@ -19,7 +23,12 @@ from .ligero import LigeroProof, Reject
 from .prover import SYSTEMS, check, prove, verify
 from .snarkjs import Keys, Proof, SnarkjsError, ToolMissing, setup, verification_key
 from .statement import params_sha256
+from .commit import DataTree
+from .poseidon2 import Poseidon2, poseidon2
+from .run import DataCommitment, Dataset, Run, check_run, commit_dataset, prove_run, verify_run
 
 __all__ = ["compile", "compile_program", "Circuit", "Witness", "BN254", "LIGERO51", "Field", "field", "R1CS", "RULES", "UNSUPPORTED",
            "UnsatisfiedConstraint", "FormatError", "Proof", "LigeroProof", "SYSTEMS", "prove", "verify", "check",
-           "Reject", "Keys", "setup", "verification_key", "params_sha256", "SnarkjsError", "ToolMissing"]
+           "Reject", "Keys", "setup", "verification_key", "params_sha256", "SnarkjsError", "ToolMissing",
+           "Poseidon2", "poseidon2", "DataTree", "DataCommitment", "Dataset", "Run", "commit_dataset", "prove_run",
+           "verify_run", "check_run"]

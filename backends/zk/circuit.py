@@ -6,6 +6,9 @@ The public statement is what a verifier sees:
   or the predictions for ``predict``) are public outputs;
 * the batch ``x, y`` is private.
 
+With ``public="commitments"`` the parameters stay private too: the statement is a commitment before,
+one after and a dataset root (:mod:`.private`).
+
 :meth:`Circuit.statement` describes the statement and :meth:`Circuit.public`
 gives its values.
 """
@@ -28,6 +31,7 @@ from . import formats
 from . import gadgets as G
 from . import statement as S
 from .field import BN254, LIGERO51, Field
+from . import private as P
 from .lower import RULES, Lowering, required_bits
 from .r1cs import R1CS, Builder
 
@@ -77,6 +81,8 @@ class Circuit:
     required_bits: int | None = None
     #: what the targets ``y`` are constrained to: ``"one-hot"``, ``"any"``, or None (no targets)
     targets: str | None = None
+    #: the commitments and dataset openings of a private step (``public="commitments"``), else None
+    private: P.Layout | None = None
 
     def statement_data(self) -> dict:
         """The public statement as plain data (see :func:`.statement.describe`)."""
@@ -103,6 +109,10 @@ class Circuit:
         bad = next((i for i, v in enumerate(vals) if not 0 <= v < p), None)
         if bad is not None:
             raise ValueError(f"public value {bad} ({vals[bad]}) is not a canonical field element in [0, p)")
+        if self.private is not None:            # digests: field elements, not signed fixed point
+            c = self.private.capacity
+            d = [np.array(vals[i:i + c], dtype=np.int64) for i in range(0, 3 * c, c)]
+            return {"commitment_after": d[0]}, {"commitment_before": d[1], "data_root": d[2]}
         signed = np.array([v - p if v > p // 2 else v for v in vals], dtype=object)
         out, pos = {}, 0
         for n, w in zip(self.output_names, self.output_wires):
@@ -149,8 +159,18 @@ class Circuit:
         """Every wire's value for one call, computed layer by layer (bit-exact with the interpreter)."""
         return self.witness_raw(self._inputs(params, x, y))
 
-    def witness_raw(self, inputs: list[np.ndarray]) -> Witness:
-        """The witness for raw fixed-point program inputs (in program order)."""
+    def witness_private(self, params: Mapping[str, np.ndarray], x, y, tree, r_before, r_after) -> Witness:
+        """The witness of a private step (``public="commitments"``): the batch rows must be rows of
+        ``tree`` (a :class:`~.commit.DataTree`), ``r_before``/``r_after`` blind the two commitments."""
+        if self.private is None:
+            raise ValueError(f"{self.function}: this circuit makes its parameters public; compile it with "
+                             f"zk.compile(..., public='commitments') for a private step")
+        inputs = self._inputs(params, x, y)
+        return self.witness_raw(inputs, P.extra_values(self, inputs, tree, r_before, r_after))
+
+    def witness_raw(self, inputs: list[np.ndarray], extra: Mapping[str, np.ndarray] | None = None) -> Witness:
+        """The witness for raw fixed-point program inputs (in program order); ``extra``: the values of a
+        private step's further wires (by the names of :meth:`.private.Layout.wires`)."""
         t0 = time.perf_counter()
         W = np.zeros(self.r1cs.n_wires, dtype=np.int64)
         W[0] = 1
@@ -164,6 +184,11 @@ class Circuit:
             if v.size and (v.min() < self.dtype.lo or v.max() > self.dtype.hi):
                 raise FixedPointOverflow(f"{self.function}: input {name} does not fit in {self.dtype}")
             W[wires.reshape(-1)] = v.reshape(-1)
+        if (self.private is None) != (extra is None):
+            raise TypeError(f"{self.function}: a private step's witness needs its commitments and dataset "
+                            f"openings (Circuit.witness_private); other circuits take none")
+        if extra is not None:
+            P.set_extra(self.private, W, extra)
         for wires, fn in self.fills:
             W[wires] = np.asarray(fn(W), dtype=np.int64).reshape(-1)
         wit = Witness(self, W, time.perf_counter() - t0)
@@ -213,8 +238,9 @@ def default_range_checks(field: Field) -> str:
     return "lookup" if field == LIGERO51 else "bits"
 
 
-def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field = BN254,
-            function: str = "step", targets: str | None = None, range_checks: str | None = None) -> Circuit:
+def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | None = None,
+            function: str = "step", targets: str | None = None, range_checks: str | None = None,
+            public: str = "params", data_rows: int | None = None) -> Circuit:
     """The R1CS circuit of ``model``'s ``step`` (default) or ``predict`` in fixed point.
 
     ``dtype`` defaults to the model's own dtype if it is fixed point, else
@@ -228,7 +254,23 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field = BN2
     snarkjs and circom); ``"lookup"`` by lookups into a table of ``2^8`` values, which only the
     native Ligero prover proves (logUp) and which makes a transformer step about half the size.
     The default follows the field: ``"lookup"`` over :data:`LIGERO51`, ``"bits"`` otherwise.
+
+    ``public``: ``"params"`` (default) makes the parameters before and after the step public;
+    ``"commitments"`` keeps them private behind Poseidon2 commitments and proves that the batch's
+    rows belong to a dataset of ``data_rows`` rows committed by its Merkle root (:mod:`.private`; the
+    native prover's field :data:`LIGERO51` only, which is then the default field).
     """
+    if public not in P.PUBLIC:
+        raise ValueError(f"zk.compile: public must be one of {list(P.PUBLIC)}, got {public!r}")
+    if public == "commitments":
+        field = field or LIGERO51
+        if field != LIGERO51 or function != "step":
+            raise ValueError(f"zk.compile: public='commitments' proves training steps over the native prover's "
+                             f"field ligero51 (got function={function!r}, field {field})")
+        P.depth_for(data_rows)
+    elif data_rows is not None:
+        raise ValueError("zk.compile: data_rows= applies to public='commitments' only")
+    field = field or BN254
     dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(32, 16))
     if not isinstance(dtype, Fixed):
         raise TypeError(f"zk.compile: circuits compute in fixed point; got dtype {dtype}")
@@ -247,8 +289,10 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field = BN2
         if targets not in S.TARGETS:
             raise ValueError(f"zk.compile: targets must be one of {list(S.TARGETS)}, got {targets!r}")
     constrain = {"y": _one_hot} if targets == "one-hot" else {}
-    c = compile_program(fx.fn(function).program, dtype, field, in_names,
-                        [n for n in in_names if n not in ("x", "y")], out_names, function, constrain, range_checks)
+    committed = [n for n in in_names if n not in ("x", "y")]
+    lay = P.Layout(data_rows, committed, fx.batch) if public == "commitments" else None
+    c = compile_program(fx.fn(function).program, dtype, field, in_names, [] if lay else committed, out_names,
+                        function, constrain, range_checks, lay)
     c.model, c.targets = fx, targets
     return c
 
@@ -269,11 +313,13 @@ def _one_hot(b: Builder, y: np.ndarray, dtype: Fixed) -> None:
 def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_names: list[str] | None = None,
                     public_inputs: list[str] | None = None, output_names: list[str] | None = None,
                     function: str | None = None, constrain: Mapping | None = None,
-                    range_checks: str | None = None) -> Circuit:
+                    range_checks: str | None = None, private: P.Layout | None = None) -> Circuit:
     """The circuit of any fixed-point SSA program (``public_inputs`` default: none).
 
     ``range_checks``: ``"bits"`` or ``"lookup"`` (default: :func:`default_range_checks` of the field).
     ``constrain`` maps input names to extra gadgets ``fn(builder, wires, dtype)`` (e.g. one-hot targets).
+    ``private``: the layout of a private step (:mod:`.private`): its outputs stay internal, and its
+    public values are the layout's commitments and dataset root.
     """
     t0 = time.perf_counter()
     function = function or prog.name
@@ -289,17 +335,24 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
     out_names = list(output_names or [f"out{i}" for i in range(len(prog.outputs))])
     b = Builder(field, range_checks or default_range_checks(field))
     # wire layout: public outputs, public inputs, private inputs, internal
-    pub_out = [b.alloc(prog.types[v].shape, f"out.{n}") for v, n in zip(prog.outputs, out_names)]
+    if private is None:
+        pub_out = [b.alloc(prog.types[v].shape, f"out.{n}") for v, n in zip(prog.outputs, out_names)]
+    else:
+        P.allocate_public_outputs(b, private)
+    n_pub_out = b.n - 1
     ins = {}
     for v, n in zip(prog.inputs, in_names):
         if n in public_in:
             ins[v] = b.alloc(prog.types[v].shape, n)
+    if private is not None:
+        P.allocate_public_inputs(b, private)
+    n_pub_in = b.n - 1 - n_pub_out
     for v, n in zip(prog.inputs, in_names):
         if n not in public_in:
             ins[v] = b.alloc(prog.types[v].shape, n)
-    n_pub_out = sum(w.size for w in pub_out)
-    n_pub_in = sum(ins[v].size for v, n in zip(prog.inputs, in_names) if n in public_in)
-    n_prv_in = sum(ins[v].size for v, n in zip(prog.inputs, in_names) if n not in public_in)
+    if private is not None:
+        P.allocate_private(b, private)
+    n_prv_in = b.n - 1 - n_pub_out - n_pub_in
     L = Lowering(b, dtype)
     env: dict[int, np.ndarray] = dict(ins)
     for v, n in zip(prog.inputs, in_names):
@@ -312,11 +365,15 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
         outs = RULES[type(a.op)](L, a.op, *(env[x] for x in a.args))
         for r, o in zip(a.results, outs):
             env[r] = o
-    for k, (v, w) in enumerate(zip(prog.outputs, pub_out)):
-        b.context = f"output {out_names[k]}"
-        src = np.ascontiguousarray(np.broadcast_to(env[v], w.shape)).reshape(-1)
-        b.constrain([(src, 1)], [(G.ONE, 1)], [(w.reshape(-1), 1)], "output")
-        b.fill(w, lambda W, src=src: W[src])
+    if private is None:
+        for k, (v, w) in enumerate(zip(prog.outputs, pub_out)):
+            b.context = f"output {out_names[k]}"
+            src = np.ascontiguousarray(np.broadcast_to(env[v], w.shape)).reshape(-1)
+            b.constrain([(src, 1)], [(G.ONE, 1)], [(w.reshape(-1), 1)], "output")
+            b.fill(w, lambda W, src=src: W[src])
+    else:
+        pub_out = [np.ascontiguousarray(np.broadcast_to(env[v], prog.types[v].shape)) for v in prog.outputs]
+        P.constrain(b, private, {n: ins[v] for v, n in zip(prog.inputs, in_names)}, pub_out)
     r = b.finish(n_pub_out, n_pub_in, n_prv_in)
     return Circuit(r, prog, None, function, in_names, [ins[v] for v in prog.inputs], out_names, pub_out,
-                   public_in, b.fills, time.perf_counter() - t0, None, dtype, need)
+                   public_in, b.fills, time.perf_counter() - t0, None, dtype, need, private=private)

@@ -3,6 +3,14 @@
     circuitgrad zk prove examples/iris.py --steps 4 --out out/proofs
     circuitgrad zk verify examples/iris.py out/proofs --init-seed 0
     circuitgrad zk prove examples/tinygpt.py --option d=16 --option heads=2 --option layers=1 --batch 1
+    circuitgrad zk prove examples/iris.py --steps 64 --private --workers 4 --out run/
+    circuitgrad zk verify examples/iris.py run/ --private --c0 E1,E2,E3,E4
+
+With ``--private`` the parameters stay private behind commitments and the batches are proved to
+be rows of the model file's ``dataset()``, committed by its Merkle root (:mod:`.run`); the steps are
+proved on a Dask cluster (``--workers N``: a local one; ``--scheduler tcp://host:8786``: an
+existing one). The verifier names the starting commitment it trusts (``--c0``) and the dataset
+(recomputed from the model file, or ``--data-root``/``--data-rows``).
 
 The model file (``circuitgrad/modelfile.py``) defines ``model(**options)``:
 the model, loss, optimizer, dtype and data that the script trains.
@@ -112,6 +120,10 @@ def _refuse_large_setup(a, circuit) -> None:
 def _prove(a) -> int:
     if a.steps < 1:
         raise _fail(f"--steps must be at least 1, got {a.steps}")
+    if a.private:
+        return _prove_private(a)
+    if a.workers is not None or a.scheduler is not None:
+        raise _fail("--workers and --scheduler prove the steps of a --private run on Dask")
     with _Phase("compile"):
         spec, step, circuit, opts = _setup(a)
     print(f"public statement: {circuit.statement()}")
@@ -154,6 +166,92 @@ def _prove(a) -> int:
     return 0
 
 
+def _elements(text: str, what: str) -> tuple:
+    """``E1,E2,E3,E4``: a digest of four canonical field elements, in decimal."""
+    parts = text.split(",")
+    if len(parts) != 4 or not all(x.isdigit() and int(x) < LIGERO51.p for x in parts):
+        raise _fail(f"{what} must be four field elements in [0, p) separated by commas, as zk prove printed it")
+    return tuple(int(x) for x in parts)
+
+
+def _show(d) -> str:
+    return ",".join(str(v) for v in d)
+
+
+def _dataset(spec, step, script):
+    from .run import commit_dataset
+    try:
+        return commit_dataset(step, *modelfile.dataset(spec, script))
+    except modelfile.ModelFileError as e:
+        raise _fail(str(e)) from None
+
+
+def _prove_private(a) -> int:
+    from .run import prove_run
+    if a.system != "ligero":
+        raise _fail("a --private run is proved by the native prover: use --system ligero")
+    if a.workers is not None and a.scheduler is not None:
+        raise _fail("--workers starts a local Dask cluster and --scheduler uses an existing one: name one of them")
+    if a.workers is not None and a.workers < 1:
+        raise _fail(f"--workers must be at least 1, got {a.workers}")
+    with _Phase("compile"):
+        spec, step, circuit, _ = _setup(a)
+    with _Phase("commit the dataset"):
+        data = _dataset(spec, step, a.script)
+    try:
+        batches = list(itertools.islice(modelfile.batches(spec, a.seed, a.script), a.steps))
+    except modelfile.ModelFileError as e:
+        raise _fail(str(e)) from None
+    names = circuit.output_names
+    params = dict(zip(names, _params(step, circuit, a.init, a.seed)))
+    cluster = a.scheduler or (a.workers if a.workers and a.workers > 1 else None)
+    with _Phase(f"prove {a.steps} steps" + (f" on {cluster}" if isinstance(cluster, str) else
+                                            f" on {cluster} local workers" if cluster else "")):
+        run = prove_run(step, params, batches, dataset=data, cluster=cluster)
+    run.save(a.out)
+    opening = a.out.rstrip("/") + ".opening.npz"
+    np.savez(opening, randomness=np.array(run.opening["randomness"], dtype=np.int64),
+             **{n: run.opening["params"][n] for n in names})
+    print(f"public statement: {run.statement}")
+    print(f"dataset: {data.commitment.rows} rows, root {_show(data.commitment.root)}")
+    print(f"starting commitment c0 {_show(run.commitments[0])}")
+    print(f"final commitment {_show(run.commitments[-1])}")
+    print(f"{a.steps} proofs in {a.out}; the final parameters and their blinding (private: keep them) in {opening}")
+    return 0
+
+
+def _verify_private(a) -> int:
+    from .run import DataCommitment, Run, check_run
+    if a.c0 is None:
+        raise _fail("name the commitment the run starts from, which you trust: --c0 E1,E2,E3,E4")
+    c0 = _elements(a.c0, "--c0")
+    try:
+        run = Run.load(a.proofs)
+    except FormatError as e:
+        raise _fail(str(e)) from None
+    with _Phase("compile"):
+        spec, step, _, _ = _setup(a)
+    if a.data_root is not None:
+        if a.data_rows is None:
+            raise _fail("--data-root needs --data-rows (the number of rows the root commits to)")
+        d = DataCommitment(_elements(a.data_root, "--data-root"), a.data_rows)
+    else:
+        with _Phase("commit the dataset of the model file"):
+            d = _dataset(spec, step, a.script).commitment
+    c_final = _elements(a.c_final, "--c-final") if a.c_final else None
+    try:
+        check_run(run, step, c0, d, c_final, a.steps)
+    except (ligero.Reject, ValueError) as e:
+        print(f"{a.proofs}: INVALID: {printable(str(e))}")
+        print("VERIFICATION FAILED")
+        return 1
+    print(f"statement: {run.statement}")
+    print(f"dataset: {d.rows} rows, root {_show(d.root)}")
+    print(f"from c0 {_show(c0)} to {_show(run.commitments[-1])}")
+    print(f"all {run.steps} proofs verify and chain")
+    return 0
+
+
 def _check_step(path: str, system: str, circuit, keys: dict):
     """Load the proof at ``path`` as a ``system`` proof and check it against ``circuit`` (raise on failure)."""
     if system == "ligero":
@@ -173,6 +271,8 @@ def _check_step(path: str, system: str, circuit, keys: dict):
 def _verify(a) -> int:
     if a.steps is not None and a.steps < 1:
         raise _fail(f"--steps must be at least 1, got {a.steps}")
+    if a.private:
+        return _verify_private(a)
     if (a.init is None) == (a.init_seed is None):
         raise _fail("name the parameters the run starts from, which the verifier trusts: --init FILE.npz "
                     "(a checkpoint) or --init-seed N (step.init_params(N))")
@@ -250,6 +350,12 @@ def add_parser(sub) -> None:
     p.add_argument("--init", default=None, help="start from this checkpoint (.npz of raw parameters)")
     p.add_argument("--max-local-ptau", type=int, default=14,
                    help="largest powers of tau to generate locally without --ptau (default 14)")
+    p.add_argument("--private", action="store_true",
+                   help="keep the parameters private behind commitments and prove the batches are rows of the "
+                        "model file's dataset()")
+    p.add_argument("--workers", type=int, default=None, help="--private: prove on a local Dask cluster of N workers")
+    p.add_argument("--scheduler", default=None, help="--private: prove on the Dask cluster at this address "
+                                                     "(tcp://host:8786)")
     p.set_defaults(fn=_prove)
     v = zk.add_parser("verify", help="verify a bundle written by 'zk prove' against a model you name")
     _circuit_args(v)
@@ -260,4 +366,10 @@ def add_parser(sub) -> None:
     v.add_argument("--steps", type=int, default=None, help="the number of steps the bundle must hold")
     v.add_argument("--vkey", default=None, help="snarkjs: a verification key you trust (verification_key.json)")
     v.add_argument("--zkey", default=None, help="groth16: a proving key, checked against the circuit and --ptau")
+    v.add_argument("--private", action="store_true", help="the directory is a private run (zk prove --private)")
+    v.add_argument("--c0", default=None, help="--private: the commitment the run starts from, E1,E2,E3,E4")
+    v.add_argument("--c-final", default=None, help="--private: also require this final commitment")
+    v.add_argument("--data-root", default=None, help="--private: the dataset root you trust (default: recomputed "
+                                                     "from the model file's dataset)")
+    v.add_argument("--data-rows", type=int, default=None, help="--private: the rows --data-root commits to")
     v.set_defaults(fn=_verify)

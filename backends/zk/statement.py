@@ -89,6 +89,13 @@ def describe(circuit) -> dict[str, Any]:
     }
     if circuit.r1cs.L is not None:
         d["lookups"] = int(circuit.r1cs.n_lookups)
+    lay = getattr(circuit, "private", None)
+    if lay is not None:                     # a private step: digests are public, every input is private
+        c = [lay.capacity]
+        d["public_outputs"] = [["commitment_after", c]]
+        d["public_inputs"] = [["commitment_before", c], ["data_root", c]]
+        d["private_inputs"] = [[n, list(w.shape)] for n, w in ins] + lay.private_inputs()
+        d["commitments"] = lay.describe(circuit.field)
     return d
 
 
@@ -112,6 +119,11 @@ def render(d: Mapping[str, Any]) -> str:
         private += " (targets y: one-hot rows)"
     elif d["targets"] == "any":
         private += " (targets y: any in-range values)"
+    if "commitments" in d:
+        cm = d["commitments"]
+        private += (f"; commitments {cm['hash']} to {', '.join(cm['committed'])} with {cm['blinding']} blinding "
+                    f"elements; batch rows from a dataset of {cm['data_rows']} rows (ternary Merkle tree, depth "
+                    f"{cm['merkle_depth']})")
     fld = d["field"]["name"] if _KNOWN.get(d["field"]["name"]) == d["field"]["p"] else \
         f"{d['field']['name']} (p = {d['field']['p']})"
     return (f"{head} in {d['dtype']} over {fld}: "

@@ -1,0 +1,97 @@
+"""Proving the steps of a run on a Dask cluster (``dask.distributed``), or serially.
+
+``cluster`` is one of:
+
+* ``None``: prove here, one step after the other (the reference the cluster must match);
+* an ``int`` ``n``: a ``LocalCluster`` of ``n`` single-threaded worker processes, closed afterwards;
+* a scheduler address (``"tcp://host:8786"``): an existing cluster (``dask scheduler`` and
+  ``dask worker tcp://host:8786`` on each machine, with circuitgrad installed in the same version);
+* a ``distributed.Client`` or a cluster object (``LocalCluster``, ``SSHCluster``, ``KubeCluster``, …).
+
+The circuit and the dataset tree are sent to every worker once (``scatter(broadcast=True)``); each
+step is one task, submitted with a key naming the run and the step. Proofs stream back as they
+finish (``as_completed``, with a progress bar) and are put in place by step number. When a worker
+dies mid-proof, the scheduler re-runs its task on another worker (Dask's own recovery; a task that
+kills ``distributed.scheduler.allowed-failures`` workers, 3 by default, is reported as failed): no
+step is lost, and one arriving twice is refused. With ``seeds`` given (tests), each step's prover
+randomness comes from its own seed, so the proofs are bit-identical to serial proving wherever they
+run.
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = ["prove_steps"]
+
+
+def _task(circuit, tree, k, params, x, y, r_before, r_after, after, seed):
+    from .run import prove_step
+    rng = None if seed is None else np.random.default_rng(seed)
+    return prove_step(circuit, tree, k, params, x, y, r_before, r_after, after, rng=rng)
+
+
+def _client(cluster: Any):
+    """``(client, owned cluster or None)`` for the ``cluster`` argument (see the module docstring)."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as e:                     # pragma: no cover - depends on the environment
+        raise ImportError("distributed proving needs Dask: pip install 'circuitgrad[zk]'") from e
+    if isinstance(cluster, Client):
+        return cluster, None
+    if isinstance(cluster, bool):
+        raise TypeError("cluster must be None, a number of local workers, a scheduler address, a Client or a cluster")
+    if isinstance(cluster, int):
+        if cluster < 1:
+            raise ValueError(f"a local cluster needs at least one worker, got {cluster}")
+        local = LocalCluster(n_workers=cluster, threads_per_worker=1, processes=True, dashboard_address=None)
+        return Client(local), local
+    if isinstance(cluster, str) or hasattr(cluster, "scheduler_address"):
+        return Client(cluster), None
+    raise TypeError(f"cluster must be None, a number of local workers, a scheduler address, a Client or a "
+                    f"cluster, got {type(cluster).__name__}")
+
+
+def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, progress: bool = True,
+                seeds: Sequence[int] | None = None, log: Callable[[str], None] | None = None) -> list:
+    """The proofs of ``tasks`` (``(k, params, x, y, r_before, r_after, after)`` each), in step order."""
+    from tqdm.auto import tqdm
+    seeds = list(seeds) if seeds is not None else [None] * len(tasks)
+    if len(seeds) != len(tasks):
+        raise ValueError(f"{len(tasks)} steps need {len(tasks)} seeds, got {len(seeds)}")
+    bar = tqdm(total=len(tasks), desc="proving", unit="step", disable=not progress)
+    proofs: dict[int, Any] = {}
+
+    def take(k: int, proof) -> None:
+        if k in proofs:
+            raise RuntimeError(f"step {k} was proved twice")
+        proofs[k] = proof
+        bar.update(1)
+        if log:
+            log(f"step {k} proved ({len(proofs)}/{len(tasks)})")
+    try:
+        if cluster is None:
+            for t, s in zip(tasks, seeds):
+                take(*_task(circuit, tree, *t, s))
+        else:
+            from distributed import as_completed
+            client, owned = _client(cluster)
+            try:
+                c, d = client.scatter([circuit, tree], broadcast=True)
+                run = uuid.uuid4().hex[:8]
+                futures = [client.submit(_task, c, d, *t, s, key=f"prove-step-{run}-{t[0]}", pure=False)
+                           for t, s in zip(tasks, seeds)]
+                for fut in as_completed(futures):
+                    take(*fut.result())
+            finally:
+                if owned is not None:
+                    client.close()
+                    owned.close()
+    finally:
+        bar.close()
+    missing = [t[0] for t in tasks if t[0] not in proofs]
+    if missing:
+        raise RuntimeError(f"steps {missing} were not proved")
+    return [proofs[t[0]] for t in tasks]

@@ -1,0 +1,297 @@
+"""Proofs of whole training runs with private weights and committed data.
+
+::
+
+    data = zk.commit_dataset(step, X, Y)                     # DataTree; data.commitment is public
+    run = zk.prove_run(step, params0, batches, dataset=data, cluster=None)   # or a Dask cluster
+    assert zk.verify_run(run, step, c0=run.commitments[0], d=data.commitment)
+    run.save("run/"); zk.Run.load("run/")
+
+A run of ``N`` steps is ``N`` independent proofs of the private step circuit
+(``zk.compile(step, public="commitments")``). Proof ``k`` claims: *some parameters with
+commitment ``C_k``, trained one step on a batch of rows of the dataset with root ``D``, give
+parameters with commitment ``C_{k+1}``*. The statements chain by commitment: the blinding of
+``C_{k+1}`` is drawn once and used both as step ``k``'s ``r_after`` and step ``k+1``'s ``r_before``,
+so a verifier given ``C_0`` and ``D`` checks the whole run by checking each proof against
+``(C_k, C_{k+1}, D)``. A removed, swapped or repeated step breaks the chain: its proof's
+commitments are not the neighbours'.
+
+One proof per step, not an aggregated proof: the steps then prove in parallel with no
+coordination (Dask, :mod:`.distributed`), a failed step is re-proved alone, and the verifier's
+work is linear in the run, as an aggregate's would be with our transparent prover (Ligero has no
+succinct recursion). ``docs/ZK.md`` gives the measured figures.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import ligero
+from .bundle import BundleError
+from .commit import DataTree, check_randomness, commit, fresh_randomness
+from .field import LIGERO51
+from .formats import FormatError, printable, read_untrusted
+from .ligero import LigeroProof, Reject
+
+__all__ = ["Run", "Dataset", "DataCommitment", "commit_dataset", "prove_run", "verify_run", "check_run",
+           "RUN_FORMAT"]
+
+RUN_FORMAT = "circuitgrad-zk-run"
+_VERSION = 1
+_MAX_STEPS = 1_000_000
+_MAX_JSON = 64 << 20
+
+
+@dataclass(frozen=True)
+class DataCommitment:
+    """What a verifier trusts about a dataset: its Merkle root and its number of rows."""
+    root: tuple
+    rows: int
+
+
+@dataclass
+class Dataset:
+    """A committed dataset (the prover's side): the tree of its raw rows."""
+    tree: DataTree
+
+    @property
+    def commitment(self) -> DataCommitment:
+        return DataCommitment(self.tree.root, self.tree.n)
+
+
+def commit_dataset(step, x, y=None) -> Dataset:
+    """Commit the dataset ``x`` (inputs, any number of rows) and ``y`` (class labels or target rows) in
+    ``step``'s fixed-point dtype: one row per sample, the input row then the target row, raw."""
+    from circuitgrad import arguments
+    from circuitgrad.types import NdArrayType
+    fx = _fixed(step)
+    xr = np.asarray(fx._x(x, "predict"), dtype=np.int64)
+    rows = [xr.reshape(len(xr), -1)]
+    if y is not None:
+        T = fx.y_type
+        yr = arguments.targets(y, NdArrayType((len(xr),) + T.shape[1:], T.dtype), fx.dtype, np, "dataset")
+        rows.append(np.asarray(yr, dtype=np.int64).reshape(len(xr), -1))
+    return Dataset(DataTree(np.concatenate(rows, axis=1), LIGERO51))
+
+
+def _fixed(step):
+    from circuitgrad.types import Fixed
+    if not isinstance(step.dtype, Fixed):
+        raise TypeError(f"a private run is proved in fixed point: compile the model with dtype=cg.fixed(16, 8), "
+                        f"got {step.dtype}")
+    return step
+
+
+@dataclass
+class Run:
+    """The proofs of a run and their public chain: ``commitments[k]`` before step ``k``, ``[N]`` at the end.
+
+    ``opening`` (the final raw parameters and the blinding of ``C_N``) stays with the prover: :meth:`save`
+    never writes it.
+    """
+    statement: str
+    circuit_sha256: str
+    data: DataCommitment
+    commitments: list[tuple]
+    proofs: list[LigeroProof]
+    opening: dict | None = field(default=None, repr=False)
+
+    @property
+    def steps(self) -> int:
+        return len(self.proofs)
+
+    def save(self, directory: str) -> None:
+        """``run.json`` (statement, chain, data commitment) and ``step_000.proof`` … in ``directory``."""
+        os.makedirs(directory, exist_ok=True)
+        stale = [e for e in os.listdir(directory) if re.fullmatch(r"step_\d+\.proof", e)]
+        for e in stale:
+            os.remove(os.path.join(directory, e))
+        for k, p in enumerate(self.proofs):
+            p.save(os.path.join(directory, _step(k)))
+        with open(os.path.join(directory, "run.json"), "w") as fh:
+            json.dump({"format": RUN_FORMAT, "version": _VERSION, "steps": self.steps, "statement": self.statement,
+                       "circuit_sha256": self.circuit_sha256, "data_root": [str(v) for v in self.data.root],
+                       "data_rows": self.data.rows, "commitments": [[str(v) for v in c] for c in self.commitments]},
+                      fh, indent=1)
+
+    @classmethod
+    def load(cls, directory: str) -> "Run":
+        """Read a run directory as untrusted input: every field's type, count and range is checked."""
+        return _load(directory)
+
+
+def _step(k: int) -> str:
+    return f"step_{k:03d}.proof"
+
+
+def _elements(v: Any, n: int, what: str) -> tuple:
+    """``n`` canonical field elements written as decimal strings."""
+    if not isinstance(v, list) or len(v) != n:
+        raise BundleError(f"run.json: {what} must be a list of {n} field elements")
+    out = []
+    for s in v:
+        if not isinstance(s, str) or not re.fullmatch(r"0|[1-9][0-9]{0,20}", s) or int(s) >= LIGERO51.p:
+            raise BundleError(f"run.json: {what} holds {printable(str(s))[:40]!r}, not a canonical field element "
+                              f"(a decimal string in [0, p))")
+        out.append(int(s))
+    return tuple(out)
+
+
+def _load(directory: str) -> Run:
+    from .poseidon2 import poseidon2
+    c = poseidon2(LIGERO51).capacity
+    path = os.path.join(directory, "run.json")
+    if not os.path.isdir(directory) or not os.path.lexists(path):
+        raise BundleError(f"{printable(directory)}: not a run directory (no run.json; zk.prove_run(...).save writes one)")
+    try:
+        d = json.loads(read_untrusted(path, _MAX_JSON, "run.json").decode("utf-8"))
+    except FormatError as e:
+        raise BundleError(str(e)) from None
+    except (ValueError, RecursionError) as e:
+        raise BundleError(f"{path}: not valid JSON ({printable(str(e))[:200]})") from None
+    if not isinstance(d, dict) or d.get("format") != RUN_FORMAT:
+        raise BundleError(f"{path}: not a circuitgrad run (format must be {RUN_FORMAT!r})")
+    for key, typ in (("version", int), ("steps", int), ("statement", str), ("circuit_sha256", str),
+                     ("data_rows", int), ("data_root", list), ("commitments", list)):
+        if not isinstance(d.get(key), typ) or isinstance(d.get(key), bool):
+            raise BundleError(f"{path}: field {key!r} must be a {typ.__name__}")
+    if d["version"] != _VERSION:
+        raise BundleError(f"{path}: run version {d['version']} is not supported (this is version {_VERSION})")
+    n = d["steps"]
+    if not 1 <= n <= _MAX_STEPS:
+        raise BundleError(f"{path}: steps must be in 1..{_MAX_STEPS}, got {n}")
+    if not re.fullmatch(r"[0-9a-f]{64}", d["circuit_sha256"]):
+        raise BundleError(f"{path}: circuit_sha256 must be 64 lowercase hex digits")
+    if d["data_rows"] < 1:
+        raise BundleError(f"{path}: data_rows must be positive")
+    if len(d["commitments"]) != n + 1:
+        raise BundleError(f"{path}: {n} steps need {n + 1} commitments, got {len(d['commitments'])}")
+    commitments = [_elements(v, c, f"commitment {k}") for k, v in enumerate(d["commitments"])]
+    names = [_step(k) for k in range(n)]
+    present = {e for e in os.listdir(directory) if e.startswith("step_")}
+    missing, extra = [e for e in names if e not in present], sorted(present - set(names))
+    if missing:
+        raise BundleError(f"{printable(directory)}: run.json says {n} steps but {missing[0]} is missing")
+    if extra:
+        raise BundleError(f"{printable(directory)}: unexpected {printable(extra[0])}: run.json says {n} steps")
+    proofs = [ligero.load(os.path.join(directory, e)) for e in names]
+    return Run(d["statement"], d["circuit_sha256"], DataCommitment(_elements(d["data_root"], c, "data_root"),
+               d["data_rows"]), commitments, proofs)
+
+
+# ------------------------------------------------------------------------------------------ proving
+def _circuit(step, rows: int):
+    from .circuit import compile
+    return compile(step, public="commitments", data_rows=rows)
+
+
+def prove_step(circuit, tree: DataTree, k: int, params: Mapping, x, y, r_before, r_after, after: Sequence,
+               rng: np.random.Generator | None = None) -> tuple[int, LigeroProof]:
+    """Prove step ``k`` (a task of :func:`prove_run`, run on a worker): the witness's new parameters must be
+    the trajectory's ``after``."""
+    wit = circuit.witness_private(params, x, y, tree, r_before, r_after)
+    got = wit.outputs()
+    for n, a in zip(circuit.output_names, after):
+        if not np.array_equal(got[n], a):
+            raise RuntimeError(f"step {k}: the circuit's {n} after the step differs from the fixed-point "
+                               f"interpreter's trajectory")
+    return k, ligero.prove(circuit, wit, rng=rng)
+
+
+def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, dataset: Dataset, cluster: Any = None,
+              r0: Sequence[int] | None = None, progress: bool = True,
+              log: Callable[[str], None] | None = None, rng: np.random.Generator | None = None) -> Run:
+    """Prove training ``step`` from ``params0`` (raw or float parameters and optimizer state) on
+    ``batches`` (pairs ``(x, y)`` whose rows are rows of ``dataset``).
+
+    The trajectory is computed first with the fixed-point interpreter; then every step is proved
+    independently: here, one after the other (``cluster=None``), or on a Dask cluster
+    (``cluster``: a ``distributed.Client``, a cluster object, a scheduler address such as
+    ``"tcp://host:8786"``, or an int for a ``LocalCluster`` of that many workers; see
+    :func:`.distributed.prove_steps`). ``r0`` is the blinding of ``C_0`` when the starting
+    commitment was published before (default: fresh).
+
+    ``rng`` (tests and benchmarks only: it is not secret) draws the blindings and every step's prover
+    randomness, so that a run is reproducible bit for bit wherever its steps are proved. By default
+    both come from the OS's CSPRNG.
+    """
+    fx = _fixed(step)
+    circuit = _circuit(fx, dataset.tree.n)
+    names = circuit.output_names
+    missing = [n for n in names if n not in params0]
+    if missing:
+        raise KeyError(f"prove_run: params0 lacks {missing}; pass step.init_params(...) or a checkpoint of "
+                       f"{names}")
+    params = {}
+    for n in names:                                # raw fixed point, as step.init_params gives them
+        v = np.asarray(params0[n])
+        params[n] = v.astype(np.int64) if np.issubdtype(v.dtype, np.integer) else np.asarray(fx._in(v, n), np.int64)
+    batches = list(batches)
+    if not batches:
+        raise ValueError("prove_run: no batches: a run has at least one step")
+    traj = [params]
+    for x, y in batches:                           # the trajectory, in the fixed-point interpreter
+        traj.append({n: np.asarray(v, dtype=np.int64) for n, v in fx.step(traj[-1], x, y).items()})
+    draw = (lambda: fresh_randomness(LIGERO51)) if rng is None else \
+        (lambda: tuple(int(v) for v in rng.integers(0, LIGERO51.p, size=len(fresh_randomness(LIGERO51)))))
+    blind = [check_randomness(r0, LIGERO51) if r0 is not None else draw()] + [draw() for _ in batches]
+    seeds = None if rng is None else [int(v) for v in rng.integers(0, 2 ** 63, size=len(batches))]
+    commitments = [commit([t[n] for n in names], r, LIGERO51) for t, r in zip(traj, blind)]
+    tasks = [(k, traj[k], x, y, blind[k], blind[k + 1], [traj[k + 1][n] for n in names])
+             for k, (x, y) in enumerate(batches)]
+    from .distributed import prove_steps
+    proofs = prove_steps(circuit, dataset.tree, tasks, cluster, progress=progress, seeds=seeds, log=log)
+    return Run(circuit.statement(), circuit.digest().hex(), dataset.commitment, commitments, proofs,
+               opening={"params": traj[-1], "randomness": blind[-1]})
+
+
+# ----------------------------------------------------------------------------------------- verifying
+def check_run(run: Run, step, c0: Sequence[int], d: DataCommitment, c_final: Sequence[int] | None = None,
+              steps: int | None = None) -> None:
+    """Raise :class:`Reject` naming the first failure: statement, data root, chain, or a step's proof.
+
+    The verifier supplies what it trusts: the step (it compiles the circuit itself), the starting
+    commitment ``c0`` and the dataset commitment ``d``; optionally the final commitment and the number
+    of steps. Everything else in ``run`` is checked, never trusted.
+    """
+    if not isinstance(run, Run):
+        raise TypeError(f"check_run: expected a zk.Run, got {type(run).__name__}")
+    if not isinstance(d, DataCommitment):
+        raise TypeError("check_run: d must be the zk.DataCommitment (root and rows) you trust")
+    circuit = _circuit(_fixed(step), d.rows)
+    if run.statement != circuit.statement():
+        raise Reject(f"the run proves another statement than this step's:\n  run:  {run.statement[:300]}\n"
+                     f"  step: {circuit.statement()[:300]}")
+    if run.circuit_sha256 != circuit.digest().hex():
+        raise Reject("the run was proved for another circuit (circuit_sha256 differs)")
+    if tuple(run.data.root) != tuple(d.root) or run.data.rows != d.rows:
+        raise Reject("the run's dataset root is not the one you trust")
+    if steps is not None and run.steps != steps:
+        raise Reject(f"the run has {run.steps} steps, not {steps}")
+    if len(run.commitments) != run.steps + 1:
+        raise Reject(f"{run.steps} steps need {run.steps + 1} commitments, the run has {len(run.commitments)}")
+    if tuple(run.commitments[0]) != tuple(int(v) for v in c0):
+        raise Reject("the run does not start from the commitment you trust (c0)")
+    if c_final is not None and tuple(run.commitments[-1]) != tuple(int(v) for v in c_final):
+        raise Reject("the run does not end at the commitment you expect (c_final)")
+    for k, proof in enumerate(run.proofs):
+        public = [*run.commitments[k + 1], *run.commitments[k], *d.root]
+        try:
+            ligero.check(proof, circuit, public)
+        except Reject as e:
+            raise Reject(f"step {k}: {e}") from None
+
+
+def verify_run(run: Run, step, c0: Sequence[int], d: DataCommitment, c_final: Sequence[int] | None = None,
+               steps: int | None = None) -> bool:
+    """True when every proof of ``run`` verifies and the chain goes from ``c0`` (on data ``d``) to its end."""
+    try:
+        check_run(run, step, c0, d, c_final, steps)
+        return True
+    except (Reject, ValueError, IndexError):
+        return False
