@@ -262,3 +262,38 @@ def test_cli_private_run_on_two_local_workers(tmp_path):
                        "circuitgrad zk: a --private run is proved by the native prover: use --system ligero")):
         r = run_cli(*args)
         assert r.returncode != 0 and msg in r.stderr, (args, r.stderr)
+
+
+# ------------------------------------------------------------------ privacy
+@pytest.mark.slow
+def test_opened_values_do_not_depend_on_the_private_weights(step, circuit, data):
+    """Two private steps with different weights (hence other commitments: the commitment binds) and the
+    same batch: with the opened columns fixed, everything the verifier sees about the witness (opened
+    column values and the test polynomials) has the same distribution. The ZK check of the Ligero
+    prover (tests/test_zk_ligero.py), applied to the private step circuit."""
+    from circuitgrad.backends.zk.ligero import choose, protocol
+    from circuitgrad.backends.zk.ligero.circuitdata import prepare
+    x, y = _batches(1)[0]
+    p0 = step.init_params(seed=0)
+    p1 = step.init_params(seed=1)
+    assert any(not np.array_equal(p0[n], p1[n]) for n in circuit.output_names)
+    r = [C.fresh_randomness(zk.LIGERO51) for _ in range(2)]
+    wits = [circuit.witness_private(p, x, y, data.tree, *r).values for p in (p0, p1)]
+    assert all(circuit.check(w) for w in wits)
+    pc = prepare(circuit.r1cs)
+    par = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups)
+    rng = np.random.default_rng(3)
+    cols = sorted(rng.choice(par.n, par.t, replace=False).tolist())
+    seen = []
+    for w in wits:
+        vals = []
+        for _ in range(12):
+            pr = protocol.prove_prepared(pc, w, par, rng=rng, columns=cols)
+            vals.append(np.concatenate([pr.columns.reshape(-1), pr.u.reshape(-1), pr.q.reshape(-1),
+                                        pr.h.reshape(-1)]))
+        seen.append(np.concatenate(vals) * 16 // zk.LIGERO51.p)
+    h1, h2 = (np.bincount(s, minlength=16) for s in seen)
+    chi2 = float((((h1 - h2) ** 2) / np.maximum(h1 + h2, 1)).sum())
+    assert chi2 < 45, f"opened values differ in distribution (χ² = {chi2:.1f}, 15 dof)"   # p < 1e-4 under H0
+    # and they are not degenerate: the histogram is spread over all bins
+    assert (h1 > 0).all() and (h2 > 0).all()
