@@ -73,14 +73,14 @@ def circom_poseidon(log=print) -> int | None:
         if res.returncode:
             log(f"npm failed: {res.stderr[-300:]}")
             return None
-    with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "h.circom")
-        lib = os.path.join(prefix, "node_modules", "circomlib", "circuits", "poseidon.circom")
-        with open(src, "w") as fh:
-            fh.write(f'pragma circom 2.0.0;\ninclude "{lib}";\ntemplate H() {{ signal input in[12]; signal output out;'
-                     f' component p = Poseidon(12); for (var i = 0; i < 12; i++) {{ p.inputs[i] <== in[i]; }}'
-                     f' out <== p.out; }}\ncomponent main = H();\n')
-        res = subprocess.run([exe, src, "--r1cs", "--O2", "-o", d], capture_output=True, text=True, cwd=d)
+    with tempfile.TemporaryDirectory() as d:        # circom2 (WASI) sees its working directory only
+        for f in ("poseidon.circom", "poseidon_constants.circom"):
+            shutil.copy(os.path.join(prefix, "node_modules", "circomlib", "circuits", f), d)
+        with open(os.path.join(d, "h.circom"), "w") as fh:
+            fh.write('pragma circom 2.0.0;\ninclude "poseidon.circom";\ntemplate H() { signal input in[12]; '
+                     'signal output out; component p = Poseidon(12); for (var i = 0; i < 12; i++) '
+                     '{ p.inputs[i] <== in[i]; } out <== p.out; }\ncomponent main = H();\n')
+        res = subprocess.run([exe, "h.circom", "--r1cs", "--O2", "-o", "."], capture_output=True, text=True, cwd=d)
     counts = [int(line.split(":")[1]) for line in res.stdout.splitlines()
               if "non-linear constraints" in line or line.strip().startswith("linear constraints")]
     return sum(counts) if counts else None
