@@ -53,7 +53,7 @@ def _batches(n, seed=1):
 
 @pytest.fixture(scope="module")
 def run(step, data):
-    return zk.prove_run(step, step.init_params(seed=0), _batches(3), dataset=data, progress=False,
+    return zk.prove_run(step, step.init_params(seed=0), _batches(3), dataset=data, cluster="serial", progress=False,
                         rng=np.random.default_rng(5))
 
 
@@ -109,8 +109,11 @@ def test_a_batch_row_not_in_the_dataset_is_refused(step, circuit, data):
 
 
 def test_compile_refuses_bad_private_options(step):
-    with pytest.raises(ValueError, match=re.escape("data_rows must be a positive number of dataset rows, got None")):
+    with pytest.raises(ValueError, match=re.escape("zk.compile: public='commitments' needs data_rows=N, the number of "
+                                                   "rows of the committed dataset")):
         zk.compile(step, public="commitments")
+    with pytest.raises(ValueError, match=re.escape("data_rows must be a positive number of dataset rows, got 0")):
+        zk.compile(step, public="commitments", data_rows=0)
     with pytest.raises(ValueError, match=re.escape("zk.compile: public must be one of ['params', 'commitments'], "
                                                    "got 'weights'")):
         zk.compile(step, public="weights")
@@ -209,7 +212,8 @@ def test_local_cluster_with_a_killed_worker_gives_the_serial_proofs():
     data = zk.commit_dataset(step, iris.x_train, iris.y_train)
     batches = list(datasets.batches(iris.x_train, iris.y_train, 8, np.random.default_rng(0)))[:4]
     p0 = step.init_params(seed=0)
-    serial = zk.prove_run(step, p0, batches, dataset=data, progress=False, rng=np.random.default_rng(11))
+    serial = zk.prove_run(step, p0, batches, dataset=data, cluster="serial", progress=False,
+                          rng=np.random.default_rng(11))
     killed = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
@@ -235,13 +239,14 @@ def _c0(stdout: str) -> str:
 
 
 @pytest.mark.slow
-def test_cli_private_run_on_two_local_workers(tmp_path):
+def test_cli_private_run_on_a_local_cluster(tmp_path):
     from conftest import run_cli
     out = str(tmp_path / "run")
     opts = ["--batch", "2", "--hidden", "4"]
-    res = run_cli("zk", "prove", "examples/iris.py", "--steps", "2", *opts, "--private", "--workers", "2", "--out", out)
+    res = run_cli("zk", "prove", "examples/iris.py", "--steps", "2", *opts, "--private", "--out", out)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "[prove 2 steps on 2 local workers] done" in res.stdout and "dataset: 112 rows, root " in res.stdout
+    assert "[prove 2 steps on a local cluster, a worker per core] done" in res.stdout
+    assert "dataset: 112 rows, root " in res.stdout and "proving: 100%" in res.stderr      # the progress bar
     assert sorted(os.listdir(out)) == ["run.json", "step_000.proof", "step_001.proof"]
     assert os.path.exists(out + ".opening.npz")              # private: kept beside the run, not in it
     c0 = _c0(res.stdout)

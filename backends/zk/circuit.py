@@ -267,6 +267,9 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
         if field != LIGERO51 or function != "step":
             raise ValueError(f"zk.compile: public='commitments' proves training steps over the native prover's "
                              f"field ligero51 (got function={function!r}, field {field})")
+        if data_rows is None:
+            raise ValueError("zk.compile: public='commitments' needs data_rows=N, the number of rows of the committed "
+                             "dataset (zk.commit_dataset(...).commitment.rows), which sets its Merkle tree's depth")
         P.depth_for(data_rows)
     elif data_rows is not None:
         raise ValueError("zk.compile: data_rows= applies to public='commitments' only")

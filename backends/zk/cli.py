@@ -204,9 +204,12 @@ def _prove_private(a) -> int:
         raise _fail(str(e)) from None
     names = circuit.output_names
     params = dict(zip(names, _params(step, circuit, a.init, a.seed)))
-    cluster = a.scheduler or (a.workers if a.workers and a.workers > 1 else None)
-    with _Phase(f"prove {a.steps} steps" + (f" on {cluster}" if isinstance(cluster, str) else
-                                            f" on {cluster} local workers" if cluster else "")):
+    cluster = a.scheduler or a.workers                # None: a local cluster, a worker per core
+    if cluster is None:
+        where = "on a local cluster, a worker per core"
+    else:
+        where = f"on {cluster}" if a.scheduler else "here" if cluster == 1 else f"on {cluster} local workers"
+    with _Phase(f"prove {a.steps} steps {where}"):
         run = prove_run(step, params, batches, dataset=data, cluster=cluster)
     run.save(a.out)
     opening = a.out.rstrip("/") + ".opening.npz"
@@ -353,7 +356,8 @@ def add_parser(sub) -> None:
     p.add_argument("--private", action="store_true",
                    help="keep the parameters private behind commitments and prove the batches are rows of the "
                         "model file's dataset()")
-    p.add_argument("--workers", type=int, default=None, help="--private: prove on a local Dask cluster of N workers")
+    p.add_argument("--workers", type=int, default=None, help="--private: prove on a local Dask cluster of N workers "
+                                                             "(default: one per core; 1: in this process)")
     p.add_argument("--scheduler", default=None, help="--private: prove on the Dask cluster at this address "
                                                      "(tcp://host:8786)")
     p.set_defaults(fn=_prove)

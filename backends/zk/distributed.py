@@ -2,8 +2,10 @@
 
 ``cluster`` is one of:
 
-* ``None``: prove here, one step after the other (the reference the cluster must match);
-* an ``int`` ``n``: a ``LocalCluster`` of ``n`` single-threaded worker processes, closed afterwards;
+* ``None`` (the default): a ``LocalCluster`` of one single-threaded worker process per core (at most
+  one per step), closed afterwards;
+* an ``int`` ``n``: a ``LocalCluster`` of ``n`` workers; ``1`` proves here, without Dask;
+* ``"serial"``: prove here, one step after the other (the reference the cluster must match);
 * a scheduler address (``"tcp://host:8786"``): an existing cluster (``dask scheduler`` and
   ``dask worker tcp://host:8786`` on each machine, with circuitgrad installed in the same version);
 * a ``distributed.Client`` or a cluster object (``LocalCluster``, ``SSHCluster``, ``KubeCluster``, …).
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import uuid
 from typing import Any, Callable, Sequence
 
@@ -54,7 +57,7 @@ def _task(circuit, tree, k, params, x, y, r_before, r_after, after, seed):
     return prove_step(circuit, tree, k, params, x, y, r_before, r_after, after, rng=rng)
 
 
-def _client(cluster: Any):
+def _client(cluster: Any, steps: int):
     """``(client, owned cluster or None)`` for the ``cluster`` argument (see the module docstring)."""
     try:
         from distributed import Client, LocalCluster
@@ -62,8 +65,11 @@ def _client(cluster: Any):
         raise ImportError("distributed proving needs Dask: pip install 'circuitgrad[zk]'") from e
     if isinstance(cluster, Client):
         return cluster, None
+    if cluster is None:
+        cluster = max(1, min(os.cpu_count() or 1, steps))
     if isinstance(cluster, bool):
-        raise TypeError("cluster must be None, a number of local workers, a scheduler address, a Client or a cluster")
+        raise TypeError("cluster must be None, 'serial', a number of local workers, a scheduler address, a Client "
+                        "or a cluster")
     if isinstance(cluster, int):
         if cluster < 1:
             raise ValueError(f"a local cluster needs at least one worker, got {cluster}")
@@ -71,8 +77,8 @@ def _client(cluster: Any):
         return Client(local), local
     if isinstance(cluster, str) or hasattr(cluster, "scheduler_address"):
         return Client(cluster), None
-    raise TypeError(f"cluster must be None, a number of local workers, a scheduler address, a Client or a "
-                    f"cluster, got {type(cluster).__name__}")
+    raise TypeError(f"cluster must be None, 'serial', a number of local workers, a scheduler address, a Client or "
+                    f"a cluster, got {type(cluster).__name__}")
 
 
 def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, progress: bool = True,
@@ -93,12 +99,12 @@ def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, prog
         if log:
             log(f"step {k} proved ({len(proofs)}/{len(tasks)})")
     try:
-        if cluster is None:
+        if cluster == "serial" or cluster == 1 or (cluster is None and min(os.cpu_count() or 1, len(tasks)) <= 1):
             for t, s in zip(tasks, seeds):
                 take(*_task(circuit, tree, *t, s))
         else:
             from distributed import as_completed
-            client, owned = _client(cluster)
+            client, owned = _client(cluster, len(tasks))
             try:
                 c, d = client.scatter([circuit, tree], broadcast=True)
                 run = uuid.uuid4().hex[:8]

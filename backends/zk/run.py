@@ -3,7 +3,7 @@
 ::
 
     data = zk.commit_dataset(step, X, Y)                     # DataTree; data.commitment is public
-    run = zk.prove_run(step, params0, batches, dataset=data, cluster=None)   # or a Dask cluster
+    run = zk.prove_run(step, params0, batches, dataset=data, cluster=None)   # a LocalCluster; or a Dask cluster
     assert zk.verify_run(run, step, c0=run.commitments[0], d=data.commitment)
     run.save("run/"); zk.Run.load("run/")
 
@@ -210,10 +210,10 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     ``batches`` (pairs ``(x, y)`` whose rows are rows of ``dataset``).
 
     The trajectory is computed first with the fixed-point interpreter; then every step is proved
-    independently: here, one after the other (``cluster=None``), or on a Dask cluster
-    (``cluster``: a ``distributed.Client``, a cluster object, a scheduler address such as
-    ``"tcp://host:8786"``, or an int for a ``LocalCluster`` of that many workers; see
-    :func:`.distributed.prove_steps`). ``r0`` is the blinding of ``C_0`` when the starting
+    independently on a Dask cluster: by default a ``LocalCluster`` with a worker per core;
+    ``cluster`` may be a ``distributed.Client``, a cluster object, a scheduler address such as
+    ``"tcp://host:8786"``, a number of local workers, or ``"serial"`` to prove here, one step after
+    the other (see :func:`.distributed.prove_steps`). ``r0`` is the blinding of ``C_0`` when the starting
     commitment was published before (default: fresh).
 
     ``rng`` (tests and benchmarks only: it is not secret) draws the blindings and every step's prover
