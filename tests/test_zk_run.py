@@ -199,6 +199,9 @@ def test_run_save_load_and_malformed_directories(step, data, run, tmp_path):
     for msg, edit in bad.items():
         with pytest.raises(BundleError, match=re.escape(msg)):
             zk.Run.load(broken(edit))
+    from circuitgrad.backends.zk.formats import FormatError
+    with pytest.raises(FormatError, match="too short to be a circuitgrad Ligero proof"):
+        zk.Run.load(broken(lambda d: (d / "step_001.proof").write_bytes(b"garbage")))
 
 
 # ------------------------------------------------------------------ Dask: a worker dies mid-run
@@ -226,6 +229,9 @@ def test_local_cluster_with_a_killed_worker_gives_the_serial_proofs():
                     os.kill(pid, signal.SIGKILL)         # mid-proof: the nanny restarts it, the task is re-run
         dist = zk.prove_run(step, p0, batches, dataset=data, cluster=client, progress=False,
                             rng=np.random.default_rng(11), log=kill_one)
+        # a scheduler address, as for an existing cluster
+        one = zk.prove_run(step, p0, batches[:1], dataset=data, cluster=cluster.scheduler_address, progress=False)
+        assert zk.verify_run(one, step, c0=one.commitments[0], d=data.commitment, steps=1)
     assert killed, "no worker was busy when the first proof came back"
     assert dist.commitments == serial.commitments
     from circuitgrad.backends.zk.ligero.proofio import dumps
