@@ -66,7 +66,7 @@ def test_statement_names_commitments_and_dataset(circuit):
     assert names[:2] == ["W0", "b0"] and "x" in names and "merkle_siblings" in names and "r_after" in names
     cm = d["commitments"]
     assert (cm["data_rows"], cm["merkle_arity"], cm["merkle_depth"]) == (ROWS, 3, 3)   # 3^3 = 27 ≥ 20 > 9
-    assert cm["hash"].startswith("poseidon2(t=16, d=3,")
+    assert cm["hash"].startswith("poseidon2(t=16, d=3,") and cm["packing"] == "3 values of 16 bits per element"
     text = circuit.statement()
     assert "batch rows from a dataset of 20 rows (ternary Merkle tree, depth 3)" in text
     assert circuit.r1cs.n_public == 12
@@ -80,8 +80,8 @@ def test_private_witness_matches_native_commitments(step, circuit, data):
     assert circuit.check(wit)
     after = step.step(p, x, y)
     names = circuit.output_names
-    c_after = C.commit([after[n] for n in names], r1, zk.LIGERO51)
-    c_before = C.commit([p[n] for n in names], r0, zk.LIGERO51)
+    c_after = C.commit([after[n] for n in names], r1, 16, zk.LIGERO51)
+    c_before = C.commit([p[n] for n in names], r0, 16, zk.LIGERO51)
     assert wit.public == [*c_after, *c_before, *data.commitment.root]
     out, ins = circuit.split_public(wit.public)
     assert tuple(out["commitment_after"]) == c_after and tuple(ins["data_root"]) == data.commitment.root
@@ -122,7 +122,15 @@ def test_compile_refuses_bad_private_options(step):
         zk.compile(step, public="commitments", data_rows=4, field=zk.BN254)
     with pytest.raises(ValueError, match=re.escape("commitment randomness must be 4 field elements in [0, p), got 3 "
                                                    "values")):
-        C.commit([np.zeros(2, np.int64)], [1, 2, 3], zk.LIGERO51)
+        C.commit([np.zeros(2, np.int64)], [1, 2, 3], 16, zk.LIGERO51)
+
+
+def test_packing_is_three_16_bit_values_per_element():
+    assert C.per_element(16, zk.LIGERO51) == 3 and C.per_element(32, zk.LIGERO51) == 1
+    got = C.pack(np.array([-32768, 32767, 0, 5]), 16, zk.LIGERO51)
+    assert got.tolist() == [0 + 65535 * 2 ** 16 + 32768 * 2 ** 32, 5 + 32768]
+    with pytest.raises(ValueError, match=re.escape("a committed value does not fit in 16 bits")):
+        C.pack(np.array([32768]), 16, zk.LIGERO51)
 
 
 def test_merkle_tree_paths(data):
@@ -141,7 +149,7 @@ def test_run_verifies_against_trusted_c0_and_root(step, data, run):
     # the prover keeps the final opening: it reproduces C_N
     names = zk.compile(step, public="commitments", data_rows=ROWS).output_names
     assert C.commit([run.opening["params"][n] for n in names], run.opening["randomness"],
-                    zk.LIGERO51) == run.commitments[-1]
+                    16, zk.LIGERO51) == run.commitments[-1]
 
 
 def _edit(run, commitments=None, proofs=None, data=None):

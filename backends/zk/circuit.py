@@ -293,7 +293,7 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
             raise ValueError(f"zk.compile: targets must be one of {list(S.TARGETS)}, got {targets!r}")
     constrain = {"y": _one_hot} if targets == "one-hot" else {}
     committed = [n for n in in_names if n not in ("x", "y")]
-    lay = P.Layout(data_rows, committed, fx.batch) if public == "commitments" else None
+    lay = P.Layout(data_rows, committed, fx.batch, dtype.width) if public == "commitments" else None
     c = compile_program(fx.fn(function).program, dtype, field, in_names, [] if lay else committed, out_names,
                         function, constrain, range_checks, lay)
     c.model, c.targets = fx, targets

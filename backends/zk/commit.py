@@ -3,13 +3,16 @@
 Both use the Poseidon2 sponge of :mod:`.poseidon2` over the circuit's field, so that a step circuit
 recomputes them in a few hundred constraints per permutation.
 
-* **Parameter commitment.** ``C = H_commit(v_1, …, v_n, r_1, …, r_c)``: the raw fixed-point
-  values of the parameters and optimizer state, in the circuit's input order, as field
-  elements (``v mod p``), followed by ``c`` (the sponge's capacity) field elements of fresh
-  randomness from the OS's CSPRNG. Binding: two openings of one ``C`` are a collision of the
+* **Packing.** Raw ``w``-bit fixed-point values are packed ``k = ⌊(log2 p − 1)/w⌋`` to a field
+  element (three 16-bit values in 51 bits): ``Σ_j (v_j + 2^{w−1})·2^{w·j}``, injective on the
+  range every circuit wire is checked to, and a linear combination in the circuit (one
+  constraint per packed element). The sponge then absorbs ``k`` times fewer elements.
+* **Parameter commitment.** ``C = H_commit(pack(v_1, …, v_n), r_1, …, r_c)``: the raw fixed-point
+  values of the parameters and optimizer state, in the circuit's input order, packed, followed by
+  ``c`` (the sponge's capacity) field elements of fresh randomness from the OS's CSPRNG. Binding: two openings of one ``C`` are a collision of the
   sponge. Hiding: ``C`` is the sponge of ``c·log2 p ≥ 200`` unknown random bits (see docs/ZK.md).
 * **Dataset root.** Each row is the model's input row followed by its target row, in raw fixed
-  point; its leaf is ``H_leaf(row)``. The leaves are padded with ``H_empty()`` to ``3^depth`` and
+  point; its leaf is ``H_leaf(pack(row))``. The leaves are padded with ``H_empty()`` to ``3^depth`` and
   hashed three at a time, ``H_node(a ‖ b ‖ c)``: three digests of ``c = 4`` elements fill the rate of
   12 exactly, so a node is one permutation (a binary tree would need ``log2/log3 = 1.58×`` as many
   levels, each costing the same permutation).
@@ -29,7 +32,8 @@ import numpy as np
 from .field import Field
 from .poseidon2 import poseidon2
 
-__all__ = ["ARITY", "DOMAINS", "commit", "check_randomness", "fresh_randomness", "to_field", "DataTree", "Digest"]
+__all__ = ["ARITY", "DOMAINS", "commit", "check_randomness", "fresh_randomness", "pack", "per_element", "DataTree",
+           "Digest"]
 
 #: children per Merkle node
 ARITY = 3
@@ -39,10 +43,28 @@ DOMAINS = {"commit": 1, "leaf": 2, "node": 3, "empty": 4}
 Digest = tuple  # of ``capacity`` canonical field elements
 
 
-def to_field(raw: np.ndarray, field: Field) -> np.ndarray:
-    """Signed raw fixed-point integers → canonical field elements in ``[0, p)`` (int64)."""
+def per_element(width: int, field: Field) -> int:
+    """How many ``width``-bit values :func:`pack` puts in one element of ``field`` (at least one)."""
+    return max(1, (field.p.bit_length() - 1) // width)
+
+
+def pack(raw: np.ndarray, width: int, field: Field) -> np.ndarray:
+    """Signed ``width``-bit raw values (last axis) → field elements, :func:`per_element` values each.
+
+    ``(..., L)`` → ``(..., ⌈L/k⌉)``: value ``j`` of a group is offset to ``[0, 2^width)`` and shifted
+    by ``width·j``; a short last group is padded with offset zeros (the length is fixed by the
+    statement). Values outside the range are refused: the packing is injective only on it.
+    """
     a = np.asarray(raw, dtype=np.int64)
-    return np.mod(a, np.int64(field.p))
+    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    if a.size and (a.min() < lo or a.max() > hi):
+        raise ValueError(f"a committed value does not fit in {width} bits")
+    k = per_element(width, field)
+    L = a.shape[-1]
+    u = np.zeros(a.shape[:-1] + (-(-L // k) * k,), dtype=np.int64)
+    u[..., :L] = a - lo
+    g = u.reshape(a.shape[:-1] + (-1, k))
+    return (g << (width * np.arange(k, dtype=np.int64))).sum(axis=-1) % np.int64(field.p)
 
 
 def fresh_randomness(field: Field) -> Digest:
@@ -61,12 +83,12 @@ def check_randomness(r, field: Field) -> tuple:
     return r
 
 
-def commit(values: Sequence[np.ndarray], randomness: Sequence[int], field: Field) -> Digest:
-    """The commitment to ``values`` (raw fixed-point arrays, in order) with ``randomness``."""
+def commit(values: Sequence[np.ndarray], randomness: Sequence[int], width: int, field: Field) -> Digest:
+    """The commitment to ``values`` (raw ``width``-bit fixed-point arrays, in order) with ``randomness``."""
     h = poseidon2(field)
-    flat = [to_field(np.asarray(v).reshape(-1), field) for v in values]
+    flat = pack(np.concatenate([np.asarray(v, dtype=np.int64).reshape(-1) for v in values]), width, field)
     r = check_randomness(randomness, field)
-    return tuple(h.hash([int(x) for a in flat for x in a] + list(r), DOMAINS["commit"]))
+    return tuple(h.hash([int(x) for x in flat] + list(r), DOMAINS["commit"]))
 
 
 @dataclass(frozen=True)
@@ -80,17 +102,17 @@ class DataTree:
     ``root`` and ``rows`` are what a verifier is given; :meth:`path` opens one row.
     """
 
-    def __init__(self, rows: np.ndarray, field: Field):
+    def __init__(self, rows: np.ndarray, width: int, field: Field):
         rows = np.asarray(rows, dtype=np.int64)
         if rows.ndim != 2 or rows.shape[0] < 1:
             raise ValueError(f"a dataset is a 2-D array of rows (samples × values), got shape {list(rows.shape)}")
-        self.field, self.h = field, poseidon2(field)
+        self.field, self.h, self.bits = field, poseidon2(field), width
         self.rows = rows
         self.n, self.width = rows.shape
         self.depth = max(1, math.ceil(math.log(self.n, ARITY) - 1e-9))
         while ARITY ** self.depth < self.n:
             self.depth += 1
-        leaves = self.h.hash_batch(to_field(rows, field), DOMAINS["leaf"])
+        leaves = self.h.hash_batch(pack(rows, width, field), DOMAINS["leaf"])
         empty = np.array(self.h.hash([], DOMAINS["empty"]), dtype=np.int64)
         pad = ARITY ** self.depth - self.n
         level = np.concatenate([leaves, np.broadcast_to(empty, (pad, self.h.capacity))]) if pad else leaves
@@ -132,7 +154,8 @@ class DataTree:
 
     def verify_path(self, row: np.ndarray, siblings: np.ndarray, positions: np.ndarray) -> bool:
         """Recompute the root from ``row`` and its opening (the circuit's check, natively)."""
-        cur = np.array(self.h.hash([int(v) for v in to_field(row, self.field)], DOMAINS["leaf"]), dtype=np.int64)
+        cur = np.array(self.h.hash([int(v) for v in pack(row, self.bits, self.field)], DOMAINS["leaf"]),
+                       dtype=np.int64)
         for sib, p in zip(siblings, positions):
             children = np.insert(np.asarray(sib, dtype=np.int64), int(p), cur, axis=0)
             cur = np.array(self.h.hash([int(v) for v in children.reshape(-1)], DOMAINS["node"]), dtype=np.int64)

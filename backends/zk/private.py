@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import gadgets as G
-from .commit import ARITY, DOMAINS, DataTree, check_randomness, commit
+from .commit import ARITY, DOMAINS, DataTree, check_randomness, commit, pack, per_element
 from .poseidon2 import hash_gadget, poseidon2
 from .r1cs import Builder
 
@@ -55,6 +55,7 @@ class Layout:
     data_rows: int
     committed: list[str]                     # the inputs committed to, in order (parameters, then state)
     batch: int                               # rows of x (and y)
+    width: int = 16                          # bits of a raw fixed-point value (the circuit's dtype), for packing
     capacity: int = 0
     depth: int = 0
     c_after: np.ndarray = field(default=None, repr=False)
@@ -70,6 +71,7 @@ class Layout:
         return {"hash": f"poseidon2(t={h.t}, d={h.d}, rounds_f={h.rounds_f}, rounds_p={h.rounds_p}, "
                         f"capacity={h.capacity})",
                 "committed": list(self.committed), "blinding": self.capacity, "data_rows": self.data_rows,
+                "packing": f"{per_element(self.width, fld)} values of {self.width} bits per element",
                 "merkle_arity": ARITY, "merkle_depth": self.depth}
 
     def private_inputs(self) -> list[list]:
@@ -102,9 +104,27 @@ def _equal(b: Builder, digest: np.ndarray, public: np.ndarray, kind: str, fill: 
         b.fill(public, lambda W: W[digest.reshape(-1)])
 
 
-def _commitment(b: Builder, values: list[np.ndarray], r: np.ndarray) -> np.ndarray:
-    flat = np.concatenate([np.asarray(v).reshape(-1) for v in values] + [r])
-    return hash_gadget(b, flat, poseidon2(b.field), DOMAINS["commit"])
+def _pack(b: Builder, V: np.ndarray, width: int) -> np.ndarray:
+    """Wires ``S + (L,)`` of range-checked ``width``-bit values → wires of their :func:`.commit.pack`,
+    one linear constraint per packed element."""
+    k = per_element(width, b.field)
+    S, L = V.shape[:-1], V.shape[-1]
+    n = -(-L // k)                                             # packed elements
+    padded = np.zeros(S + (n * k,), dtype=np.int64)          # padding: the ONE wire with coefficient 0
+    padded[..., :L] = V
+    valid = (np.arange(n * k) < L).reshape(n, k)
+    out = b.alloc(S + (n,), "packed")
+    coef = valid.astype(np.int64) << (width * np.arange(k, dtype=np.int64))      # 2^{w·j} where a value is
+    terms = [(padded[..., j::k].reshape(-1), np.broadcast_to(coef[:, j], S + (n,)).reshape(-1)) for j in range(k)]
+    offset = np.broadcast_to(coef.sum(axis=1) << (width - 1), S + (n,)).reshape(-1)    # Σ_j 2^{w·j}·2^{w−1}
+    b.constrain([(out.reshape(-1), 1)], [(G.ONE, 1)], terms + [(G.ONE, offset)], "pack")
+    b.fill(out, lambda W: pack(W[V], width, b.field).reshape(-1))
+    return out
+
+
+def _commitment(b: Builder, values: list[np.ndarray], r: np.ndarray, width: int) -> np.ndarray:
+    flat = _pack(b, np.concatenate([np.asarray(v).reshape(-1) for v in values]), width)
+    return hash_gadget(b, np.concatenate([flat, r]), poseidon2(b.field), DOMAINS["commit"])
 
 
 def constrain(b: Builder, lay: Layout, inputs: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
@@ -112,14 +132,14 @@ def constrain(b: Builder, lay: Layout, inputs: dict[str, np.ndarray], outputs: l
     h = poseidon2(b.field)
     before = [inputs[n] for n in lay.committed]
     b.context = "commitment before"
-    _equal(b, _commitment(b, before, lay.r_before), lay.c_before, "commitment.before")
+    _equal(b, _commitment(b, before, lay.r_before, lay.width), lay.c_before, "commitment.before")
     b.context = "commitment after"
     after = [np.ascontiguousarray(np.broadcast_to(o, inputs[n].shape)) for o, n in zip(outputs, lay.committed)]
-    _equal(b, _commitment(b, after, lay.r_after), lay.c_after, "commitment.after", fill=True)
+    _equal(b, _commitment(b, after, lay.r_after, lay.width), lay.c_after, "commitment.after", fill=True)
     b.context = "dataset membership"
     rows = np.concatenate([inputs["x"].reshape(lay.batch, -1)] +
                           ([inputs["y"].reshape(lay.batch, -1)] if "y" in inputs else []), axis=1)
-    cur = hash_gadget(b, rows, h, DOMAINS["leaf"])                    # (batch, capacity)
+    cur = hash_gadget(b, _pack(b, rows, lay.width), h, DOMAINS["leaf"])      # (batch, capacity)
     e0, e2 = lay.bits[..., 0], lay.bits[..., 1]
     b.constrain([(lay.bits.reshape(-1), 1)], [(lay.bits.reshape(-1), 1)], [(lay.bits.reshape(-1), 1)],
                 "merkle.position_bit")
@@ -154,8 +174,9 @@ def extra_values(circuit, inputs: list[np.ndarray], tree: DataTree, r_before, r_
     lay = circuit.private
     if tree.n != lay.data_rows:
         raise ValueError(f"this circuit proves batches of a dataset of {lay.data_rows} rows; the dataset has {tree.n}")
-    if tree.field != circuit.field:
-        raise ValueError(f"the dataset was committed over {tree.field}, the circuit is over {circuit.field}")
+    if tree.field != circuit.field or tree.bits != lay.width:
+        raise ValueError(f"the dataset was committed as {tree.bits}-bit values over {tree.field}; the circuit "
+                         f"proves {lay.width}-bit values over {circuit.field}")
     by = dict(zip(circuit.input_names, inputs))
     rows = np.concatenate([by["x"].reshape(lay.batch, -1)] + ([by["y"].reshape(lay.batch, -1)] if "y" in by else []),
                           axis=1)
@@ -167,7 +188,7 @@ def extra_values(circuit, inputs: list[np.ndarray], tree: DataTree, r_before, r_
         s, pos = tree.path(tree.index_of(row))
         sib[i], bits[i, :, 0], bits[i, :, 1] = s, pos == 0, pos == ARITY - 1
     r_before, r_after = check_randomness(r_before, circuit.field), check_randomness(r_after, circuit.field)
-    return {"commitment_before": np.array(commit([by[n] for n in lay.committed], r_before, circuit.field)),
+    return {"commitment_before": np.array(commit([by[n] for n in lay.committed], r_before, lay.width, circuit.field)),
             "data_root": np.array(tree.root), "r_before": np.array(r_before), "r_after": np.array(r_after),
             "merkle_siblings": sib, "merkle_positions": bits}
 

@@ -76,7 +76,7 @@ def commit_dataset(step, x, y=None) -> Dataset:
         T = fx.y_type
         yr = arguments.targets(y, NdArrayType((len(xr),) + T.shape[1:], T.dtype), fx.dtype, np, "dataset")
         rows.append(np.asarray(yr, dtype=np.int64).reshape(len(xr), -1))
-    return Dataset(DataTree(np.concatenate(rows, axis=1), LIGERO51))
+    return Dataset(DataTree(np.concatenate(rows, axis=1), fx.dtype.width, LIGERO51))
 
 
 def _fixed(step):
@@ -241,7 +241,7 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
         (lambda: tuple(int(v) for v in rng.integers(0, LIGERO51.p, size=len(fresh_randomness(LIGERO51)))))
     blind = [check_randomness(r0, LIGERO51) if r0 is not None else draw()] + [draw() for _ in batches]
     seeds = None if rng is None else [int(v) for v in rng.integers(0, 2 ** 63, size=len(batches))]
-    commitments = [commit([t[n] for n in names], r, LIGERO51) for t, r in zip(traj, blind)]
+    commitments = [commit([t[n] for n in names], r, fx.dtype.width, LIGERO51) for t, r in zip(traj, blind)]
     tasks = [(k, traj[k], x, y, blind[k], blind[k + 1], [traj[k + 1][n] for n in names])
              for k, (x, y) in enumerate(batches)]
     from .distributed import prove_steps
