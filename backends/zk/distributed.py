@@ -10,8 +10,10 @@
   ``dask worker tcp://host:8786`` on each machine, with circuitgrad installed in the same version);
 * a ``distributed.Client`` or a cluster object (``LocalCluster``, ``SSHCluster``, ``KubeCluster``, …).
 
-The circuit and the dataset tree are sent to every worker once (``scatter(broadcast=True)``); each
-step is one task, submitted with a key naming the run and the step. Proofs stream back as they
+The circuit and the dataset tree are sent to every worker once, as one cloudpickled blob
+(``scatter(broadcast=True)``: 1.1 s for the private iris circuit, against 11 s for the objects
+themselves, whose thousands of arrays Dask serialises one by one), and unpickled once per worker
+process; each step is one task, submitted with a key naming the run and the step. Proofs stream back as they
 finish (``as_completed``, with a progress bar) and are put in place by step number. When a worker
 dies mid-proof, the scheduler re-runs its task on another worker (Dask's own recovery; a task that
 kills ``distributed.scheduler.allowed-failures`` workers, 3 by default, is reported as failed): no
@@ -24,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import pickle
 import uuid
 from typing import Any, Callable, Sequence
 
@@ -48,6 +51,17 @@ def _tune_malloc() -> None:
         libc.mallopt(-1, 64 << 20)          # M_TRIM_THRESHOLD
     except (OSError, AttributeError):       # not glibc
         pass
+
+
+_LOADED: dict[str, tuple] = {}
+
+
+def _remote_task(run: str, blob: bytes, *task):
+    """A step on a worker: ``blob`` is the run's cloudpickled ``(circuit, tree)``, loaded once per process."""
+    if run not in _LOADED:
+        _LOADED.clear()                     # one run at a time per worker: drop the previous run's circuit
+        _LOADED[run] = pickle.loads(blob)
+    return _task(*_LOADED[run], *task)
 
 
 def _task(circuit, tree, k, params, x, y, r_before, r_after, after, seed):
@@ -106,9 +120,10 @@ def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, prog
             from distributed import as_completed
             client, owned = _client(cluster, len(tasks))
             try:
-                c, d = client.scatter([circuit, tree], broadcast=True)
+                import cloudpickle
                 run = uuid.uuid4().hex[:8]
-                futures = [client.submit(_task, c, d, *t, s, key=f"prove-step-{run}-{t[0]}", pure=False)
+                blob = client.scatter(cloudpickle.dumps((circuit, tree)), broadcast=True)
+                futures = [client.submit(_remote_task, run, blob, *t, s, key=f"prove-step-{run}-{t[0]}", pure=False)
                            for t, s in zip(tasks, seeds)]
                 for fut in as_completed(futures):
                     take(*fut.result())
