@@ -106,6 +106,9 @@ def test_a_batch_row_not_in_the_dataset_is_refused(step, circuit, data):
     r = [C.fresh_randomness(zk.LIGERO51) for _ in range(2)]
     with pytest.raises(ValueError, match=re.escape("this batch has a row that is not in the committed dataset")):
         circuit.witness_private(step.init_params(seed=0), x, y, data.tree, *r)
+    with pytest.raises(ValueError, match=re.escape("prove_run: batch 1: this batch has a row that is not in the "
+                                                   "committed dataset")):
+        zk.prove_run(step, step.init_params(seed=0), [_batches(1)[0], (x, y)], dataset=data, cluster="serial")
 
 
 def test_compile_refuses_bad_private_options(step):

@@ -33,7 +33,7 @@ from .poseidon2 import hash_gadget, poseidon2
 from .r1cs import Builder
 
 __all__ = ["PUBLIC", "Layout", "depth_for", "allocate_public_outputs", "allocate_public_inputs",
-           "allocate_private", "constrain", "extra_values", "set_extra"]
+           "allocate_private", "constrain", "batch_rows", "extra_values", "set_extra"]
 
 #: what ``zk.compile(..., public=...)`` may make public
 PUBLIC = ("params", "commitments")
@@ -165,6 +165,19 @@ def constrain(b: Builder, lay: Layout, inputs: dict[str, np.ndarray], outputs: l
     _equal(b, cur, np.broadcast_to(lay.root, cur.shape), "merkle.root")
 
 
+def batch_rows(circuit, inputs: list[np.ndarray], tree: DataTree) -> np.ndarray:
+    """The raw rows (``x`` row, then ``y`` row) of a batch given as raw program ``inputs``, each checked to be a
+    row of ``tree``."""
+    by = dict(zip(circuit.input_names, inputs))
+    b = circuit.private.batch
+    rows = np.concatenate([by["x"].reshape(b, -1)] + ([by["y"].reshape(b, -1)] if "y" in by else []), axis=1)
+    if rows.shape[1] != tree.width:
+        raise ValueError(f"a batch row has {rows.shape[1]} values (x then y, raw), the dataset's rows have {tree.width}")
+    for row in rows:
+        tree.index_of(row)
+    return rows
+
+
 def extra_values(circuit, inputs: list[np.ndarray], tree: DataTree, r_before, r_after) -> dict[str, np.ndarray]:
     """The values of a private step's further wires, for raw program ``inputs`` (program order).
 
@@ -178,10 +191,7 @@ def extra_values(circuit, inputs: list[np.ndarray], tree: DataTree, r_before, r_
         raise ValueError(f"the dataset was committed as {tree.bits}-bit values over {tree.field}; the circuit "
                          f"proves {lay.width}-bit values over {circuit.field}")
     by = dict(zip(circuit.input_names, inputs))
-    rows = np.concatenate([by["x"].reshape(lay.batch, -1)] + ([by["y"].reshape(lay.batch, -1)] if "y" in by else []),
-                          axis=1)
-    if rows.shape[1] != tree.width:
-        raise ValueError(f"a batch row has {rows.shape[1]} values (x then y, raw), the dataset's rows have {tree.width}")
+    rows = batch_rows(circuit, inputs, tree)
     sib = np.zeros(lay.siblings.shape, dtype=np.int64)
     bits = np.zeros(lay.bits.shape, dtype=np.int64)
     for i, row in enumerate(rows):
