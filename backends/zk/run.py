@@ -243,8 +243,9 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     traj = [params]
     for x, y in batches:                           # the trajectory, in the fixed-point interpreter
         traj.append({n: np.asarray(v, dtype=np.int64) for n, v in fx.step(traj[-1], x, y).items()})
+    c = circuit.private.capacity
     draw = (lambda: fresh_randomness(LIGERO51)) if rng is None else \
-        (lambda: tuple(int(v) for v in rng.integers(0, LIGERO51.p, size=len(fresh_randomness(LIGERO51)))))
+        (lambda: tuple(int(v) for v in rng.integers(0, LIGERO51.p, size=c)))
     blind = [check_randomness(r0, LIGERO51) if r0 is not None else draw()] + [draw() for _ in batches]
     seeds = None if rng is None else [int(v) for v in rng.integers(0, 2 ** 63, size=len(batches))]
     commitments = [commit([t[n] for n in names], r, fx.dtype.width, LIGERO51) for t, r in zip(traj, blind)]
