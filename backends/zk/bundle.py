@@ -28,7 +28,8 @@ import numpy as np
 
 from .formats import FormatError, printable, read_untrusted
 
-__all__ = ["FORMAT", "VERSION", "Bundle", "read", "write_chain", "step_name", "load_params", "BundleError"]
+__all__ = ["FORMAT", "VERSION", "Bundle", "read", "write_chain", "step_name", "load_params", "BundleError",
+           "read_json", "check_fields", "check_step_files"]
 
 FORMAT = "circuitgrad-zk-bundle"
 VERSION = 1
@@ -76,18 +77,10 @@ def read(root: str, system: str, systems) -> Bundle:
     path = os.path.join(root, "chain.json")
     if not os.path.lexists(path):
         raise BundleError(f"{root}: no chain.json: not a proof bundle written by 'circuitgrad zk prove'")
-    try:
-        chain = json.loads(read_untrusted(path, _MAX_CHAIN, "chain.json").decode("utf-8"))
-    except FormatError as e:
-        raise BundleError(str(e)) from None
-    except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
-        raise BundleError(f"{path}: not valid JSON ({printable(str(e))[:200]})") from None
+    chain = read_json(path, _MAX_CHAIN, "chain.json")
     if not isinstance(chain, dict) or chain.get("format") != FORMAT:
         raise BundleError(f"{path}: not a circuitgrad proof bundle (format must be {FORMAT!r})")
-    for key, typ in _FIELDS.items():
-        v = chain.get(key)
-        if not isinstance(v, typ) or isinstance(v, bool):
-            raise BundleError(f"{path}: field {key!r} must be a {typ.__name__}, got {type(v).__name__}")
+    check_fields(path, chain, _FIELDS)
     if chain["version"] != VERSION:
         raise BundleError(f"{path}: bundle version {chain['version']} is not supported (this is version {VERSION})")
     if chain["system"] not in systems:
@@ -102,20 +95,43 @@ def read(root: str, system: str, systems) -> Bundle:
         if not _HEX64.fullmatch(chain[key]):
             raise BundleError(f"{path}: {key} must be 64 lowercase hex digits")
     names = [step_name(k, system) for k in range(n)]
+    check_step_files(root, names, "chain.json")
+    return Bundle(root, n, system, chain["statement"], chain["circuit_sha256"], chain["options"],
+                  [os.path.join(root, e) for e in names])
+
+
+def read_json(path: str, limit: int, what: str):
+    """The JSON value in the untrusted file ``path`` (at most ``limit`` bytes); :class:`BundleError` if not."""
+    try:
+        return json.loads(read_untrusted(path, limit, what).decode("utf-8"))
+    except FormatError as e:
+        raise BundleError(str(e)) from None
+    except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
+        raise BundleError(f"{path}: not valid JSON ({printable(str(e))[:200]})") from None
+
+
+def check_fields(path: str, d: dict, fields: dict[str, type]) -> None:
+    """Each ``fields`` key of ``d`` holds a value of its type (a bool is no int)."""
+    for key, typ in fields.items():
+        v = d.get(key)
+        if not isinstance(v, typ) or isinstance(v, bool):
+            raise BundleError(f"{path}: field {key!r} must be a {typ.__name__}, got {type(v).__name__}")
+
+
+def check_step_files(root: str, names: list[str], index: str) -> None:
+    """``root`` holds exactly the step files ``names`` (as its ``index`` file says), none a symbolic link."""
     present = {e for e in os.listdir(root) if e.startswith("step_")}
     missing = [e for e in names if e not in present]
     extra = sorted(present - set(names))
     if missing:
-        raise BundleError(f"{root}: chain.json says {n} steps but {missing[0]} is missing"
+        raise BundleError(f"{root}: {index} says {len(names)} steps but {missing[0]} is missing"
                           + (f" ({len(missing)} missing in all)" if len(missing) > 1 else ""))
     if extra:
-        raise BundleError(f"{root}: unexpected {printable(extra[0])}: chain.json says {n} steps, "
+        raise BundleError(f"{root}: unexpected {printable(extra[0])}: {index} says {len(names)} steps, "
                           f"{names[0]} to {names[-1]}")
     link = next((e for e in names if os.path.islink(os.path.join(root, e))), None)
     if link:
         raise BundleError(f"{root}: {link} is a symbolic link; a bundle holds its own files")
-    return Bundle(root, n, system, chain["statement"], chain["circuit_sha256"], chain["options"],
-                  [os.path.join(root, e) for e in names])
 
 
 def _read_npz(path: str, names: list[str], shapes: list[tuple]) -> dict[str, np.ndarray]:

@@ -32,10 +32,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from . import ligero
-from .bundle import BundleError
+from .bundle import BundleError, check_fields, check_step_files, read_json, step_name
 from .commit import DataTree, check_randomness, commit, fresh_randomness
 from .field import LIGERO51
-from .formats import FormatError, printable, read_untrusted
+from .formats import printable
 from .ligero import LigeroProof, Reject
 
 __all__ = ["Run", "Dataset", "DataCommitment", "commit_dataset", "prove_run", "verify_run", "check_run",
@@ -112,7 +112,7 @@ class Run:
         for e in stale:
             os.remove(os.path.join(directory, e))
         for k, p in enumerate(self.proofs):
-            p.save(os.path.join(directory, _step(k)))
+            p.save(os.path.join(directory, step_name(k, "ligero")))
         with open(os.path.join(directory, "run.json"), "w") as fh:
             json.dump({"format": RUN_FORMAT, "version": _VERSION, "steps": self.steps, "statement": self.statement,
                        "circuit_sha256": self.circuit_sha256, "data_root": [str(v) for v in self.data.root],
@@ -123,10 +123,6 @@ class Run:
     def load(cls, directory: str) -> "Run":
         """Read a run directory as untrusted input: every field's type, count and range is checked."""
         return _load(directory)
-
-
-def _step(k: int) -> str:
-    return f"step_{k:03d}.proof"
 
 
 def _elements(v: Any, n: int, what: str) -> tuple:
@@ -148,18 +144,11 @@ def _load(directory: str) -> Run:
     path = os.path.join(directory, "run.json")
     if not os.path.isdir(directory) or not os.path.lexists(path):
         raise BundleError(f"{printable(directory)}: not a run directory (no run.json; zk.prove_run(...).save writes one)")
-    try:
-        d = json.loads(read_untrusted(path, _MAX_JSON, "run.json").decode("utf-8"))
-    except FormatError as e:
-        raise BundleError(str(e)) from None
-    except (ValueError, RecursionError) as e:
-        raise BundleError(f"{path}: not valid JSON ({printable(str(e))[:200]})") from None
+    d = read_json(path, _MAX_JSON, "run.json")
     if not isinstance(d, dict) or d.get("format") != RUN_FORMAT:
         raise BundleError(f"{path}: not a circuitgrad run (format must be {RUN_FORMAT!r})")
-    for key, typ in (("version", int), ("steps", int), ("statement", str), ("circuit_sha256", str),
-                     ("data_rows", int), ("data_root", list), ("commitments", list)):
-        if not isinstance(d.get(key), typ) or isinstance(d.get(key), bool):
-            raise BundleError(f"{path}: field {key!r} must be a {typ.__name__}")
+    check_fields(path, d, {"version": int, "steps": int, "statement": str, "circuit_sha256": str, "data_rows": int,
+                           "data_root": list, "commitments": list})
     if d["version"] != _VERSION:
         raise BundleError(f"{path}: run version {d['version']} is not supported (this is version {_VERSION})")
     n = d["steps"]
@@ -172,13 +161,8 @@ def _load(directory: str) -> Run:
     if len(d["commitments"]) != n + 1:
         raise BundleError(f"{path}: {n} steps need {n + 1} commitments, got {len(d['commitments'])}")
     commitments = [_elements(v, c, f"commitment {k}") for k, v in enumerate(d["commitments"])]
-    names = [_step(k) for k in range(n)]
-    present = {e for e in os.listdir(directory) if e.startswith("step_")}
-    missing, extra = [e for e in names if e not in present], sorted(present - set(names))
-    if missing:
-        raise BundleError(f"{printable(directory)}: run.json says {n} steps but {missing[0]} is missing")
-    if extra:
-        raise BundleError(f"{printable(directory)}: unexpected {printable(extra[0])}: run.json says {n} steps")
+    names = [step_name(k, "ligero") for k in range(n)]
+    check_step_files(directory, names, "run.json")
     proofs = [ligero.load(os.path.join(directory, e)) for e in names]
     return Run(d["statement"], d["circuit_sha256"], DataCommitment(_elements(d["data_root"], c, "data_root"),
                d["data_rows"]), commitments, proofs)
