@@ -32,6 +32,7 @@ from . import gadgets as G
 from . import statement as S
 from .field import BN254, LIGERO51, Field
 from . import private as P
+from .commit import depth_for
 from .lower import RULES, Lowering, required_bits
 from .r1cs import R1CS, Builder
 
@@ -170,7 +171,7 @@ class Circuit:
 
     def witness_raw(self, inputs: list[np.ndarray], extra: Mapping[str, np.ndarray] | None = None) -> Witness:
         """The witness for raw fixed-point program inputs (in program order); ``extra``: the values of a
-        private step's further wires (by the names of :meth:`.private.Layout.wires`)."""
+        private step's further wires (as :func:`.private.extra_values` returns them)."""
         t0 = time.perf_counter()
         W = np.zeros(self.r1cs.n_wires, dtype=np.int64)
         W[0] = 1
@@ -270,7 +271,7 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
         if data_rows is None:
             raise ValueError("zk.compile: public='commitments' needs data_rows=N, the number of rows of the committed "
                              "dataset (zk.commit_dataset(...).commitment.rows), which sets its Merkle tree's depth")
-        P.depth_for(data_rows)
+        depth_for(data_rows)
     elif data_rows is not None:
         raise ValueError("zk.compile: data_rows= applies to public='commitments' only")
     field = field or BN254

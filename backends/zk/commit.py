@@ -22,9 +22,7 @@ kind can be passed off as another.
 """
 from __future__ import annotations
 
-import math
 import secrets
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -32,8 +30,8 @@ import numpy as np
 from .field import Field
 from .poseidon2 import poseidon2
 
-__all__ = ["ARITY", "DOMAINS", "commit", "check_randomness", "fresh_randomness", "pack", "per_element", "DataTree",
-           "Digest"]
+__all__ = ["ARITY", "DOMAINS", "commit", "check_randomness", "depth_for", "fresh_randomness", "pack", "per_element",
+           "DataTree", "Digest"]
 
 #: children per Merkle node
 ARITY = 3
@@ -41,6 +39,16 @@ ARITY = 3
 DOMAINS = {"commit": 1, "leaf": 2, "node": 3, "empty": 4}
 
 Digest = tuple  # of ``capacity`` canonical field elements
+
+
+def depth_for(rows: int) -> int:
+    """Levels of the ternary Merkle tree of ``rows`` rows (at least one)."""
+    if not isinstance(rows, (int, np.integer)) or isinstance(rows, bool) or rows < 1:
+        raise ValueError(f"data_rows must be a positive number of dataset rows, got {rows!r}")
+    d = 1
+    while ARITY ** d < rows:
+        d += 1
+    return d
 
 
 def per_element(width: int, field: Field) -> int:
@@ -91,15 +99,11 @@ def commit(values: Sequence[np.ndarray], randomness: Sequence[int], width: int, 
     return tuple(h.hash([int(x) for x in flat] + list(r), DOMAINS["commit"]))
 
 
-@dataclass(frozen=True)
-class _Levels:
-    digests: list                   # level 0: leaves (padded), last: the root, each (n, capacity) int64
-
-
 class DataTree:
     """The ternary Merkle tree of a dataset's rows (raw fixed point, one row per sample).
 
-    ``root`` and ``rows`` are what a verifier is given; :meth:`path` opens one row.
+    ``root`` and ``n`` (the rows) are what a verifier is given; :meth:`path` opens one row. ``bits`` is
+    the width of a raw value, ``row_size`` the values in a row.
     """
 
     def __init__(self, rows: np.ndarray, width: int, field: Field):
@@ -108,24 +112,21 @@ class DataTree:
             raise ValueError(f"a dataset is a 2-D array of rows (samples × values), got shape {list(rows.shape)}")
         self.field, self.h, self.bits = field, poseidon2(field), width
         self.rows = rows
-        self.n, self.width = rows.shape
-        self.depth = max(1, math.ceil(math.log(self.n, ARITY) - 1e-9))
-        while ARITY ** self.depth < self.n:
-            self.depth += 1
+        self.n, self.row_size = rows.shape
+        self.depth = depth_for(self.n)
         leaves = self.h.hash_batch(pack(rows, width, field), DOMAINS["leaf"])
         empty = np.array(self.h.hash([], DOMAINS["empty"]), dtype=np.int64)
         pad = ARITY ** self.depth - self.n
         level = np.concatenate([leaves, np.broadcast_to(empty, (pad, self.h.capacity))]) if pad else leaves
-        levels = [level]
+        self._levels = [level]                  # leaves (padded) up to the root, each (nodes, capacity)
         while len(level) > 1:
             level = self.h.hash_batch(level.reshape(-1, ARITY * self.h.capacity), DOMAINS["node"])
-            levels.append(level)
-        self._levels = _Levels(levels)
+            self._levels.append(level)
         self._index = {r.tobytes(): i for i, r in enumerate(rows)}
 
     @property
     def root(self) -> Digest:
-        return tuple(int(v) for v in self._levels.digests[-1][0])
+        return tuple(int(v) for v in self._levels[-1][0])
 
     def index_of(self, row: np.ndarray) -> int:
         """The position of ``row`` (raw) in the dataset; ValueError when it is not a row of it."""
@@ -146,7 +147,7 @@ class DataTree:
         pos = np.zeros(self.depth, dtype=np.int64)
         i = index
         for k in range(self.depth):
-            group = self._levels.digests[k][i - i % ARITY: i - i % ARITY + ARITY]
+            group = self._levels[k][i - i % ARITY: i - i % ARITY + ARITY]
             pos[k] = i % ARITY
             sib[k] = np.delete(group, pos[k], axis=0)
             i //= ARITY

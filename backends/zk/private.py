@@ -28,25 +28,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import gadgets as G
-from .commit import ARITY, DOMAINS, DataTree, check_randomness, commit, pack, per_element
+from .commit import ARITY, DOMAINS, DataTree, check_randomness, commit, depth_for, pack, per_element
 from .poseidon2 import hash_gadget, poseidon2
 from .r1cs import Builder
 
 __all__ = ["PUBLIC", "Layout", "depth_for", "allocate_public_outputs", "allocate_public_inputs",
-           "allocate_private", "constrain", "batch_rows", "extra_values", "set_extra"]
+           "allocate_private", "constrain", "row_indices", "extra_values", "set_extra"]
 
 #: what ``zk.compile(..., public=...)`` may make public
 PUBLIC = ("params", "commitments")
-
-
-def depth_for(rows: int) -> int:
-    """Levels of the ternary Merkle tree of ``rows`` rows (at least one)."""
-    if not isinstance(rows, (int, np.integer)) or isinstance(rows, bool) or rows < 1:
-        raise ValueError(f"data_rows must be a positive number of dataset rows, got {rows!r}")
-    d = 1
-    while ARITY ** d < rows:
-        d += 1
-    return d
 
 
 @dataclass
@@ -165,17 +155,16 @@ def constrain(b: Builder, lay: Layout, inputs: dict[str, np.ndarray], outputs: l
     _equal(b, cur, np.broadcast_to(lay.root, cur.shape), "merkle.root")
 
 
-def batch_rows(circuit, inputs: list[np.ndarray], tree: DataTree) -> np.ndarray:
-    """The raw rows (``x`` row, then ``y`` row) of a batch given as raw program ``inputs``, each checked to be a
-    row of ``tree``."""
+def row_indices(circuit, inputs: list[np.ndarray], tree: DataTree) -> list[int]:
+    """The positions in ``tree`` of a batch's raw rows (``x`` row, then ``y`` row), the batch given as raw
+    program ``inputs``; ValueError naming the first row that is not in the dataset."""
     by = dict(zip(circuit.input_names, inputs))
     b = circuit.private.batch
     rows = np.concatenate([by["x"].reshape(b, -1)] + ([by["y"].reshape(b, -1)] if "y" in by else []), axis=1)
-    if rows.shape[1] != tree.width:
-        raise ValueError(f"a batch row has {rows.shape[1]} values (x then y, raw), the dataset's rows have {tree.width}")
-    for row in rows:
-        tree.index_of(row)
-    return rows
+    if rows.shape[1] != tree.row_size:
+        raise ValueError(f"a batch row has {rows.shape[1]} values (x then y, raw), the dataset's rows have "
+                         f"{tree.row_size}")
+    return [tree.index_of(row) for row in rows]
 
 
 def extra_values(circuit, inputs: list[np.ndarray], tree: DataTree, r_before, r_after) -> dict[str, np.ndarray]:
@@ -191,11 +180,10 @@ def extra_values(circuit, inputs: list[np.ndarray], tree: DataTree, r_before, r_
         raise ValueError(f"the dataset was committed as {tree.bits}-bit values over {tree.field}; the circuit "
                          f"proves {lay.width}-bit values over {circuit.field}")
     by = dict(zip(circuit.input_names, inputs))
-    rows = batch_rows(circuit, inputs, tree)
     sib = np.zeros(lay.siblings.shape, dtype=np.int64)
     bits = np.zeros(lay.bits.shape, dtype=np.int64)
-    for i, row in enumerate(rows):
-        s, pos = tree.path(tree.index_of(row))
+    for i, index in enumerate(row_indices(circuit, inputs, tree)):
+        s, pos = tree.path(index)
         sib[i], bits[i, :, 0], bits[i, :, 1] = s, pos == 0, pos == ARITY - 1
     r_before, r_after = check_randomness(r_before, circuit.field), check_randomness(r_after, circuit.field)
     return {"commitment_before": np.array(commit([by[n] for n in lay.committed], r_before, lay.width, circuit.field)),

@@ -218,10 +218,10 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     batches = list(batches)
     if not batches:
         raise ValueError("prove_run: no batches: a run has at least one step")
-    from .private import batch_rows
+    from .private import row_indices
     for k, (x, y) in enumerate(batches):           # refuse a foreign row before any proving starts
         try:
-            batch_rows(circuit, circuit._inputs(params, x, y), dataset.tree)
+            row_indices(circuit, circuit._inputs(params, x, y), dataset.tree)
         except ValueError as e:
             raise ValueError(f"prove_run: batch {k}: {e}") from None
     traj = [params]
