@@ -9,8 +9,8 @@ recomputes them in a few hundred constraints per permutation.
   constraint per packed element). The sponge then absorbs ``k`` times fewer elements.
 * **Parameter commitment.** ``C = H_commit(pack(v_1, …, v_n), r_1, …, r_c)``: the raw fixed-point
   values of the parameters and optimizer state, in the circuit's input order, packed, followed by
-  ``c`` (the sponge's capacity) field elements of fresh randomness from the OS's CSPRNG. Binding: two openings of one ``C`` are a collision of the
-  sponge. Hiding: ``C`` is the sponge of ``c·log2 p ≥ 200`` unknown random bits (see docs/ZK.md).
+  ``c`` (the sponge's capacity) field elements of fresh randomness from the OS's CSPRNG. Binding:
+  two openings of one ``C`` are a collision of the sponge. Hiding: ``C`` is the sponge of ``c·log2 p ≥ 200`` unknown random bits (see docs/ZK.md).
 * **Dataset root.** Each row is the model's input row followed by its target row, in raw fixed
   point; its leaf is ``H_leaf(pack(row))``. The leaves are padded with ``H_empty()`` to ``3^depth`` and
   hashed three at a time, ``H_node(a ‖ b ‖ c)``: three digests of ``c = 4`` elements fill the rate of

@@ -43,7 +43,8 @@ def _tune_malloc() -> None:
     which also pins glibc's mmap threshold at 128 KiB: every large NumPy temporary of the prover is then
     a fresh ``mmap`` and page faults, and a Ligero proof took 3.5× as long as in a plain process (2.35 s
     against 0.65 s for the private iris step, ``bench/private_run.py``). glibc's defaults are restored
-    here (mmap threshold 32 MiB, trim threshold 64 MiB); elsewhere this does nothing.
+    here (mmap threshold 32 MiB, trim threshold 64 MiB), in worker processes only; without glibc this
+    does nothing.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -58,6 +59,7 @@ _LOADED: dict[str, tuple] = {}
 
 def _remote_task(run: str, blob: bytes, *task):
     """A step on a worker: ``blob`` is the run's cloudpickled ``(circuit, tree)``, loaded once per process."""
+    _tune_malloc()
     if run not in _LOADED:
         _LOADED.clear()                     # one run at a time per worker: drop the previous run's circuit
         _LOADED[run] = pickle.loads(blob)
@@ -66,12 +68,11 @@ def _remote_task(run: str, blob: bytes, *task):
 
 def _task(circuit, tree, k, params, x, y, r_before, r_after, after, seed):
     from .run import prove_step
-    _tune_malloc()
     rng = None if seed is None else np.random.default_rng(seed)
     return prove_step(circuit, tree, k, params, x, y, r_before, r_after, after, rng=rng)
 
 
-def _client(cluster: Any, steps: int):
+def _client(cluster: Any):
     """``(client, owned cluster or None)`` for the ``cluster`` argument (see the module docstring)."""
     try:
         from distributed import Client, LocalCluster
@@ -79,8 +80,6 @@ def _client(cluster: Any, steps: int):
         raise ImportError("distributed proving needs Dask: pip install 'circuitgrad[zk]'") from e
     if isinstance(cluster, Client):
         return cluster, None
-    if cluster is None:
-        cluster = max(1, min(os.cpu_count() or 1, steps))
     if isinstance(cluster, bool):
         raise TypeError("cluster must be None, 'serial', a number of local workers, a scheduler address, a Client "
                         "or a cluster")
@@ -102,6 +101,8 @@ def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, prog
     seeds = list(seeds) if seeds is not None else [None] * len(tasks)
     if len(seeds) != len(tasks):
         raise ValueError(f"{len(tasks)} steps need {len(tasks)} seeds, got {len(seeds)}")
+    if cluster is None:                          # a local cluster, a worker per core (and per step at most)
+        cluster = max(1, min(os.cpu_count() or 1, len(tasks)))
     bar = tqdm(total=len(tasks), desc="proving", unit="step", disable=not progress)
     proofs: dict[int, Any] = {}
 
@@ -113,12 +114,12 @@ def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, prog
         if log:
             log(f"step {k} proved ({len(proofs)}/{len(tasks)})")
     try:
-        if cluster == "serial" or cluster == 1 or (cluster is None and min(os.cpu_count() or 1, len(tasks)) <= 1):
+        if cluster == "serial" or cluster == 1:
             for t, s in zip(tasks, seeds):
                 take(*_task(circuit, tree, *t, s))
         else:
             from distributed import as_completed
-            client, owned = _client(cluster, len(tasks))
+            client, owned = _client(cluster)
             try:
                 import cloudpickle
                 run = uuid.uuid4().hex[:8]

@@ -143,7 +143,8 @@ def _load(directory: str) -> Run:
     c = poseidon2(LIGERO51).capacity
     path = os.path.join(directory, "run.json")
     if not os.path.isdir(directory) or not os.path.lexists(path):
-        raise BundleError(f"{printable(directory)}: not a run directory (no run.json; zk.prove_run(...).save writes one)")
+        raise BundleError(f"{printable(directory)}: not a run directory (no run.json; zk.prove_run(...).save "
+                          f"writes one)")
     d = read_json(path, _MAX_JSON, "run.json")
     if not isinstance(d, dict) or d.get("format") != RUN_FORMAT:
         raise BundleError(f"{path}: not a circuitgrad run (format must be {RUN_FORMAT!r})")

@@ -122,8 +122,8 @@ def render(d: Mapping[str, Any]) -> str:
     if "commitments" in d:
         cm = d["commitments"]
         private += (f"; commitments {cm['hash']} to {', '.join(cm['committed'])} ({cm['packing']}) with "
-                    f"{cm['blinding']} blinding elements; batch rows from a dataset of {cm['data_rows']} rows (ternary Merkle tree, depth "
-                    f"{cm['merkle_depth']})")
+                    f"{cm['blinding']} blinding elements; batch rows from a dataset of {cm['data_rows']} rows "
+                    f"(ternary Merkle tree, depth {cm['merkle_depth']})")
     fld = d["field"]["name"] if _KNOWN.get(d["field"]["name"]) == d["field"]["p"] else \
         f"{d['field']['name']} (p = {d['field']['p']})"
     return (f"{head} in {d['dtype']} over {fld}: "
