@@ -17,16 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _util import machine, table  # noqa: E402
+from _util import machine, median_time, table  # noqa: E402
 
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import datasets, nn  # noqa: E402
@@ -86,15 +84,6 @@ def circom_poseidon(log=print) -> int | None:
     return sum(counts) if counts else None
 
 
-def timed(fn, repeats):
-    ts, out = [], None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts), out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8)
@@ -119,10 +108,11 @@ def main() -> None:
         x, y = next(iter(datasets.batches(data.x_train, data.y_train, B, np.random.default_rng(0))))
         wpub = pub.witness(p, x, y)
         wpriv = priv.witness_private(p, x, y, ds.tree, fresh_randomness(zk.LIGERO51), fresh_randomness(zk.LIGERO51))
-        t_pub, pr_pub = timed(lambda: ligero.prove(pub, wpub), a.repeats)
-        t_priv, pr_priv = timed(lambda: ligero.prove(priv, wpriv), a.repeats)
-        v_pub, _ = timed(lambda: ligero.check(pr_pub, pub, wpub.public), a.repeats)
-        v_priv, _ = timed(lambda: ligero.check(pr_priv, priv, wpriv.public), a.repeats)
+        pr_pub, pr_priv = ligero.prove(pub, wpub), ligero.prove(priv, wpriv)        # also the warm-up
+        t_pub = median_time(lambda: ligero.prove(pub, wpub), a.repeats, warmup=0)
+        t_priv = median_time(lambda: ligero.prove(priv, wpriv), a.repeats, warmup=0)
+        v_pub = median_time(lambda: ligero.check(pr_pub, pub, wpub.public), a.repeats)
+        v_priv = median_time(lambda: ligero.check(pr_priv, priv, wpriv.public), a.repeats)
         from circuitgrad.backends.zk.ligero.proofio import dumps
         prove_rows.append([name, f"{t_pub:.2f} s", f"{t_priv:.2f} s", f"{t_priv / t_pub:.2f}",
                            f"{v_pub:.3f} s / {v_priv:.3f} s", f"{len(dumps(pr_pub)) / 1024:.0f} / "
@@ -150,15 +140,18 @@ def main() -> None:
     batches = [b for _, b in zip(range(a.steps), datasets.batches(data.x_train, data.y_train, B,
                                                                     np.random.default_rng(0)))]
     p0 = step.init_params(seed=0)
-    t_ser, run = timed(lambda: zk.prove_run(step, p0, batches, dataset=ds, cluster="serial", progress=False), a.repeats)
+    run = zk.prove_run(step, p0, batches, dataset=ds, cluster="serial", progress=False)         # also the warm-up
+    t_ser = median_time(lambda: zk.prove_run(step, p0, batches, dataset=ds, cluster="serial", progress=False),
+                        a.repeats, warmup=0)
     from distributed import Client, LocalCluster
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
             Client(cl) as client:
         zk.prove_run(step, p0, batches[:2], dataset=ds, cluster=client, progress=False)    # warm the workers
-        t_dask, _ = timed(lambda: zk.prove_run(step, p0, batches, dataset=ds, cluster=client, progress=False),
-                          a.repeats)
-    t_ver, ok = timed(lambda: zk.verify_run(run, step, c0=run.commitments[0], d=ds.commitment), a.repeats)
-    assert ok
+        t_dask = median_time(lambda: zk.prove_run(step, p0, batches, dataset=ds, cluster=client, progress=False),
+                             a.repeats, warmup=0)
+    assert zk.verify_run(run, step, c0=run.commitments[0], d=ds.commitment)
+    t_ver = median_time(lambda: zk.verify_run(run, step, c0=run.commitments[0], d=ds.commitment), a.repeats,
+                        warmup=0)
     priv = zk.compile(step, public="commitments", data_rows=ds.tree.n)
     from circuitgrad.backends.zk.ligero.proofio import dumps
     per = sum(len(dumps(p)) for p in run.proofs)
