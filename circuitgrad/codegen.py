@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import blas
+from . import allocator, blas
 from . import primitives as P
 from .interpret import (FLOAT_RULES, _argmax_mask, _causal_mask, _logsumexp, _one_hot, _sigmoid, _softmax, fold,
                         add_into, pad, unfold)
@@ -258,7 +258,11 @@ def _add_pad(a, program: Program, names: list[str], padded: dict, writable: Call
 
 def compile_program(program: Program, arg_names: Sequence[str] | None = None,
                     fn_name: str | None = None) -> tuple[Callable, str]:
-    """Compile ``program`` to a Python function; returns ``(function, source)``."""
+    """Compile ``program`` to a Python function; returns ``(function, source)``.
+
+    Also sets the process's allocator for the step's arrays once (:func:`circuitgrad.allocator.tune`).
+    """
+    allocator.tune()
     src, consts = generate(program, arg_names, fn_name)
     namespace: dict[str, object] = dict(_HELPERS)
     namespace.update(consts)

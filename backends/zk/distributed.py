@@ -23,8 +23,6 @@ run.
 """
 from __future__ import annotations
 
-import ctypes
-import functools
 import os
 import pickle
 import uuid
@@ -32,26 +30,21 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from circuitgrad import allocator
+
 __all__ = ["prove_steps"]
 
 
-@functools.cache
 def _tune_malloc() -> None:
     """Undo the allocator settings a Dask nanny gives its workers, once per worker process.
 
     A nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536`` (``distributed.nanny.pre-spawn-environ``),
     which also pins glibc's mmap threshold at 128 KiB: every large NumPy temporary of the prover is then
     a fresh ``mmap`` and page faults, and a Ligero proof took 3.5× as long as in a plain process (2.35 s
-    against 0.65 s for the private iris step, ``bench/private_run.py``). glibc's defaults are restored
-    here (mmap threshold 32 MiB, trim threshold 64 MiB), in worker processes only; without glibc this
-    does nothing.
+    against 0.65 s for the private iris step, ``bench/private_run.py``). The workers get the setting of
+    :mod:`circuitgrad.allocator` (mmap threshold 32 MiB, trim threshold 64 MiB).
     """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 32 << 20)          # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 64 << 20)          # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):       # not glibc
-        pass
+    allocator.tune()
 
 
 _LOADED: dict[str, tuple] = {}
