@@ -109,7 +109,7 @@ def _ident(name: str) -> str:
     return s if s and not s[0].isdigit() else f"_{s}"
 
 
-def _analyse(program: Program) -> tuple[dict[int, float], set[int], set[int], dict[int, int]]:
+def _analyse(program: Program) -> tuple[dict[int, float], set[int], set[int], dict[int, int], dict[int, int]]:
     """Float-only rewrites the generator applies (they change rounding, not values).
 
     * ``Scale(MatMul(a, b), c)`` with a single use: scale the smaller operand
@@ -121,8 +121,12 @@ def _analyse(program: Program) -> tuple[dict[int, float], set[int], set[int], di
       (``add_into``) when ``x`` can be overwritten, so a sum of pads (a concatenation, the
       gradient of overlapping slices) allocates one array.
 
+    * ``MatMul(Reshape(OneHot(ids)), E)`` (an embedding lookup): the rows of ``E`` gathered,
+      ``np.take(E, ids.reshape(-1), axis=0)``, instead of a GEMM with the one-hot matrix.
+
     Returns ``(scale folded into matmul i, Scale instructions that become
-    aliases, Broadcast instructions that become aliases, pads deferred to their Add)``.
+    aliases, Broadcast instructions that become aliases, pads deferred to their Add,
+    the ids variable of each matmul that becomes a gather)``.
     """
     producer, consumers = program.producers(), program.uses()
     outs = set(program.outputs)
@@ -130,7 +134,15 @@ def _analyse(program: Program) -> tuple[dict[int, float], set[int], set[int], di
     alias: set[int] = set()
     lazy: set[int] = set()
     pads: dict[int, int] = {}
+    gathers: dict[int, int] = {}
     for j, a in enumerate(program.instrs):
+        if isinstance(a.op, P.MatMul):
+            r = producer.get(a.args[0])
+            if r is not None and isinstance(program.instrs[r].op, P.Reshape):
+                o = producer.get(program.instrs[r].args[0])
+                if o is not None and isinstance(program.instrs[o].op, P.OneHot) and \
+                        program.types[a.args[0]].shape[1:] == program.types[program.instrs[r].args[0]].shape[-1:]:
+                    gathers[j] = program.instrs[o].args[0]
         if isinstance(a.op, P.Scale):
             (r,) = a.args
             i = producer.get(r)
@@ -155,7 +167,9 @@ def _analyse(program: Program) -> tuple[dict[int, float], set[int], set[int], di
             if r not in outs and len(use) == 1 and isinstance(program.instrs[use[0]].op, P.Add) and \
                     len(set(program.instrs[use[0]].args)) == 2:
                 pads[j] = use[0]
-    return fold, alias, lazy, pads
+    for i in fold.keys() & gathers.keys():
+        del gathers[i]
+    return fold, alias, lazy, pads, gathers
 
 
 def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: str | None = None
@@ -170,10 +184,10 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
     if arg_names:
         for v, n in zip(program.inputs, arg_names):
             names[v] = _ident(n)
-    fold, alias, lazy, pads = _analyse(program)
+    fold, alias, lazy, pads, gathers = _analyse(program)
     last_use: dict[int, int] = {}
     for i, a in enumerate(program.instrs):
-        for x in a.args:
+        for x in (*a.args, *((gathers[i],) if i in gathers else ())):
             last_use[x] = max(last_use.get(x, -1), pads.get(i, i))      # a deferred pad reads at its Add
     padded = {program.instrs[j].results[0]: program.instrs[j] for j in pads}
     keep = set(program.outputs) | set(program.inputs)
@@ -205,6 +219,8 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
                 x in fresh and x not in viewed and last_use.get(x) == i and x not in keep))
         elif i in alias or i in lazy:
             expr = names[a.args[0]]
+        elif i in gathers and gathers[i] not in cval:
+            expr = f"np.take({names[a.args[1]]}, {names[gathers[i]]}.reshape(-1), axis=0)"
         elif i in fold:
             x, y = a.args
             c = f"{_dt(a.op.A)}({_num(fold[i])})"
@@ -230,6 +246,7 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
         body.append(f"    {lhs} = {expr}".ljust(56) + f"  # {a.op.name}{note} -> {ty}"
                     + (f"  @ {a.path}" if a.path else ""))
         read = [y for x in a.args for y in ((padded[x].args[0],) if x in padded and i not in pads else (x,))]
+        read += [gathers[i]] if i in gathers else []
         dead = [names[x] for x in dict.fromkeys(read)
                 if last_use.get(x) == i and x not in keep and x not in cval]
         if dead:

@@ -217,3 +217,18 @@ def test_sums_of_pads_are_added_in_place():
     d = cg.trace(lambda a, b: ops.concat([a, b, a], axis=1) * 2.0, [T(2, 3, 4), T(2, 1, 4)])
     src, _ = generate(cg.schedule(d))
     assert src.count("add_into(") == 2 and src.count("pad(") == 1
+
+
+def test_embedding_lookup_is_a_gather(rng):
+    """``OneHot(ids) @ E`` is generated as a row gather of ``E`` (no GEMM) and computes what the interpreter
+    does, forward and reverse (whose one-hot transpose stays a GEMM)."""
+    from circuitgrad.codegen import compile_program
+    from circuitgrad.types import NdArrayType, float64, index
+    d = cg.trace(lambda ids, E: ops.one_hot(ids, float64) @ E, [NdArrayType((3, 5), index(7)), T(7, 4)])
+    for prog, gathers in ((cg.schedule(d), 1), (cg.schedule(cg.rdiff(d)), 0)):
+        f, src = compile_program(prog)
+        assert src.count("np.take(") == gathers and src.count("matmul(") == 1 - gathers
+        xs = [rng.integers(0, 7, size=prog.types[v].shape) if prog.types[v].dtype == index(7)
+              else rng.normal(size=prog.types[v].shape) for v in prog.inputs]
+        for g, w in zip(f(*xs), cg.run(prog, xs)):
+            np.testing.assert_array_equal(g, w)
