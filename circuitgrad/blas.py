@@ -28,10 +28,11 @@ import sys
 
 import numpy as np
 
-__all__ = ["matmul", "name"]
+__all__ = ["matmul", "matvec", "name"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _GEMM: dict[np.dtype, object] = {}
+_GEMV: dict[np.dtype, object] = {}
 _LAYERS = {"intel": 0, "gnu": 1, "sequential": 2}     # MKL_THREADING_* constants
 
 
@@ -55,11 +56,12 @@ def _load() -> str:
     except (AttributeError, OSError):                       # pragma: no cover - very old MKL
         pass
     P, I = ctypes.c_void_p, ctypes.c_int
-    for dt, fn, scalar in ((np.dtype(np.float32), lib.cblas_sgemm, ctypes.c_float),
-                           (np.dtype(np.float64), lib.cblas_dgemm, ctypes.c_double)):
-        fn.restype = None
+    for dt, fn, mv, scalar in ((np.dtype(np.float32), lib.cblas_sgemm, lib.cblas_sgemv, ctypes.c_float),
+                               (np.dtype(np.float64), lib.cblas_dgemm, lib.cblas_dgemv, ctypes.c_double)):
+        fn.restype = mv.restype = None
         fn.argtypes = [I, I, I, I, I, I, scalar, P, I, P, I, scalar, P, I]
-        _GEMM[dt] = fn
+        mv.argtypes = [I, I, I, I, scalar, P, I, P, I, scalar, P, I]
+        _GEMM[dt], _GEMV[dt] = fn, mv
     return f"mkl ({os.path.basename(libs[0])})"
 
 
@@ -94,4 +96,23 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty((m, n), dtype=a.dtype)
     gemm(_ROW_MAJOR, la[0], lb[0], m, n, k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1], 0.0,
          out.ctypes.data, n)
+    return out
+
+
+def matvec(a: np.ndarray, v: np.ndarray, transpose: bool = False) -> np.ndarray:
+    """``a @ v`` (or ``a.T @ v``) for a C-contiguous matrix ``a`` and a vector ``v`` (MKL GEMV when available).
+
+    The same library as :func:`matmul`: mixing NumPy's OpenBLAS pool into a step whose GEMMs are MKL's
+    makes the two thread pools take turns spinning (measured: the digits CNN step 2.4× slower).
+    """
+    gemv = _GEMV.get(a.dtype)
+    if gemv is None or a.ndim != 2 or v.dtype != a.dtype or not a.flags.c_contiguous or 0 in a.shape:
+        return np.dot(a.T if transpose else a, v)
+    v = np.ascontiguousarray(v)
+    m, n = a.shape
+    if v.shape != ((m,) if transpose else (n,)):
+        raise ValueError(f"matvec: {a.shape}{'ᵀ' if transpose else ''} @ {v.shape}")
+    out = np.empty(n if transpose else m, dtype=a.dtype)
+    gemv(_ROW_MAJOR, _TRANS if transpose else _NO_TRANS, m, n, 1.0, a.ctypes.data, n, v.ctypes.data, 1, 0.0,
+         out.ctypes.data, 1)
     return out

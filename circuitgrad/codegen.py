@@ -20,7 +20,7 @@ import numpy as np
 from . import allocator, blas
 from . import primitives as P
 from .interpret import (FLOAT_RULES, _argmax_mask, _causal_mask, _logsumexp, _one_hot, _sigmoid, _softmax, fold,
-                        add_into, pad, unfold)
+                        add_into, pad, set_into, unfold)
 from .schedule import Program
 
 __all__ = ["NUMPY_RULES", "generate", "compile_program"]
@@ -56,16 +56,16 @@ def sum_axes(x: np.ndarray, axes: tuple[int, ...], shape: tuple[int, ...]) -> np
     """``x`` summed over its leading or its trailing ``axes``, as a matrix-vector product with ones.
 
     NumPy's reductions over a short trailing axis run one small loop per row: for the ``[16, 64, 128]``
-    rows of a layer norm ``x.sum(-1)`` takes 45 µs and ``x @ ones`` 6 µs (BLAS GEMV). Floats in a
+    rows of a layer norm ``x.sum(-1)`` takes 45 µs and ``x @ ones`` 6 µs (BLAS GEMV, :func:`blas.matvec`). Floats in a
     C-contiguous array only; anything else is ``x.sum``.
     """
     if x.dtype.kind != "f" or not x.flags.c_contiguous:
         return x.sum(axis=axes, keepdims=True).reshape(shape)
     if axes[0] == 0:
         m = math.prod(x.shape[:len(axes)])
-        return np.dot(_ones(m, x.dtype), x.reshape(m, -1)).reshape(shape)
+        return blas.matvec(x.reshape(m, -1), _ones(m, x.dtype), transpose=True).reshape(shape)
     n = math.prod(x.shape[axes[0]:])
-    return np.dot(x.reshape(-1, n), _ones(n, x.dtype)).reshape(shape)
+    return blas.matvec(x.reshape(-1, n), _ones(n, x.dtype)).reshape(shape)
 
 
 def _scale(op: P.Scale, a: str) -> str:
@@ -127,7 +127,8 @@ _INPLACE = {
 
 _HELPERS = {"np": np, "matmul": blas.matmul, "sigmoid": _sigmoid, "softmax": _softmax, "logsumexp": _logsumexp,
             "argmax_mask": _argmax_mask, "causal_mask": _causal_mask, "one_hot": _one_hot,
-            "pad": pad, "unfold": unfold, "fold": fold, "add_into": add_into, "sum_axes": sum_axes}
+            "pad": pad, "unfold": unfold, "fold": fold, "add_into": add_into, "set_into": set_into,
+            "sum_axes": sum_axes}
 
 
 def _ident(name: str) -> str:
@@ -242,6 +243,7 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
     padded = {program.instrs[j].results[0]: program.instrs[j] for j in pads}
     keep = set(program.outputs) | set(program.inputs)
     fresh: set[int] = set()       # variables that own their buffer
+    written: dict[int, list] = {}  # sums of pads: the blocks written so far (zeros elsewhere)
     viewed: set[int] = set()      # variables that a view may still alias
     cval: dict[int, np.ndarray] = {}
     consts: dict[str, object] = {}
@@ -261,16 +263,18 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
                 consts[c] = cval[r] = np.array(v, dtype=program.types[r].dtype.numpy_dtype())
                 const_lines.append(f"# {c} = {rule(a.op, *(names[x] for x in a.args))}    {ty}")
             continue
-        expr = None
+        expr = same = None
         if i in pads and a.args[0] not in cval:
             continue                                   # emitted by its Add
         if isinstance(a.op, P.Neg) and a.results[0] in negs:
             continue                                   # subtracted by its Add
         if isinstance(a.op, P.Add) and any(x in padded for x in a.args):
             expr = _add_pad(a, program, names, padded, lambda x: (
-                x in fresh and x not in viewed and last_use.get(x) == i and x not in keep))
+                x in fresh and x not in viewed and last_use.get(x) == i and x not in keep), written)
         elif i in alias or i in lazy:
             expr = names[a.args[0]]
+        elif (same := _plus_zero(a, program, cval, lambda x: last_use.get(x) == i and x not in keep)) is not None:
+            expr = names[same]                         # x + 0: x itself, which dies here
         elif isinstance(a.op, P.Add) and any(x in negs for x in a.args):
             x, y = (a.args[0], negs[a.args[1]]) if a.args[1] in negs else (a.args[1], negs[a.args[0]])
             shape = program.types[a.results[0]].shape
@@ -296,7 +300,10 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
                     break
         if expr is None:
             expr = rule(a.op, *(names[x] for x in a.args))
-        if isinstance(a.op, _FRESH) and not (i in alias and a.args[0] not in fresh):
+        if same is not None:
+            fresh.update(a.results if same in fresh else ())
+            viewed.update(a.results if same in viewed else ())
+        elif isinstance(a.op, _FRESH) and not (i in alias and a.args[0] not in fresh):
             fresh.update(a.results)
         if isinstance(a.op, _VIEWS) or i in alias:
             viewed.update(a.args)
@@ -316,19 +323,47 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
     return src, consts
 
 
-def _add_pad(a, program: Program, names: list[str], padded: dict, writable: Callable[[int], bool]) -> str:
+def _add_pad(a, program: Program, names: list[str], padded: dict, writable: Callable[[int], bool],
+             written: dict[int, list]) -> str:
     """The expression of ``Add(x, Pad(y))`` (either order): ``y`` added into ``x`` in place when ``x`` may be
-    overwritten, else into a new pad (of the other operand when both are deferred pads)."""
+    overwritten, else into a new pad (of the other operand when both are deferred pads).
+
+    ``written`` holds, for each sum of pads built so far, the blocks it has written (it is zero
+    elsewhere): a block disjoint from them is stored (``set_into``) instead of added, as in the gradient
+    of a pooling whose windows tile the image.
+    """
     x, y = a.args if a.args[1] in padded else a.args[::-1]
     p = padded[y]
+    blocks = None
     if x in padded:
         q = padded[x]
         into = f"pad({names[q.args[0]]}, {q.op.T.shape!r}, {q.op.index!r})"
+        blocks = [q.op.index]
     elif writable(x):
         into = names[x]
+        blocks = written.get(x)
     else:                       # a copy (of an implicit broadcast, too: ``x`` may be the smaller array)
         into = f"np.broadcast_to({names[x]}, {p.op.T.shape!r}).copy()"
+    if blocks is not None and all(_disjoint(p.op.index, b) for b in blocks):
+        written[a.results[0]] = blocks + [p.op.index]
+        return f"set_into({into}, {names[p.args[0]]}, {p.op.index!r})"
     return f"add_into({into}, {names[p.args[0]]}, {p.op.index!r})"
+
+
+def _plus_zero(a, program: Program, cval: dict[int, np.ndarray], dying: Callable[[int], bool]) -> int | None:
+    """``x`` when ``a`` is ``x + 0`` (a constant zero of ``x``'s shape) and ``x`` dies there, else None."""
+    if not isinstance(a.op, P.Add) or len(set(a.args)) != 2:
+        return None
+    for z, x in (a.args, a.args[::-1]):
+        if z in cval and x not in cval and dying(x) and not np.any(cval[z]) and \
+                program.types[x].shape == program.types[a.results[0]].shape:
+            return x
+    return None
+
+
+def _disjoint(i, j) -> bool:
+    """Whether two strided blocks (``(start, stop, step)`` per axis) share no element."""
+    return any(not set(range(*a)) & set(range(*b)) for a, b in zip(i, j))
 
 
 def compile_program(program: Program, arg_names: Sequence[str] | None = None,

@@ -94,6 +94,12 @@ def add_into(out: np.ndarray, x: np.ndarray, index) -> np.ndarray:
     return out
 
 
+def set_into(out: np.ndarray, x: np.ndarray, index) -> np.ndarray:
+    """``out + Pad(x)`` in place where ``out`` is zero on ``index``: ``out[index] = x``."""
+    out[slices(index)] = x
+    return out
+
+
 def _blocks(n: int, k: int, s: int, p: int) -> int:
     return (n + 2 * p - k) // s + 1
 

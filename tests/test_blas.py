@@ -29,3 +29,37 @@ def test_matmul_falls_back_for_strided_and_int(rng):
 
 def test_name_reports_the_gemm_in_use():
     assert blas.name() == "numpy" or blas.name().startswith("mkl (libmkl_rt")
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_matvec(dtype, tol, transpose, rng):
+    a = rng.normal(size=(7, 5)).astype(dtype)
+    v = rng.normal(size=7 if transpose else 5).astype(dtype)
+    got = blas.matvec(a, v, transpose=transpose)
+    want = (a.T if transpose else a).astype(np.float64) @ v.astype(np.float64)
+    assert got.dtype == dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_matvec_falls_back_and_checks_shapes(rng):
+    a = rng.normal(size=(6, 8))[:, ::2]                  # not C-contiguous: NumPy
+    np.testing.assert_allclose(blas.matvec(a, np.ones(4)), a.sum(axis=1), rtol=1e-12)
+    if blas.name() != "numpy":
+        with pytest.raises(ValueError) as e:
+            blas.matvec(np.ones((3, 4)), np.ones(3))
+        assert str(e.value) == "matvec: (3, 4) @ (3,)"
+
+
+def test_sums_over_leading_or_trailing_axes(rng):
+    """The NumPy backend's SumTo as a matrix-vector product equals NumPy's sum, and falls back for strided
+    and integer arrays."""
+    from circuitgrad.codegen import sum_axes
+    x = rng.normal(size=(3, 4, 5))
+    xt = x.transpose(1, 0, 2)                           # strided: NumPy's sum, exactly
+    for axes, shape in (((0,), (4, 5)), ((0, 1), (5,)), ((2,), (3, 4, 1)), ((1, 2), (3, 1, 1)), ((0, 1, 2), ())):
+        np.testing.assert_allclose(sum_axes(x, axes, shape), x.sum(axis=axes).reshape(shape), rtol=1e-12)
+        want = xt.sum(axis=axes, keepdims=True)
+        np.testing.assert_array_equal(sum_axes(xt, axes, want.shape), want)
+    i = np.arange(24).reshape(2, 3, 4)
+    assert np.array_equal(sum_axes(i, (2,), (2, 3, 1)), i.sum(axis=2, keepdims=True))

@@ -212,11 +212,29 @@ def test_numpy_backend_equals_the_interpreter(fn, types, ref, rng):
 
 
 def test_sums_of_pads_are_added_in_place():
-    """A concatenation's gradient and overlapping pooling windows allocate one array, not one per pad."""
+    """A concatenation's gradient and overlapping pooling windows allocate one array, not one per pad; the
+    disjoint blocks of a concatenation are stored, overlapping ones added."""
     from circuitgrad.codegen import generate
     d = cg.trace(lambda a, b: ops.concat([a, b, a], axis=1) * 2.0, [T(2, 3, 4), T(2, 1, 4)])
     src, _ = generate(cg.schedule(d))
-    assert src.count("add_into(") == 2 and src.count("pad(") == 1
+    assert src.count("set_into(") == 2 and src.count("add_into(") == 0 and src.count("pad(") == 1
+    d = cg.trace(lambda a: ops.concat([a[:, 0:3], a[:, 1:4]], axis=1), [T(2, 4)])      # overlapping slices
+    src, _ = generate(cg.schedule(cg.rdiff(d)))
+    assert src.count("set_into(") == 0 and src.count("add_into(") == 1 and src.count("pad(") == 1
+
+
+def test_adding_a_constant_zero_is_free(rng):
+    """``x + 0`` (the zero gradients of a pooling's unused windows) reuses ``x`` when it dies there; a
+    negation added once becomes one subtraction."""
+    from circuitgrad.codegen import compile_program
+    d = cg.trace(lambda x, y: (x * 2.0 + ops.constant(x.type, 0.0)) + -y, [T(2, 3), T(2, 3)])
+    f, src = compile_program(cg.schedule(d))
+    body = [ln for ln in src.splitlines() if ln.startswith("    v") or ln.startswith("    return")]
+    assert [ln.split("#")[1].split(" ->")[0].strip() for ln in body if "#" in ln] == ["Scale", "Add", "Add"]
+    assert body[1].split("#")[0].split() == ["v5", "=", "v2"]                  # x + 0 is x
+    assert body[2].split("#")[0].split() == ["v6", "=", "np.subtract(v5,", "v1,", "out=v5)"]
+    x, y = rng.normal(size=(2, 3)), rng.normal(size=(2, 3))
+    np.testing.assert_array_equal(f(x, y)[0], x * 2.0 - y)
 
 
 def test_embedding_lookup_is_a_gather(rng):
