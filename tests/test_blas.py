@@ -51,13 +51,14 @@ def test_matvec_falls_back_and_checks_shapes(rng):
         assert str(e.value) == "matvec: (3, 4) @ (3,)"
 
 
-def test_sums_over_leading_or_trailing_axes(rng):
-    """The NumPy backend's SumTo as a matrix-vector product equals NumPy's sum, and falls back for strided
-    and integer arrays."""
+def test_sums_over_leading_and_trailing_axes(rng):
+    """The NumPy backend's SumTo over a leading and a trailing block of axes (GEMVs) equals NumPy's sum;
+    middle axes, strided and integer arrays fall back to it."""
     from circuitgrad.codegen import sum_axes
     x = rng.normal(size=(3, 4, 5))
     xt = x.transpose(1, 0, 2)                           # strided: NumPy's sum, exactly
-    for axes, shape in (((0,), (4, 5)), ((0, 1), (5,)), ((2,), (3, 4, 1)), ((1, 2), (3, 1, 1)), ((0, 1, 2), ())):
+    for axes, shape in (((0,), (4, 5)), ((0, 1), (5,)), ((2,), (3, 4, 1)), ((1, 2), (3, 1, 1)), ((0, 1, 2), ()),
+                        ((0, 2), (4,)), ((1,), (3, 1, 5))):
         np.testing.assert_allclose(sum_axes(x, axes, shape), x.sum(axis=axes).reshape(shape), rtol=1e-12)
         want = xt.sum(axis=axes, keepdims=True)
         np.testing.assert_array_equal(sum_axes(xt, axes, want.shape), want)
