@@ -9,12 +9,16 @@ that PyTorch uses, and matrix products are about 80% of an MLP training step
 that are neither C-contiguous nor transposed C-contiguous, and dtypes other
 than float32/float64, fall back to ``np.matmul``.
 
-MKL runs *sequentially* by default. On the 2-core machine, a threaded MKL
-pool (Intel or GNU OpenMP) competes with NumPy's own OpenBLAS thread pool,
-whose threads spin between calls. Measured on the 784-256-256-10 step: 3.2
-ms with Intel threading, 2.6 ms with GNU threading, 1.7 ms sequential, and
-2.0 ms with NumPy alone. ``CIRCUITGRAD_MKL_THREADING=intel|gnu|sequential``
-overrides this.
+MKL runs on its Intel OpenMP layer (one thread per core) by default:
+its float32 GEMMs of a GPT step are then as fast as PyTorch's (1024×128 @
+128×512: 0.69 ms, 1.36 ms single-threaded, on the 2-core machine).
+``CIRCUITGRAD_MKL_THREADING=intel|sequential|gnu`` picks another layer;
+a layer that MKL refuses is an error. (Before 2026-11-24 the layer codes
+were off by one: ``sequential`` asked for MKL's PGI layer, which MKL
+refused, so every figure in ``docs/BENCHMARKS.md`` was taken with Intel
+threading, and ``gnu`` gave the sequential layer.) Matrix-vector products
+(:func:`matvec`, the backend's sums) use MKL too: with NumPy's OpenBLAS
+pool also in a step, the two pools take turns spinning.
 
 ``CIRCUITGRAD_BLAS=numpy`` forces NumPy; ``CIRCUITGRAD_BLAS=mkl`` makes a
 missing MKL an error.
@@ -33,7 +37,7 @@ __all__ = ["matmul", "matvec", "name"]
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _GEMM: dict[np.dtype, object] = {}
 _GEMV: dict[np.dtype, object] = {}
-_LAYERS = {"intel": 0, "gnu": 1, "sequential": 2}     # MKL_THREADING_* constants
+_LAYERS = {"intel": 0, "sequential": 1, "gnu": 3}     # MKL_THREADING_* of mkl_service.h
 
 
 def _load() -> str:
@@ -42,7 +46,7 @@ def _load() -> str:
         raise ValueError(f"CIRCUITGRAD_BLAS must be auto, numpy or mkl, got {choice!r}")
     if choice == "numpy":
         return "numpy"
-    threading = os.environ.get("CIRCUITGRAD_MKL_THREADING", "sequential").lower()
+    threading = os.environ.get("CIRCUITGRAD_MKL_THREADING", "intel").lower()
     if threading not in _LAYERS:
         raise ValueError(f"CIRCUITGRAD_MKL_THREADING must be one of {sorted(_LAYERS)}, got {threading!r}")
     libs = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
@@ -51,10 +55,8 @@ def _load() -> str:
             raise ImportError("CIRCUITGRAD_BLAS=mkl but libmkl_rt was not found: pip install 'circuitgrad[mkl]'")
         return "numpy"
     lib = ctypes.CDLL(libs[0])
-    try:
-        lib.MKL_Set_Threading_Layer(ctypes.c_int(_LAYERS[threading]))
-    except (AttributeError, OSError):                       # pragma: no cover - very old MKL
-        pass
+    if lib.MKL_Set_Threading_Layer(ctypes.c_int(_LAYERS[threading])) < 0:
+        raise ImportError(f"CIRCUITGRAD_MKL_THREADING={threading}: MKL ({libs[0]}) refused this threading layer")
     P, I = ctypes.c_void_p, ctypes.c_int
     for dt, fn, mv, scalar in ((np.dtype(np.float32), lib.cblas_sgemm, lib.cblas_sgemv, ctypes.c_float),
                                (np.dtype(np.float64), lib.cblas_dgemm, lib.cblas_dgemv, ctypes.c_double)):

@@ -64,3 +64,41 @@ def test_sums_over_leading_and_trailing_axes(rng):
         np.testing.assert_array_equal(sum_axes(xt, axes, want.shape), want)
     i = np.arange(24).reshape(2, 3, 4)
     assert np.array_equal(sum_axes(i, (2,), (2, 3, 1)), i.sum(axis=2, keepdims=True))
+
+
+_THREADS = """
+import ctypes, glob, os, sys
+from circuitgrad import blas
+assert blas.name().startswith("mkl")
+lib = ctypes.CDLL(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*"))[0])
+print(lib.MKL_Get_Max_Threads())
+"""
+
+
+@pytest.mark.skipif(blas.name() == "numpy", reason="MKL is not installed")
+def test_mkl_threading_layer_is_the_one_asked_for():
+    """``sequential`` is MKL's sequential layer (one thread); the default is its Intel OpenMP layer."""
+    import os
+    import subprocess
+    import sys
+
+    def threads(layer: str | None) -> int:
+        env = {k: v for k, v in os.environ.items() if k != "CIRCUITGRAD_MKL_THREADING"}
+        env.update({"CIRCUITGRAD_MKL_THREADING": layer} if layer else {})
+        out = subprocess.run([sys.executable, "-c", _THREADS], env=env, capture_output=True, text=True, check=True)
+        return int(out.stdout)
+    assert threads("sequential") == 1
+    assert threads(None) == threads("intel")
+    if (os.cpu_count() or 1) > 1:
+        assert threads(None) > 1
+
+
+def test_bad_threading_layer_is_refused():
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, CIRCUITGRAD_MKL_THREADING="pgi", CIRCUITGRAD_BLAS="auto")
+    out = subprocess.run([sys.executable, "-c", "import circuitgrad.blas"], env=env, capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "ValueError: CIRCUITGRAD_MKL_THREADING must be one of ['gnu', 'intel', 'sequential'], got 'pgi'" \
+        in out.stderr
