@@ -9,14 +9,17 @@ that PyTorch uses, and matrix products are about 80% of an MLP training step
 that are neither C-contiguous nor transposed C-contiguous, and dtypes other
 than float32/float64, fall back to ``np.matmul``.
 
-MKL runs on its Intel OpenMP layer (one thread per core) by default:
-its float32 GEMMs of a GPT step are then as fast as PyTorch's (1024×128 @
+MKL is left to its own threading by default: its Intel OpenMP layer, one
+thread per core, with MKL choosing how many threads each call uses. Its
+float32 GEMMs of a GPT step are then as fast as PyTorch's (1024×128 @
 128×512: 0.69 ms, 1.36 ms single-threaded, on the 2-core machine).
-``CIRCUITGRAD_MKL_THREADING=intel|sequential|gnu`` picks another layer;
-a layer that MKL refuses is an error. (Before 2026-11-24 the layer codes
-were off by one: ``sequential`` asked for MKL's PGI layer, which MKL
-refused, so every figure in ``docs/BENCHMARKS.md`` was taken with Intel
-threading, and ``gnu`` gave the sequential layer.) Matrix-vector products
+``CIRCUITGRAD_MKL_THREADING=intel|sequential|gnu`` asks MKL for a layer (a
+layer that MKL refuses is an error), but on that machine both explicit
+choices made the 784-256-256-10 step slower than MKL's default: 2.7 ms
+with ``intel``, 1.9 ms with ``sequential``, 1.3 ms with neither. (Before
+2026-11-24 the layer codes were off by one: ``sequential`` asked for MKL's
+PGI layer, which MKL refused, and so left MKL at its default; every figure
+in ``docs/BENCHMARKS.md`` was taken that way.) Matrix-vector products
 (:func:`matvec`, the backend's sums) use MKL too: with NumPy's OpenBLAS
 pool also in a step, the two pools take turns spinning.
 
@@ -46,8 +49,8 @@ def _load() -> str:
         raise ValueError(f"CIRCUITGRAD_BLAS must be auto, numpy or mkl, got {choice!r}")
     if choice == "numpy":
         return "numpy"
-    threading = os.environ.get("CIRCUITGRAD_MKL_THREADING", "intel").lower()
-    if threading not in _LAYERS:
+    threading = os.environ.get("CIRCUITGRAD_MKL_THREADING", "").lower()
+    if threading and threading not in _LAYERS:
         raise ValueError(f"CIRCUITGRAD_MKL_THREADING must be one of {sorted(_LAYERS)}, got {threading!r}")
     libs = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
     if not libs:
@@ -55,7 +58,7 @@ def _load() -> str:
             raise ImportError("CIRCUITGRAD_BLAS=mkl but libmkl_rt was not found: pip install 'circuitgrad[mkl]'")
         return "numpy"
     lib = ctypes.CDLL(libs[0])
-    if lib.MKL_Set_Threading_Layer(ctypes.c_int(_LAYERS[threading])) < 0:
+    if threading and lib.MKL_Set_Threading_Layer(ctypes.c_int(_LAYERS[threading])) < 0:
         raise ImportError(f"CIRCUITGRAD_MKL_THREADING={threading}: MKL ({libs[0]}) refused this threading layer")
     P, I = ctypes.c_void_p, ctypes.c_int
     for dt, fn, mv, scalar in ((np.dtype(np.float32), lib.cblas_sgemm, lib.cblas_sgemv, ctypes.c_float),
