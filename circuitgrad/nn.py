@@ -315,7 +315,8 @@ def transformer_block(B: int, S: int, d: int, heads: int = 1, causal: bool = Tru
                 return ops.layer_norm(z) * g + b
         z = ln(x, "ln1")
         with scope("attention"):
-            x = x + _multi_head(z, d, heads, causal, kind, dtype)
+            z = _multi_head(z, d, heads, causal, kind, dtype)
+        x = x + z                      # both residual adds belong to the block, outside their sublayer
         z = ln(x, "ln2")
         with scope("mlp"):
             z = _project(ops.gelu(_project(z, d, mlp_ratio * d, "fc", dtype)), mlp_ratio * d, d, "proj", dtype)
