@@ -340,8 +340,14 @@ def attention(q: Var, k: Var, v: Var, causal: bool = False, kind: str = "softmax
                            f"{format_types((q.type, k.type, v.type))}")
     if kind not in ("softmax", "spherical"):
         raise ValueError(f"attention: kind must be 'softmax' or 'spherical', got {kind!r}")
-    with scope(kind):
+    with scope(attention_name(kind, causal)):
         return _attention(q, k, v, causal, kind)
+
+
+def attention_name(kind: str = "softmax", causal: bool = False) -> str:
+    """The definition (path segment) of the attention core ``QKᵀ → scale → normalise → ·V``:
+    ``"softmax_attention"``, ``"causal_spherical_attention"``, …"""
+    return f"{'causal_' if causal else ''}{kind}_attention"
 
 
 def _attention(q: Var, k: Var, v: Var, causal: bool, kind: str) -> Var:

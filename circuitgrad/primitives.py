@@ -563,7 +563,7 @@ PRIMITIVES: tuple[type[Primitive], ...] = (
 
 # ---------------------------------------------------------------- interning
 # An edge label is an operation *at a place*: the primitive and the definition path that created it
-# (``"gpt/block1/attention/softmax"``, see :mod:`circuitgrad.diagram`'s scopes).  Equal operations at
+# (``"gpt/block1/attention/causal_softmax_attention"``, see :mod:`circuitgrad.diagram`'s scopes).  Equal operations at
 # different places get different labels, so provenance travels with every rewrite of the hypergraph
 # (composition, tensoring, the reverse-derivative functor) at no cost.
 _SITES: Interner[tuple[Primitive, str]] = Interner()

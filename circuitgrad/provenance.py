@@ -11,7 +11,7 @@ and :func:`circuitgrad.schedule` (``Apply.path``)::
     gpt ─┬─ embedding
          ├─ block0 ─┬─ ln1
          │          ├─ attention ─┬─ q, k, v, o
-         │          │             └─ softmax        Softmax, BatchMatMul, …
+         │          │             └─ causal_softmax_attention    Softmax, BatchMatMul, …
          │          └─ mlp
          └─ head
 """

@@ -31,7 +31,7 @@ __all__ = ["Apply", "Program", "schedule", "layering", "retype"]
 @dataclass(frozen=True)
 class Apply:
     """``results = op(*args)``, with ``args``/``results`` SSA variable numbers; ``path`` is the
-    definition that created it (``"gpt/block1/attention/softmax"``, ``""`` if none)."""
+    definition that created it (``"gpt/block1/attention/causal_softmax_attention"``, ``""`` if none)."""
     op: Primitive
     args: tuple[int, ...]
     results: tuple[int, ...]
@@ -64,7 +64,7 @@ class Program:
         return "\n".join(lines)
 
     def site(self, i: int) -> str:
-        """``Exp(float32[8, 8]) at instruction 12 of step (gpt/block0/attention/softmax)``: where
+        """``Exp(float32[8, 8]) at instruction 12 of step (gpt/block0/attention/causal_softmax_attention)``: where
         instruction ``i`` is, for error messages."""
         a = self.instrs[i]
         args = ", ".join(str(self.types[x]) for x in a.args)

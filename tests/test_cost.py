@@ -65,7 +65,7 @@ def test_rows_name_the_definitions():
     names = [r.name for r in c.rows]
     assert {"gpt/block0", "gpt/block1", "gpt/embedding", "gpt/head", "sgd", "softmax_cross_entropy"} <= set(names)
     deeper = cg.cost(compiled("gpt", FX), "zk", prover_time=False, depth=4)
-    assert "gpt/block1/attention/softmax" in [r.name for r in deeper.rows]
+    assert "gpt/block1/attention/causal_softmax_attention" in [r.name for r in deeper.rows]
     assert deeper.constraints == c.constraints
 
 

@@ -196,14 +196,14 @@ class TestContent:
     def test_expand_attention_shows_its_parts_and_not_the_mlps(self, models):
         plain = draw(models["gpt"])
         svg = draw(models["gpt"], expand=("attention",))
-        for part in ("q", "k", "v", "o", "softmax"):
+        for part in ("q", "k", "v", "o", "causal_softmax_attention"):
             assert f">{part}<" in svg and f">{part}<" not in plain
         for part in ("fc", "gelu", "proj"):
             assert f">{part}<" not in svg
         assert ">mlp<" in svg and ">attention<" in svg and ">block1<" in svg
-        assert ">softmax<" not in draw(models["gpt"], expand=("gpt/block0",))
+        assert ">causal_softmax_attention<" not in draw(models["gpt"], expand=("gpt/block0",))
         by_path = draw(models["gpt"], expand=("gpt/block0/attention",))
-        assert by_path.count(">softmax<") == 1          # one block's attention only
+        assert by_path.count(">causal_softmax_attention<") == 1          # one block's attention only
 
     def test_parameters_are_labelled_sources(self, models):
         svg = draw(models["mlp"])

@@ -69,14 +69,14 @@ def test_gpt_paths_name_blocks_and_their_parts():
     assert "" not in got
     for k in (0, 1):
         for part in ("ln1/layer_norm", "attention/q", "attention/k", "attention/v", "attention/o",
-                     "attention/softmax", "ln2/layer_norm", "mlp/fc", "mlp/gelu", "mlp/proj"):
+                     "attention/causal_softmax_attention", "ln2/layer_norm", "mlp/fc", "mlp/gelu", "mlp/proj"):
             assert f"gpt/block{k}/{part}" in got, part
     assert {"gpt/embedding", "gpt/positional_embedding", "gpt/layer_norm", "gpt/head"} <= got
-    sm = {type(op_of(l)) for l in g.H.x.table if path_of(l) == "gpt/block1/attention/softmax"}
+    sm = {type(op_of(l)) for l in g.H.x.table if path_of(l) == "gpt/block1/attention/causal_softmax_attention"}
     assert P.Softmax in sm and P.BatchMatMul in sm
     sph = nn.gpt(2, 8, 16, d=16, heads=2, layers=1, attention="spherical")
     assert {P.Rsqrt, P.CausalMask} <= {type(op_of(l)) for l in sph.H.x.table
-                                        if path_of(l) == "gpt/block/attention/spherical"}   # one block: not numbered
+                                        if path_of(l) == "gpt/block/attention/causal_spherical_attention"}   # one block: not numbered
 
 
 def test_reverse_maps_inherit_the_path_of_their_operation():
@@ -100,13 +100,13 @@ def test_schedule_rewrite_and_source_carry_paths():
     prog = step.programs["step"]
     at = collections.Counter(a.path for a in prog.instrs)
     assert at["adamw"] > 0 and at["softmax_cross_entropy"] > 0
-    softmax = [a for a in prog.instrs if a.path == "gpt/block1/attention/softmax"]
+    softmax = [a for a in prog.instrs if a.path == "gpt/block1/attention/causal_softmax_attention"]
     # forward and reverse map of the block's softmax attention: the Softmax and its derivative's products
     assert {P.Softmax, P.BatchMatMul, P.Mul} <= {type(a.op) for a in softmax}
     unplaced = {type(a.op).__name__ for a in prog.instrs if not a.path}
     assert unplaced <= {"Copy", "Constant", "Add"}, unplaced   # plumbing and the seed 1.0 of the loss
-    assert "@ gpt/block1/attention/softmax" in step.source
-    assert "@ gpt/block1/attention/softmax" in str(prog)
+    assert "@ gpt/block1/attention/causal_softmax_attention" in step.source
+    assert "@ gpt/block1/attention/causal_softmax_attention" in str(prog)
 
 
 def test_provenance_does_not_change_values():
