@@ -2,15 +2,17 @@
 transformer block outside their sublayer, the attention core named as attention (and causal), the
 parameter names users see, unknown ``expand`` names refused, and no two text boxes overlapping."""
 import collections
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
 
 import circuitgrad as cg
 from circuitgrad import nn, ops
-from circuitgrad import primitives as P
 from circuitgrad.drawing import circuit, draw
 from circuitgrad.primitives import op_of, path_of
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def edge_paths(d) -> collections.Counter:
@@ -74,3 +76,54 @@ def test_a_gpt_draws_causal_softmax_attention():
     gpt = nn.gpt(2, 4, 8, d=8, heads=2, layers=1)
     svg = draw(gpt, expand=("attention",))
     assert ">causal_softmax_attention<" in svg and ">softmax<" not in svg
+
+
+# ----------------------------------------------------------------------------------- parameter names
+def pills(svg: str) -> list[str]:
+    """The names on the parameter pills (``<g class="node param">``; a tuple pill: its tooltip's names)."""
+    out = []
+    for g in ET.fromstring(svg).iter(f"{SVG}g"):
+        if g.get("class") == "node param":
+            name = "".join(g.find(f"{SVG}text").find(f"{SVG}tspan").itertext())
+            out += ([line.split(" : ")[0] for line in g.find(f"{SVG}title").text.split("\n")]
+                    if name.endswith(" parameters") else [name])
+    return out
+
+
+@pytest.mark.parametrize("make", [lambda: nn.mlp(8, [4, 16, 3]), lambda: nn.gpt(2, 4, 8, d=8, heads=2, layers=2),
+                                  lambda: cg.sequential([nn.conv2d(2, 1, 4, 4, 3, kernel=3, padding=1),
+                                                         nn.relu(2, 3, 4, 4), nn.flatten(2, 3, 4, 4),
+                                                         nn.dense(2, 48, 5)])])
+def test_parameter_pills_carry_the_names_of_the_parameter_dict(make):
+    model = make()
+    names = cg.compile_model(model, loss=nn.mse, optimizer=nn.sgd(0.1)).param_names
+    shown = pills(draw(model, depth=9))                      # every parameter its own pill
+    assert sorted(shown) == sorted(names)
+    mlp = pills(draw(nn.mlp(8, [4, 16, 3])))
+    assert sorted(mlp) == ["W0", "W1", "b0", "b1"]
+
+
+def test_a_training_step_names_its_parameters_as_its_dict_does():
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.mse, optimizer=nn.sgd(0.1))
+    assert sorted(pills(draw(step))) == ["W0", "W1", "b0", "b1"]
+
+
+# ----------------------------------------------------------------------------------- expand
+def test_an_unknown_expand_name_is_refused_with_the_names_there_are():
+    mlp = nn.mlp(8, [4, 16, 3])
+    with pytest.raises(ValueError) as e:
+        draw(mlp, expand=("nonexistent",))
+    assert str(e.value) == ("draw: expand: no definition named 'nonexistent' in this diagram; its definitions "
+                            "are bias, dense0, dense1, linear, relu (by name, by path such as 'dense0/bias', "
+                            "or '*' for all)")
+    with pytest.raises(ValueError, match="no definition named 'dense9', 'mlp/x' in this diagram"):
+        draw(mlp, expand=("dense0", "dense9", "mlp/x"))
+    with pytest.raises(ValueError, match="no definition named 'softmax' in this diagram"):
+        draw(nn.gpt(2, 4, 8, d=8, heads=2, layers=1), expand="softmax")
+    # names, paths (relative or full), the root and '*' are all fine
+    for ok in (("dense0",), ("mlp/dense0",), ("dense0/linear",), ("mlp",), ("*",), ()):
+        draw(mlp, expand=ok)
+    step = cg.compile_model(mlp, loss=nn.mse, optimizer=nn.sgd(0.1))
+    draw(step, expand=("sgd", "mse", "dense1"))
+    with pytest.raises(ValueError, match="no definition named 'adamw'"):
+        draw(step, expand=("adamw",))

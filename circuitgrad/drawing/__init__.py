@@ -18,15 +18,15 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..compile import CompiledModel
-from ..diagram import Diagram
-from ..primitives import path_of
+from ..compile import CompiledModel, _param_names
+from ..diagram import Diagram, kinds
+from ..primitives import Parameter, op_of, path_of
 from ..schedule import Program, schedule
 from ..types import NdArrayType
 from . import layout, svg
 from .svg import static_lead, box_broadcast, box_class, prim_broadcast, prim_class, static_vars
 
-__all__ = ["draw", "circuit", "Circuit", "Node", "Wire", "Frame"]
+__all__ = ["draw", "circuit", "parameter_names", "Circuit", "Node", "Wire", "Frame"]
 
 #: more arrays than this sharing both ends are drawn as one tuple wire (and one source or output)
 BUNDLE = 3
@@ -197,8 +197,9 @@ class _Builder:
 
     def __init__(self, prog: Program, title: str, in_names: list[str], in_kinds: list[str],
                  out_names: list[str], out_kinds: list[str], model_root: tuple[str, ...],
-                 expand: Sequence[str], depth: int):
+                 expand: Sequence[str], depth: int, param_names: dict | None = None):
         self.p = prog
+        self.param_names = param_names or {}
         self.title = title
         self.in_names, self.in_kinds = in_names, in_kinds
         self.out_names, self.out_kinds = out_names, out_kinds
@@ -233,9 +234,24 @@ class _Builder:
     def _expanded(self, expand: Sequence[str], depth: int) -> set[tuple[str, ...]]:
         names = set(expand)
         keys = {r[:k] for r in self.rel for k in range(1, len(r) + 1)}
+        self._check_expand(expand, keys)
         want = {k for k in keys if len(k) < depth or "*" in names or k[-1] in names
                 or "/".join(k) in names or self.full(k) in names}
         return {k[:n] for k in want for n in range(1, len(k) + 1)}
+
+    def _check_expand(self, expand: Sequence[str], keys: set[tuple[str, ...]]) -> None:
+        """Every name in ``expand`` must name a definition (by name or path), the root or ``"*"``."""
+        known = {"*"} | {k[-1] for k in keys} | {"/".join(k) for k in keys} | {self.full(k) for k in keys}
+        for outer in (self.root, self.root + self.model_root):    # the root is drawn open already
+            known |= set(outer) | {"/".join(outer[:j]) for j in range(1, len(outer) + 1)}
+        unknown = [str(n) for n in expand if n not in known]
+        if unknown:
+            defs = sorted({k[-1] for k in keys})
+            deep = sorted(k for k in keys if len(k) > 1)
+            example = f", by path such as {'/'.join(deep[0])!r}" if deep else ""
+            raise ValueError(f"draw: expand: no definition named {', '.join(repr(n) for n in unknown)} "
+                             f"in this diagram; its definitions are "
+                             f"{', '.join(defs) if defs else '(none)'} (by name{example}, or '*' for all)")
 
     def _container(self, i: int) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...] | None]:
         """``(frames, box)``: the expanded definitions around instruction ``i``, and its collapsed
@@ -358,7 +374,7 @@ class _Builder:
         node.fixed_slots = True
         node.n_in, node.n_out = len(a.args), len(a.results)
         if op.name == "Parameter":
-            node.kind, node.label, node.static = "param", op.label, True
+            node.kind, node.label, node.static = "param", self.param_names.get(op, op.label), True
             node.sub = shape_label(op.T, self.dtype)
             node.title = f"Parameter {op.label} : {op.T} (init {op.init}){where}"
         elif op.name == "Constant":
@@ -468,13 +484,14 @@ def _compact(c: Circuit, keep: list[int]) -> Circuit:
 def circuit(prog: Program, title: str = "", in_names: list[str] | None = None,
             in_kinds: list[str] | None = None, out_names: list[str] | None = None,
             out_kinds: list[str] | None = None, model_root: str = "", expand: Sequence[str] = (),
-            depth: int = 1) -> Circuit:
-    """The visible graph of ``prog`` (see :func:`draw` for ``expand`` and ``depth``)."""
+            depth: int = 1, param_names: dict | None = None) -> Circuit:
+    """The visible graph of ``prog`` (see :func:`draw` for ``expand`` and ``depth``); ``param_names``
+    maps the :class:`~circuitgrad.primitives.Parameter` operations to the names drawn on their pills."""
     ni, no = len(prog.inputs), len(prog.outputs)
     in_names = in_names or [f"v{v}" for v in prog.inputs]
     out_names = out_names or [f"v{v}" for v in prog.outputs]
     b = _Builder(prog, title or prog.name, in_names, in_kinds or ["data"] * ni, out_names,
-                 out_kinds or ["data"] * no, _split(model_root), expand, depth)
+                 out_kinds or ["data"] * no, _split(model_root), expand, depth, param_names)
     return b.build()
 
 
@@ -483,6 +500,13 @@ def _model_root(d: Diagram) -> str:
     paths = [_split(path_of(int(l))) for l in d.H.x.table]
     paths = [x for x in paths if x]
     return "/".join(_lca(paths)) if paths else ""
+
+
+def parameter_names(d: Diagram) -> dict:
+    """``{Parameter: name}``: the names of the parameters of ``d`` in the parameter dict of
+    ``cg.compile_model(d, …)`` (``W0``, ``b0``, ``W1``, …: the label and its count, in edge order)."""
+    params = [op_of(l) for l in d.H.x.table[kinds(d, Parameter)]]
+    return dict(zip(params, _param_names(params)))
 
 
 def _names(n: int, stem: str) -> list[str]:
@@ -518,7 +542,7 @@ def draw(f, path: str | os.PathLike | None = None, expand: Sequence[str] = (), d
     elif isinstance(f, Diagram):
         prog = schedule(f)
         c = circuit(prog, title or getattr(f, "name", "diagram"), _names(len(prog.inputs), "x"), None,
-                    _names(len(prog.outputs), "y"), None, "", expand, depth)
+                    _names(len(prog.outputs), "y"), None, "", expand, depth, parameter_names(f))
     elif isinstance(f, Program):
         c = circuit(f, title or f.name, None, None, None, None, "", expand, depth)
     else:
