@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import runpy
 import sys
 from typing import Sequence
 
@@ -24,37 +23,68 @@ from . import __version__
 from .primitives import PRIMITIVES
 
 
-def load_model(a, default_dtype):
-    """The model file ``a.script`` (``circuitgrad/modelfile.py``) with the options of the command line:
-    ``--batch``, ``--hidden`` and ``--lr`` where given, and every ``--option KEY=VALUE``. Returns the spec
-    and the fixed-point dtype: ``fixed(--width, --frac)``, else the file's own fixed dtype, else
-    ``default_dtype(width)``. A file that breaks the convention is a one-line error."""
+class UsageError(Exception):
+    """A wrong command line: a bad flag, argument or option value, a file that does not exist. ``main``
+    prints it as one line and exits with status 2 (failures exit with 1; see the README's CLI conventions).
+    Not a ValueError, so that a tool's handler of failures lets it through."""
+
+
+def load_model(a, default_dtype, fixed: bool = True):
+    """The model file ``a.script`` (``circuitgrad/modelfile.py``, or an example's short name) with the options
+    of the command line: ``--batch``, ``--hidden`` and ``--lr`` where given, and every ``--option KEY=VALUE``.
+    Returns the spec and the dtype it computes in, which ``spec.dtype`` also holds.
+
+    ``fixed``: the tool computes in fixed point (fpga, zk): ``fixed(--width, --frac)``, else the file's own
+    fixed dtype, else ``default_dtype``. Otherwise (cost on cpu/gpu, draw, show) the step the file defines,
+    its dtype included, unless ``--dtype`` or ``--width/--frac`` name another. A ``model()`` that takes
+    ``dtype`` is called with the dtype chosen (tinygpt then picks its fixed-point optimizer).
+
+    Raises :class:`UsageError` for a bad command line and ``ValueError`` for a model file that does not load."""
     import inspect
+    from dataclasses import replace
 
     from . import types
-    from .modelfile import ModelFileError, load, load_function, parse_option
+    from .modelfile import ModelFileError, OptionError, load, load_function, parse_option
     given = {k: v for k, v in (("batch", a.batch), ("hidden", a.hidden), ("lr", a.lr)) if v is not None}
     for k, v in (("batch", [a.batch] if a.batch is not None else []), ("hidden", a.hidden or [])):
         bad = next((x for x in v if x < 1), None)
         if bad is not None:
-            raise ValueError(f"--{k} must be at least 1, got {bad}")
+            raise UsageError(f"--{k} must be at least 1, got {bad}")
+    if a.lr is not None and not (a.lr > 0 and a.lr != float("inf")):
+        raise UsageError(f"--lr must be a finite number > 0, got {a.lr}")
+    choice = getattr(a, "dtype", None)
+    width, frac = getattr(a, "width", None), getattr(a, "frac", None)
+    if choice in ("float32", "float64") and (width is not None or frac is not None):
+        raise UsageError(f"--width and --frac choose a fixed-point dtype, not --dtype {choice}")
+    fixed = fixed or choice == "fixed" or width is not None or frac is not None
     try:
         given.update(parse_option(o) for o in (getattr(a, "option", None) or []))
         fn = load_function(a.script)
-        params = inspect.signature(fn).parameters
-        # a model() that takes dtype gets the one compiled for, and chooses what suits it (tinygpt: its
-        # fixed-point optimizer); its own default dtype is read from the signature, so it runs once
-        own = params["dtype"].default if "dtype" in params else None
-        spec = None if own is not None else load(a.script, given, fn)
-        own = own if spec is None else spec.dtype
-        if a.width is not None:
-            dtype = types.fixed(a.width, a.frac if a.frac is not None else a.width // 2)
-        elif isinstance(own, types.Fixed) and a.frac is None:
-            dtype = own
+        takes = "dtype" in inspect.signature(fn).parameters
+        default = inspect.signature(fn).parameters["dtype"].default if takes else inspect.Parameter.empty
+        spec = None
+        if fixed:
+            # the file's own dtype: its model()'s default for dtype (read, so model() runs once), else its spec's
+            if not takes:
+                spec = load(a.script, given, fn)
+            own = spec.dtype if spec is not None else default
+            if width is not None:
+                dtype = types.fixed(width, frac if frac is not None else width // 2)
+            elif isinstance(own, types.Fixed) and frac is None:
+                dtype = own
+            else:
+                dtype = types.fixed(default_dtype.width, frac if frac is not None else default_dtype.frac)
         else:
-            dtype = types.fixed(default_dtype.width, a.frac if a.frac is not None else default_dtype.frac)
-        if spec is None:
+            dtype = getattr(types, choice) if choice in ("float32", "float64") else None
+        if dtype is None:
+            spec = load(a.script, given, fn)
+            dtype = spec.dtype
+        elif takes and (spec is None or spec.dtype != dtype):
             spec = load(a.script, {**given, "dtype": dtype}, fn)
+        elif spec is None or spec.dtype != dtype:
+            spec = replace(spec or load(a.script, given, fn), dtype=dtype)
+    except OptionError as e:
+        raise UsageError(str(e)) from None
     except ModelFileError as e:
         raise ValueError(str(e)) from None
     return spec, dtype
@@ -87,10 +117,10 @@ def _info(_args) -> int:
     return 0
 
 
-def _show(args) -> int:
-    sys.argv = [args.script, "--show-source", "--epochs", "0", "--quiet"] + (["--dtype", args.dtype])
-    runpy.run_path(args.script, run_name="__main__")
-    return 0
+def _dtype_option(p) -> None:
+    p.add_argument("--dtype", default=None, choices=["float32", "float64", "fixed"],
+                   help="compile in this dtype instead of the file's (fixed: --width/--frac, else the file's "
+                        "fixed dtype, else fixed(16,8))")
 
 
 def _fixed_options(p) -> None:
@@ -99,24 +129,64 @@ def _fixed_options(p) -> None:
 
 
 def _reported(fn):
-    """Run a command; a bad model, option or fixed-point range is one line on stderr and exit status 2."""
+    """Run a command; a model that does not load or compile, or a fixed-point range it overflows, is one line
+    on stderr and exit status 1 (a bad command line raises :class:`UsageError`: status 2, from ``main``)."""
     def run(args) -> int:
         from .fixedpoint import FixedPointOverflow
         try:
             return fn(args)
-        except (ValueError, TypeError, FixedPointOverflow, NotImplementedError) as e:
+        except (ValueError, TypeError, FixedPointOverflow, NotImplementedError, OSError) as e:
             print(f"circuitgrad {args.cmd}: {e}", file=sys.stderr)
-            return 2
+            return 1
     return run
 
 
 @_reported
+def _show(args) -> int:
+    """The generated step code of the model file's own training step (imported as a module, never run)."""
+    from . import types
+    spec, _ = load_model(args, types.fixed(16, 8), fixed=False)
+    step = spec.compile()
+    print(f"# {step.model.name}: the training step compiled for {step.dtype}")
+    print(step.source)
+    return 0
+
+
+def _check_cost_args(args) -> None:
+    """The values of ``cost``'s own flags (usage errors)."""
+    if args.target in ("fpga", "zk") and args.dtype in ("float32", "float64"):
+        raise UsageError(f"--target {args.target} computes in fixed point, not --dtype {args.dtype}")
+    if args.target == "cpu" and args.device is not None:
+        raise UsageError(f"--device names a GPU (--target gpu) or an FPGA (--target fpga); the cpu target "
+                         f"measures this machine, got --device {args.device}")
+    if args.target == "gpu" and args.device is not None:
+        from .costmodel.gpu import DEVICES
+        if args.device.lower() not in DEVICES:
+            raise UsageError(f"--device {args.device}: unknown GPU device; choose one of {', '.join(DEVICES)}")
+    if args.target == "fpga" and args.device is not None:
+        from .costmodel.fpga import _family
+        try:
+            _family(args.device)
+        except ValueError:
+            raise UsageError(f"--device {args.device}: unknown FPGA device; choose an ecp5-… or ice40-… target "
+                             f"(ecp5-85k, ice40-up5k)") from None
+    if args.target == "zk" and args.device is not None:
+        raise UsageError(f"--device does not apply to --target zk, got --device {args.device}")
+    if args.macs < 1:
+        raise UsageError(f"--macs must be at least 1, got {args.macs}")
+    if args.depth < 1:
+        raise UsageError(f"--depth must be at least 1, got {args.depth}")
+
+
+@_reported
 def _cost(args) -> int:
+    """``cg.cost`` of the step the model file defines (its dtype, loss and optimizer), in fixed point for the
+    fpga and zk targets, or in the dtype ``--dtype``/``--width`` name."""
     from . import types
     from .costmodel import cost
-    spec, dtype = load_model(args, types.fixed(16, 8))
-    fixed = args.target in ("fpga", "zk")
-    step = spec.compile(dtype if fixed else None)
+    _check_cost_args(args)
+    spec, _ = load_model(args, types.fixed(16, 8), fixed=args.target in ("fpga", "zk"))
+    step = spec.compile()
     options = {"cpu": {}, "gpu": {"tf32": args.tf32}, "fpga": {"macs": args.macs},
                "zk": {"prover_time": not args.no_prover_time}}[args.target]
     print(cost(step, args.target, device=args.device, function=args.function, depth=args.depth, **options))
@@ -125,9 +195,17 @@ def _cost(args) -> int:
 
 @_reported
 def _draw(args) -> int:
+    """``cg.draw`` of the model file's model, or of the training step it defines (``--step``)."""
+    import os
+
     from . import types
     from .drawing import draw
-    spec, _ = load_model(args, types.fixed(16, 8))
+    folder = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(folder):
+        raise UsageError(f"-o {args.output}: no such directory {os.path.dirname(args.output) or folder}")
+    if args.depth < 1:
+        raise UsageError(f"--depth must be at least 1, got {args.depth}")
+    spec, _ = load_model(args, types.fixed(16, 8), fixed=False)
     draw(spec.compile() if args.step else spec.model, path=args.output, expand=tuple(args.expand),
          depth=args.depth)
     print(f"wrote {args.output}")
@@ -138,6 +216,7 @@ def _add_views(sub) -> None:
     p = sub.add_parser("cost", help="predicted cost of a model file's training step on a target")
     add_model_options(p)
     _fixed_options(p)
+    _dtype_option(p)
     p.add_argument("--target", choices=["cpu", "gpu", "fpga", "zk"], default="cpu")
     p.add_argument("--device", default=None, help="gpu: h100 or h200 (default h100)")
     p.add_argument("--function", default="step", choices=["step", "predict", "gradients", "loss"])
@@ -149,6 +228,7 @@ def _add_views(sub) -> None:
     p = sub.add_parser("draw", help="a neural circuit diagram (SVG) of a model file's model or training step")
     add_model_options(p)
     _fixed_options(p)
+    _dtype_option(p)
     p.add_argument("-o", "--output", default="model.svg", help="the SVG file to write (default model.svg)")
     p.add_argument("--step", action="store_true", help="draw the whole training step, not the model")
     p.add_argument("--expand", action="append", default=[], metavar="NAME",
@@ -161,9 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="circuitgrad", description="circuitgrad command line")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("info", help="version, primitives and backends").set_defaults(fn=_info)
-    p = sub.add_parser("show", help="print the generated step code of an example script")
-    p.add_argument("script")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64", "fixed"])
+    p = sub.add_parser("show", help="print the generated code of a model file's training step")
+    add_model_options(p)
+    _fixed_options(p)
+    _dtype_option(p)
     p.set_defaults(fn=_show)
     from .backends.zk import cli as zk_cli
     zk_cli.add_parser(sub)
@@ -171,8 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     fpga_cli.add_parser(sub)
     _add_views(sub)
     args = ap.parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except UsageError as e:             # a wrong command line: one line and status 2, as argparse does
+        print(f"circuitgrad {args.cmd}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # ``python -m circuitgrad.cli``: run the imported module's main, whose UsageError the backends raise
+    from circuitgrad.cli import main as _main
+    sys.exit(_main())

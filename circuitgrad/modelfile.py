@@ -35,11 +35,51 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from .diagram import Diagram
 from .types import Dtype, Fixed, float32
 
-__all__ = ["ModelSpec", "ModelFileError", "load", "load_function", "parse_option", "batches", "dataset"]
+__all__ = ["ModelSpec", "ModelFileError", "OptionError", "load", "load_function", "parse_option", "batches",
+           "check_batch", "dataset", "examples", "resolve"]
 
 
 class ModelFileError(ValueError):
     """A model file that does not follow the convention, or options it does not accept."""
+
+
+class OptionError(ModelFileError):
+    """A command line that names no model file, or gives ``model()`` an option it does not take or a value of the
+    wrong type: a usage error (the command-line tools exit with status 2)."""
+
+#: where the example model files live: installed with the package (``circuitgrad/examples``, see setup.py),
+#: or in a checkout next to ``circuitgrad/``
+_EXAMPLE_DIRS = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples"),
+                 os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+
+
+def examples() -> dict[str, str]:
+    """The example model files by short name (``iris`` → its path): the files that define ``model()``."""
+    out: dict[str, str] = {}
+    for folder in _EXAMPLE_DIRS:
+        if not os.path.isdir(folder):
+            continue
+        for name in sorted(os.listdir(folder)):
+            stem, ext = os.path.splitext(name)
+            if ext != ".py" or stem.startswith("_") or stem in out:
+                continue
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                if "\ndef model(" in fh.read():
+                    out[stem] = os.path.join(folder, name)
+    return out
+
+
+def resolve(path: str) -> str:
+    """The model file ``path`` names: the file itself, else the example of that short name (``iris``,
+    ``tinygpt``: they ship with the package). A usage error when it is neither."""
+    if os.path.isfile(path):
+        return path
+    if os.sep not in path and "/" not in path and not path.endswith(".py"):
+        found = examples()
+        if path in found:
+            return found[path]
+        raise OptionError(f"no such model file or example: {path} (the examples: {', '.join(found) or 'none'})")
+    raise OptionError(f"no such model file: {path}")
 
 
 @dataclass(frozen=True)
@@ -79,14 +119,21 @@ def parse_option(text: str) -> tuple[str, object]:
 
 
 def load_function(path: str) -> Callable[..., ModelSpec]:
-    """Run the model file at ``path`` and return its ``model`` function."""
-    if not os.path.isfile(path):
-        raise ModelFileError(f"no such model file: {path}")
+    """Import the model file at ``path`` (or the example of that short name, :func:`resolve`) as a module,
+    never as ``__main__``, and return its ``model`` function. A syntax or import error is a
+    :class:`ModelFileError` of one line."""
+    path = resolve(path)
     spec = importlib.util.spec_from_file_location(f"circuitgrad_model_{abs(hash(os.path.abspath(path)))}", path)
     if spec is None or spec.loader is None:
         raise ModelFileError(f"{path}: not a Python file")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    try:
+        spec.loader.exec_module(mod)
+    except SyntaxError as e:
+        where = "" if e.filename and os.path.abspath(e.filename) == os.path.abspath(path) else f": {e.filename}"
+        raise ModelFileError(f"{path}{where}, line {e.lineno}: {type(e).__name__}: {e.msg}") from None
+    except ImportError as e:
+        raise ModelFileError(f"{path}: {type(e).__name__}: {e}") from None
     fn = getattr(mod, "model", None)
     if not callable(fn):
         raise ModelFileError(f"{path} must define model(**options) returning cg.ModelSpec "
@@ -104,8 +151,11 @@ def load(path: str, options: Mapping[str, object] | None = None,
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         unknown = sorted(set(options) - set(params))
         if unknown:
-            raise ModelFileError(f"{path}: model() takes no option {', '.join(unknown)}; it accepts "
-                                 f"{', '.join(params) or 'none'}")
+            raise OptionError(f"{path}: model() takes no option {', '.join(unknown)}; it accepts "
+                              f"{', '.join(params) or 'none'}")
+    for k, v in options.items():
+        if k in params:
+            _check_option(path, k, v, params[k].default)
     out = fn(**options)
     if not isinstance(out, ModelSpec):
         raise ModelFileError(f"{path}: model() must return cg.ModelSpec, got {type(out).__name__}")
@@ -123,6 +173,36 @@ def load(path: str, options: Mapping[str, object] | None = None,
     return replace(out, options={k: _plain(v) for k, v in ran.items()})
 
 
+def _kind(default: object) -> tuple[Callable[[object], bool], str] | None:
+    """How to check a value given for an option whose default is ``default``: (test, what it must be), or
+    None where any value goes (no default, ``None``, a dtype or another object)."""
+    if isinstance(default, bool):
+        return (lambda v: isinstance(v, bool)), "True or False"
+    if isinstance(default, int):
+        return (lambda v: isinstance(v, int) and not isinstance(v, bool)), "an integer"
+    if isinstance(default, float):
+        return (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)), "a number"
+    if isinstance(default, str):
+        return (lambda v: isinstance(v, str)), "a string"
+    if isinstance(default, (list, tuple)):
+        inner = {(k[1] if k else None) for k in map(_kind, default)}
+        item = _kind(default[0]) if len(inner) == 1 and None not in inner else None
+        if item is None:
+            return (lambda v: isinstance(v, (list, tuple))), "a list"
+        test, what = item
+        plural = {"an integer": "integers", "a number": "numbers", "a string": "strings"}.get(what, what)
+        return (lambda v: isinstance(v, (list, tuple)) and all(map(test, v))), f"a list of {plural}"
+    return None
+
+
+def _check_option(path: str, name: str, value: object, default: object) -> None:
+    """An option of the wrong type for ``model()`` (by its default) is a usage error naming it."""
+    kind = _kind(default)
+    if kind is not None and not kind[0](value):
+        raise OptionError(f"{path}: option {name} must be {kind[1]} (model()'s default is {default!r}), "
+                          f"got {value!r}")
+
+
 def _plain(v: object) -> object:
     """A JSON value for an option (tuples become lists, anything unusual its ``str``)."""
     if isinstance(v, (list, tuple)):
@@ -138,6 +218,22 @@ def dataset(spec: ModelSpec, path: str = "the model file") -> tuple:
         raise ModelFileError(f"{path}: model() returned no dataset to commit to; set "
                              f"ModelSpec(dataset=lambda: (x_train, y_train))")
     return spec.dataset()
+
+
+def check_batch(step, batch: object, k: int, path: str = "the model file") -> tuple:
+    """Batch ``k`` of ``data()``, checked against the compiled ``step``'s input and targets (shape, dtype,
+    finite values), as ``(x, y)``; a :class:`ModelFileError` naming the batch otherwise."""
+    try:
+        x, y = batch
+    except (TypeError, ValueError):
+        raise ModelFileError(f"{path}: data() batch {k} must be a pair (x, y), got {type(batch).__name__}") from None
+    where = f"{path}: data() batch {k}"
+    try:
+        step._x(x, where)
+        step._targets(y, where)
+    except (TypeError, ValueError) as e:      # without the hint for predict's callers
+        raise ModelFileError(str(e).split(" (this model was built for batch")[0]) from None
+    return x, y
 
 
 def batches(spec: ModelSpec, seed: int, path: str = "the model file") -> Iterator[tuple]:

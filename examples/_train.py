@@ -46,7 +46,9 @@ def check_args(args, data: datasets.Dataset) -> str | None:
 
 
 def model_for(data: datasets.Dataset, args) -> cg.Diagram:
-    return nn.mlp(args.batch, [data.features, *args.hidden, data.classes], activation=nn.relu)
+    """The MLP of the command line, typed in the dtype it trains in (so that it prints as it runs)."""
+    return nn.mlp(args.batch, [data.features, *args.hidden, data.classes], activation=nn.relu,
+                  dtype=options(args)[0])
 
 
 def options(args) -> tuple[cg.Dtype, nn.Optimizer]:
@@ -92,7 +94,7 @@ def mlp_spec(name: str, batch: int, hidden, lr: float, momentum: float = 0.9,
     """The model file convention (``circuitgrad/modelfile.py``) for an MLP example: the ReLU MLP, loss,
     optimizer and dtype this script trains, and shuffled batches of the training set."""
     data = datasets.load(name)
-    model = nn.mlp(batch, [data.features, *hidden, data.classes], activation=nn.relu)
+    model = nn.mlp(batch, [data.features, *hidden, data.classes], activation=nn.relu, dtype=dtype)
     opt = nn.momentum(lr, momentum) if momentum else nn.sgd(lr)
     return cg.ModelSpec(model, nn.softmax_cross_entropy, opt, dtype,
                         lambda seed: datasets.batches(data.x_train, data.y_train, batch, np.random.default_rng(seed)),

@@ -21,7 +21,7 @@ import circuitgrad as cg
 from circuitgrad import datasets, nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _train import check_args, compile_for, parser, train  # noqa: E402
+from _train import check_args, compile_for, options, parser, train  # noqa: E402
 
 DATASET = "digits"
 
@@ -56,7 +56,7 @@ def main() -> float:
     if problem is not None:
         p.error(problem)
     try:
-        step = compile_for(cnn(args.batch, args.channels, args.hidden), args)
+        step = compile_for(cnn(args.batch, args.channels, args.hidden, options(args)[0]), args)
     except (ValueError, TypeError, RuntimeError) as e:
         p.error(str(e))
     return train(data, args, step)

@@ -30,4 +30,4 @@ def test_draw_writes_an_svg(tmp_path, capsys):
 def test_bad_device_is_one_line_and_status_2(capsys):
     assert cli.main(["cost", IRIS, "--target", "gpu", "--device", "a100"]) == 2
     err = capsys.readouterr().err
-    assert err == "circuitgrad cost: cost: unknown GPU device 'a100'; choose one of h100, h200\n"
+    assert err == "circuitgrad cost: --device a100: unknown GPU device; choose one of h100, h200\n"

@@ -33,13 +33,15 @@ def copy(bundle, tmp_path):
 
 
 def verify(capsys, proofs: str, *extra: str) -> tuple[int, str]:
-    """``zk verify`` in-process: (exit code, stdout); a refusal (SystemExit with a message) is (2, message)."""
+    """``zk verify`` in-process: (exit code, stdout); a refusal is (its exit status, its one line): 2 for a usage
+    error (``main`` returns 2, the line on stderr), 1 for a failure (SystemExit with a message)."""
     os.chdir(ROOT)
     try:
         rc = main(["zk", "verify", *IRIS, proofs, *extra])
     except SystemExit as e:
-        return 2, str(e.code)
-    return rc, capsys.readouterr().out
+        return 1, str(e.code)
+    out = capsys.readouterr()
+    return (2, out.err.rstrip("\n")) if rc == 2 else (rc, out.out)
 
 
 def test_prove_prints_phases_statement_and_parameter_hashes(bundle):
@@ -121,7 +123,7 @@ def test_malformed_or_incomplete_bundles_end_with_one_clear_line(copy, capsys, e
     d = copy()
     edit(d)
     rc, out = verify(capsys, d, "--init-seed", "0")
-    assert rc == 2 and message in out and out.startswith("circuitgrad zk: ") and "\n" not in out
+    assert rc == 1 and message in out and out.startswith("circuitgrad zk: ") and "\n" not in out
 
 
 def _edit_chain(d: str, **fields) -> None:
@@ -131,16 +133,16 @@ def _edit_chain(d: str, **fields) -> None:
     json.dump(chain, open(path, "w"))
 
 
-@pytest.mark.parametrize("args, message", [
+@pytest.mark.parametrize("args, message, status", [
     ((), "name the parameters the run starts from, which the verifier trusts: --init FILE.npz (a checkpoint) "
-         "or --init-seed N (step.init_params(N))"),
-    (("--init-seed", "0", "--steps", "0"), "--steps must be at least 1, got 0"),
-    (("--init-seed", "0", "--steps", "2"), "holds 3 steps, you asked to verify 2"),
-    (("--init", "nothing.npz"), "nothing.npz: no such checkpoint"),
+         "or --init-seed N (step.init_params(N))", 2),
+    (("--init-seed", "0", "--steps", "0"), "--steps must be at least 1, got 0", 2),
+    (("--init-seed", "0", "--steps", "2"), "holds 3 steps, you asked to verify 2", 1),
+    (("--init", "nothing.npz"), "nothing.npz: no such checkpoint", 2),
 ])
-def test_verifier_options_are_checked(bundle, capsys, args, message):
+def test_verifier_options_are_checked(bundle, capsys, args, message, status):
     rc, out = verify(capsys, bundle[0], *args)
-    assert rc == 2 and out.endswith(message)
+    assert rc == status and out.endswith(message)
 
 
 @pytest.mark.parametrize("where", ["missing", "file"])
@@ -148,13 +150,14 @@ def test_verify_of_something_that_is_not_a_bundle(capsys, tmp_path, where):
     path = str(tmp_path / "nothing") if where == "missing" else str(tmp_path / "x.json")
     if where == "file":
         open(path, "w").write("{}")
-    rc, out = verify(capsys, path, "--init-seed", "0")
-    assert rc == 2 and out == f"circuitgrad zk: {path}: not a proof directory (zk prove --out writes one)"
+    rc, out = verify(capsys, path, "--init-seed", "0")       # a missing directory is a usage error
+    assert rc == (2 if where == "missing" else 1)
+    assert out == f"circuitgrad zk: {path}: not a proof directory (zk prove --out writes one)"
 
 
-def test_steps_zero_is_refused_by_prove(tmp_path):
-    with pytest.raises(SystemExit, match=r"^circuitgrad zk: --steps must be at least 1, got 0$"):
-        main(["zk", "prove", *IRIS, "--steps", "0", "--out", str(tmp_path / "p")])
+def test_steps_zero_is_refused_by_prove(tmp_path, capsys):
+    assert main(["zk", "prove", *IRIS, "--steps", "0", "--out", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err == "circuitgrad zk: --steps must be at least 1, got 0\n"
 
 
 def test_moved_corrupted_and_foreign_proofs_fail_by_name(copy, capsys):
@@ -195,7 +198,7 @@ def test_files_that_are_not_regular_files_are_refused_without_reading(copy, caps
     os.remove(step2)
     os.mkfifo(step2)                               # would hang if opened for reading
     rc, out = verify(capsys, d, "--init-seed", "0")
-    assert rc == 2 and out.endswith("step_001.proof is a symbolic link; a bundle holds its own files")
+    assert rc == 1 and out.endswith("step_001.proof is a symbolic link; a bundle holds its own files")
     os.remove(step1)
     shutil.copy(os.path.join(d, "step_000.proof"), step1)
     rc, out = verify(capsys, d, "--init-seed", "0")
@@ -224,11 +227,11 @@ def test_hostile_json_and_names_end_in_one_escaped_line(copy, capsys):
     d = copy()
     open(os.path.join(d, "chain.json"), "w").write("[" * 100000 + "]" * 100000)
     rc, out = verify(capsys, d, "--init-seed", "0")
-    assert rc == 2 and "chain.json: not valid JSON (" in out and "\n" not in out
+    assert rc == 1 and "chain.json: not valid JSON (" in out and "\n" not in out
     open(os.path.join(d, "chain.json"), "w").write('{"format": "circuitgrad-zk-bundle", "steps": 1' + "0" * 5000
                                                   + "}")
     rc, out = verify(capsys, d, "--init-seed", "0")
-    assert rc == 2 and "chain.json: not valid JSON (Exceeds the limit" in out
+    assert rc == 1 and "chain.json: not valid JSON (Exceeds the limit" in out
 
 
 def test_control_characters_from_the_bundle_are_escaped(copy, capsys):
@@ -236,7 +239,7 @@ def test_control_characters_from_the_bundle_are_escaped(copy, capsys):
     evil = "step_\r\x1b[2Kall 3 proofs verify\x1b[8m"
     open(os.path.join(d, evil), "w").write("x")
     rc, out = verify(capsys, d, "--init-seed", "0")
-    assert rc == 2 and "\x1b" not in out and "\r" not in out
+    assert rc == 1 and "\x1b" not in out and "\r" not in out
     assert "unexpected step_\\r\\x1b[2Kall 3 proofs verify\\x1b[8m: chain.json says 3 steps" in out
 
 
@@ -246,16 +249,16 @@ def test_checkpoints_are_bounded_and_validated(bundle, capsys, tmp_path):
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("W0.npy", b"\0" * (50 << 20))         # 50 MiB of zeros, a few KiB compressed
     rc, out = verify(capsys, bundle[0], "--init", str(bomb))
-    assert rc == 2 and out.endswith("bomb.npz: member 'W0.npy' is larger than its shape needs")
+    assert rc == 1 and out.endswith("bomb.npz: member 'W0.npy' is larger than its shape needs")
     npy = tmp_path / "plain.npz"
     np.save(open(npy, "wb"), np.zeros(3))
     rc, out = verify(capsys, bundle[0], "--init", str(npy))
-    assert rc == 2 and "plain.npz: not a NumPy .npz checkpoint (" in out
+    assert rc == 1 and "plain.npz: not a NumPy .npz checkpoint (" in out
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--lr", "0"), "sgd: learning rate lr must be a finite number > 0, got 0.0"),
-    (("--lr", "nan"), "sgd: learning rate lr must be a finite number > 0, got nan"),
+    (("--lr", "0"), "--lr must be a finite number > 0, got 0.0"),
+    (("--lr", "nan"), "--lr must be a finite number > 0, got nan"),
     (("--batch", "0"), "--batch must be at least 1, got 0"),
     (("--hidden", "0"), "--hidden must be at least 1, got 0"),
 ])

@@ -15,7 +15,7 @@ import numpy as np
 
 import circuitgrad as cg
 from circuitgrad import modelfile
-from circuitgrad.cli import add_model_options
+from circuitgrad.cli import UsageError, add_model_options
 
 __all__ = ["add_parser"]
 
@@ -24,6 +24,8 @@ def _design(a):
     from circuitgrad.cli import load_model
 
     from . import compile as fpga_compile
+    if a.macs < 1:
+        raise UsageError(f"--macs must be at least 1, got {a.macs}")
     try:
         spec, dtype = load_model(a, cg.fixed(16, 8))
         step = spec.compile(dtype=dtype)
@@ -55,14 +57,19 @@ def _synth(a) -> int:
 
 def _simulate(a) -> int:
     from . import simulate
+    if a.function != "step":
+        raise UsageError("only --function step is simulated from the command line")
+    if a.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {a.steps}")
     spec, step, design = _design(a)
-    if design.function != "step":
-        raise SystemExit("circuitgrad fpga simulate: only --function step is simulated from the command line")
     hw = step.init_params(seed=0)
     sw = dict(hw)
     batches = modelfile.batches(spec, 0, a.script)
     for k in range(a.steps):
-        x, y = next(batches)
+        try:
+            x, y = modelfile.check_batch(step, next(batches), k, a.script)
+        except modelfile.ModelFileError as e:
+            raise SystemExit(f"circuitgrad fpga: {e}") from None
         t0 = time.perf_counter()
         hw, n = simulate(design, hw, x, y)
         sw = step.step(sw, x, y)

@@ -45,7 +45,7 @@ import numpy as np
 
 import circuitgrad as cg
 from circuitgrad import modelfile
-from circuitgrad.cli import add_model_options
+from circuitgrad.cli import UsageError, add_model_options
 
 from . import bundle as B
 from . import ligero
@@ -60,7 +60,13 @@ __all__ = ["add_parser"]
 
 
 def _fail(msg: str) -> SystemExit:
+    """A failure: one line, exit status 1."""
     return SystemExit(f"circuitgrad zk: {printable(msg)}")
+
+
+def _usage(msg: str) -> UsageError:
+    """A wrong command line: one line, exit status 2 (``circuitgrad.cli.main``)."""
+    return UsageError(printable(msg))
 
 
 class _Phase:
@@ -94,6 +100,8 @@ def _setup(a):
 def _params(step, circuit, init: str | None, seed: int | None) -> list[np.ndarray]:
     """Raw parameters (in the circuit's output order) from a checkpoint file or ``init_params(seed)``."""
     names, wires = circuit.output_names, circuit.output_wires
+    if init is not None and not os.path.exists(init):
+        raise _usage(f"{init}: no such checkpoint")
     if init is not None:
         try:
             return B.load_params(init, names, [w.shape for w in wires], circuit.dtype)
@@ -119,11 +127,11 @@ def _refuse_large_setup(a, circuit) -> None:
 
 def _prove(a) -> int:
     if a.steps < 1:
-        raise _fail(f"--steps must be at least 1, got {a.steps}")
+        raise _usage(f"--steps must be at least 1, got {a.steps}")
     if a.private:
         return _prove_private(a)
     if a.workers is not None or a.scheduler is not None:
-        raise _fail("--workers and --scheduler prove the steps of a --private run on Dask")
+        raise _usage("--workers and --scheduler prove the steps of a --private run on Dask")
     with _Phase("compile"):
         spec, step, circuit, opts = _setup(a)
     print(f"public statement: {circuit.statement()}")
@@ -140,7 +148,10 @@ def _prove(a) -> int:
     batches = itertools.chain([first_batch], batches)
     os.makedirs(a.out, exist_ok=True)
     for k in range(a.steps):
-        x, y = next(batches)
+        try:
+            x, y = modelfile.check_batch(step, next(batches), k, a.script)
+        except modelfile.ModelFileError as e:
+            raise _fail(str(e)) from None
         with _Phase(f"witness {k}"):
             wit = circuit.witness(params, x, y)
             circuit.assert_satisfied(wit)
@@ -170,7 +181,7 @@ def _elements(text: str, what: str) -> tuple:
     """``E1,E2,E3,E4``: a digest of four canonical field elements, in decimal."""
     parts = text.split(",")
     if len(parts) != 4 or not all(x.isdigit() and int(x) < LIGERO51.p for x in parts):
-        raise _fail(f"{what} must be four field elements in [0, p) separated by commas, as zk prove printed it")
+        raise _usage(f"{what} must be four field elements in [0, p) separated by commas, as zk prove printed it")
     return tuple(int(x) for x in parts)
 
 
@@ -189,17 +200,18 @@ def _dataset(spec, step, script):
 def _prove_private(a) -> int:
     from .run import prove_run
     if a.system != "ligero":
-        raise _fail("a --private run is proved by the native prover: use --system ligero")
+        raise _usage("a --private run is proved by the native prover: use --system ligero")
     if a.workers is not None and a.scheduler is not None:
-        raise _fail("--workers starts a local Dask cluster and --scheduler uses an existing one: name one of them")
+        raise _usage("--workers starts a local Dask cluster and --scheduler uses an existing one: name one of them")
     if a.workers is not None and a.workers < 1:
-        raise _fail(f"--workers must be at least 1, got {a.workers}")
+        raise _usage(f"--workers must be at least 1, got {a.workers}")
     with _Phase("compile"):
         spec, step, circuit, _ = _setup(a)
     with _Phase("commit the dataset"):
         data = _dataset(spec, step, a.script)
     try:
-        batches = list(itertools.islice(modelfile.batches(spec, a.seed, a.script), a.steps))
+        batches = [modelfile.check_batch(step, b, k, a.script)
+                   for k, b in enumerate(itertools.islice(modelfile.batches(spec, a.seed, a.script), a.steps))]
     except modelfile.ModelFileError as e:
         raise _fail(str(e)) from None
     names = circuit.output_names
@@ -226,7 +238,7 @@ def _prove_private(a) -> int:
 def _verify_private(a) -> int:
     from .run import DataCommitment, Run, check_run
     if a.c0 is None:
-        raise _fail("name the commitment the run starts from, which you trust: --c0 E1,E2,E3,E4")
+        raise _usage("name the commitment the run starts from, which you trust: --c0 E1,E2,E3,E4")
     c0 = _elements(a.c0, "--c0")
     try:
         run = Run.load(a.proofs)
@@ -236,7 +248,7 @@ def _verify_private(a) -> int:
         spec, step, _, _ = _setup(a)
     if a.data_root is not None:
         if a.data_rows is None:
-            raise _fail("--data-root needs --data-rows (the number of rows the root commits to)")
+            raise _usage("--data-root needs --data-rows (the number of rows the root commits to)")
         d = DataCommitment(_elements(a.data_root, "--data-root"), a.data_rows)
     else:
         with _Phase("commit the dataset of the model file"):
@@ -273,11 +285,13 @@ def _check_step(path: str, system: str, circuit, keys: dict):
 
 def _verify(a) -> int:
     if a.steps is not None and a.steps < 1:
-        raise _fail(f"--steps must be at least 1, got {a.steps}")
+        raise _usage(f"--steps must be at least 1, got {a.steps}")
+    if not os.path.exists(a.proofs):
+        raise _usage(f"{a.proofs}: not a proof directory (zk prove --out writes one)")
     if a.private:
         return _verify_private(a)
     if (a.init is None) == (a.init_seed is None):
-        raise _fail("name the parameters the run starts from, which the verifier trusts: --init FILE.npz "
+        raise _usage("name the parameters the run starts from, which the verifier trusts: --init FILE.npz "
                     "(a checkpoint) or --init-seed N (step.init_params(N))")
     try:
         bundle = B.read(a.proofs, a.system, SYSTEMS)
