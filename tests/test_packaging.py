@@ -41,7 +41,8 @@ for name, m in sorted(sys.modules.items()):
 def _source_packages() -> dict[str, list[str]]:
     """Every package folder of the source tree (it has an ``__init__.py``) -> its modules' paths in a wheel."""
     out = {}
-    for root, name in (("circuitgrad", "circuitgrad"), ("backends", "circuitgrad/backends")):
+    for root, name in (("circuitgrad", "circuitgrad"), ("backends", "circuitgrad/backends"),
+                       ("examples", "circuitgrad/examples")):
         for folder, _, files in os.walk(os.path.join(ROOT, root)):
             if "__init__.py" in files:
                 dest = name + folder[len(os.path.join(ROOT, root)):].replace(os.sep, "/")
@@ -58,7 +59,7 @@ def test_wheel_ships_every_package_and_runs_from_a_fresh_environment(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     packages = _source_packages()
-    assert len(packages) >= 6                                    # circuitgrad, backends, gpu, fpga, zk, zk.ligero
+    assert len(packages) >= 7                      # circuitgrad, backends, gpu, fpga, zk, zk.ligero, examples
     for folder, modules in packages.items():
         missing = [m for m in modules if m not in names]
         assert not missing, f"{os.path.relpath(folder, ROOT)} is not fully in the wheel: {missing}"
@@ -91,6 +92,20 @@ def test_wheel_ships_every_package_and_runs_from_a_fresh_environment(tmp_path):
     assert "circuitgrad.backends.zk.ligero" in loaded
     for name, path in loaded.items():                           # the installed copy, not the checkout
         assert os.path.realpath(path).startswith(os.path.realpath(purelib) + os.sep), (name, path)
+
+    # the README's commands name the examples by short name: the model files ship in the wheel
+    installed = os.path.join(purelib, "circuitgrad", "examples")
+    for args, first in ((["show", "tinygpt", "--option", "d=8", "--option", "heads=2", "--option", "layers=1",
+                          "--option", "seq=4", "--batch", "1"],
+                         "# gpt(B=1,S=4,vocab=96,d=8,heads=2,layers=1,softmax): the training step compiled for float32"),
+                        (["cost", "iris", "--target", "fpga", "--batch", "2"], "step on fpga (ecp5-85k)")):
+        res = subprocess.run([str(bindir / "circuitgrad"), *args], cwd=run, env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.splitlines()[0].startswith(first), res.stdout
+    res = subprocess.run([python, "-c", "from circuitgrad import modelfile; print(modelfile.resolve('iris'))"],
+                         cwd=run, env=env, capture_output=True, text=True, check=True)
+    assert os.path.realpath(res.stdout.strip()) == os.path.realpath(os.path.join(installed, "iris.py"))
 
 
 def test_cli_info(capsys):
