@@ -45,3 +45,41 @@ def test_readme_performance_figures_come_from_benchmarks():
 def test_readme_commands_do_not_write_into_build():
     """setuptools builds in build/; the README's commands write to out/ and proofs/."""
     assert "build/" not in _read("README.md")
+
+
+def _template() -> str:
+    """The README's model-file template: the Python block of the model-files section."""
+    section = _read("README.md").split("\n## Model files: what the command-line tools build\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", section, re.S) if "def model(" in b]
+    return block
+
+
+@pytest.mark.slow
+def test_readme_model_file_template_works_with_every_command_private_runs_included(tmp_path, capsys, monkeypatch):
+    """Issue 27 item 6: the template as printed, saved as a file, is a model file for cost, draw, show,
+    fpga simulate and zk prove/verify --private (it defines dataset=, which a private run commits to)."""
+    pytest.importorskip("sklearn")
+    from circuitgrad.cli import main
+    monkeypatch.chdir(tmp_path)
+    open("mymodel.py", "w", encoding="utf-8").write(_template())
+    small = ["--batch", "2", "--hidden", "2"]
+    assert main(["cost", "mymodel.py", *small, "--target", "gpu"]) == 0
+    assert main(["draw", "mymodel.py", *small, "--step", "-o", "step.svg"]) == 0
+    assert main(["show", "mymodel.py", *small]) == 0
+    assert main(["fpga", "simulate", "mymodel.py", *small, "--steps", "1"]) == 0
+    assert "bit-exact with the interpreter: True" in capsys.readouterr().out
+    assert main(["zk", "prove", "mymodel.py", *small, "--private", "--workers", "1", "--steps", "1",
+                 "--out", "run"]) == 0
+    out = capsys.readouterr().out
+    assert "dataset: 112 rows, root " in out
+    c0 = next(line.split()[-1] for line in out.splitlines() if line.startswith("starting commitment c0 "))
+    assert main(["zk", "verify", "mymodel.py", "run", *small, "--private", "--c0", c0]) == 0
+    assert "all 1 proofs verify and chain" in capsys.readouterr().out
+
+
+def test_readme_states_the_cli_conventions():
+    section = _read("README.md").split("\n## CLI conventions\n", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ")}
+    assert {"0", "1", "2"} <= set(rows)
+    assert "usage" in rows["2"] and "verification failed" in rows["1"]
