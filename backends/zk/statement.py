@@ -18,6 +18,12 @@ depends on:
 so a proof bound to the digest is bound to every item above.
 :func:`params_sha256` names a set of parameters (raw fixed-point values) by
 one hash, as the verifier prints for the first and last parameters of a run.
+
+A proof's statement also names the soundness analysis its parameters were chosen for
+(:func:`with_soundness`): the default (Longfellow) analysis adds nothing, so those statements are
+the circuit's own, as before; ``"classic"`` appends a clause naming the classic Ligero bound.
+:func:`soundness_of` reads the claim back, and the verifier refuses a claim weaker than the one it
+requires.
 """
 from __future__ import annotations
 
@@ -31,7 +37,8 @@ import numpy as np
 from circuitgrad.fixedpoint import const
 from circuitgrad.schedule import Program
 
-__all__ = ["describe", "render", "digest", "program_sha256", "params_sha256", "TARGETS"]
+__all__ = ["describe", "render", "digest", "program_sha256", "params_sha256", "with_soundness", "soundness_of",
+           "TARGETS"]
 
 #: what ``zk.compile(..., targets=...)`` may constrain the targets ``y`` to
 TARGETS = ("one-hot", "any")
@@ -154,3 +161,19 @@ def params_sha256(names: Sequence[str], arrays: Sequence[np.ndarray]) -> str:
         h.update(json.dumps([n, list(a.shape)]).encode())
         h.update(np.ascontiguousarray(a, dtype="<i8").tobytes())
     return h.hexdigest()
+
+
+_CLAIMS = {"classic": "; Ligero parameters meet the classic soundness bound (Ames et al., CCS 2017)"}
+
+
+def with_soundness(statement: str, soundness: str) -> str:
+    """The statement a proof makes: the circuit's ``statement`` and the soundness analysis (see
+    ``ligero.params.SOUNDNESS``) its parameters meet; the default analysis adds nothing."""
+    from .ligero.params import check_soundness
+    return statement + _CLAIMS.get(check_soundness(soundness), "")
+
+
+def soundness_of(claimed: str, statement: str) -> str | None:
+    """The soundness analysis for which ``with_soundness(statement, ·)`` is ``claimed``, or None."""
+    from .ligero.params import SOUNDNESS
+    return next((s for s in SOUNDNESS if with_soundness(statement, s) == claimed), None)

@@ -7,7 +7,9 @@ coset ``3·⟨ω_n⟩``. The Reed–Solomon code has length ``n``, dimension ``K
 and distance ``d = n − K + 1``. The verifier opens ``t`` columns, and every
 test runs ``σ`` times with independent challenges.
 
-See :func:`soundness_bits` for the bound and ``docs/ZK.md`` for its sources.
+See :func:`soundness_bits` for the bounds and ``docs/ZK.md`` for their sources. Two analyses are
+offered (:data:`SOUNDNESS`): ``"longfellow"`` (the default, :func:`round_errors`) and the more
+conservative ``"classic"`` one of the Ligero paper (:func:`classic_error`).
 """
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ import numpy as np
 from ..r1cs import TABLE_BITS
 from . import gf
 
-__all__ = ["Params", "soundness_bits", "round_errors", "lookup_error", "lookup_sigma", "choose", "proof_bytes",
-           "TARGET_BITS", "HASH_BITS", "TABLE"]
+__all__ = ["Params", "soundness_bits", "round_errors", "classic_error", "lookup_error", "lookup_sigma", "choose",
+           "proof_bytes", "check_soundness", "TARGET_BITS", "HASH_BITS", "TABLE", "SOUNDNESS", "DEFAULT_SOUNDNESS"]
 
 #: entries of the lookup table ``[0, 2^TABLE_BITS)``
 TABLE = 1 << TABLE_BITS
@@ -30,6 +32,19 @@ TARGET_BITS = 100
 #: the largest codeword the verifier accepts (keeps a hostile proof file from demanding huge memory)
 MAX_N = 1 << 22
 
+#: the soundness analyses a proof may claim: ``"longfellow"`` (Cascudo et al. 2025, the default) and
+#: ``"classic"`` (Ames et al., CCS 2017: more columns for the same target)
+SOUNDNESS = ("longfellow", "classic")
+DEFAULT_SOUNDNESS = "longfellow"
+
+
+def check_soundness(name) -> str:
+    """``name`` if it names a soundness analysis of :data:`SOUNDNESS`, else ValueError."""
+    if not isinstance(name, str) or name not in SOUNDNESS:
+        raise ValueError(f"unknown soundness bound {name!r}: choose 'longfellow' (the default: Cascudo et al. "
+                         f"2025) or 'classic' (Ames et al. 2017, more conservative)")
+    return name
+
 
 @dataclass(frozen=True)
 class Params:
@@ -38,6 +53,7 @@ class Params:
     n: int          # codeword length (a power of two)
     sigma: int      # repetitions of each test
     lookup_sigma: int = 0   # independent logUp challenges (0: the circuit has no lookups)
+    soundness: str = DEFAULT_SOUNDNESS   # the analysis the parameters are chosen for (SOUNDNESS)
 
     @property
     def K(self) -> int:
@@ -70,6 +86,7 @@ class Params:
             raise ValueError(f"Ligero parameter sigma={self.sigma} must be at least 1")
         if self.lookup_sigma < 0:
             raise ValueError(f"Ligero parameter lookup_sigma={self.lookup_sigma} must not be negative")
+        check_soundness(self.soundness)
         if self.t > self.k:
             raise ValueError(f"Ligero parameters k={self.k}, t={self.t}: the masking coefficients (t) must not "
                              f"outnumber the message values (k)")
@@ -112,6 +129,52 @@ def round_errors(p: Params, field_bits: float = math.log2(gf.P)) -> tuple[float,
     return e1, e2
 
 
+def _log_ratios(a: np.ndarray, n: int, t: int) -> np.ndarray:
+    """:func:`_log_ratio` for an array of set sizes ``a`` (clipped to ``n``: a probability is at most 1)."""
+    from scipy.special import gammaln
+    a = np.minimum(np.asarray(a, dtype=np.float64), n)
+    out = (gammaln(a + 1) - gammaln(np.maximum(a - t, 0) + 1) - math.lgamma(n + 1) + math.lgamma(n - t + 1)) / math.log(2)
+    return np.where(a < t, -np.inf, out)
+
+
+def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int = 0) -> tuple[float, int]:
+    """``log2`` of the soundness error by the classic Ligero analysis, and the distance ``e`` that gives it.
+
+    Ames, Hazay, Ishai, Venkitasubramaniam, *Ligero: Lightweight Sublinear Arguments Without a
+    Trusted Setup*, CCS 2017, §4: the interleaved-code test (Lemma 4.2: for any linear code of
+    distance ``d`` and any ``e < d/4``, a random combination of rows of a matrix ``e``-far from the
+    interleaved code is ``e``-close to the code with probability at most ``(e + 1)/|F|``), the tests of
+    linear and quadratic constraints, and their union bound. In this protocol's notation (code
+    dimension ``K = k + t``, length ``n``, ``d = n − K + 1``; the linear-test polynomial has degree
+    below ``K + k − 1``, the quadratic one below ``2K − 1``)::
+
+        ε(e) = ((e + 1)/|F|)^σ + 2·(1/|F|)^σ                       proximity, linear, quadratic challenges
+             + C(n − e, t)/C(n, t)                                 the opened columns miss every error
+             + C(e + K + k, t)/C(n, t) + C(e + 2K, t)/C(n, t)      a wrong test polynomial matches them
+             + ε_L                                                 logUp (:func:`lookup_error`)
+
+    minimised over the integers ``0 ≤ e < d/4``. The paper writes ``(1 − e/n)^t`` and
+    ``((e + 2K)/n)^t`` for the column terms; ``C(a, t)/C(n, t)`` is the exact chance that ``t``
+    *distinct* random columns (what the verifier opens) all fall in a set of ``a``, and is smaller.
+    Independent challenges multiply, so σ repetitions raise the field terms to the power σ.
+    Nothing in it is specific to Reed–Solomon codes, and it assumes no proximity-gap conjecture.
+    """
+    n, K, k, t, sg = p.n, p.K, p.k, p.t, p.sigma
+    d = n - K + 1
+    if d < 1:
+        return 0.0, 0
+    e = np.arange(0, (d - 1) // 4 + 1)
+    field = sg * (np.log2(e + 1.0) - field_bits)
+    other = 1 + (-sg * field_bits)
+    terms = [field, np.full(e.shape, other), _log_ratios(n - e, n, t), _log_ratios(e + K + k, n, t),
+             _log_ratios(e + 2 * K, n, t)]
+    if lookups:
+        terms.append(np.full(e.shape, lookup_error(lookups, p.lookup_sigma, field_bits)))
+    total = np.logaddexp2.reduce(np.stack(terms), axis=0)
+    i = int(np.argmin(total))
+    return min(0.0, float(total[i])), int(e[i])
+
+
 def lookup_error(lookups: int, sigma: int, field_bits: float = math.log2(gf.P)) -> float:
     """``log2`` of the logUp round's soundness error: ``((N + |T|)/|F|)^σ_L`` (−∞ without lookups).
 
@@ -135,18 +198,24 @@ def lookup_sigma(lookups: int, target_bits: float = 100, field_bits: float = mat
 
 
 def soundness_bits(p: Params, field_bits: float = math.log2(gf.P), hash_bits: int = HASH_BITS,
-                   lookups: int = 0) -> float:
+                   lookups: int = 0, soundness: str | None = None) -> float:
     """Security level λ of the non-interactive argument, in bits (``lookups``: the circuit's count).
 
-    ``ε_K = max(ε₁, ε₂, ε_L)`` (:func:`round_errors`, :func:`lookup_error`) is the round-by-round
-    knowledge error; a circuit with lookups and ``lookup_sigma = 0`` has no sound argument (λ = 0). Fiat–Shamir
+    ``soundness`` names the analysis (default: the one the parameters were chosen for,
+    ``p.soundness``). ``"longfellow"``: ``ε_K = max(ε₁, ε₂, ε_L)`` (:func:`round_errors`,
+    :func:`lookup_error`) is the round-by-round knowledge error. ``"classic"``: ``ε_K`` is the union
+    bound of :func:`classic_error`, which bounds every round's error too. A circuit with lookups and
+    ``lookup_sigma = 0`` has no sound argument (λ = 0). Fiat–Shamir
     with a ``κ``-bit random oracle then gives ``ε(T) ≤ T·ε_K + 4.5·T²/2^κ`` for a prover making
     ``T`` hash queries (ibid., Thm 5.1). λ is the largest value with
     ``ε_K + 4.5·2^(λ−κ) ≤ 2^−λ``: a prover needs ``2^λ`` work per unit of success probability.
     """
     if lookups and p.lookup_sigma < 1:
         return 0.0
-    eK = max(*round_errors(p, field_bits), lookup_error(lookups, p.lookup_sigma, field_bits))
+    if check_soundness(p.soundness if soundness is None else soundness) == "classic":
+        eK = classic_error(p, field_bits, lookups)[0]
+    else:
+        eK = max(*round_errors(p, field_bits), lookup_error(lookups, p.lookup_sigma, field_bits))
     lo, hi = 0.0, min(-eK, float(hash_bits))
     for _ in range(80):
         lam = (lo + hi) / 2
@@ -170,32 +239,49 @@ def proof_bytes(p: Params, n_wires: int, n_constraints: int, lookups: int = 0) -
 
 
 def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, sigma: int | None = None,
-           blowup: int = 4, lookups: int = 0) -> Params:
-    """Parameters meeting ``target_bits`` with the smallest estimated proof.
+           blowup: int | None = None, lookups: int = 0, soundness: str = DEFAULT_SOUNDNESS) -> Params:
+    """Parameters meeting ``target_bits`` under the ``soundness`` analysis with the smallest estimated proof.
 
-    ``k`` ranges over powers of two and ``n = blowup·k``. ``t`` is the smallest number
-    of opened columns that reaches the target, and ``σ`` (unless given) the smallest
-    repetition count that makes the field terms reach it.
+    ``k`` ranges over powers of two and ``n = blowup·k`` (default: 4 for ``"longfellow"``; 4 or 8,
+    whichever gives the smaller proof, for ``"classic"``). ``t`` is the smallest number of opened
+    columns that reaches the target, and ``σ`` (unless given) the smallest repetition count that
+    makes the field terms reach it.
     """
+    check_soundness(soundness)
     fb = math.log2(gf.P)
+    blowups = (blowup,) if blowup is not None else (4,) if soundness == "longfellow" else (4, 8)
     best = None
     for logk in range(5, 15):
         k = 1 << logk
-        n = blowup * k
-        pr = None
-        for t in range(8, n // 2):
-            if 2 * (k + t) - 1 > n:
-                break
+        for b in blowups:
+            n = b * k
             s = sigma or max(1, math.ceil((target_bits + 1) / (fb - math.log2(n + 2))))
-            cand = Params(k, t, n, s, lookup_sigma(lookups, target_bits))
-            if soundness_bits(cand, lookups=lookups) >= target_bits:
-                pr = cand
-                break
-        if pr is None:
-            continue
-        cost = proof_bytes(pr, n_wires, n_constraints, lookups)
-        if best is None or cost < best[0]:
-            best = (cost, pr)
+
+            def params(t: int) -> Params:
+                return Params(k, t, n, s, lookup_sigma(lookups, target_bits), soundness)
+
+            def meets(t: int) -> bool:
+                return soundness_bits(params(t), lookups=lookups) >= target_bits
+            top = min(k, (n + 1) // 2 - k, n // 2 - 1)       # t ≤ k, and 2K − 1 ≤ n
+            if top < 8:
+                continue
+            if soundness == "longfellow":
+                t = next((t for t in range(8, top + 1) if meets(t)), None)
+            else:                                           # a bisection: each evaluation scans every e
+                t = None
+                if meets(top):
+                    lo, hi = 8, top
+                    while lo < hi:
+                        mid = (lo + hi) // 2
+                        lo, hi = (lo, mid) if meets(mid) else (mid + 1, hi)
+                    t = lo
+            if t is None:
+                continue
+            pr = params(t)
+            cost = proof_bytes(pr, n_wires, n_constraints, lookups)
+            if best is None or cost < best[0]:
+                best = (cost, pr)
     if best is None:
-        raise ValueError(f"no Ligero parameters reach {target_bits} bits with blowup {blowup}")
+        raise ValueError(f"no Ligero parameters reach {target_bits} bits by the {soundness} bound"
+                         + (f" with blowup {blowup}" if blowup is not None else ""))
     return best[1]
