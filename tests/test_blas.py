@@ -3,25 +3,27 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _tolerance import assert_matmul_close, assert_sums_close
 
 from circuitgrad import blas
 
 
-@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
-def test_matmul_layouts(dtype, tol, ta, tb, rng):
+def test_matmul_layouts(dtype, ta, tb, rng):
     a = rng.normal(size=(7, 5) if not ta else (5, 7)).astype(dtype)
     b = rng.normal(size=(5, 3) if not tb else (3, 5)).astype(dtype)
     a, b = (a.T if ta else a), (b.T if tb else b)
     got = blas.matmul(a, b)
     assert got.dtype == dtype and got.flags.c_contiguous
-    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=tol, atol=tol)
+    # dot products of length 5 rounded in dtype, against float64: within 2·γ₅(dtype)·(|a|@|b|)
+    assert_matmul_close(got, a.astype(np.float64) @ b.astype(np.float64), a, b, dtype=dtype)
 
 
 def test_matmul_falls_back_for_strided_and_int(rng):
     a = rng.normal(size=(8, 10))[:, ::2]                 # neither C- nor F-contiguous
     b = rng.normal(size=(5, 4))
-    np.testing.assert_allclose(blas.matmul(a, b), a @ b, rtol=1e-12)
+    np.testing.assert_array_equal(blas.matmul(a, b), a @ b)         # the fallback is np.matmul itself
     i = np.arange(6).reshape(2, 3)
     assert np.array_equal(blas.matmul(i, i.T), i @ i.T)
     assert blas.matmul(np.zeros((0, 3)), np.zeros((3, 2))).shape == (0, 2)
@@ -31,20 +33,20 @@ def test_name_reports_the_gemm_in_use():
     assert blas.name() == "numpy" or blas.name().startswith("mkl (libmkl_rt")
 
 
-@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("transpose", [False, True])
-def test_matvec(dtype, tol, transpose, rng):
+def test_matvec(dtype, transpose, rng):
     a = rng.normal(size=(7, 5)).astype(dtype)
     v = rng.normal(size=7 if transpose else 5).astype(dtype)
     got = blas.matvec(a, v, transpose=transpose)
     want = (a.T if transpose else a).astype(np.float64) @ v.astype(np.float64)
     assert got.dtype == dtype and got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    assert_matmul_close(got, want, a.T if transpose else a, v, dtype=dtype)     # length 7 or 5, in dtype
 
 
 def test_matvec_falls_back_and_checks_shapes(rng):
     a = rng.normal(size=(6, 8))[:, ::2]                  # not C-contiguous: NumPy
-    np.testing.assert_allclose(blas.matvec(a, np.ones(4)), a.sum(axis=1), rtol=1e-12)
+    assert_sums_close(blas.matvec(a, np.ones(4)), a.sum(axis=1), 4, np.abs(a).sum(axis=1))    # np.dot vs sum
     if blas.name() != "numpy":
         with pytest.raises(ValueError) as e:
             blas.matvec(np.ones((3, 4)), np.ones(3))
@@ -59,7 +61,9 @@ def test_sums_over_leading_and_trailing_axes(rng):
     xt = x.transpose(1, 0, 2)                           # strided: NumPy's sum, exactly
     for axes, shape in (((0,), (4, 5)), ((0, 1), (5,)), ((2,), (3, 4, 1)), ((1, 2), (3, 1, 1)), ((0, 1, 2), ()),
                         ((0, 2), (4,)), ((1,), (3, 1, 5))):
-        np.testing.assert_allclose(sum_axes(x, axes, shape), x.sum(axis=axes).reshape(shape), rtol=1e-12)
+        n = int(np.prod([x.shape[a] for a in axes]))          # GEMV(s) with ones vs NumPy's pairwise sum
+        assert_sums_close(sum_axes(x, axes, shape), x.sum(axis=axes).reshape(shape), n,
+                          np.abs(x).sum(axis=axes).reshape(shape))
         want = xt.sum(axis=axes, keepdims=True)
         np.testing.assert_array_equal(sum_axes(xt, axes, want.shape), want)
     i = np.arange(24).reshape(2, 3, 4)
