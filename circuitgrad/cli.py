@@ -1,7 +1,7 @@
 """The ``circuitgrad`` command line.
 
     circuitgrad info                       version, primitives, backends
-    circuitgrad show examples/iris.py      the generated step code of an example's model
+    circuitgrad show examples/iris.py      the generated code of a model file's training step
     circuitgrad zk prove examples/iris.py --steps 1 --out proofs/
     circuitgrad zk verify examples/iris.py proofs/ --init-seed 0
     circuitgrad fpga synth examples/iris.py --target ice40-up5k
@@ -9,8 +9,13 @@
     circuitgrad draw examples/tinygpt.py -o gpt.svg [--step] [--expand attention]
     circuitgrad cost examples/tinygpt.py --target cpu|gpu|fpga|zk [--device h100] [--macs 4]
 
-``zk``, ``fpga``, ``draw`` and ``cost`` take a model file (:mod:`circuitgrad.modelfile`): ``model(**options)`` returns
-what the script trains; ``--batch``, ``--hidden``, ``--lr`` and ``--option KEY=VALUE`` reach it.
+``zk``, ``fpga``, ``draw``, ``cost`` and ``show`` take a model file (:mod:`circuitgrad.modelfile`), or an example's
+short name (``tinygpt``, ``iris``): ``model(**options)`` returns what the script trains; ``--batch``, ``--hidden``,
+``--lr`` and ``--option KEY=VALUE`` reach it. The file is imported as a module, never run as ``__main__``.
+
+An error is one line on stderr. The exit status is 2 for a wrong command line (:class:`UsageError`: a bad flag,
+argument or option value, a file that does not exist) and 1 for a failure (a model file that does not load, a
+model that does not compile, a bad data batch, a proof that does not verify); see the README's CLI conventions.
 """
 from __future__ import annotations
 

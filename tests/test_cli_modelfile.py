@@ -254,6 +254,8 @@ def test_exit_status_of_tool_specific_usage_errors(tmp_path):
     for args, line in ((["zk", "prove", good, "--steps", "0"], "zk: --steps must be at least 1, got 0"),
                        (["zk", "verify", good, str(tmp_path / "none")],
                         f"zk: {tmp_path / 'none'}: not a proof directory (zk prove --out writes one)"),
+                       (["zk", "prove", good, "--ptau", str(tmp_path / "none.ptau")],
+                        f"zk: --ptau {tmp_path / 'none.ptau'}: no such file"),
                        (["fpga", "simulate", good, "--steps", "0"], "fpga: --steps must be at least 1, got 0"),
                        (["fpga", "simulate", good, "--macs", "0"], "fpga: --macs must be at least 1, got 0"),
                        (["cost", good, "--target", "gpu", "--device", "a100"],

@@ -86,6 +86,10 @@ class _Phase:
 def _setup(a):
     """The model file's spec, compiled step and circuit for the options in ``a``, and those options resolved."""
     from circuitgrad.cli import load_model
+    for flag in ("ptau", "vkey", "zkey"):          # files the command line names: a missing one is a usage error
+        path = getattr(a, flag, None)
+        if path is not None and not os.path.exists(path):
+            raise _usage(f"--{flag} {path}: no such file")
     try:
         spec, dtype = load_model(a, cg.fixed(16, 8) if a.system == "ligero" else cg.fixed(32, 16))
         step = spec.compile(dtype=dtype)
