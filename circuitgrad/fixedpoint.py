@@ -122,8 +122,19 @@ def rescale(p, frac: int):
 
 
 def quantize(x, dt: Fixed, what: str = "input") -> np.ndarray:
-    """Float array → raw fixed-point int64 array (round half up, range-checked)."""
+    """Float array → raw fixed-point int64 array (round half up, range-checked).
+
+    NaN and ±inf have no fixed-point value: they raise ``ValueError`` naming how many there are and
+    where the first is.  A finite value out of range raises :class:`FixedPointOverflow`."""
     x = np.asarray(x, dtype=np.float64)
+    bad = ~np.isfinite(x)
+    if bad.any() and x.ndim == 0:
+        raise ValueError(f"{what} must be finite, got {float(x)} ({dt} represents only finite numbers)")
+    if bad.any():
+        k, i = int(bad.sum()), tuple(int(j) for j in np.argwhere(bad)[0])
+        raise ValueError(f"{what} must be finite, got {k} NaN or infinite value{'s' if k != 1 else ''} of {x.size}, "
+                         f"the first {float(x[i])} at index {i[0] if x.ndim == 1 else i} "
+                         f"({dt} represents only finite numbers)")
     v = np.floor(x * (1 << dt.frac) + 0.5)
     if v.size and (v.min() < dt.lo or v.max() > dt.hi):
         raise FixedPointOverflow(f"{what}: values in [{x.min():.6g}, {x.max():.6g}] do not fit in {dt} "
