@@ -497,10 +497,32 @@ def clip_grad_norm(optimizer: Optimizer, max_norm: float = 1.0) -> ClipGradNorm:
     return ClipGradNorm(f"clip_grad_norm({getattr(optimizer, 'name', optimizer)},{max_norm})",
                         getattr(optimizer, "lr", 1.0), 0.0, optimizer, max_norm)
 
-def set_learning_rate(params: dict, lr: float) -> dict:
-    """``params`` with Adam's learning rate ``adam/lr`` set to ``lr`` (same dtype): a schedule, no recompile."""
+def set_learning_rate(params: dict, lr: float, dtype: Dtype | None = None) -> dict:
+    """``params`` with Adam's learning rate ``adam/lr`` set to ``lr`` (same dtype): a schedule, no recompile.
+
+    ``lr`` is checked as the optimizers check theirs: a number (``TypeError`` otherwise), finite and
+    > 0 (``ValueError``), and not rounding to 0 in the parameters' dtype.  A fixed-point model keeps the
+    rate as a raw integer: pass its ``dtype`` (``cg.fixed(w, f)``, the step's ``dtype``) to quantize ``lr``.
+    """
+    lr = _rate("set_learning_rate", "learning rate lr", lr)
     if "adam/lr" not in params:
         raise KeyError("set_learning_rate: params hold no 'adam/lr' (only nn.adam and nn.adamw keep the rate as "
                        "state; other optimizers' rates are constants of the compiled step)")
     old = np.asarray(params["adam/lr"])
-    return {**params, "adam/lr": np.asarray(lr, dtype=old.dtype)}
+    if np.issubdtype(old.dtype, np.integer):
+        from .fixedpoint import FixedPointOverflow, const
+        from .types import Fixed
+        if not isinstance(dtype, Fixed):
+            raise TypeError(f"set_learning_rate: params['adam/lr'] is a raw fixed-point integer ({old.dtype}); pass "
+                            f"the model's format to quantize lr, e.g. dtype=step.dtype, got dtype={dtype!r}")
+        try:
+            raw = const(lr, dtype, "set_learning_rate: learning rate lr")
+        except FixedPointOverflow as e:
+            raise ValueError(str(e)) from None
+        return {**params, "adam/lr": np.asarray(raw, dtype=old.dtype)}
+    with np.errstate(over="ignore"):
+        new = np.asarray(lr, dtype=old.dtype)
+    if not (np.isfinite(new) and new > 0):
+        raise ValueError(f"set_learning_rate: learning rate lr {lr!r} becomes {float(new)!r} in {old.dtype}, "
+                         f"the dtype of params['adam/lr']")
+    return {**params, "adam/lr": new}
