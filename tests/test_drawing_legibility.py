@@ -10,6 +10,8 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad.drawing import circuit, draw
+from circuitgrad.drawing.layout import LABEL
+from circuitgrad.drawing.svg import text_box, text_width
 from circuitgrad.primitives import op_of, path_of
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -127,3 +129,144 @@ def test_an_unknown_expand_name_is_refused_with_the_names_there_are():
     draw(step, expand=("sgd", "mse", "dense1"))
     with pytest.raises(ValueError, match="no definition named 'adamw'"):
         draw(step, expand=("adamw",))
+
+
+# ----------------------------------------------------------------------------------- legibility
+def text_boxes(svg: str) -> list[tuple[tuple[float, float, float, float], str]]:
+    """The box of every ``text`` element of an SVG (:func:`circuitgrad.drawing.svg.text_box`: DejaVu
+    Sans advance widths per character, ``ASCENT`` above and ``DESCENT`` below the baseline), ``tspan``
+    runs with their own size and weight."""
+    out = []
+    for t in ET.fromstring(svg).iter(f"{SVG}text"):
+        size, bold = float(t.get("font-size")), t.get("font-weight") == "bold"
+        runs = [(t.text or "", size, bold)]
+        for span in t:
+            runs.append((span.text or "", float(span.get("font-size", size)),
+                         span.get("font-weight", "bold" if bold else "") == "bold"))
+            runs.append((span.tail or "", size, bold))
+        text = "".join(r[0] for r in runs)
+        if not text.strip():
+            continue
+        width = sum(text_width(r, z, b) for r, z, b in runs)
+        size = max(z for r, z, b in runs if r)               # the tallest run sets the line's height
+        x, y, _, h = text_box(float(t.get("x")), float(t.get("y")), "", size)
+        anchor = t.get("text-anchor", "start")
+        x -= width / 2 if anchor == "middle" else width if anchor == "end" else 0.0
+        out.append(((x, y, width, h), text))
+    return out
+
+
+def overlap(a, b, gap: float = 0.0) -> bool:
+    ax, ay, aw, ah = a
+    bx, by, bw, bh = b
+    return ax < bx + bw + gap and bx < ax + aw + gap and ay < by + bh + gap and by < ay + ah + gap
+
+
+def _cnn():
+    return cg.sequential([nn.conv2d(4, 1, 8, 8, 8, kernel=3, padding=1), nn.relu(4, 8, 8, 8),
+                          nn.max_pool2d(4, 8, 8, 8, 2), nn.flatten(4, 8, 4, 4), nn.dense(4, 128, 10)], name="cnn")
+
+
+def _gpt():
+    return nn.gpt(2, 8, 16, d=16, heads=2, layers=2)
+
+
+LEGIBLE = {
+    "mlp": (lambda: nn.mlp(8, [4, 16, 3]), {}),
+    "cnn": (_cnn, {}),
+    "gpt": (_gpt, {}),
+    "gpt_step": (lambda: cg.compile_model(_gpt(), loss=nn.softmax_cross_entropy, optimizer=nn.adamw(3e-3)), {}),
+    "mlp_step": (lambda: cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.mse, optimizer=nn.momentum(0.1)), {}),
+    "block": (lambda: nn.transformer_block(2, 8, 16, heads=2), {"expand": ("attention", "mlp")}),
+    "gpt_step_attention": (lambda: cg.compile_model(nn.gpt(2, 4, 8, d=8, heads=2, layers=1),
+                                                    loss=nn.softmax_cross_entropy, optimizer=nn.adamw(3e-3)),
+                           {"expand": ("attention",)}),
+}
+
+
+@pytest.fixture(scope="module")
+def drawn():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            make, kw = LEGIBLE[name]
+            f = make()
+            cache[name] = (f, kw, draw(f, **kw))
+        return cache[name]
+    return get
+
+
+@pytest.mark.parametrize("name", list(LEGIBLE))
+def test_no_two_text_boxes_overlap(drawn, name):
+    """Every two texts of the picture (names, shapes, broadcast axes, wire labels, frame titles, the
+    legend) are at least 2 px apart."""
+    boxes = text_boxes(drawn(name)[2])
+    assert len(boxes) >= 10
+    bad = [(s, t) for i, (a, s) in enumerate(boxes) for b, t in boxes[i + 1:] if overlap(a, b, gap=2.0)]
+    assert not bad
+
+
+def _points(d: str, step: float = 1.0) -> list[tuple[float, float]]:
+    """Points along SVG path data made of ``M``, ``H`` and ``C`` commands, at most ``step`` apart."""
+    toks = d.replace(",", " ").split()
+    pts, i, x, y = [], 0, 0.0, 0.0
+    while i < len(toks):
+        cmd = toks[i][0]
+        if cmd == "M":
+            x, y = float(toks[i][1:]), float(toks[i + 1])
+            pts.append((x, y))
+            i += 2
+        elif cmd == "H":
+            x1 = float(toks[i][1:])
+            n = max(1, int(abs(x1 - x) / step))
+            pts += [(x + (x1 - x) * k / n, y) for k in range(1, n + 1)]
+            x, i = x1, i + 1
+        elif cmd == "C":
+            c = [float(toks[i][1:])] + [float(v) for v in toks[i + 1:i + 6]]
+            (x1, y1, x2, y2, x3, y3) = c
+            n = max(2, int((abs(x3 - x) + abs(y3 - y)) / step) * 2)
+            for k in range(1, n + 1):
+                u = k / n
+                a, b, cc, dd = (1 - u) ** 3, 3 * u * (1 - u) ** 2, 3 * u * u * (1 - u), u ** 3
+                pts.append((a * x + b * x1 + cc * x2 + dd * x3, a * y + b * y1 + cc * y2 + dd * y3))
+            x, y, i = x3, y3, i + 6
+        else:
+            raise AssertionError(f"unexpected path command {toks[i]!r}")
+    return pts
+
+
+@pytest.mark.parametrize("name", list(LEGIBLE))
+def test_no_wire_runs_under_another_wires_label_or_through_a_node(drawn, name):
+    """A wire's label sits on a straight run of its own wire, clear of every other wire (stroke
+    included): where wires bend and cross there is no label.  No wire runs through a frame's name,
+    nor through a node it does not connect."""
+    f, kw, _ = drawn(name)
+    c, g = geometry(f, kw)
+    wide = [2.5 if w.arrays > 1 else 0.7 for w in c.wires]
+    pts = [[p for d in g.paths[k] for p in _points(d)] for k in range(len(c.wires))]
+
+    def crosses(k: int, box) -> bool:
+        bx, by, bw, bh = box
+        r = wide[k]
+        return any(bx - r < x < bx + bw + r and by - r < y < by + bh + r for x, y in pts[k])
+    texts = [(text_box(x, y, s, LABEL), s, k) for x, y, s, k in g.labels]
+    texts += [(text_box(x + 8, y + 13, c.frames[f].label, 11, bold=True), c.frames[f].label, None)
+              for f, (x, y, w, h) in enumerate(g.frames)]
+    bad = [(s, c.wires[k].label) for box, s, own in texts for k in range(len(c.wires)) if k != own and crosses(k, box)]
+    assert not bad
+    through = [(w.label, c.nodes[n].label) for k, w in enumerate(c.wires) for n, (x, y, nw, nh) in enumerate(g.nodes)
+               if n != w.src and n not in {d for d, _ in w.dsts} and crosses(k, (x + 1, y + 1, nw - 2, nh - 2))]
+    assert not through
+
+
+def geometry(f, kw):
+    from circuitgrad.drawing import parameter_names
+    from circuitgrad.drawing.layout import layout
+    if isinstance(f, cg.CompiledModel):
+        c = circuit(f.programs["step"], "step", expand=kw.get("expand", ()))
+    else:
+        prog = cg.schedule(f)
+        c = circuit(prog, in_names=["x"] * len(prog.inputs), out_names=["y"] * len(prog.outputs),
+                    expand=kw.get("expand", ()), param_names=parameter_names(f))
+    return c, layout(c)

@@ -12,6 +12,10 @@
    what is already there; then parameters and trunks take the free height nearest to theirs.
    A dozen passes, each starting from the last.  No two items of a column overlap.
 
+4. **x**: each column as wide as its widest node, then a straight run as long as the longest wire
+   label leaving it (the labels sit there, each on its own wire), then a band of width ``BEND``
+   where the wires bend and cross: no wire crosses another under a label.
+
 Everything is sorted by explicit keys: the same circuit gives the same geometry.
 """
 from __future__ import annotations
@@ -35,6 +39,8 @@ SWEEPS = 6
 OUTER = 0.2       # weight of a connection leaving the frame, inside a frame
 SIDE = 0.05       # weight of a parameter's pull on a data node
 PASSES = 12
+BEND = 36          # the run of a gap between columns where wires bend (after the labels' straight run)
+LABEL = 10         # wire labels: font size
 
 
 # ------------------------------------------------------------------------------------- geometry
@@ -419,14 +425,18 @@ class _Layout:
         for f in range(F):
             need_l[self.fspan[f][0]] = max(need_l[self.fspan[f][0]], self.lext[f])
             need_r[self.fspan[f][1]] = max(need_r[self.fspan[f][1]], self.rext[f])
+        # the labels' run: right of each column, every wire leaving it runs straight (its label on
+        # it), so that no wire bends or crosses under a label; the bends come after, in BEND
         lab = [0.0] * self.ncols
         for w in c.wires:
             cs = self.col[w.src]
             slack = (self.colw[cs] - self.size[w.src][0]) / 2
-            lab[cs] = max(lab[cs], text_width(w.label, 10) + 10 - slack)
+            lab[cs] = max(lab[cs], text_width(w.label, LABEL) + 10 - slack)
+        self.lab = lab
         for f in sorted(range(F), key=lambda f: -len(self.chain[f])):
             c0, c1 = self.fspan[f]
-            have = sum(self.colw[c0:c1 + 1]) + 40 * (c1 - c0) + self.lext[f] + self.rext[f]
+            have = (sum(self.colw[c0:c1 + 1]) + sum(lab[c0:c1 + 1]) + BEND * (c1 - c0) + self.lext[f]
+                    + self.rext[f])
             want = text_width(c.frames[f].label, 11, True) + 16
             if want > have:
                 self.colw[c1] += want - have
@@ -435,8 +445,9 @@ class _Layout:
         for cc in range(self.ncols):
             self.colx[cc] = x
             if cc + 1 < self.ncols:
-                x += self.colw[cc] + max(lab[cc], 28.0) + need_r[cc] + need_l[cc + 1] + 12
-        self.width = x + self.colw[-1] + need_r[self.ncols - 1] + MARGIN if self.ncols else 2 * MARGIN
+                x += self.colw[cc] + lab[cc] + need_r[cc] + BEND + need_l[cc + 1]
+        self.width = (x + self.colw[-1] + lab[-1] + need_r[self.ncols - 1] + MARGIN if self.ncols
+                      else 2 * MARGIN)
 
     def geometry(self) -> Geometry:
         c = self.c
@@ -449,7 +460,7 @@ class _Layout:
         for f in range(len(c.frames)):
             c0, c1 = self.fspan[f]
             x0 = self.colx[c0] - self.lext[f]
-            x1 = self.colx[c1] + self.colw[c1] + self.rext[f]
+            x1 = self.colx[c1] + self.colw[c1] + self.lab[c1] + self.rext[f]    # its labels inside
             frames.append((x0, self.ftop[f], x1 - x0, self.fheight[f]))
         g = Geometry(self.width, 0.0, rects, [s[2] for s in self.size], frames)
         for k, w in enumerate(c.wires):
@@ -463,8 +474,8 @@ class _Layout:
         """SVG path data of wire ``k``: port to column edge, a Bézier across the gap, on to the port."""
         xl = self.colx.__getitem__
 
-        def xr(cc: int) -> float:
-            return self.colx[cc] + self.colw[cc]
+        def xr(cc: int) -> float:            # where wires leaving column cc start to bend
+            return self.colx[cc] + self.colw[cc] + self.lab[cc]
 
         def conn(x1: float, y1: float, b1: float, b2: float, y2: float, x2: float) -> str:
             dx = (b2 - b1) / 2
@@ -497,7 +508,7 @@ class _Layout:
             else:
                 ty = self.y[("t", t)] + TRUNK / 2
                 paths.append(conn(xr(cd - 1), ty, xr(cd - 1), xl(cd), qy, qx))
-        g.labels.append((px + 4, py - 4, w.label, k))
+        g.labels.append((px + 4, py - (5 if w.arrays > 1 else 4), w.label, k))   # above the wire (a tuple: wider)
         return paths
 
 

@@ -238,13 +238,44 @@ def box_class(prog: Program, instrs: list[int], static: list[bool]) -> tuple[str
 
 
 # ----------------------------------------------------------------------------------- drawing
+#: advance widths of DejaVu Sans (Book and Bold), in thousandths of the font size, of printable ASCII
+#: and the few other characters diagrams use (from the fonts' hmtx tables)
+_GLYPHS = "".join(map(chr, range(32, 127))) + "×Σ·…′ᵀ²³√∘⊗→←∇"
+_WIDTH = dict(zip(_GLYPHS, (
+    318, 401, 460, 838, 636, 950, 780, 275, 390, 390, 500, 838, 318, 361, 318, 337, 636, 636, 636, 636, 636, 636,
+    636, 636, 636, 636, 337, 337, 838, 838, 838, 531, 1000, 684, 686, 698, 770, 632, 575, 775, 752, 295, 295, 656,
+    557, 863, 748, 787, 603, 787, 695, 635, 611, 732, 684, 989, 685, 611, 685, 390, 337, 390, 838, 500, 500, 613,
+    635, 550, 635, 615, 352, 635, 634, 278, 278, 579, 278, 974, 634, 612, 635, 635, 411, 521, 392, 634, 592, 818,
+    592, 592, 525, 636, 337, 636, 838, 838, 632, 318, 1000, 227, 385, 401, 401, 637, 626, 838, 838, 838, 669)))
+_WIDTH_BOLD = dict(zip(_GLYPHS, (
+    348, 456, 521, 838, 696, 1002, 872, 306, 457, 457, 523, 838, 380, 415, 380, 365, 696, 696, 696, 696, 696, 696,
+    696, 696, 696, 696, 400, 400, 838, 838, 838, 580, 1000, 774, 762, 734, 830, 683, 683, 821, 837, 372, 372, 775,
+    637, 995, 837, 850, 733, 850, 770, 720, 682, 812, 774, 1103, 771, 724, 725, 457, 365, 457, 838, 500, 500, 675,
+    716, 593, 716, 678, 435, 716, 712, 343, 343, 665, 343, 1042, 712, 687, 716, 716, 493, 595, 478, 712, 652, 924,
+    645, 652, 582, 712, 365, 712, 838, 838, 683, 380, 1000, 264, 430, 438, 438, 667, 626, 838, 838, 838, 697)))
+#: width of any other character (a wide one: an estimate errs on the side of room)
+_OTHER = 1000
+#: the ink of a line of text reaches this far above and below its baseline, in font sizes (DejaVu Sans:
+#: capitals and digits 0.73, brackets 0.76 above; descenders and brackets 0.24 below)
+ASCENT, DESCENT = 0.76, 0.24
+
+
 def text_width(s: str, size: float, bold: bool = False) -> float:
-    """An estimate of the width of ``s`` in DejaVu Sans at ``size`` px."""
-    w = 0.0
-    for ch in s:
-        w += (0.3 if ch in "il.,:;'|!()[]" else 0.33 if ch == " " else
-              0.78 if ch.isupper() or ch in "mwMW×Σ" else 0.62)
-    return w * size * (1.08 if bold else 1.0)
+    """The width of ``s`` in DejaVu Sans (bold: DejaVu Sans Bold) at ``size`` px: the sum of the
+    characters' advance widths (:data:`_WIDTH`, :data:`_WIDTH_BOLD`; 1 em for a character not listed).
+    The other fonts of :data:`FONT` (Helvetica, Arial) are narrower."""
+    table = _WIDTH_BOLD if bold else _WIDTH
+    return sum(table.get(ch, _OTHER) for ch in s) * size / 1000
+
+
+def text_box(x: float, y: float, s: str, size: float, anchor: str = "start", bold: bool = False
+             ) -> tuple[float, float, float, float]:
+    """``(x, y, w, h)``: the box the text ``s`` drawn at ``(x, y)`` (its baseline, ``text-anchor``
+    ``anchor``) covers: :func:`text_width` wide, from :data:`ASCENT` above to :data:`DESCENT` below the
+    baseline."""
+    w = text_width(s, size, bold)
+    x0 = x - (w / 2 if anchor == "middle" else w if anchor == "end" else 0.0)
+    return x0, y - ASCENT * size, w, (ASCENT + DESCENT) * size
 
 
 def node_size(nd: Node) -> tuple[float, float, float]:
@@ -252,10 +283,11 @@ def node_size(nd: Node) -> tuple[float, float, float]:
     if nd.kind == "copy":
         return 8.0, 8.0, 0.0
     if nd.kind in ("param", "const"):
-        return text_width(nd.label, 11, True) + text_width(nd.sub, 10) + 22, max(22.0, nd.n_out * 14 + 8), 0.0
+        return (text_width(nd.label, 11, True) + text_width(nd.sub, 10) + 22,
+                22.0 if nd.n_out <= 1 else (nd.n_out + 1) * SLOT, 0.0)
     slots = max(nd.n_in, nd.n_out, 1)
-    if nd.kind in ("input", "output"):
-        return text_width(nd.label, 11) + 16, max(22.0, slots * SLOT + 6), 0.0
+    if nd.kind in ("input", "output"):           # ports SLOT apart: room for a wire label between two
+        return text_width(nd.label, 11) + 16, 22.0 if slots == 1 else (slots + 1) * SLOT, 0.0
     w = max(text_width(nd.label, 11, nd.kind == "box"), text_width(nd.sub, 10)) + (26 if nd.kind == "box" else 18)
     body = max(34.0 if nd.sub else 28.0, (slots + 1) * SLOT)
     band = BAND if nd.bcast else 0.0
