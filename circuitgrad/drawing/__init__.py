@@ -521,7 +521,9 @@ def draw(f, path: str | os.PathLike | None = None, expand: Sequence[str] = (), d
     :class:`~circuitgrad.CompiledModel` (its training step: forward, reverse and optimizer) or a
     :class:`~circuitgrad.Program`.  The definitions ``depth`` levels below the root are drawn as
     boxes; a definition named in ``expand`` (its own name, such as ``"attention"``, or its path,
-    such as ``"gpt/block0"``) is drawn as a frame around its parts, ``"*"`` expands everything.
+    such as ``"gpt/block0"``) is drawn as a frame around its parts, ``"*"`` expands everything; a
+    name that matches no definition is a ``ValueError`` that lists the definitions there are.
+    Parameters are named as in the parameter dict of ``cg.compile_model`` (``W0``, ``b0``, …).
     """
     if isinstance(expand, str):
         expand = (expand,)
