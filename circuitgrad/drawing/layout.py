@@ -11,7 +11,6 @@
    the weighted mean height of their neighbours (least squares: pooling adjacent violators), below
    what is already there; then parameters and trunks take the free height nearest to theirs.
    A dozen passes, each starting from the last.  No two items of a column overlap.
-
 4. **x**: each column as wide as its widest node, then a straight run as long as the longest wire
    label leaving it (the labels sit there, each on its own wire), then a band of width ``BEND``
    where the wires bend and cross: no wire crosses another under a label.
