@@ -343,7 +343,7 @@ def test_weak_parameters_are_refused_even_for_an_honest_proof(iris):
     with pytest.raises(ligero.Reject, match=r"^the proof's parameters \(k=2048, t=20, n=8192, σ=1\) give "
                                             r"[\d.]+ bits of soundness, below the required 100$"):
         ligero.check(proof, c, wit.public)
-    assert ligero.verify(proof, c, wit.public, min_bits=0)              # the argument itself is complete
+    assert ligero.verify(proof, c, wit.public, min_bits=0, params=weak)  # the argument itself is complete
     with pytest.raises(ValueError, match=r"exceeds the largest supported codeword"):
         LP.Params(k=1 << 22, t=100, n=1 << 24, sigma=3).validate()
     with pytest.raises(ValueError, match=r"must not outnumber the message values"):

@@ -211,8 +211,9 @@ def test_run_save_load_and_malformed_directories(step, data, run, tmp_path):
         with pytest.raises(BundleError, match=re.escape(msg)):
             zk.Run.load(broken(edit))
     from circuitgrad.backends.zk.formats import FormatError
-    with pytest.raises(FormatError, match="too short to be a circuitgrad Ligero proof"):
-        zk.Run.load(broken(lambda d: (d / "step_001.proof").write_bytes(b"garbage")))
+    garbage = zk.Run.load(broken(lambda d: (d / "step_001.proof").write_bytes(b"garbage")))   # proofs: read when checked
+    with pytest.raises(FormatError, match="step_001.proof: too short to be a circuitgrad Ligero proof"):
+        zk.check_run(garbage, step, c0=run.commitments[0], d=data.commitment)
 
 
 # ------------------------------------------------------------------ Dask: a worker dies mid-run

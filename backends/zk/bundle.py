@@ -21,12 +21,13 @@ import io
 import json
 import os
 import re
+import stat
 import zipfile
 from dataclasses import dataclass
 
 import numpy as np
 
-from .formats import FormatError, printable, read_untrusted
+from .formats import FormatError, json_loads, printable, read_untrusted
 
 __all__ = ["FORMAT", "VERSION", "Bundle", "read", "write_chain", "step_name", "load_params", "BundleError",
            "read_json", "check_fields", "check_step_files"]
@@ -103,7 +104,7 @@ def read(root: str, system: str, systems) -> Bundle:
 def read_json(path: str, limit: int, what: str):
     """The JSON value in the untrusted file ``path`` (at most ``limit`` bytes); :class:`BundleError` if not."""
     try:
-        return json.loads(read_untrusted(path, limit, what).decode("utf-8"))
+        return json_loads(read_untrusted(path, limit, what).decode("utf-8"))
     except FormatError as e:
         raise BundleError(str(e)) from None
     except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
@@ -119,7 +120,7 @@ def check_fields(path: str, d: dict, fields: dict[str, type]) -> None:
 
 
 def check_step_files(root: str, names: list[str], index: str) -> None:
-    """``root`` holds exactly the step files ``names`` (as its ``index`` file says), none a symbolic link."""
+    """``root`` holds exactly the step files ``names`` (as its ``index`` file says), none a symbolic or hard link."""
     present = {e for e in os.listdir(root) if e.startswith("step_")}
     missing = [e for e in names if e not in present]
     extra = sorted(present - set(names))
@@ -132,6 +133,11 @@ def check_step_files(root: str, names: list[str], index: str) -> None:
     link = next((e for e in names if os.path.islink(os.path.join(root, e))), None)
     if link:
         raise BundleError(f"{root}: {link} is a symbolic link; a bundle holds its own files")
+    for e in names:                   # N names of one file would cost N proofs' work for one proof's bytes
+        st = os.lstat(os.path.join(root, e))
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            raise BundleError(f"{root}: {e} is a hard link (one of {st.st_nlink} names of one file); a bundle "
+                              f"holds its own files")
 
 
 def _read_npz(path: str, names: list[str], shapes: list[tuple]) -> dict[str, np.ndarray]:

@@ -209,6 +209,7 @@ def _prove_private(a) -> int:
         raise _usage("--workers starts a local Dask cluster and --scheduler uses an existing one: name one of them")
     if a.workers is not None and a.workers < 1:
         raise _usage(f"--workers must be at least 1, got {a.workers}")
+    opening = _opening_path(a.out)
     with _Phase("compile"):
         spec, step, circuit, _ = _setup(a)
     with _Phase("commit the dataset"):
@@ -228,7 +229,6 @@ def _prove_private(a) -> int:
     with _Phase(f"prove {a.steps} steps {where}"):
         run = prove_run(step, params, batches, dataset=data, cluster=cluster)
     run.save(a.out)
-    opening = a.out.rstrip("/") + ".opening.npz"
     np.savez(opening, randomness=np.array(run.opening["randomness"], dtype=np.int64),
              **{n: run.opening["params"][n] for n in names})
     print(f"public statement: {run.statement}")
@@ -239,17 +239,29 @@ def _prove_private(a) -> int:
     return 0
 
 
+def _opening_path(out: str) -> str:
+    """Where the private opening of the run written to ``out`` goes: ``RUN.opening.npz`` beside the run directory,
+    never inside it (publishing the run must not publish the final weights and their blinding)."""
+    run = os.path.abspath(out)                 # normalised: 'run/', 'run/.' and './run' are all 'run'
+    opening = run + ".opening.npz"
+    inside = os.path.realpath(os.path.dirname(opening))
+    if os.path.commonpath([inside, os.path.realpath(run)]) == os.path.realpath(run):
+        raise _usage(f"--out {out}: the private opening would be written to {opening}, inside the run directory "
+                     f"that is published; name the run directory by a path with a parent outside it")
+    return opening
+
+
 def _verify_private(a) -> int:
     from .run import DataCommitment, Run, check_run
     if a.c0 is None:
         raise _usage("name the commitment the run starts from, which you trust: --c0 E1,E2,E3,E4")
     c0 = _elements(a.c0, "--c0")
+    with _Phase("compile"):                    # first: the run's files are read only against a circuit
+        spec, step, _, _ = _setup(a)
     try:
-        run = Run.load(a.proofs)
+        run = Run.load(a.proofs)               # run.json and the names of the step files; each proof when checked
     except FormatError as e:
         raise _fail(str(e)) from None
-    with _Phase("compile"):
-        spec, step, _, _ = _setup(a)
     if a.data_root is not None:
         if a.data_rows is None:
             raise _usage("--data-root needs --data-rows (the number of rows the root commits to)")
@@ -274,7 +286,7 @@ def _verify_private(a) -> int:
 def _check_step(path: str, system: str, circuit, keys: dict):
     """Load the proof at ``path`` as a ``system`` proof and check it against ``circuit`` (raise on failure)."""
     if system == "ligero":
-        proof = ligero.load(path)
+        proof = ligero.load(path, ligero.max_proof_bytes(circuit))   # no larger than an honest proof
         ligero.check(proof, circuit)
     else:
         if not os.path.isdir(path):
@@ -285,6 +297,10 @@ def _check_step(path: str, system: str, circuit, keys: dict):
             raise FormatError(f"{os.path.basename(path)}: a {proof.system} proof, not {system}")
         sj.check(proof, circuit, **keys)
     return proof
+
+
+def _option(options: dict, key: str) -> str:
+    return f"{options[key]!r:.40}" if key in options else "unset"
 
 
 def _verify(a) -> int:
@@ -307,12 +323,17 @@ def _verify(a) -> int:
         _, step, circuit, opts = _setup(a)
     statement = circuit.statement()
     ok = True
+    differ = [f"{printable(k)[:40]}={_option(bundle.options, k)} (yours {_option(opts, k)})"
+              for k in list(opts) + sorted(set(bundle.options) - set(opts)) if k != "script"
+              and (k in opts, opts.get(k)) != (k in bundle.options, bundle.options.get(k))]
     if bundle.statement != statement:
         ok = False
-        differ = [f"{k}={bundle.options.get(k)!r:.40} (yours {v!r})" for k, v in opts.items()
-                  if k != "script" and bundle.options.get(k) != v]
         print(f"{a.proofs}: chain.json names another statement than the one you verify"
               + (f" (its options differ: {', '.join(differ)})" if differ else ""))
+    elif differ:
+        more = f" and {len(differ) - 8} more" if len(differ) > 8 else ""
+        print(f"{a.proofs}: chain.json names other options than yours, for the same statement: "
+              f"{', '.join(differ[:8])}{more}")
     keys = {}
     if a.system != "ligero":
         try:

@@ -21,6 +21,7 @@ and raise :class:`FormatError` with the file name and what is wrong.
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 import struct
@@ -31,7 +32,7 @@ from .field import Field
 from .r1cs import R1CS
 
 __all__ = ["FormatError", "write_r1cs", "read_r1cs_header", "write_wtns", "read_wtns", "write_sym",
-           "field_bytes", "read_untrusted", "printable", "MAX_FILE"]
+           "field_bytes", "read_untrusted", "printable", "MAX_FILE", "json_loads", "DuplicateKey"]
 
 #: the largest file an untrusted reader reads (bytes)
 MAX_FILE = 256 << 20
@@ -61,16 +62,44 @@ def read_untrusted(path: str, limit: int = MAX_FILE, what: str = "file") -> byte
         raise FormatError(f"{name}: no such {what}") from None
     except OSError as e:
         raise FormatError(f"{name}: cannot read: {e.strerror}") from None
-    with os.fdopen(fd, "rb") as fh:
+    try:                                   # checked on the descriptor, which is closed on every path
         st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise FormatError(f"{name}: a directory; a {what} must be a regular file")
         if not stat.S_ISREG(st.st_mode):
             raise FormatError(f"{name}: not a regular file; a {what} must be one")
         if st.st_size > limit:
             raise FormatError(f"{name}: {st.st_size} bytes, more than a {what} may have ({limit})")
-        data = fh.read(limit + 1)
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with fh:
+        data = fh.read(st.st_size + 1)     # not limit + 1: the buffer is allocated at that size
+        if len(data) > st.st_size:         # the file grew since fstat
+            data += fh.read(limit + 1 - len(data))
     if len(data) > limit:
         raise FormatError(f"{name}: more than a {what} may have ({limit} bytes)")
     return data
+
+
+class DuplicateKey(ValueError):
+    """A JSON object names a key twice (``json.loads`` would silently keep the last value)."""
+
+
+def _unique_pairs(pairs: list) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(f"duplicate key {printable(key)[:80]!r}: each key may appear once")
+        out[key] = value
+    return out
+
+
+def json_loads(text: str | bytes):
+    """``json.loads`` for untrusted text: an object that names a key twice raises :class:`DuplicateKey`
+    (a ``ValueError``, as malformed JSON does), so that one file cannot mean two things to two readers."""
+    return json.loads(text, object_pairs_hook=_unique_pairs)
 
 
 def field_bytes(values, fld: Field) -> np.ndarray:

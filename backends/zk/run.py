@@ -38,7 +38,7 @@ from .field import LIGERO51
 from .formats import printable
 from .ligero import LigeroProof, Reject
 
-__all__ = ["Run", "Dataset", "DataCommitment", "commit_dataset", "prove_run", "verify_run", "check_run",
+__all__ = ["Run", "ProofFiles", "Dataset", "DataCommitment", "commit_dataset", "prove_run", "verify_run", "check_run",
            "RUN_FORMAT"]
 
 RUN_FORMAT = "circuitgrad-zk-run"
@@ -98,7 +98,7 @@ class Run:
     circuit_sha256: str
     data: DataCommitment
     commitments: list[tuple]
-    proofs: list[LigeroProof]
+    proofs: Sequence[LigeroProof]       # a list, or the files of a loaded run (:class:`ProofFiles`), read when used
     opening: dict | None = field(default=None, repr=False)
 
     @property
@@ -121,8 +121,31 @@ class Run:
 
     @classmethod
     def load(cls, directory: str) -> "Run":
-        """Read a run directory as untrusted input: every field's type, count and range is checked."""
+        """Read a run directory as untrusted input: every field's type, count and range is checked.
+
+        The step files are checked to be exactly those ``run.json`` counts (regular files, neither symbolic nor
+        hard links); each proof is read only when used (:class:`ProofFiles`), one at a time."""
         return _load(directory)
+
+
+class ProofFiles(Sequence):
+    """The step proofs of a loaded run, read from their files one at a time, when used: a run of ``N`` steps
+    costs the memory of one proof, not ``N`` (:func:`check_run` reads each with the size its circuit allows)."""
+
+    def __init__(self, paths: list[str]):
+        self.paths = list(paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self.load(i) for i in range(len(self))[k]]
+        return self.load(range(len(self))[k])
+
+    def load(self, k: int, limit: int | None = None) -> LigeroProof:
+        """Proof ``k`` (a :class:`FormatError` names the file if it is not one), at most ``limit`` bytes."""
+        return ligero.load(self.paths[k]) if limit is None else ligero.load(self.paths[k], limit)
 
 
 def _elements(v: Any, n: int, what: str) -> tuple:
@@ -164,7 +187,7 @@ def _load(directory: str) -> Run:
     commitments = [_elements(v, c, f"commitment {k}") for k, v in enumerate(d["commitments"])]
     names = [step_name(k, "ligero") for k in range(n)]
     check_step_files(directory, names, "run.json")
-    proofs = [ligero.load(os.path.join(directory, e)) for e in names]
+    proofs = ProofFiles([os.path.join(directory, e) for e in names])
     return Run(d["statement"], d["circuit_sha256"], DataCommitment(_elements(d["data_root"], c, "data_root"),
                d["data_rows"]), commitments, proofs)
 
@@ -271,12 +294,15 @@ def check_run(run: Run, step, c0: Sequence[int], d: DataCommitment, c_final: Seq
         raise Reject("the run does not start from the commitment you trust (c0)")
     if c_final is not None and tuple(run.commitments[-1]) != tuple(int(v) for v in c_final):
         raise Reject("the run does not end at the commitment you expect (c_final)")
-    for k, proof in enumerate(run.proofs):
+    limit = ligero.max_proof_bytes(circuit)             # a step file larger than an honest proof is not read
+    for k in range(run.steps):
+        proof = run.proofs.load(k, limit) if isinstance(run.proofs, ProofFiles) else run.proofs[k]
         public = [*run.commitments[k + 1], *run.commitments[k], *d.root]
         try:
             ligero.check(proof, circuit, public)
         except Reject as e:
             raise Reject(f"step {k}: {e}") from None
+        del proof                              # before the next one is read: one proof in memory at a time
 
 
 def verify_run(run: Run, step, c0: Sequence[int], d: DataCommitment, c_final: Sequence[int] | None = None,

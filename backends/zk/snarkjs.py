@@ -50,7 +50,7 @@ from circuitgrad.cache import cache_dir
 
 from .circuit import Circuit, Witness
 from .field import BN254
-from .formats import FormatError, printable, read_untrusted
+from .formats import FormatError, json_loads, printable, read_untrusted
 from .ligero.protocol import Reject
 
 __all__ = ["SNARKJS_VERSION", "ToolMissing", "SnarkjsError", "Proof", "Keys", "setup", "verification_key",
@@ -138,7 +138,7 @@ def _read_json(path: str, missing: str):
         raise FormatError(missing)
     data = read_untrusted(path, _MAX_JSON, "snarkjs JSON file")
     try:
-        return json.loads(data.decode("utf-8"))
+        return json_loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
         raise FormatError(f"{printable(path)}: not valid JSON ({printable(str(e))[:200]})") from None
 

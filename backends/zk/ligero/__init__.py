@@ -14,6 +14,7 @@ soundness bound and the zero-knowledge argument.
 """
 from __future__ import annotations
 
+import json
 import time
 from typing import Callable, Sequence
 
@@ -22,11 +23,12 @@ import numpy as np
 from . import gf
 from .circuitdata import prepare
 from .params import TARGET_BITS, Params, choose, round_errors, soundness_bits
-from .proofio import FormatError, load, loads
-from .protocol import LigeroProof, Reject, prove_prepared, verify_prepared
+from .proofio import FormatError, load, loads, max_bytes
+from .protocol import LigeroProof, Reject, _layout, expected_params as _expected, prove_prepared, verify_prepared
 
 __all__ = ["prove", "verify", "check", "LigeroProof", "Params", "choose", "soundness_bits", "round_errors",
-           "TARGET_BITS", "FIELD_BITS", "load", "loads", "Reject", "FormatError"]
+           "TARGET_BITS", "FIELD_BITS", "load", "loads", "Reject", "FormatError", "expected_params",
+           "max_proof_bytes"]
 
 #: usable bits: circuits need ``p > 2^required_bits``
 FIELD_BITS = gf.P.bit_length() - 1
@@ -97,26 +99,48 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
     return proof
 
 
-def check(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_bits: float = TARGET_BITS) -> None:
+def expected_params(circuit, min_bits: float = TARGET_BITS) -> Params:
+    """The parameters :func:`prove` chooses for ``circuit`` and ``min_bits``: the only ones :func:`check`
+    accepts unless the verifier names others (``params=``)."""
+    return _expected(prepare(circuit.r1cs), min_bits)
+
+
+def max_proof_bytes(circuit, min_bits: float = TARGET_BITS, params: Params | None = None) -> int:
+    """The largest proof file of ``circuit`` that :func:`check` can accept (``params``: those it expects,
+    by default :func:`expected_params`); pass it to :func:`load` so that reading costs no more either."""
+    pc = prepare(circuit.r1cs)
+    p = params or _expected(pc, min_bits)
+    lay = _layout(pc, p)
+    probe = LigeroProof(p, _digest(circuit) or pc.digest, np.zeros(pc.n_public, dtype=np.int64),
+                        circuit.r1cs.n_pub_out, circuit.statement(), b"", None, None, None, None, [], [],
+                        lookups=pc.n_lookups)
+    header = json.dumps(probe.header(), sort_keys=True).encode()
+    return max_bytes(p, header, pc.n_public, lay.rows, lay.lk.second if pc.n_lookups else 0)
+
+
+def check(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_bits: float = TARGET_BITS,
+          params: Params | None = None) -> None:
     """Raise :class:`Reject` naming the first failed check (``public`` defaults to the proof's own).
 
     Besides the argument itself, the header must match the circuit: its public-output count
-    (which the chain of training steps relies on) and its statement.
+    (which the chain of training steps relies on) and its statement. The proof's parameters must be
+    ``params``, by default :func:`expected_params` (those :func:`prove` chooses for ``min_bits``).
     """
     _check_fits(circuit)
     if not isinstance(proof, LigeroProof):
         raise Reject(f"not a Ligero proof: {type(proof).__name__}")
     pub = proof.public if public is None else gf.reduce(_signed_public(circuit, public))
-    verify_prepared(prepare(circuit.r1cs), proof, pub, min_bits, circuit.statement(), _digest(circuit))
+    verify_prepared(prepare(circuit.r1cs), proof, pub, min_bits, circuit.statement(), _digest(circuit), params)
 
 
-def verify(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_bits: float = TARGET_BITS) -> bool:
+def verify(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_bits: float = TARGET_BITS,
+           params: Params | None = None) -> bool:
     """True when ``proof`` proves ``circuit`` for ``public`` (the statement's values, as ``wit.public``).
 
     A malformed proof object (wrong types or shapes) is invalid too: it returns False.
     """
     try:
-        check(proof, circuit, public, min_bits)
+        check(proof, circuit, public, min_bits, params)
         return True
     except (Reject, ValueError, TypeError, IndexError, AttributeError):
         return False

@@ -43,12 +43,12 @@ import struct
 
 import numpy as np
 
-from ..formats import FormatError, printable, read_untrusted
+from ..formats import MAX_FILE, FormatError, json_loads, printable, read_untrusted
 from . import gf
 from .params import Params
 from .protocol import PROTOCOL, LigeroProof
 
-__all__ = ["save", "load", "dumps", "loads", "MAGIC", "VERSION"]
+__all__ = ["save", "load", "dumps", "loads", "max_bytes", "MAGIC", "VERSION"]
 
 MAGIC = b"CGLIGERO"
 VERSION = 2
@@ -124,8 +124,9 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
                           f"and {VERSION})")
     if hashlib.sha256(body).digest() != check:
         raise FormatError(f"{name}: checksum mismatch: the file is corrupted or was modified")
+    raw = r.take(hlen, "header")
     try:
-        head = json.loads(r.take(hlen, "header").decode())
+        head = json_loads(raw.decode())
     except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
         raise FormatError(f"{name}: header is not valid JSON ({printable(str(e))[:200]})") from None
     keys = _KEYS2 if version == 2 else _KEYS
@@ -152,8 +153,11 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
         digest = bytes.fromhex(head["circuit_sha256"])
     except ValueError:
         digest = b""
-    if len(digest) != 32:
-        raise FormatError(f"{name}: circuit_sha256 must be 64 hex digits")
+    if len(digest) != 32 or digest.hex() != head["circuit_sha256"]:
+        raise FormatError(f"{name}: circuit_sha256 must be 64 lowercase hex digits")
+    if json.dumps(head, sort_keys=True).encode() != raw:
+        raise FormatError(f"{name}: the header is not in its canonical form (json.dumps(header, sort_keys=True), "
+                          f"as zk writes it): a proof has exactly one encoding")
     npub = head["n_public"]
     if npub < 0 or not 0 <= head["public_outputs"] <= npub:
         raise FormatError(f"{name}: bad public value counts")
@@ -181,6 +185,16 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     return proof
 
 
-def load(path: str) -> LigeroProof:
-    """Read and validate a proof file (a regular file of at most ``formats.MAX_FILE`` bytes)."""
-    return loads(read_untrusted(path, what="proof file"), printable(str(path)))
+def load(path: str, limit: int = MAX_FILE) -> LigeroProof:
+    """Read and validate a proof file (a regular file of at most ``limit`` bytes; a verifier passes
+    :func:`max_bytes` of the parameters it expects, so that a file cannot cost more than an honest proof)."""
+    return loads(read_untrusted(path, limit, what="proof file"), printable(str(path)))
+
+
+def max_bytes(p: Params, header: bytes, n_public: int, rows: int, rows2: int = 0) -> int:
+    """The largest file :func:`loads` accepts for parameters ``p``, this ``header``, ``n_public`` public values,
+    ``rows`` committed rows and, with lookups, ``rows2`` rows of the second commitment."""
+    def commitment(m: int) -> int:          # root, row count, columns, salts, sibling count, the most siblings
+        return 32 + 4 + 8 * m * p.t + 16 * p.t + 4 + 32 * p.t * p.n.bit_length()
+    return (len(MAGIC) + 6 + len(header) + 8 * n_public + 8 * p.sigma * (p.K + p.lin_len + p.quad_len)
+            + commitment(rows) + (commitment(rows2) if rows2 else 0) + 32)

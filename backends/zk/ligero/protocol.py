@@ -36,6 +36,7 @@ evaluations of each witness row uniform (``D ∩ H = ∅``).
 """
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import time
@@ -46,10 +47,10 @@ import numpy as np
 
 from . import gf, lookup, merkle
 from .circuitdata import Prepared
-from .params import Params, soundness_bits
+from .params import Params, choose, soundness_bits
 from .transcript import Transcript
 
-__all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "Reject", "PROTOCOL"]
+__all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "expected_params", "Reject", "PROTOCOL"]
 
 PROTOCOL = "circuitgrad-ligero-r1cs-v1"
 #: the most repetitions a verifier accepts (``choose`` picks 3 for 100 bits)
@@ -351,14 +352,33 @@ def _opens(root: bytes, columns: np.ndarray, salts: list, siblings: list, n: int
     return len(salts) == len(idx) and merkle.verify_opening(root, n, idx, merkle.leaves(columns.T, salts), siblings)
 
 
+def expected_params(pc: Prepared, min_bits: float = 100, **options) -> Params:
+    """The parameters an honest prover uses for this circuit and soundness target: :func:`.params.choose`
+    of the circuit's size (``options`` go to it as well). :func:`verify_prepared` accepts no others unless
+    its caller names them, so that the prover cannot choose how much work verification takes."""
+    return _choose(pc.n_wires, pc.n_constraints, pc.n_lookups, float(min_bits), tuple(sorted(options.items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _choose(n_wires: int, n_constraints: int, lookups: int, bits: float, options: tuple) -> Params:
+    return choose(n_wires, n_constraints, bits, lookups=lookups, **dict(options))
+
+
+def _show(p: Params, lookups: bool = True) -> str:
+    return f"k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}" + (f", σL={p.lookup_sigma}" if lookups and p.lookup_sigma else "")
+
+
 def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bits: float = 100,
-                    statement: str | None = None, digest: bytes | None = None) -> None:
+                    statement: str | None = None, digest: bytes | None = None,
+                    params: Params | None = None) -> None:
     """Raise :class:`Reject` naming the first failed check.
 
     The proof names its own parameters, so the verifier insists that they give at least
-    ``min_bits`` of soundness: weaker parameters would let a prover grind a false proof. The
-    header must match the circuit: its digest, its public-output count (which the chain of
-    training steps relies on) and, when given, its ``statement``.
+    ``min_bits`` of soundness: weaker parameters would let a prover grind a false proof. They must
+    also be exactly ``params``, by default :func:`expected_params` (those ``zk.prove`` chooses for this
+    circuit and ``min_bits``): every size the verifier allocates follows from them, so it is refused
+    before anything is allocated. The header must match the circuit: its digest, its public-output
+    count (which the chain of training steps relies on) and, when given, its ``statement``.
     """
     p = proof.params
     try:
@@ -395,6 +415,12 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     if not np.array_equal(public, proof.public):
         bad = int(np.flatnonzero(public != proof.public)[0])
         raise Reject(f"public value {bad} differs from the proof's")
+    # every size below, and so the verifier's work, follows from p: it must be what the verifier derived
+    want = expected_params(pc, min_bits) if params is None else params
+    if p != want:
+        whose = "you named" if params is not None else f"this circuit and {min_bits:g} bits give"
+        raise Reject(f"the proof's parameters ({_show(p)}) are not the ones {whose} ({_show(want)}): "
+                     f"a verifier's work must not be the prover's choice")
     lay = _layout(pc, p)
     K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
     shapes = {"u": (sg, K), "q": (sg, p.lin_len), "h": (sg, p.quad_len), "columns": (lay.rows, t)}
