@@ -5,10 +5,11 @@ A model file defines a function ``model(**options) -> ModelSpec``::
     import circuitgrad as cg
     from circuitgrad import nn
 
-    def model(batch: int = 8, lr: float = 0.05) -> cg.ModelSpec:
-        return cg.ModelSpec(model=nn.mlp(batch, [4, 16, 3]), loss=nn.softmax_cross_entropy,
-                            optimizer=nn.momentum(lr, 0.9), dtype=cg.float32,
-                            data=lambda seed: batches_of_my_data(batch, seed))
+    def model(batch: int = 8, lr: float = 0.05, dtype=cg.float32) -> cg.ModelSpec:
+        return cg.ModelSpec(model=nn.mlp(batch, [4, 16, 3], dtype=dtype), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.momentum(lr, 0.9), dtype=dtype,
+                            data=lambda seed: batches_of_my_data(batch, seed),
+                            dataset=lambda: (x_train, y_train))
 
 ``circuitgrad zk prove|verify``, ``fpga synth`` and ``fpga simulate`` load it
 with :func:`load`, passing only the options named on their own command line
@@ -18,6 +19,11 @@ trains. ``data(seed)`` yields ``(x, y)`` batches of the model's batch size; a
 tool that needs more batches than one iterator gives calls ``data(seed + 1)``,
 and so on. ``dataset()`` returns the whole training set ``(x, y)`` those batches are
 drawn from; ``zk prove --private`` commits to it by its Merkle root.
+
+The tools import the file as a module (its ``if __name__ == "__main__":`` block never runs). A path that
+is not a file but an example's short name (``iris``, ``tinygpt``) names that example, which ships with the
+package (:func:`resolve`). An option of another type than ``model()``'s default for it (``hidden=banana``
+where the default is ``(16,)``) is an :class:`OptionError` naming the option and the type.
 
 The file is code and is run: name only files you trust. The tools take its
 path from their own command line, never from a proof bundle or other data.
