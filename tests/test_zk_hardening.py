@@ -252,6 +252,14 @@ def test_zk_prove_private_out_dot_keeps_the_opening_out_of_the_run(tmp_path):
     assert sorted(os.listdir(tmp_path / "run")) == ["run.json", "step_000.proof"]
     assert os.path.exists(str(tmp_path / "run") + ".opening.npz")
     assert f"(private: keep them) in {tmp_path / 'run'}.opening.npz" in res.stdout
+    # an opening left inside a run (by an older zk prove --out .) is pointed out by the verifier
+    shutil.copy(str(tmp_path / "run") + ".opening.npz", tmp_path / "run" / "..opening.npz")
+    c0 = next(line.split()[-1] for line in res.stdout.splitlines() if line.startswith("starting commitment c0 "))
+    ok = run_cli("zk", "verify", "examples/iris.py", str(tmp_path / "run"), "--batch", "2", "--hidden", "4",
+                 "--private", "--c0", c0)
+    assert ok.returncode == 0 and "all 1 proofs verify and chain" in ok.stdout, ok.stdout + ok.stderr
+    assert (f"{tmp_path / 'run'}: WARNING: ..opening.npz in the run directory looks like a private opening (final "
+            f"parameters and their blinding): remove it before you publish the run\n") in ok.stdout
 
 
 # ---------------------------------------------------------------- 4. files that are not files

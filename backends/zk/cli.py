@@ -262,6 +262,10 @@ def _verify_private(a) -> int:
         run = Run.load(a.proofs)               # run.json and the names of the step files; each proof when checked
     except FormatError as e:
         raise _fail(str(e)) from None
+    opened = sorted(e for e in os.listdir(a.proofs) if e.endswith(".opening.npz"))
+    if opened:                                 # written there by an older zk prove --private --out .
+        print(f"{a.proofs}: WARNING: {printable(opened[0])} in the run directory looks like a private opening (final "
+              f"parameters and their blinding): remove it before you publish the run")
     if a.data_root is not None:
         if a.data_rows is None:
             raise _usage("--data-root needs --data-rows (the number of rows the root commits to)")
