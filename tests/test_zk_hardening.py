@@ -199,6 +199,17 @@ def test_a_private_run_is_read_one_proof_at_a_time(private, tmp_path, monkeypatc
         zk.check_run(bad, step, c0=run.commitments[0], d=data.commitment)
 
 
+def test_a_loaded_run_saves_over_itself_and_elsewhere(private, tmp_path):
+    step, data, run, where = private
+    d = _copy(where, tmp_path)
+    before = {e: open(os.path.join(d, e), "rb").read() for e in os.listdir(d)}
+    zk.Run.load(d).save(d)                                  # its proofs are read from the files it writes
+    assert {e: open(os.path.join(d, e), "rb").read() for e in os.listdir(d)} == before
+    zk.Run.load(d).save(str(tmp_path / "other"))
+    assert zk.verify_run(zk.Run.load(str(tmp_path / "other")), step, c0=run.commitments[0], d=data.commitment,
+                         steps=2)
+
+
 def test_hard_linked_step_files_are_refused(private, tmp_path):
     step, data, run, where = private
     d = _copy(where, tmp_path)

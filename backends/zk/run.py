@@ -108,11 +108,17 @@ class Run:
     def save(self, directory: str) -> None:
         """``run.json`` (statement, chain, data commitment) and ``step_000.proof`` … in ``directory``."""
         os.makedirs(directory, exist_ok=True)
-        stale = [e for e in os.listdir(directory) if re.fullmatch(r"step_\d+\.proof", e)]
+        names = [step_name(k, "ligero") for k in range(self.steps)]
+        same = set()                           # a loaded run saved over its own files: they stay as they are
+        if isinstance(self.proofs, ProofFiles):
+            same = {e for e, src in zip(names, self.proofs.paths) if os.path.exists(os.path.join(directory, e))
+                    and os.path.samefile(os.path.join(directory, e), src)}
+        stale = [e for e in os.listdir(directory) if re.fullmatch(r"step_\d+\.proof", e) and e not in same]
         for e in stale:
             os.remove(os.path.join(directory, e))
-        for k, p in enumerate(self.proofs):
-            p.save(os.path.join(directory, step_name(k, "ligero")))
+        for k, e in enumerate(names):
+            if e not in same:
+                self.proofs[k].save(os.path.join(directory, e))     # one at a time for a loaded run
         with open(os.path.join(directory, "run.json"), "w") as fh:
             json.dump({"format": RUN_FORMAT, "version": _VERSION, "steps": self.steps, "statement": self.statement,
                        "circuit_sha256": self.circuit_sha256, "data_root": [str(v) for v in self.data.root],
