@@ -215,8 +215,8 @@ def test_hard_linked_step_files_are_refused(private, tmp_path):
     d = _copy(where, tmp_path)
     os.remove(os.path.join(d, "step_001.proof"))
     os.link(os.path.join(d, "step_000.proof"), os.path.join(d, "step_001.proof"))
-    message = rf"^{re.escape(d)}: step_000\.proof is a hard link \(one of 2 names of one file\); a bundle holds its own " \
-              rf"files$"
+    message = (rf"^{re.escape(d)}: step_000\.proof is a hard link \(one of 2 names of one file\); a bundle holds its "
+               rf"own files$")
     with pytest.raises(B.BundleError, match=message):
         zk.Run.load(d)
     with pytest.raises(B.BundleError, match=message):          # the public bundle's check is the same
@@ -290,6 +290,15 @@ def test_a_directory_where_a_file_belongs_is_one_line_and_closes_its_descriptor(
         os.chdir(tmp_path)
         os.mkdir("x")
         read_untrusted("x", what="thing")
+    assert _fds() == before
+
+
+def test_a_link_swapped_in_after_the_check_is_not_followed(tmp_path, monkeypatch):
+    os.symlink("/dev/zero", tmp_path / "step_000.proof")
+    monkeypatch.setattr(os.path, "islink", lambda p: False)       # as if it became a link after the check
+    before = _fds()
+    with pytest.raises(FormatError, match=r"step_000\.proof: cannot read: Too many levels of symbolic links$"):
+        read_untrusted(str(tmp_path / "step_000.proof"), what="proof file")
     assert _fds() == before
 
 

@@ -57,7 +57,7 @@ def read_untrusted(path: str, limit: int = MAX_FILE, what: str = "file") -> byte
     if os.path.islink(path):
         raise FormatError(f"{name}: a symbolic link; a {what} must be a regular file")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))   # a link swapped in: ELOOP
     except FileNotFoundError:
         raise FormatError(f"{name}: no such {what}") from None
     except OSError as e:

@@ -364,8 +364,9 @@ def _choose(n_wires: int, n_constraints: int, lookups: int, bits: float, options
     return choose(n_wires, n_constraints, bits, lookups=lookups, **dict(options))
 
 
-def _show(p: Params, lookups: bool = True) -> str:
-    return f"k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}" + (f", σL={p.lookup_sigma}" if lookups and p.lookup_sigma else "")
+def _show(p: Params) -> str:
+    sl = f", σL={p.lookup_sigma}" if p.lookup_sigma else ""
+    return f"k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}"
 
 
 def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bits: float = 100,
