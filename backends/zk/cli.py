@@ -54,7 +54,7 @@ from .circuit import compile as zk_compile
 from .field import BN254, LIGERO51
 from .formats import FormatError, printable
 from .prover import SYSTEMS
-from .statement import params_sha256
+from .statement import params_sha256, soundness_of, with_soundness
 
 __all__ = ["add_parser"]
 
@@ -98,7 +98,18 @@ def _setup(a):
         raise _fail(str(e)) from None
     opts = {"script": a.script, **spec.options, "width": dtype.width, "frac": dtype.frac,
             "field": "ligero51" if a.system == "ligero" else "bn254"}
+    if _soundness(a) != ligero.DEFAULT_SOUNDNESS:         # the default is not written: older bundles match
+        opts["soundness"] = _soundness(a)
     return spec, step, circuit, opts
+
+
+def _soundness(a) -> str:
+    """The soundness analysis named by ``--soundness`` (Ligero only)."""
+    mode = getattr(a, "soundness", None) or ligero.DEFAULT_SOUNDNESS
+    if mode != ligero.DEFAULT_SOUNDNESS and a.system != "ligero":
+        raise _usage(f"--soundness {mode} names an analysis of the native Ligero prover; {a.system} proofs "
+                     f"(snarkjs) have their own")
+    return mode
 
 
 def _params(step, circuit, init: str | None, seed: int | None) -> list[np.ndarray]:
@@ -138,7 +149,8 @@ def _prove(a) -> int:
         raise _usage("--workers and --scheduler prove the steps of a --private run on Dask")
     with _Phase("compile"):
         spec, step, circuit, opts = _setup(a)
-    print(f"public statement: {circuit.statement()}")
+    statement = with_soundness(circuit.statement(), _soundness(a)) if a.system == "ligero" else circuit.statement()
+    print(f"public statement: {statement}")
     if a.system != "ligero":
         _refuse_large_setup(a, circuit)
     names = circuit.output_names
@@ -162,7 +174,7 @@ def _prove(a) -> int:
         where = os.path.join(a.out, B.step_name(k, a.system))
         if a.system == "ligero":
             with _Phase(f"prove {k}"):
-                proof = ligero.prove(circuit, wit, log=lambda s: print("  " + s, flush=True))
+                proof = ligero.prove(circuit, wit, log=lambda s: print("  " + s, flush=True), soundness=_soundness(a))
             proof.save(where)
             info = f"{os.path.getsize(where) / 1024:.0f} KiB, {proof.soundness_bits:.1f} bits"
         else:
@@ -175,7 +187,7 @@ def _prove(a) -> int:
     last = [np.asarray(params[n], dtype=np.int64) for n in names]
     np.savez(os.path.join(a.out, "final.npz"), **dict(zip(names, last)))
     h0, h1 = params_sha256(names, first), params_sha256(names, last)
-    B.write_chain(a.out, a.steps, a.system, circuit.statement(), circuit.digest().hex(), h0, h1, opts)
+    B.write_chain(a.out, a.steps, a.system, statement, circuit.digest().hex(), h0, h1, opts)
     print(f"first parameters sha256 {h0}")
     print(f"last parameters sha256 {h1} (saved as {os.path.join(a.out, 'final.npz')})")
     return 0
@@ -227,7 +239,7 @@ def _prove_private(a) -> int:
     else:
         where = f"on {cluster}" if a.scheduler else "here" if cluster == 1 else f"on {cluster} local workers"
     with _Phase(f"prove {a.steps} steps {where}"):
-        run = prove_run(step, params, batches, dataset=data, cluster=cluster)
+        run = prove_run(step, params, batches, dataset=data, cluster=cluster, soundness=_soundness(a))
     run.save(a.out)
     np.savez(opening, randomness=np.array(run.opening["randomness"], dtype=np.int64),
              **{n: run.opening["params"][n] for n in names})
@@ -275,7 +287,7 @@ def _verify_private(a) -> int:
             d = _dataset(spec, step, a.script).commitment
     c_final = _elements(a.c_final, "--c-final") if a.c_final else None
     try:
-        check_run(run, step, c0, d, c_final, a.steps)
+        check_run(run, step, c0, d, c_final, a.steps, soundness=_soundness(a))
     except (ligero.Reject, ValueError) as e:
         print(f"{a.proofs}: INVALID: {printable(str(e))}")
         print("VERIFICATION FAILED")
@@ -287,11 +299,11 @@ def _verify_private(a) -> int:
     return 0
 
 
-def _check_step(path: str, system: str, circuit, keys: dict):
+def _check_step(path: str, system: str, circuit, keys: dict, soundness: str = ligero.DEFAULT_SOUNDNESS):
     """Load the proof at ``path`` as a ``system`` proof and check it against ``circuit`` (raise on failure)."""
     if system == "ligero":
-        proof = ligero.load(path, ligero.max_proof_bytes(circuit))   # no larger than an honest proof
-        ligero.check(proof, circuit)
+        proof = ligero.load(path, ligero.max_proof_bytes(circuit, soundness=soundness))  # no larger than an honest one
+        ligero.check(proof, circuit, soundness=soundness)
     else:
         if not os.path.isdir(path):
             raise FormatError(f"{os.path.basename(path)}: a {system} proof is a directory (proof.json, public.json, "
@@ -325,12 +337,18 @@ def _verify(a) -> int:
         raise _fail(f"{a.proofs} holds {bundle.steps} steps, you asked to verify {a.steps}")
     with _Phase("compile"):
         _, step, circuit, opts = _setup(a)
-    statement = circuit.statement()
+    mode = _soundness(a)
+    statement = with_soundness(circuit.statement(), mode) if a.system == "ligero" else circuit.statement()
     ok = True
     differ = [f"{printable(k)[:40]}={_option(bundle.options, k)} (yours {_option(opts, k)})"
               for k in list(opts) + sorted(set(bundle.options) - set(opts)) if k != "script"
               and (k in opts, opts.get(k)) != (k in bundle.options, bundle.options.get(k))]
-    if bundle.statement != statement:
+    claimed = soundness_of(bundle.statement, circuit.statement()) if a.system == "ligero" else None
+    if bundle.statement != statement and claimed is not None:
+        ok = False
+        print(f"{a.proofs}: chain.json claims the {claimed} soundness bound, you require {mode} "
+              f"(--soundness {claimed} verifies against that bound)")
+    elif bundle.statement != statement:
         ok = False
         print(f"{a.proofs}: chain.json names another statement than the one you verify"
               + (f" (its options differ: {', '.join(differ)})" if differ else ""))
@@ -350,7 +368,7 @@ def _verify(a) -> int:
     for path in bundle.paths:
         where = os.path.relpath(path, a.proofs)
         try:
-            proof = _check_step(path, a.system, circuit, keys)
+            proof = _check_step(path, a.system, circuit, keys, mode)
             outs, ins = circuit.split_public(proof.public)
         except (FormatError, ligero.Reject, ValueError, RecursionError) as e:
             print(f"{where}: {a.system} INVALID: {printable(str(e))}")
@@ -382,6 +400,10 @@ def _circuit_args(p) -> None:
     p.add_argument("--width", type=int, default=None, help="fixed-point width (default 16 for ligero, else 32)")
     p.add_argument("--frac", type=int, default=None, help="fractional bits (default width/2)")
     p.add_argument("--ptau", default=None, help="prepared powers-of-tau file (default: this machine's cache)")
+    p.add_argument("--soundness", choices=ligero.SOUNDNESS, default=None,
+                   help="ligero: the soundness analysis the parameters must meet at 100 bits: longfellow (the "
+                        "default, Cascudo et al. 2025) or classic (Ames et al. 2017: larger proofs); the "
+                        "verifier must name the same one (docs/ZK.md)")
 
 
 def add_parser(sub) -> None:

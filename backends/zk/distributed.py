@@ -59,10 +59,10 @@ def _remote_task(run: str, blob: bytes, *task):
     return _task(*_LOADED[run], *task)
 
 
-def _task(circuit, tree, k, params, x, y, r_before, r_after, after, seed):
+def _task(circuit, tree, k, params, x, y, r_before, r_after, after, seed, soundness="longfellow"):
     from .run import prove_step
     rng = None if seed is None else np.random.default_rng(seed)
-    return prove_step(circuit, tree, k, params, x, y, r_before, r_after, after, rng=rng)
+    return prove_step(circuit, tree, k, params, x, y, r_before, r_after, after, rng=rng, soundness=soundness)
 
 
 def _client(cluster: Any):
@@ -88,8 +88,10 @@ def _client(cluster: Any):
 
 
 def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, progress: bool = True,
-                seeds: Sequence[int] | None = None, log: Callable[[str], None] | None = None) -> list:
-    """The proofs of ``tasks`` (``(k, params, x, y, r_before, r_after, after)`` each), in step order."""
+                seeds: Sequence[int] | None = None, log: Callable[[str], None] | None = None,
+                soundness: str = "longfellow") -> list:
+    """The proofs of ``tasks`` (``(k, params, x, y, r_before, r_after, after)`` each), in step order, with
+    Ligero parameters for the ``soundness`` analysis."""
     from tqdm.auto import tqdm
     seeds = list(seeds) if seeds is not None else [None] * len(tasks)
     if len(seeds) != len(tasks):
@@ -109,7 +111,7 @@ def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, prog
     try:
         if cluster == "serial" or cluster == 1:
             for t, s in zip(tasks, seeds):
-                take(*_task(circuit, tree, *t, s))
+                take(*_task(circuit, tree, *t, s, soundness))
         else:
             from distributed import as_completed
             client, owned = _client(cluster)
@@ -117,7 +119,8 @@ def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, prog
                 import cloudpickle
                 run = uuid.uuid4().hex[:8]
                 blob = client.scatter(cloudpickle.dumps((circuit, tree)), broadcast=True)
-                futures = [client.submit(_remote_task, run, blob, *t, s, key=f"prove-step-{run}-{t[0]}", pure=False)
+                futures = [client.submit(_remote_task, run, blob, *t, s, soundness, key=f"prove-step-{run}-{t[0]}",
+                                         pure=False)
                            for t, s in zip(tasks, seeds)]
                 for fut in as_completed(futures):
                     take(*fut.result())

@@ -19,8 +19,9 @@ SYSTEMS = ("ligero",) + tuple(sj.SYSTEMS)
 def prove(circuit, wit, system: str = "ligero", **options):
     """Prove ``wit`` for ``circuit`` with ``system`` (``"ligero"``, ``"groth16"`` or ``"plonk"``).
 
-    Options go to :func:`ligero.prove` (``params``, ``target_bits``, ``rng``, ``log``) or to
-    snarkjs (``ptau_file``, ``keys`` from :func:`snarkjs.setup`, ``log``).
+    Options go to :func:`ligero.prove` (``params``, ``target_bits``, ``rng``, ``log``, and ``soundness``:
+    ``"longfellow"``, the default, or the more conservative ``"classic"``) or to snarkjs
+    (``ptau_file``, ``keys`` from :func:`snarkjs.setup`, ``log``).
     """
     if system == "ligero":
         return ligero.prove(circuit, wit, **options)
@@ -29,14 +30,16 @@ def prove(circuit, wit, system: str = "ligero", **options):
     raise ValueError(f"zk.prove: unknown proof system {system!r}; choose one of {list(SYSTEMS)}")
 
 
-def verify(proof, circuit=None, public: Sequence[int] | None = None, **keys) -> bool:
+def verify(proof, circuit=None, public: Sequence[int] | None = None, soundness: str | None = None, **keys) -> bool:
     """True when ``proof`` proves ``circuit`` (which the verifier compiled itself) for ``public``.
 
     ``public`` (the statement's values, as ``wit.public``; default the proof's own) must be canonical
     field elements, ``[0, p)``, equal to the proof's. Nothing the proof carries is trusted: a Ligero
     proof is checked against the circuit's digest and statement; a snarkjs proof against a verification
     key derived from the circuit (``keys``: ``vkey=``, ``zkey=``, ``ptau_file=``; see
-    :func:`snarkjs.verification_key`), never the key inside the proof.
+    :func:`snarkjs.verification_key`), never the key inside the proof. ``soundness`` (Ligero only) is the
+    analysis the verifier requires, ``"longfellow"`` (the default) or ``"classic"``: a proof whose
+    parameters claim another one is refused.
     """
     if circuit is None or not hasattr(circuit, "r1cs"):
         raise TypeError("zk.verify: a proof is checked against the circuit the verifier compiled itself: "
@@ -44,14 +47,18 @@ def verify(proof, circuit=None, public: Sequence[int] | None = None, **keys) -> 
     if isinstance(proof, LigeroProof):
         if keys:
             raise TypeError(f"zk.verify: a Ligero proof needs no keys (got {sorted(keys)})")
-        return ligero.verify(proof, circuit, public)
+        return ligero.verify(proof, circuit, public, soundness=soundness or ligero.DEFAULT_SOUNDNESS)
+    if soundness is not None:
+        raise TypeError("zk.verify: soundness names an analysis of Ligero proofs; this is a snarkjs proof")
     return sj.verify(proof, circuit, public, **keys)
 
 
-def check(proof, circuit, public: Sequence[int] | None = None, **keys) -> None:
+def check(proof, circuit, public: Sequence[int] | None = None, soundness: str | None = None, **keys) -> None:
     """Like :func:`verify`, but raise :class:`Reject` naming the first failed check."""
     if isinstance(proof, LigeroProof):
         if keys:
             raise TypeError(f"zk.check: a Ligero proof needs no keys (got {sorted(keys)})")
-        return ligero.check(proof, circuit, public)
+        return ligero.check(proof, circuit, public, soundness=soundness or ligero.DEFAULT_SOUNDNESS)
+    if soundness is not None:
+        raise TypeError("zk.check: soundness names an analysis of Ligero proofs; this is a snarkjs proof")
     return sj.check(proof, circuit, public, **keys)

@@ -37,6 +37,7 @@ from .commit import DataTree, check_randomness, commit, fresh_randomness
 from .field import LIGERO51
 from .formats import printable
 from .ligero import LigeroProof, Reject
+from .statement import soundness_of, with_soundness
 
 __all__ = ["Run", "ProofFiles", "Dataset", "DataCommitment", "commit_dataset", "prove_run", "verify_run", "check_run",
            "RUN_FORMAT"]
@@ -205,7 +206,8 @@ def _circuit(step, rows: int):
 
 
 def prove_step(circuit, tree: DataTree, k: int, params: Mapping, x, y, r_before, r_after, after: Sequence,
-               rng: np.random.Generator | None = None) -> tuple[int, LigeroProof]:
+               rng: np.random.Generator | None = None,
+               soundness: str = ligero.DEFAULT_SOUNDNESS) -> tuple[int, LigeroProof]:
     """Prove step ``k`` (a task of :func:`prove_run`, run on a worker): the witness's new parameters must be
     the trajectory's ``after``."""
     wit = circuit.witness_private(params, x, y, tree, r_before, r_after)
@@ -214,12 +216,13 @@ def prove_step(circuit, tree: DataTree, k: int, params: Mapping, x, y, r_before,
         if not np.array_equal(got[n], a):
             raise RuntimeError(f"step {k}: the circuit's {n} after the step differs from the fixed-point "
                                f"interpreter's trajectory")
-    return k, ligero.prove(circuit, wit, rng=rng)
+    return k, ligero.prove(circuit, wit, rng=rng, soundness=soundness)
 
 
 def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, dataset: Dataset, cluster: Any = None,
               r0: Sequence[int] | None = None, progress: bool = True,
-              log: Callable[[str], None] | None = None, rng: np.random.Generator | None = None) -> Run:
+              log: Callable[[str], None] | None = None, rng: np.random.Generator | None = None,
+              soundness: str = ligero.DEFAULT_SOUNDNESS) -> Run:
     """Prove training ``step`` from ``params0`` (raw or float parameters and optimizer state) on
     ``batches`` (pairs ``(x, y)`` whose rows are rows of ``dataset``).
 
@@ -232,8 +235,10 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
 
     ``rng`` (tests and benchmarks only: it is not secret) draws the blindings and every step's prover
     randomness, so that a run is reproducible bit for bit wherever its steps are proved. By default
-    both come from the OS's CSPRNG.
+    both come from the OS's CSPRNG. ``soundness`` is the analysis every step's Ligero parameters meet
+    (``"longfellow"`` or ``"classic"``, see ``ligero.prove``); the run's statement names it.
     """
+    ligero.check_soundness(soundness)
     fx = _fixed(step)
     circuit = _circuit(fx, dataset.tree.n)
     names = circuit.output_names
@@ -266,26 +271,32 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     tasks = [(k, traj[k], x, y, blind[k], blind[k + 1], [traj[k + 1][n] for n in names])
              for k, (x, y) in enumerate(batches)]
     from .distributed import prove_steps
-    proofs = prove_steps(circuit, dataset.tree, tasks, cluster, progress=progress, seeds=seeds, log=log)
-    return Run(circuit.statement(), circuit.digest().hex(), dataset.commitment, commitments, proofs,
-               opening={"params": traj[-1], "randomness": blind[-1]})
+    proofs = prove_steps(circuit, dataset.tree, tasks, cluster, progress=progress, seeds=seeds, log=log,
+                         soundness=soundness)
+    return Run(with_soundness(circuit.statement(), soundness), circuit.digest().hex(), dataset.commitment,
+               commitments, proofs, opening={"params": traj[-1], "randomness": blind[-1]})
 
 
 # ----------------------------------------------------------------------------------------- verifying
 def check_run(run: Run, step, c0: Sequence[int], d: DataCommitment, c_final: Sequence[int] | None = None,
-              steps: int | None = None) -> None:
+              steps: int | None = None, soundness: str = ligero.DEFAULT_SOUNDNESS) -> None:
     """Raise :class:`Reject` naming the first failure: statement, data root, chain, or a step's proof.
 
     The verifier supplies what it trusts: the step (it compiles the circuit itself), the starting
-    commitment ``c0`` and the dataset commitment ``d``; optionally the final commitment and the number
-    of steps. Everything else in ``run`` is checked, never trusted.
+    commitment ``c0`` and the dataset commitment ``d``; optionally the final commitment, the number
+    of steps and the soundness analysis it requires (every proof must claim exactly it). Everything
+    else in ``run`` is checked, never trusted.
     """
+    ligero.check_soundness(soundness)
     if not isinstance(run, Run):
         raise TypeError(f"check_run: expected a zk.Run, got {type(run).__name__}")
     if not isinstance(d, DataCommitment):
         raise TypeError("check_run: d must be the zk.DataCommitment (root and rows) you trust")
     circuit = _circuit(_fixed(step), d.rows)
-    if run.statement != circuit.statement():
+    claimed = soundness_of(run.statement, circuit.statement())
+    if claimed is not None and claimed != soundness:
+        raise Reject(f"the run claims the {claimed!r} soundness bound, but the verifier requires {soundness!r}")
+    if run.statement != with_soundness(circuit.statement(), soundness):
         raise Reject(f"the run proves another statement than this step's:\n  run:  {run.statement[:300]}\n"
                      f"  step: {circuit.statement()[:300]}")
     if run.circuit_sha256 != circuit.digest().hex():
@@ -300,22 +311,22 @@ def check_run(run: Run, step, c0: Sequence[int], d: DataCommitment, c_final: Seq
         raise Reject("the run does not start from the commitment you trust (c0)")
     if c_final is not None and tuple(run.commitments[-1]) != tuple(int(v) for v in c_final):
         raise Reject("the run does not end at the commitment you expect (c_final)")
-    limit = ligero.max_proof_bytes(circuit)             # a step file larger than an honest proof is not read
+    limit = ligero.max_proof_bytes(circuit, soundness=soundness)   # a step file larger than an honest proof: not read
     for k in range(run.steps):
         proof = run.proofs.load(k, limit) if isinstance(run.proofs, ProofFiles) else run.proofs[k]
         public = [*run.commitments[k + 1], *run.commitments[k], *d.root]
         try:
-            ligero.check(proof, circuit, public)
+            ligero.check(proof, circuit, public, soundness=soundness)
         except Reject as e:
             raise Reject(f"step {k}: {e}") from None
         del proof                              # before the next one is read: one proof in memory at a time
 
 
 def verify_run(run: Run, step, c0: Sequence[int], d: DataCommitment, c_final: Sequence[int] | None = None,
-               steps: int | None = None) -> bool:
+               steps: int | None = None, soundness: str = ligero.DEFAULT_SOUNDNESS) -> bool:
     """True when every proof of ``run`` verifies and the chain goes from ``c0`` (on data ``d``) to its end."""
     try:
-        check_run(run, step, c0, d, c_final, steps)
+        check_run(run, step, c0, d, c_final, steps, soundness)
         return True
     except (Reject, ValueError, IndexError):
         return False

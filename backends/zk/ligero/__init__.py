@@ -22,11 +22,13 @@ import numpy as np
 
 from . import gf
 from .circuitdata import prepare
-from .params import TARGET_BITS, Params, choose, round_errors, soundness_bits
+from .params import (DEFAULT_SOUNDNESS, SOUNDNESS, TARGET_BITS, Params, check_soundness, choose, classic_error,
+                     round_errors, soundness_bits)
 from .proofio import FormatError, load, loads, max_bytes
 from .protocol import LigeroProof, Reject, _layout, expected_params as _expected, prove_prepared, verify_prepared
 
 __all__ = ["prove", "verify", "check", "LigeroProof", "Params", "choose", "soundness_bits", "round_errors",
+           "classic_error", "SOUNDNESS", "DEFAULT_SOUNDNESS",
            "TARGET_BITS", "FIELD_BITS", "load", "loads", "Reject", "FormatError", "expected_params",
            "max_proof_bytes"]
 
@@ -72,75 +74,101 @@ def _digest(circuit) -> bytes | None:
     return circuit.digest() if hasattr(circuit, "digest") else None
 
 
+def _statement(circuit, soundness: str) -> str:
+    """The statement a proof makes: the circuit's, and the soundness analysis its parameters meet."""
+    from ..statement import with_soundness
+    return with_soundness(circuit.statement(), soundness)
+
+
 def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGET_BITS,
           check: bool = True, rng: np.random.Generator | None = None,
-          log: Callable[[str], None] | None = None) -> LigeroProof:
+          log: Callable[[str], None] | None = None, soundness: str = DEFAULT_SOUNDNESS) -> LigeroProof:
     """A Ligero proof that ``wit`` satisfies ``circuit``.
 
-    ``params`` default to :func:`choose` for ``target_bits``. With ``check`` (the default), an
-    unsatisfied witness raises ``UnsatisfiedConstraint`` naming the constraint, before any
-    proving work starts.
+    ``params`` default to :func:`choose` for ``target_bits`` under the ``soundness`` analysis
+    (``"longfellow"``, the default, or the more conservative ``"classic"``; see ``docs/ZK.md``).
+    The proof's header and statement name that analysis, and a verifier accepts the proof only
+    when it asks for the same one. With ``check`` (the default), an unsatisfied witness raises
+    ``UnsatisfiedConstraint`` naming the constraint, before any proving work starts.
     """
+    check_soundness(soundness)
+    if params is not None and params.soundness != soundness:
+        raise ValueError(f"ligero.prove: the parameters were chosen for the {params.soundness!r} soundness bound, "
+                         f"but soundness={soundness!r}")
     _check_fits(circuit)
     values = wit.values if hasattr(wit, "values") else np.asarray(wit)
     if check:
         circuit.assert_satisfied(values)
     t0 = time.perf_counter()
     pc = prepare(circuit.r1cs)
-    p = params or choose(pc.n_wires, pc.n_constraints, target_bits, lookups=pc.n_lookups)
+    p = params or choose(pc.n_wires, pc.n_constraints, target_bits, lookups=pc.n_lookups, soundness=soundness)
     if log:
         lk = f", {pc.n_lookups} lookups" if pc.n_lookups else ""
         sl = f" σL={p.lookup_sigma}" if pc.n_lookups else ""
         log(f"ligero: {pc.n_constraints} constraints, {pc.n_wires} wires{lk}; k={p.k} t={p.t} n={p.n} σ={p.sigma}"
-            f"{sl} ({soundness_bits(p, lookups=pc.n_lookups):.1f} bits)")
-    proof = prove_prepared(pc, values, p, circuit.statement(), circuit.r1cs.n_pub_out, rng=rng, log=log,
+            f"{sl} ({soundness_bits(p, lookups=pc.n_lookups):.1f} bits by the {p.soundness} bound)")
+    proof = prove_prepared(pc, values, p, _statement(circuit, p.soundness), circuit.r1cs.n_pub_out, rng=rng, log=log,
                            digest=_digest(circuit))
     proof.timings["prove"] = time.perf_counter() - t0
     return proof
 
 
-def expected_params(circuit, min_bits: float = TARGET_BITS) -> Params:
-    """The parameters :func:`prove` chooses for ``circuit`` and ``min_bits``: the only ones :func:`check`
-    accepts unless the verifier names others (``params=``)."""
-    return _expected(prepare(circuit.r1cs), min_bits)
+def expected_params(circuit, min_bits: float = TARGET_BITS, soundness: str = DEFAULT_SOUNDNESS) -> Params:
+    """The parameters :func:`prove` chooses for ``circuit``, ``min_bits`` and ``soundness``: the only ones
+    :func:`check` accepts unless the verifier names others (``params=``)."""
+    return _expected(prepare(circuit.r1cs), min_bits, soundness=check_soundness(soundness))
 
 
-def max_proof_bytes(circuit, min_bits: float = TARGET_BITS, params: Params | None = None) -> int:
+def max_proof_bytes(circuit, min_bits: float = TARGET_BITS, params: Params | None = None,
+                    soundness: str = DEFAULT_SOUNDNESS) -> int:
     """The largest proof file of ``circuit`` that :func:`check` can accept (``params``: those it expects,
     by default :func:`expected_params`); pass it to :func:`load` so that reading costs no more either."""
     pc = prepare(circuit.r1cs)
-    p = params or _expected(pc, min_bits)
+    p = params or _expected(pc, min_bits, soundness=check_soundness(soundness))
     lay = _layout(pc, p)
     probe = LigeroProof(p, _digest(circuit) or pc.digest, np.zeros(pc.n_public, dtype=np.int64),
-                        circuit.r1cs.n_pub_out, circuit.statement(), b"", None, None, None, None, [], [],
+                        circuit.r1cs.n_pub_out, _statement(circuit, p.soundness), b"", None, None, None, None, [], [],
                         lookups=pc.n_lookups)
     header = json.dumps(probe.header(), sort_keys=True).encode()
     return max_bytes(p, header, pc.n_public, lay.rows, lay.lk.second if pc.n_lookups else 0)
 
 
 def check(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_bits: float = TARGET_BITS,
-          params: Params | None = None) -> None:
+          params: Params | None = None, soundness: str = DEFAULT_SOUNDNESS) -> None:
     """Raise :class:`Reject` naming the first failed check (``public`` defaults to the proof's own).
 
     Besides the argument itself, the header must match the circuit: its public-output count
     (which the chain of training steps relies on) and its statement. The proof's parameters must be
     ``params``, by default :func:`expected_params` (those :func:`prove` chooses for ``min_bits``).
+    ``soundness`` is the analysis the verifier requires (``"longfellow"`` or ``"classic"``): the proof
+    must claim exactly it, in its header and its statement, and its parameters must reach ``min_bits``
+    by it.
     """
+    check_soundness(soundness)
     _check_fits(circuit)
     if not isinstance(proof, LigeroProof):
         raise Reject(f"not a Ligero proof: {type(proof).__name__}")
+    claimed = getattr(proof.params, "soundness", None)
+    if claimed != soundness:
+        other = f", or verify with soundness={claimed!r} if that bound is enough for you" if claimed in SOUNDNESS \
+            else ""
+        raise Reject(f"the proof's parameters claim the {claimed!r} soundness bound, but the verifier requires "
+                     f"{soundness!r}: prove with soundness={soundness!r} (zk prove --soundness {soundness}){other}")
     pub = proof.public if public is None else gf.reduce(_signed_public(circuit, public))
-    verify_prepared(prepare(circuit.r1cs), proof, pub, min_bits, circuit.statement(), _digest(circuit), params)
+    verify_prepared(prepare(circuit.r1cs), proof, pub, min_bits, _statement(circuit, soundness), _digest(circuit),
+                    params)
 
 
 def verify(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_bits: float = TARGET_BITS,
-           params: Params | None = None) -> bool:
+           params: Params | None = None, soundness: str = DEFAULT_SOUNDNESS) -> bool:
     """True when ``proof`` proves ``circuit`` for ``public`` (the statement's values, as ``wit.public``).
 
-    A malformed proof object (wrong types or shapes) is invalid too: it returns False.
+    A malformed proof object (wrong types or shapes) is invalid too: it returns False. An unknown
+    ``soundness`` is the caller's error: it raises ValueError.
     """
+    check_soundness(soundness)
     try:
-        check(proof, circuit, public, min_bits, params)
+        check(proof, circuit, public, min_bits, params, soundness)
         return True
     except (Reject, ValueError, TypeError, IndexError, AttributeError):
         return False

@@ -133,7 +133,8 @@ def _log_ratios(a: np.ndarray, n: int, t: int) -> np.ndarray:
     """:func:`_log_ratio` for an array of set sizes ``a`` (clipped to ``n``: a probability is at most 1)."""
     from scipy.special import gammaln
     a = np.minimum(np.asarray(a, dtype=np.float64), n)
-    out = (gammaln(a + 1) - gammaln(np.maximum(a - t, 0) + 1) - math.lgamma(n + 1) + math.lgamma(n - t + 1)) / math.log(2)
+    out = (gammaln(a + 1) - gammaln(np.maximum(a - t, 0) + 1) - math.lgamma(n + 1)
+           + math.lgamma(n - t + 1)) / math.log(2)
     return np.where(a < t, -np.inf, out)
 
 

@@ -6,7 +6,8 @@ All integers are little-endian::
     version  u16       1
     hlen     u32       header length
     header   hlen      UTF-8 JSON (sorted keys): protocol, field, hash, k, t, n, sigma,
-                       circuit_sha256, n_public, public_outputs, statement
+                       circuit_sha256, n_public, public_outputs, statement, and
+                       soundness ("classic") only for parameters chosen for the classic bound
     public   n_public × u64            z[1 : 1 + n_public] in [0, p)
     root     32 bytes                  Merkle root of the columns
     u        σ·K × u64                 proximity polynomials
@@ -45,7 +46,7 @@ import numpy as np
 
 from ..formats import MAX_FILE, FormatError, json_loads, printable, read_untrusted
 from . import gf
-from .params import Params
+from .params import DEFAULT_SOUNDNESS, SOUNDNESS, Params
 from .protocol import PROTOCOL, LigeroProof
 
 __all__ = ["save", "load", "dumps", "loads", "max_bytes", "MAGIC", "VERSION"]
@@ -130,6 +131,8 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
         raise FormatError(f"{name}: header is not valid JSON ({printable(str(e))[:200]})") from None
     keys = _KEYS2 if version == 2 else _KEYS
+    if isinstance(head, dict) and "soundness" in head:      # optional: absent for the default analysis
+        keys = dict(keys, soundness=str)
     if not isinstance(head, dict) or set(head) != set(keys):
         raise FormatError(f"{name}: a version {version} header must have exactly the keys {sorted(keys)}")
     for key, typ in keys.items():
@@ -144,7 +147,10 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     lookups, sl = (head["lookups"], head["lookup_sigma"]) if version == 2 else (0, 0)
     if version == 2 and not (lookups > 0 and sl > 0):
         raise FormatError(f"{name}: a version 2 proof must have lookups and lookup_sigma ≥ 1")
-    p = Params(head["k"], head["t"], head["n"], head["sigma"], sl)
+    if head.get("soundness", "classic") not in SOUNDNESS[1:]:
+        raise FormatError(f"{name}: header field 'soundness' must be one of {list(SOUNDNESS[1:])} "
+                          f"(absent for the default, {DEFAULT_SOUNDNESS!r})")
+    p = Params(head["k"], head["t"], head["n"], head["sigma"], sl, head.get("soundness", DEFAULT_SOUNDNESS))
     try:
         p.validate()
     except ValueError as e:

@@ -47,7 +47,7 @@ import numpy as np
 
 from . import gf, lookup, merkle
 from .circuitdata import Prepared
-from .params import Params, choose, soundness_bits
+from .params import DEFAULT_SOUNDNESS, Params, choose, soundness_bits
 from .transcript import Transcript
 
 __all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "expected_params", "Reject", "PROTOCOL"]
@@ -92,6 +92,8 @@ class LigeroProof:
                 "public_outputs": int(self.public_outputs), "statement": self.statement}
         if self.lookups:
             head.update(lookups=int(self.lookups), lookup_sigma=p.lookup_sigma)
+        if p.soundness != DEFAULT_SOUNDNESS:        # absent: the default analysis (files stay as they were)
+            head["soundness"] = p.soundness
         return head
 
     @property
@@ -399,11 +401,12 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         raise Reject("the proof has lookup challenges, but the circuit has no lookups")
     if pc.n_lookups and p.lookup_sigma < 1:
         raise Reject(f"the circuit has {pc.n_lookups} lookups, but the proof draws no lookup challenge")
-    bits = soundness_bits(p, lookups=pc.n_lookups)
+    bits = soundness_bits(p, lookups=pc.n_lookups)          # by the analysis the proof claims (p.soundness)
     if bits < min_bits:
         sl = f", σL={p.lookup_sigma}" if pc.n_lookups else ""
+        by = f" by the {p.soundness} bound" if p.soundness != DEFAULT_SOUNDNESS else ""
         raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}) give "
-                     f"{bits:.1f} bits of soundness, below the required {min_bits}")
+                     f"{bits:.1f} bits of soundness{by}, below the required {min_bits}")
     if proof.circuit_digest != (digest or pc.digest):
         raise Reject("the proof is for another circuit (digest mismatch)")
     if proof.public_outputs != pc.r1cs.n_pub_out:
@@ -417,7 +420,7 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         bad = int(np.flatnonzero(public != proof.public)[0])
         raise Reject(f"public value {bad} differs from the proof's")
     # every size below, and so the verifier's work, follows from p: it must be what the verifier derived
-    want = expected_params(pc, min_bits) if params is None else params
+    want = expected_params(pc, min_bits, soundness=p.soundness) if params is None else params
     if p != want:
         whose = "you named" if params is not None else f"this circuit and {min_bits:g} bits give"
         raise Reject(f"the proof's parameters ({_show(p)}) are not the ones {whose} ({_show(want)}): "

@@ -1,0 +1,246 @@
+"""Issue 27 item 5: the soundness analysis a Ligero proof claims, and the conservative "classic" one.
+
+The default parameters reach 100 bits by the Longfellow analysis (Cascudo et al. 2025); the classic
+Ligero analysis (Ames et al., CCS 2017) gives them about 45 bits. ``soundness="classic"`` chooses
+parameters that reach 100 bits by the classic bound; the proof's header and statement name the
+analysis, and a verifier accepts only the one it asks for.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+import circuitgrad as cg
+from circuitgrad import datasets, nn
+from circuitgrad.backends import zk
+from circuitgrad.backends.zk import ligero
+from circuitgrad.backends.zk.ligero import gf, params as LP, proofio, protocol
+from circuitgrad.backends.zk.ligero.circuitdata import prepare
+from circuitgrad.backends.zk.statement import soundness_of, with_soundness
+from circuitgrad.cli import main
+
+UNKNOWN = ("unknown soundness bound 'clasic': choose 'longfellow' (the default: Cascudo et al. 2025) or "
+           "'classic' (Ames et al. 2017, more conservative)")
+
+
+# ------------------------------------------------------------------ the classic formula, computed independently
+def _classic_bits_exact(k: int, t: int, n: int, sigma: int, divisor: int = 4, with_replacement: bool = False) -> float:
+    """−log2 of the CCS 2017 bound, in exact rationals, minimised over every integer 0 ≤ e < d/divisor.
+
+    ε(e) = ((e+1)/|F|)^σ + 2/|F|^σ  +  Pr[t columns avoid e errors]  +  Pr[t columns in e + deg(q)]
+         + Pr[t columns in e + deg(h·Z_H)], with d = n − K + 1, K = k + t, deg bounds K + k and 2K.
+    ``with_replacement``: the paper's (a/n)^t instead of the exact C(a, t)/C(n, t) of t distinct columns.
+    """
+    K = k + t
+    d = n - K + 1
+    F = gf.P
+
+    def hit(a: int) -> Fraction:
+        a = min(a, n)
+        return Fraction(a, n) ** t if with_replacement else Fraction(math.comb(a, t), math.comb(n, t))
+    best = None
+    for e in range(0, d):
+        if divisor * e >= d:
+            break
+        eps = (Fraction(e + 1, F) ** sigma + 2 * Fraction(1, F) ** sigma + hit(n - e) + hit(e + K + k)
+               + hit(e + 2 * K))
+        best = eps if best is None else min(best, eps)
+    return -math.log2(best)
+
+
+@pytest.fixture(scope="module")
+def iris8():
+    """The iris step of ``zk prove examples/iris.py`` (batch 8, 4-16-3, over the Ligero field: logUp ranges)."""
+    data = datasets.load("iris", seed=0)
+    step = cg.compile_model(nn.mlp(8, [data.features, 16, data.classes]), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.sgd(0.1), dtype=cg.fixed(16, 8))
+    c = zk.compile(step, field=zk.LIGERO51)
+    return c, c.witness(step.init_params(seed=0), data.x_train[:8], data.y_train[:8])
+
+
+def test_classic_bound_gives_the_iris_default_parameters_about_45_bits(iris8):
+    c, _ = iris8
+    pc = prepare(c.r1cs)
+    p = LP.choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups)
+    assert (p.k, p.t, p.n, p.sigma, p.lookup_sigma, p.soundness) == (512, 162, 2048, 3, 3, "longfellow")
+    longfellow = LP.soundness_bits(p, lookups=pc.n_lookups)
+    assert 100 <= longfellow < 100.5                           # the review's "0.28 bits above the target"
+    classic = LP.soundness_bits(p, lookups=pc.n_lookups, soundness="classic")
+    exact = _classic_bits_exact(p.k, p.t, p.n, p.sigma)
+    assert classic == pytest.approx(exact, abs=1e-6)          # the Fiat–Shamir term is negligible here
+    assert -LP.classic_error(p, lookups=pc.n_lookups)[0] == pytest.approx(exact, abs=1e-6)
+    assert 44 < classic < 46                                   # 44.49: "about 46" in the review
+    # e < d/3 (the range later work extends Lemma 4.2 to) gains 0.3 bits; the review's "about 46" (45.8) is the
+    # largest single term rather than the union bound
+    assert _classic_bits_exact(p.k, p.t, p.n, p.sigma, divisor=3) == pytest.approx(44.81, abs=0.01)
+    # ... and the paper's (1 − e/n)^t form, sampling columns with replacement, is more pessimistic still
+    assert _classic_bits_exact(p.k, p.t, p.n, p.sigma, with_replacement=True) < classic
+
+
+@pytest.mark.parametrize("cells, lookups", [(300, 0), (80_000, 0), (6780, 4902), (424_010, 105_373)])
+def test_classic_parameters_reach_100_bits_by_the_classic_bound(cells, lookups):
+    default = LP.choose(cells, cells, lookups=lookups)
+    classic = LP.choose(cells, cells, lookups=lookups, soundness="classic")
+    assert classic.soundness == "classic" and default.soundness == "longfellow"
+    assert LP.soundness_bits(default, lookups=lookups) >= 100                          # Longfellow
+    assert LP.soundness_bits(default, lookups=lookups, soundness="classic") < 50       # but not classic
+    bits = LP.soundness_bits(classic, lookups=lookups)
+    assert bits >= 100 and bits == LP.soundness_bits(classic, lookups=lookups, soundness="classic")
+    assert LP.soundness_bits(classic, lookups=lookups, soundness="longfellow") >= 100  # classic ⇒ Longfellow here
+    assert LP.soundness_bits(dataclasses.replace(classic, t=classic.t - 1), lookups=lookups) < 100   # t is the least
+    classic.validate()
+    assert classic.n <= 8 * classic.k and classic.t <= classic.k                       # what a verifier accepts
+
+
+def test_classic_bits_match_the_exact_formula_on_small_codes():
+    for k, t, n, s in ((64, 40, 512, 3), (128, 60, 1024, 2), (256, 100, 2048, 3)):
+        p = LP.Params(k, t, n, s, soundness="classic")
+        assert -LP.classic_error(p)[0] == pytest.approx(_classic_bits_exact(k, t, n, s), abs=1e-6)
+
+
+def test_unknown_soundness_names_are_refused_with_one_message(iris8):
+    c, wit = iris8
+    for call in (lambda: zk.prove(c, wit, soundness="clasic"), lambda: LP.choose(100, 100, soundness="clasic"),
+                 lambda: LP.Params(16, 8, 64, 1, soundness="clasic").validate(),
+                 lambda: ligero.verify(None, c, soundness="clasic"), lambda: LP.check_soundness("clasic")):
+        with pytest.raises(ValueError) as e:
+            call()
+        assert str(e.value) == UNKNOWN
+    with pytest.raises(ValueError, match=r"^ligero\.prove: the parameters were chosen for the 'longfellow' "
+                                         r"soundness bound, but soundness='classic'$"):
+        zk.prove(c, wit, soundness="classic", params=LP.Params(512, 162, 2048, 3, 3))
+
+
+# ------------------------------------------------------------------ end to end on a small circuit
+@pytest.fixture(scope="module")
+def small():
+    data = datasets.load("iris", seed=0)
+    step = cg.compile_model(nn.mlp(2, [data.features, 4, data.classes]), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.sgd(0.1), dtype=cg.fixed(16, 8))
+    c = zk.compile(step, field=zk.LIGERO51)
+    wit = c.witness(step.init_params(seed=0), data.x_train[:2], data.y_train[:2])
+    classic = zk.prove(c, wit, soundness="classic", rng=np.random.default_rng(1))
+    default = zk.prove(c, wit, rng=np.random.default_rng(2))
+    return c, wit, classic, default
+
+
+def test_a_classic_proof_verifies_and_says_so(small):
+    c, wit, proof, _ = small
+    assert proof.params.soundness == "classic" and proof.soundness_bits >= 100
+    assert proof.header()["soundness"] == "classic"
+    assert proof.statement == with_soundness(c.statement(), "classic") != c.statement()
+    assert soundness_of(proof.statement, c.statement()) == "classic"
+    assert "classic soundness bound (Ames et al., CCS 2017)" in proof.statement
+    assert zk.verify(proof, c, wit.public, soundness="classic")
+    back = proofio.loads(proofio.dumps(proof))                  # the file keeps the claim
+    assert back.params == proof.params and zk.verify(back, c, wit.public, soundness="classic")
+
+
+def test_default_proofs_are_unchanged(small):
+    c, wit, _, proof = small
+    assert "soundness" not in proof.header() and proof.statement == c.statement()
+    assert soundness_of(proof.statement, c.statement()) == "longfellow"
+    assert zk.verify(proof, c, wit.public) and zk.verify(proof, c, wit.public, soundness="longfellow")
+
+
+def test_a_verifier_accepts_only_the_analysis_it_asks_for(small):
+    c, wit, classic, default = small
+    with pytest.raises(zk.Reject, match=r"^the proof's parameters claim the 'longfellow' soundness bound, but the "
+                                        r"verifier requires 'classic': prove with soundness='classic'"):
+        zk.check(default, c, wit.public, soundness="classic")
+    with pytest.raises(zk.Reject, match=r"^the proof's parameters claim the 'classic' soundness bound, but the "
+                                        r"verifier requires 'longfellow'"):
+        zk.check(classic, c, wit.public)
+    assert not zk.verify(default, c, wit.public, soundness="classic")
+    assert not zk.verify(classic, c, wit.public)
+
+
+def test_a_classic_claim_on_weak_parameters_is_refused(small):
+    c, wit, _, default = small
+    weak = dataclasses.replace(default.params, soundness="classic")        # the default parameters, relabelled
+    assert LP.soundness_bits(weak, lookups=default.lookups) < 100
+    honest = zk.prove(c, wit, params=weak, soundness="classic", rng=np.random.default_rng(3))
+    with pytest.raises(zk.Reject, match=r"bits of soundness by the classic bound, below the required 100$"):
+        zk.check(honest, c, wit.public, soundness="classic")
+    relabelled = protocol.LigeroProof(**{**default.__dict__, "params": weak})   # header edited, nothing re-proved
+    with pytest.raises(zk.Reject, match=r"by the classic bound, below the required 100$"):
+        zk.check(relabelled, c, wit.public, soundness="classic")
+
+
+def test_a_classic_proof_relabelled_as_default_is_refused(small):
+    c, wit, classic, _ = small
+    forged = protocol.LigeroProof(**{**classic.__dict__, "params": dataclasses.replace(classic.params,
+                                                                                     soundness="longfellow")})
+    assert not zk.verify(forged, c, wit.public)
+    forged.statement = c.statement()
+    assert not zk.verify(forged, c, wit.public)
+
+
+def test_the_file_names_only_a_known_non_default_analysis(small):
+    _, _, proof, _ = small
+    for bad in ("longfellow", "bogus"):       # the default is written by leaving the key out: one encoding
+        p = protocol.LigeroProof(**{**proof.__dict__})
+        p.header = (lambda h=proof.header(), v=bad: {**h, "soundness": v})
+        with pytest.raises(zk.FormatError, match=r"header field 'soundness' must be one of \['classic'\]"):
+            proofio.loads(proofio.dumps(p))
+
+
+# ------------------------------------------------------------------ the command line
+IRIS = ["examples/iris.py", "--batch", "2", "--option", "momentum=0"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _verify(capsys, proofs: str, *extra: str) -> tuple[int, str]:
+    os.chdir(ROOT)
+    try:
+        rc = main(["zk", "verify", *IRIS, proofs, "--init-seed", "0", *extra])
+    except SystemExit as e:
+        return 1, str(e.code)
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def test_cli_classic_bundle_needs_a_classic_verifier(tmp_path, capsys):
+    out = str(tmp_path / "classic")
+    res = run_cli("zk", "prove", *IRIS, "--steps", "1", "--out", out, "--soundness", "classic")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "by the classic bound" in res.stdout and "Ligero parameters meet the classic soundness bound" in res.stdout
+    chain = json.load(open(os.path.join(out, "chain.json")))
+    assert chain["options"]["soundness"] == "classic" and chain["statement"].endswith("(Ames et al., CCS 2017)")
+    rc, text = _verify(capsys, out, "--soundness", "classic")
+    assert rc == 0 and "all 1 proofs verify" in text, text
+    rc, text = _verify(capsys, out)
+    assert rc == 1 and "chain.json claims the classic soundness bound, you require longfellow" in text
+    assert "step_000.proof: ligero INVALID: " in text      # larger than a default proof may be, or its claim
+
+
+def test_cli_refuses_unknown_or_misplaced_soundness(tmp_path, capsys):
+    os.chdir(ROOT)
+    with pytest.raises(SystemExit) as e:
+        main(["zk", "prove", *IRIS, "--soundness", "clasic", "--out", str(tmp_path / "x")])
+    assert e.value.code == 2 and "invalid choice: 'clasic'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ private runs pass it through
+def test_private_run_with_classic_soundness(tmp_path):
+    x = np.round(np.random.default_rng(0).uniform(-2, 2, (8, 3)) * 256) / 256
+    y = np.random.default_rng(1).integers(0, 2, 8)
+    step = cg.compile_model(nn.mlp(2, [3, 2, 2]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                            dtype=cg.fixed(16, 8))
+    data = zk.commit_dataset(step, x, y)
+    run = zk.prove_run(step, step.init_params(seed=0), [(x[:2], y[:2])], dataset=data, cluster="serial",
+                       progress=False, rng=np.random.default_rng(5), soundness="classic")
+    assert run.proofs[0].params.soundness == "classic" and run.statement.endswith("(Ames et al., CCS 2017)")
+    c0 = run.commitments[0]
+    assert zk.verify_run(run, step, c0=c0, d=data.commitment, soundness="classic")
+    assert not zk.verify_run(run, step, c0=c0, d=data.commitment)
+    with pytest.raises(zk.Reject, match=r"^the run claims the 'classic' soundness bound, but the verifier "
+                                        r"requires 'longfellow'$"):
+        zk.check_run(run, step, c0=c0, d=data.commitment)
