@@ -251,8 +251,8 @@ def test_no_wire_runs_under_another_wires_label_or_through_a_node(drawn, name):
         r = wide[k]
         return any(bx - r < x < bx + bw + r and by - r < y < by + bh + r for x, y in pts[k])
     texts = [(text_box(x, y, s, LABEL), s, k) for x, y, s, k in g.labels]
-    texts += [(text_box(x + 8, y + 13, c.frames[f].label, 11, bold=True), c.frames[f].label, None)
-              for f, (x, y, w, h) in enumerate(g.frames)]
+    texts += [(text_box(x, y, c.frames[f].label, 11, bold=True), c.frames[f].label, None)
+              for f, (x, y) in enumerate(g.ftitles)]
     bad = [(s, c.wires[k].label) for box, s, own in texts for k in range(len(c.wires)) if k != own and crosses(k, box)]
     assert not bad
     through = [(w.label, c.nodes[n].label) for k, w in enumerate(c.wires) for n, (x, y, nw, nh) in enumerate(g.nodes)
@@ -261,12 +261,6 @@ def test_no_wire_runs_under_another_wires_label_or_through_a_node(drawn, name):
 
 
 def geometry(f, kw):
-    from circuitgrad.drawing import parameter_names
-    from circuitgrad.drawing.layout import layout
-    if isinstance(f, cg.CompiledModel):
-        c = circuit(f.programs["step"], "step", expand=kw.get("expand", ()))
-    else:
-        prog = cg.schedule(f)
-        c = circuit(prog, in_names=["x"] * len(prog.inputs), out_names=["y"] * len(prog.outputs),
-                    expand=kw.get("expand", ()), param_names=parameter_names(f))
-    return c, layout(c)
+    """What ``draw(f, **kw)`` draws, placed (a training step: folded, as by default)."""
+    from circuitgrad.drawing import placed
+    return placed(f, **kw)

@@ -26,7 +26,7 @@ from ..types import NdArrayType
 from . import layout, svg
 from .svg import static_lead, box_broadcast, box_class, prim_broadcast, prim_class, static_vars
 
-__all__ = ["draw", "circuit", "parameter_names", "Circuit", "Node", "Wire", "Frame"]
+__all__ = ["draw", "placed", "circuit", "parameter_names", "Circuit", "Node", "Wire", "Frame"]
 
 #: more arrays than this sharing both ends are drawn as one tuple wire (and one source or output)
 BUNDLE = 3
@@ -47,6 +47,7 @@ class Node:
     static: bool = False             # a parameter-like source: placed next to its consumer
     fixed_slots: bool = False        # port order is the argument order (primitives)
     many: bool = False               # stands for several sources or outputs
+    phase: int = 0                   # 1 and more: in the second pass of a definition (R[f]), or in a frame that is
     n_in: int = 0
     n_out: int = 0
 
@@ -320,7 +321,9 @@ class _Builder:
             if key not in node_of_key:
                 node_of_key[key] = len(nodes)
                 chain = key[2] if key[0] == "one" else key[1][:-1]
-                nodes.append(Node("prim", "", "", frame=frame(chain), order=i))
+                nodes.append(Node("prim", "", "", frame=frame(chain), order=i,
+                                  phase=max([ph for _, ph in key[1]] if key[0] == "box" else
+                                            [ph for _, ph in key[2]], default=0)))
                 members.append([])
             n = node_of_key[key]
             members[n].append(i)
@@ -514,7 +517,7 @@ def _names(n: int, stem: str) -> list[str]:
 
 
 def draw(f, path: str | os.PathLike | None = None, expand: Sequence[str] = (), depth: int = 1,
-         title: str | None = None) -> str:
+         title: str | None = None, fold: bool | None = None) -> str:
     """The neural circuit diagram of ``f`` as SVG text (also written to ``path`` when given).
 
     ``f``: a :class:`~circuitgrad.Diagram` (a model, ``cg.rdiff(model)``, any traced diagram), a
@@ -524,11 +527,27 @@ def draw(f, path: str | os.PathLike | None = None, expand: Sequence[str] = (), d
     such as ``"gpt/block0"``) is drawn as a frame around its parts, ``"*"`` expands everything; a
     name that matches no definition is a ``ValueError`` that lists the definitions there are.
     Parameters are named as in the parameter dict of ``cg.compile_model`` (``W0``, ``b0``, …).
+    ``fold``: fold the row where the reverse pass begins (:mod:`.fold`: the forward pass on top, the
+    reverse pass and the optimizer underneath, right to left); None (the default) folds training
+    steps (a ``CompiledModel``) only, False never folds.
     """
+    c, g = placed(f, expand, depth, title, fold)
+    text = svg.render(c, g)
+    if path is not None:
+        with open(os.fspath(path), "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return text
+
+
+def placed(f, expand: Sequence[str] = (), depth: int = 1, title: str | None = None,
+           fold: bool | None = None) -> tuple[Circuit, layout.Geometry]:
+    """``(circuit, geometry)``: what :func:`draw` draws, placed (same arguments)."""
     if isinstance(expand, str):
         expand = (expand,)
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
         raise ValueError(f"draw: depth must be an int of at least 1, got {depth!r}")
+    if fold is not None and not isinstance(fold, bool):
+        raise TypeError(f"draw: fold must be True, False or None, got {type(fold).__name__}")
     if isinstance(f, CompiledModel):
         prog = f.programs["step"]
         pn, sn = list(f.param_names), list(f.state_names)
@@ -549,9 +568,5 @@ def draw(f, path: str | os.PathLike | None = None, expand: Sequence[str] = (), d
         c = circuit(f, title or f.name, None, None, None, None, "", expand, depth)
     else:
         raise TypeError(f"draw: f must be a Diagram, a CompiledModel or a Program, got {type(f).__name__}")
-    text = svg.render(c, layout.layout(c))
-    if path is not None:
-        with open(os.fspath(path), "w", encoding="utf-8") as fh:
-            fh.write(text)
-    return text
+    return c, layout.layout(c, fold=isinstance(f, CompiledModel) if fold is None else fold)
 

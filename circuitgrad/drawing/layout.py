@@ -54,6 +54,7 @@ class Geometry:
     paths: list[list[str]] = field(default_factory=list)     # SVG path data of each wire
     dots: list[tuple[float, float]] = field(default_factory=list)
     labels: list[tuple[float, float, str, int]] = field(default_factory=list)
+    ftitles: list[tuple[float, float]] = field(default_factory=list)   # baseline start of each frame's name
 
 
 class _Layout:
@@ -77,6 +78,7 @@ class _Layout:
             self.chain[f] = self.chain[fr.parent] + [f]
         self.inpos = [list(range(nd.n_in)) for nd in c.nodes]
         self.outpos = [list(range(nd.n_out)) for nd in c.nodes]
+        self.flip: set[int] = set()        # nodes turned upside down by a fold: broadcast band below
 
     # ------------------------------------------------------------------------------ columns
     def columns(self) -> None:
@@ -237,7 +239,7 @@ class _Layout:
         k = (self.outpos if out else self.inpos)[n]
         cnt = max(len(k), 1)
         body = h - band
-        return band + body * ((k[slot] if slot < len(k) else slot) + 1) / (cnt + 1)
+        return (0.0 if n in self.flip else band) + body * ((k[slot] if slot < len(k) else slot) + 1) / (cnt + 1)
 
     def targets(self, it: tuple, y: dict[tuple, float]) -> list[tuple[float, float, tuple]]:
         """``(offset below the item's top, neighbour's absolute height, neighbour)`` of each connection."""
@@ -461,7 +463,8 @@ class _Layout:
             x0 = self.colx[c0] - self.lext[f]
             x1 = self.colx[c1] + self.colw[c1] + self.lab[c1] + self.rext[f]    # its labels inside
             frames.append((x0, self.ftop[f], x1 - x0, self.fheight[f]))
-        g = Geometry(self.width, 0.0, rects, [s[2] for s in self.size], frames)
+        g = Geometry(self.width, 0.0, rects, [s[2] for s in self.size], frames,
+                     ftitles=[(x + 8, y + 13) for x, y, _, _ in frames])
         for k, w in enumerate(c.wires):
             g.paths.append(self.route(k, w, rects, g))
         bottom = max([r[1] + r[3] for r in rects] + [fr[1] + fr[3] for fr in frames]
@@ -527,14 +530,20 @@ def _stack(want: list[float], weight: list[float], sep: list[float]) -> list[flo
     return [z + o for z, o in zip(out, off)]
 
 
-def layout(c: Circuit) -> Geometry:
-    """The geometry of circuit ``c``."""
+def layout(c: Circuit, fold: bool = False) -> Geometry:
+    """The geometry of circuit ``c``; ``fold``: the row folded in two where the reverse pass begins
+    (:mod:`.fold`), when there is a place to fold it."""
+    from . import fold as folding
     lay = _Layout(c)
     lay.columns()
     lay.trunks()
     lay.elements()
     lay.sweep()
     lay.spans()
-    lay.rows()
     lay.xs()
-    return lay.geometry()
+    cut = folding.choose(lay) if fold else None
+    if cut is not None:
+        lay.flip = {n for n in range(len(c.nodes)) if lay.col[n] > cut}
+    lay.rows()
+    g = lay.geometry()
+    return folding.apply(lay, g, cut) if cut is not None else g

@@ -447,7 +447,7 @@ def render(c: Circuit, g: Geometry) -> str:
         out += ['<g class="frame">', _title(c.frames[f].title),
                 f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(w)}" height="{_f(h)}" rx="12" fill="{shade}" '
                 f'stroke="#6b7280" stroke-width="1"/>',
-                _text(x + 8, y + 13, c.frames[f].label, 11, "start", True, "#374151"), "</g>"]
+                _text(*g.ftitles[f], c.frames[f].label, 11, "start", True, "#374151"), "</g>"]
     for k, w in enumerate(c.wires):
         out += [f'<g class="wire{" tuple" if w.arrays > 1 else ""}">', _title(w.title)]
         for d in g.paths[k]:
