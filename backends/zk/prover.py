@@ -26,6 +26,8 @@ def prove(circuit, wit, system: str = "ligero", **options):
     if system == "ligero":
         return ligero.prove(circuit, wit, **options)
     if system in sj.SYSTEMS:
+        if "soundness" in options:
+            raise TypeError(f"zk.prove: soundness names an analysis of Ligero proofs, not of {system}")
         return sj.prove(circuit, wit, system=system, **options)
     raise ValueError(f"zk.prove: unknown proof system {system!r}; choose one of {list(SYSTEMS)}")
 
