@@ -139,6 +139,12 @@ def text_boxes(svg: str) -> list[tuple[tuple[float, float, float, float], str]]:
     out = []
     for t in ET.fromstring(svg).iter(f"{SVG}text"):
         size, bold = float(t.get("font-size")), t.get("font-weight") == "bold"
+        if any(span.get("y") is not None for span in t):     # a name on several lines: a box per line
+            for span in t:
+                x, y, w, h = text_box(float(span.get("x")), float(span.get("y")), span.text or "", size,
+                                      t.get("text-anchor", "start"), bold)
+                out.append(((x, y, w, h), span.text or ""))
+            continue
         runs = [(t.text or "", size, bold)]
         for span in t:
             runs.append((span.text or "", float(span.get("font-size", size)),

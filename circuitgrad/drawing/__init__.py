@@ -24,6 +24,7 @@ from ..primitives import Parameter, op_of, path_of
 from ..schedule import Program, schedule
 from ..types import NdArrayType
 from . import layout, svg
+from .fold import optimizer_sources
 from .svg import static_lead, box_broadcast, box_class, prim_broadcast, prim_class, static_vars
 
 __all__ = ["draw", "placed", "circuit", "parameter_names", "Circuit", "Node", "Wire", "Frame"]
@@ -47,6 +48,8 @@ class Node:
     static: bool = False             # a parameter-like source: placed next to its consumer
     fixed_slots: bool = False        # port order is the argument order (primitives)
     many: bool = False               # stands for several sources or outputs
+    again: bool = False              # a source drawn a second time (the optimizer's parameters, folded)
+    wrap: bool = False               # a long name on two lines (folded drawings: narrower columns)
     phase: int = 0                   # 1 and more: in the second pass of a definition (R[f]), or in a frame that is
     n_in: int = 0
     n_out: int = 0
@@ -198,8 +201,9 @@ class _Builder:
 
     def __init__(self, prog: Program, title: str, in_names: list[str], in_kinds: list[str],
                  out_names: list[str], out_kinds: list[str], model_root: tuple[str, ...],
-                 expand: Sequence[str], depth: int, param_names: dict | None = None):
+                 expand: Sequence[str], depth: int, param_names: dict | None = None, fold: bool = False):
         self.p = prog
+        self.fold = fold
         self.param_names = param_names or {}
         self.title = title
         self.in_names, self.in_kinds = in_names, in_kinds
@@ -345,7 +349,13 @@ class _Builder:
                     slot = pos if nodes[n].fixed_slots else None
                     if slot is not None or (n, None) not in uses.get(x, []):
                         uses.setdefault(x, []).append((n, slot))
+        for node in nodes:
+            node.wrap = self.fold and node.kind == "box"
         self._bundle_sources(nodes, src_node, uses)
+        self.alias: dict[int, int] = {}
+        if self.fold:
+            opt = {src_node[v] for v, k in zip(p.outputs, self.out_kinds) if k in ("parameter", "state") and v in src_node}
+            self.alias = optimizer_sources(nodes, src_node, uses, opt, len(p.types))
         out_node: list[int] = []
         for k, v in enumerate(p.outputs):
             out_node.append(self._output(nodes, k, v, src_node, out_node))
@@ -434,7 +444,7 @@ class _Builder:
                uses: dict[int, list[tuple[int, int | None]]], prod: dict[int, int]) -> list[Wire]:
         p = self.p
         groups: dict[tuple, list[int]] = {}
-        for v in sorted(uses, key=lambda v: (prod.get(v, -1), v)):
+        for v in sorted(uses, key=lambda v: (prod.get(self.alias.get(v, v), -1), v)):
             dsts = tuple(d for d, _ in uses[v])
             groups.setdefault((src_node[v], dsts), []).append(v)
         wires: list[Wire] = []
@@ -445,6 +455,7 @@ class _Builder:
             table[n] = table.get(n, 0) + 1
             return table[n] - 1
 
+        al = self.alias.get
         for (src, _), vs in groups.items():
             runs = [vs] if len(vs) > BUNDLE or nodes[src].many else [[v] for v in vs]
             for run in runs:
@@ -455,10 +466,10 @@ class _Builder:
                     s = slot(slots_out, src)
                 dsts = [(d, sl if sl is not None else slot(slots_in, d)) for d, sl in uses[v]]
                 if len(run) == 1:
-                    label, title = shape_label(p.types[v], self.dtype), f"v{v} : {p.types[v]}"
+                    label, title = shape_label(p.types[al(v, v)], self.dtype), f"v{al(v, v)} : {p.types[al(v, v)]}"
                 else:
                     label = f"{len(run)} arrays"
-                    title = "tuple: " + ", ".join(f"v{x} : {p.types[x]}" for x in run)
+                    title = "tuple: " + ", ".join(f"v{al(x, x)} : {p.types[al(x, x)]}" for x in run)
                 wires.append(Wire(src, s, dsts, label, title, len(run)))
         for n, nd in enumerate(nodes):
             if not nd.fixed_slots:
@@ -487,14 +498,16 @@ def _compact(c: Circuit, keep: list[int]) -> Circuit:
 def circuit(prog: Program, title: str = "", in_names: list[str] | None = None,
             in_kinds: list[str] | None = None, out_names: list[str] | None = None,
             out_kinds: list[str] | None = None, model_root: str = "", expand: Sequence[str] = (),
-            depth: int = 1, param_names: dict | None = None) -> Circuit:
+            depth: int = 1, param_names: dict | None = None, fold: bool = False) -> Circuit:
     """The visible graph of ``prog`` (see :func:`draw` for ``expand`` and ``depth``); ``param_names``
-    maps the :class:`~circuitgrad.primitives.Parameter` operations to the names drawn on their pills."""
+    maps the :class:`~circuitgrad.primitives.Parameter` operations to the names drawn on their pills;
+    ``fold``: drawn folded, so the optimizer gets its own parameter and constant sources
+    (:func:`.fold.optimizer_sources`)."""
     ni, no = len(prog.inputs), len(prog.outputs)
     in_names = in_names or [f"v{v}" for v in prog.inputs]
     out_names = out_names or [f"v{v}" for v in prog.outputs]
     b = _Builder(prog, title or prog.name, in_names, in_kinds or ["data"] * ni, out_names,
-                 out_kinds or ["data"] * no, _split(model_root), expand, depth, param_names)
+                 out_kinds or ["data"] * no, _split(model_root), expand, depth, param_names, fold)
     return b.build()
 
 
@@ -548,6 +561,7 @@ def placed(f, expand: Sequence[str] = (), depth: int = 1, title: str | None = No
         raise ValueError(f"draw: depth must be an int of at least 1, got {depth!r}")
     if fold is not None and not isinstance(fold, bool):
         raise TypeError(f"draw: fold must be True, False or None, got {type(fold).__name__}")
+    fold = isinstance(f, CompiledModel) if fold is None else fold
     if isinstance(f, CompiledModel):
         prog = f.programs["step"]
         pn, sn = list(f.param_names), list(f.state_names)
@@ -559,14 +573,14 @@ def placed(f, expand: Sequence[str] = (), depth: int = 1, title: str | None = No
         else:
             onames = [n.replace("/", "_") + "'" for n in pn + sn]
         c = circuit(prog, title or f"training step of {f.model.name}", names, kinds, onames, okinds,
-                    _model_root(f.model), expand, depth)
+                    _model_root(f.model), expand, depth, fold=fold)
     elif isinstance(f, Diagram):
         prog = schedule(f)
         c = circuit(prog, title or getattr(f, "name", "diagram"), _names(len(prog.inputs), "x"), None,
-                    _names(len(prog.outputs), "y"), None, "", expand, depth, parameter_names(f))
+                    _names(len(prog.outputs), "y"), None, "", expand, depth, parameter_names(f), fold)
     elif isinstance(f, Program):
-        c = circuit(f, title or f.name, None, None, None, None, "", expand, depth)
+        c = circuit(f, title or f.name, None, None, None, None, "", expand, depth, fold=fold)
     else:
         raise TypeError(f"draw: f must be a Diagram, a CompiledModel or a Program, got {type(f).__name__}")
-    return c, layout.layout(c, fold=isinstance(f, CompiledModel) if fold is None else fold)
+    return c, layout.layout(c, fold=fold)
 

@@ -63,6 +63,51 @@ def choose(lay: _Layout) -> int | None:
     return min(ok, key=lambda b: (max(_edge(lay, b), _right(lay) - _edge(lay, b)), b))
 
 
+# ----------------------------------------------------------------------------------- sources
+def optimizer_sources(nodes: list, src_node: dict[int, int], uses: dict[int, list[tuple[int, int | None]]],
+                      opt: set[int], nvars: int) -> dict[int, int]:
+    """Give the optimizer its own sources: a parameter (or constant) that feeds the forward pass and
+    the optimizer ``opt`` (the nodes that compute the new parameters and optimizer states) is drawn
+    a second time for the optimizer, all such parameters of one optimizer as one tuple source
+    (``38 parameters``, the names in its tooltip), so that no parameter wire runs the length of the
+    step to the optimizer.  Edits ``nodes``, ``src_node`` and ``uses`` (the optimizer's uses of each
+    such variable move to a new variable) and returns ``{new variable: variable}``."""
+    from . import Node
+    alias: dict[int, int] = {}
+    group: dict[tuple, list[int]] = {}
+    for v in sorted(uses):
+        n = src_node.get(v)
+        if n is None or nodes[n].kind not in ("param", "const") or not nodes[n].static:
+            continue
+        mine = [u for u in uses[v] if u[0] in opt]
+        rest = [u for u in uses[v] if u[0] not in opt]
+        if not mine or not rest:
+            continue
+        for d, _ in mine:
+            key = (d, nodes[n].kind, nodes[n].label if nodes[n].kind == "const" else "")
+            group.setdefault(key, []).append(v)
+        uses[v] = rest
+    for (d, kind, label), vs in sorted(group.items()):
+        base = len(nodes)
+        if kind == "const":
+            old = nodes[src_node[vs[0]]]
+            nodes.append(Node("const", old.label, old.title, static=True, order=old.order, sub=old.sub, again=True))
+        else:
+            names = [nodes[n].title if nodes[n].many else nodes[n].title.split(" (")[0]
+                     for n in dict.fromkeys(src_node[v] for v in vs)]
+            nodes.append(Node("param", f"{len(vs)} parameters" if len(vs) > 1 else nodes[src_node[vs[0]]].label,
+                              "the parameters again, for the optimizer (as at the forward pass):\n"
+                              + "\n".join(names), static=True, many=len(vs) > 1,
+                              order=min(nodes[src_node[v]].order for v in vs),
+                              sub="" if len(vs) > 1 else nodes[src_node[vs[0]]].sub, again=True))
+        for v in vs:
+            nv = nvars + len(alias)
+            alias[nv] = v
+            src_node[nv] = base
+            uses[nv] = [(d, None)]
+    return alias
+
+
 # ----------------------------------------------------------------------------------- paths
 def _parse(d: str) -> list[tuple[str, list[float]]]:
     """``M``, ``H`` and ``C`` commands of a path (as :meth:`_Layout.route` writes them)."""
@@ -130,11 +175,11 @@ class _Fold:
         return "".join(out).strip()
 
 
-def _crossings(g: Geometry, xf: float) -> list[float]:
-    """The heights at which wires cross the cut."""
-    ys = set()
+def _crossings(g: Geometry, xf: float, wide: list[bool]) -> dict[float, bool]:
+    """The heights at which wires cross the cut (and whether a tuple crosses there)."""
+    ys: dict[float, bool] = {}
     eps = 0.01
-    for paths in g.paths:
+    for k, paths in enumerate(g.paths):
         for d in paths:
             cx = cy = 0.0
             for cmd, a in _parse(d):
@@ -143,13 +188,13 @@ def _crossings(g: Geometry, xf: float) -> list[float]:
                     continue
                 end = a[0] if cmd == "H" else a[4]
                 if cx <= xf + eps and end > xf + eps:
-                    ys.add(round(cy, 1))
+                    ys[round(cy, 1)] = ys.get(round(cy, 1), False) or wide[k]
                     break
                 if cmd == "H":
                     cx = a[0]
                 else:
                     cx, cy = a[4], a[5]
-    return sorted(ys)
+    return ys
 
 
 def apply(lay: _Layout, g: Geometry, b: int) -> Geometry:
@@ -185,8 +230,13 @@ def apply(lay: _Layout, g: Geometry, b: int) -> Geometry:
             upper.append(y + 3)
     ups = max(upper, default=0.0)
     depth = ups + ROWGAP + max(lower_hi, default=0.0) + LABEL     # turned: the lower half's top is below ups
-    ys = _crossings(g, xf)
-    ext = {y: UFIRST + UTURN * (len(ys) - 1 - i) for i, y in enumerate(ys)}   # the highest outermost
+    ys = _crossings(g, xf, [w.arrays > 1 for w in c.wires])
+    ext: dict[float, float] = {}                       # the lowest innermost, the highest outermost
+    e, prev = UFIRST, None
+    for y in sorted(ys, reverse=True):
+        if prev is not None:
+            e += UTURN if ys[y] or ys[prev] else UTURN - 3
+        ext[y], prev = e, y
     fo = _Fold(xf, depth, ext)
     nodes = list(g.nodes)
     for n in low:

@@ -278,6 +278,23 @@ def text_box(x: float, y: float, s: str, size: float, anchor: str = "start", bol
     return x0, y - ASCENT * size, w, (ASCENT + DESCENT) * size
 
 
+#: a box name longer than this many characters is drawn on two lines, broken after an ``_`` (folded drawings)
+WRAP = 14
+
+
+def name_lines(nd: Node) -> list[str]:
+    """The lines of a node's name: one, or (``nd.wrap``, longer than :data:`WRAP`) two, broken after
+    the ``_`` that makes the longer line shortest."""
+    s = nd.label
+    if not nd.wrap or len(s) <= WRAP:
+        return [s]
+    cuts = [i + 1 for i, ch in enumerate(s[:-1]) if ch == "_"]
+    if not cuts:
+        return [s]
+    k = min(cuts, key=lambda i: (max(i, len(s) - i), i))
+    return [s[:k], s[k:]]
+
+
 def node_size(nd: Node) -> tuple[float, float, float]:
     """``(w, h, band)`` of a node."""
     if nd.kind == "copy":
@@ -288,8 +305,10 @@ def node_size(nd: Node) -> tuple[float, float, float]:
     slots = max(nd.n_in, nd.n_out, 1)
     if nd.kind in ("input", "output"):           # ports SLOT apart: room for a wire label between two
         return text_width(nd.label, 11) + 16, 22.0 if slots == 1 else (slots + 1) * SLOT, 0.0
-    w = max(text_width(nd.label, 11, nd.kind == "box"), text_width(nd.sub, 10)) + (26 if nd.kind == "box" else 18)
-    body = max(34.0 if nd.sub else 28.0, (slots + 1) * SLOT)
+    lines = name_lines(nd)
+    w = max([text_width(t, 11, nd.kind == "box") for t in lines] + [text_width(nd.sub, 10)]) + (
+        26 if nd.kind == "box" else 18)
+    body = max((34.0 if nd.sub else 28.0) + 13 * (len(lines) - 1), (slots + 1) * SLOT)
     band = BAND if nd.bcast else 0.0
     w = max(w, text_width(nd.bcast, 10) + 6 if nd.bcast else 0)
     return w, body + band, band
@@ -333,7 +352,7 @@ def _band(x: float, y: float, w: float, axes: str) -> list[str]:
 
 def _node(nd: Node, x: float, y: float, w: float, h: float, band: float) -> list[str]:
     cls = f"node {nd.kind}" + (f" {nd.style}" if nd.kind in ("box", "prim") else "") + (
-        " linear-map" if nd.dashed else "")
+        " linear-map" if nd.dashed else "") + (" again" if nd.again else "")
     out = [f'<g class="{cls}">', _title(nd.title)]
     if nd.kind == "copy":
         out.append(f'<circle cx="{_f(x + w / 2)}" cy="{_f(y + h / 2)}" r="4" fill="#111827"/>')
@@ -357,11 +376,18 @@ def _node(nd: Node, x: float, y: float, w: float, h: float, band: float) -> list
                    f'rx="{10 if box else 4}" fill="{fill}" stroke="{stroke}" '
                    f'stroke-width="{1.8 if box else 1.2}"{dash}/>')
         mid = y + band + body / 2
+        lines = name_lines(nd)
+        first = mid + (-2 if nd.sub else 4) - 6.5 * (len(lines) - 1)
+        if len(lines) == 1:
+            out.append(_text(x + w / 2, first, nd.label, 11, bold=box))
+        else:                                          # one text (the whole name), a line per tspan
+            weight = ' font-weight="bold"' if box else ""
+            out.append(f'<text x="{_f(x + w / 2)}" y="{_f(first)}" font-size="11" text-anchor="middle" '
+                       f'fill="#111827"{weight}>'
+                       + "".join(f'<tspan x="{_f(x + w / 2)}" y="{_f(first + 13 * j)}">{_t(t)}</tspan>'
+                                 for j, t in enumerate(lines)) + "</text>")
         if nd.sub:
-            out.append(_text(x + w / 2, mid - 2, nd.label, 11, bold=box))
-            out.append(_text(x + w / 2, mid + 12, nd.sub, 10, fill=stroke))
-        else:
-            out.append(_text(x + w / 2, mid + 4, nd.label, 11, bold=box))
+            out.append(_text(x + w / 2, first + 14 + 13 * (len(lines) - 1), nd.sub, 10, fill=stroke))
         if nd.bcast:
             out += _band(x, y, w, nd.bcast)
     out.append("</g>")
