@@ -10,7 +10,10 @@ proving four synthetic circuits and three small MLP training steps (cached like 
 from __future__ import annotations
 
 import math
+import os
 import re
+import statistics
+import time
 from typing import Any
 
 import numpy as np
@@ -96,8 +99,9 @@ def _calibration_circuit(kind: str, n, arg):
 
 def calibrate_prover(refresh: bool = False) -> tuple[float, ...]:
     """Seconds per unit of each of :data:`PROVER_FEATURES`, fitted (non-negative least squares) to proofs of
-    four synthetic circuits (with and without lookups) and three small MLP training steps (about 20 s
-    once; then cached)."""
+    four synthetic circuits (with and without lookups) and three small MLP training steps: about 15 s of
+    proving on an idle 2-core x86_64 machine (2–4× that when other work shares the cores), once per
+    machine, with its progress on standard error; then read from ``ligero-calibration.json`` in the cache."""
     from .cpu import _machine
 
     def parse(d: dict) -> tuple[float, ...] | None:
@@ -108,16 +112,48 @@ def calibrate_prover(refresh: bool = False) -> tuple[float, ...]:
                   lambda rates: {"seconds_per": list(rates)}, refresh)
 
 
+#: a proof at least this long is timed once; shorter ones take the median of up to three, within this time
+_ONE_PROOF_S = 1.0
+
+
+def _proof_seconds(prove) -> float:
+    """Seconds per proof: one proof if it takes :data:`_ONE_PROOF_S` or more (its run-to-run spread, a few per
+    cent, is below the model's error), else the median of up to three proofs within that time."""
+    ts = []
+    while len(ts) < 3 and (not ts or sum(ts) < _ONE_PROOF_S):
+        t0 = time.perf_counter()
+        prove()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _label(kind: str, n, arg) -> str:
+    if kind == "products":
+        return f"2^{n.bit_length() - 1} products{' with lookups' if arg else ''}"
+    return f"MLP {'-'.join(map(str, arg))} b{n} step"
+
+
 def _fit_prover() -> tuple[float, ...]:
+    import sys
+
     from scipy.optimize import nnls
 
     from ..backends.zk import ligero
-    from .cpu import _per_call
+    from ..cache import cache_dir
+    from ..progress import progress
+    print(f"circuitgrad: calibrating the Ligero prover's time model on this machine, once: proving "
+          f"{len(_CALIBRATION)} small circuits (about 15 s on an idle 2-core machine); the rates are cached in "
+          f"{os.path.join(cache_dir(), 'ligero-calibration.json')}", file=sys.stderr, flush=True)
     X, y = [], []
-    for kind, n, arg in _CALIBRATION:
-        c, wit = _calibration_circuit(kind, n, arg)
-        X.append(prover_features(c))
-        y.append(_per_call(lambda: ligero.prove(c, wit, check=False), batch_s=0.0, repeats=5))   # one proof a batch
+    with progress(len(_CALIBRATION), "calibrating the Ligero prover", unit="circuit", file=sys.stderr) as bar:
+        for i, (kind, n, arg) in enumerate(_CALIBRATION):
+            c, wit = _calibration_circuit(kind, n, arg)
+            X.append(prover_features(c))
+            if i == 0:
+                ligero.prove(c, wit, check=False)             # warm-up: first-call costs are not a proof's
+            y.append(_proof_seconds(lambda: ligero.prove(c, wit, check=False)))
+            bar.set_postfix(last=f"{_label(kind, n, arg)} {y[-1]:.2f} s")
+            bar.update()
     X, y = np.array(X), np.array(y)
     X, y = X / y[:, None], np.ones_like(y)                    # relative errors: small proofs count as much
     scale = np.where(X.max(axis=0) > 0, X.max(axis=0), 1.0)   # nnls on comparable columns
