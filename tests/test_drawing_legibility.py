@@ -1,6 +1,7 @@
 """Diagrams that do not mislead and print legibly (issue 27, items 7 and 9): both residual adds of a
 transformer block outside their sublayer, the attention core named as attention (and causal), the
-parameter names users see, unknown ``expand`` names refused, and no two text boxes overlapping."""
+parameter names users see, unknown ``expand`` names refused, no two text boxes overlapping, and a
+training step folded (the lens picture) so that it prints at a paper's width with readable text."""
 import collections
 import xml.etree.ElementTree as ET
 
@@ -11,7 +12,7 @@ import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad.drawing import circuit, draw
 from circuitgrad.drawing.layout import LABEL
-from circuitgrad.drawing.svg import text_box, text_width
+from circuitgrad.drawing.svg import print_points, text_box, text_width
 from circuitgrad.primitives import op_of, path_of
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -184,6 +185,10 @@ LEGIBLE = {
     "gpt_step": (lambda: cg.compile_model(_gpt(), loss=nn.softmax_cross_entropy, optimizer=nn.adamw(3e-3)), {}),
     "mlp_step": (lambda: cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.mse, optimizer=nn.momentum(0.1)), {}),
     "block": (lambda: nn.transformer_block(2, 8, 16, heads=2), {"expand": ("attention", "mlp")}),
+    "gpt_step_flat": (lambda: cg.compile_model(_gpt(), loss=nn.softmax_cross_entropy, optimizer=nn.adamw(3e-3)),
+                      {"fold": False}),
+    "cnn_step": (lambda: cg.compile_model(_cnn(), loss=nn.softmax_cross_entropy, optimizer=nn.adamw(3e-3)), {}),
+    "rdiff_folded": (lambda: cg.rdiff(nn.mlp(8, [4, 16, 3])), {"fold": True}),
     "gpt_step_attention": (lambda: cg.compile_model(nn.gpt(2, 4, 8, d=8, heads=2, layers=1),
                                                     loss=nn.softmax_cross_entropy, optimizer=nn.adamw(3e-3)),
                            {"expand": ("attention",)}),
@@ -270,3 +275,73 @@ def geometry(f, kw):
     """What ``draw(f, **kw)`` draws, placed (a training step: folded, as by default)."""
     from circuitgrad.drawing import placed
     return placed(f, **kw)
+
+
+# ----------------------------------------------------------------------------------- folded steps
+def _bench_step():
+    """The training step of ``bench/diagrams.py`` (``docs/diagrams/gpt_step.svg``)."""
+    return cg.compile_model(nn.gpt(2, 8, 16, d=16, heads=2, layers=2), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.adamw(3e-3))
+
+
+def test_print_points_is_the_smallest_text_at_the_printed_width():
+    svg = ('<svg xmlns="http://www.w3.org/2000/svg" width="1008" height="100"><text font-size="12">a</text>'
+           '<text font-size="10">b</text></svg>')
+    assert print_points(svg) == 5.0 and print_points(svg, width=1008) == 10.0
+
+
+def test_the_gpt_training_step_prints_at_a_papers_width():
+    """At 7 in (504 pt) wide, the folded GPT step's smallest text is at least 3.1 pt, twice what the
+    single row gave (1.5 pt: 3278 px wide); 5 pt would need a row of at most ~1000 px, which nine
+    labelled columns (the forward pass and the loss) do not fit in with 10 px text."""
+    step = _bench_step()
+    folded, flat = draw(step), draw(step, fold=False)
+    assert draw(step, fold=True) == folded                  # folded is the default for a training step
+    assert print_points(folded) >= 3.1
+    assert print_points(flat) < 1.7 and print_points(folded) >= 1.8 * print_points(flat)
+    root = ET.fromstring(folded)
+    assert float(root.get("width")) <= 1620 and float(root.get("height")) <= 1.0 * float(root.get("width"))
+
+
+@pytest.mark.parametrize("name", ["gpt_step", "mlp_step", "cnn_step"])
+def test_a_folded_step_is_the_lens_picture(drawn, name):
+    """The forward pass left to right on top, the loss at its right end, every reverse pass below it
+    running right to left (R[f] of a later f further right), the optimizer below at the left end."""
+    f, kw, _ = drawn(name)
+    c, g = geometry(f, kw)
+    x = {nd.label: g.nodes[n][0] for n, nd in enumerate(c.nodes)}
+    box = {nd.label: g.nodes[n] for n, nd in enumerate(c.nodes) if nd.kind == "box"}
+    fwd = [n for n, nd in enumerate(c.nodes) if nd.kind == "box" and nd.phase == 0 and not nd.label.startswith(
+        ("adamw", "momentum", "sgd"))]
+    rev = [n for n, nd in enumerate(c.nodes) if nd.phase > 0]
+    assert fwd and rev
+    top_bottom = max(g.nodes[n][1] + g.nodes[n][3] for n in fwd)
+    assert all(g.nodes[n][1] > top_bottom for n in rev)      # the reverse row under the forward row
+    loss = next(lbl for lbl in box if "entropy" in lbl or lbl == "mse")
+    assert x[loss] == max(x[c.nodes[n].label] for n in fwd)   # the loss at the right end
+    names = [c.nodes[n].label for n in fwd if f"R[{c.nodes[n].label}]" in x]
+    assert len(names) >= 2
+    mid = {nd.label: g.nodes[n][0] + g.nodes[n][2] / 2 for n, nd in enumerate(c.nodes)}
+    order = sorted(names, key=lambda k: mid[k])               # forward order left to right ...
+    assert all(mid[f"R[{a}]"] <= mid[f"R[{b}]"] + 0.5 for a, b in zip(order, order[1:]))   # ... reverse: right to left
+    opt = next(lbl for lbl in box if lbl in ("adamw", "momentum", "sgd"))
+    assert box[opt][1] > top_bottom and x[opt] < min(x[c.nodes[n].label] for n in rev)
+
+
+def test_the_optimizer_gets_its_own_parameter_source_when_folded():
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.mse, optimizer=nn.momentum(0.1))
+    svg = draw(step)
+    again = [g for g in ET.fromstring(svg).iter(f"{SVG}g") if g.get("class") == "node param again"]
+    assert len(again) == 1
+    assert again[0].find(f"{SVG}title").text.startswith("the parameters again, for the optimizer")
+    assert all(n in "".join(again[0].itertext()) for n in ("W0", "b0", "W1", "b1"))
+    assert 'class="node param again"' not in draw(step, fold=False)
+
+
+def test_fold_is_a_bool_or_none():
+    mlp = nn.mlp(8, [4, 16, 3])
+    for bad in ("yes", 1, 0.5):
+        with pytest.raises(TypeError, match="draw: fold must be True, False or None, got"):
+            draw(mlp, fold=bad)
+    assert draw(mlp) == draw(mlp, fold=False)                 # a model is not folded unless asked
+    assert draw(mlp, fold=True) != draw(mlp)

@@ -295,6 +295,16 @@ def name_lines(nd: Node) -> list[str]:
     return [s[:k], s[k:]]
 
 
+def print_points(svg: str, width: float = 504.0) -> float:
+    """How tall, in points, the smallest text of the picture ``svg`` (SVG text) prints when the
+    picture is scaled to ``width`` points (504 pt = 7 in, a paper's full text width): the smallest
+    ``font-size`` times ``width`` over the picture's width."""
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(svg)
+    sizes = [float(e.get("font-size")) for e in root.iter() if e.get("font-size")]
+    return min(sizes, default=0.0) * width / float(root.get("width"))
+
+
 def node_size(nd: Node) -> tuple[float, float, float]:
     """``(w, h, band)`` of a node."""
     if nd.kind == "copy":
