@@ -9,6 +9,7 @@ import pytest
 
 import circuitgrad as cg
 from circuitgrad import nn
+from _tolerance import assert_programs_close, assert_within, error_bounds
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -19,6 +20,34 @@ import torch_gpt  # noqa: E402
 
 def torch_block(x, p, heads, causal, kind):
     return torch_gpt.block(x, p, heads, causal, kind, eps=cg.ops.ATTENTION_EPS)
+
+
+def _assert_equals_torch(step, params, x, y, loss, grads, tl, tp):
+    """torch's kernels evaluate the same expressions as our loss and gradient programs: each side within the
+    program's error bound of the exact value (tests/_tolerance.py)."""
+    args = [params[k] for k in step.param_names] + [step._x(x, "loss"), step._targets(y, "loss")]
+    assert_programs_close([loss], [tl.item()], step.fn("loss").program, args, err_msg="loss")
+    assert_programs_close([grads[k] for k in step.param_names], [tp[k].grad.numpy() for k in step.param_names],
+                          step.fn("gradients").program, args, err_msg="gradients")
+
+
+class _Trajectory:
+    """The error bound of a run of training steps: each step's program from the previous step's bound."""
+
+    def __init__(self, step):
+        self.compiled, self.names = step, step.param_names + step.state_names
+        self.err = [0.0] * len(self.names)
+
+    def step(self, params, x, y):
+        s = self.compiled
+        args = [params[k] for k in self.names] + [s._x(x, "step"), s._targets(y, "step")]
+        self.err = error_bounds(s.fn("step").program, args, self.err + [0.0, 0.0])
+
+    def check(self, params, tp):
+        bound = dict(zip(self.names, self.err))
+        ks = self.compiled.param_names
+        assert_within([params[k] for k in ks], [tp[k].detach().numpy() for k in ks], [bound[k] for k in ks],
+                      err_msg="parameters after the run")
 
 
 @pytest.mark.parametrize("kind", ["softmax", "spherical"])
@@ -33,9 +62,7 @@ def test_transformer_block_loss_and_gradients_equal_pytorch(kind, causal, rng):
     tp = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
     tl = F.mse_loss(torch_block(torch.tensor(x), tp, heads, causal, kind), torch.tensor(y))
     tl.backward()
-    assert abs(loss - tl.item()) <= 1e-12 * abs(tl.item())
-    for k in params:
-        np.testing.assert_allclose(grads[k], tp[k].grad.numpy(), rtol=1e-8, atol=1e-12, err_msg=k)
+    _assert_equals_torch(step, params, x, y, loss, grads, tl, tp)
 
 
 @pytest.mark.parametrize("name,make,torch_opt", [
@@ -51,16 +78,17 @@ def test_adam_trajectories_equal_torch_optim(name, make, torch_opt, rng):
     params = step.init_params(seed=1)
     tp = {k: torch.tensor(params[k], requires_grad=True) for k in step.param_names}
     opt = torch_opt(list(tp.values()))
+    err = _Trajectory(step)
     for _ in range(10):
         x, y = rng.normal(size=(B, sizes[0])), rng.normal(size=(B, sizes[-1]))
+        err.step(params, x, y)
         params = step.step(params, x, y)
         opt.zero_grad()
         h = torch.tanh(torch.tensor(x) @ tp["W0"] + tp["b0"]) @ tp["W1"] + tp["b1"]
         F.mse_loss(h, torch.tensor(y)).backward()
         opt.step()
     assert float(params["adam/t"]) == 10.0
-    for k in step.param_names:
-        np.testing.assert_allclose(params[k], tp[k].detach().numpy(), rtol=1e-10, atol=1e-14, err_msg=k)
+    err.check(params, tp)
 
 
 def test_learning_rate_schedule_without_recompiling(rng):
@@ -106,9 +134,7 @@ def test_gpt_training_step_gradients_equal_pytorch(kind, rng):
     logits = torch_gpt.gpt(torch.tensor(ids), tp, layers, heads, kind, eps=cg.ops.ATTENTION_EPS)
     tl = F.cross_entropy(logits.reshape(-1, V), torch.tensor(nxt).reshape(-1))
     tl.backward()
-    assert abs(loss - tl.item()) <= 1e-12 * abs(tl.item())
-    for k in params:
-        np.testing.assert_allclose(grads[k], tp[k].grad.numpy(), rtol=1e-8, atol=1e-12, err_msg=k)
+    _assert_equals_torch(step, params, ids, nxt, loss, grads, tl, tp)
 
 
 # ------------------------------------------------------------ convolutions
@@ -133,9 +159,15 @@ def test_cnn_training_step_equals_pytorch(rng):
     new = step.step(params, x, y)
     tp = {k: torch.tensor(params[k], requires_grad=True) for k in step.param_names}
     F.cross_entropy(_torch_cnn(tp, torch.tensor(x)), torch.tensor(y)).backward()
-    for k in step.param_names:
-        grad = (params[k] - new[k]) / 0.1
-        np.testing.assert_allclose(grad, tp[k].grad.numpy(), rtol=1e-8, atol=1e-12, err_msg=k)
+    # the gradient read back from the step, (p − new)/0.1: new's bound/0.1, the subtraction's and the division's
+    # rounding (u each); torch's: the gradient program's bound
+    args = [params[k] for k in step.param_names] + [step._x(x, "step"), step._targets(y, "step")]
+    e_new = error_bounds(step.fn("step").program, args)
+    e_grad = error_bounds(step.fn("gradients").program, args)
+    u = np.finfo(np.float64).eps / 2
+    grads = [(params[k] - new[k]) / 0.1 for k in step.param_names]
+    bounds = [(en / 0.1 + 2 * u * np.abs(g) + eg) / 2 for en, eg, g in zip(e_new, e_grad, grads)]
+    assert_within(grads, [tp[k].grad.numpy() for k in step.param_names], bounds)
 
 
 def test_conv_layer_geometry_and_init_match_pytorch_conventions(rng):
@@ -164,8 +196,10 @@ def test_gradient_clipping_equals_torch_clip_grad_norm(name, make, torch_opt, rn
     tp = {k: torch.tensor(params[k], requires_grad=True) for k in step.param_names}
     topt = torch_opt(list(tp.values()))
     clipped = 0
+    err = _Trajectory(step)
     for _ in range(10):
         x, y = rng.normal(size=(B, sizes[0])), 3 * rng.normal(size=(B, sizes[-1]))
+        err.step(params, x, y)
         params = step.step(params, x, y)
         topt.zero_grad()
         h = torch.tanh(torch.tensor(x) @ tp["W0"] + tp["b0"]) @ tp["W1"] + tp["b1"]
@@ -173,8 +207,7 @@ def test_gradient_clipping_equals_torch_clip_grad_norm(name, make, torch_opt, rn
         clipped += float(torch.nn.utils.clip_grad_norm_(list(tp.values()), opt.max_norm)) > opt.max_norm
         topt.step()
     assert clipped == (0 if name == "not-clipped" else 10)
-    for k in step.param_names:
-        np.testing.assert_allclose(params[k], tp[k].detach().numpy(), rtol=1e-10, atol=1e-14, err_msg=k)
+    err.check(params, tp)
 
 
 def test_gradient_clipping_keeps_the_schedule_and_names_its_constant():
