@@ -88,8 +88,9 @@ def pills(svg: str) -> list[str]:
     for g in ET.fromstring(svg).iter(f"{SVG}g"):
         if g.get("class") == "node param":
             name = "".join(g.find(f"{SVG}text").find(f"{SVG}tspan").itertext())
+            whole = "".join(g.find(f"{SVG}text").itertext())     # a tuple pill: on two lines when folded
             out += ([line.split(" : ")[0] for line in g.find(f"{SVG}title").text.split("\n")]
-                    if name.endswith(" parameters") else [name])
+                    if whole.strip().endswith(" parameters") else [name])
     return out
 
 
@@ -109,6 +110,8 @@ def test_parameter_pills_carry_the_names_of_the_parameter_dict(make):
 def test_a_training_step_names_its_parameters_as_its_dict_does():
     step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.mse, optimizer=nn.sgd(0.1))
     assert sorted(pills(draw(step))) == ["W0", "W1", "b0", "b1"]
+    gpt = _bench_step()
+    assert sorted(pills(draw(gpt))) == sorted(pills(draw(gpt, fold=False))) == sorted(gpt.param_names)
 
 
 # ----------------------------------------------------------------------------------- expand
@@ -142,8 +145,9 @@ def text_boxes(svg: str) -> list[tuple[tuple[float, float, float, float], str]]:
         size, bold = float(t.get("font-size")), t.get("font-weight") == "bold"
         if any(span.get("y") is not None for span in t):     # a name on several lines: a box per line
             for span in t:
-                x, y, w, h = text_box(float(span.get("x")), float(span.get("y")), span.text or "", size,
-                                      t.get("text-anchor", "start"), bold)
+                x, y, w, h = text_box(float(span.get("x")), float(span.get("y")), span.text or "",
+                                      float(span.get("font-size", size)), t.get("text-anchor", "start"),
+                                      span.get("font-weight", "bold" if bold else "") == "bold")
                 out.append(((x, y, w, h), span.text or ""))
             continue
         runs = [(t.text or "", size, bold)]

@@ -349,8 +349,6 @@ class _Builder:
                     slot = pos if nodes[n].fixed_slots else None
                     if slot is not None or (n, None) not in uses.get(x, []):
                         uses.setdefault(x, []).append((n, slot))
-        for node in nodes:
-            node.wrap = self.fold and node.kind == "box"
         self._bundle_sources(nodes, src_node, uses)
         self.alias: dict[int, int] = {}
         if self.fold:
@@ -360,6 +358,8 @@ class _Builder:
         for k, v in enumerate(p.outputs):
             out_node.append(self._output(nodes, k, v, src_node, out_node))
             uses.setdefault(v, []).append((out_node[-1], None))
+        for node in nodes:
+            node.wrap = self.fold and node.kind in ("box", "param", "const", "input", "output")
         wires = self._wires(nodes, src_node, uses, prod)
         keep = sorted({w.src for w in wires} | {d for w in wires for d, _ in w.dsts}
                       | {n for n, nd in enumerate(nodes) if nd.kind == "input"})

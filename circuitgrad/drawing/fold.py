@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .svg import MARGIN, text_width
+from .layout import TOP
 
 if TYPE_CHECKING:                                   # pragma: no cover
     from .layout import Geometry, _Layout
@@ -260,16 +261,21 @@ def apply(lay: _Layout, g: Geometry, b: int) -> Geometry:
         px, py = fo.pt(x - 4, y + lift)                   # the port, turned
         labels.append((px - 4 - text_width(s, LABEL), py - lift, s, k))
     out = Geometry(0.0, 0.0, nodes, g.band, frames, paths, dots, labels, ftitles)
-    # shift right so that the lower row starts at the margin; width and height from the content
+    # move the content to the margin on the left and below the title at the top
     xs = [x for x, _, _, _ in nodes] + [x for x, _, _, _ in frames] + [x for x, _, _, _ in labels]
     shift = max(0.0, MARGIN - min(xs, default=MARGIN))
-    if shift:
-        out.nodes = [(x + shift, y, w, h) for x, y, w, h in out.nodes]
-        out.frames = [(x + shift, y, w, h) for x, y, w, h in out.frames]
-        out.ftitles = [(x + shift, y) for x, y in out.ftitles]
-        out.dots = [(x + shift, y) for x, y in out.dots]
-        out.labels = [(x + shift, y, s, k) for x, y, s, k in out.labels]
-        out.paths = [[_shift(d, shift) for d in ps] for ps in out.paths]
+    ys = ([y for _, y, _, _ in out.nodes + out.frames] + [y - LABEL for _, y, _, _ in out.labels]
+          + [y for ps in out.paths for d in ps for _, y in _points(d)])
+    lift = min(ys, default=TOP) - TOP
+    if shift or lift:
+        out.nodes = [(x + shift, y - lift, w, h) for x, y, w, h in out.nodes]
+        out.frames = [(x + shift, y - lift, w, h) for x, y, w, h in out.frames]
+        out.ftitles = [(x + shift, y - lift) for x, y in out.ftitles]
+        out.dots = [(x + shift, y - lift) for x, y in out.dots]
+        out.labels = [(x + shift, y - lift, s, k) for x, y, s, k in out.labels]
+        out.paths = [[_shift(d, shift, -lift) for d in ps] for ps in out.paths]
+        depth -= lift
+        ups -= lift
     far = xf + (max(ext.values()) if ext else 0.0) + 3
     out.width = shift + max(far, max((x + w for x, _, w, _ in nodes + frames), default=0.0),
                             max((x + text_width(s, LABEL) for x, _, s, _ in labels), default=0.0)) + MARGIN
@@ -278,13 +284,28 @@ def apply(lay: _Layout, g: Geometry, b: int) -> Geometry:
     return out
 
 
-def _shift(d: str, dx: float) -> str:
+def _shift(d: str, dx: float, dy: float) -> str:
     out = []
     for cmd, a in _parse(d):
         if cmd == "H":
             out.append(f"H{_f(a[0] + dx)}")
         elif cmd == "M":
-            out.append(f"M{_f(a[0] + dx)},{_f(a[1])}")
+            out.append(f"M{_f(a[0] + dx)},{_f(a[1] + dy)}")
         else:
-            out.append("C" + " ".join(f"{_f(a[j] + dx)},{_f(a[j + 1])}" for j in (0, 2, 4)))
+            out.append("C" + " ".join(f"{_f(a[j] + dx)},{_f(a[j + 1] + dy)}" for j in (0, 2, 4)))
     return " ".join(out)
+
+
+def _points(d: str) -> list[tuple[float, float]]:
+    """The points a path's commands name (enough for its extent: its curves stay within them)."""
+    pts, y = [], 0.0
+    for cmd, a in _parse(d):
+        if cmd == "H":
+            pts.append((a[0], y))
+        elif cmd == "M":
+            y = a[1]
+            pts.append((a[0], y))
+        else:
+            pts += [(a[0], a[1]), (a[2], a[3]), (a[4], a[5])]
+            y = a[5]
+    return pts

@@ -432,7 +432,7 @@ class _Layout:
         for w in c.wires:
             cs = self.col[w.src]
             slack = (self.colw[cs] - self.size[w.src][0]) / 2
-            lab[cs] = max(lab[cs], text_width(w.label, LABEL) + 10 - slack)
+            lab[cs] = max(lab[cs], text_width(w.label, LABEL) + 7 - slack)
         self.lab = lab
         for f in sorted(range(F), key=lambda f: -len(self.chain[f])):
             c0, c1 = self.fspan[f]

@@ -283,16 +283,39 @@ WRAP = 14
 
 
 def name_lines(nd: Node) -> list[str]:
-    """The lines of a node's name: one, or (``nd.wrap``, longer than :data:`WRAP`) two, broken after
-    the ``_`` that makes the longer line shortest."""
+    """The lines of a node's name: one, or (``nd.wrap``, longer than :data:`WRAP`) broken after
+    ``_``, each line at most as long as the longest part or 10 characters."""
     s = nd.label
     if not nd.wrap or len(s) <= WRAP:
         return [s]
-    cuts = [i + 1 for i, ch in enumerate(s[:-1]) if ch == "_"]
-    if not cuts:
+    parts = [p + "_" for p in s.split("_")]
+    parts[-1] = parts[-1][:-1]
+    limit = max(10, max(len(p) for p in parts))
+    lines = [""]
+    for p in parts:
+        if lines[-1] and len(lines[-1]) + len(p) > limit:
+            lines.append("")
+        lines[-1] += p
+    return lines
+
+
+def tag_lines(nd: Node) -> list[str]:
+    """An input or output tag's text: one line, or (``nd.wrap``, longer than :data:`WRAP`) two,
+    broken at the space that makes the longer line shortest (``77 new`` / ``optimizer states``)."""
+    s = nd.label
+    cuts = [i for i, ch in enumerate(s) if ch == " "]
+    if not nd.wrap or len(s) <= WRAP or not cuts:
         return [s]
-    k = min(cuts, key=lambda i: (max(i, len(s) - i), i))
-    return [s[:k], s[k:]]
+    k = min(cuts, key=lambda i: (max(i, len(s) - i - 1), i))
+    return [s[:k], s[k + 1:]]
+
+
+def pill_lines(nd: Node) -> list[str]:
+    """A parameter or constant pill's text: ``[name, shape]`` on one line, or on two (``nd.wrap``);
+    a tuple pill (``16 parameters``) on two when wrapped: ``["16", "parameters"]``."""
+    if nd.wrap and nd.many and " " in nd.label:
+        return nd.label.split(" ", 1)
+    return [nd.label, nd.sub]
 
 
 def print_points(svg: str, width: float = 504.0) -> float:
@@ -309,12 +332,18 @@ def node_size(nd: Node) -> tuple[float, float, float]:
     """``(w, h, band)`` of a node."""
     if nd.kind == "copy":
         return 8.0, 8.0, 0.0
+    if nd.kind in ("param", "const") and nd.wrap and (nd.sub or nd.many):      # the shape under the name
+        top, low = pill_lines(nd)
+        return (max(text_width(top, 11, True), text_width(low, 11 if nd.many else 10, nd.many)) + 20,
+                34.0 if nd.n_out <= 1 else max(34.0, (nd.n_out + 1) * SLOT), 0.0)
     if nd.kind in ("param", "const"):
         return (text_width(nd.label, 11, True) + text_width(nd.sub, 10) + 22,
                 22.0 if nd.n_out <= 1 else (nd.n_out + 1) * SLOT, 0.0)
     slots = max(nd.n_in, nd.n_out, 1)
     if nd.kind in ("input", "output"):           # ports SLOT apart: room for a wire label between two
-        return text_width(nd.label, 11) + 16, 22.0 if slots == 1 else (slots + 1) * SLOT, 0.0
+        lines = tag_lines(nd)
+        return (max(text_width(t, 11) for t in lines) + 16,
+                max(22.0 + 13 * (len(lines) - 1), 22.0 if slots == 1 else (slots + 1) * SLOT), 0.0)
     lines = name_lines(nd)
     w = max([text_width(t, 11, nd.kind == "box") for t in lines] + [text_width(nd.sub, 10)]) + (
         26 if nd.kind == "box" else 18)
@@ -370,13 +399,28 @@ def _node(nd: Node, x: float, y: float, w: float, h: float, band: float) -> list
         fill, stroke = PARAM if nd.kind == "param" else ("#ffffff", "#6b7280")
         out.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(w)}" height="{_f(h)}" rx="{_f(min(h / 2, 11))}" '
                    f'fill="{fill}" stroke="{stroke}" stroke-width="1.2"/>')
-        out.append(f'<text x="{_f(x + 10)}" y="{_f(y + h / 2 + 4)}" font-size="11" fill="#111827">'
-                   f'<tspan font-weight="bold">{_t(nd.label)}</tspan>'
-                   f'<tspan font-size="10" fill="#4b5563"> {_t(nd.sub)}</tspan></text>')
+        if nd.wrap and (nd.sub or nd.many):
+            top, low = pill_lines(nd)
+            second = ('font-weight="bold"' if nd.many else 'font-size="10" fill="#4b5563"')
+            out.append(f'<text x="{_f(x + w / 2)}" y="{_f(y + h / 2 - 2)}" font-size="11" text-anchor="middle" '
+                       f'fill="#111827"><tspan x="{_f(x + w / 2)}" y="{_f(y + h / 2 - 2)}" font-weight="bold">'
+                       f'{_t(top)}{" " if nd.many else ""}</tspan><tspan x="{_f(x + w / 2)}" y="{_f(y + h / 2 + 11)}" {second}>'
+                       f'{_t(low)}</tspan></text>')
+        else:
+            out.append(f'<text x="{_f(x + 10)}" y="{_f(y + h / 2 + 4)}" font-size="11" fill="#111827">'
+                       f'<tspan font-weight="bold">{_t(nd.label)}</tspan>'
+                       f'<tspan font-size="10" fill="#4b5563"> {_t(nd.sub)}</tspan></text>')
     elif nd.kind in ("input", "output"):
         out.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(w)}" height="{_f(h)}" rx="3" '
                    f'fill="#f9fafb" stroke="#6b7280" stroke-width="1"/>')
-        out.append(_text(x + w / 2, y + h / 2 + 4, nd.label))
+        lines = tag_lines(nd)
+        if len(lines) == 1:
+            out.append(_text(x + w / 2, y + h / 2 + 4, nd.label))
+        else:
+            out.append(f'<text x="{_f(x + w / 2)}" y="{_f(y + h / 2 - 2.5)}" font-size="11" text-anchor="middle" '
+                       f'fill="#111827">' + "".join(f'<tspan x="{_f(x + w / 2)}" y="{_f(y + h / 2 - 2.5 + 13 * j)}">'
+                                                    f'{_t(t)}{" " * (j + 1 < len(lines))}</tspan>'
+                                                    for j, t in enumerate(lines)) + "</text>")
     else:
         fill, stroke = COLOURS.get(nd.style, COLOURS["plain"])
         box = nd.kind == "box"
