@@ -48,6 +48,7 @@ class Node:
     static: bool = False             # a parameter-like source: placed next to its consumer
     fixed_slots: bool = False        # port order is the argument order (primitives)
     many: bool = False               # stands for several sources or outputs
+    optimizer: bool = False          # computes the new parameters (folded: a row of its own)
     again: bool = False              # a source drawn a second time (the optimizer's parameters, folded)
     wrap: bool = False               # a long name on two lines (folded drawings: narrower columns)
     phase: int = 0                   # 1 and more: in the second pass of a definition (R[f]), or in a frame that is
@@ -354,6 +355,8 @@ class _Builder:
         if self.fold:
             opt = {src_node[v] for v, k in zip(p.outputs, self.out_kinds) if k in ("parameter", "state") and v in src_node}
             self.alias = optimizer_sources(nodes, src_node, uses, opt, len(p.types))
+            for n in opt:
+                nodes[n].optimizer = nodes[n].kind in ("box", "prim")
         out_node: list[int] = []
         for k, v in enumerate(p.outputs):
             out_node.append(self._output(nodes, k, v, src_node, out_node))

@@ -44,14 +44,16 @@ def _right(lay: _Layout) -> float:
     return lay.width - MARGIN
 
 
-def choose(lay: _Layout) -> int | None:
-    """The column after which the row is folded: None where there is no place to fold it (a single
-    column, or every cut inside a frame)."""
+def choose(lay: _Layout) -> list[int] | None:
+    """The columns after which the row is folded: ``[b]`` (two rows) or ``[b, o]`` (three: the
+    optimizer, from column ``o + 1`` on, under the reverse pass); None where there is no place to fold
+    (a single column, or every cut inside a frame)."""
     c = lay.c
     if lay.ncols < 2:
         return None
-    ok = [b for b in range(lay.ncols - 1)
-          if not any(lo <= b <= hi for lo, hi in lay.fspan)]
+    free = [b for b in range(lay.ncols - 1)
+            if not any(lo <= b <= hi for lo, hi in lay.fspan)]
+    ok = free
     if not ok:
         return None
     rev = [lay.col[n] for n, nd in enumerate(c.nodes) if nd.phase > 0]
@@ -61,7 +63,18 @@ def choose(lay: _Layout) -> int | None:
                    if nd.phase == 0 and not lay.st[n] and nd.kind != "output" and lay.col[n] < first], default=0)
         near = [b for b in ok if fwd - 1 <= b < first]
         ok = near or ok
-    return min(ok, key=lambda b: (max(_edge(lay, b), _right(lay) - _edge(lay, b)), b))
+    opt = [lay.col[n] for n, nd in enumerate(c.nodes) if nd.optimizer]
+    o = min(opt) - 2 if opt else None                  # the optimizer's sources have a column of their own
+    end = _right(lay)
+
+    def cost(b: int) -> tuple:
+        if o is not None and o > b and o in free:
+            rows = [_edge(lay, b), _edge(lay, o) - _edge(lay, b), end - _edge(lay, o)]
+        else:
+            rows = [_edge(lay, b), end - _edge(lay, b)]
+        return max(rows), b
+    b = min(ok, key=cost)
+    return [b, o] if o is not None and o > b and o in free else [b]
 
 
 # ----------------------------------------------------------------------------------- sources
@@ -127,57 +140,78 @@ def _f(x: float) -> str:
 
 
 class _Fold:
-    def __init__(self, xf: float, depth: float, ext: dict[float, float]):
-        self.xf, self.depth, self.ext = xf, depth, ext
+    """Where each point of the unfolded row goes: row 0 (left of the first cut ``x1``) stays, row 1
+    (between the cuts) is turned half a turn about ``x1`` and moved down by ``d1``, row 2 (right of
+    the second cut ``x2``) is turned again (so moved: upright) to start under row 1's left end and
+    moved down by ``d2``.  The wires crossing a cut turn around: ``ext1`` (right of ``x1``) and
+    ``ext2`` (left of row 1's left end) give each crossing height its U-turn's reach."""
 
-    def pt(self, x: float, y: float) -> tuple[float, float]:
-        """A point of the lower half, turned."""
-        return 2 * self.xf - x, self.depth - y
+    def __init__(self, x1: float, x2: float | None, d1: float, d2: float,
+                 ext1: dict[float, float], ext2: dict[float, float]):
+        self.x1, self.x2, self.d1, self.d2, self.ext1, self.ext2 = x1, x2, d1, d2, ext1, ext2
+        self.left = 2 * x1 - x2 if x2 is not None else 0.0       # row 1's left end (turned x2)
 
-    def uturn(self, y: float) -> str:
-        """From ``(xf, y)`` around the right end to the turned point ``(xf, depth - y)``."""
-        xf, e = self.xf, self.ext[round(y, 1)]
-        y2 = self.depth - y
-        r = min(6.0, (y2 - y) / 2)
-        xe = xf + e
-        return (f" H{_f(xe - r)} C{_f(xe - 0.45 * r)},{_f(y)} {_f(xe)},{_f(y + 0.45 * r)} {_f(xe)},{_f(y + r)}"
-                f" C{_f(xe)},{_f(y + r)} {_f(xe)},{_f(y2 - r)} {_f(xe)},{_f(y2 - r)}"
-                f" C{_f(xe)},{_f(y2 - 0.45 * r)} {_f(xe - 0.45 * r)},{_f(y2)} {_f(xe - r)},{_f(y2)} H{_f(xf)}")
+    def region(self, x: float, eps: float = 0.01) -> int:
+        return 0 if x <= self.x1 + eps else 1 if self.x2 is None or x <= self.x2 + eps else 2
+
+    def pt(self, x: float, y: float, r: int) -> tuple[float, float]:
+        if r == 0:
+            return x, y
+        if r == 1:
+            return 2 * self.x1 - x, self.d1 - y
+        return x - self.x2 + self.left, y + self.d2
+
+    def hx(self, x: float, r: int) -> float:
+        return self.pt(x, 0.0, r)[0]
+
+    def uturn(self, y: float, r: int) -> str:
+        """From the cut after row ``r - 1`` at (unfolded) height ``y`` round to row ``r``."""
+        if r == 1:
+            xa, ya, yb, e, sgn = self.x1, y, self.d1 - y, self.ext1[round(y, 1)], 1.0
+        else:
+            xa, ya, yb, e, sgn = self.left, self.d1 - y, y + self.d2, self.ext2[round(y, 1)], -1.0
+        rr = min(6.0, (yb - ya) / 2)
+        xe = xa + sgn * e
+        xc = xe - sgn * rr
+        k = 0.45 * rr
+        return (f" H{_f(xc)} C{_f(xe - sgn * k)},{_f(ya)} {_f(xe)},{_f(ya + k)} {_f(xe)},{_f(ya + rr)}"
+                f" C{_f(xe)},{_f(ya + rr)} {_f(xe)},{_f(yb - rr)} {_f(xe)},{_f(yb - rr)}"
+                f" C{_f(xe)},{_f(yb - k)} {_f(xe - sgn * k)},{_f(yb)} {_f(xc)},{_f(yb)} H{_f(xa)}")
 
     def path(self, d: str) -> str:
-        """A wire's path, folded: its part right of the cut turned, a U-turn where it crosses."""
-        xf, eps = self.xf, 0.01
+        """A wire's path, folded: each part moved with its row, a U-turn where it crosses a cut
+        (always on a straight run: a horizontal segment, or a bend starting at the cut)."""
         out: list[str] = []
         cx = cy = 0.0
-        right = False
+        r = 0
         for cmd, a in _parse(d):
             if cmd == "M":
                 cx, cy = a
-                right = cx > xf + eps
-                x, y = self.pt(cx, cy) if right else (cx, cy)
+                r = self.region(cx)
+                x, y = self.pt(cx, cy, r)
                 out.append(f"M{_f(x)},{_f(y)}")
                 continue
             end = a[0] if cmd == "H" else a[4]
-            if not right and end > xf + eps:                # crossing the cut (always on a straight run)
-                if cmd == "C" and cx < xf - eps:
-                    raise AssertionError("fold: a wire bends across the cut")
-                if cx < xf - eps:
-                    out.append(f" H{_f(xf)}")
-                out.append(self.uturn(cy))
-                right = True
+            while self.region(end) > r:
+                cut = self.x1 if r == 0 else self.x2
+                if cmd == "C" and cx < cut - 0.01:
+                    raise AssertionError("fold: a wire bends across a cut")
+                if cx < cut - 0.01:
+                    out.append(f" H{_f(self.hx(cut, r))}")
+                r += 1
+                out.append(self.uturn(cy, r))
             if cmd == "H":
-                x = 2 * xf - a[0] if right else a[0]
-                out.append(f" H{_f(x)}")
+                out.append(f" H{_f(self.hx(a[0], r))}")
                 cx = a[0]
             else:
-                pts = [self.pt(a[j], a[j + 1]) if right else (a[j], a[j + 1]) for j in (0, 2, 4)]
+                pts = [self.pt(a[j], a[j + 1], r) for j in (0, 2, 4)]
                 out.append(" C" + " ".join(f"{_f(x)},{_f(y)}" for x, y in pts))
                 cx, cy = a[4], a[5]
         return "".join(out).strip()
 
 
-def _crossings(g: Geometry, xf: float, wide: list[bool]) -> dict[float, bool]:
-    """The heights at which wires cross the cut (and whether a tuple crosses there)."""
+def _crossings(g: Geometry, cut: float, wide: list[bool]) -> dict[float, bool]:
+    """The heights at which wires cross the cut at ``cut`` (and whether a tuple crosses there)."""
     ys: dict[float, bool] = {}
     eps = 0.01
     for k, paths in enumerate(g.paths):
@@ -188,7 +222,7 @@ def _crossings(g: Geometry, xf: float, wide: list[bool]) -> dict[float, bool]:
                     cx, cy = a
                     continue
                 end = a[0] if cmd == "H" else a[4]
-                if cx <= xf + eps and end > xf + eps:
+                if cx <= cut + eps and end > cut + eps:
                     ys[round(cy, 1)] = ys.get(round(cy, 1), False) or wide[k]
                     break
                 if cmd == "H":
@@ -198,88 +232,89 @@ def _crossings(g: Geometry, xf: float, wide: list[bool]) -> dict[float, bool]:
     return ys
 
 
-def apply(lay: _Layout, g: Geometry, b: int) -> Geometry:
-    """Fold geometry ``g`` after column ``b``."""
-    from .layout import Geometry
-    c = lay.c
-    xf = float(_f(_edge(lay, b)))                     # as the paths print it
-    low = [n for n in range(len(c.nodes)) if lay.col[n] > b]
-    top = [n for n in range(len(c.nodes)) if lay.col[n] <= b]
-    lowf = [f for f in range(len(c.frames)) if lay.fspan[f][0] > b]
-    # heights: the upper half's bottom, the lower half's extent (before the turn)
-    upper = [g.nodes[n][1] + g.nodes[n][3] for n in top] + [g.frames[f][1] + g.frames[f][3]
-                                                           for f in range(len(c.frames)) if f not in lowf]
-    lower_lo, lower_hi = [], []
-    for n in low:
-        lower_lo.append(g.nodes[n][1])
-        lower_hi.append(g.nodes[n][1] + g.nodes[n][3])
-    for f in lowf:
-        lower_lo.append(g.frames[f][1])
-        lower_hi.append(g.frames[f][1] + g.frames[f][3])
-    for paths in g.paths:
-        for d in paths:
-            cx = 0.0
-            for cmd, a in _parse(d):
-                pts = [(a[0], a[1])] if cmd == "M" else [(a[0], None)] if cmd == "H" else [(a[4], a[5])]
-                for x, y in pts:
-                    if y is not None:
-                        (lower_lo if x > xf else upper).append(y)
-                        if x > xf:
-                            lower_hi.append(y)
-    for x, y, s, k in g.labels:
-        if x <= xf:
-            upper.append(y + 3)
-    ups = max(upper, default=0.0)
-    depth = ups + ROWGAP + max(lower_hi, default=0.0) + LABEL     # turned: the lower half's top is below ups
-    ys = _crossings(g, xf, [w.arrays > 1 for w in c.wires])
-    ext: dict[float, float] = {}                       # the lowest innermost, the highest outermost
+def _reach(ys: dict[float, bool], outer_high: bool) -> dict[float, float]:
+    """Each crossing height's U-turn reach: nested, UTURN apart (3 less between two single wires)."""
+    ext: dict[float, float] = {}
     e, prev = UFIRST, None
-    for y in sorted(ys, reverse=True):
+    for y in sorted(ys, reverse=outer_high):
         if prev is not None:
             e += UTURN if ys[y] or ys[prev] else UTURN - 3
         ext[y], prev = e, y
-    fo = _Fold(xf, depth, ext)
+    return ext
+
+
+def apply(lay: _Layout, g: Geometry, cuts: list[int]) -> Geometry:
+    """Fold geometry ``g`` after the columns ``cuts`` (one or two)."""
+    from .layout import Geometry
+    c = lay.c
+    x1 = float(_f(_edge(lay, cuts[0])))               # as the paths print it
+    x2 = float(_f(_edge(lay, cuts[1]))) if len(cuts) > 1 else None
+    probe = _Fold(x1, x2, 0.0, 0.0, {}, {})
+    row = [0 if lay.col[n] <= cuts[0] else 1 if len(cuts) == 1 or lay.col[n] <= cuts[1] else 2
+           for n in range(len(c.nodes))]
+    frow = [0 if lay.fspan[f][1] <= cuts[0] else 1 if len(cuts) == 1 or lay.fspan[f][1] <= cuts[1] else 2
+            for f in range(len(c.frames))]
+    # the (unfolded) heights each row spans
+    lo: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    for n, (x, y, w, h) in enumerate(g.nodes):
+        lo[row[n]] += [y, y + h]
+    for f, (x, y, w, h) in enumerate(g.frames):
+        lo[frow[f]] += [y, y + h]
+    for paths in g.paths:
+        for d in paths:
+            for x, y in _points(d):
+                lo[probe.region(x)].append(y)
+    for x, y, s, k in g.labels:
+        lo[probe.region(x)] += [y - LABEL, y + 3]
+    ups = max(lo[0], default=0.0)
+    d1 = ups + ROWGAP + max(lo[1], default=0.0) + LABEL          # row 1 turned: its top below ups
+    d2 = d1 - min(lo[1], default=0.0) + ROWGAP + LABEL - min(lo[2], default=0.0)
+    wide = [w.arrays > 1 for w in c.wires]
+    ext1 = _reach(_crossings(g, x1, wide), True)                  # the highest wire outermost
+    ext2 = _reach(_crossings(g, x2, wide), False) if x2 is not None else {}   # the lowest outermost
+    fo = _Fold(x1, x2, d1, d2, ext1, ext2)
     nodes = list(g.nodes)
-    for n in low:
-        x, y, w, h = nodes[n]
-        nodes[n] = (2 * xf - x - w, depth - y - h, w, h)
-    frames = list(g.frames)
-    ftitles = list(g.ftitles)
-    for f in lowf:
-        x, y, w, h = frames[f]
-        frames[f] = (2 * xf - x - w, depth - y - h, w, h)
-        ftitles[f] = (frames[f][0] + 8, frames[f][1] + h - 9)
+    for n, (x, y, w, h) in enumerate(g.nodes):
+        if row[n] == 1:
+            nodes[n] = (2 * x1 - x - w, d1 - y - h, w, h)
+        elif row[n] == 2:
+            nodes[n] = (*fo.pt(x, y, 2), w, h)
+    frames, ftitles = list(g.frames), list(g.ftitles)
+    for f, (x, y, w, h) in enumerate(g.frames):
+        if frow[f] == 1:
+            frames[f] = (2 * x1 - x - w, d1 - y - h, w, h)
+            ftitles[f] = (frames[f][0] + 8, frames[f][1] + h - 9)
+        elif frow[f] == 2:
+            frames[f] = (*fo.pt(x, y, 2), w, h)
+            ftitles[f] = fo.pt(*g.ftitles[f], 2)
     paths = [[fo.path(d) for d in ps] for ps in g.paths]
-    dots = [fo.pt(x, y) if x >= xf - 0.06 else (x, y) for x, y in g.dots]
+    dots = [fo.pt(x, y, fo.region(x, -0.06)) for x, y in g.dots]   # a dot on a cut: after the U-turn
     labels = []
     for x, y, s, k in g.labels:
-        if x <= xf:
-            labels.append((x, y, s, k))
+        r = fo.region(x)
+        if r != 1:
+            labels.append((*fo.pt(x, y, r), s, k))
             continue
-        w = c.wires[k]
-        lift = 5 if w.arrays > 1 else 4
-        px, py = fo.pt(x - 4, y + lift)                   # the port, turned
+        lift = 5 if c.wires[k].arrays > 1 else 4
+        px, py = fo.pt(x - 4, y + lift, 1)                # the port, turned: the label left of it, above
         labels.append((px - 4 - text_width(s, LABEL), py - lift, s, k))
     out = Geometry(0.0, 0.0, nodes, g.band, frames, paths, dots, labels, ftitles)
-    # move the content to the margin on the left and below the title at the top
-    xs = [x for x, _, _, _ in nodes] + [x for x, _, _, _ in frames] + [x for x, _, _, _ in labels]
-    shift = max(0.0, MARGIN - min(xs, default=MARGIN))
-    ys = ([y for _, y, _, _ in out.nodes + out.frames] + [y - LABEL for _, y, _, _ in out.labels]
-          + [y for ps in out.paths for d in ps for _, y in _points(d)])
-    lift = min(ys, default=TOP) - TOP
-    if shift or lift:
-        out.nodes = [(x + shift, y - lift, w, h) for x, y, w, h in out.nodes]
-        out.frames = [(x + shift, y - lift, w, h) for x, y, w, h in out.frames]
-        out.ftitles = [(x + shift, y - lift) for x, y in out.ftitles]
-        out.dots = [(x + shift, y - lift) for x, y in out.dots]
-        out.labels = [(x + shift, y - lift, s, k) for x, y, s, k in out.labels]
-        out.paths = [[_shift(d, shift, -lift) for d in ps] for ps in out.paths]
-        depth -= lift
-        ups -= lift
-    far = xf + (max(ext.values()) if ext else 0.0) + 3
-    out.width = shift + max(far, max((x + w for x, _, w, _ in nodes + frames), default=0.0),
-                            max((x + text_width(s, LABEL) for x, _, s, _ in labels), default=0.0)) + MARGIN
-    bottom = [y + h for _, y, _, h in out.nodes + out.frames] + [depth - v for v in lower_lo] + [ups]
+    # move the content to the margin on the left and under the title at the top
+    pts = [p for ps in out.paths for d in ps for p in _points(d)]
+    xs = [x for x, _, _, _ in nodes + frames + labels] + [x for x, _ in pts]
+    ys = [y for _, y, _, _ in nodes + frames] + [y - LABEL for _, y, _, _ in labels] + [y for _, y in pts]
+    dx, dy = MARGIN - min(xs, default=MARGIN), TOP - min(ys, default=TOP)
+    out.nodes = [(x + dx, y + dy, w, h) for x, y, w, h in out.nodes]
+    out.frames = [(x + dx, y + dy, w, h) for x, y, w, h in out.frames]
+    out.ftitles = [(x + dx, y + dy) for x, y in out.ftitles]
+    out.dots = [(x + dx, y + dy) for x, y in out.dots]
+    out.labels = [(x + dx, y + dy, s, k) for x, y, s, k in out.labels]
+    out.paths = [[_shift(d, dx, dy) for d in ps] for ps in out.paths]
+    right = ([x + w for x, _, w, _ in out.nodes + out.frames] + [x + dx for x, _ in pts]
+             + [x + text_width(s, LABEL) for x, _, s, _ in out.labels])
+    bottom = [y + h for _, y, _, h in out.nodes + out.frames] + [y + dy for _, y in pts] + [
+        y + 3 for _, y, _, _ in out.labels]
+    out.width = max(right) + MARGIN
     out.height = max(bottom) + MARGIN
     return out
 

@@ -79,6 +79,7 @@ class _Layout:
         self.inpos = [list(range(nd.n_in)) for nd in c.nodes]
         self.outpos = [list(range(nd.n_out)) for nd in c.nodes]
         self.flip: set[int] = set()        # nodes turned upside down by a fold: broadcast band below
+        self.fold = False
 
     # ------------------------------------------------------------------------------ columns
     def columns(self) -> None:
@@ -100,6 +101,9 @@ class _Layout:
             st[n] = not out[n] and (c.nodes[n].static if not self.preds[n] else all(st[p] for p in self.preds[n]))
             if not st[n] and not out[n]:
                 col[n] = max([col[p] + 1 for p in self.preds[n] if not st[p]], default=0)
+        opt = [col[n] for n in range(N) if c.nodes[n].optimizer and not st[n]]
+        if self.fold and opt:                      # folded: the optimizer's sources get a column of their own
+            col = [x + (x >= min(opt)) for x in col]
         last = max([col[n] for n in range(N) if not st[n] and not out[n]], default=0) + 1
         col = [last if out[n] else col[n] for n in range(N)]
         for n in reversed(topo):
@@ -535,6 +539,7 @@ def layout(c: Circuit, fold: bool = False) -> Geometry:
     (:mod:`.fold`), when there is a place to fold it."""
     from . import fold as folding
     lay = _Layout(c)
+    lay.fold = fold
     lay.columns()
     lay.trunks()
     lay.elements()
@@ -543,7 +548,7 @@ def layout(c: Circuit, fold: bool = False) -> Geometry:
     lay.xs()
     cut = folding.choose(lay) if fold else None
     if cut is not None:
-        lay.flip = {n for n in range(len(c.nodes)) if lay.col[n] > cut}
+        lay.flip = {n for n in range(len(c.nodes)) if cut[0] < lay.col[n] <= (cut[1:] or [lay.ncols])[0]}
     lay.rows()
     g = lay.geometry()
     return folding.apply(lay, g, cut) if cut is not None else g
