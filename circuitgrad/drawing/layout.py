@@ -38,7 +38,7 @@ SWEEPS = 6
 OUTER = 0.2       # weight of a connection leaving the frame, inside a frame
 SIDE = 0.05       # weight of a parameter's pull on a data node
 PASSES = 12
-BEND = 28          # the run of a gap between columns where wires bend (after the labels' straight run)
+BEND = 24          # the run of a gap between columns where wires bend (after the labels' straight run)
 LABEL = 10         # wire labels: font size
 
 

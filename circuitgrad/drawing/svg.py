@@ -346,7 +346,7 @@ def node_size(nd: Node) -> tuple[float, float, float]:
                 max(22.0 + 13 * (len(lines) - 1), 22.0 if slots == 1 else (slots + 1) * SLOT), 0.0)
     lines = name_lines(nd)
     w = max([text_width(t, 11, nd.kind == "box") for t in lines] + [text_width(nd.sub, 10)]) + (
-        26 if nd.kind == "box" else 18)
+        (20 if nd.wrap else 26) if nd.kind == "box" else 18)
     body = max((34.0 if nd.sub else 28.0) + 13 * (len(lines) - 1), (slots + 1) * SLOT)
     band = BAND if nd.bcast else 0.0
     w = max(w, text_width(nd.bcast, 10) + 6 if nd.bcast else 0)
