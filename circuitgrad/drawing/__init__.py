@@ -9,7 +9,8 @@ or a scheduled :class:`~circuitgrad.Program` and returns an SVG picture::
 The operations are grouped by the definition that created them (``Apply.path``): the definitions
 ``depth`` levels below the root are boxes, those named in ``expand`` (and their ancestors) frames
 around their parts.  This module builds that visible graph (a :class:`Circuit`: nodes, wires,
-frames); :mod:`.layout` places it and :mod:`.svg` draws it.
+frames); :mod:`.layout` places it, :mod:`.fold` folds a training step into the lens picture
+(forward on top, reverse underneath, the optimizer below) and :mod:`.svg` draws it.
 """
 from __future__ import annotations
 
