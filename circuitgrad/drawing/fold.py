@@ -29,8 +29,8 @@ if TYPE_CHECKING:                                   # pragma: no cover
     from .layout import Geometry, _Layout
 
 ROWGAP = 30        # between the two rows
-UTURN = 7          # between two nested U-turns
-UFIRST = 8         # the innermost U-turn's distance from the cut
+UTURN = 6          # between two nested U-turns (a tuple: 5 px wide) (4 between two single wires)
+UFIRST = 6         # the innermost U-turn's distance from the cut
 LABEL = 10
 
 
@@ -67,12 +67,19 @@ def choose(lay: _Layout) -> list[int] | None:
     o = min(opt) - 2 if opt else None                  # the optimizer's sources have a column of their own
     end = _right(lay)
 
+    def reach(b: int) -> float:
+        """About how far the U-turns at a cut after column ``b`` reach: a wire crossing it, 5 px."""
+        n = sum(1 for w in c.wires if lay.col[w.src] <= b < max(lay.col[d] for d, _ in w.dsts))
+        return UFIRST + 5 * max(n - 1, 0)
+
     def cost(b: int) -> tuple:
+        """The width of the folded picture (before margins), as far as columns tell."""
+        x1 = _edge(lay, b)
         if o is not None and o > b and o in free:
-            rows = [_edge(lay, b), _edge(lay, o) - _edge(lay, b), end - _edge(lay, o)]
-        else:
-            rows = [_edge(lay, b), end - _edge(lay, b)]
-        return max(rows), b
+            x2 = _edge(lay, o)
+            left = 2 * x1 - x2                          # row 1's left end; row 2 starts there
+            return max(x1 + reach(b), left + end - x2) - min(0.0, left - reach(o)), b
+        return max(x1 + reach(b), x1) - min(0.0, 2 * x1 - end), b
     b = min(ok, key=cost)
     return [b, o] if o is not None and o > b and o in free else [b]
 
@@ -233,12 +240,12 @@ def _crossings(g: Geometry, cut: float, wide: list[bool]) -> dict[float, bool]:
 
 
 def _reach(ys: dict[float, bool], outer_high: bool) -> dict[float, float]:
-    """Each crossing height's U-turn reach: nested, UTURN apart (3 less between two single wires)."""
+    """Each crossing height's U-turn reach: nested, UTURN apart (2 less between two single wires)."""
     ext: dict[float, float] = {}
     e, prev = UFIRST, None
     for y in sorted(ys, reverse=outer_high):
         if prev is not None:
-            e += UTURN if ys[y] or ys[prev] else UTURN - 3
+            e += UTURN if ys[y] or ys[prev] else UTURN - 2
         ext[y], prev = e, y
     return ext
 

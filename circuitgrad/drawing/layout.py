@@ -435,7 +435,7 @@ class _Layout:
         lab = [0.0] * self.ncols
         for w in c.wires:
             cs = self.col[w.src]
-            slack = (self.colw[cs] - self.size[w.src][0]) / 2
+            slack = (self.colw[cs] - self.size[w.src][0]) * (1 - self.align(w.src))
             lab[cs] = max(lab[cs], text_width(w.label, LABEL) + 7 - slack)
         self.lab = lab
         for f in sorted(range(F), key=lambda f: -len(self.chain[f])):
@@ -454,13 +454,18 @@ class _Layout:
         self.width = (x + self.colw[-1] + lab[-1] + need_r[self.ncols - 1] + MARGIN if self.ncols
                       else 2 * MARGIN)
 
+    def align(self, n: int) -> float:
+        """Where a node sits in its column: 0.5 (centred); folded, a source (an input, a parameter
+        or a constant) at its left (0: its wires' labels may start inside the column)."""
+        return 0.0 if self.fold and self.c.nodes[n].kind in ("input", "param", "const") else 0.5
+
     def geometry(self) -> Geometry:
         c = self.c
         rects = []
         for n in range(len(c.nodes)):
             w, h, _ = self.size[n]
             cc = self.col[n]
-            rects.append((self.colx[cc] + (self.colw[cc] - w) / 2, self.y[("n", n)], w, h))
+            rects.append((self.colx[cc] + (self.colw[cc] - w) * self.align(n), self.y[("n", n)], w, h))
         frames = []
         for f in range(len(c.frames)):
             c0, c1 = self.fspan[f]
