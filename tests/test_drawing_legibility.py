@@ -344,6 +344,28 @@ def test_the_optimizer_gets_its_own_parameter_source_when_folded():
     assert 'class="node param again"' not in draw(step, fold=False)
 
 
+@pytest.mark.parametrize("expand", [("mse",), ("adamw",), ("dense0", "mse"), ("*",)])
+def test_a_step_with_frames_folds_where_it_can_and_is_one_row_where_it_cannot(expand):
+    """No cut goes through a frame: the optimizer expanded still gets its row (its frame after an
+    empty column), and where the loss sits in frames from end to end (everything expanded) the step
+    is drawn in one row, exactly as ``fold=False`` draws it."""
+    from circuitgrad.drawing import placed
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.mse, optimizer=nn.adamw(3e-3))
+    c, g = placed(step, expand=expand)
+    assert g.folded == (expand != ("*",))
+    if not g.folded:
+        assert draw(step, expand=expand) == draw(step, expand=expand, fold=False)
+    for f, (x, y, w, h) in enumerate(g.frames):          # frames hold their parts
+        for n, nd in enumerate(c.nodes):
+            if nd.frame == f:
+                nx, ny, nw, nh = g.nodes[n]
+                assert x <= nx and nx + nw <= x + w and y <= ny and ny + nh <= y + h
+    opt = [n for n, nd in enumerate(c.nodes) if nd.optimizer]
+    rev = [n for n, nd in enumerate(c.nodes) if nd.phase > 0]
+    if g.folded:                                          # the optimizer's row under the reverse pass
+        assert min(g.nodes[n][1] for n in opt) > max(g.nodes[n][1] + g.nodes[n][3] for n in rev)
+
+
 def test_fold_is_a_bool_or_none():
     mlp = nn.mlp(8, [4, 16, 3])
     for bad in ("yes", 1, 0.5):

@@ -566,6 +566,14 @@ def placed(f, expand: Sequence[str] = (), depth: int = 1, title: str | None = No
     if fold is not None and not isinstance(fold, bool):
         raise TypeError(f"draw: fold must be True, False or None, got {type(fold).__name__}")
     fold = isinstance(f, CompiledModel) if fold is None else fold
+    c, g = _placed(f, expand, depth, title, fold)
+    if fold and not g.folded:                          # no place to fold it: the plain row
+        c, g = _placed(f, expand, depth, title, False)
+    return c, g
+
+
+def _placed(f, expand: Sequence[str], depth: int, title: str | None, fold: bool
+            ) -> tuple[Circuit, layout.Geometry]:
     if isinstance(f, CompiledModel):
         prog = f.programs["step"]
         pn, sn = list(f.param_names), list(f.state_names)

@@ -1,22 +1,27 @@
 """The folded layout of a training step (or any diagram with a reverse pass): the lens picture.
 
 The layered layout (:mod:`.layout`) puts a training step in one long row: the forward pass, the
-loss, the reverse passes (``R[f]``) and the optimizer, left to right.  Folding cuts that row once,
-between two columns where the reverse pass begins (after the loss), and turns the part right of the
-cut half a turn (180°) under the part left of it, like folding a paper strip: the forward pass runs
-left to right on top, the reverse pass right to left underneath, and the wires that crossed the cut
-(the loss's gradient, the activations each forward definition saves for its reverse map, the
-parameters on their way to the optimizer) turn around at the right end as nested U-turns, the
-outermost for the highest wire.  A half turn keeps everything the layout guarantees (no two nodes
-overlap, no wire bends under a label, no wire crosses a node), since it is a rigid motion of each
-half; only the text is not turned: the nodes of the lower half are laid out with their ports (and
-broadcast band) flipped so that after the turn they read as usual, each wire label is put back
-above its wire just left of its source (the lower row runs right to left), and the name of a frame
-goes to its lower left corner (where the turn puts the frame's empty title band).
+loss, the reverse passes (``R[f]``) and the optimizer, left to right.  Folding cuts that row between
+two columns where every wire runs straight: once where the reverse pass begins (after the loss),
+and, when there is an optimizer, once more just before its column of sources.  The part after the
+first cut is turned half a turn (180°) under the part before it, like a folded paper strip, and the
+part after the second cut is turned again under the left end of that: the forward pass runs left to
+right on top, the reverse pass right to left under it, the optimizer left to right at the bottom.
+The wires that crossed a cut turn around as nested U-turns: round the right end (the loss's
+gradient, the activations each forward definition saved for its reverse map, the parameters its
+reverse map reads) and round the left end (the gradients on their way to the optimizer).
 
-:func:`choose` picks the cut (the place that makes the wider half narrowest, from just after the
-last column of the forward pass to just before the first column holding a reverse pass; no cut
-inside a frame); :func:`apply` folds the :class:`~circuitgrad.drawing.layout.Geometry`.
+A half turn keeps everything the layout guarantees (no two nodes overlap, no wire bends under a
+label, no wire crosses a node), since it is a rigid motion of each row; only the text is not turned:
+the nodes of the middle row are laid out with their ports (and broadcast band) flipped so that after
+the turn they read as usual, each of its wire labels is put back above its wire just left of its
+source (the row runs right to left), and the name of a frame goes to its lower left corner (where
+the turn puts the frame's empty title band).
+
+:func:`optimizer_sources` gives the optimizer its own parameter pill (when the circuit is built);
+:func:`choose` picks the cuts (the first where the folded picture is narrowest, from just before the
+loss's column to just before the first column holding a reverse pass; no cut inside a frame);
+:func:`apply` folds the :class:`~circuitgrad.drawing.layout.Geometry`.
 """
 from __future__ import annotations
 
@@ -28,10 +33,10 @@ from .layout import TOP
 if TYPE_CHECKING:                                   # pragma: no cover
     from .layout import Geometry, _Layout
 
-ROWGAP = 30        # between the two rows
+ROWGAP = 30        # between two rows
 UTURN = 6          # between two nested U-turns (a tuple: 5 px wide) (4 between two single wires)
 UFIRST = 6         # the innermost U-turn's distance from the cut
-LABEL = 10
+LABEL = 10         # wire labels: font size
 
 
 def _edge(lay: _Layout, b: int) -> float:
@@ -42,6 +47,40 @@ def _edge(lay: _Layout, b: int) -> float:
 def _right(lay: _Layout) -> float:
     """The right end of the unfolded row's content."""
     return lay.width - MARGIN
+
+
+def optimizer_columns(lay: _Layout, col: list[int], st: list[bool], out: list[bool], topo: list[int]
+                      ) -> tuple[list[int], int | None]:
+    """Columns with the optimizer (its nodes, the frame around them, what they alone feed) moved
+    after everything else, with a column between for its sources (and, after a frame, an empty one:
+    a place to cut): ``(columns, the optimizer's first column)``, or ``(col, None)`` without one.
+    Parameter-like nodes are not placed yet (``col`` holds the others'); they follow."""
+    c = lay.c
+    opt = [n for n in range(len(col)) if c.nodes[n].optimizer and not st[n]]
+    if not opt:
+        return col, None
+    tops = {lay.chain[c.nodes[n].frame][0] for n in opt if c.nodes[n].frame is not None}
+    region = {n for n in range(len(col)) if not st[n] and not out[n] and (
+        c.nodes[n].optimizer or (c.nodes[n].frame is not None and lay.chain[c.nodes[n].frame][0] in tops))}
+    for n in topo:
+        if not st[n] and not out[n] and any(p in region for p in lay.preds[n]):
+            region.add(n)
+    rest = [n for n in range(len(col)) if not st[n] and not out[n] and n not in region]
+    last = max((col[n] for n in rest), default=-1)
+    first = min(col[n] for n in region)
+    new = [x + max(0, last + 1 - first) if n in region else x for n, x in enumerate(col)]
+    # what the optimizer computes from its states and constants alone goes as late as it can (just
+    # left of its consumers), but may still start left of the rest: the row starts at the leftmost
+    end = max((new[n] for n in range(len(col)) if not st[n] and not out[n]), default=0) + 1
+    tmp = [end if out[n] else new[n] for n in range(len(col))]
+    for n in reversed(topo):
+        if st[n]:
+            tmp[n] = min([tmp[s] for s in lay.succs[n]], default=1) - 1
+    lo = min([new[n] for n in region] + [tmp[n] for n in range(len(col)) if st[n] and c.nodes[n].frame
+                                          is not None and lay.chain[c.nodes[n].frame][0] in tops])
+    gap = any(c.nodes[n].frame is not None for n in rest if col[n] == last)   # an empty column after
+    more = max(0, last + 2 + gap - lo)                                        # a frame: a place to cut
+    return [x + more if n in region else x for n, x in enumerate(new)], lo + more
 
 
 def choose(lay: _Layout) -> list[int] | None:
@@ -61,10 +100,10 @@ def choose(lay: _Layout) -> list[int] | None:
         first = min(rev)
         fwd = max([lay.col[n] for n, nd in enumerate(c.nodes)
                    if nd.phase == 0 and not lay.st[n] and nd.kind != "output" and lay.col[n] < first], default=0)
-        near = [b for b in ok if fwd - 1 <= b < first]
-        ok = near or ok
-    opt = [lay.col[n] for n, nd in enumerate(c.nodes) if nd.optimizer]
-    o = min(opt) - 2 if opt else None                  # the optimizer's sources have a column of their own
+        ok = [b for b in ok if fwd - 1 <= b < first]
+        if not ok:                                     # the loss inside a frame: better one row
+            return None
+    o = lay.optcol - 2 if lay.optcol is not None else None     # its sources: a column of their own
     end = _right(lay)
 
     def reach(b: int) -> float:
@@ -95,7 +134,7 @@ def optimizer_sources(nodes: list, src_node: dict[int, int], uses: dict[int, lis
     such variable move to a new variable) and returns ``{new variable: variable}``."""
     from . import Node
     alias: dict[int, int] = {}
-    group: dict[tuple, list[int]] = {}
+    group: dict[tuple, list[tuple[int, int | None]]] = {}
     for v in sorted(uses):
         n = src_node.get(v)
         if n is None or nodes[n].kind not in ("param", "const") or not nodes[n].static:
@@ -104,12 +143,13 @@ def optimizer_sources(nodes: list, src_node: dict[int, int], uses: dict[int, lis
         rest = [u for u in uses[v] if u[0] not in opt]
         if not mine or not rest:
             continue
-        for d, _ in mine:
+        for d, sl in mine:
             key = (d, nodes[n].kind, nodes[n].label if nodes[n].kind == "const" else "")
-            group.setdefault(key, []).append(v)
+            group.setdefault(key, []).append((v, sl))
         uses[v] = rest
-    for (d, kind, label), vs in sorted(group.items()):
+    for (d, kind, label), vsl in sorted(group.items(), key=lambda kv: kv[0]):
         base = len(nodes)
+        vs = [v for v, _ in vsl]
         if kind == "const":
             old = nodes[src_node[vs[0]]]
             nodes.append(Node("const", old.label, old.title, static=True, order=old.order, sub=old.sub, again=True))
@@ -121,11 +161,11 @@ def optimizer_sources(nodes: list, src_node: dict[int, int], uses: dict[int, lis
                               + "\n".join(names), static=True, many=len(vs) > 1,
                               order=min(nodes[src_node[v]].order for v in vs),
                               sub="" if len(vs) > 1 else nodes[src_node[vs[0]]].sub, again=True))
-        for v in vs:
+        for v, sl in vsl:
             nv = nvars + len(alias)
             alias[nv] = v
             src_node[nv] = base
-            uses[nv] = [(d, None)]
+            uses[nv] = [(d, sl)]
     return alias
 
 
@@ -305,7 +345,7 @@ def apply(lay: _Layout, g: Geometry, cuts: list[int]) -> Geometry:
         lift = 5 if c.wires[k].arrays > 1 else 4
         px, py = fo.pt(x - 4, y + lift, 1)                # the port, turned: the label left of it, above
         labels.append((px - 4 - text_width(s, LABEL), py - lift, s, k))
-    out = Geometry(0.0, 0.0, nodes, g.band, frames, paths, dots, labels, ftitles)
+    out = Geometry(0.0, 0.0, nodes, g.band, frames, paths, dots, labels, ftitles, folded=True)
     # move the content to the margin on the left and under the title at the top
     pts = [p for ps in out.paths for d in ps for p in _points(d)]
     xs = [x for x, _, _, _ in nodes + frames + labels] + [x for x, _ in pts]

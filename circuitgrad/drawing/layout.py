@@ -14,6 +14,8 @@
 4. **x**: each column as wide as its widest node, then a straight run as long as the longest wire
    label leaving it (the labels sit there, each on its own wire), then a band of width ``BEND``
    where the wires bend and cross: no wire crosses another under a label.
+5. **Fold** (training steps, :mod:`.fold`): the row cut where the reverse pass begins (and before
+   the optimizer), the parts turned under each other: the lens picture.
 
 Everything is sorted by explicit keys: the same circuit gives the same geometry.
 """
@@ -55,6 +57,7 @@ class Geometry:
     dots: list[tuple[float, float]] = field(default_factory=list)
     labels: list[tuple[float, float, str, int]] = field(default_factory=list)
     ftitles: list[tuple[float, float]] = field(default_factory=list)   # baseline start of each frame's name
+    folded: bool = False                                                 # by :func:`.fold.apply`
 
 
 class _Layout:
@@ -80,6 +83,7 @@ class _Layout:
         self.outpos = [list(range(nd.n_out)) for nd in c.nodes]
         self.flip: set[int] = set()        # nodes turned upside down by a fold: broadcast band below
         self.fold = False
+        self.optcol: int | None = None     # folded: the optimizer's first column (its sources just left)
 
     # ------------------------------------------------------------------------------ columns
     def columns(self) -> None:
@@ -101,9 +105,10 @@ class _Layout:
             st[n] = not out[n] and (c.nodes[n].static if not self.preds[n] else all(st[p] for p in self.preds[n]))
             if not st[n] and not out[n]:
                 col[n] = max([col[p] + 1 for p in self.preds[n] if not st[p]], default=0)
-        opt = [col[n] for n in range(N) if c.nodes[n].optimizer and not st[n]]
-        if self.fold and opt:                      # folded: the optimizer's sources get a column of their own
-            col = [x + (x >= min(opt)) for x in col]
+        optcol = None
+        if self.fold:                              # folded: the optimizer after everything else
+            from .fold import optimizer_columns
+            col, optcol = optimizer_columns(self, col, st, out, topo)
         last = max([col[n] for n in range(N) if not st[n] and not out[n]], default=0) + 1
         col = [last if out[n] else col[n] for n in range(N)]
         for n in reversed(topo):
@@ -113,6 +118,7 @@ class _Layout:
         low = min(col, default=0)
         self.col = [x - low for x in col]
         self.ncols = max(self.col, default=0) + 1
+        self.optcol = optcol - low if optcol is not None else None
 
     def trunks(self) -> None:
         """A trunk for each wire that spans more than one column: ``(wire, first col, last col)``."""
@@ -540,8 +546,8 @@ def _stack(want: list[float], weight: list[float], sep: list[float]) -> list[flo
 
 
 def layout(c: Circuit, fold: bool = False) -> Geometry:
-    """The geometry of circuit ``c``; ``fold``: the row folded in two where the reverse pass begins
-    (:mod:`.fold`), when there is a place to fold it."""
+    """The geometry of circuit ``c``; ``fold``: the row folded where the reverse pass begins and
+    before the optimizer (:mod:`.fold`), when there is a place to fold it."""
     from . import fold as folding
     lay = _Layout(c)
     lay.fold = fold
