@@ -52,7 +52,7 @@ class Node:
     optimizer: bool = False          # computes the new parameters (folded: a row of its own)
     again: bool = False              # a source drawn a second time (the optimizer's parameters, folded)
     wrap: bool = False               # a long name on two lines (folded drawings: narrower columns)
-    phase: int = 0                   # 1 and more: in the second pass of a definition (R[f]), or in a frame that is
+    phase: int = 0                   # 1 and more: a second pass (R[f]), or inside the frame of one
     n_in: int = 0
     n_out: int = 0
 
@@ -354,7 +354,8 @@ class _Builder:
         self._bundle_sources(nodes, src_node, uses)
         self.alias: dict[int, int] = {}
         if self.fold:
-            opt = {src_node[v] for v, k in zip(p.outputs, self.out_kinds) if k in ("parameter", "state") and v in src_node}
+            opt = {src_node[v] for v, k in zip(p.outputs, self.out_kinds)
+                   if k in ("parameter", "state") and v in src_node}
             self.alias = optimizer_sources(nodes, src_node, uses, opt, len(p.types))
             for n in opt:
                 nodes[n].optimizer = nodes[n].kind in ("box", "prim")

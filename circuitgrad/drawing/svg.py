@@ -3,7 +3,9 @@
 * **Marks** (:func:`prim_class`, :func:`box_class`): contractions (matrix products, sums over
   axes), linear maps (dashed) and nonlinear operations; the axes an operation is broadcast over
   (:func:`prim_broadcast`, :func:`box_broadcast`), drawn passing over its top.
-* **Sizes** of the nodes (:func:`node_size`, estimated DejaVu Sans metrics: :func:`text_width`).
+* **Sizes** of the nodes (:func:`node_size`, estimated DejaVu Sans metrics: :func:`text_width`;
+  in folded drawings long names on several lines: :func:`name_lines`, :func:`pill_lines`,
+  :func:`tag_lines`), and how large a picture's text prints at a paper's width (:func:`print_points`).
 * **SVG** (:func:`render`) of a placed :class:`~circuitgrad.drawing.Circuit`: plain SVG 1.1 (``rect``,
   ``path``, ``line``, ``circle``, ``text``/``tspan``, ``g``, ``title``), one fixed font family, every
   number printed with one decimal: the same geometry gives the same bytes.  All text from the
@@ -399,13 +401,14 @@ def _node(nd: Node, x: float, y: float, w: float, h: float, band: float) -> list
         fill, stroke = PARAM if nd.kind == "param" else ("#ffffff", "#6b7280")
         out.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(w)}" height="{_f(h)}" rx="{_f(min(h / 2, 11))}" '
                    f'fill="{fill}" stroke="{stroke}" stroke-width="1.2"/>')
-        if nd.wrap and (nd.sub or nd.many):
+        if nd.wrap and (nd.sub or nd.many):                  # two lines: one text, a tspan each
             top, low = pill_lines(nd)
-            second = ('font-weight="bold"' if nd.many else 'font-size="10" fill="#4b5563"')
-            out.append(f'<text x="{_f(x + w / 2)}" y="{_f(y + h / 2 - 2)}" font-size="11" text-anchor="middle" '
-                       f'fill="#111827"><tspan x="{_f(x + w / 2)}" y="{_f(y + h / 2 - 2)}" font-weight="bold">'
-                       f'{_t(top)}{" " if nd.many else ""}</tspan><tspan x="{_f(x + w / 2)}" y="{_f(y + h / 2 + 11)}" {second}>'
-                       f'{_t(low)}</tspan></text>')
+            mx, y1, y2 = _f(x + w / 2), _f(y + h / 2 - 2), _f(y + h / 2 + 11)
+            second = 'font-weight="bold"' if nd.many else 'font-size="10" fill="#4b5563"'
+            space = " " if nd.many else ""                     # "16 parameters" reads as one text
+            out.append(f'<text x="{mx}" y="{y1}" font-size="11" text-anchor="middle" fill="#111827">'
+                       f'<tspan x="{mx}" y="{y1}" font-weight="bold">{_t(top)}{space}</tspan>'
+                       f'<tspan x="{mx}" y="{y2}" {second}>{_t(low)}</tspan></text>')
         else:
             out.append(f'<text x="{_f(x + 10)}" y="{_f(y + h / 2 + 4)}" font-size="11" fill="#111827">'
                        f'<tspan font-weight="bold">{_t(nd.label)}</tspan>'
