@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .svg import MARGIN, text_width
+from .svg import MARGIN, SMALL, text_width
 from .layout import TOP
 
 if TYPE_CHECKING:                                   # pragma: no cover
@@ -36,7 +36,7 @@ if TYPE_CHECKING:                                   # pragma: no cover
 ROWGAP = 30        # between two rows
 UTURN = 6          # between two nested U-turns (a tuple: 5 px wide) (4 between two single wires)
 UFIRST = 6         # the innermost U-turn's distance from the cut
-LABEL = 10         # wire labels: font size
+LABEL = SMALL      # wire labels: font size
 
 
 def _edge(lay: _Layout, b: int) -> float:

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .svg import MARGIN, node_size, text_width
+from .svg import MARGIN, SMALL, node_size, text_width
 
 if TYPE_CHECKING:                                   # pragma: no cover
     from . import Circuit
@@ -41,7 +41,7 @@ OUTER = 0.2       # weight of a connection leaving the frame, inside a frame
 SIDE = 0.05       # weight of a parameter's pull on a data node
 PASSES = 12
 BEND = 24          # the run of a gap between columns where wires bend (after the labels' straight run)
-LABEL = 10         # wire labels: font size
+LABEL = SMALL      # wire labels: font size
 
 
 # ------------------------------------------------------------------------------------- geometry

@@ -24,9 +24,10 @@ if TYPE_CHECKING:                                   # pragma: no cover
     from .layout import Geometry
 
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
-SLOT = 16          # vertical distance between two ports of a node
+SLOT = 18          # vertical distance between two ports of a node (a wire label fits between two wires)
 BAND = 18          # broadcast band above a node
 MARGIN = 16
+SMALL = 11         # the smallest text: wire labels, shapes, broadcast axes, the legend
 #: (fill, stroke) of each kind of operation
 COLOURS = {
     "contraction": ("#dbeafe", "#1d4ed8"),
@@ -339,7 +340,7 @@ def node_size(nd: Node) -> tuple[float, float, float]:
         return (max(text_width(top, 11, True), text_width(low, 11 if nd.many else 10, nd.many)) + 20,
                 34.0 if nd.n_out <= 1 else max(34.0, (nd.n_out + 1) * SLOT), 0.0)
     if nd.kind in ("param", "const"):
-        return (text_width(nd.label, 11, True) + text_width(nd.sub, 10) + 22,
+        return (text_width(nd.label, 11, True) + text_width(nd.sub, SMALL) + 22,
                 22.0 if nd.n_out <= 1 else (nd.n_out + 1) * SLOT, 0.0)
     slots = max(nd.n_in, nd.n_out, 1)
     if nd.kind in ("input", "output"):           # ports SLOT apart: room for a wire label between two
@@ -347,11 +348,11 @@ def node_size(nd: Node) -> tuple[float, float, float]:
         return (max(text_width(t, 11) for t in lines) + 16,
                 max(22.0 + 13 * (len(lines) - 1), 22.0 if slots == 1 else (slots + 1) * SLOT), 0.0)
     lines = name_lines(nd)
-    w = max([text_width(t, 11, nd.kind == "box") for t in lines] + [text_width(nd.sub, 10)]) + (
+    w = max([text_width(t, 11, nd.kind == "box") for t in lines] + [text_width(nd.sub, SMALL)]) + (
         (20 if nd.wrap else 26) if nd.kind == "box" else 18)
     body = max((34.0 if nd.sub else 28.0) + 13 * (len(lines) - 1), (slots + 1) * SLOT)
     band = BAND if nd.bcast else 0.0
-    w = max(w, text_width(nd.bcast, 10) + 6 if nd.bcast else 0)
+    w = max(w, text_width(nd.bcast, SMALL) + 6 if nd.bcast else 0)
     return w, body + band, band
 
 
@@ -382,7 +383,7 @@ def _text(x: float, y: float, s: str, size: int = 11, anchor: str = "middle", bo
 def _band(x: float, y: float, w: float, axes: str) -> list[str]:
     """Broadcast axes passing over the top of an operation: one thin line per axis, labelled."""
     n = min(len(axes.split("×")), 3)
-    out = [_text(x + w / 2, y + 9, axes, 10, fill=BROADCAST)]
+    out = [_text(x + w / 2, y + 9, axes, SMALL, fill=BROADCAST)]
     for j in range(n):
         ly = y + 12 + 2.5 * j
         out.append(f'<path d="M{_f(x - 8)},{_f(ly + 5)} Q{_f(x - 8)},{_f(ly)} {_f(x - 2)},{_f(ly)} '
@@ -404,7 +405,7 @@ def _node(nd: Node, x: float, y: float, w: float, h: float, band: float) -> list
         if nd.wrap and (nd.sub or nd.many):                  # two lines: one text, a tspan each
             top, low = pill_lines(nd)
             mx, y1, y2 = _f(x + w / 2), _f(y + h / 2 - 2), _f(y + h / 2 + 11)
-            second = 'font-weight="bold"' if nd.many else 'font-size="10" fill="#4b5563"'
+            second = 'font-weight="bold"' if nd.many else f'font-size="{SMALL}" fill="#4b5563"'
             space = " " if nd.many else ""                     # "16 parameters" reads as one text
             out.append(f'<text x="{mx}" y="{y1}" font-size="11" text-anchor="middle" fill="#111827">'
                        f'<tspan x="{mx}" y="{y1}" font-weight="bold">{_t(top)}{space}</tspan>'
@@ -412,7 +413,7 @@ def _node(nd: Node, x: float, y: float, w: float, h: float, band: float) -> list
         else:
             out.append(f'<text x="{_f(x + 10)}" y="{_f(y + h / 2 + 4)}" font-size="11" fill="#111827">'
                        f'<tspan font-weight="bold">{_t(nd.label)}</tspan>'
-                       f'<tspan font-size="10" fill="#4b5563"> {_t(nd.sub)}</tspan></text>')
+                       f'<tspan font-size="{SMALL}" fill="#4b5563"> {_t(nd.sub)}</tspan></text>')
     elif nd.kind in ("input", "output"):
         out.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(w)}" height="{_f(h)}" rx="3" '
                    f'fill="#f9fafb" stroke="#6b7280" stroke-width="1"/>')
@@ -444,7 +445,7 @@ def _node(nd: Node, x: float, y: float, w: float, h: float, band: float) -> list
                        + "".join(f'<tspan x="{_f(x + w / 2)}" y="{_f(first + 13 * j)}">{_t(t)}</tspan>'
                                  for j, t in enumerate(lines)) + "</text>")
         if nd.sub:
-            out.append(_text(x + w / 2, first + 14 + 13 * (len(lines) - 1), nd.sub, 10, fill=stroke))
+            out.append(_text(x + w / 2, first + 14 + 13 * (len(lines) - 1), nd.sub, SMALL, fill=stroke))
         if nd.bcast:
             out += _band(x, y, w, nd.bcast)
     out.append("</g>")
@@ -476,7 +477,7 @@ def _sample(kind: str, x: float, y: float) -> list[str]:
                 f'stroke-width="1.8"/>']
     if kind == "param":
         return [f'<rect x="{_f(x)}" y="{_f(y + 2)}" width="36" height="18" rx="9" fill="{PARAM[0]}" '
-                f'stroke="{PARAM[1]}" stroke-width="1.2"/>', _text(x + 18, y + 15, "W", 10, bold=True)]
+                f'stroke="{PARAM[1]}" stroke-width="1.2"/>', _text(x + 18, y + 15, "W", SMALL, bold=True)]
     if kind == "copy":
         return [f'<path d="M{_f(x)},{_f(y + 11)} H{_f(x + 18)} L{_f(x + 36)},{_f(y + 3)} M{_f(x + 18)},'
                 f'{_f(y + 11)} L{_f(x + 36)},{_f(y + 19)}" fill="none" stroke="{WIRE}" stroke-width="1.4"/>',
@@ -499,12 +500,12 @@ def _legend(c: Circuit, width: float, y0: float) -> tuple[list[str], float]:
                                        "start", True)]
     x, y = MARGIN, y0 + 22
     for kind, label in entries + [("", e) for e in extra]:
-        w = (44 if kind else 0) + text_width(label, 10) + 18
+        w = (44 if kind else 0) + text_width(label, SMALL) + 18
         if x + w > width - MARGIN and x > MARGIN:
             x, y = MARGIN, y + 30
         if kind:
             out += _sample(kind, x, y)
-        out.append(_text(x + (44 if kind else 0), y + 15, label, 10, "start", fill="#374151"))
+        out.append(_text(x + (44 if kind else 0), y + 15, label, SMALL, "start", fill="#374151"))
         x += w
     out.append("</g>")
     return out, y + 30
@@ -546,10 +547,10 @@ def render(c: Circuit, g: Geometry) -> str:
         x, y, w, h = g.nodes[n]
         out += _node(nd, x, y, w, h, g.band[n])
     for x, y, s, _ in g.labels:
-        tw = text_width(s, 10)
+        tw = text_width(s, SMALL)
         out.append(f'<rect x="{_f(x - 1)}" y="{_f(y - 9)}" width="{_f(tw + 2)}" height="11" fill="#ffffff" '
                    f'fill-opacity="0.8"/>')
-        out.append(_text(x, y, s, 10, "start", fill="#1f2937"))
+        out.append(_text(x, y, s, SMALL, "start", fill="#1f2937"))
     out += legend
     out.append("</svg>")
     return "\n".join(out) + "\n"
