@@ -102,10 +102,10 @@ class TestRendering:
         assert (grey > 0.95).mean() > 0.5                  # on a white page
 
     @pytest.mark.parametrize("name", NAMES)
-    def test_fonts_are_at_least_10px(self, models, name):
+    def test_fonts_are_at_least_11px(self, models, name):
         root = ET.fromstring(draw(models[name]))
         sizes = [float(e.get("font-size")) for e in root.iter() if e.get("font-size")]
-        assert sizes and min(sizes) >= 10
+        assert sizes and min(sizes) >= 11
 
     def test_a_program_is_drawn_and_anything_else_is_refused(self, models):
         svg = draw(cg.schedule(models["mlp"]))
