@@ -305,7 +305,7 @@ def test_the_gpt_training_step_prints_at_a_papers_width():
     assert print_points(folded) >= 4.2
     assert print_points(flat) < 1.85 and print_points(folded) >= 2.2 * print_points(flat)
     root = ET.fromstring(folded)
-    assert float(root.get("width")) <= 1320 and float(root.get("height")) <= 1.15 * float(root.get("width"))
+    assert float(root.get("width")) <= 1320 and float(root.get("height")) <= 1.0 * float(root.get("width"))
 
 
 @pytest.mark.parametrize("name", ["gpt_step", "mlp_step", "cnn_step"])

@@ -106,9 +106,12 @@ class _Layout:
             if not st[n] and not out[n]:
                 col[n] = max([col[p] + 1 for p in self.preds[n] if not st[p]], default=0)
         optcol = None
-        if self.fold:                              # folded: the optimizer after everything else
-            from .fold import optimizer_columns
+        if self.fold:                              # folded: the optimizer after everything else, a data
+            from .fold import optimizer_columns   # input next to its first consumer (labels: by the loss)
             col, optcol = optimizer_columns(self, col, st, out, topo)
+            for n in range(N):
+                if c.nodes[n].kind == "input" and not st[n] and self.succs[n]:
+                    col[n] = min(col[s] for s in self.succs[n]) - 1
         last = max([col[n] for n in range(N) if not st[n] and not out[n]], default=0) + 1
         col = [last if out[n] else col[n] for n in range(N)]
         for n in reversed(topo):

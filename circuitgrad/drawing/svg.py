@@ -28,6 +28,7 @@ SLOT = 18          # vertical distance between two ports of a node (a wire label
 BAND = 18          # broadcast band above a node
 MARGIN = 16
 SMALL = 11         # the smallest text: wire labels, shapes, broadcast axes, the legend
+LINE = 14          # from one line of a name to the next
 #: (fill, stroke) of each kind of operation
 COLOURS = {
     "contraction": ("#dbeafe", "#1d4ed8"),
@@ -346,11 +347,11 @@ def node_size(nd: Node) -> tuple[float, float, float]:
     if nd.kind in ("input", "output"):           # ports SLOT apart: room for a wire label between two
         lines = tag_lines(nd)
         return (max(text_width(t, 11) for t in lines) + 16,
-                max(22.0 + 13 * (len(lines) - 1), 22.0 if slots == 1 else (slots + 1) * SLOT), 0.0)
+                max(22.0 + LINE * (len(lines) - 1), 22.0 if slots == 1 else (slots + 1) * SLOT), 0.0)
     lines = name_lines(nd)
     w = max([text_width(t, 11, nd.kind == "box") for t in lines] + [text_width(nd.sub, SMALL)]) + (
         (20 if nd.wrap else 26) if nd.kind == "box" else 18)
-    body = max((34.0 if nd.sub else 28.0) + 13 * (len(lines) - 1), (slots + 1) * SLOT)
+    body = max((34.0 if nd.sub else 28.0) + LINE * (len(lines) - 1), (slots + 1) * SLOT)
     band = BAND if nd.bcast else 0.0
     w = max(w, text_width(nd.bcast, SMALL) + 6 if nd.bcast else 0)
     return w, body + band, band
@@ -404,7 +405,7 @@ def _node(nd: Node, x: float, y: float, w: float, h: float, band: float) -> list
                    f'fill="{fill}" stroke="{stroke}" stroke-width="1.2"/>')
         if nd.wrap and (nd.sub or nd.many):                  # two lines: one text, a tspan each
             top, low = pill_lines(nd)
-            mx, y1, y2 = _f(x + w / 2), _f(y + h / 2 - 2), _f(y + h / 2 + 11)
+            mx, y1, y2 = _f(x + w / 2), _f(y + h / 2 - 3), _f(y + h / 2 - 3 + LINE)
             second = 'font-weight="bold"' if nd.many else f'font-size="{SMALL}" fill="#4b5563"'
             space = " " if nd.many else ""                     # "16 parameters" reads as one text
             out.append(f'<text x="{mx}" y="{y1}" font-size="11" text-anchor="middle" fill="#111827">'
@@ -421,8 +422,8 @@ def _node(nd: Node, x: float, y: float, w: float, h: float, band: float) -> list
         if len(lines) == 1:
             out.append(_text(x + w / 2, y + h / 2 + 4, nd.label))
         else:
-            out.append(f'<text x="{_f(x + w / 2)}" y="{_f(y + h / 2 - 2.5)}" font-size="11" text-anchor="middle" '
-                       f'fill="#111827">' + "".join(f'<tspan x="{_f(x + w / 2)}" y="{_f(y + h / 2 - 2.5 + 13 * j)}">'
+            out.append(f'<text x="{_f(x + w / 2)}" y="{_f(y + h / 2 + 4 - LINE / 2)}" font-size="11" text-anchor="middle" '
+                       f'fill="#111827">' + "".join(f'<tspan x="{_f(x + w / 2)}" y="{_f(y + h / 2 + 4 - LINE / 2 + LINE * j)}">'
                                                     f'{_t(t)}{" " * (j + 1 < len(lines))}</tspan>'
                                                     for j, t in enumerate(lines)) + "</text>")
     else:
@@ -435,17 +436,17 @@ def _node(nd: Node, x: float, y: float, w: float, h: float, band: float) -> list
                    f'stroke-width="{1.8 if box else 1.2}"{dash}/>')
         mid = y + band + body / 2
         lines = name_lines(nd)
-        first = mid + (-2 if nd.sub else 4) - 6.5 * (len(lines) - 1)
+        first = mid + (-2 if nd.sub else 4) - LINE / 2 * (len(lines) - 1)
         if len(lines) == 1:
             out.append(_text(x + w / 2, first, nd.label, 11, bold=box))
         else:                                          # one text (the whole name), a line per tspan
             weight = ' font-weight="bold"' if box else ""
             out.append(f'<text x="{_f(x + w / 2)}" y="{_f(first)}" font-size="11" text-anchor="middle" '
                        f'fill="#111827"{weight}>'
-                       + "".join(f'<tspan x="{_f(x + w / 2)}" y="{_f(first + 13 * j)}">{_t(t)}</tspan>'
+                       + "".join(f'<tspan x="{_f(x + w / 2)}" y="{_f(first + LINE * j)}">{_t(t)}</tspan>'
                                  for j, t in enumerate(lines)) + "</text>")
         if nd.sub:
-            out.append(_text(x + w / 2, first + 14 + 13 * (len(lines) - 1), nd.sub, SMALL, fill=stroke))
+            out.append(_text(x + w / 2, first + 14 + LINE * (len(lines) - 1), nd.sub, SMALL, fill=stroke))
         if nd.bcast:
             out += _band(x, y, w, nd.bcast)
     out.append("</g>")
