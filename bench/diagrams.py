@@ -3,15 +3,18 @@
     python bench/diagrams.py [--png DIR]
 
 Draws the MLP, the digits CNN, a 2-layer GPT (collapsed), one transformer block (attention and
-MLP expanded), the GPT's training step (forward, reverse passes and AdamW, collapsed) and single
-softmax / spherical attention heads (expanded) with :func:`circuitgrad.drawing.draw`.  ``--png``
-also rasterises each with cairosvg into ``DIR``, to look at them.
+MLP expanded), the GPT's training step (forward, reverse passes and AdamW, collapsed, folded: the
+lens picture) and single softmax / spherical attention heads (expanded) with
+:func:`circuitgrad.drawing.draw`, and prints each one's size and how tall its smallest text prints
+at a paper's full width (7 in: :func:`circuitgrad.drawing.svg.print_points`).  ``--png`` also
+rasterises each with cairosvg into ``DIR``, to look at them.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import xml.etree.ElementTree as ET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -19,6 +22,7 @@ sys.path.insert(0, ROOT)
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import nn  # noqa: E402
 from circuitgrad.drawing import draw  # noqa: E402
+from circuitgrad.drawing.svg import print_points  # noqa: E402
 
 
 def diagrams() -> dict[str, tuple[object, dict]]:
@@ -50,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     for stem, (f, kw) in diagrams().items():
         path = os.path.join(a.out, f"{stem}.svg")
         svg = draw(f, path, **kw)
-        print(f"{path}: {len(svg) // 1024} KiB")
+        root = ET.fromstring(svg)
+        print(f"{path}: {len(svg) // 1024} KiB, {root.get('width')} x {root.get('height')} px, "
+              f"text {print_points(svg):.1f} pt at 7 in")
         if a.png:
             import cairosvg
             os.makedirs(a.png, exist_ok=True)
