@@ -373,3 +373,16 @@ def test_fold_is_a_bool_or_none():
             draw(mlp, fold=bad)
     assert draw(mlp) == draw(mlp, fold=False)                 # a model is not folded unless asked
     assert draw(mlp, fold=True) != draw(mlp)
+
+
+def test_a_folded_step_does_not_depend_on_the_hash_seed():
+    import os
+    import subprocess
+    import sys
+    code = ("import sys; import circuitgrad as cg; from circuitgrad import nn; from circuitgrad.drawing import draw; "
+            "sys.stdout.write(draw(cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.mse, "
+            "optimizer=nn.adamw(3e-3)), expand=('adamw',)))")
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.mse, optimizer=nn.adamw(3e-3))
+    assert outs[0] == outs[1] == draw(step, expand=("adamw",))
