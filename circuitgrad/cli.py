@@ -204,15 +204,20 @@ def _draw(args) -> int:
     import os
 
     from . import types
-    from .drawing import draw
+    from .drawing import UnknownDefinition, draw
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         raise UsageError(f"-o {args.output}: no such directory {os.path.dirname(args.output) or folder}")
     if args.depth < 1:
         raise UsageError(f"--depth must be at least 1, got {args.depth}")
     spec, _ = load_model(args, types.fixed(16, 8), fixed=False)
-    draw(spec.compile() if args.step else spec.model, path=args.output, expand=tuple(args.expand),
-         depth=args.depth)
+    if args.fold is not None and not args.step:
+        raise UsageError("--fold and --no-fold choose the layout of a training step: add --step")
+    try:
+        draw(spec.compile() if args.step else spec.model, path=args.output, expand=tuple(args.expand),
+             depth=args.depth, fold=args.fold)
+    except UnknownDefinition as e:
+        raise UsageError(f"--expand: {e.detail}") from None
     print(f"wrote {args.output}")
     return 0
 
@@ -239,6 +244,9 @@ def _add_views(sub) -> None:
     p.add_argument("--expand", action="append", default=[], metavar="NAME",
                    help="expand the definitions named NAME (repeatable; '*' expands everything)")
     p.add_argument("--depth", type=int, default=1, help="levels of definitions shown as boxes (default 1)")
+    p.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --step: the lens layout, forward on top and the reverse pass folded under it "
+                        "(the default where the step can be folded), or --no-fold for one row")
     p.set_defaults(fn=_draw)
 
 

@@ -204,6 +204,29 @@ def test_draw_into_a_missing_directory_is_a_usage_error(capsys):
     assert capsys.readouterr().err == "circuitgrad draw: -o /missing/dir/x.svg: no such directory /missing/dir\n"
 
 
+def test_draw_expand_of_an_unknown_definition_is_a_usage_error(tmp_path, capsys):
+    assert main(["draw", IRIS, "-o", str(tmp_path / "x.svg"), "--expand", "nonexistent"]) == 2
+    assert capsys.readouterr().err == (
+        "circuitgrad draw: --expand: no definition named 'nonexistent' in this diagram; its definitions are "
+        "bias, dense0, dense1, linear, relu (by name, by path such as 'dense0/bias', or '*' for all)\n")
+    assert not (tmp_path / "x.svg").exists()
+
+
+@pytest.mark.parametrize("flag, fold", [("--fold", True), ("--no-fold", False)])
+def test_draw_step_fold_flags_choose_the_layout(tmp_path, capsys, flag, fold):
+    out = tmp_path / "step.svg"
+    assert main(["draw", IRIS, "--step", flag, "-o", str(out)]) == 0
+    spec = modelfile.load(IRIS, {})
+    assert out.read_text(encoding="utf-8") == cg.draw(spec.compile(), fold=fold)
+    assert cg.draw(spec.compile(), fold=True) != cg.draw(spec.compile(), fold=False)
+
+
+def test_fold_without_step_is_a_usage_error(tmp_path, capsys):
+    assert main(["draw", IRIS, "--no-fold", "-o", str(tmp_path / "x.svg")]) == 2
+    assert capsys.readouterr().err == ("circuitgrad draw: --fold and --no-fold choose the layout of a training "
+                                       "step: add --step\n")
+
+
 @pytest.mark.parametrize("option, message", [
     ("hidden=banana", "option hidden must be a list of integers (model()'s default is (16,)), got 'banana'"),
     ("hidden=[16, 'x']", "option hidden must be a list of integers (model()'s default is (16,)), got [16, 'x']"),

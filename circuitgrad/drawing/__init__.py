@@ -28,7 +28,16 @@ from . import layout, svg
 from .fold import optimizer_sources
 from .svg import static_lead, box_broadcast, box_class, prim_broadcast, prim_class, static_vars
 
-__all__ = ["draw", "placed", "circuit", "parameter_names", "Circuit", "Node", "Wire", "Frame"]
+__all__ = ["draw", "placed", "circuit", "parameter_names", "Circuit", "Node", "Wire", "Frame", "UnknownDefinition"]
+
+class UnknownDefinition(ValueError):
+    """An ``expand`` name that names no definition of the diagram; ``detail`` is the message without
+    the ``draw: expand:`` prefix (the CLI reports it as ``--expand: ...``)."""
+
+    def __init__(self, detail: str):
+        super().__init__(f"draw: expand: {detail}")
+        self.detail = detail
+
 
 #: more arrays than this sharing both ends are drawn as one tuple wire (and one source or output)
 BUNDLE = 3
@@ -256,9 +265,9 @@ class _Builder:
             defs = sorted({k[-1] for k in keys})
             deep = sorted(k for k in keys if len(k) > 1)
             example = f", by path such as {'/'.join(deep[0])!r}" if deep else ""
-            raise ValueError(f"draw: expand: no definition named {', '.join(repr(n) for n in unknown)} "
-                             f"in this diagram; its definitions are "
-                             f"{', '.join(defs) if defs else '(none)'} (by name{example}, or '*' for all)")
+            raise UnknownDefinition(f"no definition named {', '.join(repr(n) for n in unknown)} in this "
+                                    f"diagram; its definitions are {', '.join(defs) if defs else '(none)'} "
+                                    f"(by name{example}, or '*' for all)")
 
     def _container(self, i: int) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...] | None]:
         """``(frames, box)``: the expanded definitions around instruction ``i``, and its collapsed
