@@ -1,7 +1,9 @@
-"""Shared training loop of the examples (``--dtype float32|fixed``, progress bar or lines)."""
+"""Shared training loop of the examples (``--dtype float32|fixed``, ``--backend numpy|cupy|auto``, progress
+bar or lines)."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -22,13 +24,47 @@ def parser(description: str, epochs: int, batch: int, lr: float, hidden: list[in
     p.add_argument("--lr", type=float, default=lr)
     p.add_argument("--momentum", type=float, default=0.9, help="0 for plain SGD")
     p.add_argument("--hidden", type=int, nargs="*", default=hidden, help="hidden layer widths")
-    p.add_argument("--backend", choices=["numpy", "cupy", "auto"], default="numpy",
-                   help="where float training runs (cupy: fused CUDA kernels on a GPU)")
+    add_backend(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--show-source", action="store_true", help="print the generated step code")
     p.add_argument("--quiet", action="store_true",
                    help="no progress (a bar on a terminal, else a line every tenth of the steps)")
     return p
+
+
+BACKENDS = ("numpy", "cupy", "auto")
+
+
+def add_backend(p: argparse.ArgumentParser, default: str = "numpy") -> None:
+    """``--backend numpy|cupy|auto``: every example that trains takes it (resolve it with :func:`backend`)."""
+    p.add_argument("--backend", choices=BACKENDS, default=default,
+                   help="where float training runs: numpy (CPU), cupy (fused CUDA kernels; needs CuPy and a "
+                        "CUDA device) or auto (cupy when a GPU is usable, else numpy)")
+
+
+def backend(p: argparse.ArgumentParser, args) -> str:
+    """The backend ``args.backend`` asks for, made concrete (``"numpy"`` or ``"cupy"``) and stored back in
+    ``args.backend``. ``auto`` picks cupy only when :func:`circuitgrad.backends.gpu.available` says a device is
+    usable. ``--backend cupy`` without CuPy or a device ends the script with one line on stderr and status 1
+    (the command line is valid; this machine cannot run it); with ``--dtype fixed`` it is a usage error (2)."""
+    want = args.backend
+    if want == "cupy" and getattr(args, "dtype", "float32") == "fixed":
+        p.error("--backend cupy computes in float32/float64; --dtype fixed trains on the NumPy interpreter "
+                "(use --backend numpy)")
+    if want == "numpy" or getattr(args, "dtype", "float32") == "fixed":
+        args.backend = "numpy"
+        return "numpy"
+    from circuitgrad.backends import gpu
+    ok, why = gpu.available()
+    if not ok and want == "cupy":
+        sys.exit(cupy_unavailable(p.prog, why))
+    args.backend = "cupy" if ok else "numpy"
+    return args.backend
+
+
+def cupy_unavailable(prog: str, why: str) -> str:
+    """The one-line error of ``--backend cupy`` on a machine without CuPy or a CUDA device."""
+    return f"{prog}: error: --backend cupy needs CuPy and a CUDA device: {why}; use --backend numpy or auto"
 
 
 def check_args(args, data: datasets.Dataset) -> str | None:
@@ -64,7 +100,7 @@ def options(args) -> tuple[cg.Dtype, nn.Optimizer]:
 def compile_for(model: cg.Diagram, args) -> cg.CompiledModel:
     dtype, opt = options(args)
     return cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=opt, dtype=dtype,
-                            backend=args.backend if args.dtype != "fixed" else "numpy")
+                            backend=args.backend if args.dtype != "fixed" else "numpy")      # see backend()
 
 
 def train(data: datasets.Dataset, args, step: cg.CompiledModel) -> float:
@@ -83,7 +119,7 @@ def train(data: datasets.Dataset, args, step: cg.CompiledModel) -> float:
                 params = step.step(params, x, y)
                 bar.update()
             bar.set_postfix(loss=f"{step.loss(params, x, y):.4f}")
-    acc = float((step.predict(params, data.x_test).argmax(1) == data.y_test).mean())
+    acc = float((step.to_host(step.predict(params, data.x_test)).argmax(1) == data.y_test).mean())
     print(f"trained {args.epochs} epochs in {time.perf_counter() - t0:.1f} s")
     print(f"accuracy={acc:.4f}")
     return acc
@@ -109,6 +145,7 @@ def main(name: str, defaults: dict, description: str) -> float:
     problem = check_args(args, data)
     if problem is not None:
         p.error(problem)
+    backend(p, args)
     try:        # bad --lr, --momentum, --width/--frac (or a learning rate they cannot hold), --backend
         step = compile_for(model_for(data, args), args)
     except (ValueError, TypeError, RuntimeError) as e:

@@ -9,6 +9,7 @@ Momentum SGD, softmax cross-entropy, in float or in exact fixed point:
 
     python examples/digits_cnn.py                      # float32 (NumPy)
     python examples/digits_cnn.py --dtype fixed        # fixed(32, 16), the fixed-point interpreter
+    python examples/digits_cnn.py --backend cupy       # float32 on a GPU (fused CUDA kernels)
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import circuitgrad as cg
 from circuitgrad import datasets, nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _train import check_args, compile_for, options, parser, train  # noqa: E402
+from _train import backend, check_args, compile_for, options, parser, train  # noqa: E402
 
 DATASET = "digits"
 
@@ -55,6 +56,7 @@ def main() -> float:
                                          f"--channels must be 1 or more, got {args.channels}")
     if problem is not None:
         p.error(problem)
+    backend(p, args)
     try:
         step = compile_for(cnn(args.batch, args.channels, args.hidden, options(args)[0]), args)
     except (ValueError, TypeError, RuntimeError) as e:

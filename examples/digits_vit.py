@@ -6,6 +6,7 @@ linear head to the 10 classes. AdamW, softmax cross-entropy.
 
     python examples/digits_vit.py                          # softmax attention, float32
     python examples/digits_vit.py --attention spherical    # L2-normalised scores: no exp, no max
+    python examples/digits_vit.py --backend cupy           # on a GPU (fused CUDA kernels)
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import circuitgrad as cg
 from circuitgrad import datasets, nn, ops
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _train import train  # noqa: E402
+from _train import add_backend, backend, train  # noqa: E402
 
 DATASET = "digits"
 
@@ -50,6 +51,7 @@ def main() -> float:
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    add_backend(p)
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
     data = datasets.load(DATASET, seed=args.seed)
@@ -57,9 +59,11 @@ def main() -> float:
         p.error(f"--batch must be in 1..{len(data.x_train)} (the training rows), got {args.batch}")
     if args.epochs < 0:
         p.error(f"--epochs must be 0 or more, got {args.epochs}")
+    backend(p, args)
     try:
         step = cg.compile_model(vit(args.batch, args.d, args.heads, args.layers, args.attention),
-                                loss=nn.softmax_cross_entropy, optimizer=nn.adamw(args.lr, weight_decay=0.01))
+                                loss=nn.softmax_cross_entropy, optimizer=nn.adamw(args.lr, weight_decay=0.01),
+                                backend=args.backend)
     except (ValueError, TypeError) as e:
         p.error(str(e))
     args.show_source = False

@@ -7,6 +7,8 @@ Prints the kernel launches per step (GPU), the steps per second and the
 samples per second, and ends with ``throughput=<samples/s>``.
 """
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
@@ -15,16 +17,20 @@ import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.progress import progress
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _train import add_backend, backend  # noqa: E402
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 1024, 1024, 10])
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--backend", choices=["numpy", "cupy", "auto"], default="auto")
+    add_backend(ap, default="auto")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args()
     if a.batch < 1 or a.steps < 1 or min(a.sizes) < 1:
         ap.error(f"--batch, --steps and --sizes must be 1 or more, got {a.batch}, {a.steps} and {a.sizes}")
+    backend(ap, a)
     step = cg.compile_model(nn.mlp(a.batch, a.sizes), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.01),
                             backend=a.backend, donate=True)
     xp = step.xp

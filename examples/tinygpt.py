@@ -8,12 +8,14 @@ learning-rate schedule (``nn.set_learning_rate``: no recompilation), then a shor
 
     python examples/tinygpt.py                          # softmax attention, float32
     python examples/tinygpt.py --attention spherical    # L2-normalised scores: no exp, no max
+    python examples/tinygpt.py --backend cupy           # on a GPU (fused CUDA kernels; auto: when usable)
 """
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import sys
 import sysconfig
 import time
 
@@ -22,6 +24,9 @@ import numpy as np
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.progress import progress
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _train import add_backend, backend  # noqa: E402
 
 VOCAB = "\n" + "".join(chr(c) for c in range(32, 127))          # 96 characters
 DEFAULTS = dict(steps=2500, batch=16, seq=64, d=128, heads=4, layers=2, lr=3e-3, chars=2_000_000)
@@ -86,7 +91,7 @@ def sample(step, params, prompt: str, n: int, seq: int) -> str:
     ctx = [VOCAB.index(c) for c in prompt if c in VOCAB]
     for _ in range(n):
         window = ([VOCAB.index(" ")] * seq + ctx)[-seq:]
-        logits = step.predict(params, np.array([window]))
+        logits = step.to_host(step.predict(params, np.array([window])))
         ctx.append(int(np.argmax(logits[0, -1])))
     return "".join(VOCAB[i] for i in ctx)
 
@@ -110,9 +115,11 @@ def model(batch: int = DEFAULTS["batch"], seq: int = DEFAULTS["seq"], d: int = D
 
 
 def build(args) -> cg.CompiledModel:
-    """The step this script trains: :func:`model` in float32 (AdamW) or fixed(32,16) (momentum SGD)."""
+    """The step this script trains: :func:`model` in float32 (AdamW) or fixed(32,16) (momentum SGD), on
+    ``args.backend`` (fixed point always on NumPy)."""
     return model(args.batch, args.seq, args.d, args.heads, args.layers, args.attention, args.lr, args.fixed_lr,
-                 args.chars, cg.float32 if args.dtype == "float32" else cg.fixed(32, 16)).compile()
+                 args.chars, cg.float32 if args.dtype == "float32" else cg.fixed(32, 16)).compile(
+        backend="numpy" if args.dtype == "fixed" else getattr(args, "backend", "numpy"))
 
 
 def with_rate(params: dict, k: int, args) -> dict:
@@ -130,6 +137,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fixed-lr", type=float, default=0.1, help="momentum SGD's rate with --dtype fixed")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample", type=int, default=120, help="characters to generate at the end")
+    add_backend(p)
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -143,12 +151,13 @@ def main() -> float:
     train, val = split(corpus(args.chars))
     if len(val) < args.seq + 1 or len(train) < args.seq + 1:
         p.error(f"--chars {args.chars} leaves too little text for windows of --seq {args.seq}")
+    backend(p, args)
     try:
         step = build(args)
     except (ValueError, TypeError) as e:
         p.error(str(e))
     print(f"{step.model.name}: {sum(np.size(v) for k, v in step.init_params(0).items() if k in step.param_names)} "
-          f"parameters, compiled for {step.dtype} in {step.compile_seconds:.2f} s; {len(train)} train / {len(val)} "
+          f"parameters, compiled for {step.dtype} on {step.backend} in {step.compile_seconds:.2f} s; {len(train)} train / {len(val)} "
           f"validation characters")
     params = step.init_params(seed=args.seed)
     plan = batch_starts(len(train), args.seq, args.batch, args.steps, args.seed)
