@@ -36,7 +36,7 @@ def block(x, p: dict, heads: int, causal: bool, kind: str, i: int = 0, eps: floa
     else:
         s = q @ k.transpose(-1, -2) / (d // heads) ** 0.5
         if causal:
-            s = s * torch.tril(torch.ones(S, S, dtype=s.dtype))
+            s = s * torch.tril(torch.ones(S, S, dtype=s.dtype, device=s.device))
         o = (s / torch.sqrt((s * s).sum(-1, keepdim=True) + eps)) @ v
     x = x + proj(o.transpose(1, 2).reshape(B, S, d), "o")
     return x + proj(F.gelu(proj(ln(x, "ln2"), "fc"), approximate="tanh"), "proj")

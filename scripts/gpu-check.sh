@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One-call device check of the CuPy backend (docs/GPU.md, "Device check"): NVRTC compile of every tinygpt
+# kernel, tests/test_gpu_device.py, three tinygpt AdamW steps against NumPy, ms per step against PyTorch
+# eager, a JSON report. Within 5 minutes on an H100 (GPU_CHECK_BUDGET seconds in all, default 290).
+#
+#     scripts/gpu-check.sh [REPORT]            # REPORT: default gpu-check.json
+#
+# Setup on a bare machine: uses .venv when its Python runs (else creates it, --system-site-packages, so a
+# CuPy or PyTorch installed with the system Python counts), then installs what is missing with pip
+# ('.[gpu]' and pytest; '.[torch]' only with GPU_CHECK_INSTALL_TORCH=1: CUDA PyTorch is gigabytes). Offline,
+# pip fails fast and the package is registered without dependencies; the report names what is missing.
+# The checks themselves are bench/gpu_check.py. Exit status: 0 pass (or incomplete), 1 a failure or no device.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+REPORT=${1:-gpu-check.json}
+BUDGET=${GPU_CHECK_BUDGET:-290}
+VENV=${GPU_CHECK_VENV:-.venv}
+PY=${PYTHON:-python3}
+START=$SECONDS
+left() { echo $((BUDGET - (SECONDS - START))); }
+note() { echo "gpu-check: setup: $*" >&2; }
+
+if ! "$VENV/bin/python" -c "import sys" 2>/dev/null; then
+  [ -e "$VENV" ] && VENV=.venv-gpu-check && note "the existing .venv does not run here; using $VENV"
+  if ! "$VENV/bin/python" -c "import sys" 2>/dev/null; then
+    "$PY" -m venv --system-site-packages "$VENV" || { note "cannot create $VENV with $PY"; exit 1; }
+  fi
+fi
+VPY=$VENV/bin/python
+PIP=("$VPY" -m pip install -q --disable-pip-version-check --retries 0 --timeout 15)
+if ! "$VPY" -c "import circuitgrad.backends.gpu, numpy, cupy, pytest" 2>/dev/null; then
+  note "installing -e '.[gpu]' and pytest (at most 100 s)"
+  if ! timeout 100 "${PIP[@]}" -e '.[gpu]' pytest; then
+    note "pip could not install '.[gpu]' (offline?): registering circuitgrad without dependencies"
+    "$VPY" -c "import circuitgrad.backends.gpu" 2>/dev/null \
+      || timeout 60 "${PIP[@]}" --no-deps --no-build-isolation -e . || note "circuitgrad is not installable here"
+  fi
+fi
+if ! "$VPY" -c "import circuitgrad.backends" 2>/dev/null; then
+  # no editable install (no setuptools >= 77 offline): map the three source roots as setup.py does
+  SITE=$("$VPY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  note "importing circuitgrad from the source tree (a finder in $SITE)"
+  cat > "$SITE/circuitgrad_gpu_check_finder.py" <<EOF
+import importlib.util, os, sys
+ROOTS = {"circuitgrad": "circuitgrad", "circuitgrad.backends": "backends", "circuitgrad.examples": "examples"}
+class SourceFinder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name in ROOTS:
+            d = os.path.join("$PWD", ROOTS[name])
+            return importlib.util.spec_from_file_location(name, os.path.join(d, "__init__.py"),
+                                                          submodule_search_locations=[d])
+sys.meta_path.insert(0, SourceFinder)
+EOF
+  echo "import circuitgrad_gpu_check_finder" > "$SITE/circuitgrad_gpu_check_finder.pth"
+fi
+if [ "${GPU_CHECK_INSTALL_TORCH:-0}" = 1 ] && ! "$VPY" -c "import torch" 2>/dev/null; then
+  note "installing '.[torch]' (at most 120 s)"
+  timeout 120 "${PIP[@]}" -e '.[torch]' || note "PyTorch not installable: the timing has no PyTorch row"
+fi
+REST=$(left)
+if [ "$REST" -lt 30 ]; then note "setup took $((SECONDS - START)) s of $BUDGET: $REST s is too little to check"; fi
+exec timeout $((REST + 15)) "$VPY" bench/gpu_check.py --report "$REPORT" --budget "$((REST > 30 ? REST : 30))"

@@ -1,0 +1,149 @@
+"""scripts/gpu-check.sh and bench/gpu_check.py (issue 31) on a machine without a device: they stop at the
+device phase with one clear line and a JSON report, and the phases that need no device are checked on the
+CPU (the tinygpt comparison through ``cupy-emulated``, the kernel list, NVRTC failures reported one by one)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import gpu_check  # noqa: E402
+
+PHASES = ["device", "nvrtc", "device-tests", "tinygpt-vs-numpy", "timing"]
+TINY = dict(gpu_check.CONFIG, batch=2, seq=8, d=16, heads=2, layers=1, chars=20_000)
+NO_DEVICE = '''
+__version__ = "13.0.0"
+class CUDARuntimeError(RuntimeError):
+    pass
+class _Runtime:
+    @staticmethod
+    def getDeviceCount():
+        raise CUDARuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")
+class cuda:
+    runtime = _Runtime
+'''
+
+
+def stub_env(tmp_path, cupy_source: str) -> dict:
+    (tmp_path / "stub" / "cupy").mkdir(parents=True)
+    (tmp_path / "stub" / "cupy" / "__init__.py").write_text(cupy_source)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "stub")] + [p for p in env.get("PYTHONPATH", "").split(
+        os.pathsep) if p])
+    return env
+
+
+def check_report(path, message):
+    rep = json.loads(path.read_text())
+    assert rep["status"] == "no-device"
+    assert rep["message"] == message
+    assert [p["name"] for p in rep["phases"]] == PHASES
+    assert [p["status"] for p in rep["phases"]] == ["fail"] + ["skipped"] * 4
+    assert rep["phases"][0]["message"] == message.removeprefix("gpu-check: ")
+    assert all(p["message"] == "no usable device (see the device phase)" for p in rep["phases"][1:])
+    assert rep["elapsed_s"] < 60
+    return rep
+
+
+def test_without_cupy_the_check_stops_at_once_with_one_line_and_a_report(tmp_path):
+    env = stub_env(tmp_path, "raise ImportError(\"No module named 'cupy'\")\n")
+    report = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--report", str(report)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    message = ("gpu-check: CuPy is not importable (ImportError: No module named 'cupy'); "
+               "install it with pip install -e '.[gpu]'")
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [f"{message} (report: {report})"]
+    assert r.stdout.splitlines()[0] == f"gpu-check: device: fail: {message.removeprefix('gpu-check: ')}"
+    check_report(report, message)
+
+
+def test_without_a_device_the_script_says_getdevicecount_failed(tmp_path):
+    """The shell script end to end (no pip: everything it needs imports), CuPy present but no device."""
+    env = stub_env(tmp_path, NO_DEVICE)
+    env["GPU_CHECK_VENV"] = sys.prefix
+    report = tmp_path / "out.json"
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-check.sh"), str(report)], capture_output=True,
+                       text=True, timeout=120, env=env, cwd=tmp_path)
+    message = ("gpu-check: no CUDA device: cupy.cuda.runtime.getDeviceCount() failed (CUDARuntimeError: "
+               "cudaErrorNoDevice: no CUDA-capable device is detected)")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines()[-1] == f"{message} (report: {report})"
+    rep = check_report(report, message)
+    assert rep["phases"][0]["cupy"] == "13.0.0"
+
+
+def test_bad_arguments_are_usage_errors(tmp_path):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--report",
+                        str(tmp_path / "missing" / "r.json")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == (f"gpu_check.py: error: --report {tmp_path / 'missing' / 'r.json'}: "
+                                         f"the directory {tmp_path / 'missing'} does not exist")
+
+
+def test_tinygpt_comparison_passes_on_the_emulated_backend_with_donation():
+    out = gpu_check.phase_tinygpt(TINY, backend="cupy-emulated")
+    assert out["status"] == "pass", out["message"]
+    assert out["donated_in_place"] == out["parameters"] > 0
+    assert len(out["steps"]) == 3 and out["worst_ratio"] <= 1
+    assert out["loss_device"] == pytest.approx(out["loss_numpy"], rel=1e-5)
+
+
+def test_tolerance_catches_a_wrong_array_and_passes_rounding_noise():
+    rng = np.random.default_rng(0)
+    exact = rng.normal(size=1000)
+    ref = (exact * (1 + 1e-7 * rng.normal(size=1000))).astype(np.float32)        # float32 rounding, pairwise
+    noisy = (exact * (1 + 1e-6 * rng.normal(size=1000))).astype(np.float32)      # 10x worse rounding
+    wrong = ref.copy()
+    wrong[3] += 1e-3
+    f = gpu_check.tolerance_factor(TINY)
+    assert f == pytest.approx(2 * np.sqrt(16 / 4))
+    ids = np.array([1, 2])
+    rows = gpu_check.compare({"a": noisy, "b": wrong, "n": ids}, {"a": ref, "b": ref, "n": ids},
+                             {"a": exact, "b": exact, "n": ids}, gpu_check.tolerance_factor(gpu_check.CONFIG))
+    assert rows["a"]["ratio"] <= 1 < rows["b"]["ratio"]
+    assert rows["n"] == {"ratio": 0.0, "exact": True}
+
+
+def test_every_tinygpt_kernel_is_listed_and_nvrtc_failures_are_reported_one_by_one(monkeypatch):
+    kernels = gpu_check.tinygpt_kernels(TINY)
+    assert set(kernels) == {"step", "predict", "loss"}
+    names = [k.name for ks in kernels.values() for _, _, k in ks]
+    assert len(names) == len(set(names)) and all(len(ks) > 0 for ks in kernels.values())
+    for ks in kernels.values():
+        for _, _, k in ks:
+            assert f"{k.name}(" in k.source
+    broken = names[len(names) // 2]
+    compiled = []
+
+    class CompileException(Exception):
+        pass
+
+    class RawKernel:
+        def __init__(self, source, name, **kwargs):
+            self.source, self.name = source, name
+
+        def compile(self):
+            if self.name == broken:
+                raise CompileException(f"{self.name}.cu(3): error: identifier \"x\" is undefined\n1 error detected")
+            compiled.append(self.name)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(RawKernel=RawKernel))
+    out = gpu_check.phase_nvrtc(TINY)
+    assert sorted(compiled + [broken]) == sorted(names)
+    assert out["status"] == "fail" and out["kernels"] == len(names) and out["compiled"] == len(names) - 1
+    assert out["failed"][0]["kernel"] == broken
+    assert out["failed"][0]["log"] == [f"{broken}.cu(3): error: identifier \"x\" is undefined", "1 error detected"]
+    assert out["message"] == (f"1 of {len(names)} tinygpt kernels do not compile with NVRTC; first: {broken}: "
+                              f"CompileException: {broken}.cu(3): error: identifier \"x\" is undefined")
+
+
+def test_phase_budgets_fit_five_minutes():
+    assert sum(b for _, b in gpu_check.PHASES) <= 280
+    assert [n for n, _ in gpu_check.PHASES] == PHASES
