@@ -171,9 +171,12 @@ def phase_nvrtc(cfg: dict) -> dict:
             t = time.perf_counter()
             try:
                 raw = launcher(p, i, k) if launcher is not None else None
-                if not hasattr(raw, "compile"):
+                if not hasattr(raw, "compile") and not hasattr(raw, "kernel"):
                     raw = cupy.RawKernel(k.source, k.name)
-                raw.compile()
+                if hasattr(raw, "compile"):
+                    raw.compile()
+                else:                   # CuPy before 10: reading .kernel compiles
+                    raw.kernel
                 rows.append({"function": key, "kernel": k.name, "ok": True,
                              "ms": round((time.perf_counter() - t) * 1e3, 1)})
             except Exception as e:

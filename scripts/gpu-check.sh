@@ -11,8 +11,9 @@
 # pip fails fast and the package is registered without dependencies; the report names what is missing.
 # The checks themselves are bench/gpu_check.py. Exit status: 0 pass (or incomplete), 1 a failure or no device.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
 REPORT=${1:-gpu-check.json}
+case "$REPORT" in /*) ;; *) REPORT="$PWD/$REPORT" ;; esac      # relative to where it is called from
+cd "$(dirname "$0")/.." || exit 1
 BUDGET=${GPU_CHECK_BUDGET:-290}
 VENV=${GPU_CHECK_VENV:-.venv}
 PY=${PYTHON:-python3}

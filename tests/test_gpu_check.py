@@ -66,11 +66,12 @@ def test_without_cupy_the_check_stops_at_once_with_one_line_and_a_report(tmp_pat
 
 
 def test_without_a_device_the_script_says_getdevicecount_failed(tmp_path):
-    """The shell script end to end (no pip: everything it needs imports), CuPy present but no device."""
+    """The shell script end to end (no pip: everything it needs imports), CuPy present but no device; a relative
+    report path is relative to where the script is called from."""
     env = stub_env(tmp_path, NO_DEVICE)
     env["GPU_CHECK_VENV"] = sys.prefix
     report = tmp_path / "out.json"
-    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-check.sh"), str(report)], capture_output=True,
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-check.sh"), report.name], capture_output=True,
                        text=True, timeout=120, env=env, cwd=tmp_path)
     message = ("gpu-check: no CUDA device: cupy.cuda.runtime.getDeviceCount() failed (CUDARuntimeError: "
                "cudaErrorNoDevice: no CUDA-capable device is detected)")
