@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -18,7 +19,7 @@ import numpy as np
 
 from .cuda import Kernel
 
-__all__ = ["nvcc", "compile_host", "HostKernels"]
+__all__ = ["nvcc", "compile_host", "HostKernels", "signature", "Param"]
 
 
 def nvcc() -> str | None:
@@ -26,13 +27,45 @@ def nvcc() -> str | None:
     return shutil.which("nvcc") or (os.path.exists("/usr/local/cuda/bin/nvcc") and "/usr/local/cuda/bin/nvcc") or None
 
 
+#: C type of a kernel parameter's element -> NumPy dtype
+_CTYPES = {"float": np.float32, "double": np.float64, "long long": np.int64, "long long int": np.int64,
+           "int": np.int32, "unsigned int": np.uint32, "unsigned": np.uint32, "unsigned long long": np.uint64,
+           "short": np.int16, "signed char": np.int8, "char": np.int8, "unsigned char": np.uint8,
+           "bool": np.bool_, "long": np.int64, "int64_t": np.int64, "int32_t": np.int32}
+
+
+class Param:
+    """One parameter of a kernel: its declaration, element C type and dtype, and whether it is a pointer."""
+
+    def __init__(self, decl: str):
+        self.decl = " ".join(decl.split())
+        words = self.decl.replace("*", " * ").split()
+        self.name = words[-1]
+        self.pointer = "*" in words
+        self.ctype = " ".join(w for w in words[:-1] if w not in ("const", "__restrict__", "volatile", "*"))
+        if self.ctype not in _CTYPES:
+            raise ValueError(f"kernel parameter `{self.decl}`: no NumPy dtype for C type {self.ctype!r}")
+        self.dtype = np.dtype(_CTYPES[self.ctype])
+        #: the declaration without its name or ``__restrict__`` (``const float*``)
+        self.cast = " ".join(self.decl.rsplit(self.name, 1)[0].replace("__restrict__", "").split())
+
+
+def signature(code: str, name: str) -> list[Param]:
+    """The parameters of ``extern "C" __global__ void <name>(...)`` in ``code``."""
+    m = re.search(r"__global__\s+void\s+" + re.escape(name) + r"\s*\(([^)]*)\)", code)
+    if m is None:
+        raise ValueError(f"no __global__ function {name!r} in the kernel source")
+    body = m.group(1).strip()
+    return [Param(p) for p in body.split(",")] if body and body != "void" else []
+
+
 def _host_entry(k: Kernel, c: str) -> str:
-    n_in, n_out = len(k.inputs), len(k.outputs)
-    types = k.in_types or (c,) * n_in
-    params = [f"const {t}* in{i}" for i, t in enumerate(types)] + [f"{c}* out{i}" for i in range(n_out)]
-    names = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)]
-    return (f'extern "C" void host_{k.name}({", ".join(params)}) {{\n'
-            f"    for (long long i = 0; i < {k.n}LL; ++i) {k.name}_body(i, {', '.join(names)});\n}}\n")
+    """``host_<name>(...)``: the kernel's own parameters, each output and input with its own C type (as the
+    kernel's signature declares it), and a loop over the elements (or rows) that calls ``<name>_body``."""
+    params = signature(k.source, k.name)
+    decls = [f"{p.cast} {p.name}" for p in params]
+    return (f'extern "C" void host_{k.name}({", ".join(decls)}) {{\n'
+            f"    for (long long i = 0; i < {k.n}LL; ++i) {k.name}_body(i, {', '.join(p.name for p in params)});\n}}\n")
 
 
 class HostKernels:
@@ -52,7 +85,11 @@ def _fail(name: str):
 
 
 def compile_host(kernels: list[Kernel], ctype: str, arch: str = "sm_80") -> HostKernels:
-    """Compile ``kernels`` (device and host code) with nvcc into a shared library."""
+    """Compile ``kernels`` (device and host code) with nvcc into a shared library.
+
+    ``ctype`` is unused (kept for callers): every host entry takes each parameter with the C type the kernel
+    declares for it.
+    """
     exe = nvcc()
     if exe is None:
         raise FileNotFoundError("nvcc not found: install the CUDA toolkit to compile generated kernels")

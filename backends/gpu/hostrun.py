@@ -1,0 +1,575 @@
+"""Host execution mode: the ``cupy`` backend's generated glue and real kernel sources, run on the CPU.
+
+``backend="cupy-emulated"`` runs the glue on NumPy with kernels *emulated* by NumPy, so it follows NumPy's
+rules, not CuPy's, and never runs the generated CUDA C. This module runs the ``backend="cupy"`` code path
+itself, unchanged, against a stand-in ``cupy`` module::
+
+    from circuitgrad.backends.gpu import hostrun
+    with hostrun.device(order="reverse"):           # sys.modules["cupy"] is the stand-in inside
+        step = cg.compile_model(model, loss=..., optimizer=..., backend="cupy", donate=True)
+        params = step.step(step.init_params(), x, y)
+        host = {k: v.get() for k, v in params.items()}
+
+What the stand-in does as a device does:
+
+* **Kernels are the generated CUDA C**, compiled for the CPU by ``nvcc -x c++`` (all kernels built
+  together into one shared library, cached on disk by content). The ``extern "C" __global__`` function
+  itself runs, once per thread: a host entry point loops over the launch grid, sets ``blockIdx``,
+  ``threadIdx``, ``blockDim`` and ``gridDim``, and calls it with the arguments unpacked from a
+  ``void**`` array, as ``cuLaunchKernel`` does. Threads run one at a time, in ``order="forward"`` or
+  ``"reverse"`` (blocks and threads reversed), so a kernel whose thread reads what another thread writes
+  (an in-place update that is not element for element) gives different results in the two orders.
+* **Arguments follow CuPy's ``RawKernel`` rules**: a device array passes its data pointer, whatever its
+  strides (a Fortran-ordered array is read as if it were C-ordered); a NumPy array of size one is passed
+  *by value* (its bytes, not a pointer: a kernel that dereferences it faults, which here raises
+  :class:`IllegalAddress`); a larger NumPy array is a ``TypeError``; each array's dtype is checked against
+  the C type of the parameter it binds to (parsed from the kernel's signature), and launch sizes against
+  CUDA's limits (1024 threads a block, 4 KB of arguments).
+* **Arrays follow CuPy's rules**: device arrays are :class:`DeviceArray`, not ``numpy.ndarray``;
+  ``numpy.asarray(device_array)`` raises CuPy's ``TypeError`` (use ``.get()``); ``asarray`` keeps a
+  NumPy array's memory order (Fortran stays Fortran); ``ascontiguousarray`` refuses NumPy input; other
+  functions refuse NumPy arrays. ``empty`` returns NaN-filled memory (so an element no kernel writes shows),
+  and every allocation has guard elements on both sides that are checked after each launch (a write out of
+  bounds raises :class:`IllegalAddress`).
+* cuBLAS products, reductions, views (``as_strided``, ``transpose``, …) delegate to NumPy.
+
+A kernel whose threads cooperate (warp shuffles, shared memory, ``__syncthreads``) cannot run one thread at a
+time. Such a kernel's source may define a host emulation ``void <name>__host_warp(unsigned long long block,
+unsigned warp, <the kernel's parameters>)`` (marked ``#ifdef CG_HOSTRUN``); the launch then calls it once per
+warp of 32 threads, in the chosen order, with ``blockIdx``/``blockDim``/``gridDim`` set.
+
+What it cannot show: timing, occupancy, NVRTC (device) compilation, real concurrency (two threads of one
+launch never interleave), CUDA's float contraction into FMAs and its fast math functions, and the driver's
+behaviour after a fault. See ``docs/GPU.md``, "Host execution mode".
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import types
+import weakref
+from typing import Iterator
+
+import numpy as np
+
+from .hostcheck import Param, nvcc, signature
+
+__all__ = ["DeviceArray", "RawKernel", "IllegalAddress", "LaunchError", "device", "cupy", "ORDERS",
+           "signature", "available"]
+
+ORDERS = ("forward", "reverse")
+IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a NumPy "
+            "array explicitly.")
+GUARD = 16                     # elements of guard memory each side of every allocation
+_state = threading.local()
+
+
+def _order() -> str:
+    return getattr(_state, "order", "forward")
+
+
+class LaunchError(RuntimeError):
+    """A launch a device would refuse (CUDA_ERROR_INVALID_VALUE and the like)."""
+
+
+class IllegalAddress(RuntimeError):
+    """What a device would report as ``cudaErrorIllegalAddress`` (and then refuse every later call)."""
+
+
+def available() -> tuple[bool, str]:
+    """``(True, nvcc path)`` when the host mode can compile kernels, else ``(False, why)``."""
+    exe = nvcc()
+    return (True, exe) if exe else (False, "nvcc not found: install the CUDA toolkit (the host execution mode "
+                                           "compiles the generated kernels with nvcc)")
+
+
+# ------------------------------------------------------------------ device arrays
+_guards: dict[int, tuple] = {}          # id(buffer) -> (weakref to it, guard elements, canary value)
+
+
+def _canary(dtype: np.dtype):
+    return np.nan if dtype.kind == "f" else (np.iinfo(dtype).min + 7 if dtype.kind in "iu" else 0)
+
+
+def _alloc(shape, dtype, order: str = "C") -> np.ndarray:
+    """NaN-filled memory (a sentinel for integers) with :data:`GUARD` canary elements on each side."""
+    dtype = np.dtype(dtype)
+    shape = (shape,) if np.isscalar(shape) else tuple(int(s) for s in shape)
+    n = int(np.prod(shape, dtype=np.int64))
+    buf = np.empty(n + 2 * GUARD, dtype=dtype)
+    buf[...] = _canary(dtype)
+    _guards[id(buf)] = (weakref.ref(buf, lambda r, k=id(buf): _guards.pop(k, None)), GUARD)
+    return buf[GUARD:GUARD + n].reshape(shape, order=order)
+
+
+def _root(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _check_guards(arrays, what: str) -> None:
+    for k, a in arrays:
+        root = _root(a)
+        g = _guards.get(id(root))
+        if g is None or g[0]() is not root:
+            continue
+        edge = np.concatenate([root[:g[1]], root[-g[1]:]])
+        c = _canary(root.dtype)
+        bad = ~np.isnan(edge) if root.dtype.kind == "f" else edge != c
+        if bad.any():
+            root[:g[1]] = c
+            root[-g[1]:] = c
+            raise IllegalAddress(f"{what} wrote outside the allocation of argument {k} (guard memory changed): "
+                                 f"on a device, an out-of-bounds write (cudaErrorIllegalAddress, or silent "
+                                 f"corruption of a neighbouring buffer)")
+
+
+def _unwrap(x):
+    if isinstance(x, DeviceArray):
+        return x._a
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unwrap(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _unwrap(v) for k, v in x.items()}
+    return x
+
+
+def _wrap(x):
+    if isinstance(x, np.ndarray):
+        return DeviceArray(x)
+    if isinstance(x, np.generic):           # CuPy returns 0-d arrays, never NumPy scalars
+        return DeviceArray(np.asarray(x))
+    if isinstance(x, tuple):
+        return tuple(_wrap(v) for v in x)
+    if isinstance(x, list):
+        return [_wrap(v) for v in x]
+    return x
+
+
+def _refuse_host(args, where: str) -> None:
+    """CuPy functions take cupy.ndarray (and Python or NumPy scalars), not numpy.ndarray."""
+    for a in args:
+        if isinstance(a, np.ndarray):
+            raise TypeError(f"{where}: Unsupported type {type(a)} (a numpy.ndarray given to a CuPy function; "
+                            f"move it to the device with cupy.asarray)")
+        if isinstance(a, (list, tuple)):
+            _refuse_host(a, where)
+
+
+class DeviceArray:
+    """A ``cupy.ndarray`` stand-in: NumPy memory that refuses implicit conversion to NumPy (``.get()`` copies)."""
+    __slots__ = ("_a", "__weakref__")
+    __array_priority__ = 100.0
+    __hash__ = None
+
+    def __init__(self, a: np.ndarray):
+        self._a = a
+
+    # -- CuPy's refusals
+    def __array__(self, *args, **kwargs):
+        raise TypeError(IMPLICIT)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _refuse_host(inputs, f"cupy.{ufunc.__name__}")
+        if "out" in kwargs:
+            _refuse_host(kwargs["out"], f"cupy.{ufunc.__name__}")
+        return _wrap(getattr(ufunc, method)(*_unwrap(inputs), **_unwrap(kwargs)))
+
+    def __array_function__(self, func, types_, args, kwargs):
+        _refuse_host(args, f"cupy.{func.__name__}")
+        return _wrap(func(*_unwrap(args), **_unwrap(kwargs)))
+
+    # -- what CuPy has
+    def get(self, stream=None, order="C", out=None) -> np.ndarray:
+        return np.array(self._a, order=order, copy=True)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        a = self._a
+        return {"shape": a.shape, "typestr": a.dtype.str, "version": 3,
+                "data": (a.__array_interface__["data"][0], False),
+                "strides": None if a.flags.c_contiguous else a.strides}
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self._a.__array_interface__["data"][0])
+
+    @property
+    def T(self) -> "DeviceArray":
+        return DeviceArray(self._a.T)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):           # __array_interface__, __array_struct__, …: no implicit conversion
+            raise AttributeError(name)
+        v = getattr(self._a, name)
+        if callable(v):
+            def method(*args, **kwargs):
+                _refuse_host(args, f"cupy.ndarray.{name}")
+                return _wrap(v(*_unwrap(args), **_unwrap(kwargs)))
+            return method
+        return _wrap(v) if isinstance(v, np.ndarray) else v
+
+    def __getitem__(self, key):
+        return _wrap(self._a[_unwrap(key)])
+
+    def __setitem__(self, key, value):
+        self._a[_unwrap(key)] = _unwrap(value)
+
+    def __len__(self) -> int:
+        return len(self._a)
+
+    def __iter__(self) -> Iterator["DeviceArray"]:
+        return (DeviceArray(np.asarray(v)) for v in self._a)
+
+    def __float__(self) -> float:
+        return float(self._a)
+
+    def __int__(self) -> int:
+        return int(self._a)
+
+    def __index__(self) -> int:
+        return self._a.__index__()
+
+    def __bool__(self) -> bool:
+        return bool(self._a)
+
+    def __repr__(self) -> str:
+        return "hostrun." + repr(self._a).replace("array(", "DeviceArray(", 1)
+
+    def __str__(self) -> str:
+        return str(self._a)
+
+
+def _binop(name):
+    def op(self, *other):
+        _refuse_host(other, f"cupy.ndarray.{name}")
+        r = getattr(self._a, name)(*_unwrap(other))
+        return r if r is NotImplemented else _wrap(r)
+    op.__name__ = name
+    return op
+
+
+for _n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor",
+           "lshift", "rshift"):
+    for _f in (f"__{_n}__", f"__r{_n}__", f"__i{_n}__"):
+        setattr(DeviceArray, _f, _binop(_f))
+for _f in ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__neg__", "__pos__", "__abs__",
+           "__invert__"):
+    setattr(DeviceArray, _f, _binop(_f))
+
+
+# ------------------------------------------------------------------ compiling kernels for the host
+_PRELUDE = r"""// circuitgrad host execution mode: CUDA kernels compiled as C++ and run one thread at a time
+#define CG_HOSTRUN 1
+#include <math.h>
+#include <stdint.h>
+#define __host__
+#define __device__
+#define __global__
+#define __forceinline__ inline
+struct cg_dim3 { unsigned int x, y, z; };
+static cg_dim3 threadIdx, blockIdx, blockDim, gridDim;
+typedef unsigned long long cg_ull;
+static inline cg_dim3 cg_coords(cg_ull v, unsigned nx, unsigned ny) {   // linear block/thread id -> (x, y, z)
+    return cg_dim3{(unsigned)(v % nx), (unsigned)((v / nx) % ny), (unsigned)(v / ((cg_ull)nx * ny))};
+}
+static const int warpSize = 32;
+"""
+
+
+def _launcher(name: str, params: list[Param], code: str) -> str:
+    call = ", ".join(f"*({p.cast}*)args[{k}]" for k, p in enumerate(params))
+    head = (f'extern "C" void cg_launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, '
+            f"unsigned bz, int reverse, void** args) {{\n"
+            f"    gridDim = cg_dim3{{gx, gy, gz}}; blockDim = cg_dim3{{bx, by, bz}};\n"
+            f"    const cg_ull nb = (cg_ull)gx * gy * gz, nt = (cg_ull)bx * by * bz;\n"
+            f"    for (cg_ull b0 = 0; b0 < nb; ++b0) {{\n"
+            f"        const cg_ull b = reverse ? nb - 1 - b0 : b0;\n"
+            f"        blockIdx = cg_coords(b, gx, gy);\n")
+    if re.search(r"\b" + re.escape(name) + r"__host_warp\s*\(", code):
+        loop = (f"        const unsigned nw = (unsigned)((nt + 31) / 32);\n"
+                f"        for (unsigned w0 = 0; w0 < nw; ++w0) {name}__host_warp(b, reverse ? nw - 1 - w0 : w0"
+                f"{', ' if call else ''}{call});\n")
+    else:
+        loop = (f"        for (cg_ull t0 = 0; t0 < nt; ++t0) {{\n"
+                f"            threadIdx = cg_coords(reverse ? nt - 1 - t0 : t0, bx, by);\n"
+                f"            {name}({call});\n"
+                f"        }}\n")
+    return head + loop + "    }\n}\n"
+
+
+def _cache_dir() -> str:
+    d = os.environ.get("CIRCUITGRAD_HOSTRUN_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "circuitgrad", "hostrun")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+FLAGS = ["-x", "c++", "-O1", "-shared", "-Xcompiler", "-fPIC"]
+
+
+def _build(units: list[tuple[str, str, list[Param]]]) -> ctypes.CDLL:
+    """One shared library of kernels ``(code, name, params)`` (names unique), cached by content."""
+    exe = nvcc()
+    if exe is None:
+        raise FileNotFoundError(available()[1])
+    src = _PRELUDE + "".join(f"\n// ---- {name}\n{code}\n{_launcher(name, params, code)}"
+                             for code, name, params in units)
+    key = hashlib.sha256((src + "\0" + " ".join(FLAGS)).encode()).hexdigest()[:24]
+    lib = os.path.join(_cache_dir(), f"k{key}.so")
+    if not os.path.exists(lib):
+        with tempfile.TemporaryDirectory() as tmp:
+            cu = os.path.join(tmp, "kernels.cpp")
+            with open(cu, "w") as fh:
+                fh.write(src)
+            out = os.path.join(tmp, "kernels.so")
+            res = subprocess.run([exe, *FLAGS, "-o", out, cu], capture_output=True, text=True)
+            if res.returncode != 0:
+                names = ", ".join(n for _, n, _ in units)
+                raise RuntimeError(f"nvcc failed on kernels compiled for the host ({names}):\n{res.stderr[-3000:]}")
+            os.replace(out, lib + f".{os.getpid()}")
+            os.replace(lib + f".{os.getpid()}", lib)
+    return ctypes.CDLL(lib)
+
+
+_pending: list["RawKernel"] = []
+
+
+def _compile_pending(k: "RawKernel") -> None:
+    """Build ``k`` with every kernel created but not yet built (one nvcc call per model function)."""
+    todo = [r for r in _pending if r._fn is None]
+    if k not in todo:
+        todo.append(k)
+    while todo:
+        batch, names, rest = [], set(), []
+        for r in todo:
+            (rest if r.name in names else batch).append(r)
+            names.add(r.name)
+        lib = _build([(r.code, r.name, r.params) for r in batch])
+        for r in batch:
+            r._lib, r._fn = lib, getattr(lib, f"cg_launch_{r.name}")
+            r._fn.restype = None
+            r._fn.argtypes = [ctypes.c_uint] * 6 + [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
+        todo = rest
+    _pending[:] = [r for r in _pending if r._fn is None]
+
+
+class RawKernel:
+    """``cupy.RawKernel(code, name)``: the kernel compiled for the host, launched one thread at a time."""
+
+    def __init__(self, code: str, name: str, options=(), backend: str = "nvrtc", **kwargs):
+        self.code, self.name = code, name
+        self.params = signature(code, name)
+        self._lib = self._fn = None
+        _pending.append(self)
+
+    def compile(self, log_stream=None) -> None:
+        if self._fn is None:
+            _compile_pending(self)
+
+    def __call__(self, grid, block, args, shared_mem: int = 0, stream=None, **kwargs) -> None:
+        where = f"kernel {self.name}"
+        if not isinstance(grid, tuple) or not isinstance(block, tuple) or not isinstance(args, tuple):
+            raise TypeError(f"{where}: grid, block and args must be tuples (CuPy's RawKernel.__call__ is typed so)")
+        g = [max(1, int(v)) for v in (grid + (1, 1))[:3]]
+        b = [max(1, int(v)) for v in (block + (1, 1))[:3]]
+        if b[0] * b[1] * b[2] > 1024 or b[0] > 1024 or b[1] > 1024 or b[2] > 64:
+            raise LaunchError(f"{where}: block {tuple(b)}: a device refuses more than 1024 threads a block "
+                              f"(CUDA_ERROR_INVALID_VALUE)")
+        if g[0] > 2 ** 31 - 1 or g[1] > 65535 or g[2] > 65535:
+            raise LaunchError(f"{where}: grid {tuple(g)} exceeds CUDA's limits (CUDA_ERROR_INVALID_VALUE)")
+        if len(args) != len(self.params):
+            raise LaunchError(f"{where} takes {len(self.params)} arguments, got {len(args)}: CuPy does not check, "
+                              f"a device reads junk for the missing ones")
+        keep, slots, arrays, size = [], [], [], 0
+        for k, (a, p) in enumerate(zip(args, self.params)):
+            arg = f"{where}: argument {k} for `{p.decl}`"
+            if isinstance(a, DeviceArray):
+                if not p.pointer:
+                    raise TypeError(f"{arg}: a device array passes its pointer, but the kernel takes a {p.ctype} "
+                                    f"by value")
+                if a.dtype != p.dtype:
+                    raise TypeError(f"{arg}: a {a.dtype} array, but the kernel reads {p.ctype} ({p.dtype}): "
+                                    f"on a device it reinterprets the bytes (wrong values, or reads past the end)")
+                v = ctypes.c_void_p(a._a.__array_interface__["data"][0])
+                arrays.append((k, a._a))
+                size += 8
+            elif isinstance(a, np.ndarray) and a.size != 1:
+                raise TypeError(f"{arg}: You are trying to pass a numpy.ndarray of shape {a.shape} as a kernel "
+                                f"parameter. Only numpy.ndarrays of size one can be passed by value. If you meant to "
+                                f"pass a pointer to __global__ memory, you need to pass a cupy.ndarray instead.")
+            elif a is None or isinstance(a, (np.ndarray, np.generic, int, float, bool)):
+                what = ("None (a NULL pointer)" if a is None else
+                        f"a size-1 numpy.ndarray (shape {a.shape}, {a.dtype})" if isinstance(a, np.ndarray) else
+                        f"a host scalar {type(a).__name__}")
+                if p.pointer:
+                    raise IllegalAddress(
+                        f"{arg}: {what} is passed BY VALUE (CuPy passes NumPy arrays of size one and scalars as "
+                        f"their bytes), but the parameter is a pointer: on a device the kernel dereferences those "
+                        f"bytes (plus junk) as an address, an illegal memory access (cudaErrorIllegalAddress) "
+                        f"that poisons the CUDA context. Pass a cupy.ndarray.")
+                x = np.asarray(a if a is not None else 0)
+                if isinstance(a, (int, float, bool)) and not isinstance(a, np.generic):
+                    x = np.asarray(a, dtype={bool: np.bool_, int: np.int64, float: np.float64}[type(a)])
+                if x.dtype != p.dtype:
+                    raise TypeError(f"{arg}: {what} of dtype {x.dtype} passed by value ({x.dtype.itemsize} bytes) "
+                                    f"for a {p.ctype}: a device reinterprets the bytes")
+                x = np.ascontiguousarray(x.reshape(()))
+                keep.append(x)
+                v = ctypes.c_void_p(x.ctypes.data)
+                slots.append(v)
+                size += x.dtype.itemsize
+                continue
+            else:
+                raise TypeError(f"{arg}: Unsupported type {type(a)}")
+            keep.append(v)
+            slots.append(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p))
+        if size > 4096:
+            raise LaunchError(f"{where}: {size} bytes of arguments, over CUDA's 4 KB limit")
+        if self._fn is None:
+            _compile_pending(self)
+        argv = (ctypes.c_void_p * max(1, len(slots)))(*[s.value for s in slots])
+        self._fn(*g, *b, int(_order() == "reverse"), argv)
+        _check_guards(arrays, where)
+
+
+# ------------------------------------------------------------------ the cupy stand-in
+def _asarray(a, dtype=None, order=None, *, blocking=False):
+    if isinstance(a, DeviceArray):
+        if order in ("C", "c") and not a._a.flags.c_contiguous or order in ("F", "f") and not a._a.flags.f_contiguous:
+            return _array(a, dtype, order=order)
+        return a if dtype is None or np.dtype(dtype) == a.dtype else DeviceArray(a._a.astype(dtype))
+    return _array(a, dtype, order=order or "K")
+
+
+def _array(a, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocking=False):
+    host = _unwrap(a)
+    h = np.array(host, dtype=dtype, order=order or "K", copy=True, ndmin=ndmin)   # a host→device copy
+    out = _alloc(h.shape, h.dtype, "F" if (h.flags.f_contiguous and not h.flags.c_contiguous) else "C")
+    out[...] = h
+    return DeviceArray(out)
+
+
+def _ascontiguousarray(a, dtype=None):
+    if not isinstance(a, DeviceArray):
+        raise TypeError(f"Argument 'a' has incorrect type (expected cupy._core.core._ndarray_base, got "
+                        f"{type(a).__module__}.{type(a).__name__})")
+    if a._a.flags.c_contiguous and (dtype is None or np.dtype(dtype) == a.dtype):
+        return a
+    out = _alloc(a.shape, dtype or a.dtype)
+    out[...] = a._a
+    return DeviceArray(out)
+
+
+def _empty(shape, dtype=float, order="C"):
+    return DeviceArray(_alloc(shape, dtype, order))
+
+
+def _as_strided(x, shape=None, strides=None):
+    if not isinstance(x, DeviceArray):
+        raise TypeError(f"as_strided: Unsupported type {type(x)}")
+    return DeviceArray(np.lib.stride_tricks.as_strided(x._a, shape, strides))
+
+
+def _asnumpy(a, stream=None, order="C", out=None):
+    return a.get(order=order) if isinstance(a, DeviceArray) else np.asarray(a, order=order)
+
+
+def _get_array_module(*args):
+    return cupy if any(isinstance(a, DeviceArray) for a in args) else np
+
+
+class _Runtime:
+    @staticmethod
+    def getDeviceCount() -> int:
+        return 1
+
+    @staticmethod
+    def getDeviceProperties(i: int) -> dict:
+        return {"name": b"circuitgrad host run (nvcc -x c++, one thread at a time)", "multiProcessorCount": 1,
+                "maxThreadsPerBlock": 1024, "totalGlobalMem": 0}
+
+    @staticmethod
+    def deviceSynchronize() -> None:
+        return None
+
+
+class _Device:
+    def __init__(self, i: int = 0):
+        self.id = i
+
+    def synchronize(self) -> None:
+        return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+class _FakeCupy(types.ModuleType):
+    """The ``cupy`` names the backend uses; any other NumPy function, delegated (refusing NumPy arrays)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        obj = getattr(np, name)
+        if isinstance(obj, (type, np.dtype)) or not callable(obj):
+            return obj
+
+        def fn(*args, **kwargs):
+            _refuse_host(args, f"cupy.{name}")
+            return _wrap(obj(*_unwrap(args), **_unwrap(kwargs)))
+        fn.__name__ = name
+        return fn
+
+
+cupy = _FakeCupy("cupy", "circuitgrad.backends.gpu.hostrun: a CuPy stand-in for the host execution mode")
+cupy.__file__ = __file__
+cupy.__version__ = "13.0.0+hostrun"
+cupy.ndarray = DeviceArray
+cupy.RawKernel = RawKernel
+cupy.asarray = _asarray
+cupy.array = _array
+cupy.ascontiguousarray = _ascontiguousarray
+cupy.empty = _empty
+cupy.asnumpy = _asnumpy
+cupy.get_array_module = _get_array_module
+cupy.lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=_as_strided))
+cupy.cuda = types.SimpleNamespace(runtime=_Runtime(), Device=_Device,
+                                  Stream=types.SimpleNamespace(null=None),
+                                  get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None))
+cupy.hostrun = True                       # how code can tell the stand-in from CuPy
+
+
+@contextlib.contextmanager
+def device(order: str = "forward") -> Iterator[types.ModuleType]:
+    """Within: ``import cupy`` gives the stand-in (``backend="cupy"`` runs on the host), threads in ``order``."""
+    if order not in ORDERS:
+        raise ValueError(f"hostrun.device: order must be one of {ORDERS}, got {order!r}")
+    ok, why = available()
+    if not ok:
+        raise FileNotFoundError(why)
+    saved, prev = sys.modules.get("cupy"), getattr(_state, "order", None)
+    sys.modules["cupy"] = cupy
+    _state.order = order
+    try:
+        yield cupy
+    finally:
+        if saved is None:
+            sys.modules.pop("cupy", None)
+        else:
+            sys.modules["cupy"] = saved
+        if prev is None:
+            del _state.order
+        else:
+            _state.order = prev

@@ -1,0 +1,305 @@
+"""The ``cupy`` backend as a device runs it, on the host (:mod:`circuitgrad.backends.gpu.hostrun`): the generated
+glue with a CuPy stand-in that follows CuPy's rules, and the real kernel sources compiled by nvcc for the CPU,
+launched one thread at a time in forward and in reverse order. Every model agrees with the NumPy backend
+within the float32 error bound of its program (tests/_tolerance.py); issue 31's items 1–3 are caught here."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _tolerance import assert_programs_close
+
+import circuitgrad as cg
+from circuitgrad import nn, ops
+from circuitgrad.backends import gpu
+from circuitgrad.backends.gpu import hostcheck, hostrun
+
+ok, why = hostrun.available()
+pytestmark = pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+
+ORDERS = hostrun.ORDERS
+
+
+def _cnn():
+    return cg.sequential([nn.conv2d(4, 1, 8, 8, 8, kernel=3, padding=1), nn.relu(4, 8, 8, 8),
+                          nn.max_pool2d(4, 8, 8, 8, 2), nn.flatten(4, 8, 4, 4), nn.dense(4, 128, 10)])
+
+
+def _block():
+    from test_gpu_vocab import _block as block
+    return block()
+
+
+MODELS = {
+    "mlp": (lambda: nn.mlp(8, [6, 16, 4]), nn.softmax_cross_entropy, None),
+    "cnn": (_cnn, nn.mse, None),
+    "attention": (_block, nn.mse, None),
+    "gpt-softmax": (lambda: nn.gpt(4, 8, 13, d=24, heads=3, layers=2), nn.softmax_cross_entropy, 13),
+    "gpt-spherical": (lambda: nn.gpt(4, 8, 13, d=24, heads=3, layers=2, attention="spherical"),
+                      nn.softmax_cross_entropy, 13),
+}
+DTYPES = {"f32": cg.float32, "f64": cg.float64}
+_compiled: dict = {}
+
+
+def _models(name: str, donate: bool, dtype: str = "f32"):
+    """The NumPy reference and the host-run cupy model (compiled once per session; nvcc output is cached on disk)."""
+    key = (name, donate, dtype)
+    if key not in _compiled:
+        make, loss, _ = MODELS[name]
+        dt = DTYPES[dtype]
+        ref = _compiled.get((name, "ref", dtype)) or cg.compile_model(make(), loss=loss, optimizer=nn.momentum(0.05),
+                                                                      dtype=dt)
+        _compiled[(name, "ref", dtype)] = ref
+        with hostrun.device():
+            dev = cg.compile_model(make(), loss=loss, optimizer=nn.momentum(0.05), dtype=dt, backend="cupy",
+                                   donate=donate)
+        _compiled[key] = (ref, dev)
+    return _compiled[key]
+
+
+def _batch(ref, vocab, rng):
+    if vocab:
+        return (rng.integers(0, vocab, size=ref.x_type.shape), rng.integers(0, vocab, size=ref.x_type.shape))
+    return (rng.normal(size=ref.x_type.shape).astype(np.float32), rng.normal(size=ref.y_type.shape).astype(np.float32))
+
+
+def _close(name, dtype, got, want, ref, p, x, y, err_msg):
+    """Within the step program's error bound (tests/_tolerance.py), where that bound is finite. For the GPTs it is
+    not: the first-order bound of a layer norm over ``N(0, 0.02²)`` embeddings amplifies every rounding by the
+    inverse standard deviation, twice, and a float32 step's bound overflows (a float64 one reaches 1e8). There
+    the tolerances are those of the other GPT cross-checks: float64 as ``test_gpu_vocab`` (1e-9, about 1e7 ulps
+    of sums over at most 24 · 13 terms), float32 as ``test_gpu_device`` (rtol 1e-3, atol 1e-4)."""
+    if name.startswith("gpt"):
+        rtol, atol = (1e-3, 1e-4) if dtype == "f32" else (1e-9, 1e-9)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=atol, err_msg=f"{k} {err_msg}")
+        return
+    prog = ref.fn("step").program
+    inputs = [p[k] for k in ref.param_names + ref.state_names] + [ref._x(x, "step"), ref._targets(y, "step")]
+    assert_programs_close([got[k] for k in want], [want[k] for k in want], prog, inputs, err_msg=err_msg)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("donate", [False, True], ids=["keep", "donate"])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n.startswith("gpt") else n
+                                  for n in MODELS])
+def test_models_step_as_numpy_does(name, donate, dtype, rng):
+    """predict, loss and a training step, threads forward and reversed, against the NumPy backend; with ``donate``
+    the parameters are updated in place."""
+    ref, dev = _models(name, donate, dtype)
+    vocab = MODELS[name][2]
+    p = ref.init_params(seed=0)
+    x, y = _batch(ref, vocab, rng)
+    want = ref.step(p, x, y)
+    rtol = 1e-4 if dtype == "f32" else 1e-10
+    for order in ORDERS:
+        with hostrun.device(order) as cp:
+            q = {k: cp.asarray(v) for k, v in p.items()}
+            got = dev.step(q, x, y)
+            assert all(isinstance(v, hostrun.DeviceArray) for v in got.values())
+            host = {k: v.get() for k, v in got.items()}
+            _close(name, dtype, host, want, ref, p, x, y, f"{name} {dtype}, threads {order}")
+            if donate:
+                assert any(np.shares_memory(got[k]._a, q[k]._a) for k in ref.param_names), \
+                    "donate=True updates the parameters in place"
+            q = {k: cp.asarray(v) for k, v in p.items()}
+            np.testing.assert_allclose(dev.predict(q, x), ref.predict(p, x), rtol=rtol, atol=rtol / 10)
+            np.testing.assert_allclose(dev.loss(q, x, y), ref.loss(p, x, y), rtol=rtol)
+
+
+# ------------------------------------------------------------------ issue 31, items 1–3
+def _adam_models():
+    if "adam" not in _compiled:
+        make = lambda: nn.mlp(8, [6, 16, 4], activation=nn.tanh)  # noqa: E731
+        ref = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.adam(1e-2))
+        with hostrun.device():
+            dev = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.adam(1e-2), backend="cupy")
+        _compiled["adam"] = (ref, dev)
+    return _compiled["adam"]
+
+
+def test_set_learning_rate_keeps_the_rate_on_the_device(rng):
+    """Item 1: ``nn.set_learning_rate`` on CuPy parameters (``np.asarray`` of a device array raises in CuPy);
+    the new rate stays a device array, and the next step uses it."""
+    ref, dev = _adam_models()
+    x, y = rng.normal(size=(8, 6)), rng.integers(0, 4, size=8)
+    with hostrun.device() as cp:
+        q = dev.init_params(seed=0)
+        assert isinstance(q["adam/lr"], hostrun.DeviceArray)
+        q = nn.set_learning_rate(q, 3e-3)
+        assert isinstance(q["adam/lr"], hostrun.DeviceArray), "the rate stays on the device"
+        assert q["adam/lr"].shape == () and q["adam/lr"].dtype == np.float32
+        got = {k: v.get() for k, v in dev.step(q, x, y).items()}
+    p = nn.set_learning_rate(ref.init_params(seed=0), 3e-3)
+    want = ref.step(p, x, y)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    assert float(got["adam/lr"]) == np.float32(3e-3)
+
+
+def test_a_host_rate_is_never_passed_to_a_kernel_by_value(rng):
+    """Item 1: a 0-d NumPy ``adam/lr`` among device parameters passes the dtype and shape checks; CuPy would pass it
+    to the kernel *by value* (an illegal address on a device). ``step`` moves it to the device or refuses it,
+    naming it; it never reaches a kernel."""
+    ref, dev = _adam_models()
+    x, y = rng.normal(size=(8, 6)), rng.integers(0, 4, size=8)
+    p = ref.init_params(seed=0)
+    p["adam/lr"] = np.asarray(3e-3, dtype=np.float32)
+    with hostrun.device() as cp:
+        q = {k: (v if k == "adam/lr" else cp.asarray(v)) for k, v in p.items()}
+        try:
+            out = dev.step(q, x, y)
+        except hostrun.IllegalAddress:
+            raise
+        except (TypeError, ValueError) as e:
+            assert str(e).startswith("step: parameter adam/lr"), str(e)
+            return
+        got = {k: v.get() for k, v in out.items()}
+    want = ref.step(p, x, y)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize("donate", [False, True], ids=["keep", "donate"])
+def test_column_major_parameter(donate, rng):
+    """Item 2: a Fortran-ordered parameter (``cupy.asarray(torch_W.T)``). With ``donate=True`` the donated output is
+    the caller's array, and kernels write it linearly (error ~1 on a device). ``step`` gives NumPy's result, or
+    refuses the array, naming it."""
+    ref, dev = _models("mlp", donate)
+    p = ref.init_params(seed=0)
+    x, y = _batch(ref, None, rng)
+    want = ref.step(p, x, y)
+    w = ref.param_names[0]
+    assert p[w].ndim == 2 and p[w].shape[0] != 1 and p[w].shape[1] != 1
+    for order in ORDERS:
+        with hostrun.device(order) as cp:
+            q = {k: cp.asarray(v) for k, v in p.items()}
+            q[w] = cp.asarray(np.asfortranarray(p[w]))
+            assert q[w].flags.f_contiguous and not q[w].flags.c_contiguous    # CuPy's asarray keeps the order
+            try:
+                got = {k: v.get() for k, v in dev.step(q, x, y).items()}
+            except (TypeError, ValueError) as e:
+                assert donate and str(e).startswith(f"step: parameter {w}"), str(e)
+                continue
+        _close("mlp", "f32", got, want, ref, p, x, y, f"threads {order}")
+
+
+def test_fortran_ordered_folded_constant(rng):
+    """Item 3: ``x * transpose(causal_mask(const))`` folds to a transposed (Fortran-ordered) NumPy constant, and
+    ``xp.asarray`` keeps that order in CuPy; kernels read constants linearly."""
+    T = cg.NdArrayType((5, 5), cg.float32)
+    d = cg.trace(lambda x: x * ops.transpose(ops.causal_mask(ops.constant(T, 1.0))), [T], name="fconst")
+    prog = cg.schedule(d)
+    x = rng.normal(size=(5, 5)).astype(np.float32)
+    with hostrun.device() as cp:
+        f = gpu.compile_function(prog, ["x"], "fconst")
+        (got,) = f.run(cp.asarray(x))
+        got = got.get()
+    np.testing.assert_array_equal(got, x * np.triu(np.ones((5, 5), np.float32)))
+
+
+# ------------------------------------------------------------------ the stand-in follows CuPy's rules
+_SHIFT = r"""
+extern "C" __global__ void shift(const float* __restrict__ x, float* __restrict__ y, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i + 1 < n) y[i] = x[i + 1];
+}
+"""
+_PAST = r"""
+extern "C" __global__ void past(float* y) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    y[i] = 1.0f;
+}
+"""
+_WARP = r"""
+extern "C" __global__ void wsum(const float* x, float* y) {
+    /* a device version would use __shfl_down_sync; the host emulation below sums each warp's 32 values */
+}
+#ifdef CG_HOSTRUN
+void wsum__host_warp(unsigned long long block, unsigned warp, const float* x, float* y) {
+    float s = 0;
+    for (int l = 0; l < 32; ++l) s += x[(block * blockDim.x) + warp * 32 + l];
+    y[block * (blockDim.x / 32) + warp] = s;
+}
+#endif
+"""
+
+
+def test_cupy_rules():
+    with hostrun.device() as cp:
+        a = cp.asarray(np.ones((3, 4), np.float32))
+        with pytest.raises(TypeError, match=r"^Implicit conversion to a NumPy array is not allowed"):
+            np.asarray(a)
+        with pytest.raises(TypeError, match="expected cupy._core.core._ndarray_base, got numpy.ndarray"):
+            cp.ascontiguousarray(np.ones(3))
+        with pytest.raises(TypeError, match="Unsupported type"):
+            cp.exp(np.ones(3))
+        assert cp.asarray(np.ones((3, 4), order="F")).flags.f_contiguous
+        assert cp.asarray(a) is a and cp.ascontiguousarray(a) is a
+        assert isinstance(cp.exp(a), hostrun.DeviceArray) and isinstance(a.sum(), hostrun.DeviceArray)
+        assert isinstance(a + 1, hostrun.DeviceArray) and isinstance(np.exp(a), hostrun.DeviceArray)
+        assert cp.get_array_module(a) is cp and cp.get_array_module(np.ones(1)) is np
+        assert np.isnan(cp.empty((2, 2), dtype=cp.float32).get()).all()     # unwritten memory shows
+
+
+def test_kernel_arguments_follow_rawkernels_rules():
+    with hostrun.device() as cp:
+        k = cp.RawKernel(_SHIFT, "shift")
+        x, y = cp.asarray(np.arange(8, dtype=np.float32)), cp.empty(8, dtype=cp.float32)
+        k((1,), (8,), (x, y, np.int64(8)))
+        np.testing.assert_array_equal(y.get()[:7], np.arange(1, 8))
+        with pytest.raises(hostrun.IllegalAddress, match=r"size-1 numpy.ndarray .* BY VALUE"):
+            k((1,), (8,), (np.ones((), np.float32), y, 8))
+        with pytest.raises(TypeError, match=r"Only numpy.ndarrays of size one can be passed by value"):
+            k((1,), (8,), (np.ones(8, np.float32), y, 8))
+        with pytest.raises(TypeError, match=r"a float64 array, but the kernel reads float"):
+            k((1,), (8,), (cp.asarray(np.ones(8)), y, 8))
+        with pytest.raises(TypeError, match=r"int64 passed by value .* for a long long|int32"):
+            k((1,), (8,), (x, y, np.int32(8)))
+        with pytest.raises(hostrun.LaunchError, match="1024 threads"):
+            k((1,), (2048,), (x, y, 8))
+        with pytest.raises(hostrun.LaunchError, match="takes 3 arguments, got 2"):
+            k((1,), (8,), (x, y))
+        with pytest.raises(hostrun.IllegalAddress, match="wrote outside the allocation"):
+            cp.RawKernel(_PAST, "past")((1,), (12,), (cp.empty(8, dtype=cp.float32),))
+
+
+def test_thread_order_exposes_an_in_place_race():
+    """``y[i] = x[i + 1]`` in place: correct when threads run forward, wrong in reverse (each thread reads a value
+    its neighbour already overwrote) — so running both orders catches a donated buffer that is not read element
+    for element."""
+    res = {}
+    for order in ORDERS:
+        with hostrun.device(order) as cp:
+            x = cp.asarray(np.arange(8, dtype=np.float32))
+            cp.RawKernel(_SHIFT, "shift")((2,), (4,), (x, x, 8))
+            res[order] = x.get()
+    np.testing.assert_array_equal(res["forward"], [1, 2, 3, 4, 5, 6, 7, 7])
+    np.testing.assert_array_equal(res["reverse"], [7, 7, 7, 7, 7, 7, 7, 7])
+
+
+def test_a_cooperative_kernel_runs_through_its_host_emulation():
+    with hostrun.device() as cp:
+        x = cp.asarray(np.arange(128, dtype=np.float32))
+        y = cp.empty(4, dtype=cp.float32)
+        cp.RawKernel(_WARP, "wsum")((2,), (64,), (x, y))
+        np.testing.assert_array_equal(y.get(), np.arange(128, dtype=np.float32).reshape(4, 32).sum(1))
+
+
+# ------------------------------------------------------------------ hostcheck (issue 31, item 8)
+def test_hostcheck_types_each_output_with_its_own_c_type(rng):
+    """A kernel whose inputs are ``long long`` ids and whose output is float: each output pointer has its own C
+    type (main typed every output with the type passed in, and nvcc refused the call)."""
+    V, B = 5, 6
+    ids_t, W = cg.NdArrayType((B,), cg.index(V)), cg.NdArrayType((B, V), cg.float32)
+    d = cg.trace(lambda i, w: ops.one_hot(i) * w + 1.0, [ids_t, W], name="oh")
+    prog = cg.schedule(d)
+    p = gpu.plan(prog)
+    ks = [k for k in gpu.cuda.kernels(p, prefix="hc").values()]
+    host = hostcheck.compile_host(ks, "long long")          # the first input's C type
+    ids, w = rng.integers(0, V, size=B), rng.normal(size=(B, V)).astype(np.float32)
+    (k,) = ks
+    env = {prog.inputs[0]: ids.astype(np.int64), prog.inputs[1]: w}
+    out = np.zeros((B, V), np.float32)
+    host(k.name, *[np.ascontiguousarray(env[p.src(v)]) for v in k.inputs], out)
+    np.testing.assert_allclose(out, np.eye(V, dtype=np.float32)[ids] * w + 1, rtol=1e-6)
