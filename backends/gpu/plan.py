@@ -103,7 +103,7 @@ class Plan:
     steps: list[Launch]
     folded: dict[int, int]         # Copy result (or repeated gathered view) -> the variable holding its value
     constants: dict[int, float]    # uniform constant variables (inlined as literals)
-    values: dict[int, np.ndarray] = field(default_factory=dict)   # every compile-time constant
+    values: dict[int, np.ndarray] = field(default_factory=dict)   # every compile-time constant (C-contiguous)
     layouts: dict[int, Layout] = field(default_factory=dict)      # view variables read through their base
 
     @property
@@ -257,7 +257,9 @@ def plan(prog: Program) -> Plan:
     for a in prog.instrs:
         if all(x in values for x in a.args) and not isinstance(a.op, (P.Parameter, P.Copy)):
             for r, v in zip(a.results, FLOAT_RULES[type(a.op)](a.op, *(values[x] for x in a.args))):
-                values[r] = np.asarray(v, dtype=prog.types[r].dtype.numpy_dtype())
+                # C-contiguous: kernels index constants linearly (a folded transpose is a Fortran-ordered
+                # view, and CuPy's asarray keeps that order)
+                values[r] = np.array(v, dtype=prog.types[r].dtype.numpy_dtype(), order="C")
     constants = {v: float(val.reshape(-1)[0]) for v, val in values.items()
                  if val.size and np.all(val == val.reshape(-1)[0])}
 
