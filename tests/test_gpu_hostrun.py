@@ -4,6 +4,9 @@ launched one thread at a time in forward and in reverse order. Every model agree
 within the float32 error bound of its program (tests/_tolerance.py); issue 31's items 1–3 are caught here."""
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 from _tolerance import assert_programs_close
@@ -13,6 +16,7 @@ from circuitgrad import nn, ops
 from circuitgrad.backends import gpu
 from circuitgrad.backends.gpu import hostcheck, hostrun
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 ok, why = hostrun.available()
 pytestmark = pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
 
@@ -64,15 +68,23 @@ def _batch(ref, vocab, rng):
 
 
 def _close(name, dtype, got, want, ref, p, x, y, err_msg):
-    """Within the step program's error bound (tests/_tolerance.py), where that bound is finite. For the GPTs it is
-    not: the first-order bound of a layer norm over ``N(0, 0.02²)`` embeddings amplifies every rounding by the
-    inverse standard deviation, twice, and a float32 step's bound overflows (a float64 one reaches 1e8). There
-    the tolerances are those of the other GPT cross-checks: float64 as ``test_gpu_vocab`` (1e-9, about 1e7 ulps
-    of sums over at most 24 · 13 terms), float32 as ``test_gpu_device`` (rtol 1e-3, atol 1e-4)."""
-    if name.startswith("gpt"):
-        rtol, atol = (1e-3, 1e-4) if dtype == "f32" else (1e-9, 1e-9)
+    """Within the step program's first-order error bound (tests/_tolerance.py), where that bound is finite. For
+    the GPTs it is not (through two attention layers the bound exceeds the layer norm's variance; see
+    docs/GPU.md, "Device check"): there float32 takes the device check's tolerance (``bench/gpu_check.py``:
+    ``‖dev − np32‖₂ ≤ 2·√(n / log₂ n)·‖np32 − np64‖₂ + 2u‖np64‖₂`` per array, the rounding of NumPy's own float32
+    run measured against float64), and float64 that of the other GPT cross-checks (``test_gpu_vocab``, 1e-9)."""
+    if name.startswith("gpt") and dtype == "f64":
         for k in want:
-            np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=atol, err_msg=f"{k} {err_msg}")
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-9, atol=1e-9, err_msg=f"{k} {err_msg}")
+        return
+    if name.startswith("gpt"):
+        import gpu_check
+        ref64 = _models(name, False, "f64")[0]
+        want64 = ref64.step({k: v.astype(np.float64) for k, v in p.items()}, x, y)
+        factor = gpu_check.tolerance_factor({"batch": ref.x_type.shape[0], "seq": ref.x_type.shape[1]})
+        rows = gpu_check.compare(got, want, want64, factor)
+        worst = max(rows, key=lambda k: rows[k]["ratio"])
+        assert rows[worst]["ratio"] <= 1, f"{worst}: {rows[worst]} {err_msg}"
         return
     prog = ref.fn("step").program
     inputs = [p[k] for k in ref.param_names + ref.state_names] + [ref._x(x, "step"), ref._targets(y, "step")]
