@@ -34,6 +34,9 @@ and every consumer comes later, so the order stays topological. An instruction w
 producer group may join a recent group of the same size on the same condition, or when nothing
 reads that group's results before the instruction, moving the group there (horizontal fusion:
 the optimizer updates of all parameters of one size run in one kernel, after the last gradient).
+Parameter-only work (reading no data input: Adam's ``b1·m``, a weight decay) is first moved just
+before its first reader, and never joins a group that starts before it, so its weight-sized results
+are not kept alive from the forward pass on.
 
 Rematerialisation. A small group (at most ``REMAT`` instructions) whose results only fused
 kernels read, through layouts, is recomputed inside each of them at the index each read needs:
@@ -43,6 +46,7 @@ launch and no memory of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -246,8 +250,45 @@ def _fortran(shape: tuple[int, ...], stages: tuple[Stage, ...]) -> bool:
 
 
 # ---------------------------------------------------------------------- plan
-def plan(prog: Program) -> Plan:
-    """The fusion plan of ``prog`` (see the module docstring)."""
+def _sink_parameter_work(prog: Program, data: set[int]) -> tuple[Program, set[int]]:
+    """``prog`` with parameter-only work moved just before its first reader, and those instructions' indices.
+
+    Parameter-only work reads no ``data`` input, even indirectly (optimizer terms such as ``b1·m``, a weight
+    decay ``W·(1 − lr·wd)``): the schedule may place it anywhere, and run early, its weight-sized results
+    would stay alive through the whole forward and backward pass.
+    """
+    producer = prog.producers()
+    free: set[int] = set()
+    for i, a in enumerate(prog.instrs):
+        if a.args and all(producer.get(x, -1) in free or (x not in producer and x not in data) for x in a.args):
+            free.add(i)
+    if not free or not data:
+        return prog, free
+    order: list[int] = []
+    done: set[int] = set()
+
+    def need(i: int) -> None:              # the parameter-only work instruction i reads, first
+        for x in prog.instrs[i].args:
+            j = producer.get(x)
+            if j is not None and j in free and j not in done:
+                done.add(j)
+                need(j)
+                order.append(j)
+
+    for i in range(len(prog.instrs)):
+        if i in free:
+            continue
+        need(i)
+        order.append(i)
+    order += [i for i in sorted(free) if i not in done]
+    moved = Program(prog.types, prog.inputs, prog.outputs, [prog.instrs[i] for i in order], prog.name, prog.layers)
+    return moved, {k for k, i in enumerate(order) if i in free}
+
+
+def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
+    """The fusion plan of ``prog`` (see the module docstring); ``data``: its inputs that are data (``x``, ``y``),
+    the others being parameters and optimizer state."""
+    prog, free = _sink_parameter_work(prog, set(data))
     producer, uses = prog.producers(), prog.uses()
     outputs = set(prog.outputs)
     shape_of = lambda v: prog.types[v].shape       # noqa: E731
@@ -407,7 +448,8 @@ def plan(prog: Program) -> Plan:
             for g in reversed(by_size.get(size, [])[-HORIZONTAL:]):
                 if pointers(a, g) > POINTERS:
                     continue
-                if all(fits(a, y, g, start[g]) for y in a.args):
+                # parameter-only work never joins a group that starts before it: before its gradients
+                if (i not in free or start[g] >= i) and all(fits(a, y, g, start[g]) for y in a.args):
                     chosen = g
                     break
                 if sinkable(g, i) and all(fits(a, y, g, i) for y in a.args):

@@ -188,7 +188,7 @@ class GpuFunction:
 def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: Callable,
           donate_pairs: dict[int, int] | None = None) -> GpuFunction:
     """Plan, generate and bind one function. ``launcher(plan, index, kernel)`` makes the kernel callable."""
-    p = plan(prog)
+    p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")])
     ks = kernels(p, prefix=f"cg_{_ident(fn_name)}")
     src = generate(p, ks, arg_names, _ident(fn_name), donate_pairs)
     ns: dict[str, object] = {"xp": xp, "_values": p.values}
