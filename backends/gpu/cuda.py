@@ -21,7 +21,7 @@ contiguous array for a consumer that needs one (a batched cuBLAS product).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -31,7 +31,7 @@ from circuitgrad.types import Index, NdArrayType
 
 from .plan import Launch, Plan, Stage, contiguous_strides
 
-__all__ = ["Kernel", "RULES", "kernels", "ctype"]
+__all__ = ["Kernel", "RULES", "kernels", "ctype", "donations"]
 
 
 def ctype(t: NdArrayType) -> str:
@@ -101,6 +101,7 @@ class Kernel:
     ops: list[str]             # primitive names it executes (for reports)
     strided: frozenset = frozenset()   # inputs read through a layout (not element i for element i)
     in_types: tuple = ()               # C type of each input (``long long`` for ids), as in the source
+    donated: dict = field(default_factory=dict)   # output -> the input it is written into (no ``__restrict__``)
 
 
 def _strided(t: str, shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
@@ -148,7 +149,8 @@ def _wrap(name: str, params: list[str], n: int) -> str:
             f"    if (i < {n}LL) {name}_body(i, {', '.join(pnames)});\n}}\n")
 
 
-def _fused(step: Launch, plan: Plan, name: str) -> Kernel:
+def _fused(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None = None) -> Kernel:
+    """``donated``: output -> input it overwrites; neither pointer is ``__restrict__`` (they alias)."""
     prog = plan.program
     out_t = prog.types[step.instrs[-1].results[0]]
     c = ctype(out_t)
@@ -212,13 +214,25 @@ def _fused(step: Launch, plan: Plan, name: str) -> Kernel:
     value = emit(step.instrs, lines, "    ", False)
     for k, v in enumerate(step.outputs):
         lines.append(f"    out{k}[i] = {value[v]};")
-    params = [f"const {t}* __restrict__ in{k}" for k, t in enumerate(in_types)] + \
-             [f"{ctype(prog.types[v])}* __restrict__ out{k}" for k, v in enumerate(step.outputs)]
+    donated = donated or {}
+    aliased = set(donated) | set(donated.values())
+    restrict = lambda v: "" if v in aliased else " __restrict__"     # noqa: E731
+    params = [f"const {t}*{restrict(v)} in{k}" for k, (t, v) in enumerate(zip(in_types, step.inputs))] + \
+             [f"{ctype(prog.types[v])}*{restrict(v)} out{k}" for k, v in enumerate(step.outputs)]
     body = (f"__host__ __device__ inline void {name}_body(long long i, {', '.join(params)}) {{\n"
             + "\n".join(lines) + "\n}\n")
     ops = [a.op.name for a in step.instrs] + [f"({a.op.name})" for a in step.remat]
     return Kernel(name, body + _wrap(name, params, n), list(step.inputs), list(step.outputs), n,
-                  ops, frozenset(strided), in_types)
+                  ops, frozenset(strided), in_types, dict(donated))
+
+
+def donations(kern: Kernel, step: Launch, donate_pairs: dict[int, int] | None) -> dict[int, int]:
+    """The outputs of a fused kernel written into the input they may overwrite (``donate_pairs``: output ->
+    input): only where every thread reads the element it writes (the input is not read through a layout)."""
+    if step.kind != "fused" or not donate_pairs:
+        return {}
+    return {v: d for v in kern.outputs if (d := donate_pairs.get(v)) is not None
+            and d in kern.inputs and d not in kern.strided}
 
 
 def _closure(v: int, defined: dict, plan: Plan) -> set[int]:
@@ -351,12 +365,19 @@ def _gather_op(step: Launch, plan: Plan, name: str) -> Kernel:
                   [a.op.name], frozenset(step.inputs), (c,))
 
 
-def kernels(plan: Plan, prefix: str = "cg") -> dict[int, Kernel]:
-    """The kernel of every fused, row-wise and copy step, keyed by step index."""
+def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None = None) -> dict[int, Kernel]:
+    """The kernel of every fused, row-wise and copy step, keyed by step index.
+
+    ``donate_pairs`` (output -> input it may overwrite): a fused kernel that writes an output into its input
+    (see :func:`donations`) drops ``__restrict__`` from both pointers, which then alias.
+    """
     out: dict[int, Kernel] = {}
     for i, s in enumerate(plan.steps):
         if s.kind == "fused":
             out[i] = _fused(s, plan, f"{prefix}_fused{i}")
+            pairs = donations(out[i], s, donate_pairs)
+            if pairs:
+                out[i] = _fused(s, plan, f"{prefix}_fused{i}", pairs)
         elif s.kind == "rowwise":
             out[i] = _rowwise(s, plan, f"{prefix}_row{i}")
         elif s.kind == "copy":

@@ -33,7 +33,7 @@ from circuitgrad.codegen import _ident
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Program
 
-from .cuda import Kernel, kernels
+from .cuda import Kernel, _fused, donations, kernels
 from .plan import Plan, plan, read_through
 
 __all__ = ["GpuFunction", "generate", "emulated_kernel", "BLOCK"]
@@ -95,13 +95,16 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
             lines.append(f"    {names[r]} = {expr}".ljust(60) + "# view, no launch")
         else:  # fused / rowwise / copy kernels
             kern = ks[k]
+            # in place only where every thread reads the element it writes (cuda.donations); such a
+            # kernel has no __restrict__ on the aliased pointers (kernels() built with donate_pairs)
+            pairs = donations(kern, s, donate_pairs)
+            if pairs != kern.donated:
+                kern = ks[k] = _fused(s, p, kern.name, pairs)
             outs = []
             for v in kern.outputs:
                 t = prog.types[v]
-                donor = (donate_pairs or {}).get(v)
-                # in place only where every thread reads the element it writes
-                if donor is not None and donor in kern.inputs and donor not in kern.strided \
-                        and s.kind == "fused":
+                donor = pairs.get(v)
+                if donor is not None:
                     lines.append(f"    {names[v]} = {names[donor]}".ljust(60) + "# donated buffer")
                 else:
                     lines.append(f"    {names[v]} = xp.empty({t.shape!r}, dtype=xp.{t.dtype.numpy_dtype().name})")
@@ -189,7 +192,7 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
           donate_pairs: dict[int, int] | None = None) -> GpuFunction:
     """Plan, generate and bind one function. ``launcher(plan, index, kernel)`` makes the kernel callable."""
     p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")])
-    ks = kernels(p, prefix=f"cg_{_ident(fn_name)}")
+    ks = kernels(p, prefix=f"cg_{_ident(fn_name)}", donate_pairs=donate_pairs)
     src = generate(p, ks, arg_names, _ident(fn_name), donate_pairs)
     ns: dict[str, object] = {"xp": xp, "_values": p.values}
     for i, k in ks.items():
