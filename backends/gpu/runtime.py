@@ -7,8 +7,11 @@ never calls ``cudaMalloc``. It calls cuBLAS for matrix products
 (``xp.matmul``), CuPy reductions for ``SumTo``, and the generated kernels for
 everything else. Nothing in a step synchronises with the host.
 
-With ``donate=True``, parameter updates are written into the parameter
-arrays passed in (each thread reads ``p[i]`` before it writes ``p[i]``).
+Every argument is made C-contiguous on entry (``xp.ascontiguousarray``, no copy when it
+already is). With ``donate=True``, parameter updates are written into the array the kernel
+read (each thread reads ``p[i]`` before it writes ``p[i]``): the parameter array passed in
+when it is C-contiguous, else its contiguous copy, returned in its place. Folded
+constants are C-contiguous too.
 
 Views (transposes, permutations, broadcasts, reshapes) are NumPy/CuPy views
 when something other than a kernel needs them (``xp.transpose``, ``.T``,
@@ -55,8 +58,16 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         for v in s.inputs:
             last[src(v)] = k
     keep = {src(v) for v in prog.outputs} | set(prog.inputs)
-    contiguous: set[int] = set()      # values produced by kernels, cuBLAS or reductions: C-contiguous
+    contiguous: set[int] = set(prog.inputs)   # caller arrays (made so on entry) and values produced by
+                                              # kernels, cuBLAS or reductions: C-contiguous
     lines, consts = [], []
+    # Every argument is made C-contiguous once, on entry (no copy when it already is; CuPy refuses a NumPy
+    # array here, so a host array never reaches a kernel, where CuPy would pass a size-1 one by value).
+    # Kernels index their arrays linearly, and a donated update is written into the array the kernel read:
+    # the caller's own when it is C-contiguous, else this copy (then only the returned array is updated).
+    for v in prog.inputs:
+        fix = ".reshape(())" if prog.types[v].ndim == 0 else ""     # NumPy's makes a 0-d array 1-d
+        lines.append(f"    {names[v]} = xp.ascontiguousarray({names[v]}){fix}")
     for k, s in enumerate(p.steps):
         ty = lambda v: prog.types[v]  # noqa: E731
         if s.kind == "const":
@@ -110,8 +121,8 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
                     lines.append(f"    {names[v]} = xp.empty({t.shape!r}, dtype=xp.{t.dtype.numpy_dtype().name})")
                 outs.append(names[v])
             grid = max(1, math.ceil(kern.n / BLOCK))
-            # kernels index their inputs as C-contiguous arrays: views and caller arrays are made so
-            ins = [names[src(x)] if src(x) in contiguous or src(x) in p.values or prog.types[src(x)].ndim == 0
+            # kernels index their inputs as C-contiguous arrays: views are made so
+            ins = [names[src(x)] if src(x) in contiguous or src(x) in p.values
                    else f"xp.ascontiguousarray({names[src(x)]})" for x in kern.inputs]
             contiguous.update(kern.outputs)
             call = ", ".join(ins + outs)
