@@ -37,7 +37,7 @@ import numpy as np
 from .fixedpoint import quantize
 from .types import Dtype, Fixed, Index, NdArrayType
 
-__all__ = ["ParameterNameError", "real_array", "convert", "inputs", "targets", "parameters"]
+__all__ = ["ParameterNameError", "real_array", "convert", "inputs", "targets", "parameters", "array_module"]
 
 
 class ParameterNameError(KeyError, ValueError):
@@ -48,7 +48,15 @@ class ParameterNameError(KeyError, ValueError):
 
 
 def _on_device(a) -> bool:
-    return not isinstance(a, np.ndarray) and hasattr(a, "__cuda_array_interface__")
+    return hasattr(a, "__cuda_array_interface__")
+
+
+def array_module(a):
+    """The array module of ``a``: ``cupy`` for a device array (imported only then), else ``numpy``."""
+    if not _on_device(a):
+        return np
+    import cupy
+    return cupy.get_array_module(a)
 
 
 def _shape(shape: Sequence) -> str:
@@ -176,12 +184,14 @@ def _names_error(fn: str, missing: list[str], unknown: list[str], expected: Sequ
 
 
 def parameters(params: Mapping, names: Sequence[str], allowed: Sequence[str] | set[str],
-               shapes: Mapping[str, tuple[int, ...]], dtype: Dtype, fn: str) -> list:
+               shapes: Mapping[str, tuple[int, ...]], dtype: Dtype, fn: str, xp=np) -> list:
     """``[params[n] for n in names]``, checked: names, shapes, dtypes (and range, in fixed point).
 
     ``allowed`` names may be present without being used (the optimizer
     state, for ``predict``); any other name is an error, since a misspelt
-    name would otherwise be silently ignored.
+    name would otherwise be silently ignored. On a device backend (``xp``
+    not NumPy), host arrays (0-d ones included) are checked, then copied to
+    the device as C-contiguous arrays: a kernel never receives a NumPy array.
     """
     if not isinstance(params, (dict, Mapping)):
         raise TypeError(f"{fn}: params must be a dict of arrays by name (as returned by init_params), "
@@ -203,6 +213,8 @@ def parameters(params: Mapping, names: Sequence[str], allowed: Sequence[str] | s
         for n, v in zip(names, out):
             if getattr(v, "dtype", None) != want or v.shape != shapes[n]:
                 _check_float(v, shapes[n], dtype, f"{fn}: parameter {n}")
+    if xp is not np:
+        out = [v if _on_device(v) else xp.asarray(np.asarray(v, order="C")) for v in out]
     return out
 
 

@@ -141,7 +141,7 @@ class CompiledModel:
     def _params(self, params: Mapping[str, np.ndarray], fn: str) -> list:
         """The arrays ``fn`` takes from ``params`` (checked: names, shapes, dtypes), in order."""
         names = self._all_names if fn == "step" else self.param_names
-        return arguments.parameters(params, names, self._shapes, self._shapes, self.dtype, fn)
+        return arguments.parameters(params, names, self._shapes, self._shapes, self.dtype, fn, self.xp)
 
     def to_float(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Parameters as float64 arrays (dequantized in fixed point)."""

@@ -503,12 +503,20 @@ def set_learning_rate(params: dict, lr: float, dtype: Dtype | None = None) -> di
     ``lr`` is checked as the optimizers check theirs: a number (``TypeError`` otherwise), finite and
     > 0 (``ValueError``), and not rounding to 0 in the parameters' dtype.  A fixed-point model keeps the
     rate as a raw integer: pass its ``dtype`` (``cg.fixed(w, f)``, the step's ``dtype``) to quantize ``lr``.
+    The new rate is an array of the same module as ``params['adam/lr']``: on the device for a CuPy step
+    (checked on the host first, then copied there; nothing is read back from the device).
     """
     lr = _rate("set_learning_rate", "learning rate lr", lr)
     if "adam/lr" not in params:
         raise KeyError("set_learning_rate: params hold no 'adam/lr' (only nn.adam and nn.adamw keep the rate as "
                        "state; other optimizers' rates are constants of the compiled step)")
-    old = np.asarray(params["adam/lr"])
+    # the rate stays where the parameters are: a CuPy rate for a CuPy step (CuPy refuses np.asarray of a device
+    # array, and a NumPy 0-d rate would reach a kernel by value)
+    from .arguments import array_module
+    old = params["adam/lr"]
+    xp = array_module(old)
+    if not hasattr(old, "dtype"):
+        old = np.asarray(old)
     if np.issubdtype(old.dtype, np.integer):
         from .fixedpoint import FixedPointOverflow, const
         from .types import Fixed
@@ -519,10 +527,10 @@ def set_learning_rate(params: dict, lr: float, dtype: Dtype | None = None) -> di
             raw = const(lr, dtype, "set_learning_rate: learning rate lr")
         except FixedPointOverflow as e:
             raise ValueError(str(e)) from None
-        return {**params, "adam/lr": np.asarray(raw, dtype=old.dtype)}
+        return {**params, "adam/lr": xp.asarray(np.asarray(raw, dtype=old.dtype))}
     with np.errstate(over="ignore"):
         new = np.asarray(lr, dtype=old.dtype)
     if not (np.isfinite(new) and new > 0):
         raise ValueError(f"set_learning_rate: learning rate lr {lr!r} becomes {float(new)!r} in {old.dtype}, "
                          f"the dtype of params['adam/lr']")
-    return {**params, "adam/lr": new}
+    return {**params, "adam/lr": new if xp is np else xp.asarray(new)}
