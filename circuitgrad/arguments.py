@@ -27,6 +27,19 @@ The checks are vectorised: one ``np.isfinite`` pass over a float batch, one
 otherwise.  Arrays that already live on a GPU (CuPy) are not checked for
 finiteness, which would synchronise the device every step; NumPy arrays
 given to a GPU model are checked on the host before the transfer.
+
+On a GPU (CuPy) backend nothing here reads a device array back:
+
+* ids and labels already on the device are range-checked on the device
+  (their minimum and maximum, accumulated in a :class:`DeviceChecks`), and
+  labels are one-hot encoded there. The result is read at the next
+  synchronising call (``predict``, ``loss``, or ``check_inputs()``), which
+  raises the same ``ValueError`` then; until then an out-of-range id or
+  label contributes a row of zeros (no memory outside the arrays is read).
+  Host (NumPy) ids and labels are checked on the host at once, as on NumPy,
+  then copied to the device (labels as integers, one-hot encoded there).
+* host (NumPy) parameters are checked, then copied to the device as
+  C-contiguous arrays; device parameters are used as they are.
 """
 from __future__ import annotations
 
@@ -37,7 +50,8 @@ import numpy as np
 from .fixedpoint import quantize
 from .types import Dtype, Fixed, Index, NdArrayType
 
-__all__ = ["ParameterNameError", "real_array", "convert", "inputs", "targets", "parameters", "array_module"]
+__all__ = ["ParameterNameError", "real_array", "convert", "inputs", "targets", "parameters", "array_module",
+           "DeviceChecks"]
 
 
 class ParameterNameError(KeyError, ValueError):
@@ -57,6 +71,35 @@ def array_module(a):
         return np
     import cupy
     return cupy.get_array_module(a)
+
+
+class DeviceChecks:
+    """Range checks of device ids and labels, run on the device and read at the next synchronising call.
+
+    :meth:`add` records the minimum and maximum of an array (device reductions, no transfer), accumulated
+    per argument; :meth:`check` reads them (one transfer each) and raises the ``ValueError`` the host check
+    would have raised, for the values seen since the last check.
+    """
+
+    def __init__(self) -> None:
+        self.pending: dict[str, tuple] = {}      # where -> (device [min, max], bound n, message)
+
+    def add(self, a, where: str, n: int, message) -> None:
+        if not a.size:
+            return
+        xp = array_module(a)
+        mm = xp.stack([a.min(), a.max()]).astype(np.int64)
+        if where in self.pending:
+            prev = self.pending[where][0]
+            mm = xp.stack([xp.minimum(prev[0], mm[0]), xp.maximum(prev[1], mm[1])])
+        self.pending[where] = (mm, n, message)
+
+    def check(self) -> None:
+        pending, self.pending = self.pending, {}
+        for where, (mm, n, message) in pending.items():
+            lo, hi = (int(v) for v in mm.get())
+            if lo < 0 or hi >= n:
+                raise ValueError(message(lo, hi))
 
 
 def _shape(shape: Sequence) -> str:
@@ -113,12 +156,16 @@ def convert(a, dtype: Dtype, xp, where: str):
     return b if xp is np else xp.asarray(b)
 
 
-def inputs(x, T: NdArrayType, dtype: Dtype, xp, fn: str, any_rows: bool = False):
-    """The input batch ``x`` of function ``fn`` checked against the model's input type ``T`` and converted."""
+def inputs(x, T: NdArrayType, dtype: Dtype, xp, fn: str, any_rows: bool = False,
+           checks: DeviceChecks | None = None):
+    """The input batch ``x`` of function ``fn`` checked against the model's input type ``T`` and converted.
+
+    ``checks``: where device ids are range-checked lazily (without it, they are read back and checked now).
+    """
     where = f"{fn}: input x"
     a = real_array(x, where)
     if isinstance(T.dtype, Index):
-        return ids(a, T, xp, where, any_rows)
+        return ids(a, T, xp, where, any_rows, checks)
     rest = T.shape[1:]
     if a.shape[1:] != rest or a.ndim != T.ndim or (not any_rows and a.shape[0] != T.shape[0]):
         if any_rows:
@@ -134,7 +181,7 @@ def inputs(x, T: NdArrayType, dtype: Dtype, xp, fn: str, any_rows: bool = False)
     return convert(a, dtype, xp, where)
 
 
-def ids(a, T: NdArrayType, xp, where: str, any_rows: bool = False):
+def ids(a, T: NdArrayType, xp, where: str, any_rows: bool = False, checks: DeviceChecks | None = None):
     """Integer ids of an ``index(n)`` input: integers of ``T``'s shape (any rows with ``any_rows``) in ``[0, n)``."""
     n = T.dtype.n
     if a.ndim != T.ndim or a.shape[1:] != T.shape[1:] or (not any_rows and a.shape[0] != T.shape[0]):
@@ -143,16 +190,24 @@ def ids(a, T: NdArrayType, xp, where: str, any_rows: bool = False):
                          f"got {_shape(a.shape)}")
     if a.dtype.kind not in "iu":
         raise TypeError(f"{where} must hold integer ids of a vocabulary of {n}, got {a.dtype}")
+    def message(lo: int, hi: int) -> str:
+        return f"{where} holds ids in [{lo}, {hi}], outside the vocabulary of {n} (ids 0..{n - 1})"
+    if _on_device(a) and checks is not None:          # checked on the device, read at the next sync
+        checks.add(a, where, n, message)
+        return a if a.dtype == np.int64 else a.astype(np.int64)
     host = a.get() if _on_device(a) else a
     if host.size and (int(host.min()) < 0 or int(host.max()) >= n):
-        raise ValueError(f"{where} holds ids in [{int(host.min())}, {int(host.max())}], outside the vocabulary of "
-                         f"{n} (ids 0..{n - 1})")
+        raise ValueError(message(int(host.min()), int(host.max())))
     out = np.asarray(host, dtype=np.int64)
     return out if xp is np else xp.asarray(out)
 
 
-def targets(y, T: NdArrayType, dtype: Dtype, xp, fn: str = ""):
-    """The targets ``y`` of function ``fn``: integer class labels (one-hot encoded here) or rows of type ``T``."""
+def targets(y, T: NdArrayType, dtype: Dtype, xp, fn: str = "", checks: DeviceChecks | None = None):
+    """The targets ``y`` of function ``fn``: integer class labels (one-hot encoded here) or rows of type ``T``.
+
+    ``checks``: where device labels are range-checked lazily (without it, they are read back and checked now).
+    On a device backend the one-hot encoding runs on the device.
+    """
     where = f"{fn}: targets y" if fn else "targets y"
     a = real_array(y, where)
     if a.shape == T.shape:
@@ -165,12 +220,21 @@ def targets(y, T: NdArrayType, dtype: Dtype, xp, fn: str = ""):
         if a.dtype.kind == "f" and a.shape == T.shape[:-1]:
             raise TypeError(f"{expected}, got {a.dtype} labels; pass integers, e.g. y.astype(int)")
         raise ValueError(f"{expected}, got shape {_shape(a.shape)}")
-    host = a.get() if _on_device(a) else a
     k = T.shape[-1]
+
+    def message(lo: int, hi: int) -> str:
+        return f"{where} must be class labels in 0..{k - 1}, got values in [{lo}, {hi}]"
+    if _on_device(a) and checks is not None and not isinstance(dtype, Fixed):
+        checks.add(a, where, k, message)                  # checked on the device, read at the next sync
+        dm = array_module(a)
+        return (a[..., None] == dm.arange(k)).astype(dtype.numpy_dtype())
+    host = a.get() if _on_device(a) else a
     unsigned = host.view(f"u{host.itemsize}") if host.dtype.kind == "i" else host   # negatives become huge
     if host.size and unsigned.max() >= k:
-        raise ValueError(f"{where} must be class labels in 0..{k - 1}, got values in "
-                         f"[{int(host.min())}, {int(host.max())}]")
+        raise ValueError(message(int(host.min()), int(host.max())))
+    if xp is not np and not isinstance(dtype, Fixed):     # the labels go up, the one-hot rows are made there
+        labels = xp.asarray(np.asarray(host, dtype=np.int64))
+        return (labels[..., None] == xp.arange(k)).astype(dtype.numpy_dtype())
     if isinstance(dtype, Fixed):
         return np.eye(k, dtype=np.int64)[host] * dtype.one
     one_hot = np.eye(k, dtype=dtype.numpy_dtype())[host]

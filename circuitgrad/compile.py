@@ -123,10 +123,24 @@ class CompiledModel:
 
     def _targets(self, y, fn: str = ""):
         """Targets ``y`` (integer class labels or rows of the output type) checked and converted."""
-        return arguments.targets(y, self.y_type, self.dtype, self.xp, fn)
+        return arguments.targets(y, self.y_type, self.dtype, self.xp, fn, self._checks)
 
     def _x(self, x, fn: str):
-        return arguments.inputs(x, self.x_type, self.dtype, self.xp, fn, any_rows=fn == "predict")
+        return arguments.inputs(x, self.x_type, self.dtype, self.xp, fn, any_rows=fn == "predict",
+                                checks=self._checks)
+
+    @cached_property
+    def _checks(self) -> arguments.DeviceChecks:
+        return arguments.DeviceChecks()
+
+    def check_inputs(self) -> None:
+        """Raise the ``ValueError`` of any out-of-range ids or labels given on the device since the last check.
+
+        On a GPU backend, ``step`` and ``gradients`` check device ids and labels on the device without waiting
+        for the result (that would synchronise every step); ``predict`` and ``loss`` (which synchronise anyway)
+        and this method read it. Host ids and labels are always checked at once.
+        """
+        self._checks.check()
 
     @cached_property
     def _shapes(self) -> dict[str, tuple[int, ...]]:
@@ -189,6 +203,7 @@ class CompiledModel:
         """
         ps = self._params(params, "predict")
         x = self._x(x, "predict")
+        self.check_inputs()
         xp = self.xp
         B = self.batch
         n = x.shape[0]
@@ -214,7 +229,9 @@ class CompiledModel:
     def loss(self, params: Params, x, y) -> float:
         """The loss value at ``(x, y)``; arguments as for :meth:`step` (the optimizer state may be left out)."""
         ps = self._params(params, "loss")
-        (v,) = self.fn("loss").run(*ps, self._x(x, "loss"), self._targets(y, "loss"))
+        x, y = self._x(x, "loss"), self._targets(y, "loss")
+        self.check_inputs()
+        (v,) = self.fn("loss").run(*ps, x, y)
         return float(dequantize(v, self.dtype)) if self.is_fixed else float(self.to_host(v))
 
     def step(self, params: Params, x, y) -> Params:
@@ -231,7 +248,10 @@ class CompiledModel:
           or target rows of exactly the output shape, finite.
 
         Bad arguments raise ``TypeError``/``ValueError`` naming the function,
-        the argument, and the expected and received shape or dtype.
+        the argument, and the expected and received shape or dtype. On a GPU
+        backend, ids and labels already on the device are range-checked on the
+        device, and the error is raised by the next ``predict``, ``loss`` or
+        :meth:`check_inputs` (``step`` never waits for the device).
         """
         ps = self._params(params, "step")
         out = self.fn("step").run(*ps, self._x(x, "step"), self._targets(y, "step"))
