@@ -353,7 +353,12 @@ def _compile_pending(k: "RawKernel") -> None:
         for r in todo:
             (rest if r.name in names else batch).append(r)
             names.add(r.name)
-        lib = _build([(r.code, r.name, r.params) for r in batch])
+        try:
+            lib = _build([(r.code, r.name, r.params) for r in batch])
+        except Exception:
+            # the failing batch leaves the queue (each of its kernels fails again when called), not later builds
+            _pending[:] = [r for r in _pending if r not in batch]
+            raise
         for r in batch:
             r._lib, r._fn = lib, getattr(lib, f"cg_launch_{r.name}")
             r._fn.restype = None
