@@ -5,7 +5,9 @@
 :mod:`~.plan` groups the SSA program into launches, :mod:`~.cuda` writes the
 kernels, and :mod:`~.runtime` writes the Python glue that launches them.
 :mod:`~.hostcheck` compiles the same kernels for the CPU with nvcc, so the
-generated code is tested without a GPU. See ``docs/GPU.md``.
+generated code is tested without a GPU; :mod:`~.hostrun` runs ``backend="cupy"``
+itself on the CPU (a CuPy stand-in, the kernels launched one thread at a time).
+See ``docs/GPU.md``.
 """
 from __future__ import annotations
 
