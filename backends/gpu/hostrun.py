@@ -458,7 +458,12 @@ def _asarray(a, dtype=None, order=None, *, blocking=False):
 def _array(a, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocking=False):
     host = _unwrap(a)
     h = np.array(host, dtype=dtype, order=order or "K", copy=True, ndmin=ndmin)   # a host→device copy
-    out = _alloc(h.shape, h.dtype, "F" if (h.flags.f_contiguous and not h.flags.c_contiguous) else "C")
+    if h.flags.c_contiguous or not h.flags.f_contiguous and min(h.strides, default=0) < 0:
+        out = _alloc(h.shape, h.dtype)
+    elif h.flags.f_contiguous:
+        out = _alloc(h.shape, h.dtype, "F")
+    else:                                   # order "K" of a permuted array: dense, in the same axis order
+        out = np.lib.stride_tricks.as_strided(_alloc(h.size, h.dtype), h.shape, h.strides)
     out[...] = h
     return DeviceArray(out)
 
