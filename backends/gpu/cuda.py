@@ -6,7 +6,8 @@ Every kernel comes in two parts:
   is ``__host__ __device__``, so the tests compile the same code with
   ``nvcc`` for the CPU and compare it with NumPy.
 * ``<name>(...)``: the ``extern "C" __global__`` wrapper that CuPy's
-  ``RawKernel`` launches with one thread per element.
+  ``RawKernel`` launches with one thread per element (a row kernel: one
+  warp per row, below).
 
 Inputs that are views (broadcasts, transposes, permutations, reshapes) are
 read through index arithmetic with the shapes baked in as constants (for
@@ -15,9 +16,13 @@ Scalar constants become literals. Intermediate values stay in registers, and
 only the group's outputs are written to memory.
 
 Row kernels (``Softmax``, causal or not, ``LogSumExp``, ``ArgMaxMask``) run one
-thread per row of the last axis; gathers (``Slice``, ``Pad``, ``Unfold``, ``Fold``) one thread per
-result element, with the geometry baked in; ``copy`` kernels gather a view into a
-contiguous array for a consumer that needs one (a batched cuBLAS product).
+warp per row of the last axis (``Kernel.lanes == 32``): lane ``l`` reads and
+writes columns ``l, l + 32, …``, and the warp combines its partials with
+``__shfl_xor_sync``. Their ``<name>_body(row, ...)`` is host only: it runs the 32
+lanes in turn and replays the shuffles exactly (see :func:`_rowwise`). Gathers
+(``Slice``, ``Pad``, ``Unfold``, ``Fold``) run one thread per result element,
+with the geometry baked in; ``copy`` kernels gather a view into a contiguous
+array for a consumer that needs one (a batched cuBLAS product).
 """
 from __future__ import annotations
 
@@ -97,11 +102,17 @@ class Kernel:
     source: str
     inputs: list[int]          # plan variables read (pointer arguments, in order)
     outputs: list[int]         # plan variables written
-    n: int                     # threads (elements or rows)
+    n: int                     # items: elements, or rows of a row kernel (see ``lanes``)
     ops: list[str]             # primitive names it executes (for reports)
     strided: frozenset = frozenset()   # inputs read through a layout (not element i for element i)
     in_types: tuple = ()               # C type of each input (``long long`` for ids), as in the source
     donated: dict = field(default_factory=dict)   # output -> the input it is written into (no ``__restrict__``)
+    lanes: int = 1             # threads per item: 1 (a thread per element), or 32 (a warp per row)
+
+    @property
+    def threads(self) -> int:
+        """Threads the launch must cover: ``n`` items of ``lanes`` threads each."""
+        return self.n * self.lanes
 
 
 def _strided(t: str, shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
@@ -264,25 +275,69 @@ def _gather(step: Launch, plan: Plan, name: str) -> Kernel:
                   [f"copy({step.instrs[0].op.name})"], frozenset([base]), (c,))
 
 
+WARP = 32
+FULL = "0xffffffffu"
+
+
+def _butterfly(c: str, combine: str, regs: list[tuple[str, str]]) -> str:
+    """The device's shuffle loop: every lane combines its partial with lane ``lane ^ o``, o = 16, 8, 4, 2, 1."""
+    shf = "".join(f"        const {t} {r}_o = __shfl_xor_sync({FULL}, {r}, o);\n" for r, t in regs)
+    return (f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n" + shf
+            + f"        {combine}\n    }}\n")
+
+
 def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
-    """One thread per row of the last axis: softmax (causal: row ``q`` keeps ``j <= q``), log-sum-exp, argmax."""
+    """One warp per row of the last axis: softmax (causal: row ``q`` keeps ``j <= q``), log-sum-exp, argmax.
+
+    Lane ``l`` of the warp owns columns ``l, l + 32, …`` (coalesced reads and writes). Each lane computes its
+    partial (max; sum of ``exp(x - m)``; first maximum and its index), the warp combines the partials with
+    ``__shfl_xor_sync`` for o = 16, 8, 4, 2, 1 (a butterfly: every lane ends with the same value), and each lane
+    writes its columns. The per-lane code is ``__host__ __device__``; ``<name>_body(row, …)`` (host only) runs
+    it for the 32 lanes one after another and replays the butterfly exactly (``v'[l] = op(v[l], v[l ^ o])``),
+    so the host result is bitwise the device's given the same ``exp``/``log``. The host execution mode calls it
+    through ``<name>__host_warp``, ``hostcheck`` through its loop over rows.
+    """
     a = step.instrs[0]
     t = plan.program.types[a.args[0]]
     c = ctype(t)
     k = t.shape[-1]
     rows = int(np.prod(t.shape[:-1], dtype=np.int64))
     e = _fn("exp", c)
-    x = f"x[i * {k}LL + j]"
-    y = f"y[i * {k}LL + j]"
+    hd = "__host__ __device__ inline"
+    X = f"x[i * {k}LL + j]"
+    params = [f"const {c}* __restrict__ x", f"{c}* __restrict__ y"]
+    sig = ", ".join(params)
+    helpers: list[str] = []
     if isinstance(a.op, P.ArgMaxMask):
-        # the first maximum, as NumPy's argmax (a NaN counts as the maximum)
-        core = (f"    {c} m = x[i * {k}LL];\n"
-                f"    int b = 0;\n"
-                f"    for (int j = 1; j < {k}; ++j) {{\n"
-                f"        const {c} v = {x};\n"
-                f"        if (m == m && !(v <= m)) {{ m = v; b = j; }}\n"
+        # NumPy's argmax: the first maximum, a NaN counts as the maximum (the first NaN). ``better`` orders
+        # (value, index) pairs totally (NaN above every number, then value, then the smaller index first),
+        # so the combine is associative and commutative: any grouping picks NumPy's pair, on every lane.
+        helpers.append(
+            f"{hd} bool {name}_better({c} v, int j, {c} m, int b) {{\n"
+            f"    return v != v ? (m != m ? j < b : true) : (m != m ? false : (v > m || (v == m && j < b)));\n}}\n"
+            f"{hd} void {name}_part(long long i, int lane, const {c}* __restrict__ x, {c}& m, int& b) {{\n"
+            f"    m = x[i * {k}LL]; b = 0;          // column 0 belongs to every lane: no identity needed\n"
+            f"    for (int j = lane; j < {k}; j += {WARP}) {{\n"
+            f"        const {c} v = {X};\n"
+            f"        if ({name}_better(v, j, m, b)) {{ m = v; b = j; }}\n"
+            f"    }}\n}}\n"
+            f"{hd} void {name}_write(long long i, int lane, {c}* __restrict__ y, int b) {{\n"
+            f"    for (int j = lane; j < {k}; j += {WARP}) y[i * {k}LL + j] = j == b ? ({c})1 : ({c})0;\n}}\n")
+        device = (f"    {c} m; int b;\n"
+                  f"    {name}_part(i, lane, x, m, b);\n"
+                  + _butterfly(c, f"if ({name}_better(m_o, b_o, m, b)) {{ m = m_o; b = b_o; }}",
+                               [("m", c), ("b", "int")])
+                  + f"    {name}_write(i, lane, y, b);\n")
+        host = (f"    {c} m[{WARP}], m2[{WARP}]; int b[{WARP}], b2[{WARP}];\n"
+                f"    for (int l = 0; l < {WARP}; ++l) {name}_part(i, l, x, m[l], b[l]);\n"
+                f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n"
+                f"        for (int l = 0; l < {WARP}; ++l) {{\n"
+                f"            m2[l] = m[l]; b2[l] = b[l];\n"
+                f"            if ({name}_better(m[l ^ o], b[l ^ o], m[l], b[l])) {{ m2[l] = m[l ^ o]; b2[l] = b[l ^ o]; }}\n"
+                f"        }}\n"
+                f"        for (int l = 0; l < {WARP}; ++l) {{ m[l] = m2[l]; b[l] = b2[l]; }}\n"
                 f"    }}\n"
-                f"    for (int j = 0; j < {k}; ++j) {y} = j == b ? ({c})1 : ({c})0;\n")
+                f"    for (int l = 0; l < {WARP}; ++l) {name}_write(i, l, y, b[l]);\n")
     else:
         if isinstance(a.op, P.Softmax) and a.op.causal:
             s = t.shape[-2]
@@ -290,20 +345,68 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
             n = f"(int)((i % {s}LL) + 1 < {k}LL ? (i % {s}LL) + 1 : {k}LL)"
         else:
             n = f"{k}"
-        core = (f"    const int n = {n};\n"
-                f"    {c} m = x[i * {k}LL];\n"
-                f"    for (int j = 1; j < n; ++j) m = {x} > m ? {x} : m;\n"
-                f"    {c} s = 0;\n"
-                f"    for (int j = 0; j < n; ++j) s += {e}({x} - m);\n")
+        # the maximum propagates a NaN (then every output is NaN, as NumPy's); column 0 is every lane's start
+        helpers.append(
+            f"{hd} {c} {name}_max2({c} a, {c} b) {{ return (a > b || a != a) ? a : b; }}\n"
+            f"{hd} int {name}_n(long long i) {{ return {n}; }}\n"
+            f"{hd} {c} {name}_max(long long i, int lane, const {c}* __restrict__ x) {{\n"
+            f"    const int n = {name}_n(i);\n"
+            f"    {c} m = x[i * {k}LL];\n"
+            f"    for (int j = lane; j < n; j += {WARP}) m = {name}_max2(m, {X});\n"
+            f"    return m;\n}}\n"
+            f"{hd} {c} {name}_sum(long long i, int lane, const {c}* __restrict__ x, {c} m) {{\n"
+            f"    const int n = {name}_n(i);\n"
+            f"    {c} s = 0;\n"
+            f"    for (int j = lane; j < n; j += {WARP}) s += {e}({X} - m);\n"
+            f"    return s;\n}}\n")
         if isinstance(a.op, P.Softmax):
-            core += f"    for (int j = 0; j < {k}; ++j) {y} = j < n ? {e}({x} - m) / s : ({c})0;\n"
-        else:  # LogSumExp
-            core += f"    y[i] = m + {_fn('log', c)}(s);\n"
-    params = [f"const {c}* __restrict__ x", f"{c}* __restrict__ y"]
-    body = (f"__host__ __device__ inline void {name}_body(long long i, {', '.join(params)}) {{\n"
-            + core + "}\n")
-    return Kernel(name, body + _wrap(name, params, rows), list(step.inputs), list(step.outputs), rows,
-                  [a.op.name + ("(causal)" if getattr(a.op, "causal", False) else "")], frozenset(), (c,))
+            helpers.append(
+                f"{hd} void {name}_write(long long i, int lane, const {c}* __restrict__ x, {c}* __restrict__ y, "
+                f"{c} m, {c} s) {{\n"
+                f"    const int n = {name}_n(i);\n"
+                f"    for (int j = lane; j < {k}; j += {WARP}) y[i * {k}LL + j] = j < n ? {e}({X} - m) / s : ({c})0;\n"
+                f"}}\n")
+        else:  # LogSumExp: lane 0 writes the row's value
+            helpers.append(
+                f"{hd} void {name}_write(long long i, int lane, const {c}* __restrict__ x, {c}* __restrict__ y, "
+                f"{c} m, {c} s) {{\n"
+                f"    if (lane == 0) y[i] = m + {_fn('log', c)}(s);\n}}\n")
+        device = (f"    {c} m = {name}_max(i, lane, x);\n"
+                  + _butterfly(c, f"m = {name}_max2(m, m_o);", [("m", c)])
+                  + f"    {c} s = {name}_sum(i, lane, x, m);\n"
+                  + _butterfly(c, "s = s + s_o;", [("s", c)])
+                  + f"    {name}_write(i, lane, x, y, m, s);\n")
+        host = (f"    {c} m[{WARP}], s[{WARP}], t[{WARP}];\n"
+                f"    for (int l = 0; l < {WARP}; ++l) m[l] = {name}_max(i, l, x);\n"
+                f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n"
+                f"        for (int l = 0; l < {WARP}; ++l) t[l] = {name}_max2(m[l], m[l ^ o]);\n"
+                f"        for (int l = 0; l < {WARP}; ++l) m[l] = t[l];\n"
+                f"    }}\n"
+                f"    for (int l = 0; l < {WARP}; ++l) s[l] = {name}_sum(i, l, x, m[l]);\n"
+                f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n"
+                f"        for (int l = 0; l < {WARP}; ++l) t[l] = s[l] + s[l ^ o];\n"
+                f"        for (int l = 0; l < {WARP}; ++l) s[l] = t[l];\n"
+                f"    }}\n"
+                f"    for (int l = 0; l < {WARP}; ++l) {name}_write(i, l, x, y, m[l], s[l]);\n")
+    src = ("".join(helpers)
+           + f"extern \"C\" __global__ void {name}({sig}) {{\n"
+           f"    // one warp per row (blockDim.x is a multiple of 32): a warp past the last row returns as a whole\n"
+           f"    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+           f"    const long long i = t / {WARP};\n"
+           f"    const int lane = (int)(t % {WARP});\n"
+           f"    if (i >= {rows}LL) return;\n"
+           + device + "}\n"
+           "#ifndef __CUDA_ARCH__\n"
+           f"// host only: the warp's 32 lanes one after another, and the butterfly replayed exactly\n"
+           f"inline void {name}_body(long long i, {sig}) {{\n" + host + "}\n"
+           "#ifdef CG_HOSTRUN\n"
+           f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n"
+           f"    const long long i = (long long)(block * blockDim.x / {WARP}) + warp;\n"
+           f"    if (i < {rows}LL) {name}_body(i, x, y);\n}}\n"
+           "#endif\n#endif\n")
+    return Kernel(name, src, list(step.inputs), list(step.outputs), rows,
+                  [a.op.name + ("(causal)" if getattr(a.op, "causal", False) else "")], frozenset(), (c,),
+                  lanes=WARP)
 
 
 def _coords(shape: tuple[int, ...], names: list[str]) -> list[str]:

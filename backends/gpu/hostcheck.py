@@ -3,7 +3,8 @@
 ``nvcc`` compiles every kernel of a plan into one shared library. The
 ``extern "C"`` host entry points loop over the elements (or rows) and call
 the same ``*_body`` function that the ``__global__`` wrapper calls on the
-GPU. ``ctypes`` then runs them on NumPy arrays. This checks the generated
+GPU (for a row kernel, which runs a warp per row, the body is a host-only
+replay of the warp's lanes and shuffles over the same per-lane functions). ``ctypes`` then runs them on NumPy arrays. This checks the generated
 C code itself on a machine without a GPU, not only the fusion plan.
 """
 from __future__ import annotations
@@ -61,11 +62,17 @@ def signature(code: str, name: str) -> list[Param]:
 
 def _host_entry(k: Kernel, c: str) -> str:
     """``host_<name>(...)``: the kernel's own parameters, each output and input with its own C type (as the
-    kernel's signature declares it), and a loop over the elements (or rows) that calls ``<name>_body``."""
+    kernel's signature declares it), and a loop over the elements (or rows) that calls ``<name>_body``.
+
+    A row kernel (one warp per row, ``k.lanes == 32``) has a host-only ``<name>_body(row, ...)`` that runs the
+    warp's 32 lanes in turn and replays its shuffles exactly, so the loop over rows runs the warp's own math."""
     params = signature(k.source, k.name)
     decls = [f"{p.cast} {p.name}" for p in params]
-    return (f'extern "C" void host_{k.name}({", ".join(decls)}) {{\n'
-            f"    for (long long i = 0; i < {k.n}LL; ++i) {k.name}_body(i, {', '.join(p.name for p in params)});\n}}\n")
+    # host code only (a row kernel's ``_body`` exists only there: nvcc's device pass must not see the call)
+    return (f"#ifndef __CUDA_ARCH__\n"
+            f'extern "C" void host_{k.name}({", ".join(decls)}) {{\n'
+            f"    for (long long i = 0; i < {k.n}LL; ++i) {k.name}_body(i, {', '.join(p.name for p in params)});\n}}\n"
+            f"#endif\n")
 
 
 class HostKernels:

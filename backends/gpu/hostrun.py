@@ -282,7 +282,24 @@ static inline cg_dim3 cg_coords(cg_ull v, unsigned nx, unsigned ny) {   // linea
     return cg_dim3{(unsigned)(v % nx), (unsigned)((v / nx) % ny), (unsigned)(v / ((cg_ull)nx * ny))};
 }
 static const int warpSize = 32;
+#define __shared__ static
+// Warp intrinsics, so that a cooperative kernel compiles: the launch runs its <name>__host_warp emulation
+// instead (RawKernel refuses to run one thread at a time a kernel that shuffles and has none).
+#include <stdio.h>
+#include <stdlib.h>
+template <class T> static inline T cg_no_warp(T v) {
+    fprintf(stderr, "circuitgrad hostrun: a warp intrinsic ran one thread at a time\n");
+    abort();
+    return v;
+}
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int, int = 32) { return cg_no_warp(v); }
+template <class T> static inline T __shfl_down_sync(unsigned, T v, unsigned, int = 32) { return cg_no_warp(v); }
+template <class T> static inline T __shfl_up_sync(unsigned, T v, unsigned, int = 32) { return cg_no_warp(v); }
+template <class T> static inline T __shfl_sync(unsigned, T v, int, int = 32) { return cg_no_warp(v); }
+static inline void __syncwarp(unsigned = 0xffffffffu) { cg_no_warp(0); }
+static inline void __syncthreads() { cg_no_warp(0); }
 """
+_COOPERATIVE = re.compile(r"\b(__shfl\w*_sync|__syncthreads|__syncwarp|__shared__)\b")
 
 
 def _launcher(name: str, params: list[Param], code: str) -> str:
@@ -373,6 +390,12 @@ class RawKernel:
     def __init__(self, code: str, name: str, options=(), backend: str = "nvrtc", **kwargs):
         self.code, self.name = code, name
         self.params = signature(code, name)
+        self.host_warp = re.search(r"\b" + re.escape(name) + r"__host_warp\s*\(", code) is not None
+        coop = _COOPERATIVE.search(code)
+        if coop and not self.host_warp:
+            raise NotImplementedError(
+                f"kernel {name} uses {coop.group(1)} (threads that cooperate), which cannot run one thread at a "
+                f"time: define its host emulation `{name}__host_warp(block, warp, …)` under #ifdef CG_HOSTRUN")
         self._lib = self._fn = None
         _pending.append(self)
 

@@ -41,7 +41,8 @@ from .plan import Plan, plan, read_through
 
 __all__ = ["GpuFunction", "generate", "emulated_kernel", "BLOCK"]
 
-BLOCK = 256
+BLOCK = 256                 # a multiple of 32: a row kernel's warps never straddle blocks
+assert BLOCK % 32 == 0
 
 
 def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: str,
@@ -120,7 +121,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
                 else:
                     lines.append(f"    {names[v]} = xp.empty({t.shape!r}, dtype=xp.{t.dtype.numpy_dtype().name})")
                 outs.append(names[v])
-            grid = max(1, math.ceil(kern.n / BLOCK))
+            grid = max(1, math.ceil(kern.threads / BLOCK))     # a row kernel: 32 threads (a warp) a row
             # kernels index their inputs as C-contiguous arrays: views are made so
             ins = [names[src(x)] if src(x) in contiguous or src(x) in p.values
                    else f"xp.ascontiguousarray({names[src(x)]})" for x in kern.inputs]
