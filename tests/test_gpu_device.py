@@ -95,3 +95,29 @@ def test_attention_models_agree_with_numpy(name, make, loss, vocab, rng):
         p, q = ref.step(p, x, y), dev.step(q, x, y)
         for k in p:
             np.testing.assert_allclose(dev.to_host(q[k]), p[k], rtol=1e-3, atol=1e-4, err_msg=k)
+
+
+# ------------------------------------------- row kernels: one warp per row (issue 31, item 5)
+from _tolerance import assert_programs_close  # noqa: E402
+from test_gpu_rowwarp import DT, OPS, WIDTHS, _prog, _shape, _special  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", list(DT))
+@pytest.mark.parametrize("k", WIDTHS)
+@pytest.mark.parametrize("op", list(OPS))
+def test_row_kernels_shuffle_on_the_device(op, k, dtype, rng):
+    """Softmax (causal or not), log-sum-exp and argmax, a warp per row with ``__shfl_xor_sync``: rows shorter
+    and longer than a warp against NumPy (float bounds of tests/_tolerance.py; argmax exactly, ties, NaNs and
+    infinities included, as NumPy's first maximum)."""
+    import cupy
+    npdt = DT[dtype].numpy_dtype()
+    x = (3 * rng.normal(size=_shape(op, k))).astype(npdt)
+    prog = _prog(op, x.shape, DT[dtype])
+    f = gpu.compile_function(prog, ["a0"], "f")
+    (got,) = f.run(cupy.asarray(x))
+    assert_programs_close([cupy.asnumpy(got)], cg.run(prog, [x]), prog, [x], err_msg=f"{op} k={k}")
+    if op == "argmax":
+        s = _special(k, rng).astype(npdt)
+        g = gpu.compile_function(_prog(op, s.shape, DT[dtype]), ["a0"], "g")
+        (got,) = g.run(cupy.asarray(s))
+        np.testing.assert_array_equal(cupy.asnumpy(got), np.eye(k, dtype=npdt)[np.argmax(s, axis=-1)])

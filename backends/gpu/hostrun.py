@@ -36,7 +36,10 @@ What the stand-in does as a device does:
 A kernel whose threads cooperate (warp shuffles, shared memory, ``__syncthreads``) cannot run one thread at a
 time. Such a kernel's source may define a host emulation ``void <name>__host_warp(unsigned long long block,
 unsigned warp, <the kernel's parameters>)`` (marked ``#ifdef CG_HOSTRUN``); the launch then calls it once per
-warp of 32 threads, in the chosen order, with ``blockIdx``/``blockDim``/``gridDim`` set.
+warp of 32 threads, in the chosen order, with ``blockIdx``/``blockDim``/``gridDim`` set. The prelude declares the
+warp intrinsics (``__shfl*_sync``, ``__syncwarp``, ``__syncthreads``) so that such a kernel compiles; a kernel that
+uses them without a host emulation is refused when it is created. The row kernels (``cuda._rowwise``, a warp per
+row) emulate their warp so: the same per-lane functions, and the shuffle butterfly replayed lane for lane.
 
 What it cannot show: timing, occupancy, NVRTC (device) compilation, real concurrency (two threads of one
 launch never interleave), CUDA's float contraction into FMAs and its fast math functions, and the driver's
