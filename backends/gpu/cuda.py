@@ -279,7 +279,7 @@ WARP = 32
 FULL = "0xffffffffu"
 
 
-def _butterfly(c: str, combine: str, regs: list[tuple[str, str]]) -> str:
+def _butterfly(combine: str, regs: list[tuple[str, str]]) -> str:
     """The device's shuffle loop: every lane combines its partial with lane ``lane ^ o``, o = 16, 8, 4, 2, 1."""
     shf = "".join(f"        const {t} {r}_o = __shfl_xor_sync({FULL}, {r}, o);\n" for r, t in regs)
     return (f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n" + shf
@@ -325,7 +325,7 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
             f"    for (int j = lane; j < {k}; j += {WARP}) y[i * {k}LL + j] = j == b ? ({c})1 : ({c})0;\n}}\n")
         device = (f"    {c} m; int b;\n"
                   f"    {name}_part(i, lane, x, m, b);\n"
-                  + _butterfly(c, f"if ({name}_better(m_o, b_o, m, b)) {{ m = m_o; b = b_o; }}",
+                  + _butterfly(f"if ({name}_better(m_o, b_o, m, b)) {{ m = m_o; b = b_o; }}",
                                [("m", c), ("b", "int")])
                   + f"    {name}_write(i, lane, y, b);\n")
         host = (f"    {c} m[{WARP}], m2[{WARP}]; int b[{WARP}], b2[{WARP}];\n"
@@ -333,7 +333,8 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
                 f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n"
                 f"        for (int l = 0; l < {WARP}; ++l) {{\n"
                 f"            m2[l] = m[l]; b2[l] = b[l];\n"
-                f"            if ({name}_better(m[l ^ o], b[l ^ o], m[l], b[l])) {{ m2[l] = m[l ^ o]; b2[l] = b[l ^ o]; }}\n"
+                f"            if ({name}_better(m[l ^ o], b[l ^ o], m[l], b[l])) "
+                f"{{ m2[l] = m[l ^ o]; b2[l] = b[l ^ o]; }}\n"
                 f"        }}\n"
                 f"        for (int l = 0; l < {WARP}; ++l) {{ m[l] = m2[l]; b[l] = b2[l]; }}\n"
                 f"    }}\n"
@@ -372,9 +373,9 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
                 f"{c} m, {c} s) {{\n"
                 f"    if (lane == 0) y[i] = m + {_fn('log', c)}(s);\n}}\n")
         device = (f"    {c} m = {name}_max(i, lane, x);\n"
-                  + _butterfly(c, f"m = {name}_max2(m, m_o);", [("m", c)])
+                  + _butterfly(f"m = {name}_max2(m, m_o);", [("m", c)])
                   + f"    {c} s = {name}_sum(i, lane, x, m);\n"
-                  + _butterfly(c, "s = s + s_o;", [("s", c)])
+                  + _butterfly("s = s + s_o;", [("s", c)])
                   + f"    {name}_write(i, lane, x, y, m, s);\n")
         host = (f"    {c} m[{WARP}], s[{WARP}], t[{WARP}];\n"
                 f"    for (int l = 0; l < {WARP}; ++l) m[l] = {name}_max(i, l, x);\n"

@@ -4,8 +4,9 @@
 ``extern "C"`` host entry points loop over the elements (or rows) and call
 the same ``*_body`` function that the ``__global__`` wrapper calls on the
 GPU (for a row kernel, which runs a warp per row, the body is a host-only
-replay of the warp's lanes and shuffles over the same per-lane functions). ``ctypes`` then runs them on NumPy arrays. This checks the generated
-C code itself on a machine without a GPU, not only the fusion plan.
+replay of the warp's lanes and shuffles over the same per-lane functions).
+``ctypes`` then runs them on NumPy arrays. This checks the generated C code
+itself on a machine without a GPU, not only the fusion plan.
 """
 from __future__ import annotations
 
