@@ -103,3 +103,15 @@ def test_views_are_read_in_place_by_kernels(rng):
     np.testing.assert_allclose(got, a.T * b + 1.0, rtol=1e-14)
     assert f.launches == 1                                    # transpose, mul and add: one kernel
     assert "C3" not in f.python                               # the constant 1.0 is a literal, not an array
+
+
+def test_sink_parameter_work_without_data_inputs_marks_nothing():
+    """A program with no ``x``/``y`` input: no instruction is parameter work (nothing to tell it from the rest)."""
+    from circuitgrad.backends.gpu.plan import _sink_parameter_work
+    cm = cg.compile_model(nn.mlp(4, [3, 5, 2]), loss=nn.mse, optimizer=nn.momentum(0.1), dtype=cg.float32)
+    prog = cm.fn("step").program
+    moved, free = _sink_parameter_work(prog, set())
+    assert free == set() and moved is prog
+    data = {v for v, n in zip(prog.inputs, cm.arg_names["step"]) if n in ("x", "y")}
+    assert _sink_parameter_work(prog, data)[1]           # with its data inputs, the optimizer work is found
+    gpu.plan(prog, data=())                              # plans without data inputs

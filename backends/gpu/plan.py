@@ -257,12 +257,14 @@ def _sink_parameter_work(prog: Program, data: set[int]) -> tuple[Program, set[in
     decay ``W·(1 − lr·wd)``): the schedule may place it anywhere, and run early, its weight-sized results
     would stay alive through the whole forward and backward pass.
     """
+    if not data:                           # no data input: nothing to tell parameter work from the rest
+        return prog, set()
     producer = prog.producers()
     free: set[int] = set()
     for i, a in enumerate(prog.instrs):
         if a.args and all(producer.get(x, -1) in free or (x not in producer and x not in data) for x in a.args):
             free.add(i)
-    if not free or not data:
+    if not free:
         return prog, free
     order: list[int] = []
     done: set[int] = set()
