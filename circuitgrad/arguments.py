@@ -77,8 +77,8 @@ class DeviceChecks:
     """Range checks of device ids and labels, run on the device and read at the next synchronising call.
 
     :meth:`add` records the minimum and maximum of an array (device reductions, no transfer), accumulated
-    per argument; :meth:`check` reads them (one transfer each) and raises the ``ValueError`` the host check
-    would have raised, for the values seen since the last check.
+    per argument; :meth:`check` reads them all (one transfer each) and raises the ``ValueError`` the host check
+    would have raised, for the values seen since the last check: one error naming every failing argument.
     """
 
     def __init__(self) -> None:
@@ -95,11 +95,16 @@ class DeviceChecks:
         self.pending[where] = (mm, n, message)
 
     def check(self) -> None:
+        """Read every pending check (all of them, even after a failure) and raise one ``ValueError`` naming
+        every failing argument: the first failure's message, then the others (``; also: …``)."""
         pending, self.pending = self.pending, {}
+        failures = []
         for where, (mm, n, message) in pending.items():
             lo, hi = (int(v) for v in mm.get())
             if lo < 0 or hi >= n:
-                raise ValueError(message(lo, hi))
+                failures.append(message(lo, hi))
+        if failures:
+            raise ValueError("; also: ".join(failures))
 
 
 def _shape(shape: Sequence) -> str:

@@ -219,6 +219,21 @@ def test_out_of_range_device_ids_and_labels_are_reported_at_the_next_sync(fake_c
         gpt.step(p, np.array(bad), good)               # host ids: checked on the host, at once
 
 
+def test_every_failing_device_check_is_reported_not_only_the_first(fake_cupy, rng):
+    """Bad ids AND bad labels in one step: one error names both (the second is not silently dropped)."""
+    gpt = _gpt("cupy")
+    p = gpt.init_params(0)
+    bad_ids = fake_cupy.asarray(np.array([[0, 1, 2, 11], [3, 4, 5, 6]]))
+    bad_labels = fake_cupy.asarray(np.array([[0, -1, 2, 3], [3, 4, 5, 6]]))
+    gpt.step(p, bad_ids, bad_labels)
+    with pytest.raises(ValueError) as e:
+        gpt.check_inputs()
+    msg = str(e.value)
+    assert msg.startswith("step: input x holds ids in [0, 11]"), msg
+    assert "step: targets y must be class labels in 0..10, got values in [-1, 6]" in msg, msg
+    gpt.check_inputs()                                 # both reported, none left pending
+
+
 def test_out_of_range_labels_are_still_refused_at_once_on_numpy(rng):
     for backend in ("numpy", "cupy-emulated"):
         mlp = _mlp(backend)
