@@ -277,6 +277,32 @@ def test_cupy_rules():
         assert np.isnan(cp.empty((2, 2), dtype=cp.float32).get()).all()     # unwritten memory shows
 
 
+def test_asarray_keeps_fortran_order_only_for_f_and_not_c_contiguous_host_arrays():
+    """CuPy's ``_array_default``: order "K" becomes "F" only for a NumPy array with ``flags.fnc``; a permuted,
+    strided or reversed array arrives C-ordered (NumPy's order "K" would keep its axis order)."""
+    with hostrun.device() as cp:
+        f = cp.asarray(np.ones((3, 4), order="F"))
+        assert f.flags.f_contiguous and not f.flags.c_contiguous
+        perm = np.arange(24.0).reshape(2, 3, 4).transpose(1, 0, 2)      # dense, neither C nor F
+        for host in (perm, np.arange(24.0).reshape(4, 6)[:, ::2], np.arange(6.0)[::-1],
+                     np.asfortranarray(np.ones((1, 5))), [[1.0, 2.0], [3.0, 4.0]]):
+            d = cp.asarray(host)
+            assert d.flags.c_contiguous, (np.asarray(host).strides, d.strides)
+            np.testing.assert_array_equal(d.get(), np.asarray(host))
+        assert cp.array(np.ones((3, 4), order="F"), order="C").flags.c_contiguous
+
+
+def test_ascontiguousarray_of_a_0d_array_is_1d_as_cupys():
+    """CuPy's ascontiguousarray has ``ndmin=1``: a 0-d array comes back with shape (1,); the glue reshapes it."""
+    with hostrun.device() as cp:
+        z = cp.asarray(np.float32(2.5))
+        assert z.shape == ()
+        c = cp.ascontiguousarray(z)
+        assert c.shape == (1,) and c.get()[0] == np.float32(2.5)
+        assert c.data.ptr == z.data.ptr                      # a view, no copy
+        assert cp.ascontiguousarray(z, dtype=np.float64).shape == (1,)
+
+
 def test_kernel_arguments_follow_rawkernels_rules():
     with hostrun.device() as cp:
         k = cp.RawKernel(_SHIFT, "shift")

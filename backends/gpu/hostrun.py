@@ -26,9 +26,11 @@ What the stand-in does as a device does:
   the C type of the parameter it binds to (parsed from the kernel's signature), and launch sizes against
   CUDA's limits (1024 threads a block, 4 KB of arguments).
 * **Arrays follow CuPy's rules**: device arrays are :class:`DeviceArray`, not ``numpy.ndarray``;
-  ``numpy.asarray(device_array)`` raises CuPy's ``TypeError`` (use ``.get()``); ``asarray`` keeps a
-  NumPy array's memory order (Fortran stays Fortran); ``ascontiguousarray`` refuses NumPy input; other
-  functions refuse NumPy arrays. ``empty`` returns NaN-filled memory (so an element no kernel writes shows),
+  ``numpy.asarray(device_array)`` raises CuPy's ``TypeError`` (use ``.get()``); ``asarray`` of a NumPy
+  array keeps Fortran order only for an F- and not C-contiguous array (CuPy's ``flags.fnc`` rule; any other
+  layout, a permuted or strided one included, arrives C-ordered); ``ascontiguousarray`` refuses NumPy input and,
+  as CuPy's, returns at least one dimension (a 0-d array comes back with shape ``(1,)``); other functions refuse
+  NumPy arrays. ``empty`` returns NaN-filled memory (so an element no kernel writes shows),
   and every allocation has guard elements on both sides that are checked after each launch (a write out of
   bounds raises :class:`IllegalAddress`).
 * cuBLAS products, reductions, views (``as_strided``, ``transpose``, …) delegate to NumPy.
@@ -483,25 +485,37 @@ def _asarray(a, dtype=None, order=None, *, blocking=False):
 
 def _array(a, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocking=False):
     host = _unwrap(a)
-    h = np.array(host, dtype=dtype, order=order or "K", copy=True, ndmin=ndmin)   # a host→device copy
+    order = (order or "K").upper()
+    if isinstance(a, DeviceArray):
+        # a device array: CuPy's astype(order=order), which for "K" keeps the source's axis order
+        h = np.array(host, dtype=dtype, order=order, copy=True, ndmin=ndmin)
+    else:
+        # a host array: CuPy's _array_default turns "K"/"A" into "F" only for an F- and not C-contiguous NumPy
+        # array (flags.fnc); anything else (a permuted or strided array, a list) becomes C-ordered
+        if order in ("K", "A"):
+            order = "F" if isinstance(host, np.ndarray) and host.flags.f_contiguous and not host.flags.c_contiguous \
+                else "C"
+        h = np.array(host, dtype=dtype, order=order, copy=True, ndmin=ndmin)   # a host→device copy
     if h.flags.c_contiguous or not h.flags.f_contiguous and min(h.strides, default=0) < 0:
         out = _alloc(h.shape, h.dtype)
     elif h.flags.f_contiguous:
         out = _alloc(h.shape, h.dtype, "F")
-    else:                                   # order "K" of a permuted array: dense, in the same axis order
+    else:                                   # order "K" of a permuted device array: dense, in the same axis order
         out = np.lib.stride_tricks.as_strided(_alloc(h.size, h.dtype), h.shape, h.strides)
     out[...] = h
     return DeviceArray(out)
 
 
 def _ascontiguousarray(a, dtype=None):
+    """CuPy's: at least one dimension (a 0-d array becomes shape ``(1,)``, a view when no copy is needed)."""
     if not isinstance(a, DeviceArray):
         raise TypeError(f"Argument 'a' has incorrect type (expected cupy._core.core._ndarray_base, got "
                         f"{type(a).__module__}.{type(a).__name__})")
-    if a._a.flags.c_contiguous and (dtype is None or np.dtype(dtype) == a.dtype):
-        return a
-    out = _alloc(a.shape, dtype or a.dtype)
-    out[...] = a._a
+    src = a._a.reshape((1,)) if a._a.ndim == 0 else a._a
+    if src.flags.c_contiguous and (dtype is None or np.dtype(dtype) == a.dtype):
+        return a if src is a._a else DeviceArray(src)
+    out = _alloc(src.shape, dtype or a.dtype)
+    out[...] = src
     return DeviceArray(out)
 
 
