@@ -62,6 +62,13 @@ def load_model(a, default_dtype, fixed: bool = True):
     if choice in ("float32", "float64") and (width is not None or frac is not None):
         raise UsageError(f"--width and --frac choose a fixed-point dtype, not --dtype {choice}")
     fixed = fixed or choice == "fixed" or width is not None or frac is not None
+    if width is not None or frac is not None:      # a fixed-point dtype the flags name must exist: a usage error
+        try:
+            types.fixed(width if width is not None else default_dtype.width,
+                        frac if frac is not None else (width // 2 if width is not None else default_dtype.frac))
+        except ValueError as e:
+            flags = " ".join(f"--{k} {v}" for k, v in (("width", width), ("frac", frac)) if v is not None)
+            raise UsageError(f"{flags}: {e}") from None
     try:
         given.update(parse_option(o) for o in (getattr(a, "option", None) or []))
         fn = load_function(a.script)

@@ -117,7 +117,7 @@ def parse_option(text: str) -> tuple[str, object]:
     ``'spherical'``) or else the plain string (``spherical``)."""
     key, sep, value = text.partition("=")
     if not sep or not key.isidentifier():
-        raise ModelFileError(f"--option takes KEY=VALUE with KEY a Python name, got {text!r}")
+        raise OptionError(f"--option takes KEY=VALUE with KEY a Python name, got {text!r}")
     try:
         return key, ast.literal_eval(value)
     except (ValueError, SyntaxError):
@@ -140,6 +140,8 @@ def load_function(path: str) -> Callable[..., ModelSpec]:
         raise ModelFileError(f"{path}{where}, line {e.lineno}: {type(e).__name__}: {e.msg}") from None
     except ImportError as e:
         raise ModelFileError(f"{path}: {type(e).__name__}: {e}") from None
+    except (Exception, SystemExit) as e:     # anything else the file raises at import, sys.exit(3) included
+        raise ModelFileError(f"{path}: import: {_raised(e)}") from None
     fn = getattr(mod, "model", None)
     if not callable(fn):
         raise ModelFileError(f"{path} must define model(**options) returning cg.ModelSpec "
@@ -162,7 +164,10 @@ def load(path: str, options: Mapping[str, object] | None = None,
     for k, v in options.items():
         if k in params:
             _check_option(path, k, v, params[k].default)
-    out = fn(**options)
+    try:
+        out = fn(**options)
+    except (Exception, SystemExit) as e:     # the file's own code: one line, never a traceback or its exit status
+        raise ModelFileError(f"{path}: model(): {_raised(e)}") from None
     if not isinstance(out, ModelSpec):
         raise ModelFileError(f"{path}: model() must return cg.ModelSpec, got {type(out).__name__}")
     from . import nn
@@ -177,6 +182,12 @@ def load(path: str, options: Mapping[str, object] | None = None,
     ran = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
     ran.update(options)
     return replace(out, options={k: _plain(v) for k, v in ran.items()})
+
+
+def _raised(e: BaseException) -> str:
+    """``Type: message`` of an exception a model file raised, on one line."""
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def _kind(default: object) -> tuple[Callable[[object], bool], str] | None:
@@ -234,11 +245,14 @@ def check_batch(step, batch: object, k: int, path: str = "the model file") -> tu
     except (TypeError, ValueError):
         raise ModelFileError(f"{path}: data() batch {k} must be a pair (x, y), got {type(batch).__name__}") from None
     where = f"{path}: data() batch {k}"
+    from .fixedpoint import FixedPointOverflow
     try:
         step._x(x, where)
         step._targets(y, where)
     except (TypeError, ValueError) as e:      # without the hint for predict's callers
         raise ModelFileError(str(e).split(" (this model was built for batch")[0]) from None
+    except FixedPointOverflow as e:           # a value outside the fixed-point range
+        raise ModelFileError(" ".join(str(e).split())) from None
     return x, y
 
 

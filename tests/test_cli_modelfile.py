@@ -299,3 +299,46 @@ def test_exit_status_1_for_a_model_that_does_not_compile(tmp_path):
     assert res.returncode == 1 and res.stderr.startswith("circuitgrad cost: compile_model: learning rate 1e-06 "
                                                          "rounds to 0 in fixed(16,8)")
     assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1
+
+
+# ------------------------------------------------------------------ review of issue 27: what still reached a traceback
+def test_a_data_value_out_of_fixed_point_range_is_one_line(tmp_path):
+    """A data() value that fixed(16,8) cannot hold was a FixedPointOverflow traceback (zk prove, fpga simulate)."""
+    p = _write(tmp_path, SMALL.replace("x[0, 0] = np.nan", "x[0, 1] = 1e6"))
+    for cmd, extra in ((["zk", "prove"], ["--out", str(tmp_path / "proofs")]), (["fpga", "simulate"], [])):
+        res = _cli(*cmd, p, "--option", "nan=True", *extra)
+        assert (res.returncode, res.stderr) == (1, f"circuitgrad {cmd[0]}: {p}: data() batch 0: input x: values in "
+                                                   f"[0, 1e+06] do not fit in fixed(16,8) (range [-128.0, "
+                                                   f"127.99609375])\n")
+
+
+@pytest.mark.parametrize("body, line", [
+    ("import sys\nsys.exit(3)\n", "import: SystemExit: 3"),
+    ("d = {}\nd['x']\n", "import: KeyError: 'x'"),
+    ("def model(batch=2):\n    raise RuntimeError('no such\\ndevice')\n", "model(): RuntimeError: no such device"),
+    ("def model(batch=2):\n    raise SystemExit(4)\n", "model(): SystemExit: 4"),
+    ("def model(batch=2):\n    return 1 / 0\n", "model(): ZeroDivisionError: division by zero"),
+])
+@pytest.mark.parametrize("cmd", [["cost"], ["zk", "prove"]], ids=" ".join)
+def test_a_model_file_that_raises_or_exits_is_one_line_and_status_1(tmp_path, cmd, body, line):
+    """Anything a model file raises at import or in model() (not only SyntaxError/ImportError), sys.exit(3)
+    included, is a failure of one line with status 1, never a traceback or the file's own exit status."""
+    p = _write(tmp_path, body)
+    out = ["--out", str(tmp_path / "out")] if cmd[0] == "zk" else []
+    res = _cli(*cmd, p, *out)
+    assert (res.returncode, res.stderr) == (1, f"circuitgrad {cmd[0]}: {p}: {line}\n")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["cost", "iris", "--option", "hidden"], "cost: --option takes KEY=VALUE with KEY a Python name, got 'hidden'"),
+    (["cost", "iris", "--option", "=3"], "cost: --option takes KEY=VALUE with KEY a Python name, got '=3'"),
+    (["fpga", "simulate", "iris", "--width", "200"], "fpga: --width 200: fixed width must be in 2..32, got 200"),
+    (["show", "iris", "--dtype", "fixed", "--width", "4", "--frac", "8"],
+     "show: --width 4 --frac 8: fixed frac must be in 1..width-1 = 1..3, got 8"),
+    (["zk", "prove", "iris", "--frac", "20", "--out", "unused"],
+     "zk: --frac 20: fixed frac must be in 1..width-1 = 1..15, got 20"),
+])
+def test_bad_option_and_fixed_point_flag_values_are_usage_errors(tmp_path, args, line):
+    res = _cli(*args, cwd=str(tmp_path))
+    assert (res.returncode, res.stderr) == (2, f"circuitgrad {line}\n")
+    assert not (tmp_path / "unused").exists()
