@@ -159,6 +159,50 @@ def test_donation_into_c_contiguous_parameters_stays_in_place(fake_cupy, rng):
     assert any(out[k] is params[k] or np.shares_memory(out[k], params[k]) for k in params)
 
 
+def test_no_donation_into_an_input_a_later_launch_reads():
+    """A donated input must be dead after the launch that overwrites it: with a later launch reading the donor
+    (the plan's order patched: the forward product that reads a weight, run again at the end), the update
+    kernel writes a fresh buffer instead."""
+    from circuitgrad.backends.gpu import cuda
+    from circuitgrad.backends.gpu.plan import Launch
+    step = _mlp("cupy-emulated", donate=True)
+    prog = step.fn("step").program
+    pairs = dict(zip(prog.outputs, prog.inputs))
+    data = [v for v, n in zip(prog.inputs, step.arg_names["step"]) if n in ("x", "y")]
+    p = gpu.plan(prog, data=data)
+    ks = cuda.kernels(p, donate_pairs=pairs)
+    found = [(i, out, d, j) for i, k in ks.items() for out, d in k.donated.items()
+             for j, s in enumerate(p.steps) if s.kind == "matmul" and d in s.inputs]
+    assert found, "the MLP's update kernels donate its weights, which products read"
+    i, out, donor, j = found[0]
+    assert cuda.last_readers(p)[donor] == i
+    p.steps.append(p.steps[j])                          # a later launch reads the donor
+    assert cuda.last_readers(p)[donor] == len(p.steps) - 1
+    ks2 = cuda.kernels(p, donate_pairs=pairs)
+    assert out not in ks2[i].donated
+    assert cuda.donations(ks2[i], p.steps[i], pairs, i, cuda.last_readers(p)).get(out) is None
+    src = runtime.generate(p, ks2, step.arg_names["step"], "step", pairs)
+    assert f"v{out} = xp.empty(" in src, src
+    # a donor read later through a view (its transpose, say) is alive until that read
+    p.steps[-1] = Launch("view", [], [donor], [10 ** 6])
+    p.steps.append(Launch("matmul", [], [10 ** 6], []))
+    assert cuda.last_readers(p)[donor] == len(p.steps) - 1
+
+
+@pytest.mark.parametrize("backend", ["cupy", "cupy-emulated"])
+def test_donate_refuses_one_array_given_for_two_parameters(fake_cupy, backend, rng):
+    step = _mlp(backend, donate=True)
+    xp = fake_cupy if backend == "cupy" else np
+    params = {k: xp.asarray(v) for k, v in _host(_mlp("numpy").init_params(1)).items()}
+    params["momentum/W0"] = params["W0"]                 # one array for two donated entries
+    x, y = rng.normal(size=(8, 4)), rng.integers(0, 3, 8)
+    with pytest.raises(ValueError, match=r"parameters 'W0' and 'momentum_W0' are the same array .*donate=True"):
+        step.step(params, xp.asarray(x), xp.asarray(y))
+    params["momentum/W0"] = params["W0"].copy()
+    step.step(params, xp.asarray(x), xp.asarray(y))      # distinct arrays: fine
+    _mlp(backend).step({**params, "momentum/b0": params["b0"]}, xp.asarray(x), xp.asarray(y))   # no donation: fine
+
+
 # ------------------------------------------------------------------ item 3
 def test_a_fortran_ordered_folded_constant_is_read_in_c_order(fake_cupy, rng):
     T = cg.NdArrayType((5, 5), cg.float64)

@@ -36,7 +36,7 @@ from circuitgrad.types import Index, NdArrayType
 
 from .plan import Launch, Plan, Stage, contiguous_strides
 
-__all__ = ["Kernel", "RULES", "kernels", "ctype", "donations"]
+__all__ = ["Kernel", "RULES", "kernels", "ctype", "donations", "last_readers"]
 
 
 def ctype(t: NdArrayType) -> str:
@@ -237,13 +237,42 @@ def _fused(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None =
                   ops, frozenset(strided), in_types, dict(donated))
 
 
-def donations(kern: Kernel, step: Launch, donate_pairs: dict[int, int] | None) -> dict[int, int]:
+def last_readers(plan: Plan) -> dict[int, int]:
+    """The index of the last step that reads each variable's memory, views included: a step that reads a view
+    (``.T``, a reshape, ``as_strided`` of a base) reads its base, so the base's last reader is the view's. A
+    variable a program output aliases (returned as, or through a view of it) is read after every step."""
+    root: dict[int, int] = {}
+
+    def base(v: int) -> int:
+        v = plan.src(v)
+        return root.get(v, v)
+
+    last: dict[int, int] = {}
+    for k, s in enumerate(plan.steps):
+        for v in s.inputs:
+            b = base(v)
+            last[b] = max(last.get(b, -1), k)
+        if s.kind == "view":
+            for r in s.outputs:
+                root[plan.src(r)] = base(s.inputs[0]) if s.inputs else plan.src(r)
+    for v in plan.program.outputs:
+        b = base(v)
+        if b != plan.src(v):
+            last[b] = len(plan.steps)            # returned through a view: alive after the call
+    return last
+
+
+def donations(kern: Kernel, step: Launch, donate_pairs: dict[int, int] | None, index: int | None = None,
+              last: dict[int, int] | None = None) -> dict[int, int]:
     """The outputs of a fused kernel written into the input they may overwrite (``donate_pairs``: output ->
-    input): only where every thread reads the element it writes (the input is not read through a layout)."""
-    if step.kind != "fused" or not donate_pairs:
+    input): only where every thread reads the element it writes (the input is not read through a layout), and
+    only where this launch (step ``index``) is the input's last reader (``last``, from :func:`last_readers`):
+    a later launch, or a view read later, would otherwise read the updated values. Without ``index``/``last``
+    nothing is donated."""
+    if step.kind != "fused" or not donate_pairs or index is None or last is None:
         return {}
     return {v: d for v in kern.outputs if (d := donate_pairs.get(v)) is not None
-            and d in kern.inputs and d not in kern.strided}
+            and d in kern.inputs and d not in kern.strided and last.get(d) == index}
 
 
 def _closure(v: int, defined: dict, plan: Plan) -> set[int]:
@@ -476,10 +505,11 @@ def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None 
     (see :func:`donations`) drops ``__restrict__`` from both pointers, which then alias.
     """
     out: dict[int, Kernel] = {}
+    last = last_readers(plan) if donate_pairs else None
     for i, s in enumerate(plan.steps):
         if s.kind == "fused":
             out[i] = _fused(s, plan, f"{prefix}_fused{i}")
-            pairs = donations(out[i], s, donate_pairs)
+            pairs = donations(out[i], s, donate_pairs, i, last)
             if pairs:
                 out[i] = _fused(s, plan, f"{prefix}_fused{i}", pairs)
         elif s.kind == "rowwise":

@@ -36,7 +36,7 @@ from circuitgrad.codegen import _ident
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Program
 
-from .cuda import Kernel, _fused, donations, kernels
+from .cuda import Kernel, _fused, donations, kernels, last_readers
 from .plan import Plan, plan, read_through
 
 __all__ = ["GpuFunction", "generate", "emulated_kernel", "BLOCK"]
@@ -54,6 +54,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         names[v] = _ident(n)
 
     src = p.src
+    readers = last_readers(p) if donate_pairs else None      # donation only into an input dead after the launch
     last: dict[int, int] = {}
     for k, s in enumerate(p.steps):
         for v in s.inputs:
@@ -107,9 +108,9 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
             lines.append(f"    {names[r]} = {expr}".ljust(60) + "# view, no launch")
         else:  # fused / rowwise / copy kernels
             kern = ks[k]
-            # in place only where every thread reads the element it writes (cuda.donations); such a
-            # kernel has no __restrict__ on the aliased pointers (kernels() built with donate_pairs)
-            pairs = donations(kern, s, donate_pairs)
+            # in place only where every thread reads the element it writes and no later launch reads the
+            # input (cuda.donations); such a kernel has no __restrict__ on the aliased pointers
+            pairs = donations(kern, s, donate_pairs, k, readers)
             if pairs != kern.donated:
                 kern = ks[k] = _fused(s, p, kern.name, pairs)
             outs = []
@@ -196,8 +197,43 @@ class GpuFunction:
     def source(self) -> str:
         return self.python + "\n/* CUDA kernels */\n" + self.cuda_source
 
+    donors: tuple = ()          # (position, name) of the arguments a ``donate=True`` step may overwrite
+
     def run(self, *args):
+        if self.donors:
+            _distinct_donors(self.donors, args)
         return self.fn(*args)
+
+
+def _pointer(a) -> int | None:
+    """The data pointer of an array, read on the host (no sync): CuPy's ``a.data.ptr``, NumPy's interface."""
+    if not getattr(a, "size", 0):
+        return None
+    data = getattr(a, "data", None)
+    ptr = getattr(data, "ptr", None)
+    if isinstance(ptr, int):
+        return ptr
+    for attr in ("__cuda_array_interface__", "__array_interface__"):
+        face = getattr(a, attr, None)
+        if isinstance(face, dict):
+            return int(face["data"][0])
+    return None
+
+
+def _distinct_donors(donors: tuple, args: tuple) -> None:
+    """With ``donate=True`` a parameter is updated in the caller's array: two entries given the same array would
+    each be overwritten by the other's update (and read after it). Refused, naming both."""
+    seen: dict[int, str] = {}
+    for k, name in donors:
+        a = args[k]
+        ptr = _pointer(a)
+        if ptr is None:
+            continue
+        if ptr in seen:
+            raise ValueError(f"parameters {seen[ptr]!r} and {name!r} are the same array (data pointer {ptr:#x}): with "
+                             f"donate=True each parameter is updated in place, so each must be its own array; "
+                             f"pass a copy for one of them (e.g. .copy())")
+        seen[ptr] = name
 
 
 def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: Callable,
@@ -210,4 +246,8 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
     for i, k in ks.items():
         ns[k.name] = launcher(p, i, k)
     exec(compile(src, f"<circuitgrad-gpu:{fn_name}>", "exec"), ns)
-    return GpuFunction(prog, p, ks, src, ns[_ident(fn_name)])
+    g = GpuFunction(prog, p, ks, src, ns[_ident(fn_name)])
+    if donate_pairs:
+        donor_vars = set(donate_pairs.values())
+        g.donors = tuple((k, n) for k, (v, n) in enumerate(zip(prog.inputs, arg_names)) if v in donor_vars)
+    return g
