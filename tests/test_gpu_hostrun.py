@@ -303,6 +303,41 @@ def test_ascontiguousarray_of_a_0d_array_is_1d_as_cupys():
         assert cp.ascontiguousarray(z, dtype=np.float64).shape == (1,)
 
 
+def test_host_reads_of_device_memory_are_recorded():
+    with hostrun.device() as cp:
+        a = cp.asarray(np.arange(3.0))
+        assert cp.syncs == []
+        bool(a[0]), int(a[1]), float(a[2]), a.item(0), a.tolist(), a.get(), cp.asnumpy(a)
+        assert [s.split(" at ")[0] for s in cp.syncs] == ["__bool__", "__int__", "__float__", "item", "tolist",
+                                                           "get", "get"]
+        assert all(s.split(" at ")[1].startswith("test_gpu_hostrun.py:") for s in cp.syncs), cp.syncs
+
+
+@pytest.mark.parametrize("name", ["mlp", "gpt"])
+def test_step_and_gradients_never_read_the_device(name, rng):
+    """``step`` and ``gradients`` with parameters, ids/inputs and labels on the device: no host read at all (the
+    id and label checks are deferred to the next synchronising call)."""
+    with hostrun.device() as cp:
+        if name == "mlp":
+            m = cg.compile_model(nn.mlp(8, [4, 6, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.adamw(1e-2),
+                                 backend="cupy", donate=True)
+            x, y = cp.asarray(rng.normal(size=(8, 4))), cp.asarray(rng.integers(0, 3, 8))
+        else:
+            m = cg.compile_model(nn.gpt(2, 4, 11, d=12, heads=3, layers=1), loss=nn.softmax_cross_entropy,
+                                 optimizer=nn.adamw(1e-2), backend="cupy", donate=True)
+            x, y = cp.asarray(rng.integers(0, 11, (2, 4))), cp.asarray(rng.integers(0, 11, (2, 4)))
+        p = {k: cp.asarray(v) for k, v in m.init_params(0).items()}
+        m.gradients(p, x, y)                                 # compiles gradients (nvcc) before counting
+        cp.syncs.clear()
+        for _ in range(2):
+            p = m.step(p, x, y)
+            p = nn.set_learning_rate(p, 5e-3)
+            m.gradients(p, x, y)
+        assert cp.syncs == []
+        m.check_inputs()                                     # the deferred checks: reads, as they must
+        assert cp.syncs
+
+
 def test_kernel_arguments_follow_rawkernels_rules():
     with hostrun.device() as cp:
         k = cp.RawKernel(_SHIFT, "shift")

@@ -33,6 +33,9 @@ What the stand-in does as a device does:
   NumPy arrays. ``empty`` returns NaN-filled memory (so an element no kernel writes shows),
   and every allocation has guard elements on both sides that are checked after each launch (a write out of
   bounds raises :class:`IllegalAddress`).
+* **Reads back to the host are recorded**: ``.get()``, ``item``, ``tolist``, ``bool``/``int``/``float``/
+  ``index`` of a device array, and printing one each append ``"what at file:line"`` to ``cupy.syncs`` (cleared
+  when :func:`device` is entered), as each would wait for the device; a test can require none in a step.
 * cuBLAS products, reductions, views (``as_strided``, ``transpose``, …) delegate to NumPy.
 
 A kernel whose threads cooperate (warp shuffles, shared memory, ``__syncthreads``) cannot run one thread at a
@@ -137,6 +140,16 @@ def _check_guards(arrays, what: str) -> None:
                                  f"corruption of a neighbouring buffer)")
 
 
+def _sync(what: str) -> None:
+    """Record a read of device memory by the host (a synchronisation on a device): ``cupy.syncs`` lists them as
+    ``"what at file:line"`` (the caller outside this module), so a test can require a step to make none."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename == __file__:
+        f = f.f_back
+    where = f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}" if f is not None else "?"
+    cupy.syncs.append(f"{what} at {where}")
+
+
 def _unwrap(x):
     if isinstance(x, DeviceArray):
         return x._a
@@ -194,7 +207,16 @@ class DeviceArray:
 
     # -- what CuPy has
     def get(self, stream=None, order="C", out=None) -> np.ndarray:
+        _sync("get")
         return np.array(self._a, order=order, copy=True)
+
+    def item(self, *args):
+        _sync("item")
+        return self._a.item(*args)
+
+    def tolist(self):
+        _sync("tolist")
+        return self._a.tolist()
 
     @property
     def __cuda_array_interface__(self) -> dict:
@@ -234,22 +256,29 @@ class DeviceArray:
     def __iter__(self) -> Iterator["DeviceArray"]:
         return (DeviceArray(np.asarray(v)) for v in self._a)
 
+    # -- reads back to the host: each waits for the device (recorded in ``cupy.syncs``)
     def __float__(self) -> float:
+        _sync("__float__")
         return float(self._a)
 
     def __int__(self) -> int:
+        _sync("__int__")
         return int(self._a)
 
     def __index__(self) -> int:
+        _sync("__index__")
         return self._a.__index__()
 
     def __bool__(self) -> bool:
+        _sync("__bool__")
         return bool(self._a)
 
     def __repr__(self) -> str:
+        _sync("__repr__")
         return "hostrun." + repr(self._a).replace("array(", "DeviceArray(", 1)
 
     def __str__(self) -> str:
+        _sync("__str__")
         return str(self._a)
 
 
@@ -599,6 +628,7 @@ cupy.cuda = types.SimpleNamespace(runtime=_Runtime(), Device=_Device,
                                   Stream=types.SimpleNamespace(null=None),
                                   get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None))
 cupy.hostrun = True                       # how code can tell the stand-in from CuPy
+cupy.syncs = []                           # every read of device memory by the host (see _sync); device() clears it
 
 
 @contextlib.contextmanager
@@ -612,6 +642,7 @@ def device(order: str = "forward") -> Iterator[types.ModuleType]:
     saved, prev = sys.modules.get("cupy"), getattr(_state, "order", None)
     sys.modules["cupy"] = cupy
     _state.order = order
+    cupy.syncs.clear()
     try:
         yield cupy
     finally:
