@@ -70,7 +70,28 @@ def array_module(a):
     if not _on_device(a):
         return np
     import cupy
-    return cupy.get_array_module(a)
+    return cupy.get_array_module(device_array(a, "array"))
+
+
+def device_array(a, where: str):
+    """``a`` as a ``cupy.ndarray`` when it is a device array of another library (a PyTorch CUDA tensor, a Numba
+    device array: anything with ``__cuda_array_interface__``), wrapped without a copy by ``cupy.asarray``; any
+    other value unchanged. Without CuPy such an array is refused, naming ``where``."""
+    if not _on_device(a):
+        return a
+    try:
+        import cupy
+    except ImportError:
+        raise TypeError(f"{where} is a device array ({type(a).__module__}.{type(a).__name__}, with "
+                        f"__cuda_array_interface__), but CuPy is not installed to read it; pass a NumPy array "
+                        f"or install CuPy") from None
+    if isinstance(a, cupy.ndarray):
+        return a
+    try:
+        return cupy.asarray(a)                     # zero copy: the same device memory
+    except Exception as e:
+        raise TypeError(f"{where} is a device array ({type(a).__module__}.{type(a).__name__}) that "
+                        f"cupy.asarray cannot wrap ({e}); pass a cupy.ndarray") from None
 
 
 class DeviceChecks:
@@ -115,7 +136,7 @@ def _shape(shape: Sequence) -> str:
 def real_array(a, where: str):
     """``a`` as an array (host, or the device array it already is) of an integer or float dtype."""
     if _on_device(a):
-        arr = a
+        arr = a = device_array(a, where)
     else:
         try:
             arr = np.asarray(a)
@@ -266,7 +287,7 @@ def parameters(params: Mapping, names: Sequence[str], allowed: Sequence[str] | s
         raise TypeError(f"{fn}: params must be a dict of arrays by name (as returned by init_params), "
                         f"got {type(params).__name__}")
     try:
-        out = [params[n] for n in names]
+        out = [device_array(params[n], f"{fn}: parameter {n}") for n in names]
     except KeyError:
         out = None
     if out is None or len(params) > len(names):

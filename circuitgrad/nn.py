@@ -504,7 +504,8 @@ def set_learning_rate(params: dict, lr: float, dtype: Dtype | None = None) -> di
     > 0 (``ValueError``), and not rounding to 0 in the parameters' dtype.  A fixed-point model keeps the
     rate as a raw integer: pass its ``dtype`` (``cg.fixed(w, f)``, the step's ``dtype``) to quantize ``lr``.
     The new rate is an array of the same module as ``params['adam/lr']``: on the device for a CuPy step
-    (checked on the host first, then copied there; nothing is read back from the device).
+    (checked on the host first, then copied there; nothing is read back from the device). A device array of
+    another library (``__cuda_array_interface__``) counts as CuPy's (``cupy.asarray``, no copy).
     """
     lr = _rate("set_learning_rate", "learning rate lr", lr)
     if "adam/lr" not in params:
@@ -512,8 +513,8 @@ def set_learning_rate(params: dict, lr: float, dtype: Dtype | None = None) -> di
                        "state; other optimizers' rates are constants of the compiled step)")
     # the rate stays where the parameters are: a CuPy rate for a CuPy step (CuPy refuses np.asarray of a device
     # array, and a NumPy 0-d rate would reach a kernel by value)
-    from .arguments import array_module
-    old = params["adam/lr"]
+    from .arguments import array_module, device_array
+    old = device_array(params["adam/lr"], "set_learning_rate: params['adam/lr']")   # a torch CUDA tensor: cupy
     xp = array_module(old)
     if not hasattr(old, "dtype"):
         old = np.asarray(old)

@@ -338,6 +338,36 @@ def test_step_and_gradients_never_read_the_device(name, rng):
         assert cp.syncs
 
 
+class _Foreign:
+    """Another library's device array (a PyTorch CUDA tensor, a Numba array): only ``__cuda_array_interface__``."""
+
+    def __init__(self, d):
+        self._d = d                                         # keeps the memory alive
+        self.__cuda_array_interface__ = d.__cuda_array_interface__
+        self.shape, self.size = d.shape, d.size            # (a torch tensor has these, with its own dtype)
+        self.dtype = "torch.float32"
+
+
+def test_foreign_device_arrays_are_wrapped_by_cupy_asarray(rng):
+    """Parameters, inputs and the learning rate given as another library's device arrays: wrapped without a copy
+    (``cupy.asarray``), so ``step`` and ``set_learning_rate`` work (they raised an unnamed TypeError)."""
+    with hostrun.device() as cp:
+        m = cg.compile_model(nn.mlp(8, [4, 6, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.adam(1e-2),
+                             dtype=cg.float32, backend="cupy")
+        host = m.init_params(0)
+        x, y = rng.normal(size=(8, 4)).astype(np.float32), rng.integers(0, 3, 8)
+        want = {k: v.get() for k, v in m.step({k: cp.asarray(v) for k, v in host.items()}, x, y).items()}
+        dev = {k: cp.asarray(v) for k, v in host.items()}
+        foreign = {k: _Foreign(v) for k, v in dev.items()}
+        wrapped = cg.arguments.device_array(foreign["W0"], "W0")
+        assert isinstance(wrapped, hostrun.DeviceArray) and wrapped.data.ptr == dev["W0"].data.ptr   # no copy
+        got = m.step(foreign, _Foreign(cp.asarray(x)), _Foreign(cp.asarray(y)))
+        for k in want:
+            np.testing.assert_array_equal(got[k].get(), want[k], err_msg=k)
+        lr = nn.set_learning_rate(foreign, 3e-3)["adam/lr"]
+        assert isinstance(lr, hostrun.DeviceArray) and lr.get() == np.float32(3e-3)
+
+
 def test_kernel_arguments_follow_rawkernels_rules():
     with hostrun.device() as cp:
         k = cp.RawKernel(_SHIFT, "shift")

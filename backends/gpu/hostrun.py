@@ -504,7 +504,18 @@ class RawKernel:
 
 
 # ------------------------------------------------------------------ the cupy stand-in
+class _Interface:
+    """NumPy's view of another library's device array: here device memory is host memory."""
+
+    def __init__(self, cai: dict):
+        self.__array_interface__ = {"shape": tuple(cai["shape"]), "typestr": cai["typestr"], "version": 3,
+                                    "data": (int(cai["data"][0]), bool(cai["data"][1])),
+                                    "strides": cai.get("strides")}
+
+
 def _asarray(a, dtype=None, order=None, *, blocking=False):
+    if not isinstance(a, (DeviceArray, np.ndarray)) and hasattr(a, "__cuda_array_interface__"):
+        a = DeviceArray(np.asarray(_Interface(a.__cuda_array_interface__)))   # CuPy wraps it: no copy
     if isinstance(a, DeviceArray):
         if order in ("C", "c") and not a._a.flags.c_contiguous or order in ("F", "f") and not a._a.flags.f_contiguous:
             return _array(a, dtype, order=order)
