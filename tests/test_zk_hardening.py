@@ -246,9 +246,9 @@ def test_the_opening_is_written_beside_the_run_never_inside(tmp_path, monkeypatc
     for out in ("run", "run/", "run/.", "./run", "run//", str(tmp_path / "run")):
         assert _opening_path(out) == beside, out
     assert _opening_path(".") == str(tmp_path) + ".opening.npz"          # '--out .': beside the directory
-    os.symlink(".", os.path.join("run", "here"))                         # run/here is run itself
-    inside = str(tmp_path / "run" / "here") + ".opening.npz"
-    for out, where in (("run/here", inside), ("/", "/.opening.npz")):
+    os.symlink(".", os.path.join("run", "here"))                         # run/here is run itself: resolved,
+    assert _opening_path("run/here") == beside                           # its opening is beside it too
+    for out, where in (("/", "/.opening.npz"),):
         msg = _refused(lambda: _opening_path(out))
         assert msg.endswith(f"--out {out}: the private opening would be written to {where}, inside the run "
                             f"directory that is published; name the run directory by a path with a parent outside "
@@ -418,3 +418,83 @@ def test_a_bundle_whose_options_differ_verifies_and_says_which(bundle, tmp_path,
             f"note='made on Tuesday' (yours unset)\n") in out
     rc = main(["zk", "verify", *IRIS, bundle, "--init-seed", "0"])
     assert rc == 0 and "options than yours" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- review of issue 27: where zk prove writes
+TINY = """import numpy as np
+import circuitgrad as cg
+from circuitgrad import nn
+X = np.round(np.random.default_rng(0).uniform(-2, 2, (8, 2)) * 256) / 256
+Y = np.arange(8) % 2
+def model(batch=2, lr=0.125, dtype=cg.fixed(16, 8)):
+    def data(seed):
+        for i in range(0, 8, batch):
+            yield X[i:i + batch], Y[i:i + batch]
+    return cg.ModelSpec(nn.mlp(batch, [2, 2], dtype=dtype), nn.softmax_cross_entropy, nn.sgd(lr), dtype, data,
+                        dataset=lambda: (X, Y))
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    p = tmp_path / "tiny.py"
+    p.write_text(TINY)
+    return str(p)
+
+
+@pytest.mark.parametrize("private", [[], ["--private", "--workers", "1"]], ids=["bundle", "private"])
+def test_zk_prove_out_an_existing_file_is_a_usage_error(tiny, tmp_path, capsys, private):
+    f = tmp_path / "f"
+    f.write_text("mine")
+    rc, text = _main(capsys, "zk", "prove", tiny, "--out", str(f), *private)
+    assert (rc, text) == (2, f"circuitgrad zk: --out {f}: exists and is not a directory; name a new directory (or a "
+                             f"bundle zk prove wrote, which is replaced)\n")
+    rc, text = _main(capsys, "zk", "prove", tiny, "--out", str(f / "x"), *private)
+    assert (rc, text) == (2, f"circuitgrad zk: --out {f / 'x'}: {f} is not a directory\n")
+    assert f.read_text() == "mine"
+
+
+def test_zk_prove_over_a_bundle_leaves_no_stale_step_and_never_overwrites_other_files(tiny, tmp_path, capsys):
+    out = str(tmp_path / "proofs")
+    assert _main(capsys, "zk", "prove", tiny, "--out", out, "--steps", "2")[0] == 0
+    assert sorted(os.listdir(out)) == ["chain.json", "final.npz", "step_000.proof", "step_001.proof"]
+    assert _main(capsys, "zk", "prove", tiny, "--out", out, "--steps", "1")[0] == 0      # over our own bundle
+    assert sorted(os.listdir(out)) == ["chain.json", "final.npz", "step_000.proof"]
+    rc, text = _main(capsys, "zk", "verify", tiny, out, "--init-seed", "0")
+    assert rc == 0 and text.endswith("all 1 proofs verify\n"), text
+    for foreign in ("notes.txt", "step_007", "step_001.proof.bak"):
+        path = os.path.join(out, foreign)
+        os.mkdir(path) if foreign == "step_007" else open(path, "w").write("mine")
+        if foreign == "step_007":
+            open(os.path.join(path, "data.csv"), "w").write("mine")       # not a snarkjs proof's file
+        before = sorted(os.listdir(out))
+        rc, text = _main(capsys, "zk", "prove", tiny, "--out", out, "--steps", "1")
+        assert (rc, text) == (2, f"circuitgrad zk: --out {out}: the directory holds {foreign}, which zk prove does "
+                                 f"not write; name a new directory (or a bundle zk prove wrote, which is replaced)\n")
+        assert sorted(os.listdir(out)) == before
+        shutil.rmtree(path) if foreign == "step_007" else os.remove(path)
+    rc, text = _main(capsys, "zk", "prove", tiny, "--out", out, "--private", "--workers", "1")   # a bundle: no run
+    assert (rc, text) == (2, f"circuitgrad zk: --out {out}: the directory holds chain.json, which zk prove does not "
+                             f"write; name a new directory (or a bundle zk prove wrote, which is replaced)\n")
+
+
+def test_the_run_and_its_opening_are_placed_by_one_resolved_path(tiny, tmp_path, capsys, monkeypatch):
+    """``--out x/..`` with x a symbolic link: the OS writes the run where x/.. resolves, so the opening is placed
+    (and checked) by that same resolved path, not by the path as written (it was R/a/b.opening.npz, inside R)."""
+    from circuitgrad.backends.zk.cli import _opening_path
+    R = tmp_path / "R"
+    (R / "a" / "b").mkdir(parents=True)
+    (R / "c" / "run").mkdir(parents=True)
+    monkeypatch.chdir(R / "a" / "b")
+    os.symlink(R / "c", "x")
+    os.symlink(R / "c" / "run", "y")
+    assert _opening_path("x/..") == f"{R}.opening.npz"
+    assert _opening_path("y") == f"{R / 'c' / 'run'}.opening.npz"
+    rc, text = _main(capsys, "zk", "prove", tiny, "--private", "--workers", "1", "--steps", "2",
+                     "--out", str(R / "a" / "b" / "y"))
+    assert rc == 0, text
+    assert sorted(os.listdir(R / "c" / "run")) == ["run.json", "step_000.proof", "step_001.proof"]
+    assert sorted(os.listdir(R / "c")) == ["run", "run.opening.npz"]
+    assert sorted(os.listdir(R / "a" / "b")) == ["x", "y"]
+    assert (f"2 proofs in {R / 'c' / 'run'}; the final parameters and their blinding (private: keep them) in "
+            f"{R / 'c' / 'run'}.opening.npz\n") in text

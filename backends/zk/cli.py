@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import time
 
 import numpy as np
@@ -140,6 +141,67 @@ def _refuse_large_setup(a, circuit) -> None:
             f"generate it anyway, or use the native prover: --system ligero.")
 
 
+_STEP_FILE = re.compile(r"step_\d{3,}\.proof")
+_STEP_DIR = re.compile(r"step_\d{3,}")
+_SNARKJS_FILES = {"proof.json", "public.json", "verification_key.json", "statement.json"}
+
+
+def _ours(out: str, e: str, index: set[str]) -> bool:
+    """Whether ``out/e`` is a file ``zk prove`` writes in such a directory: ``index`` (``chain.json`` …), a step
+    proof (``step_000.proof``, a regular file), or a snarkjs step directory holding only a snarkjs proof's files."""
+    path = os.path.join(out, e)
+    if os.path.islink(path):
+        return False
+    if e in index or _STEP_FILE.fullmatch(e):
+        return os.path.isfile(path)
+    if _STEP_DIR.fullmatch(e) and os.path.isdir(path):
+        inner = os.listdir(path)
+        return all(f in _SNARKJS_FILES and os.path.isfile(os.path.join(path, f))
+                   and not os.path.islink(os.path.join(path, f)) for f in inner)
+    return False
+
+
+def _out_dir(out: str, index: set[str]) -> str:
+    """The directory ``--out`` names, resolved once through symbolic links (``os.path.realpath``): the run or
+    bundle is written there and every check is made on that same path. A usage error when it is not a directory,
+    or when it holds anything ``zk prove`` did not write (``index``, step proofs): a bundle is written over only
+    a bundle, never over the user's own files."""
+    real = os.path.realpath(out)
+    above = real
+    while not os.path.lexists(above):
+        above = os.path.dirname(above)
+    if above != real and not os.path.isdir(above):
+        raise _usage(f"--out {out}: {above} is not a directory")
+    if os.path.lexists(real) and not os.path.isdir(real):
+        raise _usage(f"--out {out}: exists and is not a directory; name a new directory (or a bundle zk prove "
+                     f"wrote, which is replaced)")
+    if os.path.isdir(real):
+        foreign = sorted(e for e in os.listdir(real) if not _ours(real, e, index))
+        if foreign:
+            raise _usage(f"--out {out}: the directory holds {printable(foreign[0])}, which zk prove does not "
+                         f"write; name a new directory (or a bundle zk prove wrote, which is replaced)")
+    return real
+
+
+def _make_dir(out: str, real: str) -> None:
+    try:
+        os.makedirs(real, exist_ok=True)
+    except OSError as e:
+        raise _usage(f"--out {out}: cannot create the directory: {e.strerror or e}") from None
+
+
+def _remove_ours(real: str) -> None:
+    """Remove a previous bundle's files (``_out_dir`` checked they are all ours): no stale step is left behind."""
+    for e in os.listdir(real):
+        path = os.path.join(real, e)
+        if os.path.isdir(path) and not os.path.islink(path):
+            for f in os.listdir(path):
+                os.remove(os.path.join(path, f))
+            os.rmdir(path)
+        else:
+            os.remove(path)
+
+
 def _prove(a) -> int:
     if a.steps < 1:
         raise _usage(f"--steps must be at least 1, got {a.steps}")
@@ -147,6 +209,7 @@ def _prove(a) -> int:
         return _prove_private(a)
     if a.workers is not None or a.scheduler is not None:
         raise _usage("--workers and --scheduler prove the steps of a --private run on Dask")
+    out = _out_dir(a.out, {"chain.json", "final.npz"})
     with _Phase("compile"):
         spec, step, circuit, opts = _setup(a)
     statement = with_soundness(circuit.statement(), _soundness(a)) if a.system == "ligero" else circuit.statement()
@@ -162,7 +225,8 @@ def _prove(a) -> int:
     except modelfile.ModelFileError as e:
         raise _fail(str(e)) from None
     batches = itertools.chain([first_batch], batches)
-    os.makedirs(a.out, exist_ok=True)
+    _make_dir(a.out, out)
+    _remove_ours(out)
     for k in range(a.steps):
         try:
             x, y = modelfile.check_batch(step, next(batches), k, a.script)
@@ -171,7 +235,7 @@ def _prove(a) -> int:
         with _Phase(f"witness {k}"):
             wit = circuit.witness(params, x, y)
             circuit.assert_satisfied(wit)
-        where = os.path.join(a.out, B.step_name(k, a.system))
+        where = os.path.join(out, B.step_name(k, a.system))
         if a.system == "ligero":
             with _Phase(f"prove {k}"):
                 proof = ligero.prove(circuit, wit, log=lambda s: print("  " + s, flush=True), soundness=_soundness(a))
@@ -185,11 +249,11 @@ def _prove(a) -> int:
         params = step.step(params, x, y)
         print(f"step {k}: proof in {where} ({len(proof.public)} public values, {info})")
     last = [np.asarray(params[n], dtype=np.int64) for n in names]
-    np.savez(os.path.join(a.out, "final.npz"), **dict(zip(names, last)))
+    np.savez(os.path.join(out, "final.npz"), **dict(zip(names, last)))
     h0, h1 = params_sha256(names, first), params_sha256(names, last)
-    B.write_chain(a.out, a.steps, a.system, statement, circuit.digest().hex(), h0, h1, opts)
+    B.write_chain(out, a.steps, a.system, statement, circuit.digest().hex(), h0, h1, opts)
     print(f"first parameters sha256 {h0}")
-    print(f"last parameters sha256 {h1} (saved as {os.path.join(a.out, 'final.npz')})")
+    print(f"last parameters sha256 {h1} (saved as {os.path.join(out, 'final.npz')})")
     return 0
 
 
@@ -221,6 +285,7 @@ def _prove_private(a) -> int:
         raise _usage("--workers starts a local Dask cluster and --scheduler uses an existing one: name one of them")
     if a.workers is not None and a.workers < 1:
         raise _usage(f"--workers must be at least 1, got {a.workers}")
+    out = _out_dir(a.out, {"run.json"})
     opening = _opening_path(a.out)
     with _Phase("compile"):
         spec, step, circuit, _ = _setup(a)
@@ -240,24 +305,26 @@ def _prove_private(a) -> int:
         where = f"on {cluster}" if a.scheduler else "here" if cluster == 1 else f"on {cluster} local workers"
     with _Phase(f"prove {a.steps} steps {where}"):
         run = prove_run(step, params, batches, dataset=data, cluster=cluster, soundness=_soundness(a))
-    run.save(a.out)
+    _make_dir(a.out, out)
+    _remove_ours(out)                         # a previous run's files (all ours: _out_dir checked)
+    run.save(out)                             # the resolved path: the one _opening_path checked
     np.savez(opening, randomness=np.array(run.opening["randomness"], dtype=np.int64),
              **{n: run.opening["params"][n] for n in names})
     print(f"public statement: {run.statement}")
     print(f"dataset: {data.commitment.rows} rows, root {_show(data.commitment.root)}")
     print(f"starting commitment c0 {_show(run.commitments[0])}")
     print(f"final commitment {_show(run.commitments[-1])}")
-    print(f"{a.steps} proofs in {a.out}; the final parameters and their blinding (private: keep them) in {opening}")
+    print(f"{a.steps} proofs in {out}; the final parameters and their blinding (private: keep them) in {opening}")
     return 0
 
 
 def _opening_path(out: str) -> str:
     """Where the private opening of the run written to ``out`` goes: ``RUN.opening.npz`` beside the run directory,
     never inside it (publishing the run must not publish the final weights and their blinding)."""
-    run = os.path.abspath(out)                 # normalised: 'run/', 'run/.' and './run' are all 'run'
-    opening = run + ".opening.npz"
+    run = os.path.realpath(out)                # resolved as the OS resolves it when the run is written (_out_dir):
+    opening = run + ".opening.npz"             # 'run/', 'run/.', './run' and a symbolic link to it are all 'run'
     inside = os.path.realpath(os.path.dirname(opening))
-    if os.path.commonpath([inside, os.path.realpath(run)]) == os.path.realpath(run):
+    if os.path.commonpath([inside, run]) == run:
         raise _usage(f"--out {out}: the private opening would be written to {opening}, inside the run directory "
                      f"that is published; name the run directory by a path with a parent outside it")
     return opening
