@@ -124,7 +124,9 @@ def test_row_kernels_match_numpy_on_the_host(op, k, dtype, rng):
             np.testing.assert_array_equal(got[order][0], want[0], err_msg=f"threads {order}")
         else:
             assert_programs_close(got[order], want, prog, [x], err_msg=f"{op} k={k} threads {order}")
-    np.testing.assert_array_equal(got["forward"][0], got["reverse"][0])     # no thread reads another's output
+    # bitwise equal although "reverse" computes the lanes' partials 31 … 0: no lane's partial reads another's
+    # (test_reverse_order_catches_a_lane_that_reads_another_lanes_partial shows that this assertion can fail)
+    np.testing.assert_array_equal(got["forward"][0], got["reverse"][0])
 
 
 def _special(k: int, rng) -> np.ndarray:
@@ -189,6 +191,50 @@ def test_causal_softmax_writes_exact_zeros_above_the_diagonal(rng):
         _, (got,) = _run(_prog("causal", x.shape), [x], "reverse")
         assert np.all(got[:, np.triu_indices(k, 1)[0], np.triu_indices(k, 1)[1]] == 0.0)
         assert np.all(got[:, np.tril_indices(k)[0], np.tril_indices(k)[1]] > 0)
+
+
+def _row_kernel(op: str, shape: tuple, prefix: str) -> cuda.Kernel:
+    (k,) = [kk for kk in cuda.kernels(make_plan(_prog(op, shape)), prefix=prefix).values() if kk.lanes > 1]
+    return k
+
+
+def test_shuffle_loop_and_host_replay_share_one_combine_function():
+    """The device's shuffle loop and the host's replay call the same ``<name>_comb_<tag>``, defined once."""
+    for op in OPS:
+        k = _row_kernel(op, _shape(op, 70), f"cm_{op}")
+        device = k.source[k.source.index(f'extern "C" __global__ void {k.name}('):k.source.index("#ifndef __CUDA_ARCH__")]
+        host = k.source[k.source.index(f"inline void {k.name}_body("):]
+        tags = ["mb"] if op == "argmax" else ["max", "sum"]
+        for tag in tags:
+            fn = f"{k.name}_comb_{tag}("
+            assert k.source.count(f"void {fn}") == 1, k.source
+            assert device.count(fn) == 1 and host.count(fn) == 1, (tag, k.source)
+        assert "__shfl_xor_sync" in device and "__shfl_xor_sync" not in host
+        assert not re.search(r"\bmax2\(|\+ s\[l \^ o\]|_better\(", device + host.split("#ifdef CG_HOSTRUN")[0]), \
+            "the combine is written out only in its function"
+
+
+def test_reverse_order_catches_a_lane_that_reads_another_lanes_partial(rng):
+    """In ``reverse`` the warp emulation computes the lanes' partials 31 … 0. A (deliberately broken) kernel whose
+    lane ``l`` adds lane ``l − 1``'s partial then differs between the orders, so the orders' bitwise agreement in
+    test_row_kernels_match_numpy_on_the_host means something."""
+    shape = (21, 100)
+    k = _row_kernel("logsumexp", shape, "lanedep")
+    good = f"s[l] = {k.name}_sum(i, l, x, m[l]);"
+    assert good in k.source
+    broken = k.source.replace(good, f"s[l] = {k.name}_sum(i, l, x, m[l]) + (l > 0 ? s[l - 1] : 0.0f);")
+    x = rng.normal(size=shape).astype(np.float32)
+    grid = math.ceil(k.threads / BLOCK)
+    res = {}
+    for src, tag in ((k.source, "good"), (broken, "broken")):
+        for order in hostrun.ORDERS:
+            with hostrun.device(order) as cp:
+                y = cp.empty(k.n, dtype=cp.float32)
+                cp.RawKernel(src, k.name)((grid,), (BLOCK,), (cp.asarray(x), y))
+                res[tag, order] = y.get()
+    np.testing.assert_array_equal(res["good", "forward"], res["good", "reverse"])
+    np.testing.assert_allclose(res["good", "forward"], np.log(np.exp(x).sum(-1)), rtol=1e-5)
+    assert not np.array_equal(res["broken", "forward"], res["broken", "reverse"])
 
 
 def test_hostcheck_runs_the_same_warp_emulation(rng):

@@ -308,11 +308,32 @@ WARP = 32
 FULL = "0xffffffffu"
 
 
-def _butterfly(combine: str, regs: list[tuple[str, str]]) -> str:
-    """The device's shuffle loop: every lane combines its partial with lane ``lane ^ o``, o = 16, 8, 4, 2, 1."""
+def _combine(name: str, tag: str, regs: list[tuple[str, str]], body: str) -> tuple[str, str, str]:
+    """One warp reduction from ONE combine template: ``(helper, device loop, host replay)``.
+
+    ``helper`` is the combine function, emitted once: ``<name>_comb_<tag>(T& r…, T r_o…)`` folds the partner's
+    partial ``r_o`` into ``r`` (``body``). The device loop shuffles each register with lane ``lane ^ o`` (o = 16
+    … 1) and calls it; the host replay calls the same function for every lane ``l`` with lane ``l ^ o``'s value
+    (double-buffered, as the shuffle reads every lane's value before any lane combines), lanes in the order of
+    ``<name>_lane`` (reversed in the host mode's ``reverse`` order). ``regs``: (register, C type)."""
+    fn = f"{name}_comb_{tag}"
+    sig = ", ".join([f"{t}& {r}" for r, t in regs] + [f"{t} {r}_o" for r, t in regs])
+    helper = f"__host__ __device__ inline void {fn}({sig}) {{ {body} }}\n"
     shf = "".join(f"        const {t} {r}_o = __shfl_xor_sync({FULL}, {r}, o);\n" for r, t in regs)
-    return (f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n" + shf
-            + f"        {combine}\n    }}\n")
+    device = (f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n" + shf
+              + f"        {fn}({', '.join(r for r, _ in regs)}, {', '.join(f'{r}_o' for r, _ in regs)});\n    }}\n")
+    host = (f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n"
+            + _lanes(name, "".join(f"{r}2[l] = {r}[l]; " for r, _ in regs)
+                     + f"{fn}({', '.join(f'{r}2[l]' for r, _ in regs)}, {', '.join(f'{r}[l ^ o]' for r, _ in regs)});",
+                     "        ")
+            + _lanes(name, "".join(f"{r}[l] = {r}2[l]; " for r, _ in regs), "        ")
+            + "    }\n")
+    return helper, device, host
+
+
+def _lanes(name: str, stmt: str, pad: str = "    ") -> str:
+    """Host code: ``stmt`` for the warp's 32 lanes ``l``, one after another, in ``<name>_lane`` order."""
+    return f"{pad}for (int l0 = 0; l0 < {WARP}; ++l0) {{ const int l = {name}_lane(l0); {stmt} }}\n"
 
 
 def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
@@ -321,10 +342,13 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
     Lane ``l`` of the warp owns columns ``l, l + 32, …`` (coalesced reads and writes). Each lane computes its
     partial (max; sum of ``exp(x - m)``; first maximum and its index), the warp combines the partials with
     ``__shfl_xor_sync`` for o = 16, 8, 4, 2, 1 (a butterfly: every lane ends with the same value), and each lane
-    writes its columns. The per-lane code is ``__host__ __device__``; ``<name>_body(row, …)`` (host only) runs
-    it for the 32 lanes one after another and replays the butterfly exactly (``v'[l] = op(v[l], v[l ^ o])``),
-    so the host result is bitwise the device's given the same ``exp``/``log``. The host execution mode calls it
-    through ``<name>__host_warp``, ``hostcheck`` through its loop over rows.
+    writes its columns. The per-lane code is ``__host__ __device__``, and so is each combine (:func:`_combine`:
+    one function that the device's shuffle loop and the host replay both call); ``<name>_body(row, …)`` (host
+    only) runs the 32 lanes one after another and replays the butterfly exactly (``v'[l] = comb(v[l],
+    v[l ^ o])``), so the host result is bitwise the device's given the same ``exp``/``log``. The host execution
+    mode calls it through ``<name>__host_warp``, lanes 31 … 0 in its ``reverse`` order (``<name>_lane``), so that
+    a lane whose partial depended on another's would differ between the orders; ``hostcheck`` calls it through
+    its loop over rows.
     """
     a = step.instrs[0]
     t = plan.program.types[a.args[0]]
@@ -352,22 +376,17 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
             f"    }}\n}}\n"
             f"{hd} void {name}_write(long long i, int lane, {c}* __restrict__ y, int b) {{\n"
             f"    for (int j = lane; j < {k}; j += {WARP}) y[i * {k}LL + j] = j == b ? ({c})1 : ({c})0;\n}}\n")
+        comb, dev, rep = _combine(name, "mb", [("m", c), ("b", "int")],
+                                  f"if ({name}_better(m_o, b_o, m, b)) {{ m = m_o; b = b_o; }}")
+        helpers.append(comb)
         device = (f"    {c} m; int b;\n"
                   f"    {name}_part(i, lane, x, m, b);\n"
-                  + _butterfly(f"if ({name}_better(m_o, b_o, m, b)) {{ m = m_o; b = b_o; }}",
-                               [("m", c), ("b", "int")])
+                  + dev
                   + f"    {name}_write(i, lane, y, b);\n")
-        host = (f"    {c} m[{WARP}], m2[{WARP}]; int b[{WARP}], b2[{WARP}];\n"
-                f"    for (int l = 0; l < {WARP}; ++l) {name}_part(i, l, x, m[l], b[l]);\n"
-                f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n"
-                f"        for (int l = 0; l < {WARP}; ++l) {{\n"
-                f"            m2[l] = m[l]; b2[l] = b[l];\n"
-                f"            if ({name}_better(m[l ^ o], b[l ^ o], m[l], b[l])) "
-                f"{{ m2[l] = m[l ^ o]; b2[l] = b[l ^ o]; }}\n"
-                f"        }}\n"
-                f"        for (int l = 0; l < {WARP}; ++l) {{ m[l] = m2[l]; b[l] = b2[l]; }}\n"
-                f"    }}\n"
-                f"    for (int l = 0; l < {WARP}; ++l) {name}_write(i, l, y, b[l]);\n")
+        host = (f"    {c} m[{WARP}] = {{}}, m2[{WARP}] = {{}}; int b[{WARP}] = {{}}, b2[{WARP}] = {{}};\n"
+                + _lanes(name, f"{name}_part(i, l, x, m[l], b[l]);")
+                + rep
+                + _lanes(name, f"{name}_write(i, l, y, b[l]);"))
     else:
         if isinstance(a.op, P.Softmax) and a.op.causal:
             s = t.shape[-2]
@@ -401,23 +420,20 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
                 f"{hd} void {name}_write(long long i, int lane, const {c}* __restrict__ x, {c}* __restrict__ y, "
                 f"{c} m, {c} s) {{\n"
                 f"    if (lane == 0) y[i] = m + {_fn('log', c)}(s);\n}}\n")
+        comb_m, dev_m, rep_m = _combine(name, "max", [("m", c)], f"m = {name}_max2(m, m_o);")
+        comb_s, dev_s, rep_s = _combine(name, "sum", [("s", c)], "s = s + s_o;")
+        helpers += [comb_m, comb_s]
         device = (f"    {c} m = {name}_max(i, lane, x);\n"
-                  + _butterfly(f"m = {name}_max2(m, m_o);", [("m", c)])
+                  + dev_m
                   + f"    {c} s = {name}_sum(i, lane, x, m);\n"
-                  + _butterfly("s = s + s_o;", [("s", c)])
+                  + dev_s
                   + f"    {name}_write(i, lane, x, y, m, s);\n")
-        host = (f"    {c} m[{WARP}], s[{WARP}], t[{WARP}];\n"
-                f"    for (int l = 0; l < {WARP}; ++l) m[l] = {name}_max(i, l, x);\n"
-                f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n"
-                f"        for (int l = 0; l < {WARP}; ++l) t[l] = {name}_max2(m[l], m[l ^ o]);\n"
-                f"        for (int l = 0; l < {WARP}; ++l) m[l] = t[l];\n"
-                f"    }}\n"
-                f"    for (int l = 0; l < {WARP}; ++l) s[l] = {name}_sum(i, l, x, m[l]);\n"
-                f"    for (int o = {WARP // 2}; o > 0; o >>= 1) {{\n"
-                f"        for (int l = 0; l < {WARP}; ++l) t[l] = s[l] + s[l ^ o];\n"
-                f"        for (int l = 0; l < {WARP}; ++l) s[l] = t[l];\n"
-                f"    }}\n"
-                f"    for (int l = 0; l < {WARP}; ++l) {name}_write(i, l, x, y, m[l], s[l]);\n")
+        host = (f"    {c} m[{WARP}] = {{}}, m2[{WARP}] = {{}}, s[{WARP}] = {{}}, s2[{WARP}] = {{}};\n"
+                + _lanes(name, f"m[l] = {name}_max(i, l, x);")
+                + rep_m
+                + _lanes(name, f"s[l] = {name}_sum(i, l, x, m[l]);")
+                + rep_s
+                + _lanes(name, f"{name}_write(i, l, x, y, m[l], s[l]);"))
     src = ("".join(helpers)
            + f"extern \"C\" __global__ void {name}({sig}) {{\n"
            f"    // one warp per row (blockDim.x is a multiple of 32): a warp past the last row returns as a whole\n"
@@ -427,7 +443,15 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
            f"    if (i >= {rows}LL) return;\n"
            + device + "}\n"
            "#ifndef __CUDA_ARCH__\n"
-           f"// host only: the warp's 32 lanes one after another, and the butterfly replayed exactly\n"
+           f"// host only: the warp's 32 lanes one after another (31 … 0 in the host mode's reverse order: a lane's\n"
+           f"// partial must not depend on another's), and the butterfly replayed with the device's combine\n"
+           f"inline int {name}_lane(int l) {{\n"
+           "#ifdef CG_HOSTRUN\n"
+           f"    return cg_reverse ? {WARP - 1} - l : l;\n"
+           "#else\n"
+           "    return l;\n"
+           "#endif\n"
+           "}\n"
            f"inline void {name}_body(long long i, {sig}) {{\n" + host + "}\n"
            "#ifdef CG_HOSTRUN\n"
            f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n"

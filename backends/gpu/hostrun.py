@@ -44,7 +44,9 @@ unsigned warp, <the kernel's parameters>)`` (marked ``#ifdef CG_HOSTRUN``); the 
 warp of 32 threads, in the chosen order, with ``blockIdx``/``blockDim``/``gridDim`` set. The prelude declares the
 warp intrinsics (``__shfl*_sync``, ``__syncwarp``, ``__syncthreads``) so that such a kernel compiles; a kernel that
 uses them without a host emulation is refused when it is created. The row kernels (``cuda._rowwise``, a warp per
-row) emulate their warp so: the same per-lane functions, and the shuffle butterfly replayed lane for lane.
+row) emulate their warp so: the same per-lane functions and combine function, and the shuffle butterfly
+replayed lane for lane. In ``"reverse"`` order the launch also sets ``cg_reverse``, and such an emulation runs
+its lanes 31 … 0 (the row kernels do), so a lane that read another lane's partial shows.
 
 What it cannot show: timing, occupancy, NVRTC (device) compilation, real concurrency (two threads of one
 launch never interleave), CUDA's float contraction into FMAs and its fast math functions, and the driver's
@@ -316,6 +318,7 @@ static inline cg_dim3 cg_coords(cg_ull v, unsigned nx, unsigned ny) {   // linea
     return cg_dim3{(unsigned)(v % nx), (unsigned)((v / nx) % ny), (unsigned)(v / ((cg_ull)nx * ny))};
 }
 static const int warpSize = 32;
+static int cg_reverse = 0;          // the launch's thread order: a warp emulation runs its lanes 31 … 0 when set
 #define __shared__ static
 // Warp intrinsics, so that a cooperative kernel compiles: the launch runs its <name>__host_warp emulation
 // instead (RawKernel refuses to run one thread at a time a kernel that shuffles and has none).
@@ -340,7 +343,7 @@ def _launcher(name: str, params: list[Param], code: str) -> str:
     call = ", ".join(f"*({p.cast}*)args[{k}]" for k, p in enumerate(params))
     head = (f'extern "C" void cg_launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, '
             f"unsigned bz, int reverse, void** args) {{\n"
-            f"    gridDim = cg_dim3{{gx, gy, gz}}; blockDim = cg_dim3{{bx, by, bz}};\n"
+            f"    gridDim = cg_dim3{{gx, gy, gz}}; blockDim = cg_dim3{{bx, by, bz}}; cg_reverse = reverse;\n"
             f"    const cg_ull nb = (cg_ull)gx * gy * gz, nt = (cg_ull)bx * by * bz;\n"
             f"    for (cg_ull b0 = 0; b0 < nb; ++b0) {{\n"
             f"        const cg_ull b = reverse ? nb - 1 - b0 : b0;\n"
