@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import types
 
 import numpy as np
@@ -113,6 +114,35 @@ def test_tolerance_catches_a_wrong_array_and_passes_rounding_noise():
     assert rows["n"] == {"ratio": 0.0, "exact": True}
 
 
+class _CompileException(Exception):
+    pass
+
+
+def _fake_nvrtc(broken: str | None, log: list):
+    """A cupy with RawKernel and RawModule that record what they compile; ``broken`` fails to compile."""
+    def error(name):
+        return _CompileException(f"{name}.cu(3): error: identifier \"x\" is undefined\n1 error detected")
+
+    class RawKernel:
+        def __init__(self, source, name, **kwargs):
+            self.source, self.name = source, name
+
+        def compile(self):
+            if self.name == broken:
+                raise error(self.name)
+            log.append(("kernel", self.name))
+
+    class RawModule:
+        def __init__(self, code, **kwargs):
+            self.code = code
+
+        def compile(self):
+            if broken is not None and f"void {broken}(" in self.code:
+                raise error(broken)
+            log.append(("module", self.code.count('extern "C" __global__')))
+    return types.SimpleNamespace(RawKernel=RawKernel, RawModule=RawModule)
+
+
 def test_every_tinygpt_kernel_is_listed_and_nvrtc_failures_are_reported_one_by_one(monkeypatch):
     kernels = gpu_check.tinygpt_kernels(TINY)
     assert set(kernels) == {"step", "predict", "loss"}
@@ -122,27 +152,54 @@ def test_every_tinygpt_kernel_is_listed_and_nvrtc_failures_are_reported_one_by_o
         for _, _, k in ks:
             assert f"{k.name}(" in k.source
     broken = names[len(names) // 2]
-    compiled = []
-
-    class CompileException(Exception):
-        pass
-
-    class RawKernel:
-        def __init__(self, source, name, **kwargs):
-            self.source, self.name = source, name
-
-        def compile(self):
-            if self.name == broken:
-                raise CompileException(f"{self.name}.cu(3): error: identifier \"x\" is undefined\n1 error detected")
-            compiled.append(self.name)
-    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(RawKernel=RawKernel))
-    out = gpu_check.phase_nvrtc(TINY)
-    assert sorted(compiled + [broken]) == sorted(names)
+    home = next(f for f, ks in kernels.items() if any(k.name == broken for _, _, k in ks))
+    log: list = []
+    monkeypatch.setitem(sys.modules, "cupy", _fake_nvrtc(broken, log))
+    out = gpu_check.phase_nvrtc(dict(TINY, budget=60))
+    modules = [c for kind, c in log if kind == "module"]
+    assert sorted(modules) == sorted(len(ks) for f, ks in kernels.items() if f != home)   # one compile a function
+    alone = [c for kind, c in log if kind == "kernel"]
+    assert sorted(alone + [broken]) == sorted(names)          # isolated (its function), then the cache filled
     assert out["status"] == "fail" and out["kernels"] == len(names) and out["compiled"] == len(names) - 1
-    assert out["failed"][0]["kernel"] == broken
+    assert out["failed"][0]["kernel"] == broken and len(out["failed"]) == 1
     assert out["failed"][0]["log"] == [f"{broken}.cu(3): error: identifier \"x\" is undefined", "1 error detected"]
     assert out["message"] == (f"1 of {len(names)} tinygpt kernels do not compile with NVRTC; first: {broken}: "
-                              f"CompileException: {broken}.cu(3): error: identifier \"x\" is undefined")
+                              f"_CompileException: {broken}.cu(3): error: identifier \"x\" is undefined")
+
+
+def test_nvrtc_compiles_one_module_a_function_when_all_compile(monkeypatch):
+    kernels = gpu_check.tinygpt_kernels(TINY)
+    log: list = []
+    monkeypatch.setitem(sys.modules, "cupy", _fake_nvrtc(None, log))
+    out = gpu_check.phase_nvrtc(dict(TINY, budget=60))
+    assert out["status"] == "pass" and out["failed"] == [] and out["unchecked"] == []
+    assert sorted(c for kind, c in log if kind == "module") == sorted(len(ks) for ks in kernels.values())
+    assert out["warmed"] == sum(len(ks) for ks in kernels.values())
+    # no time left: the modules still decide, the cache is simply not filled
+    log.clear()
+    out = gpu_check.phase_nvrtc(dict(TINY, budget=1))
+    assert out["status"] == "pass" and [kind for kind, _ in log] == ["module"] * 3
+
+
+def test_the_nvrtc_budget_scales_with_the_kernel_count_and_the_whole_fits(monkeypatch, tmp_path):
+    """The device phase counts tinygpt's kernels; nvrtc gets 10 s + 0.25 s a kernel, the later phases their share
+    of what is left, so the phases' budgets never sum past ``--budget``."""
+    assert gpu_check.nvrtc_budget(155) == 48.8 and gpu_check.nvrtc_budget(400) == 110.0
+    seen, clock = {}, [0.0]
+
+    def fake_run(name, budget, cfg):                          # the worst case: every phase uses all its budget
+        seen[name] = budget
+        clock[0] += budget
+        return {"status": "pass", "message": "", "tinygpt_kernels": 400} if name == "device" else \
+            {"status": "pass", "message": ""}
+    monkeypatch.setattr(gpu_check, "run_phase", fake_run)
+    monkeypatch.setattr(gpu_check, "time", types.SimpleNamespace(monotonic=lambda: clock[0], gmtime=time.gmtime,
+                                                                 strftime=time.strftime))
+    gpu_check.check(str(tmp_path / "r.json"), 280)
+    assert seen["device"] == 25
+    assert abs(seen["nvrtc"] - 255 * 110 / (110 + 120 + 40 + 50)) < 0.1
+    assert sum(seen.values()) <= 280 + 0.5
+    assert seen["device-tests"] < 120 and seen["timing"] > 30    # the others shrink in proportion
 
 
 def test_phase_budgets_fit_five_minutes():
