@@ -498,3 +498,65 @@ def test_the_run_and_its_opening_are_placed_by_one_resolved_path(tiny, tmp_path,
     assert sorted(os.listdir(R / "a" / "b")) == ["x", "y"]
     assert (f"2 proofs in {R / 'c' / 'run'}; the final parameters and their blinding (private: keep them) in "
             f"{R / 'c' / 'run'}.opening.npz\n") in text
+
+
+# ---------------------------------------------------------------- review of issue 27: run.json bounded by the run
+def _padded_run_json(path: str, size: int = (64 << 20) - 64) -> None:
+    """The review's run.json: a list of empty lists, as large as the old fixed limit (64 MiB) allowed."""
+    head = '{"format":"circuitgrad-zk-run","x":['
+    with open(path, "w") as fh:
+        fh.write(head + "[]," * ((size - len(head) - 4) // 3) + "[]]}")
+
+
+def test_an_inflated_run_json_is_refused_unread_at_the_cost_of_an_honest_verify(private, tmp_path):
+    """A 64 MiB run.json of empty lists was parsed before any check: 1.78 GB and 12 s against 201 MB and 3 s for
+    the honest run (iris, 2 steps). Now run.json may be no larger than an honest one of as many steps as the
+    directory holds step files, for this step's statement, and its size is checked before it is read."""
+    step, data, run, where = private
+    d = _copy(where, tmp_path)
+    th, ph, err = _cost(lambda: zk.check_run(zk.Run.load(d, step, data.commitment), step, c0=run.commitments[0],
+                                             d=data.commitment, steps=2))
+    assert err is None
+    path = os.path.join(d, "run.json")
+    _padded_run_json(path)
+    size = os.path.getsize(path)
+    circuit = zk.compile(step, public="commitments", data_rows=data.tree.n)
+    limit = R.max_run_json_bytes(2, [zk.statement.with_soundness(circuit.statement(), s) for s in ligero.SOUNDNESS],
+                                 data.tree.n)
+    assert limit < 16_000
+    seconds, peak, err = _cost(lambda: zk.Run.load(d, step, data.commitment))
+    assert isinstance(err, B.BundleError) and str(err) == f"{path}: {size} bytes, more than a run.json may have ({limit})"
+    assert seconds <= 2 * th and peak <= 2 * ph, (seconds, th, peak, ph)
+    # without a step (any statement up to 1 MiB) the bound still follows from the step files: about 1.2 MiB here
+    seconds, peak, err = _cost(lambda: zk.Run.load(d))
+    assert str(err) == f"{path}: {size} bytes, more than a run.json may have ({R.max_run_json_bytes(2)})"
+    assert seconds <= 2 * th and peak <= 2 * ph, (seconds, th, peak, ph)
+
+
+def test_the_run_json_bound_is_an_honest_run_json_of_that_many_steps(private, tmp_path):
+    step, data, run, where = private
+    widest = tuple([zk.LIGERO51.p - 1] * len(run.commitments[0]))
+    for steps in (1, 3, 40):
+        big = R.Run(run.statement, run.circuit_sha256, R.DataCommitment(widest, data.tree.n),
+                    [widest] * (steps + 1), R.ProofFiles([os.path.join(where, "step_000.proof")] * steps))
+        d = str(tmp_path / f"r{steps}")
+        os.makedirs(d)
+        with open(os.path.join(d, "run.json"), "w") as fh:          # what Run.save writes, without the proofs
+            json.dump({"format": R.RUN_FORMAT, "version": 1, "steps": steps, "statement": big.statement,
+                       "circuit_sha256": big.circuit_sha256, "data_root": [str(v) for v in widest],
+                       "data_rows": data.tree.n, "commitments": [[str(v) for v in c] for c in big.commitments]},
+                      fh, indent=1)
+        honest = os.path.getsize(os.path.join(d, "run.json"))
+        assert R.honest_run_json_bytes(steps, len(json.dumps(run.statement)), data.tree.n) == honest
+        assert honest < R.max_run_json_bytes(steps, [run.statement], data.tree.n) <= honest * 9 // 8 + 4096
+    # the old fixed 64 MiB refused an honest run of about 800,000 steps, which _MAX_STEPS allows
+    assert R.honest_run_json_bytes(800_000, len(json.dumps(run.statement)), data.tree.n) > 64 << 20
+    assert R.max_run_json_bytes(R._MAX_STEPS, [run.statement], data.tree.n) < 128 << 20
+
+
+def test_a_run_of_too_many_step_files_is_refused_by_counting_names(private, tmp_path, monkeypatch):
+    step, data, run, where = private
+    d = _copy(where, tmp_path)
+    monkeypatch.setattr(R, "_MAX_STEPS", 1)
+    with pytest.raises(B.BundleError, match=rf"^{re.escape(d)}: more than 1 step files; a run has at most 1 steps$"):
+        zk.Run.load(d, step, data.commitment)

@@ -337,21 +337,23 @@ def _verify_private(a) -> int:
     c0 = _elements(a.c0, "--c0")
     with _Phase("compile"):                    # first: the run's files are read only against a circuit
         spec, step, _, _ = _setup(a)
-    try:
-        run = Run.load(a.proofs)               # run.json and the names of the step files; each proof when checked
+    if a.data_root is not None:
+        if a.data_rows is None:
+            raise _usage("--data-root needs --data-rows (the number of rows the root commits to)")
+        if a.data_rows < 1:
+            raise _usage(f"--data-rows must be at least 1, got {a.data_rows}")
+        d = DataCommitment(_elements(a.data_root, "--data-root"), a.data_rows)
+    else:
+        with _Phase("commit the dataset of the model file"):
+            d = _dataset(spec, step, a.script).commitment
+    try:                                       # run.json (no larger than an honest one for this step and dataset)
+        run = Run.load(a.proofs, step, d)      # and the names of the step files; each proof when checked
     except FormatError as e:
         raise _fail(str(e)) from None
     opened = sorted(e for e in os.listdir(a.proofs) if e.endswith(".opening.npz"))
     if opened:                                 # written there by an older zk prove --private --out .
         print(f"{a.proofs}: WARNING: {printable(opened[0])} in the run directory looks like a private opening (final "
               f"parameters and their blinding): remove it before you publish the run")
-    if a.data_root is not None:
-        if a.data_rows is None:
-            raise _usage("--data-root needs --data-rows (the number of rows the root commits to)")
-        d = DataCommitment(_elements(a.data_root, "--data-root"), a.data_rows)
-    else:
-        with _Phase("commit the dataset of the model file"):
-            d = _dataset(spec, step, a.script).commitment
     c_final = _elements(a.c_final, "--c-final") if a.c_final else None
     try:
         check_run(run, step, c0, d, c_final, a.steps, soundness=_soundness(a))

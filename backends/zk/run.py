@@ -40,12 +40,13 @@ from .ligero import LigeroProof, Reject
 from .statement import soundness_of, with_soundness
 
 __all__ = ["Run", "ProofFiles", "Dataset", "DataCommitment", "commit_dataset", "prove_run", "verify_run", "check_run",
-           "RUN_FORMAT"]
+           "RUN_FORMAT", "max_run_json_bytes", "honest_run_json_bytes"]
 
 RUN_FORMAT = "circuitgrad-zk-run"
 _VERSION = 1
 _MAX_STEPS = 1_000_000
-_MAX_JSON = 64 << 20
+_MAX_STATEMENT = 1 << 20        # a statement's JSON bytes, when the reader of a run knows no circuit
+_STEP_FILE = re.compile(r"step_\d+\.proof")
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class Run:
     commitments: list[tuple]
     proofs: Sequence[LigeroProof]       # a list, or the files of a loaded run (:class:`ProofFiles`), read when used
     opening: dict | None = field(default=None, repr=False)
+    #: ``(step, rows, circuit)`` that :meth:`Run.load` compiled for the verifier (reused by :func:`check_run`)
+    compiled: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def steps(self) -> int:
@@ -127,12 +130,23 @@ class Run:
                       fh, indent=1)
 
     @classmethod
-    def load(cls, directory: str) -> "Run":
+    def load(cls, directory: str, step=None, data: "DataCommitment | None" = None) -> "Run":
         """Read a run directory as untrusted input: every field's type, count and range is checked.
 
-        The step files are checked to be exactly those ``run.json`` counts (regular files, neither symbolic nor
-        hard links); each proof is read only when used (:class:`ProofFiles`), one at a time."""
-        return _load(directory)
+        The step files are counted first (at most ``_MAX_STEPS``), and ``run.json`` is read only if it is no
+        larger than an honest one of that many steps can be (:func:`max_run_json_bytes`): with the ``step`` and
+        the dataset commitment ``data`` the verifier trusts, for exactly this step's statement; without them,
+        for any statement up to 1 MiB. Its size is checked before a byte of it is decoded. The step files
+        are checked to be exactly those ``run.json`` counts (regular files, neither symbolic nor hard links);
+        each proof is read only when used (:class:`ProofFiles`), one at a time."""
+        if (step is None) != (data is None):
+            raise TypeError("Run.load: pass both step and data (the DataCommitment you trust), or neither")
+        if step is None:
+            return _load(directory)
+        circuit = _circuit(_fixed(step), data.rows)
+        run = _load(directory, [with_soundness(circuit.statement(), s) for s in ligero.SOUNDNESS], data.rows)
+        run.compiled = (step, data.rows, circuit)
+        return run
 
 
 class ProofFiles(Sequence):
@@ -168,14 +182,58 @@ def _elements(v: Any, n: int, what: str) -> tuple:
     return tuple(out)
 
 
-def _load(directory: str) -> Run:
+def _capacity() -> int:
     from .poseidon2 import poseidon2
-    c = poseidon2(LIGERO51).capacity
+    return poseidon2(LIGERO51).capacity
+
+
+def honest_run_json_bytes(steps: int, statement_bytes: int, rows: int) -> int:
+    """The size of the ``run.json`` :meth:`Run.save` writes for ``steps`` steps, a statement of
+    ``statement_bytes`` bytes as JSON (quotes and escapes included) and ``rows`` data rows, with every field
+    element at its widest (16 decimal digits): an upper bound on an honest one's size, exact in its structure
+    (``json.dump(..., indent=1)``: a fixed part plus the same bytes for each of the ``steps + 1`` commitments)."""
+    c, e = _capacity(), "9" * len(str(LIGERO51.p - 1))
+
+    def size(k: int) -> int:
+        return len(json.dumps({"format": RUN_FORMAT, "version": _VERSION, "steps": steps, "statement": "",
+                               "circuit_sha256": "0" * 64, "data_root": [e] * c, "data_rows": rows,
+                               "commitments": [[e] * c] * k}, indent=1))
+    one = size(1)
+    return one + steps * (size(2) - one) + statement_bytes - 2
+
+
+def max_run_json_bytes(steps: int, statements: Sequence[str] | None = None, rows: int | None = None) -> int:
+    """The most bytes a ``run.json`` of ``steps`` steps may have: :func:`honest_run_json_bytes` for the longest
+    of ``statements`` (the honest ones; any of up to 1 MiB when None) and ``rows`` (any up to 2^63 when None),
+    plus 1/8 and 4 KiB of margin for another writer's whitespace. It grows with the run: 64 MiB, the old fixed
+    limit, is an honest run of about 800,000 steps."""
+    sb = max((len(json.dumps(s)) for s in statements), default=2) if statements is not None else _MAX_STATEMENT
+    honest = honest_run_json_bytes(steps, sb, rows if rows is not None else 1 << 63)
+    return honest + honest // 8 + 4096
+
+
+def _count_steps(directory: str) -> int:
+    """The step files in ``directory`` (names only, none read): a :class:`BundleError` past ``_MAX_STEPS``."""
+    n = 0
+    with os.scandir(directory) as it:
+        for e in it:
+            if _STEP_FILE.fullmatch(e.name):
+                n += 1
+                if n > _MAX_STEPS:
+                    raise BundleError(f"{printable(directory)}: more than {_MAX_STEPS} step files; a run has at most "
+                                      f"{_MAX_STEPS} steps")
+    return n
+
+
+def _load(directory: str, statements: Sequence[str] | None = None, rows: int | None = None) -> Run:
+    c = _capacity()
     path = os.path.join(directory, "run.json")
     if not os.path.isdir(directory) or not os.path.lexists(path):
         raise BundleError(f"{printable(directory)}: not a run directory (no run.json; zk.prove_run(...).save "
                           f"writes one)")
-    d = read_json(path, _MAX_JSON, "run.json")
+    # run.json is no larger than an honest one of as many steps as there are step files: its size, not the
+    # prover's padding, bounds the memory and time of decoding it (checked before it is read)
+    d = read_json(path, max_run_json_bytes(max(1, _count_steps(directory)), statements, rows), "run.json")
     if not isinstance(d, dict) or d.get("format") != RUN_FORMAT:
         raise BundleError(f"{path}: not a circuitgrad run (format must be {RUN_FORMAT!r})")
     check_fields(path, d, {"version": int, "steps": int, "statement": str, "circuit_sha256": str, "data_rows": int,
@@ -200,8 +258,12 @@ def _load(directory: str) -> Run:
 
 
 # ------------------------------------------------------------------------------------------ proving
-def _circuit(step, rows: int):
+def _circuit(step, rows: int, run: "Run | None" = None):
+    """The private step circuit of ``step`` for a dataset of ``rows`` rows (the one ``run`` was loaded against,
+    when it was: :meth:`Run.load` compiled it to bound ``run.json``, and :func:`check_run` does not again)."""
     from .circuit import compile
+    if run is not None and run.compiled is not None and run.compiled[0] is step and run.compiled[1] == rows:
+        return run.compiled[2]
     return compile(step, public="commitments", data_rows=rows)
 
 
@@ -292,7 +354,7 @@ def check_run(run: Run, step, c0: Sequence[int], d: DataCommitment, c_final: Seq
         raise TypeError(f"check_run: expected a zk.Run, got {type(run).__name__}")
     if not isinstance(d, DataCommitment):
         raise TypeError("check_run: d must be the zk.DataCommitment (root and rows) you trust")
-    circuit = _circuit(_fixed(step), d.rows)
+    circuit = _circuit(_fixed(step), d.rows, run)
     claimed = soundness_of(run.statement, circuit.statement())
     if claimed is not None and claimed != soundness:
         raise Reject(f"the run claims the {claimed!r} soundness bound, but the verifier requires {soundness!r}")
