@@ -390,6 +390,42 @@ def test_kernel_arguments_follow_rawkernels_rules():
             cp.RawKernel(_PAST, "past")((1,), (12,), (cp.empty(8, dtype=cp.float32),))
 
 
+def test_a_buffer_smaller_than_the_kernel_indexes_is_refused_at_launch():
+    """A generated kernel states each pointer's extent; a launch with less memory behind a pointer is refused
+    before the kernel runs, reads included (an out-of-bounds read would land in guard NaNs that a Heaviside or a
+    one-hot can mask)."""
+    with hostrun.device() as cp:
+        k = cp.RawKernel(_SHIFT + "// circuitgrad extents: 8 8\n", "shift")
+        x, y = cp.asarray(np.arange(8, dtype=np.float32)), cp.empty(8, dtype=cp.float32)
+        k((1,), (8,), (x, y, np.int64(8)))
+        with pytest.raises(hostrun.IllegalAddress, match=r"argument 0 .*indexes 8 elements .*holds 7"):
+            k((1,), (8,), (x[1:], y, np.int64(8)))              # 7 elements behind the pointer
+        with pytest.raises(hostrun.IllegalAddress, match=r"argument 1 .*indexes 8 elements .*holds 4"):
+            k((1,), (8,), (x, cp.empty(4, dtype=cp.float32), np.int64(8)))
+        k((1,), (8,), (cp.asarray(np.arange(16, dtype=np.float32))[:8], y, np.int64(8)))   # a view of more: fine
+
+
+def test_writes_past_an_as_strided_view_are_caught():
+    """``as_strided`` results view their allocation through NumPy's DummyArray: the guards are still checked."""
+    with hostrun.device() as cp:
+        base = cp.empty(8, dtype=cp.float32)
+        v = cp.lib.stride_tricks.as_strided(base, (8,), (4,))
+        with pytest.raises(hostrun.IllegalAddress, match="wrote outside the allocation"):
+            cp.RawKernel(_PAST, "past")((1,), (12,), (v,))
+
+
+def test_every_generated_kernel_states_its_extents():
+    make, loss, _ = MODELS["gpt-softmax"]
+    cm = cg.compile_model(make(), loss=loss, optimizer=nn.adamw(1e-2), backend="cupy-emulated", donate=True)
+    prog = cm.fn("step").program
+    p = gpu.plan(prog, data=[v for v, n in zip(prog.inputs, cm.arg_names["step"]) if n in ("x", "y")])
+    ks = gpu.cuda.kernels(p, donate_pairs=dict(zip(prog.outputs, prog.inputs)))
+    prog = p.program
+    for k in ks.values():
+        assert k.extents == tuple(prog.types[v].size for v in k.inputs + k.outputs)
+        assert k.source.rstrip().endswith("// circuitgrad extents: " + " ".join(map(str, k.extents)))
+
+
 def test_thread_order_exposes_an_in_place_race():
     """``y[i] = x[i + 1]`` in place: correct when threads run forward, wrong in reverse (each thread reads a value
     its neighbour already overwrote) — so running both orders catches a donated buffer that is not read element

@@ -108,11 +108,25 @@ class Kernel:
     in_types: tuple = ()               # C type of each input (``long long`` for ids), as in the source
     donated: dict = field(default_factory=dict)   # output -> the input it is written into (no ``__restrict__``)
     lanes: int = 1             # threads per item: 1 (a thread per element), or 32 (a warp per row)
+    extents: tuple = ()        # elements each pointer argument must hold (inputs, then outputs): its whole type
 
     @property
     def threads(self) -> int:
         """Threads the launch must cover: ``n`` items of ``lanes`` threads each."""
         return self.n * self.lanes
+
+
+EXTENTS = "// circuitgrad extents:"
+
+
+def _with_extents(k: Kernel, plan: Plan) -> Kernel:
+    """``k`` with the elements each pointer argument must hold: the size of its variable's type (a kernel reads
+    an input's base array anywhere in it, through its layout, and writes every element of its outputs). The source
+    carries them in a comment (``// circuitgrad extents: n…``) that the host execution mode checks at each launch
+    against the memory from each argument's pointer to the end of its allocation."""
+    k.extents = tuple(plan.program.types[v].size for v in list(k.inputs) + list(k.outputs))
+    k.source += f"{EXTENTS} {' '.join(map(str, k.extents))}\n"
+    return k
 
 
 def _strided(t: str, shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
@@ -233,8 +247,8 @@ def _fused(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None =
     body = (f"__host__ __device__ inline void {name}_body(long long i, {', '.join(params)}) {{\n"
             + "\n".join(lines) + "\n}\n")
     ops = [a.op.name for a in step.instrs] + [f"({a.op.name})" for a in step.remat]
-    return Kernel(name, body + _wrap(name, params, n), list(step.inputs), list(step.outputs), n,
-                  ops, frozenset(strided), in_types, dict(donated))
+    return _with_extents(Kernel(name, body + _wrap(name, params, n), list(step.inputs), list(step.outputs), n,
+                                ops, frozenset(strided), in_types, dict(donated)), plan)
 
 
 def last_readers(plan: Plan) -> dict[int, int]:
@@ -300,8 +314,8 @@ def _gather(step: Launch, plan: Plan, name: str) -> Kernel:
     params = [f"const {c}* __restrict__ in0", f"{c}* __restrict__ out0"]
     body = (f"__host__ __device__ inline void {name}_body(long long i, {', '.join(params)}) {{\n"
             + "".join(p + "\n" for p in pre) + f"    out0[i] = in0[{idx}];\n}}\n")
-    return Kernel(name, body + _wrap(name, params, t.size), [base], [r], t.size,
-                  [f"copy({step.instrs[0].op.name})"], frozenset([base]), (c,))
+    return _with_extents(Kernel(name, body + _wrap(name, params, t.size), [base], [r], t.size,
+                                [f"copy({step.instrs[0].op.name})"], frozenset([base]), (c,)), plan)
 
 
 WARP = 32
@@ -458,9 +472,9 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
            f"    const long long i = (long long)(block * blockDim.x / {WARP}) + warp;\n"
            f"    if (i < {rows}LL) {name}_body(i, x, y);\n}}\n"
            "#endif\n#endif\n")
-    return Kernel(name, src, list(step.inputs), list(step.outputs), rows,
-                  [a.op.name + ("(causal)" if getattr(a.op, "causal", False) else "")], frozenset(), (c,),
-                  lanes=WARP)
+    return _with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), rows,
+                                [a.op.name + ("(causal)" if getattr(a.op, "causal", False) else "")], frozenset(),
+                                (c,), lanes=WARP), plan)
 
 
 def _coords(shape: tuple[int, ...], names: list[str]) -> list[str]:
@@ -518,8 +532,8 @@ def _gather_op(step: Launch, plan: Plan, name: str) -> Kernel:
     params = [f"const {c}* __restrict__ x", f"{c}* __restrict__ y"]
     body = (f"__host__ __device__ inline void {name}_body(long long i, {', '.join(params)}) {{\n"
             + "\n".join(_moves(a.op, c)) + "\n}\n")
-    return Kernel(name, body + _wrap(name, params, t.size), list(step.inputs), list(step.outputs), t.size,
-                  [a.op.name], frozenset(step.inputs), (c,))
+    return _with_extents(Kernel(name, body + _wrap(name, params, t.size), list(step.inputs), list(step.outputs),
+                                t.size, [a.op.name], frozenset(step.inputs), (c,)), plan)
 
 
 def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None = None) -> dict[int, Kernel]:

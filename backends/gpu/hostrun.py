@@ -32,7 +32,11 @@ What the stand-in does as a device does:
   as CuPy's, returns at least one dimension (a 0-d array comes back with shape ``(1,)``); other functions refuse
   NumPy arrays. ``empty`` returns NaN-filled memory (so an element no kernel writes shows),
   and every allocation has guard elements on both sides that are checked after each launch (a write out of
-  bounds raises :class:`IllegalAddress`).
+  bounds raises :class:`IllegalAddress`; views and ``as_strided`` results are checked through the allocation
+  they view). A generated kernel's source states how many elements each pointer argument must hold
+  (``// circuitgrad extents: …``, the size of its variable's type, inputs then outputs); each launch checks
+  that the memory from the pointer to the end of its allocation holds that many, before the kernel runs, so a
+  too-small buffer is caught whether the kernel reads or writes past it.
 * **Reads back to the host are recorded**: ``.get()``, ``item``, ``tolist``, ``bool``/``int``/``float``/
   ``index`` of a device array, and printing one each append ``"what at file:line"`` to ``cupy.syncs`` (cleared
   when :func:`device` is entered), as each would wait for the device; a test can require none in a step.
@@ -120,9 +124,28 @@ def _alloc(shape, dtype, order: str = "C") -> np.ndarray:
 
 
 def _root(a: np.ndarray) -> np.ndarray:
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
+    """The allocation ``a`` views, through views and ``as_strided`` results (whose ``base`` is NumPy's
+    ``DummyArray``, itself holding the array it was made from)."""
+    while True:
+        b = a.base
+        if not isinstance(b, np.ndarray) and isinstance(getattr(b, "base", None), np.ndarray):
+            b = b.base
+        if not isinstance(b, np.ndarray):
+            return a
+        a = b
+
+
+def _available(a: np.ndarray) -> int:
+    """Elements of ``a``'s dtype from its data pointer to the end of its allocation (guard memory excluded)."""
+    root = _root(a)
+    g = _guards.get(id(root))
+    guard = g[1] if g is not None and g[0]() is root else 0
+    start = a.__array_interface__["data"][0]
+    end = root.__array_interface__["data"][0] + (root.size - guard) * root.itemsize
+    return max(0, (end - start) // a.itemsize)
+
+
+_EXTENTS = re.compile(r"^// circuitgrad extents:((?: \d+)*)\s*$", re.M)
 
 
 def _check_guards(arrays, what: str) -> None:
@@ -433,6 +456,8 @@ class RawKernel:
             raise NotImplementedError(
                 f"kernel {name} uses {coop.group(1)} (threads that cooperate), which cannot run one thread at a "
                 f"time: define its host emulation `{name}__host_warp(block, warp, …)` under #ifdef CG_HOSTRUN")
+        m = _EXTENTS.search(code)
+        self.extents = tuple(int(v) for v in m.group(1).split()) if m else None
         self._lib = self._fn = None
         _pending.append(self)
 
@@ -465,6 +490,11 @@ class RawKernel:
                     raise TypeError(f"{arg}: a {a.dtype} array, but the kernel reads {p.ctype} ({p.dtype}): "
                                     f"on a device it reinterprets the bytes (wrong values, or reads past the end)")
                 v = ctypes.c_void_p(a._a.__array_interface__["data"][0])
+                if self.extents is not None and k < len(self.extents) and self.extents[k] > _available(a._a):
+                    raise IllegalAddress(
+                        f"{arg}: the kernel indexes {self.extents[k]} elements from this pointer, but its buffer "
+                        f"holds {_available(a._a)} (shape {a.shape}): on a device, a read or write out of bounds "
+                        f"(cudaErrorIllegalAddress, or silently another buffer's data)")
                 arrays.append((k, a._a))
                 size += 8
             elif isinstance(a, np.ndarray) and a.size != 1:
