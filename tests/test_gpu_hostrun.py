@@ -424,6 +424,15 @@ def test_every_generated_kernel_states_its_extents():
     for k in ks.values():
         assert k.extents == tuple(prog.types[v].size for v in k.inputs + k.outputs)
         assert k.source.rstrip().endswith("// circuitgrad extents: " + " ".join(map(str, k.extents)))
+    assert any(st for k in ks.values() for _, st in k.reads)       # layout reads were checked when generated
+    # a layout that reads past its base is refused when the kernel is generated
+    i, k = next((i, k) for i, k in ks.items() if any(st for _, st in k.reads))
+    pos, stages = next((pos, st) for pos, st in k.reads if st)
+    (shape, strides), *more = stages
+    bad = ((shape, tuple(s * 2 + 1 for s in strides)),) + tuple(more)
+    k.reads = ((pos, bad),)
+    with pytest.raises(AssertionError, match=rf"kernel {k.name}: input {pos} is read at offset \d+, past its"):
+        gpu.cuda._with_extents(k, p)
 
 
 def test_thread_order_exposes_an_in_place_race():

@@ -34,7 +34,7 @@ import numpy as np
 from circuitgrad import primitives as P
 from circuitgrad.types import Index, NdArrayType
 
-from .plan import Launch, Plan, Stage, contiguous_strides
+from .plan import Launch, Plan, Stage, contiguous_strides, gather_index
 
 __all__ = ["Kernel", "RULES", "kernels", "ctype", "donations", "last_readers"]
 
@@ -109,6 +109,7 @@ class Kernel:
     donated: dict = field(default_factory=dict)   # output -> the input it is written into (no ``__restrict__``)
     lanes: int = 1             # threads per item: 1 (a thread per element), or 32 (a warp per row)
     extents: tuple = ()        # elements each pointer argument must hold (inputs, then outputs): its whole type
+    reads: tuple = ()          # (input position, stages): reads at the thread's own index i in [0, n)
 
     @property
     def threads(self) -> int:
@@ -117,6 +118,7 @@ class Kernel:
 
 
 EXTENTS = "// circuitgrad extents:"
+MAX_CHECKED = 1 << 22          # layout reads of kernels up to this many threads are checked when generated
 
 
 def _with_extents(k: Kernel, plan: Plan) -> Kernel:
@@ -125,6 +127,13 @@ def _with_extents(k: Kernel, plan: Plan) -> Kernel:
     carries them in a comment (``// circuitgrad extents: n…``) that the host execution mode checks at each launch
     against the memory from each argument's pointer to the end of its allocation."""
     k.extents = tuple(plan.program.types[v].size for v in list(k.inputs) + list(k.outputs))
+    for pos, stages in k.reads:                # the largest offset each layout read reaches stays in its input
+        if k.n > MAX_CHECKED:
+            continue
+        top = int(gather_index(k.n, stages).max()) if k.n else -1
+        if top >= k.extents[pos]:
+            raise AssertionError(f"kernel {k.name}: input {pos} is read at offset {top}, past its "
+                                 f"{k.extents[pos]} elements (a layout bug: out of bounds on a device)")
     k.source += f"{EXTENTS} {' '.join(map(str, k.extents))}\n"
     return k
 
@@ -183,6 +192,7 @@ def _fused(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None =
     in_types = tuple(ctype(prog.types[v]) for v in step.inputs)
     defined = {r: a for a in step.remat for r in a.results}       # recomputed where they are read
     strided: set[int] = set()
+    read_at: list[tuple[int, tuple]] = []
     count = [0]
 
     def fresh(prefix: str) -> str:
@@ -221,6 +231,8 @@ def _fused(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None =
                 reads[key] = w
                 return w
             k = step.inputs.index(b)
+            if not again:                       # at the thread's own index: checked against the input's size
+                read_at.append((k, stages))
             reg = fresh(f"r{b}_") if stages or again else f"r{b}"
             lines.append(f"{pad}const {in_types[k]} {reg} = in{k}[{idx}];")
             if stages or again:
@@ -248,7 +260,7 @@ def _fused(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None =
             + "\n".join(lines) + "\n}\n")
     ops = [a.op.name for a in step.instrs] + [f"({a.op.name})" for a in step.remat]
     return _with_extents(Kernel(name, body + _wrap(name, params, n), list(step.inputs), list(step.outputs), n,
-                                ops, frozenset(strided), in_types, dict(donated)), plan)
+                                ops, frozenset(strided), in_types, dict(donated), reads=tuple(read_at)), plan)
 
 
 def last_readers(plan: Plan) -> dict[int, int]:
@@ -315,7 +327,8 @@ def _gather(step: Launch, plan: Plan, name: str) -> Kernel:
     body = (f"__host__ __device__ inline void {name}_body(long long i, {', '.join(params)}) {{\n"
             + "".join(p + "\n" for p in pre) + f"    out0[i] = in0[{idx}];\n}}\n")
     return _with_extents(Kernel(name, body + _wrap(name, params, t.size), [base], [r], t.size,
-                                [f"copy({step.instrs[0].op.name})"], frozenset([base]), (c,)), plan)
+                                [f"copy({step.instrs[0].op.name})"], frozenset([base]), (c,),
+                                reads=((0, tuple(stages)),)), plan)
 
 
 WARP = 32
