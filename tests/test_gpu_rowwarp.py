@@ -202,7 +202,8 @@ def test_shuffle_loop_and_host_replay_share_one_combine_function():
     """The device's shuffle loop and the host's replay call the same ``<name>_comb_<tag>``, defined once."""
     for op in OPS:
         k = _row_kernel(op, _shape(op, 70), f"cm_{op}")
-        device = k.source[k.source.index(f'extern "C" __global__ void {k.name}('):k.source.index("#ifndef __CUDA_ARCH__")]
+        start = k.source.index(f'extern "C" __global__ void {k.name}(')
+        device = k.source[start:k.source.index("#ifndef __CUDA_ARCH__")]
         host = k.source[k.source.index(f"inline void {k.name}_body("):]
         tags = ["mb"] if op == "argmax" else ["max", "sum"]
         for tag in tags:
