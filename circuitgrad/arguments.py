@@ -51,7 +51,7 @@ from .fixedpoint import quantize
 from .types import Dtype, Fixed, Index, NdArrayType
 
 __all__ = ["ParameterNameError", "real_array", "convert", "inputs", "targets", "parameters", "array_module",
-           "DeviceChecks"]
+           "DeviceChecks", "device_array", "distinct_arrays"]
 
 
 class ParameterNameError(KeyError, ValueError):
@@ -92,6 +92,35 @@ def device_array(a, where: str):
     except Exception as e:
         raise TypeError(f"{where} is a device array ({type(a).__module__}.{type(a).__name__}) that "
                         f"cupy.asarray cannot wrap ({e}); pass a cupy.ndarray") from None
+
+
+def _pointer(a) -> int | None:
+    """The data pointer of an array, read on the host (no sync): CuPy's ``a.data.ptr``, else the array interface."""
+    if not getattr(a, "size", 0):
+        return None
+    ptr = getattr(getattr(a, "data", None), "ptr", None)
+    if isinstance(ptr, int):
+        return ptr
+    for attr in ("__cuda_array_interface__", "__array_interface__"):
+        face = getattr(a, attr, None)
+        if isinstance(face, dict):
+            return int(face["data"][0])
+    return None
+
+
+def distinct_arrays(arrays: Sequence, names: Sequence[str], where: str) -> None:
+    """Refuse one array given for two entries that are updated in place (``donate=True``): each update would
+    overwrite the other's input. Data pointers are compared on the host (no sync); the error names both."""
+    seen: dict[int, str] = {}
+    for a, name in zip(arrays, names):
+        ptr = _pointer(a)
+        if ptr is None:
+            continue
+        if ptr in seen:
+            raise ValueError(f"{where}: parameters {seen[ptr]!r} and {name!r} are the same array (data pointer "
+                             f"{ptr:#x}): with donate=True each parameter is updated in place, so each must be its "
+                             f"own array; pass a copy for one of them (e.g. .copy())")
+        seen[ptr] = name
 
 
 class DeviceChecks:

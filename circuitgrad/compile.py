@@ -155,7 +155,10 @@ class CompiledModel:
     def _params(self, params: Mapping[str, np.ndarray], fn: str) -> list:
         """The arrays ``fn`` takes from ``params`` (checked: names, shapes, dtypes), in order."""
         names = self._all_names if fn == "step" else self.param_names
-        return arguments.parameters(params, names, self._shapes, self._shapes, self.dtype, fn, self.xp)
+        out = arguments.parameters(params, names, self._shapes, self._shapes, self.dtype, fn, self.xp)
+        if fn == "step" and getattr(self, "donate", False) and self.backend in ("cupy", "cupy-emulated"):
+            arguments.distinct_arrays(out, names, fn)      # each donated parameter is updated in its own array
+        return out
 
     def to_float(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Parameters as float64 arrays (dequantized in fixed point)."""

@@ -196,8 +196,11 @@ def test_donate_refuses_one_array_given_for_two_parameters(fake_cupy, backend, r
     params = {k: xp.asarray(v) for k, v in _host(_mlp("numpy").init_params(1)).items()}
     params["momentum/W0"] = params["W0"]                 # one array for two donated entries
     x, y = rng.normal(size=(8, 4)), rng.integers(0, 3, 8)
-    with pytest.raises(ValueError, match=r"parameters 'W0' and 'momentum_W0' are the same array .*donate=True"):
+    with pytest.raises(ValueError, match=r"^step: parameters 'W0' and 'momentum/W0' are the same array .*donate=True"):
         step.step(params, xp.asarray(x), xp.asarray(y))
+    args = [params[k] for k in step.param_names + step.state_names] + [xp.asarray(x), xp.asarray(y)]
+    with pytest.raises(ValueError, match=r"^donate=True: parameters 'W0' and 'momentum_W0' are the same array"):
+        step.fn("step").run(*args)                       # the compiled function checks too
     params["momentum/W0"] = params["W0"].copy()
     step.step(params, xp.asarray(x), xp.asarray(y))      # distinct arrays: fine
     _mlp(backend).step({**params, "momentum/b0": params["b0"]}, xp.asarray(x), xp.asarray(y))   # no donation: fine

@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from circuitgrad.arguments import distinct_arrays
 from circuitgrad.codegen import _ident
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Program
@@ -201,39 +202,8 @@ class GpuFunction:
 
     def run(self, *args):
         if self.donors:
-            _distinct_donors(self.donors, args)
+            distinct_arrays([args[k] for k, _ in self.donors], [n for _, n in self.donors], "donate=True")
         return self.fn(*args)
-
-
-def _pointer(a) -> int | None:
-    """The data pointer of an array, read on the host (no sync): CuPy's ``a.data.ptr``, NumPy's interface."""
-    if not getattr(a, "size", 0):
-        return None
-    data = getattr(a, "data", None)
-    ptr = getattr(data, "ptr", None)
-    if isinstance(ptr, int):
-        return ptr
-    for attr in ("__cuda_array_interface__", "__array_interface__"):
-        face = getattr(a, attr, None)
-        if isinstance(face, dict):
-            return int(face["data"][0])
-    return None
-
-
-def _distinct_donors(donors: tuple, args: tuple) -> None:
-    """With ``donate=True`` a parameter is updated in the caller's array: two entries given the same array would
-    each be overwritten by the other's update (and read after it). Refused, naming both."""
-    seen: dict[int, str] = {}
-    for k, name in donors:
-        a = args[k]
-        ptr = _pointer(a)
-        if ptr is None:
-            continue
-        if ptr in seen:
-            raise ValueError(f"parameters {seen[ptr]!r} and {name!r} are the same array (data pointer {ptr:#x}): with "
-                             f"donate=True each parameter is updated in place, so each must be its own array; "
-                             f"pass a copy for one of them (e.g. .copy())")
-        seen[ptr] = name
 
 
 def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: Callable,
