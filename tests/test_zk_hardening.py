@@ -560,3 +560,20 @@ def test_a_run_of_too_many_step_files_is_refused_by_counting_names(private, tmp_
     monkeypatch.setattr(R, "_MAX_STEPS", 1)
     with pytest.raises(B.BundleError, match=rf"^{re.escape(d)}: more than 1 step files; a run has at most 1 steps$"):
         zk.Run.load(d, step, data.commitment)
+
+
+# ---------------------------------------------------------------- review of issue 27: the exact parameters first
+def test_the_exact_parameters_are_checked_before_any_work_that_follows_their_sizes(iris, monkeypatch):
+    """soundness_bits (whose work grows with the claimed n: the classic bound scans every distance) ran on the
+    proof's claimed parameters before the verifier compared them with its own; now it runs only on those."""
+    c, wit, proof = iris
+    real, calls = protocol.soundness_bits, []
+    monkeypatch.setattr(protocol, "soundness_bits", lambda p, **kw: calls.append(p) or real(p, **kw))
+    p = proof.params
+    for k, t, n in ((p.k, p.t + 1, p.n), (p.k, p.t, 2 * p.n), (8192, 8192, 65536)):
+        bad = _inflated(proof, c, k, t, n)
+        with pytest.raises(ligero.Reject, match=_refusal(bad.params, p)):
+            ligero.check(bad, c, wit.public)
+    assert calls == []
+    ligero.check(proof, c, wit.public)
+    assert calls == [p]

@@ -340,9 +340,12 @@ def test_weak_parameters_are_refused_even_for_an_honest_proof(iris):
     weak = LP.Params(k=2048, t=20, n=8192, sigma=1)
     assert LP.soundness_bits(weak) < 100
     proof = ligero.prove(c, wit, params=weak)
+    with pytest.raises(ligero.Reject, match=r"^the proof's parameters \(k=2048, t=20, n=8192, σ=1\) are not the "
+                                            r"ones this circuit and 100 bits give \(k=2048, t=151, n=8192, σ=3\)"):
+        ligero.check(proof, c, wit.public)
     with pytest.raises(ligero.Reject, match=r"^the proof's parameters \(k=2048, t=20, n=8192, σ=1\) give "
                                             r"[\d.]+ bits of soundness, below the required 100$"):
-        ligero.check(proof, c, wit.public)
+        ligero.check(proof, c, wit.public, params=weak)     # parameters a verifier names must reach the target
     assert ligero.verify(proof, c, wit.public, min_bits=0, params=weak)  # the argument itself is complete
     with pytest.raises(ValueError, match=r"exceeds the largest supported codeword"):
         LP.Params(k=1 << 22, t=100, n=1 << 24, sigma=3).validate()

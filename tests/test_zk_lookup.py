@@ -190,8 +190,11 @@ def test_tampered_lookup_commitment_is_rejected(proved):
         zk.check(protocol.LigeroProof(**{**proof.__dict__, "lookups": 3}), c, w.public)
     weak = protocol.LigeroProof(**{**proof.__dict__, "params": LP.Params(proof.params.k, proof.params.t,
                                                                          proof.params.n, proof.params.sigma, 1)})
-    with pytest.raises(zk.Reject, match=r"σL=1\) give [\d.]+ bits of soundness, below the required 100$"):
+    with pytest.raises(zk.Reject, match=r"σL=1\) are not the ones this circuit and 100 bits give \(.*σL=3\): a "
+                                        r"verifier's work must not be the prover's choice$"):
         zk.check(weak, c, w.public)
+    with pytest.raises(zk.Reject, match=r"σL=1\) give [\d.]+ bits of soundness, below the required 100$"):
+        ligero.check(weak, c, w.public, params=weak.params)
 
 
 def _cheat(c, w, monkeypatch, first=None, second=None):

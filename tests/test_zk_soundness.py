@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -167,11 +168,21 @@ def test_a_classic_claim_on_weak_parameters_is_refused(small):
     weak = dataclasses.replace(default.params, soundness="classic")        # the default parameters, relabelled
     assert LP.soundness_bits(weak, lookups=default.lookups) < 100
     honest = zk.prove(c, wit, params=weak, soundness="classic", rng=np.random.default_rng(3))
-    with pytest.raises(zk.Reject, match=r"bits of soundness by the classic bound, below the required 100$"):
-        zk.check(honest, c, wit.public, soundness="classic")
-    relabelled = protocol.LigeroProof(**{**default.__dict__, "params": weak})   # header edited, nothing re-proved
-    with pytest.raises(zk.Reject, match=r"by the classic bound, below the required 100$"):
-        zk.check(relabelled, c, wit.public, soundness="classic")
+    want = zk.ligero.expected_params(c, soundness="classic")
+    # parameters other than the verifier's own are refused first, before any work follows from their sizes
+    refused = (rf"^the proof's parameters \({re.escape(protocol._show(weak))}\) are not the ones this circuit and "
+               rf"100 bits give \({re.escape(protocol._show(want))}\): a verifier's work must not be the prover's "
+               rf"choice$")
+    relabelled = protocol.LigeroProof(**{**default.__dict__, "params": weak,    # header edited, nothing re-proved
+                                         "statement": with_soundness(c.statement(), "classic")})
+    for proof in (honest, relabelled):
+        with pytest.raises(zk.Reject, match=refused):
+            zk.check(proof, c, wit.public, soundness="classic")
+        # parameters the verifier names itself must still reach the target by the bound they claim
+        with pytest.raises(zk.Reject, match=rf"^the proof's parameters \(k=512, t=162, n=2048, σ=3, σL=3\) give "
+                                            rf"[0-9.]+ bits of soundness by the classic bound, below the required "
+                                            rf"100$"):
+            ligero.check(proof, c, wit.public, soundness="classic", params=weak)
 
 
 def test_a_classic_proof_relabelled_as_default_is_refused(small):
@@ -216,9 +227,18 @@ def test_cli_classic_bundle_needs_a_classic_verifier(tmp_path, capsys):
     assert chain["options"]["soundness"] == "classic" and chain["statement"].endswith("(Ames et al., CCS 2017)")
     rc, text = _verify(capsys, out, "--soundness", "classic")
     assert rc == 0 and "all 1 proofs verify" in text, text
-    rc, text = _verify(capsys, out)
-    assert rc == 1 and "chain.json claims the classic soundness bound, you require longfellow" in text
-    assert "step_000.proof: ligero INVALID: " in text      # larger than a default proof may be, or its claim
+    rc, text = _verify(capsys, out)                 # said once, before any proof is read (no per-step errors)
+    assert (rc, text) == (1, f"[compile] …\n{text.splitlines()[1]}\n{out}: the bundle claims the classic soundness "
+                             f"bound, you require longfellow: verify with --soundness classic\nVERIFICATION FAILED\n")
+    assert text.splitlines()[1].startswith("[compile] done in ")
+    default = str(tmp_path / "default")              # and the reverse
+    res = run_cli("zk", "prove", *IRIS, "--steps", "2", "--out", default)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rc, text = _verify(capsys, default, "--soundness", "classic")
+    assert (rc, text.splitlines()[2:]) == (1, [f"{default}: the bundle claims the longfellow soundness bound, you "
+                                               f"require classic: verify with --soundness longfellow",
+                                               "VERIFICATION FAILED"])
+    assert "INVALID" not in text and "step_00" not in text
 
 
 def test_cli_refuses_unknown_or_misplaced_soundness(tmp_path, capsys):

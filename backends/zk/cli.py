@@ -413,11 +413,12 @@ def _verify(a) -> int:
               for k in list(opts) + sorted(set(bundle.options) - set(opts)) if k != "script"
               and (k in opts, opts.get(k)) != (k in bundle.options, bundle.options.get(k))]
     claimed = soundness_of(bundle.statement, circuit.statement()) if a.system == "ligero" else None
-    if bundle.statement != statement and claimed is not None:
-        ok = False
-        print(f"{a.proofs}: chain.json claims the {claimed} soundness bound, you require {mode} "
-              f"(--soundness {claimed} verifies against that bound)")
-    elif bundle.statement != statement:
+    if bundle.statement != statement and claimed is not None:      # said once, before any proof is read: each
+        print(f"{a.proofs}: the bundle claims the {claimed} soundness bound, you require {mode}: verify with "
+              f"--soundness {claimed}")                            # would only fail its size or parameters
+        print("VERIFICATION FAILED")
+        return 1
+    if bundle.statement != statement:
         ok = False
         print(f"{a.proofs}: chain.json names another statement than the one you verify"
               + (f" (its options differ: {', '.join(differ)})" if differ else ""))

@@ -401,12 +401,6 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         raise Reject("the proof has lookup challenges, but the circuit has no lookups")
     if pc.n_lookups and p.lookup_sigma < 1:
         raise Reject(f"the circuit has {pc.n_lookups} lookups, but the proof draws no lookup challenge")
-    bits = soundness_bits(p, lookups=pc.n_lookups)          # by the analysis the proof claims (p.soundness)
-    if bits < min_bits:
-        sl = f", σL={p.lookup_sigma}" if pc.n_lookups else ""
-        by = f" by the {p.soundness} bound" if p.soundness != DEFAULT_SOUNDNESS else ""
-        raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}) give "
-                     f"{bits:.1f} bits of soundness{by}, below the required {min_bits}")
     if proof.circuit_digest != (digest or pc.digest):
         raise Reject("the proof is for another circuit (digest mismatch)")
     if proof.public_outputs != pc.r1cs.n_pub_out:
@@ -419,12 +413,19 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     if not np.array_equal(public, proof.public):
         bad = int(np.flatnonzero(public != proof.public)[0])
         raise Reject(f"public value {bad} differs from the proof's")
-    # every size below, and so the verifier's work, follows from p: it must be what the verifier derived
+    # every size below, and so the verifier's work, follows from p: it must be what the verifier derived, and
+    # nothing (not even the soundness computation, whose work grows with n) depends on the claimed sizes before
     want = expected_params(pc, min_bits, soundness=p.soundness) if params is None else params
     if p != want:
         whose = "you named" if params is not None else f"this circuit and {min_bits:g} bits give"
         raise Reject(f"the proof's parameters ({_show(p)}) are not the ones {whose} ({_show(want)}): "
                      f"a verifier's work must not be the prover's choice")
+    bits = soundness_bits(p, lookups=pc.n_lookups)          # by the analysis the proof claims (p.soundness)
+    if bits < min_bits:                                     # parameters the verifier named may be too weak
+        sl = f", σL={p.lookup_sigma}" if pc.n_lookups else ""
+        by = f" by the {p.soundness} bound" if p.soundness != DEFAULT_SOUNDNESS else ""
+        raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}) give "
+                     f"{bits:.1f} bits of soundness{by}, below the required {min_bits}")
     lay = _layout(pc, p)
     K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
     shapes = {"u": (sg, K), "q": (sg, p.lin_len), "h": (sg, p.quad_len), "columns": (lay.rows, t)}
