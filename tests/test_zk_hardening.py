@@ -2,6 +2,7 @@
 opening stays out of the published run, files that are not files, and one encoding per proof."""
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import json
@@ -567,8 +568,8 @@ def test_the_exact_parameters_are_checked_before_any_work_that_follows_their_siz
     """soundness_bits (whose work grows with the claimed n: the classic bound scans every distance) ran on the
     proof's claimed parameters before the verifier compared them with its own; now it runs only on those."""
     c, wit, proof = iris
-    real, calls = protocol.soundness_bits, []
-    monkeypatch.setattr(protocol, "soundness_bits", lambda p, **kw: calls.append(p) or real(p, **kw))
+    real, calls = protocol.meets, []         # the soundness test (soundness_bits, or exact near the target)
+    monkeypatch.setattr(protocol, "meets", lambda p, *a, **kw: calls.append(p) or real(p, *a, **kw))
     p = proof.params
     for k, t, n in ((p.k, p.t + 1, p.n), (p.k, p.t, 2 * p.n), (8192, 8192, 65536)):
         bad = _inflated(proof, c, k, t, n)
@@ -577,3 +578,33 @@ def test_the_exact_parameters_are_checked_before_any_work_that_follows_their_siz
     assert calls == []
     ligero.check(proof, c, wit.public)
     assert calls == [p]
+
+
+# ---------------------------------------------------------------- review of issue 27: one parameter choice everywhere
+@pytest.mark.parametrize("soundness, sizes", [("longfellow", (930, 500, 300)), ("longfellow", (7898, 7231, 985)),
+                                              ("classic", (930, 500, 300))])
+def test_the_parameter_choice_does_not_depend_on_the_last_bits_of_floats(monkeypatch, soundness, sizes):
+    """choose() decided `soundness_bits(p) >= 100` on floats from lgamma, gammaln and logaddexp2, whose last bits
+    differ between C libraries, and the verifier requires exactly the parameters its own choose() gives. Now a
+    figure within EXACT_BAND of the target is decided in exact rationals. Simulated here by the worst machine:
+    every float figure lands inside the band, on the wrong side of the target."""
+    w, c, lookups = sizes
+    want = LP.choose(w, c, lookups=lookups, soundness=soundness)
+    real = LP.soundness_bits
+
+    def wrong_side(p, **kw):
+        return 100 - LP.EXACT_BAND / 2 if real(p, **kw) >= 100 else 100 + LP.EXACT_BAND / 2
+    monkeypatch.setattr(LP, "soundness_bits", wrong_side)
+    assert LP.choose(w, c, lookups=lookups, soundness=soundness) == want
+    assert LP.meets(want, 100, lookups)
+    assert not LP.meets(dataclasses.replace(want, t=want.t - 1), 100, lookups)
+
+
+def test_the_verifier_accepts_the_honest_parameters_whatever_their_float_figure(iris, monkeypatch):
+    c, wit, proof = iris
+    real = LP.soundness_bits
+    low = lambda p, **kw: min(real(p, **kw), 100 - LP.EXACT_BAND / 2)      # noqa: E731
+    monkeypatch.setattr(LP, "soundness_bits", low)
+    monkeypatch.setattr(protocol, "soundness_bits", low)
+    assert LP.soundness_bits(proof.params, lookups=proof.lookups) < 100
+    ligero.check(proof, c, wit.public)          # decided exactly: the parameters meet 100 bits

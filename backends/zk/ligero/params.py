@@ -22,7 +22,7 @@ from ..r1cs import TABLE_BITS
 from . import gf
 
 __all__ = ["Params", "soundness_bits", "round_errors", "classic_error", "lookup_error", "lookup_sigma", "choose",
-           "proof_bytes", "check_soundness", "TARGET_BITS", "HASH_BITS", "TABLE", "SOUNDNESS", "DEFAULT_SOUNDNESS"]
+           "proof_bytes", "check_soundness", "meets", "TARGET_BITS", "HASH_BITS", "TABLE", "SOUNDNESS", "DEFAULT_SOUNDNESS"]
 
 #: entries of the lookup table ``[0, 2^TABLE_BITS)``
 TABLE = 1 << TABLE_BITS
@@ -160,10 +160,19 @@ def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int =
     Independent challenges multiply, so σ repetitions raise the field terms to the power σ.
     Nothing in it is specific to Reed–Solomon codes, and it assumes no proximity-gap conjecture.
     """
+    e, total = _classic_totals(p, field_bits, lookups)
+    if not len(e):
+        return 0.0, 0
+    i = int(np.argmin(total))
+    return min(0.0, float(total[i])), int(e[i])
+
+
+def _classic_totals(p: Params, field_bits: float, lookups: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distances ``e`` :func:`classic_error` minimises over and ``log2 ε(e)`` for each."""
     n, K, k, t, sg = p.n, p.K, p.k, p.t, p.sigma
     d = n - K + 1
     if d < 1:
-        return 0.0, 0
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
     e = np.arange(0, (d - 1) // 4 + 1)
     field = sg * (np.log2(e + 1.0) - field_bits)
     other = 1 + (-sg * field_bits)
@@ -171,9 +180,57 @@ def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int =
              _log_ratios(e + 2 * K, n, t)]
     if lookups:
         terms.append(np.full(e.shape, lookup_error(lookups, p.lookup_sigma, field_bits)))
-    total = np.logaddexp2.reduce(np.stack(terms), axis=0)
-    i = int(np.argmin(total))
-    return min(0.0, float(total[i])), int(e[i])
+    return e, np.logaddexp2.reduce(np.stack(terms), axis=0)
+
+
+#: within this many bits of the target, :func:`meets` decides in exact rational arithmetic, not floats
+EXACT_BAND = 1e-4
+
+
+def meets(p: Params, target_bits: float = TARGET_BITS, lookups: int = 0, hash_bits: int = HASH_BITS) -> bool:
+    """Whether ``p`` reaches ``target_bits`` by the analysis it names: the rule :func:`choose` picks parameters
+    by and the verifier checks them by, so it must give the same answer on every machine.
+
+    :func:`soundness_bits` is a float computed with ``lgamma``, ``gammaln`` and ``logaddexp2``, whose last
+    bits differ between C libraries; its errors are below 1e-9 bits. So a figure more than
+    :data:`EXACT_BAND` (1e-4 bits) from an integer target decides, and one within it is decided exactly: the
+    same bound in rationals (``Fraction``, binomials by ``math.comb``) at ``λ = target``:
+    ``ε_K + 4.5·2^(λ−κ) ≤ 2^−λ``. For the classic bound the exact minimum over ``e`` is taken over every
+    distance whose float error term lies within 1e-6 bits of the float minimum (the exact minimiser is
+    among them on any machine). A change to this rule or to :func:`choose` changes which parameters an
+    honest prover uses: it is a new protocol version (``protocol.PROTOCOL``, docs/ZK.md).
+    """
+    b = soundness_bits(p, lookups=lookups, hash_bits=hash_bits)
+    if abs(b - target_bits) > EXACT_BAND or not float(target_bits).is_integer():
+        return b >= target_bits
+    return _exact_meets(p, int(target_bits), lookups, hash_bits)
+
+
+def _exact_meets(p: Params, target: int, lookups: int, hash_bits: int) -> bool:
+    from fractions import Fraction
+    if lookups and p.lookup_sigma < 1:
+        return False
+    bound = Fraction(1, 2 ** target) - Fraction(9, 2) * Fraction(2) ** (target - hash_bits)
+    P, n, K, k, t, sg = gf.P, p.n, p.K, p.k, p.t, p.sigma
+    eL = Fraction(lookups + TABLE, P) ** p.lookup_sigma if lookups else Fraction(0)
+    cn = math.comb(n, t)
+
+    def ratio(a: int) -> Fraction:              # C(a, t)/C(n, t), a clipped to n (math.comb is 0 for a < t)
+        return Fraction(math.comb(min(max(a, 0), n), t), cn)
+    if check_soundness(p.soundness) == "classic":
+        e, total = _classic_totals(p, math.log2(P), lookups)
+        if not len(e):
+            return False
+        near = e[total <= total.min() + 1e-6]
+        near = near[np.argsort(total[total <= total.min() + 1e-6], kind="stable")[:64]]
+        eK = min(Fraction(int(x) + 1, P) ** sg + 2 * Fraction(1, P) ** sg + ratio(n - int(x))
+                 + ratio(int(x) + K + k) + ratio(int(x) + 2 * K) + eL for x in near)
+        eK = min(eK, Fraction(1))
+    else:
+        e1 = Fraction(n + 1, P) ** sg + Fraction(1, P) ** sg
+        e2 = ratio((n + K) // 2) + ratio(2 * K - 2)
+        eK = max(e1, e2, eL)
+    return eK <= bound
 
 
 def lookup_error(lookups: int, sigma: int, field_bits: float = math.log2(gf.P)) -> float:
@@ -261,20 +318,20 @@ def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, s
             def params(t: int) -> Params:
                 return Params(k, t, n, s, lookup_sigma(lookups, target_bits), soundness)
 
-            def meets(t: int) -> bool:
-                return soundness_bits(params(t), lookups=lookups) >= target_bits
+            def ok(t: int) -> bool:
+                return meets(params(t), target_bits, lookups)
             top = min(k, (n + 1) // 2 - k, n // 2 - 1)       # t ≤ k, and 2K − 1 ≤ n
             if top < 8:
                 continue
             if soundness == "longfellow":
-                t = next((t for t in range(8, top + 1) if meets(t)), None)
+                t = next((t for t in range(8, top + 1) if ok(t)), None)
             else:                                           # a bisection: each evaluation scans every e
                 t = None
-                if meets(top):
+                if ok(top):
                     lo, hi = 8, top
                     while lo < hi:
                         mid = (lo + hi) // 2
-                        lo, hi = (lo, mid) if meets(mid) else (mid + 1, hi)
+                        lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
                     t = lo
             if t is None:
                 continue

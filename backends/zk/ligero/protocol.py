@@ -47,7 +47,7 @@ import numpy as np
 
 from . import gf, lookup, merkle
 from .circuitdata import Prepared
-from .params import DEFAULT_SOUNDNESS, Params, choose, soundness_bits
+from .params import DEFAULT_SOUNDNESS, Params, choose, meets, soundness_bits
 from .transcript import Transcript
 
 __all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "expected_params", "Reject", "PROTOCOL"]
@@ -420,8 +420,8 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         whose = "you named" if params is not None else f"this circuit and {min_bits:g} bits give"
         raise Reject(f"the proof's parameters ({_show(p)}) are not the ones {whose} ({_show(want)}): "
                      f"a verifier's work must not be the prover's choice")
-    bits = soundness_bits(p, lookups=pc.n_lookups)          # by the analysis the proof claims (p.soundness)
-    if bits < min_bits:                                     # parameters the verifier named may be too weak
+    if not meets(p, min_bits, pc.n_lookups):                # by the analysis the proof claims (p.soundness), by
+        bits = soundness_bits(p, lookups=pc.n_lookups)      # choose's own rule; parameters a verifier named
         sl = f", σL={p.lookup_sigma}" if pc.n_lookups else ""
         by = f" by the {p.soundness} bound" if p.soundness != DEFAULT_SOUNDNESS else ""
         raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}) give "
