@@ -526,7 +526,8 @@ def test_an_inflated_run_json_is_refused_unread_at_the_cost_of_an_honest_verify(
                                  data.tree.n)
     assert limit < 16_000
     seconds, peak, err = _cost(lambda: zk.Run.load(d, step, data.commitment))
-    assert isinstance(err, B.BundleError) and str(err) == f"{path}: {size} bytes, more than a run.json may have ({limit})"
+    assert isinstance(err, B.BundleError)
+    assert str(err) == f"{path}: {size} bytes, more than a run.json may have ({limit})"
     assert seconds <= 2 * th and peak <= 2 * ph, (seconds, th, peak, ph)
     # without a step (any statement up to 1 MiB) the bound still follows from the step files: about 1.2 MiB here
     seconds, peak, err = _cost(lambda: zk.Run.load(d))

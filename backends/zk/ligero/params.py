@@ -22,7 +22,8 @@ from ..r1cs import TABLE_BITS
 from . import gf
 
 __all__ = ["Params", "soundness_bits", "round_errors", "classic_error", "lookup_error", "lookup_sigma", "choose",
-           "proof_bytes", "check_soundness", "meets", "TARGET_BITS", "HASH_BITS", "TABLE", "SOUNDNESS", "DEFAULT_SOUNDNESS"]
+           "proof_bytes", "check_soundness", "meets", "TARGET_BITS", "HASH_BITS", "TABLE", "SOUNDNESS",
+           "DEFAULT_SOUNDNESS"]
 
 #: entries of the lookup table ``[0, 2^TABLE_BITS)``
 TABLE = 1 << TABLE_BITS
