@@ -6,7 +6,8 @@
 kernels, and :mod:`~.runtime` writes the Python glue that launches them.
 :mod:`~.hostcheck` compiles the same kernels for the CPU with nvcc, so the
 generated code is tested without a GPU; :mod:`~.hostrun` runs ``backend="cupy"``
-itself on the CPU (a CuPy stand-in, the kernels launched one thread at a time).
+itself on the CPU (a CuPy stand-in; :mod:`~.hostlaunch` compiles its kernels and launches them one thread
+at a time).
 See ``docs/GPU.md``.
 """
 from __future__ import annotations
