@@ -72,6 +72,18 @@ def run_cli(*args, timeout: int = 1800) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=timeout)
 
 
+def zk_step_circuit(dataset: str, batch: int, hidden: list[int], dt=cg.fixed(16, 8), field=None):
+    """The ZK circuit of an MLP's SGD training step on ``dataset`` (seed 0) and its witness on the first
+    ``batch`` training rows; ``field=None`` is ``zk.compile``'s default for ``dt``."""
+    from circuitgrad import datasets, nn
+    from circuitgrad.backends import zk
+    data = datasets.load(dataset, seed=0)
+    step = cg.compile_model(nn.mlp(batch, [data.features, *hidden, data.classes]), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.sgd(0.1), dtype=dt)
+    c = zk.compile(step) if field is None else zk.compile(step, field=field)
+    return c, c.witness(step.init_params(seed=0), data.x_train[:batch], data.y_train[:batch])
+
+
 def train_mlp(dataset: str, batch: int, sizes: list[int], epochs: int, backend: str, lr: float = 0.05):
     """Train an MLP (softmax cross-entropy, momentum, seed 0) on ``backend``; returns (params, test accuracy)."""
     from circuitgrad import datasets, nn

@@ -16,10 +16,10 @@ import weakref
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import run_cli, zk_step_circuit
 
 import circuitgrad as cg
-from circuitgrad import datasets, nn
+from circuitgrad import nn
 from circuitgrad.backends import zk
 from circuitgrad.backends.zk import bundle as B
 from circuitgrad.backends.zk import ligero
@@ -36,11 +36,7 @@ IRIS = ["examples/iris.py", "--batch", "4", "--option", "momentum=0"]
 @pytest.fixture(scope="module")
 def iris():
     """The iris step of the red team's report (batch 8, 16 hidden units) and an honest proof of it."""
-    data = datasets.load("iris", seed=0)
-    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1),
-                            dtype=cg.fixed(16, 8))
-    c = zk.compile(step)
-    wit = c.witness(step.init_params(seed=0), data.x_train[:8], data.y_train[:8])
+    c, wit = zk_step_circuit("iris", 8, [16])
     return c, wit, zk.prove(c, wit, rng=np.random.default_rng(0))
 
 

@@ -6,10 +6,9 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from conftest import assert_flipped_bytes_rejected
+from conftest import assert_flipped_bytes_rejected, zk_step_circuit
 
 import circuitgrad as cg
-from circuitgrad import datasets, nn
 from circuitgrad.backends import zk
 from circuitgrad.backends.zk import ligero
 from circuitgrad.backends.zk.ligero import gf, merkle, params as LP, protocol
@@ -108,18 +107,9 @@ def test_fiat_shamir_caps_the_level_at_the_hash_size():
 
 
 # -------------------------------------------------------------- circuits
-def _step_circuit(dataset: str, batch: int, hidden: list[int], dt=cg.fixed(16, 8)):
-    data = datasets.load(dataset, seed=0)
-    step = cg.compile_model(nn.mlp(batch, [data.features, *hidden, data.classes]), loss=nn.softmax_cross_entropy,
-                            optimizer=nn.sgd(0.1), dtype=dt)
-    c = zk.compile(step)
-    wit = c.witness(step.init_params(seed=0), data.x_train[:batch], data.y_train[:batch])
-    return c, wit
-
-
 @pytest.fixture(scope="module")
 def iris():
-    c, wit = _step_circuit("iris", 8, [16])
+    c, wit = zk_step_circuit("iris", 8, [16])
     proof = zk.prove(c, wit, system="ligero", rng=np.random.default_rng(0))
     return c, wit, proof
 
@@ -133,7 +123,7 @@ def test_iris_step_proof_verifies(iris):
 
 @pytest.mark.slow
 def test_digits_step_proof_verifies():
-    c, wit = _step_circuit("digits", 8, [16])
+    c, wit = zk_step_circuit("digits", 8, [16])
     proof = zk.prove(c, wit, system="ligero")
     assert c.r1cs.n_constraints > 100_000
     assert zk.verify(proof, c, wit.public)
@@ -148,7 +138,7 @@ def test_unsatisfied_witness_is_refused_before_proving(iris):
 
 
 def test_wide_formats_are_refused_with_the_bits_they_need():
-    c, wit = _step_circuit("iris", 2, [4], cg.fixed(32, 16))
+    c, wit = zk_step_circuit("iris", 2, [4], cg.fixed(32, 16))
     with pytest.raises(ValueError, match=rf"^ligero: step in fixed\(32,16\) needs a prime above 2\^{c.required_bits} "
                                          r"so that no constraint wraps around, but the Ligero field has 51 bits"):
         zk.prove(c, wit, system="ligero")
@@ -182,7 +172,7 @@ def test_changed_public_values_are_rejected(iris):
 
 def test_another_circuit_is_rejected(iris):
     c, wit, proof = iris
-    other, _ = _step_circuit("iris", 8, [12])
+    other, _ = zk_step_circuit("iris", 8, [12])
     with pytest.raises(ligero.Reject, match=r"^the proof is for another circuit \(digest mismatch\)$"):
         ligero.check(proof, other, None)
 

@@ -16,10 +16,10 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import run_cli, zk_step_circuit
 
 import circuitgrad as cg
-from circuitgrad import datasets, nn
+from circuitgrad import nn
 from circuitgrad.backends import zk
 from circuitgrad.backends.zk import ligero
 from circuitgrad.backends.zk.ligero import gf, params as LP, proofio, protocol
@@ -59,11 +59,7 @@ def _classic_bits_exact(k: int, t: int, n: int, sigma: int, divisor: int = 4, wi
 @pytest.fixture(scope="module")
 def iris8():
     """The iris step of ``zk prove examples/iris.py`` (batch 8, 4-16-3, over the Ligero field: logUp ranges)."""
-    data = datasets.load("iris", seed=0)
-    step = cg.compile_model(nn.mlp(8, [data.features, 16, data.classes]), loss=nn.softmax_cross_entropy,
-                            optimizer=nn.sgd(0.1), dtype=cg.fixed(16, 8))
-    c = zk.compile(step, field=zk.LIGERO51)
-    return c, c.witness(step.init_params(seed=0), data.x_train[:8], data.y_train[:8])
+    return zk_step_circuit("iris", 8, [16], field=zk.LIGERO51)
 
 
 def test_classic_bound_gives_the_iris_default_parameters_about_45_bits(iris8):
@@ -122,11 +118,7 @@ def test_unknown_soundness_names_are_refused_with_one_message(iris8):
 # ------------------------------------------------------------------ end to end on a small circuit
 @pytest.fixture(scope="module")
 def small():
-    data = datasets.load("iris", seed=0)
-    step = cg.compile_model(nn.mlp(2, [data.features, 4, data.classes]), loss=nn.softmax_cross_entropy,
-                            optimizer=nn.sgd(0.1), dtype=cg.fixed(16, 8))
-    c = zk.compile(step, field=zk.LIGERO51)
-    wit = c.witness(step.init_params(seed=0), data.x_train[:2], data.y_train[:2])
+    c, wit = zk_step_circuit("iris", 2, [4], field=zk.LIGERO51)
     classic = zk.prove(c, wit, soundness="classic", rng=np.random.default_rng(1))
     default = zk.prove(c, wit, rng=np.random.default_rng(2))
     return c, wit, classic, default
