@@ -25,6 +25,10 @@ if ! "$VENV/bin/python" -c "import sys" 2>/dev/null; then
   [ -e "$VENV" ] && VENV=.venv-gpu-check && note "the existing .venv does not run here; using $VENV"
   if ! "$VENV/bin/python" -c "import sys" 2>/dev/null; then
     "$PY" -m venv --system-site-packages "$VENV" || { note "cannot create $VENV with $PY"; exit 1; }
+    # --system-site-packages reaches the base installation only: where $PY is itself a virtual environment
+    # (a GPU image's /opt/torch/.venv, holding CuPy and PyTorch), its site-packages are added by a .pth file
+    "$PY" -c "import site, sys; sys.prefix != sys.base_prefix and print('\n'.join(site.getsitepackages()))" \
+      > "$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/gpu_check_parent.pth"
   fi
 fi
 VPY=$VENV/bin/python
