@@ -7,16 +7,28 @@ that every operation stays in NumPy:
   quotient trick. ``q = ⌊fl(a)·fl(b)·fl(1/p)⌋`` is within 1 of the true
   quotient, since the float error is below ``2^51·3·2^−53 < 1``. Then
   ``r = a·b − q·p`` is computed in wrapping ``int64`` arithmetic, lies in
-  ``[−p, 2p)``, and is corrected with two sign masks. That makes about 12
-  NumPy passes, with no Python loop over elements.
+  ``[−p, 2p)``, and is corrected by two unsigned minima (``min(r, r + p)``,
+  then ``min(r, r − p)`` on ``uint64`` views: a negative value wraps to a huge
+  one). Every pass writes into a preallocated buffer, with no Python loop
+  over elements.
 * ``2^33 | p − 1``: radix-2 NTTs exist up to size ``2^33``. Galois's generic
-  NTT at BN254 size took 234 s at ``2^13``; this one takes milliseconds.
+  NTT at BN254 size took 234 s at ``2^13``; this one takes milliseconds. Its
+  butterflies keep values in ``[0, 2p)`` (Harvey's lazy reduction: two fewer
+  passes per stage), run on blocks of ``2^16`` elements that stay in cache,
+  and see only operands with long contiguous runs: the last 7 stages run on
+  the transposed block, and NumPy's ufunc buffer is kept no longer than a
+  run (a longer one makes NumPy copy strided operands, 3–7× slower).
 * ``3`` generates ``F_p^*``, which gives the coset ``3·⟨ω_n⟩`` where codewords
   are evaluated. It is disjoint from the message subgroup ``H = ⟨ω_k⟩``.
 
-Matrix products (used for the proximity test) split each element into three
-17-bit limbs, so each of the nine limb products is exact in ``float64`` BLAS
-for inner dimensions below ``2^19``.
+Matrix products (the proximity test, the verifier's evaluations) use
+``float64`` BLAS on limbs in balanced (signed) form: the left side in two
+26-bit limbs, the right side in three 17-bit limbs, so each of the six limb
+products summed over at most ``2^12`` terms stays below ``2^53`` and is exact
+(longer inner dimensions are cut into such chunks).
+
+``tests/test_zk_gf_speed.py`` pins every function here against Python-int
+reference implementations.
 """
 from __future__ import annotations
 
@@ -52,17 +64,70 @@ def as_rows(v: np.ndarray, m: int, k: int) -> np.ndarray:
     return out.reshape(m, k)
 
 
+_U64 = np.uint64
+_P_U, _2P_U = np.uint64(P), np.uint64(2 * P)
+
+
+_STRIP = 1 << 15         # elements per strip of the elementwise operations (their scratch stays in cache)
+
+
+def _fold(r: np.ndarray, m: np.uint64, tmp: np.ndarray | None = None) -> np.ndarray:
+    """``r − m`` where that is non-negative, else ``r`` (in place on an ``int64`` array ``0 ≤ r < 2m``, by an
+    unsigned minimum: a negative ``r − m`` wraps to a huge value)."""
+    ru = r.view(_U64)
+    t = np.subtract(ru, m, out=None if tmp is None else tmp.view(_U64))
+    np.minimum(ru, t, out=ru)
+    return r
+
+
+def _lift(r: np.ndarray, m: np.uint64, tmp: np.ndarray | None = None) -> np.ndarray:
+    """``r + m`` where ``r`` is negative, else ``r`` (in place on an ``int64`` array ``−m ≤ r < m``)."""
+    ru = r.view(_U64)
+    t = np.add(ru, m, out=None if tmp is None else tmp.view(_U64))
+    np.minimum(ru, t, out=ru)
+    return r
+
+
+def _strips(out: np.ndarray, *ins: np.ndarray):
+    """Flat strips ``(out, *ins)`` of at most ``_STRIP`` elements of same-shaped C-contiguous arrays."""
+    flat = [x.reshape(-1) for x in (out,) + ins]
+    for s in range(0, out.size, _STRIP):
+        yield tuple(x[s:s + _STRIP] for x in flat)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Both arrays of one shape and C-contiguous (so that they can be walked in flat strips)."""
+    return a.shape == b.shape and a.flags.c_contiguous and b.flags.c_contiguous
+
+
 def add(a, b) -> np.ndarray:
-    s = np.add(a, b, dtype=np.int64)
-    s -= _P
-    s += _P & (s >> 63)
-    return s
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if not a.ndim and not b.ndim:
+        return np.int64((int(a) + int(b)) % P)
+    if a.size > _STRIP and _same(a, b) and a.dtype == b.dtype == np.int64:
+        out = np.empty(a.shape, dtype=np.int64)
+        tmp = np.empty(min(a.size, _STRIP), dtype=np.int64)
+        for o, x, y in _strips(out, a, b):
+            np.add(x, y, out=o)
+            _fold(o, _P_U, tmp[:o.size])
+        return out
+    return _fold(np.add(a, b, dtype=np.int64), _P_U)
 
 
 def sub(a, b) -> np.ndarray:
-    s = np.subtract(a, b, dtype=np.int64)
-    s += _P & (s >> 63)
-    return s
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if not a.ndim and not b.ndim:
+        return np.int64((int(a) - int(b)) % P)
+    if a.size > _STRIP and _same(a, b) and a.dtype == b.dtype == np.int64:
+        out = np.empty(a.shape, dtype=np.int64)
+        tmp = np.empty(min(a.size, _STRIP), dtype=np.int64)
+        for o, x, y in _strips(out, a, b):
+            np.subtract(x, y, out=o)
+            _lift(o, _P_U, tmp[:o.size])
+        return out
+    return _lift(np.subtract(a, b, dtype=np.int64), _P_U)
 
 
 def neg(a) -> np.ndarray:
@@ -73,16 +138,53 @@ def mul(a, b) -> np.ndarray:
     """``a·b mod p`` elementwise (broadcasting)."""
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
-    q = (a.astype(np.float64) * b.astype(np.float64) * _INV_P).astype(np.int64)
-    if a.ndim and b.ndim:
-        r = a * b - q * _P                 # exact modulo 2^64 (arrays wrap silently); true value in [-p, 2p)
-    else:
-        with np.errstate(over="ignore"):   # NumPy scalars warn on wrap-around
-            r = a * b - q * _P
-    r += _P & (r >> 63)
-    r -= _P
-    r += _P & (r >> 63)
-    return r
+    if not a.ndim and not b.ndim:
+        return np.int64(int(a) * int(b) % P)
+    if not b.ndim or not a.ndim:                       # by a constant: its quotient factor w/p precomputed
+        x, w = (a, int(b)) if not b.ndim else (b, int(a))
+        return _mul_const(x, w)
+    if not _same(a, b):
+        shape = np.broadcast_shapes(a.shape, b.shape)
+        a = np.ascontiguousarray(np.broadcast_to(a, shape))
+        b = np.ascontiguousarray(np.broadcast_to(b, shape))
+    out = np.empty(a.shape, dtype=np.int64)
+    n = min(a.size, _STRIP)
+    f, q = np.empty(n, dtype=np.float64), np.empty(n, dtype=np.int64)
+    for r, x, y in _strips(out, a, b):
+        m = r.size
+        fs, qs = f[:m], q[:m]
+        np.copyto(fs, x, casting="unsafe")
+        np.multiply(fs, y, out=fs)
+        np.multiply(fs, _INV_P, out=fs)
+        np.copyto(qs, fs, casting="unsafe")             # within 1 of ⌊a·b/p⌋
+        np.multiply(x, y, out=r)                         # exact modulo 2^64 (arrays wrap silently)
+        np.multiply(qs, _P, out=qs)
+        np.subtract(r, qs, out=r)                       # true value in [−p, 2p)
+        _lift(r, _P_U, qs)
+        _fold(r, _P_U, qs)
+    return out
+
+
+def _mul_const(x: np.ndarray, w: int) -> np.ndarray:
+    """``x·w mod p`` for an array ``x`` (values in ``[0, p)``) and a constant ``w``."""
+    w %= P
+    wp, w64 = w * _INV_P, np.int64(w)
+    x = np.ascontiguousarray(x, dtype=np.int64)
+    out = np.empty(x.shape, dtype=np.int64)
+    n = min(x.size, _STRIP)
+    f, q = np.empty(n, dtype=np.float64), np.empty(n, dtype=np.int64)
+    for r, xs in _strips(out, x):
+        m = r.size
+        fs, qs = f[:m], q[:m]
+        np.copyto(fs, xs, casting="unsafe")
+        np.multiply(fs, wp, out=fs)
+        np.copyto(qs, fs, casting="unsafe")             # within 1 of ⌊x·w/p⌋ (two roundings)
+        np.multiply(xs, w64, out=r)
+        np.multiply(qs, _P, out=qs)
+        np.subtract(r, qs, out=r)
+        _lift(r, _P_U, qs)
+        _fold(r, _P_U, qs)
+    return out
 
 
 def inv(a: int) -> int:
@@ -91,9 +193,30 @@ def inv(a: int) -> int:
     return pow(int(a), P - 2, P)
 
 
+_RUN = (1 << 12) - 1     # canonical values (below 2^51) that can be summed in int64 without overflow
+
+
+def _small(a: np.ndarray) -> bool:
+    """Every value in ``[0, 2^51)``, so that ``_RUN`` of them sum exactly in ``int64``."""
+    return not a.size or (int(a.min()) >= 0 and int(a.max()) < 1 << 51)
+
+
 def sum_mod(a: np.ndarray, axis: int = -1) -> np.ndarray:
-    """``Σ a mod p`` along ``axis``, exact: 26- and 25-bit limbs summed separately (no int64 overflow)."""
+    """``Σ a mod p`` along ``axis``, exact for any ``int64`` values.
+
+    Field elements are summed directly, ``_RUN`` at a time (below ``2^63``); other values in 26- and
+    25-bit limbs summed separately (no ``int64`` overflow).
+    """
     a = np.asarray(a, dtype=np.int64)
+    if a.ndim and _small(a):
+        n = a.shape[axis]
+        if n <= _RUN:
+            return np.sum(a, axis=axis) % _P
+        b = np.moveaxis(a, axis, 0)
+        acc = b[:_RUN].sum(axis=0) % _P
+        for s in range(_RUN, n, _RUN):
+            acc = add(acc, b[s:s + _RUN].sum(axis=0) % _P)
+        return acc
     return _join(lo=(a & ((1 << 26) - 1)).sum(axis=axis), hi=(a >> 26).sum(axis=axis))
 
 
@@ -108,28 +231,77 @@ def segment_sum(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     out = np.zeros(n, dtype=np.int64)
     if len(values) == 0 or n == 0:
         return out
+    ptr = np.asarray(ptr)
     nonempty = ptr[1:] > ptr[:-1]
     starts = ptr[:-1][nonempty]
     v = np.asarray(values, dtype=np.int64)
-    out[nonempty] = _join(lo=np.add.reduceat(v & ((1 << 26) - 1), starts), hi=np.add.reduceat(v >> 26, starts))
+    if int(np.max(ptr[1:] - ptr[:-1])) <= _RUN and _small(v):
+        out[nonempty] = np.add.reduceat(v, starts) % _P
+    else:
+        out[nonempty] = _join(lo=np.add.reduceat(v & ((1 << 26) - 1), starts), hi=np.add.reduceat(v >> 26, starts))
     return out
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b mod p`` for 2-D arrays, via exact float64 limb products (inner dimension < 2^19).
+_CHUNK = 1 << 12        # inner dimension per BLAS product: 2^12 · 2^25 · 2^16 = 2^53, exact in float64
 
-    Both sides split into three 17-bit limbs. The limbs of ``b`` are laid side by side, so three
-    BLAS calls compute all nine limb products. Each is below ``2^53`` and therefore exact.
+
+def _limbs2(x: np.ndarray) -> tuple:
+    """``x = lo + hi·2^26`` for ``x`` in ``[0, 2^51)``: ``lo`` in ``[−2^25, 2^25)``, ``hi`` in ``[0, 2^25]`` (``float64``)."""
+    lo = x + (1 << 25)
+    lo &= (1 << 26) - 1
+    lo -= 1 << 25
+    hi = x - lo
+    hi >>= 26
+    return lo.astype(np.float64), hi.astype(np.float64)
+
+
+def _limbs3(x: np.ndarray) -> tuple:
+    """``x ≡ b₀ + b₁·2^17 + b₂·2^34 (mod p)`` for ``x`` in ``[0, p)``, each ``|bᵢ| ≤ 2^16`` (``float64``): the
+    balanced representative of ``x`` (in ``(−p/2, p/2)``) in balanced 17-bit limbs."""
+    x = x - (_P & ((_P // 2 - x) >> 63))
+    out = []
+    for _ in range(2):
+        lo = x + (1 << 16)
+        lo &= (1 << 17) - 1
+        lo -= 1 << 16
+        out.append(lo.astype(np.float64))
+        x -= lo
+        x >>= 17
+    out.append(x.astype(np.float64))
+    return tuple(out)
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b mod p`` for 2-D arrays, via exact float64 limb products.
+
+    The larger side splits into two 26-bit limbs (at most ``2^25`` in size), the other into three
+    balanced 17-bit limbs (at most ``2^16``): six limb products, each summed over a chunk of at most
+    ``2^12`` of the inner dimension, so below ``2^53`` and exact. The three limbs are laid side by
+    side, so that two BLAS calls per chunk compute all six.
     """
-    if a.shape[1] >= 1 << 19:
-        raise ValueError("gf.matmul: inner dimension must be below 2^19")
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    if a.size >= b.size:
+        return _matmul(a, b)
+    return np.ascontiguousarray(_matmul(b.T, a.T).T)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`matmul` with the two-limb split on ``a``."""
+    m, K = a.shape
     nb = b.shape[1]
-    wide = np.concatenate([((b >> s) & 0x1FFFF).astype(np.float64) for s in (0, 17, 34)], axis=1)
-    out = np.zeros((a.shape[0], nb), dtype=np.int64)
-    for i, s in enumerate((0, 17, 34)):
-        prod = (((a >> s) & 0x1FFFF).astype(np.float64) @ wide).astype(np.int64)
-        for j in range(3):
-            out = add(out, mul(reduce(prod[:, j * nb:(j + 1) * nb]), pow(2, 17 * (i + j), P)))
+    out = np.zeros((m, nb), dtype=np.int64)
+    if not K or not m or not nb:
+        return out
+    A = _limbs2(a)
+    B = _limbs3(b)
+    for k0 in range(0, K, _CHUNK):
+        wide = np.concatenate([x[k0:k0 + _CHUNK] for x in B], axis=1)
+        for i, x in enumerate(A):
+            prod = (x[:, k0:k0 + _CHUNK] @ wide).astype(np.int64)         # |·| ≤ 2^53: exact
+            for j in range(3):
+                part = prod[:, j * nb:(j + 1) * nb] % _P                   # floor mod: in [0, p)
+                out = add(out, part if i + j == 0 else _mul_const(part, pow(2, 26 * i + 17 * j, P)))
     return out
 
 
@@ -173,51 +345,128 @@ def _bitrev(n: int) -> np.ndarray:
     return rev
 
 
-def _mul_twiddle(a: np.ndarray, w: np.ndarray, w_over_p: np.ndarray) -> np.ndarray:
-    """``a·w mod p`` for a constant ``w`` with ``w/p`` precomputed (two fewer passes than :func:`mul`)."""
-    q = (a.astype(np.float64) * w_over_p).astype(np.int64)
-    r = a * w - q * _P
-    r += _P & (r >> 63)
-    r -= _P
-    r += _P & (r >> 63)
-    return r
+_INNER = 128            # the last log2(_INNER) stages run on the transposed block
+_BLOCK = 1 << 16        # elements per block (with its buffers, about 2.5 MB: in L2)
+
+
+class _bufsize:
+    """Ufunc buffers no longer than ``run``, the operands' contiguous runs: with a longer buffer NumPy
+    copies strided operands through it, which is 3–7× slower than working on them in place."""
+
+    def __init__(self, run: int):
+        self.size = min(8192, run - run % 16)
+
+    def __enter__(self):
+        self.old = None
+        if self.size >= 16 and self.size != np.getbufsize():
+            self.old = np.setbufsize(self.size)
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            np.setbufsize(self.old)
+
+
+def _butterflies(u, v, tw, twf, d, t, q, f) -> None:
+    """Decimation-in-frequency butterflies in place: ``u ← u + v``, ``v ← (u − v)·w``.
+
+    Inputs and outputs lie in ``[0, 2p)``. ``d, t, q, f`` are scratch arrays of ``u``'s shape, and
+    ``tw``, ``twf`` (``w`` and ``w/p``) broadcast against it; ``tw is None`` means ``w = 1``.
+    """
+    uu, vu, du, tu = u.view(_U64), v.view(_U64), d.view(_U64), t.view(_U64)
+    np.subtract(uu, vu, out=du)
+    np.add(du, _2P_U, out=tu)
+    np.minimum(du, tu, out=du)              # u − v in [0, 2p)
+    np.add(uu, vu, out=uu)
+    np.subtract(uu, _2P_U, out=tu)
+    np.minimum(uu, tu, out=uu)              # u + v in [0, 2p)
+    if tw is None:
+        np.copyto(v, d)
+        return
+    np.copyto(f, d, casting="unsafe")
+    np.multiply(f, twf, out=f)
+    np.copyto(q, f, casting="unsafe")       # within 1 of ⌊d·w/p⌋, since d·w/p < 2p and 2p·2^−52 < 1
+    np.multiply(d, tw, out=v)
+    np.multiply(q, _P, out=q)
+    np.subtract(v, q, out=v)                # d·w mod p, in [−p, 2p)
+    np.add(v, _P, out=t)
+    np.minimum(vu, tu, out=vu)              # in [0, 2p)
 
 
 @lru_cache(maxsize=64)
 def _stage_twiddles(root: int, n: int) -> tuple:
+    """``(h, w, w/p)`` per stage, ``h = n/2 … 1`` (``w = None`` for the last stage, whose twiddle is 1)."""
     w = _powers(root, n)
     out = []
     h = n // 2
     while h >= 1:
         tw = np.ascontiguousarray(w[::n // (2 * h)][:h])
-        out.append((h, tw, tw.astype(np.float64) * _INV_P))
+        out.append((h, None, None) if h == 1 else (h, tw, tw.astype(np.float64) * _INV_P))
         h //= 2
     return tuple(out)
 
 
-def _ntt(a: np.ndarray, root: int) -> np.ndarray:
+@lru_cache(maxsize=16)
+def _gather(n: int, c: int) -> np.ndarray:
+    """Where output ``(row, j)`` of a block of ``c`` rows is in the transposed block: the bit reversal.
+
+    Position ``i = i_hi·n₂ + i_lo`` of row ``r`` is at ``T[i_lo, r·n₁ + i_hi]``; output ``j`` is the
+    value at ``i = rev(j)`` after the DIF stages."""
+    n2 = min(n, _INNER)
+    n1 = n // n2
+    rev = _bitrev(n)
+    idx = (((rev % n2) * (c * n1) + rev // n2)[None, :] + (np.arange(c) * n1)[:, None]).reshape(-1)
+    idx.setflags(write=False)
+    return idx
+
+
+def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
     """Decimation-in-frequency NTT along the last axis (natural order in and out).
 
-    Rows are processed in blocks of about 2^17 elements, so that every stage's passes stay in cache.
+    Rows are processed in blocks of about ``_BLOCK`` elements, so that every stage's passes stay in
+    cache. The stages with half-size ``h ≥ _INNER`` pair runs of ``h`` elements in place; the block
+    is then transposed to ``(_INNER, ·)``, where the remaining stages pair whole rows, and a gather
+    undoes both the transposition and the bit reversal. ``copy=False`` lets it work in ``a``.
     """
     n = a.shape[-1]
     lead = a.shape[:-1]
-    x = np.array(a, dtype=np.int64).reshape(-1, n)
+    x = np.array(a, dtype=np.int64, copy=copy).reshape(-1, n)
     out = np.empty_like(x)
+    if not x.size:
+        return out.reshape(*lead, n)
     stages = _stage_twiddles(root, n)
-    rev = _bitrev(n)
-    chunk = max(1, (1 << 17) // n)
+    n2 = min(n, _INNER)
+    chunk = max(1, _BLOCK // n)
+    c0 = min(chunk, x.shape[0])
+    d_, t_, q_ = (np.empty(max(1, c0 * n // 2), dtype=np.int64) for _ in range(3))
+    f_ = np.empty(len(d_), dtype=np.float64)
+    T_ = np.empty(c0 * n, dtype=np.int64)
     for r0 in range(0, x.shape[0], chunk):
         blk = x[r0:r0 + chunk]
         c = blk.shape[0]
+        m = c * n // 2
         for h, tw, twf in stages:
+            if h < n2:
+                break
             v4 = blk.reshape(c, n // (2 * h), 2, h)
-            u, v = v4[:, :, 0, :], v4[:, :, 1, :]
-            d = sub(u, v)
-            s_ = add(u, v)
-            v4[:, :, 1, :] = _mul_twiddle(d, tw, twf)
-            v4[:, :, 0, :] = s_
-        out[r0:r0 + c] = blk[:, rev]
+            shp = (c, n // (2 * h), h)
+            with _bufsize(h):
+                _butterflies(v4[:, :, 0], v4[:, :, 1], tw, twf, *(s[:m].reshape(shp) for s in (d_, t_, q_, f_)))
+        cols = c * n // n2
+        T = T_[:c * n].reshape(n2, cols)
+        np.copyto(T, blk.reshape(cols, n2).T)
+        for h, tw, twf in stages:
+            if h >= n2:
+                continue
+            v4 = T.reshape(n2 // (2 * h), 2, h, cols)
+            shp = (n2 // (2 * h), h, cols)
+            with _bufsize(cols):
+                _butterflies(v4[:, 0], v4[:, 1], None if tw is None else tw[:, None],
+                             None if twf is None else twf[:, None], *(s[:m].reshape(shp) for s in (d_, t_, q_, f_)))
+        o = out[r0:r0 + c].reshape(-1)
+        np.take(T_[:c * n], _gather(n, c), out=o)
+        for s in range(0, o.size, max(1, m)):
+            seg = o[s:s + m]
+            _fold(seg, _P_U, t_[:seg.size])
     return out.reshape(*lead, n)
 
 
@@ -229,7 +478,7 @@ def ntt(a: np.ndarray) -> np.ndarray:
 def intt(a: np.ndarray) -> np.ndarray:
     """Coefficients of the polynomials with evaluations ``a`` on ``⟨ω_n⟩`` (inverse of :func:`ntt`)."""
     n = a.shape[-1]
-    return mul(_ntt(a, inv(root_of_unity(n))), inv(n))
+    return _mul_const(_ntt(a, inv(root_of_unity(n))), inv(n))
 
 
 def coset_eval(coeffs: np.ndarray, n: int, shift: int = GENERATOR) -> np.ndarray:
@@ -239,7 +488,7 @@ def coset_eval(coeffs: np.ndarray, n: int, shift: int = GENERATOR) -> np.ndarray
         raise ValueError(f"degree bound {d} exceeds the domain size {n}")
     padded = np.zeros((*coeffs.shape[:-1], n), dtype=np.int64)
     padded[..., :d] = mul(coeffs, _powers(shift, d))
-    return ntt(padded)
+    return _ntt(padded, root_of_unity(n), copy=False)
 
 
 def coset_interp(evals: np.ndarray, shift: int = GENERATOR) -> np.ndarray:

@@ -1,0 +1,188 @@
+"""The fast field arithmetic and hashing of the native prover, pinned against Python-int references.
+
+``ligero/gf.py`` reduces products with a floating-point quotient, keeps NTT butterflies lazily in
+``[0, 2p)``, transposes NTT blocks and multiplies matrices with balanced float64 limbs; ``merkle.leaves``
+hashes slices of one buffer. Each of these must give exactly what the schoolbook definition gives, on
+random inputs with the edge values 0, 1, p − 1 (and p/2 ± 1, where the balanced form switches sign), at
+sizes that cross every block and chunk boundary. Proofs then stay byte-identical (the seeded GPT proof of
+``bench/prover_profile.py`` was compared before and after).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from circuitgrad.backends.zk.ligero import gf, merkle
+
+P = gf.P
+EDGES = [0, 1, 2, P - 1, P - 2, P // 2, P // 2 + 1, (1 << 26) - 1, 1 << 34, (1 << 51) % P]
+
+
+def _rand(rng, *shape, edges=True) -> np.ndarray:
+    x = rng.integers(0, P, shape, dtype=np.int64)
+    if edges:
+        flat = x.reshape(-1)
+        e = np.array(EDGES, dtype=np.int64)[:flat.size]
+        flat[:len(e)] = e
+        flat[-len(e):] = e[::-1]
+    return x
+
+
+def _ntt_ref(a: list, w: int) -> list:
+    """Radix-2 recursive NTT in Python ints: ``[Σ_i a_i w^(ij)]_j``."""
+    n = len(a)
+    if n == 1:
+        return list(a)
+    even, odd = _ntt_ref(a[0::2], w * w % P), _ntt_ref(a[1::2], w * w % P)
+    out, t = [0] * n, 1
+    for j in range(n // 2):
+        x = t * odd[j] % P
+        out[j], out[j + n // 2] = (even[j] + x) % P, (even[j] - x) % P
+        t = t * w % P
+    return out
+
+
+@pytest.mark.parametrize("size", [1, 7, 1000, (1 << 15) + 3, 3 * (1 << 15)])
+def test_elementwise_match_python_ints(size):
+    rng = np.random.default_rng(size)
+    a, b = _rand(rng, size), _rand(rng, size)[::-1].copy()
+    A, B = a.tolist(), b.tolist()
+    assert gf.add(a, b).tolist() == [(x + y) % P for x, y in zip(A, B)]
+    assert gf.sub(a, b).tolist() == [(x - y) % P for x, y in zip(A, B)]
+    assert gf.mul(a, b).tolist() == [x * y % P for x, y in zip(A, B)]
+    assert gf.neg(a).tolist() == [-x % P for x in A]
+    for c in (0, 1, 12345, P - 1, P + 5, -1):
+        assert gf.mul(a, c).tolist() == [x * c % P for x in A]
+        assert gf.mul(c, a).tolist() == [x * c % P for x in A]
+
+
+def test_elementwise_broadcasting_and_scalars():
+    rng = np.random.default_rng(1)
+    x, y = _rand(rng, 40, 50), _rand(rng, 50)
+    want = [[u * v % P for u, v in zip(row, y.tolist())] for row in x.tolist()]
+    assert gf.mul(x, y).tolist() == want and gf.mul(y, x).tolist() == want
+    assert gf.mul(x[:, :1], y[None, :]).shape == (40, 50)
+    assert gf.add(x, y).tolist() == [[(u + v) % P for u, v in zip(row, y.tolist())] for row in x.tolist()]
+    assert gf.sub(y, x[:3]).tolist() == [[(v - u) % P for u, v in zip(row, y.tolist())] for row in x[:3].tolist()]
+    assert gf.sub(5, y).tolist() == [(5 - v) % P for v in y.tolist()]
+    for s in (gf.mul(P - 1, P - 1), gf.add(P - 1, 1), gf.sub(0, 1)):
+        assert isinstance(s, np.int64)
+    assert gf.mul(P - 1, P - 1) == 1 and gf.add(P - 1, 1) == 0 and gf.sub(0, 1) == P - 1
+    non_contiguous = x[:, ::2]
+    assert gf.mul(non_contiguous, non_contiguous).tolist() == [[u * u % P for u in r] for r in non_contiguous.tolist()]
+
+
+@pytest.mark.parametrize("n, rows", [(1, 3), (2, 5), (4, 1), (64, 3), (128, 2), (256, 9), (512, 300), (4096, 3),
+                                     (1 << 14, 5)])
+def test_ntt_matches_python_reference(n, rows):
+    rng = np.random.default_rng(n + rows)
+    x = _rand(rng, rows, n)
+    x[-1] = P - 1                                          # a row of p − 1: the largest lazy values
+    check = range(rows) if n <= 512 else [0, rows // 2, rows - 1]
+    w = gf.root_of_unity(n)
+    got = gf.ntt(x)
+    for r in check:
+        assert got[r].tolist() == _ntt_ref(x[r].tolist(), w), r
+    inv_n = pow(n, P - 2, P)
+    back = gf.intt(x)
+    for r in check:
+        assert back[r].tolist() == [v * inv_n % P for v in _ntt_ref(x[r].tolist(), pow(w, P - 2, P))]
+    assert (gf.intt(got) == x).all()
+    assert np.getbufsize() == 8192                        # the NTT restores NumPy's buffer size
+
+
+def test_ntt_large_and_batched():
+    """2^16 points (blocks of one row), and a batch whose last block is partial."""
+    rng = np.random.default_rng(7)
+    x = _rand(rng, 2, 1 << 16)
+    got = gf.ntt(x)
+    assert got[1].tolist() == _ntt_ref(x[1].tolist(), gf.root_of_unity(1 << 16))
+    y = _rand(rng, 3, 5, 1 << 12)                            # leading axes kept; 15 rows in blocks of 16
+    assert (gf.ntt(y).reshape(15, -1) == gf.ntt(y.reshape(15, -1))).all()
+    assert gf.ntt(y)[2, 4].tolist() == _ntt_ref(y[2, 4].tolist(), gf.root_of_unity(1 << 12))
+    assert gf.ntt(np.zeros((0, 8), dtype=np.int64)).shape == (0, 8)
+
+
+def test_coset_eval_and_interp():
+    rng = np.random.default_rng(3)
+    n, d = 64, 40
+    c = _rand(rng, 3, d)
+    w = gf.root_of_unity(n)
+    ev = gf.coset_eval(c, n)
+    for r in range(3):
+        pts = [3 * pow(w, j, P) % P for j in range(n)]
+        assert ev[r].tolist() == [sum(cf * pow(x, i, P) for i, cf in enumerate(c[r].tolist())) % P for x in pts]
+    back = gf.coset_interp(ev)
+    assert (back[:, :d] == c).all() and not back[:, d:].any()
+    with pytest.raises(ValueError):
+        gf.coset_eval(c, 32)
+
+
+def _matmul_ref(a: np.ndarray, b: np.ndarray) -> list:
+    return ((a.astype(object) @ b.astype(object)) % P).tolist()
+
+
+@pytest.mark.parametrize("m, K, n", [(1, 1, 1), (5, 7, 3), (3, 7, 40), (6, 4096, 2), (2, 4097, 6), (40, 9000, 3),
+                                     (3, 300, 700)])
+def test_matmul_matches_python_ints(m, K, n):
+    rng = np.random.default_rng(m * K * n)
+    a, b = _rand(rng, m, K), _rand(rng, K, n)
+    assert gf.matmul(a, b).tolist() == _matmul_ref(a, b)
+    for v in (P - 1, P // 2, P // 2 + 1):                 # every limb product at its bound
+        a[:], b[:] = v, v
+        assert gf.matmul(a, b).tolist() == _matmul_ref(a, b)
+    assert gf.matmul(a[:, :0], b[:0]).tolist() == [[0] * n] * m
+
+
+@pytest.mark.parametrize("shape, axis", [((7,), -1), ((30, 40), 0), ((30, 40), 1), ((5000, 3), 0), ((2, 9000), -1)])
+def test_sum_mod(shape, axis):
+    rng = np.random.default_rng(len(shape) + shape[0])
+    x = _rand(rng, *shape)
+    want = (np.sum(x.astype(object), axis=axis) % P)
+    assert np.array_equal(gf.sum_mod(x, axis=axis), want)
+    y = x - P // 2                                          # not field elements: the limb path
+    assert np.array_equal(gf.sum_mod(y, axis=axis), np.sum(y.astype(object), axis=axis) % P)
+
+
+def test_segment_sum():
+    rng = np.random.default_rng(11)
+    v = _rand(rng, 20000)
+    V = v.tolist()
+    for ptr in ([0, 0, 10, 10, 4000, 5000, 5000, 20000], [0, 3, 3, 4100, 8195, 20000], [0, 20000]):
+        assert gf.segment_sum(v, np.array(ptr)).tolist() == [sum(V[s:e]) % P for s, e in zip(ptr, ptr[1:])]
+    w = v - P
+    assert gf.segment_sum(w, np.array([0, 5, 20000])).tolist() == [sum(V[:5]) % P, sum(V[5:]) % P]
+
+
+def test_inverses_powers_lagrange_bytes():
+    rng = np.random.default_rng(12)
+    x = _rand(rng, 1000)
+    x[x == 0] = 1
+    assert gf.batch_inv(x).tolist() == [pow(v, P - 2, P) for v in x.tolist()]
+    with pytest.raises(ZeroDivisionError):
+        gf.batch_inv(np.array([3, 0]))
+    b = _rand(rng, 5)
+    pw = gf.powers(b, 37)
+    assert pw.tolist() == [[pow(v, i, P) for v in b.tolist()] for i in range(37)]
+    k, pts = 8, rng.integers(2, P, 5)
+    hs = [pow(gf.root_of_unity(k), h, P) for h in range(k)]
+    ref = [[(pow(x, k, P) - 1) * pow(k, P - 2, P) * hh * pow(x - hh, P - 2, P) % P for x in pts.tolist()]
+           for hh in hs]
+    assert gf.lagrange_at(k, pts).tolist() == ref
+    data = rng.bytes(16 * 50)
+    assert gf.from_bytes128(data).tolist() == [int.from_bytes(data[i:i + 16], "big") % P for i in range(0, 800, 16)]
+
+
+def test_merkle_leaves_and_root_match_hashlib():
+    rng = np.random.default_rng(13)
+    for n, m in [(16, 3), (64, 343), (4096, 1)]:
+        cols = _rand(rng, m, n).T                            # a transposed view, as the prover passes it
+        salts = [rng.bytes(16) for _ in range(n)]
+        want = [hashlib.sha256(s + np.asarray(c, dtype="<i8").tobytes()).digest() for s, c in zip(salts, cols)]
+        assert merkle.leaves(cols, salts) == want
+        level = want
+        while len(level) > 1:
+            level = [hashlib.sha256(level[i] + level[i + 1]).digest() for i in range(0, len(level), 2)]
+        assert merkle.Tree(want).root == level[0]
