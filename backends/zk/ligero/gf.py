@@ -144,25 +144,52 @@ def mul(a, b) -> np.ndarray:
         x, w = (a, int(b)) if not b.ndim else (b, int(a))
         return _mul_const(x, w)
     if not _same(a, b):
+        if b.ndim == 1 and a.ndim > 1 and a.shape[-1] == b.shape[0] and a.flags.c_contiguous:
+            return _mul_rows(a, b)
+        if a.ndim == 1 and b.ndim > 1 and b.shape[-1] == a.shape[0] and b.flags.c_contiguous:
+            return _mul_rows(b, a)
         shape = np.broadcast_shapes(a.shape, b.shape)
         a = np.ascontiguousarray(np.broadcast_to(a, shape))
         b = np.ascontiguousarray(np.broadcast_to(b, shape))
     out = np.empty(a.shape, dtype=np.int64)
     n = min(a.size, _STRIP)
-    f, q = np.empty(n, dtype=np.float64), np.empty(n, dtype=np.int64)
+    f, g, q = np.empty(n, dtype=np.float64), np.empty(n, dtype=np.float64), np.empty(n, dtype=np.int64)
     for r, x, y in _strips(out, a, b):
         m = r.size
-        fs, qs = f[:m], q[:m]
-        np.copyto(fs, x, casting="unsafe")
-        np.multiply(fs, y, out=fs)
-        np.multiply(fs, _INV_P, out=fs)
-        np.copyto(qs, fs, casting="unsafe")             # within 1 of ⌊a·b/p⌋
-        np.multiply(x, y, out=r)                         # exact modulo 2^64 (arrays wrap silently)
-        np.multiply(qs, _P, out=qs)
-        np.subtract(r, qs, out=r)                       # true value in [−p, 2p)
-        _lift(r, _P_U, qs)
-        _fold(r, _P_U, qs)
+        np.copyto(g[:m], y, casting="unsafe")
+        _mul_into(r, x, y, g[:m], f[:m], q[:m])
     return out
+
+
+def _mul_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a·b mod p`` for a C-contiguous ``a`` whose rows (last axis) are multiplied by the vector ``b``."""
+    d = b.shape[0]
+    rows = a.reshape(-1, d)
+    out = np.empty(rows.shape, dtype=np.int64)
+    step = max(1, _STRIP // max(1, d))
+    n = min(rows.shape[0], step) * d
+    f, q = np.empty(n, dtype=np.float64), np.empty(n, dtype=np.int64)
+    bf = b.astype(np.float64)
+    with _bufsize(d):
+        for s in range(0, rows.shape[0], step):
+            r = out[s:s + step]
+            m = r.size
+            _mul_into(r, rows[s:s + step], b, bf, f[:m].reshape(r.shape), q[:m].reshape(r.shape))
+    return out.reshape(a.shape)
+
+
+def _mul_into(r: np.ndarray, x: np.ndarray, y: np.ndarray, yf: np.ndarray, fs: np.ndarray, qs: np.ndarray) -> None:
+    """``r = x·y mod p`` (``y`` broadcasting against ``x``, ``yf`` its ``float64`` copy; ``fs``, ``qs`` scratch
+    of ``r``'s shape)."""
+    np.copyto(fs, x, casting="unsafe")
+    np.multiply(fs, yf, out=fs)
+    np.multiply(fs, _INV_P, out=fs)
+    np.copyto(qs, fs, casting="unsafe")                 # within 1 of ⌊x·y/p⌋
+    np.multiply(x, y, out=r)                             # exact modulo 2^64 (arrays wrap silently)
+    np.multiply(qs, _P, out=qs)
+    np.subtract(r, qs, out=r)                           # true value in [−p, 2p)
+    _lift(r, _P_U, qs)
+    _fold(r, _P_U, qs)
 
 
 def _mul_const(x: np.ndarray, w: int) -> np.ndarray:
@@ -246,29 +273,32 @@ _CHUNK = 1 << 12        # inner dimension per BLAS product: 2^12 · 2^25 · 2^16
 
 
 def _limbs2(x: np.ndarray) -> tuple:
-    """``x = lo + hi·2^26`` for ``x`` in ``[0, 2^51)``: ``lo`` in ``[−2^25, 2^25)``, ``hi`` in ``[0, 2^25]`` (``float64``)."""
-    lo = x + (1 << 25)
-    lo &= (1 << 26) - 1
-    lo -= 1 << 25
-    hi = x - lo
-    hi >>= 26
-    return lo.astype(np.float64), hi.astype(np.float64)
+    """``x = lo + hi·2^26`` for ``x`` in ``[0, 2^51)``: ``lo`` in ``[−2^25, 2^25]``, ``hi`` in ``[0, 2^25]`` (``float64``).
+
+    Computed in ``float64``, where every value involved is an integer below ``2^53`` (exact), in strips.
+    """
+    xs = np.ascontiguousarray(x.T) if x.flags.f_contiguous and not x.flags.c_contiguous else x
+    lo = np.empty(xs.shape, dtype=np.float64)
+    hi = np.empty(xs.shape, dtype=np.float64)
+    src = np.ascontiguousarray(xs, dtype=np.int64)
+    for L, H, v in _strips(lo, hi, src):
+        np.copyto(L, v, casting="unsafe")
+        np.multiply(L, 2.0 ** -26, out=H)
+        np.rint(H, out=H)
+        np.subtract(L, H * 2.0 ** 26, out=L)
+    return (lo.T, hi.T) if xs is not x else (lo, hi)
 
 
 def _limbs3(x: np.ndarray) -> tuple:
     """``x ≡ b₀ + b₁·2^17 + b₂·2^34 (mod p)`` for ``x`` in ``[0, p)``, each ``|bᵢ| ≤ 2^16`` (``float64``): the
-    balanced representative of ``x`` (in ``(−p/2, p/2)``) in balanced 17-bit limbs."""
-    x = x - (_P & ((_P // 2 - x) >> 63))
-    out = []
-    for _ in range(2):
-        lo = x + (1 << 16)
-        lo &= (1 << 17) - 1
-        lo -= 1 << 16
-        out.append(lo.astype(np.float64))
-        x -= lo
-        x >>= 17
-    out.append(x.astype(np.float64))
-    return tuple(out)
+    balanced representative of ``x`` (in ``(−p/2, p/2)``) in balanced 17-bit limbs, computed exactly in floats."""
+    f = np.asarray(x, dtype=np.float64)                  # exact: below 2^51
+    f = f - np.float64(P) * (f > P // 2)                # in (−p/2, p/2)
+    b2 = np.rint(f * 2.0 ** -34)
+    f -= b2 * 2.0 ** 34                                 # in [−2^33, 2^33]
+    b1 = np.rint(f * 2.0 ** -17)
+    f -= b1 * 2.0 ** 17                                 # in [−2^16, 2^16]
+    return f, b1, b2
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -406,17 +436,22 @@ def _stage_twiddles(root: int, n: int) -> tuple:
 
 
 @lru_cache(maxsize=16)
-def _gather(n: int, c: int) -> np.ndarray:
-    """Where output ``(row, j)`` of a block of ``c`` rows is in the transposed block: the bit reversal.
+def _permutations(n: int, c: int) -> tuple:
+    """Row orders for a block of ``c`` rows that undo the bit reversal around the transposition.
 
-    Position ``i = i_hi·n₂ + i_lo`` of row ``r`` is at ``T[i_lo, r·n₁ + i_hi]``; output ``j`` is the
-    value at ``i = rev(j)`` after the DIF stages."""
+    Write ``n = n₁·n₂`` (``n₂ = min(n, _INNER)``), a position as ``i = i_hi·n₂ + i_lo`` and an output index
+    as ``j = J_hi·n₁ + J_lo``; then ``rev(j) = rev₁(J_lo)·n₂ + rev₂(J_hi)``. Before the transposition the
+    ``n₂``-runs of each row are put in ``rev₁`` order (``pre``), so that ``T[i_lo, r·n₁ + rev₁(i_hi)]``
+    holds position ``i`` of row ``r``; after the last stage, output run ``(r, J_hi)`` (``n₁`` values) is row
+    ``rev₂(J_hi)·c + r`` of ``T`` seen as ``(n₂·c, n₁)`` (``post``). Both move whole runs, not elements."""
     n2 = min(n, _INNER)
     n1 = n // n2
-    rev = _bitrev(n)
-    idx = (((rev % n2) * (c * n1) + rev // n2)[None, :] + (np.arange(c) * n1)[:, None]).reshape(-1)
-    idx.setflags(write=False)
-    return idx
+    rev1, rev2 = _bitrev(n1), _bitrev(n2)
+    pre = (np.arange(c)[:, None] * n1 + rev1[None, :]).reshape(-1)
+    post = (rev2[None, :] * c + np.arange(c)[:, None]).reshape(-1)
+    pre.setflags(write=False)
+    post.setflags(write=False)
+    return pre, post
 
 
 def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
@@ -424,8 +459,8 @@ def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
 
     Rows are processed in blocks of about ``_BLOCK`` elements, so that every stage's passes stay in
     cache. The stages with half-size ``h ≥ _INNER`` pair runs of ``h`` elements in place; the block
-    is then transposed to ``(_INNER, ·)``, where the remaining stages pair whole rows, and a gather
-    undoes both the transposition and the bit reversal. ``copy=False`` lets it work in ``a``.
+    is then transposed to ``(_INNER, ·)``, where the remaining stages pair whole rows. Two gathers of
+    whole runs (:func:`_permutations`) undo the bit reversal. ``copy=False`` lets it work in ``a``.
     """
     n = a.shape[-1]
     lead = a.shape[:-1]
@@ -453,7 +488,10 @@ def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
                 _butterflies(v4[:, :, 0], v4[:, :, 1], tw, twf, *(s[:m].reshape(shp) for s in (d_, t_, q_, f_)))
         cols = c * n // n2
         T = T_[:c * n].reshape(n2, cols)
-        np.copyto(T, blk.reshape(cols, n2).T)
+        o = out[r0:r0 + c].reshape(-1)
+        pre, post = _permutations(n, c)
+        np.take(blk.reshape(cols, n2), pre, axis=0, out=o.reshape(cols, n2))
+        np.copyto(T, o.reshape(cols, n2).T)
         for h, tw, twf in stages:
             if h >= n2:
                 continue
@@ -462,8 +500,7 @@ def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
             with _bufsize(cols):
                 _butterflies(v4[:, 0], v4[:, 1], None if tw is None else tw[:, None],
                              None if twf is None else twf[:, None], *(s[:m].reshape(shp) for s in (d_, t_, q_, f_)))
-        o = out[r0:r0 + c].reshape(-1)
-        np.take(T_[:c * n], _gather(n, c), out=o)
+        np.take(T_[:c * n].reshape(n2 * c, n // n2), post, axis=0, out=o.reshape(n2 * c, n // n2))
         for s in range(0, o.size, max(1, m)):
             seg = o[s:s + m]
             _fold(seg, _P_U, t_[:seg.size])
