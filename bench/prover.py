@@ -1,6 +1,7 @@
 """Native Ligero prover: prover and verifier time, proof size and peak memory, against snarkjs and ezkl.
 
     python bench/prover.py [--repeats 3] [--cases iris8 iris32 digits syn1e5 syn1e6] [--ezkl] [--snarkjs]
+                           [--baseline]
 
 Cases (all fixed(16, 8), proved over the 51-bit Ligero field at ≥ 100 bits):
   iris-predict  inference of the iris MLP 4-16-3, batch 1 (what the ezkl peer proves)
@@ -8,16 +9,21 @@ Cases (all fixed(16, 8), proved over the 51-bit Ligero field at ≥ 100 bits):
   digits        the digits example's training step (64-64-10, batch 32)
   gpt-softmax   a GPT step: batch 2, S=8, vocab 16, d=16, 2 heads, 1 layer, softmax attention
   gpt-spherical the same GPT step with spherical (L2) attention
+  gpt32-softmax/-spherical  a GPT step: batch 2, S=16, vocab 32, d=32, 2 heads, 1 layer (issue 28)
+  gpt64-softmax a GPT step: batch 4, S=32, vocab 96, d=64, 4 heads, 2 layers (not in the default cases)
   cnn8          the digits CNN example's step (2 channels, batch 8)
   syn1e5/1e6    synthetic circuits of 10^5 and 10^6 multiplication constraints
   syn8k         a synthetic circuit of 8 000 constraints: the largest whose powers of tau
                 (2^13) are practical here, proved by both Ligero and snarkjs Groth16 (--snarkjs)
-The model circuits are compiled over the Ligero field, so their ranges are logUp lookups (see
+The model circuits are compiled over the Ligero field, so their matrix products are proved by the
+contraction argument (Freivalds' check, docs/ZK.md) and their ranges are logUp lookups (see
 bench/lookup.py for bits against lookups); a second table gives each model circuit's largest gadget
 kinds, as shares of its constraints + lookups. Each case runs in its own process, which gives the peak resident memory (ru_maxrss, including the
 interpreter and NumPy). Prover and verifier times are medians of --repeats runs.
 With --ezkl (needs .venv-ezkl, see bench/peers/ezkl_prove.py), ezkl proves the inference of the
-same 4-16-3 model in the same session.
+same 4-16-3 model in the same session. With --baseline, every model case is also compiled with
+contractions="mac" (one constraint per multiply-accumulate: the prover before the contraction argument) and
+timed in the same run, as the row "case (mac)".
 """
 from __future__ import annotations
 
@@ -36,8 +42,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _util import machine, table  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ["iris-predict", "iris8", "iris32", "digits", "gpt-softmax", "gpt-spherical", "cnn8", "syn8k", "syn1e5",
-         "syn1e6"]
+CASES = ["iris-predict", "iris8", "iris32", "digits", "gpt-softmax", "gpt-spherical", "gpt32-softmax",
+         "gpt32-spherical", "cnn8", "syn8k", "syn1e5", "syn1e6"]
+#: cases that run only when named (minutes each)
+EXTRA = ["gpt64-softmax"]
+#: the GPT cases: (batch, S, vocab, d, heads, layers)
+GPTS = {"gpt": (2, 8, 16, 16, 2, 1), "gpt32": (2, 16, 32, 32, 2, 1), "gpt64": (4, 32, 96, 64, 4, 2)}
 
 
 def model_step(case: str):
@@ -47,9 +57,11 @@ def model_step(case: str):
     Q = cg.fixed(16, 8)
     rng = np.random.default_rng(0)
     if case.startswith("gpt"):
-        step = cg.compile_model(nn.gpt(2, 8, 16, d=16, heads=2, layers=1, attention=case.split("-")[1]),
+        name, attention = case.split("-")
+        B, S, V, d, heads, layers = GPTS[name]
+        step = cg.compile_model(nn.gpt(B, S, V, d=d, heads=heads, layers=layers, attention=attention),
                                 loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
-        return step, rng.integers(0, 16, (2, 8)), rng.integers(0, 16, (2, 8))
+        return step, rng.integers(0, V, (B, S)), rng.integers(0, V, (B, S))
     if case.startswith("cnn"):
         sys.path.insert(0, os.path.join(ROOT, "examples"))
         from digits_cnn import cnn
@@ -65,11 +77,11 @@ def model_step(case: str):
     return step, data.x_train[:batch], data.y_train[:batch]
 
 
-def _model_circuit(case: str, range_checks: str | None = None):
+def _model_circuit(case: str, range_checks: str | None = None, contractions: str | None = None):
     from circuitgrad.backends import zk
     step, x, y = model_step(case)
     fn = "predict" if case.endswith("predict") else "step"
-    c = zk.compile(step, field=zk.LIGERO51, function=fn, range_checks=range_checks)
+    c = zk.compile(step, field=zk.LIGERO51, function=fn, range_checks=range_checks, contractions=contractions)
     wit = c.witness(step.init_params(seed=0), x, y if fn == "step" else None)
     return c, wit
 
@@ -126,15 +138,16 @@ def time_ligero(c, wit, repeats: int, what: str) -> tuple:
     return proof, prove_s, verify_s
 
 
-def child(case: str, repeats: int, snarkjs: bool) -> dict:
+def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = None) -> dict:
     from circuitgrad.backends import zk
     c, wit = synthetic({"syn8k": 8000, "syn1e5": 10 ** 5, "syn1e6": 10 ** 6}[case]) if case.startswith("syn") \
-        else _model_circuit(case)
+        else _model_circuit(case, contractions=contractions)
     assert c.check(wit)
     proof, prove_s, verify_s = time_ligero(c, wit, repeats, case)
     from circuitgrad.backends.zk.ligero.proofio import dumps
     sl = f" σL={proof.params.lookup_sigma}" if c.r1cs.n_lookups else ""
-    row = {"case": case, "constraints": c.r1cs.n_constraints, "wires": c.r1cs.n_wires, "lookups": c.r1cs.n_lookups,
+    sl += f" σC={proof.params.contraction_sigma}" if c.r1cs.contractions else ""
+    row = {"case": case + (f" ({contractions})" if contractions else ""), "constraints": c.r1cs.n_constraints, "wires": c.r1cs.n_wires, "lookups": c.r1cs.n_lookups,
            "params": f"k={proof.params.k} t={proof.params.t} n={proof.params.n} σ={proof.params.sigma}{sl}",
            "bits": proof.soundness_bits, "prove_s": statistics.median(prove_s),
            "verify_s": statistics.median(verify_s), "proof_bytes": len(dumps(proof)),
@@ -155,18 +168,26 @@ def child(case: str, repeats: int, snarkjs: bool) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--cases", nargs="*", default=CASES, choices=CASES)
+    ap.add_argument("--cases", nargs="*", default=CASES, choices=CASES + EXTRA)
+    ap.add_argument("--baseline", action="store_true",
+                    help="also prove every model case with contractions='mac' (one constraint per multiply-accumulate)")
+    ap.add_argument("--contractions", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--snarkjs", action="store_true", help="prove syn8k with snarkjs Groth16 too")
     ap.add_argument("--ezkl", action="store_true", help="run the ezkl peer (inference of 4-16-3)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(child(a.child, a.repeats, a.snarkjs)))
+        print(json.dumps(child(a.child, a.repeats, a.snarkjs, a.contractions)))
         return
     rows = []
-    for case in a.cases:
-        print(f"[{case}] …", file=sys.stderr, flush=True)
+    runs = [(case, None) for case in a.cases]
+    if a.baseline:
+        runs = [r for case in a.cases for r in ([(case, None)] + ([] if case.startswith("syn") else [(case, "mac")]))]
+    for case, mode in runs:
+        print(f"[{case}{' ' + mode if mode else ''}] …", file=sys.stderr, flush=True)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--repeats", str(a.repeats)]
+        if mode:
+            cmd += ["--contractions", mode]
         if a.snarkjs and case == "syn8k":
             cmd.append("--snarkjs")
         out = subprocess.run(cmd, capture_output=True, text=True)

@@ -219,7 +219,7 @@ def test_malformed_files_get_clear_errors(iris, tmp_path):
         (b"", r"^proof: too short to be a circuitgrad Ligero proof \(0 bytes\)$"),
         (b"NOTAPROOF" + data[9:], r"^proof: not a circuitgrad Ligero proof \(bad magic"),
         (data[:-1], r"^proof: checksum mismatch: the file is corrupted or was modified$"),
-        (seal(data[:8] + b"\x03\x00" + data[10:-32]), r"^proof: proof format version 3 is not supported"),
+        (seal(data[:8] + b"\x04\x00" + data[10:-32]), r"^proof: proof format version 4 is not supported"),
         (seal(data[:-32 - 5]), r"^proof: truncated in Merkle siblings"),
         (seal(data[:-32] + b"extra"), r"^proof: 5 unexpected bytes after the proof$"),
     ]

@@ -304,7 +304,7 @@ def test_opened_values_do_not_depend_on_the_private_weights(step, circuit, data)
     wits = [circuit.witness_private(p, x, y, data.tree, *r).values for p in (p0, p1)]
     assert all(circuit.check(w) for w in wits)
     pc = prepare(circuit.r1cs)
-    par = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups)
+    par = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups, contractions=pc.contraction_cells)
     rng = np.random.default_rng(3)
     cols = sorted(rng.choice(par.n, par.t, replace=False).tolist())
     seen = []
@@ -312,8 +312,8 @@ def test_opened_values_do_not_depend_on_the_private_weights(step, circuit, data)
         vals = []
         for _ in range(12):
             pr = protocol.prove_prepared(pc, w, par, rng=rng, columns=cols)
-            vals.append(np.concatenate([pr.columns.reshape(-1), pr.u.reshape(-1), pr.q.reshape(-1),
-                                        pr.h.reshape(-1)]))
+            vals.append(np.concatenate([pr.columns.reshape(-1), pr.columns2.reshape(-1), pr.u.reshape(-1),
+                                        pr.q.reshape(-1), pr.h.reshape(-1)]))
         seen.append(np.concatenate(vals) * 16 // zk.LIGERO51.p)
     h1, h2 = (np.bincount(s, minlength=16) for s in seen)
     chi2 = float((((h1 - h2) ** 2) / np.maximum(h1 + h2, 1)).sum())

@@ -210,13 +210,25 @@ class Circuit:
         """``"lookup"`` when the circuit proves ranges by lookups (native prover only), else ``"bits"``."""
         return "bits" if self.r1cs.L is None else "lookup"
 
+    @property
+    def contractions(self) -> str:
+        """``"argument"`` when products of witness tensors are proved by the native prover's contraction
+        argument, else ``"mac"`` (one constraint per multiply-accumulate)."""
+        return "argument" if self.r1cs.contractions else "mac"
+
     def require_r1cs(self, what: str) -> None:
-        """Raise unless the circuit is plain R1CS (no lookups): what snarkjs and circom take."""
+        """Raise unless the circuit is plain R1CS (no lookups, no contractions): what snarkjs and circom take."""
         if self.r1cs.L is not None:
             raise ValueError(f"{what}: this circuit proves its ranges with {self.r1cs.n_lookups} lookups, which "
                              f".r1cs files and snarkjs cannot express; compile it with "
                              f"zk.compile(..., range_checks='bits') for snarkjs and circom, or prove it with "
                              f"the native prover (system='ligero')")
+        if self.r1cs.contractions:
+            raise ValueError(f"{what}: this circuit proves {len(self.r1cs.contractions)} matrix products with the "
+                             f"native prover's contraction argument, which needs challenges that .r1cs files and "
+                             f"snarkjs cannot express; compile it with zk.compile(..., range_checks='bits') (or "
+                             f"contractions='mac') for snarkjs and circom, or prove it with the native prover "
+                             f"(system='ligero')")
 
     # ------------------------------------------------------------- export
     def export(self, directory: str, wit: Witness | None = None, name: str | None = None) -> dict[str, str]:
@@ -239,9 +251,14 @@ def default_range_checks(field: Field) -> str:
     return "lookup" if field == LIGERO51 else "bits"
 
 
+def default_contractions(range_checks: str) -> str:
+    """``"argument"`` for circuits only the native prover proves (lookups), ``"mac"`` for plain R1CS."""
+    return "argument" if range_checks == "lookup" else "mac"
+
+
 def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | None = None,
             function: str = "step", targets: str | None = None, range_checks: str | None = None,
-            public: str = "params", data_rows: int | None = None) -> Circuit:
+            public: str = "params", data_rows: int | None = None, contractions: str | None = None) -> Circuit:
     """The R1CS circuit of ``model``'s ``step`` (default) or ``predict`` in fixed point.
 
     ``dtype`` defaults to the model's own dtype if it is fixed point, else
@@ -255,6 +272,12 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     snarkjs and circom); ``"lookup"`` by lookups into a table of ``2^8`` values, which only the
     native Ligero prover proves (logUp) and which makes a transformer step about half the size.
     The default follows the field: ``"lookup"`` over :data:`LIGERO51`, ``"bits"`` otherwise.
+
+    ``contractions``: ``"argument"`` proves each product of two witness tensors (``MatMul``,
+    ``BatchMatMul``, convolutions through them) by the native prover's contraction argument, whose cost
+    is linear in the three matrices (docs/ZK.md); ``"mac"`` by one constraint per multiply-accumulate
+    (plain R1CS, for snarkjs and circom). The default follows ``range_checks``: ``"argument"`` with
+    lookups, ``"mac"`` with bits.
 
     ``public``: ``"params"`` (default) makes the parameters before and after the step public;
     ``"commitments"`` keeps them private behind Poseidon2 commitments and proves that the batch's
@@ -296,7 +319,7 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     committed = [n for n in in_names if n not in ("x", "y")]
     lay = P.Layout(data_rows, committed, fx.batch, dtype.width) if public == "commitments" else None
     c = compile_program(fx.fn(function).program, dtype, field, in_names, [] if lay else committed, out_names,
-                        function, constrain, range_checks, lay)
+                        function, constrain, range_checks, lay, contractions)
     c.model, c.targets = fx, targets
     return c
 
@@ -317,7 +340,8 @@ def _one_hot(b: Builder, y: np.ndarray, dtype: Fixed) -> None:
 def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_names: list[str] | None = None,
                     public_inputs: list[str] | None = None, output_names: list[str] | None = None,
                     function: str | None = None, constrain: Mapping | None = None,
-                    range_checks: str | None = None, private: P.Layout | None = None) -> Circuit:
+                    range_checks: str | None = None, private: P.Layout | None = None,
+                    contractions: str | None = None) -> Circuit:
     """The circuit of any fixed-point SSA program (``public_inputs`` default: none).
 
     ``range_checks``: ``"bits"`` or ``"lookup"`` (default: :func:`default_range_checks` of the field).
@@ -337,7 +361,8 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
     in_names = list(input_names or [f"in{i}" for i in range(len(prog.inputs))])
     public_in = list(public_inputs or [])
     out_names = list(output_names or [f"out{i}" for i in range(len(prog.outputs))])
-    b = Builder(field, range_checks or default_range_checks(field))
+    range_checks = range_checks or default_range_checks(field)
+    b = Builder(field, range_checks, contractions or default_contractions(range_checks))
     # wire layout: public outputs, public inputs, private inputs, internal
     if private is None:
         pub_out = [b.alloc(prog.types[v].shape, f"out.{n}") for v, n in zip(prog.outputs, out_names)]

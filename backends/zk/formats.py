@@ -126,6 +126,10 @@ def write_r1cs(path: str, r: R1CS) -> None:
     if r.L is not None:
         raise ValueError(f"write_r1cs: this system proves its ranges with {r.n_lookups} lookups, which the "
                          f".r1cs format cannot express; compile with zk.compile(..., range_checks='bits')")
+    if r.contractions:
+        raise ValueError(f"write_r1cs: this system proves {len(r.contractions)} matrix products by the native "
+                         f"prover's contraction argument, which the .r1cs format cannot express; compile with "
+                         f"zk.compile(..., contractions='mac')")
     fld, n8 = r.field, r.field.n8
     header = struct.pack("<I", n8) + fld.p.to_bytes(n8, "little") + struct.pack(
         "<IIIIQI", r.n_wires, r.n_pub_out, r.n_pub_in, r.n_prv_in, r.n_wires, r.n_constraints)

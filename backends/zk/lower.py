@@ -15,7 +15,7 @@ Costs per output element (``w`` width, ``f`` fractional bits, ``n`` inner dimens
 | Add, Neg, SumTo | ``w + 2`` (one linear constraint + range check) |
 | Mul | ``f + w + 2`` (the product is folded into the rescale) |
 | Scale | ``f + w + 2`` (the constant folds into the linear combination) |
-| MatMul | ``(n − 1) + f + w + 2``: one per extra multiply-accumulate, one rescale |
+| MatMul | ``(n − 1) + f + w + 2``: one per extra multiply-accumulate, one rescale; with ``contractions="argument"``, ``f + w + 2``: the exact product is one wire per output, proved by the contraction argument |
 | Constant | 1 per distinct value in the whole circuit |
 | Heaviside | ``2w + 4`` |
 | Sigmoid / Tanh | about ``7w + 3f + 20`` (PLAN: sign, |x|, 3 comparisons, 3 scaled pieces, selects) |
@@ -200,6 +200,8 @@ def _scale(L: Lowering, op: P.Scale, a):
 
 
 def _matmul(L: Lowering, op: P.MatMul | P.BatchMatMul, a, b):
+    if L.b.contractions == "argument":
+        return _contraction(L, op, a, b)
     q = L.output(op, (a, b))
     *lead, m, n = a.shape
     p = b.shape[-1]
@@ -219,6 +221,26 @@ def _matmul(L: Lowering, op: P.MatMul | P.BatchMatMul, a, b):
             extra.append((wk, rows.astype(np.int64)))
     G.rescale(L.b, [(A[:, 0], 1)], [(B[:, 0], 1)], _flat(q), L.dt,
               lambda W: (W[a] @ W[b]).reshape(-1), "matmul.rescale", minus=extra)
+    return (q,)
+
+
+def _contraction(L: Lowering, op: P.MatMul | P.BatchMatMul, a, b):
+    """``c = a·b`` exactly, by the native prover's contraction argument (no constraint per multiply-accumulate),
+    then one rescale per output: ``c = 2^f·q − 2^(f−1) + r``."""
+    n, dt, p = a.shape[-1], L.dt, L.b.field.p
+    bound = n * max(-dt.lo, dt.hi) ** 2                 # |Σₖ aᵢₖbₖⱼ| for entries in the dtype's range
+    if 2 * bound >= p:
+        raise ValueError(f"zk.compile: {L.b.context}: the exact sums of this {n}-term contraction reach "
+                         f"{bound:.3g} in {dt}, which wraps around the field's p = {p} (they must stay below p/2); "
+                         f"use a smaller dtype or a larger field")
+    q = L.output(op, (a, b))
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
+    b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
+    c = L.b.alloc(q.shape)
+    L.b.fill(c, lambda W: np.matmul(W[a], W[b]).reshape(-1))
+    L.b.contract(a, b, c, "matmul.contraction")
+    G.rescale(L.b, [(_flat(c), 1)], [(ONE, 1)], _flat(q), L.dt, lambda W: W[_flat(c)], "matmul.rescale")
     return (q,)
 
 

@@ -21,6 +21,15 @@ sparse matrix ``L`` whose values ``⟨L_i, w⟩`` must each lie in the table
 ``[0, 2^TABLE_BITS)``. The native Ligero prover proves them with a logUp
 argument (:mod:`.ligero.lookup`); the ``.r1cs`` format has no lookups, so such a
 system cannot go to snarkjs.
+
+A system may also carry *contractions* (``contractions="argument"``): triples
+of wire tensors ``(A, B, C)`` of shapes ``(L, m, n)``, ``(L, n, p)``, ``(L, m, p)``
+with ``C[l] = A[l]·B[l]`` exactly. The native prover proves them with a
+randomized check whose cost is linear in the three tensors
+(:mod:`.ligero.contraction`), instead of one constraint per
+multiply-accumulate; the ``.r1cs`` format has no challenges, so such a system
+cannot go to snarkjs either (``contractions="mac"`` keeps one constraint per
+multiply-accumulate).
 """
 from __future__ import annotations
 
@@ -31,12 +40,16 @@ import numpy as np
 
 from .field import Field
 
-__all__ = ["Builder", "R1CS", "Term", "UnsatisfiedConstraint", "TABLE_BITS", "RANGE_CHECKS"]
+__all__ = ["Builder", "R1CS", "Term", "Contraction", "UnsatisfiedConstraint", "TABLE_BITS", "RANGE_CHECKS",
+           "CONTRACTIONS"]
 
 #: lookups check membership in ``[0, 2^TABLE_BITS)``
 TABLE_BITS = 8
 #: how gadgets prove that a value lies in a range: bit decompositions, or lookups into the table
 RANGE_CHECKS = ("bits", "lookup")
+#: how a contraction of two witness tensors is proved: a randomized argument of the native prover, or one
+#: constraint per multiply-accumulate (plain R1CS)
+CONTRACTIONS = ("argument", "mac")
 
 Term = tuple  # (wires: ndarray[int64] or int, coeffs: ndarray[int64] or int)
 
@@ -88,6 +101,45 @@ class _Matrix:
         return out % p
 
 
+@dataclass(frozen=True)
+class Contraction:
+    """``C[l] = A[l]·B[l]`` exactly, for wire tensors ``a (L, m, n)``, ``b (L, n, p)``, ``c (L, m, p)``."""
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+    tag: str
+
+    def __post_init__(self):
+        (L, m, n), (L2, n2, p), (L3, m3, p3) = self.a.shape, self.b.shape, self.c.shape
+        if not (L == L2 == L3 and n == n2 and m == m3 and p == p3):
+            raise ValueError(f"Contraction {self.tag}: shapes {self.a.shape} · {self.b.shape} → {self.c.shape} "
+                             f"do not compose")
+
+    @property
+    def terms(self) -> int:
+        """Wire occurrences: ``|A| + |B| + |C|`` (what the argument's work is linear in)."""
+        return self.a.size + self.b.size + self.c.size
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates that one constraint each would cost."""
+        L, m, n = self.a.shape
+        return L * m * n * self.b.shape[2]
+
+    def failing(self, w: np.ndarray, p: int) -> np.ndarray:
+        """Flat indices into ``c`` where ``C ≠ A·B`` (mod ``p``, in exact integers)."""
+        w = np.asarray(w)
+        A, B = w[self.a], w[self.b]
+        big = max(int(np.abs(A).max(initial=0)), 1) * max(int(np.abs(B).max(initial=0)), 1) * self.a.shape[2]
+        if w.dtype == np.int64 and big < 1 << 62:                 # exact in int64
+            want = np.matmul(A, B) % p
+        else:
+            A, B = A.astype(object), B.astype(object)
+            want = np.stack([A[i].dot(B[i]) for i in range(A.shape[0])]) % p
+        got = np.asarray(w[self.c], dtype=object if w.dtype == object else np.int64) % p
+        return np.flatnonzero((want - got).reshape(-1) % p != 0)
+
+
 @dataclass
 class R1CS:
     """A finished constraint system (see the module docstring for the wire layout)."""
@@ -105,6 +157,16 @@ class R1CS:
     L: _Matrix | None = None            # lookup rows: each ⟨L_i, w⟩ must lie in [0, 2^TABLE_BITS)
     lookup_tags: list[str] = field(default_factory=list)
     lookup_block_rows: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    contractions: tuple = ()            # Contraction records, proved by the native prover's argument
+
+    @property
+    def n_contraction_terms(self) -> int:
+        """``Σ |A| + |B| + |C|`` over the contractions (0 without any)."""
+        return sum(c.terms for c in self.contractions)
+
+    def failing_contractions(self, w: np.ndarray) -> list[tuple[int, int]]:
+        """``(contraction, flat index into its C)`` for every entry with ``C ≠ A·B``."""
+        return [(i, int(j)) for i, c in enumerate(self.contractions) for j in c.failing(w, self.field.p)]
 
     @property
     def n_lookups(self) -> int:
@@ -151,7 +213,7 @@ class R1CS:
     def check(self, w: np.ndarray) -> bool:
         """True when ``w`` (with ``w[0] = 1``) satisfies every constraint."""
         return (len(w) == self.n_wires and int(w[0]) % self.field.p == 1 and len(self.failing(w)) == 0
-                and len(self.failing_lookups(w)) == 0)
+                and len(self.failing_lookups(w)) == 0 and not self.failing_contractions(w))
 
     def assert_satisfied(self, w: np.ndarray) -> None:
         """Raise :class:`UnsatisfiedConstraint` naming the first failing constraint and its origin."""
@@ -169,6 +231,11 @@ class R1CS:
             r = int(bad[0])
             raise UnsatisfiedConstraint(f"lookup {r} of {self.n_lookups} is outside the table [0, {1 << TABLE_BITS}) "
                                         f"({len(bad)} failing in all); it comes from {self.lookup_tag_of(r)}")
+        bad = self.failing_contractions(w)
+        if bad:
+            i, j = bad[0]
+            raise UnsatisfiedConstraint(f"contraction {i} of {len(self.contractions)} ({self.contractions[i].tag}): "
+                                        f"entry {j} of C is not the product A·B ({len(bad)} failing in all)")
 
     def rows_of_wire(self, wire: int) -> np.ndarray:
         """Every constraint in which ``wire`` appears (in A, B or C)."""
@@ -183,6 +250,9 @@ class R1CS:
         seen = np.zeros(self.n_wires, dtype=bool)
         for M in (self.A, self.B, self.C) + ((self.L,) if self.L is not None else ()):
             seen[M.wires[M.coeffs % self.field.p != 0] if M.coeffs.dtype == object else M.wires[M.coeffs != 0]] = True
+        for c in self.contractions:
+            for x in (c.a, c.b, c.c):
+                seen[x.reshape(-1)] = True
         return np.flatnonzero(~seen)
 
     def counts_by_gadget(self, lookups: bool = False) -> dict[str, int]:
@@ -205,11 +275,15 @@ class R1CS:
 class Builder:
     """Accumulates wires, constraint blocks and the witness program that fills the wires."""
 
-    def __init__(self, field: Field, range_checks: str = "bits"):
+    def __init__(self, field: Field, range_checks: str = "bits", contractions: str = "mac"):
         if range_checks not in RANGE_CHECKS:
             raise ValueError(f"range_checks must be one of {list(RANGE_CHECKS)}, got {range_checks!r}")
+        if contractions not in CONTRACTIONS:
+            raise ValueError(f"contractions must be one of {list(CONTRACTIONS)}, got {contractions!r}")
         self.field = field
         self.range_checks = range_checks
+        self.contractions = contractions
+        self.contraction_records: list[Contraction] = []
         self.lookup_terms: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.lookup_tags: list[str] = []
         self.lookup_block_rows: list[int] = []
@@ -267,12 +341,25 @@ class Builder:
         self.lookup_block_rows.append(self.n_lookups)
         self.n_lookups += m
 
+    def contract(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, kind: str) -> None:
+        """Record ``C = A·B`` exactly (wire tensors ``(…, m, n)``, ``(…, n, p)``, ``(…, m, p)``, leading axes
+        flattened), proved by the native prover's contraction argument (``contractions="argument"`` only)."""
+        if self.contractions != "argument":
+            raise ValueError(f"Builder.contract: this builder proves contractions with {self.contractions!r}; "
+                             f"the argument needs Builder(field, contractions='argument')")
+        m, n, p = a.shape[-2], a.shape[-1], b.shape[-1]
+        rec = Contraction(*(np.ascontiguousarray(x, dtype=np.int64).reshape(-1, *s)
+                            for x, s in ((a, (m, n)), (b, (n, p)), (c, (m, p)))), f"{self.context}:{kind}")
+        if rec.a.size and rec.b.size:
+            self.contraction_records.append(rec)
+
     def finish(self, n_pub_out: int, n_pub_in: int, n_prv_in: int) -> R1CS:
         L = _from_parts(self.lookup_terms, self.n_lookups) if self.range_checks == "lookup" else None
         return R1CS(self.field, self.n, n_pub_out, n_pub_in, n_prv_in, *(_from_parts(self.terms[k], self.rows)
                     for k in "ABC"), list(self.tags), np.array(self.block_rows + [self.rows], dtype=np.int64),
                     list(self.names), L, list(self.lookup_tags),
-                    np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64))
+                    np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64),
+                    tuple(self.contraction_records))
 
 
 def _coo(rows: np.ndarray, terms: list, m: int) -> list:

@@ -96,6 +96,10 @@ def describe(circuit) -> dict[str, Any]:
     }
     if circuit.r1cs.L is not None:
         d["lookups"] = int(circuit.r1cs.n_lookups)
+    if circuit.r1cs.contractions:       # absent: every product is one constraint per multiply-accumulate
+        d["contractions"] = {"count": len(circuit.r1cs.contractions),
+                             "terms": int(circuit.r1cs.n_contraction_terms),
+                             "proved_by": "the native prover's contraction argument (Freivalds' check)"}
     lay = getattr(circuit, "private", None)
     if lay is not None:                     # a private step: digests are public, every input is private
         c = [lay.capacity]
@@ -137,7 +141,9 @@ def render(d: Mapping[str, Any]) -> str:
             f"public outputs ({count(d['public_outputs'])} values): {listing(d['public_outputs'])}; "
             f"public inputs ({count(d['public_inputs'])} values): {listing(d['public_inputs'])}; "
             f"private: {private}; {d['constraints']} constraints, {d['wires']} wires"
-            + (f", {d['lookups']} lookups into [0, 256)" if "lookups" in d else ""))
+            + (f", {d['lookups']} lookups into [0, 256)" if "lookups" in d else "")
+            + (f", {d['contractions']['count']} contractions ({d['contractions']['terms']} terms) proved by "
+               f"Freivalds' check" if "contractions" in d else ""))
 
 
 def digest(circuit) -> bytes:

@@ -5,7 +5,8 @@ The counts are those of the circuit itself: the program is lowered by the ZK bac
 instruction, hence the definition, that emitted it.  The native Ligero prover's time is predicted
 from its work on the circuit (:func:`prover_features`: the matrix it encodes, the columns it hashes,
 the constraint matrices' nonzeros, the lookups), each with a rate calibrated once on this machine by
-proving four synthetic circuits and three small MLP training steps (cached like the CPU calibration).
+proving four synthetic circuits, one synthetic 256×256 contraction and three small MLP training steps
+(cached like the CPU calibration).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from ..cache import cached
 __all__ = ["estimate", "prover_features", "prover_seconds", "calibrate_prover", "PROVER_FEATURES"]
 
 _TAG = re.compile(r"^[^#:]*#(\d+):")
-_VERSION = 4
+_VERSION = 5
 
 
 def _circuit(f: Any, function: str, dtype, field, range_checks):
@@ -36,20 +37,44 @@ def _circuit(f: Any, function: str, dtype, field, range_checks):
 
 
 #: what the prover's time is modelled in (see :func:`prover_features`)
-PROVER_FEATURES = ("call", "encode", "columns", "nonzeros", "lookups")
+PROVER_FEATURES = ("call", "encode", "columns", "nonzeros", "lookups", "contractions")
 
 
 def prover_features(c) -> list[float]:
     """The Ligero prover's work on circuit ``c``, from its own parameter choice and matrix layout:
     one call; the encoding (matrix rows × codeword length × log₂ of it: one NTT per row); hashing and
-    combining the columns (rows × codeword length); ``A·z``, ``B·z``, ``C·z`` (their nonzeros); logUp."""
+    combining the columns (rows × codeword length); ``A·z``, ``B·z``, ``C·z`` (their nonzeros); logUp; the
+    contraction argument (every wire occurrence of its matrices, once per Freivalds draw and linear test)."""
     from ..backends.zk.ligero import choose, prepare
     from ..backends.zk.ligero.protocol import _layout
     pc = prepare(c.r1cs)
-    p = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups)
+    p = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups, contractions=pc.contraction_cells)
     rows = _layout(pc, p).total
     nnz = sum(len(M.wires) for M in (c.r1cs.A, c.r1cs.B, c.r1cs.C))
-    return [1.0, float(rows * p.n * math.log2(p.n)), float(rows * p.n), float(nnz), float(pc.n_lookups)]
+    terms = c.r1cs.n_contraction_terms * p.contraction_sigma * (p.sigma + 1)
+    return [1.0, float(rows * p.n * math.log2(p.n)), float(rows * p.n), float(nnz), float(pc.n_lookups),
+            float(terms)]
+
+
+def _contraction(n: int):
+    """One exact product ``C = A·B`` of private ``n×n`` matrices, proved by the contraction argument."""
+    import circuitgrad as cg
+    from ..backends import zk
+    from ..backends.zk.r1cs import Builder
+    b = Builder(zk.LIGERO51, "bits", "argument")
+    pub = b.alloc(1, "out")
+    A, B, C = b.alloc((n, n)), b.alloc((n, n)), b.alloc((n, n))
+    b.contract(A, B, C, "matmul.contraction")
+    b.constrain([(C.reshape(-1)[:1], 1)], [(0, 1)], [(pub, 1)], "output")
+    r = b.finish(1, 0, 3 * n * n)
+    rng = np.random.default_rng(0)
+    W = np.zeros(r.n_wires, dtype=np.int64)
+    W[0] = 1
+    W[A], W[B] = rng.integers(-2 ** 15, 2 ** 15, (2, n, n))
+    W[C] = W[A] @ W[B]
+    W[pub] = W[C.reshape(-1)[:1]]
+    c = zk.Circuit(r, None, None, f"contraction{n}", [], [], [], [], [], [], 0.0, None, cg.fixed(16, 8), 48)
+    return c, zk.Witness(c, W)
 
 
 def _synthetic(n: int, lookups: bool = False):
@@ -79,13 +104,15 @@ def _synthetic(n: int, lookups: bool = False):
 
 #: the calibration circuits: synthetic products (count, with lookups), and small training steps (batch, sizes)
 _CALIBRATION = (("products", 1 << 8, False), ("products", 1 << 12, False), ("products", 1 << 16, False),
-                ("products", 1 << 15, True), ("step", 4, (3, 6, 2)), ("step", 16, (12, 48, 6)),
-                ("step", 64, (16, 64, 8)))
+                ("products", 1 << 15, True), ("contraction", 256, None), ("step", 4, (3, 6, 2)),
+                ("step", 16, (12, 48, 6)), ("step", 64, (16, 64, 8)))
 
 
 def _calibration_circuit(kind: str, n, arg):
     if kind == "products":
         return _synthetic(n, arg)
+    if kind == "contraction":
+        return _contraction(n)
     import circuitgrad as cg
     from circuitgrad import nn
 
@@ -99,7 +126,8 @@ def _calibration_circuit(kind: str, n, arg):
 
 def calibrate_prover(refresh: bool = False) -> tuple[float, ...]:
     """Seconds per unit of each of :data:`PROVER_FEATURES`, fitted (non-negative least squares) to proofs of
-    four synthetic circuits (with and without lookups) and three small MLP training steps: about 15 s of
+    four synthetic circuits (with and without lookups), a 256×256 contraction and three small MLP training
+    steps: about 15 s of
     proving on an idle 2-core x86_64 machine (2–4× that when other work shares the cores), once per
     machine, with its progress on standard error; then read from ``ligero-calibration.json`` in the cache."""
     from .cpu import _machine
@@ -130,6 +158,8 @@ def _proof_seconds(prove) -> float:
 def _label(kind: str, n, arg) -> str:
     if kind == "products":
         return f"2^{n.bit_length() - 1} products{' with lookups' if arg else ''}"
+    if kind == "contraction":
+        return f"{n}×{n} contraction"
     return f"MLP {'-'.join(map(str, arg))} b{n} step"
 
 

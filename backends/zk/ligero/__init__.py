@@ -101,12 +101,16 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
         circuit.assert_satisfied(values)
     t0 = time.perf_counter()
     pc = prepare(circuit.r1cs)
-    p = params or choose(pc.n_wires, pc.n_constraints, target_bits, lookups=pc.n_lookups, soundness=soundness)
+    p = params or choose(pc.n_wires, pc.n_constraints, target_bits, lookups=pc.n_lookups, soundness=soundness,
+                         contractions=pc.contraction_cells)
     if log:
         lk = f", {pc.n_lookups} lookups" if pc.n_lookups else ""
+        ct = f", {len(circuit.r1cs.contractions)} contractions" if pc.contraction_cells else ""
         sl = f" σL={p.lookup_sigma}" if pc.n_lookups else ""
-        log(f"ligero: {pc.n_constraints} constraints, {pc.n_wires} wires{lk}; k={p.k} t={p.t} n={p.n} σ={p.sigma}"
-            f"{sl} ({soundness_bits(p, lookups=pc.n_lookups):.1f} bits by the {p.soundness} bound)")
+        sc = f" σC={p.contraction_sigma}" if pc.contraction_cells else ""
+        bits = soundness_bits(p, lookups=pc.n_lookups, contractions=pc.contraction_cells)
+        log(f"ligero: {pc.n_constraints} constraints, {pc.n_wires} wires{lk}{ct}; k={p.k} t={p.t} n={p.n} "
+            f"σ={p.sigma}{sl}{sc} ({bits:.1f} bits by the {p.soundness} bound)")
     proof = prove_prepared(pc, values, p, _statement(circuit, p.soundness), circuit.r1cs.n_pub_out, rng=rng, log=log,
                            digest=_digest(circuit))
     proof.timings["prove"] = time.perf_counter() - t0
@@ -128,9 +132,9 @@ def max_proof_bytes(circuit, min_bits: float = TARGET_BITS, params: Params | Non
     lay = _layout(pc, p)
     probe = LigeroProof(p, _digest(circuit) or pc.digest, np.zeros(pc.n_public, dtype=np.int64),
                         circuit.r1cs.n_pub_out, _statement(circuit, p.soundness), b"", None, None, None, None, [], [],
-                        lookups=pc.n_lookups)
+                        lookups=pc.n_lookups, contractions=pc.contraction_cells)
     header = json.dumps(probe.header(), sort_keys=True).encode()
-    return max_bytes(p, header, pc.n_public, lay.rows, lay.lk.second if pc.n_lookups else 0)
+    return max_bytes(p, header, pc.n_public, lay.rows, lay.second)
 
 
 def check(proof: LigeroProof, circuit, public: Sequence[int] | None = None, min_bits: float = TARGET_BITS,

@@ -1,4 +1,5 @@
-"""An R1CS prepared for the native prover: coefficients in ``F_p``, transposes and the digest.
+"""An R1CS prepared for the native prover: coefficients in ``F_p``, transposes, the digest, and the index of
+its contractions (:mod:`.contraction`).
 
 The prover needs ``A·z``, ``B·z`` and ``C·z``. The verifier and the prover both
 need the transposed products ``Aᵀ·r``. Both run as segment sums over CSR
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..r1cs import R1CS, TABLE_BITS
-from . import gf
+from . import contraction, gf
 
 __all__ = ["Prepared", "prepare", "digest"]
 
@@ -42,6 +43,12 @@ class Prepared:
     digest: bytes
     mats: tuple
     L: _Mat | None = None            # lookup rows (see :mod:`.lookup`)
+    contraction: object = None       # contraction.Index of the circuit's contractions (see :mod:`.contraction`)
+
+    @property
+    def contraction_cells(self) -> int:
+        """``N``: the cells of each Freivalds vector (0 without contractions)."""
+        return 0 if self.contraction is None else self.contraction.n
 
     @property
     def n_lookups(self) -> int:
@@ -61,8 +68,8 @@ class Prepared:
 
 
 def digest(r: R1CS) -> bytes:
-    """SHA-256 of the constraint system (sizes, every matrix's CSR arrays, and the lookup matrix and table
-    size if it has lookups); independent of the field."""
+    """SHA-256 of the constraint system (sizes, every matrix's CSR arrays, the lookup matrix and table
+    size if it has lookups, every contraction's wire tensors if it has any); independent of the field."""
     h = hashlib.sha256(b"circuitgrad-r1cs-v1")
     h.update(np.array([r.n_wires, r.n_pub_out, r.n_pub_in, r.n_prv_in, r.n_constraints], dtype="<i8").tobytes())
     mats = (r.A, r.B, r.C)
@@ -73,6 +80,13 @@ def digest(r: R1CS) -> bytes:
     for m in mats:
         for arr in (m.ptr, m.wires, m.coeffs):
             h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
+    if r.contractions:
+        h.update(b"contractions")
+        h.update(np.array([len(r.contractions)], dtype="<i8").tobytes())
+        for c in r.contractions:
+            for arr in (c.a, c.b, c.c):
+                h.update(np.array(arr.shape, dtype="<i8").tobytes())
+                h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
     return h.digest()
 
 
@@ -89,6 +103,7 @@ def prepare(r: R1CS) -> Prepared:
     cached = getattr(r, "_ligero_prepared", None)
     if cached is None:
         cached = Prepared(r, digest(r), tuple(_mat(m, r.n_wires) for m in (r.A, r.B, r.C)),
-                          None if r.L is None else _mat(r.L, r.n_wires))
+                          None if r.L is None else _mat(r.L, r.n_wires),
+                          contraction.index(r.contractions) if r.contractions else None)
         r._ligero_prepared = cached
     return cached

@@ -21,7 +21,8 @@ import numpy as np
 from ..r1cs import TABLE_BITS
 from . import gf
 
-__all__ = ["Params", "soundness_bits", "round_errors", "classic_error", "lookup_error", "lookup_sigma", "choose",
+__all__ = ["Params", "soundness_bits", "round_errors", "classic_error", "lookup_error", "lookup_sigma",
+           "contraction_error", "contraction_sigma", "choose",
            "proof_bytes", "check_soundness", "meets", "TARGET_BITS", "HASH_BITS", "TABLE", "SOUNDNESS",
            "DEFAULT_SOUNDNESS"]
 
@@ -55,6 +56,7 @@ class Params:
     sigma: int      # repetitions of each test
     lookup_sigma: int = 0   # independent logUp challenges (0: the circuit has no lookups)
     soundness: str = DEFAULT_SOUNDNESS   # the analysis the parameters are chosen for (SOUNDNESS)
+    contraction_sigma: int = 0   # independent Freivalds draws (0: the circuit has no contractions)
 
     @property
     def K(self) -> int:
@@ -73,7 +75,7 @@ class Params:
 
     def validate(self) -> None:
         """Raise ValueError unless the parameters define a sound, complete argument."""
-        for name in ("k", "t", "n", "sigma", "lookup_sigma"):
+        for name in ("k", "t", "n", "sigma", "lookup_sigma", "contraction_sigma"):
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
                 raise ValueError(f"Ligero parameter {name}={v!r} must be an integer")
@@ -87,6 +89,8 @@ class Params:
             raise ValueError(f"Ligero parameter sigma={self.sigma} must be at least 1")
         if self.lookup_sigma < 0:
             raise ValueError(f"Ligero parameter lookup_sigma={self.lookup_sigma} must not be negative")
+        if self.contraction_sigma < 0:
+            raise ValueError(f"Ligero parameter contraction_sigma={self.contraction_sigma} must not be negative")
         check_soundness(self.soundness)
         if self.t > self.k:
             raise ValueError(f"Ligero parameters k={self.k}, t={self.t}: the masking coefficients (t) must not "
@@ -139,7 +143,8 @@ def _log_ratios(a: np.ndarray, n: int, t: int) -> np.ndarray:
     return np.where(a < t, -np.inf, out)
 
 
-def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int = 0) -> tuple[float, int]:
+def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int = 0,
+                  contractions: int = 0) -> tuple[float, int]:
     """``log2`` of the soundness error by the classic Ligero analysis, and the distance ``e`` that gives it.
 
     Ames, Hazay, Ishai, Venkitasubramaniam, *Ligero: Lightweight Sublinear Arguments Without a
@@ -154,6 +159,7 @@ def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int =
              + C(n − e, t)/C(n, t)                                 the opened columns miss every error
              + C(e + K + k, t)/C(n, t) + C(e + 2K, t)/C(n, t)      a wrong test polynomial matches them
              + ε_L                                                 logUp (:func:`lookup_error`)
+             + ε_C                                                 contractions (:func:`contraction_error`)
 
     minimised over the integers ``0 ≤ e < d/4``. The paper writes ``(1 − e/n)^t`` and
     ``((e + 2K)/n)^t`` for the column terms; ``C(a, t)/C(n, t)`` is the exact chance that ``t``
@@ -161,14 +167,15 @@ def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int =
     Independent challenges multiply, so σ repetitions raise the field terms to the power σ.
     Nothing in it is specific to Reed–Solomon codes, and it assumes no proximity-gap conjecture.
     """
-    e, total = _classic_totals(p, field_bits, lookups)
+    e, total = _classic_totals(p, field_bits, lookups, contractions)
     if not len(e):
         return 0.0, 0
     i = int(np.argmin(total))
     return min(0.0, float(total[i])), int(e[i])
 
 
-def _classic_totals(p: Params, field_bits: float, lookups: int) -> tuple[np.ndarray, np.ndarray]:
+def _classic_totals(p: Params, field_bits: float, lookups: int,
+                    contractions: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The distances ``e`` :func:`classic_error` minimises over and ``log2 ε(e)`` for each."""
     n, K, k, t, sg = p.n, p.K, p.k, p.t, p.sigma
     d = n - K + 1
@@ -181,6 +188,8 @@ def _classic_totals(p: Params, field_bits: float, lookups: int) -> tuple[np.ndar
              _log_ratios(e + 2 * K, n, t)]
     if lookups:
         terms.append(np.full(e.shape, lookup_error(lookups, p.lookup_sigma, field_bits)))
+    if contractions:
+        terms.append(np.full(e.shape, contraction_error(p.contraction_sigma, field_bits)))
     return e, np.logaddexp2.reduce(np.stack(terms), axis=0)
 
 
@@ -188,7 +197,8 @@ def _classic_totals(p: Params, field_bits: float, lookups: int) -> tuple[np.ndar
 EXACT_BAND = 1e-4
 
 
-def meets(p: Params, target_bits: float = TARGET_BITS, lookups: int = 0, hash_bits: int = HASH_BITS) -> bool:
+def meets(p: Params, target_bits: float = TARGET_BITS, lookups: int = 0, hash_bits: int = HASH_BITS,
+          contractions: int = 0) -> bool:
     """Whether ``p`` reaches ``target_bits`` by the analysis it names: the rule :func:`choose` picks parameters
     by and the verifier checks them by, so it must give the same answer on every machine.
 
@@ -201,36 +211,37 @@ def meets(p: Params, target_bits: float = TARGET_BITS, lookups: int = 0, hash_bi
     among them on any machine). A change to this rule or to :func:`choose` changes which parameters an
     honest prover uses: it is a new protocol version (``protocol.PROTOCOL``, docs/ZK.md).
     """
-    b = soundness_bits(p, lookups=lookups, hash_bits=hash_bits)
+    b = soundness_bits(p, lookups=lookups, hash_bits=hash_bits, contractions=contractions)
     if abs(b - target_bits) > EXACT_BAND or not float(target_bits).is_integer():
         return b >= target_bits
-    return _exact_meets(p, int(target_bits), lookups, hash_bits)
+    return _exact_meets(p, int(target_bits), lookups, hash_bits, contractions)
 
 
-def _exact_meets(p: Params, target: int, lookups: int, hash_bits: int) -> bool:
+def _exact_meets(p: Params, target: int, lookups: int, hash_bits: int, contractions: int = 0) -> bool:
     from fractions import Fraction
-    if lookups and p.lookup_sigma < 1:
+    if (lookups and p.lookup_sigma < 1) or (contractions and p.contraction_sigma < 1):
         return False
     bound = Fraction(1, 2 ** target) - Fraction(9, 2) * Fraction(2) ** (target - hash_bits)
     P, n, K, k, t, sg = gf.P, p.n, p.K, p.k, p.t, p.sigma
     eL = Fraction(lookups + TABLE, P) ** p.lookup_sigma if lookups else Fraction(0)
+    eC = Fraction(2, P) ** p.contraction_sigma if contractions else Fraction(0)
     cn = math.comb(n, t)
 
     def ratio(a: int) -> Fraction:              # C(a, t)/C(n, t), a clipped to n (math.comb is 0 for a < t)
         return Fraction(math.comb(min(max(a, 0), n), t), cn)
     if check_soundness(p.soundness) == "classic":
-        e, total = _classic_totals(p, math.log2(P), lookups)
+        e, total = _classic_totals(p, math.log2(P), lookups, contractions)
         if not len(e):
             return False
         near = e[total <= total.min() + 1e-6]
         near = near[np.argsort(total[total <= total.min() + 1e-6], kind="stable")[:64]]
         eK = min(Fraction(int(x) + 1, P) ** sg + 2 * Fraction(1, P) ** sg + ratio(n - int(x))
-                 + ratio(int(x) + K + k) + ratio(int(x) + 2 * K) + eL for x in near)
+                 + ratio(int(x) + K + k) + ratio(int(x) + 2 * K) + eL + eC for x in near)
         eK = min(eK, Fraction(1))
     else:
         e1 = Fraction(n + 1, P) ** sg + Fraction(1, P) ** sg
         e2 = ratio((n + K) // 2) + ratio(2 * K - 2)
-        eK = max(e1, e2, eL)
+        eK = max(e1, e2, eL, eC)
     return eK <= bound
 
 
@@ -256,25 +267,47 @@ def lookup_sigma(lookups: int, target_bits: float = 100, field_bits: float = mat
     return max(1, math.ceil((target_bits + 1) / (field_bits - math.log2(lookups + TABLE))))
 
 
+def contraction_error(sigma: int, field_bits: float = math.log2(gf.P)) -> float:
+    """``log2`` of the contraction round's soundness error: ``(2/|F|)^σC`` (−∞ for ``σC = 0``).
+
+    With ``A``, ``B``, ``C`` fixed by the first commitment and some ``C[l] ≠ A[l]·B[l]``,
+    ``Σ_l u[l]ᵀ(C[l] − A[l]B[l])v[l]`` is a nonzero polynomial of total degree 2 in the entries of the
+    random vectors ``u`` and ``v``, so a uniform draw is a root with probability at most ``2/|F|``
+    (Schwartz–Zippel; Freivalds 1977 for one product). The bound does not grow with the number or
+    size of the contractions: they are all checked by one sum. ``σC`` independent draws multiply.
+    """
+    return sigma * (1 - field_bits) if sigma else -math.inf
+
+
+def contraction_sigma(contractions: int, target_bits: float = 100, field_bits: float = math.log2(gf.P)) -> int:
+    """The fewest Freivalds draws that keep :func:`contraction_error` below ``2^−(target_bits + 1)``
+    (0 without contractions; 3 over the 51-bit field for 100 bits)."""
+    if contractions == 0:
+        return 0
+    return max(1, math.ceil((target_bits + 1) / (field_bits - 1)))
+
+
 def soundness_bits(p: Params, field_bits: float = math.log2(gf.P), hash_bits: int = HASH_BITS,
-                   lookups: int = 0, soundness: str | None = None) -> float:
+                   lookups: int = 0, soundness: str | None = None, contractions: int = 0) -> float:
     """Security level λ of the non-interactive argument, in bits (``lookups``: the circuit's count).
 
     ``soundness`` names the analysis (default: the one the parameters were chosen for,
-    ``p.soundness``). ``"longfellow"``: ``ε_K = max(ε₁, ε₂, ε_L)`` (:func:`round_errors`,
-    :func:`lookup_error`) is the round-by-round knowledge error. ``"classic"``: ``ε_K`` is the union
-    bound of :func:`classic_error`, which bounds every round's error too. A circuit with lookups and
-    ``lookup_sigma = 0`` has no sound argument (λ = 0). Fiat–Shamir
+    ``p.soundness``). ``"longfellow"``: ``ε_K = max(ε₁, ε₂, ε_L, ε_C)`` (:func:`round_errors`,
+    :func:`lookup_error`, :func:`contraction_error`) is the round-by-round knowledge error. ``"classic"``:
+    ``ε_K`` is the union bound of :func:`classic_error`, which bounds every round's error too. A circuit
+    with lookups and ``lookup_sigma = 0``, or with contractions (``contractions``: their Freivalds cells,
+    any positive count) and ``contraction_sigma = 0``, has no sound argument (λ = 0). Fiat–Shamir
     with a ``κ``-bit random oracle then gives ``ε(T) ≤ T·ε_K + 4.5·T²/2^κ`` for a prover making
     ``T`` hash queries (ibid., Thm 5.1). λ is the largest value with
     ``ε_K + 4.5·2^(λ−κ) ≤ 2^−λ``: a prover needs ``2^λ`` work per unit of success probability.
     """
-    if lookups and p.lookup_sigma < 1:
+    if (lookups and p.lookup_sigma < 1) or (contractions and p.contraction_sigma < 1):
         return 0.0
     if check_soundness(p.soundness if soundness is None else soundness) == "classic":
-        eK = classic_error(p, field_bits, lookups)[0]
+        eK = classic_error(p, field_bits, lookups, contractions)[0]
     else:
-        eK = max(*round_errors(p, field_bits), lookup_error(lookups, p.lookup_sigma, field_bits))
+        eK = max(*round_errors(p, field_bits), lookup_error(lookups, p.lookup_sigma, field_bits),
+                 contraction_error(p.contraction_sigma if contractions else 0, field_bits))
     lo, hi = 0.0, min(-eK, float(hash_bits))
     for _ in range(80):
         lam = (lo + hi) / 2
@@ -285,26 +318,31 @@ def soundness_bits(p: Params, field_bits: float = math.log2(gf.P), hash_bits: in
     return lo
 
 
-def _rows(cells_z: int, cells_q: int, k: int, lookups: int = 0, sl: int = 0) -> int:
+def _rows(cells_z: int, cells_q: int, k: int, lookups: int = 0, sl: int = 0, contractions: int = 0,
+          sc: int = 0) -> int:
     lk = (1 + sl) * (-(-lookups // k) + -(-TABLE // k)) if lookups else 0
-    return -(-cells_z // k) + 3 * -(-cells_q // k) + lk
+    ct = 3 * sc * -(-contractions // k) if contractions else 0
+    return -(-cells_z // k) + 3 * -(-cells_q // k) + lk + ct
 
 
-def proof_bytes(p: Params, n_wires: int, n_constraints: int, lookups: int = 0) -> int:
-    """Proof size estimate: opened columns, Merkle siblings and the σ test polynomials."""
-    rows = _rows(n_wires, n_constraints, p.k, lookups, p.lookup_sigma) + 3 * p.sigma
-    sib = p.t * max(1.0, math.log2(p.n / p.t)) * 32 * (2 if lookups else 1)
+def proof_bytes(p: Params, n_wires: int, n_constraints: int, lookups: int = 0, contractions: int = 0) -> int:
+    """Proof size estimate: opened columns, Merkle siblings and the σ test polynomials (``contractions``:
+    the cells ``N`` of each Freivalds vector)."""
+    rows = _rows(n_wires, n_constraints, p.k, lookups, p.lookup_sigma, contractions, p.contraction_sigma) + 3 * p.sigma
+    sib = p.t * max(1.0, math.log2(p.n / p.t)) * 32 * (2 if lookups or contractions else 1)
     return int(8 * p.t * rows + 16 * p.t + sib + 8 * p.sigma * (p.K + p.lin_len + p.quad_len))
 
 
 def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, sigma: int | None = None,
-           blowup: int | None = None, lookups: int = 0, soundness: str = DEFAULT_SOUNDNESS) -> Params:
+           blowup: int | None = None, lookups: int = 0, soundness: str = DEFAULT_SOUNDNESS,
+           contractions: int = 0) -> Params:
     """Parameters meeting ``target_bits`` under the ``soundness`` analysis with the smallest estimated proof.
 
     ``k`` ranges over powers of two and ``n = blowup·k`` (default: 4 for ``"longfellow"``; 4 or 8,
     whichever gives the smaller proof, for ``"classic"``). ``t`` is the smallest number of opened
     columns that reaches the target, and ``σ`` (unless given) the smallest repetition count that
-    makes the field terms reach it.
+    makes the field terms reach it. ``contractions``: the cells ``N`` of each Freivalds vector
+    (:mod:`.contraction`; 0 without contractions).
     """
     check_soundness(soundness)
     fb = math.log2(gf.P)
@@ -317,10 +355,11 @@ def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, s
             s = sigma or max(1, math.ceil((target_bits + 1) / (fb - math.log2(n + 2))))
 
             def params(t: int) -> Params:
-                return Params(k, t, n, s, lookup_sigma(lookups, target_bits), soundness)
+                return Params(k, t, n, s, lookup_sigma(lookups, target_bits), soundness,
+                              contraction_sigma(contractions, target_bits))
 
             def ok(t: int) -> bool:
-                return meets(params(t), target_bits, lookups)
+                return meets(params(t), target_bits, lookups, contractions=contractions)
             top = min(k, (n + 1) // 2 - k, n // 2 - 1)       # t ≤ k, and 2K − 1 ≤ n
             if top < 8:
                 continue
@@ -337,7 +376,7 @@ def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, s
             if t is None:
                 continue
             pr = params(t)
-            cost = proof_bytes(pr, n_wires, n_constraints, lookups)
+            cost = proof_bytes(pr, n_wires, n_constraints, lookups, contractions)
             if best is None or cost < best[0]:
                 best = (cost, pr)
     if best is None:

@@ -1,4 +1,4 @@
-"""The ``.proof`` file format of native Ligero proofs (version 1, and version 2 with lookups).
+"""The ``.proof`` file format of native Ligero proofs (version 1; 2 with lookups; 3 with contractions).
 
 All integers are little-endian::
 
@@ -31,6 +31,12 @@ follows the siblings (before ``check``)::
     nsib2     u32
     siblings2 nsib2 × 32 bytes
 
+Version 3 is written for circuits with contractions (:mod:`.contraction`),
+with or without lookups. Its header has the keys ``contraction_cells`` and
+``contraction_sigma``, and ``lookups`` and ``lookup_sigma`` exactly when the
+circuit has lookups; the second commitment follows as in version 2 and holds
+the lookup rows (if any), then the ``3·σC·mx`` contraction rows.
+
 The header is also absorbed into the Fiat–Shamir transcript, so it cannot
 be altered without invalidating the proof. :func:`load` rejects every
 malformed, truncated, extended or corrupted file with a :class:`FormatError`
@@ -52,20 +58,25 @@ from .protocol import PROTOCOL, LigeroProof
 __all__ = ["save", "load", "dumps", "loads", "max_bytes", "MAGIC", "VERSION"]
 
 MAGIC = b"CGLIGERO"
-VERSION = 2
+VERSION = 3
 _KEYS = {"protocol": str, "field": str, "hash": str, "k": int, "t": int, "n": int, "sigma": int,
          "circuit_sha256": str, "n_public": int, "public_outputs": int, "statement": str}
 _KEYS2 = dict(_KEYS, lookups=int, lookup_sigma=int)
+_KEYS3 = dict(_KEYS, contraction_cells=int, contraction_sigma=int)
+
+
+def _version(proof: LigeroProof) -> int:
+    return 3 if proof.contractions else 2 if proof.lookups else 1
 
 
 def dumps(proof: LigeroProof) -> bytes:
     head = json.dumps(proof.header(), sort_keys=True).encode()
-    parts = [MAGIC, struct.pack("<HI", 2 if proof.lookups else 1, len(head)), head,
+    parts = [MAGIC, struct.pack("<HI", _version(proof), len(head)), head,
              np.ascontiguousarray(proof.public, dtype="<u8").tobytes(), proof.root]
     parts += [np.ascontiguousarray(a, dtype="<u8").tobytes() for a in (proof.u, proof.q, proof.h)]
     parts += [struct.pack("<I", proof.columns.shape[0]), np.ascontiguousarray(proof.columns, dtype="<u8").tobytes()]
     parts += _openings(proof.salts, proof.siblings)
-    if proof.lookups:
+    if proof.second_round:
         parts += [proof.root2, struct.pack("<I", proof.columns2.shape[0]),
                   np.ascontiguousarray(proof.columns2, dtype="<u8").tobytes()]
         parts += _openings(proof.salts2, proof.siblings2)
@@ -120,9 +131,9 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     r = _Reader(body, name)
     r.take(8, "magic")
     version, hlen = struct.unpack("<HI", r.take(6, "version"))
-    if version not in (1, VERSION):
+    if version not in (1, 2, VERSION):
         raise FormatError(f"{name}: proof format version {version} is not supported (this reads versions 1 "
-                          f"and {VERSION})")
+                          f"to {VERSION})")
     if hashlib.sha256(body).digest() != check:
         raise FormatError(f"{name}: checksum mismatch: the file is corrupted or was modified")
     raw = r.take(hlen, "header")
@@ -130,7 +141,9 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
         head = json_loads(raw.decode())
     except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
         raise FormatError(f"{name}: header is not valid JSON ({printable(str(e))[:200]})") from None
-    keys = _KEYS2 if version == 2 else _KEYS
+    keys = {1: _KEYS, 2: _KEYS2, 3: _KEYS3}[version]
+    if version == 3 and isinstance(head, dict) and ("lookups" in head or "lookup_sigma" in head):
+        keys = dict(keys, lookups=int, lookup_sigma=int)     # both or neither (the exact key set below)
     if isinstance(head, dict) and "soundness" in head:      # optional: absent for the default analysis
         keys = dict(keys, soundness=str)
     if not isinstance(head, dict) or set(head) != set(keys):
@@ -144,13 +157,16 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
         raise FormatError(f"{name}: proof is over the field {head['field'][:80]!r}, this prover's is {gf.P}")
     if head["hash"] != "sha256":
         raise FormatError(f"{name}: hash {head['hash'][:80]!r} is not supported")
-    lookups, sl = (head["lookups"], head["lookup_sigma"]) if version == 2 else (0, 0)
-    if version == 2 and not (lookups > 0 and sl > 0):
-        raise FormatError(f"{name}: a version 2 proof must have lookups and lookup_sigma ≥ 1")
+    lookups, sl = (head["lookups"], head["lookup_sigma"]) if "lookups" in keys else (0, 0)
+    if "lookups" in keys and not (lookups > 0 and sl > 0):
+        raise FormatError(f"{name}: a proof with lookups must have lookups and lookup_sigma ≥ 1")
+    cells, sc = (head["contraction_cells"], head["contraction_sigma"]) if version == 3 else (0, 0)
+    if version == 3 and not (cells > 0 and sc > 0):
+        raise FormatError(f"{name}: a version 3 proof must have contraction_cells and contraction_sigma ≥ 1")
     if head.get("soundness", "classic") not in SOUNDNESS[1:]:
         raise FormatError(f"{name}: header field 'soundness' must be one of {list(SOUNDNESS[1:])} "
                           f"(absent for the default, {DEFAULT_SOUNDNESS!r})")
-    p = Params(head["k"], head["t"], head["n"], head["sigma"], sl, head.get("soundness", DEFAULT_SOUNDNESS))
+    p = Params(head["k"], head["t"], head["n"], head["sigma"], sl, head.get("soundness", DEFAULT_SOUNDNESS), sc)
     try:
         p.validate()
     except ValueError as e:
@@ -178,12 +194,13 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     columns = r.field(rows * p.t, "opened columns").reshape(rows, p.t)
     salts, siblings = r.openings(p, "")
     proof = LigeroProof(p, digest, public, head["public_outputs"], head["statement"], root, u, q, h, columns,
-                        salts, siblings, lookups=lookups)
-    if lookups:
+                        salts, siblings, lookups=lookups, contractions=cells)
+    if proof.second_round:
         proof.root2 = r.take(32, "lookup Merkle root")
         (rows2,) = struct.unpack("<I", r.take(4, "lookup row count"))
-        if rows2 < 2 * sl:
-            raise FormatError(f"{name}: {rows2} lookup rows cannot hold {sl} challenges' inverses and table terms")
+        if rows2 < 2 * sl + 3 * sc:
+            raise FormatError(f"{name}: {rows2} second-round rows cannot hold {sl} lookup challenges' inverses "
+                              f"and table terms and {sc} contraction draws")
         proof.columns2 = r.field(rows2 * p.t, "opened lookup columns").reshape(rows2, p.t)
         proof.salts2, proof.siblings2 = r.openings(p, "lookup ")
     if r.pos != len(body):

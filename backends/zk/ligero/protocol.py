@@ -27,6 +27,12 @@ this commitment and a second commitment ``h | g`` after the lookup challenges
 constraints too, over the rows of both commitments, and the verifier opens
 the same ``t`` columns of both.
 
+A circuit with contractions (``contractions="argument"``: exact matrix products
+``C = A·B`` of committed values) adds the rows ``x_s | y_s | π_s`` of
+Freivalds' check to that second commitment, after its challenges ``u_s, v_s``
+(:mod:`.contraction`); again the linear and quadratic tests cover their
+constraints. Without lookups the second commitment holds them alone.
+
 The verifier then opens ``t`` columns and checks every test's polynomial
 against the opened values. The masks are a random polynomial of degree
 < K; a random polynomial of degree < K + k − 1 with ``Σ_H = 0``; and
@@ -45,7 +51,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import gf, lookup, merkle
+from . import contraction, gf, lookup, merkle
 from .circuitdata import Prepared
 from .params import DEFAULT_SOUNDNESS, Params, choose, meets, soundness_bits
 from .transcript import Transcript
@@ -78,11 +84,17 @@ class LigeroProof:
     siblings: list                  # Merkle siblings (32 bytes each)
     timings: dict = field(default_factory=dict)
     system: str = "ligero"
-    lookups: int = 0                # the circuit's lookups; with lookups, the second commitment:
+    lookups: int = 0                # the circuit's lookups; with lookups or contractions, the second commitment:
     root2: bytes = b""
-    columns2: np.ndarray | None = None   # (σL·(mv + mm), t)
+    columns2: np.ndarray | None = None   # (σL·(mv + mm) + 3·σC·mx, t)
     salts2: list = field(default_factory=list)
     siblings2: list = field(default_factory=list)
+    contractions: int = 0           # the cells N of each Freivalds vector (0: the circuit has no contractions)
+
+    @property
+    def second_round(self) -> bool:
+        """Whether the proof has a second commitment (lookups or contractions)."""
+        return bool(self.lookups or self.contractions)
 
     def header(self) -> dict:
         """The header that the file format stores and the transcript absorbs."""
@@ -92,13 +104,15 @@ class LigeroProof:
                 "public_outputs": int(self.public_outputs), "statement": self.statement}
         if self.lookups:
             head.update(lookups=int(self.lookups), lookup_sigma=p.lookup_sigma)
+        if self.contractions:
+            head.update(contraction_cells=int(self.contractions), contraction_sigma=p.contraction_sigma)
         if p.soundness != DEFAULT_SOUNDNESS:        # absent: the default analysis (files stay as they were)
             head["soundness"] = p.soundness
         return head
 
     @property
     def soundness_bits(self) -> float:
-        return soundness_bits(self.params, lookups=self.lookups)
+        return soundness_bits(self.params, lookups=self.lookups, contractions=self.contractions)
 
     def save(self, path: str) -> None:
         from .proofio import save
@@ -112,12 +126,14 @@ class LigeroProof:
 
 @dataclass
 class _Layout:
-    """Row ranges of the two committed matrices, stacked: round 1 (witness, lookup values, masks), round 2."""
+    """Row ranges of the two committed matrices, stacked: round 1 (witness, lookup values, masks), round 2
+    (lookup inverses, then the contractions' Freivalds rows)."""
     k: int
     mz: int
     mq: int
     sigma: int
     lk: lookup.Shape
+    cs: contraction.Shape = contraction.Shape(0, 1, 0)
 
     @property
     def mw(self) -> int:
@@ -130,7 +146,8 @@ class _Layout:
         return {"z": slice(0, mz), "a": slice(mz, mz + mq), "b": slice(mz + mq, mz + 2 * mq),
                 "c": slice(mz + 2 * mq, c), "v": slice(c, c + mv), "prox": slice(mw, mw + s),
                 "lin": slice(mw + s, mw + 2 * s), "quad": slice(mw + 2 * s, mw + 3 * s),
-                "h": slice(self.rows, self.rows + self.lk.sl * mv), "round2": slice(self.rows, self.total)}[name]
+                "h": slice(self.rows, self.rows + self.lk.sl * mv), "round2": slice(self.rows, self.total),
+                "cx": slice(self.rows + self.lk.second, self.total)}[name]
 
     @property
     def w(self) -> np.ndarray:
@@ -143,13 +160,20 @@ class _Layout:
         return self.mw + 3 * self.sigma
 
     @property
+    def second(self) -> int:
+        """Rows of the round-2 matrix."""
+        return self.lk.second + self.cs.rows
+
+    @property
     def total(self) -> int:
-        return self.rows + self.lk.second
+        return self.rows + self.second
 
 
 def _layout(pc: Prepared, p: Params) -> _Layout:
+    cells = pc.contraction_cells
     return _Layout(p.k, -(-pc.n_wires // p.k), max(1, -(-pc.n_constraints // p.k)), p.sigma,
-                   lookup.Shape(pc.n_lookups, p.k, p.lookup_sigma if pc.n_lookups else 0))
+                   lookup.Shape(pc.n_lookups, p.k, p.lookup_sigma if pc.n_lookups else 0),
+                   contraction.Shape(cells, p.k, p.contraction_sigma if cells else 0))
 
 
 def _transcript(header: dict, public: np.ndarray) -> Transcript:
@@ -160,7 +184,7 @@ def _transcript(header: dict, public: np.ndarray) -> Transcript:
 
 
 def _linear_rows(pc: Prepared, lay: _Layout, T: Transcript, s: int,
-                 alphas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 alphas: np.ndarray, draws: list) -> tuple[np.ndarray, np.ndarray]:
     """Challenge ``s`` of the linear test: coefficient rows over the witness rows of both rounds
     (``lay.w`` order, ``k`` columns), and the public coefficients."""
     M = pc.n_constraints
@@ -173,6 +197,9 @@ def _linear_rows(pc: Prepared, lay: _Layout, T: Transcript, s: int,
     if lay.lk.n:
         rz, R1, R2 = lookup.linear_rows(pc, lay.lk, T, s, alphas, rz)
         extra = [R1, R2]
+    if lay.cs.n:
+        rz, Rc = contraction.linear_rows(pc.contraction, lay.cs, T, s, draws, rz)
+        extra.append(Rc)
     R = np.concatenate([gf.as_rows(rz, lay.mz, lay.k), gf.as_rows(ra, lay.mq, lay.k), gf.as_rows(rb, lay.mq, lay.k),
                         gf.as_rows(rc, lay.mq, lay.k)] + extra)
     return R, rp
@@ -205,6 +232,9 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     lay = _layout(pc, p)
     if pc.n_lookups and p.lookup_sigma < 1:
         raise ValueError(f"ligero: the circuit has {pc.n_lookups} lookups, so lookup_sigma must be at least 1")
+    if pc.contraction_cells and p.contraction_sigma < 1:
+        raise ValueError(f"ligero: the circuit has {len(pc.r1cs.contractions)} contractions, so contraction_sigma "
+                         f"must be at least 1")
     K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
     z = gf.reduce(np.asarray(values))
     if len(z) != pc.n_wires:
@@ -230,21 +260,32 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     salts, tree = _commit(U, n, rnd)
     timings["commit"] = time.perf_counter() - t0
     proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
-                        None, None, None, None, None, None, lookups=pc.n_lookups)
+                        None, None, None, None, None, None, lookups=pc.n_lookups,
+                        contractions=pc.contraction_cells)
     T = _transcript(proof.header(), proof.public)
     T.absorb("root", tree.root)
-    alphas = np.zeros(0, dtype=np.int64)
-    if lay.lk.n:                                                            # round 2: h, g after the challenges
+    alphas, draws = np.zeros(0, dtype=np.int64), []
+    if lay.second:                                  # round 2: h, g and x, y, π after the challenges
         t0 = time.perf_counter()
-        alphas = T.field("lookup.alpha", lay.lk.sl)
-        coeffs2 = _encode(lookup.second_rows(lv, lm, alphas, lay.lk), p, rnd)
+        X2 = []
+        if lay.lk.n:
+            alphas = T.field("lookup.alpha", lay.lk.sl)
+            X2.append(lookup.second_rows(lv, lm, alphas, lay.lk))
+        if lay.cs.n:
+            draws = contraction.challenges(T, pc.contraction, lay.cs)
+            X2.append(contraction.second_rows(z, pc.contraction, lay.cs, draws))
+        coeffs2 = _encode(np.concatenate(X2), p, rnd)
         U2 = gf.coset_eval(coeffs2, n)
         salts2, tree2 = _commit(U2, n, rnd)
         T.absorb("root2", tree2.root)
         proof.root2 = tree2.root
         coeffs, U = np.concatenate([coeffs, coeffs2]), np.concatenate([U, U2])
-        timings["lookup"] = time.perf_counter() - t0
-        say(f"committed {lay.lk.second} lookup rows ({pc.n_lookups} lookups, {lay.lk.sl} challenges)")
+        timings["lookup" if not lay.cs.n else "round2"] = time.perf_counter() - t0
+        if lay.lk.n:
+            say(f"committed {lay.lk.second} lookup rows ({pc.n_lookups} lookups, {lay.lk.sl} challenges)")
+        if lay.cs.n:
+            say(f"committed {lay.cs.rows} contraction rows ({len(pc.r1cs.contractions)} contractions, "
+                f"{pc.contraction_cells} cells, {lay.cs.sigma} draws)")
     t0 = time.perf_counter()
     # proximity
     W = lay.w
@@ -255,14 +296,14 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     # linear
     q = np.zeros((sg, p.lin_len), dtype=np.int64)
     for j in range(sg):
-        R, _ = _linear_rows(pc, lay, T, j, alphas)
+        R, _ = _linear_rows(pc, lay, T, j, alphas, draws)
         Rd = gf.coset_eval(gf.intt(R), n)
         qd = gf.add(gf.sum_mod(gf.mul(Rd, Uw), axis=0), U[lay.block("lin")][j])
         q[j] = gf.coset_interp(qd)[:p.lin_len]
     proof.q = q
     T.absorb("q", q.astype("<i8").tobytes())
     # quadratic
-    rq = T.field("quad", sg * (lay.mq + lay.lk.sl * lay.lk.mv)).reshape(sg, -1)
+    rq = T.field("quad", sg * _quad_rows(lay)).reshape(sg, -1)
     p0 = gf.add(gf.matmul(rq, _products(U, lay, alphas)), U[lay.block("quad")])
     zh_inv = np.array([gf.inv(v) for v in _zh_on_coset(p).tolist()], dtype=np.int64)
     proof.h = gf.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
@@ -272,7 +313,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     proof.columns = U[:lay.rows, idx]
     proof.salts = [salts[i] for i in idx]
     proof.siblings = tree.open(idx)
-    if lay.lk.n:
+    if lay.second:
         proof.columns2 = U[lay.rows:, idx]
         proof.salts2 = [salts2[i] for i in idx]
         proof.siblings2 = tree2.open(idx)
@@ -298,12 +339,21 @@ def _commit(U: np.ndarray, n: int, rnd: "_Randomness") -> tuple[list, merkle.Tre
     return salts, merkle.Tree(merkle.leaves(U.T, salts))
 
 
+def _quad_rows(lay: _Layout) -> int:
+    """Rows the quadratic test combines: ``a∘b − c``, the lookups' ``h_s∘(α_s − v) − 1``, the contractions'
+    ``x_s∘y_s − π_s``."""
+    return lay.mq + lay.lk.sl * lay.lk.mv + lay.cs.sigma * lay.cs.mx
+
+
 def _products(U: np.ndarray, lay: _Layout, alphas: np.ndarray) -> np.ndarray:
-    """The quadratic test's rows at any points: ``a∘b − c``, then ``h_s∘(α_s − v) − 1``."""
-    prod = gf.sub(gf.mul(U[lay.block("a")], U[lay.block("b")]), U[lay.block("c")])
-    if not lay.lk.n:
-        return prod
-    return np.concatenate([prod, lookup.quadratic_rows(U[lay.block("v")], U[lay.block("h")], alphas)])
+    """The quadratic test's rows at any points: ``a∘b − c``, then ``h_s∘(α_s − v) − 1``, then
+    ``x_s∘y_s − π_s``."""
+    parts = [gf.sub(gf.mul(U[lay.block("a")], U[lay.block("b")]), U[lay.block("c")])]
+    if lay.lk.n:
+        parts.append(lookup.quadratic_rows(U[lay.block("v")], U[lay.block("h")], alphas))
+    if lay.cs.n:
+        parts.append(contraction.quadratic_rows(U[lay.block("cx")], lay.cs))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 class _Randomness:
@@ -327,13 +377,13 @@ def _eval_at(polys: np.ndarray, powers: np.ndarray) -> np.ndarray:
 
 def _canonical(proof: LigeroProof) -> None:
     """Every value a field element in [0, p), every hash and salt the right size (else Reject)."""
-    names = ("public", "u", "q", "h", "columns") + (("columns2",) if proof.lookups else ())
+    names = ("public", "u", "q", "h", "columns") + (("columns2",) if proof.second_round else ())
     for name in names:
         a = getattr(proof, name)
         if not isinstance(a, np.ndarray) or a.dtype != np.int64 or (a.size and (a.min() < 0 or a.max() >= gf.P)):
             raise Reject(f"{name} must hold field elements (int64 in [0, p))")
     _commitment(proof.root, proof.salts, proof.siblings, "the")
-    if proof.lookups:
+    if proof.second_round:
         _commitment(proof.root2, proof.salts2, proof.siblings2, "the lookup commitment's")
 
 
@@ -358,17 +408,20 @@ def expected_params(pc: Prepared, min_bits: float = 100, **options) -> Params:
     """The parameters an honest prover uses for this circuit and soundness target: :func:`.params.choose`
     of the circuit's size (``options`` go to it as well). :func:`verify_prepared` accepts no others unless
     its caller names them, so that the prover cannot choose how much work verification takes."""
-    return _choose(pc.n_wires, pc.n_constraints, pc.n_lookups, float(min_bits), tuple(sorted(options.items())))
+    return _choose(pc.n_wires, pc.n_constraints, pc.n_lookups, float(min_bits), tuple(sorted(options.items())),
+                   pc.contraction_cells)
 
 
 @functools.lru_cache(maxsize=64)
-def _choose(n_wires: int, n_constraints: int, lookups: int, bits: float, options: tuple) -> Params:
-    return choose(n_wires, n_constraints, bits, lookups=lookups, **dict(options))
+def _choose(n_wires: int, n_constraints: int, lookups: int, bits: float, options: tuple,
+            contractions: int = 0) -> Params:
+    return choose(n_wires, n_constraints, bits, lookups=lookups, contractions=contractions, **dict(options))
 
 
 def _show(p: Params) -> str:
     sl = f", σL={p.lookup_sigma}" if p.lookup_sigma else ""
-    return f"k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}"
+    sc = f", σC={p.contraction_sigma}" if p.contraction_sigma else ""
+    return f"k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}{sc}"
 
 
 def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bits: float = 100,
@@ -390,7 +443,8 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         raise Reject(str(e)) from None
     # the largest k this circuit can need: its rows rounded up, or 1024 (100 bits needs ~150 of n = 4k columns)
     rows = max(pc.n_wires, pc.n_constraints, pc.n_lookups, 1024)
-    if p.k > 1 << (rows - 1).bit_length() or p.n > 8 * p.k or p.sigma > MAX_SIGMA or p.lookup_sigma > MAX_SIGMA:
+    if (p.k > 1 << (rows - 1).bit_length() or p.n > 8 * p.k or p.sigma > MAX_SIGMA or p.lookup_sigma > MAX_SIGMA
+            or p.contraction_sigma > MAX_SIGMA):
         sl = f", σL={p.lookup_sigma}" if p.lookup_sigma else ""
         raise Reject(f"the proof's parameters (k={p.k}, n={p.n}, σ={p.sigma}{sl}) are larger than this circuit "
                      f"of {rows} rows can need (k ≤ {1 << (rows - 1).bit_length()}, n ≤ 8k, σ ≤ {MAX_SIGMA}"
@@ -401,6 +455,14 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         raise Reject("the proof has lookup challenges, but the circuit has no lookups")
     if pc.n_lookups and p.lookup_sigma < 1:
         raise Reject(f"the circuit has {pc.n_lookups} lookups, but the proof draws no lookup challenge")
+    if proof.contractions != pc.contraction_cells:
+        raise Reject(f"the proof claims {proof.contractions} contraction cells, the circuit has "
+                     f"{pc.contraction_cells}")
+    if not pc.contraction_cells and p.contraction_sigma:
+        raise Reject("the proof has contraction challenges, but the circuit has no contractions")
+    if pc.contraction_cells and p.contraction_sigma < 1:
+        raise Reject(f"the circuit has {len(pc.r1cs.contractions)} contractions, but the proof draws no "
+                     f"Freivalds challenge")
     if proof.circuit_digest != (digest or pc.digest):
         raise Reject("the proof is for another circuit (digest mismatch)")
     if proof.public_outputs != pc.r1cs.n_pub_out:
@@ -420,8 +482,8 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         whose = "you named" if params is not None else f"this circuit and {min_bits:g} bits give"
         raise Reject(f"the proof's parameters ({_show(p)}) are not the ones {whose} ({_show(want)}): "
                      f"a verifier's work must not be the prover's choice")
-    if not meets(p, min_bits, pc.n_lookups):                # by the analysis the proof claims (p.soundness), by
-        bits = soundness_bits(p, lookups=pc.n_lookups)      # choose's own rule; parameters a verifier named
+    if not meets(p, min_bits, pc.n_lookups, contractions=pc.contraction_cells):   # by the analysis the proof
+        bits = soundness_bits(p, lookups=pc.n_lookups, contractions=pc.contraction_cells)   # claims, by choose's
         sl = f", σL={p.lookup_sigma}" if pc.n_lookups else ""
         by = f" by the {p.soundness} bound" if p.soundness != DEFAULT_SOUNDNESS else ""
         raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}) give "
@@ -429,32 +491,35 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     lay = _layout(pc, p)
     K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
     shapes = {"u": (sg, K), "q": (sg, p.lin_len), "h": (sg, p.quad_len), "columns": (lay.rows, t)}
-    if lay.lk.n:
-        shapes["columns2"] = (lay.lk.second, t)
+    if lay.second:
+        shapes["columns2"] = (lay.second, t)
     for name, shape in shapes.items():
         if np.shape(getattr(proof, name)) != shape:
             raise Reject(f"{name} has shape {np.shape(getattr(proof, name))}, expected {shape}")
     _canonical(proof)
     T = _transcript(proof.header(), proof.public)
     T.absorb("root", proof.root)
-    alphas = np.zeros(0, dtype=np.int64)
+    alphas, draws = np.zeros(0, dtype=np.int64), []
     if lay.lk.n:
         alphas = T.field("lookup.alpha", lay.lk.sl)
         if int(alphas.min()) < lookup.TABLE:      # g_j·(α − j) = m_j would not bind g_j: the bound assumes α ∉ T
             raise Reject("a lookup challenge fell in the table [0, 256); an honest prover proves again")
+    if lay.cs.n:
+        draws = contraction.challenges(T, pc.contraction, lay.cs)
+    if lay.second:
         T.absorb("root2", proof.root2)
     nw = len(lay.w)
     r = T.field("prox", sg * nw).reshape(sg, nw)
     T.absorb("u", proof.u.astype("<i8").tobytes())
-    lin = [_linear_rows(pc, lay, T, j, alphas) for j in range(sg)]
+    lin = [_linear_rows(pc, lay, T, j, alphas, draws) for j in range(sg)]
     T.absorb("q", proof.q.astype("<i8").tobytes())
-    rq = T.field("quad", sg * (lay.mq + lay.lk.sl * lay.lk.mv)).reshape(sg, -1)
+    rq = T.field("quad", sg * _quad_rows(lay)).reshape(sg, -1)
     T.absorb("h", proof.h.astype("<i8").tobytes())
     idx = T.indices("columns", t, n)
     if not _opens(proof.root, proof.columns, proof.salts, proof.siblings, n, idx):
         raise Reject("opened columns do not match the Merkle commitment")
     Uo = proof.columns
-    if lay.lk.n:
+    if lay.second:
         if not _opens(proof.root2, proof.columns2, proof.salts2, proof.siblings2, n, idx):
             raise Reject("opened columns do not match the lookup commitment")
         Uo = np.concatenate([Uo, proof.columns2])

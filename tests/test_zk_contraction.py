@@ -1,0 +1,268 @@
+"""The contraction argument (``contractions="argument"``): Freivalds' check of exact matrix products in the
+native Ligero prover (backends/zk/ligero/contraction.py), its soundness against cheating provers, its
+transcript order, its file format, and the circuits that use it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn
+from circuitgrad.backends import zk
+from circuitgrad.backends.zk import ligero
+from circuitgrad.backends.zk.ligero import contraction, gf, proofio
+from circuitgrad.backends.zk.ligero.params import contraction_error, contraction_sigma, soundness_bits
+from circuitgrad.backends.zk.ligero.protocol import Reject
+from circuitgrad.backends.zk.ligero.transcript import Transcript
+from circuitgrad.backends.zk.formats import FormatError
+from circuitgrad.backends.zk.r1cs import Builder, Contraction
+
+P = gf.P
+M, N, K = 5, 7, 4          # C (M×K) = A (M×N) · B (N×K); K > σC = 3 (a cheater needs a nullspace)
+
+
+def _product_circuit(L: int = 1):
+    """Private A, B, C with ``C[l] = A[l]·B[l]`` recorded as one contraction, and C[0, 0, 0] public."""
+    b = Builder(zk.LIGERO51, "bits", "argument")
+    out = b.alloc(1, "out")
+    A, B, C = b.alloc((L, M, N), "A"), b.alloc((L, N, K), "B"), b.alloc((L, M, K), "C")
+    b.context = "product#0"
+    b.contract(A, B, C, "matmul.contraction")
+    b.constrain([(C.reshape(-1)[:1], 1)], [(0, 1)], [(out, 1)], "output")
+    r = b.finish(1, 0, A.size + B.size + C.size)
+    c = zk.Circuit(r, None, None, "product", [], [], [], [], [], [], 0.0, None, cg.fixed(16, 8), 40)
+    rng = np.random.default_rng(1)
+    W = np.zeros(r.n_wires, dtype=np.int64)
+    W[0] = 1
+    W[A] = rng.integers(-300, 300, A.shape)
+    W[B] = rng.integers(-300, 300, B.shape)
+    W[C] = np.matmul(W[A], W[B])
+    W[out] = W[C.reshape(-1)[0]]
+    return c, W, (A, B, C)
+
+
+def _prove(c, W, rng=None):
+    return ligero.prove(c, W, check=False, rng=rng or np.random.default_rng(0))
+
+
+def _rejects(c, proof, W) -> str:
+    with pytest.raises(Reject) as e:
+        ligero.check(proof, c, gf.reduce(W[1:1 + c.r1cs.n_public]))
+    return str(e.value)
+
+
+# ------------------------------------------------------------------------------------------ honest proofs
+@pytest.mark.parametrize("L", [1, 3])
+def test_honest_product_verifies(L):
+    c, W, _ = _product_circuit(L)
+    assert c.r1cs.check(W)
+    proof = _prove(c, W)
+    assert ligero.verify(proof, c)
+    assert proof.params.contraction_sigma == contraction_sigma(1) == 3
+    assert proof.contractions == L * N                     # one x cell per (batch index, inner index)
+
+
+def test_contraction_error_is_freivalds_bound():
+    # (2/p)^σ, independent of the number and size of the contractions
+    assert contraction_error(1) == pytest.approx(1 - np.log2(P))
+    assert contraction_error(3) == pytest.approx(3 * (1 - np.log2(P)))
+    assert contraction_error(0) == -np.inf
+    c, W, _ = _product_circuit()
+    p = _prove(c, W).params
+    bits = soundness_bits(p, contractions=N)
+    assert bits >= 100
+    assert soundness_bits(p, contractions=N) == soundness_bits(p)     # (2/p)^3 ≈ 2^-150 is not the largest term
+    weak = type(p)(**{**p.__dict__, "contraction_sigma": 1})
+    assert soundness_bits(weak, contractions=N) < 51                 # one draw: 2/p ≈ 2^-50
+
+
+# ---------------------------------------------------------------------------------------- cheating provers
+def test_one_wrong_entry_is_rejected():
+    c, W, (A, B, C) = _product_circuit()
+    W = W.copy()
+    W[C[0, 2, 1]] += 1
+    assert c.r1cs.failing_contractions(W) == [(0, 2 * K + 1)]
+    with pytest.raises(zk.UnsatisfiedConstraint, match=r"contraction 0 of 1 \(product#0:matmul.contraction\): "
+                                                      rf"entry {2 * K + 1} of C is not the product A·B"):
+        c.r1cs.assert_satisfied(W)
+    assert "linear test" in _rejects(c, _prove(c, W), W)
+
+
+def test_a_consistent_wrong_row_is_rejected():
+    """Row 1 of C is the product of a different row of A: ``C[1] = (A[1] + e)·B`` for the committed B."""
+    c, W, (A, B, C) = _product_circuit()
+    W = W.copy()
+    e = np.arange(1, N + 1)
+    W[C[0, 1]] = (W[A[0, 1]] + e) @ W[B[0]]
+    assert len(c.r1cs.failing_contractions(W)) == K
+    assert "linear test" in _rejects(c, _prove(c, W), W)
+
+
+def test_a_cheater_that_fixes_the_sum_breaks_the_quadratic_test(monkeypatch):
+    """A prover whose x, y are honest but whose π is shifted so that Σπ matches the wrong C."""
+    c, W, (A, B, C) = _product_circuit()
+    W = W.copy()
+    W[C[0, 0, 0]] += 5
+    honest = contraction.second_rows
+
+    def shifted(z, ix, sh, draws):
+        rows = honest(z, ix, sh, draws)
+        for s, (u, v) in enumerate(draws):          # π_s[0] += u_0·5·v_0: Σπ = uᵀC'v, but π ≠ x∘y
+            rows[(3 * s + 2) * sh.mx, 0] = gf.add(rows[(3 * s + 2) * sh.mx, 0], gf.mul(gf.mul(u[0], 5), v[0]))
+        return rows
+    monkeypatch.setattr(contraction, "second_rows", shifted)
+    assert "quadratic test" in _rejects(c, _prove(c, W), W)
+
+
+def _nullspace_row(vs: list, cols: int) -> np.ndarray:
+    """A nonzero d (length ``cols``) over F_p with ``d·v = 0`` for each v in ``vs`` (Gaussian elimination)."""
+    rows = [[int(x) for x in v[:cols]] for v in vs]
+    piv, r = [], 0
+    for col in range(cols):
+        hit = next((i for i in range(r, len(rows)) if rows[i][col] % P), None)
+        if hit is None:
+            continue
+        rows[r], rows[hit] = rows[hit], rows[r]
+        inv = pow(rows[r][col], P - 2, P)
+        rows[r] = [x * inv % P for x in rows[r]]
+        for i in range(len(rows)):
+            if i != r and rows[i][col]:
+                f = rows[i][col]
+                rows[i] = [(x - f * y) % P for x, y in zip(rows[i], rows[r])]
+        piv.append(col)
+        r += 1
+    free = next(col for col in range(cols) if col not in piv)
+    d = [0] * cols
+    d[free] = 1
+    for i, col in enumerate(piv):
+        d[col] = -rows[i][free] % P
+    return np.array(d, dtype=np.int64)
+
+
+def test_a_product_chosen_after_the_challenges_is_rejected(monkeypatch):
+    """A prover that sees the draws (u_s, v_s) of its first commitment, then commits a wrong C that passes
+    Freivalds' check for exactly those draws: the new commitment draws new challenges, and it fails."""
+    c, W, (A, B, C) = _product_circuit()
+    seen = []
+    honest = contraction.challenges
+
+    def spy(T, ix, sh):
+        d = honest(T, ix, sh)
+        seen.append(d)
+        return d
+    monkeypatch.setattr(contraction, "challenges", spy)
+    assert ligero.verify(_prove(c, W), c)
+    draws = seen[-1]
+    d = _nullspace_row([v for _, v in draws], K)            # Σ_j d_j v_s[j] = 0 for every draw s
+    W2 = W.copy()
+    W2[C[0, 0]] = gf.add(gf.reduce(W[C[0, 0]]), d)          # C'[0] = C[0] + d ≠ A[0]·B
+    assert c.r1cs.failing_contractions(W2)
+    for u, v in draws:                                      # C' passes the check for the draws it was chosen for
+        Cf, Cf2 = gf.reduce(W[C[0]]), gf.reduce(W2[C[0]])
+        lhs = gf.sum_mod(gf.mul(u[:M, None], gf.mul(Cf, v[None, :K])).reshape(-1))
+        lhs2 = gf.sum_mod(gf.mul(u[:M, None], gf.mul(Cf2, v[None, :K])).reshape(-1))
+        assert lhs == lhs2
+    proof = _prove(c, W2)                                   # same masking randomness, new commitment
+    assert not any(np.array_equal(a[0], b[0]) for a, b in zip(seen[-1], draws))
+    assert "linear test" in _rejects(c, proof, W2)
+
+
+def test_challenges_are_drawn_after_the_commitments_they_test(monkeypatch):
+    c, W, _ = _product_circuit()
+    log = []
+    absorb, fld = Transcript.absorb, Transcript.field
+
+    def spy_absorb(self, label, data):
+        log.append(("absorb", label))
+        return absorb(self, label, data)
+
+    def spy_field(self, label, n):
+        log.append(("draw", label))
+        return fld(self, label, n)
+    monkeypatch.setattr(Transcript, "absorb", spy_absorb)
+    monkeypatch.setattr(Transcript, "field", spy_field)
+    proof = _prove(c, W)
+    prover = list(log)
+    log.clear()
+    assert ligero.verify(proof, c)
+    for seen in (prover, log):                                   # the prover's transcript, then the verifier's
+        at = {e: i for i, e in reversed(list(enumerate(seen)))}  # first occurrence
+        assert at[("absorb", "root")] < at[("draw", "contract0.u")] < at[("draw", "contract2.v")]
+        assert at[("draw", "contract2.v")] < at[("absorb", "root2")] < at[("draw", "lin0.contract0.x")]
+    assert [e for e in log if e[0] == "draw"] == [e for e in prover if e[0] == "draw"]
+
+
+# ------------------------------------------------------------------------------------------- file format
+def test_proof_file_round_trip_and_malformed_headers():
+    c, W, _ = _product_circuit()
+    proof = _prove(c, W)
+    data = proofio.dumps(proof)
+    assert data[8:10] == (3).to_bytes(2, "little")            # version 3: contractions
+    back = proofio.loads(data)
+    assert back.contractions == N and back.params.contraction_sigma == 3
+    assert ligero.verify(back, c)
+    back.contractions = N + 1
+    assert "contraction cells" in _rejects(c, back, W)
+    import hashlib
+    import json
+    import struct
+    (hlen,) = struct.unpack("<I", data[10:14])
+    head = json.loads(data[14:14 + hlen])
+    head["contraction_sigma"] = 0
+    raw = json.dumps(head, sort_keys=True).encode()
+    body = data[:10] + struct.pack("<I", len(raw)) + raw + data[14 + hlen:-32]
+    with pytest.raises(FormatError, match="version 3 proof must have contraction_cells and contraction_sigma ≥ 1"):
+        proofio.loads(body + hashlib.sha256(body).digest())
+
+
+# --------------------------------------------------------------------------------------- builder and circuits
+def test_builder_refuses_contractions_without_the_argument():
+    b = Builder(zk.LIGERO51, "lookup", "mac")
+    with pytest.raises(ValueError, match="Builder.contract: this builder proves contractions with 'mac'; the "
+                                         "argument needs Builder\\(field, contractions='argument'\\)"):
+        b.contract(b.alloc((2, 3)), b.alloc((3, 4)), b.alloc((2, 4)), "x")
+    with pytest.raises(ValueError, match="contractions must be one of \\['argument', 'mac'\\], got 'x'"):
+        Builder(zk.LIGERO51, "lookup", "x")
+    with pytest.raises(ValueError, match="do not compose"):
+        Contraction(np.zeros((1, 2, 3), np.int64), np.zeros((1, 4, 5), np.int64), np.zeros((1, 2, 5), np.int64), "t")
+
+
+def _mlp_step():
+    return cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                            dtype=cg.fixed(16, 8))
+
+
+def test_mlp_step_constraints_drop_by_the_multiply_accumulates():
+    step = _mlp_step()
+    arg = zk.compile(step, field=zk.LIGERO51)
+    mac = zk.compile(step, field=zk.LIGERO51, contractions="mac")
+    assert arg.contractions == "argument" and mac.contractions == "mac"
+    # every MatMul of the step: m·p outputs, each (n − 1) product constraints fewer, one more wire (C)
+    prog = step.fn("step").program
+    saved = wires = 0
+    for a in prog.instrs:
+        if type(a.op).__name__ in ("MatMul", "BatchMatMul"):
+            *lead, m, n = prog.types[a.args[0]].shape
+            p = prog.types[a.args[1]].shape[-1]
+            outs = int(np.prod(lead, dtype=np.int64)) * m * p
+            saved += outs * (n - 1)
+            wires += outs
+    assert mac.r1cs.n_constraints - arg.r1cs.n_constraints == saved
+    assert arg.r1cs.n_wires - mac.r1cs.n_wires == wires - saved
+    assert arg.r1cs.n_lookups == mac.r1cs.n_lookups
+    assert "contractions" in arg.statement() and "Freivalds" in arg.statement()
+    assert "contraction" not in mac.statement()
+    rng = np.random.default_rng(0)
+    wit = arg.witness(step.init_params(seed=0), rng.uniform(-1, 1, (8, 4)), rng.integers(0, 3, 8))
+    proof = zk.prove(arg, wit)
+    assert zk.verify(proof, arg, wit.public)
+    assert not zk.verify(proof, mac, wit.public)               # another circuit: another digest
+
+
+def test_snarkjs_export_needs_one_constraint_per_mac(tmp_path):
+    step = _mlp_step()
+    c = zk.compile(step, field=zk.LIGERO51, range_checks="bits", contractions="argument")
+    with pytest.raises(ValueError, match="export: this circuit proves 5 matrix products with the native prover's "
+                                         "contraction argument"):
+        c.export(str(tmp_path))
+    assert zk.compile(step).contractions == "mac"              # BN254 (snarkjs): plain R1CS by default
