@@ -490,7 +490,8 @@ def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
         T = T_[:c * n].reshape(n2, cols)
         o = out[r0:r0 + c].reshape(-1)
         pre, post = _permutations(n, c)
-        np.take(blk.reshape(cols, n2), pre, axis=0, out=o.reshape(cols, n2))
+        # mode="clip": the indices are in range by construction, and "raise" would copy through a buffer
+        np.take(blk.reshape(cols, n2), pre, axis=0, out=o.reshape(cols, n2), mode="clip")
         np.copyto(T, o.reshape(cols, n2).T)
         for h, tw, twf in stages:
             if h >= n2:
@@ -500,7 +501,7 @@ def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
             with _bufsize(cols):
                 _butterflies(v4[:, 0], v4[:, 1], None if tw is None else tw[:, None],
                              None if twf is None else twf[:, None], *(s[:m].reshape(shp) for s in (d_, t_, q_, f_)))
-        np.take(T_[:c * n].reshape(n2 * c, n // n2), post, axis=0, out=o.reshape(n2 * c, n // n2))
+        np.take(T_[:c * n].reshape(n2 * c, n // n2), post, axis=0, out=o.reshape(n2 * c, n // n2), mode="clip")
         for s in range(0, o.size, max(1, m)):
             seg = o[s:s + m]
             _fold(seg, _P_U, t_[:seg.size])
