@@ -105,6 +105,20 @@ def test_ntt_large_and_batched():
     assert gf.ntt(np.zeros((0, 8), dtype=np.int64)).shape == (0, 8)
 
 
+def test_ntt_leaves_its_input_and_takes_any_layout():
+    rng = np.random.default_rng(8)
+    x = _rand(rng, 4, 256)
+    x0 = x.copy()
+    want = gf.ntt(x)
+    assert (x == x0).all()
+    assert (gf.ntt(np.asfortranarray(x)) == want).all() and (gf.ntt(x.T.copy().T) == want).all()
+    assert (gf.ntt(_rand(rng, 4, 512)[:, ::2] * 0 + x) == want).all()
+    c = x[:, :100].copy()
+    gf.coset_eval(c, 256)
+    gf.intt(x)
+    assert (c == x0[:, :100]).all() and (x == x0).all()
+
+
 def test_coset_eval_and_interp():
     rng = np.random.default_rng(3)
     n, d = 64, 40

@@ -464,10 +464,9 @@ def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
     """
     n = a.shape[-1]
     lead = a.shape[:-1]
-    x = np.array(a, dtype=np.int64, copy=copy).reshape(-1, n)
-    out = np.empty_like(x)
+    x = np.array(a, dtype=np.int64, copy=copy, order="C").reshape(-1, n)        # transformed in place
     if not x.size:
-        return out.reshape(*lead, n)
+        return x.reshape(*lead, n)
     stages = _stage_twiddles(root, n)
     n2 = min(n, _INNER)
     chunk = max(1, _BLOCK // n)
@@ -475,6 +474,7 @@ def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
     d_, t_, q_ = (np.empty(max(1, c0 * n // 2), dtype=np.int64) for _ in range(3))
     f_ = np.empty(len(d_), dtype=np.float64)
     T_ = np.empty(c0 * n, dtype=np.int64)
+    S_ = np.empty(c0 * n, dtype=np.int64)
     for r0 in range(0, x.shape[0], chunk):
         blk = x[r0:r0 + chunk]
         c = blk.shape[0]
@@ -488,11 +488,11 @@ def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
                 _butterflies(v4[:, :, 0], v4[:, :, 1], tw, twf, *(s[:m].reshape(shp) for s in (d_, t_, q_, f_)))
         cols = c * n // n2
         T = T_[:c * n].reshape(n2, cols)
-        o = out[r0:r0 + c].reshape(-1)
+        S = S_[:c * n].reshape(cols, n2)
         pre, post = _permutations(n, c)
         # mode="clip": the indices are in range by construction, and "raise" would copy through a buffer
-        np.take(blk.reshape(cols, n2), pre, axis=0, out=o.reshape(cols, n2), mode="clip")
-        np.copyto(T, o.reshape(cols, n2).T)
+        np.take(blk.reshape(cols, n2), pre, axis=0, out=S, mode="clip")
+        np.copyto(T, S.T)
         for h, tw, twf in stages:
             if h >= n2:
                 continue
@@ -501,11 +501,12 @@ def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
             with _bufsize(cols):
                 _butterflies(v4[:, 0], v4[:, 1], None if tw is None else tw[:, None],
                              None if twf is None else twf[:, None], *(s[:m].reshape(shp) for s in (d_, t_, q_, f_)))
+        o = blk.reshape(-1)                     # the block's result, back in place (no fresh pages to fault in)
         np.take(T_[:c * n].reshape(n2 * c, n // n2), post, axis=0, out=o.reshape(n2 * c, n // n2), mode="clip")
         for s in range(0, o.size, max(1, m)):
             seg = o[s:s + m]
             _fold(seg, _P_U, t_[:seg.size])
-    return out.reshape(*lead, n)
+    return x.reshape(*lead, n)
 
 
 def ntt(a: np.ndarray) -> np.ndarray:
