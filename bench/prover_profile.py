@@ -23,7 +23,7 @@ import argparse
 import cProfile
 import hashlib
 import importlib.abc
-import importlib.machinery
+import importlib.util
 import json
 import os
 import pstats
@@ -56,7 +56,6 @@ class _RootFinder(importlib.abc.MetaPathFinder):
 
 
 def _use_root(root: str) -> None:
-    import importlib.util  # noqa: F401  (spec_from_file_location)
     sys.meta_path.insert(0, _RootFinder(os.path.abspath(root)))
 
 
@@ -89,7 +88,6 @@ def _top(prof: cProfile.Profile, n: int) -> list:
 
 def run_case(case: str, repeats: int, top: int, proof_dir: str | None) -> dict:
     from circuitgrad.backends.zk import ligero
-    from circuitgrad.backends.zk.ligero import gf
     from circuitgrad.backends.zk.ligero.proofio import dumps
     t0 = time.perf_counter()
     c, wit = build(case)
@@ -129,7 +127,7 @@ def run_case(case: str, repeats: int, top: int, proof_dir: str | None) -> dict:
             "prove_profiled_s": prove_prof_s, "verify_profiled_s": verify_prof_s, "prove_s": prove_s,
             "verify_s": verify_s, "timings": {k: float(v) for k, v in proof.timings.items()},
             "proof_sha256": hashlib.sha256(blob).hexdigest(), "proof_bytes": len(blob),
-            "kernels": getattr(gf, "KERNELS", "numpy"), "prove_top": prove_top, "verify_top": verify_top}
+            "prove_top": prove_top, "verify_top": verify_top}
 
 
 def _med(xs: list, fallback: float) -> float:
@@ -138,10 +136,11 @@ def _med(xs: list, fallback: float) -> float:
 
 def show(r: dict, top: int) -> None:
     print(f"\n## {r['case']}: {r['constraints']} constraints, {r['wires']} wires, {r['lookups']} lookups; "
-          f"{r['params']}; kernels {r['kernels']}")
+          f"{r['params']}")
     n = len(r["prove_s"])
-    print(f"prove {_med(r['prove_s'], r['prove_profiled_s']):.2f} s, verify {_med(r['verify_s'], r['verify_profiled_s']):.3f} s"
-          f" ({'median of %d' % n if n else 'one profiled run'}); profiled: prove {r['prove_profiled_s']:.2f} s, "
+    prove, verify = _med(r["prove_s"], r["prove_profiled_s"]), _med(r["verify_s"], r["verify_profiled_s"])
+    how = f"median of {n}" if n else "one profiled run"
+    print(f"prove {prove:.2f} s, verify {verify:.3f} s ({how}); profiled: prove {r['prove_profiled_s']:.2f} s, "
           f"verify {r['verify_profiled_s']:.3f} s; phases {', '.join(f'{k} {v:.2f}' for k, v in r['timings'].items())}")
     print(f"seeded proof: {r['proof_bytes']} bytes, sha256 {r['proof_sha256']}")
     for what in ("prove", "verify"):

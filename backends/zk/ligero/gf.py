@@ -22,10 +22,12 @@ that every operation stays in NumPy:
   are evaluated. It is disjoint from the message subgroup ``H = ⟨ω_k⟩``.
 
 Matrix products (the proximity test, the verifier's evaluations) use
-``float64`` BLAS on limbs in balanced (signed) form: the left side in two
-26-bit limbs, the right side in three 17-bit limbs, so each of the six limb
-products summed over at most ``2^12`` terms stays below ``2^53`` and is exact
-(longer inner dimensions are cut into such chunks).
+``float64`` BLAS on limbs in signed form: the larger side in two 26-bit limbs
+(at most ``2^25``), the other in three balanced 17-bit limbs (at most
+``2^16``), so each of the six limb products summed over at most ``2^12`` terms
+stays within ``2^53`` and is exact (longer inner dimensions are cut into such
+chunks). BLAS dominates the verifier: note that OpenBLAS may not recognise a
+virtual CPU and fall back to its slowest kernels (``OPENBLAS_CORETYPE``).
 
 ``tests/test_zk_gf_speed.py`` pins every function here against Python-int
 reference implementations.
@@ -101,6 +103,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def add(a, b) -> np.ndarray:
+    """``a + b mod p`` elementwise (broadcasting; field elements in, field elements out)."""
     a = np.asarray(a)
     b = np.asarray(b)
     if not a.ndim and not b.ndim:
@@ -116,6 +119,7 @@ def add(a, b) -> np.ndarray:
 
 
 def sub(a, b) -> np.ndarray:
+    """``a − b mod p`` elementwise (broadcasting; field elements in, field elements out)."""
     a = np.asarray(a)
     b = np.asarray(b)
     if not a.ndim and not b.ndim:
@@ -273,7 +277,8 @@ _CHUNK = 1 << 12        # inner dimension per BLAS product: 2^12 · 2^25 · 2^16
 
 
 def _limbs2(x: np.ndarray) -> tuple:
-    """``x = lo + hi·2^26`` for ``x`` in ``[0, 2^51)``: ``lo`` in ``[−2^25, 2^25]``, ``hi`` in ``[0, 2^25]`` (``float64``).
+    """``x = lo + hi·2^26`` for ``x`` in ``[0, 2^51)``: ``lo`` in ``[−2^25, 2^25]``, ``hi`` in ``[0, 2^25]``
+    (``float64``).
 
     Computed in ``float64``, where every value involved is an integer below ``2^53`` (exact), in strips.
     """
@@ -290,8 +295,8 @@ def _limbs2(x: np.ndarray) -> tuple:
 
 
 def _limbs3(x: np.ndarray) -> tuple:
-    """``x ≡ b₀ + b₁·2^17 + b₂·2^34 (mod p)`` for ``x`` in ``[0, p)``, each ``|bᵢ| ≤ 2^16`` (``float64``): the
-    balanced representative of ``x`` (in ``(−p/2, p/2)``) in balanced 17-bit limbs, computed exactly in floats."""
+    """``x ≡ b₀ + b₁·2^17 + b₂·2^34 (mod p)`` for ``x`` in ``[0, p)``, each ``|bᵢ| ≤ 2^16`` (``float64``):
+    the balanced representative of ``x`` (in ``(−p/2, p/2)``) in balanced 17-bit limbs, computed exactly in floats."""
     f = np.asarray(x, dtype=np.float64)                  # exact: below 2^51
     f = f - np.float64(P) * (f > P // 2)                # in (−p/2, p/2)
     b2 = np.rint(f * 2.0 ** -34)
