@@ -328,12 +328,11 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.zeros((m, nb), dtype=np.int64)
     if not K or not m or not nb:
         return out
-    A = _limbs2(a)
-    B = _limbs3(b)
-    for k0 in range(0, K, _CHUNK):
-        wide = np.concatenate([x[k0:k0 + _CHUNK] for x in B], axis=1)
+    for k0 in range(0, K, _CHUNK):                      # limbs chunk by chunk: no full-size float copies
+        A = _limbs2(a[:, k0:k0 + _CHUNK])
+        wide = np.concatenate(_limbs3(b[k0:k0 + _CHUNK]), axis=1)
         for i, x in enumerate(A):
-            prod = (x[:, k0:k0 + _CHUNK] @ wide).astype(np.int64)         # |·| ≤ 2^53: exact
+            prod = (x @ wide).astype(np.int64)                              # |·| ≤ 2^53: exact
             for j in range(3):
                 part = prod[:, j * nb:(j + 1) * nb] % _P                   # floor mod: in [0, p)
                 out = add(out, part if i + j == 0 else _mul_const(part, pow(2, 26 * i + 17 * j, P)))
