@@ -70,6 +70,9 @@ def test_elementwise_broadcasting_and_scalars():
     for s in (gf.mul(P - 1, P - 1), gf.add(P - 1, 1), gf.sub(0, 1)):
         assert isinstance(s, np.int64)
     assert gf.mul(P - 1, P - 1) == 1 and gf.add(P - 1, 1) == 0 and gf.sub(0, 1) == P - 1
+    for e in (np.zeros((3, 0), dtype=np.int64), np.zeros(0, dtype=np.int64)):
+        assert gf.mul(e, np.zeros(0, dtype=np.int64)).shape == e.shape
+        assert gf.add(e, e).shape == gf.sub(e, e).shape == gf.mul(e, 7).shape == e.shape
     non_contiguous = x[:, ::2]
     assert gf.mul(non_contiguous, non_contiguous).tolist() == [[u * u % P for u in r] for r in non_contiguous.tolist()]
 

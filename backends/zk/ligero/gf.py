@@ -147,6 +147,8 @@ def mul(a, b) -> np.ndarray:
     if not b.ndim or not a.ndim:                       # by a constant: its quotient factor w/p precomputed
         x, w = (a, int(b)) if not b.ndim else (b, int(a))
         return _mul_const(x, w)
+    if not a.size or not b.size:
+        return np.zeros(np.broadcast_shapes(a.shape, b.shape), dtype=np.int64)
     if not _same(a, b):
         if b.ndim == 1 and a.ndim > 1 and a.shape[-1] == b.shape[0] and a.flags.c_contiguous:
             return _mul_rows(a, b)
