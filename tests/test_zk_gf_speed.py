@@ -175,9 +175,11 @@ def test_segment_sum():
 
 def test_inverses_powers_lagrange_bytes():
     rng = np.random.default_rng(12)
-    x = _rand(rng, 1000)
-    x[x == 0] = 1
-    assert gf.batch_inv(x).tolist() == [pow(v, P - 2, P) for v in x.tolist()]
+    for size in (1, 2, 3, 7, 1000, 1001, 5 * 7 * 11):     # odd lengths carry a value up the product tree
+        x = _rand(rng, size)
+        x[x == 0] = 1
+        assert gf.batch_inv(x).tolist() == [pow(v, P - 2, P) for v in x.tolist()]
+    assert gf.batch_inv(x.reshape(5, 7, 11)).tolist() == gf.batch_inv(x).reshape(5, 7, 11).tolist()
     with pytest.raises(ZeroDivisionError):
         gf.batch_inv(np.array([3, 0]))
     b = _rand(rng, 5)

@@ -545,29 +545,27 @@ def coset_interp(evals: np.ndarray, shift: int = GENERATOR) -> np.ndarray:
 def batch_inv(a: np.ndarray) -> np.ndarray:
     """Elementwise inverses of nonzero elements (any shape).
 
-    Montgomery's trick on a ``(rows, cols)`` reshaping with ``rows ≈ √size``. One Python loop step
-    handles a whole row, and a single Fermat inversion per column finishes it.
+    Montgomery's trick on a product tree: the first half of the values is multiplied by the second
+    (an odd one out carried up) down to one product, which a single Fermat inversion inverts; going
+    back down, the inverse of each value in a half is its parent's inverse times its partner. About
+    ``3·size`` multiplications in ``2·log₂(size)`` vectorised calls, and no Python loop over elements.
     """
     a = np.asarray(a, dtype=np.int64)
     if a.size and not a.all():
         raise ZeroDivisionError("batch_inv: an element is 0")
     flat = a.reshape(-1)
-    rows = max(1, int(np.sqrt(flat.size)))
-    cols = -(-flat.size // rows)
-    x = np.ones(rows * cols, dtype=np.int64)
-    x[:flat.size] = flat
-    x = x.reshape(rows, cols)
-    pre = np.empty_like(x)
-    acc = np.ones(cols, dtype=np.int64)
-    for i in range(rows):
-        pre[i] = acc
-        acc = mul(acc, x[i])
-    inv_acc = np.array([inv(v) for v in acc.tolist()], dtype=np.int64)
-    out = np.empty_like(x)
-    for i in range(rows - 1, -1, -1):
-        out[i] = mul(inv_acc, pre[i])
-        inv_acc = mul(inv_acc, x[i])
-    return out.reshape(-1)[:flat.size].reshape(a.shape)
+    if not flat.size:
+        return np.zeros(a.shape, dtype=np.int64)
+    levels = [np.ascontiguousarray(flat)]
+    while len(levels[-1]) > 1:
+        lv = levels[-1]
+        h = len(lv) // 2
+        levels.append(np.concatenate([mul(lv[:h], lv[h:2 * h]), lv[2 * h:]]))
+    cur = np.array([inv(levels[-1][0])], dtype=np.int64)
+    for lv in reversed(levels[:-1]):
+        h = len(lv) // 2
+        cur = np.concatenate([mul(cur[:h], lv[h:2 * h]), mul(cur[:h], lv[:h]), cur[h:]])
+    return cur.reshape(a.shape)
 
 
 def lagrange_at(k: int, points: np.ndarray) -> np.ndarray:
