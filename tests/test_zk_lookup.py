@@ -68,7 +68,8 @@ def test_fits_accepts_exactly_the_range(nbits):
     x = b.alloc(1)
     G.fits(b, [(x, 1)], 5, nbits, "test")
     r = b.finish(0, 0, 1)
-    assert r.n_constraints == 0 and r.n_lookups == -(-nbits // 8) + (nbits % 8 != 0)
+    assert r.n_constraints == 0 and r.n_lookups == -(-nbits // 8)      # one per limb, the top one in its own table
+    assert sorted(r.lookup_bits.tolist()) == sorted([8] * (nbits // 8) + ([nbits % 8] if nbits % 8 else []))
     for v, ok in ((0, True), (1, True), ((1 << nbits) - 1, True), (1 << (nbits - 1), True), (-1, False),
                   (1 << nbits, False), ((1 << nbits) + 255, False)):
         W = np.zeros(r.n_wires, dtype=np.int64)
@@ -92,7 +93,9 @@ def test_an_out_of_range_witness_is_refused_naming_the_gadget():
     W = np.array([1, 7, 1 << 12, 0, 16])                  # 4096 = 0 + 256·16: the top limb has 4 bits
     with pytest.raises(zk.UnsatisfiedConstraint) as e:
         r.assert_satisfied(W)
-    assert str(e.value) == ("lookup 5 of 6 is outside the table [0, 256) (1 failing in all); it comes from "
+    # lookups: the top limbs of both values (table [0, 2^4)), then their low limbs ([0, 2^8))
+    assert r.lookup_bits.tolist() == [4, 4, 8, 8]
+    assert str(e.value) == ("lookup 1 of 4 is outside its table [0, 16) (1 failing in all); it comes from "
                             "Mul#3:mul.range.top")
     with pytest.raises(cg.FixedPointOverflow) as e:
         W = np.zeros(r.n_wires, dtype=np.int64)
@@ -117,8 +120,10 @@ def test_the_default_follows_the_field():
     with pytest.raises(ValueError, match=r"^range_checks must be one of \['bits', 'lookup'\], got 'limbs'$"):
         zk.compile(step, range_checks="limbs")
     c = zk.compile(step, field=zk.LIGERO51, contractions="mac")
+    tables = ", ".join(f"[0, 2^{b})" for b in c.r1cs.lookup_tables)
+    assert c.r1cs.table_bits == 8 and c.r1cs.lookup_tables[-1] == 8           # a small circuit: limbs of 8 bits
     assert c.statement().endswith(f"{c.r1cs.n_constraints} constraints, {c.r1cs.n_wires} wires, "
-                                  f"{c.r1cs.n_lookups} lookups into [0, 256)")
+                                  f"{c.r1cs.n_lookups} lookups into {tables} (limbs of 8 bits)")
     assert c.digest() != zk.compile(step, field=zk.LIGERO51, range_checks="bits").digest()
 
 
@@ -214,16 +219,20 @@ def test_a_value_outside_the_table_cannot_be_proved(proved, monkeypatch):
     r = c.r1cs
     limb_rows = [i for i, t in enumerate(r.lookup_tags) if t.endswith("range.limbs")]
     row = int(r.lookup_block_rows[limb_rows[0]])
-    wire = int(r.L.wires[r.L.ptr[row]])                           # a wire of that lookup
+    assert r.lookup_bits[row] == 8
+    at = r.L.ptr[row] + int(np.flatnonzero(r.L.coeffs[r.L.ptr[row]:r.L.ptr[row + 1]] == 1)[0])
+    wire = int(r.L.wires[at])                                     # the checked value itself (coefficient 1)
     bad = w.values.copy()
-    bad[wire] += 256 // int(r.L.coeffs[r.L.ptr[row]])            # moves that lookup by 256
+    bad[wire] += 256                                              # moves that lookup by 256
     assert not c.check(bad)
-    with pytest.raises(ValueError, match=r"^ligero: lookup \d+ \(.*\) is outside the table \[0, 256\)"):
+    with pytest.raises(ValueError, match=r"^ligero: lookup \d+ \(.*\) is outside its table \[0, 256\)"):
         zk.prove(c, bad, check=False)
 
     def first(real, pc, z, sh):
         v = pc.L.apply(z)
-        m = np.bincount(np.minimum(v, 255), minlength=256)
+        bits = pc.r1cs.lookup_bits
+        start = np.cumsum([0] + [1 << b for b in sh.tables])[:-1]
+        m = np.bincount(start[sh.table_of(bits)] + np.minimum(v, (1 << bits) - 1), minlength=sh.size)
         rows = np.concatenate([ligero.gf.as_rows(v, sh.mv, sh.k), ligero.gf.as_rows(m, sh.mm, sh.k)])
         return rows, v, m
     proof = _cheat(c, bad, monkeypatch, first=first)
@@ -289,7 +298,7 @@ def test_a_challenge_in_the_table_is_refused(proved, monkeypatch):
         zk.prove(c, w)
     monkeypatch.setattr(lookup, "second_rows", lambda v, m, a, sh: np.zeros((sh.second, sh.k), dtype=np.int64))
     forged = zk.prove(c, w, check=False)
-    with pytest.raises(zk.Reject, match=r"^a lookup challenge fell in the table \[0, 256\); an honest prover "
+    with pytest.raises(zk.Reject, match=r"^a lookup challenge fell in a table \[0, 256\); an honest prover "
                                         r"proves again$"):
         zk.check(forged, c, w.public)
 

@@ -14,6 +14,8 @@ gives its values.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -33,8 +35,8 @@ from . import statement as S
 from .field import BN254, LIGERO51, Field
 from . import private as P
 from .commit import depth_for
-from .lower import RULES, Lowering, required_bits
-from .r1cs import R1CS, Builder
+from .lower import RULES, Lowering, required_bits, widest_contraction
+from .r1cs import R1CS, TABLE_BITS, Builder
 
 __all__ = ["Circuit", "Witness", "compile", "compile_program", "default_range_checks"]
 
@@ -84,6 +86,8 @@ class Circuit:
     targets: str | None = None
     #: the commitments and dataset openings of a private step (``public="commitments"``), else None
     private: P.Layout | None = None
+    #: the range checks by lookups, ``nbits → values`` (what chooses the limb width)
+    range_requests: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def statement_data(self) -> dict:
         """The public statement as plain data (see :func:`.statement.describe`)."""
@@ -258,7 +262,8 @@ def default_contractions(range_checks: str) -> str:
 
 def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | None = None,
             function: str = "step", targets: str | None = None, range_checks: str | None = None,
-            public: str = "params", data_rows: int | None = None, contractions: str | None = None) -> Circuit:
+            public: str = "params", data_rows: int | None = None, contractions: str | None = None,
+            table_bits: int | None = None) -> Circuit:
     """The R1CS circuit of ``model``'s ``step`` (default) or ``predict`` in fixed point.
 
     ``dtype`` defaults to the model's own dtype if it is fixed point, else
@@ -269,9 +274,11 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     ``nn.softmax_cross_entropy`` and ``"any"`` for other losses.
 
     ``range_checks``: ``"bits"`` proves every range by a bit decomposition (plain R1CS, for
-    snarkjs and circom); ``"lookup"`` by lookups into a table of ``2^8`` values, which only the
+    snarkjs and circom); ``"lookup"`` by lookups into tables ``[0, 2^b)``, which only the
     native Ligero prover proves (logUp) and which makes a transformer step about half the size.
     The default follows the field: ``"lookup"`` over :data:`LIGERO51`, ``"bits"`` otherwise.
+    ``table_bits`` (8 to 16) is the limb width of those range checks; by default the one that
+    minimises the prover's committed cells for this circuit (:func:`.gadgets.best_table_bits`).
 
     ``contractions``: ``"argument"`` proves each product of two witness tensors (``MatMul``,
     ``BatchMatMul``, convolutions through them) by the native prover's contraction argument, whose cost
@@ -319,7 +326,7 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     committed = [n for n in in_names if n not in ("x", "y")]
     lay = P.Layout(data_rows, committed, fx.batch, dtype.width) if public == "commitments" else None
     c = compile_program(fx.fn(function).program, dtype, field, in_names, [] if lay else committed, out_names,
-                        function, constrain, range_checks, lay, contractions)
+                        function, constrain, range_checks, lay, contractions, table_bits)
     c.model, c.targets = fx, targets
     return c
 
@@ -341,7 +348,7 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
                     public_inputs: list[str] | None = None, output_names: list[str] | None = None,
                     function: str | None = None, constrain: Mapping | None = None,
                     range_checks: str | None = None, private: P.Layout | None = None,
-                    contractions: str | None = None) -> Circuit:
+                    contractions: str | None = None, table_bits: int | None = None) -> Circuit:
     """The circuit of any fixed-point SSA program (``public_inputs`` default: none).
 
     ``range_checks``: ``"bits"`` or ``"lookup"`` (default: :func:`default_range_checks` of the field).
@@ -353,8 +360,10 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
     function = function or prog.name
     need = required_bits(prog, dtype)
     if field.p <= 1 << need:
+        widest = widest_contraction(prog)
         raise ValueError(f"zk.compile: field {field} ({field.bits} bits) is too small for {dtype}: this program's "
-                         f"products and remainders need p > 2^{need} to never wrap around")
+                         f"products and remainders need p > 2^{need} to never wrap around"
+                         + (f" (its longest contraction, {widest})" if widest else ""))
     missing = sorted({type(a.op).__name__ for a in prog.instrs if type(a.op) not in RULES})
     if missing:
         raise NotImplementedError(f"zk.compile: the ZK backend has no rule for {missing} (used by {function})")
@@ -362,7 +371,17 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
     public_in = list(public_inputs or [])
     out_names = list(output_names or [f"out{i}" for i in range(len(prog.outputs))])
     range_checks = range_checks or default_range_checks(field)
-    b = Builder(field, range_checks, contractions or default_contractions(range_checks))
+    if range_checks == "lookup" and table_bits is None:         # lower once, then at the best limb width
+        args = (prog, dtype, field, input_names, public_inputs, output_names, function, constrain, range_checks,
+                private, contractions)
+        first = compile_program(*args, table_bits=TABLE_BITS)
+        best = G.best_table_bits(first.range_requests, math.log2(field.p))
+        if best == TABLE_BITS:
+            return first
+        c = compile_program(*args, table_bits=best)
+        c.compile_seconds = time.perf_counter() - t0
+        return c
+    b = Builder(field, range_checks, contractions or default_contractions(range_checks), table_bits or TABLE_BITS)
     # wire layout: public outputs, public inputs, private inputs, internal
     if private is None:
         pub_out = [b.alloc(prog.types[v].shape, f"out.{n}") for v, n in zip(prog.outputs, out_names)]
@@ -405,4 +424,5 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
         P.constrain(b, private, {n: ins[v] for v, n in zip(prog.inputs, in_names)}, pub_out)
     r = b.finish(n_pub_out, n_pub_in, n_prv_in)
     return Circuit(r, prog, None, function, in_names, [ins[v] for v in prog.inputs], out_names, pub_out,
-                   public_in, b.fills, time.perf_counter() - t0, None, dtype, need, private=private)
+                   public_in, b.fills, time.perf_counter() - t0, None, dtype, need, private=private,
+                   range_requests=dict(b.range_requests))

@@ -16,11 +16,13 @@ Every gadget works on ``m`` elements at once. Wire arguments are 1-D
 | :func:`linear` | ``1 + (w + 1)`` | ``o = Σ cᵢ xᵢ + k``, range-checked |
 
 With ``range_checks="lookup"`` (:class:`.r1cs.Builder`), :func:`fits` proves
-``v ∈ [0, 2^n)`` with lookups into the table ``[0, 2^8)`` instead of ``n + 1``
-constraints: ``v = l₀ + 2^8·l₁ + …`` with ``⌈n/8⌉ − 1`` limb wires, one lookup
-per limb (the lowest limb is ``v − Σ 2^(8j)·l_j``, so it needs no wire), and
-one more lookup of ``2^(8−r)·l_top`` when the top limb has ``r < 8`` bits. No
-constraint at all: a 16-bit range check is one wire and two lookups. The
+``v ∈ [0, 2^n)`` with lookups instead of ``n + 1`` constraints. With ``B`` the
+builder's ``table_bits`` (chosen per circuit, 8 to 16): ``v = l₀ + 2^B·l₁ + …``
+with ``⌈n/B⌉ − 1`` limb wires and one lookup per limb. The lowest limb is
+``v − Σ 2^(Bj)·l_j``, so it needs no wire; every limb but the top one is looked
+up in ``[0, 2^B)``, the top one in the table of its own width ``r = n − B(⌈n/B⌉ − 1)``.
+No constraint at all: with ``B = 16`` a 16-bit range check is one lookup and no
+wire, and an 8-bit remainder one lookup into ``[0, 2^8)``. The
 gadgets that need a bit (:func:`positive`, :func:`at_least`) take it as one
 boolean wire above a ``fits`` of the rest; only the shift amounts of ``exp``
 keep their bits.
@@ -31,6 +33,7 @@ checks that some constraint breaks.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import numpy as np
@@ -38,9 +41,9 @@ import numpy as np
 from circuitgrad.fixedpoint import FixedPointOverflow
 from circuitgrad.types import Fixed
 
-from .r1cs import TABLE_BITS, Builder
+from .r1cs import Builder
 
-__all__ = ["lc_value", "decompose", "fits", "top_bit", "range_check", "rescale", "positive", "at_least", "product", "linear",
+__all__ = ["lc_value", "decompose", "fits", "lookup_plan", "best_table_bits", "top_bit", "range_check", "rescale", "positive", "at_least", "product", "linear",
            "ONE"]
 
 ONE = 0  # the constant wire
@@ -86,29 +89,55 @@ def _checked(v: np.ndarray, nbits: int, const: int, context: str, what: str, kin
 
 
 def fits(b: Builder, terms: Sequence[tuple], const: int, nbits: int, kind: str, what: str = "value") -> None:
-    """Constrain ``v = Σ terms + const ∈ [0, 2^nbits)``: bits, or limbs looked up in ``[0, 2^8)``."""
+    """Constrain ``v = Σ terms + const ∈ [0, 2^nbits)``: bits, or limbs looked up in tables of their width."""
     if b.range_checks == "bits" or nbits < _LOOKUP_MIN_BITS:
         decompose(b, terms, const, nbits, kind, what)
         return
     m = max(np.size(w) for w, _ in terms)
-    bits = TABLE_BITS
+    b.range_requests[nbits] = b.range_requests.get(nbits, 0) + m
+    bits = b.table_bits
     c = -(-nbits // bits)                                 # limbs
-    low = list(terms) + [(ONE, const)]                    # v − Σ_{j≥1} 2^(8j)·l_j
-    top = low
+    low = list(terms) + [(ONE, const)]                    # v − Σ_{j≥1} 2^(Bj)·l_j
     context = b.context
     value = lambda W: _checked(lc_value(W, terms, const), nbits, const, context, what, kind)  # noqa: E731
+    r = nbits - bits * (c - 1)                            # bits of the top limb
     if c > 1:
         limbs = b.alloc((m, c - 1))
         low += [(limbs[:, j - 1], -(1 << (bits * j))) for j in range(1, c)]
-        b.lookup([(limbs.reshape(-1), 1)], f"{kind}.limbs")
-        top = [(limbs[:, -1], 1)]
+        if c > 2:
+            b.lookup([(limbs[:, :-1].reshape(-1), 1)], f"{kind}.limbs")
+        b.lookup([(limbs[:, -1], 1)], f"{kind}.top", r)
         b.fill(limbs, lambda W: ((value(W)[:, None] >> (bits * np.arange(1, c))) & ((1 << bits) - 1)).reshape(-1))
     else:                                                 # no wire to fill: only the witness-time range guard
         b.fill(np.zeros(0, dtype=np.int64), lambda W: value(W)[:0])
-    b.lookup(low, f"{kind}.limbs")
-    r = nbits - bits * (c - 1)                            # bits of the top limb
-    if r < bits:
-        b.lookup([(w, np.asarray(cf) << (bits - r)) for w, cf in top], f"{kind}.top")
+    b.lookup(low, f"{kind}.limbs", min(bits, nbits))
+
+
+def lookup_plan(requests: dict[int, int], bits: int) -> tuple[int, int, tuple[int, ...]]:
+    """What :func:`fits` costs with limbs of ``bits`` for ``requests`` (``nbits → values checked``): lookups,
+    limb wires, and the table widths it needs."""
+    lookups = wires = 0
+    widths = set()
+    for n, m in requests.items():
+        c = -(-n // bits)
+        lookups += m * c
+        wires += m * (c - 1)
+        widths.add(min(n, bits))
+        if c > 1:
+            widths.add(n - bits * (c - 1))
+    return lookups, wires, tuple(sorted(widths))
+
+
+def best_table_bits(requests: dict[int, int], field_bits: float, choices: Sequence[int] = range(8, 17)) -> int:
+    """The limb width that minimises the cells the native prover commits for the range checks ``requests``:
+    limb wires plus ``1 + σL`` cells per lookup and per table entry (``σL`` logUp challenges for 100 bits).
+    Ties go to the narrower limbs."""
+    def cells(bits: int) -> float:
+        lookups, wires, widths = lookup_plan(requests, bits)
+        table = sum(1 << w for w in widths)
+        sl = max(1, math.ceil(101 / (field_bits - math.log2(lookups + table)))) if lookups else 0
+        return wires + (1 + sl) * (lookups + table)
+    return min(choices, key=lambda b: (cells(b), b))
 
 
 def top_bit(b: Builder, terms: Sequence[tuple], const: int, nbits: int, kind: str) -> np.ndarray:

@@ -43,7 +43,7 @@ from .gadgets import ONE
 from .r1cs import Builder
 from .special import SPECIAL_RULES
 
-__all__ = ["RULES", "UNSUPPORTED", "Lowering", "required_bits"]
+__all__ = ["RULES", "UNSUPPORTED", "Lowering", "required_bits", "widest_contraction"]
 
 
 class Lowering:
@@ -348,7 +348,9 @@ def required_bits(prog, dt: Fixed) -> int:
 
     Every constraint relates integers bounded by the range checks. A congruence
     ``x ≡ y (mod p)`` with ``|x| + |y| < p`` forces ``x = y``. The largest such sums are:
-    a matmul's ``Σₙ aᵢbᵢ`` against ``2^f·q + r`` (``2w + log2 n`` bits); a PLAN piece or a
+    a matmul's ``Σₙ aᵢbᵢ`` against ``2^f·q + r`` (exactly: ``n·2^(2w−2) + 2^(w+f−1) + 2^f``, about
+    ``2w − 1 + log2 n`` bits with both sides; no margin is added to this exact bound); a sum of ``n``
+    values (``w + log2 n``); a PLAN piece or a
     softmax rescale (``w + f + 3``); the softmax division ``s·Σe`` (``w + f + 3 + log2 K``);
     its shift ``e·2^n`` (``2f + 4``); a division's ``2σr + |c|`` (``2w + 1``); an exp's upward shift
     ``e·2^k`` (``2w − f + 1``); a log's ``L·ln 2`` (``2f + 15``); a one-hot row's ``Σ k·row_k``
@@ -356,14 +358,14 @@ def required_bits(prog, dt: Fixed) -> int:
     """
     w, f = dt.width, dt.frac
     lg = lambda v: math.ceil(math.log2(v)) if v > 1 else 0  # noqa: E731
-    n_max, k_max = 1, 1
+    n_max, k_max, s_max = 1, 1, 1
     need = [2 * f + 4]
     for a in prog.instrs:
         op = a.op
         if isinstance(op, (P.MatMul, P.BatchMatMul)):
             n_max = max(n_max, prog.types[a.args[0]].shape[-1])
         elif isinstance(op, P.SumTo):
-            n_max = max(n_max, int(np.prod(op.T.shape)) // max(1, int(np.prod(op.S.shape))))
+            s_max = max(s_max, int(np.prod(op.T.shape)) // max(1, int(np.prod(op.S.shape))))
         elif isinstance(op, P.Softmax):
             k_max = max(k_max, prog.types[a.args[0]].shape[-1])
         elif isinstance(op, (P.Div, P.Rsqrt)):
@@ -376,7 +378,17 @@ def required_bits(prog, dt: Fixed) -> int:
             need.append(f + 2 * lg(op.S.dtype.n))
         elif isinstance(op, P.Fold):
             need.append(w + lg(math.ceil(op.kernel[0] / op.stride[0]) * math.ceil(op.kernel[1] / op.stride[1])))
-    return max(2 * w + lg(n_max), w + f + 3 + lg(k_max), *need) + 2
+    # the products, exactly: |Σₙ aᵢbᵢ| ≤ n·2^(2w−2) against |2^f·q − 2^(f−1) + r| < 2^(w+f−1) + 2^f, and p must
+    # exceed their sum (one more bit); the other terms are bounds by bit counts, with two bits of margin
+    products = lg(n_max * (1 << (2 * w - 2)) + (1 << (w + f - 1)) + (1 << f) + 1) + 1
+    return max(products, max(w + lg(s_max) + 1, w + f + 3 + lg(k_max), *need) + 2)
+
+
+def widest_contraction(prog) -> str:
+    """The instruction whose exact sums are longest (``""`` without products), for error messages."""
+    best = max(((prog.types[a.args[0]].shape[-1], i, a.op.name) for i, a in enumerate(prog.instrs)
+                if isinstance(a.op, (P.MatMul, P.BatchMatMul))), default=None)
+    return "" if best is None else f"{best[2]}#{best[1]} sums {best[0]} products"
 
 
 #: lowering rule per primitive (LogSumExp appears only in loss values, never in a step)

@@ -17,8 +17,11 @@ Wire layout, as circom expects it: ``0`` is the constant 1, then the public
 outputs, then the public inputs, then the private inputs, then internal wires.
 
 A system may also carry *lookups* (``range_checks="lookup"``): rows of a
-sparse matrix ``L`` whose values ``⟨L_i, w⟩`` must each lie in the table
-``[0, 2^TABLE_BITS)``. The native Ligero prover proves them with a logUp
+sparse matrix ``L`` whose values ``⟨L_i, w⟩`` must each lie in a table
+``[0, 2^b_i)``, with ``b_i ≤ 16`` the lookup's own width (``lookup_bits``): a
+range check splits its value into limbs of the builder's ``table_bits`` and a
+top limb of the bits that remain, each looked up in the table of its width.
+The native Ligero prover proves them with a logUp
 argument (:mod:`.ligero.lookup`); the ``.r1cs`` format has no lookups, so such a
 system cannot go to snarkjs.
 
@@ -40,11 +43,14 @@ import numpy as np
 
 from .field import Field
 
-__all__ = ["Builder", "R1CS", "Term", "Contraction", "UnsatisfiedConstraint", "TABLE_BITS", "RANGE_CHECKS",
+__all__ = ["Builder", "R1CS", "Term", "Contraction", "UnsatisfiedConstraint", "TABLE_BITS", "MAX_TABLE_BITS",
+           "RANGE_CHECKS",
            "CONTRACTIONS"]
 
-#: lookups check membership in ``[0, 2^TABLE_BITS)``
+#: the default limb width of range checks by lookups (``[0, 2^TABLE_BITS)``); circuits choose theirs
 TABLE_BITS = 8
+#: the widest lookup table, ``[0, 2^MAX_TABLE_BITS)``
+MAX_TABLE_BITS = 16
 #: how gadgets prove that a value lies in a range: bit decompositions, or lookups into the table
 RANGE_CHECKS = ("bits", "lookup")
 #: how a contraction of two witness tensors is proved: a randomized argument of the native prover, or one
@@ -154,10 +160,22 @@ class R1CS:
     tags: list[str]                     # one per block
     block_rows: np.ndarray              # first row of each block (ascending) + total
     wire_names: list[tuple[int, int, str]] = field(default_factory=list)   # (first wire, count, name)
-    L: _Matrix | None = None            # lookup rows: each ⟨L_i, w⟩ must lie in [0, 2^TABLE_BITS)
+    L: _Matrix | None = None            # lookup rows: each ⟨L_i, w⟩ must lie in [0, 2^lookup_bits[i])
     lookup_tags: list[str] = field(default_factory=list)
     lookup_block_rows: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     contractions: tuple = ()            # Contraction records, proved by the native prover's argument
+    lookup_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # width per lookup
+    table_bits: int = TABLE_BITS        # the limb width the range checks were split by
+
+    @property
+    def lookup_tables(self) -> tuple[int, ...]:
+        """The widths of the lookup tables, ascending (``()`` without lookups)."""
+        return tuple(int(b) for b in np.unique(self.lookup_bits)) if self.n_lookups else ()
+
+    @property
+    def lookup_table_size(self) -> int:
+        """``Σ 2^b`` over the lookup tables: the entries the logUp argument commits multiplicities for."""
+        return sum(1 << b for b in self.lookup_tables)
 
     @property
     def n_contraction_terms(self) -> int:
@@ -181,7 +199,8 @@ class R1CS:
         if self.L is None:
             return np.zeros(0, dtype=np.int64)
         v = self.L.evaluate(w, self.field.p, rows)
-        bad = np.flatnonzero(v >= 1 << TABLE_BITS)
+        bits = self.lookup_bits if rows is None else self.lookup_bits[np.asarray(rows)]
+        bad = np.flatnonzero(v >= np.left_shift(1, bits.astype(np.int64)).astype(object))
         return bad if rows is None else np.asarray(rows)[bad]
 
     def lookup_rows_of_wire(self, wire: int) -> np.ndarray:
@@ -229,7 +248,8 @@ class R1CS:
         bad = self.failing_lookups(w)
         if len(bad):
             r = int(bad[0])
-            raise UnsatisfiedConstraint(f"lookup {r} of {self.n_lookups} is outside the table [0, {1 << TABLE_BITS}) "
+            raise UnsatisfiedConstraint(f"lookup {r} of {self.n_lookups} is outside its table "
+                                        f"[0, {1 << int(self.lookup_bits[r])}) "
                                         f"({len(bad)} failing in all); it comes from {self.lookup_tag_of(r)}")
         bad = self.failing_contractions(w)
         if bad:
@@ -275,11 +295,18 @@ class R1CS:
 class Builder:
     """Accumulates wires, constraint blocks and the witness program that fills the wires."""
 
-    def __init__(self, field: Field, range_checks: str = "bits", contractions: str = "mac"):
+    def __init__(self, field: Field, range_checks: str = "bits", contractions: str = "mac",
+                 table_bits: int = TABLE_BITS):
         if range_checks not in RANGE_CHECKS:
             raise ValueError(f"range_checks must be one of {list(RANGE_CHECKS)}, got {range_checks!r}")
         if contractions not in CONTRACTIONS:
             raise ValueError(f"contractions must be one of {list(CONTRACTIONS)}, got {contractions!r}")
+        if not isinstance(table_bits, (int, np.integer)) or isinstance(table_bits, bool) or \
+                not 3 <= table_bits <= MAX_TABLE_BITS:
+            raise ValueError(f"table_bits must be an integer in [3, {MAX_TABLE_BITS}], got {table_bits!r}")
+        self.table_bits = int(table_bits)
+        self.lookup_widths: list[int] = []          # per lookup block
+        self.range_requests: dict[int, int] = {}    # nbits → values range-checked by lookups (for choosing B)
         self.field = field
         self.range_checks = range_checks
         self.contractions = contractions
@@ -326,8 +353,12 @@ class Builder:
         self.block_rows.append(self.rows)
         self.rows += m
 
-    def lookup(self, terms: Iterable[Term], kind: str) -> None:
-        """Add ``m`` lookups: each value ``Σ terms`` (broadcast to ``(m,)``) must lie in ``[0, 2^TABLE_BITS)``."""
+    def lookup(self, terms: Iterable[Term], kind: str, bits: int | None = None) -> None:
+        """Add ``m`` lookups: each value ``Σ terms`` (broadcast to ``(m,)``) must lie in ``[0, 2^bits)``
+        (default: the builder's ``table_bits``; at most :data:`MAX_TABLE_BITS`)."""
+        bits = self.table_bits if bits is None else int(bits)
+        if not 1 <= bits <= MAX_TABLE_BITS:
+            raise ValueError(f"Builder.lookup: tables have 1 to {MAX_TABLE_BITS} bits, got {bits}")
         if self.range_checks != "lookup":
             raise ValueError(f"Builder.lookup: this builder checks ranges with {self.range_checks}; "
                              f"lookups need Builder(field, range_checks='lookup')")
@@ -339,6 +370,7 @@ class Builder:
         self.lookup_terms += _coo(rows, terms, m)
         self.lookup_tags.append(f"{self.context}:{kind}")
         self.lookup_block_rows.append(self.n_lookups)
+        self.lookup_widths.append(bits)
         self.n_lookups += m
 
     def contract(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, kind: str) -> None:
@@ -359,7 +391,10 @@ class Builder:
                     for k in "ABC"), list(self.tags), np.array(self.block_rows + [self.rows], dtype=np.int64),
                     list(self.names), L, list(self.lookup_tags),
                     np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64),
-                    tuple(self.contraction_records))
+                    tuple(self.contraction_records),
+                    np.repeat(np.array(self.lookup_widths, dtype=np.int64),
+                              np.diff(np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64))),
+                    self.table_bits)
 
 
 def _coo(rows: np.ndarray, terms: list, m: int) -> list:

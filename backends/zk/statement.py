@@ -96,6 +96,7 @@ def describe(circuit) -> dict[str, Any]:
     }
     if circuit.r1cs.L is not None:
         d["lookups"] = int(circuit.r1cs.n_lookups)
+        d["lookup_tables"] = {"widths": list(circuit.r1cs.lookup_tables), "limb_bits": int(circuit.r1cs.table_bits)}
     if circuit.r1cs.contractions:       # absent: every product is one constraint per multiply-accumulate
         d["contractions"] = {"count": len(circuit.r1cs.contractions),
                              "terms": int(circuit.r1cs.n_contraction_terms),
@@ -141,9 +142,15 @@ def render(d: Mapping[str, Any]) -> str:
             f"public outputs ({count(d['public_outputs'])} values): {listing(d['public_outputs'])}; "
             f"public inputs ({count(d['public_inputs'])} values): {listing(d['public_inputs'])}; "
             f"private: {private}; {d['constraints']} constraints, {d['wires']} wires"
-            + (f", {d['lookups']} lookups into [0, 256)" if "lookups" in d else "")
+            + (_lookups(d) if "lookups" in d else "")
             + (f", {d['contractions']['count']} contractions ({d['contractions']['terms']} terms) proved by "
                f"Freivalds' check" if "contractions" in d else ""))
+
+
+def _lookups(d: Mapping[str, Any]) -> str:
+    t = d.get("lookup_tables") or {"widths": [8], "limb_bits": 8}
+    tables = ", ".join(f"[0, 2^{w})" for w in t["widths"])
+    return f", {d['lookups']} lookups into {tables} (limbs of {t['limb_bits']} bits)"
 
 
 def digest(circuit) -> bytes:

@@ -23,7 +23,7 @@ import numpy as np
 from . import gf
 from .circuitdata import prepare
 from .params import (DEFAULT_SOUNDNESS, SOUNDNESS, TARGET_BITS, Params, check_soundness, choose, classic_error,
-                     round_errors, soundness_bits)
+                     round_errors, soundness_bits, TABLE)
 from .proofio import FormatError, load, loads, max_bytes
 from .protocol import LigeroProof, Reject, _layout, expected_params as _expected, prove_prepared, verify_prepared
 
@@ -102,13 +102,14 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
     t0 = time.perf_counter()
     pc = prepare(circuit.r1cs)
     p = params or choose(pc.n_wires, pc.n_constraints, target_bits, lookups=pc.n_lookups, soundness=soundness,
-                         contractions=pc.contraction_cells)
+                         contractions=pc.contraction_cells, table=pc.lookup_table or TABLE)
     if log:
         lk = f", {pc.n_lookups} lookups" if pc.n_lookups else ""
         ct = f", {len(circuit.r1cs.contractions)} contractions" if pc.contraction_cells else ""
         sl = f" σL={p.lookup_sigma}" if pc.n_lookups else ""
         sc = f" σC={p.contraction_sigma}" if pc.contraction_cells else ""
-        bits = soundness_bits(p, lookups=pc.n_lookups, contractions=pc.contraction_cells)
+        bits = soundness_bits(p, lookups=pc.n_lookups, contractions=pc.contraction_cells,
+                              table=pc.lookup_table or TABLE)
         log(f"ligero: {pc.n_constraints} constraints, {pc.n_wires} wires{lk}{ct}; k={p.k} t={p.t} n={p.n} "
             f"σ={p.sigma}{sl}{sc} ({bits:.1f} bits by the {p.soundness} bound)")
     proof = prove_prepared(pc, values, p, _statement(circuit, p.soundness), circuit.r1cs.n_pub_out, rng=rng, log=log,
@@ -132,7 +133,7 @@ def max_proof_bytes(circuit, min_bits: float = TARGET_BITS, params: Params | Non
     lay = _layout(pc, p)
     probe = LigeroProof(p, _digest(circuit) or pc.digest, np.zeros(pc.n_public, dtype=np.int64),
                         circuit.r1cs.n_pub_out, _statement(circuit, p.soundness), b"", None, None, None, None, [], [],
-                        lookups=pc.n_lookups, contractions=pc.contraction_cells)
+                        lookups=pc.n_lookups, contractions=pc.contraction_cells, lookup_table=pc.lookup_table)
     header = json.dumps(probe.header(), sort_keys=True).encode()
     return max_bytes(p, header, pc.n_public, lay.rows, lay.second)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..r1cs import R1CS, TABLE_BITS
+from ..r1cs import R1CS
 from . import contraction, gf
 
 __all__ = ["Prepared", "prepare", "digest"]
@@ -46,6 +46,11 @@ class Prepared:
     contraction: object = None       # contraction.Index of the circuit's contractions (see :mod:`.contraction`)
 
     @property
+    def lookup_table(self) -> int:
+        """``|T|``: the entries of the circuit's lookup tables together (0 without lookups)."""
+        return self.r1cs.lookup_table_size
+
+    @property
     def contraction_cells(self) -> int:
         """``N``: the cells of each Freivalds vector (0 without contractions)."""
         return 0 if self.contraction is None else self.contraction.n
@@ -68,14 +73,16 @@ class Prepared:
 
 
 def digest(r: R1CS) -> bytes:
-    """SHA-256 of the constraint system (sizes, every matrix's CSR arrays, the lookup matrix and table
-    size if it has lookups, every contraction's wire tensors if it has any); independent of the field."""
+    """SHA-256 of the constraint system (sizes, every matrix's CSR arrays, the lookup matrix, limb width and
+    every lookup's table if it has lookups, every contraction's wire tensors if it has any); independent of
+    the field."""
     h = hashlib.sha256(b"circuitgrad-r1cs-v1")
     h.update(np.array([r.n_wires, r.n_pub_out, r.n_pub_in, r.n_prv_in, r.n_constraints], dtype="<i8").tobytes())
     mats = (r.A, r.B, r.C)
     if r.L is not None:
         h.update(b"lookups")
-        h.update(np.array([r.n_lookups, TABLE_BITS], dtype="<i8").tobytes())
+        h.update(np.array([r.n_lookups, r.table_bits], dtype="<i8").tobytes())
+        h.update(np.ascontiguousarray(r.lookup_bits, dtype="<i8").tobytes())     # every lookup's table
         mats += (r.L,)
     for m in mats:
         for arr in (m.ptr, m.wires, m.coeffs):

@@ -1,22 +1,25 @@
-"""logUp lookups in the Ligero argument: range checks against the table ``T = [0, 2^8)``.
+"""logUp lookups in the Ligero argument: range checks against the tables ``T_b = [0, 2^b)``.
 
-A circuit with ``range_checks="lookup"`` carries a sparse matrix ``L``: every
-value ``vᵢ = ⟨Lᵢ, z⟩`` must lie in ``T``. The argument takes two commitments::
+A circuit with ``range_checks="lookup"`` carries a sparse matrix ``L`` and a
+width ``bᵢ`` per row: every value ``vᵢ = ⟨Lᵢ, z⟩`` must lie in ``T_{bᵢ}``. The
+tables the circuit uses (``b ≤ 16``) are laid end to end, ``|T| = Σ_b 2^b``
+entries. The argument takes two commitments::
 
-    round 1   z | a | b | c | v | m | masks           v = L·z, m_j = #{i : vᵢ = j}
+    round 1   z | a | b | c | v | m | masks           v = L·z, m_e = #{i : (bᵢ, vᵢ) = entry e}
               ── α₁ … α_σL drawn from the transcript ──
-    round 2   h₁ … h_σL | g₁ … g_σL                    h_s,i = 1/(α_s − vᵢ),  g_s,j = m_j/(α_s − j)
+    round 2   h₁ … h_σL | g₁ … g_σL                    h_s,i = 1/(α_s − vᵢ),  g_s,e = m_e/(α_s − value(e))
 
 and proves, with the R1CS, the constraints::
 
-    v − L·z = 0                       linear
-    g_s,j·(α_s − j) − m_j = 0         linear (α_s is public once drawn)
-    Σᵢ h_s,i − Σ_j g_s,j = 0          linear
-    h_s ∘ (α_s − v) = 1               quadratic, on every cell of the rows
+    v − L·z = 0                                   linear
+    g_s,e·(α_s − value(e)) − m_e = 0              linear (α_s is public once drawn)
+    Σ_{i : bᵢ = b} h_s,i − Σ_{e ∈ T_b} g_s,e = 0   linear, one per table b
+    h_s ∘ (α_s − v) = 1                           quadratic, on every cell of the rows
 
-The last two say ``Σᵢ 1/(α_s − vᵢ) = Σ_j m_j/(α_s − j)``, which for a random
-``α_s`` holds only if every ``vᵢ`` is in ``T`` (Haböck 2022, Lemma 5; the error
-is :func:`.params.lookup_error`). ``v`` and ``m`` are committed before the
+The last two say ``Σ_{bᵢ = b} 1/(α_s − vᵢ) = Σ_j m_{b,j}/(α_s − j)`` for each table,
+which for a random ``α_s`` holds only if every ``vᵢ`` of that table is in it
+(Haböck 2022, Lemma 5, once per table; the union bound over the tables is
+:func:`.params.lookup_error`). ``v`` and ``m`` are committed before the
 challenges, so they cannot depend on them. Padding cells of ``v`` are 0 and
 those of ``h`` are ``1/α_s``: they satisfy the quadratic rows and no sum counts
 them. Every row is encoded, masked and opened like the witness rows, so zero
@@ -35,11 +38,11 @@ from . import gf
 from .params import TABLE
 from .transcript import Transcript
 
-__all__ = ["TABLE", "Shape", "first_rows", "second_rows", "linear_rows", "quadratic_rows", "AlphaCollision"]
+__all__ = ["TABLE", "Shape", "shape", "first_rows", "second_rows", "linear_rows", "quadratic_rows", "AlphaCollision"]
 
 
 class AlphaCollision(RuntimeError):
-    """A challenge equals a looked-up value or a table entry (probability below ``(N + 256)/p``)."""
+    """A challenge equals a looked-up value or a table entry (probability below ``(N + |T|)/p``)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,12 @@ class Shape:
     n: int          # lookups
     k: int
     sl: int         # challenges
+    tables: tuple = (8,)   # the table widths, ascending
+
+    @property
+    def size(self) -> int:
+        """``|T| = Σ 2^b``: the table entries, laid end to end."""
+        return sum(1 << b for b in self.tables)
 
     @property
     def mv(self) -> int:
@@ -55,7 +64,16 @@ class Shape:
 
     @property
     def mm(self) -> int:
-        return -(-TABLE // self.k) if self.n else 0
+        return -(-self.size // self.k) if self.n else 0
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every table entry's value and table index (``|T|`` each)."""
+        return (np.concatenate([np.arange(1 << b, dtype=np.int64) for b in self.tables]),
+                np.repeat(np.arange(len(self.tables)), [1 << b for b in self.tables]))
+
+    def table_of(self, bits: np.ndarray) -> np.ndarray:
+        """The table index of each lookup, from its width."""
+        return np.searchsorted(np.array(self.tables, dtype=np.int64), bits)
 
     @property
     def first(self) -> int:
@@ -68,21 +86,29 @@ class Shape:
         return self.sl * (self.mv + self.mm)
 
 
+def shape(pc, k: int, sl: int) -> Shape:
+    """The lookup blocks of a prepared circuit for rows of ``k`` cells and ``sl`` challenges."""
+    return Shape(pc.n_lookups, k, sl if pc.n_lookups else 0, pc.r1cs.lookup_tables or (8,))
+
+
 def first_rows(pc, z: np.ndarray, sh: Shape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Round 1: the rows ``v | m`` and the values ``v`` and multiplicities ``m``."""
     v = pc.L.apply(z)
-    if v.size and int(v.max()) >= TABLE:
-        bad = int(np.flatnonzero(v >= TABLE)[0])
-        raise ValueError(f"ligero: lookup {bad} ({pc.r1cs.lookup_tag_of(bad)}) is outside the table [0, {TABLE}): "
-                         f"the witness does not satisfy the circuit")
-    m = np.bincount(v, minlength=TABLE).astype(np.int64)
+    bits = pc.r1cs.lookup_bits
+    out = v >= np.left_shift(1, bits)
+    if out.any():
+        bad = int(np.flatnonzero(out)[0])
+        raise ValueError(f"ligero: lookup {bad} ({pc.r1cs.lookup_tag_of(bad)}) is outside its table "
+                         f"[0, {1 << int(bits[bad])}): the witness does not satisfy the circuit")
+    start = np.cumsum([0] + [1 << b for b in sh.tables])[:-1]
+    m = np.bincount(start[sh.table_of(bits)] + v, minlength=sh.size).astype(np.int64)
     return np.concatenate([gf.as_rows(v, sh.mv, sh.k), gf.as_rows(m, sh.mm, sh.k)]), v, m
 
 
 def second_rows(v: np.ndarray, m: np.ndarray, alphas: np.ndarray, sh: Shape) -> np.ndarray:
     """Round 2: ``h_1 … h_σL | g_1 … g_σL`` (raises :class:`AlphaCollision` if a denominator is 0)."""
     vp = gf.as_rows(v, sh.mv, sh.k).reshape(-1)
-    table = np.arange(TABLE, dtype=np.int64)
+    table, _ = sh.entries()
     den = [gf.sub(a, vp) for a in alphas.tolist()] + [gf.sub(a, table) for a in alphas.tolist()]
     if any(not d.all() for d in den):               # α_s equals some vᵢ or table entry j (the verifier refuses α ∈ T)
         raise AlphaCollision("ligero: a lookup challenge equals a looked-up value (probability below 2^-30); "
@@ -90,7 +116,7 @@ def second_rows(v: np.ndarray, m: np.ndarray, alphas: np.ndarray, sh: Shape) -> 
     inv = gf.batch_inv(np.concatenate(den))
     nv = vp.size
     h = inv[:sh.sl * nv].reshape(sh.sl, sh.mv, sh.k)
-    g = gf.mul(inv[sh.sl * nv:].reshape(sh.sl, TABLE), m)
+    g = gf.mul(inv[sh.sl * nv:].reshape(sh.sl, sh.size), m)
     return np.concatenate([h.reshape(-1, sh.k)] + [gf.as_rows(gs, sh.mm, sh.k) for gs in g])
 
 
@@ -98,14 +124,16 @@ def linear_rows(pc, sh: Shape, T: Transcript, s: int, alphas: np.ndarray,
                 rz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Challenge ``s`` of the linear test, lookup part: ``rz − Lᵀ·r_v`` and the coefficient rows of the round-1
     lookup blocks ``(first, k)`` and of the round-2 commitment ``(second, k)``. The constraints have no constant."""
+    nt = len(sh.tables)
     rv = T.field(f"lin{s}.lookup", sh.n)
-    rg = T.field(f"lin{s}.table", sh.sl * TABLE).reshape(sh.sl, TABLE)
-    rsum = T.field(f"lin{s}.sum", sh.sl)
+    rg = T.field(f"lin{s}.table", sh.sl * sh.size).reshape(sh.sl, sh.size)
+    rsum = T.field(f"lin{s}.sum", sh.sl * nt).reshape(sh.sl, nt)
     rz = gf.sub(rz, pc.L.apply_t(rv))
-    table = np.arange(TABLE, dtype=np.int64)
+    table, owner = sh.entries()
+    tid = sh.table_of(pc.r1cs.lookup_bits)
     R1 = np.concatenate([gf.as_rows(rv, sh.mv, sh.k), gf.as_rows(gf.neg(gf.sum_mod(rg, axis=0)), sh.mm, sh.k)])
-    Rh = [gf.as_rows(np.full(sh.n, r, dtype=np.int64), sh.mv, sh.k) for r in rsum.tolist()]
-    Rg = [gf.as_rows(gf.sub(gf.mul(rg[j], gf.sub(a, table)), rsum[j]), sh.mm, sh.k)
+    Rh = [gf.as_rows(r[tid], sh.mv, sh.k) for r in rsum]
+    Rg = [gf.as_rows(gf.sub(gf.mul(rg[j], gf.sub(a, table)), rsum[j][owner]), sh.mm, sh.k)
           for j, a in enumerate(alphas.tolist())]
     return rz, R1, np.concatenate(Rh + Rg)
 

@@ -26,7 +26,7 @@ __all__ = ["Params", "soundness_bits", "round_errors", "classic_error", "lookup_
            "proof_bytes", "check_soundness", "meets", "TARGET_BITS", "HASH_BITS", "TABLE", "SOUNDNESS",
            "DEFAULT_SOUNDNESS"]
 
-#: entries of the lookup table ``[0, 2^TABLE_BITS)``
+#: entries of the default lookup table ``[0, 2^TABLE_BITS)`` (a circuit's own: ``R1CS.lookup_table_size``)
 TABLE = 1 << TABLE_BITS
 
 #: default soundness target (bits), checked by a test; the verifier refuses proofs below it
@@ -144,7 +144,7 @@ def _log_ratios(a: np.ndarray, n: int, t: int) -> np.ndarray:
 
 
 def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int = 0,
-                  contractions: int = 0) -> tuple[float, int]:
+                  contractions: int = 0, table: int = TABLE) -> tuple[float, int]:
     """``log2`` of the soundness error by the classic Ligero analysis, and the distance ``e`` that gives it.
 
     Ames, Hazay, Ishai, Venkitasubramaniam, *Ligero: Lightweight Sublinear Arguments Without a
@@ -167,7 +167,7 @@ def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int =
     Independent challenges multiply, so σ repetitions raise the field terms to the power σ.
     Nothing in it is specific to Reed–Solomon codes, and it assumes no proximity-gap conjecture.
     """
-    e, total = _classic_totals(p, field_bits, lookups, contractions)
+    e, total = _classic_totals(p, field_bits, lookups, contractions, table)
     if not len(e):
         return 0.0, 0
     i = int(np.argmin(total))
@@ -175,7 +175,7 @@ def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int =
 
 
 def _classic_totals(p: Params, field_bits: float, lookups: int,
-                    contractions: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                    contractions: int = 0, table: int = TABLE) -> tuple[np.ndarray, np.ndarray]:
     """The distances ``e`` :func:`classic_error` minimises over and ``log2 ε(e)`` for each."""
     n, K, k, t, sg = p.n, p.K, p.k, p.t, p.sigma
     d = n - K + 1
@@ -187,7 +187,7 @@ def _classic_totals(p: Params, field_bits: float, lookups: int,
     terms = [field, np.full(e.shape, other), _log_ratios(n - e, n, t), _log_ratios(e + K + k, n, t),
              _log_ratios(e + 2 * K, n, t)]
     if lookups:
-        terms.append(np.full(e.shape, lookup_error(lookups, p.lookup_sigma, field_bits)))
+        terms.append(np.full(e.shape, lookup_error(lookups, p.lookup_sigma, field_bits, table)))
     if contractions:
         terms.append(np.full(e.shape, contraction_error(p.contraction_sigma, field_bits)))
     return e, np.logaddexp2.reduce(np.stack(terms), axis=0)
@@ -198,7 +198,7 @@ EXACT_BAND = 1e-4
 
 
 def meets(p: Params, target_bits: float = TARGET_BITS, lookups: int = 0, hash_bits: int = HASH_BITS,
-          contractions: int = 0) -> bool:
+          contractions: int = 0, table: int = TABLE) -> bool:
     """Whether ``p`` reaches ``target_bits`` by the analysis it names: the rule :func:`choose` picks parameters
     by and the verifier checks them by, so it must give the same answer on every machine.
 
@@ -211,26 +211,27 @@ def meets(p: Params, target_bits: float = TARGET_BITS, lookups: int = 0, hash_bi
     among them on any machine). A change to this rule or to :func:`choose` changes which parameters an
     honest prover uses: it is a new protocol version (``protocol.PROTOCOL``, docs/ZK.md).
     """
-    b = soundness_bits(p, lookups=lookups, hash_bits=hash_bits, contractions=contractions)
+    b = soundness_bits(p, lookups=lookups, hash_bits=hash_bits, contractions=contractions, table=table)
     if abs(b - target_bits) > EXACT_BAND or not float(target_bits).is_integer():
         return b >= target_bits
-    return _exact_meets(p, int(target_bits), lookups, hash_bits, contractions)
+    return _exact_meets(p, int(target_bits), lookups, hash_bits, contractions, table)
 
 
-def _exact_meets(p: Params, target: int, lookups: int, hash_bits: int, contractions: int = 0) -> bool:
+def _exact_meets(p: Params, target: int, lookups: int, hash_bits: int, contractions: int = 0,
+                 table: int = TABLE) -> bool:
     from fractions import Fraction
     if (lookups and p.lookup_sigma < 1) or (contractions and p.contraction_sigma < 1):
         return False
     bound = Fraction(1, 2 ** target) - Fraction(9, 2) * Fraction(2) ** (target - hash_bits)
     P, n, K, k, t, sg = gf.P, p.n, p.K, p.k, p.t, p.sigma
-    eL = Fraction(lookups + TABLE, P) ** p.lookup_sigma if lookups else Fraction(0)
+    eL = Fraction(lookups + table, P) ** p.lookup_sigma if lookups else Fraction(0)
     eC = Fraction(2, P) ** p.contraction_sigma if contractions else Fraction(0)
     cn = math.comb(n, t)
 
     def ratio(a: int) -> Fraction:              # C(a, t)/C(n, t), a clipped to n (math.comb is 0 for a < t)
         return Fraction(math.comb(min(max(a, 0), n), t), cn)
     if check_soundness(p.soundness) == "classic":
-        e, total = _classic_totals(p, math.log2(P), lookups, contractions)
+        e, total = _classic_totals(p, math.log2(P), lookups, contractions, table)
         if not len(e):
             return False
         near = e[total <= total.min() + 1e-6]
@@ -245,26 +246,30 @@ def _exact_meets(p: Params, target: int, lookups: int, hash_bits: int, contracti
     return eK <= bound
 
 
-def lookup_error(lookups: int, sigma: int, field_bits: float = math.log2(gf.P)) -> float:
-    """``log2`` of the logUp round's soundness error: ``((N + |T|)/|F|)^σ_L`` (−∞ without lookups).
+def lookup_error(lookups: int, sigma: int, field_bits: float = math.log2(gf.P), table: int = TABLE) -> float:
+    """``log2`` of the logUp round's soundness error: ``((N + |T|)/|F|)^σ_L`` (−∞ without lookups), ``|T|``
+    (``table``) the entries of all the circuit's tables together.
 
     With ``v`` fixed by the first commitment, ``Σ 1/(α − vᵢ) − Σ m_j/(α − j)`` is a nonzero rational
     function unless every ``vᵢ`` is in the table with multiplicity ``m_j`` (``N < p``); cleared of
     denominators it has degree below ``N + |T|``, so a random ``α`` is a root with probability at most
     ``(N + |T|)/|F|`` (Haböck, *Multivariate lookups based on logarithmic derivatives*, 2022, Lemma 5).
     This needs ``α ∉ T``: at ``α = j`` the constraint ``g_j·(α − j) = m_j`` would leave ``g_j`` free, so
-    the verifier refuses a challenge in the table. ``σ_L`` independent challenges multiply.
+    the verifier refuses a challenge in a table. With several tables (one per width) each has its own
+    identity, of degree below ``N_b + |T_b|``; the union bound over them sums to ``N + |T|``. ``σ_L``
+    independent challenges multiply.
     """
     if lookups == 0:
         return -math.inf
-    return sigma * (math.log2(lookups + TABLE) - field_bits)
+    return sigma * (math.log2(lookups + table) - field_bits)
 
 
-def lookup_sigma(lookups: int, target_bits: float = 100, field_bits: float = math.log2(gf.P)) -> int:
+def lookup_sigma(lookups: int, target_bits: float = 100, field_bits: float = math.log2(gf.P),
+                 table: int = TABLE) -> int:
     """The fewest logUp challenges that keep :func:`lookup_error` below ``2^−(target_bits + 1)``."""
     if lookups == 0:
         return 0
-    return max(1, math.ceil((target_bits + 1) / (field_bits - math.log2(lookups + TABLE))))
+    return max(1, math.ceil((target_bits + 1) / (field_bits - math.log2(lookups + table))))
 
 
 def contraction_error(sigma: int, field_bits: float = math.log2(gf.P)) -> float:
@@ -288,7 +293,8 @@ def contraction_sigma(contractions: int, target_bits: float = 100, field_bits: f
 
 
 def soundness_bits(p: Params, field_bits: float = math.log2(gf.P), hash_bits: int = HASH_BITS,
-                   lookups: int = 0, soundness: str | None = None, contractions: int = 0) -> float:
+                   lookups: int = 0, soundness: str | None = None, contractions: int = 0,
+                   table: int = TABLE) -> float:
     """Security level λ of the non-interactive argument, in bits (``lookups``: the circuit's count).
 
     ``soundness`` names the analysis (default: the one the parameters were chosen for,
@@ -304,9 +310,9 @@ def soundness_bits(p: Params, field_bits: float = math.log2(gf.P), hash_bits: in
     if (lookups and p.lookup_sigma < 1) or (contractions and p.contraction_sigma < 1):
         return 0.0
     if check_soundness(p.soundness if soundness is None else soundness) == "classic":
-        eK = classic_error(p, field_bits, lookups, contractions)[0]
+        eK = classic_error(p, field_bits, lookups, contractions, table)[0]
     else:
-        eK = max(*round_errors(p, field_bits), lookup_error(lookups, p.lookup_sigma, field_bits),
+        eK = max(*round_errors(p, field_bits), lookup_error(lookups, p.lookup_sigma, field_bits, table),
                  contraction_error(p.contraction_sigma if contractions else 0, field_bits))
     lo, hi = 0.0, min(-eK, float(hash_bits))
     for _ in range(80):
@@ -319,30 +325,32 @@ def soundness_bits(p: Params, field_bits: float = math.log2(gf.P), hash_bits: in
 
 
 def _rows(cells_z: int, cells_q: int, k: int, lookups: int = 0, sl: int = 0, contractions: int = 0,
-          sc: int = 0) -> int:
-    lk = (1 + sl) * (-(-lookups // k) + -(-TABLE // k)) if lookups else 0
+          sc: int = 0, table: int = TABLE) -> int:
+    lk = (1 + sl) * (-(-lookups // k) + -(-table // k)) if lookups else 0
     ct = 3 * sc * -(-contractions // k) if contractions else 0
     return -(-cells_z // k) + 3 * -(-cells_q // k) + lk + ct
 
 
-def proof_bytes(p: Params, n_wires: int, n_constraints: int, lookups: int = 0, contractions: int = 0) -> int:
+def proof_bytes(p: Params, n_wires: int, n_constraints: int, lookups: int = 0, contractions: int = 0,
+                table: int = TABLE) -> int:
     """Proof size estimate: opened columns, Merkle siblings and the σ test polynomials (``contractions``:
     the cells ``N`` of each Freivalds vector)."""
-    rows = _rows(n_wires, n_constraints, p.k, lookups, p.lookup_sigma, contractions, p.contraction_sigma) + 3 * p.sigma
+    rows = _rows(n_wires, n_constraints, p.k, lookups, p.lookup_sigma, contractions, p.contraction_sigma,
+                 table) + 3 * p.sigma
     sib = p.t * max(1.0, math.log2(p.n / p.t)) * 32 * (2 if lookups or contractions else 1)
     return int(8 * p.t * rows + 16 * p.t + sib + 8 * p.sigma * (p.K + p.lin_len + p.quad_len))
 
 
 def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, sigma: int | None = None,
            blowup: int | None = None, lookups: int = 0, soundness: str = DEFAULT_SOUNDNESS,
-           contractions: int = 0) -> Params:
+           contractions: int = 0, table: int = TABLE) -> Params:
     """Parameters meeting ``target_bits`` under the ``soundness`` analysis with the smallest estimated proof.
 
     ``k`` ranges over powers of two and ``n = blowup·k`` (default: 4 for ``"longfellow"``; 4 or 8,
     whichever gives the smaller proof, for ``"classic"``). ``t`` is the smallest number of opened
     columns that reaches the target, and ``σ`` (unless given) the smallest repetition count that
     makes the field terms reach it. ``contractions``: the cells ``N`` of each Freivalds vector
-    (:mod:`.contraction`; 0 without contractions).
+    (:mod:`.contraction`; 0 without contractions). ``table``: the entries of the circuit's lookup tables.
     """
     check_soundness(soundness)
     fb = math.log2(gf.P)
@@ -355,11 +363,11 @@ def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, s
             s = sigma or max(1, math.ceil((target_bits + 1) / (fb - math.log2(n + 2))))
 
             def params(t: int) -> Params:
-                return Params(k, t, n, s, lookup_sigma(lookups, target_bits), soundness,
+                return Params(k, t, n, s, lookup_sigma(lookups, target_bits, table=table), soundness,
                               contraction_sigma(contractions, target_bits))
 
             def ok(t: int) -> bool:
-                return meets(params(t), target_bits, lookups, contractions=contractions)
+                return meets(params(t), target_bits, lookups, contractions=contractions, table=table)
             top = min(k, (n + 1) // 2 - k, n // 2 - 1)       # t ≤ k, and 2K − 1 ≤ n
             if top < 8:
                 continue
@@ -376,7 +384,7 @@ def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, s
             if t is None:
                 continue
             pr = params(t)
-            cost = proof_bytes(pr, n_wires, n_constraints, lookups, contractions)
+            cost = proof_bytes(pr, n_wires, n_constraints, lookups, contractions, table)
             if best is None or cost < best[0]:
                 best = (cost, pr)
     if best is None:

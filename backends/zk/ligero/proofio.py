@@ -21,7 +21,8 @@ All integers are little-endian::
     check    32 bytes                  SHA-256 of everything above
 
 Version 2 is written for circuits with lookups (:mod:`.lookup`). Its header
-has two more keys, ``lookups`` and ``lookup_sigma``, and the second commitment
+has three more keys, ``lookups``, ``lookup_sigma`` and ``lookup_table`` (the
+entries of the circuit's tables together), and the second commitment
 follows the siblings (before ``check``)::
 
     root2     32 bytes                 Merkle root of the lookup commitment
@@ -33,7 +34,7 @@ follows the siblings (before ``check``)::
 
 Version 3 is written for circuits with contractions (:mod:`.contraction`),
 with or without lookups. Its header has the keys ``contraction_cells`` and
-``contraction_sigma``, and ``lookups`` and ``lookup_sigma`` exactly when the
+``contraction_sigma``, and the three lookup keys exactly when the
 circuit has lookups; the second commitment follows as in version 2 and holds
 the lookup rows (if any), then the ``3·σC·mx`` contraction rows.
 
@@ -52,6 +53,7 @@ import numpy as np
 
 from ..formats import MAX_FILE, FormatError, json_loads, printable, read_untrusted
 from . import gf
+from ..r1cs import MAX_TABLE_BITS
 from .params import DEFAULT_SOUNDNESS, SOUNDNESS, Params
 from .protocol import PROTOCOL, LigeroProof
 
@@ -61,7 +63,7 @@ MAGIC = b"CGLIGERO"
 VERSION = 3
 _KEYS = {"protocol": str, "field": str, "hash": str, "k": int, "t": int, "n": int, "sigma": int,
          "circuit_sha256": str, "n_public": int, "public_outputs": int, "statement": str}
-_KEYS2 = dict(_KEYS, lookups=int, lookup_sigma=int)
+_KEYS2 = dict(_KEYS, lookups=int, lookup_sigma=int, lookup_table=int)
 _KEYS3 = dict(_KEYS, contraction_cells=int, contraction_sigma=int)
 
 
@@ -142,8 +144,8 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     except (ValueError, RecursionError) as e:        # bad UTF-8 or JSON, huge integers, deep nesting
         raise FormatError(f"{name}: header is not valid JSON ({printable(str(e))[:200]})") from None
     keys = {1: _KEYS, 2: _KEYS2, 3: _KEYS3}[version]
-    if version == 3 and isinstance(head, dict) and ("lookups" in head or "lookup_sigma" in head):
-        keys = dict(keys, lookups=int, lookup_sigma=int)     # both or neither (the exact key set below)
+    if version == 3 and isinstance(head, dict) and ({"lookups", "lookup_sigma", "lookup_table"} & set(head)):
+        keys = dict(keys, lookups=int, lookup_sigma=int, lookup_table=int)   # all or none (the exact key set below)
     if isinstance(head, dict) and "soundness" in head:      # optional: absent for the default analysis
         keys = dict(keys, soundness=str)
     if not isinstance(head, dict) or set(head) != set(keys):
@@ -160,6 +162,9 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     lookups, sl = (head["lookups"], head["lookup_sigma"]) if "lookups" in keys else (0, 0)
     if "lookups" in keys and not (lookups > 0 and sl > 0):
         raise FormatError(f"{name}: a proof with lookups must have lookups and lookup_sigma ≥ 1")
+    table = head["lookup_table"] if "lookups" in keys else 0
+    if "lookups" in keys and not 2 <= table <= 1 << (MAX_TABLE_BITS + 1):
+        raise FormatError(f"{name}: lookup_table must count the entries of tables of at most {MAX_TABLE_BITS} bits")
     cells, sc = (head["contraction_cells"], head["contraction_sigma"]) if version == 3 else (0, 0)
     if version == 3 and not (cells > 0 and sc > 0):
         raise FormatError(f"{name}: a version 3 proof must have contraction_cells and contraction_sigma ≥ 1")
@@ -194,7 +199,7 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     columns = r.field(rows * p.t, "opened columns").reshape(rows, p.t)
     salts, siblings = r.openings(p, "")
     proof = LigeroProof(p, digest, public, head["public_outputs"], head["statement"], root, u, q, h, columns,
-                        salts, siblings, lookups=lookups, contractions=cells)
+                        salts, siblings, lookups=lookups, contractions=cells, lookup_table=table)
     if proof.second_round:
         proof.root2 = r.take(32, "lookup Merkle root")
         (rows2,) = struct.unpack("<I", r.take(4, "lookup row count"))

@@ -58,7 +58,7 @@ from .transcript import Transcript
 
 __all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "expected_params", "Reject", "PROTOCOL"]
 
-PROTOCOL = "circuitgrad-ligero-r1cs-v1"
+PROTOCOL = "circuitgrad-ligero-r1cs-v2"      # v2: lookup tables per width, the contraction argument
 #: the most repetitions a verifier accepts (``choose`` picks 3 for 100 bits)
 MAX_SIGMA = 8
 
@@ -85,6 +85,7 @@ class LigeroProof:
     timings: dict = field(default_factory=dict)
     system: str = "ligero"
     lookups: int = 0                # the circuit's lookups; with lookups or contractions, the second commitment:
+    lookup_table: int = 0           # |T|: the entries of the circuit's lookup tables (with lookups)
     root2: bytes = b""
     columns2: np.ndarray | None = None   # (σL·(mv + mm) + 3·σC·mx, t)
     salts2: list = field(default_factory=list)
@@ -103,7 +104,7 @@ class LigeroProof:
                 "sigma": p.sigma, "circuit_sha256": self.circuit_digest.hex(), "n_public": int(len(self.public)),
                 "public_outputs": int(self.public_outputs), "statement": self.statement}
         if self.lookups:
-            head.update(lookups=int(self.lookups), lookup_sigma=p.lookup_sigma)
+            head.update(lookups=int(self.lookups), lookup_sigma=p.lookup_sigma, lookup_table=int(self.lookup_table))
         if self.contractions:
             head.update(contraction_cells=int(self.contractions), contraction_sigma=p.contraction_sigma)
         if p.soundness != DEFAULT_SOUNDNESS:        # absent: the default analysis (files stay as they were)
@@ -112,7 +113,8 @@ class LigeroProof:
 
     @property
     def soundness_bits(self) -> float:
-        return soundness_bits(self.params, lookups=self.lookups, contractions=self.contractions)
+        return soundness_bits(self.params, lookups=self.lookups, contractions=self.contractions,
+                              table=self.lookup_table or lookup.TABLE)
 
     def save(self, path: str) -> None:
         from .proofio import save
@@ -172,7 +174,7 @@ class _Layout:
 def _layout(pc: Prepared, p: Params) -> _Layout:
     cells = pc.contraction_cells
     return _Layout(p.k, -(-pc.n_wires // p.k), max(1, -(-pc.n_constraints // p.k)), p.sigma,
-                   lookup.Shape(pc.n_lookups, p.k, p.lookup_sigma if pc.n_lookups else 0),
+                   lookup.shape(pc, p.k, p.lookup_sigma),
                    contraction.Shape(cells, p.k, p.contraction_sigma if cells else 0))
 
 
@@ -261,7 +263,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     timings["commit"] = time.perf_counter() - t0
     proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
                         None, None, None, None, None, None, lookups=pc.n_lookups,
-                        contractions=pc.contraction_cells)
+                        contractions=pc.contraction_cells, lookup_table=pc.lookup_table)
     T = _transcript(proof.header(), proof.public)
     T.absorb("root", tree.root)
     alphas, draws = np.zeros(0, dtype=np.int64), []
@@ -409,13 +411,14 @@ def expected_params(pc: Prepared, min_bits: float = 100, **options) -> Params:
     of the circuit's size (``options`` go to it as well). :func:`verify_prepared` accepts no others unless
     its caller names them, so that the prover cannot choose how much work verification takes."""
     return _choose(pc.n_wires, pc.n_constraints, pc.n_lookups, float(min_bits), tuple(sorted(options.items())),
-                   pc.contraction_cells)
+                   pc.contraction_cells, pc.lookup_table or lookup.TABLE)
 
 
 @functools.lru_cache(maxsize=64)
 def _choose(n_wires: int, n_constraints: int, lookups: int, bits: float, options: tuple,
-            contractions: int = 0) -> Params:
-    return choose(n_wires, n_constraints, bits, lookups=lookups, contractions=contractions, **dict(options))
+            contractions: int = 0, table: int = lookup.TABLE) -> Params:
+    return choose(n_wires, n_constraints, bits, lookups=lookups, contractions=contractions, table=table,
+                  **dict(options))
 
 
 def _show(p: Params) -> str:
@@ -451,6 +454,9 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
                      f"{', σL ≤ %d' % MAX_SIGMA if sl else ''}): a verifier's work must not be the prover's choice")
     if proof.lookups != pc.n_lookups:
         raise Reject(f"the proof claims {proof.lookups} lookups, the circuit has {pc.n_lookups}")
+    if proof.lookups and proof.lookup_table != pc.lookup_table:
+        raise Reject(f"the proof claims lookup tables of {proof.lookup_table} entries, the circuit's have "
+                     f"{pc.lookup_table}")
     if not pc.n_lookups and p.lookup_sigma:
         raise Reject("the proof has lookup challenges, but the circuit has no lookups")
     if pc.n_lookups and p.lookup_sigma < 1:
@@ -482,8 +488,9 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         whose = "you named" if params is not None else f"this circuit and {min_bits:g} bits give"
         raise Reject(f"the proof's parameters ({_show(p)}) are not the ones {whose} ({_show(want)}): "
                      f"a verifier's work must not be the prover's choice")
-    if not meets(p, min_bits, pc.n_lookups, contractions=pc.contraction_cells):   # by the analysis the proof
-        bits = soundness_bits(p, lookups=pc.n_lookups, contractions=pc.contraction_cells)   # claims, by choose's
+    table = pc.lookup_table or lookup.TABLE
+    if not meets(p, min_bits, pc.n_lookups, contractions=pc.contraction_cells, table=table):   # by the analysis
+        bits = soundness_bits(p, lookups=pc.n_lookups, contractions=pc.contraction_cells, table=table)   # claimed
         sl = f", σL={p.lookup_sigma}" if pc.n_lookups else ""
         by = f" by the {p.soundness} bound" if p.soundness != DEFAULT_SOUNDNESS else ""
         raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}) give "
@@ -502,8 +509,9 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     alphas, draws = np.zeros(0, dtype=np.int64), []
     if lay.lk.n:
         alphas = T.field("lookup.alpha", lay.lk.sl)
-        if int(alphas.min()) < lookup.TABLE:      # g_j·(α − j) = m_j would not bind g_j: the bound assumes α ∉ T
-            raise Reject("a lookup challenge fell in the table [0, 256); an honest prover proves again")
+        top = 1 << max(lay.lk.tables)             # g_j·(α − j) = m_j would not bind g_j: the bound assumes α ∉ T
+        if int(alphas.min()) < top:
+            raise Reject(f"a lookup challenge fell in a table [0, {top}); an honest prover proves again")
     if lay.cs.n:
         draws = contraction.challenges(T, pc.contraction, lay.cs)
     if lay.second:
