@@ -385,7 +385,29 @@ class Builder:
         if rec.a.size and rec.b.size:
             self.contraction_records.append(rec)
 
+    def _lookups_by_table(self) -> None:
+        """Reorder the lookup blocks by table width (stably), so that each table's lookups are contiguous: the
+        linear test's coefficient rows of the logUp inverses are then constant but at the tables' seams, which
+        the verifier evaluates at no cost (:func:`.ligero.protocol.verify_prepared`)."""
+        starts = np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64)
+        widths = np.array(self.lookup_widths, dtype=np.int64)
+        order = np.argsort(widths, kind="stable")
+        if not len(order) or np.array_equal(order, np.arange(len(order))):
+            return
+        sizes = np.diff(starts)
+        new_starts = np.zeros(len(order), dtype=np.int64)
+        new_starts[order] = np.concatenate([[0], np.cumsum(sizes[order])[:-1]])
+        parts = []
+        for rows, wires, coeffs in self.lookup_terms:
+            blk = np.searchsorted(starts, rows, side="right") - 1
+            parts.append((new_starts[blk] + rows - starts[blk], wires, coeffs))
+        self.lookup_terms = parts
+        self.lookup_tags = [self.lookup_tags[i] for i in order]
+        self.lookup_widths = [self.lookup_widths[i] for i in order]
+        self.lookup_block_rows = [int(new_starts[i]) for i in order]
+
     def finish(self, n_pub_out: int, n_pub_in: int, n_prv_in: int) -> R1CS:
+        self._lookups_by_table()
         L = _from_parts(self.lookup_terms, self.n_lookups) if self.range_checks == "lookup" else None
         return R1CS(self.field, self.n, n_pub_out, n_pub_in, n_prv_in, *(_from_parts(self.terms[k], self.rows)
                     for k in "ABC"), list(self.tags), np.array(self.block_rows + [self.rows], dtype=np.int64),

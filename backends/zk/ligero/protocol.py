@@ -421,6 +421,18 @@ def _choose(n_wires: int, n_constraints: int, lookups: int, bits: float, options
                   **dict(options))
 
 
+def _row_values(R: np.ndarray, lag: np.ndarray) -> np.ndarray:
+    """``r_i(η_j) = Σ_h R[i, h]·L_h(η_j)`` for coefficient rows ``R`` and Lagrange values ``lag`` (k × t). A
+    constant row is its constant at every point (the Lagrange basis sums to 1), so only the other rows are
+    multiplied: the logUp inverses' rows are constant but at the tables' seams."""
+    const = (R == R[:, :1]).all(axis=1)
+    out = np.empty((R.shape[0], lag.shape[1]), dtype=np.int64)
+    out[const] = R[const, :1]
+    if not const.all():
+        out[~const] = gf.matmul(R[~const], lag)
+    return out
+
+
 def _show(p: Params) -> str:
     sl = f", σL={p.lookup_sigma}" if p.lookup_sigma else ""
     sc = f", σC={p.contraction_sigma}" if p.contraction_sigma else ""
@@ -538,7 +550,7 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     lag = gf.lagrange_at(k, eta)
     if not np.array_equal(_eval_at(proof.u, powers), gf.add(gf.matmul(r, W), Uo[lay.block("prox")])):
         raise Reject("proximity test failed at an opened column")
-    rvals = gf.matmul(np.concatenate([R for R, _ in lin]), lag)      # r_i(η) for every row, opened column
+    rvals = _row_values(np.concatenate([R for R, _ in lin]), lag)   # r_i(η) for every row, opened column
     for j, (R, rp) in enumerate(lin):
         target = gf.sum_mod(gf.mul(rp, np.concatenate([[1], proof.public])))
         got = gf.mul(k, gf.sum_mod(proof.q[j, ::k]))
