@@ -1,7 +1,7 @@
 """Native Ligero prover: prover and verifier time, proof size and peak memory, against snarkjs and ezkl.
 
     python bench/prover.py [--repeats 3] [--cases iris8 iris32 digits syn1e5 syn1e6] [--ezkl] [--snarkjs]
-                           [--baseline]
+                           [--baseline REV]
 
 Cases (all fixed(16, 8), proved over the 51-bit Ligero field at ≥ 100 bits):
   iris-predict  inference of the iris MLP 4-16-3, batch 1 (what the ezkl peer proves)
@@ -21,9 +21,9 @@ bench/lookup.py for bits against lookups); a second table gives each model circu
 kinds, as shares of its constraints + lookups. Each case runs in its own process, which gives the peak resident memory (ru_maxrss, including the
 interpreter and NumPy). Prover and verifier times are medians of --repeats runs.
 With --ezkl (needs .venv-ezkl, see bench/peers/ezkl_prove.py), ezkl proves the inference of the
-same 4-16-3 model in the same session. With --baseline, every model case is also compiled with
-contractions="mac" (one constraint per multiply-accumulate: the prover before the contraction argument) and
-timed in the same run, as the row "case (mac)".
+same 4-16-3 model in the same session. With --baseline REV (a git revision, e.g. the main a change started
+from), every model case is also proved by the library as it was at REV, in the same run and by the same
+benchmark code (a git worktree of REV, imported instead of this checkout), as the row "case (REV)".
 """
 from __future__ import annotations
 
@@ -81,7 +81,8 @@ def _model_circuit(case: str, range_checks: str | None = None, contractions: str
     from circuitgrad.backends import zk
     step, x, y = model_step(case)
     fn = "predict" if case.endswith("predict") else "step"
-    c = zk.compile(step, field=zk.LIGERO51, function=fn, range_checks=range_checks, contractions=contractions)
+    extra = {"contractions": contractions} if contractions else {}
+    c = zk.compile(step, field=zk.LIGERO51, function=fn, range_checks=range_checks, **extra)
     wit = c.witness(step.init_params(seed=0), x, y if fn == "step" else None)
     return c, wit
 
@@ -146,7 +147,7 @@ def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = Non
     proof, prove_s, verify_s = time_ligero(c, wit, repeats, case)
     from circuitgrad.backends.zk.ligero.proofio import dumps
     sl = f" σL={proof.params.lookup_sigma}" if c.r1cs.n_lookups else ""
-    sl += f" σC={proof.params.contraction_sigma}" if c.r1cs.contractions else ""
+    sl += f" σC={proof.params.contraction_sigma}" if getattr(c.r1cs, "contractions", ()) else ""
     row = {"case": case + (f" ({contractions})" if contractions else ""), "constraints": c.r1cs.n_constraints, "wires": c.r1cs.n_wires, "lookups": c.r1cs.n_lookups,
            "params": f"k={proof.params.k} t={proof.params.t} n={proof.params.n} σ={proof.params.sigma}{sl}",
            "bits": proof.soundness_bits, "prove_s": statistics.median(prove_s),
@@ -165,12 +166,42 @@ def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = Non
     return row
 
 
+def _baseline_env(rev: str) -> tuple[dict, object]:
+    """An environment whose Python imports circuitgrad from a git worktree of ``rev`` (checked out in a temporary
+    directory, removed by the returned cleanup), for the baseline rows."""
+    import shutil
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="cg-baseline-")
+    tree = os.path.join(tmp, "tree")
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", tree, rev], check=True, capture_output=True)
+    site = os.path.join(tmp, "site")
+    os.makedirs(site)
+    with open(os.path.join(site, "sitecustomize.py"), "w") as fh:
+        fh.write(f"""import importlib.util, os, sys
+ROOTS = {{"circuitgrad": "circuitgrad", "circuitgrad.backends": "backends", "circuitgrad.examples": "examples"}}
+class _Baseline:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name in ROOTS:
+            d = os.path.join({tree!r}, ROOTS[name])
+            return importlib.util.spec_from_file_location(name, os.path.join(d, "__init__.py"),
+                                                          submodule_search_locations=[d])
+sys.meta_path.insert(0, _Baseline)
+""")
+    env = dict(os.environ, PYTHONPATH=site + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def cleanup():
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return env, cleanup
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", nargs="*", default=CASES, choices=CASES + EXTRA)
-    ap.add_argument("--baseline", action="store_true",
-                    help="also prove every model case with contractions='mac' (one constraint per multiply-accumulate)")
+    ap.add_argument("--baseline", metavar="REV", default=None,
+                    help="also prove every model case with the library at git revision REV (same run, same code)")
     ap.add_argument("--contractions", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--snarkjs", action="store_true", help="prove syn8k with snarkjs Groth16 too")
     ap.add_argument("--ezkl", action="store_true", help="run the ezkl peer (inference of 4-16-3)")
@@ -181,20 +212,26 @@ def main() -> None:
         return
     rows = []
     runs = [(case, None) for case in a.cases]
+    env_old = None
     if a.baseline:
-        runs = [r for case in a.cases for r in ([(case, None)] + ([] if case.startswith("syn") else [(case, "mac")]))]
-    for case, mode in runs:
-        print(f"[{case}{' ' + mode if mode else ''}] …", file=sys.stderr, flush=True)
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--repeats", str(a.repeats)]
-        if mode:
-            cmd += ["--contractions", mode]
-        if a.snarkjs and case == "syn8k":
-            cmd.append("--snarkjs")
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            print(f"[{case}] failed: {out.stderr[-800:]}", file=sys.stderr)
-            continue
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        runs = [r for case in a.cases for r in ([(case, None)] + ([] if case.startswith("syn") else [(case, "old")]))]
+        env_old, cleanup = _baseline_env(a.baseline)
+    try:
+        for case, mode in runs:
+            print(f"[{case}{' at ' + a.baseline if mode else ''}] …", file=sys.stderr, flush=True)
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--repeats", str(a.repeats)]
+            if a.snarkjs and case == "syn8k":
+                cmd.append("--snarkjs")
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env_old if mode else None)
+            if out.returncode != 0:
+                print(f"[{case}] failed: {out.stderr[-800:]}", file=sys.stderr)
+                continue
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            if mode:
+                rows[-1]["case"] = f"{case} ({a.baseline})"
+    finally:
+        if a.baseline:
+            cleanup()
     print(f"circuitgrad native Ligero prover (51-bit field, SHA-256); {machine()}; median of {a.repeats}")
     print(table(["case", "constraints", "lookups", "parameters", "bits", "prove s", "verify s", "proof KiB",
                  "peak MiB"],
