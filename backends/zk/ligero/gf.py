@@ -38,6 +38,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from circuitgrad import blas
+
 from ..field import LIGERO51
 
 __all__ = ["P", "GENERATOR", "TWO_ADICITY", "mul", "add", "sub", "neg", "inv", "powers", "sum_mod",
@@ -334,7 +336,7 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         A = _limbs2(a[:, k0:k0 + _CHUNK])
         wide = np.concatenate(_limbs3(b[k0:k0 + _CHUNK]), axis=1)
         for i, x in enumerate(A):
-            prod = (x @ wide).astype(np.int64)                              # |·| ≤ 2^53: exact
+            prod = blas.matmul(x, wide).astype(np.int64)                    # |·| ≤ 2^53: exact in any order
             for j in range(3):
                 part = prod[:, j * nb:(j + 1) * nb] % _P                   # floor mod: in [0, p)
                 out = add(out, part if i + j == 0 else _mul_const(part, pow(2, 26 * i + 17 * j, P)))
