@@ -363,3 +363,13 @@ def test_header_must_match_the_circuit(iris):
     with pytest.raises(ligero.Reject, match=r"^u must hold field elements"):
         ligero.check(bad, c, wit.public)
     assert not zk.verify(protocol.LigeroProof(**{**proof.__dict__, "u": proof.u[:, :3]}), c, wit.public)
+
+
+def test_blocked_evaluation_gives_the_same_proof(iris, monkeypatch):
+    """The prover evaluates rows on the coset a block at a time (bounded temporaries): with blocks of one row
+    the seeded proof is byte for byte the one with the default blocks."""
+    from circuitgrad.backends.zk.ligero import proofio, protocol
+    c, w, _ = iris
+    default = proofio.dumps(ligero.prove(c, w, rng=np.random.default_rng(7)))
+    monkeypatch.setattr(protocol, "_BLOCK_CELLS", 1)
+    assert proofio.dumps(ligero.prove(c, w, rng=np.random.default_rng(7))) == default

@@ -254,12 +254,15 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     quad_mask = np.zeros((sg, 2 * K - 1), dtype=np.int64)                     # (X^k − 1)·s
     quad_mask[:, :p.quad_len] = gf.neg(s)
     quad_mask[:, k:] = gf.add(quad_mask[:, k:], s)
-    U = np.concatenate([gf.coset_eval(coeffs, n), gf.coset_eval(prox_mask, n), gf.coset_eval(lin_mask, n),
-                        gf.coset_eval(quad_mask, n)])
+    U = np.empty((lay.total, n), dtype=np.int64)     # both rounds' codewords, filled in place (no copies)
+    mw = lay.mw
+    _evaluate_into(U[:mw], coeffs, n)
+    for at, mask in ((mw, prox_mask), (mw + sg, lin_mask), (mw + 2 * sg, quad_mask)):
+        _evaluate_into(U[at:at + sg], mask, n)
     timings["encode"] = time.perf_counter() - t0
     say(f"encoded {lay.rows} rows × {n} columns")
     t0 = time.perf_counter()
-    salts, tree = _commit(U, n, rnd)
+    salts, tree = _commit(U[:lay.rows], n, rnd)
     timings["commit"] = time.perf_counter() - t0
     proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
                         None, None, None, None, None, None, lookups=pc.n_lookups,
@@ -277,11 +280,11 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
             draws = contraction.challenges(T, pc.contraction, lay.cs)
             X2.append(contraction.second_rows(z, pc.contraction, lay.cs, draws))
         coeffs2 = _encode(np.concatenate(X2), p, rnd)
-        U2 = gf.coset_eval(coeffs2, n)
-        salts2, tree2 = _commit(U2, n, rnd)
+        _evaluate_into(U[lay.rows:], coeffs2, n)
+        salts2, tree2 = _commit(U[lay.rows:], n, rnd)
         T.absorb("root2", tree2.root)
         proof.root2 = tree2.root
-        coeffs, U = np.concatenate([coeffs, coeffs2]), np.concatenate([U, U2])
+        coeffs = np.concatenate([coeffs, coeffs2])
         timings["lookup" if not lay.cs.n else "round2"] = time.perf_counter() - t0
         if lay.lk.n:
             say(f"committed {lay.lk.second} lookup rows ({pc.n_lookups} lookups, {lay.lk.sl} challenges)")
@@ -291,7 +294,6 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     t0 = time.perf_counter()
     # proximity
     W = lay.w
-    Uw = U[W]
     r = T.field("prox", sg * len(W)).reshape(sg, len(W))
     proof.u = gf.add(gf.matmul(r, coeffs), prox_mask)                 # coeffs: the rows of lay.w, in order
     T.absorb("u", proof.u.astype("<i8").tobytes())
@@ -299,8 +301,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     q = np.zeros((sg, p.lin_len), dtype=np.int64)
     for j in range(sg):
         R, _ = _linear_rows(pc, lay, T, j, alphas, draws)
-        Rd = gf.coset_eval(gf.intt(R), n)
-        qd = gf.add(gf.sum_mod(gf.mul(Rd, Uw), axis=0), U[lay.block("lin")][j])
+        qd = gf.add(_combine(R, U, W, n), U[lay.block("lin")][j])
         q[j] = gf.coset_interp(qd)[:p.lin_len]
     proof.q = q
     T.absorb("q", q.astype("<i8").tobytes())
@@ -321,6 +322,31 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
         proof.siblings2 = tree2.open(idx)
     proof.timings = timings
     return proof
+
+
+#: cells of one block of rows that the prover evaluates on the coset at once (bounds its temporaries: 32 MiB)
+_BLOCK_CELLS = 1 << 22
+
+
+def _blocks(rows: int, n: int):
+    step = max(1, _BLOCK_CELLS // n)
+    return ((i, min(i + step, rows)) for i in range(0, rows, step))
+
+
+def _evaluate_into(out: np.ndarray, coeffs: np.ndarray, n: int) -> None:
+    """``out[i] = coeffs[i]`` evaluated on the coset ``D`` (``gf.coset_eval``), a block of rows at a time."""
+    for a, b in _blocks(coeffs.shape[0], n):
+        out[a:b] = gf.coset_eval(coeffs[a:b], n)
+
+
+def _combine(R: np.ndarray, U: np.ndarray, W: np.ndarray, n: int) -> np.ndarray:
+    """``Σᵢ rᵢ(η)·U[W[i]](η)`` at every point of ``D``: the coefficient rows ``R`` (on H) evaluated on the coset
+    and multiplied by the committed rows, a block of rows at a time (no full-size temporaries)."""
+    acc = np.zeros(n, dtype=np.int64)
+    for a, b in _blocks(R.shape[0], n):
+        Rd = gf.coset_eval(gf.intt(R[a:b]), n)
+        acc = gf.add(acc, gf.sum_mod(gf.mul(Rd, U[W[a:b]]), axis=0))
+    return acc
 
 
 def _encode(X: np.ndarray, p: Params, rnd: "_Randomness") -> np.ndarray:
