@@ -288,3 +288,27 @@ def test_required_bits_is_exact_for_products():
                                                  r"fixed\(20,10\): .* need p > 2\^51 .* \(its longest contraction, "
                                                  r"MatMul#\d+ sums 2048 products\)$"):
                 zk.compile(matmul(n), field=zk.LIGERO51, function="predict")
+
+
+def test_a_counted_circuit_has_the_built_ones_sizes_and_cannot_be_proved(tmp_path):
+    """``count_only`` (what cg.cost uses) counts exactly what the built circuit holds, by tag."""
+    step = cg.compile_model(nn.gpt(2, 8, 16, d=16, heads=2, layers=1), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.sgd(0.125), dtype=cg.fixed(16, 8))
+    built = zk.compile(step, field=zk.LIGERO51)
+    counted = zk.compile(step, field=zk.LIGERO51, count_only=True)
+    b, c = built.r1cs, counted.r1cs
+    assert (c.n_wires, c.n_constraints, c.n_lookups, c.table_bits) == (b.n_wires, b.n_constraints, b.n_lookups,
+                                                                       b.table_bits)
+    assert c.counts_by_gadget() == b.counts_by_gadget()
+    assert c.counts_by_gadget(lookups=True) == b.counts_by_gadget(lookups=True)
+    assert c.lookup_tables == b.lookup_tables
+    # counted terms are those before a row's repeated wires are merged (an upper bound; here within 2%)
+    assert b.nonzeros <= c.nonzeros <= 1.02 * b.nonzeros
+    assert [x.a.shape + x.b.shape for x in c.contractions] == [x.a.shape + x.b.shape for x in b.contractions]
+    assert c.n_contraction_terms == b.n_contraction_terms
+    with pytest.raises(ValueError, match=r"^zk: this circuit was counted, not built"):
+        counted.witness(step.init_params(seed=0), np.zeros((2, 8), dtype=np.int64), np.zeros((2, 8), dtype=np.int64))
+    with pytest.raises(ValueError, match=r"^ligero: this circuit was counted, not built"):
+        ligero.prove(counted, np.zeros(c.n_wires, dtype=np.int64), check=False)
+    with pytest.raises(ValueError, match=r"^export: this circuit was counted, not built"):
+        counted.export(str(tmp_path))

@@ -176,6 +176,9 @@ class Circuit:
     def witness_raw(self, inputs: list[np.ndarray], extra: Mapping[str, np.ndarray] | None = None) -> Witness:
         """The witness for raw fixed-point program inputs (in program order); ``extra``: the values of a
         private step's further wires (as :func:`.private.extra_values` returns them)."""
+        if self.r1cs.counted:
+            raise ValueError("zk: this circuit was counted, not built (zk.compile(..., count_only=True)): it has no "
+                             "witness program; compile it without count_only")
         t0 = time.perf_counter()
         W = np.zeros(self.r1cs.n_wires, dtype=np.int64)
         W[0] = 1
@@ -222,6 +225,8 @@ class Circuit:
 
     def require_r1cs(self, what: str) -> None:
         """Raise unless the circuit is plain R1CS (no lookups, no contractions): what snarkjs and circom take."""
+        if self.r1cs.counted:
+            raise ValueError(f"{what}: this circuit was counted, not built (zk.compile(..., count_only=True))")
         if self.r1cs.L is not None:
             raise ValueError(f"{what}: this circuit proves its ranges with {self.r1cs.n_lookups} lookups, which "
                              f".r1cs files and snarkjs cannot express; compile it with "
@@ -263,7 +268,7 @@ def default_contractions(range_checks: str) -> str:
 def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | None = None,
             function: str = "step", targets: str | None = None, range_checks: str | None = None,
             public: str = "params", data_rows: int | None = None, contractions: str | None = None,
-            table_bits: int | None = None) -> Circuit:
+            table_bits: int | None = None, count_only: bool = False) -> Circuit:
     """The R1CS circuit of ``model``'s ``step`` (default) or ``predict`` in fixed point.
 
     ``dtype`` defaults to the model's own dtype if it is fixed point, else
@@ -279,6 +284,10 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     The default follows the field: ``"lookup"`` over :data:`LIGERO51`, ``"bits"`` otherwise.
     ``table_bits`` (8 to 16) is the limb width of those range checks; by default the one that
     minimises the prover's committed cells for this circuit (:func:`.gadgets.best_table_bits`).
+
+    ``count_only``: lower the program to count its constraints, lookups, wires and nonzeros by tag
+    (what ``cg.cost`` reports) without building the matrices or the witness program, so that circuits
+    too large to hold (tinygpt's step) can still be measured; the result cannot be proved or exported.
 
     ``contractions``: ``"argument"`` proves each product of two witness tensors (``MatMul``,
     ``BatchMatMul``, convolutions through them) by the native prover's contraction argument, whose cost
@@ -326,7 +335,7 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     committed = [n for n in in_names if n not in ("x", "y")]
     lay = P.Layout(data_rows, committed, fx.batch, dtype.width) if public == "commitments" else None
     c = compile_program(fx.fn(function).program, dtype, field, in_names, [] if lay else committed, out_names,
-                        function, constrain, range_checks, lay, contractions, table_bits)
+                        function, constrain, range_checks, lay, contractions, table_bits, count_only)
     c.model, c.targets = fx, targets
     return c
 
@@ -348,7 +357,8 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
                     public_inputs: list[str] | None = None, output_names: list[str] | None = None,
                     function: str | None = None, constrain: Mapping | None = None,
                     range_checks: str | None = None, private: P.Layout | None = None,
-                    contractions: str | None = None, table_bits: int | None = None) -> Circuit:
+                    contractions: str | None = None, table_bits: int | None = None,
+                    count_only: bool = False) -> Circuit:
     """The circuit of any fixed-point SSA program (``public_inputs`` default: none).
 
     ``range_checks``: ``"bits"`` or ``"lookup"`` (default: :func:`default_range_checks` of the field).
@@ -374,14 +384,13 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
     if range_checks == "lookup" and table_bits is None:         # lower once, then at the best limb width
         args = (prog, dtype, field, input_names, public_inputs, output_names, function, constrain, range_checks,
                 private, contractions)
-        first = compile_program(*args, table_bits=TABLE_BITS)
+        first = compile_program(*args, table_bits=TABLE_BITS, count_only=True)     # only to count the ranges
         best = G.best_table_bits(first.range_requests, math.log2(field.p))
-        if best == TABLE_BITS:
-            return first
-        c = compile_program(*args, table_bits=best)
+        c = compile_program(*args, table_bits=best, count_only=count_only)
         c.compile_seconds = time.perf_counter() - t0
         return c
-    b = Builder(field, range_checks, contractions or default_contractions(range_checks), table_bits or TABLE_BITS)
+    b = Builder(field, range_checks, contractions or default_contractions(range_checks), table_bits or TABLE_BITS,
+                count_only)
     # wire layout: public outputs, public inputs, private inputs, internal
     if private is None:
         pub_out = [b.alloc(prog.types[v].shape, f"out.{n}") for v, n in zip(prog.outputs, out_names)]

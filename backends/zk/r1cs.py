@@ -166,11 +166,20 @@ class R1CS:
     contractions: tuple = ()            # Contraction records, proved by the native prover's argument
     lookup_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # width per lookup
     table_bits: int = TABLE_BITS        # the limb width the range checks were split by
+    lookup_block_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # width per block
+    #: a circuit counted, not built (``Builder(count_only=True)``): sizes and tags only, no matrices or witness
+    counted: dict | None = None
+
+    @property
+    def nonzeros(self) -> int:
+        """Nonzero coefficients of ``A``, ``B`` and ``C`` together (a counted circuit's count is of the terms
+        before a row's repeated wires are merged: an upper bound, within 2% on a GPT step)."""
+        return self.counted["nonzeros"] if self.counted else sum(len(M.wires) for M in (self.A, self.B, self.C))
 
     @property
     def lookup_tables(self) -> tuple[int, ...]:
         """The widths of the lookup tables, ascending (``()`` without lookups)."""
-        return tuple(int(b) for b in np.unique(self.lookup_bits)) if self.n_lookups else ()
+        return tuple(int(b) for b in np.unique(self.lookup_block_bits)) if self.n_lookups else ()
 
     @property
     def lookup_table_size(self) -> int:
@@ -188,7 +197,7 @@ class R1CS:
 
     @property
     def n_lookups(self) -> int:
-        return 0 if self.L is None else len(self.L.ptr) - 1
+        return 0 if self.L is None else int(self.lookup_block_rows[-1])
 
     def lookup_tag_of(self, row: int) -> str:
         """The instruction and gadget that produced lookup ``row``."""
@@ -212,7 +221,7 @@ class R1CS:
 
     @property
     def n_constraints(self) -> int:
-        return len(self.A.ptr) - 1
+        return int(self.block_rows[-1])
 
     @property
     def n_public(self) -> int:
@@ -296,7 +305,7 @@ class Builder:
     """Accumulates wires, constraint blocks and the witness program that fills the wires."""
 
     def __init__(self, field: Field, range_checks: str = "bits", contractions: str = "mac",
-                 table_bits: int = TABLE_BITS):
+                 table_bits: int = TABLE_BITS, count_only: bool = False):
         if range_checks not in RANGE_CHECKS:
             raise ValueError(f"range_checks must be one of {list(RANGE_CHECKS)}, got {range_checks!r}")
         if contractions not in CONTRACTIONS:
@@ -305,6 +314,10 @@ class Builder:
                 not 3 <= table_bits <= MAX_TABLE_BITS:
             raise ValueError(f"table_bits must be an integer in [3, {MAX_TABLE_BITS}], got {table_bits!r}")
         self.table_bits = int(table_bits)
+        #: count constraints, lookups and nonzeros without building matrices or a witness program (cost models
+        #: of circuits too large to hold); the result cannot be checked, proved or exported
+        self.count_only = bool(count_only)
+        self.nonzeros = 0
         self.lookup_widths: list[int] = []          # per lookup block
         self.range_requests: dict[int, int] = {}    # nbits → values range-checked by lookups (for choosing B)
         self.field = field
@@ -337,6 +350,8 @@ class Builder:
 
     def fill(self, wires: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> None:
         """Witness step: ``W[wires] = fn(W)`` (run in order by :meth:`Circuit.witness`)."""
+        if self.count_only:
+            return
         self.fills.append((np.asarray(wires, dtype=np.int64).reshape(-1), fn))
 
     # ------------------------------------------------------- constraints
@@ -348,7 +363,10 @@ class Builder:
             return
         rows = np.arange(self.rows, self.rows + m, dtype=np.int64)
         for key, terms in (("A", A), ("B", B), ("C", C)):
-            self.terms[key] += _coo(rows, terms, m)
+            if self.count_only:
+                self.nonzeros += _count(terms, m)
+            else:
+                self.terms[key] += _coo(rows, terms, m)
         self.tags.append(f"{self.context}:{kind}")
         self.block_rows.append(self.rows)
         self.rows += m
@@ -367,7 +385,8 @@ class Builder:
         if m == 0:
             return
         rows = np.arange(self.n_lookups, self.n_lookups + m, dtype=np.int64)
-        self.lookup_terms += _coo(rows, terms, m)
+        if not self.count_only:
+            self.lookup_terms += _coo(rows, terms, m)
         self.lookup_tags.append(f"{self.context}:{kind}")
         self.lookup_block_rows.append(self.n_lookups)
         self.lookup_widths.append(bits)
@@ -380,8 +399,13 @@ class Builder:
             raise ValueError(f"Builder.contract: this builder proves contractions with {self.contractions!r}; "
                              f"the argument needs Builder(field, contractions='argument')")
         m, n, p = a.shape[-2], a.shape[-1], b.shape[-1]
-        rec = Contraction(*(np.ascontiguousarray(x, dtype=np.int64).reshape(-1, *s)
-                            for x, s in ((a, (m, n)), (b, (n, p)), (c, (m, p)))), f"{self.context}:{kind}")
+        if self.count_only:                     # the shapes alone (zero-stride arrays)
+            L = int(np.prod(c.shape[:-2], dtype=np.int64))
+            rec = Contraction(*(np.broadcast_to(np.int64(0), (L, *s)) for s in ((m, n), (n, p), (m, p))),
+                              f"{self.context}:{kind}")
+        else:
+            rec = Contraction(*(np.ascontiguousarray(x, dtype=np.int64).reshape(-1, *s)
+                                for x, s in ((a, (m, n)), (b, (n, p)), (c, (m, p)))), f"{self.context}:{kind}")
         if rec.a.size and rec.b.size:
             self.contraction_records.append(rec)
 
@@ -408,15 +432,26 @@ class Builder:
 
     def finish(self, n_pub_out: int, n_pub_in: int, n_prv_in: int) -> R1CS:
         self._lookups_by_table()
-        L = _from_parts(self.lookup_terms, self.n_lookups) if self.range_checks == "lookup" else None
-        return R1CS(self.field, self.n, n_pub_out, n_pub_in, n_prv_in, *(_from_parts(self.terms[k], self.rows)
+        rows = self.rows if not self.count_only else 0
+        lrows = self.n_lookups if not self.count_only else 0
+        L = _from_parts(self.lookup_terms, lrows) if self.range_checks == "lookup" else None
+        widths = np.array(self.lookup_widths, dtype=np.int64)
+        bounds = np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64)
+        return R1CS(self.field, self.n, n_pub_out, n_pub_in, n_prv_in, *(_from_parts(self.terms[k], rows)
                     for k in "ABC"), list(self.tags), np.array(self.block_rows + [self.rows], dtype=np.int64),
-                    list(self.names), L, list(self.lookup_tags),
-                    np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64),
-                    tuple(self.contraction_records),
-                    np.repeat(np.array(self.lookup_widths, dtype=np.int64),
-                              np.diff(np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64))),
-                    self.table_bits)
+                    list(self.names), L, list(self.lookup_tags), bounds, tuple(self.contraction_records),
+                    np.zeros(0, dtype=np.int64) if self.count_only else np.repeat(widths, np.diff(bounds)),
+                    self.table_bits, widths,
+                    {"nonzeros": int(self.nonzeros)} if self.count_only else None)
+
+
+def _count(terms: list, m: int) -> int:
+    """The nonzero coefficients that :func:`_coo` would keep."""
+    total = 0
+    for w, c in terms:
+        c = np.asarray(c)
+        total += m if c.ndim == 0 and c != 0 else int(np.count_nonzero(np.broadcast_to(c.reshape(-1), (m,))))
+    return total
 
 
 def _coo(rows: np.ndarray, terms: list, m: int) -> list:

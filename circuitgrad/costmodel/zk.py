@@ -33,7 +33,7 @@ def _circuit(f: Any, function: str, dtype, field, range_checks):
         raise TypeError(f"cost: the zk target needs a compiled model (cg.compile_model), got {type(f).__name__}")
     from ..backends import zk
     field = field or zk.LIGERO51
-    return zk.compile(f, dtype=dtype, field=field, function=function, range_checks=range_checks)
+    return zk.compile(f, dtype=dtype, field=field, function=function, range_checks=range_checks, count_only=True)
 
 
 #: what the prover's time is modelled in (see :func:`prover_features`)
@@ -45,15 +45,25 @@ def prover_features(c) -> list[float]:
     one call; the encoding (matrix rows × codeword length × log₂ of it: one NTT per row); hashing and
     combining the columns (rows × codeword length); ``A·z``, ``B·z``, ``C·z`` (their nonzeros); logUp; the
     contraction argument (every wire occurrence of its matrices, once per Freivalds draw and linear test)."""
-    from ..backends.zk.ligero import choose, prepare
+    from ..backends.zk.ligero import choose
+    from ..backends.zk.ligero.lookup import TABLE
     from ..backends.zk.ligero.protocol import _layout
-    pc = prepare(c.r1cs)
-    p = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups, contractions=pc.contraction_cells)
+    pc = _Sizes(c.r1cs)                     # the prover's view of the circuit's sizes (no matrices: counted circuits)
+    p = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups, contractions=pc.contraction_cells,
+               table=pc.lookup_table or TABLE)
     rows = _layout(pc, p).total
-    nnz = sum(len(M.wires) for M in (c.r1cs.A, c.r1cs.B, c.r1cs.C))
     terms = c.r1cs.n_contraction_terms * p.contraction_sigma * (p.sigma + 1)
-    return [1.0, float(rows * p.n * math.log2(p.n)), float(rows * p.n), float(nnz), float(pc.n_lookups),
-            float(terms)]
+    return [1.0, float(rows * p.n * math.log2(p.n)), float(rows * p.n), float(c.r1cs.nonzeros),
+            float(pc.n_lookups), float(terms)]
+
+
+class _Sizes:
+    """What the Ligero layout reads of a prepared circuit, from an R1CS (built or counted)."""
+
+    def __init__(self, r):
+        self.r1cs, self.n_wires, self.n_constraints, self.n_lookups = r, r.n_wires, r.n_constraints, r.n_lookups
+        self.lookup_table = r.lookup_table_size
+        self.contraction_cells = sum(c.a.shape[0] * c.a.shape[2] for c in r.contractions)
 
 
 def _contraction(n: int):

@@ -107,6 +107,9 @@ def _mat(m, n_wires: int) -> _Mat:
 
 def prepare(r: R1CS) -> Prepared:
     """The prepared circuit (cached on the R1CS object)."""
+    if r.counted:
+        raise ValueError("ligero: this circuit was counted, not built (zk.compile(..., count_only=True)): it has "
+                         "no constraint matrices to prove; compile it without count_only")
     cached = getattr(r, "_ligero_prepared", None)
     if cached is None:
         cached = Prepared(r, digest(r), tuple(_mat(m, r.n_wires) for m in (r.A, r.B, r.C)),
