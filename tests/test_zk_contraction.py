@@ -312,3 +312,24 @@ def test_a_counted_circuit_has_the_built_ones_sizes_and_cannot_be_proved(tmp_pat
         ligero.prove(counted, np.zeros(c.n_wires, dtype=np.int64), check=False)
     with pytest.raises(ValueError, match=r"^export: this circuit was counted, not built"):
         counted.export(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_tinygpts_step_compiles_in_fixed_20_10_over_the_51_bit_field():
+    """tinygpt's model (d=128, B=16, S=64): its loss scale 1/(B·S) = 2^-10 rounds to 0 in fixed(16, 8); in
+    fixed(20, 10) it is exact, and the exact product bound (sums of 1024 products of 20-bit values) fits the
+    51-bit field, so cg.cost counts its circuit (count_only: it is far too large to build here)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+    import tinygpt
+    with pytest.raises(cg.FixedPointOverflow, match=r"^Scale constant 0\.0009765625 rounds to 0 in fixed\(16,8\)"):
+        spec = tinygpt.model(dtype=cg.fixed(16, 8))
+        cg.cost(cg.compile_model(spec.model, loss=spec.loss, optimizer=spec.optimizer, dtype=spec.dtype),
+                target="zk", prover_time=False)
+    spec = tinygpt.model(dtype=cg.fixed(20, 10))
+    step = cg.compile_model(spec.model, loss=spec.loss, optimizer=spec.optimizer, dtype=spec.dtype)
+    c = cg.cost(step, target="zk", prover_time=False)
+    r = c.detail["circuit"].r1cs
+    assert r.counted and r.n_constraints > 10 ** 7 and r.n_lookups > 10 ** 7
+    assert len(r.contractions) > 0 and c.detail["circuit"].required_bits <= 50
