@@ -29,22 +29,33 @@ def _h(data: bytes) -> bytes:
 def leaves(columns: np.ndarray, salts: list[bytes]) -> list[bytes]:
     """Leaf hashes ``H(salt_j ‖ column_j)`` for ``columns`` of shape ``(n, m)`` (one row per column).
 
-    Every ``salt_j ‖ column_j`` is laid out once in one contiguous buffer (the transposition done in
-    cache-sized blocks), and each leaf hashes a slice of it without copying.
+    Every ``salt_j ‖ column_j`` of a block of columns is laid out in one contiguous buffer (the
+    transposition done in cache-sized pieces), and each leaf hashes a slice of it without copying. The
+    blocks bound the buffer (``_BLOCK_CELLS``), whatever the matrix's size.
     """
     n = columns.shape[0]
     if columns.ndim != 2 or len(salts) != n or any(len(s) != 16 for s in salts):
         return [_h(s + c.tobytes()) for s, c in zip(salts, np.ascontiguousarray(columns, dtype="<i8"))]
     m = columns.shape[1]
-    buf = np.empty((n, 2 + m), dtype="<i8")
-    buf[:, :2] = np.frombuffer(b"".join(salts), dtype="<i8").reshape(n, 2)
-    step = max(1, (1 << 16) // max(1, m))
-    for j in range(0, n, step):
-        buf[j:j + step, 2:] = columns[j:j + step]
-    mv = memoryview(buf).cast("B")
     w = 8 * (2 + m)
     sha = hashlib.sha256
-    return [sha(mv[i:i + w]).digest() for i in range(0, n * w, w)]
+    salt = np.frombuffer(b"".join(salts), dtype="<i8").reshape(n, 2)
+    block = max(1, _BLOCK_CELLS // (2 + m))
+    step = max(1, (1 << 16) // max(1, m))
+    out = []
+    for a in range(0, n, block):
+        b = min(n, a + block)
+        buf = np.empty((b - a, 2 + m), dtype="<i8")
+        buf[:, :2] = salt[a:b]
+        for j in range(a, b, step):
+            buf[j - a:min(j + step, b) - a, 2:] = columns[j:min(j + step, b)]
+        mv = memoryview(buf).cast("B")
+        out += [sha(mv[i:i + w]).digest() for i in range(0, (b - a) * w, w)]
+    return out
+
+
+#: cells of the leaf buffer hashed at once (32 MiB)
+_BLOCK_CELLS = 1 << 22
 
 
 class Tree:

@@ -295,7 +295,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     # proximity
     W = lay.w
     r = T.field("prox", sg * len(W)).reshape(sg, len(W))
-    proof.u = gf.add(gf.matmul(r, coeffs), prox_mask)                 # coeffs: the rows of lay.w, in order
+    proof.u = gf.add(_by_columns(lambda a, b: gf.matmul(r, coeffs[:, a:b]), coeffs.shape, K), prox_mask)
     T.absorb("u", proof.u.astype("<i8").tobytes())
     # linear
     q = np.zeros((sg, p.lin_len), dtype=np.int64)
@@ -307,7 +307,8 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     T.absorb("q", q.astype("<i8").tobytes())
     # quadratic
     rq = T.field("quad", sg * _quad_rows(lay)).reshape(sg, -1)
-    p0 = gf.add(gf.matmul(rq, _products(U, lay, alphas)), U[lay.block("quad")])
+    p0 = gf.add(_by_columns(lambda a, b: gf.matmul(rq, _products(U[:, a:b], lay, alphas)), (len(W), n), n),
+                U[lay.block("quad")])
     zh_inv = np.array([gf.inv(v) for v in _zh_on_coset(p).tolist()], dtype=np.int64)
     proof.h = gf.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
     T.absorb("h", proof.h.astype("<i8").tobytes())
@@ -347,6 +348,13 @@ def _combine(R: np.ndarray, U: np.ndarray, W: np.ndarray, n: int) -> np.ndarray:
         Rd = gf.coset_eval(gf.intt(R[a:b]), n)
         acc = gf.add(acc, gf.sum_mod(gf.mul(Rd, U[W[a:b]]), axis=0))
     return acc
+
+
+def _by_columns(f: Callable[[int, int], np.ndarray], shape: tuple, width: int) -> np.ndarray:
+    """``f(a, b)`` for blocks of columns ``a:b`` of a ``shape`` matrix, side by side (bounded temporaries): for
+    products ``M·X`` with few rows in ``M``, whose columns are independent."""
+    step = max(1, _BLOCK_CELLS // max(1, shape[0]))
+    return np.concatenate([f(a, min(a + step, width)) for a in range(0, width, step)], axis=1)
 
 
 def _encode(X: np.ndarray, p: Params, rnd: "_Randomness") -> np.ndarray:
