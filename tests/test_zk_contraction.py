@@ -269,24 +269,24 @@ def test_snarkjs_export_needs_one_constraint_per_mac(tmp_path):
 
 
 def test_required_bits_is_exact_for_products():
-    """|Σₙ aᵢbᵢ| ≤ n·2^(2w−2) and |2^f·q − 2^(f−1) + r| < 2^(w+f−1) + 2^f: p must exceed their sum. fixed(20, 10)
-    sums of 1024 products (2^48 + 2^29 + 2^10) fit the 51-bit field; of 2048 (2^49 + …) they do not, and the
-    error names the contraction."""
+    """|Σₙ aᵢbᵢ| ≤ n·2^(2w−2) and |2^f·q − 2^(f−1) + r| < 2^(w+f−1) + 2^f: p must exceed their sum S, checked as
+    p > 2^⌈log2(S + 1)⌉. fixed(20, 10) sums of 2048 products (2^49 + 2^29 + 2^10: 50 bits) fit the 51-bit field
+    (p ≈ 2^50.99998); of 4096 (51 bits) they do not, and the error names the contraction."""
     from circuitgrad.backends.zk.lower import required_bits
     dt = cg.fixed(20, 10)
 
     def matmul(n):
         return cg.compile_model(nn.dense(2, n, 2), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=dt)
-    for n, ok in ((1024, True), (2048, False)):
+    for n, ok in ((2048, True), (4096, False)):
         prog = matmul(n).fn("predict").program
         exact = n * (1 << 38) + (1 << 29) + (1 << 10)
-        assert required_bits(prog, dt) == (exact.bit_length() if exact & (exact - 1) else exact.bit_length() - 1) + 1
+        assert required_bits(prog, dt) == (exact + 1).bit_length() == {2048: 50, 4096: 51}[n]
         if ok:
             zk.compile(matmul(n), field=zk.LIGERO51, function="predict")
         else:
             with pytest.raises(ValueError, match=r"^zk\.compile: field ligero51 \(51 bits\) is too small for "
                                                  r"fixed\(20,10\): .* need p > 2\^51 .* \(its longest contraction, "
-                                                 r"MatMul#\d+ sums 2048 products\)$"):
+                                                 r"MatMul#\d+ sums 4096 products\)$"):
                 zk.compile(matmul(n), field=zk.LIGERO51, function="predict")
 
 

@@ -365,3 +365,20 @@ def test_each_tables_lookups_are_contiguous_and_constant_rows_cost_nothing(prove
     lag = ligero.gf.lagrange_at(64, rng.integers(1, ligero.gf.P, 5))
     assert np.array_equal(ligero.gf.sum_mod(lag, axis=0), np.ones(5, dtype=np.int64))   # Σ_h L_h(η) = 1
     assert np.array_equal(protocol._row_values(R, lag), ligero.gf.matmul(R, lag))
+
+
+def test_a_small_circuit_with_a_wide_table_verifies():
+    """The verifier's bound on k counts the table's entries: three wires checked in a 2^16 table need
+    k = 2048, more than the wires and constraints alone would allow (an independent review's finding)."""
+    b = Builder(zk.LIGERO51, "lookup", "mac", table_bits=16)
+    out, x = b.alloc(1, "out"), b.alloc(3, "x")
+    G.fits(b, [(x, 1)], 0, 16, "t")
+    b.constrain([(x[:1], 1)], [(0, 1)], [(out, 1)], "output")
+    r = b.finish(1, 0, 3)
+    c = zk.Circuit(r, None, None, "t", [], [], [], [], [], [], 0.0, None, cg.fixed(16, 8), 40)
+    W = np.zeros(r.n_wires, dtype=np.int64)
+    W[0], W[x], W[out] = 1, [5, 60000, 7], 5
+    assert r.check(W) and r.lookup_tables == (16,)
+    proof = ligero.prove(c, W, check=False, rng=np.random.default_rng(0))
+    assert proof.params.k > 1024
+    ligero.check(proof, c, ligero.gf.reduce(W[1:2]))

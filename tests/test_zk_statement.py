@@ -135,21 +135,22 @@ def test_the_verifiers_work_is_bounded_by_the_circuit_not_the_prover(proved):
     from circuitgrad.backends.zk.ligero.circuitdata import prepare
     step, c, w, _ = proved
     r = c.r1cs
-    rows = max(r.n_wires, r.n_constraints, r.n_lookups, 1024)    # a small circuit may still need k = 1024
+    # a small circuit may still need k = 1024; lookups count their tables' entries
+    rows = max(r.n_wires, r.n_constraints, r.n_lookups + r.lookup_table_size, 1024)
     k = 2 << (rows - 1).bit_length()              # twice the largest k the circuit can use
     assert r.n_lookups > 0                        # over LIGERO51, ranges are lookups
     cells = prepare(r).contraction_cells           # and its products are proved by the contraction argument
     assert cells > 0
     big = zk.prove(c, w, params=Params(k, 150, 4 * k, 3, 3, contraction_sigma=3))
-    with pytest.raises(zk.Reject, match=rf"^the proof's parameters \(k={k}, n={4 * k}, σ=3, σL=3\) are larger than "
+    with pytest.raises(zk.Reject, match=rf"^the proof's parameters \(k={k}, n={4 * k}, σ=3, σL=3, σC=3\) are larger than "
                                         rf"this circuit of {rows} rows can need"):
         zk.check(big, c, w.public)
     many = zk.prove(c, w, params=choose(r.n_wires, r.n_constraints, sigma=9, lookups=r.n_lookups, contractions=cells))
-    with pytest.raises(zk.Reject, match=r"σ=9, σL=3\) are larger than this circuit"):
+    with pytest.raises(zk.Reject, match=r"σ=9, σL=3, σC=3\) are larger than this circuit"):
         zk.check(many, c, w.public)
     p = choose(r.n_wires, r.n_constraints, lookups=r.n_lookups, contractions=cells)
     lots = zk.prove(c, w, params=Params(p.k, p.t, p.n, p.sigma, 9, contraction_sigma=p.contraction_sigma))
-    with pytest.raises(zk.Reject, match=r"σL=9\) are larger than this circuit .*σL ≤ 8\)"):
+    with pytest.raises(zk.Reject, match=r"σL=9, σC=3\) are larger than this circuit .*σL ≤ 8\)"):
         zk.check(lots, c, w.public)
 
 

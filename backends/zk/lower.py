@@ -348,8 +348,8 @@ def required_bits(prog, dt: Fixed) -> int:
 
     Every constraint relates integers bounded by the range checks. A congruence
     ``x ≡ y (mod p)`` with ``|x| + |y| < p`` forces ``x = y``. The largest such sums are:
-    a matmul's ``Σₙ aᵢbᵢ`` against ``2^f·q + r`` (exactly: ``n·2^(2w−2) + 2^(w+f−1) + 2^f``, about
-    ``2w − 1 + log2 n`` bits with both sides; no margin is added to this exact bound); a sum of ``n``
+    a matmul's ``Σₙ aᵢbᵢ`` against ``2^f·q + r`` (exactly: ``S = n·2^(2w−2) + 2^(w+f−1) + 2^f``, and
+    ``p > 2^⌈log2(S + 1)⌉`` exceeds it: about ``2w − 2 + log2 n`` bits, no margin added); a sum of ``n``
     values (``w + log2 n``); a PLAN piece or a
     softmax rescale (``w + f + 3``); the softmax division ``s·Σe`` (``w + f + 3 + log2 K``);
     its shift ``e·2^n`` (``2f + 4``); a division's ``2σr + |c|`` (``2w + 1``); an exp's upward shift
@@ -379,8 +379,8 @@ def required_bits(prog, dt: Fixed) -> int:
         elif isinstance(op, P.Fold):
             need.append(w + lg(math.ceil(op.kernel[0] / op.stride[0]) * math.ceil(op.kernel[1] / op.stride[1])))
     # the products, exactly: |Σₙ aᵢbᵢ| ≤ n·2^(2w−2) against |2^f·q − 2^(f−1) + r| < 2^(w+f−1) + 2^f, and p must
-    # exceed their sum (one more bit); the other terms are bounds by bit counts, with two bits of margin
-    products = lg(n_max * (1 << (2 * w - 2)) + (1 << (w + f - 1)) + (1 << f) + 1) + 1
+    # exceed their sum S (p > 2^⌈log2(S + 1)⌉ > S); the other terms are bounds by bit counts, with two bits of margin
+    products = lg(n_max * (1 << (2 * w - 2)) + (1 << (w + f - 1)) + (1 << f) + 1)
     return max(products, max(w + lg(s_max) + 1, w + f + 3 + lg(k_max), *need) + 2)
 
 

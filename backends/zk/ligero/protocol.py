@@ -491,10 +491,13 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     except ValueError as e:
         raise Reject(str(e)) from None
     # the largest k this circuit can need: its rows rounded up, or 1024 (100 bits needs ~150 of n = 4k columns)
-    rows = max(pc.n_wires, pc.n_constraints, pc.n_lookups, 1024)
+    # (the lookup rows count their tables, whose entries can outnumber a small circuit's wires)
+    rows = max(pc.n_wires, pc.n_constraints, pc.n_lookups + (pc.lookup_table if pc.n_lookups else 0),
+               pc.contraction_cells, 1024)
     if (p.k > 1 << (rows - 1).bit_length() or p.n > 8 * p.k or p.sigma > MAX_SIGMA or p.lookup_sigma > MAX_SIGMA
             or p.contraction_sigma > MAX_SIGMA):
-        sl = f", σL={p.lookup_sigma}" if p.lookup_sigma else ""
+        sl = (f", σL={p.lookup_sigma}" if p.lookup_sigma else "") + \
+            (f", σC={p.contraction_sigma}" if p.contraction_sigma else "")
         raise Reject(f"the proof's parameters (k={p.k}, n={p.n}, σ={p.sigma}{sl}) are larger than this circuit "
                      f"of {rows} rows can need (k ≤ {1 << (rows - 1).bit_length()}, n ≤ 8k, σ ≤ {MAX_SIGMA}"
                      f"{', σL ≤ %d' % MAX_SIGMA if sl else ''}): a verifier's work must not be the prover's choice")
