@@ -27,6 +27,7 @@ class _Mat:
     tptr: np.ndarray         # column CSR (order by wire)
     torder: np.ndarray
     trows: np.ndarray
+    tcoeffs: np.ndarray      # coeffs[torder], in the column order
 
     def apply(self, z: np.ndarray) -> np.ndarray:
         """``M·z`` (one value per constraint)."""
@@ -34,7 +35,7 @@ class _Mat:
 
     def apply_t(self, r: np.ndarray) -> np.ndarray:
         """``Mᵀ·r`` (one value per wire)."""
-        return gf.segment_sum(gf.mul(self.coeffs[self.torder], r[self.trows]), self.tptr)
+        return gf.segment_sum(gf.mul(self.tcoeffs, r[self.trows]), self.tptr)
 
 
 @dataclass
@@ -102,7 +103,8 @@ def _mat(m, n_wires: int) -> _Mat:
     order = np.argsort(m.wires, kind="stable")
     tptr = np.zeros(n_wires + 1, dtype=np.int64)
     np.cumsum(np.bincount(m.wires, minlength=n_wires), out=tptr[1:])
-    return _Mat(m.ptr, m.wires.astype(np.int64), gf.reduce(m.coeffs), tptr, order, rows[order])
+    coeffs = gf.reduce(m.coeffs)
+    return _Mat(m.ptr, m.wires.astype(np.int64), coeffs, tptr, order, rows[order], coeffs[order])
 
 
 def prepare(r: R1CS) -> Prepared:

@@ -459,11 +459,15 @@ def _row_values(R: np.ndarray, lag: np.ndarray) -> np.ndarray:
     """``r_i(η_j) = Σ_h R[i, h]·L_h(η_j)`` for coefficient rows ``R`` and Lagrange values ``lag`` (k × t). A
     constant row is its constant at every point (the Lagrange basis sums to 1), so only the other rows are
     multiplied: the logUp inverses' rows are constant but at the tables' seams."""
-    const = (R == R[:, :1]).all(axis=1)
     out = np.empty((R.shape[0], lag.shape[1]), dtype=np.int64)
-    out[const] = R[const, :1]
-    if not const.all():
-        out[~const] = gf.matmul(R[~const], lag)
+    step = max(1, _BLOCK_CELLS // max(1, R.shape[1]))                 # a block of rows at a time: no big copies
+    for a in range(0, R.shape[0], step):
+        blk = R[a:a + step]
+        const = (blk == blk[:, :1]).all(axis=1)
+        o = out[a:a + step]
+        o[const] = blk[const, :1]
+        if not const.all():
+            o[~const] = gf.matmul(blk[~const], lag)
     return out
 
 
@@ -587,13 +591,12 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     lag = gf.lagrange_at(k, eta)
     if not np.array_equal(_eval_at(proof.u, powers), gf.add(gf.matmul(r, W), Uo[lay.block("prox")])):
         raise Reject("proximity test failed at an opened column")
-    rvals = _row_values(np.concatenate([R for R, _ in lin]), lag)   # r_i(η) for every row, opened column
     for j, (R, rp) in enumerate(lin):
         target = gf.sum_mod(gf.mul(rp, np.concatenate([[1], proof.public])))
         got = gf.mul(k, gf.sum_mod(proof.q[j, ::k]))
         if got != target:
             raise Reject(f"linear test {j}: the sum over H does not match the public values")
-        rv = rvals[j * nw:(j + 1) * nw]
+        rv = _row_values(R, lag)                                      # r_i(η) for every row, opened column
         want = gf.add(gf.sum_mod(gf.mul(rv, W), axis=0), Uo[lay.block("lin")][j])
         if not np.array_equal(_eval_at(proof.q[j:j + 1], powers)[0], want):
             raise Reject(f"linear test {j} failed at an opened column")
