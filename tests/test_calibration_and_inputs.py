@@ -51,8 +51,8 @@ def test_prover_calibration_times_long_proofs_once_and_short_ones_three_times(mo
 
 
 def test_calibration_set_is_the_documented_one():
-    # docs/COST.md and the message describe these seven circuits
-    assert [k for k, _, _ in cost_zk._CALIBRATION] == ["products"] * 4 + ["step"] * 3
+    # docs/COST.md and the message describe these eight circuits
+    assert [k for k, _, _ in cost_zk._CALIBRATION] == ["products"] * 4 + ["contraction"] + ["step"] * 3
     assert cost_zk._ONE_PROOF_S == 1.0
 
 
