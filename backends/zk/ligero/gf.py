@@ -106,34 +106,30 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 def add(a, b) -> np.ndarray:
     """``a + b mod p`` elementwise (broadcasting; field elements in, field elements out)."""
-    a = np.asarray(a)
-    b = np.asarray(b)
-    if not a.ndim and not b.ndim:
-        return np.int64((int(a) + int(b)) % P)
-    if a.size > _STRIP and _same(a, b) and a.dtype == b.dtype == np.int64:
-        out = np.empty(a.shape, dtype=np.int64)
-        tmp = np.empty(min(a.size, _STRIP), dtype=np.int64)
-        for o, x, y in _strips(out, a, b):
-            np.add(x, y, out=o)
-            _fold(o, _P_U, tmp[:o.size])
-        return out
-    return _fold(np.add(a, b, dtype=np.int64), _P_U)
+    return _combine(a, b, np.add, _fold, lambda x, y: x + y)
 
 
 def sub(a, b) -> np.ndarray:
     """``a − b mod p`` elementwise (broadcasting; field elements in, field elements out)."""
+    return _combine(a, b, np.subtract, _lift, lambda x, y: x - y)
+
+
+def _combine(a, b, ufunc, fix, scalar) -> np.ndarray:
+    """``ufunc(a, b)`` brought back into ``[0, p)`` by ``fix`` (:func:`_fold` after an add, :func:`_lift` after a
+    subtract): in strips with reused scratch for large same-shaped arrays, else in one pass; Python ints for
+    two scalars (``scalar``)."""
     a = np.asarray(a)
     b = np.asarray(b)
     if not a.ndim and not b.ndim:
-        return np.int64((int(a) - int(b)) % P)
+        return np.int64(scalar(int(a), int(b)) % P)
     if a.size > _STRIP and _same(a, b) and a.dtype == b.dtype == np.int64:
         out = np.empty(a.shape, dtype=np.int64)
         tmp = np.empty(min(a.size, _STRIP), dtype=np.int64)
         for o, x, y in _strips(out, a, b):
-            np.subtract(x, y, out=o)
-            _lift(o, _P_U, tmp[:o.size])
+            ufunc(x, y, out=o)
+            fix(o, _P_U, tmp[:o.size])
         return out
-    return _lift(np.subtract(a, b, dtype=np.int64), _P_U)
+    return fix(ufunc(a, b, dtype=np.int64), _P_U)
 
 
 def neg(a) -> np.ndarray:
