@@ -187,6 +187,11 @@ class R1CS:
         return sum(1 << b for b in self.lookup_tables)
 
     @property
+    def contraction_cells(self) -> int:
+        """``N = Σ L·n`` over the contractions: the cells of each Freivalds vector (0 without any)."""
+        return sum(c.a.shape[0] * c.a.shape[2] for c in self.contractions)
+
+    @property
     def n_contraction_terms(self) -> int:
         """``Σ |A| + |B| + |C|`` over the contractions (0 without any)."""
         return sum(c.terms for c in self.contractions)

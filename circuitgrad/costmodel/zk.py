@@ -63,7 +63,7 @@ class _Sizes:
     def __init__(self, r):
         self.r1cs, self.n_wires, self.n_constraints, self.n_lookups = r, r.n_wires, r.n_constraints, r.n_lookups
         self.lookup_table = r.lookup_table_size
-        self.contraction_cells = sum(c.a.shape[0] * c.a.shape[2] for c in r.contractions)
+        self.contraction_cells = r.contraction_cells
 
 
 def _contraction(n: int):

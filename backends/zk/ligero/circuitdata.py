@@ -54,7 +54,7 @@ class Prepared:
     @property
     def contraction_cells(self) -> int:
         """``N``: the cells of each Freivalds vector (0 without contractions)."""
-        return 0 if self.contraction is None else self.contraction.n
+        return self.r1cs.contraction_cells
 
     @property
     def n_lookups(self) -> int:
