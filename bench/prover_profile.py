@@ -35,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _util import machine, table  # noqa: E402
+from prover import time_ligero  # noqa: E402
 
 CASES = {"gpt16": dict(B=2, S=8, V=16, d=16, attention="softmax"),
          "gpt32": dict(B=2, S=16, V=32, d=32, attention="softmax")}
@@ -113,14 +114,7 @@ def run_case(case: str, repeats: int, top: int, proof_dir: str | None) -> dict:
     verify_prof_s = time.perf_counter() - t0
     assert ok, f"{case}: the proof does not verify"
     verify_top = _top(prof, top)
-    prove_s, verify_s = [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        pr = ligero.prove(c, wit, check=False)
-        prove_s.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        assert ligero.verify(pr, c, wit.public)
-        verify_s.append(time.perf_counter() - t0)
+    prove_s, verify_s = time_ligero(c, wit, repeats, case)[1:] if repeats else ([], [])
     p = proof.params
     return {"case": case, "constraints": c.r1cs.n_constraints, "wires": c.r1cs.n_wires, "lookups": c.r1cs.n_lookups,
             "params": f"k={p.k} t={p.t} n={p.n} σ={p.sigma} σL={p.lookup_sigma}", "compile_s": compile_s,
