@@ -84,6 +84,26 @@ def zk_step_circuit(dataset: str, batch: int, hidden: list[int], dt=cg.fixed(16,
     return c, c.witness(step.init_params(seed=0), data.x_train[:batch], data.y_train[:batch])
 
 
+def row_reduce_mod_p(rows, p: int) -> tuple[list[list[int]], list[int]]:
+    """The reduced row echelon form of ``rows`` over ``F_p`` (Python ints) and its pivot columns."""
+    M = [[int(x) % p for x in r] for r in rows]
+    pivots, rank = [], 0
+    for col in range(len(M[0]) if M else 0):
+        hit = next((i for i in range(rank, len(M)) if M[i][col]), None)
+        if hit is None:
+            continue
+        M[rank], M[hit] = M[hit], M[rank]
+        inv = pow(M[rank][col], p - 2, p)
+        M[rank] = [x * inv % p for x in M[rank]]
+        for i in range(len(M)):
+            if i != rank and M[i][col]:
+                f = M[i][col]
+                M[i] = [(x - f * y) % p for x, y in zip(M[i], M[rank])]
+        pivots.append(col)
+        rank += 1
+    return M, pivots
+
+
 def train_mlp(dataset: str, batch: int, sizes: list[int], epochs: int, backend: str, lr: float = 0.05):
     """Train an MLP (softmax cross-entropy, momentum, seed 0) on ``backend``; returns (params, test accuracy)."""
     from circuitgrad import datasets, nn

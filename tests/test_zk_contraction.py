@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import row_reduce_mod_p
 
 import circuitgrad as cg
 from circuitgrad import nn
@@ -115,22 +116,8 @@ def test_a_cheater_that_fixes_the_sum_breaks_the_quadratic_test(monkeypatch):
 
 
 def _nullspace_row(vs: list, cols: int) -> np.ndarray:
-    """A nonzero d (length ``cols``) over F_p with ``d·v = 0`` for each v in ``vs`` (Gaussian elimination)."""
-    rows = [[int(x) for x in v[:cols]] for v in vs]
-    piv, r = [], 0
-    for col in range(cols):
-        hit = next((i for i in range(r, len(rows)) if rows[i][col] % P), None)
-        if hit is None:
-            continue
-        rows[r], rows[hit] = rows[hit], rows[r]
-        inv = pow(rows[r][col], P - 2, P)
-        rows[r] = [x * inv % P for x in rows[r]]
-        for i in range(len(rows)):
-            if i != r and rows[i][col]:
-                f = rows[i][col]
-                rows[i] = [(x - f * y) % P for x, y in zip(rows[i], rows[r])]
-        piv.append(col)
-        r += 1
+    """A nonzero d (length ``cols``) over F_p with ``d·v = 0`` for each v in ``vs`` (from the row echelon form)."""
+    rows, piv = row_reduce_mod_p([v[:cols] for v in vs], P)
     free = next(col for col in range(cols) if col not in piv)
     d = [0] * cols
     d[free] = 1

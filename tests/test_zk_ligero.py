@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from conftest import assert_flipped_bytes_rejected, zk_step_circuit
+from conftest import assert_flipped_bytes_rejected, row_reduce_mod_p, zk_step_circuit
 
 import circuitgrad as cg
 from circuitgrad.backends import zk
@@ -288,20 +288,7 @@ def test_opened_values_do_not_depend_on_the_private_witness():
 
 
 def _rank_mod_p(rows):
-    M = [list(r) for r in rows]
-    rank, ncol = 0, len(M[0])
-    for c in range(ncol):
-        piv = next((r for r in range(rank, len(M)) if M[r][c] % P), None)
-        if piv is None:
-            continue
-        M[rank], M[piv] = M[piv], M[rank]
-        inv = pow(M[rank][c], P - 2, P)
-        for r in range(len(M)):
-            if r != rank and M[r][c] % P:
-                f = M[r][c] * inv % P
-                M[r] = [(a - f * b) % P for a, b in zip(M[r], M[rank])]
-        rank += 1
-    return rank
+    return len(row_reduce_mod_p(rows, P)[1])
 
 
 def test_merkle_openings_reject_wrong_siblings():
