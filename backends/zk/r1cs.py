@@ -36,6 +36,7 @@ multiply-accumulate).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -164,7 +165,6 @@ class R1CS:
     lookup_tags: list[str] = field(default_factory=list)
     lookup_block_rows: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     contractions: tuple = ()            # Contraction records, proved by the native prover's argument
-    lookup_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # width per lookup
     table_bits: int = TABLE_BITS        # the limb width the range checks were split by
     lookup_block_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # width per block
     #: a circuit counted, not built (``Builder(count_only=True)``): sizes and tags only, no matrices or witness
@@ -175,6 +175,11 @@ class R1CS:
         """Nonzero coefficients of ``A``, ``B`` and ``C`` together (a counted circuit's count is of the terms
         before a row's repeated wires are merged: an upper bound, within 2% on a GPT step)."""
         return self.counted["nonzeros"] if self.counted else sum(len(M.wires) for M in (self.A, self.B, self.C))
+
+    @functools.cached_property
+    def lookup_bits(self) -> np.ndarray:
+        """Each lookup's table width (from its block's)."""
+        return np.repeat(self.lookup_block_bits, np.diff(self.lookup_block_rows))
 
     @property
     def lookup_tables(self) -> tuple[int, ...]:
@@ -445,7 +450,6 @@ class Builder:
         return R1CS(self.field, self.n, n_pub_out, n_pub_in, n_prv_in, *(_from_parts(self.terms[k], rows)
                     for k in "ABC"), list(self.tags), np.array(self.block_rows + [self.rows], dtype=np.int64),
                     list(self.names), L, list(self.lookup_tags), bounds, tuple(self.contraction_records),
-                    np.zeros(0, dtype=np.int64) if self.count_only else np.repeat(widths, np.diff(bounds)),
                     self.table_bits, widths,
                     {"nonzeros": int(self.nonzeros)} if self.count_only else None)
 
