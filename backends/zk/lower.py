@@ -227,13 +227,7 @@ def _matmul(L: Lowering, op: P.MatMul | P.BatchMatMul, a, b):
 def _contraction(L: Lowering, op: P.MatMul | P.BatchMatMul, a, b):
     """``c = a·b`` exactly, by the native prover's contraction argument (no constraint per multiply-accumulate),
     then one rescale per output: ``c = 2^f·q − 2^(f−1) + r``."""
-    n, dt, p = a.shape[-1], L.dt, L.b.field.p
-    bound = n * max(-dt.lo, dt.hi) ** 2                 # |Σₖ aᵢₖbₖⱼ| for entries in the dtype's range
-    if 2 * bound >= p:
-        raise ValueError(f"zk.compile: {L.b.context}: the exact sums of this {n}-term contraction reach "
-                         f"{bound:.3g} in {dt}, which wraps around the field's p = {p} (they must stay below p/2); "
-                         f"use a smaller dtype or a larger field")
-    q = L.output(op, (a, b))
+    q = L.output(op, (a, b))        # its sums cannot wrap: zk.compile checked required_bits for the longest
     lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
     b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
