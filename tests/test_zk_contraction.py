@@ -320,3 +320,42 @@ def test_tinygpts_step_compiles_in_fixed_20_10_over_the_51_bit_field():
     r = c.detail["circuit"].r1cs
     assert r.counted and r.n_constraints > 10 ** 7 and r.n_lookups > 10 ** 7
     assert len(r.contractions) > 0 and c.detail["circuit"].required_bits <= 50
+
+
+def test_malformed_contraction_and_table_parameters_are_refused_by_name():
+    c, W, _ = _product_circuit()
+    proof = _prove(c, W)
+    p = proof.params
+    none = type(p)(**{**p.__dict__, "contraction_sigma": 0})
+    with pytest.raises(ValueError, match=r"^ligero: the circuit has 1 contractions, so contraction_sigma must be at "
+                                         r"least 1$"):
+        ligero.prove(c, W, params=none, check=False)
+    forged = proofio.loads(proofio.dumps(proof))
+    forged.params = none
+    with pytest.raises(Reject, match=r"^the circuit has 1 contractions, but the proof draws no Freivalds challenge$"):
+        ligero.check(forged, c, params=none)
+    with pytest.raises(ValueError, match=r"^table_bits must be an integer in \[3, 16\], got 17$"):
+        Builder(zk.LIGERO51, "lookup", table_bits=17)
+    with pytest.raises(ValueError, match=r"^Builder.lookup: tables have 1 to 16 bits, got 17$"):
+        b = Builder(zk.LIGERO51, "lookup")
+        b.lookup([(b.alloc(1), 1)], "t", 17)
+
+
+def test_a_proof_claiming_contractions_or_other_tables_is_refused():
+    """Sizes the verifier takes from its own circuit, never from the proof."""
+    step = _mlp_step()
+    mac = zk.compile(step, field=zk.LIGERO51, contractions="mac")      # lookups, no contractions
+    rng = np.random.default_rng(0)
+    wit = mac.witness(step.init_params(seed=0), rng.uniform(-1, 1, (8, 4)), rng.integers(0, 3, 8))
+    proof = zk.prove(mac, wit)
+    p = proof.params
+    claims = type(p)(**{**p.__dict__, "contraction_sigma": 3})
+    forged = proofio.loads(proofio.dumps(proof))
+    forged.params = claims
+    with pytest.raises(Reject, match=r"^the proof has contraction challenges, but the circuit has no contractions$"):
+        ligero.check(forged, mac, params=claims)
+    forged = proofio.loads(proofio.dumps(proof))
+    forged.lookup_table += 256
+    with pytest.raises(Reject, match=rf"^the proof claims lookup tables of {forged.lookup_table} entries, the "
+                                     rf"circuit's have {proof.lookup_table}$"):
+        ligero.check(forged, mac)

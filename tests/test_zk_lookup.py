@@ -281,6 +281,12 @@ def test_a_version_2_header_must_name_its_lookups(proved):
     body = data[:10] + struct.pack("<I", len(h)) + h + data[14 + old:-32]
     with pytest.raises(zk.FormatError, match=r"^proof: a proof with lookups must have lookups and lookup_sigma ≥ 1$"):
         ligero.loads(body + hashlib.sha256(body).digest())
+    for table in (1, (1 << 17) + 1):                     # below one 1-bit table, above every table of ≤ 16 bits
+        h = json.dumps({**proof.header(), "lookup_table": table}, sort_keys=True).encode()
+        body = data[:10] + struct.pack("<I", len(h)) + h + data[14 + old:-32]
+        with pytest.raises(zk.FormatError, match=r"^proof: lookup_table must count the entries of tables of at most "
+                                                 r"16 bits$"):
+            ligero.loads(body + hashlib.sha256(body).digest())
 
 
 def test_a_challenge_in_the_table_is_refused(proved, monkeypatch):
