@@ -5,7 +5,8 @@
 
 Cases (fixed(16, 8) steps, softmax cross-entropy, SGD 0.125, compiled over zk.LIGERO51):
   gpt16  nn.gpt(2, 8, 16, d=16, heads=2, layers=1, attention="softmax")
-  gpt32  nn.gpt(2, 16, 32, d=32, heads=2, layers=1)          (about a minute per proof: run it once)
+  gpt32  nn.gpt(2, 16, 32, d=32, heads=2, layers=1)          (about 10 s per proof)
+  gpt64  nn.gpt(4, 32, 96, d=64, heads=4, layers=2)          (about 2 minutes per proof, 8 GB: run it once)
 
 For each case the script proves with a seeded generator (``rng=np.random.default_rng(0)``) under
 cProfile, verifies under cProfile, and prints the top functions by total (own) time and by cumulative
@@ -37,8 +38,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _util import machine, table  # noqa: E402
 from prover import time_ligero  # noqa: E402
 
-CASES = {"gpt16": dict(B=2, S=8, V=16, d=16, attention="softmax"),
-         "gpt32": dict(B=2, S=16, V=32, d=32, attention="softmax")}
+CASES = {"gpt16": dict(B=2, S=8, V=16, d=16, heads=2, layers=1, attention="softmax"),
+         "gpt32": dict(B=2, S=16, V=32, d=32, heads=2, layers=1, attention="softmax"),
+         "gpt64": dict(B=4, S=32, V=96, d=64, heads=4, layers=2, attention="softmax")}
 
 
 class _RootFinder(importlib.abc.MetaPathFinder):
@@ -67,7 +69,8 @@ def build(case: str):
     from circuitgrad.backends import zk
     o = CASES[case]
     rng = np.random.default_rng(0)
-    step = cg.compile_model(nn.gpt(o["B"], o["S"], o["V"], d=o["d"], heads=2, layers=1, attention=o["attention"]),
+    step = cg.compile_model(nn.gpt(o["B"], o["S"], o["V"], d=o["d"], heads=o["heads"], layers=o["layers"],
+                                   attention=o["attention"]),
                             loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=cg.fixed(16, 8))
     x, y = rng.integers(0, o["V"], (o["B"], o["S"])), rng.integers(0, o["V"], (o["B"], o["S"]))
     c = zk.compile(step, field=zk.LIGERO51)

@@ -18,7 +18,7 @@ from circuitgrad import nn
 from circuitgrad.backends import zk
 from circuitgrad.backends.zk import gadgets as G
 from circuitgrad.backends.zk import ligero
-from circuitgrad.backends.zk.ligero import lookup, params as LP, protocol
+from circuitgrad.backends.zk.ligero import coefficients, lookup, params as LP, protocol
 from circuitgrad.backends.zk.r1cs import Builder
 from circuitgrad.diagram import apply
 from conftest import assert_flipped_bytes_rejected, CASES, VOCAB, vocab_inputs as _inputs
@@ -370,7 +370,7 @@ def test_each_tables_lookups_are_contiguous_and_constant_rows_cost_nothing(prove
     R[1], R[4] = 7, ligero.gf.P - 1                     # constant rows
     lag = ligero.gf.lagrange_at(64, rng.integers(1, ligero.gf.P, 5))
     assert np.array_equal(ligero.gf.sum_mod(lag, axis=0), np.ones(5, dtype=np.int64))   # Σ_h L_h(η) = 1
-    assert np.array_equal(protocol._row_values(R, lag), ligero.gf.matmul(R, lag))
+    assert np.array_equal(coefficients.Rows([R], 64).values_at(lag), ligero.gf.matmul(R, lag))
 
 
 def test_a_small_circuit_with_a_wide_table_verifies():

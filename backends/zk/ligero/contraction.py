@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import gf
+from .coefficients import outer
 from .transcript import Transcript
 
 __all__ = ["Shape", "Index", "index", "challenges", "second_rows", "linear_rows", "quadratic_rows"]
@@ -144,24 +145,25 @@ def second_rows(z: np.ndarray, ix: Index, sh: Shape, draws: list) -> np.ndarray:
 
 
 def linear_rows(ix: Index, sh: Shape, T: Transcript, s: int, draws: list,
-                rz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                rz: np.ndarray, gamma: np.ndarray) -> tuple[np.ndarray, list]:
     """Challenge ``s`` of the linear test, contraction part: ``rz`` with the coefficients on the wires of
-    ``A``, ``B``, ``C`` added, and the coefficient rows of the round-2 blocks ``x_s | y_s | π_s``."""
+    ``A``, ``B``, ``C`` added, and the coefficient blocks of the round-2 rows ``x_s | y_s | π_s`` (those on
+    ``x_s`` and ``y_s`` rank one, ``β ⊗ γ`` with the repetition's ``γ``)."""
     rows, coef = [], []
     for d, (u, v) in enumerate(draws):
-        rx = T.field(f"lin{s}.contract{d}.x", ix.n)
-        ry = T.field(f"lin{s}.contract{d}.y", ix.n)
+        ox = outer(T, f"lin{s}.contract{d}.x", sh.mx, gamma)
+        oy = outer(T, f"lin{s}.contract{d}.y", sh.mx, gamma)
+        rx, ry = ox.flat(ix.n), oy.flat(ix.n)
         rsum = int(T.field(f"lin{s}.contract{d}.sum", 1)[0])
         coef += [gf.mul(rx[ix.a_x], u[ix.a_u]), gf.mul(ry[ix.b_y], v[ix.b_v]),
                  gf.mul(rsum, gf.mul(u[ix.c_u], v[ix.c_v]))]
-        rows += [gf.as_rows(rx, sh.mx, sh.k), gf.as_rows(ry, sh.mx, sh.k),
-                 gf.as_rows(np.full(ix.n, rsum, dtype=np.int64), sh.mx, sh.k)]
+        rows += [ox, oy, gf.as_rows(np.full(ix.n, rsum, dtype=np.int64), sh.mx, sh.k)]
     if ix.order.size:                   # the same occurrences in every draw: add the draws up first
         occ = np.concatenate([_sum_draws(coef, len(draws), part) for part in range(3)])
         per_wire = gf.segment_sum(occ[ix.order], ix.ptr)
         rz = rz.copy()
         rz[ix.wires] = gf.sub(rz[ix.wires], per_wire)
-    return rz, np.concatenate(rows)
+    return rz, rows
 
 
 def _sum_draws(coef: list, draws: int, part: int) -> np.ndarray:

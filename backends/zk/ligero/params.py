@@ -123,13 +123,16 @@ def round_errors(p: Params, field_bits: float = math.log2(gf.P)) -> tuple[float,
     With ``K`` the code dimension and ``n`` its length (Cascudo, Hazay, Venkitasubramaniam,
     Yogev, *Independent Security Analysis of Longfellow ZK*, 2025, Thms 4.1, 4.3, 4.4)::
 
-        ε₁ = ((n + 1)/|F|)^σ + (1/|F|)^σ                       the tests' random combinations
+        ε₁ = ((n + 1)/|F|)^σ + (2/|F|)^σ + (1/|F|)^σ            the tests' random combinations
         ε₂ = C(⌊(n + K)/2⌋, t)/C(n, t) + C(2K − 2, t)/C(n, t)    the t opened columns
 
     ε₁ is a σ-fold repetition with independent challenges; the columns are shared, so σ does
-    not reduce ε₂.
+    not reduce ε₂. The paper's ``(1/|F|)^σ`` for the linear and quadratic tests is counted as
+    ``(2/|F|)^σ`` for the linear test, whose coefficients are rank-one blocks ``β ⊗ γ`` (a nonzero
+    violation survives with probability at most ``2/|F|``: :mod:`.coefficients`), plus ``(1/|F|)^σ``
+    for the quadratic test.
     """
-    e1 = _log_sum(p.sigma * (math.log2(p.n + 1) - field_bits), -p.sigma * field_bits)
+    e1 = _log_sum(p.sigma * (math.log2(p.n + 1) - field_bits), p.sigma * (1 - field_bits), -p.sigma * field_bits)
     e2 = _log_sum(_log_ratio((p.n + p.K) // 2, p.n, p.t), _log_ratio(2 * p.K - 2, p.n, p.t))
     return e1, e2
 
@@ -155,7 +158,7 @@ def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int =
     dimension ``K = k + t``, length ``n``, ``d = n − K + 1``; the linear-test polynomial has degree
     below ``K + k − 1``, the quadratic one below ``2K − 1``)::
 
-        ε(e) = ((e + 1)/|F|)^σ + 2·(1/|F|)^σ                       proximity, linear, quadratic challenges
+        ε(e) = ((e + 1)/|F|)^σ + (2/|F|)^σ + (1/|F|)^σ             proximity, linear, quadratic challenges
              + C(n − e, t)/C(n, t)                                 the opened columns miss every error
              + C(e + K + k, t)/C(n, t) + C(e + 2K, t)/C(n, t)      a wrong test polynomial matches them
              + ε_L                                                 logUp (:func:`lookup_error`)
@@ -164,7 +167,9 @@ def classic_error(p: Params, field_bits: float = math.log2(gf.P), lookups: int =
     minimised over the integers ``0 ≤ e < d/4``. The paper writes ``(1 − e/n)^t`` and
     ``((e + 2K)/n)^t`` for the column terms; ``C(a, t)/C(n, t)`` is the exact chance that ``t``
     *distinct* random columns (what the verifier opens) all fall in a set of ``a``, and is smaller.
-    Independent challenges multiply, so σ repetitions raise the field terms to the power σ.
+    Independent challenges multiply, so σ repetitions raise the field terms to the power σ. The
+    linear test's term is ``2/|F|`` rather than the paper's ``1/|F|``: its coefficients are rank-one
+    blocks ``β ⊗ γ`` (:mod:`.coefficients`).
     Nothing in it is specific to Reed–Solomon codes, and it assumes no proximity-gap conjecture.
     """
     e, total = _classic_totals(p, field_bits, lookups, contractions, table)
@@ -183,7 +188,7 @@ def _classic_totals(p: Params, field_bits: float, lookups: int,
         return np.zeros(0, dtype=np.int64), np.zeros(0)
     e = np.arange(0, (d - 1) // 4 + 1)
     field = sg * (np.log2(e + 1.0) - field_bits)
-    other = 1 + (-sg * field_bits)
+    other = _log_sum(sg * (1 - field_bits), -sg * field_bits)
     terms = [field, np.full(e.shape, other), _log_ratios(n - e, n, t), _log_ratios(e + K + k, n, t),
              _log_ratios(e + 2 * K, n, t)]
     if lookups:
@@ -236,11 +241,11 @@ def _exact_meets(p: Params, target: int, lookups: int, hash_bits: int, contracti
             return False
         near = e[total <= total.min() + 1e-6]
         near = near[np.argsort(total[total <= total.min() + 1e-6], kind="stable")[:64]]
-        eK = min(Fraction(int(x) + 1, P) ** sg + 2 * Fraction(1, P) ** sg + ratio(n - int(x))
+        eK = min(Fraction(int(x) + 1, P) ** sg + Fraction(2, P) ** sg + Fraction(1, P) ** sg + ratio(n - int(x))
                  + ratio(int(x) + K + k) + ratio(int(x) + 2 * K) + eL + eC for x in near)
         eK = min(eK, Fraction(1))
     else:
-        e1 = Fraction(n + 1, P) ** sg + Fraction(1, P) ** sg
+        e1 = Fraction(n + 1, P) ** sg + Fraction(2, P) ** sg + Fraction(1, P) ** sg
         e2 = ratio((n + K) // 2) + ratio(2 * K - 2)
         eK = max(e1, e2, eL, eC)
     return eK <= bound

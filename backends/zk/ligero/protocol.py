@@ -51,14 +51,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import contraction, gf, lookup, merkle
+from . import coefficients, contraction, gf, lookup, merkle
 from .circuitdata import Prepared
+from .coefficients import BLOCK_CELLS as _BLOCK_CELLS, Rows
 from .params import DEFAULT_SOUNDNESS, Params, choose, meets, soundness_bits
 from .transcript import Transcript
 
 __all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "expected_params", "Reject", "PROTOCOL"]
 
-PROTOCOL = "circuitgrad-ligero-r1cs-v2"      # v2: lookup tables per width, the contraction argument
+PROTOCOL = "circuitgrad-ligero-r1cs-v3"      # v2: lookup tables per width, the contraction argument;
+#                                              v3: the linear test's coefficients in rank-one blocks
 #: the most repetitions a verifier accepts (``choose`` picks 3 for 100 bits)
 MAX_SIGMA = 8
 
@@ -186,25 +188,26 @@ def _transcript(header: dict, public: np.ndarray) -> Transcript:
 
 
 def _linear_rows(pc: Prepared, lay: _Layout, T: Transcript, s: int,
-                 alphas: np.ndarray, draws: list) -> tuple[np.ndarray, np.ndarray]:
+                 alphas: np.ndarray, draws: list) -> tuple[Rows, np.ndarray]:
     """Challenge ``s`` of the linear test: coefficient rows over the witness rows of both rounds
-    (``lay.w`` order, ``k`` columns), and the public coefficients."""
+    (``lay.w`` order, ``k`` columns), and the public coefficients. The coefficients on ``a``, ``b``, ``c`` (and
+    on the lookup values and Freivalds vectors) are rank-one blocks ``β ⊗ γ`` with one ``γ`` per repetition
+    (:mod:`.coefficients`)."""
     M = pc.n_constraints
-    ra, rb, rc = (T.field(f"lin{s}.{x}", M) for x in "abc")
+    gamma = T.field(f"lin{s}.columns", lay.k)
+    oa, ob, oc = (coefficients.outer(T, f"lin{s}.{x}", lay.mq, gamma) for x in "abc")
     rp = T.field(f"lin{s}.public", pc.n_public + 1)
     A, B, C = pc.mats
-    rz = gf.neg(gf.add(gf.add(A.apply_t(ra), B.apply_t(rb)), C.apply_t(rc)))
+    rz = gf.neg(gf.add(gf.add(A.apply_t(oa.flat(M)), B.apply_t(ob.flat(M))), C.apply_t(oc.flat(M))))
     rz[:pc.n_public + 1] = gf.add(rz[:pc.n_public + 1], rp)
     extra = []
     if lay.lk.n:
-        rz, R1, R2 = lookup.linear_rows(pc, lay.lk, T, s, alphas, rz)
-        extra = [R1, R2]
+        rz, more = lookup.linear_rows(pc, lay.lk, T, s, alphas, rz, gamma)
+        extra += more
     if lay.cs.n:
-        rz, Rc = contraction.linear_rows(pc.contraction, lay.cs, T, s, draws, rz)
-        extra.append(Rc)
-    R = np.concatenate([gf.as_rows(rz, lay.mz, lay.k), gf.as_rows(ra, lay.mq, lay.k), gf.as_rows(rb, lay.mq, lay.k),
-                        gf.as_rows(rc, lay.mq, lay.k)] + extra)
-    return R, rp
+        rz, more = contraction.linear_rows(pc.contraction, lay.cs, T, s, draws, rz, gamma)
+        extra += more
+    return Rows([gf.as_rows(rz, lay.mz, lay.k), oa, ob, oc] + extra, lay.k), rp
 
 
 def _zh_on_coset(p: Params) -> np.ndarray:
@@ -301,7 +304,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     q = np.zeros((sg, p.lin_len), dtype=np.int64)
     for j in range(sg):
         R, _ = _linear_rows(pc, lay, T, j, alphas, draws)
-        qd = gf.add(_combine(R, U, W, n), U[lay.block("lin")][j])
+        qd = gf.add(R.combine(U, W, n), U[lay.block("lin")][j])
         q[j] = gf.coset_interp(qd)[:p.lin_len]
     proof.q = q
     T.absorb("q", q.astype("<i8").tobytes())
@@ -325,10 +328,6 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     return proof
 
 
-#: cells of one block of rows that the prover evaluates on the coset at once (bounds its temporaries: 32 MiB)
-_BLOCK_CELLS = 1 << 22
-
-
 def _blocks(rows: int, n: int):
     step = max(1, _BLOCK_CELLS // n)
     return ((i, min(i + step, rows)) for i in range(0, rows, step))
@@ -338,16 +337,6 @@ def _evaluate_into(out: np.ndarray, coeffs: np.ndarray, n: int) -> None:
     """``out[i] = coeffs[i]`` evaluated on the coset ``D`` (``gf.coset_eval``), a block of rows at a time."""
     for a, b in _blocks(coeffs.shape[0], n):
         out[a:b] = gf.coset_eval(coeffs[a:b], n)
-
-
-def _combine(R: np.ndarray, U: np.ndarray, W: np.ndarray, n: int) -> np.ndarray:
-    """``Σᵢ rᵢ(η)·U[W[i]](η)`` at every point of ``D``: the coefficient rows ``R`` (on H) evaluated on the coset
-    and multiplied by the committed rows, a block of rows at a time (no full-size temporaries)."""
-    acc = np.zeros(n, dtype=np.int64)
-    for a, b in _blocks(R.shape[0], n):
-        Rd = gf.coset_eval(gf.intt(R[a:b]), n)
-        acc = gf.add(acc, gf.sum_mod(gf.mul(Rd, U[W[a:b]]), axis=0))
-    return acc
 
 
 def _by_columns(f: Callable[[int, int], np.ndarray], shape: tuple, width: int) -> np.ndarray:
@@ -453,22 +442,6 @@ def _choose(n_wires: int, n_constraints: int, lookups: int, bits: float, options
             contractions: int = 0, table: int = lookup.TABLE) -> Params:
     return choose(n_wires, n_constraints, bits, lookups=lookups, contractions=contractions, table=table,
                   **dict(options))
-
-
-def _row_values(R: np.ndarray, lag: np.ndarray) -> np.ndarray:
-    """``r_i(η_j) = Σ_h R[i, h]·L_h(η_j)`` for coefficient rows ``R`` and Lagrange values ``lag`` (k × t). A
-    constant row is its constant at every point (the Lagrange basis sums to 1), so only the other rows are
-    multiplied: the logUp inverses' rows are constant but at the tables' seams."""
-    out = np.empty((R.shape[0], lag.shape[1]), dtype=np.int64)
-    step = max(1, _BLOCK_CELLS // max(1, R.shape[1]))                 # a block of rows at a time: no big copies
-    for a in range(0, R.shape[0], step):
-        blk = R[a:a + step]
-        const = (blk == blk[:, :1]).all(axis=1)
-        o = out[a:a + step]
-        o[const] = blk[const, :1]
-        if not const.all():
-            o[~const] = gf.matmul(blk[~const], lag)
-    return out
 
 
 def _show(p: Params) -> str:
@@ -596,7 +569,7 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         got = gf.mul(k, gf.sum_mod(proof.q[j, ::k]))
         if got != target:
             raise Reject(f"linear test {j}: the sum over H does not match the public values")
-        rv = _row_values(R, lag)                                      # r_i(η) for every row, opened column
+        rv = R.values_at(lag)                                         # r_i(η) for every row, opened column
         want = gf.add(gf.sum_mod(gf.mul(rv, W), axis=0), Uo[lay.block("lin")][j])
         if not np.array_equal(_eval_at(proof.q[j:j + 1], powers)[0], want):
             raise Reject(f"linear test {j} failed at an opened column")

@@ -1,0 +1,162 @@
+"""The linear test's coefficient rows: dense blocks and rank-one blocks ``β ⊗ γ``.
+
+The linear test combines every linear constraint with a random coefficient and
+lays the resulting coefficient on every committed cell: one row of ``k``
+coefficients per committed row. Most of those rows are challenges themselves
+(the coefficients on ``a``, ``b``, ``c``, the lookup values ``v`` and the
+Freivalds vectors ``x``, ``y``), and they are drawn with tensor structure::
+
+    block of m rows:   R[i, h] = β_i · γ_h        β ∈ F^m per block,  γ ∈ F^k once per repetition
+
+For a violation ``E ≠ 0`` (one row per committed row, ``k`` cells each) the
+combination ``βᵀ E γ`` is a nonzero polynomial of degree 2 in the challenges,
+so it vanishes with probability at most ``2/|F|`` (Schwartz–Zippel), against
+``1/|F|`` for independent coefficients: :func:`.params.round_errors` counts it.
+
+What the structure buys: a rank-one row's polynomial is ``β_i·g(X)`` with one
+``g = interp_H(γ)`` for the whole block, so
+
+* the prover adds ``ĝ(η)·Σ_i β_i·U_i(η)`` on the coset (no NTT per row: the
+  per-row interpolation and evaluation were most of the prover's linear test),
+* the verifier evaluates ``r_i(η_j) = β_i·g(η_j)`` from one ``k × t`` product
+  (not one per row), and
+* the transcript squeezes ``m + k`` field elements per block instead of ``m·k``.
+
+Constant rows (the logUp sums' coefficients, the Freivalds sums') are rank one
+with ``γ = 1`` (``g = 1``), and are found row by row in dense blocks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import gf
+
+__all__ = ["Outer", "Rows", "outer"]
+
+
+@dataclass(frozen=True)
+class Outer:
+    """``m`` coefficient rows ``R[i, h] = β_i·γ_h`` (``γ`` of length ``k``; ``None``: every ``γ_h = 1``)."""
+    beta: np.ndarray
+    gamma: np.ndarray | None
+
+    @property
+    def shape(self) -> tuple[int, int | None]:
+        return (len(self.beta), None if self.gamma is None else len(self.gamma))
+
+    def flat(self, size: int | None = None) -> np.ndarray:
+        """The rows laid end to end (``m·k`` values, the first ``size`` of them when given)."""
+        if self.gamma is None:
+            raise ValueError("a block of constant rows has no length of its own: use dense(k)")
+        full = self.dense(len(self.gamma)).reshape(-1)
+        return full if size is None else full[:size]
+
+    def dense(self, k: int) -> np.ndarray:
+        """The ``m × k`` rows."""
+        g = np.ones(k, dtype=np.int64) if self.gamma is None else self.gamma
+        return gf.mul(self.beta[:, None], g[None, :])
+
+
+def outer(T, label: str, m: int, gamma: np.ndarray) -> Outer:
+    """A rank-one block of ``m`` rows: its row factors ``β`` drawn from the transcript ``T`` (``m`` values)."""
+    return Outer(T.field(label, m), gamma)
+
+
+def _row_consts(R: np.ndarray) -> np.ndarray:
+    """Which rows of a dense block are constant."""
+    return (R == R[:, :1]).all(axis=1) if R.size else np.zeros(R.shape[0], dtype=bool)
+
+
+#: cells of one block of rows that the prover evaluates on the coset at once (bounds its temporaries: 32 MiB)
+BLOCK_CELLS = 1 << 22
+
+
+@dataclass
+class Rows:
+    """The coefficient matrix of one repetition of the linear test: blocks of rows, each dense (``m × k``)
+    or :class:`Outer`, stacked in the order of the committed rows they multiply."""
+    parts: list
+    k: int
+
+    @property
+    def n_rows(self) -> int:
+        return sum(len(p.beta) if isinstance(p, Outer) else p.shape[0] for p in self.parts)
+
+    def dense(self) -> np.ndarray:
+        """Every row as a dense ``(rows, k)`` array (for tests and small circuits)."""
+        return np.concatenate([p.dense(self.k) if isinstance(p, Outer) else p for p in self.parts])
+
+    def _spans(self):
+        at = 0
+        for p in self.parts:
+            m = len(p.beta) if isinstance(p, Outer) else p.shape[0]
+            yield p, at, at + m
+            at += m
+
+    def values_at(self, lag: np.ndarray) -> np.ndarray:
+        """``r_i(η_j) = Σ_h R[i, h]·L_h(η_j)`` for every row, given the Lagrange values ``lag`` (``k × t``) at the
+        opened points: a product per dense block (constant rows skipped: the basis sums to 1), one ``k × t``
+        product per rank-one block."""
+        t = lag.shape[1]
+        out = np.empty((self.n_rows, t), dtype=np.int64)
+        cache = {}
+        for p, a, b in self._spans():
+            if isinstance(p, Outer):
+                key = id(p.gamma)
+                if key not in cache:
+                    cache[key] = (np.ones(t, dtype=np.int64) if p.gamma is None
+                                  else gf.matmul(p.gamma[None, :], lag)[0])
+                out[a:b] = gf.mul(p.beta[:, None], cache[key][None, :])
+            else:
+                _dense_values(p, lag, out[a:b])
+        return out
+
+    def combine(self, U: np.ndarray, W: np.ndarray, n: int) -> np.ndarray:
+        """``Σᵢ rᵢ(η)·U[W[i]](η)`` at every point ``η`` of the coset ``D``: dense rows interpolated and evaluated
+        there a block at a time, constant rows and rank-one blocks as ``ĝ(η)·Σᵢ βᵢ·U[W[i]](η)`` (no NTT per
+        row)."""
+        acc = np.zeros(n, dtype=np.int64)
+        by_gamma = {}                                   # id(γ) → (γ, Σ βᵢ·Uᵢ)
+        for p, a, b in self._spans():
+            if isinstance(p, Outer):
+                s = _weighted_rows(p.beta, U, W[a:b], n)
+                g = by_gamma.get(id(p.gamma))
+                by_gamma[id(p.gamma)] = (p.gamma, s if g is None else gf.add(g[1], s))
+                continue
+            const = _row_consts(p)
+            if const.any():
+                s = _weighted_rows(p[const, 0], U, W[a:b][const], n)
+                g = by_gamma.get(id(None))
+                by_gamma[id(None)] = (None, s if g is None else gf.add(g[1], s))
+            rows = np.flatnonzero(~const)
+            step = max(1, BLOCK_CELLS // n)
+            for c in range(0, len(rows), step):
+                sel = rows[c:c + step]
+                Rd = gf.coset_eval(gf.intt(p[sel]), n)
+                acc = gf.add(acc, gf.sum_mod(gf.mul(Rd, U[W[a:b][sel]]), axis=0))
+        for gamma, s in by_gamma.values():
+            acc = gf.add(acc, s if gamma is None else gf.mul(gf.coset_eval(gf.intt(gamma[None, :]), n)[0], s))
+        return acc
+
+
+def _dense_values(R: np.ndarray, lag: np.ndarray, out: np.ndarray) -> None:
+    """:meth:`Rows.values_at` of a dense block into ``out``, a block of rows at a time (no big copies)."""
+    step = max(1, BLOCK_CELLS // max(1, R.shape[1]))
+    for a in range(0, R.shape[0], step):
+        blk = R[a:a + step]
+        const = _row_consts(blk)
+        o = out[a:a + step]
+        o[const] = blk[const, :1]
+        if not const.all():
+            o[~const] = gf.matmul(blk[~const], lag)
+
+
+def _weighted_rows(beta: np.ndarray, U: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """``Σᵢ βᵢ·U[rows[i]]`` (length ``n``), a block of rows at a time."""
+    acc = np.zeros(n, dtype=np.int64)
+    step = max(1, BLOCK_CELLS // n)
+    for a in range(0, len(rows), step):
+        acc = gf.add(acc, gf.matmul(beta[None, a:a + step], U[rows[a:a + step]])[0])
+    return acc

@@ -1,0 +1,63 @@
+"""The linear test's coefficient rows (``ligero/coefficients.py``): rank-one blocks and constant rows give what the
+dense rows give, at the opened points (verifier) and on the whole coset (prover); a rank-one test catches what an
+independent one catches."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from circuitgrad.backends.zk.ligero import gf
+from circuitgrad.backends.zk.ligero.coefficients import Outer, Rows
+from circuitgrad.backends.zk.ligero.transcript import Transcript
+
+K = 64
+
+
+def _mixed(rng):
+    """A stack of every kind of block: dense (with constant rows), rank one with a shared γ, constant rows."""
+    gamma = rng.integers(0, gf.P, K)
+    dense = rng.integers(0, gf.P, (5, K))
+    dense[1], dense[3] = 7, gf.P - 1
+    return Rows([dense, Outer(rng.integers(0, gf.P, 3), gamma), Outer(rng.integers(0, gf.P, 2), None),
+                 rng.integers(0, gf.P, (2, K)), Outer(rng.integers(0, gf.P, 4), gamma)], K)
+
+
+def test_values_at_the_opened_points_are_the_dense_rows_product():
+    rng = np.random.default_rng(1)
+    R = _mixed(rng)
+    lag = gf.lagrange_at(K, rng.integers(1, gf.P, 9))
+    assert R.n_rows == 16 and R.dense().shape == (16, K)
+    assert np.array_equal(R.values_at(lag), gf.matmul(R.dense(), lag))
+
+
+def test_combine_on_the_coset_is_the_dense_rows_interpolated_and_evaluated():
+    rng = np.random.default_rng(2)
+    R = _mixed(rng)
+    n = 4 * K
+    U = rng.integers(0, gf.P, (20, n))
+    W = np.array([0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 15, 17, 18, 19])
+    Rd = gf.coset_eval(gf.intt(R.dense()), n)                      # every row's polynomial on the coset
+    want = gf.sum_mod(gf.mul(Rd, U[W]), axis=0)
+    assert np.array_equal(R.combine(U, W, n), want)
+
+
+def test_flat_lays_the_rows_end_to_end_and_refuses_constant_rows():
+    rng = np.random.default_rng(3)
+    o = Outer(rng.integers(0, gf.P, 3), rng.integers(0, gf.P, 4))
+    assert np.array_equal(o.flat(), o.dense(4).reshape(-1))
+    assert np.array_equal(o.flat(10), o.dense(4).reshape(-1)[:10])
+    with pytest.raises(ValueError, match="a block of constant rows has no length of its own: use dense"):
+        Outer(o.beta, None).flat()
+
+
+def test_rank_one_coefficients_catch_a_single_wrong_cell():
+    """``βᵀ E γ`` for ``E`` with one nonzero cell is ``β_i·E_ih·γ_h``: zero only if a challenge is 0."""
+    T = Transcript(b"test")
+    hits = 0
+    for s in range(50):
+        gamma = T.field(f"g{s}", K)
+        beta = T.field(f"b{s}", 8)
+        E = np.zeros((8, K), dtype=np.int64)
+        E[s % 8, (7 * s) % K] = 1 + s
+        hits += int(gf.sum_mod(gf.mul(Outer(beta, gamma).dense(K), E).reshape(-1)) == 0)
+    assert hits == 0
