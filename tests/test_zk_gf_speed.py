@@ -173,6 +173,18 @@ def test_segment_sum():
     assert gf.segment_sum(w, np.array([0, 5, 20000])).tolist() == [sum(V[:5]) % P, sum(V[5:]) % P]
 
 
+def test_segment_sum_of_columns_and_products_by_a_column():
+    """Several repetitions side by side (the linear test's transposed product): segments along the first axis,
+    short and long (cut into pieces) in one call, and rows multiplied by a column without broadcast copies."""
+    rng = np.random.default_rng(12)
+    v = _rand(rng, 20000 * 3).reshape(20000, 3)
+    ptr = np.array([0, 0, 7, 4102, 4103, 13000, 13000, 20000])
+    want = [[sum(v[s:e, j].tolist()) % P for j in range(3)] for s, e in zip(ptr, ptr[1:])]
+    assert gf.segment_sum(v, ptr).tolist() == want
+    c = _rand(rng, 20000)
+    assert gf.mul(v, c[:, None]).tolist() == [[x * y % P for x in row] for row, y in zip(v.tolist(), c.tolist())]
+
+
 def test_inverses_powers_lagrange_bytes():
     rng = np.random.default_rng(12)
     for size in (1, 2, 3, 7, 1000, 1001, 5 * 7 * 11):     # odd lengths carry a value up the product tree

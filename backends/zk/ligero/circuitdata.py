@@ -2,9 +2,11 @@
 its contractions (:mod:`.contraction`).
 
 The prover needs ``A·z``, ``B·z`` and ``C·z``. The verifier and the prover both
-need the transposed products ``Aᵀ·r``. Both run as segment sums over CSR
-orders. The transposed order is computed once per circuit, and so is the
-digest that binds a proof to its circuit.
+need the transposed product ``Aᵀ·r_a + Bᵀ·r_b + Cᵀ·r_c + Lᵀ·r_v`` for every
+repetition of the linear test: one product by the stacked matrix, the
+repetitions side by side. Both run as segment sums over CSR orders. The
+transposed order is computed once per circuit, and so is the digest that binds
+a proof to its circuit.
 """
 from __future__ import annotations
 
@@ -24,18 +26,40 @@ class _Mat:
     ptr: np.ndarray          # row CSR
     wires: np.ndarray
     coeffs: np.ndarray       # in [0, p)
-    tptr: np.ndarray         # column CSR (order by wire)
-    torder: np.ndarray
-    trows: np.ndarray
-    tcoeffs: np.ndarray      # coeffs[torder], in the column order
 
     def apply(self, z: np.ndarray) -> np.ndarray:
         """``M·z`` (one value per constraint)."""
         return gf.segment_sum(gf.mul(self.coeffs, z[self.wires]), self.ptr)
 
-    def apply_t(self, r: np.ndarray) -> np.ndarray:
-        """``Mᵀ·r`` (one value per wire)."""
-        return gf.segment_sum(gf.mul(self.tcoeffs, r[self.trows]), self.tptr)
+
+#: entries of the transposed product handled at once (bounds its temporaries: 3 draws × 2^21 × 8 bytes)
+_T_BLOCK = 1 << 21
+
+
+@dataclass
+class Transposed:
+    """``Sᵀ`` for the matrices ``A``, ``B``, ``C`` (and ``L`` with lookups) stacked, their rows numbered end to end:
+    the column CSR (ordered by wire) that the linear test's coefficients on ``z`` need."""
+    ptr: np.ndarray          # (n_wires + 1)
+    rows: np.ndarray         # the stacked row of every entry, in wire order
+    coeffs: np.ndarray       # in [0, p), in wire order
+    n_rows: int              # rows of the stack
+
+    def apply(self, r: np.ndarray) -> np.ndarray:
+        """``Sᵀ·r`` for ``r`` of shape ``(n_rows, s)`` (``s`` repetitions side by side): shape ``(n_wires, s)``.
+
+        The repetitions share every gather (one cache line per entry, not ``s``), a block of wires at a time."""
+        nw = len(self.ptr) - 1
+        out = np.zeros((nw, r.shape[1]), dtype=np.int64)
+        w = 0
+        while w < nw:
+            end = int(np.searchsorted(self.ptr, self.ptr[w] + _T_BLOCK, side="right")) - 1
+            end = min(nw, max(end, w + 1))
+            lo, hi = int(self.ptr[w]), int(self.ptr[end])
+            vals = gf.mul(r[self.rows[lo:hi]], self.coeffs[lo:hi, None])
+            out[w:end] = gf.segment_sum(vals, self.ptr[w:end + 1] - lo)
+            w = end
+        return out
 
 
 @dataclass
@@ -43,6 +67,7 @@ class Prepared:
     r1cs: R1CS
     digest: bytes
     mats: tuple
+    transposed: Transposed           # [A; B; C; L]ᵀ
     L: _Mat | None = None            # lookup rows (see :mod:`.lookup`)
     contraction: object = None       # contraction.Index of the circuit's contractions (see :mod:`.contraction`)
 
@@ -98,13 +123,23 @@ def digest(r: R1CS) -> bytes:
     return h.digest()
 
 
-def _mat(m, n_wires: int) -> _Mat:
-    rows = np.repeat(np.arange(len(m.ptr) - 1, dtype=np.int64), np.diff(m.ptr))
-    order = np.argsort(m.wires, kind="stable")
-    tptr = np.zeros(n_wires + 1, dtype=np.int64)
-    np.cumsum(np.bincount(m.wires, minlength=n_wires), out=tptr[1:])
-    coeffs = gf.reduce(m.coeffs)
-    return _Mat(m.ptr, m.wires.astype(np.int64), coeffs, tptr, order, rows[order], coeffs[order])
+def _mat(m) -> _Mat:
+    return _Mat(m.ptr, m.wires.astype(np.int64), gf.reduce(m.coeffs))
+
+
+def _transposed(mats, n_wires: int) -> Transposed:
+    """The column CSR of the matrices stacked (rows numbered end to end)."""
+    rows, wires, coeffs, at = [], [], [], 0
+    for m in mats:
+        rows.append(at + np.repeat(np.arange(len(m.ptr) - 1, dtype=np.int64), np.diff(m.ptr)))
+        wires.append(m.wires)
+        coeffs.append(m.coeffs)
+        at += len(m.ptr) - 1
+    wires = np.concatenate(wires)
+    order = np.argsort(wires, kind="stable")
+    ptr = np.zeros(n_wires + 1, dtype=np.int64)
+    np.cumsum(np.bincount(wires, minlength=n_wires), out=ptr[1:])
+    return Transposed(ptr, np.concatenate(rows)[order], np.concatenate(coeffs)[order], at)
 
 
 def prepare(r: R1CS) -> Prepared:
@@ -114,8 +149,9 @@ def prepare(r: R1CS) -> Prepared:
                          "no constraint matrices to prove; compile it without count_only")
     cached = getattr(r, "_ligero_prepared", None)
     if cached is None:
-        cached = Prepared(r, digest(r), tuple(_mat(m, r.n_wires) for m in (r.A, r.B, r.C)),
-                          None if r.L is None else _mat(r.L, r.n_wires),
+        mats = tuple(_mat(m) for m in (r.A, r.B, r.C))
+        L = None if r.L is None else _mat(r.L)
+        cached = Prepared(r, digest(r), mats, _transposed(mats + ((L,) if L else ()), r.n_wires), L,
                           contraction.index(r.contractions) if r.contractions else None)
         r._ligero_prepared = cached
     return cached

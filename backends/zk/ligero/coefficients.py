@@ -55,8 +55,9 @@ class Outer:
 
     def dense(self, k: int) -> np.ndarray:
         """The ``m × k`` rows."""
-        g = np.ones(k, dtype=np.int64) if self.gamma is None else self.gamma
-        return gf.mul(self.beta[:, None], g[None, :])
+        if self.gamma is None:
+            return np.repeat(self.beta[:, None], k, axis=1)
+        return gf.mul(np.repeat(self.beta, k).reshape(-1, k), self.gamma)     # rows by a vector: no broadcast copy
 
 
 def outer(T, label: str, m: int, gamma: np.ndarray) -> Outer:

@@ -145,10 +145,10 @@ def second_rows(z: np.ndarray, ix: Index, sh: Shape, draws: list) -> np.ndarray:
 
 
 def linear_rows(ix: Index, sh: Shape, T: Transcript, s: int, draws: list,
-                rz: np.ndarray, gamma: np.ndarray) -> tuple[np.ndarray, list]:
-    """Challenge ``s`` of the linear test, contraction part: ``rz`` with the coefficients on the wires of
-    ``A``, ``B``, ``C`` added, and the coefficient blocks of the round-2 rows ``x_s | y_s | π_s`` (those on
-    ``x_s`` and ``y_s`` rank one, ``β ⊗ γ`` with the repetition's ``γ``)."""
+                gamma: np.ndarray) -> tuple[tuple | None, list]:
+    """Challenge ``s`` of the linear test, contraction part: the coefficients to subtract on the wires of ``A``,
+    ``B``, ``C`` (``(wires, values)``, or None), and the coefficient blocks of the round-2 rows
+    ``x_s | y_s | π_s`` (those on ``x_s`` and ``y_s`` rank one, ``β ⊗ γ`` with the repetition's ``γ``)."""
     rows, coef = [], []
     for d, (u, v) in enumerate(draws):
         ox = outer(T, f"lin{s}.contract{d}.x", sh.mx, gamma)
@@ -158,12 +158,10 @@ def linear_rows(ix: Index, sh: Shape, T: Transcript, s: int, draws: list,
         coef += [gf.mul(rx[ix.a_x], u[ix.a_u]), gf.mul(ry[ix.b_y], v[ix.b_v]),
                  gf.mul(rsum, gf.mul(u[ix.c_u], v[ix.c_v]))]
         rows += [ox, oy, gf.as_rows(np.full(ix.n, rsum, dtype=np.int64), sh.mx, sh.k)]
-    if ix.order.size:                   # the same occurrences in every draw: add the draws up first
-        occ = np.concatenate([_sum_draws(coef, len(draws), part) for part in range(3)])
-        per_wire = gf.segment_sum(occ[ix.order], ix.ptr)
-        rz = rz.copy()
-        rz[ix.wires] = gf.sub(rz[ix.wires], per_wire)
-    return rz, rows
+    if not ix.order.size:
+        return None, rows
+    occ = np.concatenate([_sum_draws(coef, len(draws), part) for part in range(3)])   # the same occurrences
+    return (ix.wires, gf.segment_sum(occ[ix.order], ix.ptr)), rows                   # in every draw
 
 
 def _sum_draws(coef: list, draws: int, part: int) -> np.ndarray:

@@ -152,6 +152,8 @@ def mul(a, b) -> np.ndarray:
             return _mul_rows(a, b)
         if a.ndim == 1 and b.ndim > 1 and b.shape[-1] == a.shape[0] and b.flags.c_contiguous:
             return _mul_rows(b, a)
+        if a.ndim == 2 and b.shape == (a.shape[0], 1) and a.flags.c_contiguous:
+            return _mul_cols(a, b)
         shape = np.broadcast_shapes(a.shape, b.shape)
         a = np.ascontiguousarray(np.broadcast_to(a, shape))
         b = np.ascontiguousarray(np.broadcast_to(b, shape))
@@ -180,6 +182,21 @@ def _mul_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             m = r.size
             _mul_into(r, rows[s:s + step], b, bf, f[:m].reshape(r.shape), q[:m].reshape(r.shape))
     return out.reshape(a.shape)
+
+
+def _mul_cols(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a·b mod p`` for a C-contiguous ``(m, s)`` array ``a`` whose rows are multiplied by the column ``b``
+    (``(m, 1)``), a strip of rows at a time (no broadcast copies)."""
+    m, s = a.shape
+    out = np.empty(a.shape, dtype=np.int64)
+    step = max(1, _STRIP // max(1, s))
+    n = min(m, step)
+    f, q = np.empty((n, s), dtype=np.float64), np.empty((n, s), dtype=np.int64)
+    for i in range(0, m, step):
+        r = out[i:i + step]
+        c = b[i:i + step]
+        _mul_into(r, a[i:i + step], c, c.astype(np.float64), f[:r.shape[0]], q[:r.shape[0]])
+    return out
 
 
 def _mul_into(r: np.ndarray, x: np.ndarray, y: np.ndarray, yf: np.ndarray, fs: np.ndarray, qs: np.ndarray) -> None:
@@ -257,19 +274,33 @@ def _join(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def segment_sum(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
-    """``out[i] = Σ values[ptr[i]:ptr[i+1]] mod p`` (CSR segments; empty segments give 0)."""
+    """``out[i] = Σ values[ptr[i]:ptr[i+1]] mod p`` (CSR segments along the first axis; empty segments give 0).
+
+    Field elements are summed directly, ``_RUN`` at a time: a longer segment is cut into pieces whose sums
+    are added in a second pass, so that one long segment does not send every other down the limb path."""
     n = len(ptr) - 1
-    out = np.zeros(n, dtype=np.int64)
-    if len(values) == 0 or n == 0:
-        return out
-    ptr = np.asarray(ptr)
-    nonempty = ptr[1:] > ptr[:-1]
-    starts = ptr[:-1][nonempty]
     v = np.asarray(values, dtype=np.int64)
-    if int(np.max(ptr[1:] - ptr[:-1])) <= _RUN and _small(v):
-        out[nonempty] = np.add.reduceat(v, starts) % _P
+    out = np.zeros((n,) + v.shape[1:], dtype=np.int64)
+    if len(v) == 0 or n == 0:
+        return out
+    ptr = np.asarray(ptr, dtype=np.int64)
+    lens = ptr[1:] - ptr[:-1]
+    nonempty = lens > 0
+    if not _small(v):
+        starts = ptr[:-1][nonempty]
+        out[nonempty] = _join(lo=np.add.reduceat(v & ((1 << 26) - 1), starts),
+                              hi=np.add.reduceat(v >> 26, starts))
+    elif int(lens.max()) <= _RUN:
+        out[nonempty] = np.add.reduceat(v, ptr[:-1][nonempty]) % _P
     else:
-        out[nonempty] = _join(lo=np.add.reduceat(v & ((1 << 26) - 1), starts), hi=np.add.reduceat(v >> 26, starts))
+        pieces = -(-lens // _RUN)                               # pieces of at most _RUN per segment
+        first = np.cumsum(pieces) - pieces
+        at = np.arange(int(pieces.sum()), dtype=np.int64)
+        starts = np.repeat(ptr[:-1], pieces) + (at - np.repeat(first, pieces)) * _RUN
+        partial = np.add.reduceat(v, starts) % _P
+        sub_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(pieces, out=sub_ptr[1:])
+        out = segment_sum(partial, sub_ptr)
     return out
 
 

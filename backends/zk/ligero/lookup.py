@@ -121,23 +121,23 @@ def second_rows(v: np.ndarray, m: np.ndarray, alphas: np.ndarray, sh: Shape) -> 
     return np.concatenate([h.reshape(-1, sh.k)] + [gf.as_rows(gs, sh.mm, sh.k) for gs in g])
 
 
-def linear_rows(pc, sh: Shape, T: Transcript, s: int, alphas: np.ndarray, rz: np.ndarray,
-                gamma: np.ndarray) -> tuple[np.ndarray, list]:
-    """Challenge ``s`` of the linear test, lookup part: ``rz − Lᵀ·r_v`` and the coefficient blocks of the round-1
-    lookup rows (``v`` rank one, ``β ⊗ γ`` with the repetition's ``γ``; then ``m``) and of the round-2 rows
-    (``h_s``, ``g_s``). The constraints have no constant."""
+def linear_rows(sh: Shape, T: Transcript, s: int, alphas: np.ndarray, gamma: np.ndarray,
+                bits: np.ndarray) -> list:
+    """Challenge ``s`` of the linear test, lookup part: the coefficient blocks of the round-1 lookup rows (``v``,
+    rank one ``β ⊗ γ`` with the repetition's ``γ``, whose flat values are also the coefficients on ``L``'s rows;
+    then ``m``) and of the round-2 rows (``h_s``, ``g_s``). ``bits``: every lookup's table width. The
+    constraints have no constant."""
     nt = len(sh.tables)
     ov = outer(T, f"lin{s}.lookup", sh.mv, gamma)
     rg = T.field(f"lin{s}.table", sh.sl * sh.size).reshape(sh.sl, sh.size)
     rsum = T.field(f"lin{s}.sum", sh.sl * nt).reshape(sh.sl, nt)
-    rz = gf.sub(rz, pc.L.apply_t(ov.flat(sh.n)))
     table, owner = sh.entries()
-    tid = sh.table_of(pc.r1cs.lookup_bits)
+    tid = sh.table_of(bits)
     Rm = gf.as_rows(gf.neg(gf.sum_mod(rg, axis=0)), sh.mm, sh.k)
     Rh = [gf.as_rows(r[tid], sh.mv, sh.k) for r in rsum]
     Rg = [gf.as_rows(gf.sub(gf.mul(rg[j], gf.sub(a, table)), rsum[j][owner]), sh.mm, sh.k)
           for j, a in enumerate(alphas.tolist())]
-    return rz, [ov, Rm, np.concatenate(Rh + Rg)]
+    return [ov, Rm, np.concatenate(Rh + Rg)]
 
 
 def quadratic_rows(V: np.ndarray, H: np.ndarray, alphas: np.ndarray) -> np.ndarray:

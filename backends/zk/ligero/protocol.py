@@ -187,27 +187,44 @@ def _transcript(header: dict, public: np.ndarray) -> Transcript:
     return T
 
 
-def _linear_rows(pc: Prepared, lay: _Layout, T: Transcript, s: int,
-                 alphas: np.ndarray, draws: list) -> tuple[Rows, np.ndarray]:
-    """Challenge ``s`` of the linear test: coefficient rows over the witness rows of both rounds
-    (``lay.w`` order, ``k`` columns), and the public coefficients. The coefficients on ``a``, ``b``, ``c`` (and
-    on the lookup values and Freivalds vectors) are rank-one blocks ``β ⊗ γ`` with one ``γ`` per repetition
-    (:mod:`.coefficients`)."""
-    M = pc.n_constraints
-    gamma = T.field(f"lin{s}.columns", lay.k)
-    oa, ob, oc = (coefficients.outer(T, f"lin{s}.{x}", lay.mq, gamma) for x in "abc")
-    rp = T.field(f"lin{s}.public", pc.n_public + 1)
-    A, B, C = pc.mats
-    rz = gf.neg(gf.add(gf.add(A.apply_t(oa.flat(M)), B.apply_t(ob.flat(M))), C.apply_t(oc.flat(M))))
-    rz[:pc.n_public + 1] = gf.add(rz[:pc.n_public + 1], rp)
-    extra = []
-    if lay.lk.n:
-        rz, more = lookup.linear_rows(pc, lay.lk, T, s, alphas, rz, gamma)
-        extra += more
-    if lay.cs.n:
-        rz, more = contraction.linear_rows(pc.contraction, lay.cs, T, s, draws, rz, gamma)
-        extra += more
-    return Rows([gf.as_rows(rz, lay.mz, lay.k), oa, ob, oc] + extra, lay.k), rp
+def _linear_tests(pc: Prepared, lay: _Layout, T: Transcript, sigma: int,
+                  alphas: np.ndarray, draws: list) -> list[tuple[Rows, np.ndarray]]:
+    """The ``σ`` repetitions of the linear test: for each, the coefficient rows over the witness rows of both
+    rounds (``lay.w`` order, ``k`` columns) and the public coefficients.
+
+    The coefficients on ``a``, ``b``, ``c`` (and on the lookup values and Freivalds vectors) are rank-one
+    blocks ``β ⊗ γ`` with one ``γ`` per repetition (:mod:`.coefficients`); those on ``z`` follow from them,
+    ``−(Aᵀr_a + Bᵀr_b + Cᵀr_c + Lᵀr_v)`` plus the public and contraction terms, by one product with the
+    stacked matrices for every repetition together."""
+    M, nl = pc.n_constraints, pc.n_lookups
+    stacked = np.empty((pc.transposed.n_rows, sigma), dtype=np.int64)
+    reps = []
+    for s in range(sigma):
+        gamma = T.field(f"lin{s}.columns", lay.k)
+        parts = [coefficients.outer(T, f"lin{s}.{x}", lay.mq, gamma) for x in "abc"]
+        rp = T.field(f"lin{s}.public", pc.n_public + 1)
+        for i, o in enumerate(parts):
+            stacked[i * M:(i + 1) * M, s] = o.flat(M)
+        fix = None
+        if lay.lk.n:
+            more = lookup.linear_rows(lay.lk, T, s, alphas, gamma, pc.r1cs.lookup_bits)
+            stacked[3 * M:3 * M + nl, s] = more[0].flat(nl)
+            parts += more
+        if lay.cs.n:
+            fix, more = contraction.linear_rows(pc.contraction, lay.cs, T, s, draws, gamma)
+            parts += more
+        reps.append((parts, rp, fix))
+    rz = pc.transposed.apply(stacked)
+    del stacked
+    out = []
+    for s, (parts, rp, fix) in enumerate(reps):
+        z = gf.neg(np.ascontiguousarray(rz[:, s]))
+        z[:pc.n_public + 1] = gf.add(z[:pc.n_public + 1], rp)
+        if fix is not None:
+            wires, per_wire = fix
+            z[wires] = gf.sub(z[wires], per_wire)
+        out.append((Rows([gf.as_rows(z, lay.mz, lay.k)] + parts, lay.k), rp))
+    return out
 
 
 def _zh_on_coset(p: Params) -> np.ndarray:
@@ -302,8 +319,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     T.absorb("u", proof.u.astype("<i8").tobytes())
     # linear
     q = np.zeros((sg, p.lin_len), dtype=np.int64)
-    for j in range(sg):
-        R, _ = _linear_rows(pc, lay, T, j, alphas, draws)
+    for j, (R, _) in enumerate(_linear_tests(pc, lay, T, sg, alphas, draws)):
         qd = gf.add(R.combine(U, W, n), U[lay.block("lin")][j])
         q[j] = gf.coset_interp(qd)[:p.lin_len]
     proof.q = q
@@ -545,7 +561,7 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     nw = len(lay.w)
     r = T.field("prox", sg * nw).reshape(sg, nw)
     T.absorb("u", proof.u.astype("<i8").tobytes())
-    lin = [_linear_rows(pc, lay, T, j, alphas, draws) for j in range(sg)]
+    lin = _linear_tests(pc, lay, T, sg, alphas, draws)
     T.absorb("q", proof.q.astype("<i8").tobytes())
     rq = T.field("quad", sg * _quad_rows(lay)).reshape(sg, -1)
     T.absorb("h", proof.h.astype("<i8").tobytes())
