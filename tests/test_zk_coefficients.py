@@ -61,3 +61,19 @@ def test_rank_one_coefficients_catch_a_single_wrong_cell():
         E[s % 8, (7 * s) % K] = 1 + s
         hits += int(gf.sum_mod(gf.mul(Outer(beta, gamma).dense(K), E).reshape(-1)) == 0)
     assert hits == 0
+
+
+def test_values_at_several_repetitions_in_bounded_products(monkeypatch):
+    """The verifier evaluates every repetition's dense rows together; the products stay within VALUE_CELLS."""
+    from circuitgrad.backends.zk.ligero import coefficients
+    rng = np.random.default_rng(4)
+    reps = [_mixed(rng) for _ in range(3)]
+    lag = gf.lagrange_at(K, rng.integers(1, gf.P, 7))
+    sizes = []
+    real = gf.matmul
+    monkeypatch.setattr(coefficients, "VALUE_CELLS", 3 * K)
+    monkeypatch.setattr(gf, "matmul", lambda a, b: sizes.append(a.size) or real(a, b))
+    got = coefficients.values_at(reps, lag)
+    monkeypatch.undo()
+    assert all(np.array_equal(v, gf.matmul(R.dense(), lag)) for v, R in zip(got, reps))
+    assert max(sizes) <= 3 * K and len(sizes) > 3

@@ -24,7 +24,7 @@ from ..cache import cached
 __all__ = ["estimate", "prover_features", "prover_seconds", "calibrate_prover", "PROVER_FEATURES"]
 
 _TAG = re.compile(r"^[^#:]*#(\d+):")
-_VERSION = 5
+_VERSION = 6
 
 
 def _circuit(f: Any, function: str, dtype, field, range_checks):
@@ -37,24 +37,27 @@ def _circuit(f: Any, function: str, dtype, field, range_checks):
 
 
 #: what the prover's time is modelled in (see :func:`prover_features`)
-PROVER_FEATURES = ("call", "encode", "columns", "nonzeros", "lookups", "contractions")
+PROVER_FEATURES = ("call", "encode", "linear", "columns", "nonzeros", "lookups", "contractions")
 
 
 def prover_features(c) -> list[float]:
     """The Ligero prover's work on circuit ``c``, from its own parameter choice and matrix layout:
-    one call; the encoding (matrix rows × codeword length × log₂ of it: one NTT per row); hashing and
-    combining the columns (rows × codeword length); ``A·z``, ``B·z``, ``C·z`` (their nonzeros); logUp; the
-    contraction argument (every wire occurrence of its matrices, once per Freivalds draw and linear test)."""
+    one call; the encoding (matrix rows × codeword length × log₂ of it: one NTT per row); the linear test's
+    dense coefficient rows (those on ``z``, σ of each: an inverse NTT and a coset evaluation per row, the
+    rank-one blocks cost none); hashing and combining the columns (rows × codeword length); ``A·z``,
+    ``B·z``, ``C·z`` (their nonzeros); logUp; the contraction argument (every wire occurrence of its
+    matrices, once per Freivalds draw and linear test)."""
     from ..backends.zk.ligero import choose
     from ..backends.zk.ligero.lookup import TABLE
     from ..backends.zk.ligero.protocol import _layout
     pc = _Sizes(c.r1cs)                     # the prover's view of the circuit's sizes (no matrices: counted circuits)
     p = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups, contractions=pc.contraction_cells,
                table=pc.lookup_table or TABLE)
-    rows = _layout(pc, p).total
+    lay = _layout(pc, p)
     terms = c.r1cs.n_contraction_terms * p.contraction_sigma * (p.sigma + 1)
-    return [1.0, float(rows * p.n * math.log2(p.n)), float(rows * p.n), float(c.r1cs.nonzeros),
-            float(pc.n_lookups), float(terms)]
+    ntt = p.n * math.log2(p.n)
+    return [1.0, float(lay.total * ntt), float(p.sigma * lay.mz * ntt), float(lay.total * p.n),
+            float(c.r1cs.nonzeros), float(pc.n_lookups), float(terms)]
 
 
 class _Sizes:

@@ -28,12 +28,13 @@ with ``γ = 1`` (``g = 1``), and are found row by row in dense blocks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from . import gf
 
-__all__ = ["Outer", "Rows", "outer"]
+__all__ = ["Outer", "Rows", "outer", "values_at"]
 
 
 @dataclass(frozen=True)
@@ -98,21 +99,8 @@ class Rows:
 
     def values_at(self, lag: np.ndarray) -> np.ndarray:
         """``r_i(η_j) = Σ_h R[i, h]·L_h(η_j)`` for every row, given the Lagrange values ``lag`` (``k × t``) at the
-        opened points: a product per dense block (constant rows skipped: the basis sums to 1), one ``k × t``
-        product per rank-one block."""
-        t = lag.shape[1]
-        out = np.empty((self.n_rows, t), dtype=np.int64)
-        cache = {}
-        for p, a, b in self._spans():
-            if isinstance(p, Outer):
-                key = id(p.gamma)
-                if key not in cache:
-                    cache[key] = (np.ones(t, dtype=np.int64) if p.gamma is None
-                                  else gf.matmul(p.gamma[None, :], lag)[0])
-                out[a:b] = gf.mul(p.beta[:, None], cache[key][None, :])
-            else:
-                _dense_values(p, lag, out[a:b])
-        return out
+        opened points (:func:`values_at` of this one repetition)."""
+        return values_at([self], lag)[0]
 
     def combine(self, U: np.ndarray, W: np.ndarray, n: int) -> np.ndarray:
         """``Σᵢ rᵢ(η)·U[W[i]](η)`` at every point ``η`` of the coset ``D``: dense rows interpolated and evaluated
@@ -142,16 +130,46 @@ class Rows:
         return acc
 
 
-def _dense_values(R: np.ndarray, lag: np.ndarray, out: np.ndarray) -> None:
-    """:meth:`Rows.values_at` of a dense block into ``out``, a block of rows at a time (no big copies)."""
-    step = max(1, BLOCK_CELLS // max(1, R.shape[1]))
-    for a in range(0, R.shape[0], step):
-        blk = R[a:a + step]
-        const = _row_consts(blk)
-        o = out[a:a + step]
-        o[const] = blk[const, :1]
-        if not const.all():
-            o[~const] = gf.matmul(blk[~const], lag)
+#: cells of the dense rows multiplied by the Lagrange values in one product (bounds the verifier's temporaries)
+VALUE_CELLS = 1 << 24
+
+
+def values_at(reps: Sequence[Rows], lag: np.ndarray) -> list[np.ndarray]:
+    """:meth:`Rows.values_at` of several repetitions: rank-one blocks from one ``k × t`` product per distinct
+    ``γ``, constant rows as their constant (the basis sums to 1), and the other dense rows of every
+    repetition gathered into as few products with ``lag`` as :data:`VALUE_CELLS` allows (each product splits
+    ``lag`` into limbs once)."""
+    k, t = lag.shape
+    outs = [np.empty((R.n_rows, t), dtype=np.int64) for R in reps]
+    gammas, pending = {}, []
+    for R, out in zip(reps, outs):
+        for p, a, b in R._spans():
+            if isinstance(p, Outer):
+                key = id(p.gamma)
+                if key not in gammas:
+                    gammas[key] = (np.ones(t, dtype=np.int64) if p.gamma is None
+                                   else gf.matmul(p.gamma[None, :], lag)[0])
+                out[a:b] = gf.mul(p.beta[:, None], gammas[key][None, :])
+                continue
+            const = _row_consts(p)
+            out[a:b][const] = p[const, :1]
+            rows = np.flatnonzero(~const)
+            for c in range(0, len(rows), max(1, VALUE_CELLS // k)):
+                pending.append((out, a + rows[c:c + VALUE_CELLS // k], p[rows[c:c + VALUE_CELLS // k]]))
+    group, cells = [], 0
+    for item in pending + [None]:
+        if item is None or (group and cells + item[2].size > VALUE_CELLS):
+            if group:
+                vals = gf.matmul(np.concatenate([g[2] for g in group]), lag)
+                at = 0
+                for out, where, src in group:
+                    out[where] = vals[at:at + len(where)]
+                    at += len(where)
+            group, cells = [], 0
+        if item is not None:
+            group.append(item)
+            cells += item[2].size
+    return outs
 
 
 def _weighted_rows(beta: np.ndarray, U: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:

@@ -580,12 +580,12 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     lag = gf.lagrange_at(k, eta)
     if not np.array_equal(_eval_at(proof.u, powers), gf.add(gf.matmul(r, W), Uo[lay.block("prox")])):
         raise Reject("proximity test failed at an opened column")
-    for j, (R, rp) in enumerate(lin):
+    values = coefficients.values_at([R for R, _ in lin], lag)          # r_i(η) for every row, opened column
+    for j, ((R, rp), rv) in enumerate(zip(lin, values)):
         target = gf.sum_mod(gf.mul(rp, np.concatenate([[1], proof.public])))
         got = gf.mul(k, gf.sum_mod(proof.q[j, ::k]))
         if got != target:
             raise Reject(f"linear test {j}: the sum over H does not match the public values")
-        rv = R.values_at(lag)                                         # r_i(η) for every row, opened column
         want = gf.add(gf.sum_mod(gf.mul(rv, W), axis=0), Uo[lay.block("lin")][j])
         if not np.array_equal(_eval_at(proof.q[j:j + 1], powers)[0], want):
             raise Reject(f"linear test {j} failed at an opened column")
