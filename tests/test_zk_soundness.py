@@ -256,3 +256,26 @@ def test_private_run_with_classic_soundness(tmp_path):
     with pytest.raises(zk.Reject, match=r"^the run claims the 'classic' soundness bound, but the verifier "
                                         r"requires 'longfellow'$"):
         zk.check_run(run, step, c0=c0, d=data.commitment)
+
+
+@pytest.mark.parametrize("wires, constraints, lookups, contractions, bits", [
+    (100, 89, 477, 100, 100), (5000, 4000, 0, 0, 100), (600_000, 300_000, 500_000, 8000, 100),
+    (8_000_000, 5_000_000, 7_000_000, 50_000, 100), (5000, 4000, 477, 0, 80), (600_000, 300_000, 0, 0, 120)])
+def test_choose_scans_from_a_bound_and_finds_what_a_full_scan_finds(wires, constraints, lookups, contractions, bits):
+    """The Longfellow error is not monotone in t (K = k + t grows with it), so ``choose`` scans up from a lower
+    bound instead of from 8: it must pick exactly the parameters of the scan from 8 (a verifier derives them)."""
+    fb = math.log2(gf.P)
+    best = None
+    for logk in range(5, 15):
+        k, n = 1 << logk, 4 << logk
+        s = max(1, math.ceil((bits + 1) / (fb - math.log2(n + 2))))
+
+        def mk(t):
+            return LP.Params(k, t, n, s, LP.lookup_sigma(lookups, bits), "longfellow",
+                             LP.contraction_sigma(contractions, bits))
+        top = min(k, (n + 1) // 2 - k, n // 2 - 1)
+        t = next((t for t in range(8, top + 1) if LP.meets(mk(t), bits, lookups, contractions=contractions)), None)
+        if top >= 8 and t is not None:
+            cost = LP.proof_bytes(mk(t), wires, constraints, lookups, contractions)
+            best = min(best, (cost, mk(t)), key=lambda c: c[0]) if best else (cost, mk(t))
+    assert LP.choose(wires, constraints, bits, lookups=lookups, contractions=contractions) == best[1]

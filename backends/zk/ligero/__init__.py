@@ -101,8 +101,7 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
         circuit.assert_satisfied(values)
     t0 = time.perf_counter()
     pc = prepare(circuit.r1cs)
-    p = params or choose(pc.n_wires, pc.n_constraints, target_bits, lookups=pc.n_lookups, soundness=soundness,
-                         contractions=pc.contraction_cells, table=pc.lookup_table or TABLE)
+    p = params or _expected(pc, target_bits, soundness=soundness)     # choose(…) of the circuit's sizes, cached
     if log:
         lk = f", {pc.n_lookups} lookups" if pc.n_lookups else ""
         ct = f", {len(circuit.r1cs.contractions)} contractions" if pc.contraction_cells else ""

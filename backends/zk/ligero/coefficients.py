@@ -107,25 +107,26 @@ class Rows:
         there a block at a time, constant rows and rank-one blocks as ``ĝ(η)·Σᵢ βᵢ·U[W[i]](η)`` (no NTT per
         row)."""
         acc = np.zeros(n, dtype=np.int64)
-        by_gamma = {}                                   # id(γ) → (γ, Σ βᵢ·Uᵢ)
+        by_gamma = {}                                   # id(γ) → (γ, [β blocks], [row blocks])
         for p, a, b in self._spans():
             if isinstance(p, Outer):
-                s = _weighted_rows(p.beta, U, W[a:b], n)
-                g = by_gamma.get(id(p.gamma))
-                by_gamma[id(p.gamma)] = (p.gamma, s if g is None else gf.add(g[1], s))
+                g = by_gamma.setdefault(id(p.gamma), (p.gamma, [], []))
+                g[1].append(p.beta)
+                g[2].append(W[a:b])
                 continue
             const = _row_consts(p)
             if const.any():
-                s = _weighted_rows(p[const, 0], U, W[a:b][const], n)
-                g = by_gamma.get(id(None))
-                by_gamma[id(None)] = (None, s if g is None else gf.add(g[1], s))
+                g = by_gamma.setdefault(id(None), (None, [], []))
+                g[1].append(p[const, 0])
+                g[2].append(W[a:b][const])
             rows = np.flatnonzero(~const)
             step = max(1, BLOCK_CELLS // n)
             for c in range(0, len(rows), step):
                 sel = rows[c:c + step]
                 Rd = gf.coset_eval(gf.intt(p[sel]), n)
                 acc = gf.add(acc, gf.sum_mod(gf.mul(Rd, U[W[a:b][sel]]), axis=0))
-        for gamma, s in by_gamma.values():
+        for gamma, betas, rows in by_gamma.values():    # Σ βᵢ·Uᵢ over every block that shares γ, then × ĝ
+            s = _weighted_rows(np.concatenate(betas), U, np.concatenate(rows), n)
             acc = gf.add(acc, s if gamma is None else gf.mul(gf.coset_eval(gf.intt(gamma[None, :]), n)[0], s))
         return acc
 

@@ -346,6 +346,19 @@ def proof_bytes(p: Params, n_wires: int, n_constraints: int, lookups: int = 0, c
     return int(8 * p.t * rows + 16 * p.t + sib + 8 * p.sigma * (p.K + p.lin_len + p.quad_len))
 
 
+def _fewest_columns(n: int, k: int, target_bits: float, top: int) -> int:
+    """A lower bound (at least 8) on the columns ``t`` that reach ``target_bits`` by the Longfellow bound: its
+    column term ``C(⌊(n + K)/2⌋, t)/C(n, t)`` with ``K = k + t ≥ k`` is at least ``C(⌊(n + k)/2⌋, t)/C(n, t)``,
+    which falls with ``t``, so a bisection finds where that alone first reaches the target (two columns of
+    slack for the floats). :func:`choose` scans up from it instead of from 8: the error itself is not
+    monotone in ``t`` (``K`` grows with it), but no smaller ``t`` can meet the target."""
+    lo, hi = 8, top + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _log_ratio((n + k) // 2, n, mid) <= -target_bits else (mid + 1, hi)
+    return max(8, lo - 2)
+
+
 def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, sigma: int | None = None,
            blowup: int | None = None, lookups: int = 0, soundness: str = DEFAULT_SOUNDNESS,
            contractions: int = 0, table: int = TABLE) -> Params:
@@ -376,8 +389,9 @@ def choose(n_wires: int, n_constraints: int, target_bits: float = TARGET_BITS, s
             top = min(k, (n + 1) // 2 - k, n // 2 - 1)       # t ≤ k, and 2K − 1 ≤ n
             if top < 8:
                 continue
-            if soundness == "longfellow":
-                t = next((t for t in range(8, top + 1) if ok(t)), None)
+            if soundness == "longfellow":                  # the smallest t that meets the target, scanned from
+                start = _fewest_columns(n, k, target_bits, top)   # a bound below it (ε₂ alone at K = k)
+                t = next((t for t in range(start, top + 1) if ok(t)), None)
             else:                                           # a bisection: each evaluation scans every e
                 t = None
                 if ok(top):
