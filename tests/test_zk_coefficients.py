@@ -77,3 +77,20 @@ def test_values_at_several_repetitions_in_bounded_products(monkeypatch):
     monkeypatch.undo()
     assert all(np.array_equal(v, gf.matmul(R.dense(), lag)) for v, R in zip(got, reps))
     assert max(sizes) <= 3 * K and len(sizes) > 3
+
+
+@pytest.mark.parametrize("bounds", [[0, 3, 64, 130, 200], [0, 64, 128], [0, 1], [0, 256], [0, 10, 11, 12, 250]])
+def test_piecewise_rows_are_the_vector_laid_out(bounds):
+    """Runs of one value (the logUp sums' coefficients, by table): constant rows become rank-one blocks, the rows
+    a bound cuts (and the padding past the end) stay dense, and together they are the vector laid out."""
+    from circuitgrad.backends.zk.ligero.coefficients import piecewise
+    rng = np.random.default_rng(5)
+    values = rng.integers(1, gf.P, len(bounds) - 1)
+    m = 4
+    vec = np.zeros(m * K, dtype=np.int64)
+    for v, a, b in zip(values, bounds, bounds[1:]):
+        vec[a:b] = v
+    parts = piecewise(values, np.array(bounds), m, K)
+    assert np.array_equal(Rows(parts, K).dense(), vec.reshape(m, K))
+    whole = [b // K for b in bounds if b % K == 0]
+    assert sum(len(p.beta) for p in parts if isinstance(p, Outer)) >= m - (len(bounds) - len(whole))

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import gf
 
-__all__ = ["Outer", "Rows", "outer", "values_at"]
+__all__ = ["Outer", "Rows", "outer", "piecewise", "values_at"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,30 @@ class Outer:
 def outer(T, label: str, m: int, gamma: np.ndarray) -> Outer:
     """A rank-one block of ``m`` rows: its row factors ``β`` drawn from the transcript ``T`` (``m`` values)."""
     return Outer(T.field(label, m), gamma)
+
+
+def piecewise(values: np.ndarray, bounds: np.ndarray, m: int, k: int) -> list:
+    """The ``m`` rows of ``k`` (laid end to end) of the vector that is ``values[j]`` on ``[bounds[j], bounds[j+1])``
+    and 0 from ``bounds[-1]`` on (``bounds[0] = 0``): runs of constant rows as :class:`Outer` blocks with
+    ``γ = 1``, the rows a bound cuts as dense ones. Nothing of size ``m·k`` is built."""
+    values = np.append(np.asarray(values, dtype=np.int64), 0)         # past the last bound: 0
+    bounds = np.asarray(bounds, dtype=np.int64)
+    cut = np.zeros(m + 1, dtype=bool)
+    inner = bounds[bounds % k != 0] // k
+    cut[inner[inner < m]] = True
+    first = values[np.searchsorted(bounds, np.arange(m, dtype=np.int64) * k, side="right") - 1]
+    parts, a = [], 0
+    while a < m:
+        b = a + 1
+        while b < m and cut[b] == cut[a]:
+            b += 1
+        if cut[a]:
+            cells = np.arange(a * k, b * k, dtype=np.int64)
+            parts.append(values[np.searchsorted(bounds, cells, side="right") - 1].reshape(b - a, k))
+        else:
+            parts.append(Outer(first[a:b], None))
+        a = b
+    return parts
 
 
 def _row_consts(R: np.ndarray) -> np.ndarray:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import gf
-from .coefficients import outer
+from .coefficients import outer, piecewise
 from .transcript import Transcript
 
 __all__ = ["Shape", "Index", "index", "challenges", "second_rows", "linear_rows", "quadratic_rows"]
@@ -157,7 +157,7 @@ def linear_rows(ix: Index, sh: Shape, T: Transcript, s: int, draws: list,
         rsum = int(T.field(f"lin{s}.contract{d}.sum", 1)[0])
         coef += [gf.mul(rx[ix.a_x], u[ix.a_u]), gf.mul(ry[ix.b_y], v[ix.b_v]),
                  gf.mul(rsum, gf.mul(u[ix.c_u], v[ix.c_v]))]
-        rows += [ox, oy, gf.as_rows(np.full(ix.n, rsum, dtype=np.int64), sh.mx, sh.k)]
+        rows += [ox, oy] + piecewise(np.array([rsum]), np.array([0, ix.n]), sh.mx, sh.k)
     if not ix.order.size:
         return None, rows
     occ = np.concatenate([_sum_draws(coef, len(draws), part) for part in range(3)])   # the same occurrences

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import gf
-from .coefficients import outer
+from .coefficients import outer, piecewise
 from .params import TABLE
 from .transcript import Transcript
 
@@ -133,11 +133,13 @@ def linear_rows(sh: Shape, T: Transcript, s: int, alphas: np.ndarray, gamma: np.
     rsum = T.field(f"lin{s}.sum", sh.sl * nt).reshape(sh.sl, nt)
     table, owner = sh.entries()
     tid = sh.table_of(bits)
+    starts = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1]]) if len(tid) else np.zeros(0, dtype=np.int64)
+    bounds = np.append(starts, len(tid))                     # runs of one table (lookups are ordered by table)
     Rm = gf.as_rows(gf.neg(gf.sum_mod(rg, axis=0)), sh.mm, sh.k)
-    Rh = [gf.as_rows(r[tid], sh.mv, sh.k) for r in rsum]
+    Rh = [part for r in rsum for part in piecewise(r[tid[starts]], bounds, sh.mv, sh.k)]   # constant but at seams
     Rg = [gf.as_rows(gf.sub(gf.mul(rg[j], gf.sub(a, table)), rsum[j][owner]), sh.mm, sh.k)
           for j, a in enumerate(alphas.tolist())]
-    return [ov, Rm, np.concatenate(Rh + Rg)]
+    return [ov, Rm] + Rh + [np.concatenate(Rg)]
 
 
 def quadratic_rows(V: np.ndarray, H: np.ndarray, alphas: np.ndarray) -> np.ndarray:
