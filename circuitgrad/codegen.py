@@ -121,12 +121,9 @@ NUMPY_RULES: dict[type, Callable[..., str]] = {
     P.Fold: lambda op, a: f"fold({a}, {op.T.shape!r}, {op.kernel!r}, {op.stride!r}, {op.padding!r})",
 }
 
-#: ops whose result is a freshly allocated array (safe to overwrite once dead)
-_FRESH = (P.MatMul, P.Add, P.Mul, P.Neg, P.Scale, P.Heaviside, P.Sigmoid, P.Tanh, P.Softmax, P.SumTo,
-          P.LogSumExp, P.Exp, P.Log, P.Sqrt, P.Rsqrt, P.Div, P.ArgMaxMask, P.BatchMatMul, P.CausalMask, P.OneHot,
-          P.Slice, P.Pad, P.Unfold, P.Fold)
-#: ops whose result may share memory with their argument
-_VIEWS = (P.Copy, P.Transpose, P.Reshape, P.Broadcast, P.Permute)
+#: kinds of op whose result may share memory with their argument; every other op's result is freshly allocated
+#: (safe to overwrite once dead), but a source's (hoisted: parameters and constants are never overwritten)
+_VIEW_KINDS = ("view", "copy")
 #: in-place forms: (op, *names, out) -> statement expression
 _INPLACE = {
     P.Add: lambda op, a, b, out: f"np.add({a}, {b}, out={out})",
@@ -315,9 +312,9 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
         if same is not None:
             fresh.update(a.results if same in fresh else ())
             viewed.update(a.results if same in viewed else ())
-        elif isinstance(a.op, _FRESH) and not (i in alias and a.args[0] not in fresh):
+        elif a.op.kind not in _VIEW_KINDS + ("source",) and not (i in alias and a.args[0] not in fresh):
             fresh.update(a.results)
-        if isinstance(a.op, _VIEWS) or i in alias:
+        if a.op.kind in _VIEW_KINDS or i in alias:
             viewed.update(a.args)
         lhs = " = ".join(names[r] for r in a.results)
         note = " (folded into the matmul)" if i in alias else " (implicit)" if i in lazy else ""

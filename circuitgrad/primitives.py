@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import ClassVar
+
 import numpy as np
 
 from .types import Index, Interner, NdArrayType, format_types
@@ -24,7 +26,7 @@ __all__ = [
     "Copy", "Add", "Neg", "Mul", "Scale", "Constant", "MatMul", "Transpose",
     "Reshape", "Broadcast", "SumTo", "Heaviside", "Sigmoid", "Tanh",
     "Softmax", "LogSumExp", "Parameter", "Exp", "Log", "Sqrt", "Rsqrt", "Div", "ArgMaxMask", "Permute",
-    "BatchMatMul", "CausalMask", "OneHot", "Slice", "Pad", "Unfold", "Fold", "SECOND_VOCABULARY",
+    "BatchMatMul", "CausalMask", "OneHot", "Slice", "Pad", "Unfold", "Fold", "KINDS",
     "intern_op", "op_of", "path_of",
 ]
 
@@ -33,11 +35,38 @@ class TypeMismatch(TypeError):
     """A shape or dtype mismatch found while building a model."""
 
 
+#: what a primitive does to its operands' elements and memory (:attr:`Primitive.kind`): the fact every pass asks
+#: first (code generation allocates, the GPU plan launches, the cost model counts bytes and drawings style by it)
+KINDS: dict[str, str] = {
+    "source": "no operand: a value of its own (a parameter, a constant)",
+    "copy": "one wire duplicated or discarded",
+    "elementwise": "each result element from the operands' elements at the same index",
+    "rowwise": "each row of the last axis from the same row of the operand (softmax, log-sum-exp, argmax)",
+    "view": "the same elements in another layout: no arithmetic, and no copy needed",
+    "gather": "elements moved by an index map, some dropped, zero-filled or summed where they overlap",
+    "contraction": "products summed over a shared axis (matrix products)",
+    "reduce": "sums over axes",
+}
+
+
 class Primitive:
-    """Base class: subclasses define ``source`` and ``target`` (tuples of types)."""
+    """Base class: subclasses define ``source`` and ``target`` (tuples of types), and the facts passes ask
+    about them as class attributes (``tests/test_conformance.py`` checks that every primitive sets ``kind``):
+
+    * ``kind``: one of :data:`KINDS`;
+    * ``linear``: a linear map of its operands (each of them, for a binary one);
+    * ``commutative``: its two operands can be swapped (common-subexpression elimination sorts them);
+    * ``positional``: elementwise, but each element's result depends on its index too;
+    * ``pure``: two applications to the same operands are equal (a parameter is not: each is its own).
+    """
 
     source: tuple[NdArrayType, ...]
     target: tuple[NdArrayType, ...]
+    kind: ClassVar[str]
+    linear: ClassVar[bool] = False
+    commutative: ClassVar[bool] = False
+    positional: ClassVar[bool] = False
+    pure: ClassVar[bool] = True
 
     @property
     def name(self) -> str:
@@ -91,6 +120,8 @@ class Copy(Primitive):
 
     Inserted by :func:`circuitgrad.diagram.monogamous` wherever a wire fans out.
     """
+    kind = "copy"
+    linear = True
     T: NdArrayType
     n: int = 2
 
@@ -110,6 +141,8 @@ class Parameter(Primitive):
     ``"normal"`` (``N(0, 0.02²)``, embeddings as in GPT-2).
     ``uid`` keeps two layers of the same shape distinct.
     """
+    kind = "source"
+    pure = False
     T: NdArrayType
     label: str = "param"
     init: str = "glorot"
@@ -138,6 +171,7 @@ class Constant(Primitive):
     ``epsilon=True`` marks a small positive stabiliser (``sqrt(v + ε)``): where a dtype cannot hold it
     (fixed point, ``ε`` below one step) it is one step, ``2^-frac``, instead of an error.
     """
+    kind = "source"
     T: NdArrayType
     value: float
     epsilon: bool = False
@@ -156,6 +190,8 @@ class OneHot(Arrow):
     The bridge from integer wires (token ids) to arithmetic: an embedding is ``OneHot(ids) @ E``. The
     ids carry no derivative.
     """
+    kind = "elementwise"
+    positional = True
 
     def __post_init__(self):
         if not isinstance(self.S.dtype, Index):
@@ -168,29 +204,40 @@ class OneHot(Arrow):
 # -------------------------------------------------------------- arithmetic
 class Add(Binary):
     """``T ⊗ T → T``: elementwise sum."""
+    kind = "elementwise"
+    linear = True
+    commutative = True
 
 
 class Neg(Unary):
     """``T → T``: elementwise negation."""
+    kind = "elementwise"
+    linear = True
 
 
 class Mul(Binary):
     """``T ⊗ T → T``: elementwise (Hadamard) product."""
+    kind = "elementwise"
+    commutative = True
 
 
 class Div(Binary):
     """``T ⊗ T → T``: elementwise quotient ``a / b`` (in fixed point: rounded, with a checkable remainder)."""
+    kind = "elementwise"
 
 
 @dataclass(frozen=True)
 class Scale(Unary):
     """``T → T``: multiplication by the constant ``c`` (a linear map)."""
+    kind = "elementwise"
+    linear = True
     c: float = 1.0
 
 
 @dataclass(frozen=True)
 class MatMul(Primitive):
     """``[m, n] ⊗ [n, p] → [m, p]``: matrix product."""
+    kind = "contraction"
     A: NdArrayType
     B: NdArrayType
 
@@ -217,6 +264,7 @@ class BatchMatMul(Primitive):
 
     The leading axes must be equal (``ops.matmul`` broadcasts them first, as NumPy's ``matmul`` does).
     """
+    kind = "contraction"
     A: NdArrayType
     B: NdArrayType
 
@@ -246,6 +294,8 @@ class BatchMatMul(Primitive):
 @dataclass(frozen=True)
 class Transpose(Primitive):
     """``[m, n] → [n, m]``."""
+    kind = "view"
+    linear = True
     T: NdArrayType
 
     def __post_init__(self):
@@ -262,6 +312,8 @@ class Transpose(Primitive):
 @dataclass(frozen=True)
 class Permute(Primitive):
     """``T → T'``: the axes of ``T`` in the order ``axes`` (``np.transpose(x, axes)``)."""
+    kind = "view"
+    linear = True
     T: NdArrayType
     axes: tuple[int, ...]
 
@@ -284,6 +336,9 @@ class Permute(Primitive):
 
 class CausalMask(Unary):
     """``[..., s, t] → [..., s, t]``: zero every entry above the diagonal (``j > i``); a linear map."""
+    kind = "elementwise"
+    linear = True
+    positional = True
 
     def __post_init__(self):
         if self.T.ndim < 2:
@@ -293,6 +348,8 @@ class CausalMask(Unary):
 @dataclass(frozen=True)
 class Reshape(Primitive):
     """``T → T'`` with the same number of elements (row-major)."""
+    kind = "view"
+    linear = True
     T: NdArrayType
     shape: tuple[int, ...]
 
@@ -330,6 +387,8 @@ class Slice(Primitive):
 
     Its adjoint (reverse map) is :class:`Pad` with the same index.
     """
+    kind = "gather"
+    linear = True
     T: NdArrayType
     index: tuple[tuple[int, int, int], ...]
 
@@ -349,6 +408,8 @@ class Pad(Arrow):
 
     The adjoint of :class:`Slice`: zero padding, concatenation (a sum of pads) and dilation.
     """
+    kind = "gather"
+    linear = True
     index: tuple[tuple[int, int, int], ...]
 
     def __post_init__(self):
@@ -406,6 +467,8 @@ class Unfold(Blocks):
     ``image[c, y·sh − ph + i, x·sw − pw + j]`` (0 outside the image). A convolution is this followed by a
     matrix product; the adjoint is :class:`Fold`.
     """
+    kind = "gather"
+    linear = True
 
     @property
     def source(self): return (self.T,)
@@ -420,6 +483,8 @@ class Fold(Blocks):
 
     ``T`` is the image type; ``torch.nn.functional.fold`` with ``output_size=(H, W)``.
     """
+    kind = "gather"
+    linear = True
 
     @property
     def source(self): return (self.columns,)
@@ -439,6 +504,8 @@ def _check_broadcast(op: str, small: NdArrayType, big: NdArrayType) -> None:
 @dataclass(frozen=True)
 class Broadcast(Arrow):
     """``S → T``: NumPy broadcasting of ``S`` to the larger shape ``T``."""
+    kind = "view"
+    linear = True
 
     def __post_init__(self):
         _check_broadcast("Broadcast", self.S, self.T)
@@ -453,6 +520,8 @@ class Broadcast(Arrow):
 @dataclass(frozen=True)
 class SumTo(Primitive):
     """``T → S``: sum over the axes that broadcasting ``S → T`` would add or stretch."""
+    kind = "reduce"
+    linear = True
     T: NdArrayType
     S: NdArrayType
 
@@ -472,26 +541,32 @@ class SumTo(Primitive):
 # ---------------------------------------------------------- nonlinearities
 class Heaviside(Unary):
     """``T → T``: ``1`` where ``x > 0``, else ``0`` (derivative zero)."""
+    kind = "elementwise"
 
 
 class Sigmoid(Unary):
     """``T → T``: logistic function (piecewise linear in fixed point)."""
+    kind = "elementwise"
 
 
 class Tanh(Unary):
     """``T → T``: hyperbolic tangent (``2σ(2x) - 1`` in fixed point)."""
+    kind = "elementwise"
 
 
 class Exp(Unary):
     """``T → T``: ``e^x`` (in fixed point: ``2^k·p(r)`` with ``x·log2 e = k + r``)."""
+    kind = "elementwise"
 
 
 class Log(Unary):
     """``T → T``: natural logarithm of positive values."""
+    kind = "elementwise"
 
 
 class Sqrt(Unary):
     """``T → T``: square root of non-negative values (in fixed point: the floor, checked by squaring)."""
+    kind = "elementwise"
 
 
 class Rsqrt(Unary):
@@ -502,6 +577,7 @@ class Rsqrt(Unary):
     ``dx = −½·dy·y³``: three products, where the derivative of ``Div(1, Sqrt(x))`` takes two divisions
     (the costliest rows of a ZK circuit, a quotient bit per cycle on the FPGA).
     """
+    kind = "elementwise"
 
 
 class ArgMaxMask(Unary):
@@ -510,6 +586,7 @@ class ArgMaxMask(Unary):
     Piecewise constant (derivative zero), like :class:`Heaviside`; ``max`` is the definition
     ``Σ x · ArgMaxMask(x)``, whose reverse derivative routes the gradient to that one element.
     """
+    kind = "rowwise"
 
     def __post_init__(self):
         if self.T.ndim < 1:
@@ -523,6 +600,7 @@ class Softmax(Unary):
     ``causal=True`` (operands with at least two axes ``[..., s, k]``): entry ``j > i`` of row ``i`` is
     masked out (probability exactly 0), as in a decoder's attention.
     """
+    kind = "rowwise"
     causal: bool = False
 
     def __post_init__(self):
@@ -535,6 +613,7 @@ class Softmax(Unary):
 @dataclass(frozen=True)
 class LogSumExp(Primitive):
     """``[..., k] → [...]``: ``log Σ exp`` along the last axis."""
+    kind = "rowwise"
     T: NdArrayType
 
     def __post_init__(self):
@@ -547,11 +626,6 @@ class LogSumExp(Primitive):
     @property
     def target(self): return (self.T.with_shape(self.T.shape[:-1]),)
 
-
-#: the primitives added for transformers (issue 12), which the ZK and FPGA backends lower in issue 13
-SECOND_VOCABULARY: tuple[type[Primitive], ...] = (
-    Exp, Log, Sqrt, Rsqrt, Div, ArgMaxMask, Permute, BatchMatMul, CausalMask, OneHot, Slice, Pad, Unfold, Fold,
-)
 
 #: every primitive class; rule tables are checked against this tuple.
 PRIMITIVES: tuple[type[Primitive], ...] = (

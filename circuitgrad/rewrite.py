@@ -69,7 +69,7 @@ def simplify(p: Program) -> Program:
     for a in p.instrs:
         args = tuple(res(x) for x in a.args)
         op = a.op
-        key = None if isinstance(op, P.Parameter) else (op, _canonical(op, args))
+        key = None if not op.pure else (op, _canonical(op, args))
         if key is not None and key in seen:
             for r, s in zip(a.results, seen[key].results):
                 alias(r, s)
@@ -102,9 +102,6 @@ def simplify(p: Program) -> Program:
             pos[r] = len(instrs) - 1
     outputs = [res(v) for v in p.outputs]
     return _contract(_dce(Program(p.types, list(p.inputs), outputs, instrs, p.name)))
-
-
-_COMMUTATIVE = (P.Add, P.Mul)
 
 
 def _use_counts(p: Program) -> dict[int, int]:
@@ -152,7 +149,7 @@ def _contract(p: Program) -> Program:
 
 
 def _canonical(op: P.Primitive, args: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(sorted(args)) if isinstance(op, _COMMUTATIVE) else args
+    return tuple(sorted(args)) if op.commutative else args
 
 
 def _dce(p: Program) -> Program:

@@ -35,3 +35,64 @@ def test_backend_rule_tables(backend):
     assert missing == declared, f"{backend} backend lacks rules for {missing}; declared unsupported: {declared}"
     assert all(isinstance(why, str) and why for why in mod.UNSUPPORTED.values())
     assert set(mod.RULES) <= set(P.PRIMITIVES)
+
+
+def test_every_primitive_states_its_facts():
+    """A primitive's facts live on its class: every pass reads them there (KINDS, linear, commutative, ...)."""
+    for c in P.PRIMITIVES:
+        assert getattr(c, "kind", None) in P.KINDS, f"{c.__name__} has no kind among {sorted(P.KINDS)}"
+        for flag in ("linear", "commutative", "positional", "pure"):
+            assert isinstance(getattr(c, flag), bool), f"{c.__name__}.{flag} is not a bool"
+        assert not c.commutative or issubclass(c, P.Binary), f"{c.__name__}: commutative but not binary"
+        assert not c.positional or c.kind == "elementwise", f"{c.__name__}: positional but {c.kind}"
+
+
+def _of_kind(kind):
+    return {c for c in P.PRIMITIVES if c.kind == kind}
+
+
+def _names(cs):
+    return sorted(c.__name__ for c in cs)
+
+
+@pytest.mark.parametrize("kind, table", [
+    ("elementwise", "circuitgrad.backends.gpu.cuda:RULES"),
+    ("rowwise", "circuitgrad.backends.gpu.cuda:ROW_KERNELS"),
+    ("gather", "circuitgrad.backends.gpu.cuda:GATHER_KERNELS"),
+    ("view", "circuitgrad.backends.gpu.runtime:VIEWS"),
+])
+def test_gpu_kernel_tables_match_the_kinds(kind, table):
+    """Each kind the GPU plan launches has its own table of kernels: a primitive of that kind without an entry has
+    no kernel, and an entry for a primitive of another kind would never be launched."""
+    mod, name = table.split(":")
+    have = set(getattr(importlib.import_module(mod), name))
+    want = _of_kind(kind)
+    assert have == want, (f"{table}: missing {_names(want - have)}, "
+                          f"not of kind {kind!r}: {_names(have - want)}")
+
+
+def test_gpu_rules_name_how_each_primitive_runs():
+    from circuitgrad.backends import gpu
+    assert all(v is not None for v in gpu.RULES.values()), "a GPU rule is None: the table would pass any key"
+
+
+@pytest.mark.parametrize("table, exempt", [
+    ("circuitgrad.costmodel.work:RULES", set()),
+    ("circuitgrad.backends.zk.lower:RULES", {P.Parameter, P.LogSumExp}),
+])
+def test_other_tables_cover_every_primitive(table, exempt):
+    mod, name = table.split(":")
+    rules = getattr(importlib.import_module(mod), name)
+    missing = _names(set(P.PRIMITIVES) - set(rules) - exempt)
+    assert missing == [], f"{table} lacks rules for {missing}"
+    assert set(rules) <= set(P.PRIMITIVES), f"{table} has rules for unknown primitives"
+
+
+def test_partial_tables_hold_only_what_they_can():
+    """In-place NumPy forms exist only for elementwise primitives, and the ZK special-function rules do not
+    silently override the core lowering rules."""
+    from circuitgrad import codegen
+    from circuitgrad.backends.zk import lower, special
+    assert set(codegen._INPLACE) <= _of_kind("elementwise"), _names(set(codegen._INPLACE) - _of_kind("elementwise"))
+    both = set(lower.CORE_RULES) & set(special.SPECIAL_RULES)
+    assert not both, f"the ZK lowering has two rules for {_names(both)}"

@@ -16,14 +16,22 @@ from typing import Sequence
 
 from circuitgrad.schedule import Program
 
-from .cuda import RULES as _CUDA_RULES
+from circuitgrad import primitives as P
+
+from . import cuda
 from .plan import Plan, plan
-from .runtime import GpuFunction, build, emulated_kernel
+from .runtime import VIEWS, GpuFunction, build, emulated_kernel
 
 __all__ = ["RULES", "UNSUPPORTED", "available", "compile_function", "plan", "Plan", "GpuFunction"]
 
-#: every primitive the backend handles (elementwise ones with a CUDA expression, the rest by the plan)
-RULES: dict = {k: v for k, v in _CUDA_RULES.items()}
+#: how the backend runs each primitive: elementwise ones by a CUDA expression in a fused kernel, row-wise ones
+#: and gathers by a kernel of their own, views by a CuPy view (or the layout its consumers read), matrix products
+#: by cuBLAS, sums by a reduction kernel; copies and constants by the plan (``tests/test_conformance.py`` checks
+#: each entry against the primitive's kind)
+RULES: dict = {**cuda.RULES, **{p: "row kernel" for p in cuda.ROW_KERNELS},
+               **{p: "gather kernel" for p in cuda.GATHER_KERNELS}, **VIEWS,
+               P.MatMul: "cuBLAS", P.BatchMatMul: "cuBLAS (batched)", P.SumTo: "reduction kernel",
+               P.Copy: "plan (shared buffers)", P.Constant: "plan (folded or uploaded once)"}
 UNSUPPORTED: dict = {}
 
 

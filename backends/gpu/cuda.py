@@ -36,7 +36,7 @@ from circuitgrad.types import Index, NdArrayType
 
 from .plan import Launch, Plan, Stage, contiguous_strides, gather_index
 
-__all__ = ["Kernel", "RULES", "kernels", "ctype", "donations", "last_readers"]
+__all__ = ["Kernel", "RULES", "ROW_KERNELS", "GATHER_KERNELS", "kernels", "ctype", "donations", "last_readers"]
 
 
 def ctype(t: NdArrayType) -> str:
@@ -68,9 +68,10 @@ def _causal(op: P.CausalMask, c: str, a: str) -> str:
     return f"((i % {t}LL) <= ((i / {t}LL) % {s}LL) ? {a} : ({c})0)"
 
 
-#: CUDA C expression per elementwise primitive: ``(op, ctype, *argument expressions) -> expression``.
+#: CUDA C expression per elementwise primitive (exactly those of kind ``"elementwise"``):
+#: ``(op, ctype, *argument expressions) -> expression``.
 #: An expression may use ``i``, the element's linear index in the operand's shape (``CausalMask``).
-RULES: dict[type, Callable[..., str] | None] = {
+RULES: dict[type, Callable[..., str]] = {
     P.Add: lambda op, c, a, b: f"({a} + {b})",
     P.Neg: lambda op, c, a: f"(-{a})",
     P.Mul: lambda op, c, a, b: f"({a} * {b})",
@@ -86,13 +87,12 @@ RULES: dict[type, Callable[..., str] | None] = {
     P.CausalMask: _causal,
     # the operand is the row's id (read through a broadcast along the last axis)
     P.OneHot: lambda op, c, a: f"({a} == i % {op.T.shape[-1]}LL ? ({c})1 : ({c})0)",
-    # structural primitives are handled by the plan: no kernel code of their own
-    P.Copy: None, P.Broadcast: None, P.Transpose: None, P.Reshape: None, P.Permute: None, P.Constant: None,
-    P.MatMul: None, P.BatchMatMul: None, P.SumTo: None,
-    # row kernels and gathers (below)
-    P.Softmax: None, P.LogSumExp: None, P.ArgMaxMask: None,
-    P.Slice: None, P.Pad: None, P.Unfold: None, P.Fold: None,
 }
+
+#: the row kernels (:func:`_rowwise`: one warp per row) and gathers (:func:`_moves`: one thread per element) this
+#: module writes, for the primitives of those kinds; ``tests/test_conformance.py`` checks both against the kinds
+ROW_KERNELS = (P.Softmax, P.LogSumExp, P.ArgMaxMask)
+GATHER_KERNELS = (P.Slice, P.Pad, P.Unfold, P.Fold)
 
 
 @dataclass
@@ -388,6 +388,8 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
     params = [f"const {c}* __restrict__ x", f"{c}* __restrict__ y"]
     sig = ", ".join(params)
     helpers: list[str] = []
+    if type(a.op) not in ROW_KERNELS:
+        raise NotImplementedError(f"GPU backend: no row kernel for {a.op.name}")
     if isinstance(a.op, P.ArgMaxMask):
         # NumPy's argmax: the first maximum, a NaN counts as the maximum (the first NaN). ``better`` orders
         # (value, index) pairs totally (NaN above every number, then value, then the smaller index first),
@@ -498,6 +500,8 @@ def _coords(shape: tuple[int, ...], names: list[str]) -> list[str]:
 
 def _moves(op: P.Primitive, c: str) -> list[str]:
     """The body of a gather: ``y[i]`` from ``x`` (contiguous) for a Slice, Pad, Unfold or Fold."""
+    if type(op) not in GATHER_KERNELS:
+        raise NotImplementedError(f"GPU backend: no gather kernel for {op.name}")
     (xt,), (yt,) = op.source, op.target
     xs = contiguous_strides(xt.shape)
     if isinstance(op, P.Slice):

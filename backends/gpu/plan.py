@@ -1,6 +1,7 @@
 """Fusion planning: an SSA program as a short list of GPU launches.
 
-Elementwise primitives (``Add, Neg, Mul, Scale, Heaviside, Sigmoid, Tanh, Exp, Log, Sqrt, Div,
+Each instruction is planned by its primitive's kind (``op.kind``, :data:`circuitgrad.primitives.KINDS`).
+Elementwise primitives (``Add, Neg, Mul, Scale, Heaviside, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt, Div,
 CausalMask, OneHot``) over the same number of elements are fused into one kernel (``OneHot`` reads
 its integer id through a broadcast along the new last axis). The remaining
 instructions become ``matmul`` (cuBLAS: ``MatMul`` and, batched, ``BatchMatMul``), ``reduce``
@@ -54,16 +55,9 @@ from circuitgrad import primitives as P
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Apply, Program
 
-__all__ = ["ELEMENTWISE", "ROWWISE", "GATHERS", "VIEWS", "Launch", "Plan", "plan", "Layout", "gather_index",
+__all__ = ["Launch", "Plan", "plan", "Layout", "gather_index",
            "read_through", "contiguous_strides", "nocopy_reshape"]
 
-ELEMENTWISE = (P.Add, P.Neg, P.Mul, P.Scale, P.Heaviside, P.Sigmoid, P.Tanh,
-               P.Exp, P.Log, P.Sqrt, P.Rsqrt, P.Div, P.CausalMask, P.OneHot)
-ROWWISE = (P.Softmax, P.LogSumExp, P.ArgMaxMask)
-#: one thread per result element, reading a contiguous operand at computed offsets
-GATHERS = (P.Slice, P.Pad, P.Unfold, P.Fold)
-VIEWS = (P.Broadcast, P.Transpose, P.Permute, P.Reshape)
-MATMULS = (P.MatMul, P.BatchMatMul)
 #: how many recent groups of the same size an instruction without a producer group may join
 HORIZONTAL = 8
 #: the largest group recomputed inside the kernels that read it (instructions)
@@ -298,7 +292,7 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
     # constant folding: every instruction whose arguments are all known is evaluated now
     values: dict[int, np.ndarray] = {}
     for a in prog.instrs:
-        if all(x in values for x in a.args) and not isinstance(a.op, (P.Parameter, P.Copy)):
+        if all(x in values for x in a.args) and a.op.pure and a.op.kind != "copy":
             for r, v in zip(a.results, FLOAT_RULES[type(a.op)](a.op, *(values[x] for x in a.args))):
                 # C-contiguous: kernels index constants linearly (a folded transpose is a Fortran-ordered
                 # view, and CuPy's asarray keeps that order)
@@ -344,7 +338,7 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
         return layouts.get(s, (s, ()))
 
     for a in prog.instrs:
-        if not isinstance(a.op, VIEWS) or known(a):
+        if a.op.kind != "view" or known(a):
             continue
         r, x = a.results[0], src(a.args[0])
         base, stages = read(x)
@@ -355,9 +349,9 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
         need_array, need_contiguous, ok = r in out_src, False, True
         for k in consumers(r):
             op = prog.instrs[k].op
-            if isinstance(op, ELEMENTWISE + VIEWS):
+            if op.kind in ("elementwise", "view"):
                 continue                                   # read through the layout
-            if isinstance(op, ROWWISE + GATHERS):
+            if op.kind in ("rowwise", "gather"):
                 need_contiguous = True                     # the kernel is given the base pointer
                 continue
             need_array = True
@@ -383,7 +377,7 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
         out: list[int | None] = []
         for k in consumers(v):
             a = prog.instrs[k]
-            if isinstance(a.op, VIEWS):
+            if a.op.kind == "view":
                 r = a.results[0]
                 if layouts.get(r) == (base, ()) and r not in built and r not in copies and r not in out_src:
                     out.extend(readers(r, base))
@@ -428,7 +422,7 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
                    if k not in members)
 
     for i, a in enumerate(prog.instrs):
-        if known(a) or not isinstance(a.op, ELEMENTWISE):
+        if known(a) or a.op.kind != "elementwise":
             continue
         size = size_of(a.results[0])
         chosen = None
@@ -499,7 +493,7 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
         out: list[int | None] = []
         for k in consumers(v):
             a = prog.instrs[k]
-            if isinstance(a.op, VIEWS):
+            if a.op.kind == "view":
                 r = a.results[0]
                 if r in built or r in copies or r in out_src or src(r) != r:
                     out.append(None)
@@ -572,7 +566,7 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
             steps.append(Launch("fused", [prog.instrs[j] for j in members], ins, outs,
                                 remat=[prog.instrs[j] for j in again]))
             continue
-        if isinstance(a.op, VIEWS):
+        if a.op.kind == "view":
             r = a.results[0]
             if r in copies:
                 steps.append(Launch("copy", [a], [copies[r][0]], [r], layout=copies[r]))
@@ -581,13 +575,13 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
             elif built.get(r) == "strided":
                 steps.append(Launch("view", [a], [layouts[r][0]], [r], layout=layouts[r]))
             continue                                  # otherwise only kernels read it, through its layout
-        if isinstance(a.op, MATMULS):
+        if a.op.kind == "contraction":
             steps.append(Launch("matmul", [a], [src(x) for x in a.args], list(a.results)))
-        elif isinstance(a.op, P.SumTo):
+        elif a.op.kind == "reduce":
             steps.append(Launch("reduce", [a], [src(x) for x in a.args], list(a.results)))
-        elif isinstance(a.op, ROWWISE):
+        elif a.op.kind == "rowwise":
             steps.append(Launch("rowwise", [a], [read(a.args[0])[0]], list(a.results)))
-        elif isinstance(a.op, GATHERS):
+        elif a.op.kind == "gather":
             steps.append(Launch("gather", [a], [read(a.args[0])[0]], list(a.results)))
         else:
             raise NotImplementedError(f"GPU backend: no rule for {a.op}")

@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from circuitgrad import primitives as P
 from circuitgrad.arguments import distinct_arrays
 from circuitgrad.codegen import _ident
 from circuitgrad.interpret import FLOAT_RULES
@@ -40,7 +41,15 @@ from circuitgrad.schedule import Program
 from .cuda import Kernel, _fused, donations, kernels, last_readers
 from .plan import Plan, plan, read_through
 
-__all__ = ["GpuFunction", "generate", "emulated_kernel", "BLOCK"]
+__all__ = ["GpuFunction", "generate", "emulated_kernel", "BLOCK", "VIEWS"]
+
+#: the CuPy expression of each view (kind ``"view"``) when no kernel needs its layout: no launch, no copy
+VIEWS: dict[type, Callable[[P.Primitive, str], str]] = {
+    P.Transpose: lambda op, a: f"{a}.T",
+    P.Reshape: lambda op, a: f"{a}.reshape({op.shape!r})",
+    P.Permute: lambda op, a: f"xp.transpose({a}, {op.axes!r})",
+    P.Broadcast: lambda op, a: f"xp.broadcast_to({a}, {op.T.shape!r})",
+}
 
 BLOCK = 256                 # a multiple of 32: a row kernel's warps never straddle blocks
 assert BLOCK % 32 == 0
@@ -103,9 +112,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
                     expr = (f"xp.lib.stride_tricks.as_strided({b}, {tuple(shape)!r}, "
                             f"{tuple(st * item for st in strides)!r})")
             else:
-                expr = {"Transpose": f"{args[0]}.T", "Reshape": f"{args[0]}.reshape({getattr(op, 'shape', None)!r})",
-                        "Permute": f"xp.transpose({args[0]}, {getattr(op, 'axes', None)!r})",
-                        "Broadcast": f"xp.broadcast_to({args[0]}, {op.T.shape!r})"}[op.name]
+                expr = VIEWS[type(op)](op, args[0])
             lines.append(f"    {names[r]} = {expr}".ljust(60) + "# view, no launch")
         else:  # fused / rowwise / copy kernels
             kern = ks[k]

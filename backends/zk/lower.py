@@ -43,7 +43,7 @@ from .gadgets import ONE
 from .r1cs import Builder
 from .special import SPECIAL_RULES
 
-__all__ = ["RULES", "UNSUPPORTED", "Lowering", "required_bits", "widest_contraction"]
+__all__ = ["RULES", "CORE_RULES", "UNSUPPORTED", "Lowering", "required_bits", "widest_contraction"]
 
 
 class Lowering:
@@ -385,8 +385,9 @@ def widest_contraction(prog) -> str:
     return "" if best is None else f"{best[2]}#{best[1]} sums {best[0]} products"
 
 
-#: lowering rule per primitive (LogSumExp appears only in loss values, never in a step)
-RULES: dict[type, Callable] = {
+#: the lowering rules written here; those of the special functions are in :mod:`.special` (the two are disjoint:
+#: ``tests/test_conformance.py``)
+CORE_RULES: dict[type, Callable] = {
     P.Copy: lambda L, op, x: (x,) * op.n,
     P.Transpose: lambda L, op, x: (x.T,),
     P.Reshape: lambda L, op, x: (x.reshape(op.shape),),
@@ -408,8 +409,10 @@ RULES: dict[type, Callable] = {
     P.Pad: _pad,
     P.Unfold: _unfold,
     P.Fold: _fold,
-    **SPECIAL_RULES,
 }
+
+#: lowering rule per primitive (LogSumExp appears only in loss values, never in a step)
+RULES: dict[type, Callable] = {**CORE_RULES, **SPECIAL_RULES}
 
 #: primitives deliberately without a rule, and why (the conformance test checks this list)
 UNSUPPORTED: dict[type, str] = {

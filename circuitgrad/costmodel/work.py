@@ -107,9 +107,11 @@ RULES: dict[type, Callable[[P.Primitive], tuple[int, int, int]]] = {
     P.Softmax: _softmax, P.LogSumExp: _logsumexp,
 }
 
-#: operations that only relabel memory (NumPy views: reshapes, broadcasts, transposes and basic
-#: slices, as the code generator emits them): nothing is read or written
-_METADATA = (P.Copy, P.Parameter, P.Reshape, P.Broadcast, P.Transpose, P.Permute, P.Slice)
+#: kinds of operation that move no bytes of their own: views only relabel memory (reshapes, broadcasts,
+#: transposes, as the code generator emits them), copies share their operand, and sources are hoisted out of
+#: the step (parameters and constants are read by their consumers). A slice is a gather: the code generator
+#: copies it (``.copy()``), so it reads and writes like any other operation.
+_NO_BYTES = ("view", "copy", "source")
 
 
 def work(p: Program, a: Apply) -> Work:
@@ -118,7 +120,7 @@ def work(p: Program, a: Apply) -> Work:
     if rule is None:
         raise NotImplementedError(f"cost: no work rule for {a.op.name}")
     flops, mm, tr = rule(a.op)
-    if isinstance(a.op, _METADATA):
+    if a.op.kind in _NO_BYTES:
         return Work(flops, mm, tr)
     rd = sum(p.types[x].size * itemsize(p.types[x]) for x in a.args)
     wr = sum(p.types[r].size * itemsize(p.types[r]) for r in a.results)

@@ -43,13 +43,14 @@ DASH = "5,3"
 
 
 # ----------------------------------------------------------------------------------- conventions
-#: linear maps of their operand (Abbott's dashed marks); MatMul / Mul / Div are linear when one
-#: operand is a parameter
-LINEAR = {"Add", "Neg", "Scale", "Transpose", "Reshape", "Permute", "Broadcast", "SumTo", "Slice", "Pad",
-          "Unfold", "Fold", "CausalMask", "Copy"}
-CONTRACTION = {"MatMul", "BatchMatMul", "SumTo"}
-_LAYOUT = {"Reshape", "Permute", "Transpose", "Broadcast"}
-_ELEMENTWISE = {"Neg", "Scale", "Exp", "Tanh", "Sigmoid", "Heaviside", "Log", "Sqrt", "Rsqrt", "Copy"}
+def _pointwise(op) -> bool:
+    """A one-operand map applied to every element alike (copies too): drawn as acting on each broadcast slice."""
+    return op.kind == "copy" or (op.kind == "elementwise" and len(op.source) == 1 and not op.positional)
+
+
+def _binary(op) -> bool:
+    """An elementwise map of two operands (Add, Mul, Div)."""
+    return op.kind == "elementwise" and len(op.source) == 2
 
 
 def _prod(xs) -> int:
@@ -85,7 +86,7 @@ def static_lead(prog: Program, static: list[bool]) -> list[int]:
             v = new
             while v < op.T.ndim and (op.S.shape[v - new] == 1 or v - new < sl[a.args[0]]):
                 v += 1
-        elif a.args and (n in _ELEMENTWISE or n in ("Add", "Mul", "Div")):
+        elif a.args and (_pointwise(op) or _binary(op)):
             v = min(sl[x] for x in a.args)
         else:
             v = 0
@@ -117,11 +118,11 @@ def _step(prog: Program, i: int, lead: dict[int, int], static: list[bool], sl: l
     x = acts[0]
     nd = T[x].ndim
     ok_static = all(sl[s] >= L for s in a.args if static[s])
-    if n in _ELEMENTWISE or n == "OneHot":
+    if _pointwise(op) or n == "OneHot":
         return L
-    if n in ("Add", "Mul", "Div"):
+    if _binary(op):
         return L if ok_static else None
-    if n in ("Softmax", "ArgMaxMask", "LogSumExp"):
+    if op.kind == "rowwise":
         return L if L <= nd - 1 - bool(getattr(op, "causal", False)) else None
     if n == "CausalMask" or n == "BatchMatMul":
         return L if L <= nd - 2 and ok_static else None
@@ -217,11 +218,11 @@ def prim_class(prog: Program, i: int, static: list[bool]) -> tuple[str, bool, st
     """``(style, linear, sub-label)`` of primitive ``i``: contraction / linear / nonlinear."""
     a = prog.instrs[i]
     n = a.op.name
-    if n in ("MatMul", "BatchMatMul"):
+    if a.op.kind == "contraction":
         return "contraction", any(static[x] for x in a.args), "·" + _contracted(prog, i)
-    if n == "SumTo":
+    if a.op.kind == "reduce":
         return "contraction", True, "Σ" + _contracted(prog, i)
-    if n in LINEAR:
+    if a.op.linear:                                    # linear maps of their operand: Abbott's dashed marks
         return "linear", True, f"×{a.op.c:g}" if n == "Scale" else ""
     if (n == "Mul" and any(static[x] for x in a.args)) or (n == "Div" and static[a.args[1]]):
         return "linear", True, ""
@@ -231,11 +232,11 @@ def prim_class(prog: Program, i: int, static: list[bool]) -> tuple[str, bool, st
 def box_class(prog: Program, instrs: list[int], static: list[bool]) -> tuple[str, bool, str]:
     """A collapsed definition is a contraction when its only work is contractions (and reshapes),
     linear when all its operations are."""
-    work = [i for i in instrs if prog.instrs[i].op.name not in ("Parameter", "Constant", "Copy")]
+    work = [i for i in instrs if prog.instrs[i].op.kind not in ("source", "copy")]
     cls = [prim_class(prog, i, static) for i in work]
     linear = all(c[1] for c in cls)
     if any(c[0] == "contraction" for c in cls) and all(
-            c[0] == "contraction" or prog.instrs[i].op.name in _LAYOUT for i, c in zip(work, cls)):
+            c[0] == "contraction" or prog.instrs[i].op.kind == "view" for i, c in zip(work, cls)):
         subs = list(dict.fromkeys(c[2] for c in cls if c[0] == "contraction"))
         return "contraction", linear, subs[0] + "".join("," + s[1:] for s in subs[1:])
     return ("linear", True, "") if linear else ("nonlinear", False, "")
