@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .diagram import Diagram
-from .types import Dtype, Fixed, float32
+from .types import Dtype, float32
 
 __all__ = ["ModelSpec", "ModelFileError", "OptionError", "load", "load_function", "parse_option", "batches",
            "check_batch", "dataset", "examples", "resolve"]
@@ -106,10 +106,6 @@ class ModelSpec:
         """``cg.compile_model`` of this model, loss and optimizer (``dtype`` overrides the file's)."""
         from .compile import compile_model
         return compile_model(self.model, self.loss, self.optimizer, dtype or self.dtype, **kwargs)
-
-    def fixed_dtype(self, default: Fixed) -> Fixed:
-        """The file's dtype if it is fixed point, else ``default`` (circuits and hardware compute in fixed point)."""
-        return self.dtype if isinstance(self.dtype, Fixed) else default
 
 
 def parse_option(text: str) -> tuple[str, object]:

@@ -240,3 +240,22 @@ def test_clipping_in_fixed_point_with_vanishing_gradients():
     q = step.step(p, x, np.asarray(step.predict(p, x), dtype=float))
     for k in step.param_names:
         assert np.array_equal(q[k], p[k]), k
+
+
+def test_rms_norm_loss_and_gradients_equal_pytorch(rng):
+    """``nn.rms_norm``: ``x / sqrt(mean(x²) + eps) · g`` over the last axis, with a learned gain ``g`` (ones at
+    init, moved here so that the gain's gradient matters), then a dense layer and softmax cross-entropy."""
+    B, d, m = 4, 8, 3
+    step = cg.compile_model(nn.rms_norm(B, d, eps=1e-3, dtype=cg.float64) >> nn.dense(B, d, m, dtype=cg.float64),
+                            nn.softmax_cross_entropy, nn.sgd(0.1), dtype=cg.float64)
+    params = step.init_params(seed=0)
+    assert set(params) == {"rms_g0", "W0", "b0"} and np.array_equal(params["rms_g0"], np.ones(d))
+    params["rms_g0"] = rng.uniform(0.5, 1.5, d)
+    x, y = rng.normal(size=(B, d)), rng.integers(0, m, size=B)
+    loss, grads = step.loss(params, x, y), step.gradients(params, x, y)
+    tp = {k: torch.tensor(params[k], requires_grad=True) for k in step.param_names}
+    tx = torch.tensor(x)
+    h = tx / torch.sqrt((tx * tx).mean(-1, keepdim=True) + 1e-3) * tp["rms_g0"]
+    tl = F.cross_entropy(h @ tp["W0"] + tp["b0"], torch.tensor(y))
+    tl.backward()
+    _assert_equals_torch(step, params, x, y, loss, grads, tl, tp)
