@@ -63,7 +63,7 @@ def errors(got: np.ndarray, want: np.ndarray, dt) -> tuple[float, float]:
 
 
 def measure(dt, points: int, rng: np.random.Generator) -> list[tuple]:
-    one, f = dt.one, dt.frac
+    one = dt.one
     top = dt.hi / one
     rows = []
 

@@ -23,6 +23,8 @@ else
   echo "note: Node.js/npm not found; the snarkjs proof tests will be skipped"
 fi
 .venv/bin/python -c "import circuitgrad; print('circuitgrad GEMM:', circuitgrad.blas.name())"
+# lint (the rules and why some are left out: [tool.ruff] in pyproject.toml)
+.venv/bin/python -m ruff check . || { echo "ruff check failed: fix the findings above"; exit 1; }
 .venv/bin/python -m pytest -q -rs "$@"
 rc=$?
 if [ $rc -eq 5 ]; then echo "no tests collected"; exit 0; fi

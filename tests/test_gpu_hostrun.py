@@ -135,7 +135,7 @@ def test_set_learning_rate_keeps_the_rate_on_the_device(rng):
     the new rate stays a device array, and the next step uses it."""
     ref, dev = _adam_models()
     x, y = rng.normal(size=(8, 6)), rng.integers(0, 4, size=8)
-    with hostrun.device() as cp:
+    with hostrun.device():
         q = dev.init_params(seed=0)
         assert isinstance(q["adam/lr"], hostrun.DeviceArray)
         q = nn.set_learning_rate(q, 3e-3)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import circuitgrad as cg
-from circuitgrad import modelfile, nn
+from circuitgrad import modelfile
 from circuitgrad.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,7 +1,6 @@
 """Gradients of a 3-layer MLP with softmax cross-entropy vs PyTorch autograd."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import circuitgrad as cg

@@ -361,7 +361,6 @@ def test_a_version_2_file_needs_room_for_its_lookup_rows(proved):
 def test_each_tables_lookups_are_contiguous_and_constant_rows_cost_nothing(proved):
     """The builder orders lookups by table width, so the logUp sums' coefficient rows are constant but at the
     seams; the verifier's row values agree with the full product for constant and other rows alike."""
-    from circuitgrad.backends.zk.ligero import protocol
     c, _, _ = proved
     bits = c.r1cs.lookup_bits
     assert len(set(bits.tolist())) > 1 and np.all(np.diff(bits) >= 0)

@@ -171,9 +171,9 @@ def test_a_classic_claim_on_weak_parameters_is_refused(small):
         with pytest.raises(zk.Reject, match=refused):
             zk.check(proof, c, wit.public, soundness="classic")
         # parameters the verifier names itself must still reach the target by the bound they claim
-        with pytest.raises(zk.Reject, match=rf"^the proof's parameters \(k=512, t=162, n=2048, σ=3, σL=3\) give "
-                                            rf"[0-9.]+ bits of soundness by the classic bound, below the required "
-                                            rf"100$"):
+        with pytest.raises(zk.Reject, match=r"^the proof's parameters \(k=512, t=162, n=2048, σ=3, σL=3\) give "
+                                            r"[0-9.]+ bits of soundness by the classic bound, below the required "
+                                            r"100$"):
             ligero.check(proof, c, wit.public, soundness="classic", params=weak)
 
 

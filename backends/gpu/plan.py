@@ -286,7 +286,6 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
     the others being parameters and optimizer state."""
     prog, free = _sink_parameter_work(prog, set(data))
     producer, uses = prog.producers(), prog.uses()
-    outputs = set(prog.outputs)
     shape_of = lambda v: prog.types[v].shape       # noqa: E731
     size_of = lambda v: prog.types[v].size         # noqa: E731
     # constant folding: every instruction whose arguments are all known is evaluated now
