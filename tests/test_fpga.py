@@ -340,3 +340,15 @@ def test_rtlil_declares_every_read_collision_undefined():
         masks = re.findall(r"parameter \\COLLISION_X_MASK (\d+)'([01]+)", il)
         assert len(masks) == 2 * macs                      # one per read port (macs = 1: two ports, one memory)
         assert all(bits == "1" * int(n) for n, bits in masks)
+
+
+def test_overflow_in_training_names_the_operation_and_the_run():
+    """``fpga.train`` runs the same simulation loop as ``simulate``: the same message, plus which run overflowed."""
+    B = 2
+    step = cg.compile_model(nn.mlp(B, [2, 2]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=cg.fixed(8, 4))
+    design = fpga.compile(step)
+    p = {k: np.full_like(v, 100) for k, v in step.init_params(seed=0).items()}     # raw 6.25
+    small, big = np.full((B, 2), 0.0), np.full((B, 2), 7.0)
+    with pytest.raises(cg.FixedPointOverflow) as e:
+        fpga.train(design, p, [(small, np.zeros((B, 2))), (big, np.zeros((B, 2))), (small, np.zeros((B, 2)))])
+    assert re.fullmatch(r"MatMul#\d+ overflowed fixed\(8,4\) in the FPGA simulation \(run 2 of 3\)", str(e.value))

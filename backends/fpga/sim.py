@@ -46,46 +46,26 @@ def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_0
     ``check_collisions`` raises :class:`ReadWriteCollision` if a read port ever addresses the word
     being written in the same cycle (slower; the tests use it).
     """
-    dut = Sequencer(mc, read_ports, macs)
-    result: dict = {}
-
-    async def bench(ctx):
-        for view, x in zip(mc.inputs, inputs):
-            for addr, v in zip(view.addresses().reshape(-1), np.asarray(x, dtype=np.int64).reshape(-1)):
-                dut.poke(ctx, addr, v)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        n = 1
-        while not ctx.get(dut.done):
-            await ctx.tick()
-            n += 1
-            if n > max_cycles:
-                raise RuntimeError(f"FPGA simulation did not finish in {max_cycles} cycles")
-        result["cycles"] = n
-        result["overflow"] = ctx.get(dut.overflow)
-        result["fault"] = ctx.get(dut.fault)
-        result["outputs"] = [np.array([ctx.get(dut.mem.data[int(a)]) for a in v.addresses().reshape(-1)],
-                                      dtype=np.int64).reshape(v.shape) for v in mc.outputs]
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    if check_collisions:
-        _watch_collisions(sim, dut)
-    sim.run()
-    if result["overflow"]:
-        u = mc.ops[result["fault"]]
-        why = f" or had {DOMAIN_WHAT[u.kind]}" if u.kind in DOMAIN_WHAT else ""
-        raise FixedPointOverflow(f"{u.source} overflowed {mc.dtype}{why} in the FPGA simulation")
-    return result["outputs"], result["cycles"]
+    return _run(mc, list(zip(mc.inputs, inputs)), [[]], mc.outputs, read_ports, macs, check_collisions, max_cycles)
 
 
 def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.ndarray, np.ndarray]],
-              read_ports: int = 2, macs: int = 1, check_collisions: bool = False) -> tuple[list[np.ndarray], int]:
-    """Load ``state`` (the first inputs) once, then for each batch load ``x, y`` and run; read the state back."""
-    dut = Sequencer(mc, read_ports, macs)
+              read_ports: int = 2, macs: int = 1, check_collisions: bool = False,
+              max_cycles: int = 10_000_000) -> tuple[list[np.ndarray], int]:
+    """Load ``state`` (the first inputs) once, then for each batch load ``x, y`` and run; read the state back:
+    ``(state, cycles of every run together)``. ``max_cycles`` bounds each run."""
     k = len(state)
+    runs = [[(mc.inputs[k], x), (mc.inputs[k + 1], y)] for x, y in batches]
+    return _run(mc, list(zip(mc.inputs[:k], state)), runs, mc.inputs[:k], read_ports, macs, check_collisions,
+                max_cycles)
+
+
+def _run(mc: Microcode, first: list, runs: list[list], read: list, read_ports: int, macs: int,
+         check_collisions: bool, max_cycles: int) -> tuple[list[np.ndarray], int]:
+    """Load ``first`` (``(view, array)`` pairs) once; for each run load its pairs, start the program and wait
+    until it is done; stop at the first overflow (raised, naming the micro-op and the run); read the
+    ``read`` views back. ``(arrays, cycles of every run together)``."""
+    dut = Sequencer(mc, read_ports, macs)
     result: dict = {}
 
     def load(ctx, view, x):
@@ -93,25 +73,28 @@ def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.nda
             dut.poke(ctx, addr, v)
 
     async def bench(ctx):
-        for view, x in zip(mc.inputs[:k], state):
+        for view, x in first:
             load(ctx, view, x)
         total = 0
-        for x, y in batches:
-            load(ctx, mc.inputs[k], x)
-            load(ctx, mc.inputs[k + 1], y)
+        for i, pairs in enumerate(runs):
+            for view, x in pairs:
+                load(ctx, view, x)
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            total += 1
+            n = 1
             while not ctx.get(dut.done):
                 await ctx.tick()
-                total += 1
+                n += 1
+                if n > max_cycles:
+                    raise RuntimeError(f"FPGA simulation did not finish in {max_cycles} cycles")
+            total += n
             if ctx.get(dut.overflow):
-                result["fault"] = ctx.get(dut.fault)
+                result["fault"] = (i, ctx.get(dut.fault))
                 break
         result["cycles"] = total
-        result["state"] = [np.array([ctx.get(dut.mem.data[int(a)]) for a in v.addresses().reshape(-1)],
-                                    dtype=np.int64).reshape(v.shape) for v in mc.inputs[:k]]
+        result["read"] = [np.array([ctx.get(dut.mem.data[int(a)]) for a in v.addresses().reshape(-1)],
+                                   dtype=np.int64).reshape(v.shape) for v in read]
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -120,8 +103,12 @@ def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.nda
         _watch_collisions(sim, dut)
     sim.run()
     if "fault" in result:
-        raise FixedPointOverflow(f"{mc.ops[result['fault']].source} overflowed {mc.dtype} in the FPGA simulation")
-    return result["state"], result["cycles"]
+        i, fault = result["fault"]
+        u = mc.ops[fault]
+        why = f" or had {DOMAIN_WHAT[u.kind]}" if u.kind in DOMAIN_WHAT else ""
+        at = f" (run {i + 1} of {len(runs)})" if len(runs) > 1 else ""
+        raise FixedPointOverflow(f"{u.source} overflowed {mc.dtype}{why} in the FPGA simulation{at}")
+    return result["read"], result["cycles"]
 
 
 def run_unrolled(design, xs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
