@@ -214,7 +214,7 @@ def meets(p: Params, target_bits: float = TARGET_BITS, lookups: int = 0, hash_bi
     ``ε_K + 4.5·2^(λ−κ) ≤ 2^−λ``. For the classic bound the exact minimum over ``e`` is taken over every
     distance whose float error term lies within 1e-6 bits of the float minimum (the exact minimiser is
     among them on any machine). A change to this rule or to :func:`choose` changes which parameters an
-    honest prover uses: it is a new protocol version (``protocol.PROTOCOL``, docs/ZK.md).
+    honest prover uses: it is a new protocol version (``proofio.PROTOCOL``, docs/ZK.md).
     """
     b = soundness_bits(p, lookups=lookups, hash_bits=hash_bits, contractions=contractions, table=table)
     if abs(b - target_bits) > EXACT_BAND or not float(target_bits).is_integer():

@@ -1,4 +1,5 @@
-"""The ``.proof`` file format of native Ligero proofs (version 1; 2 with lookups; 3 with contractions).
+"""Native Ligero proofs (:class:`LigeroProof`) and their ``.proof`` file format (version 1; 2 with lookups; 3
+with contractions).
 
 All integers are little-endian::
 
@@ -51,13 +52,75 @@ import struct
 
 import numpy as np
 
-from ..formats import MAX_FILE, FormatError, json_loads, printable, read_untrusted
-from . import gf
-from ..r1cs import MAX_TABLE_BITS
-from .params import DEFAULT_SOUNDNESS, SOUNDNESS, Params
-from .protocol import PROTOCOL, LigeroProof
+from dataclasses import dataclass, field
 
-__all__ = ["save", "load", "dumps", "loads", "max_bytes", "MAGIC", "VERSION"]
+from ..formats import MAX_FILE, FormatError, json_loads, printable, read_untrusted
+from ..r1cs import MAX_TABLE_BITS
+from . import gf, merkle
+from .params import DEFAULT_SOUNDNESS, SOUNDNESS, TABLE, Params, soundness_bits
+
+__all__ = ["LigeroProof", "PROTOCOL", "save", "load", "dumps", "loads", "max_bytes", "MAGIC", "VERSION"]
+
+PROTOCOL = "circuitgrad-ligero-r1cs-v3"      # v2: lookup tables per width, the contraction argument;
+#                                              v3: the linear test's coefficients in rank-one blocks
+
+
+@dataclass
+class LigeroProof:
+    """A native transparent proof (:mod:`.protocol` makes and checks it); its file format is this module's."""
+    params: Params
+    circuit_digest: bytes
+    public: np.ndarray              # z[1 : 1 + n_public] in [0, p)
+    public_outputs: int
+    statement: str
+    root: bytes
+    u: np.ndarray                   # (σ, K)
+    q: np.ndarray                   # (σ, K + k − 1)
+    h: np.ndarray                   # (σ, 2K − 1 − k)
+    columns: np.ndarray             # (rows, t) opened column values
+    salts: list                     # t × 16 bytes
+    siblings: list                  # Merkle siblings (32 bytes each)
+    timings: dict = field(default_factory=dict)
+    system: str = "ligero"
+    lookups: int = 0                # the circuit's lookups; with lookups or contractions, the second commitment:
+    lookup_table: int = 0           # |T|: the entries of the circuit's lookup tables (with lookups)
+    root2: bytes = b""
+    columns2: np.ndarray | None = None   # (σL·(mv + mm) + 3·σC·mx, t)
+    salts2: list = field(default_factory=list)
+    siblings2: list = field(default_factory=list)
+    contractions: int = 0           # the cells N of each Freivalds vector (0: the circuit has no contractions)
+
+    @property
+    def second_round(self) -> bool:
+        """Whether the proof has a second commitment (lookups or contractions)."""
+        return bool(self.lookups or self.contractions)
+
+    def header(self) -> dict:
+        """The header that the file format stores and the transcript absorbs."""
+        p = self.params
+        head = {"protocol": PROTOCOL, "field": str(gf.P), "hash": merkle.HASH, "k": p.k, "t": p.t, "n": p.n,
+                "sigma": p.sigma, "circuit_sha256": self.circuit_digest.hex(), "n_public": int(len(self.public)),
+                "public_outputs": int(self.public_outputs), "statement": self.statement}
+        if self.lookups:
+            head.update(lookups=int(self.lookups), lookup_sigma=p.lookup_sigma, lookup_table=int(self.lookup_table))
+        if self.contractions:
+            head.update(contraction_cells=int(self.contractions), contraction_sigma=p.contraction_sigma)
+        if p.soundness != DEFAULT_SOUNDNESS:        # absent: the default analysis (files stay as they were)
+            head["soundness"] = p.soundness
+        return head
+
+    @property
+    def soundness_bits(self) -> float:
+        return soundness_bits(self.params, lookups=self.lookups, contractions=self.contractions,
+                              table=self.lookup_table or TABLE)
+
+    def save(self, path: str) -> None:
+        save(self, path)
+
+    @classmethod
+    def load(cls, path: str) -> "LigeroProof":
+        return load(path)
+
 
 MAGIC = b"CGLIGERO"
 VERSION = 3

@@ -46,7 +46,7 @@ import functools
 import json
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -55,77 +55,17 @@ from . import coefficients, contraction, gf, lookup, merkle
 from .circuitdata import Prepared
 from .coefficients import BLOCK_CELLS as _BLOCK_CELLS, Rows
 from .params import DEFAULT_SOUNDNESS, Params, choose, meets, soundness_bits
+from .proofio import PROTOCOL, LigeroProof
 from .transcript import Transcript
 
 __all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "expected_params", "Reject", "PROTOCOL"]
 
-PROTOCOL = "circuitgrad-ligero-r1cs-v3"      # v2: lookup tables per width, the contraction argument;
-#                                              v3: the linear test's coefficients in rank-one blocks
 #: the most repetitions a verifier accepts (``choose`` picks 3 for 100 bits)
 MAX_SIGMA = 8
 
 
 class Reject(Exception):
     """Why a proof does not verify."""
-
-
-@dataclass
-class LigeroProof:
-    """A native transparent proof; see :mod:`.proofio` for its file format."""
-    params: Params
-    circuit_digest: bytes
-    public: np.ndarray              # z[1 : 1 + n_public] in [0, p)
-    public_outputs: int
-    statement: str
-    root: bytes
-    u: np.ndarray                   # (σ, K)
-    q: np.ndarray                   # (σ, K + k − 1)
-    h: np.ndarray                   # (σ, 2K − 1 − k)
-    columns: np.ndarray             # (rows, t) opened column values
-    salts: list                     # t × 16 bytes
-    siblings: list                  # Merkle siblings (32 bytes each)
-    timings: dict = field(default_factory=dict)
-    system: str = "ligero"
-    lookups: int = 0                # the circuit's lookups; with lookups or contractions, the second commitment:
-    lookup_table: int = 0           # |T|: the entries of the circuit's lookup tables (with lookups)
-    root2: bytes = b""
-    columns2: np.ndarray | None = None   # (σL·(mv + mm) + 3·σC·mx, t)
-    salts2: list = field(default_factory=list)
-    siblings2: list = field(default_factory=list)
-    contractions: int = 0           # the cells N of each Freivalds vector (0: the circuit has no contractions)
-
-    @property
-    def second_round(self) -> bool:
-        """Whether the proof has a second commitment (lookups or contractions)."""
-        return bool(self.lookups or self.contractions)
-
-    def header(self) -> dict:
-        """The header that the file format stores and the transcript absorbs."""
-        p = self.params
-        head = {"protocol": PROTOCOL, "field": str(gf.P), "hash": merkle.HASH, "k": p.k, "t": p.t, "n": p.n,
-                "sigma": p.sigma, "circuit_sha256": self.circuit_digest.hex(), "n_public": int(len(self.public)),
-                "public_outputs": int(self.public_outputs), "statement": self.statement}
-        if self.lookups:
-            head.update(lookups=int(self.lookups), lookup_sigma=p.lookup_sigma, lookup_table=int(self.lookup_table))
-        if self.contractions:
-            head.update(contraction_cells=int(self.contractions), contraction_sigma=p.contraction_sigma)
-        if p.soundness != DEFAULT_SOUNDNESS:        # absent: the default analysis (files stay as they were)
-            head["soundness"] = p.soundness
-        return head
-
-    @property
-    def soundness_bits(self) -> float:
-        return soundness_bits(self.params, lookups=self.lookups, contractions=self.contractions,
-                              table=self.lookup_table or lookup.TABLE)
-
-    def save(self, path: str) -> None:
-        from .proofio import save
-        save(self, path)
-
-    @classmethod
-    def load(cls, path: str) -> "LigeroProof":
-        from .proofio import load
-        return load(path)
 
 
 @dataclass
