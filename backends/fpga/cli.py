@@ -15,13 +15,13 @@ import numpy as np
 
 import circuitgrad as cg
 from circuitgrad import modelfile
-from circuitgrad.cli import UsageError, add_model_options
+from circuitgrad.command import UsageError, add_model_options
 
 __all__ = ["add_parser"]
 
 
 def _design(a):
-    from circuitgrad.cli import load_model
+    from circuitgrad.command import load_model
 
     from . import compile as fpga_compile
     if a.macs < 1:

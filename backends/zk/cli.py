@@ -46,7 +46,7 @@ import numpy as np
 
 import circuitgrad as cg
 from circuitgrad import modelfile
-from circuitgrad.cli import UsageError, add_model_options
+from circuitgrad.command import UsageError, add_model_options
 
 from . import bundle as B
 from . import ligero
@@ -86,7 +86,7 @@ class _Phase:
 
 def _setup(a):
     """The model file's spec, compiled step and circuit for the options in ``a``, and those options resolved."""
-    from circuitgrad.cli import load_model
+    from circuitgrad.command import load_model
     for flag in ("ptau", "vkey", "zkey"):          # files the command line names: a missing one is a usage error
         path = getattr(a, flag, None)
         if path is not None and not os.path.exists(path):
