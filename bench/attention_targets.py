@@ -1,4 +1,4 @@
-"""Spherical against softmax attention on the ZK and FPGA targets (issue 13, part 3).
+"""Spherical against softmax attention on the ZK and FPGA targets.
 
 One causal head ``q, k, v : [S, dh]`` in fixed point, forward and its reverse derivative (what a
 training step proves), lowered by ``zk.compile_program``: constraints per head, split into the

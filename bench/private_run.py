@@ -1,4 +1,4 @@
-"""Private training runs (issue 15): what commitments and committed data cost, and Dask proving.
+"""Private training runs: what commitments and committed data cost, and Dask proving.
 
     python bench/private_run.py [--steps 8] [--repeats 3] [--no-peer]
 

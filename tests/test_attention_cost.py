@@ -1,4 +1,4 @@
-"""Exact costs of one causal attention head (issue 13): spherical attention's weights in a training step
+"""Exact costs of one causal attention head: spherical attention's weights in a training step
 take at most half of softmax's constraints + lookups, and its FPGA memory stays under 2048 words."""
 import os
 import sys

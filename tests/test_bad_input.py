@@ -1,5 +1,5 @@
 """Bad input at the API: a clear TypeError/ValueError naming what is wrong, never a traceback
-from generated code, never a silently wrong result (issue 11, items 9-12)."""
+from generated code, never a silently wrong result."""
 from __future__ import annotations
 
 import io
@@ -438,7 +438,7 @@ def test_progress_helper_lines_and_bar(capsys):
     assert "3/3" in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------ issue 12: token ids
+# ------------------------------------------------------------------ token ids
 @pytest.fixture(scope="module")
 def tiny_gpt():
     return cg.compile_model(nn.gpt(2, 4, 7, d=4, heads=1, layers=1), loss=nn.softmax_cross_entropy,

@@ -1,4 +1,4 @@
-"""Transformers and convolutions on the FPGA (issue 13): every primitive of the vocabulary, and its
+"""Transformers and convolutions on the FPGA: every primitive of the vocabulary, and its
 reverse derivative, runs on the sequencer bit-exact with the fixed-point interpreter; the new units
 (signed rounded division, square root, log, exp of either sign, argmax, eq) match the reference
 arithmetic on their edge cases and raise the overflow flag outside their domain; three training steps

@@ -1,4 +1,4 @@
-"""Private training runs (issue 15): commitments in the circuit, committed data, chained proofs, Dask."""
+"""Private training runs: commitments in the circuit, committed data, chained proofs, Dask."""
 import json
 import os
 import re

@@ -105,8 +105,9 @@ def test_proof_files_roundtrip_and_malformed_files(proved, tmp_path):
 
 
 def forge(c):
-    """The attack of issue 11: a trivial circuit (``v·1 = v`` rows) with ``c``'s public layout, proved
-    with its own Groth16 setup, claiming ``c``'s statement, the real inputs and outputs of the forger's choice."""
+    """The red team's attack on exported files: a trivial circuit (``v·1 = v`` rows) with ``c``'s public layout,
+    proved with its own Groth16 setup, claiming ``c``'s statement, the real inputs and outputs of the forger's
+    choice."""
     r = c.r1cs
     b = Builder(zk.BN254)
     pub = b.alloc((r.n_public,), "public")

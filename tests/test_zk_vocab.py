@@ -1,4 +1,4 @@
-"""Transformers and convolutions in zero knowledge (issue 13): three training steps of a tiny GPT
+"""Transformers and convolutions in zero knowledge: three training steps of a tiny GPT
 (softmax and spherical attention) and of a small digits CNN, each as an R1CS circuit whose witness
 is bit-exact with the fixed-point interpreter, satisfies every constraint, leaves no wire
 unconstrained, and is accepted by snarkjs ``wtns check``."""
