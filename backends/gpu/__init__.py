@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from circuitgrad.schedule import Program
-
 from circuitgrad import primitives as P
+from circuitgrad.schedule import Program
 
 from . import cuda
 from .plan import Plan, plan

@@ -43,10 +43,6 @@ class Outer:
     beta: np.ndarray
     gamma: np.ndarray | None
 
-    @property
-    def shape(self) -> tuple[int, int | None]:
-        return (len(self.beta), None if self.gamma is None else len(self.gamma))
-
     def flat(self, size: int | None = None) -> np.ndarray:
         """The rows laid end to end (``m·k`` values, the first ``size`` of them when given)."""
         if self.gamma is None:
@@ -72,7 +68,7 @@ def piecewise(values: np.ndarray, bounds: np.ndarray, m: int, k: int) -> list:
     ``γ = 1``, the rows a bound cuts as dense ones. Nothing of size ``m·k`` is built."""
     values = np.append(np.asarray(values, dtype=np.int64), 0)         # past the last bound: 0
     bounds = np.asarray(bounds, dtype=np.int64)
-    cut = np.zeros(m + 1, dtype=bool)
+    cut = np.zeros(m, dtype=bool)
     inner = bounds[bounds % k != 0] // k
     cut[inner[inner < m]] = True
     first = values[np.searchsorted(bounds, np.arange(m, dtype=np.int64) * k, side="right") - 1]
@@ -88,6 +84,11 @@ def piecewise(values: np.ndarray, bounds: np.ndarray, m: int, k: int) -> list:
             parts.append(Outer(first[a:b], None))
         a = b
     return parts
+
+
+def _height(part) -> int:
+    """Rows of a block: a dense one's first axis, a rank-one one's ``β``."""
+    return len(part.beta) if isinstance(part, Outer) else part.shape[0]
 
 
 def _row_consts(R: np.ndarray) -> np.ndarray:
@@ -108,7 +109,7 @@ class Rows:
 
     @property
     def n_rows(self) -> int:
-        return sum(len(p.beta) if isinstance(p, Outer) else p.shape[0] for p in self.parts)
+        return sum(_height(p) for p in self.parts)
 
     def dense(self) -> np.ndarray:
         """Every row as a dense ``(rows, k)`` array (for tests and small circuits)."""
@@ -117,9 +118,8 @@ class Rows:
     def _spans(self):
         at = 0
         for p in self.parts:
-            m = len(p.beta) if isinstance(p, Outer) else p.shape[0]
-            yield p, at, at + m
-            at += m
+            yield p, at, at + _height(p)
+            at += _height(p)
 
     def values_at(self, lag: np.ndarray) -> np.ndarray:
         """``r_i(η_j) = Σ_h R[i, h]·L_h(η_j)`` for every row, given the Lagrange values ``lag`` (``k × t``) at the
