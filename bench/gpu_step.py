@@ -3,12 +3,14 @@
     python bench/gpu_step.py [--repeats 50] [--warmup 10]
 
 Models: MLP 784-256-256-10 at batch 128 and MLP 4096-4096-4096 at batch 1024
-(ReLU, softmax cross-entropy, SGD, float32). For each implementation the
+(ReLU, softmax cross-entropy, SGD, float32), and the CNN of ``examples/digits_cnn.py``
+(conv 3x3 1→16, ReLU, max pool 2, dense 256→10, batch 32, momentum SGD). For each implementation the
 table reports the median per-step time measured with CUDA events after
 warm-up, and circuitgrad's kernel launches per step. The peers, PyTorch eager,
 ``torch.compile`` and ``torch.compile(mode="reduce-overhead")``, run in the
-same process. There is no transformer row yet: the foundation has no
-attention primitive. Without a GPU the script says why and exits with 0.
+same process. The GPT's timing is ``scripts/gpu-check.sh``'s, and
+``bench/gpu_profile.py`` shows where each step's time goes. Without a GPU the script says why and
+exits with 0.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 from _util import table  # noqa: E402
 
 import circuitgrad as cg  # noqa: E402
@@ -62,6 +65,35 @@ def ours(sizes, B, repeats, warmup):
     return cuda_time(run, repeats, warmup), step.launches_per_step
 
 
+def ours_cnn(B, repeats, warmup):
+    import digits_cnn
+    step = digits_cnn.model(batch=B).compile(backend="cupy", donate=True)
+    rng = np.random.default_rng(0)
+    args = step.arguments("step", {k: step.xp.asarray(v) for k, v in step.init_params(seed=0).items()},
+                          rng.normal(size=(B, 64)), rng.integers(0, 10, size=B))
+    f = step.fn("step").run
+    n = len(step.param_names + step.state_names)
+    state = {"a": args}
+
+    def run():
+        out = f(*state["a"])
+        state["a"] = list(out) + state["a"][n:]
+    return cuda_time(run, repeats, warmup), step.launches_per_step
+
+
+def torch_cnn_rows(B, repeats, warmup):
+    """The same CNN in PyTorch: conv 3x3 (padding 1) 1→16, ReLU, max pool 2, flatten, linear 256→10."""
+    import torch
+
+    def make():
+        return torch.nn.Sequential(torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                   torch.nn.Flatten(), torch.nn.Linear(256, 10)).to("cuda")
+    x = torch.randn(B, 1, 8, 8, device="cuda")
+    y = torch.randint(0, 10, (B,), device="cuda")
+    return _torch_modes(make, lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9), x, y,
+                        repeats, warmup)
+
+
 def torch_rows(sizes, B, repeats, warmup):
     import torch
     dev = "cuda"
@@ -73,13 +105,19 @@ def torch_rows(sizes, B, repeats, warmup):
             if i < len(sizes) - 2:
                 layers.append(torch.nn.ReLU())
         return torch.nn.Sequential(*layers).to(dev)
+    x = torch.randn(B, sizes[0], device=dev)
+    y = torch.randint(0, sizes[-1], (B,), device=dev)
+    return _torch_modes(make, lambda m: torch.optim.SGD(m.parameters(), lr=0.01), x, y, repeats, warmup)
+
+
+def _torch_modes(make, optimizer, x, y, repeats, warmup):
+    """ms per step of PyTorch eager and both ``torch.compile`` modes on a fresh model each."""
+    import torch
     rows = {}
     for label, mode in (("PyTorch eager", None), ("torch.compile", "default"),
                         ("torch.compile reduce-overhead", "reduce-overhead")):
         model = make()
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        x = torch.randn(B, sizes[0], device=dev)
-        y = torch.randint(0, sizes[-1], (B,), device=dev)
+        opt = optimizer(model)
 
         def train_step():
             opt.zero_grad(set_to_none=True)
@@ -115,6 +153,11 @@ def main() -> int:
         if have_torch:
             for label, tt in torch_rows(sizes, B, a.repeats, a.warmup).items():
                 rows.append(["", label, f"{tt * 1e3:.3f}", "-", f"{tt / t:.2f}"])
+    t, launches = ours_cnn(32, a.repeats, a.warmup)
+    rows.append(["digits CNN b32", "circuitgrad (CuPy)", f"{t * 1e3:.3f}", launches, "1.00"])
+    if have_torch:
+        for label, tt in torch_cnn_rows(32, a.repeats, a.warmup).items():
+            rows.append(["", label, f"{tt * 1e3:.3f}", "-", f"{tt / t:.2f}"])
     print(f"GPU training step, float32, median of {a.repeats} (CUDA events, after {a.warmup} warm-up); device: {why}")
     print(table(["model", "implementation", "ms / step", "kernels / step", "time / circuitgrad"], rows))
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -41,6 +41,7 @@ class _Fn:
     run: Callable
     source: str
     launches: int | None = None      # kernel launches per call (GPU backend)
+    compiled: Any = None             # the backend's own compiled function (GPU: a ``GpuFunction``)
 
 
 def _param_names(params: Sequence[Parameter]) -> list[str]:
@@ -141,6 +142,15 @@ class CompiledModel:
         and this method read it. Host ids and labels are always checked at once.
         """
         self._checks.check()
+
+    def arguments(self, function: str, params: Params, x, y=None) -> list:
+        """The positional arguments ``fn(function).run`` takes: ``params`` in order (with the optimizer state
+        for ``step``), then ``x`` and ``y`` (not for ``predict``), checked and converted as :meth:`step` does,
+        on this backend's device (for :func:`circuitgrad.backends.gpu.profile`, say)."""
+        if function not in self.diagrams:
+            raise ValueError(f"arguments: unknown function {function!r}; choose one of {sorted(self.diagrams)}")
+        out = self._params(params, function) + [self._x(x, function)]
+        return out if function == "predict" else out + [self._targets(y, function)]
 
     @cached_property
     def _shapes(self) -> dict[str, tuple[int, ...]]:
@@ -394,6 +404,6 @@ def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str], backen
         from .backends import gpu
         pairs = dict(zip(prog.outputs, prog.inputs)) if donate and key == "step" else None
         g = gpu.compile_function(prog, arg_names, key, emulate=backend == "cupy-emulated", donate_pairs=pairs)
-        return _Fn(prog, g.run, g.source, g.launches)
+        return _Fn(prog, g.run, g.source, g.launches, g)
     fn, src = compile_program(prog, arg_names, key)
     return _Fn(prog, fn, src)

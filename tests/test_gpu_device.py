@@ -121,3 +121,23 @@ def test_row_kernels_shuffle_on_the_device(op, k, dtype, rng):
         g = gpu.compile_function(_prog(op, s.shape, DT[dtype]), ["a0"], "g")
         (got,) = g.run(cupy.asarray(s))
         np.testing.assert_array_equal(cupy.asnumpy(got), np.eye(k, dtype=npdt)[np.argmax(s, axis=-1)])
+
+
+def test_profile_times_every_launch_with_events(rng):
+    """gpu.profile on the device: one CUDA-event interval per launch, each positive, summing to the event span,
+    and the caller's (donated) arrays left alone."""
+    B = 32
+    step = cg.compile_model(nn.mlp(B, [64, 128, 10]), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.1),
+                            backend="cupy", donate=True)
+    p = step.init_params(seed=0)
+    x = step.xp.asarray(rng.normal(size=(B, 64)).astype(np.float32))
+    y = step.xp.asarray(np.eye(10, dtype=np.float32)[rng.integers(0, 10, size=B)])
+    args = [p[k] for k in step.param_names + step.state_names] + [x, y]
+    before = [step.to_host(a) for a in args]
+    prof = gpu.profile(step.fn("step").compiled, *args, repeats=5, warmup=2)
+    assert len(prof.launches) == step.launches_per_step
+    assert all(x.measured_s > 0 for x in prof.launches)
+    for i, span in enumerate(prof.spans):      # consecutive events tile each call's span (0.5 µs resolution each)
+        assert abs(sum(v[i] for v in prof.samples.values()) - span) <= 1e-6 * len(prof.launches)
+    assert prof.device == gpu.available()[1]
+    assert all(np.array_equal(step.to_host(a), b) for a, b in zip(args, before))

@@ -3,7 +3,8 @@
     step = cg.compile_model(model, loss=..., optimizer=..., backend="cupy")
 
 :mod:`~.plan` groups the SSA program into launches, :mod:`~.cuda` writes the
-kernels, and :mod:`~.runtime` writes the Python glue that launches them.
+kernels, and :mod:`~.runtime` writes the Python glue that launches them, and
+:mod:`~.profiler` times each launch against the cost model's prediction.
 :mod:`~.hostcheck` compiles the same kernels for the CPU with nvcc, so the
 generated code is tested without a GPU; :mod:`~.hostrun` runs ``backend="cupy"``
 itself on the CPU (a CuPy stand-in; :mod:`~.hostlaunch` compiles its kernels and launches them one thread
@@ -19,9 +20,11 @@ from circuitgrad.schedule import Program
 
 from . import cuda
 from .plan import Plan, plan
+from .profiler import Launch, Profile, profile
 from .runtime import VIEWS, GpuFunction, build, emulated_kernel
 
-__all__ = ["RULES", "UNSUPPORTED", "available", "compile_function", "plan", "Plan", "GpuFunction"]
+__all__ = ["RULES", "UNSUPPORTED", "available", "compile_function", "plan", "Plan", "GpuFunction", "profile",
+           "Profile", "Launch"]
 
 #: how the backend runs each primitive: elementwise ones by a CUDA expression in a fused kernel, row-wise ones
 #: and gathers by a kernel of their own, views by a CuPy view (or the layout its consumers read), matrix products

@@ -27,7 +27,7 @@ use this to check the glue, the plan and the buffer handling without a GPU.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -56,8 +56,12 @@ assert BLOCK % 32 == 0
 
 
 def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: str,
-             donate_pairs: dict[int, int] | None = None) -> str:
-    """Python source of the step. ``donate_pairs`` maps an output variable to the input it may overwrite."""
+             donate_pairs: dict[int, int] | None = None, probe: bool = False) -> str:
+    """Python source of the step. ``donate_pairs`` maps an output variable to the input it may overwrite.
+
+    ``probe=True`` (for :mod:`~.profile`): the source calls ``_probe(-1)`` on entry and ``_probe(k)`` after
+    the launch of plan step ``k``, so each launch can be timed on the stream.
+    """
     prog = p.program
     names = {v: f"v{v}" for v in range(len(prog.types))}
     for v, n in zip(prog.inputs, arg_names):
@@ -73,6 +77,8 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
     contiguous: set[int] = set(prog.inputs)   # caller arrays (made so on entry) and values produced by
                                               # kernels, cuBLAS or reductions: C-contiguous
     lines, consts = [], []
+    if probe:
+        lines.append("    _probe(-1)")
     # Every argument is made C-contiguous once, on entry (no copy when it already is; CuPy refuses a NumPy
     # array here, so a host array never reaches a kernel, where CuPy would pass a size-1 one by value).
     # Kernels index their arrays linearly, and a donated update is written into the array the kernel read:
@@ -138,6 +144,8 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
             call = ", ".join(ins + outs)
             lines.append(f"    {kern.name}(({grid},), ({BLOCK},), ({call},))".ljust(60)
                          + f"# {' + '.join(kern.ops)}")
+        if probe and s.kind not in ("view", "const"):
+            lines.append(f"    _probe({k})")
         dead = sorted({src(x) for x in s.inputs if last.get(src(x)) == k and src(x) not in keep
                        and not names[src(x)].startswith("C")})
         if dead:
@@ -206,6 +214,10 @@ class GpuFunction:
         return self.python + "\n/* CUDA kernels */\n" + self.cuda_source
 
     donors: tuple = ()          # (position, name) of the arguments a ``donate=True`` step may overwrite
+    name: str = ""
+    arg_names: tuple = ()
+    donate_pairs: dict | None = None
+    namespace: dict = field(default_factory=dict, repr=False)   # what the source runs in: xp, launchers, constants
 
     def run(self, *args):
         if self.donors:
@@ -223,7 +235,8 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
     for i, k in ks.items():
         ns[k.name] = launcher(p, i, k)
     exec(compile(src, f"<circuitgrad-gpu:{fn_name}>", "exec"), ns)
-    g = GpuFunction(prog, p, ks, src, ns[_ident(fn_name)])
+    g = GpuFunction(prog, p, ks, src, ns[_ident(fn_name)], name=fn_name, arg_names=tuple(arg_names),
+                    donate_pairs=donate_pairs, namespace=ns)
     if donate_pairs:
         donor_vars = set(donate_pairs.values())
         g.donors = tuple((k, n) for k, (v, n) in enumerate(zip(prog.inputs, arg_names)) if v in donor_vars)

@@ -25,7 +25,7 @@ from typing import Any
 from ..types import Float
 from .work import itemsize, work
 
-__all__ = ["Device", "DEVICES", "estimate"]
+__all__ = ["Device", "DEVICES", "estimate", "launch_cost"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,24 @@ DEVICES = {
 }
 
 
+def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False) -> dict:
+    """HBM bytes, FLOPs by unit and predicted seconds of one launch (``step``) of the plan ``pl`` of ``p``."""
+    nbytes = 0
+    for v in dict.fromkeys(pl.read(x)[0] for x in step.inputs):
+        nbytes += p.types[v].size * itemsize(p.types[v])
+    nbytes += sum(p.types[v].size * itemsize(p.types[v]) for v in step.outputs)
+    ws = [work(p, a) for a in step.instrs + step.remat]
+    mm = sum(w.matmul_flops for w in ws)
+    other = sum(w.flops for w in ws) - mm
+    dt = p.types[step.instrs[0].results[0]].dtype if step.instrs and step.instrs[0].results else None
+    on_tc = mm if (tf32 and isinstance(dt, Float) and dt.bits == 32) else 0
+    simt_rate = dev.fp64_flops if isinstance(dt, Float) and dt.bits == 64 else dev.fp32_flops
+    compute = on_tc / dev.tf32_flops + (mm - on_tc + other) / simt_rate
+    secs = dev.launch_s + max(nbytes / dev.hbm_bytes_s, compute)
+    return {"kernels": 1, "flops": mm + other, "matmul_flops": mm, "tensor_core_flops": on_tc,
+            "cuda_core_flops": mm - on_tc + other, "bytes": nbytes, "seconds": secs}
+
+
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, tf32: bool = False):
     from . import Cost, program_of, table
     from ..backends.gpu.plan import plan
@@ -55,27 +73,9 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     dev = DEVICES[key]
     p = program_of(f, function)
     pl = plan(p)
-    lines = []
-    launches = 0
-    for step in pl.steps:
-        if step.kind in ("view", "const"):
-            continue
-        launches += 1
-        nbytes = 0
-        for v in dict.fromkeys(pl.read(x)[0] for x in step.inputs):
-            nbytes += p.types[v].size * itemsize(p.types[v])
-        nbytes += sum(p.types[v].size * itemsize(p.types[v]) for v in step.outputs)
-        ws = [work(p, a) for a in step.instrs + step.remat]
-        mm = sum(w.matmul_flops for w in ws)
-        other = sum(w.flops for w in ws) - mm
-        dt = p.types[step.instrs[0].results[0]].dtype if step.instrs and step.instrs[0].results else None
-        on_tc = mm if (tf32 and isinstance(dt, Float) and dt.bits == 32) else 0
-        simt_rate = dev.fp64_flops if isinstance(dt, Float) and dt.bits == 64 else dev.fp32_flops
-        compute = on_tc / dev.tf32_flops + (mm - on_tc + other) / simt_rate
-        secs = dev.launch_s + max(nbytes / dev.hbm_bytes_s, compute)
-        path = step.instrs[0].path if step.instrs else ""
-        lines.append((path, {"kernels": 1, "flops": mm + other, "matmul_flops": mm, "tensor_core_flops": on_tc,
-                             "cuda_core_flops": mm - on_tc + other, "bytes": nbytes, "seconds": secs}))
+    lines = [(step.instrs[0].path if step.instrs else "", launch_cost(p, pl, step, dev, tf32))
+             for step in pl.steps if step.kind not in ("view", "const")]
+    launches = len(lines)
     rows, total = table(lines, depth)
     notes = [f"{dev.name}: HBM {dev.hbm_bytes_s / 1e12:.2f} TB/s, FP32 {dev.fp32_flops / 1e12:.0f} TFLOPS, "
              f"TF32 tensor cores {dev.tf32_flops / 1e12:.1f} TFLOPS ({'used' if tf32 else 'not used: tf32=False'}), "
