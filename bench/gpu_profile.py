@@ -7,8 +7,9 @@ check's configuration), the CNN of ``examples/digits_cnn.py`` (batch 32, 16 chan
 the MLP 784-256-256-10 at batch 128 (SGD), all float32 with ``donate=True``. For each it prints
 :func:`circuitgrad.backends.gpu.profile`'s table (by launch kind, by definition, the slowest launches)
 and a summary: the unprobed step's wall time, the sum of the launches' stream times, the cost model's
-prediction (``cg.cost(step, target="gpu")``) and the measured per-launch floor that the model assumes
-to be 4 µs. Without a GPU it says why and exits with 0; ``--emulate`` runs the same code on the host
+prediction (``cg.cost(step, target="gpu")``) and the measured per-launch floor (the median time of
+the launches with under a microsecond of device work). The cost model's issue costs
+(``circuitgrad.costmodel.gpu.ISSUE_S``) come from this script's run on an H100. Without a GPU it says why and exits with 0; ``--emulate`` runs the same code on the host
 (``backend="cupy-emulated"``, host timestamps), to check the script itself.
 """
 from __future__ import annotations

@@ -5,10 +5,10 @@
 
 The function's source is generated again with probes (:func:`~.runtime.generate`, ``probe=True``):
 a CUDA event is recorded on entry and after each launch, so the time between two events is the
-launch's time on the stream, including any wait for the host to issue it. A launch-bound step
+launch's time on the stream, including any wait for the host to issue it. A step bound by the host
 shows as launches that take about the same few microseconds whatever their size; ``floor_s``
 (the median time of the launches whose roofline time is under a microsecond) measures that cost,
-which the cost model otherwise assumes (``Device.launch_s``). ``wall_s`` is the unprobed call, timed
+which the cost model predicts from ``costmodel.gpu.ISSUE_S``. ``wall_s`` is the unprobed call, timed
 on the host with a synchronize after each call; the event records add a little host time, so
 ``span_s`` (first to last event) may exceed it slightly when the host is the bottleneck.
 
@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from circuitgrad.codegen import _ident
 from circuitgrad.costmodel import group
-from circuitgrad.costmodel.gpu import DEVICES, launch_cost
+from circuitgrad.costmodel.gpu import DEVICES, ISSUE_S, launch_cost
 
 from .runtime import GpuFunction, generate
 
@@ -42,6 +42,7 @@ class Launch:
     bytes: int
     flops: int
     predicted_s: float
+    roofline_s: float          # the device's work alone (bytes or FLOPs at the datasheet rates)
     measured_s: float = 0.0
 
 
@@ -53,7 +54,7 @@ class Profile:
     wall_s: float              # median host time of an unprobed call, synchronized
     span_s: float              # median time from the entry event to the last launch's event
     repeats: int
-    launch_s: float            # the launch cost the prediction assumes
+    issue_s: dict              # the host's cost of issuing a launch that the prediction assumes, by kind
     samples: dict = field(default_factory=dict, repr=False)   # launch index -> its time in each call
     spans: list = field(default_factory=list, repr=False)     # each call's event span (the samples' sum)
 
@@ -68,7 +69,7 @@ class Profile:
     @property
     def floor_s(self) -> float | None:
         """Median time of the launches predicted to need under a microsecond of work (the launch cost)."""
-        small = [x.measured_s for x in self.launches if x.predicted_s - self.launch_s < 1e-6]
+        small = [x.measured_s for x in self.launches if x.roofline_s < 1e-6]
         return statistics.median(small) if small else None
 
     def by(self, key: str = "kind", depth: int = 2) -> list[dict]:
@@ -98,9 +99,9 @@ class Profile:
             return [line(head), line(["-" * n for n in w]), *map(line, rows)]
         out = [f"{self.function} on {self.device}: {len(self.launches)} launches, median of {self.repeats}",
                f"  wall (unprobed, synchronized) {us(self.wall_s)} µs; event span {us(self.span_s)} µs; "
-               f"sum of launches {us(self.measured_s)} µs; predicted {us(self.predicted_s)} µs "
-               f"(launch cost assumed {us(self.launch_s)} µs"
-               + (f", measured floor {us(self.floor_s)} µs)" if self.floor_s is not None else ")"), ""]
+               f"sum of launches {us(self.measured_s)} µs; predicted {us(self.predicted_s)} µs",
+               "  issue cost assumed " + ", ".join(f"{k} {us(v)} µs" for k, v in self.issue_s.items())
+               + (f"; measured floor {us(self.floor_s)} µs a launch" if self.floor_s is not None else ""), ""]
         head = ["", "launches", "MB", "predicted µs", "measured µs", "measured / predicted"]
         for key in ("kind", "path"):
             rows = [[g[key], g["launches"], f"{g['bytes'] / 1e6:.2f}", us(g["predicted_s"]), us(g["measured_s"]),
@@ -114,7 +115,7 @@ class Profile:
 
     def to_json(self) -> dict:
         return {"device": self.device, "function": self.function, "repeats": self.repeats,
-                "wall_s": self.wall_s, "span_s": self.span_s, "launch_s_assumed": self.launch_s,
+                "wall_s": self.wall_s, "span_s": self.span_s, "issue_s_assumed": self.issue_s,
                 "floor_s": self.floor_s, "measured_s": self.measured_s, "predicted_s": self.predicted_s,
                 "by_kind": self.by("kind"), "by_definition": self.by("path"),
                 "launches": [vars(x) for x in self.launches]}
@@ -208,8 +209,8 @@ def profile(f: GpuFunction, *args: Any, repeats: int = 10, warmup: int = 3, devi
             continue
         c = launch_cost(p, pl, s, dev, tf32)
         launches.append(Launch(k, s.kind, _what(f, k), s.instrs[0].path if s.instrs else "", c["bytes"],
-                               c["flops"], c["seconds"], statistics.median(samples[k])))
+                               c["flops"], c["seconds"], c["roofline_s"], statistics.median(samples[k])))
     assert len(launches) == f.launches == len(samples), (len(launches), f.launches, len(samples))
     return Profile(name, f.name, launches, statistics.median(walls), statistics.median(spans), repeats,
-                   dev.launch_s, samples, spans)
+                   dict(ISSUE_S), samples, spans)
 

@@ -4,7 +4,9 @@ The program is planned by the GPU backend itself (:func:`circuitgrad.backends.gp
 each launch reads its input arrays from HBM and writes its outputs (views cost nothing, a fused
 kernel's intermediates stay in registers), so the traffic is that of the code that runs. A
 kernel's predicted time is ``launch + max(bytes / HBM bandwidth, tensor-core FLOPs / TC rate +
-CUDA-core FLOPs / FP32 rate)``.
+CUDA-core FLOPs / FP32 rate)`` on the device, or the host's time to issue the launch when that is
+longer: ``max(issue[kind], launch + roofline)``. The host issues each launch from the generated
+Python through CuPy, and a step of small kernels waits on the host, not on the device.
 
 Device profiles are the vendors' datasheet figures (dense, without sparsity):
 
@@ -14,8 +16,8 @@ Device profiles are the vendors' datasheet figures (dense, without sparsity):
 * ``h200`` — NVIDIA H200 SXM 141 GB (*NVIDIA H200 Tensor Core GPU* datasheet, 2024): HBM3e
   4.8 TB/s; the same compute as the H100 SXM.
 
-The launch cost (4 µs, kernel launch through CuPy from Python) is an assumption until the device
-issue measures it; the HBM rate is the datasheet peak, which real kernels reach only in part.
+The issue costs are measured (:data:`ISSUE_S`); the 4 µs kernel start on the device is an assumption,
+and the HBM rate is the datasheet peak, which real kernels reach only in part.
 """
 from __future__ import annotations
 
@@ -25,7 +27,13 @@ from typing import Any
 from ..types import Float
 from .work import itemsize, work
 
-__all__ = ["Device", "DEVICES", "estimate", "launch_cost"]
+__all__ = ["Device", "DEVICES", "ISSUE_S", "estimate", "launch_cost"]
+
+#: host seconds to issue one launch from the generated Python: a generated kernel (``RawKernel``), a cuBLAS
+#: product (``xp.matmul``), a CuPy reduction (``.sum``). Medians over the 238 launches of the three models of
+#: ``bench/gpu_profile.py`` (CUDA events, net of the probes' own cost), CuPy 14.2, Python 3.12, on the host
+#: of an H100 machine, 2026-11-27 (docs/BENCHMARKS.md)
+ISSUE_S = {"kernel": 10.0e-6, "matmul": 28.8e-6, "reduce": 28.9e-6}
 
 
 @dataclass(frozen=True)
@@ -37,7 +45,7 @@ class Device:
     tf32_flops: float
     bf16_flops: float
     smem_bytes: int            # shared memory per SM (the "M" of the attention IO model)
-    launch_s: float = 4e-6
+    launch_s: float = 4e-6     # a kernel's start on the device (assumed)
 
 
 DEVICES = {
@@ -47,7 +55,8 @@ DEVICES = {
 
 
 def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False) -> dict:
-    """HBM bytes, FLOPs by unit and predicted seconds of one launch (``step``) of the plan ``pl`` of ``p``."""
+    """HBM bytes, FLOPs by unit and predicted seconds of one launch (``step``) of the plan ``pl`` of ``p``
+    (``roofline_s``: the device's work alone, without the launch)."""
     nbytes = 0
     for v in dict.fromkeys(pl.read(x)[0] for x in step.inputs):
         nbytes += p.types[v].size * itemsize(p.types[v])
@@ -59,9 +68,11 @@ def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False) -> 
     on_tc = mm if (tf32 and isinstance(dt, Float) and dt.bits == 32) else 0
     simt_rate = dev.fp64_flops if isinstance(dt, Float) and dt.bits == 64 else dev.fp32_flops
     compute = on_tc / dev.tf32_flops + (mm - on_tc + other) / simt_rate
-    secs = dev.launch_s + max(nbytes / dev.hbm_bytes_s, compute)
+    roofline = max(nbytes / dev.hbm_bytes_s, compute)
+    issue = ISSUE_S.get(step.kind, ISSUE_S["kernel"])
     return {"kernels": 1, "flops": mm + other, "matmul_flops": mm, "tensor_core_flops": on_tc,
-            "cuda_core_flops": mm - on_tc + other, "bytes": nbytes, "seconds": secs}
+            "cuda_core_flops": mm - on_tc + other, "bytes": nbytes,
+            "seconds": max(issue, dev.launch_s + roofline), "roofline_s": roofline}
 
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, tf32: bool = False):
@@ -73,12 +84,18 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     dev = DEVICES[key]
     p = program_of(f, function)
     pl = plan(p)
-    lines = [(step.instrs[0].path if step.instrs else "", launch_cost(p, pl, step, dev, tf32))
-             for step in pl.steps if step.kind not in ("view", "const")]
+    lines = []
+    for step in pl.steps:
+        if step.kind not in ("view", "const"):
+            c = launch_cost(p, pl, step, dev, tf32)
+            c.pop("roofline_s")
+            lines.append((step.instrs[0].path if step.instrs else "", c))
     launches = len(lines)
     rows, total = table(lines, depth)
     notes = [f"{dev.name}: HBM {dev.hbm_bytes_s / 1e12:.2f} TB/s, FP32 {dev.fp32_flops / 1e12:.0f} TFLOPS, "
              f"TF32 tensor cores {dev.tf32_flops / 1e12:.1f} TFLOPS ({'used' if tf32 else 'not used: tf32=False'}), "
-             f"{dev.launch_s * 1e6:.0f} µs per launch (assumed)",
+             f"each launch issued from Python in {ISSUE_S['kernel'] * 1e6:.0f} µs (a kernel) or "
+             f"{ISSUE_S['matmul'] * 1e6:.0f} µs (cuBLAS, a reduction), measured; {dev.launch_s * 1e6:.0f} µs "
+             f"kernel start on the device (assumed)",
              f"{launches} launches per {p.name}; bytes are HBM reads and writes of the fused-kernel plan"]
     return Cost("gpu", dev.name, p.name, rows, total, notes, {"device": dev, "launches": launches, "plan": pl})
