@@ -8,535 +8,55 @@ or a scheduled :class:`~circuitgrad.Program` and returns an SVG picture::
 
 The operations are grouped by the definition that created them (``Apply.path``): the definitions
 ``depth`` levels below the root are boxes, those named in ``expand`` (and their ancestors) frames
-around their parts.  This module builds that visible graph (a :class:`Circuit`: nodes, wires,
-frames); :mod:`.layout` places it, :mod:`.fold` folds a training step into the lens picture
-(forward on top, reverse underneath, the optimizer below) and :mod:`.svg` draws it.
+around their parts.  This package module owns the entry points (:func:`draw`, :func:`placed`,
+:func:`parameter_names`) and re-exports the rest.  The modules, each importing only those listed
+before it:
+
+* :mod:`.graph`: the data (:class:`Circuit`: nodes, wires, frames; :class:`~.graph.Geometry`);
+* :mod:`.svg`: the marks of each operation, the sizes of the nodes and the SVG text;
+* :mod:`.grouping`: the definition path and pass of each instruction;
+* :mod:`.layered`: columns, order, rows and x of the nodes;
+* :mod:`.route`: the wires' paths;
+* :mod:`.fold`: a training step folded into the lens picture (forward on top, reverse underneath,
+  the optimizer below);
+* :mod:`.builder`: the visible graph of a program (:func:`circuit`);
+* :mod:`.layout`: the steps of the layout in order (:func:`~.layout.layout`).
 """
 from __future__ import annotations
 
 import os
-from collections import Counter
-from dataclasses import dataclass
 from typing import Sequence
 
-from ..compile import CompiledModel, _param_names
+from ..compile import CompiledModel, number_labels
 from ..diagram import Diagram, kinds
 from ..primitives import Parameter, op_of, path_of
 from ..schedule import Program, schedule
-from ..types import NdArrayType
 from . import layout, svg
-from .fold import optimizer_sources
-from .svg import static_lead, box_broadcast, box_class, prim_broadcast, prim_class, static_vars
+from .builder import UnknownDefinition, circuit
+from .graph import Circuit, Frame, Geometry, Node, Wire
+from .grouping import lca, split_path
+# defined or imported here before the split into modules: still importable from here
+from .builder import BUNDLE as BUNDLE, shape_label as shape_label
+from .fold import optimizer_sources as optimizer_sources
+from .grouping import acyclic as acyclic, phases as phases
+from .svg import (box_broadcast as box_broadcast, box_class as box_class, prim_broadcast as prim_broadcast,
+                  prim_class as prim_class, static_lead as static_lead, static_vars as static_vars)
 
 __all__ = ["draw", "placed", "circuit", "parameter_names", "Circuit", "Node", "Wire", "Frame", "UnknownDefinition"]
-
-class UnknownDefinition(ValueError):
-    """An ``expand`` name that names no definition of the diagram; ``detail`` is the message without
-    the ``draw: expand:`` prefix (the CLI reports it as ``--expand: ...``)."""
-
-    def __init__(self, detail: str):
-        super().__init__(f"draw: expand: {detail}")
-        self.detail = detail
-
-
-#: more arrays than this sharing both ends are drawn as one tuple wire (and one source or output)
-BUNDLE = 3
-
-
-@dataclass
-class Node:
-    """A visible node: ``kind`` is input, output, param, const, box (a collapsed definition), prim or copy."""
-    kind: str
-    label: str
-    title: str
-    frame: int | None = None
-    order: int = 0                   # first instruction: ties are broken by program order
-    style: str = "plain"             # contraction, linear, nonlinear (boxes and primitives)
-    dashed: bool = False             # a linear map
-    sub: str = ""                    # second line: shape of a parameter, contracted size ("·16", "Σ16")
-    bcast: str = ""                  # axes broadcast over (drawn passing over the top), "2×8"
-    static: bool = False             # a parameter-like source: placed next to its consumer
-    fixed_slots: bool = False        # port order is the argument order (primitives)
-    many: bool = False               # stands for several sources or outputs
-    optimizer: bool = False          # computes the new parameters (folded: a row of its own)
-    again: bool = False              # a source drawn a second time (the optimizer's parameters, folded)
-    wrap: bool = False               # a long name on two lines (folded drawings: narrower columns)
-    phase: int = 0                   # 1 and more: a second pass (R[f]), or inside the frame of one
-    n_in: int = 0
-    n_out: int = 0
-
-
-@dataclass
-class Wire:
-    """One array (or a tuple of ``arrays``) from ``src`` port ``src_slot`` to ``dsts`` ``(node, slot)``."""
-    src: int
-    src_slot: int
-    dsts: list[tuple[int, int]]
-    label: str
-    title: str
-    arrays: int = 1
-
-
-@dataclass
-class Frame:
-    """An expanded definition, drawn around its parts."""
-    label: str
-    title: str
-    parent: int | None
-
-
-@dataclass
-class Circuit:
-    """The visible graph: what :mod:`.layout` places and :mod:`.svg` draws."""
-    title: str
-    nodes: list[Node]
-    wires: list[Wire]
-    frames: list[Frame]
-    dtype: str
-    reverse: bool = False            # some node is the second pass of a definition (``R[f]``)
-
-
-# ----------------------------------------------------------------------------------- helpers
-def shape_label(T: NdArrayType, main: str = "") -> str:
-    """``16×8×16`` (``scalar`` for ``[]``), with the dtype in front where it is not ``main``."""
-    s = "×".join(str(d) for d in T.shape) or "scalar"
-    return s if str(T.dtype) == main else f"{T.dtype} {s}"
-
-
-def _lca(paths: list[tuple[str, ...]]) -> tuple[str, ...]:
-    """The longest common prefix (segment by segment)."""
-    return tuple(os.path.commonprefix(paths))
-
-
-def _split(path: str) -> tuple[str, ...]:
-    return tuple(path.split("/")) if path else ()
-
-
-def _effective_paths(prog: Program) -> list[tuple[str, ...]]:
-    """Each instruction's definition path; plumbing (path ``""``: copies, gradient sums) goes to the
-    innermost definition holding its defined neighbours (where the wire it sums lives), else to
-    that of its plumbing neighbours."""
-    prod = prog.producers()
-    uses = prog.uses()
-    own = [_split(a.path) for a in prog.instrs]
-    eff: list[tuple[str, ...] | None] = [p if p else None for p in own]
-    todo = [i for i, p in enumerate(own) if not p]
-
-    def near(i: int) -> list[int]:
-        a = prog.instrs[i]
-        return [prod[x] for x in a.args if x in prod] + [u for r in a.results for u in uses.get(r, [])]
-    for i in todo:
-        nb = [own[j] for j in near(i) if own[j]]
-        if nb:
-            eff[i] = _lca(nb)
-    for sweep in range(4):
-        for i in (todo if sweep % 2 == 0 else todo[::-1]):
-            if eff[i] is None:
-                nb = [eff[j] for j in near(i) if eff[j] is not None]
-                if nb:
-                    eff[i] = _lca(nb)
-    return [p if p is not None else () for p in eff]
-
-
-# ----------------------------------------------------------------------------------- grouping
-def phases(prog: Program, member: list[list[tuple]], static: list[bool]) -> list[dict[tuple, int]]:
-    """``phase[i][k]`` for each group ``k`` instruction ``i`` belongs to: how many times a path of
-    operations into ``i`` has left ``k`` and come back.  Operations on parameters alone take the
-    phase of their consumers."""
-    prod, uses = prog.producers(), prog.uses()
-    n = len(prog.instrs)
-    st = [all(static[x] for x in a.args) for a in prog.instrs]
-    phase: list[dict[tuple, int]] = [{} for _ in range(n)]
-    anc: list[dict[tuple, int]] = [{} for _ in range(n)]
-    for i, a in enumerate(prog.instrs):
-        if st[i]:
-            continue
-        preds = [prod[x] for x in a.args if x in prod and not st[prod[x]]]
-        acc: dict[tuple, int] = {}
-        for j in preds:
-            for k, q in anc[j].items():
-                if q > acc.get(k, -1):
-                    acc[k] = q
-        for k in member[i]:
-            ph = 0
-            for j in preds:
-                if k in phase[j]:
-                    ph = max(ph, phase[j][k])
-                elif k in anc[j]:
-                    ph = max(ph, anc[j][k] + 1)
-            phase[i][k] = ph
-            acc[k] = max(acc.get(k, -1), ph)
-        anc[i] = acc
-    for i in range(n - 1, -1, -1):
-        if st[i]:
-            for k in member[i]:
-                cs = [phase[u][k] for r in prog.instrs[i].results for u in uses.get(r, []) if k in phase[u]]
-                phase[i][k] = min(cs) if cs else 0
-    return phase
-
-
-def acyclic(prog: Program, keys: list[tuple]) -> list[tuple]:
-    """``keys`` (the visible node of each instruction), with the nodes on or after a cycle of the
-    quotient graph split by the number of node changes along the longest path into each operation."""
-    prod = prog.producers()
-    ids = {k: j for j, k in enumerate(dict.fromkeys(keys))}
-    succ: dict[int, set[int]] = {}
-    indeg = [0] * len(ids)
-    for i, a in enumerate(prog.instrs):
-        for x in a.args:
-            if x in prod and ids[keys[prod[x]]] != ids[keys[i]]:
-                s, d = ids[keys[prod[x]]], ids[keys[i]]
-                if d not in succ.setdefault(s, set()):
-                    succ[s].add(d)
-                    indeg[d] += 1
-    ready = [j for j in range(len(ids)) if indeg[j] == 0]
-    done = set()
-    while ready:
-        j = ready.pop()
-        done.add(j)
-        for d in sorted(succ.get(j, ())):
-            indeg[d] -= 1
-            if indeg[d] == 0:
-                ready.append(d)
-    if len(done) == len(ids):
-        return keys
-    lev = [0] * len(keys)
-    for i, a in enumerate(prog.instrs):
-        lev[i] = max([lev[prod[x]] + (keys[prod[x]] != keys[i]) for x in a.args if x in prod], default=0)
-    return [k if ids[k] in done else k + (("pass", lev[i]),) for i, k in enumerate(keys)]
-
-
-# ----------------------------------------------------------------------------------- the graph
-class _Builder:
-    """Groups the instructions of a program into visible nodes, frames and wires."""
-
-    def __init__(self, prog: Program, title: str, in_names: list[str], in_kinds: list[str],
-                 out_names: list[str], out_kinds: list[str], model_root: tuple[str, ...],
-                 expand: Sequence[str], depth: int, param_names: dict | None = None, fold: bool = False):
-        self.p = prog
-        self.fold = fold
-        self.param_names = param_names or {}
-        self.title = title
-        self.in_names, self.in_kinds = in_names, in_kinds
-        self.out_names, self.out_kinds = out_names, out_kinds
-        eff = _effective_paths(prog)
-        named = [e for e in eff if e]
-        self.root = _lca(named) if named else ()
-        self.model_root = model_root if model_root and model_root != self.root else ()
-        self.fullpath: dict[tuple[str, ...], str] = {}
-        self.rel = [self._relative(e) for e in eff]
-        self.expanded = self._expanded(expand, depth)
-        self.static = static_vars(prog, [k == "parameter" for k in in_kinds])
-        self.slead = static_lead(prog, self.static)
-        self.prod, self.uses = prog.producers(), prog.uses()
-        counts = Counter(str(t.dtype) for t in prog.types)
-        self.dtype = min(counts, key=lambda d: (-counts[d], d)) if counts else "float32"
-
-    def _relative(self, path: tuple[str, ...]) -> tuple[str, ...]:
-        rel = path
-        if rel[:len(self.root)] == self.root:
-            rel = rel[len(self.root):]
-        if self.model_root and rel[:len(self.model_root)] == self.model_root:
-            rel = rel[len(self.model_root):]
-        cut = len(path) - len(rel)
-        for k in range(1, len(rel) + 1):
-            self.fullpath.setdefault(rel[:k], "/".join(path[:cut + k]))
-        return rel
-
-    def full(self, key: tuple[str, ...]) -> str:
-        """The full definition path of a relative key."""
-        return self.fullpath.get(key, "/".join(key))
-
-    def _expanded(self, expand: Sequence[str], depth: int) -> set[tuple[str, ...]]:
-        names = set(expand)
-        keys = {r[:k] for r in self.rel for k in range(1, len(r) + 1)}
-        self._check_expand(expand, keys)
-        want = {k for k in keys if len(k) < depth or "*" in names or k[-1] in names
-                or "/".join(k) in names or self.full(k) in names}
-        return {k[:n] for k in want for n in range(1, len(k) + 1)}
-
-    def _check_expand(self, expand: Sequence[str], keys: set[tuple[str, ...]]) -> None:
-        """Every name in ``expand`` must name a definition (by name or path), the root or ``"*"``."""
-        known = {"*"} | {k[-1] for k in keys} | {"/".join(k) for k in keys} | {self.full(k) for k in keys}
-        for outer in (self.root, self.root + self.model_root):    # the root is drawn open already
-            known |= set(outer) | {"/".join(outer[:j]) for j in range(1, len(outer) + 1)}
-        unknown = [str(n) for n in expand if n not in known]
-        if unknown:
-            defs = sorted({k[-1] for k in keys})
-            deep = sorted(k for k in keys if len(k) > 1)
-            example = f", by path such as {'/'.join(deep[0])!r}" if deep else ""
-            raise UnknownDefinition(f"no definition named {', '.join(repr(n) for n in unknown)} in this "
-                                    f"diagram; its definitions are {', '.join(defs) if defs else '(none)'} "
-                                    f"(by name{example}, or '*' for all)")
-
-    def _container(self, i: int) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...] | None]:
-        """``(frames, box)``: the expanded definitions around instruction ``i``, and its collapsed
-        definition (None: the instruction is drawn itself)."""
-        r = self.rel[i]
-        for k in range(1, len(r) + 1):
-            if r[:k] not in self.expanded:
-                return tuple(r[:j] for j in range(1, k)), r[:k]
-        return tuple(r[:j] for j in range(1, len(r) + 1)), None
-
-    # ------------------------------------------------------------------------------ grouping
-    def group(self) -> list[tuple]:
-        """The visible node key of every instruction (phases split definitions that are re-entered,
-        such as a layer and its reverse map in a training step)."""
-        p = self.p
-        own = []
-        member: list[list[tuple[str, ...]]] = []
-        for i, a in enumerate(p.instrs):
-            frames, box = self._container(i)
-            alone = box is None or a.op.name == "Parameter"
-            own.append(alone)
-            member.append(list(frames) + ([] if alone else [box]))
-        phase = phases(p, member, self.static)
-        keys: list[tuple] = []
-        for i, a in enumerate(p.instrs):
-            chain = tuple((k, phase[i][k]) for k in member[i])
-            keys.append(("one", i, chain) if own[i] else ("box", chain))
-        return acyclic(p, keys)
-
-    def build(self) -> Circuit:
-        p, prod = self.p, self.p.producers()
-        keys = self.group()
-        frames: list[Frame] = []
-        frame_of: dict[tuple, int] = {}
-        reverse = False
-
-        def frame(chain: tuple) -> int | None:
-            nonlocal reverse
-            if not chain:
-                return None
-            if chain not in frame_of:
-                parent = frame(chain[:-1])
-                (k, ph) = chain[-1]
-                reverse |= ph > 0
-                frames.append(Frame(_phase_label(k[-1], ph), f"{self.full(k)}{_phase_title(ph)}", parent))
-                frame_of[chain] = len(frames) - 1
-            return frame_of[chain]
-
-        # nodes: sources first, then instruction nodes in program order, then outputs
-        node_of_key: dict[tuple, int] = {}
-        nodes: list[Node] = []
-        members: list[list[int]] = []
-        src_node: dict[int, int] = {}
-        self.role: dict[int, str] = {}
-        for n, v in enumerate(p.inputs):
-            kind = self.in_kinds[n]
-            param = kind == "parameter"
-            nodes.append(Node("param" if param else "input", self.in_names[n],
-                              f"{self.in_names[n]} : {p.types[v]} ({kind})", static=kind != "data",
-                              order=-len(p.inputs) + n, sub=shape_label(p.types[v], self.dtype) if param else ""))
-            self.role[len(nodes) - 1] = kind
-            members.append([])
-            src_node.setdefault(v, n)
-        for i, a in enumerate(p.instrs):
-            key = keys[i]
-            if key not in node_of_key:
-                node_of_key[key] = len(nodes)
-                chain = key[2] if key[0] == "one" else key[1][:-1]
-                nodes.append(Node("prim", "", "", frame=frame(chain), order=i,
-                                  phase=max([ph for _, ph in key[1]] if key[0] == "box" else
-                                            [ph for _, ph in key[2]], default=0)))
-                members.append([])
-            n = node_of_key[key]
-            members[n].append(i)
-            for r in a.results:
-                src_node[r] = n
-        for n, node in enumerate(nodes):
-            if node.kind == "prim":
-                if keys[members[n][0]][0] == "box":
-                    chain = keys[members[n][0]][1]
-                    reverse |= chain[-1][1] > 0
-                    self._box(node, members[n], chain)
-                else:
-                    self._one(node, members[n][0])
-        uses: dict[int, list[tuple[int, int | None]]] = {}
-        for i, a in enumerate(p.instrs):
-            n = node_of_key[keys[i]]
-            for pos, x in enumerate(a.args):
-                if src_node[x] != n:
-                    slot = pos if nodes[n].fixed_slots else None
-                    if slot is not None or (n, None) not in uses.get(x, []):
-                        uses.setdefault(x, []).append((n, slot))
-        self._bundle_sources(nodes, src_node, uses)
-        self.alias: dict[int, int] = {}
-        if self.fold:
-            opt = {src_node[v] for v, k in zip(p.outputs, self.out_kinds)
-                   if k in ("parameter", "state") and v in src_node}
-            self.alias = optimizer_sources(nodes, src_node, uses, opt, len(p.types))
-            for n in opt:
-                nodes[n].optimizer = nodes[n].kind in ("box", "prim")
-        out_node: list[int] = []
-        for k, v in enumerate(p.outputs):
-            out_node.append(self._output(nodes, k, v, src_node, out_node))
-            uses.setdefault(v, []).append((out_node[-1], None))
-        for node in nodes:
-            node.wrap = self.fold and node.kind in ("box", "param", "const", "input", "output")
-        wires = self._wires(nodes, src_node, uses, prod)
-        keep = sorted({w.src for w in wires} | {d for w in wires for d, _ in w.dsts}
-                      | {n for n, nd in enumerate(nodes) if nd.kind == "input"})
-        return _compact(Circuit(self.title, nodes, wires, frames, self.dtype, reverse), keep)
-
-    # ------------------------------------------------------------------------------ node kinds
-    def _box(self, node: Node, instrs: list[int], chain: tuple) -> None:
-        p = self.p
-        key, ph = chain[-1]
-        node.kind = "box"
-        node.label = _phase_label(key[-1], ph)
-        count = Counter(p.instrs[i].op.name for i in instrs)
-        ops = ", ".join(f"{c} {n}" for n, c in sorted(count.items(), key=lambda t: (-t[1], t[0])))
-        node.title = f"{self.full(key)}{_phase_title(ph)}: {len(instrs)} operations ({ops})"
-        node.style, node.dashed, node.sub = box_class(p, instrs, self.static)
-        node.bcast = box_broadcast(p, instrs, self.static, self.slead, self.uses)
-
-    def _one(self, node: Node, i: int) -> None:
-        p = self.p
-        a = p.instrs[i]
-        op = a.op
-        where = f" at {a.path}" if a.path else " (plumbing)"
-        node.order = i
-        node.title = f"{op}{where}"
-        node.fixed_slots = True
-        node.n_in, node.n_out = len(a.args), len(a.results)
-        if op.name == "Parameter":
-            node.kind, node.label, node.static = "param", self.param_names.get(op, op.label), True
-            node.sub = shape_label(op.T, self.dtype)
-            node.title = f"Parameter {op.label} : {op.T} (init {op.init}){where}"
-        elif op.name == "Constant":
-            node.kind, node.label, node.static = "const", f"{op.value:g}", True
-            node.sub = shape_label(op.T, self.dtype)
-        elif op.name == "Copy":
-            node.kind, node.label = "copy", ""
-        else:
-            node.kind, node.label = "prim", op.name
-            node.style, node.dashed, node.sub = prim_class(p, i, self.static)
-            node.bcast = prim_broadcast(p, i, self.static, self.slead, self.prod)
-            node.static = all(self.static[x] for x in a.args)
-
-    def _bundle_sources(self, nodes: list[Node], src_node: dict[int, int],
-                        uses: dict[int, list[tuple[int, int | None]]]) -> None:
-        """More than ``BUNDLE`` sources (inputs, parameters) of one kind with the same first consumer:
-        one tuple source."""
-        groups: dict[tuple, list[int]] = {}
-        for v, n in sorted(src_node.items()):
-            nd = nodes[n]
-            if nd.kind in ("input", "param") and v in uses:
-                dsts = sorted({d for d, _ in uses[v]})
-                if all(not nodes[d].fixed_slots for d in dsts):
-                    groups.setdefault((nd.kind, self.role.get(n, "parameter"), nd.frame, dsts[0]), []).append(v)
-        for (k, role, fr, _), vs in groups.items():
-            if len(vs) <= BUNDLE:
-                continue
-            what = {"parameter": "parameters", "state": "optimizer states", "data": "inputs"}.get(role, "arrays")
-            names = [f"{nodes[src_node[v]].label} : {self.p.types[v]}" for v in vs]
-            nodes.append(Node(k, f"{len(vs)} {what}", "\n".join(names), frame=fr, many=True,
-                              order=min(nodes[src_node[v]].order for v in vs), static=role != "data"))
-            for v in vs:
-                nodes[src_node[v]].kind = "merged"
-                src_node[v] = len(nodes) - 1
-
-    def _output(self, nodes: list[Node], k: int, v: int, src_node: dict[int, int], prev: list[int]) -> int:
-        """The output node of output ``k`` (tuples of many outputs of one kind from one node: one node)."""
-        kind = self.out_kinds[k]
-        src = src_node.get(v, -1)
-        same = [j for j in range(len(self.p.outputs))
-                if self.out_kinds[j] == kind and src_node.get(self.p.outputs[j], -1) == src]
-        T = self.p.types[v]
-        if len(same) <= BUNDLE:
-            nodes.append(Node("output", self.out_names[k], f"{self.out_names[k]} : {T}", order=10 ** 9 + k))
-            return len(nodes) - 1
-        if same[0] != k:
-            return prev[same[0]]
-        what = {"parameter": "new parameters", "state": "new optimizer states"}.get(kind, "outputs")
-        names = "\n".join(f"{self.out_names[j]} : {self.p.types[self.p.outputs[j]]}" for j in same)
-        nodes.append(Node("output", f"{len(same)} {what}", names, order=10 ** 9 + k, many=True))
-        return len(nodes) - 1
-
-    def _wires(self, nodes: list[Node], src_node: dict[int, int],
-               uses: dict[int, list[tuple[int, int | None]]], prod: dict[int, int]) -> list[Wire]:
-        p = self.p
-        groups: dict[tuple, list[int]] = {}
-        for v in sorted(uses, key=lambda v: (prod.get(self.alias.get(v, v), -1), v)):
-            dsts = tuple(d for d, _ in uses[v])
-            groups.setdefault((src_node[v], dsts), []).append(v)
-        wires: list[Wire] = []
-        slots_out: dict[int, int] = {}
-        slots_in: dict[int, int] = {}
-
-        def slot(table: dict[int, int], n: int) -> int:
-            table[n] = table.get(n, 0) + 1
-            return table[n] - 1
-
-        al = self.alias.get
-        for (src, _), vs in groups.items():
-            runs = [vs] if len(vs) > BUNDLE or nodes[src].many else [[v] for v in vs]
-            for run in runs:
-                v = run[0]
-                if nodes[src].fixed_slots:
-                    s = p.instrs[prod[v]].results.index(v)
-                else:
-                    s = slot(slots_out, src)
-                dsts = [(d, sl if sl is not None else slot(slots_in, d)) for d, sl in uses[v]]
-                if len(run) == 1:
-                    label, title = shape_label(p.types[al(v, v)], self.dtype), f"v{al(v, v)} : {p.types[al(v, v)]}"
-                else:
-                    label = f"{len(run)} arrays"
-                    title = "tuple: " + ", ".join(f"v{al(x, x)} : {p.types[al(x, x)]}" for x in run)
-                wires.append(Wire(src, s, dsts, label, title, len(run)))
-        for n, nd in enumerate(nodes):
-            if not nd.fixed_slots:
-                nd.n_in, nd.n_out = slots_in.get(n, 0), slots_out.get(n, 0)
-        return wires
-
-
-def _phase_label(name: str, phase: int) -> str:
-    return name if phase == 0 else f"R[{name}]" if phase == 1 else f"R{phase}[{name}]"
-
-
-def _phase_title(phase: int) -> str:
-    return "" if phase == 0 else f" (pass {phase + 1}: its reverse map, in a derivative)"
-
-
-def _compact(c: Circuit, keep: list[int]) -> Circuit:
-    """Drop the nodes that lost all their wires (sources merged into a tuple source)."""
-    new = {n: k for k, n in enumerate(keep)}
-    c.nodes = [c.nodes[n] for n in keep]
-    for w in c.wires:
-        w.src = new[w.src]
-        w.dsts = [(new[d], s) for d, s in w.dsts]
-    return c
-
-
-def circuit(prog: Program, title: str = "", in_names: list[str] | None = None,
-            in_kinds: list[str] | None = None, out_names: list[str] | None = None,
-            out_kinds: list[str] | None = None, model_root: str = "", expand: Sequence[str] = (),
-            depth: int = 1, param_names: dict | None = None, fold: bool = False) -> Circuit:
-    """The visible graph of ``prog`` (see :func:`draw` for ``expand`` and ``depth``); ``param_names``
-    maps the :class:`~circuitgrad.primitives.Parameter` operations to the names drawn on their pills;
-    ``fold``: drawn folded, so the optimizer gets its own parameter and constant sources
-    (:func:`.fold.optimizer_sources`)."""
-    ni, no = len(prog.inputs), len(prog.outputs)
-    in_names = in_names or [f"v{v}" for v in prog.inputs]
-    out_names = out_names or [f"v{v}" for v in prog.outputs]
-    b = _Builder(prog, title or prog.name, in_names, in_kinds or ["data"] * ni, out_names,
-                 out_kinds or ["data"] * no, _split(model_root), expand, depth, param_names, fold)
-    return b.build()
 
 
 # ----------------------------------------------------------------------------------- the entry
 def _model_root(d: Diagram) -> str:
-    paths = [_split(path_of(int(l))) for l in d.H.x.table]
+    paths = [split_path(path_of(int(l))) for l in d.H.x.table]
     paths = [x for x in paths if x]
-    return "/".join(_lca(paths)) if paths else ""
+    return "/".join(lca(paths)) if paths else ""
 
 
 def parameter_names(d: Diagram) -> dict:
     """``{Parameter: name}``: the names of the parameters of ``d`` in the parameter dict of
     ``cg.compile_model(d, …)`` (``W0``, ``b0``, ``W1``, …: the label and its count, in edge order)."""
     params = [op_of(l) for l in d.H.x.table[kinds(d, Parameter)]]
-    return dict(zip(params, _param_names(params)))
+    return dict(zip(params, number_labels(params)))
 
 
 def _names(n: int, stem: str) -> list[str]:
@@ -567,7 +87,7 @@ def draw(f, path: str | os.PathLike | None = None, expand: Sequence[str] = (), d
 
 
 def placed(f, expand: Sequence[str] = (), depth: int = 1, title: str | None = None,
-           fold: bool | None = None) -> tuple[Circuit, layout.Geometry]:
+           fold: bool | None = None) -> tuple[Circuit, Geometry]:
     """``(circuit, geometry)``: what :func:`draw` draws, placed (same arguments)."""
     if isinstance(expand, str):
         expand = (expand,)
@@ -583,7 +103,7 @@ def placed(f, expand: Sequence[str] = (), depth: int = 1, title: str | None = No
 
 
 def _placed(f, expand: Sequence[str], depth: int, title: str | None, fold: bool
-            ) -> tuple[Circuit, layout.Geometry]:
+            ) -> tuple[Circuit, Geometry]:
     if isinstance(f, CompiledModel):
         prog = f.programs["step"]
         pn, sn = list(f.param_names), list(f.state_names)

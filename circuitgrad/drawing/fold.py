@@ -21,17 +21,13 @@ the turn puts the frame's empty title band).
 :func:`optimizer_sources` gives the optimizer its own parameter pill (when the circuit is built);
 :func:`choose` picks the cuts (the first where the folded picture is narrowest, from just before the
 loss's column to just before the first column holding a reverse pass; no cut inside a frame);
-:func:`apply` folds the :class:`~circuitgrad.drawing.layout.Geometry`.
+:func:`apply` folds the :class:`~circuitgrad.drawing.graph.Geometry`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from .graph import Geometry, Node
+from .layered import TOP, Layout
 from .svg import MARGIN, SMALL, text_width
-from .layout import TOP
-
-if TYPE_CHECKING:                                   # pragma: no cover
-    from .layout import Geometry, _Layout
 
 ROWGAP = 30        # between two rows
 UTURN = 6          # between two nested U-turns (a tuple: 5 px wide) (4 between two single wires)
@@ -39,51 +35,17 @@ UFIRST = 6         # the innermost U-turn's distance from the cut
 LABEL = SMALL      # wire labels: font size
 
 
-def _edge(lay: _Layout, b: int) -> float:
+def _edge(lay: Layout, b: int) -> float:
     """Where wires leaving column ``b`` start to bend: the cut after column ``b``."""
     return lay.colx[b] + lay.colw[b] + lay.lab[b]
 
 
-def _right(lay: _Layout) -> float:
+def _right(lay: Layout) -> float:
     """The right end of the unfolded row's content."""
     return lay.width - MARGIN
 
 
-def optimizer_columns(lay: _Layout, col: list[int], st: list[bool], out: list[bool], topo: list[int]
-                      ) -> tuple[list[int], int | None]:
-    """Columns with the optimizer (its nodes, the frame around them, what they alone feed) moved
-    after everything else, with a column between for its sources (and, after a frame, an empty one:
-    a place to cut): ``(columns, the optimizer's first column)``, or ``(col, None)`` without one.
-    Parameter-like nodes are not placed yet (``col`` holds the others'); they follow."""
-    c = lay.c
-    opt = [n for n in range(len(col)) if c.nodes[n].optimizer and not st[n]]
-    if not opt:
-        return col, None
-    tops = {lay.chain[c.nodes[n].frame][0] for n in opt if c.nodes[n].frame is not None}
-    region = {n for n in range(len(col)) if not st[n] and not out[n] and (
-        c.nodes[n].optimizer or (c.nodes[n].frame is not None and lay.chain[c.nodes[n].frame][0] in tops))}
-    for n in topo:
-        if not st[n] and not out[n] and any(p in region for p in lay.preds[n]):
-            region.add(n)
-    rest = [n for n in range(len(col)) if not st[n] and not out[n] and n not in region]
-    last = max((col[n] for n in rest), default=-1)
-    first = min(col[n] for n in region)
-    new = [x + max(0, last + 1 - first) if n in region else x for n, x in enumerate(col)]
-    # what the optimizer computes from its states and constants alone goes as late as it can (just
-    # left of its consumers), but may still start left of the rest: the row starts at the leftmost
-    end = max((new[n] for n in range(len(col)) if not st[n] and not out[n]), default=0) + 1
-    tmp = [end if out[n] else new[n] for n in range(len(col))]
-    for n in reversed(topo):
-        if st[n]:
-            tmp[n] = min([tmp[s] for s in lay.succs[n]], default=1) - 1
-    lo = min([new[n] for n in region] + [tmp[n] for n in range(len(col)) if st[n] and c.nodes[n].frame
-                                          is not None and lay.chain[c.nodes[n].frame][0] in tops])
-    gap = any(c.nodes[n].frame is not None for n in rest if col[n] == last)   # an empty column after
-    more = max(0, last + 2 + gap - lo)                                        # a frame: a place to cut
-    return [x + more if n in region else x for n, x in enumerate(new)], lo + more
-
-
-def choose(lay: _Layout) -> list[int] | None:
+def choose(lay: Layout) -> list[int] | None:
     """The columns after which the row is folded: ``[b]`` (two rows) or ``[b, o]`` (three: the
     optimizer, from column ``o + 1`` on, under the reverse pass); None where there is no place to fold
     (a single column, or every cut inside a frame)."""
@@ -132,7 +94,6 @@ def optimizer_sources(nodes: list, src_node: dict[int, int], uses: dict[int, lis
     (``38 parameters``, the names in its tooltip), so that no parameter wire runs the length of the
     step to the optimizer.  Edits ``nodes``, ``src_node`` and ``uses`` (the optimizer's uses of each
     such variable move to a new variable) and returns ``{new variable: variable}``."""
-    from . import Node
     alias: dict[int, int] = {}
     group: dict[tuple, list[tuple[int, int | None]]] = {}
     for v in sorted(uses):
@@ -171,7 +132,7 @@ def optimizer_sources(nodes: list, src_node: dict[int, int], uses: dict[int, lis
 
 # ----------------------------------------------------------------------------------- paths
 def _parse(d: str) -> list[tuple[str, list[float]]]:
-    """``M``, ``H`` and ``C`` commands of a path (as :meth:`_Layout.route` writes them)."""
+    """``M``, ``H`` and ``C`` commands of a path (as :func:`.route.route` writes them)."""
     toks = d.replace(",", " ").split()
     out, i = [], 0
     while i < len(toks):
@@ -290,9 +251,8 @@ def _reach(ys: dict[float, bool], outer_high: bool) -> dict[float, float]:
     return ext
 
 
-def apply(lay: _Layout, g: Geometry, cuts: list[int]) -> Geometry:
+def apply(lay: Layout, g: Geometry, cuts: list[int]) -> Geometry:
     """Fold geometry ``g`` after the columns ``cuts`` (one or two)."""
-    from .layout import Geometry
     c = lay.c
     x1 = float(_f(_edge(lay, cuts[0])))               # as the paths print it
     x2 = float(_f(_edge(lay, cuts[1]))) if len(cuts) > 1 else None

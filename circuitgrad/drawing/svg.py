@@ -6,7 +6,7 @@
 * **Sizes** of the nodes (:func:`node_size`, estimated DejaVu Sans metrics: :func:`text_width`;
   in folded drawings long names on several lines: :func:`name_lines`, :func:`pill_lines`,
   :func:`tag_lines`), and how large a picture's text prints at a paper's width (:func:`print_points`).
-* **SVG** (:func:`render`) of a placed :class:`~circuitgrad.drawing.Circuit`: plain SVG 1.1 (``rect``,
+* **SVG** (:func:`render`) of a placed :class:`~circuitgrad.drawing.graph.Circuit`: plain SVG 1.1 (``rect``,
   ``path``, ``line``, ``circle``, ``text``/``tspan``, ``g``, ``title``), one fixed font family, every
   number printed with one decimal: the same geometry gives the same bytes.  All text from the
   model (definition names, parameter labels) is XML-escaped.
@@ -20,8 +20,7 @@ from ..types import Index
 
 if TYPE_CHECKING:                                   # pragma: no cover
     from ..schedule import Program
-    from . import Circuit, Node
-    from .layout import Geometry
+    from .graph import Circuit, Geometry, Node
 
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
 SLOT = 18          # vertical distance between two ports of a node (a wire label fits between two wires)
