@@ -11,7 +11,8 @@ HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "eq", "log", "m
             "sqrt", "copy"}
 #: the kinds the sequential unit computes, one result bit per cycle
 SEQUENTIAL = {"divf", "div", "sqrt"}
-_KIND = {k: i for i, k in enumerate(sorted(HW_KINDS))}
+#: the decoder's code of each micro-op kind (the sequencer's ``kind`` field)
+KIND_CODES = {k: i for i, k in enumerate(sorted(HW_KINDS))}
 
 
 def check_supported(mc: Microcode) -> None:
@@ -36,7 +37,8 @@ def ew_stages(mc: Microcode) -> int:
     return 4 if any(u.kind == "exp" for u in mc.ops) else 0
 
 
-def _const_b(u) -> bool:
+def const_b(u) -> bool:
+    """Whether micro-op ``u``'s second operand is one value (a constant read once, not per element)."""
     return u.b is not None and u.b.kstride == 0 and all(st == 0 for st in u.b.strides)
 
 
@@ -63,8 +65,8 @@ def op_cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> np.ndarray:
     out = np.zeros(len(mc.ops), dtype=np.int64)
     for i, u in enumerate(mc.ops):
         n = int(np.prod(u.out.shape, dtype=np.int64))
-        two = read_ports == 1 and u.b is not None and not _const_b(u)
-        c = 4 + D + (read_ports == 1 and _const_b(u))
+        two = read_ports == 1 and u.b is not None and not const_b(u)
+        c = 4 + D + (read_ports == 1 and const_b(u))
         steps = u.K if u.kind in ("max", "argmax") else -(-u.K // macs)
         if u.kind in SEQUENTIAL:
             c += n * ((sqrt_bits(mc) if u.kind == "sqrt" else div_bits(mc)) + 3 + two)

@@ -1,0 +1,66 @@
+"""The sequencer's static parameters: what every stage needs to size itself, derived once from the program."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from circuitgrad.types import Fixed
+
+from .timing import SEQUENTIAL
+
+__all__ = ["SeqConfig"]
+
+
+@dataclass(frozen=True)
+class SeqConfig:
+    """Widths, lane count and the units built, fixed at elaboration (no signals).
+
+    ``codes`` maps each micro-op kind to the value the decoded ``kind`` field carries for it.
+    """
+    dt: Fixed
+    depth: int                  # memory words (at least 1)
+    n_ops: int                  # micro-ops in the program
+    lanes: int                  # MAC lanes (``macs``)
+    one_port: bool              # one read port: two memory operands are read one after the other
+    ew_stages: int              # extra pipeline stages between operand read and accumulate (the exp unit)
+    kmax: int                   # the longest reduction
+    nmax: int                   # the most output elements of one micro-op
+    used: frozenset[str]        # the micro-op kinds the program uses: units for the others are not built
+    codes: Mapping[str, int]
+    div_bits: int               # quotient bits of the sequential divider
+    sqrt_bits: int              # root bits of the sequential square root
+
+    @property
+    def W(self) -> int:
+        """The word width."""
+        return self.dt.width
+
+    @property
+    def f(self) -> int:
+        """The fractional bits."""
+        return self.dt.frac
+
+    @property
+    def aw(self) -> int:
+        """Address bits. Address arithmetic is modulo ``2^aw``: every address the memory sees is below
+        ``depth``, and + and · commute with the reduction, so this is exact (masked lanes may wrap harmlessly)."""
+        return max(1, (self.depth - 1).bit_length())
+
+    @property
+    def acc_w(self) -> int:
+        """Accumulator bits: a sum of ``kmax`` products of two words over ``lanes`` lanes, exactly."""
+        return 2 * self.W + max(1, self.kmax.bit_length()) + 1 + max(0, (self.lanes - 1).bit_length())
+
+    @property
+    def has_max(self) -> bool:
+        """A ``max`` or ``argmax`` reduction is built (on lane 0 alone)."""
+        return bool(self.used & {"max", "argmax"})
+
+    @property
+    def has_argmax(self) -> bool:
+        return "argmax" in self.used
+
+    @property
+    def has_div(self) -> bool:
+        """The sequential unit (``divf``, ``div``, ``sqrt``) is built."""
+        return bool(self.used & SEQUENTIAL)

@@ -1,0 +1,87 @@
+"""The sequential unit: restoring division (``divf``, ``div``) and square root (``sqrt``), a bit per cycle.
+
+::
+
+    load ──► num = |a|·2^f, den = |b|, rem = quo = 0, count = bits − 1
+    step_div  (bits cycles):  trial = rem·2 + next bit of num;   take = trial ≥ den
+    step_sqrt (bits cycles):  trial = rem·4 + next 2 bits of num; take = trial ≥ quo·4 + 1
+                              rem = take ? trial − … : trial;    quo = quo·2 + take
+    ──► result = ±(quo + round), bad = operand outside the domain or result outside the word
+
+The three kinds share their registers: a numerator (or radicand) shifted out from the top, a remainder,
+the quotient (or root) shifted in, and a count. ``divf`` is ``⌊(a·2^f) / b⌋`` for ``a ≥ 0``, ``b > 0``;
+``div`` is signed and rounds half up (away from zero for a positive quotient); ``sqrt`` is
+``⌊√(a·2^f)⌋`` for ``a ≥ 0``. The controller holds ``load`` for one cycle, then ``step_div`` or
+``step_sqrt`` until ``last``, then writes ``result``.
+"""
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import SeqConfig
+
+__all__ = ["SeqDivider"]
+
+
+class SeqDivider(wiring.Component):
+    """The restoring divider and square root (see the module docstring).
+
+    Ports: ``load``, ``step_div``, ``step_sqrt`` (In, one at a time); ``a``, ``b`` (In, the operands at
+    ``load``); ``is_sqrt``, ``is_rdiv`` (In: the kind is ``sqrt``, or the signed rounded ``div``; only
+    read when the program uses that kind); ``last`` (Out: the step now running is the last);
+    ``result`` (Out, the word written) and ``bad`` (Out: an operand outside the domain, or a result
+    outside the word's range).
+    """
+
+    def __init__(self, cfg: SeqConfig):
+        self.cfg = cfg
+        W = cfg.W
+        super().__init__({
+            "load": In(1), "step_div": In(1), "step_sqrt": In(1), "a": In(signed(W)), "b": In(signed(W)),
+            "is_sqrt": In(1), "is_rdiv": In(1), "last": Out(1), "result": Out(signed(W)), "bad": Out(1),
+        })
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        cfg = self.cfg
+        W, f, dt, nb, sb = cfg.W, cfg.f, cfg.dt, cfg.div_bits, cfg.sqrt_bits
+        num = Signal(unsigned(max(nb + 1, 2 * sb)))
+        den = Signal(unsigned(W))
+        rem = Signal(unsigned(max(W + 1, sb + 2)))
+        quo = Signal(unsigned(max(nb, sb)))
+        dcount = Signal(range(max(nb, sb) + 1))
+        neg = Signal()                   # div: the quotient's sign
+        bad_in = Signal()                # an operand outside the unit's domain (a zero divisor, a negative radicand)
+        is_sqrt = self.is_sqrt if "sqrt" in cfg.used else 0
+        is_rdiv = self.is_rdiv if "div" in cfg.used else 0
+        a_in, b_in = self.a, self.b
+
+        with m.If(self.load):
+            a_neg, b_neg = a_in < 0, b_in < 0
+            m.d.sync += [num.eq(Mux(a_neg, -a_in, a_in) << f), den.eq(Mux(b_neg, -b_in, b_in)),
+                         rem.eq(0), quo.eq(0), neg.eq(a_neg ^ b_neg),
+                         bad_in.eq(Mux(is_sqrt, a_neg, (b_in == 0) | (~is_rdiv & (a_neg | b_neg)))),
+                         dcount.eq(Mux(is_sqrt, sb - 1, nb - 1))]
+        with m.Elif(self.step_div):           # restoring division of |a|·2^f by |b|, one bit per cycle
+            trial = Cat(num[nb - 1], rem)                  # (rem << 1) | next numerator bit
+            take = trial >= den
+            m.d.sync += [rem.eq(Mux(take, trial - den, trial)), quo.eq(Cat(take, quo)),
+                         num.eq(num << 1), dcount.eq(dcount - 1)]
+        if "sqrt" in cfg.used:
+            with m.Elif(self.step_sqrt):      # restoring square root of a·2^f, two radicand bits per cycle
+                trial_r = Cat(num[2 * sb - 2:2 * sb], rem)     # (rem << 2) | next two bits
+                cand = Cat(Const(1, 2), quo)                    # (root << 2) | 1
+                take = trial_r >= cand
+                m.d.sync += [rem.eq(Mux(take, trial_r - cand, trial_r)), quo.eq(Cat(take, quo)),
+                             num.eq(num << 2), dcount.eq(dcount - 1)]
+        m.d.comb += self.last.eq(dcount == 0)
+
+        # div rounds half up: the magnitude gains 1 when 2·rem ≥ |b| (> |b| for a negative quotient)
+        up = Mux(neg, Cat(0, rem) > den, Cat(0, rem) >= den) & is_rdiv
+        mag = Signal(unsigned(max(nb, sb) + 1), name="div_mag")
+        res = Signal(signed(max(nb, sb) + 2), name="div_res")
+        m.d.comb += [mag.eq(quo + up), res.eq(Mux(neg & is_rdiv, -mag, mag))]
+        m.d.comb += [self.result.eq(res[:W]), self.bad.eq(bad_in | (res > dt.hi) | (res < dt.lo))]
+        return m
