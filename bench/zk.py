@@ -77,7 +77,7 @@ def measure(name, batch, sizes, dt, loss, repeats, prove_max, system):
     row = {"case": f"{name} {'-'.join(map(str, sizes))} b{batch} {dt}", "constraints": c.r1cs.n_constraints,
            "kinds": _kinds(c), "all_kinds": _base_kinds(c), "compile_s": t_compile, "witness_s": t_w,
            "constraints_per_s": c.r1cs.n_constraints / t_w}
-    power = sj._power(c, system)
+    power = sj.ptau_power(c, system)
     row["power"] = power
     if power <= prove_max:
         proof = sj.prove(c, w, system=system, log=lambda s: print("  " + s, file=sys.stderr))

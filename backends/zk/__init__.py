@@ -21,6 +21,7 @@ from .lower import RULES, UNSUPPORTED
 from .r1cs import R1CS, UnsatisfiedConstraint
 from .ligero import LigeroProof, Reject
 from .prover import SYSTEMS, check, prove, verify
+from .systems import ProofSystem
 from .snarkjs import Keys, Proof, SnarkjsError, ToolMissing, setup, verification_key
 from .statement import params_sha256
 from .commit import DataTree
@@ -28,7 +29,7 @@ from .poseidon2 import Poseidon2, poseidon2
 from .run import DataCommitment, Dataset, Run, check_run, commit_dataset, prove_run, verify_run
 
 __all__ = ["compile", "compile_program", "Circuit", "Witness", "BN254", "LIGERO51", "Field", "field", "R1CS", "RULES", "UNSUPPORTED",
-           "UnsatisfiedConstraint", "FormatError", "Proof", "LigeroProof", "SYSTEMS", "prove", "verify", "check",
-           "Reject", "Keys", "setup", "verification_key", "params_sha256", "SnarkjsError", "ToolMissing",
+           "UnsatisfiedConstraint", "FormatError", "Proof", "LigeroProof", "SYSTEMS", "ProofSystem", "prove", "verify",
+           "check", "Reject", "Keys", "setup", "verification_key", "params_sha256", "SnarkjsError", "ToolMissing",
            "Poseidon2", "poseidon2", "DataTree", "DataCommitment", "Dataset", "Run", "commit_dataset", "prove_run",
            "verify_run", "check_run"]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .formats import FormatError, json_loads, printable, read_untrusted
+from .systems import SYSTEMS
 
 __all__ = ["FORMAT", "VERSION", "Bundle", "read", "write_chain", "step_name", "load_params", "BundleError",
            "read_json", "check_fields", "check_step_files"]
@@ -55,12 +56,14 @@ class Bundle:
 
 
 def step_name(k: int, system: str) -> str:
-    """``step_000.proof`` (Ligero) or ``step_000`` (a snarkjs proof directory)."""
-    return f"step_{k:03d}.proof" if system == "ligero" else f"step_{k:03d}"
+    """``step_000.proof`` (Ligero) or ``step_000`` (a snarkjs proof directory): the registered ``system``'s
+    :meth:`~.systems.ProofSystem.step_name`."""
+    return SYSTEMS[system].step_name(k)
 
 
 def write_chain(root: str, steps: int, system: str, statement: str, circuit_sha256: str, first: str,
                 last: str, options: dict) -> None:
+    """Write ``chain.json``, the index of a bundle of ``steps`` proofs of ``system``."""
     with open(os.path.join(root, "chain.json"), "w") as fh:
         json.dump({"format": FORMAT, "version": VERSION, "steps": steps, "system": system,
                    "statement": statement, "circuit_sha256": circuit_sha256, "first_params_sha256": first,
@@ -72,7 +75,8 @@ _FIELDS = {"format": str, "version": int, "steps": int, "system": str, "statemen
 
 
 def read(root: str, system: str, systems) -> Bundle:
-    """Validate the bundle at ``root`` for proofs of ``system``; :class:`BundleError` says what is wrong."""
+    """Validate the bundle at ``root`` for proofs of ``system`` (one of the names ``systems``, as the verifier
+    chose it: never the bundle); :class:`BundleError` says what is wrong."""
     if not os.path.isdir(root):
         raise BundleError(f"{root}: not a proof directory (zk prove --out writes one)")
     path = os.path.join(root, "chain.json")

@@ -44,7 +44,6 @@ import time
 
 import numpy as np
 
-import circuitgrad as cg
 from circuitgrad import modelfile
 from circuitgrad.command import UsageError, add_model_options
 
@@ -52,10 +51,10 @@ from . import bundle as B
 from . import ligero
 from . import snarkjs as sj
 from .circuit import compile as zk_compile
-from .field import BN254, LIGERO51
+from .field import LIGERO51
 from .formats import FormatError, printable
-from .prover import SYSTEMS
-from .statement import params_sha256, soundness_of, with_soundness
+from .statement import params_sha256
+from .systems import SYSTEMS, ProofSystem
 
 __all__ = ["add_parser"]
 
@@ -91,26 +90,31 @@ def _setup(a):
         path = getattr(a, flag, None)
         if path is not None and not os.path.exists(path):
             raise _usage(f"--{flag} {path}: no such file")
+    system = SYSTEMS[a.system]
     try:
-        spec, dtype = load_model(a, cg.fixed(16, 8) if a.system == "ligero" else cg.fixed(32, 16))
+        spec, dtype = load_model(a, system.dtype)
         step = spec.compile(dtype=dtype)
-        circuit = zk_compile(step, field=LIGERO51 if a.system == "ligero" else BN254)
+        circuit = zk_compile(step, field=system.field)
     except (ValueError, TypeError, OverflowError, ArithmeticError) as e:
         raise _fail(str(e)) from None
-    opts = {"script": a.script, **spec.options, "width": dtype.width, "frac": dtype.frac,
-            "field": "ligero51" if a.system == "ligero" else "bn254"}
-    if _soundness(a) != ligero.DEFAULT_SOUNDNESS:         # the default is not written: older bundles match
-        opts["soundness"] = _soundness(a)
+    opts = {"script": a.script, **spec.options, "width": dtype.width, "frac": dtype.frac, "field": system.field.name}
+    mode = _soundness(a)
+    if mode != system.default_soundness:               # the default is not written: older bundles match
+        opts["soundness"] = mode
     return spec, step, circuit, opts
 
 
-def _soundness(a) -> str:
-    """The soundness analysis named by ``--soundness`` (Ligero only)."""
+def _soundness(a) -> str | None:
+    """The soundness analysis named by ``--soundness`` (default ``longfellow``), or None for a system that has
+    its own (snarkjs), which refuses any other name than the default."""
+    system = SYSTEMS[a.system]
     mode = getattr(a, "soundness", None) or ligero.DEFAULT_SOUNDNESS
-    if mode != ligero.DEFAULT_SOUNDNESS and a.system != "ligero":
+    if mode in system.soundness_modes:
+        return mode
+    if mode != ligero.DEFAULT_SOUNDNESS:
         raise _usage(f"--soundness {mode} names an analysis of the native Ligero prover; {a.system} proofs "
                      f"(snarkjs) have their own")
-    return mode
+    return None
 
 
 def _params(step, circuit, init: str | None, seed: int | None) -> list[np.ndarray]:
@@ -127,11 +131,11 @@ def _params(step, circuit, init: str | None, seed: int | None) -> list[np.ndarra
     return [np.asarray(p[n], dtype=np.int64) for n in names]
 
 
-def _refuse_large_setup(a, circuit) -> None:
+def _refuse_large_setup(a, system: ProofSystem, circuit) -> None:
+    """Refuse to start generating powers of tau larger than ``--max-local-ptau`` (none for a transparent system)."""
     r = circuit.r1cs
-    power = sj._power(circuit, a.system)
-    cached = os.path.exists(os.path.join(sj.cache_dir("ptau"), f"pot{power}.ptau"))
-    if not (a.ptau or cached or power <= a.max_local_ptau):
+    power = system.missing_setup(circuit)
+    if not (power is None or a.ptau or power <= a.max_local_ptau):
         eta = 132 * 2.13 ** (power - 12) / 60
         raise SystemExit(
             f"circuitgrad zk: {r.n_constraints} constraints need powers of tau 2^{power} for {a.system}, which is "
@@ -212,10 +216,11 @@ def _prove(a) -> int:
     out = _out_dir(a.out, {"chain.json", "final.npz"})
     with _Phase("compile"):
         spec, step, circuit, opts = _setup(a)
-    statement = with_soundness(circuit.statement(), _soundness(a)) if a.system == "ligero" else circuit.statement()
+    system = SYSTEMS[a.system]
+    options = _prove_options(a, system)
+    statement = system.statement(circuit, _soundness(a))
     print(f"public statement: {statement}")
-    if a.system != "ligero":
-        _refuse_large_setup(a, circuit)
+    _refuse_large_setup(a, system, circuit)
     names = circuit.output_names
     first = _params(step, circuit, a.init, a.seed)
     params = dict(zip(names, first))
@@ -235,19 +240,12 @@ def _prove(a) -> int:
         with _Phase(f"witness {k}"):
             wit = circuit.witness(params, x, y)
             circuit.assert_satisfied(wit)
-        where = os.path.join(out, B.step_name(k, a.system))
-        if a.system == "ligero":
-            with _Phase(f"prove {k}"):
-                proof = ligero.prove(circuit, wit, log=lambda s: print("  " + s, flush=True), soundness=_soundness(a))
-            proof.save(where)
-            info = f"{os.path.getsize(where) / 1024:.0f} KiB, {proof.soundness_bits:.1f} bits"
-        else:
-            with _Phase(f"setup+prove {k}"):
-                proof = sj.prove(circuit, wit, system=a.system, ptau_file=a.ptau, log=lambda s: print("  " + s))
-            proof.save(where)
-            info = str(proof.timings)
+        where = os.path.join(out, system.step_name(k))
+        with _Phase(f"{'setup+prove' if system.trusted_setup else 'prove'} {k}"):
+            proof = system.prove(circuit, wit, **options)
+        system.save(proof, where)
         params = step.step(params, x, y)
-        print(f"step {k}: proof in {where} ({len(proof.public)} public values, {info})")
+        print(f"step {k}: proof in {where} ({len(proof.public)} public values, {system.summary(proof, where)})")
     last = [np.asarray(params[n], dtype=np.int64) for n in names]
     np.savez(os.path.join(out, "final.npz"), **dict(zip(names, last)))
     h0, h1 = params_sha256(names, first), params_sha256(names, last)
@@ -255,6 +253,17 @@ def _prove(a) -> int:
     print(f"first parameters sha256 {h0}")
     print(f"last parameters sha256 {h1} (saved as {os.path.join(out, 'final.npz')})")
     return 0
+
+
+def _prove_options(a, system: ProofSystem) -> dict:
+    """What ``system.prove`` takes from the command line: the soundness analysis where the system has them,
+    the powers of tau where it has a setup."""
+    options = {"log": lambda s: print("  " + s, flush=True)}
+    if system.soundness_modes:
+        options["soundness"] = _soundness(a)
+    if system.trusted_setup:
+        options["ptau_file"] = a.ptau
+    return options
 
 
 def _elements(text: str, what: str) -> tuple:
@@ -279,7 +288,7 @@ def _dataset(spec, step, script):
 
 def _prove_private(a) -> int:
     from .run import prove_run
-    if a.system != "ligero":
+    if not SYSTEMS[a.system].private_runs:
         raise _usage("a --private run is proved by the native prover: use --system ligero")
     if a.workers is not None and a.scheduler is not None:
         raise _usage("--workers starts a local Dask cluster and --scheduler uses an existing one: name one of them")
@@ -368,19 +377,12 @@ def _verify_private(a) -> int:
     return 0
 
 
-def _check_step(path: str, system: str, circuit, keys: dict, soundness: str = ligero.DEFAULT_SOUNDNESS):
-    """Load the proof at ``path`` as a ``system`` proof and check it against ``circuit`` (raise on failure)."""
-    if system == "ligero":
-        proof = ligero.load(path, ligero.max_proof_bytes(circuit, soundness=soundness))  # no larger than an honest one
-        ligero.check(proof, circuit, soundness=soundness)
-    else:
-        if not os.path.isdir(path):
-            raise FormatError(f"{os.path.basename(path)}: a {system} proof is a directory (proof.json, public.json, "
-                              f"verification_key.json, statement.json)")
-        proof = sj.Proof.load(path)
-        if proof.system != system:
-            raise FormatError(f"{os.path.basename(path)}: a {proof.system} proof, not {system}")
-        sj.check(proof, circuit, **keys)
+def _check_step(path: str, system: str, circuit, keys: dict, soundness: str | None = None):
+    """Load the proof at ``path`` as a proof of the registered ``system`` (no larger than an honest one of
+    ``circuit``) and check it against ``circuit`` and the verifier's ``keys`` (raise on failure)."""
+    impl = SYSTEMS[system]
+    proof = impl.load(path, circuit, soundness)
+    impl.check(proof, circuit, soundness=soundness, **keys)
     return proof
 
 
@@ -406,13 +408,14 @@ def _verify(a) -> int:
         raise _fail(f"{a.proofs} holds {bundle.steps} steps, you asked to verify {a.steps}")
     with _Phase("compile"):
         _, step, circuit, opts = _setup(a)
+    system = SYSTEMS[a.system]
     mode = _soundness(a)
-    statement = with_soundness(circuit.statement(), mode) if a.system == "ligero" else circuit.statement()
+    statement = system.statement(circuit, mode)
     ok = True
     differ = [f"{printable(k)[:40]}={_option(bundle.options, k)} (yours {_option(opts, k)})"
               for k in list(opts) + sorted(set(bundle.options) - set(opts)) if k != "script"
               and (k in opts, opts.get(k)) != (k in bundle.options, bundle.options.get(k))]
-    claimed = soundness_of(bundle.statement, circuit.statement()) if a.system == "ligero" else None
+    claimed = system.soundness_of(bundle.statement, circuit)
     if bundle.statement != statement and claimed is not None:      # said once, before any proof is read: each
         print(f"{a.proofs}: the bundle claims the {claimed} soundness bound, you require {mode}: verify with "
               f"--soundness {claimed}")                            # would only fail its size or parameters
@@ -426,12 +429,10 @@ def _verify(a) -> int:
         more = f" and {len(differ) - 8} more" if len(differ) > 8 else ""
         print(f"{a.proofs}: chain.json names other options than yours, for the same statement: "
               f"{', '.join(differ[:8])}{more}")
-    keys = {}
-    if a.system != "ligero":
-        try:
-            keys = {"vkey": sj.verification_key(circuit, a.system, a.vkey, a.zkey, a.ptau)}
-        except (FormatError, sj.ToolMissing, sj.SnarkjsError, ValueError) as e:
-            raise _fail(str(e)) from None
+    try:                                       # from what the verifier names or made itself, never the bundle
+        keys = system.verifier_keys(circuit, a.vkey, a.zkey, a.ptau)
+    except (FormatError, sj.ToolMissing, sj.SnarkjsError, ValueError) as e:
+        raise _fail(str(e)) from None
     names = circuit.output_names
     prev = _params(step, circuit, a.init, a.init_seed)
     first = prev

@@ -32,6 +32,9 @@ import numpy as np
 
 from circuitgrad import allocator
 
+from . import ligero
+from .ligero import LigeroProof
+
 __all__ = ["prove_steps"]
 
 
@@ -60,9 +63,22 @@ def _remote_task(run: str, blob: bytes, *task):
 
 
 def _task(circuit, tree, k, params, x, y, r_before, r_after, after, seed, soundness="longfellow"):
-    from .run import prove_step
     rng = None if seed is None else np.random.default_rng(seed)
     return prove_step(circuit, tree, k, params, x, y, r_before, r_after, after, rng=rng, soundness=soundness)
+
+
+def prove_step(circuit, tree, k: int, params, x, y, r_before, r_after, after: Sequence,
+               rng: np.random.Generator | None = None,
+               soundness: str = ligero.DEFAULT_SOUNDNESS) -> tuple[int, LigeroProof]:
+    """Prove step ``k`` (a task of ``run.prove_run``, run on a worker): the witness's new parameters must be
+    the trajectory's ``after``."""
+    wit = circuit.witness_private(params, x, y, tree, r_before, r_after)
+    got = wit.outputs()
+    for n, a in zip(circuit.output_names, after):
+        if not np.array_equal(got[n], a):
+            raise RuntimeError(f"step {k}: the circuit's {n} after the step differs from the fixed-point "
+                               f"interpreter's trajectory")
+    return k, ligero.prove(circuit, wit, rng=rng, soundness=soundness)
 
 
 def _client(cluster: Any):

@@ -2,18 +2,16 @@
 
 ``system="ligero"`` (the default) is the native transparent prover. It needs no
 setup file and no Node.js. ``"groth16"`` and ``"plonk"`` go through snarkjs.
+Each is a :class:`~.systems.ProofSystem` in the registry ``SYSTEMS``; these
+functions only pick it (by name to prove, by the proof's type to verify).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from . import ligero
-from . import snarkjs as sj
-from .ligero import LigeroProof
+from .systems import SYSTEMS
 
 __all__ = ["SYSTEMS", "prove", "verify", "check"]
-
-SYSTEMS = ("ligero",) + tuple(sj.SYSTEMS)
 
 
 def prove(circuit, wit, system: str = "ligero", **options):
@@ -23,13 +21,10 @@ def prove(circuit, wit, system: str = "ligero", **options):
     ``"longfellow"``, the default, or the more conservative ``"classic"``) or to snarkjs
     (``ptau_file``, ``keys`` from :func:`snarkjs.setup`, ``log``).
     """
-    if system == "ligero":
-        return ligero.prove(circuit, wit, **options)
-    if system in sj.SYSTEMS:
-        if "soundness" in options:
-            raise TypeError(f"zk.prove: soundness names an analysis of Ligero proofs, not of {system}")
-        return sj.prove(circuit, wit, system=system, **options)
-    raise ValueError(f"zk.prove: unknown proof system {system!r}; choose one of {list(SYSTEMS)}")
+    impl = SYSTEMS.get(system)
+    if impl is None:
+        raise ValueError(f"zk.prove: unknown proof system {system!r}; choose one of {list(SYSTEMS)}")
+    return impl.prove(circuit, wit, **options)
 
 
 def verify(proof, circuit=None, public: Sequence[int] | None = None, soundness: str | None = None, **keys) -> bool:
@@ -46,21 +41,9 @@ def verify(proof, circuit=None, public: Sequence[int] | None = None, soundness: 
     if circuit is None or not hasattr(circuit, "r1cs"):
         raise TypeError("zk.verify: a proof is checked against the circuit the verifier compiled itself: "
                         "zk.verify(proof, zk.compile(step), public)")
-    if isinstance(proof, LigeroProof):
-        if keys:
-            raise TypeError(f"zk.verify: a Ligero proof needs no keys (got {sorted(keys)})")
-        return ligero.verify(proof, circuit, public, soundness=soundness or ligero.DEFAULT_SOUNDNESS)
-    if soundness is not None:
-        raise TypeError("zk.verify: soundness names an analysis of Ligero proofs; this is a snarkjs proof")
-    return sj.verify(proof, circuit, public, **keys)
+    return SYSTEMS.for_proof(proof).verify(proof, circuit, public, soundness, **keys)
 
 
 def check(proof, circuit, public: Sequence[int] | None = None, soundness: str | None = None, **keys) -> None:
     """Like :func:`verify`, but raise :class:`Reject` naming the first failed check."""
-    if isinstance(proof, LigeroProof):
-        if keys:
-            raise TypeError(f"zk.check: a Ligero proof needs no keys (got {sorted(keys)})")
-        return ligero.check(proof, circuit, public, soundness=soundness or ligero.DEFAULT_SOUNDNESS)
-    if soundness is not None:
-        raise TypeError("zk.check: soundness names an analysis of Ligero proofs; this is a snarkjs proof")
-    return sj.check(proof, circuit, public, **keys)
+    SYSTEMS.for_proof(proof).check(proof, circuit, public, soundness, **keys)

@@ -32,12 +32,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from . import ligero
-from .bundle import BundleError, check_fields, check_step_files, read_json, step_name
+from .bundle import BundleError, check_fields, check_step_files, read_json
 from .commit import DataTree, check_randomness, commit, fresh_randomness
 from .field import LIGERO51
 from .formats import printable
 from .ligero import LigeroProof, Reject
-from .statement import soundness_of, with_soundness
+from .systems import SYSTEMS
 
 __all__ = ["Run", "ProofFiles", "Dataset", "DataCommitment", "commit_dataset", "prove_run", "verify_run", "check_run",
            "RUN_FORMAT", "max_run_json_bytes", "honest_run_json_bytes"]
@@ -46,7 +46,9 @@ RUN_FORMAT = "circuitgrad-zk-run"
 _VERSION = 1
 _MAX_STEPS = 1_000_000
 _MAX_STATEMENT = 1 << 20        # a statement's JSON bytes, when the reader of a run knows no circuit
-_STEP_FILE = re.compile(r"step_\d+\.proof")
+#: the proof system of every step: transparent (no setup to trust), and it proves the commitments' lookups
+SYSTEM = SYSTEMS["ligero"]
+_STEP_FILE = re.compile(r"step_\d+" + re.escape(SYSTEM.suffix))
 
 
 @dataclass(frozen=True)
@@ -112,12 +114,12 @@ class Run:
     def save(self, directory: str) -> None:
         """``run.json`` (statement, chain, data commitment) and ``step_000.proof`` … in ``directory``."""
         os.makedirs(directory, exist_ok=True)
-        names = [step_name(k, "ligero") for k in range(self.steps)]
+        names = [SYSTEM.step_name(k) for k in range(self.steps)]
         same = set()                           # a loaded run saved over its own files: they stay as they are
         if isinstance(self.proofs, ProofFiles):
             same = {e for e, src in zip(names, self.proofs.paths) if os.path.exists(os.path.join(directory, e))
                     and os.path.samefile(os.path.join(directory, e), src)}
-        stale = [e for e in os.listdir(directory) if re.fullmatch(r"step_\d+\.proof", e) and e not in same]
+        stale = [e for e in os.listdir(directory) if _STEP_FILE.fullmatch(e) and e not in same]
         for e in stale:
             os.remove(os.path.join(directory, e))
         for k, e in enumerate(names):
@@ -144,7 +146,7 @@ class Run:
         if step is None:
             return _load(directory)
         circuit = _circuit(_fixed(step), data.rows)
-        run = _load(directory, [with_soundness(circuit.statement(), s) for s in ligero.SOUNDNESS], data.rows)
+        run = _load(directory, [SYSTEM.statement(circuit, s) for s in SYSTEM.soundness_modes], data.rows)
         run.compiled = (step, data.rows, circuit)
         return run
 
@@ -250,7 +252,7 @@ def _load(directory: str, statements: Sequence[str] | None = None, rows: int | N
     if len(d["commitments"]) != n + 1:
         raise BundleError(f"{path}: {n} steps need {n + 1} commitments, got {len(d['commitments'])}")
     commitments = [_elements(v, c, f"commitment {k}") for k, v in enumerate(d["commitments"])]
-    names = [step_name(k, "ligero") for k in range(n)]
+    names = [SYSTEM.step_name(k) for k in range(n)]
     check_step_files(directory, names, "run.json")
     proofs = ProofFiles([os.path.join(directory, e) for e in names])
     return Run(d["statement"], d["circuit_sha256"], DataCommitment(_elements(d["data_root"], c, "data_root"),
@@ -265,20 +267,6 @@ def _circuit(step, rows: int, run: "Run | None" = None):
     if run is not None and run.compiled is not None and run.compiled[0] is step and run.compiled[1] == rows:
         return run.compiled[2]
     return compile(step, public="commitments", data_rows=rows)
-
-
-def prove_step(circuit, tree: DataTree, k: int, params: Mapping, x, y, r_before, r_after, after: Sequence,
-               rng: np.random.Generator | None = None,
-               soundness: str = ligero.DEFAULT_SOUNDNESS) -> tuple[int, LigeroProof]:
-    """Prove step ``k`` (a task of :func:`prove_run`, run on a worker): the witness's new parameters must be
-    the trajectory's ``after``."""
-    wit = circuit.witness_private(params, x, y, tree, r_before, r_after)
-    got = wit.outputs()
-    for n, a in zip(circuit.output_names, after):
-        if not np.array_equal(got[n], a):
-            raise RuntimeError(f"step {k}: the circuit's {n} after the step differs from the fixed-point "
-                               f"interpreter's trajectory")
-    return k, ligero.prove(circuit, wit, rng=rng, soundness=soundness)
 
 
 def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, dataset: Dataset, cluster: Any = None,
@@ -311,7 +299,7 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     params = {}
     for n in names:                                # raw fixed point, as step.init_params gives them
         v = np.asarray(params0[n])
-        params[n] = v.astype(np.int64) if np.issubdtype(v.dtype, np.integer) else np.asarray(fx._in(v, n), np.int64)
+        params[n] = v.astype(np.int64) if np.issubdtype(v.dtype, np.integer) else np.asarray(fx.cast(v, n), np.int64)
     batches = list(batches)
     if not batches:
         raise ValueError("prove_run: no batches: a run has at least one step")
@@ -335,7 +323,7 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     from .distributed import prove_steps
     proofs = prove_steps(circuit, dataset.tree, tasks, cluster, progress=progress, seeds=seeds, log=log,
                          soundness=soundness)
-    return Run(with_soundness(circuit.statement(), soundness), circuit.digest().hex(), dataset.commitment,
+    return Run(SYSTEM.statement(circuit, soundness), circuit.digest().hex(), dataset.commitment,
                commitments, proofs, opening={"params": traj[-1], "randomness": blind[-1]})
 
 
@@ -355,10 +343,10 @@ def check_run(run: Run, step, c0: Sequence[int], d: DataCommitment, c_final: Seq
     if not isinstance(d, DataCommitment):
         raise TypeError("check_run: d must be the zk.DataCommitment (root and rows) you trust")
     circuit = _circuit(_fixed(step), d.rows, run)
-    claimed = soundness_of(run.statement, circuit.statement())
+    claimed = SYSTEM.soundness_of(run.statement, circuit)
     if claimed is not None and claimed != soundness:
         raise Reject(f"the run claims the {claimed!r} soundness bound, but the verifier requires {soundness!r}")
-    if run.statement != with_soundness(circuit.statement(), soundness):
+    if run.statement != SYSTEM.statement(circuit, soundness):
         raise Reject(f"the run proves another statement than this step's:\n  run:  {run.statement[:300]}\n"
                      f"  step: {circuit.statement()[:300]}")
     if run.circuit_sha256 != circuit.digest().hex():
@@ -378,7 +366,7 @@ def check_run(run: Run, step, c0: Sequence[int], d: DataCommitment, c_final: Seq
         proof = run.proofs.load(k, limit) if isinstance(run.proofs, ProofFiles) else run.proofs[k]
         public = [*run.commitments[k + 1], *run.commitments[k], *d.root]
         try:
-            ligero.check(proof, circuit, public, soundness=soundness)
+            SYSTEM.check(proof, circuit, public, soundness=soundness)
         except Reject as e:
             raise Reject(f"step {k}: {e}") from None
         del proof                              # before the next one is read: one proof in memory at a time

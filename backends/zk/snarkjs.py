@@ -246,7 +246,8 @@ class Keys:
     ptau: str
 
 
-def _power(circuit: Circuit, system: str) -> int:
+def ptau_power(circuit: Circuit, system: str) -> int:
+    """``k`` of the ``2^k`` powers of tau ``system`` needs for ``circuit`` (its gates rounded up, at least 8)."""
     r = circuit.r1cs
     if system == "groth16":
         n = r.n_constraints + r.n_public + 1
@@ -300,7 +301,7 @@ def setup(circuit: Circuit, system: str = "groth16", ptau_file: str | None = Non
         raise ValueError(f"zk.setup: unknown system {system!r}; snarkjs systems are {SYSTEMS}")
     with tempfile.TemporaryDirectory() as tmp:
         r1cs, digest = _r1cs_file(circuit, tmp)
-        power = _power(circuit, system)
+        power = ptau_power(circuit, system)
         if ptau_file is not None and not os.path.isfile(ptau_file):
             raise ToolMissing(f"powers of tau file {ptau_file} does not exist")
         tag = "local" if ptau_file is None else _sha256_file(ptau_file)[:16]
