@@ -19,44 +19,12 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from _attention import constraints, head, shared  # noqa: E402
 from _util import table  # noqa: E402
 
 import circuitgrad as cg  # noqa: E402
-from circuitgrad import ops  # noqa: E402
-from circuitgrad import primitives as P  # noqa: E402
-from circuitgrad.backends import zk  # noqa: E402
-from circuitgrad.rewrite import simplify  # noqa: E402
 
-
-
-def head(kind: str, S: int, dh: int, dt: cg.Fixed, reverse: bool) -> cg.Program:
-    T = cg.NdArrayType((S, dh))
-    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T, T, T], name=f"{kind}-head")
-    if reverse:
-        d = cg.rdiff(d)
-    return simplify(cg.retype(cg.schedule(d), dt))       # as compile_model does
-
-
-def _shared(prog: cg.Program, i: int) -> bool:
-    """Instruction ``i`` is one of the products both kinds share (``q·kᵀ``, ``a·v`` and their reverse maps),
-    not a contraction of the weights' own (a row's sum of squares or of ``a·da``: results ``[..., 1, 1]``)."""
-    a = prog.instrs[i]
-    return isinstance(a.op, (P.MatMul, P.BatchMatMul)) and prog.types[a.results[0]].shape[-2:] != (1, 1)
-
-
-def constraints(prog: cg.Program, dt: cg.Fixed, range_checks: str = "bits") -> tuple[int, int]:
-    """(all constraints, those of the attention weights: every instruction but the shared products and
-    the input/output checks). With ``range_checks="lookup"``, lookups count as well (constraints + lookups)."""
-    c = zk.compile_program(prog, dt, range_checks=range_checks)
-    r = c.r1cs
-    shared = 0
-    for tags, rows in [(r.tags, r.block_rows), (r.lookup_tags, r.lookup_block_rows)]:
-        for tag, n in zip(tags, (rows[1:] - rows[:-1])):
-            where = tag.split(":", 1)[0]
-            if where.startswith(("input", "output")) or ("#" in where and _shared(prog, int(where.split("#")[1]))):
-                shared += int(n)
-    total = r.n_constraints + r.n_lookups
-    return total, total - shared
 
 
 def fpga_cycles(prog: cg.Program, dt: cg.Fixed, macs: int) -> tuple[int, int]:
@@ -66,7 +34,7 @@ def fpga_cycles(prog: cg.Program, dt: cg.Fixed, macs: int) -> tuple[int, int]:
     mc = fpga.compile_program(prog, dt)
     total = fpga.cycles(mc, 2, macs)
     prods = [u for u in mc.ops if u.source.split("#")[0] in ("BatchMatMul", "MatMul")
-             and _shared(prog, int(u.source.split("#")[1]))]
+             and shared(prog, int(u.source.split("#")[1]))]
     only = type(mc)(mc.dtype, prods, mc.depth, mc.init, mc.inputs, mc.outputs)
     base = cycles(type(mc)(mc.dtype, [], mc.depth, {}, [], []), 2, macs)          # start and done
     return total, total - (cycles(only, 2, macs) - base)

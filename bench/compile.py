@@ -1,12 +1,15 @@
-"""Compile time of the training step of a deep dense+sigmoid MLP, vs catgrad 0.2.2.
+"""Build and compile time of the training step of a deep dense+sigmoid MLP, vs catgrad 0.2.2, and of a GPT.
 
-    python bench/compile.py [--layers 16 64 256 1024] [--repeats 5] [--peer-layers 16 64]
+    python bench/compile.py [--layers 16 64 256 1024] [--repeats 5] [--peer-layers 16 64] [--gpt-layers 12]
 
 Model: L × (dense 64→64 + sigmoid), batch 32, MSE loss, SGD.  "compile" is
 everything from the model diagram to a callable step function (parameter
 unbinding, reverse derivative, training-step diagram, schedule,
 simplification, code generation); "build" (composing the layers) is reported
-separately.  catgrad runs in its own virtual environment ``.venv-catgrad``
+separately, for both ways of building: ``cg.sequential`` of the layers, and
+``>>`` one layer at a time.  The GPT rows build ``nn.gpt(16, 64, 96, d=128,
+heads=4, layers=L)`` and compile its AdamW step (the model of
+``bench/gpt_cpu.py``).  catgrad runs in its own virtual environment ``.venv-catgrad``
 (created by ``--setup-peer``: ``pip install catgrad==0.2.2``) through
 ``bench/peers/catgrad_compile.py``, in the same run.
 """
@@ -34,14 +37,39 @@ def build(L: int, width: int, batch: int) -> cg.Diagram:
     return cg.sequential([l for _ in range(L) for l in (nn.dense(batch, width, width), nn.sigmoid(batch, width))])
 
 
-def measure(L: int, width: int, batch: int, repeats: int) -> tuple[float, float]:
-    bs, cs = [], []
+def build_chained(L: int, width: int, batch: int) -> cg.Diagram:
+    """The same model with ``>>``, one layer at a time."""
+    m = nn.dense(batch, width, width) >> nn.sigmoid(batch, width)
+    for _ in range(L - 1):
+        m = m >> nn.dense(batch, width, width) >> nn.sigmoid(batch, width)
+    return m
+
+
+def measure(L: int, width: int, batch: int, repeats: int) -> tuple[float, float, float]:
+    """Median seconds: build with ``sequential``, build with ``>>``, compile (round robin)."""
+    bs, bc, cs = [], [], []
     for _ in range(repeats):
         t = time.perf_counter()
         m = build(L, width, batch)
         bs.append(time.perf_counter() - t)
         t = time.perf_counter()
+        build_chained(L, width, batch)
+        bc.append(time.perf_counter() - t)
+        t = time.perf_counter()
         cg.compile_model(m, loss=nn.mse, optimizer=nn.sgd(0.01))
+        cs.append(time.perf_counter() - t)
+    return statistics.median(bs), statistics.median(bc), statistics.median(cs)
+
+
+def measure_gpt(L: int, repeats: int) -> tuple[float, float]:
+    """Median seconds to build the GPT of ``L`` layers and to compile its AdamW step."""
+    bs, cs = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        m = nn.gpt(16, 64, 96, d=128, heads=4, layers=L)
+        bs.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        cg.compile_model(m, loss=nn.softmax_cross_entropy, optimizer=nn.adamw(3e-3))
         cs.append(time.perf_counter() - t)
     return statistics.median(bs), statistics.median(cs)
 
@@ -69,6 +97,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--gpt-layers", type=int, nargs="*", default=[12])
     ap.add_argument("--setup-peer", action="store_true", help="create .venv-catgrad with catgrad 0.2.2")
     a = ap.parse_args()
     if a.setup_peer and not os.path.exists(PEER_PY):
@@ -76,17 +105,21 @@ def main() -> None:
     ours = {L: measure(L, a.width, a.batch, a.repeats) for L in a.layers}
     theirs = peer(a.peer_layers, a.width, a.batch, a.repeats) if a.peer_layers else {}
     rows = []
-    base = ours[a.layers[0]][1] / a.layers[0]
+    base = ours[a.layers[0]][2] / a.layers[0]
     for L in sorted(set(ours) | set(theirs)):
-        ob, oc = ours.get(L, (None, None))
+        ob, oc_, oc = ours.get(L, (None, None, None))
         tb, tc = theirs.get(L, (None, None))
-        fmt = lambda v: "-" if v is None else f"{v:.3f}"
-        rows.append([L, fmt(oc), f"{oc / L / base:.2f}" if oc else "-", fmt(ob), fmt(tc), fmt(tb),
-                     f"{tc / oc:.1f}x" if tc and oc else "-"])
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        rows.append([L, fmt(oc), f"{oc / L / base:.2f}" if oc else "-", fmt(ob), fmt(oc_),
+                     fmt(oc_ + oc) if oc else "-", fmt(tc), fmt(tb), f"{tc / oc:.1f}x" if tc and oc else "-"])
     print(f"training-step compile time, L x (dense {a.width}->{a.width} + sigmoid), batch {a.batch}; "
           f"median of {a.repeats}; {machine()}")
-    print(table(["layers", "circuitgrad compile s", "per-layer vs smallest", "circuitgrad build s",
-                 "catgrad 0.2.2 compile s", "catgrad build s", "catgrad / circuitgrad"], rows))
+    print(table(["layers", "circuitgrad compile s", "per-layer vs smallest", "build s (sequential)", "build s (>>)",
+                 ">> build + compile s", "catgrad 0.2.2 compile s", "catgrad build s", "catgrad / circuitgrad"], rows))
+    if a.gpt_layers:
+        gpt = [[L, *(f"{v:.3f}" for v in measure_gpt(L, a.repeats))] for L in a.gpt_layers]
+        print(f"\nGPT d=128, 4 heads, B=16, S=64, vocab 96, AdamW step; median of {a.repeats}")
+        print(table(["layers", "build s", "compile s"], gpt))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from _util import table  # noqa: E402
 
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import primitives as P  # noqa: E402
-from circuitgrad.diagram import apply  # noqa: E402
+from circuitgrad.tracing import apply  # noqa: E402
 from circuitgrad.fixedpoint import dequantize  # noqa: E402
 from circuitgrad.interpret import FLOAT_RULES  # noqa: E402
 

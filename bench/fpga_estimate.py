@@ -3,9 +3,9 @@
     python bench/fpga_estimate.py            # the bench/fpga.py designs: estimate vs synthesis
     python bench/fpga_estimate.py --fit      # refit the LUT model on the training designs first
 
-The LUT4 model (``circuitgrad/costmodel/fpga.py``) is linear in a design's features; ``--fit``
+The LUT4 model (``backends/fpga/cost.py``) is linear in a design's features; ``--fit``
 synthesizes 17 training designs at 1, 2 and 4 MAC lanes and with one read port, for each family, with yosys (no place and
-route) and writes the least-squares coefficients to ``circuitgrad/costmodel/fpga_fit.py``.
+route) and writes the least-squares coefficients to ``backends/fpga/cost_fit.py``.
 The unrolled ``predict`` (``fpga.unroll``) has its own model (adder and subtractor bits of its netlist),
 fitted to ten unrolled MLPs with other shapes and seeds than the bench's four.
 The check runs on the designs of ``bench/fpga.py``, which the fit never sees.
@@ -28,7 +28,7 @@ import circuitgrad as cg  # noqa: E402
 from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import fpga  # noqa: E402
 from circuitgrad.backends.fpga.synth import DoesNotFit, cell_counts  # noqa: E402
-from circuitgrad.costmodel import fpga as est  # noqa: E402
+from circuitgrad.backends.fpga import cost as est  # noqa: E402
 
 FX = cg.fixed(16, 8)
 TARGETS = {"ecp5": "ecp5-85k", "ice40": "ice40-up5k"}
@@ -128,14 +128,14 @@ def fit() -> dict:
             y.append(got["lut4"])
             print(f"{target} unrolled {'-'.join(map(str, sizes))} seed {seed}: {got}", flush=True)
         ucoeffs[fam] = _nnls(X, y, est.UNROLLED_FEATURES)
-    path = os.path.join(os.path.dirname(est.__file__), "fpga_fit.py")
+    path = os.path.join(os.path.dirname(est.__file__), "cost_fit.py")
     with open(path, "w") as fh:
         fh.write(f'''"""LUT4 model coefficients per FPGA family, fitted by ``python bench/fpga_estimate.py --fit``.
 
 Fitted to yosys synthesis (synth_ecp5 / synth_ice40) by non-negative least squares.
 ``LUT4``: the sequencer, {len(training())} training designs at 1, 2 and 4 MAC lanes and with one read port;
-features as :data:`circuitgrad.costmodel.fpga.FEATURES`. ``UNROLLED_LUT4``: the unrolled predict,
-{len(UNROLLED_TRAINING)} MLPs; features as :data:`circuitgrad.costmodel.fpga.UNROLLED_FEATURES`.
+features as :data:`circuitgrad.backends.fpga.cost.FEATURES`. ``UNROLLED_LUT4``: the unrolled predict,
+{len(UNROLLED_TRAINING)} MLPs; features as :data:`circuitgrad.backends.fpga.cost.UNROLLED_FEATURES`.
 Generated: do not edit by hand.
 """
 LUT4 = {json.dumps(coeffs, indent=4)}

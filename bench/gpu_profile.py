@@ -9,7 +9,7 @@ the MLP 784-256-256-10 at batch 128 (SGD), all float32 with ``donate=True``. For
 and a summary: the unprobed step's wall time, the sum of the launches' stream times, the cost model's
 prediction (``cg.cost(step, target="gpu")``) and the measured per-launch floor (the median time of
 the launches with under a microsecond of device work). The cost model's issue costs
-(``circuitgrad.costmodel.gpu.ISSUE_S``) come from this script's run on an H100. Without a GPU it says why and exits with 0; ``--emulate`` runs the same code on the host
+(``circuitgrad.backends.gpu.cost.ISSUE_S``) come from this script's run on an H100. Without a GPU it says why and exits with 0; ``--emulate`` runs the same code on the host
 (``backend="cupy-emulated"``, host timestamps), to check the script itself.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for p in (os.path.join(ROOT, "bench"), os.path.join(ROOT, "examples")):
+for p in (os.path.join(ROOT, "bench"), os.path.join(ROOT, "scripts"), os.path.join(ROOT, "examples")):
     sys.path.insert(0, p)
 from _util import table  # noqa: E402
 

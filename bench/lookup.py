@@ -35,12 +35,12 @@ MODES = ["bits", "lookup"]
 
 def child(case: str, mode: str, repeats: int) -> dict:
     from circuitgrad.backends.zk.ligero.proofio import dumps
-    from circuitgrad.backends.zk.ligero.protocol import _layout
+    from circuitgrad.backends.zk.ligero.protocol import layout
     from circuitgrad.backends.zk.ligero.circuitdata import prepare
     c, wit = _model_circuit(case, mode)
     c.assert_satisfied(wit)
     proof, prove_s, verify_s = time_ligero(c, wit, repeats, f"{case}/{mode}")
-    lay = _layout(prepare(c.r1cs), proof.params)
+    lay = layout(prepare(c.r1cs), proof.params)
     r = c.r1cs
     return {"case": case, "mode": mode, "constraints": r.n_constraints, "wires": r.n_wires, "lookups": r.n_lookups,
             "cells": int(len(lay.w) * lay.k), "sigma_l": proof.params.lookup_sigma, "bits": proof.soundness_bits,

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "bench"), os.path.join(ROOT, "bench", "peers"), os.path.join(ROOT, "examples")]
+sys.path[:0] = [os.path.join(ROOT, "bench"), os.path.join(ROOT, "tests", "peers"), os.path.join(ROOT, "examples")]
 from _util import machine, table  # noqa: E402
 
 import circuitgrad as cg  # noqa: E402

@@ -6,7 +6,8 @@ arithmetic circuits over finite fields.
 """
 from .types import NdArrayType, Dtype, Float, Fixed, Index, float32, float64, fixed, index
 from .primitives import TypeMismatch, Primitive, PRIMITIVES
-from .diagram import Diagram, Var, trace, identity, sequential, monogamous, unbind_parameters, IllFormedDiagram
+from .diagram import Diagram, identity, sequential, monogamous, unbind_parameters, IllFormedDiagram
+from .tracing import Var, trace
 from .optic import rdiff, lens
 from .schedule import Program, Apply, schedule, retype
 from .interpret import run, UnboundParameter

@@ -20,29 +20,24 @@ model that does not compile, a bad data batch, a proof that does not verify); se
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from typing import Sequence
 
 from . import __version__
 from .command import UsageError, add_model_options, load_model
 from .primitives import PRIMITIVES
+from .targets import TARGETS
 
 
 def _info(_args) -> int:
     print(f"circuitgrad {__version__}")
     print(f"primitives ({len(PRIMITIVES)}): {', '.join(p.__name__ for p in PRIMITIVES)}")
-    for b in ("gpu", "fpga", "zk"):
-        mod = importlib.import_module(f"circuitgrad.backends.{b}")
-        rules = getattr(mod, "RULES", {})
-        unsupported = ", ".join(c.__name__ for c in getattr(mod, "UNSUPPORTED", {}))
-        state = (f"{len(rules)} rules" + (f" (unsupported: {unsupported})" if unsupported else "")
-                 if rules else "not implemented yet")
-        if b == "gpu":
-            ok, why = mod.available()
-            state += f"; device: {why}" if ok else f"; unavailable here: {why}"
-        print(f"backend {b}: {state}")
-    print("backend numpy: available (float32/float64 code generation; fixed point by the reference interpreter)")
+    for t in TARGETS.values():
+        unsupported = ", ".join(c.__name__ for c in t.unsupported())
+        state = f"{len(t.rule_table())} rules" + (f" (unsupported: {unsupported})" if unsupported else "")
+        ok, why = t.available()
+        state += f"; runs on {why}" if ok else f"; unavailable here: {why}"
+        print(f"target {t.name}: {t.summary}; {state}")
     return 0
 
 
@@ -89,13 +84,12 @@ def _check_cost_args(args) -> None:
         raise UsageError(f"--device names a GPU (--target gpu) or an FPGA (--target fpga); the cpu target "
                          f"measures this machine, got --device {args.device}")
     if args.target == "gpu" and args.device is not None:
-        from .costmodel.gpu import DEVICES
+        DEVICES = TARGETS["gpu"].module("cost").DEVICES
         if args.device.lower() not in DEVICES:
             raise UsageError(f"--device {args.device}: unknown GPU device; choose one of {', '.join(DEVICES)}")
     if args.target == "fpga" and args.device is not None:
-        from .costmodel.fpga import _family
         try:
-            _family(args.device)
+            TARGETS["fpga"].module("cost").family(args.device)
         except ValueError:
             raise UsageError(f"--device {args.device}: unknown FPGA device; choose an ecp5-… or ice40-… target "
                              f"(ecp5-85k, ice40-up5k)") from None
@@ -151,7 +145,7 @@ def _add_views(sub) -> None:
     add_model_options(p)
     _fixed_options(p)
     _dtype_option(p)
-    p.add_argument("--target", choices=["cpu", "gpu", "fpga", "zk"], default="cpu")
+    p.add_argument("--target", choices=list(TARGETS), default="cpu")
     p.add_argument("--device", default=None, help="gpu: h100 or h200 (default h100)")
     p.add_argument("--function", default="step", choices=["step", "predict", "gradients", "loss"])
     p.add_argument("--depth", type=int, default=2, help="rows group definitions by this many path segments")
@@ -183,10 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _fixed_options(p)
     _dtype_option(p)
     p.set_defaults(fn=_show)
-    from .backends.zk import cli as zk_cli
-    zk_cli.add_parser(sub)
-    from .backends.fpga import cli as fpga_cli
-    fpga_cli.add_parser(sub)
+    for t in TARGETS.values():
+        if t.command is not None:
+            t.module("command").add_parser(sub)
     _add_views(sub)
     args = ap.parse_args(argv)
     try:

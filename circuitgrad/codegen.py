@@ -19,11 +19,11 @@ import numpy as np
 
 from . import allocator, blas
 from . import primitives as P
-from .interpret import (FLOAT_RULES, _argmax_mask, _causal_mask, _logsumexp, _one_hot, _sigmoid, _softmax, fold,
+from .interpret import (FLOAT_RULES, argmax_mask, causal_mask, logsumexp, one_hot, sigmoid, softmax, fold,
                         add_into, pad, set_into, unfold)
 from .schedule import Program
 
-__all__ = ["NUMPY_RULES", "generate", "compile_program"]
+__all__ = ["NUMPY_RULES", "generate", "compile_program", "ident"]
 
 
 def _dt(T) -> str:
@@ -134,13 +134,14 @@ _INPLACE = {
     P.Exp: lambda op, a, out: f"np.exp({a}, out={out})",
 }
 
-_HELPERS = {"np": np, "matmul": blas.matmul, "sigmoid": _sigmoid, "softmax": _softmax, "logsumexp": _logsumexp,
-            "argmax_mask": _argmax_mask, "causal_mask": _causal_mask, "one_hot": _one_hot,
+_HELPERS = {"np": np, "matmul": blas.matmul, "sigmoid": sigmoid, "softmax": softmax, "logsumexp": logsumexp,
+            "argmax_mask": argmax_mask, "causal_mask": causal_mask, "one_hot": one_hot,
             "pad": pad, "unfold": unfold, "fold": fold, "add_into": add_into, "set_into": set_into,
             "sum_axes": sum_axes}
 
 
-def _ident(name: str) -> str:
+def ident(name: str) -> str:
+    """``name`` as a Python identifier: every non-word character an underscore, a leading digit prefixed."""
     s = re.sub(r"\W", "_", name)
     return s if s and not s[0].isdigit() else f"_{s}"
 
@@ -232,11 +233,11 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
     Instructions whose arguments are all constants are evaluated once, at
     generation time, and hoisted with the other constants.
     """
-    fn_name = _ident(fn_name or program.name)
+    fn_name = ident(fn_name or program.name)
     names = [f"v{i}" for i in range(len(program.types))]
     if arg_names:
         for v, n in zip(program.inputs, arg_names):
-            names[v] = _ident(n)
+            names[v] = ident(n)
     rw = _analyse(program)
     fold, alias, lazy, pads, gathers, negs = rw.fold, rw.alias, rw.lazy, rw.pads, rw.gathers, rw.negs
 
@@ -387,5 +388,5 @@ def compile_program(program: Program, arg_names: Sequence[str] | None = None,
     namespace.update(consts)
     code = compile(src, f"<circuitgrad:{program.name}>", "exec")
     exec(code, namespace)
-    fn = namespace[_ident(fn_name or program.name)]
+    fn = namespace[ident(fn_name or program.name)]
     return fn, src

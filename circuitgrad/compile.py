@@ -21,13 +21,15 @@ import numpy as np
 
 from . import arguments, nn, ops
 from .codegen import compile_program
-from .diagram import Diagram, identity, trace, unbind_parameters
+from .diagram import Diagram, identity, unbind_parameters
 from .fixedpoint import FixedPointOverflow, const, dequantize, run_fixed
 from .nn import Optimizer
 from .optic import rdiff
 from .primitives import Parameter
 from .rewrite import simplify
 from .schedule import Program, retype_type, retype, schedule
+from .targets import TARGETS
+from .tracing import trace
 from .types import Dtype, Fixed, NdArrayType
 
 __all__ = ["compile_model", "CompiledModel", "Params"]
@@ -44,7 +46,8 @@ class _Fn:
     compiled: Any = None             # the backend's own compiled function (GPU: a ``GpuFunction``)
 
 
-def _param_names(params: Sequence[Parameter]) -> list[str]:
+def number_labels(params: Sequence[Parameter]) -> list[str]:
+    """Each parameter's name in the parameter dict: its label and how many of that label came before (``W0``, ``b0``, ``W1``)."""
     seen: dict[str, int] = {}
     names = []
     for p in params:
@@ -118,7 +121,7 @@ class CompiledModel:
 
     # ----------------------------------------------------------- arguments
     # Checked and converted by circuitgrad.arguments (the policy is in its docstring).
-    def _in(self, x, what: str):
+    def cast(self, x, what: str):
         """``x`` converted to this model's dtype on its backend (quantized in fixed point); no shape check."""
         return arguments.convert(arguments.real_array(x, what), self.dtype, self.xp, what)
 
@@ -200,9 +203,9 @@ class CompiledModel:
                     fan_in, fan_out = (shape[0], shape[-1]) if len(shape) > 1 else (shape[0], shape[0])
                 lim = np.sqrt(6.0 / (fan_in + fan_out))
                 v = rng.uniform(-lim, lim, size=shape)
-            out[name] = self._in(v, f"parameter {name}")
+            out[name] = self.cast(v, f"parameter {name}")
         for name, (_, t) in zip(self.state_names, self.optimizer.state([p.T for p in self.parameters])):
-            out[name] = self._in(np.full(t.shape, self.optimizer.initial(name)), f"optimizer state {name}")
+            out[name] = self.cast(np.full(t.shape, self.optimizer.initial(name)), f"optimizer state {name}")
         return out
 
     def predict(self, params: Params, x) -> np.ndarray:
@@ -303,7 +306,8 @@ def _build(model: Diagram, loss_fn, optimizer: Optimizer):
     return params, x_type, y_type, {"predict": model_p, "loss": total, "gradients": grads, "step": step}
 
 
-BACKENDS = ("numpy", "cupy", "auto", "cupy-emulated")
+#: ``compile_model``'s backends: those of the targets that run steps, and ``"auto"``
+BACKENDS = tuple(b for t in TARGETS.values() for b in t.backends) + ("auto",)
 _SWAPPED = "; did you swap loss= and optimizer=?"
 
 
@@ -367,8 +371,7 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
         raise ValueError(f"compile_model: unknown backend {backend!r}; available: "
                          f"{', '.join(repr(b) for b in BACKENDS)}")
     if backend in ("cupy", "auto"):
-        from .backends import gpu
-        ok, why = gpu.available()
+        ok, why = TARGETS["gpu"].available()
         if backend == "cupy" and not ok:
             raise RuntimeError(f"compile_model: backend='cupy' needs CuPy and a CUDA GPU: {why}; "
                                f"use backend='numpy' (or 'auto')")
@@ -380,7 +383,7 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
     if backend != "numpy" and isinstance(dtype, Fixed):
         raise ValueError(f"compile_model: the {backend} backend computes in float32/float64, not {dtype}; "
                          f"fixed point runs on backend='numpy' (the reference interpreter)")
-    pnames = _param_names(params)
+    pnames = number_labels(params)
     snames = optimizer.state_names(pnames, [p.T for p in params])
     names = {"predict": pnames + ["x"], "loss": pnames + ["x", "y"], "gradients": pnames + ["x", "y"],
              "step": pnames + [n.replace("/", "_") for n in snames] + ["x", "y"]}
@@ -401,7 +404,7 @@ def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str], backen
     if isinstance(dtype, Fixed):
         return _Fn(prog, lambda *xs: run_fixed(prog, xs), str(prog))
     if backend in ("cupy", "cupy-emulated"):
-        from .backends import gpu
+        gpu = TARGETS["gpu"].module()
         pairs = dict(zip(prog.outputs, prog.inputs)) if donate and key == "step" else None
         g = gpu.compile_function(prog, arg_names, key, emulate=backend == "cupy-emulated", donate_pairs=pairs)
         return _Fn(prog, g.run, g.source, g.launches, g)

@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import primitives as P
-from .interpret import FLOAT_RULES, _unbound, causal_keep, run
+from .interpret import FLOAT_RULES, unbound, causal_keep, run
 from .schedule import Apply, Program
 from .types import Fixed, Index, NdArrayType
 
@@ -243,7 +243,7 @@ def _softmax(op, x):
     return ((e << dt.frac) // e.sum(axis=-1, keepdims=True),)
 
 
-def _bit_length(s: np.ndarray) -> np.ndarray:
+def bit_length(s: np.ndarray) -> np.ndarray:
     n = np.floor(np.log2(np.maximum(s, 1).astype(np.float64))).astype(np.int64)
     n = np.where((np.int64(1) << n) > s, n - 1, n)           # exact fix-up of float rounding
     n = np.where((np.int64(1) << (n + 1)) <= s, n + 1, n)
@@ -263,7 +263,7 @@ def log_fixed(s: np.ndarray, dt: Fixed) -> np.ndarray:
     enough (error ``|n − frac|·2**-(frac+9)``) that it adds less than 1/8 ulp.
     """
     f = dt.frac
-    n = _bit_length(s)
+    n = bit_length(s)
     mant = np.where(n >= f, s >> np.maximum(n - f, 0), s << np.maximum(f - n, 0))
     u = mant - dt.one
     log2m = rescale(u * (const(LOG2_C1, dt, "log unit constant") -
@@ -363,7 +363,7 @@ def _argmax_mask(op, x):
 
 FIXED_RULES: dict[type, Callable] = {
     P.Copy: lambda op, x: (x,) * op.n,
-    P.Parameter: _unbound,
+    P.Parameter: unbound,
     P.Constant: lambda op: (np.full(op.T.shape, constant_raw(op, _fx(op.T)), dtype=np.int64),),
     P.Add: lambda op, a, b: (a + b,),
     P.Neg: lambda op, a: (-a,),

@@ -21,7 +21,7 @@ class UnboundParameter(ValueError):
     """A program still contains a Parameter operation."""
 
 
-def _unbound(op, *args):
+def unbound(op, *args):
     raise UnboundParameter(f"{op.name} '{op.label}' of type {op.T} has no value: bind parameters with "
                            f"circuitgrad.compile_model or diagram.unbind_parameters before running")
 
@@ -33,7 +33,7 @@ def _sum_to(x: np.ndarray, op: P.SumTo) -> np.ndarray:
     return y.reshape(op.S.shape)
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
+def sigmoid(x: np.ndarray) -> np.ndarray:
     h = x.dtype.type(0.5)
     return np.tanh(x * h) * h + h          # = 1/(1+e^-x), overflow-free
 
@@ -44,7 +44,7 @@ def causal_keep(shape) -> np.ndarray:
     return np.arange(t)[None, :] <= np.arange(s)[:, None]
 
 
-def _softmax(x: np.ndarray, causal: bool = False) -> np.ndarray:
+def softmax(x: np.ndarray, causal: bool = False) -> np.ndarray:
     """Softmax along the last axis, in one new array (every step after the first in place)."""
     if causal:
         e = np.where(causal_keep(x.shape), x, x.dtype.type(-np.inf))
@@ -56,22 +56,22 @@ def _softmax(x: np.ndarray, causal: bool = False) -> np.ndarray:
     return e
 
 
-def _causal_mask(x: np.ndarray) -> np.ndarray:
+def causal_mask(x: np.ndarray) -> np.ndarray:
     return np.where(causal_keep(x.shape), x, x.dtype.type(0))
 
 
-def _one_hot(ids: np.ndarray, n: int, dtype) -> np.ndarray:
+def one_hot(ids: np.ndarray, n: int, dtype) -> np.ndarray:
     """Rows with ``1`` at each id (ids already checked to lie in ``[0, n)``)."""
     return (np.asarray(ids)[..., None] == np.arange(n)).astype(dtype)
 
 
-def _argmax_mask(x: np.ndarray) -> np.ndarray:
+def argmax_mask(x: np.ndarray) -> np.ndarray:
     """One-hot of the first maximum along the last axis (in ``x``'s dtype)."""
     idx = x.argmax(axis=-1)[..., None]
     return (np.arange(x.shape[-1]) == idx).astype(x.dtype)
 
 
-def _logsumexp(x: np.ndarray) -> np.ndarray:
+def logsumexp(x: np.ndarray) -> np.ndarray:
     m = x.max(axis=-1, keepdims=True)
     return (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
 
@@ -148,7 +148,7 @@ def _dt(T: NdArrayType):
 
 FLOAT_RULES: dict[type, Callable] = {
     P.Copy: lambda op, x: (x,) * op.n,
-    P.Parameter: _unbound,
+    P.Parameter: unbound,
     P.Constant: lambda op: (np.full(op.T.shape, op.value, dtype=_dt(op.T)),),
     P.Add: lambda op, a, b: (a + b,),
     P.Neg: lambda op, a: (-a,),
@@ -160,20 +160,20 @@ FLOAT_RULES: dict[type, Callable] = {
     P.Broadcast: lambda op, a: (np.broadcast_to(a, op.T.shape),),
     P.SumTo: lambda op, a: (_sum_to(a, op),),
     P.Heaviside: lambda op, a: ((a > 0).astype(a.dtype),),
-    P.Sigmoid: lambda op, a: (_sigmoid(a),),
+    P.Sigmoid: lambda op, a: (sigmoid(a),),
     P.Tanh: lambda op, a: (np.tanh(a),),
-    P.Softmax: lambda op, a: (_softmax(a, op.causal),),
-    P.LogSumExp: lambda op, a: (_logsumexp(a),),
+    P.Softmax: lambda op, a: (softmax(a, op.causal),),
+    P.LogSumExp: lambda op, a: (logsumexp(a),),
     P.Exp: lambda op, a: (np.exp(a),),
     P.Log: lambda op, a: (np.log(a),),
     P.Sqrt: lambda op, a: (np.sqrt(a),),
     P.Rsqrt: lambda op, a: (1 / np.sqrt(a),),
     P.Div: lambda op, a, b: (a / b,),
-    P.ArgMaxMask: lambda op, a: (_argmax_mask(a),),
+    P.ArgMaxMask: lambda op, a: (argmax_mask(a),),
     P.Permute: lambda op, a: (np.transpose(a, op.axes),),
     P.BatchMatMul: lambda op, a, b: (np.matmul(a, b),),
-    P.CausalMask: lambda op, a: (_causal_mask(a),),
-    P.OneHot: lambda op, s: (_one_hot(s, op.S.dtype.n, _dt(op.T)),),
+    P.CausalMask: lambda op, a: (causal_mask(a),),
+    P.OneHot: lambda op, s: (one_hot(s, op.S.dtype.n, _dt(op.T)),),
     P.Slice: lambda op, a: (a[slices(op.index)],),
     P.Pad: lambda op, a: (pad(a, op.T.shape, op.index),),
     P.Unfold: lambda op, a: (unfold(a, op.kernel, op.stride, op.padding),),

@@ -1,5 +1,6 @@
-"""Layers, losses and optimizers: definitions, i.e. named diagrams of primitives (the optimizers are
-defined in :mod:`circuitgrad.optimizers` and re-exported here).
+"""Layers, losses and optimizers: definitions, i.e. named diagrams of primitives. The layers are defined
+here; the losses in :mod:`circuitgrad.losses` and the optimizers in :mod:`circuitgrad.optimizers`, both
+re-exported here so that ``nn`` is the one namespace a model file needs.
 
 Layers are morphisms ``X → Y`` whose parameters are :class:`Parameter`
 operations inside the diagram, so they compose with ``>>`` and tensor with ``@``::
@@ -16,7 +17,9 @@ from typing import Sequence
 import numpy as np
 
 from . import ops
-from .diagram import Diagram, Var, sequential, trace
+from .diagram import Diagram, sequential
+from .tracing import Var, trace
+from .losses import mse, softmax_cross_entropy  # noqa: F401 (re-exported)
 from .optimizers import (Adam, ClipGradNorm, Optimizer, adam, adamw, clip_grad_norm,  # noqa: F401 (re-exported)
                          momentum, set_learning_rate, sgd)
 from .provenance import scope
@@ -134,32 +137,6 @@ def flatten(B: int, *shape: int, dtype: Dtype = float32) -> Diagram:
     """``[B, *shape] → [B, Π shape]`` (``torch.nn.Flatten``)."""
     n = int(np.prod(shape, dtype=np.int64))
     return trace(lambda x: ops.reshape(x, (B, n)), [_T((B,) + shape, dtype)], name=_shape_name("flatten", (B,) + shape))
-
-# ------------------------------------------------------------------ losses
-def mse(T: NdArrayType) -> Diagram:
-    """Mean squared error ``mean((ŷ − y)²)`` over all elements: ``T ⊗ T → []``."""
-    def loss(yhat: Var, y: Var) -> Var:
-        d = yhat - y
-        return ops.scale(ops.sum(d * d), 1.0 / T.size)
-    return trace(loss, [T, T], name="mse")
-
-
-def softmax_cross_entropy(T: NdArrayType) -> Diagram:
-    """``mean_rows(logsumexp(ŷ_r) − Σ_k y_rk ŷ_rk)``: ``[..., K] ⊗ [..., K] → []`` (``y`` one-hot rows).
-
-    Rows are every index but the last: ``[B, K]`` averages over the batch, ``[B, S, V]`` over every
-    position, as ``torch.nn.functional.cross_entropy`` does. Integer labels (``[B]`` or ``[B, S]``)
-    are accepted at the call and one-hot encoded there. Its reverse derivative is
-    ``(softmax(ŷ) − y) / rows``: the log is never differentiated, so the fixed-point step needs only
-    softmax.
-    """
-    B = int(np.prod(T.shape[:-1], dtype=np.int64)) if T.ndim > 1 else 1
-
-    def loss(yhat: Var, y: Var) -> Var:
-        per_row = ops.logsumexp(yhat) - ops.sum(y * yhat, axis=-1)
-        return ops.scale(ops.sum(per_row), 1.0 / B)
-    return trace(loss, [T, T], name="softmax_cross_entropy")
-
 
 # ------------------------------------------------------ transformer layers
 def _shape_name(name: str, shape: Sequence[int], **kw) -> str:

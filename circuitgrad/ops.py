@@ -10,6 +10,10 @@ Binary operations broadcast NumPy-style (an explicit :class:`Broadcast`
 is inserted) and accept Python numbers (a :class:`Scale` or a
 :class:`Constant`).  Dtypes never change implicitly: mixing float32 and
 float64 raises :class:`~circuitgrad.primitives.TypeMismatch`.
+
+The operations that are :class:`~circuitgrad.tracing.Var`'s own operators (``add``, ``mul``,
+``matmul``, ``sum``, ``reshape``, …) live in :mod:`circuitgrad.tracing` with it; this module
+re-exports them and builds the rest of the vocabulary on them.
 """
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from . import primitives as P
-from .diagram import Builder, Var
+from .tracing import (Builder, Var, add, unary, broadcast_to, constant, div, exp, getitem, log, matmul, max,
+                      mean, mul, neg, permute, power, reshape, scale, slice, sqrt, sub, sum, sum_to, tanh, transpose)
 from .provenance import definition, scope
 from .primitives import TypeMismatch
 from .types import Dtype, NdArrayType, float32, format_types
@@ -33,20 +38,6 @@ __all__ = [
     "getitem", "slice", "pad", "concat", "unfold", "fold", "conv2d", "max_pool2d", "avg_pool2d", "maximum",
 ]
 
-Number = (int, float, np.integer, np.floating)
-
-
-def _builder(*xs) -> Builder:
-    for x in xs:
-        if isinstance(x, Var):
-            return x.builder
-    return Builder.current()
-
-
-def constant(T: NdArrayType, value: float, epsilon: bool = False) -> Var:
-    """A wire of type ``T`` filled with ``value`` (``epsilon``: at least one fixed-point step, see :class:`Constant`)."""
-    return Builder.current().apply(P.Constant(T, float(value), epsilon))[0]
-
 
 def add_epsilon(x: Var, eps: float) -> Var:
     """``x + ε`` with ``ε`` an epsilon constant (one fixed-point step where the dtype cannot hold ``ε``)."""
@@ -58,139 +49,9 @@ def param(T: NdArrayType, label: str = "param", init: str = "glorot") -> Var:
     return Builder.current().apply(P.Parameter(T, label, init))[0]
 
 
-def broadcast_to(x: Var, shape: Sequence[int]) -> Var:
-    """``x`` broadcast to ``shape`` (identity when the shape already matches)."""
-    shape = tuple(shape)
-    if x.shape == shape:
-        return x
-    return x.builder.apply(P.Broadcast(x.type, x.type.with_shape(shape)), x)[0]
-
-
-def sum_to(x: Var, shape: Sequence[int]) -> Var:
-    """``x`` summed down to ``shape`` (the adjoint of :func:`broadcast_to`)."""
-    shape = tuple(shape)
-    if x.shape == shape:
-        return x
-    return x.builder.apply(P.SumTo(x.type, x.type.with_shape(shape)), x)[0]
-
-
-def sum(x: Var, axis: int | None = None) -> Var:
-    """Sum over one axis, or over all axes (``axis=None``)."""
-    if axis is None:
-        return sum_to(x, ())
-    axis %= x.type.ndim
-    y = sum_to(x, x.shape[:axis] + (1,) + x.shape[axis + 1:])
-    return reshape(y, x.shape[:axis] + x.shape[axis + 1:])
-
-
-def _binary(name: str, a, b) -> tuple[Var, Var]:
-    if isinstance(a, Number) and isinstance(b, Var):
-        a = constant(b.type, a)
-    if isinstance(b, Number) and isinstance(a, Var):
-        b = constant(a.type, b)
-    if not (isinstance(a, Var) and isinstance(b, Var)):
-        raise TypeError(f"{name}: operands must be traced wires or numbers, got {a!r} and {b!r}")
-    if a.type.dtype != b.type.dtype:
-        raise TypeMismatch(f"{name}: dtypes differ, got {format_types((a.type, b.type))}")
-    if a.shape != b.shape:
-        try:
-            shape = np.broadcast_shapes(a.shape, b.shape)
-        except ValueError:
-            raise TypeMismatch(f"{name}: shapes do not broadcast, got {format_types((a.type, b.type))}") from None
-        a, b = broadcast_to(a, shape), broadcast_to(b, shape)
-    return a, b
-
-
-def add(a, b) -> Var:
-    """Elementwise ``a + b``."""
-    a, b = _binary("Add", a, b)
-    return a.builder.apply(P.Add(a.type), a, b)[0]
-
-
-def neg(x: Var) -> Var:
-    """Elementwise ``-x``."""
-    return x.builder.apply(P.Neg(x.type), x)[0]
-
-
-def sub(a, b) -> Var:
-    """Elementwise ``a - b`` (``a + (-b)``)."""
-    if isinstance(b, Number):
-        return add(a, -b)
-    if isinstance(a, Number):
-        return add(neg(b), a)
-    return add(a, neg(b))
-
-
-def scale(x: Var, c: float) -> Var:
-    """``c · x`` for a constant ``c``."""
-    return x.builder.apply(P.Scale(x.type, float(c)), x)[0]
-
-
-def mul(a, b) -> Var:
-    """Elementwise ``a * b``; a number operand becomes a :class:`Scale`."""
-    if isinstance(b, Number) and isinstance(a, Var):
-        return scale(a, b)
-    if isinstance(a, Number) and isinstance(b, Var):
-        return scale(b, a)
-    a, b = _binary("Mul", a, b)
-    return a.builder.apply(P.Mul(a.type), a, b)[0]
-
-
-def matmul(a: Var, b: Var) -> Var:
-    """``a @ b`` with NumPy's ``matmul`` rules for operands of two or more axes.
-
-    ``[m, n] @ [n, p]`` is one :class:`MatMul`. A weight matrix on the right, ``[..., n] @ [n, p]``,
-    is one :class:`MatMul` of the flattened rows. Otherwise the leading axes are broadcast and one
-    :class:`BatchMatMul` multiplies ``[..., m, n] @ [..., n, p]``.
-    """
-    if not (isinstance(a, Var) and isinstance(b, Var)):
-        raise TypeError(f"matmul: operands must be traced wires, got {a!r} and {b!r}")
-    if a.type.ndim < 2 or b.type.ndim < 2:
-        raise TypeMismatch(f"MatMul: operands need at least two axes, got {format_types((a.type, b.type))}")
-    if a.type.ndim == 2 and b.type.ndim == 2:
-        return _builder(a, b).apply(P.MatMul(a.type, b.type), a, b)[0]
-    if b.type.ndim == 2:
-        if a.shape[-1] != b.shape[0]:
-            raise TypeMismatch(f"MatMul: inner dimensions differ ({a.shape[-1]} != {b.shape[0]}) in "
-                               f"{format_types((a.type, b.type))}")
-        flat = reshape(a, (int(np.prod(a.shape[:-1], dtype=np.int64)), a.shape[-1]))
-        return reshape(matmul(flat, b), a.shape[:-1] + (b.shape[1],))
-    try:
-        lead = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    except ValueError:
-        raise TypeMismatch(f"BatchMatMul: leading axes do not broadcast in {format_types((a.type, b.type))}") from None
-    a, b = broadcast_to(a, lead + a.shape[-2:]), broadcast_to(b, lead + b.shape[-2:])
-    return a.builder.apply(P.BatchMatMul(a.type, b.type), a, b)[0]
-
-
-def transpose(x: Var) -> Var:
-    """Matrix transpose; for more axes, the last two are swapped."""
-    if x.type.ndim > 2:
-        return permute(x, tuple(range(x.type.ndim - 2)) + (x.type.ndim - 1, x.type.ndim - 2))
-    return x.builder.apply(P.Transpose(x.type), x)[0]
-
-
-def permute(x: Var, axes: Sequence[int]) -> Var:
-    """``np.transpose(x, axes)``."""
-    axes = tuple(int(a) % (x.type.ndim or 1) for a in axes)
-    if axes == tuple(range(x.type.ndim)):
-        return x
-    if x.type.ndim == 2:
-        return transpose(x)
-    return x.builder.apply(P.Permute(x.type, axes), x)[0]
-
-
 def causal_mask(x: Var) -> Var:
     """Zero the entries above the diagonal of the last two axes."""
     return x.builder.apply(P.CausalMask(x.type), x)[0]
-
-
-def reshape(x: Var, shape: Sequence[int]) -> Var:
-    """Row-major reshape."""
-    shape = tuple(shape)
-    if x.shape == shape:
-        return x
-    return x.builder.apply(P.Reshape(x.type, shape), x)[0]
 
 
 def heaviside(x: Var) -> Var:
@@ -208,11 +69,6 @@ def sigmoid(x: Var) -> Var:
     return x.builder.apply(P.Sigmoid(x.type), x)[0]
 
 
-def tanh(x: Var) -> Var:
-    """Hyperbolic tangent."""
-    return x.builder.apply(P.Tanh(x.type), x)[0]
-
-
 def softmax(x: Var, causal: bool = False) -> Var:
     """Softmax over the last axis; ``causal``: entries above the diagonal of the last two axes get 0."""
     return x.builder.apply(P.Softmax(x.type, bool(causal)), x)[0]
@@ -224,78 +80,12 @@ def logsumexp(x: Var) -> Var:
 
 
 # ------------------------------------------------------ the second vocabulary
-def _unary(cls, x: Var) -> Var:
-    if not isinstance(x, Var):
-        raise TypeError(f"{cls.__name__}: operand must be a traced wire, got {x!r}")
-    return x.builder.apply(cls(x.type), x)[0]
-
-
-def exp(x: Var) -> Var:
-    """Elementwise ``e^x``."""
-    return _unary(P.Exp, x)
-
-
-def log(x: Var) -> Var:
-    """Elementwise natural logarithm (of positive values)."""
-    return _unary(P.Log, x)
-
-
-def sqrt(x: Var) -> Var:
-    """Elementwise square root (of non-negative values)."""
-    return _unary(P.Sqrt, x)
-
-
-def div(a, b) -> Var:
-    """Elementwise ``a / b``; a number divisor becomes a :class:`Scale` by ``1 / b``."""
-    if isinstance(b, Number) and isinstance(a, Var):
-        if b == 0:
-            raise ZeroDivisionError(f"Div: division of {a.type} by the constant 0")
-        return scale(a, 1.0 / b)
-    a, b = _binary("Div", a, b)
-    return a.builder.apply(P.Div(a.type), a, b)[0]
 
 
 def rsqrt(x: Var) -> Var:
     """``1 / sqrt(x)`` of positive values (an :class:`~circuitgrad.primitives.Rsqrt`: in fixed point exactly
     ``div(1, sqrt(x))``, with a reverse derivative of three products instead of two divisions)."""
-    return _unary(P.Rsqrt, x)
-
-
-def power(x: Var, k: int) -> Var:
-    """``x ** k`` for an integer ``k ≥ 0`` (repeated squaring: about ``2·log2 k`` products)."""
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 0:
-        raise TypeError(f"x ** k: k must be an integer ≥ 0, got {k!r}; for 1 / x use 1 / x, for a root ops.sqrt")
-    if k == 0:
-        return constant(x.type, 1.0)
-    out, base = None, x
-    while k:
-        if k & 1:
-            out = base if out is None else mul(out, base)
-        k >>= 1
-        if k:
-            base = mul(base, base)
-    return out
-
-
-@definition()
-def max(x: Var, axis: int = -1) -> Var:
-    """The maximum along ``axis`` (that axis removed): ``Σ x · ArgMaxMask(x)``.
-
-    Its reverse derivative sends the gradient to the first maximum, as ``torch.max(x, dim)`` does.
-    """
-    nd = x.type.ndim
-    axis %= nd
-    if axis != nd - 1:
-        order = tuple(i for i in range(nd) if i != axis) + (axis,)
-        x = permute(x, order)
-    mask = x.builder.apply(P.ArgMaxMask(x.type), x)[0]
-    return sum(mul(x, mask), -1)
-
-
-def mean(x: Var, axis: int | None = None) -> Var:
-    """The mean over one axis, or over all elements."""
-    n = x.type.size if axis is None else x.shape[axis % x.type.ndim]
-    return scale(sum(x, axis), 1.0 / n)
+    return unary(P.Rsqrt, x)
 
 
 def _keep(x: Var, reduced: Var) -> Var:
@@ -370,51 +160,6 @@ def one_hot(ids: Var, dtype: Dtype = float32) -> Var:
 
 
 # ------------------------------------------------------------- slicing
-def slice(x: Var, index: Sequence[tuple[int, int, int]]) -> Var:
-    """The block ``x[a₀:b₀:c₀, …]``: one ``(start, stop, step)`` per axis (a :class:`Slice`)."""
-    op = P.Slice(x.type, tuple(index))
-    if all(i == (0, n, 1) for i, n in zip(op.index, x.shape)):
-        return x
-    return x.builder.apply(op, x)[0]
-
-
-def getitem(x: Var, key) -> Var:
-    """``x[key]`` with NumPy's basic indexing: integers (negative ones count from the end), slices with a
-    positive step, one ``...`` and ``None`` (a new axis of size 1). Advanced (array) indexing is refused."""
-    key = key if isinstance(key, tuple) else (key,)
-    dots = [i for i, k in enumerate(key) if k is Ellipsis]          # by identity: keys may be arrays
-    if len(dots) > 1:
-        raise IndexError("x[...]: an index can only have a single ellipsis ('...')")
-    used = builtins.sum(k is not None and k is not Ellipsis for k in key)
-    if used > x.type.ndim:
-        raise IndexError(f"x[...]: too many indices ({used}) for {x.type}")
-    if not dots:
-        dots, key = [len(key)], key + (Ellipsis,)
-    at = dots[0]
-    key = key[:at] + (builtins.slice(None),) * (x.type.ndim - used) + key[at + 1:]
-    index, shape, axis = [], [], 0
-    for k in key:
-        if k is None:
-            shape.append(1)
-            continue
-        n = x.shape[axis]
-        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
-            i = int(k) + n if k < 0 else int(k)
-            if not 0 <= i < n:
-                raise IndexError(f"x[...]: index {int(k)} is out of bounds for axis {axis} of size {n} ({x.type})")
-            index.append((i, i + 1, 1))
-        elif isinstance(k, builtins.slice):
-            a, b, c = k.indices(n)
-            if c < 1:
-                raise IndexError(f"x[...]: slices need a positive step, got {k} on axis {axis} ({x.type}); "
-                                 f"an axis cannot be reversed")
-            index.append((a, builtins.max(a, b), c))
-            shape.append(len(range(a, b, c)))
-        else:
-            raise IndexError(f"x[...]: only integers, slices, '...' and None index a traced value, got "
-                             f"{type(k).__name__} {k!r} (no advanced indexing)")
-        axis += 1
-    return reshape(slice(x, index), tuple(shape))
 
 
 def pad(x: Var, widths: Sequence[tuple[int, int]]) -> Var:
@@ -466,7 +211,7 @@ def unfold(x: Var, kernel, stride=1, padding=0) -> Var:
 def fold(cols: Var, size: tuple[int, int], kernel, stride=1, padding=0) -> Var:
     """``torch.nn.functional.fold(cols, output_size=size)``: ``[B, C·kh·kw, L] → [B, C, H, W]``."""
     B, K = cols.shape[:2] if cols.type.ndim == 3 else (0, 0)
-    kh, kw = P._pair("Fold", "kernel", kernel, 1)
+    kh, kw = P.pair("Fold", "kernel", kernel, 1)
     if cols.type.ndim != 3 or K % (kh * kw):
         raise TypeMismatch(f"Fold: columns must be [B, C·{kh}·{kw}, L], got {cols.type}")
     T = cols.type.with_shape((B, K // (kh * kw)) + tuple(size))
@@ -502,13 +247,13 @@ def _windows(name: str, x: Var, kernel, stride, padding) -> list[Var]:
     if not isinstance(x, Var) or x.type.ndim != 4:
         raise TypeMismatch(f"{name}: input must be a traced [B, C, H, W] wire, got "
                            f"{x.type if isinstance(x, Var) else repr(x)}")
-    kernel = P._pair(name, "kernel", kernel, 1)
-    stride = kernel if stride is None else P._pair(name, "stride", stride, 1)
+    kernel = P.pair(name, "kernel", kernel, 1)
+    stride = kernel if stride is None else P.pair(name, "stride", stride, 1)
     try:
         ho, wo = P.Unfold(x.type, kernel, stride, padding).out_hw()
     except TypeMismatch as e:
         raise TypeMismatch(f"{name}: {e}") from None
-    (sh, sw), (ph, pw) = stride, P._pair(name, "padding", padding, 0)
+    (sh, sw), (ph, pw) = stride, P.pair(name, "padding", padding, 0)
     x = pad(x, [(0, 0), (0, 0), (ph, ph), (pw, pw)])
     B, C = x.shape[:2]
     return [slice(x, ((0, B, 1), (0, C, 1), (i, i + sh * (ho - 1) + 1, sh), (j, j + sw * (wo - 1) + 1, sw)))
@@ -526,7 +271,7 @@ def maximum(a: Var, b: Var) -> Var:
 def max_pool2d(x: Var, kernel, stride=None, padding=0) -> Var:
     """``torch.nn.functional.max_pool2d`` (``stride`` defaults to ``kernel``). The gradient goes to the first
     maximum of each window. ``padding`` must be 0: PyTorch pads with ``-inf``, which fixed point cannot hold."""
-    if P._pair("max_pool2d", "padding", padding, 0) != (0, 0):
+    if P.pair("max_pool2d", "padding", padding, 0) != (0, 0):
         raise TypeMismatch(f"max_pool2d: padding must be 0, got {padding!r} (PyTorch pads with -inf, which "
                            f"fixed point cannot hold; pad with ops.pad where zeros are meant)")
     win = _windows("max_pool2d", x, kernel, stride, 0)

@@ -26,7 +26,8 @@ import open_hypergraphs.numpy as ohn
 
 from . import ops
 from . import primitives as P
-from .diagram import DTYPE, FF, IC, OH, Diagram, _empty, _map_paths, apply, labels, monogamous, trace
+from .diagram import DTYPE, FF, IC, OH, Diagram, empty_labels, map_paths, labels, monogamous
+from .tracing import apply, trace
 from .types import NdArrayType
 
 __all__ = ["RULES", "Rule", "rule_for", "rdiff", "lens", "ReverseDerivative"]
@@ -172,7 +173,7 @@ _CACHE: dict[int, Rule] = {}
 
 def _at(f: OH, path: str) -> Diagram:
     """``f`` with every operation placed at ``path``: a rule's maps inherit their operation's path."""
-    return _map_paths(f, lambda p: path)
+    return map_paths(f, lambda p: path)
 
 
 def rule_for(label: int) -> Rule:
@@ -193,7 +194,7 @@ def rule_for(label: int) -> Rule:
 
 def _tensor(ds: list) -> OH:
     if not ds:
-        return OH.unit(_empty(), _empty())
+        return OH.unit(empty_labels(), empty_labels())
     return OH.tensor_list(ds)
 
 

@@ -14,7 +14,8 @@ from typing import Sequence
 import numpy as np
 
 from . import ops
-from .diagram import Diagram, Var, trace
+from .diagram import Diagram
+from .tracing import Var, trace
 from .types import Dtype, NdArrayType, float32
 
 __all__ = ["Optimizer", "sgd", "momentum", "Adam", "adam", "adamw", "CLIP_EPS", "ClipGradNorm", "clip_grad_norm",

@@ -419,7 +419,7 @@ class Pad(Arrow):
                                f"of {self.T}")
 
 
-def _pair(op: str, what: str, v, low: int) -> tuple[int, int]:
+def pair(op: str, what: str, v, low: int) -> tuple[int, int]:
     t = (v, v) if isinstance(v, (int, np.integer)) else tuple(v)
     if len(t) != 2 or any(not isinstance(x, (int, np.integer)) or x < low for x in t):
         raise TypeMismatch(f"{op}: {what} must be an int ≥ {low} or a pair of them, got {v!r}")
@@ -437,9 +437,9 @@ class Blocks(Primitive):
 
     def __post_init__(self):
         name = type(self).__name__
-        object.__setattr__(self, "kernel", _pair(name, "kernel", self.kernel, 1))
-        object.__setattr__(self, "stride", _pair(name, "stride", self.stride, 1))
-        object.__setattr__(self, "padding", _pair(name, "padding", self.padding, 0))
+        object.__setattr__(self, "kernel", pair(name, "kernel", self.kernel, 1))
+        object.__setattr__(self, "stride", pair(name, "stride", self.stride, 1))
+        object.__setattr__(self, "padding", pair(name, "padding", self.padding, 0))
         if self.T.ndim != 4:
             raise TypeMismatch(f"{name}: the image must be [B, C, H, W], got {self.T}")
         if min(self.out_hw()) < 1:

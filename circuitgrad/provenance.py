@@ -21,10 +21,19 @@ import contextlib
 import functools
 from typing import Callable
 
-__all__ = ["segment", "current_path", "scope", "definition"]
+__all__ = ["segment", "current_path", "scope", "definition", "current_builder"]
 
 #: the definition path of the operations being traced, innermost last (see :func:`scope`)
-_SCOPE: list[str] = []
+SCOPE: list[str] = []
+#: the builders of the diagrams being traced, innermost last (:class:`circuitgrad.tracing.Builder`)
+BUILDERS: list = []
+
+
+def current_builder():
+    """The builder of the innermost diagram being traced (``RuntimeError`` outside a trace)."""
+    if not BUILDERS:
+        raise RuntimeError("no diagram is being traced: call this inside circuitgrad.trace(...)")
+    return BUILDERS[-1]
 
 
 def segment(name: str) -> str:
@@ -34,7 +43,7 @@ def segment(name: str) -> str:
 
 def current_path() -> str:
     """The definition path where an operation applied now is created (``"gpt/block1/attention"``)."""
-    return "/".join(_SCOPE)
+    return "/".join(SCOPE)
 
 
 @contextlib.contextmanager
@@ -48,14 +57,14 @@ def scope(name: str):
     ``ops.layer_norm`` is one definition, ``…/layer_norm``).
     """
     seg = segment(name)
-    if _SCOPE and _SCOPE[-1] == seg:
+    if SCOPE and SCOPE[-1] == seg:
         yield
         return
-    _SCOPE.append(seg)
+    SCOPE.append(seg)
     try:
         yield
     finally:
-        _SCOPE.pop()
+        SCOPE.pop()
 
 
 def definition(name: str | None = None) -> Callable[[Callable], Callable]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .diagram import IllFormedDiagram, _short, check_producers
+from .diagram import IllFormedDiagram, short, check_producers
 from .provenance import segment
 from .primitives import Primitive, op_of, path_of
 from .types import Dtype, Index, NdArrayType, type_of
@@ -144,7 +144,7 @@ def layering(f) -> np.ndarray:
         depth += 1
     if (layer < 0).any():
         e = int(np.flatnonzero(layer < 0)[0])
-        raise IllFormedDiagram(f"{_short(getattr(f, 'name', 'diagram'))}: the diagram has a cycle through "
+        raise IllFormedDiagram(f"{short(getattr(f, 'name', 'diagram'))}: the diagram has a cycle through "
                                f"operation {op_of(f.H.x.table[e])}")
     return layer
 

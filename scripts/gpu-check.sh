@@ -9,7 +9,7 @@
 # CuPy or PyTorch installed with the system Python counts), then installs what is missing with pip
 # ('.[gpu]' and pytest; '.[torch]' only with GPU_CHECK_INSTALL_TORCH=1: CUDA PyTorch is gigabytes). Offline,
 # pip fails fast and the package is registered without dependencies; the report names what is missing.
-# The checks themselves are bench/gpu_check.py. Exit status: 0 pass (or incomplete), 1 a failure or no device.
+# The checks themselves are scripts/gpu_check.py. Exit status: 0 pass (or incomplete), 1 a failure or no device.
 set -uo pipefail
 REPORT=${1:-gpu-check.json}
 case "$REPORT" in /*) ;; *) REPORT="$PWD/$REPORT" ;; esac      # relative to where it is called from
@@ -65,4 +65,4 @@ if [ "${GPU_CHECK_INSTALL_TORCH:-0}" = 1 ] && ! "$VPY" -c "import torch" 2>/dev/
 fi
 REST=$(left)
 if [ "$REST" -lt 30 ]; then note "setup took $((SECONDS - START)) s of $BUDGET: $REST s is too little to check"; fi
-exec timeout $((REST + 15)) "$VPY" bench/gpu_check.py --report "$REPORT" --budget "$((REST > 30 ? REST : 30))"
+exec timeout $((REST + 15)) "$VPY" scripts/gpu_check.py --report "$REPORT" --budget "$((REST > 30 ? REST : 30))"

@@ -1,6 +1,6 @@
 """One-call device check of the CuPy backend (issue 31), run by ``scripts/gpu-check.sh``; see docs/GPU.md.
 
-    python bench/gpu_check.py [--report gpu-check.json] [--budget 280]
+    python scripts/gpu_check.py [--report gpu-check.json] [--budget 280]
 
 Phases, in this order, each in its own process with its own time budget (a kernel that poisons the CUDA
 context, or hangs, costs one phase, not the report):
@@ -30,7 +30,7 @@ context, or hangs, costs one phase, not the report):
    they grow past the layer norm's variance, and ``Rsqrt`` of an interval containing 0 bounds nothing.
 5. ``timing``: ms per training step (median of ``repeats`` after ``warmup``, each call followed by a
    device synchronize), circuitgrad's step against PyTorch eager on the same GPT
-   (``bench/peers/torch_gpt.py``, the model ``bench/gpt_cpu.py`` compares on the CPU), timed round robin.
+   (``tests/peers/torch_gpt.py``, the model ``bench/gpt_cpu.py`` compares on the CPU), timed round robin.
 
 The report (JSON) has ``status`` (``pass``, ``fail``, ``no-device``, or ``incomplete`` where everything that
 ran passed but something was missing, such as PyTorch with CUDA), a one-line ``message``, the device, and one
@@ -66,7 +66,7 @@ CONFIG = dict(batch=16, seq=64, d=128, heads=4, layers=2, attention="softmax", l
 
 # ------------------------------------------------------------------------------------------- shared helpers
 def _paths() -> None:
-    for p in (os.path.join(ROOT, "examples"), os.path.join(ROOT, "bench", "peers"), os.path.join(ROOT, "tests")):
+    for p in (os.path.join(ROOT, "examples"), os.path.join(ROOT, "tests", "peers"), os.path.join(ROOT, "tests")):
         if p not in sys.path:
             sys.path.insert(0, p)
 

@@ -1,14 +1,9 @@
 """Exact costs of one causal attention head: spherical attention's weights in a training step
 take at most half of softmax's constraints + lookups, and its FPGA memory stays under 2048 words."""
-import os
-import sys
-
 import pytest
+from _attention import constraints, head
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-from attention_targets import constraints, head  # noqa: E402
-
-import circuitgrad as cg  # noqa: E402
+import circuitgrad as cg
 
 DT = cg.fixed(16, 8)
 

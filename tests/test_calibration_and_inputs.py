@@ -11,7 +11,7 @@ import pytest
 
 import circuitgrad as cg
 from circuitgrad import nn
-from circuitgrad.costmodel import zk as cost_zk
+from circuitgrad.backends.zk import cost as cost_zk
 
 #: three circuits that prove in milliseconds, in place of the real calibration set
 _TINY = (("products", 1 << 4, False), ("products", 1 << 6, True), ("step", 2, (2, 3, 2)))

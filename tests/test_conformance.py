@@ -10,6 +10,7 @@ from circuitgrad.codegen import NUMPY_RULES
 from circuitgrad.fixedpoint import FIXED_RULES
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.optic import RULES
+from circuitgrad.targets import TARGETS
 
 
 @pytest.mark.parametrize("name,table,exempt", [
@@ -24,17 +25,31 @@ def test_core_tables_cover_every_primitive(name, table, exempt):
     assert set(table) <= set(P.PRIMITIVES), f"{name} has rules for unknown primitives"
 
 
-@pytest.mark.parametrize("backend", ["gpu", "fpga", "zk"])
-def test_backend_rule_tables(backend):
-    """Lists the primitives each backend lacks; only the ones it declares UNSUPPORTED (with a reason) may be."""
-    mod = importlib.import_module(f"circuitgrad.backends.{backend}")
-    missing = sorted(c.__name__ for c in set(P.PRIMITIVES) - set(mod.RULES) - {P.Parameter})
-    if not mod.RULES:
-        pytest.skip(f"{backend} backend not implemented yet: lacks all of {missing}")
-    declared = sorted(c.__name__ for c in mod.UNSUPPORTED)
-    assert missing == declared, f"{backend} backend lacks rules for {missing}; declared unsupported: {declared}"
-    assert all(isinstance(why, str) and why for why in mod.UNSUPPORTED.values())
-    assert set(mod.RULES) <= set(P.PRIMITIVES)
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_target_rule_tables(name):
+    """Every target of the registry: the primitives it lacks are exactly those it declares UNSUPPORTED (with a
+    reason); parameters are unbound before any target runs a program."""
+    t = TARGETS[name]
+    rules, unsupported = t.rule_table(), t.unsupported()
+    missing = sorted(c.__name__ for c in set(P.PRIMITIVES) - set(rules) - {P.Parameter})
+    declared = sorted(c.__name__ for c in unsupported)
+    assert missing == declared, f"target {name} lacks rules for {missing}; declared unsupported: {declared}"
+    assert all(isinstance(why, str) and why for why in unsupported.values())
+    assert set(rules) <= set(P.PRIMITIVES)
+
+
+def test_registry_names_every_backend_package():
+    """Each target's modules import, its cost module has ``estimate``, its command ``add_parser``, and every
+    package under backends/ is some target's."""
+    import os
+
+    import circuitgrad.backends as B
+    for t in TARGETS.values():
+        assert callable(t.module("cost").estimate)
+        assert t.command is None or callable(t.module("command").add_parser)
+    root = os.path.dirname(B.__file__)
+    packages = {f"circuitgrad.backends.{d}" for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "__init__.py"))}
+    assert packages == {t.package for t in TARGETS.values() if t.package.startswith("circuitgrad.backends.")}
 
 
 def test_every_primitive_states_its_facts():

@@ -10,7 +10,7 @@ import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad.backends import fpga, zk
 from circuitgrad.costmodel import cpu as cost_cpu
-from circuitgrad.costmodel import gpu as costmodel_gpu
+from circuitgrad.backends.gpu import cost as costmodel_gpu
 
 FX = cg.fixed(16, 8)
 
@@ -102,7 +102,7 @@ def test_matmul_flops_equal_pytorch_flop_counter(name):
             h = F.max_pool2d(torch.relu(F.conv2d(x, p["W0"], padding=1) + p["b0"]), 2)
             logits, y = h.reshape(4, 64) @ p["W1"] + p["b1"], torch.randint(0, 10, (4,))
         else:
-            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "peers"))
+            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "peers"))
             import torch_gpt
             ids = torch.randint(0, 8, (2, 4))
             logits, y = torch_gpt.gpt(ids, p, 2, 2, "softmax").reshape(-1, 8), torch.randint(0, 8, (8,))
@@ -175,7 +175,7 @@ def test_cpu_calibration_is_cached(tmp_path, monkeypatch):
 
 def test_prover_calibration_cache_is_validated(tmp_path, monkeypatch):
     import json
-    from circuitgrad.costmodel import zk as cost_zk
+    from circuitgrad.backends.zk import cost as cost_zk
     monkeypatch.setenv("CIRCUITGRAD_CACHE", str(tmp_path))
     calls = []
     monkeypatch.setattr(cost_zk, "_calibration_circuit", lambda *a: calls.append(a) or cost_zk._synthetic(64))
@@ -254,7 +254,7 @@ def _unrolled(sizes=(4, 6, 3), seed=11):
 
 
 def test_fpga_unrolled_cost_is_the_pipeline():
-    from circuitgrad.costmodel.fpga import unrolled_features
+    from circuitgrad.backends.fpga.cost import unrolled_features
     step, p = _unrolled()
     c = cg.cost(step, "fpga", device="ice40-up5k", function="predict", unroll=p)
     d = fpga.unroll(step, p)

@@ -111,3 +111,19 @@ def test_running_unbound_parameter_is_an_error():
         cg.run(cg.schedule(nn.bias(2, 3)), [np.zeros((2, 3), np.float32)])
     assert str(e.value) == ("Parameter 'b' of type float32[3] has no value: bind parameters with "
                             "circuitgrad.compile_model or diagram.unbind_parameters before running")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_coequalizer_is_open_hypergraphs_one(seed):
+    """diagram.coequalizer (NumPy label propagation) numbers the classes exactly as open_hypergraphs' (SciPy's
+    connected components, by each class's smallest wire), on random gluings of every size up to the cut-over."""
+    from circuitgrad.diagram import DTYPE, SPARSE_ABOVE, coequalizer
+    rng = np.random.default_rng(seed)
+    for W, n in [(0, 0), (1, 0), (5, 0), (3, 3), *((int(rng.integers(1, 300)), int(rng.integers(0, 400)))
+                                                     for _ in range(200)), (4000, SPARSE_ABOVE)]:
+        a, b = (FF(W, rng.integers(0, W, n).astype(DTYPE)) for _ in range(2))
+        want, got = a.coequalizer(b), coequalizer(a, b)
+        assert (got.target, got.table.dtype) == (want.target, want.table.dtype)
+        assert np.array_equal(got.table, want.table), (W, n)
+    chain = FF(100, np.arange(99, dtype=DTYPE)), FF(100, np.arange(1, 100, dtype=DTYPE))   # one long class
+    assert coequalizer(*chain).target == 1

@@ -12,7 +12,7 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad import primitives as P
-from circuitgrad.diagram import apply
+from circuitgrad.tracing import apply
 from circuitgrad.fixedpoint import FIXED_RULES, const, quantize, dequantize
 
 Q = cg.fixed(32, 16)

@@ -14,7 +14,7 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import ops
 from circuitgrad import primitives as P
-from circuitgrad.diagram import apply
+from circuitgrad.tracing import apply
 from circuitgrad.fixedpoint import (EXP2_C1, FIXED_RULES, LOG2_C1, FixedPointDomainError, dequantize,
                                     quantize)
 from circuitgrad.interpret import FLOAT_RULES

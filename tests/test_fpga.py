@@ -25,7 +25,7 @@ MODELS = [
 def _args(step, key, rng, B):
     p = step.init_params(seed=0)
     args = [p[k] for k in step.param_names] + ([p[k] for k in step.state_names] if key == "step" else [])
-    args.append(step._in(rng.normal(size=(B, step.x_type.shape[1])), "x"))
+    args.append(step.cast(rng.normal(size=(B, step.x_type.shape[1])), "x"))
     if key != "predict":
         args.append(step._targets(rng.integers(0, step.y_type.shape[1], size=B)))
     return args
@@ -58,7 +58,7 @@ def test_sequencer_predict_bit_exact_and_cycle_model_exact(act, ports, rng):
         x = rng.normal(size=(B, 4))
         outs, n = fpga.simulate(design, p, x)
         assert np.array_equal(outs["predict"], step.fn("predict").run(*[p[k] for k in step.param_names],
-                                                                       step._in(x, "x"))[0])
+                                                                       step.cast(x, "x"))[0])
         assert n == design.cycles
 
 
@@ -113,7 +113,7 @@ def test_softmax_predict_in_hardware(rng):
     p = step.init_params(seed=0)
     x = rng.normal(size=(B, 4)) * 3
     outs, n = fpga.simulate(design, p, x)
-    want = step.fn("predict").run(*[p[k] for k in step.param_names], step._in(x, "x"))[0]
+    want = step.fn("predict").run(*[p[k] for k in step.param_names], step.cast(x, "x"))[0]
     assert np.array_equal(outs["predict"], want) and n == design.cycles
 
 
@@ -200,7 +200,7 @@ def test_predict_on_100_random_inputs_bit_exact(rng):
     p = step.init_params(seed=3)
     x = rng.normal(size=(B, 4)) * 2
     outs, n = fpga.simulate(design, p, x)
-    want = step.fn("predict").run(*[p[k] for k in step.param_names], step._in(x, "x"))[0]
+    want = step.fn("predict").run(*[p[k] for k in step.param_names], step.cast(x, "x"))[0]
     assert np.array_equal(outs["predict"], want) and n == design.cycles
 
 
@@ -235,7 +235,7 @@ def test_stream_interfaces_predict(rng):
     k = len(step.param_names)
     dut = Accelerator(mc, batch_inputs=[k], streamed_outputs=[0])
     p = step.init_params(seed=0)
-    xs = [step._in(rng.normal(size=(B, 4)), "x") for _ in range(2)]
+    xs = [step.cast(rng.normal(size=(B, 4)), "x") for _ in range(2)]
     got = []
 
     async def bench(ctx):

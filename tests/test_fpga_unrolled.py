@@ -20,7 +20,7 @@ def _model(act, B=2, sizes=(4, 6, 3)):
 
 
 def _want(step, p, x):
-    return step.fn("predict").run(*[p[k] for k in step.param_names], step._in(x, "input"))[0]
+    return step.fn("predict").run(*[p[k] for k in step.param_names], step.cast(x, "input"))[0]
 
 
 @pytest.mark.parametrize("act", [nn.relu, nn.sigmoid, nn.tanh], ids=["relu", "sigmoid", "tanh"])
@@ -30,7 +30,7 @@ def test_hundred_streamed_batches_bit_exact_one_per_cycle(act, rng):
     p = step.init_params(seed=1)
     d = fpga.unroll(step, p)
     xs = [rng.normal(scale=2.0, size=(2, 4)) for _ in range(100)]
-    outs, n = run_unrolled(d, [step._in(x, "input") for x in xs])
+    outs, n = run_unrolled(d, [step.cast(x, "input") for x in xs])
     assert len(outs) == 100 and all(np.array_equal(o, _want(step, p, x)) for o, x in zip(outs, xs))
     assert n == d.latency + len(xs) - 1 and d.cycles == 1          # full throughput: nothing stalls
 
@@ -41,7 +41,7 @@ def test_backpressure_keeps_every_result_in_order(rng):
     p = step.init_params(seed=2)
     d = fpga.unroll(step, p)
     dut = d.component()
-    xs = [step._in(rng.normal(size=(2, 4)), "input") for _ in range(30)]
+    xs = [step.cast(rng.normal(size=(2, 4)), "input") for _ in range(30)]
     ready = rng.integers(0, 2, size=400)
     got = []
 
@@ -75,7 +75,7 @@ def test_overflow_travels_with_its_batch():
     with pytest.raises(FixedPointOverflow, match="overflowed fixed\\(16,8\\) in the unrolled FPGA simulation"):
         fpga.simulate(d, None, np.ones((2, 4)))
     from circuitgrad.backends.fpga.sim import run_unrolled
-    xs = [step._in(np.full((2, 4), v), "input") for v in (0.0, 0.0, 0.0, 1.0, 0.0)]
+    xs = [step.cast(np.full((2, 4), v), "input") for v in (0.0, 0.0, 0.0, 1.0, 0.0)]
     with pytest.raises(FixedPointOverflow, match=r"^batch 3 \(of 5; 1 in all\) overflowed"):
         run_unrolled(d, xs)
 
@@ -137,7 +137,7 @@ def test_reused_addresses_forget_earlier_relu_masks(sizes, rng):
     p = step.init_params(seed=1)
     d = fpga.unroll(step, p)
     xs = [rng.normal(size=(1, sizes[0])) for _ in range(20)]
-    outs, _ = run_unrolled(d, [step._in(x, "input") for x in xs])
+    outs, _ = run_unrolled(d, [step.cast(x, "input") for x in xs])
     assert all(np.array_equal(o, _want(step, p, x)) for o, x in zip(outs, xs))
 
 
@@ -148,6 +148,6 @@ def test_heaviside_of_one_overflows_like_the_interpreter():
     p = {"W0": np.diag([64, 64]), "b0": np.zeros(2, np.int64), "W1": np.diag([64, 64]), "b1": np.zeros(2, np.int64)}
     x = np.array([[0.5, 0.25]])
     with pytest.raises(FixedPointOverflow):
-        step.fn("predict").run(*[p[k] for k in step.param_names], step._in(x, "input"))
+        step.fn("predict").run(*[p[k] for k in step.param_names], step.cast(x, "input"))
     with pytest.raises(FixedPointOverflow, match="in the unrolled FPGA simulation"):
         fpga.simulate(fpga.unroll(step, p), None, x)

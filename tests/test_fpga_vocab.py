@@ -17,7 +17,7 @@ import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import fpga
 from circuitgrad.backends.fpga.isa import MicroOp, Microcode, View, contiguous, legalise, permute_view, reshape_view
-from circuitgrad.diagram import apply
+from circuitgrad.tracing import apply
 from circuitgrad.fixedpoint import div_fixed, exp_fixed, log_fixed, quantize, sqrt_fixed
 
 pytest.importorskip("amaranth")

@@ -1,4 +1,4 @@
-"""scripts/gpu-check.sh and bench/gpu_check.py (issue 31) on a machine without a device: they stop at the
+"""scripts/gpu-check.sh and scripts/gpu_check.py (issue 31) on a machine without a device: they stop at the
 device phase with one clear line and a JSON report, and the phases that need no device are checked on the
 CPU (the tinygpt comparison through ``cupy-emulated``, the kernel list, NVRTC failures reported one by one)."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import gpu_check  # noqa: E402
 
 PHASES = ["device", "nvrtc", "device-tests", "tinygpt-vs-numpy", "timing"]
@@ -56,7 +56,7 @@ def check_report(path, message):
 def test_without_cupy_the_check_stops_at_once_with_one_line_and_a_report(tmp_path):
     env = stub_env(tmp_path, "raise ImportError(\"No module named 'cupy'\")\n")
     report = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--report", str(report)],
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_check.py"), "--report", str(report)],
                        capture_output=True, text=True, timeout=120, env=env)
     message = ("gpu-check: CuPy is not importable (ImportError: No module named 'cupy'); "
                "install it with pip install -e '.[gpu]'")
@@ -83,7 +83,7 @@ def test_without_a_device_the_script_says_getdevicecount_failed(tmp_path):
 
 
 def test_bad_arguments_are_usage_errors(tmp_path):
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--report",
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_check.py"), "--report",
                         str(tmp_path / "missing" / "r.json")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert r.stderr.splitlines()[-1] == (f"gpu_check.py: error: --report {tmp_path / 'missing' / 'r.json'}: "

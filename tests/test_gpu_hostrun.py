@@ -16,7 +16,7 @@ from circuitgrad import nn, ops
 from circuitgrad.backends import gpu
 from circuitgrad.backends.gpu import hostcheck, hostrun
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 ok, why = hostrun.available()
 pytestmark = pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
 
@@ -70,7 +70,7 @@ def _batch(ref, vocab, rng):
 def _close(name, dtype, got, want, ref, p, x, y, err_msg):
     """Within the step program's first-order error bound (tests/_tolerance.py), where that bound is finite. For
     the GPTs it is not (through two attention layers the bound exceeds the layer norm's variance; see
-    docs/GPU.md, "Device check"): there float32 takes the device check's tolerance (``bench/gpu_check.py``:
+    docs/GPU.md, "Device check"): there float32 takes the device check's tolerance (``scripts/gpu_check.py``:
     ``‖dev − np32‖₂ ≤ 2·√(n / log₂ n)·‖np32 − np64‖₂ + 2u‖np64‖₂`` per array, the rounding of NumPy's own float32
     run measured against float64), and float64 that of the other GPT cross-checks (``test_gpu_vocab``, 1e-9)."""
     if name.startswith("gpt") and dtype == "f64":

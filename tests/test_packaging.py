@@ -114,9 +114,11 @@ def test_cli_info(capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0] == f"circuitgrad {circuitgrad.__version__}"
     assert out.splitlines()[1].startswith("primitives (31): Copy, Parameter, Constant, ")
-    assert "backend fpga: 29 rules (unsupported: LogSumExp)" in out
-    assert "backend gpu: 30 rules; " in out          # every primitive but Parameter
-    assert "backend zk: 29 rules (unsupported: LogSumExp)" in out   # every primitive but Parameter
+    assert "target cpu: float32/float64 NumPy code generation; fixed point by the reference interpreter; 30 rules; " \
+           "runs on this machine" in out
+    assert "target fpga: an Amaranth sequencer and its microcode; 29 rules (unsupported: LogSumExp); runs on" in out
+    assert "target gpu: fused CUDA kernels and cuBLAS through CuPy; 30 rules; " in out          # every primitive but Parameter
+    assert "; 29 rules (unsupported: LogSumExp); runs on this machine" in out.split("target zk: ")[1]   # every primitive but Parameter
 
 
 def test_core_and_cli_work_without_optional_backend_dependencies():
@@ -140,4 +142,4 @@ def test_core_and_cli_work_without_optional_backend_dependencies():
             "    raise AssertionError('expected ImportError')\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
-    assert "backend fpga: 29 rules" in res.stdout
+    assert "target fpga: an Amaranth sequencer and its microcode; 29 rules" in res.stdout

@@ -7,7 +7,7 @@ import pytest
 
 import circuitgrad as cg
 from circuitgrad import primitives as P
-from circuitgrad.diagram import apply
+from circuitgrad.tracing import apply
 from _tolerance import assert_programs_close
 from conftest import evaluate, rel_err, vjp_fd
 

@@ -14,7 +14,7 @@ from _tolerance import assert_programs_close, assert_within, error_bounds
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 F = torch.nn.functional
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "peers"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "peers"))
 import torch_gpt  # noqa: E402
 
 

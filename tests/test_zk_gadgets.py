@@ -11,7 +11,7 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import primitives as P
 from circuitgrad.backends import zk
-from circuitgrad.diagram import apply
+from circuitgrad.tracing import apply
 from circuitgrad.fixedpoint import quantize
 from conftest import CASES, VOCAB, T, vocab_inputs as _inputs
 

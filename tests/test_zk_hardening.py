@@ -44,7 +44,7 @@ def _inflated(proof, c, k: int, t: int, n: int, sigma: int | None = None):
     """``proof`` rewritten with other parameters and arrays of the shapes they imply (as the red team did)."""
     p = proof.params
     q = LP.Params(k, t, n, sigma or p.sigma, p.lookup_sigma)
-    lay = protocol._layout(prepare(c.r1cs), q)
+    lay = protocol.layout(prepare(c.r1cs), q)
     zero = lambda *shape: np.zeros(shape, dtype=np.int64)          # noqa: E731
     return protocol.LigeroProof(**{**proof.__dict__, "params": q, "u": zero(q.sigma, q.K),
                                    "q": zero(q.sigma, q.lin_len), "h": zero(q.sigma, q.quad_len),

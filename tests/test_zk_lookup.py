@@ -20,7 +20,7 @@ from circuitgrad.backends.zk import gadgets as G
 from circuitgrad.backends.zk import ligero
 from circuitgrad.backends.zk.ligero import coefficients, lookup, params as LP, protocol
 from circuitgrad.backends.zk.r1cs import Builder
-from circuitgrad.diagram import apply
+from circuitgrad.tracing import apply
 from conftest import assert_flipped_bytes_rejected, CASES, VOCAB, vocab_inputs as _inputs
 
 Q = cg.fixed(16, 8)

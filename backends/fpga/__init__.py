@@ -122,7 +122,7 @@ def unroll(model: CompiledModel, params, dtype: Fixed | None = None) -> Unrolled
     consts = {}
     for view, name in zip(mc.inputs[:-1], fx.param_names, strict=True):
         v = np.asarray(params[name])
-        raw = v if np.issubdtype(v.dtype, np.integer) else fx._in(v, name)     # raw fixed point, or floats
+        raw = v if np.issubdtype(v.dtype, np.integer) else fx.cast(v, name)     # raw fixed point, or floats
         consts.update(zip((int(a) for a in view.addresses().reshape(-1)), (int(v) for v in np.asarray(raw).reshape(-1))))
     return UnrolledDesign(fx, mc, consts)
 
@@ -160,13 +160,13 @@ def simulate(design: Design, params, x, y=None, check_collisions: bool = False) 
         if params is not None:
             raise ValueError("an unrolled design has its parameters built in: pass params=None, or rebuild it "
                              "with fpga.unroll(model, params)")
-        outs, n = run_unrolled(design, [design.model._in(x, "input")])
+        outs, n = run_unrolled(design, [design.model.cast(x, "input")])
         return {"predict": outs[0]}, n
     from .sim import simulate as _simulate
     fx, key = design.model, design.function
     names = fx.param_names + (fx.state_names if key == "step" else [])
     args = [np.asarray(params[n]) if np.issubdtype(np.asarray(params[n]).dtype, np.integer)
-            else fx._in(params[n], n) for n in names]
+            else fx.cast(params[n], n) for n in names]
     args.append(arguments.inputs(x, fx.x_type, fx.dtype, fx.xp, key))      # the design's batch, exactly
     if key != "predict":
         args.append(fx._targets(y))
@@ -187,7 +187,7 @@ def train(design: Design, params, batches, check_collisions: bool = False) -> tu
     fx = design.model
     names = fx.param_names + fx.state_names
     init = [np.asarray(params[n]) if np.issubdtype(np.asarray(params[n]).dtype, np.integer)
-            else fx._in(params[n], n) for n in names]
+            else fx.cast(params[n], n) for n in names]
     data = [(fx._x(x, "step"), fx._targets(y)) for x, y in batches]
     state, n = run_steps(design.microcode, init, data, read_ports=design.read_ports, macs=design.macs,
                          check_collisions=check_collisions)

@@ -16,7 +16,7 @@ Resources (per device family, ``device="ecp5-85k"`` or ``"ice40-up5k"``):
   one read port, the units the microcode uses, the memory blocks), with non-negative coefficients
   fitted to yosys synthesis of 17 training designs at 1, 2 and 4 lanes and with one read port
   (``python bench/fpga_estimate.py --fit``
-  regenerates :mod:`.fpga_fit`; the bench's own designs, which the fit never saw, check it).
+  regenerates :mod:`.cost_fit`; the bench's own designs, which the fit never saw, check it).
 
 The unrolled ``predict`` (``unroll=params``, :func:`circuitgrad.backends.fpga.unroll`) has no memory
 and no DSP block: its LUT4s are a linear model in the bits of the adders and of the subtractors that
@@ -30,7 +30,16 @@ import math
 import re
 from typing import Any
 
-__all__ = ["estimate", "features", "resources", "unrolled_features", "FEATURES", "UNROLLED_FEATURES"]
+from circuitgrad.compile import CompiledModel
+from circuitgrad.costmodel.report import Cost, table
+
+from . import compile as compile_design
+from . import unroll as unroll_design
+from .cost_fit import LUT4, UNROLLED_LUT4
+from .synth import rtlil_text
+from .timing import op_cycles
+
+__all__ = ["estimate", "family", "features", "resources", "unrolled_features", "FEATURES", "UNROLLED_FEATURES"]
 
 #: the LUT model's features, in order (see :func:`features`)
 FEATURES = ("const", "rom", "lanes", "one_port", "sequential", "exp", "sigmoid", "tanh", "log", "compare", "lutram",
@@ -41,7 +50,7 @@ UNROLLED_FEATURES = ("add_bits", "sub_bits")
 _BLOCKS = {"ecp5": (1024, 1200), "ice40": (256, 0)}
 
 
-def _family(device: str) -> str:
+def family(device: str) -> str:
     fam = device.split("-", 1)[0].lower()
     if fam not in _BLOCKS:
         raise ValueError(f"cost: unknown FPGA device {device!r}; choose an ecp5-… or ice40-… target "
@@ -51,7 +60,7 @@ def _family(device: str) -> str:
 
 def brams(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
     """Block RAMs of the sequencer's memory on ``device`` (see the module docstring)."""
-    per, lutram = _BLOCKS[_family(device)]
+    per, lutram = _BLOCKS[family(device)]
     if mc.depth * mc.dtype.width <= lutram:
         return 0
     copies = read_ports if macs == 1 else 2 * macs
@@ -76,8 +85,7 @@ def features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]
 
 def resources(mc, device: str, macs: int = 1, read_ports: int = 2) -> dict[str, int]:
     """Estimated ``lut4``, ``dsp`` and ``bram`` of the sequencer running ``mc`` on ``device``."""
-    from .fpga_fit import LUT4
-    coeffs = LUT4[_family(device)]
+    coeffs = LUT4[family(device)]
     x = features(mc, device, macs, read_ports)
     lut = sum(coeffs.get(k, 0.0) * v for k, v in zip(FEATURES, x))
     return {"lut4": int(round(lut)), "dsp": dsps(mc, macs), "bram": brams(mc, device, macs, read_ports)}
@@ -90,7 +98,6 @@ def unrolled_features(design) -> list[float]:
     operands), which the fitted coefficients absorb; negations and constant shifts are wiring or fold
     into the adders and are left out.
     """
-    from ..backends.fpga.synth import rtlil_text
     bits = {"$add": 0, "$sub": 0}
     kind = None
     for line in rtlil_text(design, log=lambda *a: None).splitlines():
@@ -106,8 +113,7 @@ def unrolled_features(design) -> list[float]:
 
 def unrolled_resources(design, device: str) -> dict[str, int]:
     """Estimated ``lut4``, ``dsp`` and ``bram`` of an unrolled design on ``device``: LUTs only."""
-    from .fpga_fit import UNROLLED_LUT4
-    coeffs = UNROLLED_LUT4[_family(device)]
+    coeffs = UNROLLED_LUT4[family(device)]
     lut = sum(coeffs.get(k, 0.0) * v for k, v in zip(UNROLLED_FEATURES, unrolled_features(design)))
     return {"lut4": int(round(lut)), "dsp": 0, "bram": 0}
 
@@ -117,23 +123,19 @@ _SOURCE = re.compile(r"^[^#]*#(\d+)")
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, macs: int = 1,
              read_ports: int = 2, dtype=None, on_chip: bool = True, unroll: Any = None):
-    from ..compile import CompiledModel
-    from . import Cost, table
     if not isinstance(f, CompiledModel):
         raise TypeError(f"cost: the fpga target needs a compiled model (cg.compile_model), got {type(f).__name__}")
-    from ..backends import fpga
-    from ..backends.fpga.timing import op_cycles
     device = device or "ecp5-85k"
-    _family(device)
+    family(device)
     if unroll is not None:
         if function != "predict":
             raise ValueError(f"cost: the unrolled FPGA design runs predict only; pass function='predict' "
                              f"(got {function!r})")
-        d = fpga.unroll(f, unroll, dtype=dtype)
+        d = unroll_design(f, unroll, dtype=dtype)
         cycles = [1] * len(d.microcode.ops)          # one pipeline stage per micro-op
         head = ("(input register)", {"micro_ops": 0, "cycles": 1})
     else:
-        d = fpga.compile(f, dtype=dtype, macs=macs, function=function, read_ports=read_ports, on_chip=on_chip)
+        d = compile_design(f, dtype=dtype, macs=macs, function=function, read_ports=read_ports, on_chip=on_chip)
         cycles = op_cycles(d.microcode, read_ports, macs)
         head = ("(start and done)", {"micro_ops": 0, "cycles": 3 if d.microcode.ops else 2})
     mc = d.microcode

@@ -2,8 +2,8 @@
 
 Fitted to yosys synthesis (synth_ecp5 / synth_ice40) by non-negative least squares.
 ``LUT4``: the sequencer, 17 training designs at 1, 2 and 4 MAC lanes and with one read port;
-features as :data:`circuitgrad.costmodel.fpga.FEATURES`. ``UNROLLED_LUT4``: the unrolled predict,
-10 MLPs; features as :data:`circuitgrad.costmodel.fpga.UNROLLED_FEATURES`.
+features as :data:`circuitgrad.backends.fpga.cost.FEATURES`. ``UNROLLED_LUT4``: the unrolled predict,
+10 MLPs; features as :data:`circuitgrad.backends.fpga.cost.UNROLLED_FEATURES`.
 Generated: do not edit by hand.
 """
 LUT4 = {

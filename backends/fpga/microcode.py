@@ -194,7 +194,7 @@ def _reuse_memory(dt: Fixed, ops: list[MicroOp], regions: list[tuple[int, int]],
 
 
 # ------------------------------------------------------------- execution
-def _elementwise(kind: str, a: np.ndarray, b: np.ndarray | None, dt: Fixed) -> np.ndarray:
+def elementwise_model(kind: str, a: np.ndarray, b: np.ndarray | None, dt: Fixed) -> np.ndarray:
     if kind == "add":
         return a + b
     if kind == "neg":
@@ -260,7 +260,7 @@ def execute(mc: Microcode, inputs: list[np.ndarray], check: bool = True) -> tupl
             a, b = mem[u.a.addresses()], mem[u.b.addresses()] if u.b is not None else None
             if check and u.kind in _DOMAIN and np.any(_DOMAIN[u.kind](a, b)):
                 raise FixedPointOverflow(f"{u.source} had {DOMAIN_WHAT[u.kind]} on the FPGA")
-            y = _elementwise(u.kind, a, b, dt)
+            y = elementwise_model(u.kind, a, b, dt)
         if check and y.size and u.kind != "argmax" and (y.min() < dt.lo or y.max() > dt.hi):   # argmax: an index
             raise FixedPointOverflow(f"{u.source} overflowed {dt} on the FPGA: result range "
                                      f"[{int(y.min()) / dt.one:.6g}, {int(y.max()) / dt.one:.6g}]")

@@ -70,7 +70,7 @@ ELEMENTWISE = ("add", "neg", "heaviside", "sigmoid", "tanh", "eq", "log", "copy"
 def elementwise(m: Module, kind: str, a, b, dt, name: str):
     """The value of elementwise micro-op ``kind`` on operands ``a``, ``b`` (``name`` prefixes its signals).
 
-    Shared by the sequencer's unit and the unrolled datapath, as ``microcode._elementwise`` is their
+    Shared by the sequencer's unit and the unrolled datapath, as ``microcode.elementwise_model`` is their
     NumPy model.
     """
     if kind == "add":

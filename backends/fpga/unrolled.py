@@ -28,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 from circuitgrad.fixedpoint import FixedPointOverflow
 
 from .units import ELEMENTWISE, elementwise, outside
-from .microcode import Microcode, _elementwise
+from .microcode import Microcode, elementwise_model
 
 __all__ = ["Unrolled", "UnrolledTop", "UNROLLED_KINDS", "check_unrollable"]
 
@@ -134,7 +134,7 @@ class Unrolled(wiring.Component):
                 else:
                     x, y = at(a_addr[0], s), (at(b_addr[0], s) if b_addr else None)
                     if isinstance(x, int) and (y is None or isinstance(y, int)):
-                        r = int(_elementwise(u.kind, np.array([x]), None if y is None else np.array([y]), dt)[0])
+                        r = int(elementwise_model(u.kind, np.array([x]), None if y is None else np.array([y]), dt)[0])
                     else:
                         r, checked = elementwise(m, u.kind, x, y, dt, f"{u.kind}{s}_{e}"), u.kind != "copy"
                 masks.pop(oa, None)                 # a reused address no longer holds an earlier op's mask

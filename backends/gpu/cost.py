@@ -24,8 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..types import Float
-from .work import itemsize, work
+from circuitgrad.costmodel.report import Cost, program_of, table
+from circuitgrad.costmodel.work import itemsize, work
+from circuitgrad.types import Float
+
+from .plan import plan
 
 __all__ = ["Device", "DEVICES", "ISSUE_S", "estimate", "launch_cost"]
 
@@ -76,8 +79,6 @@ def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False) -> 
 
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, tf32: bool = False):
-    from . import Cost, program_of, table
-    from ..backends.gpu.plan import plan
     key = (device or "h100").lower()
     if key not in DEVICES:
         raise ValueError(f"cost: unknown GPU device {device!r}; choose one of {', '.join(DEVICES)}")

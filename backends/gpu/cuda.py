@@ -183,7 +183,7 @@ def _wrap(name: str, params: list[str], n: int) -> str:
             f"    if (i < {n}LL) {name}_body(i, {', '.join(pnames)});\n}}\n")
 
 
-def _fused(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None = None) -> Kernel:
+def fused_kernel(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None = None) -> Kernel:
     """``donated``: output -> input it overwrites; neither pointer is ``__restrict__`` (they alias)."""
     prog = plan.program
     out_t = prog.types[step.instrs[-1].results[0]]
@@ -563,10 +563,10 @@ def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None 
     last = last_readers(plan) if donate_pairs else None
     for i, s in enumerate(plan.steps):
         if s.kind == "fused":
-            out[i] = _fused(s, plan, f"{prefix}_fused{i}")
+            out[i] = fused_kernel(s, plan, f"{prefix}_fused{i}")
             pairs = donations(out[i], s, donate_pairs, i, last)
             if pairs:
-                out[i] = _fused(s, plan, f"{prefix}_fused{i}", pairs)
+                out[i] = fused_kernel(s, plan, f"{prefix}_fused{i}", pairs)
         elif s.kind == "rowwise":
             out[i] = _rowwise(s, plan, f"{prefix}_row{i}")
         elif s.kind == "copy":

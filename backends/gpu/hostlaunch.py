@@ -17,7 +17,7 @@ module is what its ``cupy.RawKernel`` does, and the device memory a launch check
   :class:`IllegalAddress`); a larger NumPy array is a ``TypeError``; each array's dtype is checked against
   the C type of the parameter it binds to (parsed from the kernel's signature), and launch sizes against
   CUDA's limits (1024 threads a block, 4 KB of arguments).
-* **Device memory is guarded**: every allocation (:func:`_alloc`: NaN-filled, a sentinel for integers) has
+* **Device memory is guarded**: every allocation (:func:`alloc`: NaN-filled, a sentinel for integers) has
   :data:`GUARD` elements on both sides that are checked after each launch (a write out of bounds raises
   :class:`IllegalAddress`; views and ``as_strided`` results are checked through the allocation they view). A
   generated kernel's source states how many elements each pointer argument must hold (``// circuitgrad
@@ -55,11 +55,11 @@ __all__ = ["RawKernel", "DeviceBuffer", "IllegalAddress", "LaunchError", "availa
 
 ORDERS = ("forward", "reverse")
 GUARD = 16                     # elements of guard memory each side of every allocation
-_state = threading.local()
+launch_state = threading.local()
 
 
 def _order() -> str:
-    return getattr(_state, "order", "forward")
+    return getattr(launch_state, "order", "forward")
 
 
 class LaunchError(RuntimeError):
@@ -85,7 +85,7 @@ def _canary(dtype: np.dtype):
     return np.nan if dtype.kind == "f" else (np.iinfo(dtype).min + 7 if dtype.kind in "iu" else 0)
 
 
-def _alloc(shape, dtype, order: str = "C") -> np.ndarray:
+def alloc(shape, dtype, order: str = "C") -> np.ndarray:
     """NaN-filled memory (a sentinel for integers) with :data:`GUARD` canary elements on each side."""
     dtype = np.dtype(dtype)
     shape = (shape,) if np.isscalar(shape) else tuple(int(s) for s in shape)

@@ -43,7 +43,7 @@ from typing import Iterator
 import numpy as np
 
 from .hostcheck import signature
-from .hostlaunch import (ORDERS, DeviceBuffer, IllegalAddress, LaunchError, RawKernel, _alloc, _state,
+from .hostlaunch import (ORDERS, DeviceBuffer, IllegalAddress, LaunchError, RawKernel, alloc, launch_state,
                          available)
 
 __all__ = ["DeviceArray", "RawKernel", "IllegalAddress", "LaunchError", "device", "cupy", "ORDERS",
@@ -245,11 +245,11 @@ def _array(a, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blockin
                 else "C"
         h = np.array(host, dtype=dtype, order=order, copy=True, ndmin=ndmin)   # a host→device copy
     if h.flags.c_contiguous or not h.flags.f_contiguous and min(h.strides, default=0) < 0:
-        out = _alloc(h.shape, h.dtype)
+        out = alloc(h.shape, h.dtype)
     elif h.flags.f_contiguous:
-        out = _alloc(h.shape, h.dtype, "F")
+        out = alloc(h.shape, h.dtype, "F")
     else:                                   # order "K" of a permuted device array: dense, in the same axis order
-        out = np.lib.stride_tricks.as_strided(_alloc(h.size, h.dtype), h.shape, h.strides)
+        out = np.lib.stride_tricks.as_strided(alloc(h.size, h.dtype), h.shape, h.strides)
     out[...] = h
     return DeviceArray(out)
 
@@ -262,13 +262,13 @@ def _ascontiguousarray(a, dtype=None):
     src = a._a.reshape((1,)) if a._a.ndim == 0 else a._a
     if src.flags.c_contiguous and (dtype is None or np.dtype(dtype) == a.dtype):
         return a if src is a._a else DeviceArray(src)
-    out = _alloc(src.shape, dtype or a.dtype)
+    out = alloc(src.shape, dtype or a.dtype)
     out[...] = src
     return DeviceArray(out)
 
 
 def _empty(shape, dtype=float, order="C"):
-    return DeviceArray(_alloc(shape, dtype, order))
+    return DeviceArray(alloc(shape, dtype, order))
 
 
 def _as_strided(x, shape=None, strides=None):
@@ -358,9 +358,9 @@ def device(order: str = "forward") -> Iterator[types.ModuleType]:
     ok, why = available()
     if not ok:
         raise FileNotFoundError(why)
-    saved, prev = sys.modules.get("cupy"), getattr(_state, "order", None)
+    saved, prev = sys.modules.get("cupy"), getattr(launch_state, "order", None)
     sys.modules["cupy"] = cupy
-    _state.order = order
+    launch_state.order = order
     cupy.syncs.clear()
     try:
         yield cupy
@@ -370,6 +370,6 @@ def device(order: str = "forward") -> Iterator[types.ModuleType]:
         else:
             sys.modules["cupy"] = saved
         if prev is None:
-            del _state.order
+            del launch_state.order
         else:
-            _state.order = prev
+            launch_state.order = prev

@@ -8,7 +8,7 @@ a CUDA event is recorded on entry and after each launch, so the time between two
 launch's time on the stream, including any wait for the host to issue it. A step bound by the host
 shows as launches that take about the same few microseconds whatever their size; ``floor_s``
 (the median time of the launches whose roofline time is under a microsecond) measures that cost,
-which the cost model predicts from ``costmodel.gpu.ISSUE_S``. ``wall_s`` is the unprobed call, timed
+which the cost model predicts from ``cost.ISSUE_S``. ``wall_s`` is the unprobed call, timed
 on the host with a synchronize after each call; the event records add a little host time, so
 ``span_s`` (first to last event) may exceed it slightly when the host is the bottleneck.
 
@@ -23,9 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from circuitgrad.codegen import _ident
-from circuitgrad.costmodel import group
-from circuitgrad.costmodel.gpu import DEVICES, ISSUE_S, launch_cost
+from circuitgrad.codegen import ident
+from circuitgrad.costmodel.report import group
+
+from .cost import DEVICES, ISSUE_S, launch_cost
 
 from .runtime import GpuFunction, generate
 
@@ -134,14 +135,14 @@ def _probed(f: GpuFunction, probe: Callable[[int], None]) -> Callable:
     src = generate(f.plan, dict(f.kernels), f.arg_names, f.name, f.donate_pairs, probe=True)
     ns = dict(f.namespace, _probe=probe)
     exec(compile(src, f"<circuitgrad-gpu-probed:{f.name}>", "exec"), ns)
-    return ns[_ident(f.name)]
+    return ns[ident(f.name)]
 
 
 def profile(f: GpuFunction, *args: Any, repeats: int = 10, warmup: int = 3, device: str = "h100",
             tf32: bool = False) -> Profile:
     """Time each launch of ``f`` on ``args`` (median of ``repeats`` after ``warmup`` calls).
 
-    ``device`` names the cost-model profile the predictions use (``circuitgrad.costmodel.gpu.DEVICES``).
+    ``device`` names the cost-model profile the predictions use (``circuitgrad.backends.gpu.cost.DEVICES``).
     """
     if not isinstance(f, GpuFunction):
         raise TypeError(f"profile: expected a GpuFunction (step.fn('step').compiled of a backend='cupy' "

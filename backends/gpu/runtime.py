@@ -34,11 +34,11 @@ import numpy as np
 
 from circuitgrad import primitives as P
 from circuitgrad.arguments import distinct_arrays
-from circuitgrad.codegen import _ident
+from circuitgrad.codegen import ident
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Program
 
-from .cuda import Kernel, _fused, donations, kernels, last_readers
+from .cuda import Kernel, fused_kernel, donations, kernels, last_readers
 from .plan import Plan, plan, read_through
 
 __all__ = ["GpuFunction", "generate", "emulated_kernel", "BLOCK", "VIEWS"]
@@ -65,7 +65,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
     prog = p.program
     names = {v: f"v{v}" for v in range(len(prog.types))}
     for v, n in zip(prog.inputs, arg_names):
-        names[v] = _ident(n)
+        names[v] = ident(n)
 
     src = p.src
     readers = last_readers(p) if donate_pairs else None      # donation only into an input dead after the launch
@@ -126,7 +126,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
             # input (cuda.donations); such a kernel has no __restrict__ on the aliased pointers
             pairs = donations(kern, s, donate_pairs, k, readers)
             if pairs != kern.donated:
-                kern = ks[k] = _fused(s, p, kern.name, pairs)
+                kern = ks[k] = fused_kernel(s, p, kern.name, pairs)
             outs = []
             for v in kern.outputs:
                 t = prog.types[v]
@@ -229,13 +229,13 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
           donate_pairs: dict[int, int] | None = None) -> GpuFunction:
     """Plan, generate and bind one function. ``launcher(plan, index, kernel)`` makes the kernel callable."""
     p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")])
-    ks = kernels(p, prefix=f"cg_{_ident(fn_name)}", donate_pairs=donate_pairs)
-    src = generate(p, ks, arg_names, _ident(fn_name), donate_pairs)
+    ks = kernels(p, prefix=f"cg_{ident(fn_name)}", donate_pairs=donate_pairs)
+    src = generate(p, ks, arg_names, ident(fn_name), donate_pairs)
     ns: dict[str, object] = {"xp": xp, "_values": p.values}
     for i, k in ks.items():
         ns[k.name] = launcher(p, i, k)
     exec(compile(src, f"<circuitgrad-gpu:{fn_name}>", "exec"), ns)
-    g = GpuFunction(prog, p, ks, src, ns[_ident(fn_name)], name=fn_name, arg_names=tuple(arg_names),
+    g = GpuFunction(prog, p, ks, src, ns[ident(fn_name)], name=fn_name, arg_names=tuple(arg_names),
                     donate_pairs=donate_pairs, namespace=ns)
     if donate_pairs:
         donor_vars = set(donate_pairs.values())

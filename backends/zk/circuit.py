@@ -145,7 +145,7 @@ class Circuit:
                 if key not in params:
                     raise KeyError(f"missing parameter {name!r}; expected {self.public_inputs}")
                 v = np.asarray(params[key])
-                v = v.astype(np.int64) if np.issubdtype(v.dtype, np.integer) else m._in(v, f"parameter {name}")
+                v = v.astype(np.int64) if np.issubdtype(v.dtype, np.integer) else m.cast(v, f"parameter {name}")
             vals.append(v)
         return vals
 

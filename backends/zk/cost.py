@@ -19,7 +19,22 @@ from typing import Any
 
 import numpy as np
 
-from ..cache import cached
+from circuitgrad import nn
+from circuitgrad.cache import cache_dir, cached
+from circuitgrad.compile import CompiledModel, compile_model
+from circuitgrad.costmodel.report import Cost, table
+from circuitgrad.costmodel.cpu import machine
+from circuitgrad.progress import progress
+from circuitgrad.types import fixed
+
+from . import ligero
+from .circuit import Circuit, Witness
+from .circuit import compile as compile_circuit
+from .field import LIGERO51
+from .ligero import choose
+from .ligero.lookup import TABLE
+from .ligero.protocol import layout
+from .r1cs import Builder
 
 __all__ = ["estimate", "prover_features", "prover_seconds", "calibrate_prover", "PROVER_FEATURES"]
 
@@ -28,12 +43,10 @@ _VERSION = 6
 
 
 def _circuit(f: Any, function: str, dtype, field, range_checks):
-    from ..compile import CompiledModel
     if not isinstance(f, CompiledModel):
         raise TypeError(f"cost: the zk target needs a compiled model (cg.compile_model), got {type(f).__name__}")
-    from ..backends import zk
-    field = field or zk.LIGERO51
-    return zk.compile(f, dtype=dtype, field=field, function=function, range_checks=range_checks, count_only=True)
+    field = field or LIGERO51
+    return compile_circuit(f, dtype=dtype, field=field, function=function, range_checks=range_checks, count_only=True)
 
 
 #: what the prover's time is modelled in (see :func:`prover_features`)
@@ -47,13 +60,10 @@ def prover_features(c) -> list[float]:
     rank-one blocks cost none); hashing and combining the columns (rows × codeword length); ``A·z``,
     ``B·z``, ``C·z`` (their nonzeros); logUp; the contraction argument (every wire occurrence of its
     matrices, once per Freivalds draw and linear test)."""
-    from ..backends.zk.ligero import choose
-    from ..backends.zk.ligero.lookup import TABLE
-    from ..backends.zk.ligero.protocol import _layout
     pc = _Sizes(c.r1cs)                     # the prover's view of the circuit's sizes (no matrices: counted circuits)
     p = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups, contractions=pc.contraction_cells,
                table=pc.lookup_table or TABLE)
-    lay = _layout(pc, p)
+    lay = layout(pc, p)
     terms = c.r1cs.n_contraction_terms * p.contraction_sigma * (p.sigma + 1)
     ntt = p.n * math.log2(p.n)
     return [1.0, float(lay.total * ntt), float(p.sigma * lay.mz * ntt), float(lay.total * p.n),
@@ -71,10 +81,7 @@ class _Sizes:
 
 def _contraction(n: int):
     """One exact product ``C = A·B`` of private ``n×n`` matrices, proved by the contraction argument."""
-    import circuitgrad as cg
-    from ..backends import zk
-    from ..backends.zk.r1cs import Builder
-    b = Builder(zk.LIGERO51, "bits", "argument")
+    b = Builder(LIGERO51, "bits", "argument")
     pub = b.alloc(1, "out")
     A, B, C = b.alloc((n, n)), b.alloc((n, n)), b.alloc((n, n))
     b.contract(A, B, C, "matmul.contraction")
@@ -86,17 +93,14 @@ def _contraction(n: int):
     W[A], W[B] = rng.integers(-2 ** 15, 2 ** 15, (2, n, n))
     W[C] = W[A] @ W[B]
     W[pub] = W[C.reshape(-1)[:1]]
-    c = zk.Circuit(r, None, None, f"contraction{n}", [], [], [], [], [], [], 0.0, None, cg.fixed(16, 8), 48)
-    return c, zk.Witness(c, W)
+    c = Circuit(r, None, None, f"contraction{n}", [], [], [], [], [], [], 0.0, None, fixed(16, 8), 48)
+    return c, Witness(c, W)
 
 
 def _synthetic(n: int, lookups: bool = False):
     """``n`` products ``c = a·b`` of private values over the Ligero field (with ``lookups``: ``a`` and ``b``
     range-checked by lookups), with their witness."""
-    import circuitgrad as cg
-    from ..backends import zk
-    from ..backends.zk.r1cs import Builder
-    b = Builder(zk.LIGERO51, "lookup" if lookups else "bits")
+    b = Builder(LIGERO51, "lookup" if lookups else "bits")
     pub = b.alloc(1, "out")
     A, B, C = b.alloc(n), b.alloc(n), b.alloc(n)
     b.constrain([(A, 1)], [(B, 1)], [(C, 1)], "product")
@@ -111,8 +115,8 @@ def _synthetic(n: int, lookups: bool = False):
     W[A], W[B] = rng.integers(0, 256, (2, n)) if lookups else rng.integers(-2 ** 15, 2 ** 15, (2, n))
     W[C] = W[A] * W[B]
     W[pub] = W[C[:1]]
-    c = zk.Circuit(r, None, None, f"synthetic{n}", [], [], [], [], [], [], 0.0, None, cg.fixed(16, 8), 32)
-    return c, zk.Witness(c, W)
+    c = Circuit(r, None, None, f"synthetic{n}", [], [], [], [], [], [], 0.0, None, fixed(16, 8), 32)
+    return c, Witness(c, W)
 
 
 #: the calibration circuits: synthetic products (count, with lookups), and small training steps (batch, sizes)
@@ -126,13 +130,9 @@ def _calibration_circuit(kind: str, n, arg):
         return _synthetic(n, arg)
     if kind == "contraction":
         return _contraction(n)
-    import circuitgrad as cg
-    from circuitgrad import nn
-
-    from ..backends import zk
-    step = cg.compile_model(nn.mlp(n, list(arg)), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
-                            dtype=cg.fixed(16, 8))
-    c = zk.compile(step, field=zk.LIGERO51)
+    step = compile_model(nn.mlp(n, list(arg)), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                         dtype=fixed(16, 8))
+    c = compile_circuit(step, field=LIGERO51)
     rng = np.random.default_rng(0)
     return c, c.witness(step.init_params(seed=0), rng.uniform(-1, 1, (n, arg[0])), rng.integers(0, arg[-1], n))
 
@@ -143,13 +143,12 @@ def calibrate_prover(refresh: bool = False) -> tuple[float, ...]:
     steps: about 15 s of
     proving on an idle 2-core x86_64 machine (2–4× that when other work shares the cores), once per
     machine, with its progress on standard error; then read from ``ligero-calibration.json`` in the cache."""
-    from .cpu import _machine
 
     def parse(d: dict) -> tuple[float, ...] | None:
         rates = tuple(float(v) for v in d["seconds_per"])
         ok = len(rates) == len(PROVER_FEATURES) and all(np.isfinite(r) and r >= 0 for r in rates)
         return rates if ok else None
-    return cached("ligero-calibration.json", {"version": _VERSION, "machine": _machine()}, parse, _fit_prover,
+    return cached("ligero-calibration.json", {"version": _VERSION, "machine": machine()}, parse, _fit_prover,
                   lambda rates: {"seconds_per": list(rates)}, refresh)
 
 
@@ -180,10 +179,6 @@ def _fit_prover() -> tuple[float, ...]:
     import sys
 
     from scipy.optimize import nnls
-
-    from ..backends.zk import ligero
-    from ..cache import cache_dir
-    from ..progress import progress
     print(f"circuitgrad: calibrating the Ligero prover's time model on this machine, once: proving "
           f"{len(_CALIBRATION)} small circuits (about 15 s on an idle 2-core machine); the rates are cached in "
           f"{os.path.join(cache_dir(), 'ligero-calibration.json')}", file=sys.stderr, flush=True)
@@ -211,7 +206,6 @@ def prover_seconds(c) -> float:
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, dtype=None,
              field=None, range_checks: str | None = None, prover_time: bool = True):
-    from . import Cost, table
     c = _circuit(f, function, dtype, field, range_checks)
     r = c.r1cs
     paths = [a.path for a in c.program.instrs]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from circuitgrad import primitives as P
-from circuitgrad.fixedpoint import FIXED_RULES, EXP2_C1, LN2_EXTRA_BITS, LOG2_C1, LOG2_E, _bit_length, const
+from circuitgrad.fixedpoint import FIXED_RULES, EXP2_C1, LN2_EXTRA_BITS, LOG2_C1, LOG2_E, bit_length, const
 from circuitgrad.interpret import causal_keep
 
 from . import gadgets as G
@@ -228,7 +228,7 @@ def _log(L: "Lowering", op: P.Log, s):
     hf = h.reshape(-1)
 
     def bitlen(W):
-        return _bit_length(np.maximum(W[fs], 1))
+        return bit_length(np.maximum(W[fs], 1))
     b.fill(hf, lambda W: (np.arange(span)[None, :] == bitlen(W)[:, None]).astype(np.int64).reshape(-1))
     b.constrain([(hf, 1)], [(hf, 1), (ONE, -1)], [], "log.length")
     b.constrain([(h[:, i], 1) for i in range(span)], [(ONE, 1)], [(ONE, 1)], "log.length")

@@ -24,9 +24,10 @@ import numpy as np
 
 from .. import blas
 from ..cache import cached
+from .report import Cost, program_of, table
 from .work import Work, work
 
-__all__ = ["Calibration", "calibrate", "estimate"]
+__all__ = ["Calibration", "calibrate", "estimate", "machine"]
 
 _GEMM_SIZES = (16, 32, 64, 128, 256, 512)
 _STREAM_SIZES = (256, 4096, 65536, 1 << 20, 1 << 23)
@@ -97,10 +98,10 @@ def _measure() -> Calibration:
     exp_rate = (1 << 20) / _per_call(lambda: np.exp(big))
     tiny = np.ones(4, np.float32)
     call = _per_call(lambda: np.add(tiny, tiny))
-    return Calibration(tuple(gemm), tuple(stream), exp_rate, call, _machine(), blas.name())
+    return Calibration(tuple(gemm), tuple(stream), exp_rate, call, machine(), blas.name())
 
 
-def _machine() -> str:
+def machine() -> str:
     return f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores".replace("  ", " ")
 
 
@@ -116,13 +117,12 @@ def _parse(d: dict) -> Calibration | None:
 
 def calibrate(refresh: bool = False) -> Calibration:
     """This machine's :class:`Calibration`: measured once (a few seconds), then read from the cache."""
-    key = {"version": _VERSION, "machine": _machine(), "blas": blas.name()}
+    key = {"version": _VERSION, "machine": machine(), "blas": blas.name()}
     return cached("cpu-calibration.json", key, _parse, _measure, asdict, refresh)
 
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2,
              calibration: Calibration | None = None):
-    from . import Cost, program_of, table
     if device not in (None, "this", "cpu"):
         raise ValueError(f"cost: the cpu target measures this machine; device must be None, got {device!r}")
     cal = calibration or calibrate()

@@ -25,7 +25,7 @@ from .circuitdata import prepare
 from .params import (DEFAULT_SOUNDNESS, SOUNDNESS, TARGET_BITS, Params, check_soundness, choose, classic_error,
                      round_errors, soundness_bits, TABLE)
 from .proofio import FormatError, load, loads, max_bytes
-from .protocol import LigeroProof, Reject, _layout, expected_params as _expected, prove_prepared, verify_prepared
+from .protocol import LigeroProof, Reject, layout, expected_params as _expected, prove_prepared, verify_prepared
 
 __all__ = ["prove", "verify", "check", "LigeroProof", "Params", "choose", "soundness_bits", "round_errors",
            "classic_error", "SOUNDNESS", "DEFAULT_SOUNDNESS",
@@ -129,7 +129,7 @@ def max_proof_bytes(circuit, min_bits: float = TARGET_BITS, params: Params | Non
     by default :func:`expected_params`); pass it to :func:`load` so that reading costs no more either."""
     pc = prepare(circuit.r1cs)
     p = params or _expected(pc, min_bits, soundness=check_soundness(soundness))
-    lay = _layout(pc, p)
+    lay = layout(pc, p)
     probe = LigeroProof(p, _digest(circuit) or pc.digest, np.zeros(pc.n_public, dtype=np.int64),
                         circuit.r1cs.n_pub_out, _statement(circuit, p.soundness), b"", None, None, None, None, [], [],
                         lookups=pc.n_lookups, contractions=pc.contraction_cells, lookup_table=pc.lookup_table)

@@ -58,7 +58,7 @@ from .params import DEFAULT_SOUNDNESS, Params, choose, meets, soundness_bits
 from .proofio import PROTOCOL, LigeroProof
 from .transcript import Transcript
 
-__all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "expected_params", "Reject", "PROTOCOL"]
+__all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "expected_params", "Reject", "PROTOCOL", "Layout", "layout"]
 
 #: the most repetitions a verifier accepts (``choose`` picks 3 for 100 bits)
 MAX_SIGMA = 8
@@ -69,7 +69,7 @@ class Reject(Exception):
 
 
 @dataclass
-class _Layout:
+class Layout:
     """Row ranges of the two committed matrices, stacked: round 1 (witness, lookup values, masks), round 2
     (lookup inverses, then the contractions' Freivalds rows)."""
     k: int
@@ -113,9 +113,9 @@ class _Layout:
         return self.rows + self.second
 
 
-def _layout(pc: Prepared, p: Params) -> _Layout:
+def layout(pc: Prepared, p: Params) -> Layout:
     cells = pc.contraction_cells
-    return _Layout(p.k, -(-pc.n_wires // p.k), max(1, -(-pc.n_constraints // p.k)), p.sigma,
+    return Layout(p.k, -(-pc.n_wires // p.k), max(1, -(-pc.n_constraints // p.k)), p.sigma,
                    lookup.shape(pc, p.k, p.lookup_sigma),
                    contraction.Shape(cells, p.k, p.contraction_sigma if cells else 0))
 
@@ -127,7 +127,7 @@ def _transcript(header: dict, public: np.ndarray) -> Transcript:
     return T
 
 
-def _linear_tests(pc: Prepared, lay: _Layout, T: Transcript, sigma: int,
+def _linear_tests(pc: Prepared, lay: Layout, T: Transcript, sigma: int,
                   alphas: np.ndarray, draws: list) -> list[tuple[Rows, np.ndarray]]:
     """The ``σ`` repetitions of the linear test: for each, the coefficient rows over the witness rows of both
     rounds (``lay.w`` order, ``k`` columns) and the public coefficients.
@@ -191,7 +191,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     say = log or (lambda s: None)
     rnd = _Randomness(rng)
     timings, t0 = {}, time.perf_counter()
-    lay = _layout(pc, p)
+    lay = layout(pc, p)
     if pc.n_lookups and p.lookup_sigma < 1:
         raise ValueError(f"ligero: the circuit has {pc.n_lookups} lookups, so lookup_sigma must be at least 1")
     if pc.contraction_cells and p.contraction_sigma < 1:
@@ -320,13 +320,13 @@ def _commit(U: np.ndarray, n: int, rnd: "_Randomness") -> tuple[list, merkle.Tre
     return salts, merkle.Tree(merkle.leaves(U.T, salts))
 
 
-def _quad_rows(lay: _Layout) -> int:
+def _quad_rows(lay: Layout) -> int:
     """Rows the quadratic test combines: ``a∘b − c``, the lookups' ``h_s∘(α_s − v) − 1``, the contractions'
     ``x_s∘y_s − π_s``."""
     return lay.mq + lay.lk.sl * lay.lk.mv + lay.cs.sigma * lay.cs.mx
 
 
-def _products(U: np.ndarray, lay: _Layout, alphas: np.ndarray) -> np.ndarray:
+def _products(U: np.ndarray, lay: Layout, alphas: np.ndarray) -> np.ndarray:
     """The quadratic test's rows at any points: ``a∘b − c``, then ``h_s∘(α_s − v) − 1``, then
     ``x_s∘y_s − π_s``."""
     parts = [gf.sub(gf.mul(U[lay.block("a")], U[lay.block("b")]), U[lay.block("c")])]
@@ -477,7 +477,7 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         by = f" by the {p.soundness} bound" if p.soundness != DEFAULT_SOUNDNESS else ""
         raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}) give "
                      f"{bits:.1f} bits of soundness{by}, below the required {min_bits}")
-    lay = _layout(pc, p)
+    lay = layout(pc, p)
     K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
     shapes = {"u": (sg, K), "q": (sg, p.lin_len), "h": (sg, p.quad_len), "columns": (lay.rows, t)}
     if lay.second:
