@@ -124,6 +124,8 @@ def _torch_modes(make, optimizer, x, y, repeats, warmup):
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
+        if mode is not None:      # the optimizer's state (momentum buffers) made outside the compiled graph
+            train_step()
         fn = train_step if mode is None else torch.compile(train_step, mode=mode)
         if mode == "reduce-overhead":     # CUDA graphs: each call a new step, or the optimizer state's
             graphed = fn                  # outputs of the last replay are read after being overwritten
