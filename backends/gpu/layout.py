@@ -13,7 +13,7 @@ import numpy as np
 from circuitgrad import primitives as P
 from circuitgrad.schedule import Apply
 
-__all__ = ["Stage", "Layout", "contiguous_strides", "nocopy_reshape", "view_stages", "operand", "gather_index",
+__all__ = ["Stage", "Layout", "resolve", "located", "contiguous_strides", "nocopy_reshape", "view_stages", "operand", "gather_index",
            "read_through", "viewable", "fortran"]
 
 Stage = tuple[tuple[int, ...], tuple[int, ...]]       # (shape, strides in elements)
@@ -136,3 +136,16 @@ def fortran(shape: tuple[int, ...], stages: tuple[Stage, ...]) -> bool:
     if len(shape) != 2 or len(stages) != 1 or stages[0][0] != shape:
         return False
     return _identity(shape[::-1], stages[0][1][::-1])
+
+
+def resolve(folded: dict[int, int], v: int) -> int:
+    """The variable ``v`` really is: copies (and repeated gathers), recorded in ``folded``, resolved."""
+    while v in folded:
+        v = folded[v]
+    return v
+
+
+def located(folded: dict[int, int], layouts: dict[int, Layout], v: int) -> Layout:
+    """``(base, stages)``: where a kernel finds the elements of ``v`` (``stages == ()``: ``base`` itself)."""
+    s = resolve(folded, v)
+    return layouts.get(s, (s, ()))

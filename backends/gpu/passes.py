@@ -19,7 +19,7 @@ from circuitgrad import primitives as P
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Apply, Program
 
-from .layout import Layout, fortran, operand, view_stages, viewable
+from .layout import Layout, fortran, located, operand, resolve, view_stages, viewable
 
 __all__ = ["HORIZONTAL", "REMAT", "POINTERS", "PlanState", "fold_constants", "place_views", "group_elementwise",
            "inline_producers", "choose_remat"]
@@ -75,15 +75,12 @@ class PlanState:
         return bool(a.results) and all(r in self.values for r in a.results)
 
     def src(self, v: int) -> int:
-        """The variable ``v`` really is: copies (and repeated gathers) resolved."""
-        while v in self.folded:
-            v = self.folded[v]
-        return v
+        """The variable ``v`` really is (:func:`~.layout.resolve`)."""
+        return resolve(self.folded, v)
 
     def read(self, v: int) -> Layout:
-        """``(base, stages)``: where a kernel finds the elements of ``v``."""
-        s = self.src(v)
-        return self.layouts.get(s, (s, ()))
+        """Where a kernel finds the elements of ``v`` (:func:`~.layout.located`)."""
+        return located(self.folded, self.layouts, v)
 
     def group_results(self, g: int) -> list[int]:
         """The results of group ``g``'s members."""

@@ -54,7 +54,8 @@ import numpy as np
 from circuitgrad import primitives as P
 from circuitgrad.schedule import Apply, Program
 
-from .layout import (Layout, contiguous_strides, gather_index, nocopy_reshape, operand, read_through, view_stages,
+from .layout import (Layout, contiguous_strides, gather_index, located, nocopy_reshape, operand, read_through, resolve,
+                     view_stages,
                      viewable)
 from .passes import PlanState, choose_remat, fold_constants, group_elementwise, inline_producers, place_views
 # re-exported: the names other modules (and tests) import from here
@@ -107,15 +108,12 @@ class Plan:
         return sum(s.launches for s in self.steps)
 
     def src(self, v: int) -> int:
-        """The variable ``v`` really is: copies (and repeated gathers) resolved."""
-        while v in self.folded:
-            v = self.folded[v]
-        return v
+        """The variable ``v`` really is: copies (and repeated gathers) resolved (:func:`~.layout.resolve`)."""
+        return resolve(self.folded, v)
 
     def read(self, v: int) -> Layout:
         """``(base, stages)``: where a kernel finds the elements of ``v`` (``stages == ()``: ``base`` itself)."""
-        s = self.src(v)
-        return self.layouts.get(s, (s, ()))
+        return located(self.folded, self.layouts, v)
 
     def operand(self, a: Apply, x: int) -> Layout:
         """Where element ``i`` of instruction ``a``'s result finds its operand ``x`` (see :func:`~.layout.operand`)."""
