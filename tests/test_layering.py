@@ -202,3 +202,20 @@ def test_no_test_imports_bench():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             bad += [f"{f} imports {n}" for n in names if n.split(".")[0] in bench]
     assert bad == []
+
+
+def test_backends_import_core_modules_not_the_package_root():
+    """``from circuitgrad.compile import compile_model``, not ``import circuitgrad as cg``: a backend names the core
+    modules it uses, so what it depends on is visible and the root's ``__init__`` may import anything."""
+    mods = modules()
+    bad = []
+    for m, path in sorted(mods.items()):
+        if not m.startswith("circuitgrad.backends"):
+            continue
+        for node in _imports(ast.parse(open(path).read())):
+            if isinstance(node, ast.Import):
+                bad += [f"{m}:{node.lineno} import {a.name}" for a in node.names if a.name == "circuitgrad"]
+            else:
+                bad += [f"{m}:{node.lineno} from circuitgrad import {name}"
+                        for target, name in _targets(m, node, mods) if target == "circuitgrad" and name]
+    assert bad == []

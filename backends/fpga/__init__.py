@@ -1,7 +1,7 @@
 """The FPGA backend: fixed-point programs on a sequenced datapath, in Amaranth HDL.
 
     from circuitgrad.backends import fpga
-    design = fpga.compile(step, dtype=cg.fixed(16, 8))        # predict or training step
+    design = fpga.compile(step, dtype=cg.fixed(16, 8))     # predict or training step
     outputs, cycles = fpga.simulate(design, params, x, y)     # bit-exact with the interpreter
 
 See ``docs/FPGA.md``. Built:
@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import circuitgrad as cg
 from circuitgrad import arguments
-from circuitgrad.compile import CompiledModel
-from circuitgrad.types import Fixed
+from circuitgrad.compile import CompiledModel, compile_model
+from circuitgrad.types import Fixed, fixed
 
 from .microcode import RULES, UNSUPPORTED, Microcode, compile_program, execute
 from .timing import HW_KINDS, check_supported, cycles
@@ -114,8 +113,8 @@ def unroll(model: CompiledModel, params, dtype: Fixed | None = None) -> Unrolled
     taken as raw values of ``dtype`` (as :func:`simulate` does), floats are
     quantized.
     """
-    dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(16, 8))
-    fx = model if model.dtype == dtype else cg.compile_model(model.model, model.loss_fn, model.optimizer, dtype)
+    dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else fixed(16, 8))
+    fx = model if model.dtype == dtype else compile_model(model.model, model.loss_fn, model.optimizer, dtype)
     mc = compile_program(fx.fn("predict").program, dtype, write_back=0)
     from .unrolled import check_unrollable
     check_unrollable(mc)
@@ -140,8 +139,8 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, fun
     if macs < 1 or (macs > 1 and read_ports != 2):
         raise ValueError(f"fpga.compile: macs must be ≥ 1, and macs > 1 needs read_ports=2 "
                          f"(got macs={macs}, read_ports={read_ports})")
-    dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(16, 8))
-    fx = model if model.dtype == dtype else cg.compile_model(model.model, model.loss_fn, model.optimizer, dtype)
+    dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else fixed(16, 8))
+    fx = model if model.dtype == dtype else compile_model(model.model, model.loss_fn, model.optimizer, dtype)
     n_state = len(fx.param_names) + len(fx.state_names) if function == "step" and on_chip else 0
     mc = compile_program(fx.fn(function).program, dtype, write_back=n_state)
     check_supported(mc)

@@ -13,9 +13,9 @@ import time
 
 import numpy as np
 
-import circuitgrad as cg
 from circuitgrad import modelfile
 from circuitgrad.command import UsageError, add_model_options
+from circuitgrad.types import fixed
 
 __all__ = ["add_parser"]
 
@@ -27,7 +27,7 @@ def _design(a):
     if a.macs < 1:
         raise UsageError(f"--macs must be at least 1, got {a.macs}")
     try:
-        spec, dtype = load_model(a, cg.fixed(16, 8))
+        spec, dtype = load_model(a, fixed(16, 8))
         step = spec.compile(dtype=dtype)
         design = fpga_compile(step, function=a.function, macs=a.macs, read_ports=getattr(a, "read_ports", 2))
     except (ValueError, TypeError, NotImplementedError, ArithmeticError) as e:

@@ -23,11 +23,10 @@ from typing import Mapping
 
 import numpy as np
 
-import circuitgrad as cg
-from circuitgrad.compile import CompiledModel
+from circuitgrad.compile import CompiledModel, compile_model
 from circuitgrad.fixedpoint import FixedPointOverflow
 from circuitgrad.schedule import Program
-from circuitgrad.types import Fixed
+from circuitgrad.types import Fixed, fixed
 
 from . import formats
 from . import gadgets as G
@@ -314,10 +313,10 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     elif data_rows is not None:
         raise ValueError("zk.compile: data_rows= applies to public='commitments' only")
     field = field or BN254
-    dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else cg.fixed(32, 16))
+    dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else fixed(32, 16))
     if not isinstance(dtype, Fixed):
         raise TypeError(f"zk.compile: circuits compute in fixed point; got dtype {dtype}")
-    fx = model if model.dtype == dtype else cg.compile_model(model.model, model.loss_fn, model.optimizer, dtype)
+    fx = model if model.dtype == dtype else compile_model(model.model, model.loss_fn, model.optimizer, dtype)
     if function not in fx.diagrams:
         raise ValueError(f"zk.compile: unknown function {function!r}; choose one of {sorted(fx.diagrams)}")
     in_names = list(fx.arg_names[function])
