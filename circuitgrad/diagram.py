@@ -28,7 +28,7 @@ from .types import NdArrayType, format_types, intern_type, type_of
 
 __all__ = [
     "Diagram", "identity", "sequential", "monogamous", "unbind_parameters", "IllFormedDiagram", "labels", "relabel",
-    "coequalizer",
+    "coequalizer", "fresh_parameters",
 ]
 
 FF = ohn.FiniteFunction
@@ -279,6 +279,21 @@ def kinds(f: OH, cls: type) -> np.ndarray:
     """Boolean mask of the edges of ``f`` whose operation is an instance of ``cls``."""
     u, inv = np.unique(f.H.x.table, return_inverse=True)
     return np.array([isinstance(op_of(l), cls) for l in u], dtype=bool)[inv] if len(u) else np.zeros(0, bool)
+
+
+def fresh_parameters(d: Diagram) -> Diagram:
+    """A copy of ``d`` whose parameters are new ones (same type, label, initialiser and definition path).
+
+    Another layer of the same shape, without tracing it again: the wires, the edges and every other
+    operation are ``d``'s, so the copy is the diagram a new trace would build.
+    """
+    x = d.H.x.table
+    where = np.flatnonzero(kinds(d, Parameter))
+    new = x.copy()
+    for i in where:
+        op = op_of(int(x[i]))
+        new[i] = intern_op(Parameter(op.T, op.label, op.init), path_of(int(x[i])))
+    return Diagram.of(OH(d.s, d.t, HG(d.H.s, d.H.t, d.H.w, FF(d.H.x.target, new))), d.name)
 
 
 def unbind_parameters(f: OH) -> tuple[Diagram, list[Parameter]]:

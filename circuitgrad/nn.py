@@ -12,12 +12,13 @@ Losses are functions ``T ↦ (Ŷ ⊗ Y → float[])`` and optimizers build the u
 """
 from __future__ import annotations
 
-from typing import Sequence
+import functools
+from typing import Callable, Sequence
 
 import numpy as np
 
 from . import ops
-from .diagram import Diagram, sequential
+from .diagram import Diagram, fresh_parameters, sequential
 from .tracing import Var, trace
 from .losses import mse, softmax_cross_entropy  # noqa: F401 (re-exported)
 from .optimizers import (Adam, ClipGradNorm, Optimizer, adam, adamw, clip_grad_norm,  # noqa: F401 (re-exported)
@@ -34,23 +35,47 @@ __all__ = [
 ]
 
 
+def _layer(fn: Callable[..., Diagram]) -> Callable[..., Diagram]:
+    """Trace a layer once per set of arguments; each call gets a copy with parameters of its own.
+
+    A deep model builds the same few layers many times: copying a traced layer and giving it fresh
+    parameters (:func:`~circuitgrad.diagram.fresh_parameters`) costs a tenth of tracing it again.
+    Arguments that cannot be hashed (lists) trace every time.
+    """
+    traced = functools.lru_cache(maxsize=512)(fn)
+
+    @functools.wraps(fn)
+    def layer(*args, **kwargs) -> Diagram:
+        try:
+            d = traced(*args, **kwargs)
+        except TypeError as e:
+            if "unhashable" not in str(e):
+                raise
+            return fn(*args, **kwargs)
+        return fresh_parameters(d)
+    return layer
+
+
 def _T(shape: Sequence[int], dtype: Dtype) -> NdArrayType:
     return NdArrayType(tuple(shape), dtype)
 
 
 # ------------------------------------------------------------------ layers
+@_layer
 def linear(B: int, n: int, m: int, dtype: Dtype = float32) -> Diagram:
     """``x ↦ x @ W`` with ``W : [n, m]`` (Glorot-uniform initialised)."""
     W = _T((n, m), dtype)
     return trace(lambda x: x @ ops.param(W, "W"), [_T((B, n), dtype)], name=f"linear({B},{n},{m})")
 
 
+@_layer
 def bias(B: int, m: int, dtype: Dtype = float32) -> Diagram:
     """``x ↦ x + b`` with ``b : [m]`` broadcast over the batch (zero initialised)."""
     b = _T((m,), dtype)
     return trace(lambda x: x + ops.param(b, "b", init="zeros"), [_T((B, m), dtype)], name=f"bias({B},{m})")
 
 
+@_layer
 def dense(B: int, n: int, m: int, dtype: Dtype = float32) -> Diagram:
     """``linear(B, n, m) >> bias(B, m)``::
 
@@ -61,6 +86,7 @@ def dense(B: int, n: int, m: int, dtype: Dtype = float32) -> Diagram:
     return sequential([linear(B, n, m, dtype), bias(B, m, dtype)], name=f"dense({B},{n},{m})")
 
 
+@_layer
 def _elementwise(name: str, fn, shape: Sequence[int], dtype: Dtype) -> Diagram:
     return trace(fn, [_T(shape, dtype)], name=f"{name}({','.join(map(str, shape))})")
 
@@ -97,6 +123,7 @@ def mlp(B: int, sizes: Sequence[int], activation=relu, dtype: Dtype = float32) -
 
 
 # ------------------------------------------------------------ convolutions
+@_layer
 def conv2d(B: int, C: int, H: int, W: int, O: int, kernel: int | tuple[int, int] = 3, stride=1, padding=0,
            bias: bool = True, dtype: Dtype = float32) -> Diagram:
     """``torch.nn.Conv2d(C, O, kernel, stride, padding)`` on ``[B, C, H, W]`` images (NCHW)::
@@ -119,6 +146,7 @@ def conv2d(B: int, C: int, H: int, W: int, O: int, kernel: int | tuple[int, int]
                                                                  stride=stride, padding=padding))
 
 
+@_layer
 def max_pool2d(B: int, C: int, H: int, W: int, kernel: int | tuple[int, int] = 2, stride=None,
                dtype: Dtype = float32) -> Diagram:
     """``torch.nn.MaxPool2d(kernel, stride)`` (``stride`` defaults to ``kernel``; no padding)."""
@@ -126,6 +154,7 @@ def max_pool2d(B: int, C: int, H: int, W: int, kernel: int | tuple[int, int] = 2
                  name=_shape_name("max_pool2d", (B, C, H, W), kernel=kernel, stride=stride))
 
 
+@_layer
 def avg_pool2d(B: int, C: int, H: int, W: int, kernel: int | tuple[int, int] = 2, stride=None, padding=0,
                dtype: Dtype = float32) -> Diagram:
     """``torch.nn.AvgPool2d(kernel, stride, padding)`` (zero padding counted, PyTorch's default)."""
@@ -133,6 +162,7 @@ def avg_pool2d(B: int, C: int, H: int, W: int, kernel: int | tuple[int, int] = 2
                  name=_shape_name("avg_pool2d", (B, C, H, W), kernel=kernel, stride=stride, padding=padding))
 
 
+@_layer
 def flatten(B: int, *shape: int, dtype: Dtype = float32) -> Diagram:
     """``[B, *shape] → [B, Π shape]`` (``torch.nn.Flatten``)."""
     n = int(np.prod(shape, dtype=np.int64))
@@ -144,11 +174,13 @@ def _shape_name(name: str, shape: Sequence[int], **kw) -> str:
     return f"{name}({','.join(map(str, shape))}{extra})"
 
 
+@_layer
 def gelu(*shape: int, dtype: Dtype = float32) -> Diagram:
     """GELU, tanh approximation (PyTorch's ``approximate="tanh"``)."""
     return _elementwise("gelu", ops.gelu, shape, dtype)
 
 
+@_layer
 def layer_norm(*shape: int, eps: float = 1e-5, dtype: Dtype = float32) -> Diagram:
     """Layer normalisation over the last axis with a learned gain ``g`` (ones) and bias ``b`` (zeros)."""
     d = shape[-1]
@@ -160,6 +192,7 @@ def layer_norm(*shape: int, eps: float = 1e-5, dtype: Dtype = float32) -> Diagra
     return trace(f, [_T(shape, dtype)], name=_shape_name("layer_norm", shape))
 
 
+@_layer
 def rms_norm(*shape: int, eps: float = 1e-6, dtype: Dtype = float32) -> Diagram:
     """RMS normalisation over the last axis, ``x / sqrt(mean(x²) + eps) · g`` (``g`` ones)."""
     d = shape[-1]
@@ -199,6 +232,7 @@ def _check_heads(fn: str, d: int, heads: int, kind: str) -> None:
         raise ValueError(f"{fn}: attention must be 'softmax' or 'spherical', got {kind!r}")
 
 
+@_layer
 def attention(B: int, S: int, d: int, heads: int = 1, causal: bool = False, kind: str = "softmax",
               dtype: Dtype = float32) -> Diagram:
     """Multi-head self-attention ``[B, S, d] → [B, S, d]``: projections ``q, k, v, o`` with biases,
@@ -213,6 +247,7 @@ def attention(B: int, S: int, d: int, heads: int = 1, causal: bool = False, kind
                  name=_shape_name("attention", (B, S, d), heads=heads, kind=kind, causal=causal))
 
 
+@_layer
 def transformer_block(B: int, S: int, d: int, heads: int = 1, causal: bool = True, kind: str = "softmax",
                       mlp_ratio: int = 4, dtype: Dtype = float32) -> Diagram:
     """A pre-norm transformer block: ``x + attention(ln(x))``, then ``x + mlp(ln(x))`` with a GELU MLP."""
@@ -236,6 +271,7 @@ def transformer_block(B: int, S: int, d: int, heads: int = 1, causal: bool = Tru
                  name=_shape_name("transformer_block", (B, S, d), heads=heads, kind=kind), path="block")
 
 
+@_layer
 def embedding(B: int, S: int, vocab: int, d: int, dtype: Dtype = float32) -> Diagram:
     """Token ids ``index(vocab)[B, S]`` to vectors ``[B, S, d]``: ``OneHot(ids) @ E`` with ``E ~ N(0, 0.02²)``."""
     def f(ids):
@@ -244,6 +280,7 @@ def embedding(B: int, S: int, vocab: int, d: int, dtype: Dtype = float32) -> Dia
     return trace(f, [NdArrayType((B, S), index(vocab))], name=_shape_name("embedding", (B, S, vocab, d)))
 
 
+@_layer
 def positional_embedding(B: int, S: int, d: int, dtype: Dtype = float32) -> Diagram:
     """``x + P`` with a learned position table ``P : [S, d]`` (``N(0, 0.02²)``) broadcast over the batch."""
     def f(x):

@@ -127,3 +127,24 @@ def test_coequalizer_is_open_hypergraphs_one(seed):
         assert np.array_equal(got.table, want.table), (W, n)
     chain = FF(100, np.arange(99, dtype=DTYPE)), FF(100, np.arange(1, 100, dtype=DTYPE))   # one long class
     assert coequalizer(*chain).target == 1
+
+
+def test_a_layer_built_twice_is_the_same_diagram_with_parameters_of_its_own():
+    """nn layers are traced once per arguments and copied with fresh parameters: the copy has the wires and
+    operations a new trace builds, and parameters no other layer shares."""
+    from circuitgrad.diagram import fresh_parameters
+    from circuitgrad.primitives import op_of, path_of
+    a, b = nn.dense(8, 4, 3), nn.dense(8, 4, 3)
+    traced = fresh_parameters(nn.dense.__wrapped__(8, 4, 3))       # the layer traced anew
+    for d in (b, traced):
+        for f in ("s", "t"):
+            assert np.array_equal(getattr(a, f).table, getattr(d, f).table)
+        assert np.array_equal(a.H.w.table, d.H.w.table)
+        ops_a = [(type(op_of(l)).__name__, path_of(l)) for l in a.H.x.table]
+        assert ops_a == [(type(op_of(l)).__name__, path_of(l)) for l in d.H.x.table]
+    params = [op_of(l) for d in (a, b) for l in d.H.x.table if isinstance(op_of(l), P.Parameter)]
+    assert len(params) == 4 and len({p.uid for p in params}) == 4
+    s = cg.compile_model(cg.sequential([a, nn.dense(8, 3, 3)]), loss=nn.mse, optimizer=nn.sgd(0.1))
+    assert s.param_names == ["W0", "b0", "W1", "b1"]
+    listed = nn.conv2d(1, 1, 4, 4, 2, kernel=[3, 3])                # a list argument: traced anew, not cached
+    assert listed.source_types == nn.conv2d(1, 1, 4, 4, 2, kernel=(3, 3)).source_types
