@@ -9,7 +9,7 @@ Cases (all fixed(16, 8), proved over the 51-bit Ligero field at ≥ 100 bits):
   digits        the digits example's training step (64-64-10, batch 32)
   gpt-softmax   a GPT step: batch 2, S=8, vocab 16, d=16, 2 heads, 1 layer, softmax attention
   gpt-spherical the same GPT step with spherical (L2) attention
-  gpt32-softmax/-spherical  a GPT step: batch 2, S=16, vocab 32, d=32, 2 heads, 1 layer (issue 28)
+  gpt32-softmax/-spherical  a GPT step: batch 2, S=16, vocab 32, d=32, 2 heads, 1 layer
   gpt64-softmax a GPT step: batch 4, S=32, vocab 96, d=64, 4 heads, 2 layers (not in the default cases)
   cnn8          the digits CNN example's step (2 channels, batch 8)
   syn1e5/1e6    synthetic circuits of 10^5 and 10^6 multiplication constraints

@@ -1,4 +1,4 @@
-"""Profile the native Ligero prover and verifier on GPT training-step circuits (issue 28, item 3).
+"""Profile the native Ligero prover and verifier on GPT training-step circuits.
 
     python bench/prover_profile.py [--cases gpt16 gpt32] [--repeats 1] [--top 25] [--out FILE.json]
     python bench/prover_profile.py --compare BEFORE.json AFTER.json

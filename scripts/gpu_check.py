@@ -1,4 +1,4 @@
-"""One-call device check of the CuPy backend (issue 31), run by ``scripts/gpu-check.sh``; see docs/GPU.md.
+"""One-call device check of the CuPy backend, run by ``scripts/gpu-check.sh``; see docs/GPU.md.
 
     python scripts/gpu_check.py [--report gpu-check.json] [--budget 280]
 

@@ -16,7 +16,7 @@ def test_spherical_weights_cost_at_most_half_of_softmax_in_a_training_step(S):
 
 
 def test_spherical_weights_cost_less_than_softmax_at_short_sequences():
-    """At S = 8 the ratio is 0.51 since range checks use one table per limb width (issue 28): both heads
+    """At S = 8 the ratio is 0.51 since range checks use one table per limb width: both heads
     got cheaper (softmax's weights 2905 → 2589, spherical's 1419 → 1323), softmax's more: a range check
     whose width is not a multiple of 8 no longer needs a second, shifted lookup, and softmax has more."""
     soft = constraints(head("softmax", 8, 16, DT, True), DT, "lookup")[1]

@@ -1,4 +1,4 @@
-"""Issue 27, items 6 and 7: the command line describes the step the model file trains, finds the examples by
+"""The command line describes the step the model file trains, finds the examples by
 their short name, imports a model file as a module, and ends every error in one line with the status of the
 README's CLI conventions (2: a wrong command line; 1: a failure)."""
 from __future__ import annotations
@@ -300,7 +300,7 @@ def test_exit_status_1_for_a_model_that_does_not_compile(tmp_path):
     assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1
 
 
-# ------------------------------------------------------------------ review of issue 27: what still reached a traceback
+# ------------------------------------------------------------------ what once reached a traceback
 def test_a_data_value_out_of_fixed_point_range_is_one_line(tmp_path):
     """A data() value that fixed(16,8) cannot hold was a FixedPointOverflow traceback (zk prove, fpga simulate)."""
     p = _write(tmp_path, SMALL.replace("x[0, 0] = np.nan", "x[0, 1] = 1e6"))

@@ -94,7 +94,7 @@ def test_wrong_batch_and_labels_are_clear_errors(rng):
     with pytest.raises(ValueError) as e:
         step.step(p, rng.normal(size=(8, 4)), np.full(8, 3))
     assert str(e.value) == "step: targets y must be class labels in 0..2, got values in [3, 3]"
-    with pytest.raises(KeyError):       # also a ValueError (more cases in test_bad_input.py)
+    with pytest.raises(KeyError):       # also a ValueError (more cases in test_arguments.py)
         step.step({"W0": p["W0"]}, rng.normal(size=(8, 4)), np.zeros(8, int))
 
 

@@ -1,4 +1,4 @@
-"""Diagrams that do not mislead and print legibly (issue 27, items 7 and 9): both residual adds of a
+"""Diagrams that do not mislead and print legibly: both residual adds of a
 transformer block outside their sublayer, the attention core named as attention (and causal), the
 parameter names users see, unknown ``expand`` names refused, no two text boxes overlapping, and a
 training step folded (the lens picture) so that it prints at a paper's width with readable text."""

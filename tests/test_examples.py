@@ -35,7 +35,7 @@ def test_example_accuracy(script, dtype, minimum):
 
 @pytest.mark.parametrize("attention", ["softmax", "spherical"])
 def test_digits_vit_accuracy(attention):
-    """Issue 12: the digits as sequences of rows through transformer blocks reach 0.95 with either attention."""
+    """The digits as sequences of rows through transformer blocks reach 0.95 with either attention."""
     out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "digits_vit.py"), "--attention", attention,
                           "--quiet"], capture_output=True, text=True, timeout=600, check=True).stdout
     m = re.fullmatch(r"accuracy=([0-9.]+)", out.strip().splitlines()[-1])

@@ -1,4 +1,4 @@
-"""scripts/gpu-check.sh and scripts/gpu_check.py (issue 31) on a machine without a device: they stop at the
+"""scripts/gpu-check.sh and scripts/gpu_check.py on a machine without a device: they stop at the
 device phase with one clear line and a JSON report, and the phases that need no device are checked on the
 CPU (the tinygpt comparison through ``cupy-emulated``, the kernel list, NVRTC failures reported one by one)."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """On a GPU (marked ``gpu``; skipped without CuPy and a CUDA device): every primitive and layer
 agrees with the NumPy backend within float32 tolerance, and digits trains to the same accuracy;
-the second vocabulary's cases (tests/test_gpu_vocab.py) agree with the float interpreter, and
+the second vocabulary's cases (tests/test_gpu_kernels.py) agree with the float interpreter, and
 attention models (a block with both attentions, GPTs) step as the NumPy backend does."""
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_digits_trains_to_the_numpy_accuracy():
 
 
 # ------------------------------------------- the second vocabulary on the device
-from test_gpu_vocab import CASES, _block, _inputs, _programs  # noqa: E402
+from test_gpu_kernels import CASES, _block, _inputs, _programs  # noqa: E402
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -97,9 +97,9 @@ def test_attention_models_agree_with_numpy(name, make, loss, vocab, rng):
             np.testing.assert_allclose(dev.to_host(q[k]), p[k], rtol=1e-3, atol=1e-4, err_msg=k)
 
 
-# ------------------------------------------- row kernels: one warp per row (issue 31, item 5)
+# ------------------------------------------- row kernels: one warp per row
 from _tolerance import assert_programs_close  # noqa: E402
-from test_gpu_rowwarp import DT, OPS, WIDTHS, _prog, _shape, _special  # noqa: E402
+from test_gpu_cuda_rows import DT, OPS, WIDTHS, _prog, _shape, _special  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", list(DT))

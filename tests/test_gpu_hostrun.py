@@ -1,7 +1,7 @@
 """The ``cupy`` backend as a device runs it, on the host (:mod:`circuitgrad.backends.gpu.hostrun`): the generated
 glue with a CuPy stand-in that follows CuPy's rules, and the real kernel sources compiled by nvcc for the CPU,
 launched one thread at a time in forward and in reverse order. Every model agrees with the NumPy backend
-within the float32 error bound of its program (tests/_tolerance.py); issue 31's items 1–3 are caught here."""
+within the float32 error bound of its program (tests/_tolerance.py): what a device would have hit at step 0 (contiguity, donation, launches) is caught here."""
 from __future__ import annotations
 
 import os
@@ -29,7 +29,7 @@ def _cnn():
 
 
 def _block():
-    from test_gpu_vocab import _block as block
+    from test_gpu_kernels import _block as block
     return block()
 
 
@@ -72,7 +72,7 @@ def _close(name, dtype, got, want, ref, p, x, y, err_msg):
     the GPTs it is not (through two attention layers the bound exceeds the layer norm's variance; see
     docs/GPU.md, "Device check"): there float32 takes the device check's tolerance (``scripts/gpu_check.py``:
     ``‖dev − np32‖₂ ≤ 2·√(n / log₂ n)·‖np32 − np64‖₂ + 2u‖np64‖₂`` per array, the rounding of NumPy's own float32
-    run measured against float64), and float64 that of the other GPT cross-checks (``test_gpu_vocab``, 1e-9)."""
+    run measured against float64), and float64 that of the other GPT cross-checks (``test_gpu_kernels``, 1e-9)."""
     if name.startswith("gpt") and dtype == "f64":
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-9, atol=1e-9, err_msg=f"{k} {err_msg}")
@@ -119,7 +119,7 @@ def test_models_step_as_numpy_does(name, donate, dtype, rng):
             np.testing.assert_allclose(dev.loss(q, x, y), ref.loss(p, x, y), rtol=rtol)
 
 
-# ------------------------------------------------------------------ issue 31, items 1–3
+# ------------------------------------------------------------------ what a first device run hit at step 0
 def _adam_models():
     if "adam" not in _compiled:
         make = lambda: nn.mlp(8, [6, 16, 4], activation=nn.tanh)  # noqa: E731
@@ -457,7 +457,7 @@ def test_a_cooperative_kernel_runs_through_its_host_emulation():
         np.testing.assert_array_equal(y.get(), np.arange(128, dtype=np.float32).reshape(4, 32).sum(1))
 
 
-# ------------------------------------------------------------------ hostcheck (issue 31, item 8)
+# ------------------------------------------------------------------ hostcheck
 def test_hostcheck_types_each_output_with_its_own_c_type(rng):
     """A kernel whose inputs are ``long long`` ids and whose output is float: each output pointer has its own C
     type (main typed every output with the type passed in, and nvcc refused the call)."""

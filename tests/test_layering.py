@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: where each installed package's source lives (setup.py maps circuitgrad.backends to backends/)
 SOURCES = {"circuitgrad": "circuitgrad", "circuitgrad.backends": "backends"}
 MAX_FUNCTION_LINES = 150
-#: cycles still to remove (issue 29), each with the reason it stays for now; the test fails on any other
+#: cycles still to remove, each with the reason it stays for now; the test fails on any other
 #: cycle, and on one of these once it is gone (so the list only shrinks)
 KNOWN_CYCLES: dict[frozenset[str], str] = {}
 

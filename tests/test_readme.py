@@ -57,7 +57,7 @@ def _template() -> str:
 
 @pytest.mark.slow
 def test_readme_model_file_template_works_with_every_command_private_runs_included(tmp_path, capsys, monkeypatch):
-    """Issue 27 item 6: the template as printed, saved as a file, is a model file for cost, draw, show,
+    """The template as printed, saved as a file, is a model file for cost, draw, show,
     fpga simulate and zk prove/verify --private (it defines dataset=, which a private run commits to)."""
     pytest.importorskip("sklearn")
     from circuitgrad.cli import main

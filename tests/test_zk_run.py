@@ -70,7 +70,7 @@ def test_statement_names_commitments_and_dataset(circuit):
     text = circuit.statement()
     assert "batch rows from a dataset of 20 rows (ternary Merkle tree, depth 3)" in text
     assert circuit.r1cs.n_public == 12
-    # a private step proves its products by the contraction argument too (issue 28), and says so
+    # a private step proves its products by the contraction argument too, and says so
     assert circuit.contractions == "argument" and len(circuit.r1cs.contractions) == 5   # 2 forward, 3 backward
     assert "contractions" in d and "proved by Freivalds' check" in text
 

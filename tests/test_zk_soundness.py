@@ -1,4 +1,4 @@
-"""Issue 27 item 5: the soundness analysis a Ligero proof claims, and the conservative "classic" one.
+"""The soundness analysis a Ligero proof claims, and the conservative "classic" one.
 
 The default parameters reach 100 bits by the Longfellow analysis (Cascudo et al. 2025); the classic
 Ligero analysis (Ames et al., CCS 2017) gives them about 45 bits. ``soundness="classic"`` chooses

@@ -29,7 +29,7 @@ stays within ``2^53`` and is exact (longer inner dimensions are cut into such
 chunks). BLAS dominates the verifier: note that OpenBLAS may not recognise a
 virtual CPU and fall back to its slowest kernels (``OPENBLAS_CORETYPE``).
 
-``tests/test_zk_gf_speed.py`` pins every function here against Python-int
+``tests/test_zk_gf.py`` pins every function here against Python-int
 reference implementations.
 """
 from __future__ import annotations

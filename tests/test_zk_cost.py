@@ -1,4 +1,4 @@
-"""Issue 27: the Ligero calibration says what it does (items 8), and bad rates and values are refused (item 7)."""
+"""The ZK cost model: the Ligero calibration says what it does, and bad rates and values are refused."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""Row kernels (softmax, causal or not; log-sum-exp; argmax) run one warp per row (issue 31, item 5).
+"""Row kernels (softmax, causal or not; log-sum-exp; argmax) run one warp per row.
 
 Lane ``l`` owns columns ``l, l + 32, …``; the warp combines its partials with ``__shfl_xor_sync`` (o = 16 … 1).
 Checked here without a device: the source shuffles and the glue launches 32 threads a row; nvcc compiles it

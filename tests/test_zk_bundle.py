@@ -1,4 +1,4 @@
-"""Issue 27, items 2–4 (and the bundle-options part of 7): the verifier bounds its own work, the private
+"""Proof bundles and runs read by a verifier: it bounds its own work, the private
 opening stays out of the published run, files that are not files, and one encoding per proof."""
 from __future__ import annotations
 
@@ -417,7 +417,7 @@ def test_a_bundle_whose_options_differ_verifies_and_says_which(bundle, tmp_path,
     assert rc == 0 and "options than yours" not in capsys.readouterr().out
 
 
-# ---------------------------------------------------------------- review of issue 27: where zk prove writes
+# ---------------------------------------------------------------- where zk prove writes
 TINY = """import numpy as np
 import circuitgrad as cg
 from circuitgrad import nn
@@ -497,7 +497,7 @@ def test_the_run_and_its_opening_are_placed_by_one_resolved_path(tiny, tmp_path,
             f"{R / 'c' / 'run'}.opening.npz\n") in text
 
 
-# ---------------------------------------------------------------- review of issue 27: run.json bounded by the run
+# ---------------------------------------------------------------- run.json bounded by the run
 def _padded_run_json(path: str, size: int = (64 << 20) - 64) -> None:
     """The review's run.json: a list of empty lists, as large as the old fixed limit (64 MiB) allowed."""
     head = '{"format":"circuitgrad-zk-run","x":['
@@ -560,7 +560,7 @@ def test_a_run_of_too_many_step_files_is_refused_by_counting_names(private, tmp_
         zk.Run.load(d, step, data.commitment)
 
 
-# ---------------------------------------------------------------- review of issue 27: the exact parameters first
+# ---------------------------------------------------------------- the exact parameters first
 def test_the_exact_parameters_are_checked_before_any_work_that_follows_their_sizes(iris, monkeypatch):
     """soundness_bits (whose work grows with the claimed n: the classic bound scans every distance) ran on the
     proof's claimed parameters before the verifier compared them with its own; now it runs only on those."""
@@ -577,7 +577,7 @@ def test_the_exact_parameters_are_checked_before_any_work_that_follows_their_siz
     assert calls == [p]
 
 
-# ---------------------------------------------------------------- review of issue 27: one parameter choice everywhere
+# ---------------------------------------------------------------- one parameter choice everywhere
 @pytest.mark.parametrize("soundness, sizes", [("longfellow", (930, 500, 300)), ("longfellow", (7898, 7231, 985)),
                                               ("classic", (930, 500, 300))])
 def test_the_parameter_choice_does_not_depend_on_the_last_bits_of_floats(monkeypatch, soundness, sizes):

@@ -1,4 +1,4 @@
-"""Issue 31, item 8: every example that trains takes ``--backend numpy|cupy|auto`` (``examples/_train.py``).
+"""Every example that trains takes ``--backend numpy|cupy|auto`` (``examples/_train.py``).
 
 ``--backend cupy`` on a machine without CuPy ends in one line on stderr with status 1 (a valid command line
 this machine cannot run, README "CLI conventions"); ``auto`` falls back to NumPy; ``numpy`` trains. CuPy is

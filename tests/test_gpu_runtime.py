@@ -1,4 +1,4 @@
-"""What a device would hit at step 0 (issue 31, items 1–4, 6 and 7), checked without one.
+"""The runtime glue as a device runs it: what a device would hit at step 0, checked without one.
 
 ``fake_cupy`` stands in for CuPy with the rules that matter here: its arrays are a NumPy subclass
 that counts every read back to the host (``get``, ``bool``, ``int``, ``float``, ``item``), its
