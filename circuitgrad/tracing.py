@@ -50,7 +50,7 @@ class Var:
     def __repr__(self) -> str:
         return f"Var({self.wire}: {self.type})"
 
-    # arithmetic sugar: see circuitgrad.ops for the functions
+    # arithmetic sugar: the functions are below (ops re-exports them)
     def __add__(self, other): return add(self, other)
     def __radd__(self, other): return add(other, self)
     def __sub__(self, other): return sub(self, other)
