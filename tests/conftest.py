@@ -43,6 +43,21 @@ def vjp_fd(f, inputs, douts, eps=1e-6):
     return grads
 
 
+def assert_forward_and_reverse(d, ref, rng) -> None:
+    """``d`` (parameters unbound) against a float64 NumPy ``ref``: its values within the program's error bound
+    (``_tolerance``: the reference sums in its own order), its reverse derivative against central finite
+    differences of ``ref`` (relative error < 1e-6)."""
+    from _tolerance import assert_programs_close
+    xs = [rng.normal(size=t.shape) for t in d.source_types]
+    assert_programs_close(evaluate(d, *xs), ref(*xs), cg.schedule(d), xs)
+    dys = [rng.normal(size=t.shape) for t in d.target_types]
+    grads = evaluate(cg.rdiff(d), *xs, *dys)
+    fd = vjp_fd(ref, xs, dys)
+    assert len(grads) == len(fd) == len(xs)
+    for g, w in zip(grads, fd):
+        assert rel_err(g, w) < 1e-6
+
+
 def rel_err(a, b) -> float:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     scale = max(np.linalg.norm(a), np.linalg.norm(b), 1e-12)
