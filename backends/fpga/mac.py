@@ -32,8 +32,8 @@ class MacPipeline(wiring.Component):
 
     Ports (stage 1, the cycle after issue): ``valid``, ``last`` (the element's last k), ``first`` (its first
     k), ``addr`` (where the result goes), ``kind``, ``rescale``, ``has_b``, ``pc``, ``mask`` (live lanes),
-    ``k`` (for an argmax), the operands ``a``, ``b`` of lane 0 and, with several lanes, ``lane_a``,
-    ``lane_b`` (lanes 1 …), all In.
+    the operands ``a``, ``b`` of lane 0 and, with several lanes, ``lane_a``, ``lane_b`` (lanes 1 …), all In;
+    and ``k`` (In, for an argmax), given at issue, a cycle before the rest, and registered here.
 
     Stage 3 (Out): ``out_valid``, ``out_addr``, ``out_pc`` and ``out_value`` (the result, before the
     word's width is taken), and for the range check ``out_acc`` (the accumulator), ``out_ew`` (the
