@@ -43,7 +43,7 @@ On a GPU (CuPy) backend nothing here reads a device array back:
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -302,7 +302,7 @@ def _names_error(fn: str, missing: list[str], unknown: list[str], expected: Sequ
     return ParameterNameError(f"{fn}: {', '.join(parts)}; expected {list(expected)}")
 
 
-def parameters(params: Mapping, names: Sequence[str], allowed: Sequence[str] | set[str],
+def parameters(params: Mapping, names: Sequence[str], allowed: Collection[str],
                shapes: Mapping[str, tuple[int, ...]], dtype: Dtype, fn: str, xp=np) -> list:
     """``[params[n] for n in names]``, checked: names, shapes, dtypes (and range, in fixed point).
 

@@ -73,6 +73,7 @@ class CompiledModel:
     diagrams: dict[str, Diagram] = field(default_factory=dict)
     arg_names: dict[str, list[str]] = field(default_factory=dict)
     compile_seconds: float = 0.0
+    donate: bool = False                   # GPU: ``step`` writes the updated parameters into the arrays passed in
     _fns: dict[str, _Fn] = field(default_factory=dict, repr=False)
 
     def fn(self, key: str) -> _Fn:
@@ -80,7 +81,7 @@ class CompiledModel:
         f = self._fns.get(key)
         if f is None:
             f = self._fns[key] = _compile_fn(self.diagrams[key], key, self.dtype, self.arg_names[key],
-                                             self.backend, getattr(self, "donate", False))
+                                             self.backend, self.donate)
         return f
 
     # ----------------------------------------------------------- properties
@@ -169,7 +170,7 @@ class CompiledModel:
         """The arrays ``fn`` takes from ``params`` (checked: names, shapes, dtypes), in order."""
         names = self._all_names if fn == "step" else self.param_names
         out = arguments.parameters(params, names, self._shapes, self._shapes, self.dtype, fn, self.xp)
-        if fn == "step" and getattr(self, "donate", False) and self.backend in ("cupy", "cupy-emulated"):
+        if fn == "step" and self.donate and self.backend in ("cupy", "cupy-emulated"):
             arguments.distinct_arrays(out, names, fn)      # each donated parameter is updated in its own array
         return out
 
@@ -388,8 +389,7 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
     names = {"predict": pnames + ["x"], "loss": pnames + ["x", "y"], "gradients": pnames + ["x", "y"],
              "step": pnames + [n.replace("/", "_") for n in snames] + ["x", "y"]}
     cm = CompiledModel(model, loss, optimizer, dtype, backend, params, pnames, snames,
-                       retype_type(x_type, dtype), y_type.with_dtype(dtype), diagrams, names)
-    cm.donate = donate
+                       retype_type(x_type, dtype), y_type.with_dtype(dtype), diagrams, names, donate=donate)
     cm.fn("step")          # the training step is compiled now; the others on first use
     cm.compile_seconds = time.perf_counter() - t0
     return cm
