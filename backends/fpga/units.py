@@ -46,7 +46,12 @@ def exp_unit(m: Module, z, dt):
     u = Signal(signed(f + 4), name="exp_u")
     k1 = t >> f
     r1 = t - (k1 << f)
-    m.d.sync += [nk.eq(-k1), r.eq(r1), u.eq((r1 * const(1.0 - EXP2_C1, dt) + half) >> f)]
+    # the left shift min(k, W − f) (used only when k > 0) is clamped here, from k itself (t's top bits), and
+    # carried a stage: from −k a stage later it was a negation and a comparison in series, the iCE40's
+    # critical path (31 ns)
+    lsk = Signal(range(W - f + 1), name="exp_lshift_k")
+    m.d.sync += [nk.eq(-k1), r.eq(r1), u.eq((r1 * const(1.0 - EXP2_C1, dt) + half) >> f),
+                 lsk.eq(Mux(k1 > W - f, W - f, k1))]
     p = Signal(signed(f + 4), name="exp_p")          # 1 + v, the 1 folded into v's rounding constant
     n = Signal(unsigned(6), name="exp_shift")
     up = Signal(name="exp_up")                       # k > 0
@@ -55,8 +60,7 @@ def exp_unit(m: Module, z, dt):
     # the clamp may be 63, chosen by an OR of the high bits of −k instead of a comparison
     assert f + 2 <= 63
     m.d.sync += [p.eq((r * (const(EXP2_C1, dt) + u) + (half + (dt.one << f))) >> f),
-                 n.eq(Mux(nk[6:].any(), 63, nk[:6])), up.eq(nk < 0),
-                 ls.eq(Mux(-nk > W - f, W - f, -nk))]
+                 n.eq(Mux(nk[6:].any(), 63, nk[:6])), up.eq(nk < 0), ls.eq(lsk)]
     out = Signal(signed(EW_WIDTH(dt)), name="exp_out")
     m.d.comb += out.eq(Mux(up, p << ls, p >> n))
     return out
