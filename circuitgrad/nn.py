@@ -47,12 +47,10 @@ def _layer(fn: Callable[..., Diagram]) -> Callable[..., Diagram]:
     @functools.wraps(fn)
     def layer(*args, **kwargs) -> Diagram:
         try:
-            d = traced(*args, **kwargs)
-        except TypeError as e:
-            if "unhashable" not in str(e):
-                raise
+            hash((args, tuple(kwargs.items())))
+        except TypeError:                      # a list argument: no cache key, so trace anew
             return fn(*args, **kwargs)
-        return fresh_parameters(d)
+        return fresh_parameters(traced(*args, **kwargs))
     return layer
 
 
