@@ -25,7 +25,7 @@ CASES = {   # kind: (a, b) raw words: zero, ±1, the word's limits, exact halves
 
 
 def _config(kind: str) -> SeqConfig:
-    return SeqConfig(dt=Q, depth=4, n_ops=1, lanes=1, one_port=False, ew_stages=0, kmax=1, nmax=1,
+    return SeqConfig(dt=Q, depth=4, n_ops=1, lanes=1, one_port=False, kmax=1, nmax=1,
                      used=frozenset({kind}), codes=KIND_CODES, div_bits=Q.width + Q.frac,
                      sqrt_bits=(Q.width + Q.frac + 1) // 2)
 

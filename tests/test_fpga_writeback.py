@@ -13,7 +13,7 @@ from circuitgrad.backends.fpga.timing import KIND_CODES  # noqa: E402
 from circuitgrad.backends.fpga.writeback import RangeCheck, Writeback  # noqa: E402
 
 Q = cg.fixed(16, 8)
-CFG = SeqConfig(dt=Q, depth=16, n_ops=6, lanes=1, one_port=False, ew_stages=0, kmax=4, nmax=4,
+CFG = SeqConfig(dt=Q, depth=16, n_ops=6, lanes=1, one_port=False, kmax=4, nmax=4,
                 used=frozenset({"mac", "add"}), codes=KIND_CODES, div_bits=24, sqrt_bits=12)
 
 

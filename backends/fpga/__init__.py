@@ -63,14 +63,15 @@ class Design:
         """Predicted cycles per call (exact for the current sequencer)."""
         return cycles(self.microcode, self.read_ports, self.macs)
 
-    def component(self):
-        """The Amaranth :class:`~.core.Sequencer` of this design."""
-        return _core().Sequencer(self.microcode, self.read_ports, self.macs)
+    def component(self, bank_words: int | None = None):
+        """The Amaranth :class:`~.core.Sequencer` of this design (``bank_words``: words per block RAM of the
+        target; ``None`` keeps the memory in one bank, as the simulation does)."""
+        return _core().Sequencer(self.microcode, self.read_ports, self.macs, bank_words)
 
-    def top(self):
+    def top(self, bank_words: int | None = None):
         """The sequencer behind the serial pins that synthesis builds (:class:`~.synth.Top`)."""
         from .synth import Top
-        return Top(self.component())
+        return Top(self.component(bank_words))
 
 
 @dataclass
@@ -97,7 +98,8 @@ class UnrolledDesign:
         from .unrolled import Unrolled
         return Unrolled(self.microcode, self.consts)
 
-    def top(self):
+    def top(self, bank_words: int | None = None):
+        """The pipeline behind the serial pins (it has no memory: ``bank_words`` is ignored)."""
         from .unrolled import UnrolledTop
         return UnrolledTop(self.component())
 

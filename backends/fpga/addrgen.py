@@ -7,10 +7,11 @@
             for k in 0, kstep, …:       ptr_x  += kinc_x        (x = a, b)
                 issue (col_o, ptr_a + l·ks_a, ptr_b + l·ks_b)   for each lane l
 
-Nothing compares on the loop-control path: ``k_last``, ``i0_last`` and ``i1_last`` are registers, set
-from ``k + kstep ≥ klast`` and ``i + 1 == n − 1`` as the counters advance, and ``k_left = K − k`` says
-which lanes are live (lane ``l`` while ``k_left > l``) without a per-lane adder. Every step is an add of
-a decoded constant, modulo ``2^aw``.
+Nothing adds on the loop-control path: ``k_last``, ``i0_last`` and ``i1_last`` are registers, set from
+down-counters of the steps, columns and rows left (``c == 1``: a comparison of a register with a
+constant) as they advance; ``k_first`` is a register too, and ``k_left = K − k`` says which lanes are live
+(lane ``l`` while ``k_left > l``) without a per-lane adder. Every address step is an add of a decoded
+constant, modulo ``2^aw``.
 """
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ class AddressGen(wiring.Component):
     * ``load`` (In): start the micro-op (every counter to 0, every address to its base);
     * ``advance`` (In): the pair at the current position is issued: step to the next one;
     * ``one_lane`` (In): the reduction runs on lane 0 alone (a max);
-    * ``k``, ``k_left`` (Out): the reduction index and ``K − k``; ``k_last``, ``i0_last``, ``i1_last`` (Out):
-      this is the last k, row, column; ``last`` (Out): the micro-op's last pair;
+    * ``k``, ``k_left`` (Out): the reduction index and ``K − k``; ``k_first``, ``k_last``, ``i0_last``,
+      ``i1_last`` (Out): this is the first k, the last k, row, column; ``last`` (Out): the micro-op's last pair;
     * ``out_addr``, ``ptr_a``, ``ptr_b`` (Out): the output address and lane 0's operand addresses;
     * ``lane_a``, ``lane_b`` (Out, one per lane; two read ports only): every lane's operand addresses;
     * ``live`` (Out, a bit per lane): lanes whose k lies inside the reduction.
@@ -45,7 +46,7 @@ class AddressGen(wiring.Component):
         aw, L = cfg.aw, cfg.lanes
         members = {
             "fields": In(fields_signature(cfg)), "load": In(1), "advance": In(1), "one_lane": In(1),
-            "k": Out(range(cfg.kmax + 1)), "k_left": Out(range(cfg.kmax + 1)), "k_last": Out(1),
+            "k": Out(range(cfg.kmax + 1)), "k_left": Out(range(cfg.kmax + 1)), "k_first": Out(1), "k_last": Out(1),
             "i0_last": Out(1), "i1_last": Out(1), "last": Out(1),
             "out_addr": Out(unsigned(aw)), "ptr_a": Out(unsigned(aw)), "ptr_b": Out(unsigned(aw)),
             "live": Out(L),
@@ -59,16 +60,21 @@ class AddressGen(wiring.Component):
         cfg, fl = self.cfg, self.fields
         aw, L = cfg.aw, cfg.lanes
         step = {"a": fl.a, "b": fl.b, "o": fl.o}
-        i0 = Signal(range(cfg.nmax + 1))
-        i1 = Signal(range(cfg.nmax + 1))
-        k, k_last, k_left, i0_last, i1_last = self.k, self.k_last, self.k_left, self.i0_last, self.i1_last
+        c0 = Signal(range(cfg.nmax + 1), name="rows_left")           # rows left after this one
+        c1 = Signal(range(cfg.nmax + 1), name="cols_left")           # columns left after this one
+        kc = Signal(range(cfg.kmax + 1), name="steps_left")          # k steps left after this one
+        k, k_first, k_last, k_left = self.k, self.k_first, self.k_last, self.k_left
+        i0_last, i1_last = self.i0_last, self.i1_last
         row = {x: Signal(unsigned(aw), name=f"row_{x}") for x in "abo"}
         col = {"a": Signal(unsigned(aw), name="col_a"), "b": Signal(unsigned(aw), name="col_b"), "o": self.out_addr}
         ptr = {"a": self.ptr_a, "b": self.ptr_b}
 
+        def next_element():                            # k starts again
+            m.d.sync += [k.eq(0), k_first.eq(1), kc.eq(fl.ksteps_last), k_last.eq(fl.kone), k_left.eq(fl.K)]
+
         with m.If(self.load):
-            m.d.sync += [i0.eq(0), i1.eq(0), k.eq(0), k_last.eq(fl.kone), k_left.eq(fl.K), i0_last.eq(fl.n0_one),
-                         i1_last.eq(fl.n1_one)]
+            next_element()
+            m.d.sync += [c0.eq(fl.n0_last), c1.eq(fl.n1_last), i0_last.eq(fl.n0_one), i1_last.eq(fl.n1_one)]
             for x in "abo":
                 base = step[x].base
                 m.d.sync += [row[x].eq(base), col[x].eq(base)]
@@ -76,24 +82,25 @@ class AddressGen(wiring.Component):
                     m.d.sync += ptr[x].eq(base)
         with m.Elif(self.advance):
             with m.If(~k_last):                            # the next k of this element
-                m.d.sync += [k.eq(k + fl.kstep), k_last.eq(k + fl.kstep >= fl.klast), k_left.eq(k_left - fl.kstep),
+                m.d.sync += [k.eq(k + fl.kstep), k_first.eq(0), kc.eq(kc - 1), k_last.eq(kc == 1),
+                             k_left.eq(k_left - fl.kstep),
                              ptr["a"].eq(ptr["a"] + fl.a.kinc), ptr["b"].eq(ptr["b"] + fl.b.kinc)]
             with m.Else():
-                m.d.sync += [k.eq(0), k_last.eq(fl.kone), k_left.eq(fl.K)]
+                next_element()
                 with m.If(~i1_last):                       # the next column
-                    m.d.sync += [i1.eq(i1 + 1), i1_last.eq(i1 + 1 == fl.n1_last)]
+                    m.d.sync += [c1.eq(c1 - 1), i1_last.eq(c1 == 1)]
                     for x in "abo":
                         m.d.sync += col[x].eq(col[x] + step[x].s1)
                     for x in "ab":
                         m.d.sync += ptr[x].eq(col[x] + step[x].s1)
                 with m.Else():                             # the next row
-                    m.d.sync += [i1.eq(0), i1_last.eq(fl.n1_one)]
+                    m.d.sync += [c1.eq(fl.n1_last), i1_last.eq(fl.n1_one)]
                     for x in "abo":
                         m.d.sync += [row[x].eq(row[x] + step[x].s0), col[x].eq(row[x] + step[x].s0)]
                     for x in "ab":
                         m.d.sync += ptr[x].eq(row[x] + step[x].s0)
                     with m.If(~i0_last):
-                        m.d.sync += [i0.eq(i0 + 1), i0_last.eq(i0 + 1 == fl.n0_last)]
+                        m.d.sync += [c0.eq(c0 - 1), i0_last.eq(c0 == 1)]
         m.d.comb += self.last.eq(k_last & i1_last & i0_last)
         # a max reduction runs on lane 0 alone (k advances by 1): lanes carry no comparators
         m.d.comb += [self.live[lane].eq((k_left > lane) & (~self.one_lane if lane else 1)) for lane in range(L)]

@@ -22,7 +22,6 @@ class SeqConfig:
     n_ops: int                  # micro-ops in the program
     lanes: int                  # MAC lanes (``macs``)
     one_port: bool              # one read port: two memory operands are read one after the other
-    ew_stages: int              # extra pipeline stages between operand read and accumulate (the exp unit)
     kmax: int                   # the longest reduction
     nmax: int                   # the most output elements of one micro-op
     used: frozenset[str]        # the micro-op kinds the program uses: units for the others are not built

@@ -6,43 +6,46 @@
       │ pc            │ load, advance             │ load, step                      │ who writes
       ▼               ▼                           ▼                                 ▼
     decode ─fields─► address gen. ─addresses─► memory ─a, b─► lanes, accumulate ─► range check ─► writeback ─► memory
-    (.decode)        (.addrgen)              (lib.memory)  │  (.mac)              (.writeback)   (.writeback)
+    (.decode)        (.addrgen)              (.banks)      │  (.mac)              (.writeback)   (.writeback)
                                                            └─a, b─► divider (.divider) ──result──────┘
 
-One (output element, k) pair is issued per cycle (``macs`` k values at once
-with ``macs`` lanes). Issue drives the read addresses; the data comes back
-one cycle later and goes through the product or the elementwise unit (``D``
-more stages when the exp unit is built). It is then accumulated exactly, and
-on the last ``k`` rescaled, range-checked and written. Every micro-op drains
-its pipeline before the next one reads, so the cycle count is exactly
+One (output element, k) pair is issued per cycle (``macs`` k values at once with ``macs`` lanes). Issue
+drives the read addresses; the words come back ``READ_LATENCY`` (2) cycles later through a register per
+block RAM, are registered as the lanes' operands, multiplied (or go through an elementwise unit; the exp
+unit takes ``EXP_STAGES`` more), accumulated exactly, and on the last ``k`` rescaled, range-checked and
+written. Every micro-op drains its pipeline before the next one reads, so the cycle count is exactly
 :func:`~.timing.cycles`.
 
-Timing: every loop test reads a register (``k_last``, ``i0_last``,
-``i1_last``, ``k_left``), the per-op fields are decoded from ``pc`` into
-registers one cycle ahead, and the accumulator adds plain registers (the
-seed is chosen after the adder), so each carry chain stays in one piece.
+Timing: every stage starts and ends in a register. Issue is enabled by a register (``run``), every
+loop test reads a register (``k_last``, ``i0_last``, ``i1_last``: set from down-counters), the fields
+are decoded from ``pc`` into registers one cycle ahead and the running micro-op's kind is held in
+registers through its drain, the block RAMs' outputs are registered beside them, the multipliers have
+registered inputs and outputs, and the accumulator adds plain registers.
 
 Ports:
 * ``start`` (In): pulse high for one cycle to run the program.
 * ``busy``, ``done`` (Out).
 * ``overflow`` (Out): sticky; ``fault`` holds the pc of the first overflowing micro-op.
 * host memory port, usable while idle: ``host_addr``, ``host_wdata``, ``host_we``, ``host_rdata``
-  (do not read and write in the same cycle: see ``synth.rtlil_text``).
+  (``host_rdata`` is the word ``READ_LATENCY`` cycles after its address; do not read and write in the
+  same cycle: see ``synth.rtlil_text``).
 
-Every micro-op kind is built: ``mac`` (with or without ``b``) and ``max``
-reduce over ``k``; ``add``, ``neg``, ``heaviside``, ``sigmoid`` and ``tanh``
-are combinational units, ``exp`` is pipelined and ``divf`` is a sequential
-restoring divider. :func:`check_supported` rejects unknown kinds before any
-simulation or synthesis starts.
+Every micro-op kind is built: ``mac`` (with or without ``b``) and ``max`` reduce over ``k``; ``add``,
+``neg``, ``heaviside``, ``sigmoid`` and ``tanh`` are combinational units between two registers, ``exp``
+is pipelined and ``divf`` is a sequential restoring divider. :func:`check_supported` rejects unknown kinds
+before any simulation or synthesis starts.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 from amaranth import Cat, Module, Mux, Signal, signed
-from amaranth.lib import memory, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .addrgen import AddressGen
+from .banks import BankedMemory
 from .config import SeqConfig
 from .decode import Decoder
 from .divider import SeqDivider
@@ -50,16 +53,16 @@ from .mac import MacPipeline
 from .microcode import Microcode
 from .writeback import RangeCheck, Writeback
 
-__all__ = ["Sequencer", "cycles", "div_bits", "sqrt_bits", "check_supported", "HW_KINDS"]
+__all__ = ["Sequencer", "cycles", "div_bits", "sqrt_bits", "check_supported", "HW_KINDS", "READ_LATENCY"]
 
-from .timing import (HW_KINDS, KIND_CODES, SEQUENTIAL, const_b, check_supported, cycles, div_bits,  # noqa: F401
-                     ew_stages, sqrt_bits)
+from .timing import (DRAIN, EXP_STAGES, HW_KINDS, KIND_CODES, READ_LATENCY, SEQUENTIAL,  # noqa: F401
+                     const_b, check_supported, cycles, div_bits, sqrt_bits)
 
 
 def _config(mc: Microcode, read_ports: int, macs: int) -> SeqConfig:
     """The static parameters every piece of the sequencer sizes itself by."""
     return SeqConfig(dt=mc.dtype, depth=max(1, mc.depth), n_ops=len(mc.ops), lanes=macs, one_port=read_ports == 1,
-                     ew_stages=ew_stages(mc), kmax=max([u.K for u in mc.ops] + [1]),
+                     kmax=max([u.K for u in mc.ops] + [1]),
                      nmax=max([int(np.prod(u.out.shape, dtype=np.int64)) for u in mc.ops] + [1]),
                      used=frozenset(u.kind for u in mc.ops), codes=KIND_CODES, div_bits=div_bits(mc),
                      sqrt_bits=sqrt_bits(mc))
@@ -69,25 +72,36 @@ class _Shared:
     """The pieces and the registers that the controller's states share."""
 
     def __init__(self, cfg: SeqConfig, dec: Decoder, agen: AddressGen, mac: MacPipeline, div: SeqDivider | None,
-                 wb: Writeback, rd_a: memory.ReadPort):
-        self.cfg, self.dec, self.agen, self.mac, self.div, self.wb, self.rd_a = cfg, dec, agen, mac, div, wb, rd_a
+                 wb: Writeback, data_a):
+        self.cfg, self.dec, self.agen, self.mac, self.div, self.wb, self.data_a = cfg, dec, agen, mac, div, wb, data_a
         self.fields = dec.fields
         self.pc = Signal(range(cfg.n_ops + 1), name="pc")
         self.last_op = Signal(name="last_op")
-        self.v1 = Signal(name="v1")                  # a pair is in stage 1 (see MacPipeline.valid)
+        self.run = Signal(name="run")                # the controller is in RUN: issue's enable, a register
+        self.drain = Signal(range(DRAIN + EXP_STAGES + 1), name="drain")     # drain cycles left after this one
+        self.adv_pc = Signal(name="adv_pc")          # the drain's first cycle: pc moves on
+        self.v1 = Signal(name="v1")                  # a pair was issued last cycle (see MacPipeline.valid)
         self.ph = Signal(name="ph")                  # one port, two operands: 1 while b is being read
-        self.a_hold = Signal(signed(cfg.W), name="a_hold")       # … and a, read the cycle before
+        self.ph0 = [Signal(name=f"ph0_d{i + 1}") for i in range(READ_LATENCY)]    # … a was read i + 1 cycles ago
+        self.a_hold = Signal(signed(cfg.W), name="a_hold")       # … and a, as it arrived
         self.b_const = Signal(signed(cfg.W), name="b_const")     # one port: the constant b, read at load
-        self.tp1 = Signal(name="tp1")                # stage 1 of a two-phase pair: a comes from a_hold
-        self.cb1 = Signal(name="cb1")                # stage 1 with a constant b: b comes from b_const
         self.div_out = Signal(range(cfg.depth), name="div_out")  # where the divider writes
         self.div_last = Signal(name="div_last")      # the divider's element is the micro-op's last
+        # the running micro-op, held from its load to the end of its drain (the fields move on with pc)
+        self.op_kind = Signal(range(len(cfg.codes)), name="op_kind")
+        self.op_pc = Signal(range(cfg.n_ops + 1), name="op_pc")
+        self.op_rescale, self.op_has_b = Signal(name="op_rescale"), Signal(name="op_has_b")
+        self.op_tp, self.op_cb, self.op_exp = Signal(name="op_two_phase"), Signal(name="op_const_b"), Signal(name="op_exp")
 
 
 class Sequencer(wiring.Component):
-    """Runs ``mc`` on one MAC unit (see the module docstring for the ports and timing)."""
+    """Runs ``mc`` on ``macs`` MAC lanes (see the module docstring for the ports and timing).
 
-    def __init__(self, mc: Microcode, read_ports: int = 2, macs: int = 1):
+    ``bank_words``: words per memory bank (one block RAM each; ``synth`` passes the target's); ``None``
+    keeps each copy of the memory in one bank. Results and cycles do not depend on it.
+    """
+
+    def __init__(self, mc: Microcode, read_ports: int = 2, macs: int = 1, bank_words: int | None = None):
         if read_ports not in (1, 2):
             raise ValueError(f"read_ports must be 1 or 2, got {read_ports}")
         if macs < 1 or (macs > 1 and read_ports != 2):
@@ -111,22 +125,28 @@ class Sequencer(wiring.Component):
         init = [0] * self.depth
         for addr, val in mc.init.items():
             init[addr] = val
-        # one read port per memory beyond the first lane: lanes get explicit copies (written together),
-        # which maps each onto plain one-write/one-read block RAM without yosys replicating a 2L-port memory
-        copies = 1 if macs == 1 else 2 * macs
-        self.mems = [memory.Memory(shape=signed(self.W), depth=self.depth, init=init) for _ in range(copies)]
+        # with several lanes, one copy of the memory per read port (written together), which maps each
+        # onto plain one-write/one-read block RAM without yosys replicating a 2L-port memory
+        copies, reads = (1, read_ports) if macs == 1 else (2 * macs, 1)
+        self.mems = [BankedMemory(self.W, self.depth, init, reads, bank_words) for _ in range(copies)]
         self.mem = self.mems[0]
 
     def poke(self, ctx, addr: int, value: int) -> None:
         """Set a memory word in simulation (every copy)."""
+        bank, word = self.mem.locate(addr)
         for mem in self.mems:
-            ctx.set(mem.data[int(addr)], int(value))
+            ctx.set(mem.banks[bank].data[word], int(value))
+
+    def peek(self, ctx, addr: int) -> int:
+        """A memory word in simulation."""
+        bank, word = self.mem.locate(addr)
+        return ctx.get(self.mem.banks[bank].data[word])
 
     def elaborate(self, platform) -> Module:
         m = Module()
         cfg = _config(self.mc, self.read_ports, self.macs)
         lanes, wr = self._memory_ports(m)
-        rd_a, rd_b = lanes[0]
+        (addr_a, data_a), port_b = lanes[0]
         m.submodules.decode = dec = Decoder(self.mc, cfg, [const_b(u) for u in self.mc.ops])
         m.submodules.addrgen = agen = AddressGen(cfg)
         m.submodules.mac = mac = MacPipeline(cfg)
@@ -135,98 +155,132 @@ class Sequencer(wiring.Component):
         div = None
         if cfg.has_div:
             m.submodules.divider = div = SeqDivider(cfg)
-        s = _Shared(cfg, dec, agen, mac, div, wb, rd_a)
-        kind, codes = s.fields.kind, cfg.codes
+        s = _Shared(cfg, dec, agen, mac, div, wb, data_a)
+        fl, codes = s.fields, cfg.codes
         wiring.connect(m, dec.fields, agen.fields)
         m.d.comb += dec.pc.eq(s.pc)
         if cfg.has_max:
-            m.d.comb += agen.one_lane.eq((kind == codes["max"]) | (kind == codes["argmax"]))
+            m.d.comb += agen.one_lane.eq((fl.kind == codes["max"]) | (fl.kind == codes["argmax"]))
+        with m.If(agen.load):                       # hold the micro-op's kind until its drain ends
+            m.d.sync += [s.op_kind.eq(fl.kind), s.op_pc.eq(s.pc), s.op_rescale.eq(fl.rescale),
+                         s.op_has_b.eq(fl.has_b), s.op_tp.eq(fl.two_phase), s.op_cb.eq(fl.const_b),
+                         s.op_exp.eq(fl.kind == codes["exp"] if "exp" in cfg.used else 0)]
 
+        m.d.sync += s.adv_pc.eq(0)                  # (set by the controller on its way into DRAIN)
         fsm = self._control(m, s)
-
+        with m.If(s.adv_pc):
+            with m.If(s.pc == cfg.n_ops - 1):
+                m.d.sync += s.last_op.eq(1)
+            with m.Else():
+                m.d.sync += s.pc.eq(s.pc + 1)
         idle = fsm.ongoing("IDLE")
-        m.d.comb += self.busy.eq(~idle)
-        self._collision_taps(m, lanes, wr, agen, reading=fsm.ongoing("LOAD") | fsm.ongoing("RUN"),
-                             reading_b=fsm.ongoing("RUN") & s.fields.has_b)
-        # every read port but rd_a (which the host shares while idle) reads in every state: a read has no
-        # side effect, and no state multiplexer then sits on those addresses
-        if not cfg.one_port:
-            for lane, (ra, rb) in enumerate(lanes):
+        m.d.comb += [self.busy.eq(~idle), self.host_rdata.eq(data_a)]
+        self._issue(m, s)
+        loading = fsm.ongoing("LOAD") if cfg.one_port else 0        # with two ports a load reads nothing
+        self._collision_taps(m, lanes, wr, agen, reading=loading | fsm.ongoing("RUN"),
+                             reading_b=fsm.ongoing("RUN") & fl.has_b)
+        # lane 0's a port is shared with the host while idle (and reads the constant b at load with one port);
+        # every other read port reads in every state: a read has no side effect
+        if cfg.one_port:
+            m.d.comb += addr_a.eq(Mux(idle, self.host_addr, Mux(fsm.ongoing("LOAD"), fl.b.base,
+                                                                Mux(fl.two_phase & s.ph, agen.ptr_b, agen.ptr_a))))
+        else:
+            m.d.comb += addr_a.eq(Mux(idle, self.host_addr, agen.ptr_a))
+            for lane, ((ra, _), (rb, _)) in enumerate(lanes):
                 if lane:
-                    m.d.comb += ra.addr.eq(agen.lane_a[lane])
-                m.d.comb += rb.addr.eq(agen.lane_b[lane])
+                    m.d.comb += ra.eq(agen.lane_a[lane])
+                m.d.comb += rb.eq(agen.lane_b[lane])
 
         # the operands of lane 0: with one read port, a (two-phase) or b (a constant) come from a register
         a_in, b_in = Signal(signed(cfg.W), name="a_in"), Signal(signed(cfg.W), name="b_in")
         if cfg.one_port:
-            m.d.comb += [a_in.eq(Mux(s.tp1, s.a_hold, rd_a.data)), b_in.eq(Mux(s.cb1, s.b_const, rd_a.data))]
+            with m.If(s.ph0[-1]):                   # the a of a two-phase pair arrives, its b a cycle later
+                m.d.sync += s.a_hold.eq(data_a)
+            m.d.comb += [a_in.eq(Mux(s.op_tp, s.a_hold, data_a)), b_in.eq(Mux(s.op_cb, s.b_const, data_a))]
         else:
-            m.d.comb += [a_in.eq(rd_a.data), b_in.eq(rd_b.data)]
-        m.d.comb += [mac.valid.eq(s.v1 & ~idle), mac.k.eq(agen.k), mac.a.eq(a_in), mac.b.eq(b_in)]
-        for lane, (ra, rb) in enumerate(lanes[1:]):
-            m.d.comb += [mac.lane_a[lane].eq(ra.data), mac.lane_b[lane].eq(rb.data)]
+            m.d.comb += [a_in.eq(data_a), b_in.eq(port_b[1])]
+        m.d.comb += [mac.valid.eq(s.v1), mac.k.eq(agen.k), mac.a.eq(a_in), mac.b.eq(b_in),
+                     mac.kind.eq(s.op_kind), mac.rescale.eq(s.op_rescale), mac.has_b.eq(s.op_has_b),
+                     mac.pc.eq(s.op_pc), mac.slow.eq(s.op_exp)]
+        for lane, ((_, da), (_, db)) in enumerate(lanes[1:]):
+            m.d.comb += [mac.lane_a[lane].eq(da), mac.lane_b[lane].eq(db)]
         if div is not None:
-            m.d.comb += [div.a.eq(a_in), div.b.eq(b_in)]
+            m.d.comb += [div.a.eq(mac.op_a), div.b.eq(mac.op_b)]     # registered: the load's negation starts there
             if "sqrt" in cfg.used:
-                m.d.comb += div.is_sqrt.eq(kind == codes["sqrt"])
+                m.d.comb += div.is_sqrt.eq(s.op_kind == codes["sqrt"])
             if "div" in cfg.used:
-                m.d.comb += div.is_rdiv.eq(kind == codes["div"])
+                m.d.comb += div.is_rdiv.eq(s.op_kind == codes["div"])
 
         m.d.comb += [check.acc.eq(mac.out_acc), check.ew.eq(mac.out_ew), check.reduce.eq(mac.out_reduce),
                      check.rescale.eq(mac.out_rescale), check.is_max.eq(mac.out_max)]
         self._writeback(m, s, check, wr)
         return m
 
-    def _memory_ports(self, m: Module) -> tuple[list, memory.WritePort]:
-        """Add the memories; ``([(read a, read b) per lane], write port)`` (``read b`` is None with one
-        port). Every copy of the memory is written with the first copy's write port."""
+    def _memory_ports(self, m: Module) -> tuple[list, SimpleNamespace]:
+        """Add the memories: ``([((addr a, data a), (addr b, data b)) per lane], write port)`` (``(addr b,
+        data b)`` is None with one port). Every copy of the memory is written from one write port."""
         for i, mem in enumerate(self.mems):
             m.submodules[f"mem{i}" if i else "mem"] = mem
         if self.macs == 1:
-            lanes = [(self.mem.read_port(), None if self.read_ports == 1 else self.mem.read_port())]
+            a = (self.mem.raddr[0], self.mem.rdata[0])
+            lanes = [(a, None if self.read_ports == 1 else (self.mem.raddr[1], self.mem.rdata[1]))]
         else:
-            ports = [mem.read_port() for mem in self.mems]
+            ports = [(mem.raddr[0], mem.rdata[0]) for mem in self.mems]
             lanes = [(ports[2 * i], ports[2 * i + 1]) for i in range(self.macs)]
-        writes = [mem.write_port() for mem in self.mems]
-        wr = writes[0]
-        for other in writes[1:]:
-            m.d.comb += [other.addr.eq(wr.addr), other.data.eq(wr.data), other.en.eq(wr.en)]
+        wr = SimpleNamespace(addr=Signal.like(self.mem.waddr, name="wr_addr"),
+                             data=Signal.like(self.mem.wdata, name="wr_data"), en=Signal(name="wr_en"))
+        for mem in self.mems:
+            m.d.comb += [mem.waddr.eq(wr.addr), mem.wdata.eq(wr.data), mem.we.eq(wr.en)]
         return lanes, wr
 
-    def _collision_taps(self, m: Module, lanes: list, wr: memory.WritePort, agen: AddressGen, reading,
+    def _collision_taps(self, m: Module, lanes: list, wr: SimpleNamespace, agen: AddressGen, reading,
                         reading_b) -> None:
         """Set ``self.ports`` for the simulation's collision check (synth declares same-cycle read/write
-        undefined): ``([(read port, its data is used), …], write port)``. ``reading``: the states whose
-        reads are used; ``reading_b``: … and read ``b``; a lane's read is used while it is live."""
+        undefined): ``([(read port, its data is used), …], the write landing this cycle)``, each a namespace
+        with its ``addr`` (and ``en``). ``reading``: the states whose reads are used; ``reading_b``: … and read ``b``;
+        a lane's read is used while it is live."""
         port_used = [Signal(name=f"used{i}") for i in range(2 * self.macs)]
         live = agen.live
         for lane in range(self.macs):
             m.d.comb += [port_used[2 * lane].eq(reading & (live[lane] if lane else 1)),
                          port_used[2 * lane + 1].eq(reading_b & live[lane])]
-        self.ports = ([(p, port_used[2 * lane + i]) for lane, ports in enumerate(lanes) for i, p in enumerate(ports)
-                       if p is not None], wr)
+        self.ports = ([(SimpleNamespace(addr=p[0]), port_used[2 * lane + i]) for lane, ports in enumerate(lanes)
+                       for i, p in enumerate(ports) if p is not None], self.mem.write_taps)
+
+    def _goto(self, m: Module, s: _Shared, state: str) -> None:
+        """Next state ``state``; ``run`` is a register that says the controller is in RUN."""
+        m.next = state
+        m.d.sync += s.run.eq(int(state == "RUN"))
+
+    def _to_drain(self, m: Module, s: _Shared) -> None:
+        """The micro-op's last pair is issued (or its divider's last element written): drain, and move ``pc``
+        on in the drain's first cycle (from the register ``adv_pc``, so no state decode sits on ``pc``'s
+        enable) so that the next micro-op's fields are decoded by its load."""
+        self._goto(m, s, "DRAIN")
+        base = DRAIN - 1 + s.cfg.one_port                 # one port: the load reads, so the last write lands first
+        m.d.sync += [s.drain.eq(Mux(s.op_exp, base + EXP_STAGES, base)), s.adv_pc.eq(1)]
 
     def _control(self, m: Module, s: _Shared):
         """The controller: one FSM that loads each micro-op, issues its pairs, runs the divider and drains.
 
         ::
 
-            IDLE ─start─► BEGIN ─► LOAD ─► (LOADB) ─► RUN ⟲ a pair per cycle (two with one port, two operands)
-                                    ▲                  │ └─ divider element: DIV_LOAD ─► DIV_ITER | SQRT_ITER ⟲
-                                    │                  │                     ─► DIV_WRITE ─► RUN (or DRAIN1)
-                                    │                  ▼ last pair
-                                    └── next op ◄─ DRAIN3 ◄─ (DRAIN_EW0 … 3) ◄─ DRAIN2 ◄─ DRAIN1 (pc + 1)
-                                                     │ last op
-                                                     ▼
-                                         IDLE ◄─ DONE
+            IDLE ─start─► BEGIN ─► LOAD ─► (LOADB0 ─► LOADB1) ─► RUN ⟲ a pair per cycle (two with one port, two operands)
+                                    ▲                             │ └─ divider element: DIV_WAIT ─► DIV_LOAD ─►
+                                    │                             │    DIV_ITER | SQRT_ITER ⟲ ─► DIV_WRITE ─► RUN (or DRAIN)
+                                    │                             ▼ last pair (pc + 1)
+                                    └──────── next op ◄──── DRAIN ⟲ (DRAIN cycles, EXP_STAGES more for an exp)
+                                                              │ last op
+                                                              ▼
+                                                  IDLE ◄─ DONE
 
-        ``LOADB`` reads a constant ``b`` once (one read port only); ``BEGIN`` lets the fields of op 0 settle,
-        and ``DRAIN1`` advances ``pc``, so the next op's fields are ready by its ``LOAD``. Returns the FSM.
+        ``LOADB0``, ``LOADB1`` read a constant ``b`` once (one read port only); ``BEGIN`` lets the fields of op 0
+        settle. Returns the FSM.
         """
-        cfg, fl, rd_a, agen = s.cfg, s.fields, s.rd_a, s.agen
+        cfg, fl, agen = s.cfg, s.fields, s.agen
         with m.FSM() as fsm:
             with m.State("IDLE"):
-                m.d.comb += [rd_a.addr.eq(self.host_addr), self.host_rdata.eq(rd_a.data), s.wb.host.eq(1)]
+                m.d.comb += s.wb.host.eq(1)
                 with m.If(self.start):
                     m.d.comb += s.wb.clear.eq(1)
                     m.d.sync += [s.pc.eq(0), self.done.eq(0), s.last_op.eq(0)]
@@ -237,73 +291,74 @@ class Sequencer(wiring.Component):
                 m.d.comb += agen.load.eq(1)
                 m.d.sync += s.ph.eq(0)
                 if cfg.one_port:
-                    m.d.comb += rd_a.addr.eq(fl.b.base)         # the constant operand, if any
-                    with m.If(fl.const_b):
-                        m.next = "LOADB"
+                    with m.If(fl.const_b):                      # the constant operand is being read
+                        m.next = "LOADB0"
                     with m.Else():
-                        m.next = "RUN"
+                        self._goto(m, s, "RUN")
                 else:
-                    m.next = "RUN"
-            with m.State("LOADB"):
-                m.d.sync += s.b_const.eq(rd_a.data)
-                m.next = "RUN"
+                    self._goto(m, s, "RUN")
+            if cfg.one_port:
+                with m.State("LOADB0"):
+                    m.next = "LOADB1"
+                with m.State("LOADB1"):
+                    m.d.sync += s.b_const.eq(s.data_a)
+                    self._goto(m, s, "RUN")
             with m.State("RUN"):
-                if cfg.one_port:
-                    m.d.comb += rd_a.addr.eq(Mux(fl.two_phase & s.ph, agen.ptr_b, agen.ptr_a))
-                else:
-                    m.d.comb += rd_a.addr.eq(agen.ptr_a)
-                with m.If(fl.two_phase & ~s.ph):                # phase 0: a is being read
-                    m.d.sync += [s.ph.eq(1), s.v1.eq(0)]
-                with m.Else():
-                    self._issue(m, s)
+                with m.If(s.run & (~fl.two_phase | s.ph) if cfg.one_port else 1):
+                    if cfg.has_div:
+                        with m.If(self._is_div(s)):          # a divider element (the last one too)
+                            self._goto(m, s, "DIV_WAIT")
+                        with m.Elif(agen.last):
+                            self._to_drain(m, s)
+                    else:
+                        with m.If(agen.last):
+                            self._to_drain(m, s)
             if s.div is not None:
                 self._divider_states(m, s)
-            with m.State("DRAIN1"):
-                m.d.sync += s.v1.eq(0)
-                with m.If(s.pc == cfg.n_ops - 1):
-                    m.d.sync += s.last_op.eq(1)
-                with m.Else():
-                    m.d.sync += s.pc.eq(s.pc + 1)
-                m.next = "DRAIN2"
-            D = cfg.ew_stages
-            with m.State("DRAIN2"):
-                m.next = "DRAIN_EW0" if D else "DRAIN3"
-            for i in range(D):                                  # the pipelined elementwise stages drain too
-                with m.State(f"DRAIN_EW{i}"):
-                    m.next = f"DRAIN_EW{i + 1}" if i + 1 < D else "DRAIN3"
-            with m.State("DRAIN3"):
-                with m.If(s.last_op):
-                    m.next = "DONE"
-                with m.Else():
-                    m.next = "LOAD"
+            with m.State("DRAIN"):
+                m.d.sync += s.drain.eq(s.drain - 1)
+                with m.If(s.drain == 0):
+                    with m.If(s.last_op):
+                        m.next = "DONE"
+                    with m.Else():
+                        m.next = "LOAD"
             with m.State("DONE"):
-                m.d.sync += [self.done.eq(1), s.v1.eq(0)]
+                m.d.sync += self.done.eq(1)
                 m.next = "IDLE"
         return fsm
 
+    def _is_div(self, s: _Shared):
+        """The running micro-op is the sequential unit's (from the fields: valid while it issues)."""
+        cfg = s.cfg
+        if not cfg.has_div:
+            return 0
+        return Cat(*[s.fields.kind == cfg.codes[x] for x in sorted(SEQUENTIAL & cfg.used)]).any()
+
     def _issue(self, m: Module, s: _Shared) -> None:
-        """Issue one (element, k) pair: its metadata goes to stage 1 (the MAC's inputs), the address
-        generator steps on; the micro-op's last pair drains, a divider element starts the divider."""
+        """Issue one (element, k) pair whenever ``run`` allows: its metadata goes to the MAC pipeline (the
+        cycle after issue), the address generator steps on; a divider element's address is kept."""
         cfg, fl, agen, mac = s.cfg, s.fields, s.agen, s.mac
-        codes, used = cfg.codes, cfg.used
-        is_div = Cat(*[fl.kind == codes[x] for x in sorted(SEQUENTIAL & used)]).any() if cfg.has_div else 0
-        m.d.sync += mac.mask.eq(agen.live)
-        m.d.sync += [s.v1.eq(~is_div), mac.last.eq(agen.k_last), mac.first.eq(agen.k == 0), mac.addr.eq(agen.out_addr),
-                     mac.kind.eq(fl.kind), mac.rescale.eq(fl.rescale), mac.has_b.eq(fl.has_b), mac.pc.eq(s.pc),
-                     s.div_out.eq(agen.out_addr), s.div_last.eq(agen.i1_last & agen.i0_last)]
-        m.d.comb += agen.advance.eq(1)
-        with m.If(agen.last):
-            m.next = "DRAIN1"
-        m.d.sync += [s.tp1.eq(fl.two_phase), s.cb1.eq(fl.const_b)]
-        with m.If(fl.two_phase):                              # phase 1: b is being read, a arrived
-            m.d.sync += [s.ph.eq(0), s.a_hold.eq(s.rd_a.data)]
-        if cfg.has_div:
-            with m.If(is_div):
-                m.next = "DIV_LOAD"
+        issue = Signal(name="issue")
+        m.d.comb += issue.eq(s.run & (~fl.two_phase | s.ph) if cfg.one_port else s.run)
+        m.d.comb += agen.advance.eq(issue)
+        m.d.sync += [s.v1.eq(issue & ~self._is_div(s)), mac.mask.eq(agen.live), mac.last.eq(agen.k_last),
+                     mac.first.eq(agen.k_first), mac.addr.eq(agen.out_addr)]
+        with m.If(issue):
+            m.d.sync += [s.div_out.eq(agen.out_addr), s.div_last.eq(agen.i1_last & agen.i0_last)]
+        if cfg.one_port:
+            with m.If(s.run & fl.two_phase):               # phase 0 reads a, phase 1 reads b and issues
+                m.d.sync += s.ph.eq(~s.ph)
+            m.d.sync += [s.ph0[0].eq(s.run & fl.two_phase & ~s.ph)] + [
+                nxt.eq(prev) for prev, nxt in zip(s.ph0, s.ph0[1:])]
 
     def _divider_states(self, m: Module, s: _Shared) -> None:
-        """The states that run the sequential divider on one element: load, a bit per cycle, write."""
+        """The states that run the sequential divider on one element: wait for the read, load, a bit per
+        cycle, write."""
         div, has_sqrt = s.div, "sqrt" in s.cfg.used
+        with m.State("DIV_WAIT"):                       # the operands reach the operand registers
+            m.next = "DIV_WAIT1"                        # READ_LATENCY + 1 cycles after issue
+        with m.State("DIV_WAIT1"):
+            m.next = "DIV_LOAD"
         with m.State("DIV_LOAD"):
             m.d.comb += div.load.eq(1)
             m.next = "SQRT_ITER" if has_sqrt else "DIV_ITER"
@@ -322,11 +377,11 @@ class Sequencer(wiring.Component):
         with m.State("DIV_WRITE"):
             m.d.comb += s.wb.div_write.eq(1)
             with m.If(s.div_last):
-                m.next = "DRAIN1"
+                self._to_drain(m, s)
             with m.Else():
-                m.next = "RUN"
+                self._goto(m, s, "RUN")
 
-    def _writeback(self, m: Module, s: _Shared, check: RangeCheck, wr: memory.WritePort) -> None:
+    def _writeback(self, m: Module, s: _Shared, check: RangeCheck, wr: SimpleNamespace) -> None:
         """Connect the writeback: the host, the divider and the pipeline share the write port."""
         wb, mac = s.wb, s.mac
         m.d.comb += [wb.host_addr.eq(self.host_addr), wb.host_wdata.eq(self.host_wdata), wb.host_we.eq(self.host_we),

@@ -61,8 +61,8 @@ def fields_signature(cfg: SeqConfig) -> wiring.Signature:
     * ``kind``: the micro-op kind's code; ``rescale``, ``has_b``;
     * ``two_phase``: one read port, two memory operands (read ``a``, then ``b``); ``const_b``: one read
       port, ``b`` a single constant word (read once at load);
-    * the reduction: ``K``, its step ``kstep`` (the lanes, or 1 for a max), ``klast`` (the last k a step
-      starts from) and ``kone`` (one step does it all);
+    * the reduction: ``K``, its step ``kstep`` (the lanes, or 1 for a max), ``ksteps_last`` (the steps it
+      takes, less one) and ``kone`` (one step does it all);
     * the element loops: last indices ``n0_last``, ``n1_last`` and ``n0_one``, ``n1_one`` (one row, one column);
     * ``a``, ``b``, ``o``: :func:`address_signature`.
     """
@@ -70,7 +70,7 @@ def fields_signature(cfg: SeqConfig) -> wiring.Signature:
     return wiring.Signature({
         "kind": Out(range(len(cfg.codes))), "rescale": Out(1), "has_b": Out(1),
         "two_phase": Out(1), "const_b": Out(1),
-        "K": Out(range(cfg.kmax + 1)), "kstep": Out(range(cfg.lanes + 1)), "klast": Out(range(cfg.kmax + 1)),
+        "K": Out(range(cfg.kmax + 1)), "kstep": Out(range(cfg.lanes + 1)), "ksteps_last": Out(range(cfg.kmax + 1)),
         "kone": Out(1),
         "n0_last": Out(range(cfg.nmax + 1)), "n1_last": Out(range(cfg.nmax + 1)), "n0_one": Out(1), "n1_one": Out(1),
         "a": Out(addr), "b": Out(addr), "o": Out(addr),
@@ -106,7 +106,7 @@ class Decoder(wiring.Component):
                     step = 1 if u.kind in ("max", "argmax") else cfg.lanes
                     m.d.sync += [fl.kind.eq(cfg.codes[u.kind]), fl.rescale.eq(int(u.rescale)),
                                  fl.has_b.eq(int(u.b is not None)),
-                                 fl.K.eq(u.K), fl.kstep.eq(step), fl.klast.eq(max(u.K - step, 0)),
+                                 fl.K.eq(u.K), fl.kstep.eq(step), fl.ksteps_last.eq(max(-(-u.K // step) - 1, 0)),
                                  fl.kone.eq(int(u.K <= step)),
                                  fl.n0_last.eq(on0 - 1), fl.n1_last.eq(on1 - 1), fl.n0_one.eq(int(on0 == 1)),
                                  fl.n1_one.eq(int(on1 == 1))]

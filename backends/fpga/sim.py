@@ -93,7 +93,7 @@ def _run(mc: Microcode, first: list, runs: list[list], read: list, read_ports: i
                 result["fault"] = (i, ctx.get(dut.fault))
                 break
         result["cycles"] = total
-        result["read"] = [np.array([ctx.get(dut.mem.data[int(a)]) for a in v.addresses().reshape(-1)],
+        result["read"] = [np.array([dut.peek(ctx, a) for a in v.addresses().reshape(-1)],
                                    dtype=np.int64).reshape(v.shape) for v in read]
 
     sim = Simulator(dut)

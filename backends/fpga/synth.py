@@ -24,12 +24,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from amaranth import Module, Signal
+from amaranth import Cat, Module, Signal
 from amaranth.back import rtlil
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .core import Sequencer  # noqa: F401
+from .core import READ_LATENCY, Sequencer  # noqa: F401
 from .devices import BOARDS, TARGETS, Target, constraints, pcf  # noqa: F401
 
 __all__ = ["TARGETS", "Top", "SERIAL_PINS", "Report", "synthesize", "cell_counts", "DoesNotFit", "rtlil_text"]
@@ -49,8 +49,8 @@ class Top(wiring.Component):
 
     Shift ``addr ++ data`` (most significant bit first) into ``sin`` while
     ``shift`` is high. Then pulse ``write`` to store the word, or ``read`` to
-    load ``mem[addr]`` into the output register, which ``sout`` shifts out
-    on later ``shift`` cycles.
+    load ``mem[addr]`` into the output register (``READ_LATENCY`` cycles
+    later), which ``sout`` shifts out on later ``shift`` cycles.
     """
 
     def __init__(self, seq: Sequencer):
@@ -64,14 +64,14 @@ class Top(wiring.Component):
         W = seq.W
         sr = Signal(aw + W)
         out = Signal(W)
-        reading = Signal()
+        reading = Signal(READ_LATENCY)            # the read pulse, delayed until its word arrives
         with m.If(self.shift):
             m.d.sync += [sr.eq((sr << 1) | self.sin), out.eq(out << 1)]
         m.d.comb += [seq.host_addr.eq(sr[W:]), seq.host_wdata.eq(sr[:W]), seq.host_we.eq(self.write),
                      seq.start.eq(self.start), self.done.eq(seq.done), self.overflow.eq(seq.overflow),
                      self.sout.eq(out[W - 1])]
-        m.d.sync += reading.eq(self.read)
-        with m.If(reading):
+        m.d.sync += reading.eq(Cat(self.read, reading))
+        with m.If(reading[-1]):
             m.d.sync += out.eq(seq.host_rdata)
         return m
 
@@ -157,7 +157,7 @@ def self_overlap(mc) -> None:
                                    f"(addresses {sorted(out & reads)[:4]}…): the memory layout is wrong")
 
 
-def rtlil_text(design, log=print) -> str:
+def rtlil_text(design, log=print, target: str | None = None) -> str:
     """``Top(design)`` as RTLIL, with same-cycle read/write collisions on its memories declared undefined.
 
     Amaranth marks a non-transparent read port ``COLLISION_X_MASK = 0``: a read of the word being
@@ -167,10 +167,12 @@ def rtlil_text(design, log=print) -> str:
     separate one micro-op's writes from the next one's reads, and ``simulate(...,
     check_collisions=True)`` checks this cycle by cycle in the tests. The host port must not read
     and write in the same cycle.
+
+    ``target``: the memory is split into banks of that device's block RAM (``Target.block_words``).
     """
     if hasattr(design, "read_ports"):
         self_overlap(design.microcode)
-    il = rtlil.convert(design.top(), name="top")
+    il = rtlil.convert(design.top(TARGETS[target].block_words if target else None), name="top")
     il, n = re.subn(r"(parameter \\COLLISION_X_MASK )(\d+)'([01]+)",
                     lambda mt: f"{mt[1]}{mt[2]}'{'1' * int(mt[2])}", il)
     if n == 0 and "$memrd" in il:
@@ -207,7 +209,7 @@ def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=
     t = TARGETS[target]
     os.makedirs(outdir, exist_ok=True)
     with open(os.path.join(outdir, "top.il"), "w") as fh:
-        fh.write(rtlil_text(design, log))
+        fh.write(rtlil_text(design, log, target))
     if t.family == "ice40":
         synth = "synth_ice40 -dsp" if design.uses_dsp else "synth_ice40"
     else:

@@ -5,7 +5,8 @@ import numpy as np
 
 from .microcode import Microcode
 
-__all__ = ["HW_KINDS", "SEQUENTIAL", "check_supported", "cycles", "op_cycles", "div_bits", "sqrt_bits", "ew_stages"]
+__all__ = ["HW_KINDS", "SEQUENTIAL", "check_supported", "cycles", "op_cycles", "div_bits", "sqrt_bits", "latency",
+           "READ_LATENCY", "WRITE_LATENCY", "DRAIN", "EXP_STAGES"]
 
 HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "eq", "log", "max", "argmax", "exp", "divf", "div",
             "sqrt", "copy"}
@@ -32,9 +33,25 @@ def sqrt_bits(mc: Microcode) -> int:
     return (mc.dtype.width + mc.dtype.frac + 1) // 2
 
 
-def ew_stages(mc: Microcode) -> int:
-    """Extra pipeline stages of the elementwise path: 4 when the exp unit is built (one multiply per stage)."""
-    return 4 if any(u.kind == "exp" for u in mc.ops) else 0
+#: cycles from a read address to its word at the operand registers' inputs: the block RAM, then a register
+#: per bank (``banks.BankedMemory``)
+READ_LATENCY = 2
+#: cycles from a write's request to the end of the cycle in which it lands (its word, address and bank
+#: enables are registered)
+WRITE_LATENCY = 1
+#: cycles from a micro-op's last issue to the next micro-op's load: the read (``READ_LATENCY``), the operand
+#: registers, the product and the accumulator, then the write's request; the last write lands at the end of
+#: the load's cycle, which reads nothing with two read ports (one more cycle with one read port, whose
+#: load reads a constant operand)
+DRAIN = READ_LATENCY + 3
+#: the exp unit's extra registers between the operand registers and the product's stage (one multiply or
+#: one add or one shift per stage); only an ``exp`` micro-op waits for them
+EXP_STAGES = 8
+
+
+def latency(kind: str) -> int:
+    """Extra pipeline stages micro-op kind ``kind`` takes beyond a product's (its drain is longer by that)."""
+    return EXP_STAGES if kind == "exp" else 0
 
 
 def const_b(u) -> bool:
@@ -45,12 +62,12 @@ def const_b(u) -> bool:
 def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
 
-    A micro-op costs 1 (load) + 3 (drain) cycles, plus 4 more drain cycles in
-    every op when the pipelined exp unit is built (:func:`ew_stages`), plus one per (element, k)
-    pair; a ``divf`` or ``div`` element costs ``div_bits + 3`` (issue, load, one cycle
-    per quotient bit, write), a ``sqrt`` element ``sqrt_bits + 3``. With one read port, an operation that reads
+    A micro-op costs 1 (load) + ``DRAIN`` (5) cycles (one more with one read port), plus :func:`latency`
+    more drain cycles for an ``exp`` (its pipelined unit), plus one per (element, k) pair; a ``divf`` or ``div`` element costs
+    ``div_bits + 5`` (issue, two cycles for the read to reach the operand registers, load, one cycle per
+    quotient bit, write), a ``sqrt`` element ``sqrt_bits + 5``. With one read port, an operation that reads
     two non-constant operands issues every other cycle, and a constant
-    operand is read once, in one extra load cycle. With ``macs`` lanes, a
+    operand is read once, in ``READ_LATENCY`` extra load cycles. With ``macs`` lanes, a
     sum over ``K`` takes ``⌈K / macs⌉`` cycles per element; a maximum or argmax runs on
     lane 0 alone (``K`` cycles), so that lanes need no comparators.
     """
@@ -61,15 +78,14 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
 
 def op_cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> np.ndarray:
     """The cycles of each micro-op of ``mc`` (:func:`cycles` is 3 more than their sum: start and done)."""
-    D = ew_stages(mc)
     out = np.zeros(len(mc.ops), dtype=np.int64)
     for i, u in enumerate(mc.ops):
         n = int(np.prod(u.out.shape, dtype=np.int64))
         two = read_ports == 1 and u.b is not None and not const_b(u)
-        c = 4 + D + (read_ports == 1 and const_b(u))
+        c = 1 + DRAIN + (read_ports == 1) + latency(u.kind) + READ_LATENCY * (read_ports == 1 and const_b(u))
         steps = u.K if u.kind in ("max", "argmax") else -(-u.K // macs)
         if u.kind in SEQUENTIAL:
-            c += n * ((sqrt_bits(mc) if u.kind == "sqrt" else div_bits(mc)) + 3 + two)
+            c += n * ((sqrt_bits(mc) if u.kind == "sqrt" else div_bits(mc)) + 2 + READ_LATENCY + 1 + two)
         else:
             c += n * steps * (2 if two else 1)
         out[i] = c

@@ -1,6 +1,6 @@
 """The sequencer's arithmetic units, each exactly the integer arithmetic of ``circuitgrad.fixedpoint``.
 
-* :func:`exp_unit`: ``exp(z)`` for either sign, pipelined in four stages (one multiply each);
+* :func:`exp_unit`: ``exp(a − b)`` for either sign, pipelined in eight stages (one multiply, add or shift each);
 * :func:`elementwise`: the combinational units (``add``, ``neg``, ``heaviside``, ``sigmoid``, ``tanh``,
   ``eq``, ``log``, ``copy``), shared by the sequencer and the unrolled datapath;
 * :func:`outside`: the range check on the bits above a result's width.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import C, Cat, Module, Mux, Signal, Value, signed, unsigned
 
 from circuitgrad.fixedpoint import EXP2_C1, LN2_EXTRA_BITS, LOG2_C1, SIGMOID_PIECES, const
 
@@ -24,45 +24,54 @@ def EW_WIDTH(dt) -> int:
     return dt.width + 3
 
 
-def exp_unit(m: Module, z, dt):
-    """``exp(z)`` for ``z`` of either sign, exactly as ``fixedpoint.exp_fixed``, in five stages.
+def exp_unit(m: Module, a, b, dt):
+    """``exp(a − b)`` for either sign, exactly as ``fixedpoint.exp_fixed``, valid ``EXP_STAGES`` (8) cycles
+    after ``a``, ``b``.
 
-    Four registers (:func:`~.timing.ew_stages`): ``z = a − b`` is registered straight after the
-    memory read; then ``t = rescale(z·log2 e)``; then ``u = rescale(r·c₂)`` and ``k``; then
-    ``p = 1 + rescale(r·(c₁ + u))`` (one adder: the 1 rides in the rounding constant) and the clamped
-    shifts; then ``p >> −k`` or ``p << k``. The result is valid four cycles after ``z``.
+    One multiply or one add per stage, so each stage is one DSP block or one carry chain between two
+    registers: ``z = a − b``; ``z·log2 e``; ``t = rescale(·)``, whose top bits are ``k`` and low bits
+    ``r``; ``r·c₂`` (with ``−k`` and the left shift's clamp); ``s = c₁ + rescale(r·c₂)`` (one adder: ``c₁``
+    rides in the rounding constant); ``r·s``; ``p = 1 + rescale(r·s)`` (the 1 folded in the same way).
+    The result is ``p >> −k`` (in two steps, by ``−k mod 8`` and then by the rest) or ``p << k``.
 
     ``k > 0`` shifts left by at most ``W − f``: ``p ≥ 2^f``, so that already exceeds every W-bit value
     and the range check reports it, as the interpreter's does.
     """
     f, W = dt.frac, dt.width
     half = 1 << (f - 1)
-    zr = Signal(signed(W + 1), name="exp_z")          # registered operand: the block-RAM read ends here
-    m.d.sync += zr.eq(z)
-    t = Signal(signed(W + 4), name="exp_t")
-    m.d.sync += t.eq((zr * const(math.log2(math.e), dt) + half) >> f)
-    nk = Signal(signed(W + 5), name="exp_nk")         # −k
-    r = Signal(signed(f + 2), name="exp_r")
-    u = Signal(signed(f + 4), name="exp_u")
+
+    def reg(value, name: str, shape=None) -> Signal:
+        out = Signal(shape if shape is not None else Value.cast(value).shape(), name=f"exp_{name}")
+        m.d.sync += out.eq(value)
+        return out
+
+    z = reg(a - b, "z", signed(W + 1))                                     # 1
+    m1 = reg(z * const(math.log2(math.e), dt), "m1")                         # 2
+    t = reg((m1 + half) >> f, "t", signed(W + 4))                            # 3
     k1 = t >> f
-    r1 = t - (k1 << f)
-    # the left shift min(k, W − f) (used only when k > 0) is clamped here, from k itself (t's top bits), and
-    # carried a stage: from −k a stage later it was a negation and a comparison in series, the iCE40's
-    # critical path (31 ns)
-    lsk = Signal(range(W - f + 1), name="exp_lshift_k")
-    m.d.sync += [nk.eq(-k1), r.eq(r1), u.eq((r1 * const(1.0 - EXP2_C1, dt) + half) >> f),
-                 lsk.eq(Mux(k1 > W - f, W - f, k1))]
-    p = Signal(signed(f + 4), name="exp_p")          # 1 + v, the 1 folded into v's rounding constant
-    n = Signal(unsigned(6), name="exp_shift")
-    up = Signal(name="exp_up")                       # k > 0
-    ls = Signal(range(W - f + 1), name="exp_lshift")
+    r1 = t[:f]                                                               # t − (k << f): its low f bits, ≥ 0
+    m2 = reg(r1 * const(1.0 - EXP2_C1, dt), "m2")                            # 4, with r, −k and the clamp
+    r = reg(r1, "r", signed(f + 2))
+    nk = reg(-k1, "nk", signed(W + 5))
+    # the left shift min(k, W − f) (used only when k > 0) is clamped from k itself (t's top bits): from −k it
+    # was a negation and a comparison in series, once the iCE40's critical path (31 ns)
+    lsk = reg(Mux(k1 > W - f, W - f, k1), "lshift_k", range(W - f + 1))
+    s_ = reg((m2 + (half + (const(EXP2_C1, dt) << f))) >> f, "s", signed(f + 5))   # 5: c₁ + rescale(r·c₂)
+    r5, nk5, ls5 = reg(r, "r5"), reg(nk, "nk5"), reg(lsk, "lshift5")
+    m3 = reg(r5 * s_, "m3")                                                  # 6
     # the reference shifts right by min(−k, 62); p < 2^(f+2) ≤ 2^62, so every shift ≥ f + 2 gives 0 and
     # the clamp may be 63, chosen by an OR of the high bits of −k instead of a comparison
     assert f + 2 <= 63
-    m.d.sync += [p.eq((r * (const(EXP2_C1, dt) + u) + (half + (dt.one << f))) >> f),
-                 n.eq(Mux(nk[6:].any(), 63, nk[:6])), up.eq(nk < 0), ls.eq(lsk)]
+    n = reg(Mux(nk5[6:].any(), 63, nk5[:6]), "shift", unsigned(6))
+    up = reg(nk5 < 0, "up", 1)                                               # k > 0
+    ls = reg(ls5, "lshift")
+    p = reg((m3 + (half + (dt.one << f))) >> f, "p", signed(f + 4))          # 7: 1 + rescale(r·s)
+    n7, up7, ls7 = reg(n, "shift7"), reg(up, "up7"), reg(ls, "lshift7")
+    # the shift in two steps, by n mod 8 and then by 8·(n div 8) (floors compose): p << k fits W + 3 bits
+    q = reg(Mux(up7, p << ls7, p >> n7[:3]), "q", signed(EW_WIDTH(dt)))     # 8
+    nh, up8 = reg(n7[3:], "shift8"), reg(up7, "up8")
     out = Signal(signed(EW_WIDTH(dt)), name="exp_out")
-    m.d.comb += out.eq(Mux(up, p << ls, p >> n))
+    m.d.comb += out.eq(Mux(up8, q, q >> Cat(C(0, 3), nh)))
     return out
 
 
