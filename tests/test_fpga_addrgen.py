@@ -13,7 +13,7 @@ from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import fpga  # noqa: E402
 from circuitgrad.backends.fpga.addrgen import AddressGen  # noqa: E402
 from circuitgrad.backends.fpga.core import _config  # noqa: E402
-from circuitgrad.backends.fpga.decode import Decoder  # noqa: E402
+from circuitgrad.backends.fpga.decode import DECODE_LATENCY, Decoder  # noqa: E402
 from circuitgrad.backends.fpga.timing import const_b  # noqa: E402
 
 LANES = 2
@@ -52,7 +52,8 @@ def test_the_counters_issue_every_views_words():
     async def bench(ctx):
         for pc, u in enumerate(mc.ops):
             ctx.set(dec.pc, pc)
-            await ctx.tick()                                   # the fields are registered
+            for _ in range(DECODE_LATENCY):                    # the fields are registered
+                await ctx.tick()
             ctx.set(agen.one_lane, u.kind in ("max", "argmax"))
             ctx.set(agen.load, 1)
             await ctx.tick()

@@ -12,7 +12,7 @@ import circuitgrad as cg  # noqa: E402
 from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import fpga  # noqa: E402
 from circuitgrad.backends.fpga.core import _config  # noqa: E402
-from circuitgrad.backends.fpga.decode import Decoder  # noqa: E402
+from circuitgrad.backends.fpga.decode import DECODE_LATENCY, Decoder  # noqa: E402
 from circuitgrad.backends.fpga.timing import KIND_CODES, const_b  # noqa: E402
 
 
@@ -24,7 +24,8 @@ def _decoded(mc, cfg):
     async def bench(ctx):
         for pc in range(len(mc.ops)):
             ctx.set(dut.pc, pc)
-            await ctx.tick()
+            for _ in range(DECODE_LATENCY):                # the tables' registers, then the fields'
+                await ctx.tick()
             f = dut.fields
             out.append({"kind": ctx.get(f.kind), "K": ctx.get(f.K), "n0": ctx.get(f.n0_last) + 1,
                         "n1": ctx.get(f.n1_last) + 1,

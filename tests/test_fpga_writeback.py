@@ -10,7 +10,7 @@ pytest.importorskip("amaranth")
 import circuitgrad as cg  # noqa: E402
 from circuitgrad.backends.fpga.config import SeqConfig  # noqa: E402
 from circuitgrad.backends.fpga.timing import KIND_CODES  # noqa: E402
-from circuitgrad.backends.fpga.writeback import RangeCheck, Writeback  # noqa: E402
+from circuitgrad.backends.fpga.writeback import CHECK_LATENCY, RangeCheck, Writeback  # noqa: E402
 
 Q = cg.fixed(16, 8)
 CFG = SeqConfig(dt=Q, depth=16, n_ops=6, lanes=1, one_port=False, kmax=4, nmax=4,
@@ -27,27 +27,29 @@ def _run(dut, bench, clocked: bool = True) -> None:
 
 
 def test_range_check_flags_exactly_the_words_outside_the_dtype():
+    """One result a cycle, each flagged ``CHECK_LATENCY`` cycles later with its pc; an invalid one never is."""
     dut, seen = RangeCheck(CFG), []
     ews = [0, 1, -1, Q.hi, Q.lo, Q.hi + 1, Q.lo - 1, 5 * Q.hi]
     accs = [(Q.hi << 8) + 255, Q.hi << 8, (Q.hi + 1) << 8, Q.lo << 8, (Q.lo << 8) - 1]     # rescaled sums: ≫ 8
+    cases = ([("ew", v, 1) for v in ews] + [("max", Q.hi + 1, 1), ("ew", Q.hi + 1, 0)]
+             + [("acc", v, 1) for v in accs])
 
     async def bench(ctx):
-        for v in ews:
-            ctx.set(dut.ew, v)
-            seen.append(("ew", v, ctx.get(dut.bad)))
-        ctx.set(dut.is_max, 1)
-        seen.append(("max", Q.hi + 1, ctx.get(dut.bad)))
-        ctx.set(dut.is_max, 0)
-        ctx.set(dut.reduce, 1)
-        ctx.set(dut.rescale, 1)
-        for v in accs:
-            ctx.set(dut.acc, v)
-            seen.append(("acc", v, ctx.get(dut.bad)))
-        await ctx.delay(1e-9)
-    _run(dut, bench, clocked=False)
-    for kind, v, bad in seen:
+        for i, (kind, v, valid) in enumerate(cases + [("ew", 0, 0)] * CHECK_LATENCY):
+            ctx.set(dut.is_max, kind == "max")
+            ctx.set(dut.reduce, kind == "acc")
+            ctx.set(dut.rescale, kind == "acc")
+            ctx.set(dut.acc if kind == "acc" else dut.ew, v)
+            ctx.set(dut.valid, valid)
+            ctx.set(dut.pc, i % 6)
+            await ctx.tick()
+            seen.append((ctx.get(dut.bad), ctx.get(dut.bad_pc)))
+    _run(dut, bench)
+    for i, (kind, v, valid) in enumerate(cases):
         word = v >> 8 if kind == "acc" else v
-        assert bad == (kind != "max" and not Q.lo <= word <= Q.hi), (kind, v)
+        bad, pc = seen[i + CHECK_LATENCY - 1]
+        assert bad == (valid and kind != "max" and not Q.lo <= word <= Q.hi), (kind, v)
+        assert pc == i % 6
 
 
 def test_the_pipeline_wins_the_port_and_the_first_fault_sticks():
@@ -74,7 +76,7 @@ def test_the_pipeline_wins_the_port_and_the_first_fault_sticks():
         ctx.set(dut.bad, 1)
         ctx.set(dut.data_pc, 4)
         await ctx.tick()
-        await ctx.tick()                                   # the pipeline's bad lands a cycle later: pc 2 stays
+        await ctx.tick()                                   # the range check's bad, later: pc 2 stays
         log.append(("fault", ctx.get(dut.overflow), ctx.get(dut.fault)))
         ctx.set(dut.clear, 1)
         ctx.set(dut.valid, 0)

@@ -78,6 +78,7 @@ class _Shared:
         self.pc = Signal(range(cfg.n_ops + 1), name="pc")
         self.last_op = Signal(name="last_op")
         self.run = Signal(name="run")                # the controller is in RUN: issue's enable, a register
+        self.load = Signal(name="load")              # … in LOAD: the address generator's load
         self.drain = Signal(range(DRAIN + EXP_STAGES + 1), name="drain")     # drain cycles left after this one
         self.adv_pc = Signal(name="adv_pc")          # the drain's first cycle: pc moves on
         self.v1 = Signal(name="v1")                  # a pair was issued last cycle (see MacPipeline.valid)
@@ -166,7 +167,8 @@ class Sequencer(wiring.Component):
                          s.op_has_b.eq(fl.has_b), s.op_tp.eq(fl.two_phase), s.op_cb.eq(fl.const_b),
                          s.op_exp.eq(fl.kind == codes["exp"] if "exp" in cfg.used else 0)]
 
-        m.d.sync += s.adv_pc.eq(0)                  # (set by the controller on its way into DRAIN)
+        m.d.sync += [s.adv_pc.eq(0), s.load.eq(0)]   # (set by the controller on its way into DRAIN, LOAD)
+        m.d.comb += agen.load.eq(s.load)
         fsm = self._control(m, s)
         with m.If(s.adv_pc):
             with m.If(s.pc == cfg.n_ops - 1):
@@ -176,13 +178,13 @@ class Sequencer(wiring.Component):
         idle = fsm.ongoing("IDLE")
         m.d.comb += [self.busy.eq(~idle), self.host_rdata.eq(data_a)]
         self._issue(m, s)
-        loading = fsm.ongoing("LOAD") if cfg.one_port else 0        # with two ports a load reads nothing
+        loading = s.load if cfg.one_port else 0                        # with two ports a load reads nothing
         self._collision_taps(m, lanes, wr, agen, reading=loading | fsm.ongoing("RUN"),
                              reading_b=fsm.ongoing("RUN") & fl.has_b)
         # lane 0's a port is shared with the host while idle (and reads the constant b at load with one port);
         # every other read port reads in every state: a read has no side effect
         if cfg.one_port:
-            m.d.comb += addr_a.eq(Mux(idle, self.host_addr, Mux(fsm.ongoing("LOAD"), fl.b.base,
+            m.d.comb += addr_a.eq(Mux(idle, self.host_addr, Mux(s.load, fl.b.base,
                                                                 Mux(fl.two_phase & s.ph, agen.ptr_b, agen.ptr_a))))
         else:
             m.d.comb += addr_a.eq(Mux(idle, self.host_addr, agen.ptr_a))
@@ -212,7 +214,8 @@ class Sequencer(wiring.Component):
                 m.d.comb += div.is_rdiv.eq(s.op_kind == codes["div"])
 
         m.d.comb += [check.acc.eq(mac.out_acc), check.ew.eq(mac.out_ew), check.reduce.eq(mac.out_reduce),
-                     check.rescale.eq(mac.out_rescale), check.is_max.eq(mac.out_max)]
+                     check.rescale.eq(mac.out_rescale), check.is_max.eq(mac.out_max), check.valid.eq(mac.out_valid),
+                     check.pc.eq(mac.out_pc)]
         self._writeback(m, s, check, wr)
         return m
 
@@ -248,9 +251,13 @@ class Sequencer(wiring.Component):
                        for i, p in enumerate(ports) if p is not None], self.mem.write_taps)
 
     def _goto(self, m: Module, s: _Shared, state: str) -> None:
-        """Next state ``state``; ``run`` is a register that says the controller is in RUN."""
+        """Next state ``state``; ``run`` and ``load`` are registers that say the controller is in RUN or LOAD
+        (so no state decode sits on the address generator's enables). Every transition into or out of RUN
+        goes through here; ``load`` is cleared every cycle unless set here."""
         m.next = state
         m.d.sync += s.run.eq(int(state == "RUN"))
+        if state == "LOAD":
+            m.d.sync += s.load.eq(1)
 
     def _to_drain(self, m: Module, s: _Shared) -> None:
         """The micro-op's last pair is issued (or its divider's last element written): drain, and move ``pc``
@@ -272,10 +279,11 @@ class Sequencer(wiring.Component):
                                     └──────── next op ◄──── DRAIN ⟲ (DRAIN cycles, EXP_STAGES more for an exp)
                                                               │ last op
                                                               ▼
-                                                  IDLE ◄─ DONE
+                                                  IDLE ◄─ DONE ◄─ CHECK
 
-        ``LOADB0``, ``LOADB1`` read a constant ``b`` once (one read port only); ``BEGIN`` lets the fields of op 0
-        settle. Returns the FSM.
+        ``LOADB0``, ``LOADB1`` read a constant ``b`` once (one read port only); ``CHECK`` waits for the range
+        check of the last write (``CHECK_LATENCY``), so that ``overflow`` is final when ``done`` rises; ``pc`` rests at 0 while idle, so
+        op 0's fields (``DECODE_LATENCY`` cycles after ``pc``) are ready by its load. Returns the FSM.
         """
         cfg, fl, agen = s.cfg, s.fields, s.agen
         with m.FSM() as fsm:
@@ -286,9 +294,8 @@ class Sequencer(wiring.Component):
                     m.d.sync += [s.pc.eq(0), self.done.eq(0), s.last_op.eq(0)]
                     m.next = "BEGIN" if cfg.n_ops else "DONE"
             with m.State("BEGIN"):                              # the decoded fields of op 0 settle
-                m.next = "LOAD"
+                self._goto(m, s, "LOAD")
             with m.State("LOAD"):
-                m.d.comb += agen.load.eq(1)
                 m.d.sync += s.ph.eq(0)
                 if cfg.one_port:
                     with m.If(fl.const_b):                      # the constant operand is being read
@@ -319,11 +326,13 @@ class Sequencer(wiring.Component):
                 m.d.sync += s.drain.eq(s.drain - 1)
                 with m.If(s.drain == 0):
                     with m.If(s.last_op):
-                        m.next = "DONE"
+                        m.next = "CHECK"
                     with m.Else():
-                        m.next = "LOAD"
+                        self._goto(m, s, "LOAD")
+            with m.State("CHECK"):                             # the range check of the last write lands
+                m.next = "DONE"
             with m.State("DONE"):
-                m.d.sync += self.done.eq(1)
+                m.d.sync += [self.done.eq(1), s.pc.eq(0)]           # op 0's fields are decoded while idle
                 m.next = "IDLE"
         return fsm
 
@@ -387,7 +396,7 @@ class Sequencer(wiring.Component):
         m.d.comb += [wb.host_addr.eq(self.host_addr), wb.host_wdata.eq(self.host_wdata), wb.host_we.eq(self.host_we),
                      wb.div_addr.eq(s.div_out), wb.pc.eq(s.pc),
                      wb.valid.eq(mac.out_valid), wb.addr.eq(mac.out_addr), wb.data.eq(mac.out_value[:s.cfg.W]),
-                     wb.bad.eq(check.bad), wb.data_pc.eq(mac.out_pc),
+                     wb.bad.eq(check.bad), wb.data_pc.eq(check.bad_pc),
                      wr.addr.eq(wb.wr_addr), wr.data.eq(wb.wr_data), wr.en.eq(wb.wr_en),
                      self.overflow.eq(wb.overflow), self.fault.eq(wb.fault)]
         if s.div is not None:

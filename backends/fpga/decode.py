@@ -2,28 +2,36 @@
 
 ::
 
-    pc ──► [ switch over every micro-op: constants ] ──► registers ──► fields
-                                                                       (kind, flags, loop bounds,
+    pc ─┬─ low bits ──► [ table of micro-ops 0 … 31 ]  ──► register ─┐
+        │             [ table of micro-ops 32 … 63 ] ──► register ─┼─► choose ──► fields (registers)
+        └─ high bits ─────────────────────────────────► register ─┘   (kind, flags, loop bounds,
                                                                         a/b/o bases and strides)
 
 The program lives here as constants: each micro-op's kind, flags, loop bounds (as last indices, n − 1)
 and, for each of the operands ``a``, ``b`` and the output ``o``, an address base, row and column strides
-and the pointer step of the reduction. The fields are registered, so the decode (a mux over every op)
-stays off the address adders' path; ``pc`` advances in the first drain cycle, so they are ready by the
-next load. The last op is the default case: every ``pc`` value decodes, so the registers need no enable.
+and the pointer step of the reduction, packed into one word per micro-op. The decode takes two cycles
+(``DECODE_LATENCY``) and stays off the address adders' path: ``pc`` advances in the first drain cycle, and
+rests at 0 while the sequencer is idle, so the fields are ready by the next load. Each word's bits that
+are the same for every micro-op of a table become constants.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from amaranth import Module, unsigned
+from amaranth import Module, Signal, unsigned
+from amaranth.lib import memory
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import SeqConfig
 from .microcode import Microcode, View
 
-__all__ = ["Decoder", "fields_signature", "address_signature", "view_2d", "align"]
+__all__ = ["Decoder", "fields_signature", "address_signature", "view_2d", "align", "GROUP", "DECODE_LATENCY"]
+
+#: micro-ops per table of the decoder (pc's low bits address one)
+GROUP = 32
+#: cycles from ``pc`` to its fields: the tables' registers, then the fields'
+DECODE_LATENCY = 2
 
 
 def view_2d(v: View) -> tuple[int, int, int, int, int, int]:
@@ -82,36 +90,75 @@ class Decoder(wiring.Component):
 
     ``const_b[i]``: micro-op ``i``'s ``b`` is one constant word (read once at load with one read port).
 
-    Ports: ``pc`` (In); ``fields`` (Out, :func:`fields_signature`), valid one cycle after ``pc``.
+    Ports: ``pc`` (In); ``fields`` (Out, :func:`fields_signature`), valid ``DECODE_LATENCY`` (2) cycles after
+    ``pc``.
     """
 
     def __init__(self, mc: Microcode, cfg: SeqConfig, const_b: Sequence[bool]):
         self.mc, self.cfg, self.const_b = mc, cfg, list(const_b)
         super().__init__({"pc": In(range(cfg.n_ops + 1)), "fields": Out(fields_signature(cfg))})
 
+    def words(self) -> list[dict[tuple, int]]:
+        """Each micro-op's fields, by their path in :func:`fields_signature` (``("a", "base")``, ``("kind",)``)."""
+        cfg, mod = self.cfg, 1 << self.cfg.aw
+        rows = []
+        for i, u in enumerate(self.mc.ops):
+            ob, on0, on1, os0, os1, _ = view_2d(u.out)
+            ab, _, _, as0, as1, aks = view_2d(View(u.a.base, u.out.shape, align(u.a, u.out), u.a.kstride))
+            bv = u.b if u.b is not None else View(0, u.out.shape, (0,) * len(u.out.shape))
+            bb, _, _, bs0, bs1, bks = view_2d(View(bv.base, u.out.shape, align(bv, u.out), bv.kstride))
+            cb = cfg.one_port and self.const_b[i]
+            step = 1 if u.kind in ("max", "argmax") else cfg.lanes
+            row = {("two_phase",): int(cfg.one_port and u.b is not None and not cb), ("const_b",): int(cb),
+                   ("kind",): cfg.codes[u.kind], ("rescale",): int(u.rescale), ("has_b",): int(u.b is not None),
+                   ("K",): u.K, ("kstep",): step, ("ksteps_last",): max(-(-u.K // step) - 1, 0),
+                   ("kone",): int(u.K <= step), ("n0_last",): on0 - 1, ("n1_last",): on1 - 1,
+                   ("n0_one",): int(on0 == 1), ("n1_one",): int(on1 == 1)}
+            for x, vals in (("o", (ob, os0, os1, 0, 0)), ("a", (ab, as0, as1, aks, aks * step % mod)),
+                            ("b", (bb, bs0, bs1, bks, bks * step % mod))):
+                row |= {(x, name): v % mod for name, v in zip(("base", "s0", "s1", "ks", "kinc"), vals)}
+            rows.append(row)
+        return rows
+
     def elaborate(self, platform) -> Module:
         m = Module()
-        cfg, fl, n_ops = self.cfg, self.fields, self.cfg.n_ops
-        mod = 1 << cfg.aw
-        with m.Switch(self.pc):
-            for i, u in enumerate(self.mc.ops):
-                with (m.Case(i) if i < n_ops - 1 else m.Default()):
-                    ob, on0, on1, os0, os1, _ = view_2d(u.out)
-                    ab, _, _, as0, as1, aks = view_2d(View(u.a.base, u.out.shape, align(u.a, u.out), u.a.kstride))
-                    bv = u.b if u.b is not None else View(0, u.out.shape, (0,) * len(u.out.shape))
-                    bb, _, _, bs0, bs1, bks = view_2d(View(bv.base, u.out.shape, align(bv, u.out), bv.kstride))
-                    cb = cfg.one_port and self.const_b[i]
-                    m.d.sync += [fl.two_phase.eq(int(cfg.one_port and u.b is not None and not cb)),
-                                 fl.const_b.eq(int(cb))]
-                    step = 1 if u.kind in ("max", "argmax") else cfg.lanes
-                    m.d.sync += [fl.kind.eq(cfg.codes[u.kind]), fl.rescale.eq(int(u.rescale)),
-                                 fl.has_b.eq(int(u.b is not None)),
-                                 fl.K.eq(u.K), fl.kstep.eq(step), fl.ksteps_last.eq(max(-(-u.K // step) - 1, 0)),
-                                 fl.kone.eq(int(u.K <= step)),
-                                 fl.n0_last.eq(on0 - 1), fl.n1_last.eq(on1 - 1), fl.n0_one.eq(int(on0 == 1)),
-                                 fl.n1_one.eq(int(on1 == 1))]
-                    for x, vals in ((fl.o, (ob, os0, os1, 0, 0)), (fl.a, (ab, as0, as1, aks, aks * step % mod)),
-                                    (fl.b, (bb, bs0, bs1, bks, bks * step % mod))):
-                        m.d.sync += [x.base.eq(vals[0]), x.s0.eq(vals[1]), x.s1.eq(vals[2]), x.ks.eq(vals[3]),
-                                     x.kinc.eq(vals[4])]
+        # the program as read-only tables of packed words, one per group of GROUP micro-ops (pc's low bits
+        # address it), each registered; the group's register is then chosen by pc's high bits, registered
+        # with it. Each table is a function of at most five bits (two LUT levels), and the choice a small
+        # multiplexer: a table over all of pc was the iCE40's critical path (five LUTs and their wires)
+        members = [(path, value) for path, _, value in self.fields.signature.flatten(self.fields)]
+        width = sum(len(v) for _, v in members)
+        words = []
+        for row in self.words():
+            word, at = 0, 0
+            for path, value in members:
+                word |= (row[path] & ((1 << len(value)) - 1)) << at
+                at += len(value)
+            words.append(word)
+        words = words or [0]
+        lo = min(GROUP.bit_length() - 1, max(1, (len(words) - 1).bit_length()))
+        groups = [words[i:i + (1 << lo)] for i in range(0, len(words), 1 << lo)]
+        staged = []
+        for g, chunk in enumerate(groups):
+            rom = memory.Memory(shape=unsigned(width), depth=len(chunk), init=chunk)
+            m.submodules[f"rom{g}"] = rom
+            port = rom.read_port(domain="comb")
+            reg = Signal(unsigned(width), name=f"rom{g}_word", reset_less=True)   # constant bits become constants
+            m.d.comb += port.addr.eq(self.pc[:lo])
+            m.d.sync += reg.eq(port.data)
+            staged.append(reg)
+        word = Signal(unsigned(width), name="word")
+        if len(staged) == 1:
+            m.d.comb += word.eq(staged[0])
+        else:
+            group = Signal(range(len(staged)), name="group")
+            m.d.sync += group.eq(self.pc[lo:])
+            with m.Switch(group):
+                for g, reg in enumerate(staged):
+                    with (m.Case(g) if g < len(staged) - 1 else m.Default()):
+                        m.d.comb += word.eq(reg)
+        at = 0
+        for _, value in members:
+            m.d.sync += value.eq(word[at:at + len(value)])
+            at += len(value)
         return m

@@ -2,7 +2,7 @@
 
 ::
 
-     R (issue + 2)      stage 1            stage 2 (EXP_STAGES later for an exp)  stage 3
+     R (issue + 2)      stage 1            stage 2 (EXP_STAGES later for an exp)   2b (acc's high half)   stage 3
     a, b ──────────► a₁, b|1 ──► a₁·b₁ ──────┐
     lane l ────────► a_l, b_l|1|0 ─► Σ a_l·b_l ┴─► p2 ─┬─► acc = first ? p2 + seed : acc + p2 ─┐
                                                        └─► mx = max(mx, p2) (argmax: mi = k) ──┼─► result ─► out_value
@@ -16,12 +16,13 @@ waits a cycle for them (stage R). Stage 1 registers the operands; each lane's mu
 registered inputs and a registered output (the DSP blocks' own registers). The micro-op's ``kind``,
 ``rescale``, ``has_b``, ``pc`` and ``slow`` (an exp) are constant through the micro-op and its drain.
 Only an exp waits for the exp unit: its metadata takes a delay line of ``EXP_STAGES`` registers, every
-other kind reaches stage 2 the cycle after stage 1. Stage 2 accumulates exactly (or keeps the running
-max in a W-bit register of its own); on the pair marked ``last`` stage 3 holds the finished result.
+other kind reaches stage 2 the cycle after stage 1. Stage 2 accumulates exactly, the low half of the
+sum first and the high half a cycle later (stage 2b), or keeps the running max in a W-bit register of
+its own; on the pair marked ``last`` stage 3 holds the finished result.
 """
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -29,7 +30,7 @@ from .config import SeqConfig
 from .timing import EXP_STAGES
 from .units import ELEMENTWISE, EW_WIDTH, elementwise, exp_unit
 
-__all__ = ["MacPipeline"]
+__all__ = ["MacPipeline", "ACC_SPLIT"]
 
 
 class MacPipeline(wiring.Component):
@@ -148,7 +149,6 @@ class MacPipeline(wiring.Component):
             ew3.append(Mux(on, u2, 0))
         while len(ew3) > 1:                                 # an OR tree of the chosen unit's result
             ew3 = [ew3[i] | ew3[i + 1] if i + 1 < len(ew3) else ew3[i] for i in range(0, len(ew3), 2)]
-        acc = Signal(signed(cfg.acc_w), reset_less=True)    # seeded on first2: no reset, one control set per tile
         # the kind's flags, registered: the micro-op's kind is set at its load, long before its first pair
         # reaches stage 2, so every select below comes straight from a register
         is_mac, is_max, is_argmax, seed_on = (Signal(name=x) for x in ("is_mac", "is_max", "is_argmax", "seed_on"))
@@ -158,26 +158,52 @@ class MacPipeline(wiring.Component):
 
         # the running max has a W-bit register of its own (p2 = a·1 and the max both fit W bits), so its
         # comparison drives W multiplexers, not the accumulator's enable
-        mx = Signal(signed(W), reset_less=True)
-        mi = Signal(range(cfg.kmax + 1), reset_less=True)        # argmax: the first index of the maximum
+        mx = Signal(signed(W), name="mx")
+        mi = Signal(range(cfg.kmax + 1), name="mi", reset_less=True)      # argmax: the first index of the maximum
         if cfg.has_max:
-            with m.If(v2 & is_max):
-                take = first2 | (p2[:W].as_signed() > mx)          # strictly greater: the first maximum stays
-                m.d.sync += mx.eq(Mux(take, p2[:W], mx))
+            # which pairs may take the max is registered beside p2, so only the comparison (strictly greater:
+            # the first maximum stays) sits before the registers' enable
+            on, first_on = Signal(name="max_on"), Signal(name="max_first")
+            m.d.sync += [on.eq(meta[0] & is_max), first_on.eq(meta[0] & meta[2] & is_max)]
+            # the max is kept with its sign bit flipped (offset binary), so the signed comparison is an unsigned
+            # one: the carry out of one chain, with no sign logic after it
+            pb, mb = Cat(p2[:W - 1], ~p2[W - 1]), Signal(W, name="max_biased", reset_less=True)
+            m.d.comb += mx.eq(Cat(mb[:W - 1], ~mb[W - 1]))
+            with m.If(first_on | (on & (pb > mb))):
+                m.d.sync += mb.eq(pb)
                 if cfg.has_argmax:
-                    m.d.sync += mi.eq(Mux(take, k2[0], mi))
-        # the rounding constant of the rescale seeds the sum, so the final rescale is a plain shift
-        # (one carry chain between stage 2 and stage 3, not two). Two adders and a mux after them, not a
-        # mux before one: the adder's operands are then plain registers, so each carry shares its logic
-        # cell with its sum (iCE40 split the chain otherwise)
+                    m.d.sync += mi.eq(k2[0])
+        # the accumulator in two halves, the high one a cycle behind: its carry in is the low half's carry
+        # out, so each carry chain is half the sum's width (the whole chain was the iCE40's critical path).
+        # The rounding constant of the rescale seeds the sum, so the final rescale is a plain shift. Two
+        # adders and a mux after them, not a mux before one: the adders' operands are then plain registers,
+        # so each carry shares its logic cell with its sum (iCE40 split the chain otherwise)
+        S = ACC_SPLIT(cfg)
         seed = Mux(seed_on, 1 << (f - 1), 0)
+        lo, carry = Signal(S, name="acc_lo", reset_less=True), Signal(name="acc_carry", reset_less=True)
         with m.If(v2):
-            m.d.sync += acc.eq(Mux(first2, p2 + seed, acc + p2))
-        # stage 3 reads the finished sum from the accumulator register itself (the next element's first
-        # accumulation overwrites it only at the end of that cycle), so no adder sits before stage 3
+            m.d.sync += Cat(lo, carry).eq(Mux(first2, p2[:S] + seed, lo + p2[:S]))
+        v2b, last2b, first2b, out2b = self._delay(m, [v2, last2, first2, out2], "2b")
+        p2h = Signal(signed(len(p2) - S), name="p2_hi")
+        hi = Signal(signed(cfg.acc_w - S), name="acc_hi", reset_less=True)
+        m.d.sync += p2h.eq(p2[S:])
+        with m.If(v2b):
+            m.d.sync += hi.eq(Mux(first2b, p2h + carry, hi + p2h + carry))
+        lo_d, mx_d, mi_d = (Signal.like(x, name=f"{x.name}_d") for x in (lo, mx, mi))
+        ew_d = Signal(signed(EW_WIDTH(cfg.dt)), name="ew_d")
+        m.d.sync += [lo_d.eq(lo), mx_d.eq(mx), mi_d.eq(mi), ew_d.eq(ew3[0] if ew3 else 0)]
+        acc = Signal(signed(cfg.acc_w), name="acc")
+        m.d.comb += acc.eq(Cat(lo_d, hi))
+        # stage 3 reads the finished sum from the accumulator's registers themselves (the next element's
+        # first accumulation overwrites them only at the end of that cycle), so no adder sits before it
         red3, rs3, mx3, am3 = self.out_reduce, self.out_rescale, self.out_max, Signal()
-        m.d.sync += [self.out_valid.eq(v2 & last2), self.out_addr.eq(out2),
-                     self.out_ew.eq(ew3[0] if ew3 else 0)]
+        m.d.sync += [self.out_valid.eq(v2b & last2b), self.out_addr.eq(out2b), self.out_ew.eq(ew_d)]
         m.d.comb += [self.out_pc.eq(self.pc), red3.eq(is_mac), mx3.eq(is_max), am3.eq(is_argmax),
                      rs3.eq(seed_on), self.out_acc.eq(acc),
-                     self.out_value.eq(Mux(red3, Mux(rs3, acc >> f, acc), Mux(mx3, Mux(am3, mi, mx), self.out_ew)))]
+                     self.out_value.eq(Mux(red3, Mux(rs3, acc >> f, acc),
+                                           Mux(mx3, Mux(am3, mi_d, mx_d), self.out_ew)))]
+
+
+def ACC_SPLIT(cfg: SeqConfig) -> int:
+    """Bits of the accumulator's low half (the high half adds a cycle later, with the low half's carry)."""
+    return (cfg.acc_w + 1) // 2

@@ -40,10 +40,10 @@ READ_LATENCY = 2
 #: enables are registered)
 WRITE_LATENCY = 1
 #: cycles from a micro-op's last issue to the next micro-op's load: the read (``READ_LATENCY``), the operand
-#: registers, the product and the accumulator, then the write's request; the last write lands at the end of
+#: registers, the product and the accumulator's two halves, then the write's request; the last write lands at the end of
 #: the load's cycle, which reads nothing with two read ports (one more cycle with one read port, whose
 #: load reads a constant operand)
-DRAIN = READ_LATENCY + 3
+DRAIN = READ_LATENCY + 4
 #: the exp unit's extra registers between the operand registers and the product's stage (one multiply or
 #: one add or one shift per stage); only an ``exp`` micro-op waits for them
 EXP_STAGES = 8
@@ -62,7 +62,7 @@ def const_b(u) -> bool:
 def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
 
-    A micro-op costs 1 (load) + ``DRAIN`` (5) cycles (one more with one read port), plus :func:`latency`
+    A micro-op costs 1 (load) + ``DRAIN`` (6) cycles (one more with one read port), plus :func:`latency`
     more drain cycles for an ``exp`` (its pipelined unit), plus one per (element, k) pair; a ``divf`` or ``div`` element costs
     ``div_bits + 5`` (issue, two cycles for the read to reach the operand registers, load, one cycle per
     quotient bit, write), a ``sqrt`` element ``sqrt_bits + 5``. With one read port, an operation that reads
@@ -73,11 +73,12 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     """
     if not mc.ops:                       # a program of views only: start, then done
         return 2
-    return 3 + int(sum(op_cycles(mc, read_ports, macs)))
+    return 4 + int(sum(op_cycles(mc, read_ports, macs)))
 
 
 def op_cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> np.ndarray:
-    """The cycles of each micro-op of ``mc`` (:func:`cycles` is 3 more than their sum: start and done)."""
+    """The cycles of each micro-op of ``mc`` (:func:`cycles` is 4 more than their sum: start, the range check of
+    the last write, and done)."""
     out = np.zeros(len(mc.ops), dtype=np.int64)
     for i, u in enumerate(mc.ops):
         n = int(np.prod(u.out.shape, dtype=np.int64))
