@@ -65,6 +65,9 @@ def test_divider_alone_agrees_with_the_model(kind):
                 if last:
                     break
             ctx.set(dut.step_sqrt if kind == "sqrt" else dut.step_div, 0)
+            ctx.set(dut.round, 1)                          # the rounding's comparison is registered
+            await ctx.tick()
+            ctx.set(dut.round, 0)
             got.append((ctx.get(dut.result), bool(ctx.get(dut.bad)), steps))
 
     sim = Simulator(dut)

@@ -40,7 +40,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -274,7 +274,7 @@ class Sequencer(wiring.Component):
 
             IDLE ─start─► BEGIN ─► LOAD ─► (LOADB0 ─► LOADB1) ─► RUN ⟲ a pair per cycle (two with one port, two operands)
                                     ▲                             │ └─ divider element: DIV_WAIT ─► DIV_LOAD ─►
-                                    │                             │    DIV_ITER | SQRT_ITER ⟲ ─► DIV_WRITE ─► RUN (or DRAIN)
+                                    │                             │    DIV_ITER | SQRT_ITER ⟲ ─► DIV_ROUND ─► DIV_WRITE ─► RUN (or DRAIN)
                                     │                             ▼ last pair (pc + 1)
                                     └──────── next op ◄──── DRAIN ⟲ (DRAIN cycles, EXP_STAGES more for an exp)
                                                               │ last op
@@ -337,11 +337,9 @@ class Sequencer(wiring.Component):
         return fsm
 
     def _is_div(self, s: _Shared):
-        """The running micro-op is the sequential unit's (from the fields: valid while it issues)."""
+        """The running micro-op is the sequential unit's (a decoded field: valid while it issues)."""
         cfg = s.cfg
-        if not cfg.has_div:
-            return 0
-        return Cat(*[s.fields.kind == cfg.codes[x] for x in sorted(SEQUENTIAL & cfg.used)]).any()
+        return s.fields.sequential if cfg.has_div else 0
 
     def _issue(self, m: Module, s: _Shared) -> None:
         """Issue one (element, k) pair whenever ``run`` allows: its metadata goes to the MAC pipeline (the
@@ -377,12 +375,15 @@ class Sequencer(wiring.Component):
         with m.State("DIV_ITER"):
             m.d.comb += div.step_div.eq(1)
             with m.If(div.last):
-                m.next = "DIV_WRITE"
+                m.next = "DIV_ROUND"
         if has_sqrt:
             with m.State("SQRT_ITER"):
                 m.d.comb += div.step_sqrt.eq(1)
                 with m.If(div.last):
-                    m.next = "DIV_WRITE"
+                    m.next = "DIV_ROUND"
+        with m.State("DIV_ROUND"):                      # the rounding's comparison is registered
+            m.d.comb += div.round.eq(1)
+            m.next = "DIV_WRITE"
         with m.State("DIV_WRITE"):
             m.d.comb += s.wb.div_write.eq(1)
             with m.If(s.div_last):

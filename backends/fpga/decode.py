@@ -25,11 +25,12 @@ from amaranth.lib.wiring import In, Out
 
 from .config import SeqConfig
 from .microcode import Microcode, View
+from .timing import SEQUENTIAL
 
 __all__ = ["Decoder", "fields_signature", "address_signature", "view_2d", "align", "GROUP", "DECODE_LATENCY"]
 
 #: micro-ops per table of the decoder (pc's low bits address one)
-GROUP = 32
+GROUP = 16
 #: cycles from ``pc`` to its fields: the tables' registers, then the fields'
 DECODE_LATENCY = 2
 
@@ -66,7 +67,7 @@ def address_signature(aw: int) -> wiring.Signature:
 def fields_signature(cfg: SeqConfig) -> wiring.Signature:
     """The decoded fields of one micro-op (as the decoder drives them).
 
-    * ``kind``: the micro-op kind's code; ``rescale``, ``has_b``;
+    * ``kind``: the micro-op kind's code; ``rescale``, ``has_b``; ``sequential``: the divider computes it;
     * ``two_phase``: one read port, two memory operands (read ``a``, then ``b``); ``const_b``: one read
       port, ``b`` a single constant word (read once at load);
     * the reduction: ``K``, its step ``kstep`` (the lanes, or 1 for a max), ``ksteps_last`` (the steps it
@@ -76,7 +77,7 @@ def fields_signature(cfg: SeqConfig) -> wiring.Signature:
     """
     addr = address_signature(cfg.aw)
     return wiring.Signature({
-        "kind": Out(range(len(cfg.codes))), "rescale": Out(1), "has_b": Out(1),
+        "kind": Out(range(len(cfg.codes))), "rescale": Out(1), "has_b": Out(1), "sequential": Out(1),
         "two_phase": Out(1), "const_b": Out(1),
         "K": Out(range(cfg.kmax + 1)), "kstep": Out(range(cfg.lanes + 1)), "ksteps_last": Out(range(cfg.kmax + 1)),
         "kone": Out(1),
@@ -111,6 +112,7 @@ class Decoder(wiring.Component):
             step = 1 if u.kind in ("max", "argmax") else cfg.lanes
             row = {("two_phase",): int(cfg.one_port and u.b is not None and not cb), ("const_b",): int(cb),
                    ("kind",): cfg.codes[u.kind], ("rescale",): int(u.rescale), ("has_b",): int(u.b is not None),
+                   ("sequential",): int(u.kind in SEQUENTIAL),
                    ("K",): u.K, ("kstep",): step, ("ksteps_last",): max(-(-u.K // step) - 1, 0),
                    ("kone",): int(u.K <= step), ("n0_last",): on0 - 1, ("n1_last",): on1 - 1,
                    ("n0_one",): int(on0 == 1), ("n1_one",): int(on1 == 1)}

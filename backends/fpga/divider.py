@@ -12,7 +12,7 @@ The three kinds share their registers: a numerator (or radicand) shifted out fro
 the quotient (or root) shifted in, and a count. ``divf`` is ``⌊(a·2^f) / b⌋`` for ``a ≥ 0``, ``b > 0``;
 ``div`` is signed and rounds half up (away from zero for a positive quotient); ``sqrt`` is
 ``⌊√(a·2^f)⌋`` for ``a ≥ 0``. The controller holds ``load`` for one cycle, then ``step_div`` or
-``step_sqrt`` until ``last``, then writes ``result``.
+``step_sqrt`` until ``last``, then ``round`` for one cycle, then writes ``result``.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ __all__ = ["SeqDivider"]
 class SeqDivider(wiring.Component):
     """The restoring divider and square root (see the module docstring).
 
-    Ports: ``load``, ``step_div``, ``step_sqrt`` (In, one at a time); ``a``, ``b`` (In, the operands at
-    ``load``); ``is_sqrt``, ``is_rdiv`` (In: the kind is ``sqrt``, or the signed rounded ``div``; only
+    Ports: ``load``, ``step_div``, ``step_sqrt``, ``round`` (In, one at a time: ``round`` follows the last
+    step and registers the rounding); ``a``, ``b`` (In, the operands at ``load``); ``is_sqrt``, ``is_rdiv`` (In: the kind is ``sqrt``, or the signed rounded ``div``; only
     read when the program uses that kind); ``last`` (Out: the step now running is the last);
     ``result`` (Out, the word written) and ``bad`` (Out: an operand outside the domain, or a result
     outside the word's range).
@@ -39,7 +39,7 @@ class SeqDivider(wiring.Component):
         self.cfg = cfg
         W = cfg.W
         super().__init__({
-            "load": In(1), "step_div": In(1), "step_sqrt": In(1), "a": In(signed(W)), "b": In(signed(W)),
+            "load": In(1), "step_div": In(1), "step_sqrt": In(1), "round": In(1), "a": In(signed(W)), "b": In(signed(W)),
             "is_sqrt": In(1), "is_rdiv": In(1), "last": Out(1), "result": Out(signed(W)), "bad": Out(1),
         })
 
@@ -78,10 +78,16 @@ class SeqDivider(wiring.Component):
                              num.eq(num << 2), dcount.eq(dcount - 1)]
         m.d.comb += self.last.eq(dcount == 0)
 
-        # div rounds half up: the magnitude gains 1 when 2·rem ≥ |b| (> |b| for a negative quotient)
-        up = Mux(neg, Cat(0, rem) > den, Cat(0, rem) >= den) & is_rdiv
-        mag = Signal(unsigned(max(nb, sb) + 1), name="div_mag")
+        # div rounds half up: the magnitude gains 1 when 2·rem ≥ |b| (> |b| for a negative quotient); the
+        # comparison is registered in the round cycle. The result is then one adder: ±(quo + up) is
+        # quo + up, or ~quo + (1 − up) for a negative quotient (−x = ~x + 1)
+        up = Signal(name="div_up")
+        with m.If(self.round):
+            m.d.sync += up.eq(Mux(neg, Cat(0, rem) > den, Cat(0, rem) >= den) & is_rdiv)
+        negq = Signal(name="div_negq")
+        m.d.comb += negq.eq(neg & is_rdiv)
+        q = Signal(signed(max(nb, sb) + 2), name="div_q")
         res = Signal(signed(max(nb, sb) + 2), name="div_res")
-        m.d.comb += [mag.eq(quo + up), res.eq(Mux(neg & is_rdiv, -mag, mag))]
+        m.d.comb += [q.eq(quo), res.eq(Mux(negq, ~q, q) + Mux(negq, ~up, up))]     # 1 − up is ~up on one bit
         m.d.comb += [self.result.eq(res[:W]), self.bad.eq(bad_in | (res > dt.hi) | (res < dt.lo))]
         return m

@@ -69,7 +69,7 @@ class MacPipeline(wiring.Component):
         m = Module()
         meta = self._stage_r(m)
         meta, a1, b1, lanes = self._stage1(m, meta)
-        self._stages_2_3(m, *self._to_stage2(m, meta, a1, b1, lanes))
+        self._stages_2_3(m, *self._to_stage2(m, meta, a1, b1, lanes), a1)
         return m
 
     @staticmethod
@@ -132,7 +132,7 @@ class MacPipeline(wiring.Component):
         m.d.comb += [o.eq(Mux(self.slow, x_late, x)) for o, x, x_late in zip(out, meta, late)]
         return out, lane_val, units
 
-    def _stages_2_3(self, m: Module, meta: list, lane_val, units: list) -> None:
+    def _stages_2_3(self, m: Module, meta: list, lane_val, units: list, a1) -> None:
         """Stage 2 accumulates (or keeps the running max) and holds each elementwise unit's result in a
         register of its own; stage 3 holds the finished result (the unit's, chosen by the kind)."""
         cfg = self.cfg
@@ -165,11 +165,19 @@ class MacPipeline(wiring.Component):
             # the first maximum stays) sits before the registers' enable
             on, first_on = Signal(name="max_on"), Signal(name="max_first")
             m.d.sync += [on.eq(meta[0] & is_max), first_on.eq(meta[0] & meta[2] & is_max)]
-            # the max is kept with its sign bit flipped (offset binary), so the signed comparison is an unsigned
-            # one: the carry out of one chain, with no sign logic after it
-            pb, mb = Cat(p2[:W - 1], ~p2[W - 1]), Signal(W, name="max_biased", reset_less=True)
+            # x_k takes the max iff x_k > max(m_(k−2), x_(k−1)) (strictly: the first maximum stays). Both
+            # comparisons are made a cycle early, on stage 1's operand (a max multiplies by 1, so p2 is a₁ a
+            # cycle later) against the max kept so far, m_(k−2), and against p2, x_(k−1), and registered: no
+            # comparator sits before the max's enable. Values are compared with their sign bit flipped
+            # (offset binary), so each comparison is an unsigned one, one carry chain.
+            def biased(x):
+                return Cat(x[:W - 1], ~x[W - 1])
+            mb = Signal(W, name="max_biased", reset_less=True)
+            above_max, above_prev = Signal(name="above_max"), Signal(name="above_prev")
+            m.d.sync += [above_max.eq((biased(a1) > mb) | first2), above_prev.eq(biased(a1) > biased(p2))]
             m.d.comb += mx.eq(Cat(mb[:W - 1], ~mb[W - 1]))
-            with m.If(first_on | (on & (pb > mb))):
+            pb = biased(p2)
+            with m.If(first_on | (on & above_max & above_prev)):
                 m.d.sync += mb.eq(pb)
                 if cfg.has_argmax:
                     m.d.sync += mi.eq(k2[0])

@@ -64,8 +64,8 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
 
     A micro-op costs 1 (load) + ``DRAIN`` (6) cycles (one more with one read port), plus :func:`latency`
     more drain cycles for an ``exp`` (its pipelined unit), plus one per (element, k) pair; a ``divf`` or ``div`` element costs
-    ``div_bits + 5`` (issue, two cycles for the read to reach the operand registers, load, one cycle per
-    quotient bit, write), a ``sqrt`` element ``sqrt_bits + 5``. With one read port, an operation that reads
+    ``div_bits + 6`` (issue, two cycles for the read to reach the operand registers, load, one cycle per
+    quotient bit, the rounding, write), a ``sqrt`` element ``sqrt_bits + 6``. With one read port, an operation that reads
     two non-constant operands issues every other cycle, and a constant
     operand is read once, in ``READ_LATENCY`` extra load cycles. With ``macs`` lanes, a
     sum over ``K`` takes ``⌈K / macs⌉`` cycles per element; a maximum or argmax runs on
@@ -86,7 +86,7 @@ def op_cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> np.ndarray:
         c = 1 + DRAIN + (read_ports == 1) + latency(u.kind) + READ_LATENCY * (read_ports == 1 and const_b(u))
         steps = u.K if u.kind in ("max", "argmax") else -(-u.K // macs)
         if u.kind in SEQUENTIAL:
-            c += n * ((sqrt_bits(mc) if u.kind == "sqrt" else div_bits(mc)) + 2 + READ_LATENCY + 1 + two)
+            c += n * ((sqrt_bits(mc) if u.kind == "sqrt" else div_bits(mc)) + 3 + READ_LATENCY + 1 + two)
         else:
             c += n * steps * (2 if two else 1)
         out[i] = c

@@ -76,8 +76,8 @@ class Writeback(wiring.Component):
 
     Ports (Out): the write port ``wr_addr``, ``wr_data``, ``wr_en``; ``overflow`` (sticky) and ``fault`` (the
     pc of the first micro-op that overflowed). The pipeline's flag is set ``CHECK_LATENCY + 1`` cycles
-    after its write's request (the sequencer waits for it before ``done``), so the check is off the write
-    path.
+    after its write's request, the divider's two (the sequencer waits for them before ``done``), so the
+    checks are off the write path.
     """
 
     def __init__(self, cfg: SeqConfig):
@@ -101,8 +101,10 @@ class Writeback(wiring.Component):
             m.d.comb += [p.eq(v) for p, v in zip(wr, (self.addr, self.data, 1))]
         with m.If(self.clear):
             m.d.sync += [self.overflow.eq(0), self.fault.eq(0)]
-        with m.If(self.div_write & self.div_bad & ~self.overflow):
-            m.d.sync += [self.overflow.eq(1), self.fault.eq(self.pc)]
+        div_bad, div_pc = Signal(name="div_bad_r"), Signal.like(self.pc, name="div_pc_r")    # a cycle later
+        m.d.sync += [div_bad.eq(self.div_write & self.div_bad), div_pc.eq(self.pc)]
+        with m.If(div_bad & ~self.overflow):
+            m.d.sync += [self.overflow.eq(1), self.fault.eq(div_pc)]
         with m.If(self.bad & ~self.overflow):
             m.d.sync += [self.overflow.eq(1), self.fault.eq(self.data_pc)]
         return m
