@@ -102,7 +102,6 @@ def test_an_exp_comes_out_late_and_alone():
             await ctx.tick()
             got.append((ctx.get(dut.out_valid), ctx.get(dut.out_addr), ctx.get(dut.out_value)))
         ctx.set(dut.kind, KIND_CODES["exp"])                        # the exp's load, after the products' drain
-        ctx.set(dut.slow, 1)
         for i in range(len(a) + EXP_STAGES + 6):
             ctx.set(dut.valid, i < len(a))
             ctx.set(dut.addr, i)

@@ -9,8 +9,8 @@ pytest.importorskip("amaranth")
 
 import circuitgrad as cg  # noqa: E402
 from circuitgrad.backends.fpga.microcode import elementwise_model  # noqa: E402
-from circuitgrad.backends.fpga.timing import EXP_STAGES  # noqa: E402
-from circuitgrad.backends.fpga.units import ELEMENTWISE, EW_WIDTH, elementwise, exp_unit  # noqa: E402
+from circuitgrad.backends.fpga.timing import LATENCY  # noqa: E402
+from circuitgrad.backends.fpga.units import ELEMENTWISE, EW_WIDTH, elementwise, exp_unit, sigmoid_unit  # noqa: E402
 
 Q = cg.fixed(16, 8)
 
@@ -24,41 +24,50 @@ def _domain(kind, a):
     return a > 0 if kind == "log" else np.ones(len(a), bool)              # log's unit is defined for a > 0
 
 
-def _simulate(kind, a, b):
+def _simulate(kind, a, b, piped=False):
+    """The unit's results on ``a``, ``b``; ``piped``: the sequencer's pipelined unit, fed a pair every cycle."""
     from amaranth import Module, Signal, signed
     from amaranth.sim import Simulator
     m = Module()
     sa, sb = Signal(signed(Q.width)), Signal(signed(Q.width))
-    out = exp_unit(m, sa, sb, Q) if kind == "exp" else elementwise(m, kind, sa, sb, Q, "u")
-    got = []
+    if kind == "exp":
+        out = exp_unit(m, sa, sb, Q)
+    elif piped:
+        out = sigmoid_unit(m, sa, Q, tanh=kind == "tanh")
+    else:
+        out = elementwise(m, kind, sa, sb, Q, "u")
+    clocked, got = kind == "exp" or piped, []
 
     async def bench(ctx):
-        for x, y in zip(a, b):
-            ctx.set(sa, int(x))
-            ctx.set(sb, int(y))
-            if kind == "exp":
-                for _ in range(EXP_STAGES):
-                    await ctx.tick()
+        for i in range(len(a) + (LATENCY.get(kind, 0) if clocked else 0)):
+            if i < len(a):
+                ctx.set(sa, int(a[i]))
+                ctx.set(sb, int(b[i]))
+            if clocked:                                # back to back: one pair in, one result out, per cycle
+                await ctx.tick()
+                if i >= LATENCY[kind] - 1 and len(got) < len(a):
+                    got.append(ctx.get(out))
             else:
                 await ctx.delay(1e-9)
-            got.append(ctx.get(out))
+                got.append(ctx.get(out))
     sim = Simulator(m)
-    if kind == "exp":
+    if clocked:
         sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
     return np.array(got, dtype=np.int64)
 
 
-@pytest.mark.parametrize("kind", list(ELEMENTWISE) + ["exp"])
-def test_unit_agrees_with_the_model(kind):
+@pytest.mark.parametrize("kind, piped", [(k, False) for k in ELEMENTWISE] + [("exp", True), ("sigmoid", True),
+                                                                            ("tanh", True)])
+def test_unit_agrees_with_the_model(kind, piped):
     rng = np.random.default_rng(sorted(ELEMENTWISE + ("exp",)).index(kind))
     a = _words(rng)
     b = np.roll(a, 3) if kind != "exp" else rng.integers(0, Q.hi + 1, len(a))   # exp: a − b of softmax, ≤ 0 mostly
     keep = _domain(kind, a)
     a, b = a[keep], b[keep]
     want = elementwise_model(kind, a, b, Q)
-    got = _simulate(kind, a, b)
+    got = _simulate(kind, a, b, piped)
     fits = (want >= Q.lo) & (want <= Q.hi)
     np.testing.assert_array_equal(got[fits], want[fits])
     # a result the word cannot hold (a sum past the word, exp of a large z) stays outside it in the unit's wider

@@ -55,7 +55,7 @@ from .writeback import RangeCheck, Writeback
 
 __all__ = ["Sequencer", "cycles", "div_bits", "sqrt_bits", "check_supported", "HW_KINDS", "READ_LATENCY"]
 
-from .timing import (DRAIN, EXP_STAGES, HW_KINDS, KIND_CODES, READ_LATENCY, SEQUENTIAL,  # noqa: F401
+from .timing import (DRAIN, HW_KINDS, KIND_CODES, LATENCY, READ_LATENCY, SEQUENTIAL,  # noqa: F401
                      const_b, check_supported, cycles, div_bits, sqrt_bits)
 
 
@@ -79,7 +79,7 @@ class _Shared:
         self.last_op = Signal(name="last_op")
         self.run = Signal(name="run")                # the controller is in RUN: issue's enable, a register
         self.load = Signal(name="load")              # … in LOAD: the address generator's load
-        self.drain = Signal(range(DRAIN + EXP_STAGES + 1), name="drain")     # drain cycles left after this one
+        self.drain = Signal(range(DRAIN + max(LATENCY.values()) + 2), name="drain")     # drain cycles left after this one
         self.adv_pc = Signal(name="adv_pc")          # the drain's first cycle: pc moves on
         self.v1 = Signal(name="v1")                  # a pair was issued last cycle (see MacPipeline.valid)
         self.ph = Signal(name="ph")                  # one port, two operands: 1 while b is being read
@@ -92,7 +92,8 @@ class _Shared:
         self.op_kind = Signal(range(len(cfg.codes)), name="op_kind")
         self.op_pc = Signal(range(cfg.n_ops + 1), name="op_pc")
         self.op_rescale, self.op_has_b = Signal(name="op_rescale"), Signal(name="op_has_b")
-        self.op_tp, self.op_cb, self.op_exp = Signal(name="op_two_phase"), Signal(name="op_const_b"), Signal(name="op_exp")
+        self.op_tp, self.op_cb = Signal(name="op_two_phase"), Signal(name="op_const_b")
+        self.op_drain = Signal(range(DRAIN + max(LATENCY.values()) + 2), name="op_drain")
 
 
 class Sequencer(wiring.Component):
@@ -165,7 +166,7 @@ class Sequencer(wiring.Component):
         with m.If(agen.load):                       # hold the micro-op's kind until its drain ends
             m.d.sync += [s.op_kind.eq(fl.kind), s.op_pc.eq(s.pc), s.op_rescale.eq(fl.rescale),
                          s.op_has_b.eq(fl.has_b), s.op_tp.eq(fl.two_phase), s.op_cb.eq(fl.const_b),
-                         s.op_exp.eq(fl.kind == codes["exp"] if "exp" in cfg.used else 0)]
+                         s.op_drain.eq(fl.drain)]
 
         m.d.sync += [s.adv_pc.eq(0), s.load.eq(0)]   # (set by the controller on its way into DRAIN, LOAD)
         m.d.comb += agen.load.eq(s.load)
@@ -203,7 +204,7 @@ class Sequencer(wiring.Component):
             m.d.comb += [a_in.eq(data_a), b_in.eq(port_b[1])]
         m.d.comb += [mac.valid.eq(s.v1), mac.k.eq(agen.k), mac.a.eq(a_in), mac.b.eq(b_in),
                      mac.kind.eq(s.op_kind), mac.rescale.eq(s.op_rescale), mac.has_b.eq(s.op_has_b),
-                     mac.pc.eq(s.op_pc), mac.slow.eq(s.op_exp)]
+                     mac.pc.eq(s.op_pc)]
         for lane, ((_, da), (_, db)) in enumerate(lanes[1:]):
             m.d.comb += [mac.lane_a[lane].eq(da), mac.lane_b[lane].eq(db)]
         if div is not None:
@@ -264,8 +265,7 @@ class Sequencer(wiring.Component):
         on in the drain's first cycle (from the register ``adv_pc``, so no state decode sits on ``pc``'s
         enable) so that the next micro-op's fields are decoded by its load."""
         self._goto(m, s, "DRAIN")
-        base = DRAIN - 1 + s.cfg.one_port                 # one port: the load reads, so the last write lands first
-        m.d.sync += [s.drain.eq(Mux(s.op_exp, base + EXP_STAGES, base)), s.adv_pc.eq(1)]
+        m.d.sync += [s.drain.eq(s.op_drain), s.adv_pc.eq(1)]
 
     def _control(self, m: Module, s: _Shared):
         """The controller: one FSM that loads each micro-op, issues its pairs, runs the divider and drains.
@@ -276,7 +276,7 @@ class Sequencer(wiring.Component):
                                     ▲                             │ └─ divider element: DIV_WAIT ─► DIV_LOAD ─►
                                     │                             │    DIV_ITER | SQRT_ITER ⟲ ─► DIV_ROUND ─► DIV_WRITE ─► RUN (or DRAIN)
                                     │                             ▼ last pair (pc + 1)
-                                    └──────── next op ◄──── DRAIN ⟲ (DRAIN cycles, EXP_STAGES more for an exp)
+                                    └──────── next op ◄──── DRAIN ⟲ (the micro-op's decoded drain)
                                                               │ last op
                                                               ▼
                                                   IDLE ◄─ DONE ◄─ CHECK

@@ -25,7 +25,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import SeqConfig
 from .microcode import Microcode, View
-from .timing import SEQUENTIAL
+from .timing import DRAIN, LATENCY, SEQUENTIAL, latency
 
 __all__ = ["Decoder", "fields_signature", "address_signature", "view_2d", "align", "GROUP", "DECODE_LATENCY"]
 
@@ -68,6 +68,8 @@ def fields_signature(cfg: SeqConfig) -> wiring.Signature:
     """The decoded fields of one micro-op (as the decoder drives them).
 
     * ``kind``: the micro-op kind's code; ``rescale``, ``has_b``; ``sequential``: the divider computes it;
+      ``drain``: the drain's cycles after the first (``DRAIN``, its unit's :func:`~.timing.latency`, and one
+      more with one read port);
     * ``two_phase``: one read port, two memory operands (read ``a``, then ``b``); ``const_b``: one read
       port, ``b`` a single constant word (read once at load);
     * the reduction: ``K``, its step ``kstep`` (the lanes, or 1 for a max), ``ksteps_last`` (the steps it
@@ -78,6 +80,7 @@ def fields_signature(cfg: SeqConfig) -> wiring.Signature:
     addr = address_signature(cfg.aw)
     return wiring.Signature({
         "kind": Out(range(len(cfg.codes))), "rescale": Out(1), "has_b": Out(1), "sequential": Out(1),
+        "drain": Out(range(DRAIN + max(LATENCY.values()) + 2)),
         "two_phase": Out(1), "const_b": Out(1),
         "K": Out(range(cfg.kmax + 1)), "kstep": Out(range(cfg.lanes + 1)), "ksteps_last": Out(range(cfg.kmax + 1)),
         "kone": Out(1),
@@ -113,6 +116,7 @@ class Decoder(wiring.Component):
             row = {("two_phase",): int(cfg.one_port and u.b is not None and not cb), ("const_b",): int(cb),
                    ("kind",): cfg.codes[u.kind], ("rescale",): int(u.rescale), ("has_b",): int(u.b is not None),
                    ("sequential",): int(u.kind in SEQUENTIAL),
+                   ("drain",): DRAIN - 1 + cfg.one_port + latency(u.kind),
                    ("K",): u.K, ("kstep",): step, ("ksteps_last",): max(-(-u.K // step) - 1, 0),
                    ("kone",): int(u.K <= step), ("n0_last",): on0 - 1, ("n1_last",): on1 - 1,
                    ("n0_one",): int(on0 == 1), ("n1_one",): int(on1 == 1)}

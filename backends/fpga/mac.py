@@ -2,21 +2,22 @@
 
 ::
 
-     R (issue + 2)      stage 1            stage 2 (EXP_STAGES later for an exp)   2b (acc's high half)   stage 3
+     R (issue + 2)      stage 1            stage 2 (latency(kind) later)          2b (acc's high half)   stage 3
     a, b ──────────► a₁, b|1 ──► a₁·b₁ ──────┐
     lane l ────────► a_l, b_l|1|0 ─► Σ a_l·b_l ┴─► p2 ─┬─► acc = first ? p2 + seed : acc + p2 ─┐
                                                        └─► mx = max(mx, p2) (argmax: mi = k) ──┼─► result ─► out_value
                         a₁, b₁ ──► elementwise units (add, neg, …) ─► add2, neg2, … ┐ (kind) │
-                        a₁ − b₁ ─► exp unit (EXP_STAGES registers) ──► exp2 ────────┴─► ew3 ───┘
+                        a₁ − b₁ ─► exp unit (EXP_STAGES registers) ──► exp2 ────────┤        │
+                        a₁ ──────► sigmoid, tanh (SIGMOID_STAGES) ───► tanh2 ───────┴─► ew3 ───┘
 
 The metadata of one (element, k) pair (``valid``, ``last``, ``first``, ``addr``, the live-lane ``mask``)
 arrives the cycle after issue; the operands arrive ``READ_LATENCY`` (2) cycles after issue, so the metadata
 waits a cycle for them (stage R). Stage 1 registers the operands; each lane's multiplier input is ``b``,
 1 (a sum without ``b``) or 0 (a lane past ``K``), selected before that register, so every multiplier has
 registered inputs and a registered output (the DSP blocks' own registers). The micro-op's ``kind``,
-``rescale``, ``has_b``, ``pc`` and ``slow`` (an exp) are constant through the micro-op and its drain.
-Only an exp waits for the exp unit: its metadata takes a delay line of ``EXP_STAGES`` registers, every
-other kind reaches stage 2 the cycle after stage 1. Stage 2 accumulates exactly, the low half of the
+``rescale``, ``has_b`` and ``pc`` are constant through the micro-op and its drain. Only a kind with a
+pipelined unit waits for it (``timing.latency``: exp, sigmoid, tanh): its metadata takes a delay line of
+that many registers, every other kind reaches stage 2 the cycle after stage 1. Stage 2 accumulates exactly, the low half of the
 sum first and the high half a cycle later (stage 2b), or keeps the running max in a W-bit register of
 its own; on the pair marked ``last`` stage 3 holds the finished result.
 """
@@ -27,8 +28,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import SeqConfig
-from .timing import EXP_STAGES
-from .units import ELEMENTWISE, EW_WIDTH, elementwise, exp_unit
+from .timing import latency
+from .units import ELEMENTWISE, EW_WIDTH, elementwise, exp_unit, sigmoid_unit
 
 __all__ = ["MacPipeline", "ACC_SPLIT"]
 
@@ -39,7 +40,7 @@ class MacPipeline(wiring.Component):
     Ports (In): the cycle after issue, ``valid``, ``last`` (the element's last k), ``first`` (its first k),
     ``addr`` (where the result goes), ``mask`` (live lanes); at issue, ``k`` (for an argmax); the cycle
     after that, the operands ``a``, ``b`` of lane 0 and, with several lanes, ``lane_a``, ``lane_b`` (lanes
-    1 …); constant through the micro-op, ``kind``, ``rescale``, ``has_b``, ``pc`` and ``slow`` (an exp).
+    1 …); constant through the micro-op, ``kind``, ``rescale``, ``has_b`` and ``pc``.
 
     Stage 3 (Out): ``out_valid``, ``out_addr``, ``out_pc`` and ``out_value`` (the result, before the
     word's width is taken), and for the range check ``out_acc`` (the accumulator), ``out_ew`` (the
@@ -54,7 +55,7 @@ class MacPipeline(wiring.Component):
         kind, pc, addr = range(len(cfg.codes)), range(cfg.n_ops + 1), range(cfg.depth)
         members = {
             "valid": In(1), "last": In(1), "first": In(1), "addr": In(addr), "kind": In(kind), "rescale": In(1),
-            "has_b": In(1), "pc": In(pc), "slow": In(1), "mask": In(L), "k": In(range(cfg.kmax + 1)),
+            "has_b": In(1), "pc": In(pc), "mask": In(L), "k": In(range(cfg.kmax + 1)),
             "a": In(signed(W)), "b": In(signed(W)),
             "out_valid": Out(1), "out_addr": Out(addr), "out_pc": Out(pc), "out_value": Out(signed(cfg.acc_w)),
             "out_acc": Out(signed(cfg.acc_w)), "out_ew": Out(signed(EW_WIDTH(cfg.dt))),
@@ -107,11 +108,12 @@ class MacPipeline(wiring.Component):
     def _ew_units(self, m: Module, a, b) -> list:
         """The combinational elementwise units the program uses, on operands ``a``, ``b``: ``[(kind, value)]``."""
         cfg = self.cfg
-        return [(name, elementwise(m, name, a, b, cfg.dt, f"s_{name}")) for name in ELEMENTWISE if name in cfg.used]
+        return [(name, elementwise(m, name, a, b, cfg.dt, f"s_{name}")) for name in ELEMENTWISE
+                if name in cfg.used and not latency(name)]
 
     def _to_stage2(self, m: Module, meta: list, a1, b1, lanes: list):
-        """What stage 2 registers: ``(metadata, lane sum, [(kind, elementwise unit's result)])``; an exp's
-        metadata and result come ``EXP_STAGES`` cycles later than the others'."""
+        """What stage 2 registers: ``(metadata, lane sum, [(kind, elementwise unit's result)])``; the metadata
+        and result of a pipelined unit's kind (:func:`~.timing.latency`) come that many cycles later."""
         cfg = self.cfg
         W, L = cfg.W, cfg.lanes
         vals = [a * b for a, b in lanes]
@@ -120,17 +122,30 @@ class MacPipeline(wiring.Component):
         lane_val = Signal(signed(2 * W + L.bit_length()), name="lane_val")
         m.d.comb += lane_val.eq(vals[0])
         units = self._ew_units(m, a1, b1)
-        if "exp" not in cfg.used:
+        piped = {}                                          # the pipelined units: kind → result
+        if "exp" in cfg.used:
+            piped["exp"] = exp_unit(m, a1, Mux(self.has_b, b1, 0), cfg.dt)             # b₁ is 1 without b
+        for name in ("sigmoid", "tanh"):
+            if name in cfg.used:
+                piped[name] = sigmoid_unit(m, a1, cfg.dt, tanh=name == "tanh")
+        if not piped:
             return meta, lane_val, units
-        # only an exp's pairs enter the delay line: a pair of the micro-op before is never valid there
-        late = [Signal(name="valid_slow")] + meta[1:]
-        m.d.comb += late[0].eq(meta[0] & self.slow)
-        for d in range(EXP_STAGES):
-            late = self._delay(m, late, f"e{d}")
-        units.append(("exp", exp_unit(m, a1, Mux(self.has_b, b1, 0), cfg.dt)))          # b₁ is 1 without b
-        out = [Signal.like(x, name=f"{x.name}_s2") for x in meta]
-        m.d.comb += [o.eq(Mux(self.slow, x_late, x)) for o, x, x_late in zip(out, meta, late)]
-        return out, lane_val, units
+        # the metadata waits in a delay line, tapped at each pipelined unit's latency; the kind's flag picks
+        # the tap. Only such a kind's pairs enter it: a pair of the micro-op before is never valid there
+        taps = sorted({latency(name) for name in piped})
+        flags = {d: Signal(name=f"late{d}") for d in taps}
+        m.d.sync += [flags[d].eq(Cat(*[self.kind == cfg.codes[x] for x in piped if latency(x) == d]).any())
+                     for d in taps]
+        late = [Signal(name="valid_late")] + meta[1:]
+        m.d.comb += late[0].eq(meta[0] & Cat(*flags.values()).any())
+        out = meta
+        for d in range(1, taps[-1] + 1):
+            late = self._delay(m, late, f"e{d - 1}")
+            if d in flags:
+                out = [Mux(flags[d], x_late, x) for x, x_late in zip(out, late)]
+        sel = [Signal.like(x, name=f"{x.name}_s2") for x in meta]
+        m.d.comb += [o.eq(x) for o, x in zip(sel, out)]
+        return sel, lane_val, units + list(piped.items())
 
     def _stages_2_3(self, m: Module, meta: list, lane_val, units: list, a1) -> None:
         """Stage 2 accumulates (or keeps the running max) and holds each elementwise unit's result in a

@@ -6,7 +6,7 @@ import numpy as np
 from .microcode import Microcode
 
 __all__ = ["HW_KINDS", "SEQUENTIAL", "check_supported", "cycles", "op_cycles", "div_bits", "sqrt_bits", "latency",
-           "READ_LATENCY", "WRITE_LATENCY", "DRAIN", "EXP_STAGES"]
+           "READ_LATENCY", "WRITE_LATENCY", "DRAIN", "EXP_STAGES", "SIGMOID_STAGES", "LATENCY"]
 
 HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "eq", "log", "max", "argmax", "exp", "divf", "div",
             "sqrt", "copy"}
@@ -47,11 +47,15 @@ DRAIN = READ_LATENCY + 4
 #: the exp unit's extra registers between the operand registers and the product's stage (one multiply or
 #: one add or one shift per stage); only an ``exp`` micro-op waits for them
 EXP_STAGES = 8
+#: … and the sigmoid and tanh unit's (``units.sigmoid_unit``)
+SIGMOID_STAGES = 4
+#: the kinds whose units are pipelined, and their extra stages
+LATENCY = {"exp": EXP_STAGES, "sigmoid": SIGMOID_STAGES, "tanh": SIGMOID_STAGES}
 
 
 def latency(kind: str) -> int:
     """Extra pipeline stages micro-op kind ``kind`` takes beyond a product's (its drain is longer by that)."""
-    return EXP_STAGES if kind == "exp" else 0
+    return LATENCY.get(kind, 0)
 
 
 def const_b(u) -> bool:
@@ -63,7 +67,8 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
 
     A micro-op costs 1 (load) + ``DRAIN`` (6) cycles (one more with one read port), plus :func:`latency`
-    more drain cycles for an ``exp`` (its pipelined unit), plus one per (element, k) pair; a ``divf`` or ``div`` element costs
+    more drain cycles for an ``exp``, ``sigmoid`` or ``tanh`` (their pipelined units), plus one per
+    (element, k) pair; a ``divf`` or ``div`` element costs
     ``div_bits + 6`` (issue, two cycles for the read to reach the operand registers, load, one cycle per
     quotient bit, the rounding, write), a ``sqrt`` element ``sqrt_bits + 6``. With one read port, an operation that reads
     two non-constant operands issues every other cycle, and a constant

@@ -1,6 +1,7 @@
 """The sequencer's arithmetic units, each exactly the integer arithmetic of ``circuitgrad.fixedpoint``.
 
 * :func:`exp_unit`: ``exp(a − b)`` for either sign, pipelined in eight stages (one multiply, add or shift each);
+* :func:`sigmoid_unit`: ``sigmoid`` or ``tanh``, pipelined in four stages (the sequencer's);
 * :func:`elementwise`: the combinational units (``add``, ``neg``, ``heaviside``, ``sigmoid``, ``tanh``,
   ``eq``, ``log``, ``copy``), shared by the sequencer and the unrolled datapath;
 * :func:`outside`: the range check on the bits above a result's width.
@@ -16,7 +17,7 @@ from amaranth import C, Cat, Module, Mux, Signal, Value, signed, unsigned
 
 from circuitgrad.fixedpoint import EXP2_C1, LN2_EXTRA_BITS, LOG2_C1, SIGMOID_PIECES, const
 
-__all__ = ["ELEMENTWISE", "elementwise", "exp_unit", "outside", "EW_WIDTH"]
+__all__ = ["ELEMENTWISE", "elementwise", "exp_unit", "sigmoid_unit", "outside", "EW_WIDTH"]
 
 
 def EW_WIDTH(dt) -> int:
@@ -72,6 +73,41 @@ def exp_unit(m: Module, a, b, dt):
     nh, up8 = reg(n7[3:], "shift8"), reg(up7, "up8")
     out = Signal(signed(EW_WIDTH(dt)), name="exp_out")
     m.d.comb += out.eq(Mux(up8, q, q >> Cat(C(0, 3), nh)))
+    return out
+
+
+def sigmoid_unit(m: Module, a, dt, tanh: bool = False):
+    """``sigmoid(a)`` (or ``tanh(a)``), exactly as :func:`elementwise`'s, pipelined: valid ``SIGMOID_STAGES`` (4)
+    cycles after ``a``.
+
+    One register after each step: ``|x|`` and the sign (``x = 2a`` for tanh); the three pieces' products
+    and the comparisons with the breakpoints; the chosen piece ``y``; ``±(y − ½)``-style result (``y`` or
+    ``1 − y``, and ``2·s − 1`` for tanh). Each step is one carry chain or one multiply between two registers.
+    """
+    f, name = dt.frac, "tanh" if tanh else "sigmoid"
+    x = a * 2 if tanh else a
+    ax = Signal(unsigned(dt.width + 2), name=f"{name}_abs")
+    pos = [Signal(name=f"{name}_pos{i}") for i in range(3)]
+    m.d.sync += [ax.eq(Mux(x < 0, -x, x)), pos[0].eq(x >= 0)]                                   # 1
+    (t5, _, _), *pieces = SIGMOID_PIECES
+    prods, above = [], []
+    for i, (lower, slope, offset) in enumerate(pieces):
+        p = Signal.like(ax * const(slope, dt), name=f"{name}_p{i}")
+        m.d.sync += p.eq(ax * const(slope, dt))                                                  # 2
+        prods.append((p, const(offset, dt)))
+    for i, t in enumerate([const(t5, dt)] + [const(lower, dt) for lower, _, _ in pieces[:2]]):
+        flag = Signal(name=f"{name}_above{i}")
+        m.d.sync += flag.eq(ax >= t)
+        above.append(flag)
+    vals = [(p + ((1 << (f - 1)) + (off << f))) >> f for p, off in prods]        # rescale(p) + offset, one adder
+    y = Signal(signed(dt.width + 3), name=f"{name}_y")
+    m.d.sync += [y.eq(Mux(above[0], dt.one, Mux(above[1], vals[0], Mux(above[2], vals[1], vals[2])))),    # 3
+                 pos[1].eq(pos[0]), pos[2].eq(pos[1])]
+    out = Signal(signed(EW_WIDTH(dt)), name=f"{name}_out")
+    if tanh:                                             # 2·(y or 1 − y) − 1 = ±(2y − 1)
+        m.d.sync += out.eq(Mux(pos[2], y * 2 - dt.one, dt.one - y * 2))                          # 4
+    else:
+        m.d.sync += out.eq(Mux(pos[2], y, dt.one - y))
     return out
 
 
