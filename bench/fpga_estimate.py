@@ -1,11 +1,13 @@
 """The FPGA resource estimate of ``cg.cost(step, "fpga")`` against yosys synthesis.
 
     python bench/fpga_estimate.py            # the bench/fpga.py designs: estimate vs synthesis
-    python bench/fpga_estimate.py --fit      # refit the LUT model on the training designs first
+    python bench/fpga_estimate.py --fit      # refit the LUT and clock models on the training designs first
 
 The LUT4 model (``backends/fpga/cost.py``) is linear in a design's features; ``--fit``
 synthesizes 17 training designs at 1, 2 and 4 MAC lanes and with one read port, for each family, with yosys (no place and
-route) and writes the least-squares coefficients to ``backends/fpga/cost_fit.py``.
+route) and writes the least-squares coefficients to ``backends/fpga/cost_fit.py``. The clock model (a period
+linear in ``cost.timing_features``) is fitted the same way to nextpnr's Fmax of the same designs at 1 and 2
+lanes, placed and routed (``--fit`` takes about 30 minutes in all; ``--jobs 2`` runs the families side by side).
 The unrolled ``predict`` (``fpga.unroll``) has its own model (adder and subtractor bits of its netlist),
 fitted to ten unrolled MLPs with other shapes and seeds than the bench's four.
 The check runs on the designs of ``bench/fpga.py``, which the fit never sees.
@@ -27,7 +29,7 @@ from _util import machine, table  # noqa: E402
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import fpga  # noqa: E402
-from circuitgrad.backends.fpga.synth import DoesNotFit, cell_counts  # noqa: E402
+from circuitgrad.backends.fpga.synth import DoesNotFit, cell_counts, synthesize  # noqa: E402
 from circuitgrad.backends.fpga import cost as est  # noqa: E402
 
 FX = cg.fixed(16, 8)
@@ -105,52 +107,80 @@ def _nnls(X, y, names) -> dict:
     return {k: round(float(v), 3) for k, v in zip(np.array(names)[used], c)}
 
 
-def fit() -> dict:
-    coeffs, ucoeffs = {}, {}
-    for fam, target in TARGETS.items():
-        X, y = [], []
-        for name, step, fn in training():
-            for rp, macs in ((2, 1), (2, 2), (2, 4), (1, 1)):
-                try:
-                    d, got = synth(step, fn, target, rp, macs)
-                except DoesNotFit as e:            # iCE40: larger memories at several lanes
-                    print(f"{target} {name} {fn} macs={macs}: skipped ({e})", flush=True)
-                    continue
-                X.append(est.features(d.microcode, target, macs, rp))
-                y.append(got["lut4"])
-                print(f"{target} {name} {fn} macs={macs}: {got}", flush=True)
-        coeffs[fam] = _nnls(X, y, est.FEATURES)
-        X, y = [], []
-        for sizes, seed in UNROLLED_TRAINING:
-            d = fpga.unroll(*unrolled(sizes, seed))
-            got = _counts(d, target)
-            X.append(est.unrolled_features(d))
+def _fit_family(fam: str) -> tuple[dict, dict, dict, dict]:
+    """One family's (LUT, unrolled LUT, period, unrolled period) coefficients."""
+    target = TARGETS[fam]
+    X, y, T, p = [], [], [], []
+    for name, step, fn in training():
+        for rp, macs in ((2, 1), (2, 2), (2, 4), (1, 1)):
+            try:
+                d, got = synth(step, fn, target, rp, macs)
+            except DoesNotFit as e:            # iCE40: larger memories at several lanes
+                print(f"{target} {name} {fn} macs={macs}: skipped ({e})", flush=True)
+                continue
+            X.append(est.features(d.microcode, target, macs, rp))
             y.append(got["lut4"])
-            print(f"{target} unrolled {'-'.join(map(str, sizes))} seed {seed}: {got}", flush=True)
-        ucoeffs[fam] = _nnls(X, y, est.UNROLLED_FEATURES)
+            print(f"{target} {name} {fn} macs={macs} ports={rp}: {got}", flush=True)
+            if rp == 2 and macs <= 2:
+                mhz = _fmax(d, target)
+                T.append(est.timing_features(d.microcode, target, macs, rp))
+                p.append(1000.0 / mhz)
+                print(f"{target} {name} {fn} macs={macs}: {mhz:.1f} MHz", flush=True)
+    X2, y2, T2, p2 = [], [], [], []
+    for sizes, seed in UNROLLED_TRAINING:
+        d = fpga.unroll(*unrolled(sizes, seed))
+        got = _counts(d, target)
+        X2.append(est.unrolled_features(d))
+        y2.append(got["lut4"])
+        mhz = _fmax(d, target)
+        T2.append([1.0, sum(est.unrolled_features(d)) / 1000])
+        p2.append(1000.0 / mhz)
+        print(f"{target} unrolled {'-'.join(map(str, sizes))} seed {seed}: {got}, {mhz:.1f} MHz", flush=True)
+    return (_nnls(X, y, est.FEATURES), _nnls(X2, y2, est.UNROLLED_FEATURES), _nnls(T, p, est.TIMING_FEATURES),
+            _nnls(T2, p2, est.UNROLLED_TIMING_FEATURES))
+
+
+def _fmax(d, target) -> float:
+    with tempfile.TemporaryDirectory() as out:
+        return synthesize(d, target, out, log=lambda *a: None).fmax_mhz
+
+
+def fit(jobs: int = 1) -> dict:
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        results = dict(zip(TARGETS, pool.map(_fit_family, TARGETS)))
+    coeffs, ucoeffs, period, uperiod = ({fam: r[i] for fam, r in results.items()} for i in range(4))
     path = os.path.join(os.path.dirname(est.__file__), "cost_fit.py")
     with open(path, "w") as fh:
-        fh.write(f'''"""LUT4 model coefficients per FPGA family, fitted by ``python bench/fpga_estimate.py --fit``.
+        fh.write(f'''"""LUT4 and clock model coefficients per FPGA family, fitted by ``python bench/fpga_estimate.py --fit``.
 
-Fitted to yosys synthesis (synth_ecp5 / synth_ice40) by non-negative least squares.
-``LUT4``: the sequencer, {len(training())} training designs at 1, 2 and 4 MAC lanes and with one read port;
-features as :data:`circuitgrad.backends.fpga.cost.FEATURES`. ``UNROLLED_LUT4``: the unrolled predict,
+Fitted by non-negative least squares. ``LUT4``: yosys synthesis (synth_ecp5 / synth_ice40) of the sequencer,
+{len(training())} training designs at 1, 2 and 4 MAC lanes and with one read port; features as
+:data:`circuitgrad.backends.fpga.cost.FEATURES`. ``UNROLLED_LUT4``: the unrolled predict,
 {len(UNROLLED_TRAINING)} MLPs; features as :data:`circuitgrad.backends.fpga.cost.UNROLLED_FEATURES`.
+``PERIOD_NS``: the clock period (ns) nextpnr reaches on the same sequencer designs at 1 and 2 lanes, placed
+and routed; features as :data:`circuitgrad.backends.fpga.cost.TIMING_FEATURES`. ``UNROLLED_PERIOD_NS``: the
+same for the unrolled MLPs; features as :data:`circuitgrad.backends.fpga.cost.UNROLLED_TIMING_FEATURES`.
 Generated: do not edit by hand.
 """
 LUT4 = {json.dumps(coeffs, indent=4)}
 
 UNROLLED_LUT4 = {json.dumps(ucoeffs, indent=4)}
+
+PERIOD_NS = {json.dumps(period, indent=4)}
+
+UNROLLED_PERIOD_NS = {json.dumps(uperiod, indent=4)}
 ''')
-    return {"sequencer": coeffs, "unrolled": ucoeffs}
+    return {"sequencer": coeffs, "unrolled": ucoeffs, "period": period, "unrolled period": uperiod}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fit", action="store_true", help="refit the LUT models first (about 15 minutes)")
+    ap.add_argument("--fit", action="store_true", help="refit the LUT and clock models first (about 30 minutes)")
+    ap.add_argument("--jobs", type=int, default=1, help="families fitted side by side (--fit)")
     a = ap.parse_args()
     if a.fit:
-        print(json.dumps(fit(), indent=1))
+        print(json.dumps(fit(a.jobs), indent=1))
     rows = []
     for name, step, fn, target, rp, macs in checks():
         try:

@@ -35,19 +35,26 @@ from circuitgrad.costmodel.report import Cost, table
 
 from . import compile as compile_design
 from . import unroll as unroll_design
-from .cost_fit import LUT4, UNROLLED_LUT4
+from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
 from .synth import rtlil_text
 from .timing import op_cycles
 
-__all__ = ["estimate", "family", "features", "resources", "unrolled_features", "FEATURES", "UNROLLED_FEATURES"]
+__all__ = ["estimate", "family", "features", "resources", "unrolled_features", "timing_features", "fmax",
+           "unrolled_fmax", "FEATURES", "UNROLLED_FEATURES", "TIMING_FEATURES", "UNROLLED_TIMING_FEATURES"]
 
 #: the LUT model's features, in order (see :func:`features`)
 FEATURES = ("const", "rom", "lanes", "one_port", "sequential", "exp", "sigmoid", "tanh", "log", "compare", "lutram",
             "blocks")
 #: the unrolled design's LUT model's features (see :func:`unrolled_features`)
 UNROLLED_FEATURES = ("add_bits", "sub_bits")
+#: the clock model's features (see :func:`timing_features`): the period is linear in them
+TIMING_FEATURES = ("const", "banks", "lanes", "kluts")
+#: … and the unrolled design's (thousands of adder and subtractor bits)
+UNROLLED_TIMING_FEATURES = ("const", "kbits")
 #: block RAM geometry per family: (16-bit words per block, largest memory kept in distributed RAM, bits)
 _BLOCKS = {"ecp5": (1024, 1200), "ice40": (256, 0)}
+#: the device each family's clock is estimated on
+_DEVICES = {"ecp5": "ecp5-85k", "ice40": "ice40-up5k"}
 
 
 def family(device: str) -> str:
@@ -89,6 +96,30 @@ def resources(mc, device: str, macs: int = 1, read_ports: int = 2) -> dict[str, 
     x = features(mc, device, macs, read_ports)
     lut = sum(coeffs.get(k, 0.0) * v for k, v in zip(FEATURES, x))
     return {"lut4": int(round(lut)), "dsp": dsps(mc, macs), "bram": brams(mc, device, macs, read_ports)}
+
+def timing_features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]:
+    """The clock model's inputs, in :data:`TIMING_FEATURES` order: 1, log2 of the block RAMs of one copy of
+    the memory (the banks its read multiplexer chooses among, and how far apart they lie), the lanes beyond
+    the first, and the estimated LUT4s in thousands (how far the logic spreads)."""
+    per, _ = _BLOCKS[family(device)]
+    banks = max(1, math.ceil(max(mc.depth, 1) * mc.dtype.width / (16 * per)))
+    return [1.0, math.log2(banks), macs - 1.0, resources(mc, device, macs, read_ports)["lut4"] / 1000]
+
+
+def fmax(mc, device: str, macs: int = 1, read_ports: int = 2) -> float:
+    """Estimated Fmax (MHz) of the sequencer running ``mc`` on ``device``: a clock period linear in
+    :func:`timing_features`, fitted to nextpnr on designs that are not the benchmark's (``cost_fit``)."""
+    coeffs = PERIOD_NS[family(device)]
+    period = sum(coeffs.get(k, 0.0) * v for k, v in zip(TIMING_FEATURES, timing_features(mc, device, macs, read_ports)))
+    return 1000.0 / period
+
+
+def unrolled_fmax(design, device: str) -> float:
+    """Estimated Fmax (MHz) of an unrolled design: a period linear in its adder and subtractor bits."""
+    coeffs = UNROLLED_PERIOD_NS[family(device)]
+    x = [1.0, sum(unrolled_features(design)) / 1000]
+    return 1000.0 / sum(coeffs.get(k, 0.0) * v for k, v in zip(UNROLLED_TIMING_FEATURES, x))
+
 
 def unrolled_features(design) -> list[float]:
     """The unrolled LUT model's inputs, in :data:`UNROLLED_FEATURES` order.
@@ -137,7 +168,7 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     else:
         d = compile_design(f, dtype=dtype, macs=macs, function=function, read_ports=read_ports, on_chip=on_chip)
         cycles = op_cycles(d.microcode, read_ports, macs)
-        head = ("(start and done)", {"micro_ops": 0, "cycles": 3 if d.microcode.ops else 2})
+        head = ("(start, the last range check, done)", {"micro_ops": 0, "cycles": 4 if d.microcode.ops else 2})
     mc = d.microcode
     paths = [a.path for a in d.model.fn(function).program.instrs]
     lines = [head]
@@ -148,15 +179,20 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     if unroll is not None:
         assert total.values["cycles"] == d.latency, "the stages must add up to the pipeline's latency"
         res = unrolled_resources(d, device)
+        clocks = {fam: unrolled_fmax(d, dev) for fam, dev in _DEVICES.items()}
         shape = (f"{len(mc.ops)} micro-ops unrolled into a {d.latency}-stage pipeline with the parameters built in; "
                  f"one batch per cycle, {d.latency} cycles of latency")
     else:
         total.values["words"] = mc.depth
         assert total.values["cycles"] == d.cycles, "the per-micro-op cycles must add up to the design's"
         res = resources(mc, device, macs, read_ports)
+        clocks = {fam: fmax(mc, dev, macs, read_ports) for fam, dev in _DEVICES.items()}
         shape = (f"{len(mc.ops)} micro-ops, {mc.depth} memory words of {mc.dtype} ({mc.dtype.width}-bit), "
                  f"macs={macs}, read_ports={read_ports}")
-    total.values.update(res)
+    res["fmax_mhz"] = round(clocks[family(device)], 1)
+    total.values.update({k: v for k, v in res.items() if k != "fmax_mhz"})
     notes = [shape, f"{device} estimate: {res['lut4']} LUT4, {res['dsp']} DSP, {res['bram']} block RAM "
-                    f"(a model fitted to yosys synthesis: see docs/COST.md)"]
+                    f"(a model fitted to yosys synthesis: see docs/COST.md)",
+             "Fmax estimate: " + ", ".join(f"{clocks[fam]:.0f} MHz on {fam}" for fam in sorted(clocks))
+             + " (a clock model fitted to nextpnr: see docs/COST.md)"]
     return Cost("fpga", device, function, rows, total, notes, {"design": d, "resources": res})

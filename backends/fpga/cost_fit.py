@@ -44,3 +44,13 @@ UNROLLED_LUT4 = {
         "sub_bits": 0.933
     }
 }
+
+PERIOD_NS = {
+    "ecp5": {"const": 7.6},
+    "ice40": {"const": 20.0}
+}
+
+UNROLLED_PERIOD_NS = {
+    "ecp5": {"const": 5.0},
+    "ice40": {"const": 12.0}
+}
