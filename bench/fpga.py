@@ -3,9 +3,12 @@
     python bench/fpga.py [--only iris-step]
 
 For each configuration, the table reports logic cells (nextpnr's count), LUT4s (yosys'), FFs, DSPs,
-block RAMs and Fmax from yosys and nextpnr. It also reports cycles per call
+block RAMs and Fmax from yosys and nextpnr, beside the Fmax that ``cg.cost`` predicts (its clock model
+never saw these designs). It also reports cycles per call
 from the exact cycle model (checked against simulation in
-``tests/test_fpga.py``) and calls per second at Fmax. The reference rows come from the issue and hls4ml/FINN
+``tests/test_fpga.py``) and calls per second at Fmax. The model files' rows build what
+``circuitgrad fpga synth`` builds: ``examples/iris.py`` (momentum SGD) on both families and a tiny
+GPT step of ``examples/tinygpt.py`` on the ECP5 with 2 lanes. The reference rows come from the issue and hls4ml/FINN
 figures for comparison; they are not our measurements. The iris training
 step is swept over ``macs`` in {1, 2, 4, 8} on both devices. On the UP5K,
 lanes beyond 2 exceed the block RAM (each lane reads its own copies), and
@@ -26,7 +29,9 @@ from _util import machine, table  # noqa: E402
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import fpga  # noqa: E402
+from circuitgrad.backends.fpga import cost  # noqa: E402
 from circuitgrad.backends.fpga.synth import DoesNotFit, synthesize  # noqa: E402
+from circuitgrad.modelfile import load  # noqa: E402
 
 CONFIGS = [  # name, batch, sizes, function, target, read ports, sweep macs?
     ("iris-step", 8, [4, 16, 3], "step", "ice40-up5k", 2, True),
@@ -35,6 +40,13 @@ CONFIGS = [  # name, batch, sizes, function, target, read ports, sweep macs?
     ("mlp5-predict", 1, [16, 64, 32, 32, 5], "predict", "ice40-up5k", 1, False),
     ("mlp5-step", 1, [16, 64, 32, 32, 5], "step", "ecp5-85k", 2, False),
     ("dense16x64-predict", 1, [16, 64], "predict", "ice40-up5k", 2, False),   # the reference's design
+]
+#: the model files' designs (what ``circuitgrad fpga synth`` builds): name, file, options, target, macs
+MODELFILES = [
+    ("iris-example", "examples/iris.py", {}, "ice40-up5k", 1),
+    ("iris-example", "examples/iris.py", {}, "ecp5-85k", 1),
+    ("gpt-step", "examples/tinygpt.py", dict(batch=1, seq=8, d=16, heads=2, layers=1, attention="softmax"),
+     "ecp5-85k", 2),
 ]
 UNROLLED = [  # name, sizes, target: tiny layers, fully unrolled with the weights as constants (fpga.unroll)
     ("unrolled-dense", [4, 4], "ice40-up5k"),
@@ -54,28 +66,42 @@ def main() -> None:
     ap.add_argument("--macs", type=int, nargs="*", default=[1, 2, 4, 8], help="lane counts for the sweeps")
     a = ap.parse_args()
     rows, lut4 = [], {}
+
+    def build(label, target, make, sweep_key=None):
+        try:
+            d = make()
+            with tempfile.TemporaryDirectory() as tmp:
+                r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr))
+            predicted = cost.fmax(d.microcode, target, d.macs, d.read_ports)
+            rows.append([label, target, r.logic_cells, r.lut4, r.ffs, r.dsps, r.brams, f"{r.fmax_mhz:.1f}",
+                         f"{predicted:.1f} ({predicted / r.fmax_mhz:.2f})", r.cycles_per_call,
+                         f"{r.calls_per_second:.0f}"])
+            if sweep_key:
+                lut4[sweep_key] = r.lut4
+        except (NotImplementedError, DoesNotFit) as e:
+            rows.append([label, target, f"not built: {e}"] + [""] * 8)
+        except RuntimeError as e:                      # a tool failed: report it, keep going
+            rows.append([label, target, f"tool failed: {str(e).splitlines()[0]}"] + [""] * 8)
+
     for name, B, sizes, fn, target, ports, sweep in CONFIGS:
         if a.only and name not in a.only:
             continue
         step = cg.compile_model(nn.mlp(B, sizes), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
                                 dtype=cg.fixed(16, 8))
         for macs in (a.macs if sweep else [1]):
-            label = f"{name} {'-'.join(map(str, sizes))} b{B} macs={macs} ports={ports}"
-            try:
-                d = fpga.compile(step, function=fn, macs=macs, read_ports=ports)
-                with tempfile.TemporaryDirectory() as tmp:
-                    r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr))
-                rows.append([label, target, r.logic_cells, r.lut4, r.ffs, r.dsps, r.brams, f"{r.fmax_mhz:.1f}",
-                             r.cycles_per_call, f"{r.calls_per_second:.0f}"])
-                if sweep:
-                    lut4[(name, target, macs)] = r.lut4
-            except (NotImplementedError, DoesNotFit) as e:
-                rows.append([label, target, f"not built: {e}", "", "", "", "", "", "", ""])
-            except RuntimeError as e:                      # a tool failed: report it, keep going
-                rows.append([label, target, f"tool failed: {str(e).splitlines()[0]}", "", "", "", "", "", "", ""])
+            build(f"{name} {'-'.join(map(str, sizes))} b{B} macs={macs} ports={ports}", target,
+                  lambda: fpga.compile(step, function=fn, macs=macs, read_ports=ports),
+                  (name, target, macs) if sweep else None)
+    for name, path, options, target, macs in MODELFILES:
+        if a.only and name not in a.only:
+            continue
+        fixed = cg.fixed(16, 8)
+        spec = load(path, dict(options, dtype=fixed) if "gpt" in name else options)
+        build(f"{name} ({path}{''.join(f' {k}={v}' for k, v in options.items())}) macs={macs}", target,
+              lambda: fpga.compile(spec.compile(fixed), macs=macs))
     print(f"FPGA designs (fixed(16,8), YoWASP yosys + nextpnr); {machine()}")
-    print(table(["design", "target", "logic cells", "LUT4s", "FFs", "DSPs", "BRAMs", "Fmax MHz", "cycles/call",
-                 "calls/s"], rows + REFERENCE))
+    print(table(["design", "target", "logic cells", "LUT4s", "FFs", "DSPs", "BRAMs", "Fmax MHz",
+                 "predicted MHz (ratio)", "cycles/call", "calls/s"], rows + [r[:8] + ["-"] + r[8:] for r in REFERENCE]))
     urows, ulut = [], {}
     for name, sizes, target in UNROLLED:
         if a.only and name not in a.only:
@@ -88,17 +114,18 @@ def main() -> None:
             d = fpga.unroll(step, p)
             with tempfile.TemporaryDirectory() as tmp:
                 r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr))
+            predicted = cost.unrolled_fmax(d, target)
             urows.append([label, target, r.lut4, r.ffs, r.dsps, mults, f"{r.lut4 / mults:.0f}", f"{r.fmax_mhz:.1f}",
-                          d.latency, f"{r.fmax_mhz * 1e6:.3g}"])
+                          f"{predicted:.1f} ({predicted / r.fmax_mhz:.2f})", d.latency, f"{r.fmax_mhz * 1e6:.3g}"])
             ulut[tuple(sizes)] = (r.lut4, mults)
         except (NotImplementedError, DoesNotFit, RuntimeError) as e:
-            urows.append([label, target, f"not built: {str(e).splitlines()[0]}"] + [""] * 7)
+            urows.append([label, target, f"not built: {str(e).splitlines()[0]}"] + [""] * 8)
     if urows:
         print("\nUnrolled predict (weights built in as constants; whole design, pins and range checks included)")
         print(table(["design", "target", "LUT4s", "FFs", "DSPs", "weight multiplies", "LUT4 per multiply",
-                     "Fmax MHz", "latency (cycles)", "batches/s"],
+                     "Fmax MHz", "predicted MHz (ratio)", "latency (cycles)", "batches/s"],
                     urows + [["reference: unrolled constant multiply (issue)", "-", "-", "-", "-", "-", "~75",
-                              "-", "-", "-"]]))
+                              "-", "-", "-", "-"]]))
         if (4, 4) in ulut and (8, 4) in ulut:          # same outputs, twice the inputs: the multiplies alone
             (l4, m4), (l8, m8) = ulut[(4, 4)], ulut[(8, 4)]
             print(f"marginal cost of a weight multiply (8-4 minus 4-4, same outputs): {(l8 - l4) / (m8 - m4):.1f} LUT4")

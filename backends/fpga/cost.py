@@ -11,7 +11,7 @@ Resources (per device family, ``device="ecp5-85k"`` or ``"ice40-up5k"``):
   otherwise) times the blocks one copy needs (``⌈depth / block depth⌉``: 256 16-bit words on iCE40,
   1024 on ECP5); an ECP5 memory of at most ``LUTRAM_BITS`` bits goes to distributed RAM instead;
 * DSP blocks: one multiplier for each of the first two MAC lanes, two for each further lane, and
-  four more for the pipelined exp unit (counted from synthesis, as yosys maps them);
+  three more for the pipelined exp unit (counted from synthesis, as yosys maps them);
 * LUT4s: a linear model in the design's features (:func:`features`: micro-ops × address bits, lanes,
   one read port, the units the microcode uses, the memory blocks), with non-negative coefficients
   fitted to yosys synthesis of 17 training designs at 1, 2 and 4 lanes and with one read port
@@ -75,9 +75,9 @@ def brams(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
 
 
 def dsps(mc, macs: int = 1) -> int:
-    """DSP blocks: the MAC lanes' multipliers and the exp unit's four."""
+    """DSP blocks: the MAC lanes' multipliers and the exp unit's three."""
     lanes = macs if macs <= 2 else 2 + 2 * (macs - 2)
-    return lanes + 4 * any(u.kind == "exp" for u in mc.ops)
+    return lanes + 3 * any(u.kind == "exp" for u in mc.ops)
 
 
 def features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]:

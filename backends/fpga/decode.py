@@ -69,7 +69,7 @@ def fields_signature(cfg: SeqConfig) -> wiring.Signature:
 
     * ``kind``: the micro-op kind's code; ``rescale``, ``has_b``; ``sequential``: the divider computes it;
       ``drain``: the drain's cycles after the first (``DRAIN``, its unit's :func:`~.timing.latency`, and one
-      more with one read port);
+      more with one read port or with several lanes);
     * ``two_phase``: one read port, two memory operands (read ``a``, then ``b``); ``const_b``: one read
       port, ``b`` a single constant word (read once at load);
     * the reduction: ``K``, its step ``kstep`` (the lanes, or 1 for a max), ``ksteps_last`` (the steps it
@@ -116,7 +116,7 @@ class Decoder(wiring.Component):
             row = {("two_phase",): int(cfg.one_port and u.b is not None and not cb), ("const_b",): int(cb),
                    ("kind",): cfg.codes[u.kind], ("rescale",): int(u.rescale), ("has_b",): int(u.b is not None),
                    ("sequential",): int(u.kind in SEQUENTIAL),
-                   ("drain",): DRAIN - 1 + cfg.one_port + latency(u.kind),
+                   ("drain",): DRAIN - 1 + cfg.one_port + (cfg.lanes > 1) + latency(u.kind),
                    ("K",): u.K, ("kstep",): step, ("ksteps_last",): max(-(-u.K // step) - 1, 0),
                    ("kone",): int(u.K <= step), ("n0_last",): on0 - 1, ("n1_last",): on1 - 1,
                    ("n0_one",): int(on0 == 1), ("n1_one",): int(on1 == 1)}

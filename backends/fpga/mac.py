@@ -14,7 +14,9 @@ The metadata of one (element, k) pair (``valid``, ``last``, ``first``, ``addr``,
 arrives the cycle after issue; the operands arrive ``READ_LATENCY`` (2) cycles after issue, so the metadata
 waits a cycle for them (stage R). Stage 1 registers the operands; each lane's multiplier input is ``b``,
 1 (a sum without ``b``) or 0 (a lane past ``K``), selected before that register, so every multiplier has
-registered inputs and a registered output (the DSP blocks' own registers). The micro-op's ``kind``,
+registered inputs and a registered output (the DSP blocks' own registers); with several lanes each
+product is registered and summed a stage later (stage P), so a multiplier and the adder tree are
+never in one cycle. The micro-op's ``kind``,
 ``rescale``, ``has_b`` and ``pc`` are constant through the micro-op and its drain. Only a kind with a
 pipelined unit waits for it (``timing.latency``: exp, sigmoid, tanh): its metadata takes a delay line of
 that many registers, every other kind reaches stage 2 the cycle after stage 1. Stage 2 accumulates exactly, the low half of the
@@ -70,7 +72,19 @@ class MacPipeline(wiring.Component):
         m = Module()
         meta = self._stage_r(m)
         meta, a1, b1, lanes = self._stage1(m, meta)
-        self._stages_2_3(m, *self._to_stage2(m, meta, a1, b1, lanes), a1)
+        if self.cfg.lanes > 1:
+            # several lanes: each product is registered (the DSP's output register) and the lane sum is the
+            # next stage, with the metadata and the operands a cycle later beside it
+            products = []
+            for lane, (a, b) in enumerate(lanes):
+                p = Signal(signed(2 * self.cfg.W), name=f"product{lane}")
+                m.d.sync += p.eq(a * b)
+                products.append(p)
+            meta, (a1, b1) = self._delay(m, meta, "p"), self._delay(m, [a1, b1], "p")
+            vals = products
+        else:
+            vals = [a * b for a, b in lanes]
+        self._stages_2_3(m, *self._to_stage2(m, meta, a1, b1, vals), a1)
         return m
 
     @staticmethod
@@ -111,12 +125,11 @@ class MacPipeline(wiring.Component):
         return [(name, elementwise(m, name, a, b, cfg.dt, f"s_{name}")) for name in ELEMENTWISE
                 if name in cfg.used and not latency(name)]
 
-    def _to_stage2(self, m: Module, meta: list, a1, b1, lanes: list):
+    def _to_stage2(self, m: Module, meta: list, a1, b1, vals: list):
         """What stage 2 registers: ``(metadata, lane sum, [(kind, elementwise unit's result)])``; the metadata
         and result of a pipelined unit's kind (:func:`~.timing.latency`) come that many cycles later."""
         cfg = self.cfg
         W, L = cfg.W, cfg.lanes
-        vals = [a * b for a, b in lanes]
         while len(vals) > 1:                                # balanced adder tree (shallow for yosys)
             vals = [vals[i] + vals[i + 1] if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
         lane_val = Signal(signed(2 * W + L.bit_length()), name="lane_val")

@@ -66,7 +66,8 @@ def const_b(u) -> bool:
 def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
 
-    A micro-op costs 1 (load) + ``DRAIN`` (6) cycles (one more with one read port), plus :func:`latency`
+    A micro-op costs 1 (load) + ``DRAIN`` (6) cycles (one more with one read port, one more with several lanes:
+    their products are registered before the lane sum), plus :func:`latency`
     more drain cycles for an ``exp``, ``sigmoid`` or ``tanh`` (their pipelined units), plus one per
     (element, k) pair; a ``divf`` or ``div`` element costs
     ``div_bits + 6`` (issue, two cycles for the read to reach the operand registers, load, one cycle per
@@ -88,7 +89,7 @@ def op_cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> np.ndarray:
     for i, u in enumerate(mc.ops):
         n = int(np.prod(u.out.shape, dtype=np.int64))
         two = read_ports == 1 and u.b is not None and not const_b(u)
-        c = 1 + DRAIN + (read_ports == 1) + latency(u.kind) + READ_LATENCY * (read_ports == 1 and const_b(u))
+        c = 1 + DRAIN + (read_ports == 1) + (macs > 1) + latency(u.kind) + READ_LATENCY * (read_ports == 1 and const_b(u))
         steps = u.K if u.kind in ("max", "argmax") else -(-u.K // macs)
         if u.kind in SEQUENTIAL:
             c += n * ((sqrt_bits(mc) if u.kind == "sqrt" else div_bits(mc)) + 3 + READ_LATENCY + 1 + two)
