@@ -6,7 +6,8 @@ For each configuration, the table reports logic cells (nextpnr's count), LUT4s (
 block RAMs and Fmax from yosys and nextpnr, beside the Fmax that ``cg.cost`` predicts (its clock model
 never saw these designs). It also reports cycles per call
 from the exact cycle model (checked against simulation in
-``tests/test_fpga.py``) and calls per second at Fmax. The model files' rows build what
+``tests/test_fpga.py``) and calls per second at Fmax, and whether one simulated call of the design (per
+design, whatever the target) equals the interpreter bit for bit and takes the model's cycles. The model files' rows build what
 ``circuitgrad fpga synth`` builds: ``examples/iris.py`` (momentum SGD) on both families and a tiny
 GPT step of ``examples/tinygpt.py`` on the ECP5 with 2 lanes. The reference rows come from the issue and hls4ml/FINN
 figures for comparison; they are not our measurements. The iris training
@@ -31,6 +32,7 @@ from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import fpga  # noqa: E402
 from circuitgrad.backends.fpga import cost  # noqa: E402
 from circuitgrad.backends.fpga.synth import DoesNotFit, synthesize  # noqa: E402
+from circuitgrad import modelfile  # noqa: E402
 from circuitgrad.modelfile import load  # noqa: E402
 
 CONFIGS = [  # name, batch, sizes, function, target, read ports, sweep macs?
@@ -64,44 +66,67 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--macs", type=int, nargs="*", default=[1, 2, 4, 8], help="lane counts for the sweeps")
+    ap.add_argument("--no-sim", action="store_true", help="skip the simulation check of each design")
     a = ap.parse_args()
-    rows, lut4 = [], {}
+    rows, lut4, steps = [], {}, {}
 
-    def build(label, target, make, sweep_key=None):
+    simulated = {}
+
+    def exact(d, step, batch) -> str:
+        """Simulate the design once (per design, whatever the target): bit-exact with the interpreter, and
+        its cycles the model's?"""
+        key = (id(step), d.function, d.macs, d.read_ports)
+        if key not in simulated and not a.no_sim:
+            p = step.init_params(seed=0)
+            x, y = batch
+            got, n = fpga.simulate(d, p, x, y if d.function == "step" else None)
+            want = step.step(p, x, y) if d.function == "step" else {
+                "predict": step.fn("predict").run(*[p[k] for k in step.param_names], step.cast(x, "x"))[0]}
+            ok = all(np.array_equal(got[k], want[k]) for k in want) and n == d.cycles
+            simulated[key] = "yes" if ok else f"NO ({n} cycles, model {d.cycles})"
+        return simulated.get(key, "not run")
+
+    def build(label, target, make, step, batch, sweep_key=None):
         try:
             d = make()
+            sim = exact(d, step, batch)
             with tempfile.TemporaryDirectory() as tmp:
                 r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr))
             predicted = cost.fmax(d.microcode, target, d.macs, d.read_ports)
             rows.append([label, target, r.logic_cells, r.lut4, r.ffs, r.dsps, r.brams, f"{r.fmax_mhz:.1f}",
                          f"{predicted:.1f} ({predicted / r.fmax_mhz:.2f})", r.cycles_per_call,
-                         f"{r.calls_per_second:.0f}"])
+                         f"{r.calls_per_second:.0f}", sim])
             if sweep_key:
                 lut4[sweep_key] = r.lut4
         except (NotImplementedError, DoesNotFit) as e:
-            rows.append([label, target, f"not built: {e}"] + [""] * 8)
+            rows.append([label, target, f"not built: {e}"] + [""] * 9)
         except RuntimeError as e:                      # a tool failed: report it, keep going
-            rows.append([label, target, f"tool failed: {str(e).splitlines()[0]}"] + [""] * 8)
+            rows.append([label, target, f"tool failed: {str(e).splitlines()[0]}"] + [""] * 9)
 
     for name, B, sizes, fn, target, ports, sweep in CONFIGS:
         if a.only and name not in a.only:
             continue
-        step = cg.compile_model(nn.mlp(B, sizes), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
-                                dtype=cg.fixed(16, 8))
+        step = steps.setdefault((B, tuple(sizes)), cg.compile_model(
+            nn.mlp(B, sizes), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=cg.fixed(16, 8)))
+        rng = np.random.default_rng(0)
+        batch = (rng.normal(size=(B, sizes[0])), rng.integers(0, sizes[-1], size=B))
         for macs in (a.macs if sweep else [1]):
             build(f"{name} {'-'.join(map(str, sizes))} b{B} macs={macs} ports={ports}", target,
-                  lambda: fpga.compile(step, function=fn, macs=macs, read_ports=ports),
+                  lambda: fpga.compile(step, function=fn, macs=macs, read_ports=ports), step, batch,
                   (name, target, macs) if sweep else None)
     for name, path, options, target, macs in MODELFILES:
         if a.only and name not in a.only:
             continue
         fixed = cg.fixed(16, 8)
         spec = load(path, dict(options, dtype=fixed) if "gpt" in name else options)
+        step = steps.setdefault(path, spec.compile(fixed))
+        batch = modelfile.check_batch(step, next(modelfile.batches(spec, 0, path)), 0, path)
         build(f"{name} ({path}{''.join(f' {k}={v}' for k, v in options.items())}) macs={macs}", target,
-              lambda: fpga.compile(spec.compile(fixed), macs=macs))
+              lambda: fpga.compile(step, macs=macs), step, batch)
     print(f"FPGA designs (fixed(16,8), YoWASP yosys + nextpnr); {machine()}")
     print(table(["design", "target", "logic cells", "LUT4s", "FFs", "DSPs", "BRAMs", "Fmax MHz",
-                 "predicted MHz (ratio)", "cycles/call", "calls/s"], rows + [r[:8] + ["-"] + r[8:] for r in REFERENCE]))
+                 "predicted MHz (ratio)", "cycles/call", "calls/s", "bit-exact, cycles exact"],
+                rows + [r[:8] + ["-"] + r[8:] + ["-"] for r in REFERENCE]))
     urows, ulut = [], {}
     for name, sizes, target in UNROLLED:
         if a.only and name not in a.only:

@@ -68,7 +68,9 @@ def test_divider_alone_agrees_with_the_model(kind):
             ctx.set(dut.round, 1)                          # the rounding's comparison is registered
             await ctx.tick()
             ctx.set(dut.round, 0)
-            got.append((ctx.get(dut.result), bool(ctx.get(dut.bad)), steps))
+            word = ctx.get(dut.result)                     # written in this cycle; checked in the next
+            await ctx.tick()
+            got.append((word, bool(ctx.get(dut.bad)), steps))
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

@@ -4,6 +4,8 @@ a change to the sequencer cannot cost a third of the clock again unnoticed. And 
 stays within 15% of what nextpnr reaches on it."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("amaranth")
@@ -24,7 +26,7 @@ def test_iris_step_meets_the_clock_goals(target, tmp_path):
     pytest.importorskip(f"yowasp_nextpnr_{target.split('-')[0]}")
     from circuitgrad.backends.fpga.cost import fmax
     from circuitgrad.backends.fpga.synth import synthesize
-    spec = load("examples/iris.py")
+    spec = load(os.path.join(os.path.dirname(__file__), "..", "examples", "iris.py"))
     design = fpga.compile(spec.compile(cg.fixed(16, 8)))
     r = synthesize(design, target, str(tmp_path), log=lambda s: None)
     least_mhz, least_rate, most_lut4 = GOALS[target]

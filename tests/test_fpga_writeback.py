@@ -71,8 +71,12 @@ def test_the_pipeline_wins_the_port_and_the_first_fault_sticks():
         ctx.set(dut.addr, 9)
         ctx.set(dut.data, 11)
         log.append(("both", ctx.get(dut.wr_addr), ctx.get(dut.wr_data), ctx.get(dut.wr_en)))
-        await ctx.tick()                                   # the divider's bad: overflow at pc 2, a cycle later
+        ctx.set(dut.div_bad, 0)
+        await ctx.tick()                                   # the divider's write; its check comes a cycle later
         ctx.set(dut.div_write, 0)
+        ctx.set(dut.div_bad, 1)
+        await ctx.tick()                                   # … and sets the overflow at pc 2 a cycle after that
+        ctx.set(dut.div_bad, 0)
         await ctx.tick()
         ctx.set(dut.bad, 1)
         ctx.set(dut.data_pc, 4)

@@ -21,6 +21,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import SeqConfig
+from .units import outside
 
 __all__ = ["SeqDivider"]
 
@@ -29,10 +30,10 @@ class SeqDivider(wiring.Component):
     """The restoring divider and square root (see the module docstring).
 
     Ports: ``load``, ``step_div``, ``step_sqrt``, ``round`` (In, one at a time: ``round`` follows the last
-    step and registers the rounding); ``a``, ``b`` (In, the operands at ``load``); ``is_sqrt``, ``is_rdiv`` (In: the kind is ``sqrt``, or the signed rounded ``div``; only
+    step and registers the rounding); ``a``, ``b`` (In, the operands at ``load``); ``is_sqrt``, ``is_rdiv`` (In at ``load``: the kind is ``sqrt``, or the signed rounded ``div``; only
     read when the program uses that kind); ``last`` (Out: the step now running is the last);
-    ``result`` (Out, the word written) and ``bad`` (Out: an operand outside the domain, or a result
-    outside the word's range).
+    ``result`` (Out, the word written) and ``bad`` (Out, the cycle after the result: an operand outside
+    the domain, or that result outside the word's range).
     """
 
     def __init__(self, cfg: SeqConfig):
@@ -46,7 +47,7 @@ class SeqDivider(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         cfg = self.cfg
-        W, f, dt, nb, sb = cfg.W, cfg.f, cfg.dt, cfg.div_bits, cfg.sqrt_bits
+        W, f, nb, sb = cfg.W, cfg.f, cfg.div_bits, cfg.sqrt_bits
         num = Signal(unsigned(max(nb + 1, 2 * sb)))
         den = Signal(unsigned(W))
         rem = Signal(unsigned(max(W + 1, sb + 2)))
@@ -54,16 +55,19 @@ class SeqDivider(wiring.Component):
         dcount = Signal(range(max(nb, sb) + 1))
         neg = Signal()                   # div: the quotient's sign
         bad_in = Signal()                # an operand outside the unit's domain (a zero divisor, a negative radicand)
-        is_sqrt = self.is_sqrt if "sqrt" in cfg.used else 0
-        is_rdiv = self.is_rdiv if "div" in cfg.used else 0
+        # the kind, registered at load: no decode of the micro-op's kind sits before the result or its check
+        is_sqrt, is_rdiv = Signal(name="div_is_sqrt"), Signal(name="div_is_rdiv")
+        with m.If(self.load):
+            m.d.sync += [is_sqrt.eq(self.is_sqrt if "sqrt" in cfg.used else 0),
+                         is_rdiv.eq(self.is_rdiv if "div" in cfg.used else 0)]
         a_in, b_in = self.a, self.b
 
         with m.If(self.load):
             a_neg, b_neg = a_in < 0, b_in < 0
             m.d.sync += [num.eq(Mux(a_neg, -a_in, a_in) << f), den.eq(Mux(b_neg, -b_in, b_in)),
                          rem.eq(0), quo.eq(0), neg.eq(a_neg ^ b_neg),
-                         bad_in.eq(Mux(is_sqrt, a_neg, (b_in == 0) | (~is_rdiv & (a_neg | b_neg)))),
-                         dcount.eq(Mux(is_sqrt, sb - 1, nb - 1))]
+                         bad_in.eq(Mux(self.is_sqrt, a_neg, (b_in == 0) | (~self.is_rdiv & (a_neg | b_neg)))),
+                         dcount.eq(Mux(self.is_sqrt, sb - 1, nb - 1))]
         with m.Elif(self.step_div):           # restoring division of |a|·2^f by |b|, one bit per cycle
             trial = Cat(num[nb - 1], rem)                  # (rem << 1) | next numerator bit
             take = trial >= den
@@ -89,5 +93,9 @@ class SeqDivider(wiring.Component):
         q = Signal(signed(max(nb, sb) + 2), name="div_q")
         res = Signal(signed(max(nb, sb) + 2), name="div_res")
         m.d.comb += [q.eq(quo), res.eq(Mux(negq, ~q, q) + Mux(negq, ~up, up))]     # 1 − up is ~up on one bit
-        m.d.comb += [self.result.eq(res[:W]), self.bad.eq(bad_in | (res > dt.hi) | (res < dt.lo))]
+        # in range ⇔ every bit from W − 1 up is a copy of the sign: reductions, not two comparators, on the
+        # result registered (so ``bad`` is valid the cycle after the write, not after the adder)
+        res_r = Signal.like(res, name="div_res_r")
+        m.d.sync += res_r.eq(res)
+        m.d.comb += [self.result.eq(res[:W]), self.bad.eq(bad_in | outside(res_r[W - 1:]))]
         return m

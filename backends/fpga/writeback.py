@@ -70,13 +70,13 @@ class Writeback(wiring.Component):
 
     Ports (In): ``host`` (the host owns the port: the sequencer is idle) with ``host_addr``,
     ``host_wdata``, ``host_we``; ``div_write`` (the divider writes) with ``div_addr``, ``div_data``,
-    ``div_bad`` and ``pc`` (the running micro-op); ``valid`` (the pipeline writes) with ``addr``, ``data``,
+    ``div_bad`` (the cycle after the write) and ``pc`` (the running micro-op); ``valid`` (the pipeline writes) with ``addr``, ``data``,
     ``bad`` and ``data_pc`` (from :class:`RangeCheck`: a result written two cycles ago overflowed, and its
     micro-op); ``clear`` (a run starts: clear the flag).
 
     Ports (Out): the write port ``wr_addr``, ``wr_data``, ``wr_en``; ``overflow`` (sticky) and ``fault`` (the
     pc of the first micro-op that overflowed). The pipeline's flag is set ``CHECK_LATENCY + 1`` cycles
-    after its write's request, the divider's two (the sequencer waits for them before ``done``), so the
+    after its write's request, the divider's three (the sequencer waits for them before ``done``), so the
     checks are off the write path.
     """
 
@@ -101,8 +101,10 @@ class Writeback(wiring.Component):
             m.d.comb += [p.eq(v) for p, v in zip(wr, (self.addr, self.data, 1))]
         with m.If(self.clear):
             m.d.sync += [self.overflow.eq(0), self.fault.eq(0)]
-        div_bad, div_pc = Signal(name="div_bad_r"), Signal.like(self.pc, name="div_pc_r")    # a cycle later
-        m.d.sync += [div_bad.eq(self.div_write & self.div_bad), div_pc.eq(self.pc)]
+        # the divider's check comes the cycle after its write (``SeqDivider.bad``), and is registered once more
+        w1, pc1 = Signal(name="div_wrote"), Signal.like(self.pc, name="div_pc1")
+        div_bad, div_pc = Signal(name="div_bad_r"), Signal.like(self.pc, name="div_pc_r")
+        m.d.sync += [w1.eq(self.div_write), pc1.eq(self.pc), div_bad.eq(w1 & self.div_bad), div_pc.eq(pc1)]
         with m.If(div_bad & ~self.overflow):
             m.d.sync += [self.overflow.eq(1), self.fault.eq(div_pc)]
         with m.If(self.bad & ~self.overflow):
