@@ -6,8 +6,9 @@
 The LUT4 model (``backends/fpga/cost.py``) is linear in a design's features; ``--fit``
 synthesizes 17 training designs at 1, 2 and 4 MAC lanes and with one read port, for each family, with yosys (no place and
 route) and writes the least-squares coefficients to ``backends/fpga/cost_fit.py``. The clock model (a period
-linear in ``cost.timing_features``) is fitted the same way to nextpnr's Fmax of the same designs at 1 and 2
-lanes, placed and routed (``--fit`` takes about 30 minutes in all; ``--jobs 2`` runs the families side by side).
+linear in ``cost.timing_features``) is fitted the same way to nextpnr's Fmax of the same designs, placed and
+routed (``--fit`` takes about 45 minutes in all; ``--jobs 2`` runs the families side by side, and the
+measurements are kept in ``out/fpga_fit_cache.json``, so an interrupted fit resumes).
 The unrolled ``predict`` (``fpga.unroll``) has its own model (adder and subtractor bits of its netlist),
 fitted to ten unrolled MLPs with other shapes and seeds than the bench's four.
 The check runs on the designs of ``bench/fpga.py``, which the fit never sees.
@@ -52,7 +53,8 @@ def _attention(kind):
 
 
 def training():
-    """(name, compiled model, function) of the fit's designs: small MLPs, a CNN, attention heads."""
+    """(name, compiled model, function) of the fit's designs: small MLPs, a CNN, attention heads, and one
+    regression whose memory takes many block RAMs (the clock model's banks)."""
     return [("mlp 4-3-8-2", _mlp(4, [3, 8, 2]), "predict"), ("mlp 4-3-8-2", _mlp(4, [3, 8, 2]), "step"),
             ("mse 2-5-6", _mlp(2, [5, 6], loss=nn.mse), "step"), ("mse 2-5-6", _mlp(2, [5, 6], loss=nn.mse), "predict"),
             ("mlp 2-6-12-8-3", _mlp(2, [6, 12, 8, 3]), "step"), ("mlp 1-8-32-4", _mlp(1, [8, 32, 4]), "predict"),
@@ -61,7 +63,8 @@ def training():
             ("cnn 2", _cnn(2), "predict"), ("cnn 2", _cnn(2), "step"), ("softmax head", _attention("softmax"), "predict"),
             ("spherical head", _attention("spherical"), "predict"), ("spherical head", _attention("spherical"), "step"),
             ("mlp 1-24-48-6", _mlp(1, [24, 48, 6]), "predict"), ("mlp 1-24-48-6", _mlp(1, [24, 48, 6]), "step"),
-            ("mse 1-8-24", _mlp(1, [8, 24], loss=nn.mse), "predict"), ("mse 1-12-40", _mlp(1, [12, 40], loss=nn.mse), "step")]
+            ("mse 1-8-24", _mlp(1, [8, 24], loss=nn.mse), "predict"), ("mse 1-12-40", _mlp(1, [12, 40], loss=nn.mse), "step"),
+            ("mse 2-64-160", _mlp(2, [64, 160], loss=nn.mse), "step")]       # a memory of many block RAMs
 
 
 #: unrolled predict designs of the fit: (layer sizes, parameter seed), batch 1, mse, fixed(16, 8)
@@ -107,6 +110,22 @@ def _nnls(X, y, names) -> dict:
     return {k: round(float(v), 3) for k, v in zip(np.array(names)[used], c)}
 
 
+#: the fit's measurements, kept between runs (a fit interrupted or widened resumes): key → {"lut4", "mhz"}
+CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "out", "fpga_fit_cache.json")
+
+
+def _cached(key: str, measure) -> dict:
+    """``measure()`` once per key: the results already measured are read from :data:`CACHE`."""
+    data = json.load(open(CACHE)) if os.path.exists(CACHE) else {}
+    if key not in data:
+        data = {**(json.load(open(CACHE)) if os.path.exists(CACHE) else {}), key: measure()}
+        os.makedirs(os.path.dirname(CACHE), exist_ok=True)
+        with open(CACHE + f".{os.getpid()}", "w") as fh:
+            json.dump(data, fh, indent=0, sort_keys=True)
+        os.replace(CACHE + f".{os.getpid()}", CACHE)
+    return data[key]
+
+
 def _fit_family(fam: str) -> tuple[dict, dict, dict, dict]:
     """One family's (LUT, unrolled LUT, period, unrolled period) coefficients."""
     target = TARGETS[fam]
@@ -114,28 +133,27 @@ def _fit_family(fam: str) -> tuple[dict, dict, dict, dict]:
     for name, step, fn in training():
         for rp, macs in ((2, 1), (2, 2), (2, 4), (1, 1)):
             try:
-                d, got = synth(step, fn, target, rp, macs)
+                d = fpga.compile(step, function=fn, macs=macs, read_ports=rp)
+                got = _cached(f"{target} {name} {fn} macs={macs} ports={rp}",
+                              lambda: {**_counts(d, target), "mhz": _fmax(d, target)})
             except DoesNotFit as e:            # iCE40: larger memories at several lanes
                 print(f"{target} {name} {fn} macs={macs}: skipped ({e})", flush=True)
                 continue
             X.append(est.features(d.microcode, target, macs, rp))
             y.append(got["lut4"])
+            T.append(est.timing_features(d.microcode, target, macs, rp))
+            p.append(1000.0 / got["mhz"])
             print(f"{target} {name} {fn} macs={macs} ports={rp}: {got}", flush=True)
-            if rp == 2 and macs <= 2:
-                mhz = _fmax(d, target)
-                T.append(est.timing_features(d.microcode, target, macs, rp))
-                p.append(1000.0 / mhz)
-                print(f"{target} {name} {fn} macs={macs}: {mhz:.1f} MHz", flush=True)
     X2, y2, T2, p2 = [], [], [], []
     for sizes, seed in UNROLLED_TRAINING:
         d = fpga.unroll(*unrolled(sizes, seed))
-        got = _counts(d, target)
+        got = _cached(f"{target} unrolled {'-'.join(map(str, sizes))} seed {seed}",
+                      lambda: {**_counts(d, target), "mhz": _fmax(d, target)})
         X2.append(est.unrolled_features(d))
         y2.append(got["lut4"])
-        mhz = _fmax(d, target)
-        T2.append([1.0, sum(est.unrolled_features(d)) / 1000])
-        p2.append(1000.0 / mhz)
-        print(f"{target} unrolled {'-'.join(map(str, sizes))} seed {seed}: {got}, {mhz:.1f} MHz", flush=True)
+        T2.append(est.unrolled_timing_features(d))
+        p2.append(1000.0 / got["mhz"])
+        print(f"{target} unrolled {'-'.join(map(str, sizes))} seed {seed}: {got}", flush=True)
     return (_nnls(X, y, est.FEATURES), _nnls(X2, y2, est.UNROLLED_FEATURES), _nnls(T, p, est.TIMING_FEATURES),
             _nnls(T2, p2, est.UNROLLED_TIMING_FEATURES))
 

@@ -40,7 +40,7 @@ from .synth import rtlil_text
 from .timing import op_cycles
 
 __all__ = ["estimate", "family", "features", "resources", "unrolled_features", "timing_features", "fmax",
-           "unrolled_fmax", "FEATURES", "UNROLLED_FEATURES", "TIMING_FEATURES", "UNROLLED_TIMING_FEATURES"]
+           "unrolled_timing_features", "unrolled_fmax", "FEATURES", "UNROLLED_FEATURES", "TIMING_FEATURES", "UNROLLED_TIMING_FEATURES"]
 
 #: the LUT model's features, in order (see :func:`features`)
 FEATURES = ("const", "rom", "lanes", "one_port", "sequential", "exp", "sigmoid", "tanh", "log", "compare", "lutram",
@@ -48,9 +48,9 @@ FEATURES = ("const", "rom", "lanes", "one_port", "sequential", "exp", "sigmoid",
 #: the unrolled design's LUT model's features (see :func:`unrolled_features`)
 UNROLLED_FEATURES = ("add_bits", "sub_bits")
 #: the clock model's features (see :func:`timing_features`): the period is linear in them
-TIMING_FEATURES = ("const", "banks", "lanes", "kluts")
-#: … and the unrolled design's (thousands of adder and subtractor bits)
-UNROLLED_TIMING_FEATURES = ("const", "kbits")
+TIMING_FEATURES = ("const", "banks", "tree", "one_port", "kluts")
+#: … and the unrolled design's (the widest dot product's inputs, and its adder and subtractor bits)
+UNROLLED_TIMING_FEATURES = ("const", "fanin", "kbits")
 #: block RAM geometry per family: (16-bit words per block, largest memory kept in distributed RAM, bits)
 _BLOCKS = {"ecp5": (1024, 1200), "ice40": (256, 0)}
 #: the device each family's clock is estimated on
@@ -99,11 +99,13 @@ def resources(mc, device: str, macs: int = 1, read_ports: int = 2) -> dict[str, 
 
 def timing_features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]:
     """The clock model's inputs, in :data:`TIMING_FEATURES` order: 1, log2 of the block RAMs of one copy of
-    the memory (the banks its read multiplexer chooses among, and how far apart they lie), the lanes beyond
-    the first, and the estimated LUT4s in thousands (how far the logic spreads)."""
+    the memory (the banks its read multiplexer chooses among, and how far apart they lie), the levels of
+    the lanes' adder tree (``⌈log2 macs⌉``), one read port, and the estimated LUT4s in thousands (how far
+    the logic spreads)."""
     per, _ = _BLOCKS[family(device)]
     banks = max(1, math.ceil(max(mc.depth, 1) * mc.dtype.width / (16 * per)))
-    return [1.0, math.log2(banks), macs - 1.0, resources(mc, device, macs, read_ports)["lut4"] / 1000]
+    return [1.0, math.log2(banks), float(math.ceil(math.log2(macs))), float(read_ports == 1),
+            resources(mc, device, macs, read_ports)["lut4"] / 1000]
 
 
 def fmax(mc, device: str, macs: int = 1, read_ports: int = 2) -> float:
@@ -114,10 +116,18 @@ def fmax(mc, device: str, macs: int = 1, read_ports: int = 2) -> float:
     return 1000.0 / period
 
 
+def unrolled_timing_features(design) -> list[float]:
+    """The unrolled clock model's inputs, in :data:`UNROLLED_TIMING_FEATURES` order: 1, log2 of the widest
+    dot product's inputs (a whole dot product is one pipeline stage: its adder tree is the path), and the
+    adder and subtractor bits in thousands."""
+    fanin = max([u.K for u in design.microcode.ops] + [1])
+    return [1.0, math.log2(fanin), sum(unrolled_features(design)) / 1000]
+
+
 def unrolled_fmax(design, device: str) -> float:
-    """Estimated Fmax (MHz) of an unrolled design: a period linear in its adder and subtractor bits."""
+    """Estimated Fmax (MHz) of an unrolled design: a period linear in :func:`unrolled_timing_features`."""
     coeffs = UNROLLED_PERIOD_NS[family(device)]
-    x = [1.0, sum(unrolled_features(design)) / 1000]
+    x = unrolled_timing_features(design)
     return 1000.0 / sum(coeffs.get(k, 0.0) * v for k, v in zip(UNROLLED_TIMING_FEATURES, x))
 
 
