@@ -118,7 +118,9 @@ def _cached(key: str, measure) -> dict:
     """``measure()`` once per key: the results already measured are read from :data:`CACHE`."""
     data = json.load(open(CACHE)) if os.path.exists(CACHE) else {}
     if key not in data:
-        data = {**(json.load(open(CACHE)) if os.path.exists(CACHE) else {}), key: measure()}
+        value = measure()                      # minutes: the file is read again after it, not before
+        data = json.load(open(CACHE)) if os.path.exists(CACHE) else {}
+        data[key] = value
         os.makedirs(os.path.dirname(CACHE), exist_ok=True)
         with open(CACHE + f".{os.getpid()}", "w") as fh:
             json.dump(data, fh, indent=0, sort_keys=True)

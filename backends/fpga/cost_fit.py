@@ -1,7 +1,7 @@
 """LUT4 and clock model coefficients per FPGA family, fitted by ``python bench/fpga_estimate.py --fit``.
 
 Fitted by non-negative least squares. ``LUT4``: yosys synthesis (synth_ecp5 / synth_ice40) of the sequencer,
-17 training designs at 1, 2 and 4 MAC lanes and with one read port; features as
+18 training designs at 1, 2 and 4 MAC lanes and with one read port; features as
 :data:`circuitgrad.backends.fpga.cost.FEATURES`. ``UNROLLED_LUT4``: the unrolled predict,
 10 MLPs; features as :data:`circuitgrad.backends.fpga.cost.UNROLLED_FEATURES`.
 ``PERIOD_NS``: the clock period (ns) nextpnr reaches on the same sequencer designs at 1 and 2 lanes, placed
@@ -11,17 +11,17 @@ Generated: do not edit by hand.
 """
 LUT4 = {
     "ecp5": {
-        "const": 318.82,
-        "rom": 0.603,
-        "lanes": 21.901,
-        "one_port": 65.589,
-        "sequential": 170.213,
-        "exp": 289.514,
-        "sigmoid": 82.423,
-        "tanh": 123.077,
+        "const": 261.044,
+        "rom": 0.589,
+        "lanes": 0.0,
+        "one_port": 162.77,
+        "sequential": 169.025,
+        "exp": 216.704,
+        "sigmoid": 153.981,
+        "tanh": 119.508,
         "compare": 0.0,
-        "lutram": 215.988,
-        "blocks": 13.545
+        "lutram": 271.548,
+        "blocks": 30.081
     },
     "ice40": {
         "const": 337.741,
@@ -50,26 +50,30 @@ UNROLLED_LUT4 = {
 
 PERIOD_NS = {
     "ecp5": {
-        "const": 7.225,
-        "banks": 0.104,
-        "lanes": 0.086,
-        "kluts": 0.155
+        "const": 6.572,
+        "banks": 0.324,
+        "tree": 1.5,
+        "one_port": 0.493,
+        "kluts": 0.314
     },
     "ice40": {
-        "const": 14.687,
+        "const": 15.961,
         "banks": 0.0,
-        "lanes": 0.0,
-        "kluts": 4.53
+        "tree": 1.585,
+        "one_port": 2.033,
+        "kluts": 2.578
     }
 }
 
 UNROLLED_PERIOD_NS = {
     "ecp5": {
-        "const": 12.905,
-        "kbits": 0.902
+        "const": 9.843,
+        "fanin": 2.695,
+        "kbits": 0.422
     },
     "ice40": {
-        "const": 37.723,
-        "kbits": 2.341
+        "const": 30.19,
+        "fanin": 6.66,
+        "kbits": 1.146
     }
 }
