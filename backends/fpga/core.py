@@ -12,14 +12,14 @@
 One (output element, k) pair is issued per cycle (``macs`` k values at once with ``macs`` lanes). Issue
 drives the read addresses; the words come back ``READ_LATENCY`` (2) cycles later through a register per
 block RAM, are registered as the lanes' operands, multiplied (or go through an elementwise unit; the exp
-unit takes ``EXP_STAGES`` more), accumulated exactly, and on the last ``k`` rescaled, range-checked and
+pipelined units take ``timing.latency(kind)`` more), accumulated exactly, and on the last ``k`` rescaled, range-checked and
 written. Every micro-op drains its pipeline before the next one reads, so the cycle count is exactly
 :func:`~.timing.cycles`.
 
 Timing: every stage starts and ends in a register. Issue is enabled by a register (``run``), every
 loop test reads a register (``k_last``, ``i0_last``, ``i1_last``: set from down-counters), the fields
-are decoded from ``pc`` into registers one cycle ahead and the running micro-op's kind is held in
-registers through its drain, the block RAMs' outputs are registered beside them, the multipliers have
+are decoded from ``pc`` in two registered stages well before the load and the running micro-op's kind
+is held in registers through its drain, the block RAMs' outputs are registered beside them, the multipliers have
 registered inputs and outputs, and the accumulator adds plain registers.
 
 Ports:
@@ -31,8 +31,9 @@ Ports:
   same cycle: see ``synth.rtlil_text``).
 
 Every micro-op kind is built: ``mac`` (with or without ``b``) and ``max`` reduce over ``k``; ``add``,
-``neg``, ``heaviside``, ``sigmoid`` and ``tanh`` are combinational units between two registers, ``exp``
-is pipelined and ``divf`` is a sequential restoring divider. :func:`check_supported` rejects unknown kinds
+``neg``, ``heaviside``, ``eq``, ``log`` and ``copy`` are combinational units between two registers,
+``exp``, ``sigmoid`` and ``tanh`` are pipelined (``timing.LATENCY``) and ``divf``, ``div`` and ``sqrt``
+run on a sequential restoring divider. :func:`check_supported` rejects unknown kinds
 before any simulation or synthesis starts.
 """
 from __future__ import annotations
@@ -55,7 +56,7 @@ from .writeback import RangeCheck, Writeback
 
 __all__ = ["Sequencer", "cycles", "div_bits", "sqrt_bits", "check_supported", "HW_KINDS", "READ_LATENCY"]
 
-from .timing import (DRAIN, HW_KINDS, KIND_CODES, LATENCY, READ_LATENCY, SEQUENTIAL,  # noqa: F401
+from .timing import (DRAIN_MAX, HW_KINDS, KIND_CODES, READ_LATENCY, SEQUENTIAL,  # noqa: F401
                      const_b, check_supported, cycles, div_bits, sqrt_bits)
 
 
@@ -79,7 +80,8 @@ class _Shared:
         self.last_op = Signal(name="last_op")
         self.run = Signal(name="run")                # the controller is in RUN: issue's enable, a register
         self.load = Signal(name="load")              # … in LOAD: the address generator's load
-        self.drain = Signal(range(DRAIN + max(LATENCY.values()) + 2), name="drain")     # drain cycles left after this one
+        self.issue = Signal(name="issue")            # a pair is issued this cycle (run, and b's phase with one port)
+        self.drain = Signal(range(DRAIN_MAX + 1), name="drain")          # drain cycles left after this one
         self.adv_pc = Signal(name="adv_pc")          # the drain's first cycle: pc moves on
         self.v1 = Signal(name="v1")                  # a pair was issued last cycle (see MacPipeline.valid)
         self.ph = Signal(name="ph")                  # one port, two operands: 1 while b is being read
@@ -93,7 +95,7 @@ class _Shared:
         self.op_pc = Signal(range(cfg.n_ops + 1), name="op_pc")
         self.op_rescale, self.op_has_b = Signal(name="op_rescale"), Signal(name="op_has_b")
         self.op_tp, self.op_cb = Signal(name="op_two_phase"), Signal(name="op_const_b")
-        self.op_drain = Signal(range(DRAIN + max(LATENCY.values()) + 2), name="op_drain")
+        self.op_drain = Signal(range(DRAIN_MAX + 1), name="op_drain")
 
 
 class Sequencer(wiring.Component):
@@ -311,7 +313,7 @@ class Sequencer(wiring.Component):
                     m.d.sync += s.b_const.eq(s.data_a)
                     self._goto(m, s, "RUN")
             with m.State("RUN"):
-                with m.If(s.run & (~fl.two_phase | s.ph) if cfg.one_port else 1):
+                with m.If(s.issue):
                     if cfg.has_div:
                         with m.If(self._is_div(s)):          # a divider element (the last one too)
                             self._goto(m, s, "DIV_WAIT")
@@ -345,7 +347,7 @@ class Sequencer(wiring.Component):
         """Issue one (element, k) pair whenever ``run`` allows: its metadata goes to the MAC pipeline (the
         cycle after issue), the address generator steps on; a divider element's address is kept."""
         cfg, fl, agen, mac = s.cfg, s.fields, s.agen, s.mac
-        issue = Signal(name="issue")
+        issue = s.issue
         m.d.comb += issue.eq(s.run & (~fl.two_phase | s.ph) if cfg.one_port else s.run)
         m.d.comb += agen.advance.eq(issue)
         m.d.sync += [s.v1.eq(issue & ~self._is_div(s)), mac.mask.eq(agen.live), mac.last.eq(agen.k_last),

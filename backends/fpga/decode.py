@@ -25,7 +25,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import SeqConfig
 from .microcode import Microcode, View
-from .timing import DRAIN, LATENCY, SEQUENTIAL, latency
+from .timing import DRAIN, DRAIN_MAX, SEQUENTIAL, latency
 
 __all__ = ["Decoder", "fields_signature", "address_signature", "view_2d", "align", "GROUP", "DECODE_LATENCY"]
 
@@ -80,7 +80,7 @@ def fields_signature(cfg: SeqConfig) -> wiring.Signature:
     addr = address_signature(cfg.aw)
     return wiring.Signature({
         "kind": Out(range(len(cfg.codes))), "rescale": Out(1), "has_b": Out(1), "sequential": Out(1),
-        "drain": Out(range(DRAIN + max(LATENCY.values()) + 2)),
+        "drain": Out(range(DRAIN_MAX + 1)),
         "two_phase": Out(1), "const_b": Out(1),
         "K": Out(range(cfg.kmax + 1)), "kstep": Out(range(cfg.lanes + 1)), "ksteps_last": Out(range(cfg.kmax + 1)),
         "kone": Out(1),

@@ -6,7 +6,8 @@ import numpy as np
 from .microcode import Microcode
 
 __all__ = ["HW_KINDS", "SEQUENTIAL", "check_supported", "cycles", "op_cycles", "div_bits", "sqrt_bits", "latency",
-           "READ_LATENCY", "WRITE_LATENCY", "DRAIN", "EXP_STAGES", "SIGMOID_STAGES", "LATENCY"]
+           "READ_LATENCY", "WRITE_LATENCY", "DRAIN", "EXP_STAGES", "SIGMOID_STAGES", "LATENCY",
+           "DRAIN_MAX"]
 
 HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "eq", "log", "max", "argmax", "exp", "divf", "div",
             "sqrt", "copy"}
@@ -51,6 +52,11 @@ EXP_STAGES = 8
 SIGMOID_STAGES = 4
 #: the kinds whose units are pipelined, and their extra stages
 LATENCY = {"exp": EXP_STAGES, "sigmoid": SIGMOID_STAGES, "tanh": SIGMOID_STAGES}
+
+
+#: the most drain cycles after the first a micro-op can take (one read port or several lanes, and the
+#: deepest pipelined unit): what the drain counter and the decoded drain field hold
+DRAIN_MAX = DRAIN + max(LATENCY.values())
 
 
 def latency(kind: str) -> int:

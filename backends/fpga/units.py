@@ -42,9 +42,7 @@ def exp_unit(m: Module, a, b, dt):
     half = 1 << (f - 1)
 
     def reg(value, name: str, shape=None) -> Signal:
-        out = Signal(shape if shape is not None else Value.cast(value).shape(), name=f"exp_{name}")
-        m.d.sync += out.eq(value)
-        return out
+        return _register(m, value, f"exp_{name}", shape)
 
     z = reg(a - b, "z", signed(W + 1))                                     # 1
     m1 = reg(z * const(math.log2(math.e), dt), "m1")                         # 2
@@ -76,39 +74,42 @@ def exp_unit(m: Module, a, b, dt):
     return out
 
 
+def _register(m: Module, value, name: str, shape=None) -> Signal:
+    """``value`` in a register of its own (of ``value``'s shape unless ``shape`` is given)."""
+    out = Signal(shape if shape is not None else Value.cast(value).shape(), name=name)
+    m.d.sync += out.eq(value)
+    return out
+
+
 def sigmoid_unit(m: Module, a, dt, tanh: bool = False):
     """``sigmoid(a)`` (or ``tanh(a)``), exactly as :func:`elementwise`'s, pipelined: valid ``SIGMOID_STAGES`` (4)
     cycles after ``a``.
 
     One register after each step: ``|x|`` and the sign (``x = 2a`` for tanh); the three pieces' products
-    and the comparisons with the breakpoints; the chosen piece ``y``; ``±(y − ½)``-style result (``y`` or
-    ``1 − y``, and ``2·s − 1`` for tanh). Each step is one carry chain or one multiply between two registers.
+    and the comparisons with the breakpoints; the chosen piece ``y``; the result, ``y`` or ``1 − y`` by the
+    sign (for tanh ``2·that − 1``, that is ``±(2y − 1)``). Each step is one carry chain or one multiply
+    between two registers.
     """
     f, name = dt.frac, "tanh" if tanh else "sigmoid"
+
+    def reg(value, what: str, shape=None) -> Signal:
+        return _register(m, value, f"{name}_{what}", shape)
+
     x = a * 2 if tanh else a
-    ax = Signal(unsigned(dt.width + 2), name=f"{name}_abs")
-    pos = [Signal(name=f"{name}_pos{i}") for i in range(3)]
-    m.d.sync += [ax.eq(Mux(x < 0, -x, x)), pos[0].eq(x >= 0)]                                   # 1
+    ax, pos1 = reg(Mux(x < 0, -x, x), "abs", unsigned(dt.width + 2)), reg(x >= 0, "pos1", 1)     # 1
     (t5, _, _), *pieces = SIGMOID_PIECES
-    prods, above = [], []
-    for i, (lower, slope, offset) in enumerate(pieces):
-        p = Signal.like(ax * const(slope, dt), name=f"{name}_p{i}")
-        m.d.sync += p.eq(ax * const(slope, dt))                                                  # 2
-        prods.append((p, const(offset, dt)))
-    for i, t in enumerate([const(t5, dt)] + [const(lower, dt) for lower, _, _ in pieces[:2]]):
-        flag = Signal(name=f"{name}_above{i}")
-        m.d.sync += flag.eq(ax >= t)
-        above.append(flag)
+    prods = [(reg(ax * const(slope, dt), f"p{i}"), const(offset, dt))                           # 2
+             for i, (_, slope, offset) in enumerate(pieces)]
+    above = [reg(ax >= t, f"above{i}", 1)
+             for i, t in enumerate([const(t5, dt)] + [const(lower, dt) for lower, _, _ in pieces[:2]])]
+    pos2 = reg(pos1, "pos2", 1)
     vals = [(p + ((1 << (f - 1)) + (off << f))) >> f for p, off in prods]        # rescale(p) + offset, one adder
-    y = Signal(signed(dt.width + 3), name=f"{name}_y")
-    m.d.sync += [y.eq(Mux(above[0], dt.one, Mux(above[1], vals[0], Mux(above[2], vals[1], vals[2])))),    # 3
-                 pos[1].eq(pos[0]), pos[2].eq(pos[1])]
-    out = Signal(signed(EW_WIDTH(dt)), name=f"{name}_out")
+    y = reg(Mux(above[0], dt.one, Mux(above[1], vals[0], Mux(above[2], vals[1], vals[2]))), "y",    # 3
+            signed(dt.width + 3))
+    pos3 = reg(pos2, "pos3", 1)
     if tanh:                                             # 2·(y or 1 − y) − 1 = ±(2y − 1)
-        m.d.sync += out.eq(Mux(pos[2], y * 2 - dt.one, dt.one - y * 2))                          # 4
-    else:
-        m.d.sync += out.eq(Mux(pos[2], y, dt.one - y))
-    return out
+        return reg(Mux(pos3, y * 2 - dt.one, dt.one - y * 2), "out", signed(EW_WIDTH(dt)))    # 4
+    return reg(Mux(pos3, y, dt.one - y), "out", signed(EW_WIDTH(dt)))
 
 
 #: the elementwise micro-op kinds of :func:`elementwise` (exp is pipelined apart; divisions and square
