@@ -40,13 +40,16 @@ def _watch_collisions(sim: Simulator, dut: Sequencer) -> None:
 
 
 def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_000,
-             read_ports: int = 2, macs: int = 1, check_collisions: bool = False) -> tuple[list[np.ndarray], int]:
+             read_ports: int = 2, macs: int = 1, check_collisions: bool = False,
+             bank_words: int | None = None) -> tuple[list[np.ndarray], int]:
     """Load ``inputs``, run the program, return ``(outputs, cycles from start to done)``.
 
     ``check_collisions`` raises :class:`ReadWriteCollision` if a read port ever addresses the word
-    being written in the same cycle (slower; the tests use it).
+    being written in the same cycle (slower; the tests use it). ``bank_words`` splits the memory into
+    banks as synthesis does (``Sequencer``); results and cycles do not depend on it.
     """
-    return _run(mc, list(zip(mc.inputs, inputs)), [[]], mc.outputs, read_ports, macs, check_collisions, max_cycles)
+    return _run(mc, list(zip(mc.inputs, inputs)), [[]], mc.outputs, read_ports, macs, check_collisions, max_cycles,
+                bank_words)
 
 
 def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.ndarray, np.ndarray]],
@@ -61,11 +64,11 @@ def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.nda
 
 
 def _run(mc: Microcode, first: list, runs: list[list], read: list, read_ports: int, macs: int,
-         check_collisions: bool, max_cycles: int) -> tuple[list[np.ndarray], int]:
+         check_collisions: bool, max_cycles: int, bank_words: int | None = None) -> tuple[list[np.ndarray], int]:
     """Load ``first`` (``(view, array)`` pairs) once; for each run load its pairs, start the program and wait
     until it is done; stop at the first overflow (raised, naming the micro-op and the run); read the
     ``read`` views back. ``(arrays, cycles of every run together)``."""
-    dut = Sequencer(mc, read_ports, macs)
+    dut = Sequencer(mc, read_ports, macs, bank_words)
     result: dict = {}
 
     def load(ctx, view, x):
