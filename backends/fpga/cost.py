@@ -36,6 +36,7 @@ from circuitgrad.costmodel.report import Cost, table
 from . import compile as compile_design
 from . import unroll as unroll_design
 from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
+from .netlist import adder_bits, adder_levels
 from .synth import rtlil_text
 from .timing import op_cycles
 
@@ -139,17 +140,7 @@ def unrolled_features(design) -> list[float]:
     operands), which the fitted coefficients absorb; negations and constant shifts are wiring or fold
     into the adders and are left out.
     """
-    bits = {"$add": 0, "$sub": 0}
-    kind = None
-    for line in rtlil_text(design, log=lambda *a: None).splitlines():
-        words = line.split()
-        if words[:1] == ["cell"]:
-            kind = words[1] if words[1] in bits else None
-        elif kind and words[:2] == ["parameter", "\\Y_WIDTH"]:
-            bits[kind] += int(words[2])
-        elif words == ["end"]:
-            kind = None
-    return [float(bits["$add"]), float(bits["$sub"])]
+    return [float(b) for b in adder_bits(rtlil_text(design, log=lambda *a: None))]
 
 
 def unrolled_resources(design, device: str) -> dict[str, int]:

@@ -130,11 +130,17 @@ def _run(cmd: list[str], what: str, log, cwd: str, logfile: str | None = None) -
 
 
 def _overflowing(text: str, what: str) -> None:
-    """Raise :class:`DoesNotFit` when a failed tool's log shows a resource used beyond the device."""
-    for name, used, avail in re.findall(r"(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", text):
+    """Raise :class:`DoesNotFit` when a failed tool's log shows a resource used beyond the device, or a
+    placer that found no legal place for a cell (a device nearly full of long carry chains)."""
+    usage = re.findall(r"(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", text)
+    for name, used, avail in usage:
         if int(used) > int(avail):
             raise DoesNotFit(f"{what}: the design needs {used} {name} cells after packing, the device has "
                              f"{avail} ({int(used) / int(avail):.2f}x too many)")
+    if re.search(r"Unable to find legal placement for cell", text):
+        full = max(usage, key=lambda u: int(u[1]) / max(int(u[2]), 1), default=None)
+        share = f" ({full[0]} {full[1]}/{full[2]}, {int(full[1]) / int(full[2]):.0%} of the device)" if full else ""
+        raise DoesNotFit(f"{what}: no legal placement for every cell{share}; the design does not fit this device")
 
 
 def self_overlap(mc) -> None:
