@@ -9,8 +9,9 @@ route) and writes the least-squares coefficients to ``backends/fpga/cost_fit.py`
 linear in ``cost.timing_features``) is fitted the same way to nextpnr's Fmax of the same designs, placed and
 routed (``--fit`` takes about 45 minutes in all; ``--jobs 2`` runs the families side by side, and the
 measurements are kept in ``out/fpga_fit_cache.json``, so an interrupted fit resumes).
-The unrolled ``predict`` (``fpga.unroll``) has its own model (adder and subtractor bits of its netlist),
-fitted to ten unrolled MLPs with other shapes and seeds than the bench's four.
+The unrolled ``predict`` (``fpga.unroll``) has its own models (LUTs: adder and subtractor bits of its
+netlist; clock: the most operands of one sum, and those bits), fitted to 22 unrolled MLPs with other shapes
+and seeds than the bench's four (fan-in 2–9, one and two layers).
 The check runs on the designs of ``bench/fpga.py``, which the fit never sees.
 """
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """The cost model: exact ZK constraints and FPGA cycles, FLOPs equal to PyTorch's counter, plan traffic."""
+import math
 import os
 import re
 import sys
@@ -255,7 +256,7 @@ def _unrolled(sizes=(4, 6, 3), seed=11):
 
 
 def test_fpga_unrolled_cost_is_the_pipeline():
-    from circuitgrad.backends.fpga.cost import unrolled_features
+    from circuitgrad.backends.fpga.cost import unrolled_features, unrolled_fmax
     step, p = _unrolled()
     c = cg.cost(step, "fpga", device="ice40-up5k", function="predict", unroll=p)
     d = fpga.unroll(step, p)
@@ -267,6 +268,9 @@ def test_fpga_unrolled_cost_is_the_pipeline():
     z = cg.cost(step, "fpga", device="ice40-up5k", function="predict", unroll=zero)
     assert sum(unrolled_features(fpga.unroll(step, zero))) < sum(unrolled_features(d))
     assert z.lut4 < c.lut4
+    # … and a shorter path: no adder at all still has a finite clock, faster than the design with adders
+    assert math.isfinite(unrolled_fmax(fpga.unroll(step, zero), "ice40-up5k"))
+    assert unrolled_fmax(fpga.unroll(step, zero), "ice40-up5k") > unrolled_fmax(d, "ice40-up5k")
     with pytest.raises(ValueError, match=re.escape("cost: the unrolled FPGA design runs predict only; pass "
                                                    "function='predict' (got 'step')")):
         cg.cost(step, "fpga", unroll=p)

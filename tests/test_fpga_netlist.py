@@ -3,7 +3,7 @@ import pytest
 from amaranth import Elaboratable, Module, Signal, signed
 from amaranth.back import rtlil
 
-from circuitgrad.backends.fpga.netlist import adder_bits, adder_levels
+from circuitgrad.backends.fpga.netlist import adder_bits, sum_operands
 
 
 class Sums(Elaboratable):
@@ -31,19 +31,34 @@ def _il(design) -> str:
     return rtlil.convert(design, ports=[design.a, design.b, design.c, design.d, design.y])
 
 
-@pytest.mark.parametrize("shape, reg, levels", [("chain", False, 3), ("tree", False, 2), ("chain", True, 2)])
-def test_adder_levels_count_the_adders_between_registers(shape, reg, levels):
-    assert adder_levels(_il(Sums(shape, reg))) == levels
+@pytest.mark.parametrize("shape, reg, operands", [("chain", False, 4), ("tree", False, 4), ("chain", True, 3)])
+def test_sum_operands_follow_single_use_sums_up_to_a_register(shape, reg, operands):
+    # a + b + c − d is one sum of four operands, as a chain or a tree; a registered a + b is one operand
+    assert sum_operands(_il(Sums(shape, reg))) == operands
 
 
-def test_adder_bits_sum_the_widths_of_adders_and_subtractors():
-    add, sub = adder_bits(_il(Sums("chain")))
-    # a + b: 9 bits; (a + b) + c: 10 bits; … − d: 11 bits (Amaranth widens each result by one bit)
-    assert (add, sub) == (9 + 10, 11)
+class Shared(Elaboratable):
+    """``s = a + b`` used by two sums: ``y = s + c``, ``z = s + d``."""
+
+    def __init__(self):
+        self.a, self.b, self.c, self.d = (Signal(signed(8), name=n) for n in "abcd")
+        self.y, self.z = Signal(signed(10)), Signal(signed(10))
+
+    def elaborate(self, platform):
+        m = Module()
+        s = Signal(signed(9))
+        m.d.comb += [s.eq(self.a + self.b), self.y.eq(s + self.c), self.z.eq(s + self.d)]
+        return m
 
 
-def test_a_combinational_loop_is_left_out_not_followed_forever():
-    text = """module \\top
+def test_a_sum_used_twice_is_one_operand_of_each_use():
+    d = Shared()
+    text = rtlil.convert(d, ports=[d.a, d.b, d.c, d.d, d.y, d.z])
+    assert sum_operands(text) == 2          # yosys keeps s: y and z each add two operands, not three
+
+
+def _loop_text() -> str:
+    return """module \\top
   wire width 4 \\p
   wire width 4 \\q
   wire width 4 \\r
@@ -61,5 +76,9 @@ def test_a_combinational_loop_is_left_out_not_followed_forever():
   end
 end
 """
-    assert adder_levels(text) == 1          # $1 feeds itself (a loop: left out); $2 is one level
+
+
+def test_an_adder_loop_counts_once_and_ends():
+    text = _loop_text()
+    assert sum_operands(text) == 2          # $1 feeds itself (its own result counts one operand); $2 adds two
     assert adder_bits(text) == (8, 0)

@@ -20,9 +20,13 @@ Resources (per device family, ``device="ecp5-85k"`` or ``"ice40-up5k"``):
 
 The unrolled ``predict`` (``unroll=params``, :func:`circuitgrad.backends.fpga.unroll`) has no memory
 and no DSP block: its LUT4s are a linear model in the bits of the adders and of the subtractors that
-its generated netlist declares (:func:`unrolled_features`), fitted the same way to ten unrolled MLPs
+its generated netlist declares (:func:`unrolled_features`), fitted the same way to 22 unrolled MLPs
 with other shapes and weights than the bench's. Its cycles are its latency: one pipeline stage per
 micro-op and the input register; a new batch enters every cycle.
+
+Fmax (both designs, per family): a clock period linear in a few features (:func:`timing_features`,
+:func:`unrolled_timing_features`), fitted to nextpnr's Fmax on the same training designs, placed and
+routed.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from circuitgrad.costmodel.report import Cost, table
 from . import compile as compile_design
 from . import unroll as unroll_design
 from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
-from .netlist import adder_bits, adder_levels
+from .netlist import adder_bits, sum_operands
 from .synth import rtlil_text
 from .timing import op_cycles
 
@@ -50,8 +54,8 @@ FEATURES = ("const", "rom", "lanes", "one_port", "sequential", "exp", "sigmoid",
 UNROLLED_FEATURES = ("add_bits", "sub_bits")
 #: the clock model's features (see :func:`timing_features`): the period is linear in them
 TIMING_FEATURES = ("const", "banks", "tree", "one_port", "kluts")
-#: … and the unrolled design's (the widest dot product's inputs, and its adder and subtractor bits)
-UNROLLED_TIMING_FEATURES = ("const", "fanin", "kbits")
+#: … and the unrolled design's (the most operands of one sum, and its adder and subtractor bits)
+UNROLLED_TIMING_FEATURES = ("const", "operands", "kbits")
 #: block RAM geometry per family: (16-bit words per block, largest memory kept in distributed RAM, bits)
 _BLOCKS = {"ecp5": (1024, 1200), "ice40": (256, 0)}
 #: the device each family's clock is estimated on
@@ -118,11 +122,15 @@ def fmax(mc, device: str, macs: int = 1, read_ports: int = 2) -> float:
 
 
 def unrolled_timing_features(design) -> list[float]:
-    """The unrolled clock model's inputs, in :data:`UNROLLED_TIMING_FEATURES` order: 1, log2 of the widest
-    dot product's inputs (a whole dot product is one pipeline stage: its adder tree is the path), and the
-    adder and subtractor bits in thousands."""
-    fanin = max([u.K for u in design.microcode.ops] + [1])
-    return [1.0, math.log2(fanin), sum(unrolled_features(design)) / 1000]
+    """The unrolled clock model's inputs, in :data:`UNROLLED_TIMING_FEATURES` order: 1, log2 of one more
+    than the most operands one sum adds (a whole dot product is one pipeline stage, and yosys maps the sum
+    of its constant multiplies' shifted terms to one carry-save tree, whose depth grows with this; the one
+    more keeps a design without adders, all of its weights zero, at a finite clock), and the adder and
+    subtractor bits in thousands (how far the design spreads over the device).
+
+    Both are read from the design's RTLIL (:mod:`.netlist`)."""
+    text = rtlil_text(design, log=lambda *a: None)
+    return [1.0, math.log2(sum_operands(text) + 1), sum(adder_bits(text)) / 1000]
 
 
 def unrolled_fmax(design, device: str) -> float:

@@ -3,7 +3,7 @@
 Fitted by non-negative least squares. ``LUT4``: yosys synthesis (synth_ecp5 / synth_ice40) of the sequencer,
 18 training designs at 1, 2 and 4 MAC lanes and with one read port; features as
 :data:`circuitgrad.backends.fpga.cost.FEATURES`. ``UNROLLED_LUT4``: the unrolled predict,
-10 MLPs; features as :data:`circuitgrad.backends.fpga.cost.UNROLLED_FEATURES`.
+22 MLPs; features as :data:`circuitgrad.backends.fpga.cost.UNROLLED_FEATURES`.
 ``PERIOD_NS``: the clock period (ns) nextpnr reaches on the same sequencer designs at 1 and 2 lanes, placed
 and routed; features as :data:`circuitgrad.backends.fpga.cost.TIMING_FEATURES`. ``UNROLLED_PERIOD_NS``: the
 same for the unrolled MLPs; features as :data:`circuitgrad.backends.fpga.cost.UNROLLED_TIMING_FEATURES`.
@@ -39,22 +39,22 @@ LUT4 = {
 
 UNROLLED_LUT4 = {
     "ecp5": {
-        "add_bits": 0.14,
-        "sub_bits": 1.256
+        "add_bits": 0.211,
+        "sub_bits": 0.935
     },
     "ice40": {
-        "add_bits": 0.263,
-        "sub_bits": 0.933
+        "add_bits": 0.288,
+        "sub_bits": 0.901
     }
 }
 
 PERIOD_NS = {
     "ecp5": {
-        "const": 6.572,
-        "banks": 0.324,
-        "tree": 1.5,
-        "one_port": 0.493,
-        "kluts": 0.314
+        "const": 6.606,
+        "banks": 0.25,
+        "tree": 1.488,
+        "one_port": 0.489,
+        "kluts": 0.311
     },
     "ice40": {
         "const": 15.961,
@@ -67,13 +67,13 @@ PERIOD_NS = {
 
 UNROLLED_PERIOD_NS = {
     "ecp5": {
-        "const": 9.843,
-        "fanin": 2.695,
-        "kbits": 0.422
+        "const": 1.553,
+        "operands": 3.668,
+        "kbits": 0.374
     },
     "ice40": {
-        "const": 30.19,
-        "fanin": 6.66,
-        "kbits": 1.146
+        "const": 0.0,
+        "operands": 12.497,
+        "kbits": 0.654
     }
 }

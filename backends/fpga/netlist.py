@@ -2,29 +2,30 @@
 
 * :func:`adder_bits`: the output bits of the ``$add`` and of the ``$sub`` cells (the unrolled
   design's LUTs are linear in them);
-* :func:`adder_levels`: the most adders on one combinational path between registers (the unrolled
-  design's clock period grows with them)::
+* :func:`sum_operands`: the most operands one sum adds, through adders whose results have no other
+  use: what yosys' ``alumacc`` merges into one multi-operand ``$macc`` and maps to a carry-save tree
+  (the unrolled design's clock period grows with its logarithm)::
 
-      [reg] ──► $add ──► $sub ──► $shl ──► $add ──► … ──► [reg]
-                  1        2     (wiring)     3          levels = 3
+      a ──┐
+      b ──┴► $add ──┐
+      c ───► $shl ──┴► $add ──┐          operands = 4 (a, b, c, d): one $macc
+      d ──────────────► $neg ─┴► $add ──► [reg]
 
 The parse is the RTLIL that :func:`circuitgrad.backends.fpga.synth.rtlil_text` returns: cells with
-``connect`` lines per port, module-level ``connect`` and ``process`` ``assign`` statements (zero-level
-edges). Registers (``$dff`` and its variants) end a path. Signals are tracked per whole wire, not per
-bit, so a path is as long as the longest through any bit of its wires: an upper bound for the bits.
+``connect`` lines per port, module-level ``connect`` and ``process`` ``assign`` statements (wiring).
+Signals are tracked per whole wire, not per bit.
 """
 from __future__ import annotations
 
 import re
-from collections import defaultdict, deque
+from collections import defaultdict
 
-__all__ = ["adder_bits", "adder_levels", "ADDERS"]
+__all__ = ["adder_bits", "sum_operands", "ADDERS"]
 
-#: cells that become a carry chain in synthesis: one adder level each
+#: cells that add: a carry chain each in synthesis, or one operand row of a merged sum
 ADDERS = frozenset({"$add", "$sub", "$neg"})
-#: cells that register their inputs: no combinational path through them
-_REGISTERS = frozenset({"$dff", "$adff", "$dffe", "$adffe", "$sdff", "$sdffe", "$sdffce", "$aldff", "$dffsr",
-                        "$memrd", "$memwr", "$mem", "$mem_v2", "$memrd_v2", "$memwr_v2"})
+#: cells that only route bits (constant shifts, sign or zero extension): a sum passes through them
+_WIRING = frozenset({"$shl", "$pos"})
 _OUTPUTS = frozenset({"\\Y", "\\Q", "\\DATA", "\\RD_DATA"})
 _WIRE = re.compile(r"[\\$][^\s\[\]{}]+")
 
@@ -44,64 +45,59 @@ def adder_bits(text: str) -> tuple[int, int]:
     return bits["$add"], bits["$sub"]
 
 
-def adder_levels(text: str) -> int:
-    """The most :data:`ADDERS` on one combinational path of any module of ``text``.
-
-    Every module is a graph of wires; a cell joins each of its input wires to each of its output
-    wires, with weight 1 for an adder and 0 otherwise, and a register joins none. The longest path is
-    found in topological order; wires on a combinational loop (which a valid design has only as a
-    false path through multiplexers) are left out.
-    """
-    best = 0
-    for edges in _modules(text):
-        best = max(best, _longest(edges))
-    return best
-
-
-def _modules(text: str) -> list[dict[str, list[tuple[str, int]]]]:
-    """Per module: destination wire → [(source wire, weight)]."""
-    mods: list[dict] = []
-    edges: dict = defaultdict(list)
-    cell, ins, outs = None, [], []
+def _cells(text: str) -> list[list[tuple[str, list[str], list[str]]]]:
+    """Per module: its cells as (type, input wires, output wires); a module ``connect`` or a process'
+    ``assign`` is a cell of type ``"="``."""
+    mods: list[list] = []
+    cells: list = []
+    cell = None
     for line in text.splitlines():
         words = line.split()
         if not words:
             continue
         head = words[0]
         if head == "module":
-            edges = defaultdict(list)
-            mods.append(edges)
+            cells = []
+            mods.append(cells)
         elif head == "cell":
-            cell, ins, outs = words[1], [], []
+            cell = (words[1], [], [])
         elif head == "connect" and cell is not None:
-            (outs if words[1] in _OUTPUTS else ins).extend(_WIRE.findall(" ".join(words[2:])))
+            (cell[2] if words[1] in _OUTPUTS else cell[1]).extend(_WIRE.findall(" ".join(words[2:])))
         elif head in ("connect", "assign"):        # module connection, or a process' assignment
-            for dst in _WIRE.findall(words[1])[:1]:
-                edges[dst].extend((src, 0) for src in _WIRE.findall(" ".join(words[2:])))
+            cells.append(("=", _WIRE.findall(" ".join(words[2:])), _WIRE.findall(words[1])[:1]))
         elif head == "end" and cell is not None:
-            if cell not in _REGISTERS and cell.startswith("$"):
-                weight = int(cell in ADDERS)
-                for dst in outs:
-                    edges[dst].extend((src, weight) for src in ins)
+            cells.append(cell)
             cell = None
     return mods
 
 
-def _longest(edges: dict[str, list[tuple[str, int]]]) -> int:
-    succ: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    indeg: dict[str, int] = defaultdict(int)
-    for dst, srcs in edges.items():
-        for src, w in srcs:
-            succ[src].append((dst, w))
-            indeg[dst] += 1
-            indeg.setdefault(src, 0)
-    dist = dict.fromkeys(indeg, 0)
-    queue = deque(n for n, d in indeg.items() if d == 0)
-    while queue:
-        n = queue.popleft()
-        for dst, w in succ[n]:
-            dist[dst] = max(dist[dst], dist[n] + w)
-            indeg[dst] -= 1
-            if indeg[dst] == 0:
-                queue.append(dst)
-    return max((d for n, d in dist.items() if indeg[n] == 0), default=0)
+def sum_operands(text: str) -> int:
+    """The most operands one adder tree of ``text`` sums (1 when it has no adder).
+
+    An adder's operand that another adder computes, through wiring only (:data:`_WIRING`, connections)
+    and with no other use on the way, counts that adder's operands; any other operand counts one.
+    """
+    best = 1
+    for cells in _cells(text):
+        driver = {w: c for c in cells for w in c[2]}
+        uses: dict[str, int] = defaultdict(int)
+        for c in cells:
+            for w in c[1]:
+                uses[w] += 1
+        memo: dict[int, int] = {}
+
+        def operands(cell) -> int:
+            if id(cell) not in memo:
+                memo[id(cell)] = 1                 # a loop through adders counts once
+                n = 0
+                for w in cell[1]:
+                    d = driver.get(w)
+                    while d is not None and (d[0] in _WIRING or d[0] == "=") and d[1] and uses[w] == 1:
+                        w = d[1][0]
+                        d = driver.get(w)
+                    n += operands(d) if d is not None and d[0] in ADDERS and uses[w] == 1 else 1
+                memo[id(cell)] = n
+            return memo[id(cell)]
+
+        best = max([best] + [operands(c) for c in cells if c[0] in ADDERS])
+    return best

@@ -86,12 +86,6 @@ class Unrolled(wiring.Component):
             regs.append((r, value))
             return r
 
-        def wire(value) -> Signal:
-            """``value`` on a wire of its own, kept through synthesis (see :func:`_tree`)."""
-            w = Signal(Value.cast(value).shape(), attrs={"keep": 1})
-            m.d.comb += w.eq(value)
-            return w
-
         def at(addr: int, stage: int, mask: bool = False):
             """The word (or mask) at ``addr`` as stage ``stage`` sees it: a constant, or a delayed register."""
             v = masks[addr] if mask else env[addr]
@@ -128,9 +122,9 @@ class Unrolled(wiring.Component):
                         else:
                             terms.append(x * w)
                     if u.rescale:                   # the rounding constant joins the tree's constant
-                        r = _tree(terms + [half], wire) >> f
+                        r = _tree(terms + [half]) >> f
                     else:
-                        r = _tree(terms, wire)
+                        r = _tree(terms)
                 elif u.kind == "heaviside":
                     x = at(a_addr[0], s)
                     mask = int(x > 0) if isinstance(x, int) else (x > 0)
@@ -185,18 +179,12 @@ def _csd(c: int) -> list[tuple[int, int]]:
     return out
 
 
-def _tree(terms: list, wire=lambda v: v):
+def _tree(terms: list):
     """The exact sum of ``terms`` as adder trees.
 
     A term is a constant (folded), a value, or ``(value, shift, ±1)`` for ``±value·2^shift``. Shifted
     terms are summed per shift first, in narrow adders, and the per-shift sums are then combined;
     the subtracted terms of a shift get a tree of their own and one subtraction, not a negation each.
-
-    Every adder's result goes through ``wire`` (the datapath keeps each on a wire of its own). Without
-    it, yosys' ``alumacc`` merges the single-use sums of a tree into one multi-operand ``$macc`` and
-    maps it to carry-save full adders in LUTs: on the bench's unrolled designs that took 21–26% more
-    LUT4s and ran no faster (iCE40 UP5K, docs/FPGA.md). Kept, each adder is one carry chain, and the
-    tree's depth in adders (:func:`circuitgrad.backends.fpga.netlist.adder_levels`) is the one built.
     """
     const = sum(t for t in terms if isinstance(t, int))
     groups: dict[int, tuple[list, list]] = {}
@@ -208,13 +196,13 @@ def _tree(terms: list, wire=lambda v: v):
 
     def balanced(vals):
         while len(vals) > 1:
-            vals = [wire(vals[i] + vals[i + 1]) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
+            vals = [vals[i] + vals[i + 1] if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
         return vals[0] if vals else None
 
     parts = []
     for sh in sorted(groups):
         p, n = balanced(groups[sh][0]), balanced(groups[sh][1])
-        part = p if n is None else wire(-n if p is None else p - n)
+        part = p if n is None else (-n if p is None else p - n)
         parts.append(part << sh if sh else part)
     total = balanced(parts)
     if total is None:
