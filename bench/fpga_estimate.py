@@ -54,8 +54,8 @@ def _attention(kind):
 
 
 def training():
-    """(name, compiled model, function) of the fit's designs: small MLPs, a CNN, attention heads, and one
-    regression whose memory takes many block RAMs (the clock model's banks)."""
+    """(name, compiled model, function) of the fit's designs: small MLPs, a CNN, attention heads, and
+    designs whose memory takes many block RAMs (the clock model's banks)."""
     return [("mlp 4-3-8-2", _mlp(4, [3, 8, 2]), "predict"), ("mlp 4-3-8-2", _mlp(4, [3, 8, 2]), "step"),
             ("mse 2-5-6", _mlp(2, [5, 6], loss=nn.mse), "step"), ("mse 2-5-6", _mlp(2, [5, 6], loss=nn.mse), "predict"),
             ("mlp 2-6-12-8-3", _mlp(2, [6, 12, 8, 3]), "step"), ("mlp 1-8-32-4", _mlp(1, [8, 32, 4]), "predict"),
@@ -65,7 +65,12 @@ def training():
             ("spherical head", _attention("spherical"), "predict"), ("spherical head", _attention("spherical"), "step"),
             ("mlp 1-24-48-6", _mlp(1, [24, 48, 6]), "predict"), ("mlp 1-24-48-6", _mlp(1, [24, 48, 6]), "step"),
             ("mse 1-8-24", _mlp(1, [8, 24], loss=nn.mse), "predict"), ("mse 1-12-40", _mlp(1, [12, 40], loss=nn.mse), "step"),
-            ("mse 2-64-160", _mlp(2, [64, 160], loss=nn.mse), "step")]       # a memory of many block RAMs
+            ("mse 2-64-160", _mlp(2, [64, 160], loss=nn.mse), "step"),       # a memory of many block RAMs
+            # one copy of a memory of 14 iCE40 block RAMs, which also fits twice (two read ports), and of 19
+            ("mse 1-32-96", _mlp(1, [32, 96], loss=nn.mse), "predict"),
+            ("mlp 1-24-64-24-4", _mlp(1, [24, 64, 24, 4]), "predict"),
+            ("mse 1-48-96", _mlp(1, [48, 96], loss=nn.mse), "predict"),
+            ("mlp 1-32-96-16", _mlp(1, [32, 96, 16]), "predict")]
 
 
 #: unrolled predict designs of the fit: (layer sizes, parameter seed), batch 1, mse, fixed(16, 8)

@@ -53,7 +53,7 @@ FEATURES = ("const", "rom", "lanes", "one_port", "sequential", "exp", "sigmoid",
 #: the unrolled design's LUT model's features (see :func:`unrolled_features`)
 UNROLLED_FEATURES = ("add_bits", "sub_bits")
 #: the clock model's features (see :func:`timing_features`): the period is linear in them
-TIMING_FEATURES = ("const", "banks", "tree", "one_port", "kluts")
+TIMING_FEATURES = ("const", "banks", "wide", "tree", "one_port", "kluts")
 #: … and the unrolled design's (the most operands of one sum, and its adder and subtractor bits)
 UNROLLED_TIMING_FEATURES = ("const", "operands", "kbits")
 #: block RAM geometry per family: (16-bit words per block, largest memory kept in distributed RAM, bits)
@@ -102,14 +102,16 @@ def resources(mc, device: str, macs: int = 1, read_ports: int = 2) -> dict[str, 
     lut = sum(coeffs.get(k, 0.0) * v for k, v in zip(FEATURES, x))
     return {"lut4": int(round(lut)), "dsp": dsps(mc, macs), "bram": brams(mc, device, macs, read_ports)}
 
+
 def timing_features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]:
     """The clock model's inputs, in :data:`TIMING_FEATURES` order: 1, log2 of the block RAMs of one copy of
-    the memory (the banks its read multiplexer chooses among, and how far apart they lie), the levels of
-    the lanes' adder tree (``⌈log2 macs⌉``), one read port, and the estimated LUT4s in thousands (how far
-    the logic spreads)."""
+    the memory (the banks its read multiplexer chooses among, and how far apart they lie), whether there
+    are more than 16 of them (a bank select of five bits or more: one more LUT level in the multiplexer; an
+    iCE40 memory of 17–20 banks ran 20% slower than one of 14), the levels of the lanes' adder tree
+    (``⌈log2 macs⌉``), one read port, and the estimated LUT4s in thousands (how far the logic spreads)."""
     per, _ = _BLOCKS[family(device)]
     banks = max(1, math.ceil(max(mc.depth, 1) * mc.dtype.width / (16 * per)))
-    return [1.0, math.log2(banks), float(math.ceil(math.log2(macs))), float(read_ports == 1),
+    return [1.0, math.log2(banks), float(banks > 16), float(math.ceil(math.log2(macs))), float(read_ports == 1),
             resources(mc, device, macs, read_ports)["lut4"] / 1000]
 
 
