@@ -47,7 +47,8 @@ def _synth(a) -> int:
     target = a.target or (BOARDS[a.board]["target"] if a.board else "ice40-up5k")
     from .synth import DoesNotFit
     try:
-        report = synthesize(design, target, a.out, log=lambda s: print(f"[build] {s}", flush=True), board=a.board)
+        report = synthesize(design, target, a.out, log=lambda s: print(f"[build] {s}", flush=True), board=a.board,
+                            seeds=a.seeds)
     except DoesNotFit as e:
         raise SystemExit(f"circuitgrad fpga synth: {e}") from None
     print(report)
@@ -100,6 +101,8 @@ def add_parser(sub) -> None:
             p.add_argument("--board", choices=sorted(BOARDS), default=None,
                            help="constrain the pins to a board (iCEBreaker: host port on PMOD 1A; ULX3S: on GPIO J1)")
             p.add_argument("--read-ports", type=int, choices=[1, 2], default=2, dest="read_ports")
+            p.add_argument("--seeds", type=int, default=1,
+                           help="place and route with nextpnr seeds 1..N and keep the median Fmax (default: one run)")
         else:
             p.add_argument("--steps", type=int, default=3)
         p.set_defaults(fn=fn)
