@@ -1,7 +1,7 @@
 """LUT4 and clock model coefficients per FPGA family, fitted by ``python bench/fpga_estimate.py --fit``.
 
 Fitted by non-negative least squares. ``LUT4``: yosys synthesis (synth_ecp5 / synth_ice40) of the sequencer,
-22 training designs at 1, 2 and 4 MAC lanes and with one read port; features as
+18 training designs at 1, 2 and 4 MAC lanes and with one read port; features as
 :data:`circuitgrad.backends.fpga.cost.FEATURES`. ``UNROLLED_LUT4``: the unrolled predict,
 22 MLPs; features as :data:`circuitgrad.backends.fpga.cost.UNROLLED_FEATURES`.
 ``PERIOD_NS``: the clock period (ns) nextpnr reaches on the same sequencer designs at 1 and 2 lanes, placed
@@ -11,29 +11,29 @@ Generated: do not edit by hand.
 """
 LUT4 = {
     "ecp5": {
-        "const": 179.784,
-        "rom": 0.659,
+        "const": 261.044,
+        "rom": 0.589,
         "lanes": 0.0,
-        "one_port": 182.871,
-        "sequential": 222.499,
-        "exp": 213.194,
-        "sigmoid": 163.541,
-        "tanh": 184.485,
+        "one_port": 162.77,
+        "sequential": 169.025,
+        "exp": 216.704,
+        "sigmoid": 153.981,
+        "tanh": 119.508,
         "compare": 0.0,
-        "lutram": 346.924,
-        "blocks": 29.14
+        "lutram": 271.548,
+        "blocks": 30.081
     },
     "ice40": {
-        "const": 334.397,
-        "rom": 0.659,
-        "lanes": 45.444,
-        "one_port": 109.941,
-        "sequential": 364.546,
-        "exp": 296.964,
-        "sigmoid": 199.924,
-        "tanh": 246.923,
-        "compare": 0.0,
-        "blocks": 18.726
+        "const": 337.741,
+        "rom": 0.642,
+        "lanes": 38.192,
+        "one_port": 99.528,
+        "sequential": 369.871,
+        "exp": 0.0,
+        "sigmoid": 200.677,
+        "tanh": 251.985,
+        "compare": 292.256,
+        "blocks": 20.06
     }
 }
 
@@ -50,20 +50,20 @@ UNROLLED_LUT4 = {
 
 PERIOD_NS = {
     "ecp5": {
-        "const": 6.573,
-        "banks": 0.085,
-        "wide": 1.185,
-        "tree": 1.565,
-        "one_port": 0.511,
-        "kluts": 0.339
+        "const": 6.559,
+        "banks": 0.077,
+        "wide": 1.16,
+        "tree": 1.562,
+        "one_port": 0.519,
+        "kluts": 0.347
     },
     "ice40": {
-        "const": 16.367,
+        "const": 16.339,
         "banks": 0.0,
-        "wide": 5.036,
-        "tree": 1.607,
-        "one_port": 1.896,
-        "kluts": 2.175
+        "wide": 4.985,
+        "tree": 1.622,
+        "one_port": 1.932,
+        "kluts": 2.178
     }
 }
 
