@@ -14,7 +14,7 @@ Resources (per device family, ``device="ecp5-85k"`` or ``"ice40-up5k"``):
   three more for the pipelined exp unit (counted from synthesis, as yosys maps them);
 * LUT4s: a linear model in the design's features (:func:`features`: micro-ops × address bits, lanes,
   one read port, the units the microcode uses, the memory blocks), with non-negative coefficients
-  fitted to yosys synthesis of 22 training designs at 1, 2 and 4 lanes and with one read port
+  fitted to yosys synthesis of 18 training designs at 1, 2 and 4 lanes and with one read port
   (``python bench/fpga_estimate.py --fit``
   regenerates :mod:`.cost_fit`; the bench's own designs, which the fit never saw, check it).
 
