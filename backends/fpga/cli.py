@@ -37,6 +37,8 @@ def _design(a):
 
 def _synth(a) -> int:
     from .synth import synthesize
+    if a.seeds < 1:
+        raise UsageError(f"--seeds must be at least 1, got {a.seeds}")
     t0 = time.perf_counter()
     print("[compile] …", flush=True)
     spec, step, design = _design(a)
