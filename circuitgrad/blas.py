@@ -24,7 +24,8 @@ in ``docs/BENCHMARKS.md`` was taken that way.) Matrix-vector products
 pool also in a step, the two pools take turns spinning.
 
 ``CIRCUITGRAD_BLAS=numpy`` forces NumPy; ``CIRCUITGRAD_BLAS=mkl`` makes a
-missing MKL an error.
+missing MKL an error. An MKL that is installed but does not load (an install
+cut short) is, by default, a ``RuntimeWarning`` and NumPy's matmul.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import ctypes
 import glob
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -57,7 +59,16 @@ def _load() -> str:
         if choice == "mkl":
             raise ImportError("CIRCUITGRAD_BLAS=mkl but libmkl_rt was not found: pip install 'circuitgrad[mkl]'")
         return "numpy"
-    lib = ctypes.CDLL(libs[0])
+    try:
+        lib = ctypes.CDLL(libs[0])
+        lib.cblas_sgemm, lib.cblas_dgemm, lib.cblas_sgemv, lib.cblas_dgemv     # noqa: B018 (a symbol is missing?)
+    except (OSError, AttributeError) as e:       # an install cut short: the file is there, it does not load
+        if choice == "mkl":
+            raise ImportError(f"CIRCUITGRAD_BLAS=mkl but {libs[0]} does not load ({e}): "
+                              "pip install --force-reinstall 'circuitgrad[mkl]'") from e
+        warnings.warn(f"MKL ({libs[0]}) is installed but does not load ({e}); NumPy's matmul is used",
+                      RuntimeWarning, stacklevel=2)
+        return "numpy"
     if threading and lib.MKL_Set_Threading_Layer(ctypes.c_int(_LAYERS[threading])) < 0:
         raise ImportError(f"CIRCUITGRAD_MKL_THREADING={threading}: MKL ({libs[0]}) refused this threading layer")
     P, I = ctypes.c_void_p, ctypes.c_int

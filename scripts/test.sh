@@ -9,8 +9,22 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv || exit 1; fi
 .venv/bin/python -m pip install -q --upgrade pip || exit 1
 .venv/bin/python -m pip install -q -e '.[test]' || exit 1
-if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  .venv/bin/python -m pip install -q torch==2.13.0 || echo "note: PyTorch not installable here; its cross-check tests will be skipped"
+# PyTorch must import, not only be installed: an install cut short (a full disk, a lost connection) or a
+# .venv left by an earlier run can hold a torch that fails to load (a missing libtorch_global_deps.so).
+# Such a torch is reinstalled once, and uninstalled if it still fails, so its tests are skipped, not errors.
+torch_loads() { .venv/bin/python -c "import torch" 2>/dev/null; }
+if ! torch_loads; then
+  if .venv/bin/python -m pip show -q torch >/dev/null 2>&1; then
+    echo "note: the installed PyTorch fails to load; reinstalling it:"
+    .venv/bin/python -c "import torch" 2>&1 | tail -1
+    .venv/bin/python -m pip install -q --force-reinstall --no-deps torch==2.13.0
+  else
+    .venv/bin/python -m pip install -q torch==2.13.0
+  fi
+  if ! torch_loads; then
+    .venv/bin/python -m pip uninstall -q -y torch >/dev/null 2>&1
+    echo "note: PyTorch not installable here; its cross-check tests will be skipped"
+  fi
 fi
 if ! .venv/bin/python -c "import glob, sys; sys.exit(not glob.glob(sys.prefix + '/lib/libmkl_rt.so*'))"; then
   .venv/bin/python -m pip install -q 'mkl>=2024' || echo "note: MKL not installable here; NumPy's matmul will be used"

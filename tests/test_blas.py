@@ -106,3 +106,31 @@ def test_bad_threading_layer_is_refused():
     assert out.returncode != 0
     assert "ValueError: CIRCUITGRAD_MKL_THREADING must be one of ['gnu', 'intel', 'sequential'], got 'pgi'" \
         in out.stderr
+
+
+_BROKEN_MKL = """
+import glob
+glob.glob = lambda pattern: ["/nonexistent/libmkl_rt.so.2"] if "libmkl_rt" in pattern else []
+import circuitgrad.blas as blas
+print(blas.name())
+"""
+
+
+@pytest.mark.parametrize("choice", ["auto", "mkl"])
+def test_an_mkl_that_does_not_load(choice):
+    """An install cut short leaves libmkl_rt.so that ctypes cannot load: by default a warning and NumPy
+    (``import circuitgrad`` must not fail), an error when MKL was asked for."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, CIRCUITGRAD_BLAS=choice)
+    env.pop("CIRCUITGRAD_MKL_THREADING", None)
+    out = subprocess.run([sys.executable, "-W", "always", "-c", _BROKEN_MKL], env=env, capture_output=True,
+                         text=True)
+    if choice == "auto":
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "numpy"
+        assert "RuntimeWarning: MKL (/nonexistent/libmkl_rt.so.2) is installed but does not load (" in out.stderr
+    else:
+        assert out.returncode != 0
+        assert "ImportError: CIRCUITGRAD_BLAS=mkl but /nonexistent/libmkl_rt.so.2 does not load (" in out.stderr

@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+import _peers
 
 import circuitgrad as cg
 from circuitgrad import nn, ops
@@ -76,7 +77,7 @@ torch_tests = pytest.mark.torch
 
 
 def _torch_flops(fn):
-    torch = pytest.importorskip("torch")
+    torch = _peers.torch()
     from torch.utils.flop_counter import FlopCounterMode
     from torch.nn.attention import SDPBackend, sdpa_kernel
     # the math backend: FlopCounterMode does not count the CPU flash kernel's products

@@ -9,9 +9,10 @@ import pytest
 
 import circuitgrad as cg
 from circuitgrad import nn
+import _peers
 from _tolerance import assert_programs_close, assert_within, error_bounds
 
-torch = pytest.importorskip("torch")
+torch = _peers.torch()
 pytestmark = pytest.mark.torch
 F = torch.nn.functional
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "peers"))
