@@ -256,11 +256,17 @@ def _unrolled(sizes=(4, 6, 3), seed=11):
     return step, step.init_params(seed=seed)
 
 
-def test_fpga_unrolled_cost_is_the_pipeline():
-    from circuitgrad.backends.fpga.cost import unrolled_features, unrolled_fmax
+def test_fpga_unrolled_cost_is_the_pipeline(monkeypatch):
+    from circuitgrad.backends.fpga import cost as fpga_cost
+    from circuitgrad.backends.fpga.cost import unrolled_features, unrolled_fmax, unrolled_resources
     step, p = _unrolled()
-    c = cg.cost(step, "fpga", device="ice40-up5k", function="predict", unroll=p)
+    texts, elaborate = [], fpga_cost.rtlil_text
+    with monkeypatch.context() as m:        # the LUT and both clock estimates read one elaboration
+        m.setattr(fpga_cost, "rtlil_text", lambda *a, **k: texts.append(elaborate(*a, **k)) or texts[-1])
+        c = cg.cost(step, "fpga", device="ice40-up5k", function="predict", unroll=p)
+    assert len(texts) == 1
     d = fpga.unroll(step, p)
+    assert c.lut4 == unrolled_resources(d, "ice40-up5k")["lut4"]      # … the same figures as elaborating each time
     assert c.cycles == d.latency == len(d.microcode.ops) + 1
     assert (c.total.dsp, c.total.bram) == (0, 0)
     assert [r.name for r in c.rows][0] == "(input register)"

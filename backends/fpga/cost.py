@@ -123,40 +123,41 @@ def fmax(mc, device: str, macs: int = 1, read_ports: int = 2) -> float:
     return 1000.0 / period
 
 
-def unrolled_timing_features(design) -> list[float]:
+def unrolled_timing_features(design, text: str | None = None) -> list[float]:
     """The unrolled clock model's inputs, in :data:`UNROLLED_TIMING_FEATURES` order: 1, log2 of one more
     than the most operands one sum adds (a whole dot product is one pipeline stage, and yosys maps the sum
     of its constant multiplies' shifted terms to one carry-save tree, whose depth grows with this; the one
     more keeps a design without adders, all of its weights zero, at a finite clock), and the adder and
     subtractor bits in thousands (how far the design spreads over the device).
 
-    Both are read from the design's RTLIL (:mod:`.netlist`)."""
-    text = rtlil_text(design, log=lambda *a: None)
+    Both are read from the design's RTLIL (:mod:`.netlist`): ``text`` when given (one elaboration can serve
+    every estimate of a design), else the design is elaborated."""
+    text = text if text is not None else rtlil_text(design, log=lambda *a: None)
     return [1.0, math.log2(sum_operands(text) + 1), sum(adder_bits(text)) / 1000]
 
 
-def unrolled_fmax(design, device: str) -> float:
+def unrolled_fmax(design, device: str, text: str | None = None) -> float:
     """Estimated Fmax (MHz) of an unrolled design: a period linear in :func:`unrolled_timing_features`."""
     coeffs = UNROLLED_PERIOD_NS[family(device)]
-    x = unrolled_timing_features(design)
+    x = unrolled_timing_features(design, text)
     return 1000.0 / sum(coeffs.get(k, 0.0) * v for k, v in zip(UNROLLED_TIMING_FEATURES, x))
 
 
-def unrolled_features(design) -> list[float]:
+def unrolled_features(design, text: str | None = None) -> list[float]:
     """The unrolled LUT model's inputs, in :data:`UNROLLED_FEATURES` order.
 
     The sums of the output widths of the ``$add`` and of the ``$sub`` cells in the design's RTLIL, as
     Amaranth emits it. The widths count bits that synthesis later trims (shifted-in zeros, constant
     operands), which the fitted coefficients absorb; negations and constant shifts are wiring or fold
-    into the adders and are left out.
+    into the adders and are left out. ``text``: the design's RTLIL, if already elaborated.
     """
-    return [float(b) for b in adder_bits(rtlil_text(design, log=lambda *a: None))]
+    return [float(b) for b in adder_bits(text if text is not None else rtlil_text(design, log=lambda *a: None))]
 
 
-def unrolled_resources(design, device: str) -> dict[str, int]:
+def unrolled_resources(design, device: str, text: str | None = None) -> dict[str, int]:
     """Estimated ``lut4``, ``dsp`` and ``bram`` of an unrolled design on ``device``: LUTs only."""
     coeffs = UNROLLED_LUT4[family(device)]
-    lut = sum(coeffs.get(k, 0.0) * v for k, v in zip(UNROLLED_FEATURES, unrolled_features(design)))
+    lut = sum(coeffs.get(k, 0.0) * v for k, v in zip(UNROLLED_FEATURES, unrolled_features(design, text)))
     return {"lut4": int(round(lut)), "dsp": 0, "bram": 0}
 
 
@@ -189,8 +190,9 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     rows, total = table(lines, depth)
     if unroll is not None:
         assert total.values["cycles"] == d.latency, "the stages must add up to the pipeline's latency"
-        res = unrolled_resources(d, device)
-        clocks = {fam: unrolled_fmax(d, dev) for fam, dev in _DEVICES.items()}
+        text = rtlil_text(d, log=lambda *a: None)          # one elaboration for the LUT and clock estimates
+        res = unrolled_resources(d, device, text)
+        clocks = {fam: unrolled_fmax(d, dev, text) for fam, dev in _DEVICES.items()}
         shape = (f"{len(mc.ops)} micro-ops unrolled into a {d.latency}-stage pipeline with the parameters built in; "
                  f"one batch per cycle, {d.latency} cycles of latency")
     else:
