@@ -31,7 +31,7 @@ from _util import machine, table  # noqa: E402
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import fpga  # noqa: E402
-from circuitgrad.backends.fpga.synth import DoesNotFit, cell_counts, synthesize  # noqa: E402
+from circuitgrad.backends.fpga.synth import DoesNotFit, cell_counts, rtlil_text, synthesize  # noqa: E402
 from circuitgrad.backends.fpga import cost as est  # noqa: E402
 
 FX = cg.fixed(16, 8)
@@ -167,9 +167,10 @@ def _fit_family(fam: str) -> tuple[dict, dict, dict, dict]:
         d = fpga.unroll(*unrolled(sizes, seed))
         got = _cached(f"{target} unrolled {'-'.join(map(str, sizes))} seed {seed}",
                       lambda: {**_counts(d, target), "mhz": _fmax(d, target)})
-        X2.append(est.unrolled_features(d))
+        text = rtlil_text(d, log=lambda *a: None)        # one elaboration for both models' features
+        X2.append(est.unrolled_features(d, text))
         y2.append(got["lut4"])
-        T2.append(est.unrolled_timing_features(d))
+        T2.append(est.unrolled_timing_features(d, text))
         p2.append(1000.0 / got["mhz"])
         print(f"{target} unrolled {'-'.join(map(str, sizes))} seed {seed}: {got}", flush=True)
     return (lut, _nnls(X2, y2, est.UNROLLED_FEATURES), _nnls(T, p, est.TIMING_FEATURES),

@@ -123,6 +123,11 @@ def fmax(mc, device: str, macs: int = 1, read_ports: int = 2) -> float:
     return 1000.0 / period
 
 
+def _rtlil(design, text: str | None = None) -> str:
+    """``text``, or the design elaborated to RTLIL when it is not given."""
+    return text if text is not None else rtlil_text(design, log=lambda *a: None)
+
+
 def unrolled_timing_features(design, text: str | None = None) -> list[float]:
     """The unrolled clock model's inputs, in :data:`UNROLLED_TIMING_FEATURES` order: 1, log2 of one more
     than the most operands one sum adds (a whole dot product is one pipeline stage, and yosys maps the sum
@@ -132,7 +137,7 @@ def unrolled_timing_features(design, text: str | None = None) -> list[float]:
 
     Both are read from the design's RTLIL (:mod:`.netlist`): ``text`` when given (one elaboration can serve
     every estimate of a design), else the design is elaborated."""
-    text = text if text is not None else rtlil_text(design, log=lambda *a: None)
+    text = _rtlil(design, text)
     return [1.0, math.log2(sum_operands(text) + 1), sum(adder_bits(text)) / 1000]
 
 
@@ -151,7 +156,7 @@ def unrolled_features(design, text: str | None = None) -> list[float]:
     operands), which the fitted coefficients absorb; negations and constant shifts are wiring or fold
     into the adders and are left out. ``text``: the design's RTLIL, if already elaborated.
     """
-    return [float(b) for b in adder_bits(text if text is not None else rtlil_text(design, log=lambda *a: None))]
+    return [float(b) for b in adder_bits(_rtlil(design, text))]
 
 
 def unrolled_resources(design, device: str, text: str | None = None) -> dict[str, int]:
@@ -190,7 +195,7 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     rows, total = table(lines, depth)
     if unroll is not None:
         assert total.values["cycles"] == d.latency, "the stages must add up to the pipeline's latency"
-        text = rtlil_text(d, log=lambda *a: None)          # one elaboration for the LUT and clock estimates
+        text = _rtlil(d)                                   # one elaboration for the LUT and clock estimates
         res = unrolled_resources(d, device, text)
         clocks = {fam: unrolled_fmax(d, dev, text) for fam, dev in _DEVICES.items()}
         shape = (f"{len(mc.ops)} micro-ops unrolled into a {d.latency}-stage pipeline with the parameters built in; "
