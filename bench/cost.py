@@ -58,7 +58,8 @@ def main() -> None:
     ap.add_argument("--keep-calibration", action="store_true",
                     help="use the cached calibrations (default: measure them again, in this run)")
     a = ap.parse_args()
-    from circuitgrad.costmodel import cpu, zk as zk_cost
+    from circuitgrad.backends.zk import cost as zk_cost
+    from circuitgrad.costmodel import cpu
     if not a.keep_calibration:
         if not a.skip_cpu:
             cpu.calibrate(refresh=True)
