@@ -24,7 +24,7 @@ import sys
 from typing import Sequence
 
 from . import __version__
-from .command import UsageError, add_model_options, load_model
+from .command import UsageError, add_model_options, load_model, missing_extra
 from .primitives import PRIMITIVES
 from .targets import TARGETS
 
@@ -53,14 +53,18 @@ def _fixed_options(p) -> None:
 
 
 def _reported(fn):
-    """Run a command; a model that does not load or compile, or a fixed-point range it overflows, is one line
-    on stderr and exit status 1 (a bad command line raises :class:`UsageError`: status 2, from ``main``)."""
+    """Run a command; a model that does not load or compile, a fixed-point range it overflows, a file it cannot
+    write or a missing optional dependency (named with its extra, :func:`command.missing_extra`) is one line on
+    stderr and exit status 1 (a bad command line raises :class:`UsageError`: status 2, from ``main``)."""
     def run(args) -> int:
         from .fixedpoint import FixedPointOverflow
         try:
             return fn(args)
+        except ImportError as e:
+            print(f"circuitgrad {args.cmd}: {missing_extra(e)}", file=sys.stderr)
+            return 1
         except (ValueError, TypeError, FixedPointOverflow, NotImplementedError, OSError) as e:
-            print(f"circuitgrad {args.cmd}: {e}", file=sys.stderr)
+            print(f"circuitgrad {args.cmd}: {' '.join(str(e).split())}", file=sys.stderr)
             return 1
     return run
 
@@ -123,6 +127,12 @@ def _draw(args) -> int:
 
     from . import types
     from .drawing import UnknownDefinition, draw
+    if not args.output:
+        raise UsageError("-o needs the SVG file to write, e.g. -o model.svg")
+    if os.path.isdir(args.output):
+        name = os.path.splitext(os.path.basename(args.script.rstrip("/\\")))[0] or "model"
+        raise UsageError(f"-o {args.output} is a directory; -o names the SVG file to write, e.g. "
+                         f"-o {os.path.join(args.output, name + '.svg')}")
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         raise UsageError(f"-o {args.output}: no such directory {os.path.dirname(args.output) or folder}")
@@ -132,10 +142,15 @@ def _draw(args) -> int:
     if args.fold is not None and not args.step:
         raise UsageError("--fold and --no-fold choose the layout of a training step: add --step")
     try:
-        draw(spec.compile() if args.step else spec.model, path=args.output, expand=tuple(args.expand),
-             depth=args.depth, fold=args.fold)
+        svg = draw(spec.compile() if args.step else spec.model, expand=tuple(args.expand), depth=args.depth,
+                   fold=args.fold)
     except UnknownDefinition as e:
         raise UsageError(f"--expand: {e.detail}") from None
+    try:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(svg)
+    except OSError as e:                 # the command line was right; this file cannot be written
+        raise OSError(f"-o {args.output}: cannot write it: {e.strerror or e}") from None
     print(f"wrote {args.output}")
     return 0
 

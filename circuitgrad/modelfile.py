@@ -15,10 +15,18 @@ A model file defines a function ``model(**options) -> ModelSpec``::
 with :func:`load`, passing only the options named on their own command line
 (``--batch 4`` → ``model(batch=4)``, ``--option heads=2`` → ``model(heads=2)``),
 so the model, loss and optimizer the tools use are exactly those the script
-trains. ``data(seed)`` yields ``(x, y)`` batches of the model's batch size; a
-tool that needs more batches than one iterator gives calls ``data(seed + 1)``,
-and so on. ``dataset()`` returns the whole training set ``(x, y)`` those batches are
+trains. ``dataset()`` returns the whole training set ``(x, y)`` the batches are
 drawn from; ``zk prove --private`` commits to it by its Merkle root.
+
+``data(seed)`` returns an iterable of ``(x, y)`` batches (one epoch, say), each of exactly the
+model's batch size. A tool takes them in order (:func:`batches`, with ``seed`` the tool's ``--seed``,
+0 by default), one per step, and when the iterable runs out before the steps do it calls
+``data(seed + 1)``, then ``data(seed + 2)``, and so on: a new epoch, shuffled anew if ``data`` shuffles
+by its seed. So ``--steps 10`` over a ``data`` of 4 batches uses ``data(0)``'s 4, ``data(1)``'s 4 and
+the first 2 of ``data(2)``. A short last batch is not padded or skipped: it is an error naming the
+batch (``datasets.batches`` drops an epoch's remainder, so it never yields one). A call that yields
+no batch at all, a ``data`` that returns no iterable, or an exception in the file's ``data`` code is a
+one-line :class:`ModelFileError` naming the call (``data(3)``).
 
 The tools import the file as a module (its ``if __name__ == "__main__":`` block never runs). A path that
 is not a file but an example's short name (``iris``, ``tinygpt``) names that example, which ships with the
@@ -80,6 +88,8 @@ def resolve(path: str) -> str:
     ``tinygpt``: they ship with the package). A usage error when it is neither."""
     if os.path.isfile(path):
         return path
+    if os.path.isdir(path):
+        raise OptionError(f"{path} is a directory, not a model file (a .py file that defines model(**options))")
     if os.sep not in path and "/" not in path and not path.endswith(".py"):
         found = examples()
         if path in found:
@@ -127,7 +137,8 @@ def load_function(path: str) -> Callable[..., ModelSpec]:
     path = resolve(path)
     spec = importlib.util.spec_from_file_location(f"circuitgrad_model_{abs(hash(os.path.abspath(path)))}", path)
     if spec is None or spec.loader is None:
-        raise ModelFileError(f"{path}: not a Python file")
+        raise OptionError(f"{path}: not a Python file; a model file is a .py file that defines "
+                          f"model(**options)")
     mod = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(mod)
@@ -140,7 +151,7 @@ def load_function(path: str) -> Callable[..., ModelSpec]:
         raise ModelFileError(f"{path}: import: {_raised(e)}") from None
     fn = getattr(mod, "model", None)
     if not callable(fn):
-        raise ModelFileError(f"{path} must define model(**options) returning cg.ModelSpec "
+        raise OptionError(f"{path} must define model(**options) returning cg.ModelSpec "
                              f"(see circuitgrad/modelfile.py or examples/iris.py)")
     return fn
 
@@ -253,13 +264,29 @@ def check_batch(step, batch: object, k: int, path: str = "the model file") -> tu
 
 
 def batches(spec: ModelSpec, seed: int, path: str = "the model file") -> Iterator[tuple]:
-    """Endless ``(x, y)`` batches: ``data(seed)``, then ``data(seed + 1)``, …"""
+    """Endless ``(x, y)`` batches: all of ``data(seed)``, then of ``data(seed + 1)``, … (the module
+    docstring states the contract). A call that yields nothing, a ``data`` that returns no iterable, or
+    an exception the file's ``data`` code raises is a :class:`ModelFileError` naming the call."""
     if spec.data is None:
         raise ModelFileError(f"{path}: model() returned no data; set ModelSpec(data=lambda seed: ...)")
     for k in itertools.count():
-        it = iter(spec.data(seed + k))
-        first = next(it, None)
-        if first is None:
-            raise ModelFileError(f"{path}: data({seed + k}) yielded no batch")
-        yield first
-        yield from it
+        call = f"data({seed + k})"
+        try:
+            it = iter(spec.data(seed + k))
+        except TypeError as e:
+            raise ModelFileError(f"{path}: {call} must return an iterable of (x, y) batches "
+                                 f"({' '.join(str(e).split())})") from None
+        except (Exception, SystemExit) as e:      # the file's own code: one line, as in model()
+            raise ModelFileError(f"{path}: {call}: {_raised(e)}") from None
+        yielded = False
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            except (Exception, SystemExit) as e:
+                raise ModelFileError(f"{path}: {call}: {_raised(e)}") from None
+            yielded = True
+            yield batch
+        if not yielded:
+            raise ModelFileError(f"{path}: {call} yielded no batch")

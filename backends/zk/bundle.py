@@ -155,6 +155,11 @@ def _read_npz(path: str, names: list[str], shapes: list[tuple]) -> dict[str, np.
         with zipfile.ZipFile(io.BytesIO(raw)) as zf:
             for info in zf.infolist():       # before anything is decompressed: no zip bombs
                 if info.filename in sizes and info.file_size > sizes[info.filename]:
+                    name = info.filename[:-4]
+                    got = _npy_shape(zf, info)   # its header only: the checkpoint of another model?
+                    want = tuple(shapes[names.index(name)])
+                    if got is not None and got != want:
+                        raise BundleError(_other_model(path, name, got, want))
                     raise BundleError(f"{path}: member {printable(info.filename)!r} is larger than its shape needs")
         with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             return {k: z[k] if f"{k}.npy" in sizes else None for k in z.files}   # unknown names: not read
@@ -162,6 +167,25 @@ def _read_npz(path: str, names: list[str], shapes: list[tuple]) -> dict[str, np.
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError) as e:
         raise BundleError(f"{path}: not a NumPy .npz checkpoint ({printable(str(e))[:200]})") from None
+
+
+def _npy_shape(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple | None:
+    """The shape an ``.npy`` member's header declares (at most 4 KiB decompressed), or None if unreadable."""
+    try:
+        with zf.open(info) as fh:
+            head = io.BytesIO(fh.read(4096))
+        version = np.lib.format.read_magic(head)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        return tuple(read(head)[0])
+    except Exception:                     # not a readable .npy header: the size check's own message
+        return None
+
+
+def _other_model(path: str, name: str, got: tuple, want: tuple) -> str:
+    """A parameter of another shape: the checkpoint was written for another model (or other options)."""
+    return (f"{path}: parameter {name} has shape {list(got)} in this checkpoint, but the model needs "
+            f"{list(want)}: it is a checkpoint of another model or of other options (--batch, --hidden, "
+            f"--option); --init takes one of this model, such as the final.npz that zk prove writes for it")
 
 
 def load_params(path: str, names: list[str], shapes: list[tuple], dtype) -> list[np.ndarray]:
@@ -179,7 +203,7 @@ def load_params(path: str, names: list[str], shapes: list[tuple], dtype) -> list
     for n, shape in zip(names, shapes):
         a = data[n]
         if a.shape != tuple(shape):
-            raise BundleError(f"{path}: parameter {n} has shape {list(a.shape)}, expected {list(shape)}")
+            raise BundleError(_other_model(path, n, a.shape, tuple(shape)))
         if not np.issubdtype(a.dtype, np.integer):
             raise BundleError(f"{path}: parameter {n} is {a.dtype}; a checkpoint holds raw {dtype} integers "
                               f"(as step.init_params() returns them for a fixed-point model)")
