@@ -2,6 +2,7 @@
 that follow it, and its errors."""
 from __future__ import annotations
 
+import itertools
 import os
 import re
 
@@ -125,3 +126,49 @@ def test_fpga_synth_of_a_design_too_big_is_one_line(capsys):
         main(["fpga", "synth", *opts, "--macs", "8", "--target", "ice40-up5k"])
     assert re.fullmatch(r"circuitgrad fpga synth: ice40-up5k: the design needs \d+ block RAMs \(16 copies of \d+ words "
                         r"× 16 bits, \d+ blocks each\), the device has 30 \([\d.]+x too many\)", str(e.value.code))
+
+
+# ------------------------------------------------------------------ data(): when the steps outnumber the batches
+DATA = """
+calls = []
+
+def model(batch=2, n=2, fail=None):
+    import numpy as np
+
+    def data(seed):
+        calls.append(seed)
+        if fail == "call":
+            raise RuntimeError("no disk")
+        if fail == "none":
+            return None
+        def gen():
+            for i in range(0 if fail == "empty" else n):
+                if fail == "midway" and i == 1:
+                    raise OSError("read error")
+                yield np.full((batch, 2), 10 * seed + i), np.zeros(batch, dtype=int)
+        return gen()
+    return cg.ModelSpec(nn.mlp(batch, [2, 2]), nn.softmax_cross_entropy, nn.sgd(0.1), data=data)
+"""
+
+
+def test_data_runs_out_then_the_next_seed_is_called(tmp_path):
+    """10 steps over 4 batches a call: data(5)'s 4, data(6)'s 4, then the first 2 of data(7), in order."""
+    p = _write(tmp_path, DATA)
+    spec = modelfile.load(p, {"n": 4})
+    xs = [int(x[0, 0]) for x, _ in itertools.islice(modelfile.batches(spec, 5, p), 10)]
+    assert xs == [50, 51, 52, 53, 60, 61, 62, 63, 70, 71]
+    assert spec.data.__globals__["calls"] == [5, 6, 7]
+
+
+@pytest.mark.parametrize("fail, message", [
+    ("empty", "{p}: data(3) yielded no batch"),
+    ("none", "{p}: data(3) must return an iterable of (x, y) batches ('NoneType' object is not iterable)"),
+    ("call", "{p}: data(3): RuntimeError: no disk"),
+    ("midway", "{p}: data(3): OSError: read error"),
+])
+def test_a_data_function_that_fails_is_one_line_naming_the_call(tmp_path, fail, message):
+    p = _write(tmp_path, DATA)
+    it = modelfile.batches(modelfile.load(p, {"fail": fail}), 3, p)
+    with pytest.raises(modelfile.ModelFileError) as e:
+        list(itertools.islice(it, 5))
+    assert str(e.value) == message.format(p=p)
