@@ -26,6 +26,7 @@ from circuitgrad import arguments
 from circuitgrad.compile import CompiledModel, compile_model
 from circuitgrad.types import Fixed, fixed
 
+from .extra import MissingExtra, require_amaranth
 from .microcode import RULES, UNSUPPORTED, Microcode, compile_program, execute
 from .timing import HW_KINDS, check_supported, cycles
 
@@ -33,19 +34,18 @@ from .timing import HW_KINDS, check_supported, cycles
 def __getattr__(name: str):
     """``Sequencer`` needs Amaranth: imported on first use, with a clear error without it."""
     if name == "Sequencer":
-        return _core().Sequencer
+        return _core("fpga.Sequencer").Sequencer
     raise AttributeError(name)
 
 
-def _core():
-    try:
-        from . import core
-    except ImportError as e:
-        raise ImportError("the FPGA backend's hardware needs Amaranth: pip install 'circuitgrad[fpga]'") from e
+def _core(what: str):
+    """The Amaranth sequencer module (:mod:`.core`); :class:`~.extra.MissingExtra` naming ``what`` without Amaranth."""
+    require_amaranth(what)
+    from . import core
     return core
 
 __all__ = ["RULES", "UNSUPPORTED", "Design", "UnrolledDesign", "compile", "unroll", "simulate", "train", "Sequencer",
-           "cycles", "Microcode", "compile_program", "execute", "HW_KINDS"]
+           "cycles", "Microcode", "compile_program", "execute", "HW_KINDS", "MissingExtra"]
 
 
 @dataclass
@@ -66,10 +66,11 @@ class Design:
     def component(self, bank_words: int | None = None):
         """The Amaranth :class:`~.core.Sequencer` of this design (``bank_words``: words per block RAM of the
         target; ``None`` keeps the memory in one bank, as the simulation does)."""
-        return _core().Sequencer(self.microcode, self.read_ports, self.macs, bank_words)
+        return _core("design.component()").Sequencer(self.microcode, self.read_ports, self.macs, bank_words)
 
     def top(self, bank_words: int | None = None):
         """The sequencer behind the serial pins that synthesis builds (:class:`~.synth.Top`)."""
+        _core("design.top()")
         from .synth import Top
         return Top(self.component(bank_words))
 
@@ -94,12 +95,13 @@ class UnrolledDesign:
         return len(self.microcode.ops) + 1
 
     def component(self):
-        _core()
+        _core("design.component()")
         from .unrolled import Unrolled
         return Unrolled(self.microcode, self.consts)
 
     def top(self, bank_words: int | None = None):
         """The pipeline behind the serial pins (it has no memory: ``bank_words`` is ignored)."""
+        _core("design.top()")
         from .unrolled import UnrolledTop
         return UnrolledTop(self.component())
 
@@ -115,6 +117,7 @@ def unroll(model: CompiledModel, params, dtype: Fixed | None = None) -> Unrolled
     taken as raw values of ``dtype`` (as :func:`simulate` does), floats are
     quantized.
     """
+    require_amaranth("fpga.unroll")
     dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else fixed(16, 8))
     fx = model if model.dtype == dtype else compile_model(model.model, model.loss_fn, model.optimizer, dtype)
     mc = compile_program(fx.fn("predict").program, dtype, write_back=0)
@@ -149,13 +152,16 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, fun
     return Design(fx, function, mc, macs, read_ports)
 
 
-def simulate(design: Design, params, x, y=None, check_collisions: bool = False) -> tuple[dict[str, np.ndarray], int]:
+def simulate(design: Design, params, x, y=None, check_collisions: bool = False,
+             progress=None) -> tuple[dict[str, np.ndarray], int]:
     """Run the design in Amaranth's simulator: ``(outputs by name, cycles)``.
 
     ``check_collisions`` also fails if a block-RAM word is ever read in the cycle it is written
-    (the synthesized memories leave that case undefined; see ``docs/FPGA.md``).
+    (the synthesized memories leave that case undefined; see ``docs/FPGA.md``). ``progress``: a bar
+    (``update(n)``: tqdm, :func:`circuitgrad.progress.progress`) that counts the simulated cycles, of which
+    there are ``design.cycles``.
     """
-    _core()
+    _core("fpga.simulate")
     if isinstance(design, UnrolledDesign):
         from .sim import run_unrolled
         if params is not None:
@@ -172,18 +178,20 @@ def simulate(design: Design, params, x, y=None, check_collisions: bool = False) 
     if key != "predict":
         args.append(fx._targets(y))
     outs, n = _simulate(design.microcode, args, read_ports=design.read_ports, macs=design.macs,
-                        check_collisions=check_collisions)
+                        check_collisions=check_collisions, progress=progress)
     out_names = names if key == "step" else ([key] if key != "gradients" else fx.param_names)
     return dict(zip(out_names, outs)), n
 
 
-def train(design: Design, params, batches, check_collisions: bool = False) -> tuple[dict[str, np.ndarray], int]:
+def train(design: Design, params, batches, check_collisions: bool = False,
+          progress=None) -> tuple[dict[str, np.ndarray], int]:
     """Train on the simulated FPGA: parameters are loaded once, then only batches go in.
 
     Returns the final parameters and optimizer state, read from on-chip
-    memory, and the total number of cycles. ``check_collisions`` as in :func:`simulate`.
+    memory, and the total number of cycles. ``check_collisions`` and ``progress`` (``design.cycles``
+    per batch) as in :func:`simulate`.
     """
-    _core()
+    _core("fpga.train")
     from .sim import run_steps
     fx = design.model
     names = fx.param_names + fx.state_names
@@ -191,5 +199,5 @@ def train(design: Design, params, batches, check_collisions: bool = False) -> tu
             else fx.cast(params[n], n) for n in names]
     data = [(fx._x(x, "step"), fx._targets(y)) for x, y in batches]
     state, n = run_steps(design.microcode, init, data, read_ports=design.read_ports, macs=design.macs,
-                         check_collisions=check_collisions)
+                         check_collisions=check_collisions, progress=progress)
     return dict(zip(names, state)), n

@@ -9,7 +9,10 @@ from circuitgrad.fixedpoint import FixedPointOverflow
 from .core import Sequencer
 from .microcode import DOMAIN_WHAT, Microcode
 
-__all__ = ["simulate", "ReadWriteCollision"]
+__all__ = ["simulate", "run_steps", "ReadWriteCollision", "PROGRESS_CYCLES"]
+
+#: simulated cycles between two ``progress.update`` calls (the count is exact at the end of each run)
+PROGRESS_CYCLES = 4096
 
 
 class ReadWriteCollision(AssertionError):
@@ -41,33 +44,38 @@ def _watch_collisions(sim: Simulator, dut: Sequencer) -> None:
 
 def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_000,
              read_ports: int = 2, macs: int = 1, check_collisions: bool = False,
-             bank_words: int | None = None) -> tuple[list[np.ndarray], int]:
+             bank_words: int | None = None, progress=None) -> tuple[list[np.ndarray], int]:
     """Load ``inputs``, run the program, return ``(outputs, cycles from start to done)``.
 
     ``check_collisions`` raises :class:`ReadWriteCollision` if a read port ever addresses the word
     being written in the same cycle (slower; the tests use it). ``bank_words`` splits the memory into
-    banks as synthesis does (``Sequencer``); results and cycles do not depend on it.
+    banks as synthesis does (``Sequencer``); results and cycles do not depend on it. ``progress``: an
+    object with ``update(n)`` (a tqdm bar, :class:`circuitgrad.progress.Progress`), told the cycles simulated
+    every :data:`PROGRESS_CYCLES` cycles.
     """
     return _run(mc, list(zip(mc.inputs, inputs)), [[]], mc.outputs, read_ports, macs, check_collisions, max_cycles,
-                bank_words)
+                bank_words, progress)
 
 
 def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.ndarray, np.ndarray]],
               read_ports: int = 2, macs: int = 1, check_collisions: bool = False,
-              max_cycles: int = 10_000_000) -> tuple[list[np.ndarray], int]:
+              max_cycles: int = 10_000_000, progress=None) -> tuple[list[np.ndarray], int]:
     """Load ``state`` (the first inputs) once, then for each batch load ``x, y`` and run; read the state back:
-    ``(state, cycles of every run together)``. ``max_cycles`` bounds each run."""
+    ``(state, cycles of every run together)``. ``max_cycles`` bounds each run; ``progress`` as in
+    :func:`simulate`."""
     k = len(state)
     runs = [[(mc.inputs[k], x), (mc.inputs[k + 1], y)] for x, y in batches]
     return _run(mc, list(zip(mc.inputs[:k], state)), runs, mc.inputs[:k], read_ports, macs, check_collisions,
-                max_cycles)
+                max_cycles, progress=progress)
 
 
 def _run(mc: Microcode, first: list, runs: list[list], read: list, read_ports: int, macs: int,
-         check_collisions: bool, max_cycles: int, bank_words: int | None = None) -> tuple[list[np.ndarray], int]:
+         check_collisions: bool, max_cycles: int, bank_words: int | None = None,
+         progress=None) -> tuple[list[np.ndarray], int]:
     """Load ``first`` (``(view, array)`` pairs) once; for each run load its pairs, start the program and wait
     until it is done; stop at the first overflow (raised, naming the micro-op and the run); read the
-    ``read`` views back. ``(arrays, cycles of every run together)``."""
+    ``read`` views back. ``(arrays, cycles of every run together)``. ``progress.update`` gets the cycles
+    simulated, every :data:`PROGRESS_CYCLES` and at the end of each run."""
     dut = Sequencer(mc, read_ports, macs, bank_words)
     result: dict = {}
 
@@ -89,8 +97,12 @@ def _run(mc: Microcode, first: list, runs: list[list], read: list, read_ports: i
             while not ctx.get(dut.done):
                 await ctx.tick()
                 n += 1
+                if n % PROGRESS_CYCLES == 0 and progress is not None:
+                    progress.update(PROGRESS_CYCLES)
                 if n > max_cycles:
                     raise RuntimeError(f"FPGA simulation did not finish in {max_cycles} cycles")
+            if progress is not None:
+                progress.update(n % PROGRESS_CYCLES)
             total += n
             if ctx.get(dut.overflow):
                 result["fault"] = (i, ctx.get(dut.fault))

@@ -20,23 +20,43 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from amaranth import Cat, Module, Signal
-from amaranth.back import rtlil
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from .extra import MissingExtra, require_tools, synthesis_tools, tool
 
-from .core import READ_LATENCY, Sequencer  # noqa: F401
-from .devices import BOARDS, TARGETS, Target, constraints, pcf  # noqa: F401
+try:
+    from amaranth import Cat, Module, Signal
+    from amaranth.back import rtlil
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+except ImportError:
+    raise MissingExtra("fpga synthesis", "Amaranth and the YoWASP tools") from None
+
+from .core import READ_LATENCY, Sequencer  # noqa: F401, E402
+from .devices import BOARDS, TARGETS, Target, constraints, pcf  # noqa: F401, E402
 
 __all__ = ["TARGETS", "Top", "SERIAL_PINS", "Report", "synthesize", "cell_counts", "DoesNotFit", "rtlil_text"]
 
 
 class DoesNotFit(ValueError):
-    """The design exceeds the device."""
+    """The design exceeds the device.
+
+    ``hint`` (``"try {}"``, ``"at most {} fits"``) and ``option`` (``("read_ports", 1)``) suggest a compile
+    option that fits: ``str()`` names it as the keyword of :func:`~circuitgrad.backends.fpga.compile`
+    (``try read_ports=1``), :meth:`cli_message` as the flag of ``circuitgrad fpga synth`` (``try --read-ports 1``).
+    """
+
+    def __init__(self, message: str, hint: str = "", option: tuple[str, int] | None = None) -> None:
+        self.message, self.hint, self.option = message, hint, option
+        super().__init__(self._text(lambda k, v: f"{k}={v}"))
+
+    def _text(self, spell) -> str:
+        return self.message + (f"; {self.hint.format(spell(*self.option))}" if self.option else "")
+
+    def cli_message(self) -> str:
+        """The message with the option spelled as a command-line flag (``--read-ports 1``, ``--macs 3``)."""
+        return self._text(lambda k, v: f"--{k.replace('_', '-')} {v}")
 
 
 #: the pins of every synthesized top: a serial host port that fits one PMOD (see ``devices.BOARDS``)
@@ -106,13 +126,11 @@ class Report:
 
 
 def _tool(name: str) -> list[str]:
-    exe = shutil.which(f"yowasp-{name}")
-    if exe:
-        return [exe]
-    here = os.path.join(os.path.dirname(sys.executable), f"yowasp-{name}")
-    if os.path.exists(here):
-        return [here]
-    raise FileNotFoundError(f"yowasp-{name} not found: pip install 'circuitgrad[fpga]'")
+    """The command of ``yowasp-<name>`` (:class:`~.extra.MissingExtra` when it is not installed)."""
+    cmd = tool(name)
+    if cmd is None:
+        require_tools("fpga synthesis", (name,), amaranth=False)
+    return cmd
 
 
 def _run(cmd: list[str], what: str, log, cwd: str, logfile: str | None = None) -> subprocess.CompletedProcess:
@@ -122,7 +140,9 @@ def _run(cmd: list[str], what: str, log, cwd: str, logfile: str | None = None) -
     quietly (yosys ``-q``).
     """
     log(f"{what}: {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}")
+    t0 = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    log(f"  done in {time.perf_counter() - t0:.1f} s")
     if res.returncode != 0:
         text = res.stdout + res.stderr
         if logfile and os.path.exists(os.path.join(cwd, logfile)):
@@ -199,11 +219,12 @@ def precheck(design, target: str) -> None:
     per = t.blocks(mc.depth, mc.dtype.width)
     need = per * copies
     if need > t.bram_blocks:
-        hint = "; try read_ports=1" if copies > 1 and per <= t.bram_blocks and design.macs == 1 else (
-            f"; at most macs={t.bram_blocks // (2 * per)} fits" if design.macs > 1 and t.bram_blocks >= 2 * per else "")
+        hint, option = ("try {}", ("read_ports", 1)) if copies > 1 and per <= t.bram_blocks and design.macs == 1 else (
+            ("at most {} fits", ("macs", t.bram_blocks // (2 * per))) if design.macs > 1 and t.bram_blocks >= 2 * per
+            else ("", None))
         raise DoesNotFit(f"{target}: the design needs {need} block RAMs ({copies} copies of {mc.depth} words "
                          f"× {mc.dtype.width} bits, {per} blocks each), the device has {t.bram_blocks} "
-                         f"({need / t.bram_blocks:.1f}x too many){hint}")
+                         f"({need / t.bram_blocks:.1f}x too many)", hint, option)
 
 
 def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=print) -> dict[str, int]:
@@ -214,6 +235,7 @@ def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of {sorted(TARGETS)}")
+    require_tools("fpga synthesis", ("yosys",))
     precheck(design, target)
     t = TARGETS[target]
     os.makedirs(outdir, exist_ok=True)
@@ -251,6 +273,7 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log
             raise ValueError(f"board {board} is built for {BOARDS[board]['target']}, not {target}")
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of {sorted(TARGETS)}")
+    require_tools("fpga synthesis", synthesis_tools(TARGETS[target].family))
     t0 = time.perf_counter()
     cells = cell_counts(design, target, outdir, log)
     t = TARGETS[target]
