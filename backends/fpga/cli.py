@@ -9,23 +9,34 @@ dtype and data that the script trains; ``--batch``, ``--lr`` and ``--option KEY=
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import numpy as np
 
 from circuitgrad import modelfile
 from circuitgrad.command import UsageError, add_model_options
+from circuitgrad.progress import progress
 from circuitgrad.types import fixed
 
+from .extra import MissingExtra, require_amaranth, require_tools, synthesis_tools
+
 __all__ = ["add_parser"]
+
+
+def _check_design_flags(a) -> None:
+    """The flags that shape the design (usage errors)."""
+    if a.macs < 1:
+        raise UsageError(f"--macs must be at least 1, got {a.macs}")
+    if a.macs > 1 and getattr(a, "read_ports", 2) != 2:
+        raise UsageError(f"--macs {a.macs} needs --read-ports 2 (each lane reads both operands at once)")
 
 
 def _design(a):
     from circuitgrad.command import load_model
 
     from . import compile as fpga_compile
-    if a.macs < 1:
-        raise UsageError(f"--macs must be at least 1, got {a.macs}")
+    _check_design_flags(a)
     try:
         spec, dtype = load_model(a, fixed(16, 8))
         step = spec.compile(dtype=dtype)
@@ -36,34 +47,48 @@ def _design(a):
 
 
 def _synth(a) -> int:
-    from .synth import synthesize
+    from .devices import BOARDS, TARGETS
     if a.seeds < 1:
         raise UsageError(f"--seeds must be at least 1, got {a.seeds}")
+    _check_design_flags(a)
+    target = a.target or (BOARDS[a.board]["target"] if a.board else "ice40-up5k")
+    if a.board and BOARDS[a.board]["target"] != target:
+        raise UsageError(f"--board {a.board} carries an {BOARDS[a.board]['target']}: use --target "
+                         f"{BOARDS[a.board]['target']} (or no --target), not --target {target}")
+    try:                                # before compiling: a missing tool is said at once
+        require_tools("circuitgrad fpga synth", synthesis_tools(TARGETS[target].family))
+    except MissingExtra as e:
+        raise SystemExit(str(e)) from None
+    from .synth import DoesNotFit, synthesize
     t0 = time.perf_counter()
     print("[compile] …", flush=True)
     spec, step, design = _design(a)
     print(f"[compile] {design.function} of {step.model.name}: {len(design.microcode.ops)} micro-ops, "
           f"{design.microcode.depth} memory words, {design.cycles} cycles per call "
           f"({time.perf_counter() - t0:.2f} s)", flush=True)
-    from .devices import BOARDS
-    target = a.target or (BOARDS[a.board]["target"] if a.board else "ice40-up5k")
-    from .synth import DoesNotFit
     try:
         report = synthesize(design, target, a.out, log=lambda s: print(f"[build] {s}", flush=True), board=a.board,
                             seeds=a.seeds)
-    except DoesNotFit as e:
-        raise SystemExit(f"circuitgrad fpga synth: {e}") from None
+    except DoesNotFit as e:             # its suggestion as this command's flag (--read-ports 1), not the keyword
+        raise SystemExit(f"circuitgrad fpga synth: {e.cli_message()}") from None
     print(report)
     print(f"report written to {os.path.join(a.out, 'report.json')}")
     return 0
 
 
 def _simulate(a) -> int:
+    from circuitgrad.fixedpoint import FixedPointOverflow
+
     from . import simulate
     if a.function != "step":
         raise UsageError("only --function step is simulated from the command line")
     if a.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {a.steps}")
+    _check_design_flags(a)
+    try:
+        require_amaranth("circuitgrad fpga simulate")
+    except MissingExtra as e:
+        raise SystemExit(str(e)) from None
     spec, step, design = _design(a)
     hw = step.init_params(seed=0)
     sw = dict(hw)
@@ -74,7 +99,11 @@ def _simulate(a) -> int:
         except modelfile.ModelFileError as e:
             raise SystemExit(f"circuitgrad fpga: {e}") from None
         t0 = time.perf_counter()
-        hw, n = simulate(design, hw, x, y)
+        try:                            # the simulated cycles on stderr: a GPT's step takes a minute
+            with progress(design.cycles, f"simulating step {k}", unit="cycle", file=sys.stderr) as bar:
+                hw, n = simulate(design, hw, x, y, progress=bar)
+        except FixedPointOverflow as e:
+            raise SystemExit(f"circuitgrad fpga: {e}") from None
         sw = step.step(sw, x, y)
         exact = all(np.array_equal(hw[key], sw[key]) for key in sw)
         print(f"step {k}: {n} cycles (model {design.cycles}), bit-exact with the interpreter: {exact} "

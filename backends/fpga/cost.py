@@ -39,12 +39,13 @@ from circuitgrad.costmodel.report import Cost, table
 
 from . import compile as compile_design
 from . import unroll as unroll_design
+from .devices import TARGETS as _TARGETS
 from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
+from .extra import require_amaranth
 from .netlist import adder_bits, sum_operands
-from .synth import rtlil_text
 from .timing import op_cycles
 
-__all__ = ["estimate", "family", "features", "resources", "unrolled_features", "timing_features", "fmax",
+__all__ = ["estimate", "family", "fit", "DEVICES", "features", "resources", "unrolled_features", "timing_features", "fmax",
            "unrolled_timing_features", "unrolled_fmax", "FEATURES", "UNROLLED_FEATURES", "TIMING_FEATURES", "UNROLLED_TIMING_FEATURES"]
 
 #: the LUT model's features, in order (see :func:`features`)
@@ -60,6 +61,9 @@ UNROLLED_TIMING_FEATURES = ("const", "operands", "kbits")
 _BLOCKS = {"ecp5": (1024, 1200), "ice40": (256, 0)}
 #: the device each family's clock is estimated on
 _DEVICES = {"ecp5": "ecp5-85k", "ice40": "ice40-up5k"}
+#: the devices ``estimate`` takes (``device=``, ``circuitgrad cost --target fpga --device``): the capacities of
+#: :data:`.devices.TARGETS`, against which it says whether the design fits
+DEVICES = tuple(sorted(_TARGETS))
 
 
 def family(device: str) -> str:
@@ -68,6 +72,25 @@ def family(device: str) -> str:
         raise ValueError(f"cost: unknown FPGA device {device!r}; choose an ecp5-… or ice40-… target "
                          f"(ecp5-85k, ice40-up5k)")
     return fam
+
+
+def check_device(device: str) -> str:
+    """``device`` in lower case, if :data:`DEVICES` has it (``ValueError`` naming them otherwise)."""
+    family(device)
+    if device.lower() not in _TARGETS:
+        raise ValueError(f"cost: unknown FPGA device {device!r}; choose one of {', '.join(DEVICES)}")
+    return device.lower()
+
+
+def fit(res: dict[str, int], device: str) -> tuple[bool, str]:
+    """Whether estimated resources ``res`` (``lut4``, ``dsp``, ``bram``) fit ``device``, and a line that says
+    so: each resource against the device's capacity, or what does not fit and by how much."""
+    t = _TARGETS[device]
+    have = [(res["lut4"], t.lut4, "LUT4s"), (res["dsp"], t.dsps, "DSP blocks"), (res["bram"], t.bram_blocks, "block RAMs")]
+    over = [f"{n:,} {what} (the device has {cap:,})" for n, cap, what in have if n > cap]
+    if over:
+        return False, f"does not fit the {t.name}: needs " + " and ".join(over)
+    return True, f"fits the {t.name}: " + ", ".join(f"{n:,} of {cap:,} {what} ({n / cap:.0%})" for n, cap, what in have)
 
 
 def brams(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
@@ -123,6 +146,13 @@ def fmax(mc, device: str, macs: int = 1, read_ports: int = 2) -> float:
     return 1000.0 / period
 
 
+def rtlil_text(design, log=print, target: str | None = None) -> str:
+    """:func:`.synth.rtlil_text`, imported when first called: elaborating needs Amaranth, the sequencer's
+    estimate does not."""
+    from .synth import rtlil_text as elaborate
+    return elaborate(design, log, target)
+
+
 def _rtlil(design, text: str | None = None) -> str:
     """``text``, or the design elaborated to RTLIL when it is not given."""
     return text if text is not None else rtlil_text(design, log=lambda *a: None)
@@ -171,14 +201,17 @@ _SOURCE = re.compile(r"^[^#]*#(\d+)")
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, macs: int = 1,
              read_ports: int = 2, dtype=None, on_chip: bool = True, unroll: Any = None):
+    """The FPGA design's cost table: cycles and micro-ops by definition, and the resources, Fmax and fit
+    (``detail["fits"]``, and the line ``detail["fit"]`` among the notes) on ``device`` (:data:`DEVICES`,
+    default ``"ecp5-85k"``)."""
     if not isinstance(f, CompiledModel):
         raise TypeError(f"cost: the fpga target needs a compiled model (cg.compile_model), got {type(f).__name__}")
-    device = device or "ecp5-85k"
-    family(device)
+    device = check_device(device or "ecp5-85k")
     if unroll is not None:
         if function != "predict":
             raise ValueError(f"cost: the unrolled FPGA design runs predict only; pass function='predict' "
                              f"(got {function!r})")
+        require_amaranth("cg.cost(..., 'fpga', unroll=params)")
         d = unroll_design(f, unroll, dtype=dtype)
         cycles = [1] * len(d.microcode.ops)          # one pipeline stage per micro-op
         head = ("(input register)", {"micro_ops": 0, "cycles": 1})
@@ -209,8 +242,10 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
                  f"macs={macs}, read_ports={read_ports}")
     res["fmax_mhz"] = round(clocks[family(device)], 1)
     total.values.update({k: v for k, v in res.items() if k != "fmax_mhz"})
+    fits, verdict = fit(res, device)
     notes = [shape, f"{device} estimate: {res['lut4']} LUT4, {res['dsp']} DSP, {res['bram']} block RAM "
-                    f"(a model fitted to yosys synthesis: see docs/COST.md)",
+                    f"(a model fitted to yosys synthesis: see docs/COST.md)", verdict,
              "Fmax estimate: " + ", ".join(f"{clocks[fam]:.0f} MHz on {fam}" for fam in sorted(clocks))
              + " (a clock model fitted to nextpnr: see docs/COST.md)"]
-    return Cost("fpga", device, function, rows, total, notes, {"design": d, "resources": res})
+    return Cost("fpga", device, function, rows, total, notes, {"design": d, "resources": res, "fits": fits,
+                                                              "fit": verdict})

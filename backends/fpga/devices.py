@@ -13,6 +13,7 @@ class Target:
     bram_blocks: int         # block RAMs on the device
     block_words: int         # words per block at the block's widest data port
     block_width: int         # that port's width in bits
+    name: str = ""           # as its maker writes it, for messages ("iCE40 UP5K")
 
     def blocks(self, depth: int, width: int) -> int:
         """Block RAMs one copy of a ``depth × width`` memory takes (blocks are not shared between copies)."""
@@ -20,9 +21,9 @@ class Target:
 
 
 TARGETS = {
-    "ice40-up5k": Target("ice40", ("--up5k", "--package", "sg48"), 5280, 8, 30, 256, 16),        # SB_RAM40_4K
-    "ecp5-25k": Target("ecp5", ("--25k", "--package", "CABGA256"), 24288, 28, 56, 1024, 18),     # DP16KD
-    "ecp5-85k": Target("ecp5", ("--85k", "--package", "CABGA381"), 83640, 156, 208, 1024, 18),
+    "ice40-up5k": Target("ice40", ("--up5k", "--package", "sg48"), 5280, 8, 30, 256, 16, "iCE40 UP5K"),  # SB_RAM40_4K
+    "ecp5-25k": Target("ecp5", ("--25k", "--package", "CABGA256"), 24288, 28, 56, 1024, 18, "ECP5-25K"),  # DP16KD
+    "ecp5-85k": Target("ecp5", ("--85k", "--package", "CABGA381"), 83640, 156, 208, 1024, 18, "ECP5-85K"),
 }
 
 
