@@ -30,13 +30,20 @@ from .targets import TARGETS
 
 
 def _info(_args) -> int:
-    print(f"circuitgrad {__version__}")
+    import platform
+
+    import numpy
+    import scipy
+    print(f"circuitgrad {__version__} on Python {platform.python_version()}, NumPy {numpy.__version__}, "
+          f"SciPy {scipy.__version__}")
     print(f"primitives ({len(PRIMITIVES)}): {', '.join(p.__name__ for p in PRIMITIVES)}")
     for t in TARGETS.values():
         unsupported = ", ".join(c.__name__ for c in t.unsupported())
         state = f"{len(t.rule_table())} rules" + (f" (unsupported: {unsupported})" if unsupported else "")
         ok, why = t.available()
         state += f"; runs on {why}" if ok else f"; unavailable here: {why}"
+        found = t.runtime()
+        state += f"; found {found}" if found else ""
         print(f"target {t.name}: {t.summary}; {state}")
     return 0
 
@@ -92,17 +99,20 @@ def _check_cost_args(args) -> None:
         if args.device.lower() not in DEVICES:
             raise UsageError(f"--device {args.device}: unknown GPU device; choose one of {', '.join(DEVICES)}")
     if args.target == "fpga" and args.device is not None:
-        try:
-            TARGETS["fpga"].module("cost").family(args.device)
-        except ValueError:
-            raise UsageError(f"--device {args.device}: unknown FPGA device; choose an ecp5-… or ice40-… target "
-                             f"(ecp5-85k, ice40-up5k)") from None
+        DEVICES = TARGETS["fpga"].module("cost").DEVICES
+        if args.device.lower() not in DEVICES:
+            raise UsageError(f"--device {args.device}: unknown FPGA device; choose one of {', '.join(DEVICES)}")
     if args.target == "zk" and args.device is not None:
         raise UsageError(f"--device does not apply to --target zk, got --device {args.device}")
     if args.macs < 1:
         raise UsageError(f"--macs must be at least 1, got {args.macs}")
     if args.depth < 1:
         raise UsageError(f"--depth must be at least 1, got {args.depth}")
+    if args.recalibrate and args.target not in ("cpu", "zk"):
+        raise UsageError(f"--recalibrate measures this machine for --target cpu or zk; --target {args.target} "
+                         f"has no calibration")
+    if args.recalibrate and args.no_prover_time:
+        raise UsageError("--recalibrate measures the prover's time model, which --no-prover-time leaves out")
 
 
 @_reported
@@ -116,7 +126,8 @@ def _cost(args) -> int:
     step = spec.compile()
     options = {"cpu": {}, "gpu": {"tf32": args.tf32}, "fpga": {"macs": args.macs},
                "zk": {"prover_time": not args.no_prover_time}}[args.target]
-    print(cost(step, args.target, device=args.device, function=args.function, depth=args.depth, **options))
+    print(cost(step, args.target, device=args.device, function=args.function, depth=args.depth,
+               recalibrate=args.recalibrate, **options))
     return 0
 
 
@@ -161,12 +172,16 @@ def _add_views(sub) -> None:
     _fixed_options(p)
     _dtype_option(p)
     p.add_argument("--target", choices=list(TARGETS), default="cpu")
-    p.add_argument("--device", default=None, help="gpu: h100 or h200 (default h100)")
+    p.add_argument("--device", default=None, help="gpu: h100 or h200 (default h100); fpga: ice40-up5k, ecp5-25k or "
+                                                  "ecp5-85k (default), and whether the design fits it")
     p.add_argument("--function", default="step", choices=["step", "predict", "gradients", "loss"])
     p.add_argument("--depth", type=int, default=2, help="rows group definitions by this many path segments")
     p.add_argument("--macs", type=int, default=1, help="fpga: MAC lanes")
     p.add_argument("--tf32", action="store_true", help="gpu: float32 products on tensor cores (TF32)")
     p.add_argument("--no-prover-time", action="store_true", help="zk: counts only, no prover calibration")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="cpu, zk: measure this machine's calibration again now (it is cached, and measured again "
+                        "by itself when stale or taken under load: docs/COST.md)")
     p.set_defaults(fn=_cost)
     p = sub.add_parser("draw", help="a neural circuit diagram (SVG) of a model file's model or training step")
     add_model_options(p)
