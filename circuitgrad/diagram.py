@@ -1,6 +1,6 @@
 """Morphisms: open hypergraphs with typed wires, built by composition or tracing.
 
-A :class:`Diagram` is an ``open_hypergraphs`` open hypergraph whose wire labels
+A :class:`Diagram` is an open hypergraph (:mod:`circuitgrad.open_hypergraph`) whose wire labels
 are interned :class:`~circuitgrad.types.NdArrayType` s and whose edge labels are
 interned :class:`~circuitgrad.primitives.Primitive` s::
 
@@ -20,8 +20,9 @@ import collections
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
-import open_hypergraphs.numpy as ohn
 
+from .finite_function import DTYPE, FiniteFunction as FF, IndexedCoproduct as IC
+from .open_hypergraph import Hypergraph as HG, OpenHypergraph as OH
 from .provenance import current_builder, segment
 from .primitives import Parameter, TypeMismatch, Copy, intern_op, op_of, path_of
 from .types import NdArrayType, format_types, intern_type, type_of
@@ -30,12 +31,6 @@ __all__ = [
     "Diagram", "identity", "sequential", "monogamous", "unbind_parameters", "IllFormedDiagram", "labels", "relabel",
     "coequalizer", "fresh_parameters",
 ]
-
-FF = ohn.FiniteFunction
-IC = ohn.IndexedCoproduct
-HG = ohn.Hypergraph
-OH = ohn.OpenHypergraph
-DTYPE = FF.Dtype
 
 _MAX_NAME = 60
 

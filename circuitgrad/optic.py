@@ -8,7 +8,7 @@ and a reverse map, each itself a diagram of primitives::
           │     ├──── M        B' ────┤ rev ├──── A'
           └─────┘                     └─────┘
 
-The :class:`ReverseDerivative` functor (``open_hypergraphs``' ``Optic``,
+The :class:`ReverseDerivative` functor (an :class:`~circuitgrad.functor.Optic`,
 Wilson & Zanasi, *Data-Parallel Algorithms for String Diagrams*, §10) maps
 all operations at once: the forward and reverse maps of every edge are
 tensored in a single ``tensor_list`` (rules are cached per operation, so a
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import open_hypergraphs.numpy as ohn
 
 from . import ops
 from . import primitives as P
+from .functor import FrobeniusFunctor, Optic
 from .diagram import DTYPE, FF, IC, OH, Diagram, empty_labels, map_paths, labels, monogamous
 from .tracing import apply, trace
 from .types import NdArrayType
@@ -198,7 +198,7 @@ def _tensor(ds: list) -> OH:
     return OH.tensor_list(ds)
 
 
-class _Identity(ohn.FrobeniusFunctor):
+class _Identity(FrobeniusFunctor):
     """Identity on objects; ``pick`` selects the fwd or rev map of each rule."""
 
     def __init__(self, pick: str):
@@ -211,7 +211,7 @@ class _Identity(ohn.FrobeniusFunctor):
         return _tensor([getattr(rule_for(l), self.pick) for l in x.table])
 
 
-class ReverseDerivative(ohn.Optic):
+class ReverseDerivative(Optic):
     """The optic functor ``f ↦ (fwd f, rev f)`` applied to whole hypergraphs."""
     F = _Identity("fwd")
     R = _Identity("rev")

@@ -17,3 +17,14 @@ def torch() -> types.ModuleType:
     except OSError as e:
         pytest.skip(f"PyTorch is installed but does not load ({e}): reinstall it (scripts/test.sh does)",
                     allow_module_level=True)
+
+
+def open_hypergraphs() -> types.ModuleType:
+    """``open_hypergraphs.numpy``, the reference the core's own open hypergraphs are checked against, or a skip.
+
+    It pins NumPy 1.26, so it is not a dependency: ``scripts/test.sh`` installs it without its pins."""
+    try:
+        return pytest.importorskip("open_hypergraphs.numpy")
+    except Exception as e:                                  # a release that no longer loads on this NumPy
+        pytest.skip(f"open-hypergraphs is installed but does not load ({type(e).__name__}: {e})",
+                    allow_module_level=True)
