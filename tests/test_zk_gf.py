@@ -206,14 +206,15 @@ def test_inverses_powers_lagrange_bytes():
     assert gf.from_bytes128(data).tolist() == [int.from_bytes(data[i:i + 16], "big") % P for i in range(0, 800, 16)]
 
 
-def test_merkle_leaves_and_root_match_hashlib():
+def test_merkle_leaves_and_root_match_hashlib_with_domain_tags():
     rng = np.random.default_rng(13)
     for n, m in [(16, 3), (64, 343), (4096, 1)]:
         cols = _rand(rng, m, n).T                            # a transposed view, as the prover passes it
         salts = [rng.bytes(16) for _ in range(n)]
-        want = [hashlib.sha256(s + np.asarray(c, dtype="<i8").tobytes()).digest() for s, c in zip(salts, cols)]
+        want = [hashlib.sha256(b"CG-LEAF:" + s + np.asarray(c, dtype="<i8").tobytes()).digest()
+                for s, c in zip(salts, cols)]
         assert merkle.leaves(cols, salts) == want
         level = want
         while len(level) > 1:
-            level = [hashlib.sha256(level[i] + level[i + 1]).digest() for i in range(0, len(level), 2)]
+            level = [hashlib.sha256(b"CG-NODE:" + level[i] + level[i + 1]).digest() for i in range(0, len(level), 2)]
         assert merkle.Tree(want).root == level[0]

@@ -302,6 +302,23 @@ def test_merkle_openings_reject_wrong_siblings():
     assert not merkle.verify_opening(tree.root, 16, [3, 3, 9], [leaves[i] for i in idx], sib)
 
 
+def test_merkle_leaves_and_nodes_are_domain_separated():
+    """A 6-row column's leaf input (tag, salt, 6 words) is as long as a node's (tag, two hashes): without the
+    tags, the node above leaves 0 and 1 of a 4-leaf tree opened as 'leaf 0 of a 2-leaf tree' whose salt and
+    column are those two hashes' bytes; with them, a leaf hash is never a node hash."""
+    rng = np.random.default_rng(5)
+    cols = rng.integers(0, P, (4, 6))
+    salts = [rng.bytes(16) for _ in range(4)]
+    hashes = merkle.leaves(cols, salts)
+    tree = merkle.Tree(hashes)
+    both = hashes[0] + hashes[1]
+    fake_salt, fake_column = both[:16], np.frombuffer(both[16:], dtype="<i8").reshape(1, 6)
+    assert merkle.leaves(fake_column, [fake_salt])[0] != merkle.node(hashes[0], hashes[1]) == tree.levels[1][0]
+    assert not merkle.verify_opening(tree.root, 2, [0], merkle.leaves(fake_column, [fake_salt]), [tree.levels[1][1]])
+    assert merkle.verify_opening(tree.root, 4, [0], [hashes[0]], tree.open([0]))
+    assert merkle.LEAF_TAG != merkle.NODE_TAG and len(merkle.LEAF_TAG) == len(merkle.NODE_TAG) == 8
+
+
 def test_dispatch_rejects_unknown_systems_and_needs_the_circuit(iris):
     c, wit, proof = iris
     with pytest.raises(ValueError, match=r"^zk\.prove: unknown proof system 'stark'; choose one of "

@@ -175,7 +175,8 @@ class LigeroSystem(ProofSystem):
         """A ``.proof`` file; with ``circuit``, at most :func:`ligero.max_proof_bytes` of it."""
         if circuit is None:
             return ligero.load(path)
-        return ligero.load(path, ligero.max_proof_bytes(circuit, soundness=soundness or self.default_soundness))
+        mode = soundness or self.default_soundness      # a proof claiming another analysis: refused by that first
+        return ligero.load(path, ligero.max_proof_bytes(circuit, soundness=mode), soundness=mode)
 
     def verifier_keys(self, circuit, vkey=None, zkey: str | None = None, ptau: str | None = None) -> dict:
         """None: the proof is checked against the circuit alone."""

@@ -1,11 +1,14 @@
 """Merkle commitments to the columns of an encoded matrix, with batched openings.
 
-    root
-     ├── node ── leaf 0 = H(salt₀ ‖ column 0)
-     │      └─── leaf 1 = H(salt₁ ‖ column 1)
+    root = H(NODE ‖ left ‖ right)
+     ├── node = H(NODE ‖ leaf 0 ‖ leaf 1)
+     │      ├── leaf 0 = H(LEAF ‖ salt₀ ‖ column 0)
+     │      └── leaf 1 = H(LEAF ‖ salt₁ ‖ column 1)
      └── …
 
-Leaves are salted with 16 random bytes each. An unopened column's leaf hash
+Every hash input starts with a domain tag of 8 bytes, ``LEAF_TAG`` for a leaf and ``NODE_TAG`` for an
+inner node, so that no leaf input is ever the input of a node or the other way round, whatever the
+number of rows (a 6-row column is as long as two child hashes). Leaves are salted with 16 random bytes each. An unopened column's leaf hash
 then reveals nothing about its values, which the zero-knowledge argument
 needs. An opening of several columns sends each sibling hash once (the
 union of the authentication paths, minus the nodes the verifier can compute).
@@ -16,39 +19,46 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["HASH", "DIGEST", "leaves", "Tree", "verify_opening"]
+__all__ = ["HASH", "DIGEST", "LEAF_TAG", "NODE_TAG", "leaves", "node", "Tree", "verify_opening"]
 
 HASH = "sha256"
 DIGEST = 32
+#: the domain tags that start every leaf's and every inner node's hash input (8 bytes each, distinct)
+LEAF_TAG = b"CG-LEAF:"
+NODE_TAG = b"CG-NODE:"
 
 
-def _h(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()
+def node(left: bytes, right: bytes) -> bytes:
+    """An inner node's hash ``H(NODE_TAG ‖ left ‖ right)``."""
+    return hashlib.sha256(NODE_TAG + left + right).digest()
 
 
 def leaves(columns: np.ndarray, salts: list[bytes]) -> list[bytes]:
-    """Leaf hashes ``H(salt_j ‖ column_j)`` for ``columns`` of shape ``(n, m)`` (one row per column).
+    """Leaf hashes ``H(LEAF_TAG ‖ salt_j ‖ column_j)`` for ``columns`` of shape ``(n, m)`` (one row per column).
 
-    Every ``salt_j ‖ column_j`` of a block of columns is laid out in one contiguous buffer (the
+    Every ``LEAF_TAG ‖ salt_j ‖ column_j`` of a block of columns is laid out in one contiguous buffer (the
     transposition done in cache-sized pieces), and each leaf hashes a slice of it without copying. The
     blocks bound the buffer (``_BLOCK_CELLS``), whatever the matrix's size.
     """
     n = columns.shape[0]
     if columns.ndim != 2 or len(salts) != n or any(len(s) != 16 for s in salts):
-        return [_h(s + c.tobytes()) for s, c in zip(salts, np.ascontiguousarray(columns, dtype="<i8"))]
+        return [hashlib.sha256(LEAF_TAG + s + c.tobytes()).digest()
+                for s, c in zip(salts, np.ascontiguousarray(columns, dtype="<i8"))]
     m = columns.shape[1]
-    w = 8 * (2 + m)
+    w = 8 * (3 + m)
     sha = hashlib.sha256
     salt = np.frombuffer(b"".join(salts), dtype="<i8").reshape(n, 2)
-    block = max(1, _BLOCK_CELLS // (2 + m))
+    tag = np.frombuffer(LEAF_TAG, dtype="<i8")[0]
+    block = max(1, _BLOCK_CELLS // (3 + m))
     step = max(1, (1 << 16) // max(1, m))
     out = []
     for a in range(0, n, block):
         b = min(n, a + block)
-        buf = np.empty((b - a, 2 + m), dtype="<i8")
-        buf[:, :2] = salt[a:b]
+        buf = np.empty((b - a, 3 + m), dtype="<i8")
+        buf[:, 0] = tag
+        buf[:, 1:3] = salt[a:b]
         for j in range(a, b, step):
-            buf[j - a:min(j + step, b) - a, 2:] = columns[j:min(j + step, b)]
+            buf[j - a:min(j + step, b) - a, 3:] = columns[j:min(j + step, b)]
         mv = memoryview(buf).cast("B")
         out += [sha(mv[i:i + w]).digest() for i in range(0, (b - a) * w, w)]
     return out
@@ -68,7 +78,7 @@ class Tree:
         self.levels = [list(leaf_hashes)]
         while len(self.levels[-1]) > 1:
             lv = self.levels[-1]
-            self.levels.append([_h(lv[i] + lv[i + 1]) for i in range(0, len(lv), 2)])
+            self.levels.append([node(lv[i], lv[i + 1]) for i in range(0, len(lv), 2)])
 
     @property
     def root(self) -> bytes:
@@ -103,10 +113,10 @@ def verify_opening(root: bytes, n_leaves: int, indices: list[int], leaf_hashes: 
                 if j in nodes:
                     if i & 1:
                         continue
-                    nxt[i >> 1] = _h(nodes[i] + nodes[j])
+                    nxt[i >> 1] = node(nodes[i], nodes[j])
                 else:
                     s = next(sib)
-                    nxt[i >> 1] = _h(nodes[i] + s) if i % 2 == 0 else _h(s + nodes[i])
+                    nxt[i >> 1] = node(nodes[i], s) if i % 2 == 0 else node(s, nodes[i])
             nodes = nxt
             size //= 2
     except StopIteration:

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import struct
 
 import numpy as np
@@ -59,10 +61,17 @@ from ..r1cs import MAX_TABLE_BITS
 from . import gf, merkle
 from .params import DEFAULT_SOUNDNESS, SOUNDNESS, TABLE, Params, soundness_bits
 
-__all__ = ["LigeroProof", "PROTOCOL", "save", "load", "dumps", "loads", "max_bytes", "MAGIC", "VERSION"]
+__all__ = ["LigeroProof", "PROTOCOL", "RETIRED", "save", "load", "claimed_soundness", "dumps", "loads", "max_bytes", "MAGIC", "VERSION"]
 
-PROTOCOL = "circuitgrad-ligero-r1cs-v3"      # v2: lookup tables per width, the contraction argument;
-#                                              v3: the linear test's coefficients in rank-one blocks
+PROTOCOL = "circuitgrad-ligero-r1cs-v4"      # v2: lookup tables per width, the contraction argument;
+#                                              v3: the linear test's coefficients in rank-one blocks;
+#                                              v4: domain-separated Merkle leaves and nodes
+#: earlier protocol names, refused by name (what the next version changed)
+RETIRED = {
+    "circuitgrad-ligero-r1cs-v1": "one lookup table for every width, no contraction argument",
+    "circuitgrad-ligero-r1cs-v2": "linear-test coefficients drawn independently",
+    "circuitgrad-ligero-r1cs-v3": "Merkle hashing without domain tags",
+}
 
 
 @dataclass
@@ -216,6 +225,9 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     for key, typ in keys.items():
         if not isinstance(head[key], typ) or isinstance(head[key], bool):
             raise FormatError(f"{name}: header field {key!r} must be {typ.__name__}")
+    if head["protocol"] in RETIRED:
+        raise FormatError(f"{name}: proof format {head['protocol']} ({RETIRED[head['protocol']]}) is no longer "
+                          f"accepted: re-prove with this version ({PROTOCOL})")
     if head["protocol"] != PROTOCOL:
         raise FormatError(f"{name}: protocol {head['protocol'][:80]!r} is not {PROTOCOL!r}")
     if head["field"] != str(gf.P):
@@ -276,10 +288,46 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     return proof
 
 
-def load(path: str, limit: int = MAX_FILE) -> LigeroProof:
+def load(path: str, limit: int = MAX_FILE, soundness: str | None = None) -> LigeroProof:
     """Read and validate a proof file (a regular file of at most ``limit`` bytes; a verifier passes
-    :func:`max_bytes` of the parameters it expects, so that a file cannot cost more than an honest proof)."""
-    return loads(read_untrusted(path, limit, what="proof file"), printable(str(path)))
+    :func:`max_bytes` of the parameters it expects, so that a file cannot cost more than an honest proof).
+
+    ``soundness``: the analysis the verifier requires (the one ``limit`` was computed for). A proof whose header
+    claims another one is refused first, by that mismatch (its size would only say it is too large)."""
+    name = printable(str(path))
+    claimed = claimed_soundness(path, limit) if soundness is not None else None
+    if claimed is not None and claimed != soundness:
+        raise FormatError(f"{name}: the proof claims the {claimed!r} soundness bound, but the verifier requires "
+                          f"{soundness!r}: verify with soundness={claimed!r} (zk verify --soundness {claimed}) if "
+                          f"that bound is enough for you, or prove with soundness={soundness!r}")
+    return loads(read_untrusted(path, limit, what="proof file"), name)
+
+
+def claimed_soundness(path: str, limit: int = MAX_FILE) -> str | None:
+    """The soundness analysis the header of the proof file at ``path`` names (``"longfellow"`` when it names
+    none), reading only its first ``14 + hlen`` bytes (at most ``limit``); None for anything that is not a
+    regular file with a well-formed header (:func:`load` then says what is wrong)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        start = fh.read(14)
+        if len(start) < 14 or start[:8] != MAGIC:
+            return None
+        version, hlen = struct.unpack("<HI", start[8:])
+        if version not in (1, 2, VERSION) or 14 + hlen > limit:
+            return None
+        try:
+            head = json_loads(fh.read(hlen).decode())
+        except (ValueError, RecursionError):
+            return None
+    if not isinstance(head, dict):
+        return None
+    claimed = head.get("soundness", DEFAULT_SOUNDNESS)
+    return claimed if claimed in SOUNDNESS else None
 
 
 def max_bytes(p: Params, header: bytes, n_public: int, rows: int, rows2: int = 0) -> int:
