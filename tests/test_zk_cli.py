@@ -29,7 +29,7 @@ def test_prove_two_chained_steps_then_verify_tamper_and_forge(tmp_path):
     for phase in ("[compile] done", "[witness 0] done", "[setup+prove 0] done", "[setup+prove 1] done"):
         assert phase in res.stdout
     assert "public statement: step of mlp(1,4-2-3) [program sha256 " in res.stdout
-    assert "in fixed(12,6) over bn254: public outputs" in res.stdout
+    assert "\n  arithmetic:     fixed(12,6) over bn254\n" in res.stdout
     ok = _cli("zk", "verify", "examples/iris.py", out, *OPTS, "--init-seed", "0")
     assert ok.returncode == 0 and ok.stdout.count(": groth16 OK") == 2 and "all 2 proofs verify" in ok.stdout
     # the verifier may name the verification key it trusts

@@ -48,10 +48,15 @@ def test_prove_prints_phases_statement_and_parameter_hashes(bundle):
     out, stdout = bundle
     for phase in ("[compile] done", "[witness 0] done", "[prove 0] done", "[prove 2] done"):
         assert phase in stdout
-    assert ("public statement: step of mlp(4,4-16-3) [program sha256 " in stdout
-            and "], loss softmax_cross_entropy, optimizer sgd(lr=0.05 (raw 13)) in fixed(16,8) over ligero51: "
-            "public outputs (131 values)" in stdout)
-    assert "private: x[4, 4], y[4, 3] (targets y: one-hot rows)" in stdout
+    lines = stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("public statement: "))
+    assert lines[first].startswith("public statement: step of mlp(4,4-16-3) [program sha256 ")
+    assert lines[first + 1:first + 6] == ["  loss:           softmax_cross_entropy",
+                                          "  optimizer:      sgd(lr=0.05 (raw 13))",
+                                          "  arithmetic:     fixed(16,8) over ligero51",
+                                          "  public outputs: 131 values: W0[4, 16], b0[16], W1[16, 3], b1[3]",
+                                          "  public inputs:  131 values: W0[4, 16], b0[16], W1[16, 3], b1[3]"]
+    assert "\n  private:        x[4, 4], y[4, 3]\n  targets y:      one-hot rows\n" in stdout
     chain = json.load(open(os.path.join(out, "chain.json")))
     assert chain["steps"] == 3 and chain["options"]["width"] == 16 and chain["options"]["lr"] == 0.05
     assert f"first parameters sha256 {chain['first_params_sha256']}" in stdout
@@ -145,14 +150,16 @@ def test_verifier_options_are_checked(bundle, capsys, args, message, status):
     assert rc == status and out.endswith(message)
 
 
-@pytest.mark.parametrize("where", ["missing", "file"])
-def test_verify_of_something_that_is_not_a_bundle(capsys, tmp_path, where):
+@pytest.mark.parametrize("where, message", [
+    ("missing", "not a proof directory (zk prove --out writes one)"),
+    ("file", "a file, not a proof directory: name the directory zk prove --out wrote")])
+def test_verify_of_something_that_is_not_a_bundle(capsys, tmp_path, where, message):
     path = str(tmp_path / "nothing") if where == "missing" else str(tmp_path / "x.json")
     if where == "file":
         open(path, "w").write("{}")
-    rc, out = verify(capsys, path, "--init-seed", "0")       # a missing directory is a usage error
-    assert rc == (2 if where == "missing" else 1)
-    assert out == f"circuitgrad zk: {path}: not a proof directory (zk prove --out writes one)"
+    rc, out = verify(capsys, path, "--init-seed", "0")       # both a usage error
+    assert rc == 2
+    assert out == f"circuitgrad zk: {path}: {message}"
 
 
 def test_steps_zero_is_refused_by_prove(tmp_path, capsys):
@@ -184,7 +191,7 @@ def test_the_verifier_names_the_options_not_the_bundle(bundle, capsys):
     assert "chain.json names another statement than the one you verify (its options differ: lr=0.05 (yours 0.5))" \
         in out
     assert "step_000.proof: ligero INVALID: the proof is for another circuit (digest mismatch)" in out
-    assert "optimizer sgd(lr=0.5 (raw 128))" in out and "VERIFICATION FAILED" in out
+    assert "\n  optimizer:      sgd(lr=0.5 (raw 128))\n" in out and "VERIFICATION FAILED" in out
 
 
 # ------------------------------------------ review regressions: the bundle as hostile input

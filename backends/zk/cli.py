@@ -52,8 +52,9 @@ from . import ligero
 from . import snarkjs as sj
 from .circuit import compile as zk_compile
 from .field import LIGERO51
+from .extras import MissingExtra
 from .formats import FormatError, printable
-from .statement import params_sha256
+from .statement import block, describe, params_sha256
 from .systems import SYSTEMS, ProofSystem
 
 __all__ = ["add_parser"]
@@ -219,7 +220,7 @@ def _prove(a) -> int:
     system = SYSTEMS[a.system]
     options = _prove_options(a, system)
     statement = system.statement(circuit, _soundness(a))
-    print(f"public statement: {statement}")
+    print(block(describe(circuit), _soundness(a), "public statement"))
     _refuse_large_setup(a, system, circuit)
     names = circuit.output_names
     first = _params(step, circuit, a.init, a.seed)
@@ -294,6 +295,12 @@ def _prove_private(a) -> int:
         raise _usage("--workers starts a local Dask cluster and --scheduler uses an existing one: name one of them")
     if a.workers is not None and a.workers < 1:
         raise _usage(f"--workers must be at least 1, got {a.workers}")
+    from .distributed import dask_available
+    asked = f"--scheduler {a.scheduler}" if a.scheduler is not None else \
+        f"--workers {a.workers}" if a.workers not in (None, 1) else None
+    dask = dask_available()
+    if asked is not None and not dask:
+        raise _fail(f"zk prove --private {asked} needs Dask: pip install 'circuitgrad[zk]'")
     out = _out_dir(a.out, {"run.json"})
     opening = _opening_path(a.out)
     with _Phase("compile"):
@@ -308,18 +315,23 @@ def _prove_private(a) -> int:
     names = circuit.output_names
     params = dict(zip(names, _params(step, circuit, a.init, a.seed)))
     cluster = a.scheduler or a.workers                # None: a local cluster, a worker per core
-    if cluster is None:
+    if cluster is None and not dask:                  # none asked for: prove here, without Dask
+        cluster, where = 1, "here (Dask is not installed: pip install 'circuitgrad[zk]' to prove on a local cluster)"
+    elif cluster is None:
         where = "on a local cluster, a worker per core"
     else:
         where = f"on {cluster}" if a.scheduler else "here" if cluster == 1 else f"on {cluster} local workers"
     with _Phase(f"prove {a.steps} steps {where}"):
-        run = prove_run(step, params, batches, dataset=data, cluster=cluster, soundness=_soundness(a))
+        try:
+            run = prove_run(step, params, batches, dataset=data, cluster=cluster, soundness=_soundness(a))
+        except MissingExtra as e:
+            raise _fail(str(e)) from None
     _make_dir(a.out, out)
     _remove_ours(out)                         # a previous run's files (all ours: _out_dir checked)
     run.save(out)                             # the resolved path: the one _opening_path checked
     np.savez(opening, randomness=np.array(run.opening["randomness"], dtype=np.int64),
              **{n: run.opening["params"][n] for n in names})
-    print(f"public statement: {run.statement}")
+    print(block(run.description, _soundness(a), "public statement"))
     print(f"dataset: {data.commitment.rows} rows, root {_show(data.commitment.root)}")
     print(f"starting commitment c0 {_show(run.commitments[0])}")
     print(f"final commitment {_show(run.commitments[-1])}")
@@ -370,7 +382,7 @@ def _verify_private(a) -> int:
         print(f"{a.proofs}: INVALID: {printable(str(e))}")
         print("VERIFICATION FAILED")
         return 1
-    print(f"statement: {run.statement}")
+    print(block(describe(run.compiled[2]), _soundness(a)))     # the verifier's circuit: run.statement equals it
     print(f"dataset: {d.rows} rows, root {_show(d.root)}")
     print(f"from c0 {_show(c0)} to {_show(run.commitments[-1])}")
     print(f"all {run.steps} proofs verify and chain")
@@ -390,11 +402,35 @@ def _option(options: dict, key: str) -> str:
     return f"{options[key]!r:.40}" if key in options else "unset"
 
 
+def _check_proofs_dir(a) -> None:
+    """Usage errors for the directory ``zk verify`` names: missing, not a directory, or a run of the other kind
+    than ``--private`` says (a private run holds ``run.json``, a bundle of public steps ``chain.json``)."""
+    path = a.proofs
+    if not os.path.exists(path):
+        raise _usage(f"{path}: not a proof directory (zk prove --out writes one)")
+    if not os.path.isdir(path):
+        raise _usage(f"{path}: a file, not a proof directory: name the directory zk prove --out wrote")
+    run, chain = (os.path.lexists(os.path.join(path, f)) for f in ("run.json", "chain.json"))
+    if run and not chain and not a.private:
+        raise _usage(f"{path}: holds a private run (run.json, written by zk prove --private): verify it with "
+                     f"--private --c0 E1,E2,E3,E4 (the starting commitment you trust)")
+    if chain and not run and a.private:
+        raise _usage(f"{path}: holds proofs of public steps (chain.json), not a private run: verify it without "
+                     f"--private, with --init FILE.npz or --init-seed N")
+    private = [f for f, v in (("--c0", a.c0), ("--c-final", a.c_final), ("--data-root", a.data_root),
+                              ("--data-rows", a.data_rows)) if v is not None]
+    public = [f for f, v in (("--init", a.init), ("--init-seed", a.init_seed), ("--final", a.final)) if v is not None]
+    if private and not a.private:
+        raise _usage(f"{private[0]} checks a private run: add --private")
+    if public and a.private:
+        raise _usage(f"{public[0]} names parameters of a public run; a --private run starts from the commitment "
+                     f"--c0 names")
+
+
 def _verify(a) -> int:
     if a.steps is not None and a.steps < 1:
         raise _usage(f"--steps must be at least 1, got {a.steps}")
-    if not os.path.exists(a.proofs):
-        raise _usage(f"{a.proofs}: not a proof directory (zk prove --out writes one)")
+    _check_proofs_dir(a)
     if a.private:
         return _verify_private(a)
     if (a.init is None) == (a.init_seed is None):
@@ -455,7 +491,7 @@ def _verify(a) -> int:
         same = all(np.array_equal(f, p) for f, p in zip(final, prev))
         print(f"{a.final}: {'equals' if same else 'DIFFERS FROM'} the last step's parameters")
         ok = ok and same
-    print(f"statement: {statement}")
+    print(block(describe(circuit), mode))
     print(f"first parameters sha256 {params_sha256(names, first)}")
     if ok:
         print(f"last parameters sha256 {params_sha256(names, prev)}")

@@ -3,12 +3,16 @@
 ``cluster`` is one of:
 
 * ``None`` (the default): a ``LocalCluster`` of one single-threaded worker process per core (at most
-  one per step), closed afterwards;
+  one per step), closed afterwards; where Dask is not installed, the steps are proved here, one after
+  the other;
 * an ``int`` ``n``: a ``LocalCluster`` of ``n`` workers; ``1`` proves here, without Dask;
 * ``"serial"``: prove here, one step after the other (the reference the cluster must match);
 * a scheduler address (``"tcp://host:8786"``): an existing cluster (``dask scheduler`` and
   ``dask worker tcp://host:8786`` on each machine, with circuitgrad installed in the same version);
 * a ``distributed.Client`` or a cluster object (``LocalCluster``, ``SSHCluster``, ``KubeCluster``, …).
+
+Every choice but the first two local ones needs Dask (the ``[zk]`` extra); without it they raise
+:class:`~.extras.MissingExtra`, one line naming the install command.
 
 The circuit and the dataset tree are sent to every worker once, as one cloudpickled blob
 (``scatter(broadcast=True)``: 1.1 s for the private iris circuit, against 11 s for the objects
@@ -33,9 +37,25 @@ import numpy as np
 from circuitgrad import allocator
 
 from . import ligero
+from .extras import available, require
 from .ligero import LigeroProof
 
-__all__ = ["prove_steps"]
+__all__ = ["prove_steps", "dask_available", "require_dask"]
+
+
+def dask_available() -> bool:
+    """Whether Dask (``distributed`` and ``cloudpickle``, the ``[zk]`` extra) is installed."""
+    return available("distributed") and available("cloudpickle")
+
+
+def require_dask(cluster: Any) -> None:
+    """Raise :class:`~.extras.MissingExtra` when proving on ``cluster`` needs Dask and it is not installed
+    (``None``, ``1`` and ``"serial"`` prove here without it)."""
+    if cluster is None or cluster == 1 or (isinstance(cluster, str) and cluster == "serial"):
+        return
+    what = f"proving on a Dask cluster (cluster={cluster!r:.60})"
+    require("distributed", what)
+    require("cloudpickle", what)
 
 
 def _tune_malloc() -> None:
@@ -83,18 +103,16 @@ def prove_step(circuit, tree, k: int, params, x, y, r_before, r_after, after: Se
 
 def _client(cluster: Any):
     """``(client, owned cluster or None)`` for the ``cluster`` argument (see the module docstring)."""
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError as e:                     # pragma: no cover - depends on the environment
-        raise ImportError("distributed proving needs Dask: pip install 'circuitgrad[zk]'") from e
-    if isinstance(cluster, Client):
-        return cluster, None
     if isinstance(cluster, bool):
         raise TypeError("cluster must be None, 'serial', a number of local workers, a scheduler address, a Client "
                         "or a cluster")
+    if isinstance(cluster, int) and cluster < 1:
+        raise ValueError(f"a local cluster needs at least one worker, got {cluster}")
+    require_dask(cluster)
+    from distributed import Client, LocalCluster
+    if isinstance(cluster, Client):
+        return cluster, None
     if isinstance(cluster, int):
-        if cluster < 1:
-            raise ValueError(f"a local cluster needs at least one worker, got {cluster}")
         local = LocalCluster(n_workers=cluster, threads_per_worker=1, processes=True, dashboard_address=None)
         return Client(local), local
     if isinstance(cluster, str) or hasattr(cluster, "scheduler_address"):
@@ -113,7 +131,7 @@ def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, prog
     if len(seeds) != len(tasks):
         raise ValueError(f"{len(tasks)} steps need {len(tasks)} seeds, got {len(seeds)}")
     if cluster is None:                          # a local cluster, a worker per core (and per step at most)
-        cluster = max(1, min(os.cpu_count() or 1, len(tasks)))
+        cluster = max(1, min(os.cpu_count() or 1, len(tasks))) if dask_available() else "serial"
     bar = tqdm(total=len(tasks), desc="proving", unit="step", disable=not progress)
     proofs: dict[int, Any] = {}
 
@@ -129,8 +147,8 @@ def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, prog
             for t, s in zip(tasks, seeds):
                 take(*_task(circuit, tree, *t, s, soundness))
         else:
-            from distributed import as_completed
             client, owned = _client(cluster)
+            from distributed import as_completed
             try:
                 import cloudpickle
                 run = uuid.uuid4().hex[:8]

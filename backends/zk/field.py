@@ -48,10 +48,8 @@ class Field:
 
 @lru_cache(maxsize=None)
 def _galois(p: int, generator: int | None):
-    try:
-        import galois
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("field arithmetic on arrays needs galois: pip install 'circuitgrad[zk]'") from e
+    from .extras import require
+    galois = require("galois", "field arithmetic on arrays (Field.galois)")
     if generator is None:
         return galois.GF(p, verify=False)
     return galois.GF(p, primitive_element=generator, verify=False)

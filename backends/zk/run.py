@@ -37,6 +37,7 @@ from .commit import DataTree, check_randomness, commit, fresh_randomness
 from .field import LIGERO51
 from .formats import printable
 from .ligero import LigeroProof, Reject
+from .statement import describe
 from .systems import SYSTEMS
 
 __all__ = ["Run", "ProofFiles", "Dataset", "DataCommitment", "commit_dataset", "prove_run", "verify_run", "check_run",
@@ -106,6 +107,9 @@ class Run:
     opening: dict | None = field(default=None, repr=False)
     #: ``(step, rows, circuit)`` that :meth:`Run.load` compiled for the verifier (reused by :func:`check_run`)
     compiled: tuple | None = field(default=None, repr=False, compare=False)
+    #: the proved circuit's statement as data (``statement.describe``), which :func:`prove_run` sets for
+    #: printing (``statement.block``); never saved, never checked
+    description: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def steps(self) -> int:
@@ -166,9 +170,10 @@ class ProofFiles(Sequence):
             return [self.load(i) for i in range(len(self))[k]]
         return self.load(range(len(self))[k])
 
-    def load(self, k: int, limit: int | None = None) -> LigeroProof:
-        """Proof ``k`` (a :class:`FormatError` names the file if it is not one), at most ``limit`` bytes."""
-        return ligero.load(self.paths[k]) if limit is None else ligero.load(self.paths[k], limit)
+    def load(self, k: int, limit: int | None = None, soundness: str | None = None) -> LigeroProof:
+        """Proof ``k`` (a :class:`FormatError` names the file if it is not one), at most ``limit`` bytes; with
+        ``soundness``, one whose header claims another analysis is refused by that mismatch first."""
+        return ligero.load(self.paths[k]) if limit is None else ligero.load(self.paths[k], limit, soundness)
 
 
 def _elements(v: Any, n: int, what: str) -> tuple:
@@ -277,7 +282,8 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     ``batches`` (pairs ``(x, y)`` whose rows are rows of ``dataset``).
 
     The trajectory is computed first with the fixed-point interpreter; then every step is proved
-    independently on a Dask cluster: by default a ``LocalCluster`` with a worker per core;
+    independently on a Dask cluster: by default a ``LocalCluster`` with a worker per core (here, one step
+    after the other, where Dask is not installed);
     ``cluster`` may be a ``distributed.Client``, a cluster object, a scheduler address such as
     ``"tcp://host:8786"``, a number of local workers, or ``"serial"`` to prove here, one step after
     the other (see :func:`.distributed.prove_steps`). ``r0`` is the blinding of ``C_0`` when the starting
@@ -289,6 +295,8 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     (``"longfellow"`` or ``"classic"``, see ``ligero.prove``); the run's statement names it.
     """
     ligero.check_soundness(soundness)
+    from .distributed import prove_steps, require_dask
+    require_dask(cluster)                          # before any work: a missing Dask is one line (the [zk] extra)
     fx = _fixed(step)
     circuit = _circuit(fx, dataset.tree.n)
     names = circuit.output_names
@@ -320,11 +328,11 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     commitments = [commit([t[n] for n in names], r, fx.dtype.width, LIGERO51) for t, r in zip(traj, blind)]
     tasks = [(k, traj[k], x, y, blind[k], blind[k + 1], [traj[k + 1][n] for n in names])
              for k, (x, y) in enumerate(batches)]
-    from .distributed import prove_steps
     proofs = prove_steps(circuit, dataset.tree, tasks, cluster, progress=progress, seeds=seeds, log=log,
                          soundness=soundness)
     return Run(SYSTEM.statement(circuit, soundness), circuit.digest().hex(), dataset.commitment,
-               commitments, proofs, opening={"params": traj[-1], "randomness": blind[-1]})
+               commitments, proofs, opening={"params": traj[-1], "randomness": blind[-1]},
+               description=describe(circuit))
 
 
 # ----------------------------------------------------------------------------------------- verifying
@@ -363,7 +371,7 @@ def check_run(run: Run, step, c0: Sequence[int], d: DataCommitment, c_final: Seq
         raise Reject("the run does not end at the commitment you expect (c_final)")
     limit = ligero.max_proof_bytes(circuit, soundness=soundness)   # a step file larger than an honest proof: not read
     for k in range(run.steps):
-        proof = run.proofs.load(k, limit) if isinstance(run.proofs, ProofFiles) else run.proofs[k]
+        proof = run.proofs.load(k, limit, soundness) if isinstance(run.proofs, ProofFiles) else run.proofs[k]
         public = [*run.commitments[k + 1], *run.commitments[k], *d.root]
         try:
             SYSTEM.check(proof, circuit, public, soundness=soundness)

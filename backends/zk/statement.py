@@ -37,7 +37,7 @@ import numpy as np
 from circuitgrad.fixedpoint import const
 from circuitgrad.schedule import Program
 
-__all__ = ["describe", "render", "digest", "program_sha256", "params_sha256", "with_soundness", "soundness_of",
+__all__ = ["describe", "render", "block", "digest", "program_sha256", "params_sha256", "with_soundness", "soundness_of",
            "TARGETS"]
 
 #: what ``zk.compile(..., targets=...)`` may constrain the targets ``y`` to
@@ -147,10 +147,82 @@ def render(d: Mapping[str, Any]) -> str:
                f"Freivalds' check" if "contractions" in d else ""))
 
 
+def block(d: Mapping[str, Any], soundness: str | None = None, title: str = "statement", width: int = 100) -> str:
+    """The statement :func:`render` writes on one line, as an indented block for people: a title line naming the
+    function, the model and its program, then one claim per line (loss, optimizer, arithmetic, each group of
+    values, commitments, size, soundness), long lists wrapped at ``width``. ``soundness``: the analysis the
+    proof's parameters meet (as :func:`with_soundness`); None for a system that names none. Only printed: what
+    a proof binds is :func:`render`'s text (and :func:`describe`'s data in the digest)."""
+    def count(items) -> int:
+        return sum(int(np.prod(s, dtype=np.int64)) for _, s in items)
+
+    what = d["function"] + (f" of {d['model']}" if d["model"] else "")
+    program = f"program sha256 {d['program_sha256'][:16]}" if d["program_sha256"] else "hand-built constraint system"
+    claims: list[tuple[str, str]] = []
+    if d["loss"]:
+        claims.append(("loss", d["loss"]))
+    if d["optimizer"]:
+        c = ", ".join(f"{k}={v['value']:g} (raw {v['raw']})" for k, v in d["optimizer"]["constants"].items())
+        claims.append(("optimizer", f"{d['optimizer']['name']}({c})"))
+    fld = d["field"]["name"] if _KNOWN.get(d["field"]["name"]) == d["field"]["p"] else \
+        f"{d['field']['name']} (p = {d['field']['p']})"
+    claims.append(("arithmetic", f"{d['dtype']} over {fld}"))
+    for key, label in (("public_outputs", "public outputs"), ("public_inputs", "public inputs")):
+        claims.append((label, f"{count(d[key])} values: {_items(d[key])}"))
+    claims.append(("private", _items(d["private_inputs"])))
+    if d["targets"] in ("one-hot", "any"):
+        claims.append(("targets y", "one-hot rows" if d["targets"] == "one-hot" else "any in-range values"))
+    if "commitments" in d:
+        cm = d["commitments"]
+        claims.append(("commitments", f"{cm['hash']} to {', '.join(cm['committed'])} ({cm['packing']}) with "
+                                      f"{cm['blinding']} blinding elements"))
+        claims.append(("batch rows", f"from a dataset of {cm['data_rows']} rows (ternary Merkle tree, depth "
+                                     f"{cm['merkle_depth']})"))
+    claims.append(("size", f"{d['constraints']} constraints, {d['wires']} wires"))
+    if "lookups" in d:
+        claims.append(("lookups", f"{d['lookups']} into {_tables(d)}"))
+    if "contractions" in d:
+        claims.append(("contractions", f"{d['contractions']['count']} ({d['contractions']['terms']} terms) proved "
+                                       f"by Freivalds' check"))
+    if soundness is not None:
+        claims.append(("soundness", _CLAIMS.get(soundness, _DEFAULT_CLAIM)[2:]))
+    pad = max(len(k) for k, _ in claims) + 2
+    lines = [f"{title}: {what} [{program}]"]
+    for k, v in claims:
+        lines += _wrap(f"  {k + ':':<{pad}}", v, width)
+    return "\n".join(lines)
+
+
+def _items(items) -> str:
+    return ", ".join(f"{n}{s}" for n, s in items) or "none"
+
+
+def _wrap(head: str, text: str, width: int) -> list[str]:
+    """``head`` and ``text``, cut after a ", " that is not inside brackets where a line would pass ``width``;
+    the next lines are indented under the text."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "[(") - (ch in "])")
+        if ch == "," and depth == 0 and text[i + 1:i + 2] == " ":
+            parts.append(text[start:i + 1])
+            start = i + 2
+    parts.append(text[start:])
+    lines, line = [], head
+    for part in parts:
+        if line.strip() and line != head and len(line) + 1 + len(part) > width:
+            lines.append(line.rstrip())
+            line = " " * len(head)
+        line += ("" if line.strip() == "" or line == head else " ") + part
+    return lines + [line]
+
+
 def _lookups(d: Mapping[str, Any]) -> str:
+    return f", {d['lookups']} lookups into {_tables(d)}"
+
+
+def _tables(d: Mapping[str, Any]) -> str:
     t = d.get("lookup_tables") or {"widths": [8], "limb_bits": 8}
-    tables = ", ".join(f"[0, 2^{w})" for w in t["widths"])
-    return f", {d['lookups']} lookups into {tables} (limbs of {t['limb_bits']} bits)"
+    return ", ".join(f"[0, 2^{w})" for w in t["widths"]) + f" (limbs of {t['limb_bits']} bits)"
 
 
 def digest(circuit) -> bytes:
@@ -177,6 +249,8 @@ def params_sha256(names: Sequence[str], arrays: Sequence[np.ndarray]) -> str:
 
 
 _CLAIMS = {"classic": "; Ligero parameters meet the classic soundness bound (Ames et al., CCS 2017)"}
+#: what :func:`block` says of the default analysis (which :func:`with_soundness` leaves unsaid)
+_DEFAULT_CLAIM = "; Ligero parameters meet the Longfellow soundness bound (Cascudo et al. 2025)"
 
 
 def with_soundness(statement: str, soundness: str) -> str:
