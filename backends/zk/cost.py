@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from circuitgrad import nn
-from circuitgrad.cache import cache_dir, cached
+from circuitgrad.cache import cache_dir
 from circuitgrad.compile import CompiledModel, compile_model
+from circuitgrad.costmodel.calibration import calibrated
 from circuitgrad.costmodel.report import Cost, table
 from circuitgrad.costmodel.cpu import machine
 from circuitgrad.progress import progress
@@ -36,7 +37,7 @@ from .ligero.lookup import TABLE
 from .ligero.protocol import layout
 from .r1cs import Builder
 
-__all__ = ["estimate", "prover_features", "prover_seconds", "calibrate_prover", "PROVER_FEATURES"]
+__all__ = ["estimate", "prover_features", "prover_seconds", "calibrate_prover", "recalibrate", "PROVER_FEATURES"]
 
 _TAG = re.compile(r"^[^#:]*#(\d+):")
 _VERSION = 6
@@ -137,19 +138,32 @@ def _calibration_circuit(kind: str, n, arg):
     return c, c.witness(step.init_params(seed=0), rng.uniform(-1, 1, (n, arg[0])), rng.integers(0, arg[-1], n))
 
 
+def _prover_key() -> dict:
+    """What the prover's calibration depends on: one with another key is measured again."""
+    return {"version": _VERSION, "machine": machine(), "cpus": os.cpu_count(), "numpy": np.__version__}
+
+
 def calibrate_prover(refresh: bool = False) -> tuple[float, ...]:
     """Seconds per unit of each of :data:`PROVER_FEATURES`, fitted (non-negative least squares) to proofs of
     four synthetic circuits (with and without lookups), a 256×256 contraction and three small MLP training
-    steps: about 15 s of
-    proving on an idle 2-core x86_64 machine (2–4× that when other work shares the cores), once per
-    machine, with its progress on standard error; then read from ``ligero-calibration.json`` in the cache."""
+    steps: about 15 s of proving on an idle 2-core x86_64 machine (2–4× that when other work shares the cores),
+    with its progress on standard error; then read from ``ligero-calibration.json`` in the cache until it is
+    stale (:mod:`circuitgrad.costmodel.calibration`: another machine or format, too old, or measured under load
+    on a machine now quieter). ``refresh=True`` measures it again now."""
 
     def parse(d: dict) -> tuple[float, ...] | None:
         rates = tuple(float(v) for v in d["seconds_per"])
         ok = len(rates) == len(PROVER_FEATURES) and all(np.isfinite(r) and r >= 0 for r in rates)
         return rates if ok else None
-    return cached("ligero-calibration.json", {"version": _VERSION, "machine": machine()}, parse, _fit_prover,
-                  lambda rates: {"seconds_per": list(rates)}, refresh)
+    rates, _ = calibrated("ligero-calibration.json", _prover_key(), parse, _fit_prover,
+                          lambda rates: {"seconds_per": list(rates)}, "the Ligero prover's time model", refresh,
+                          announce=False)
+    return rates
+
+
+def recalibrate() -> tuple[float, ...]:
+    """Measure the prover's calibration again now (``circuitgrad cost --target zk --recalibrate``)."""
+    return calibrate_prover(refresh=True)
 
 
 #: a proof at least this long is timed once; shorter ones take the median of up to three, within this time

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..targets import TARGETS as _REGISTRY
-from .report import Cost, Row, group, program_of, table
+from .report import Cost, Row, group, in_model_order, program_of, table, trace_order
 
 __all__ = ["Cost", "Row", "cost", "TARGETS", "group", "program_of", "table"]
 
@@ -24,7 +24,7 @@ TARGETS = tuple(_REGISTRY)
 
 
 def cost(f: Any, target: str = "cpu", device: str | None = None, function: str = "step", depth: int = 2,
-         **options: Any) -> Cost:
+         recalibrate: bool = False, **options: Any) -> Cost:
     """The predicted cost of ``f`` (a compiled model's ``function``, or a diagram's forward map) on ``target``.
 
     * ``"cpu"``: FLOPs, bytes and a roofline time from a one-off calibration of this machine
@@ -37,8 +37,19 @@ def cost(f: Any, target: str = "cpu", device: str | None = None, function: str =
     * ``"zk"``: the circuit's exact constraints and lookups by gadget kind, and a calibrated time of
       the native Ligero prover (``dtype=``, ``field=``, ``range_checks=``; needs a compiled model).
 
-    Rows group the instructions by the first ``depth`` segments of their definition path.
+    Rows group the instructions by the first ``depth`` segments of their definition path, in the model's order
+    (where each definition's operations first appear in the trace: the layers, the loss, the optimizer).
+    ``recalibrate=True`` measures this machine's calibration again first (``cpu``, ``zk``; see
+    :mod:`circuitgrad.costmodel.calibration` for when it is measured again by itself).
     """
     if target not in TARGETS:
         raise ValueError(f"cost: target must be one of {', '.join(TARGETS)}, got {target!r}")
-    return _REGISTRY[target].module("cost").estimate(f, device=device, function=function, depth=depth, **options)
+    model = _REGISTRY[target].module("cost")
+    if recalibrate:
+        if not hasattr(model, "recalibrate"):
+            raise ValueError(f"cost: target {target!r} has no calibration of this machine to measure again "
+                             f"(the cpu and zk targets have)")
+        model.recalibrate()
+    c = model.estimate(f, device=device, function=function, depth=depth, **options)
+    c.rows = in_model_order(c.rows, trace_order(f, function), depth)
+    return c

@@ -10,9 +10,10 @@ from typing import Any, Sequence
 
 from ..compile import CompiledModel
 from ..diagram import Diagram
+from ..primitives import path_of
 from ..schedule import Program, schedule
 
-__all__ = ["Cost", "Row", "METRICS", "group", "table", "program_of"]
+__all__ = ["Cost", "Row", "METRICS", "group", "table", "program_of", "trace_order", "in_model_order"]
 
 #: every metric a row may carry, with its table heading (targets fill the ones that apply)
 METRICS = {
@@ -119,3 +120,29 @@ def program_of(f: Any, function: str) -> Program:
         return schedule(f)
     raise TypeError(f"cost: expected a compiled model (cg.compile_model), a Diagram or a Program, "
                     f"got {type(f).__name__}")
+
+
+def trace_order(f: Any, function: str = "step") -> list[str]:
+    """Definition paths in the order their operations were traced (the order of the diagram's operations:
+    the model's layers first, then the loss, the reverse pass and the optimizer); ``[]`` for a bare program."""
+    if isinstance(f, CompiledModel):
+        f = f.diagrams.get(function)
+    if not isinstance(f, Diagram):
+        return []
+    return list(dict.fromkeys(path_of(x) for x in f.H.x.table.tolist()))
+
+
+def in_model_order(rows: list[Row], order: Sequence[str], depth: int) -> list[Row]:
+    """``rows`` (in first-appearance order) sorted by where their definition first appears in ``order``
+    (:func:`trace_order`); a row with no place there (``(inputs)``, ``(plumbing)``) stays after the row it
+    followed."""
+    rank: dict[str, int] = {}
+    for path in order:
+        if path:
+            rank.setdefault(group(path, depth), len(rank))
+    keys, last = [], -1.0
+    for i, r in enumerate(rows):
+        k = rank.get(r.name)
+        last = float(k) if k is not None else last
+        keys.append((last if k is not None else last + 0.5, i))
+    return [r for _, r in sorted(zip(keys, rows), key=lambda kr: kr[0])]

@@ -1,0 +1,194 @@
+"""Calibrations of this machine: when they are measured again, what they say, ``--recalibrate``, the CPU model's
+fixed costs per call, and cost tables in the model's order."""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn
+from circuitgrad.cli import main
+from circuitgrad.costmodel import calibration as calib
+from circuitgrad.costmodel import calls as cost_calls
+from circuitgrad.costmodel import cpu as cost_cpu
+
+DAY = 86400.0
+KEY = {"version": 5, "machine": "x86_64 2 cores"}
+
+
+def _cached(at: float, load: float, cpus: int = 2, **key) -> dict:
+    return {**KEY, **key, "rate": 1.0, "measured_at": at, "load": load, "cpus": cpus}
+
+
+# ------------------------------------------------------------------ the rules
+@pytest.mark.parametrize("cached, now, expect", [
+    (None, (0, 0.1), "none is cached yet"),
+    (..., (0, 0.1), "the cached one does not parse"),
+    ([1, 2], (0, 0.1), "the cached one does not parse"),
+    (_cached(0, 0.1, version=4), (0, 0.1), "the cached one has another version (4, this one 5)"),
+    (_cached(0, 0.1, machine="arm64 8 cores"), (0, 0.1),
+     "the cached one has another machine ('arm64 8 cores', this one 'x86_64 2 cores')"),
+    ({**KEY, "rate": 1.0}, (0, 0.1), "the cached one does not say when and under what load it was measured"),
+    (_cached(0, 0.1), (31 * DAY, 0.1), "the cached one is 31 days old (older than 30)"),
+    (_cached(0, 1.5), (DAY, 0.3),
+     "the cached one was measured under load (load 1.5 on 2 CPUs); the machine is quieter now (load 0.3)"),
+    (_cached(0, 1.5), (DAY, 1.8), None),             # still busy: kept (and said so, below)
+    (_cached(0, 0.9), (29 * DAY, 0.1), None),         # 0.9 on 2 CPUs is not under load; 29 days is not stale
+])
+def test_reason_to_measure_again(cached, now, expect):
+    assert calib.reason(cached, KEY, calib.Conditions(now[0], now[1], 2)) == expect
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    """A cache in ``tmp_path`` and a machine whose clock and load the test sets."""
+    monkeypatch.setenv("CIRCUITGRAD_CACHE", str(tmp_path))
+    state = {"t": 1_000_000.0, "load": 0.2, "measured": 0}
+    monkeypatch.setattr(calib, "_clock", lambda: state["t"])
+    monkeypatch.setattr(calib, "_loadavg", lambda: state["load"])
+    monkeypatch.setattr(calib.os, "cpu_count", lambda: 2)
+    return state
+
+
+def _rate(machine, refresh=False):
+    def measure():
+        machine["measured"] += 1
+        return 2.5
+    return calib.calibrated("rates.json", KEY, lambda d: float(d["rate"]), measure, lambda v: {"rate": v},
+                            "the test model", refresh)[0]
+
+
+def test_calibrated_measures_keeps_and_measures_again(machine, tmp_path, capsys):
+    path = os.path.join(str(tmp_path), "rates.json")
+    assert _rate(machine) == 2.5 and machine["measured"] == 1
+    assert capsys.readouterr().err == (f"circuitgrad: calibrating the test model on this machine (none is cached "
+                                       f"yet); cached in {path}\n")
+    d = json.loads(open(path).read())
+    assert d == {"rate": 2.5, **KEY, "measured_at": 1_000_000.0, "load": 0.2, "cpus": 2}
+    machine["t"] += 29 * DAY
+    assert _rate(machine) == 2.5 and machine["measured"] == 1          # read back, silently
+    assert capsys.readouterr() == ("", "")
+    machine["t"] += 2 * DAY
+    _rate(machine)
+    assert machine["measured"] == 2
+    assert "(the cached one is 31 days old (older than 30))" in capsys.readouterr().err
+    _rate(machine, refresh=True)
+    assert machine["measured"] == 3
+    assert "(asked to (--recalibrate))" in capsys.readouterr().err
+
+
+def test_a_calibration_under_load_is_said_kept_while_busy_and_measured_again_when_quiet(machine, capsys):
+    machine["load"] = 1.6
+    _rate(machine)
+    err = capsys.readouterr().err.splitlines()
+    assert err[1] == ("circuitgrad: the test model was calibrated under load (load 1.6 on 2 CPUs); its times may be "
+                      "too long. It is measured again once the machine is quieter, or now with --recalibrate")
+    machine["load"], machine["t"] = 1.9, machine["t"] + 60
+    _rate(machine)
+    assert machine["measured"] == 1                                     # still busy: kept, and said so
+    date = calib.Conditions(1_000_000.0, 1.6, 2).date()
+    assert capsys.readouterr().err == (
+        f"circuitgrad: the test model: using the calibration measured {date} under load (load 1.6 on 2 CPUs); its "
+        f"times may be too long. It is measured again once the machine is quieter, or now with --recalibrate\n")
+    machine["load"] = 0.4
+    _rate(machine)
+    assert machine["measured"] == 2
+    assert "(the cached one was measured under load (load 1.6 on 2 CPUs); the machine is quieter now (load 0.4))" \
+        in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the CPU calibration
+@pytest.fixture
+def small_cpu(monkeypatch):
+    """The CPU calibration on two sizes of each kind and a small pool (fast)."""
+    monkeypatch.setattr(cost_cpu, "_GEMM_SIZES", (16, 32))
+    monkeypatch.setattr(cost_cpu, "_STREAM_SIZES", (256, 4096))
+    monkeypatch.setattr(cost_cpu, "_POOL_BYTES", 1 << 16)
+    monkeypatch.setattr(cost_cpu, "PROBES", {k: cost_calls.PROBES[k] for k in ("ufunc", "matmul")})
+
+
+def test_cpu_calibration_shows_progress_and_records_its_conditions(machine, small_cpu, tmp_path, capsys):
+    monkeypatch_probes = cost_cpu.PROBES
+    c = cost_cpu.calibrate()
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    path = os.path.join(str(tmp_path), "cpu-calibration.json")
+    assert lines[0] == f"circuitgrad: calibrating the CPU cost model on this machine (none is cached yet); cached in {path}"
+    assert re.fullmatch(r"calibrating the CPU cost model: 7/7 measurements, last exp, \d+\.\d s", lines[-1]), lines
+    assert c.conditions == calib.Conditions(1_000_000.0, 0.2, 2) and set(c.calls) == set(monkeypatch_probes)
+    d = json.loads(open(path).read())
+    assert {k: d[k] for k in ("measured_at", "load", "cpus", "version", "blas")} == \
+        {"measured_at": 1_000_000.0, "load": 0.2, "cpus": 2, "version": 5, "blas": cg.blas.name()}
+    assert cost_cpu.calibrate() == c and capsys.readouterr() == ("", "")
+
+
+def test_recalibrate_in_the_api_and_the_command_line(machine, small_cpu, capsys):
+    cost_cpu.calibrate()
+    step = cg.compile_model(nn.mlp(4, [3, 5, 2]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1))
+    capsys.readouterr()
+    cg.cost(step, "cpu", recalibrate=True)
+    assert "(asked to (--recalibrate))" in capsys.readouterr().err
+    assert main(["cost", "iris", "--target", "cpu", "--recalibrate"]) == 0
+    assert "(asked to (--recalibrate))" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=re.escape("cost: target 'gpu' has no calibration of this machine to measure "
+                                                   "again (the cpu and zk targets have)")):
+        cg.cost(step, "gpu", recalibrate=True)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--target", "gpu", "--recalibrate"],
+     "circuitgrad cost: --recalibrate measures this machine for --target cpu or zk; --target gpu has no calibration"),
+    (["--target", "zk", "--no-prover-time", "--recalibrate"],
+     "circuitgrad cost: --recalibrate measures the prover's time model, which --no-prover-time leaves out"),
+])
+def test_recalibrate_usage_errors(argv, message, capsys):
+    assert main(["cost", "iris", *argv]) == 2
+    assert capsys.readouterr().err == message + "\n"
+
+
+# ------------------------------------------------------------------ fixed costs of the generated code
+@pytest.mark.parametrize("expr, kinds", [
+    ("matmul(v26 * np.float32(-0.1), v43)", ["matmul", "ufunc", "scalar"]),
+    ("(v21 > 0).astype(np.float32)", ["astype", "ufunc"]),
+    ("softmax(v32, causal=True)", ["softmax_causal"]),
+    ("v9[0:4:1, 0:2:1].copy()", ["copy", "index"]),
+    ("1 / np.sqrt(v3)", ["ufunc", "ufunc"]),
+    ("sum_axes(v37, (0,), (3,))", ["sum_axes"]),
+    ("np.matmul(v1, v2)", ["batched_matmul"]),
+    ("x.T", []),
+])
+def test_calls_of_a_generated_line(expr, kinds):
+    assert sorted(cost_calls.calls(expr)) == sorted(kinds)
+
+
+def test_cpu_time_counts_the_calls_of_each_generated_line():
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125))
+    p = step.fn("step").program
+    exprs = cost_calls.expressions(p)
+    kinds = [type(a.op).__name__ for a, e in zip(p.instrs, exprs) if e is not None and e.startswith("matmul(")]
+    assert kinds == ["MatMul"] * 5                            # the five products of the step, each a GEMM call
+    assert [e for a, e in zip(p.instrs, exprs) if type(a.op).__name__ == "Constant"] == [None]   # folded
+    slow = {k: 1e-9 for k in cost_calls.PROBES} | {"matmul": 1e-3}
+    cal = cost_cpu.Calibration((1e15,) * 6, (1e15,) * 5, 1e15, 1e-9, "test", "numpy", slow)
+    assert cg.cost(step, "cpu", calibration=cal).seconds == pytest.approx(5e-3, rel=1e-3)
+
+
+# ------------------------------------------------------------------ the model's order
+def test_cost_rows_follow_the_model_not_the_schedule_nor_the_alphabet():
+    # relu comes after dense0 in the model; the schedule runs dense1's bias broadcast and the loss's constants
+    # first, and the alphabet puts dense1 before relu
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125))
+    cal = cost_cpu.Calibration((1e9,) * 6, (1e10,) * 5, 1e9, 1e-6, "test", "numpy")
+    names = [r.name for r in cg.cost(step, "cpu", calibration=cal).rows]
+    assert names == ["(plumbing)", "mlp/dense0", "mlp/relu", "mlp/dense1", "softmax_cross_entropy", "sgd"]
+    gpu = [r.name for r in cg.cost(step, "gpu").rows]
+    assert gpu == ["mlp/dense0", "mlp/relu", "mlp/dense1", "softmax_cross_entropy", "sgd"]
+    fixed = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                             dtype=cg.fixed(16, 8))
+    zk = [r.name for r in cg.cost(fixed, "zk", prover_time=False).rows]
+    assert zk == ["(inputs)", "(constants)", "mlp/dense0", "mlp/relu", "mlp/dense1", "(plumbing)",
+                  "softmax_cross_entropy", "sgd", "(outputs)"]
