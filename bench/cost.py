@@ -3,7 +3,9 @@
     python bench/cost.py [--repeats 7] [--skip-zk]
 
 CPU: ``cg.cost(step, "cpu").seconds`` against the median time of the compiled NumPy step, for the
-bench models (MLP 784-256-256-10 b128, the digits CNN b128, the GPT d128 S64 B16 of bench/gpt_cpu.py).
+bench models (MLP 784-256-256-10 b128, the digits CNN b128, the GPT d128 S64 B16 of bench/gpt_cpu.py) and
+the examples' own steps at their defaults (iris, digits, digits_cnn: small steps, where each line's calls
+dominate).
 ZK: the Ligero time ``cg.cost(step, "zk").seconds`` predicts against the prover's median time, for the
 cases of ``bench/prover.py`` (fixed(16,8), the 51-bit field; synthetic product circuits too). Ratios are predicted / measured. Both calibrations
 are measured again at the start of the run (``--keep-calibration`` uses the cached ones), so that
@@ -37,6 +39,16 @@ def cpu_cases():
            rng.integers(0, V, (Bg, S)), rng.integers(0, V, (Bg, S)))
 
 
+def example_cases():
+    """The examples' training steps at their defaults: (name, compiled step, x, y)."""
+    import importlib
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+    for name in ("iris", "digits", "digits_cnn"):
+        spec = importlib.import_module(name).model()
+        x, y = next(iter(spec.data(0)))
+        yield f"examples/{name}.py", spec.compile(), x, y
+
+
 #: the cases of bench/prover.py whose proofs take seconds (syn1e6 takes about 35 s: add it with --zk-cases)
 ZK_CASES = ["iris-predict", "iris8", "iris32", "digits", "cnn8", "gpt-softmax", "gpt-spherical", "syn8k", "syn1e5"]
 
@@ -66,10 +78,13 @@ def main() -> None:
         if not a.skip_zk:
             zk_cost.calibrate_prover(refresh=True)
     rows = []
-    for name, model, opt, x, y in ([] if a.skip_cpu else cpu_cases()):
-        step = cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=opt)
+    load = os.getloadavg()[0]
+    steps = [] if a.skip_cpu else [(name, cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=opt), x, y)
+                                   for name, model, opt, x, y in cpu_cases()] + list(example_cases())
+    for name, step, x, y in steps:
         params = step.init_params(seed=0)
-        measured = median_time(lambda: step.step(params, x, y), a.repeats)
+        measured = median_time(lambda: step.step(params, x, y), a.repeats, inner=max(1, int(2e-3 / max(
+            cg.cost(step, "cpu").seconds, 1e-6))))
         c = cg.cost(step, "cpu")
         rows.append(["cpu", name, f"{c.flops / 1e6:.1f}M", f"{c.bytes / 1e6:.1f}M", f"{c.seconds * 1e3:.2f} ms",
                      f"{measured * 1e3:.2f} ms", f"{c.seconds / measured:.2f}"])
@@ -82,7 +97,7 @@ def main() -> None:
             r = circuit.r1cs
             rows.append(["zk", case, f"{r.n_constraints:,} + {r.n_lookups:,} lookups", "", f"{predicted:.3f} s",
                          f"{measured:.3f} s", f"{predicted / measured:.2f}"])
-    print(f"cost model vs measurement; {machine()}; medians of {a.repeats}")
+    print(f"cost model vs measurement; {machine()}; medians of {a.repeats}; 1-minute load {load:.1f} at the start")
     print(table(["target", "case", "FLOPs / size", "bytes", "predicted", "measured", "ratio"], rows))
 
 

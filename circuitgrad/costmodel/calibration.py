@@ -101,6 +101,10 @@ def reason(cached: Any, key: dict[str, Any], current: Conditions) -> str | None:
     return None
 
 
+#: the cache files whose calibration under load this process has already said it uses
+_TOLD: set[str] = set()
+
+
 def _read(path: str) -> Any:
     try:
         with open(path) as fh:
@@ -131,7 +135,8 @@ def calibrated(name: str, key: dict[str, Any], parse: Callable[[dict], T | None]
             value = None
         if value is not None:
             then = _stamp(d)
-            if then.busy:
+            if then.busy and path not in _TOLD:          # once per process: a loop of cg.cost calls says it once
+                _TOLD.add(path)
                 _say(f"{what}: using the calibration measured {then.date()} under load ({then.describe()}); "
                      f"its times may be too long. It is measured again once the machine is quieter, or now with "
                      f"--recalibrate")
