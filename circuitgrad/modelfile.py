@@ -19,10 +19,10 @@ trains. ``dataset()`` returns the whole training set ``(x, y)`` the batches are
 drawn from; ``zk prove --private`` commits to it by its Merkle root.
 
 ``data(seed)`` returns an iterable of ``(x, y)`` batches (one epoch, say), each of exactly the
-model's batch size. A tool takes them in order (:func:`batches`, with ``seed`` the tool's ``--seed``,
-0 by default), one per step, and when the iterable runs out before the steps do it calls
-``data(seed + 1)``, then ``data(seed + 2)``, and so on: a new epoch, shuffled anew if ``data`` shuffles
-by its seed. So ``--steps 10`` over a ``data`` of 4 batches uses ``data(0)``'s 4, ``data(1)``'s 4 and
+model's batch size. A tool takes them in order (:func:`batches`, with ``seed`` the ``--seed`` of
+``zk prove``, 0 by default and for ``fpga simulate``), one per step, and when the iterable runs out
+before the steps do it calls ``data(seed + 1)``, then ``data(seed + 2)``, and so on: a new epoch,
+shuffled anew if ``data`` shuffles by its seed. So ``--steps 10`` over a ``data`` of 4 batches uses ``data(0)``'s 4, ``data(1)``'s 4 and
 the first 2 of ``data(2)``. A short last batch is not padded or skipped: it is an error naming the
 batch (``datasets.batches`` drops an epoch's remainder, so it never yields one). A call that yields
 no batch at all, a ``data`` that returns no iterable, or an exception in the file's ``data`` code is a

@@ -14,18 +14,43 @@ def _read(*path: str) -> str:
     return open(os.path.join(ROOT, *path), encoding="utf-8").read()
 
 
-def test_readme_python_blocks_run(capsys, tmp_path, monkeypatch):
+def test_readme_python_blocks_run_and_print_what_they_show(capsys, tmp_path, monkeypatch):
+    """Every Python block runs as written, and where a line shows its output (``print(x)  # prints: TEXT``)
+    the block prints TEXT as a line of its own."""
     pytest.importorskip("sklearn")
     monkeypatch.chdir(tmp_path)                       # snippets write files (step.proof)
     src = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     blocks = re.findall(r"```python\n(.*?)```", src, re.S)
     assert len(blocks) >= 2
     ns: dict = {}
+    out, shown = "", 0
     for b in blocks:
         exec(compile(b, "README.md", "exec"), ns)
-    out = capsys.readouterr().out
+        printed = capsys.readouterr().out
+        for text in re.findall(r"^print\(.*# prints: (.*)$", b, re.M):
+            assert text in printed.splitlines(), (text, printed[:2000])
+            shown += 1
+        out += printed
+    assert shown >= 1
     assert re.search(r"^accuracy 0\.9\d*|^accuracy 1\.0", out, re.M)
     assert len(ns["gate"].source_types) == 2 and len(ns["gate"].target_types) == 1
+
+
+def test_readme_type_mismatch_is_the_error_the_code_raises():
+    """The error the README shows for composing two dense layers of mismatched widths, as raised."""
+    from circuitgrad import nn
+    section = _read("README.md").split("Shape and dtype mismatches fail", 1)[1]
+    (shown,) = re.findall(r"```\n(TypeMismatch: .*?)\n```", section, re.S)[:1]
+    left, right = re.match(r"TypeMismatch: cannot compose dense\(([\d,]+)\) >> dense\(([\d,]+)\)", shown).groups()
+    with pytest.raises(Exception) as e:
+        nn.dense(*map(int, left.split(","))) >> nn.dense(*map(int, right.split(",")))
+    assert f"{type(e.value).__name__}: {e.value}" == shown
+
+
+def test_readme_extras_table_has_a_row_for_every_extra():
+    extras = tomllib.loads(_read("pyproject.toml"))["project"]["optional-dependencies"]
+    rows = re.findall(r"^\| `\[(\w+)\]` \|", _read("README.md"), re.M)
+    assert [e for e in extras if e not in rows] == []
 
 
 def test_readme_names_every_extra():
