@@ -78,7 +78,7 @@ def private():
     step = cg.compile_model(nn.mlp(2, [3, 2, 2]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=fx)
     rng = np.random.default_rng(0)
     x, y = np.round(rng.uniform(-2, 2, (6, 3)) * 256) / 256, rng.integers(0, 2, 6)
-    return step, zk.commit_dataset(step, x, y), [(x[:2], y[:2])]
+    return step, zk.commit_dataset(step, x, y), [(x[:2], y[:2]), (x[2:4], y[2:4])]
 
 
 def test_api_prove_run_on_a_cluster_without_dask_names_the_extra(no_dask, private):
@@ -91,11 +91,12 @@ def test_api_prove_run_on_a_cluster_without_dask_names_the_extra(no_dask, privat
 
 
 @pytest.mark.slow
-def test_api_prove_run_by_default_proves_here_without_dask(no_dask, private):
+def test_api_prove_run_by_default_proves_here_without_dask(no_dask, private, monkeypatch):
     step, data, batches = private
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)      # with Dask: a local cluster of 2 workers, one per step
     run = zk.prove_run(step, step.init_params(seed=0), batches, dataset=data, progress=False,
                        rng=np.random.default_rng(1))
-    assert run.steps == 1 and zk.verify_run(run, step, c0=run.commitments[0], d=data.commitment)
+    assert run.steps == 2 and zk.verify_run(run, step, c0=run.commitments[0], d=data.commitment)
 
 
 def test_galois_missing_is_one_line_naming_the_extra(monkeypatch):
