@@ -103,7 +103,7 @@ def test_zk_prove_and_verify_a_gpt_model_file(tmp_path, capsys):
     assert main(["zk", "prove", *opts, "--steps", "1", "--out", str(tmp_path / "p")]) == 0
     out = capsys.readouterr().out
     assert "public statement: step of gpt(B=1,S=4,vocab=96,d=8,heads=2,layers=1,spherical)" in out
-    assert "optimizer momentum(lr=0.1 (raw 26), beta=0.9 (raw 230)) in fixed(16,8)" in out
+    assert "  optimizer:      momentum(lr=0.1 (raw 26), beta=0.9 (raw 230))\n  arithmetic:     fixed(16,8) over" in out
     assert main(["zk", "verify", *opts, str(tmp_path / "p"), "--init-seed", "0"]) == 0
     assert "all 1 proofs verify" in capsys.readouterr().out
     assert main(["zk", "verify", *opts[:-1], "attention=softmax", str(tmp_path / "p"), "--init-seed", "0"]) == 1
