@@ -129,15 +129,16 @@ def test_a_missing_module_in_a_core_command_is_one_line_naming_the_extra(files, 
         1, "circuitgrad draw: No module named 'cairosvg': pip install 'circuitgrad[draw]'\n")
 
 
-def test_cost_on_fpga_without_amaranth_is_one_line(capsys, monkeypatch):
-    """A backend's ImportError reaches the core command as one line (no traceback) with status 1."""
-    pytest.importorskip("sklearn")
-    for name in [m for m in sys.modules if m == "amaranth" or m.startswith(("amaranth.", "circuitgrad.backends.fpga"))]:
+@pytest.mark.parametrize("cmd", [["show"], ["cost"], ["zk", "prove"], ["fpga", "simulate"]], ids=" ".join)
+def test_an_example_without_scikit_learn_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch, cmd):
+    """The examples' data needs the [examples] extra: every command that loads one says so in one line."""
+    for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
         monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "amaranth", None)          # import amaranth now fails
-    status, err = _run(["cost", "iris", "--target", "fpga"], capsys)
-    assert status == 1 and err.startswith("circuitgrad cost: ") and err.count("\n") == 1
-    assert err.endswith("pip install 'circuitgrad[fpga]'\n")
+    monkeypatch.setitem(sys.modules, "sklearn", None)           # import sklearn now fails
+    out = ["--out", str(tmp_path / "p")] if cmd[0] == "zk" else []
+    assert _run([*cmd, IRIS, *out], capsys) == (
+        1, f"circuitgrad {cmd[0]}: {IRIS}: model(): ImportError: the example data sets need scikit-learn: "
+           f"pip install 'circuitgrad[examples]'\n")
 
 
 # ------------------------------------------------------------------ --init: a checkpoint of another model
