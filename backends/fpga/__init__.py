@@ -38,6 +38,20 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
+def runtime() -> str:
+    """What ``circuitgrad info`` reports: Amaranth's version and the YoWASP tools found, or what to install."""
+    from .extra import INSTALL, synthesis_tools, tool
+    try:
+        import amaranth
+    except ImportError:
+        return f"no Amaranth (fpga simulate and synth need it: {INSTALL})"
+    tools = [f"yowasp-{n}" for n in ("yosys", *synthesis_tools("ice40")[1:], *synthesis_tools("ecp5")[1:])]
+    have = [t for t in tools if tool(t.removeprefix("yowasp-")) is not None]
+    missing = f"; not found: {', '.join(t for t in tools if t not in have)} (fpga synth needs them: {INSTALL})" \
+        if len(have) < len(tools) else ""
+    return f"Amaranth {amaranth.__version__}" + (f", {', '.join(have)}" if have else "") + missing
+
+
 def _core(what: str):
     """The Amaranth sequencer module (:mod:`.core`); :class:`~.extra.MissingExtra` naming ``what`` without Amaranth."""
     require_amaranth(what)
