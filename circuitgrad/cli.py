@@ -29,7 +29,8 @@ from .primitives import PRIMITIVES
 from .targets import TARGETS
 
 
-def _info(_args) -> int:
+def _info(args) -> int:
+    """Version, primitives and targets (wrapped by :func:`_reported` below: a backend that cannot load is one line)."""
     import platform
 
     import numpy
@@ -74,6 +75,9 @@ def _reported(fn):
             print(f"circuitgrad {args.cmd}: {' '.join(str(e).split())}", file=sys.stderr)
             return 1
     return run
+
+
+_info = _reported(_info)
 
 
 @_reported

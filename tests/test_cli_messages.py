@@ -162,3 +162,12 @@ def test_init_with_a_checkpoint_of_another_model_names_the_shapes_and_the_flag(t
                                 f"model needs {want}: it is a checkpoint of another model or of other options "
                                 f"(--batch, --hidden, --option); --init takes one of this model, such as the "
                                 f"final.npz that zk prove writes for it\n")
+
+
+def test_info_with_a_backend_that_cannot_load_is_one_line(capsys, monkeypatch):
+    from circuitgrad.targets import TARGETS
+
+    def available():
+        raise ModuleNotFoundError("No module named 'amaranth'", name="amaranth")
+    monkeypatch.setattr(TARGETS["fpga"].module(), "available", available, raising=False)
+    assert _run(["info"], capsys) == (1, "circuitgrad info: No module named 'amaranth': pip install 'circuitgrad[fpga]'\n")
