@@ -1,6 +1,6 @@
 """Matrix products for the NumPy backend: Intel MKL when installed, else NumPy.
 
-NumPy < 2 (pinned by ``open-hypergraphs``) ships OpenBLAS 0.3.23. On the
+NumPy 1.26 ships OpenBLAS 0.3.23 (NumPy 2's OpenBLAS is newer). On the
 project's AVX-512 machine, its float32 GEMM is 1.2–1.6× slower than the MKL
 that PyTorch uses, and matrix products are about 80% of an MLP training step
 (see ``docs/BENCHMARKS.md``). When the ``mkl`` wheel is installed

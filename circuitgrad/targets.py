@@ -51,6 +51,11 @@ class Target:
         check = getattr(self.module(), "available", None)
         return check() if check is not None else (True, "this machine")
 
+    def runtime(self) -> str | None:
+        """The runtime library it found and its version (CuPy and CUDA for the GPU), where it has one."""
+        describe = getattr(self.module(), "runtime", None)
+        return describe() if describe is not None else None
+
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("cpu", "circuitgrad.codegen", "circuitgrad.codegen:NUMPY_RULES", "circuitgrad.costmodel.cpu", ("numpy",),

@@ -7,7 +7,7 @@
 #
 # Setup on a bare machine: uses .venv when its Python runs (else creates it, --system-site-packages, so a
 # CuPy or PyTorch installed with the system Python counts), then installs what is missing with pip
-# ('.[gpu]' and pytest; '.[torch]' only with GPU_CHECK_INSTALL_TORCH=1: CUDA PyTorch is gigabytes). Offline,
+# ('.[cuda13]' or '.[cuda12]', by the driver's CUDA version, and pytest; '.[torch]' only with GPU_CHECK_INSTALL_TORCH=1: CUDA PyTorch is gigabytes). Offline,
 # pip fails fast and the package is registered without dependencies; the report names what is missing.
 # The checks themselves are scripts/gpu_check.py. Exit status: 0 pass (or incomplete), 1 a failure or no device.
 set -uo pipefail
@@ -33,10 +33,13 @@ if ! "$VENV/bin/python" -c "import sys" 2>/dev/null; then
 fi
 VPY=$VENV/bin/python
 PIP=("$VPY" -m pip install -q --disable-pip-version-check --retries 0 --timeout 15)
+# the CuPy wheel that matches the driver: [cuda13] or [cuda12], by the "CUDA Version" nvidia-smi prints
+CUDA_MAJOR=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\).*/\1/p' | head -1)
+case "${CUDA_MAJOR:-}" in 12) EXTRA=cuda12 ;; *) EXTRA=cuda13 ;; esac
 if ! "$VPY" -c "import circuitgrad.backends.gpu, numpy, cupy, pytest" 2>/dev/null; then
-  note "installing -e '.[gpu]' and pytest (at most 100 s)"
-  if ! timeout 100 "${PIP[@]}" -e '.[gpu]' pytest; then
-    note "pip could not install '.[gpu]' (offline?): registering circuitgrad without dependencies"
+  note "installing -e '.[$EXTRA]' and pytest (at most 100 s; driver CUDA ${CUDA_MAJOR:-unknown})"
+  if ! timeout 100 "${PIP[@]}" -e ".[$EXTRA]" pytest; then
+    note "pip could not install '.[$EXTRA]' (offline?): registering circuitgrad without dependencies"
     "$VPY" -c "import circuitgrad.backends.gpu" 2>/dev/null \
       || timeout 60 "${PIP[@]}" --no-deps --no-build-isolation -e . || note "circuitgrad is not installable here"
   fi

@@ -116,7 +116,8 @@ def phase_device(cfg: dict) -> dict:
         import cupy
     except Exception as e:
         return dict(out, status="fail", message=f"CuPy is not importable ({_error(e)}); "
-                                                f"install it with pip install -e '.[gpu]'")
+                                                f"install it with pip install -e '.[cuda13]' (or "
+                                                f"'.[cuda12]' for a CUDA 12 driver)")
     out["cupy"] = cupy.__version__
     try:
         n = cupy.cuda.runtime.getDeviceCount()

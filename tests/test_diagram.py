@@ -114,9 +114,10 @@ def test_running_unbound_parameter_is_an_error():
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_coequalizer_is_open_hypergraphs_one(seed):
-    """diagram.coequalizer (NumPy label propagation) numbers the classes exactly as open_hypergraphs' (SciPy's
-    connected components, by each class's smallest wire), on random gluings of every size up to the cut-over."""
+def test_coequalizer_is_the_connected_components_one(seed):
+    """diagram.coequalizer (NumPy label propagation) numbers the classes exactly as FiniteFunction.coequalizer
+    (SciPy's connected components, by each class's smallest wire), on random gluings of every size up to the
+    cut-over."""
     from circuitgrad.diagram import DTYPE, SPARSE_ABOVE, coequalizer
     rng = np.random.default_rng(seed)
     for W, n in [(0, 0), (1, 0), (5, 0), (3, 3), *((int(rng.integers(1, 300)), int(rng.integers(0, 400)))

@@ -14,7 +14,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINING_EXAMPLES = ["iris.py", "digits.py", "digits_cnn.py", "digits_vit.py", "tinygpt.py", "gpu_mlp.py"]
-WHY = "CuPy is not installed (pip install 'circuitgrad[gpu]')"
+WHY = ("CuPy is not installed (pip install 'circuitgrad[cuda13]' for a CUDA 13 driver, 'circuitgrad[cuda12]' for "
+       "CUDA 12 (nvidia-smi prints the driver's CUDA Version))")
 TINY_GPT = ["--steps", "2", "--d", "16", "--heads", "2", "--layers", "1", "--seq", "8", "--batch", "2",
             "--chars", "20000", "--sample", "3", "--quiet"]
 

@@ -59,7 +59,7 @@ def test_without_cupy_the_check_stops_at_once_with_one_line_and_a_report(tmp_pat
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_check.py"), "--report", str(report)],
                        capture_output=True, text=True, timeout=120, env=env)
     message = ("gpu-check: CuPy is not importable (ImportError: No module named 'cupy'); "
-               "install it with pip install -e '.[gpu]'")
+               "install it with pip install -e '.[cuda13]' (or '.[cuda12]' for a CUDA 12 driver)")
     assert r.returncode == 1
     assert r.stderr.splitlines() == [f"{message} (report: {report})"]
     assert r.stdout.splitlines()[0] == f"gpu-check: device: fail: {message.removeprefix('gpu-check: ')}"

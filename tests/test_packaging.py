@@ -108,11 +108,40 @@ def test_wheel_ships_every_package_and_runs_from_a_fresh_environment(tmp_path):
     assert os.path.realpath(res.stdout.strip()) == os.path.realpath(os.path.join(installed, "iris.py"))
 
 
+def test_installing_keeps_the_users_numpy(tmp_path):
+    """The wheel's requirements admit NumPy 1.26 and 2.x, and pip, asked to install the wheel into this
+    environment (whatever NumPy it has), installs nothing but circuitgrad: no NumPy downgrade, and no dependency
+    (as open-hypergraphs 0.1.3 was, pinning numpy~=1.26.4) that brings its own NumPy pin."""
+    from packaging.requirements import Requirement
+    pytest.importorskip("setuptools")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path / "dist"), ROOT], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    meta = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))
+    lines = zipfile.ZipFile(wheel).read(meta).decode().splitlines()
+    core = [Requirement(line.split(": ", 1)[1]) for line in lines if line.startswith("Requires-Dist: ")
+            and "extra ==" not in line]
+    assert sorted(r.name for r in core) == ["numpy", "scipy", "tqdm"]
+    numpy_req = next(r for r in core if r.name == "numpy")
+    assert all(numpy_req.specifier.contains(v) for v in ("1.26.4", "2.0.0", "2.5.5", "3.0.0"))
+    report = tmp_path / "report.json"
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "-q", "--report", str(report),
+                          str(wheel)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    import json
+    planned = [i["metadata"]["name"] for i in json.loads(report.read_text())["install"]]
+    assert planned == ["circuitgrad"], planned
+
+
 def test_cli_info(capsys):
     from circuitgrad.cli import main
     assert main(["info"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == f"circuitgrad {circuitgrad.__version__}"
+    import numpy
+    import platform
+    import scipy
+    assert out.splitlines()[0] == (f"circuitgrad {circuitgrad.__version__} on Python {platform.python_version()}, "
+                                   f"NumPy {numpy.__version__}, SciPy {scipy.__version__}")
     assert out.splitlines()[1].startswith("primitives (31): Copy, Parameter, Constant, ")
     assert "target cpu: float32/float64 NumPy code generation; fixed point by the reference interpreter; 30 rules; " \
            "runs on this machine" in out

@@ -18,12 +18,12 @@ from typing import Sequence
 from circuitgrad import primitives as P
 from circuitgrad.schedule import Program
 
-from . import cuda
+from . import cuda, install
 from .plan import Plan, plan
 from .profiler import Launch, Profile, profile
 from .runtime import VIEWS, GpuFunction, build, emulated_kernel
 
-__all__ = ["RULES", "UNSUPPORTED", "available", "compile_function", "plan", "Plan", "GpuFunction", "profile",
+__all__ = ["RULES", "UNSUPPORTED", "available", "runtime", "compile_function", "plan", "Plan", "GpuFunction", "profile",
            "Profile", "Launch"]
 
 #: how the backend runs each primitive: elementwise ones by a CUDA expression in a fused kernel, row-wise ones
@@ -42,16 +42,25 @@ def available() -> tuple[bool, str]:
     try:
         import cupy
     except ImportError:
-        return False, "CuPy is not installed (pip install 'circuitgrad[gpu]')"
+        return False, f"CuPy is not installed ({install.INSTALL})"
     try:
         n = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # CUDARuntimeError without a driver
-        return False, f"no usable CUDA device ({type(e).__name__}: {e})"
+    except Exception as e:  # CUDARuntimeError without a driver, or a wheel for a newer CUDA than the driver's
+        return False, install.mismatch(cupy) or f"no usable CUDA device ({type(e).__name__}: {e})"
     if n == 0:
         return False, "no CUDA device found"
     props = cupy.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     return True, name
+
+
+def runtime() -> str | None:
+    """The CuPy and CUDA this machine has (``circuitgrad info``), or ``None`` without CuPy."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return install.describe(cupy)
 
 
 def _raw_launcher(p, index, kernel):
