@@ -71,6 +71,8 @@ def _reported(fn):
         except ImportError as e:
             print(f"circuitgrad {args.cmd}: {missing_extra(e)}", file=sys.stderr)
             return 1
+        except BrokenPipeError:          # the reader of stdout stopped early: main ends quietly
+            raise
         except (ValueError, TypeError, FixedPointOverflow, NotImplementedError, OSError) as e:
             print(f"circuitgrad {args.cmd}: {' '.join(str(e).split())}", file=sys.stderr)
             return 1
@@ -217,10 +219,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_views(sub)
     args = ap.parse_args(argv)
     try:
-        return args.fn(args)
+        return _quiet_on_closed_pipe(args.fn)(args)
     except UsageError as e:             # a wrong command line: one line and status 2, as argparse does
         print(f"circuitgrad {args.cmd}: {e}", file=sys.stderr)
         return 2
+
+
+def _quiet_on_closed_pipe(fn):
+    """``fn`` whose output may go to a reader that stops early (``circuitgrad info | head``): a closed pipe ends
+    the command quietly with status 0, as the standard tools do, instead of an error about the pipe."""
+    def run(args) -> int:
+        try:
+            out = fn(args)
+            sys.stdout.flush()
+            return out
+        except BrokenPipeError:
+            import os
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # Python's flush at exit finds no pipe
+            return 0
+    return run
 
 
 if __name__ == "__main__":  # pragma: no cover

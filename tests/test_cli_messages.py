@@ -171,3 +171,12 @@ def test_info_with_a_backend_that_cannot_load_is_one_line(capsys, monkeypatch):
         raise ModuleNotFoundError("No module named 'amaranth'", name="amaranth")
     monkeypatch.setattr(TARGETS["fpga"].module(), "available", available, raising=False)
     assert _run(["info"], capsys) == (1, "circuitgrad info: No module named 'amaranth': pip install 'circuitgrad[fpga]'\n")
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """``circuitgrad info | head -1``: the closed pipe is neither a traceback nor an error line, and the status
+    is 0. The reader here (``true``) exits before the command writes, so every write meets a closed pipe."""
+    import subprocess
+    r = subprocess.run(f"set -o pipefail; '{sys.executable}' -m circuitgrad.cli info | true", shell=True,
+                       capture_output=True, text=True, timeout=120, executable="/bin/bash")
+    assert (r.returncode, r.stderr) == (0, "")
