@@ -174,10 +174,10 @@ def test_a_private_run_is_read_one_proof_at_a_time(private, tmp_path, monkeypatc
     step, data, run, where = private
     real, calls, alive = ligero.load, [], []
 
-    def load(path, limit=None):
+    def load(path, limit=None, soundness=None):
         gc.collect()
         calls.append((os.path.basename(path), limit, sum(r() is not None for r in alive)))
-        proof = real(path, limit)
+        proof = real(path, limit, soundness)
         alive.append(weakref.ref(proof))
         return proof
     monkeypatch.setattr(R.ligero, "load", load)

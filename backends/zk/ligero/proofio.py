@@ -311,9 +311,10 @@ def claimed_soundness(path: str, limit: int = MAX_FILE) -> str | None:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):      # a directory, FIFO or device: load names it
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
         start = fh.read(14)
         if len(start) < 14 or start[:8] != MAGIC:
             return None
