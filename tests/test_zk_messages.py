@@ -160,6 +160,18 @@ def test_a_file_where_the_proof_directory_goes_is_a_usage_error(capsys, tmp_path
         2, "", f"circuitgrad zk: {path}: a file, not a proof directory: name the directory zk prove --out wrote\n")
 
 
+@pytest.mark.parametrize("flag", ["--init", "--final"])
+def test_a_directory_named_as_a_checkpoint_is_a_usage_error(capsys, tmp_path, flag):
+    d = _dir(tmp_path, "chain.json")
+    given = ["--init-seed", "0"] if flag == "--final" else []
+    message = f"circuitgrad zk: {tmp_path}: a directory, not a checkpoint (an .npz file of raw parameters)\n"
+    assert _main(capsys, *_verify(d, flag, str(tmp_path), *given)) == (2, "", message)
+    if flag == "--init":                             # and before zk prove compiles anything
+        out = tmp_path / "out"
+        assert _main(capsys, "zk", "prove", *TINY, "--init", str(tmp_path), "--out", str(out)) == (2, "", message)
+        assert not out.exists()
+
+
 # ------------------------------------------------------------------ soundness mismatch, retired protocols
 @pytest.fixture(scope="module")
 def small():

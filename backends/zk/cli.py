@@ -118,11 +118,18 @@ def _soundness(a) -> str | None:
     return None
 
 
+def _check_checkpoint(path: str | None) -> None:
+    """Usage errors for a checkpoint the command line names (``--init``, ``--final``): missing, or a directory."""
+    if path is not None and not os.path.exists(path):
+        raise _usage(f"{path}: no such checkpoint")
+    if path is not None and os.path.isdir(path):
+        raise _usage(f"{path}: a directory, not a checkpoint (an .npz file of raw parameters)")
+
+
 def _params(step, circuit, init: str | None, seed: int | None) -> list[np.ndarray]:
     """Raw parameters (in the circuit's output order) from a checkpoint file or ``init_params(seed)``."""
     names, wires = circuit.output_names, circuit.output_wires
-    if init is not None and not os.path.exists(init):
-        raise _usage(f"{init}: no such checkpoint")
+    _check_checkpoint(init)
     if init is not None:
         try:
             return B.load_params(init, names, [w.shape for w in wires], circuit.dtype)
@@ -210,6 +217,7 @@ def _remove_ours(real: str) -> None:
 def _prove(a) -> int:
     if a.steps < 1:
         raise _usage(f"--steps must be at least 1, got {a.steps}")
+    _check_checkpoint(a.init)
     if a.private:
         return _prove_private(a)
     if a.workers is not None or a.scheduler is not None:
@@ -425,6 +433,8 @@ def _check_proofs_dir(a) -> None:
     if public and a.private:
         raise _usage(f"{public[0]} names parameters of a public run; a --private run starts from the commitment "
                      f"--c0 names")
+    _check_checkpoint(a.init)
+    _check_checkpoint(a.final)
 
 
 def _verify(a) -> int:
