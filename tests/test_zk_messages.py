@@ -59,6 +59,21 @@ def test_cli_workers_without_dask_is_one_line_naming_the_extra(no_dask, capsys, 
     assert not out.exists()                          # refused before any work
 
 
+@pytest.mark.parametrize("cmd", ["prove", "verify"])
+def test_cli_any_missing_module_of_an_extra_is_one_line(capsys, tmp_path, monkeypatch, cmd):
+    from circuitgrad.backends.zk import cli
+
+    def missing(*_):
+        raise ModuleNotFoundError("No module named 'galois'", name="galois")
+    monkeypatch.setattr(cli, "_setup", missing)
+    d = _dir(tmp_path, "chain.json")
+    args = ["zk", "prove", *TINY, "--out", str(tmp_path / "p")] if cmd == "prove" else \
+        _verify(d, "--init-seed", "0")
+    monkeypatch.setattr(cli.B, "read", lambda *_: None)          # verify: compiles after reading the bundle
+    rc, _, err = _main(capsys, *args)
+    assert (rc, err) == (1, "circuitgrad zk: No module named 'galois': pip install 'circuitgrad[zk]'\n")
+
+
 @pytest.mark.slow
 def test_cli_private_prove_without_dask_proves_here(no_dask, capsys, tmp_path):
     out = str(tmp_path / "run")

@@ -45,7 +45,7 @@ import time
 import numpy as np
 
 from circuitgrad import modelfile
-from circuitgrad.command import UsageError, add_model_options
+from circuitgrad.command import UsageError, add_model_options, missing_extra
 
 from . import bundle as B
 from . import ligero
@@ -509,6 +509,17 @@ def _verify(a) -> int:
     return 0 if ok else 1
 
 
+def _one_line(fn):
+    """``zk prove``/``zk verify``: a missing optional dependency wherever it is imported is one line naming its
+    extra (``pip install 'circuitgrad[zk]'``), exit status 1, not a traceback."""
+    def run(a) -> int:
+        try:
+            return fn(a)
+        except ImportError as e:
+            raise _fail(missing_extra(e)) from None
+    return run
+
+
 def _circuit_args(p) -> None:
     """The options that determine the circuit: the prover and the verifier name them the same way."""
     add_model_options(p)
@@ -542,7 +553,7 @@ def add_parser(sub) -> None:
                                                              "(default: one per core; 1: in this process)")
     p.add_argument("--scheduler", default=None, help="--private: prove on the Dask cluster at this address "
                                                      "(tcp://host:8786)")
-    p.set_defaults(fn=_prove)
+    p.set_defaults(fn=_one_line(_prove))
     v = zk.add_parser("verify", help="verify a bundle written by 'zk prove' against a model you name")
     _circuit_args(v)
     v.add_argument("proofs", help="the bundle directory (untrusted: it is only read)")
@@ -558,4 +569,4 @@ def add_parser(sub) -> None:
     v.add_argument("--data-root", default=None, help="--private: the dataset root you trust (default: recomputed "
                                                      "from the model file's dataset)")
     v.add_argument("--data-rows", type=int, default=None, help="--private: the rows --data-root commits to")
-    v.set_defaults(fn=_verify)
+    v.set_defaults(fn=_one_line(_verify))
