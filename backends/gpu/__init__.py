@@ -23,7 +23,7 @@ from .plan import Plan, plan
 from .profiler import Launch, Profile, profile
 from .runtime import VIEWS, GpuFunction, build, emulated_kernel
 
-__all__ = ["RULES", "UNSUPPORTED", "available", "runtime", "compile_function", "plan", "Plan", "GpuFunction", "profile",
+__all__ = ["RULES", "UNSUPPORTED", "available", "installed", "compile_function", "plan", "Plan", "GpuFunction", "profile",
            "Profile", "Launch"]
 
 #: how the backend runs each primitive: elementwise ones by a CUDA expression in a fused kernel, row-wise ones
@@ -54,7 +54,7 @@ def available() -> tuple[bool, str]:
     return True, name
 
 
-def runtime() -> str | None:
+def installed() -> str | None:
     """The CuPy and CUDA this machine has (``circuitgrad info``), or ``None`` without CuPy."""
     try:
         import cupy

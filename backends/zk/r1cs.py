@@ -138,12 +138,13 @@ class Contraction:
         w = np.asarray(w)
         A, B = w[self.a], w[self.b]
         big = max(int(np.abs(A).max(initial=0)), 1) * max(int(np.abs(B).max(initial=0)), 1) * self.a.shape[2]
-        if w.dtype == np.int64 and big < 1 << 62:                 # exact in int64
-            want = np.matmul(A, B) % p
+        small = w.dtype == np.int64 and p < 1 << 62              # an int64 array mod p stays int64 (NumPy 2: a
+        if small and big < 1 << 62:                               # larger p is an OverflowError, not an upcast)
+            want = np.matmul(A, B) % p                             # exact in int64
         else:
             A, B = A.astype(object), B.astype(object)
             want = np.stack([A[i].dot(B[i]) for i in range(A.shape[0])]) % p
-        got = np.asarray(w[self.c], dtype=object if w.dtype == object else np.int64) % p
+        got = np.asarray(w[self.c], dtype=np.int64 if small else object) % p
         return np.flatnonzero((want - got).reshape(-1) % p != 0)
 
 
