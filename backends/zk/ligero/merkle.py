@@ -8,9 +8,9 @@
 
 Every hash input starts with a domain tag of 8 bytes, ``LEAF_TAG`` for a leaf and ``NODE_TAG`` for an
 inner node, so that no leaf input is ever the input of a node or the other way round, whatever the
-number of rows (a 6-row column is as long as two child hashes). Leaves are salted with 16 random bytes each. An unopened column's leaf hash
-then reveals nothing about its values, which the zero-knowledge argument
-needs. An opening of several columns sends each sibling hash once (the
+number of rows (a 6-row column is as long as two child hashes). Leaves are salted with 16 random bytes
+each. An unopened column's leaf hash then reveals nothing about its values, which the zero-knowledge
+argument needs. An opening of several columns sends each sibling hash once (the
 union of the authentication paths, minus the nodes the verifier can compute).
 """
 from __future__ import annotations
