@@ -181,3 +181,11 @@ def test_plot_writes_png(tmp_path):
     assert napkin.plot(str(path), d=16, M=256, Ns=[64, 128, 256]) == str(path)
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+
+
+def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
+    import sys
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError) as e:
+        napkin.plot(str(tmp_path / "n.png"))
+    assert str(e.value) == "napkin.plot needs matplotlib: pip install 'circuitgrad[draw]'"
