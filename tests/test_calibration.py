@@ -2,6 +2,7 @@
 fixed costs per call, and cost tables in the model's order."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from circuitgrad.cli import main
 from circuitgrad.costmodel import calibration as calib
 from circuitgrad.costmodel import calls as cost_calls
 from circuitgrad.costmodel import cpu as cost_cpu
+from circuitgrad.costmodel import entry as cost_entry
 
 DAY = 86400.0
 KEY = {"version": 5, "machine": "x86_64 2 cores"}
@@ -121,11 +123,11 @@ def test_cpu_calibration_shows_progress_and_records_its_conditions(machine, smal
     lines = err.splitlines()
     path = os.path.join(str(tmp_path), "cpu-calibration.json")
     assert lines[0] == f"circuitgrad: calibrating the CPU cost model on this machine (none is cached yet); cached in {path}"
-    assert re.fullmatch(r"calibrating the CPU cost model: 7/7 measurements, last exp, \d+\.\d s", lines[-1]), lines
+    assert re.fullmatch(r"calibrating the CPU cost model: 9/9 measurements, last exp, \d+\.\d s", lines[-1]), lines
     assert c.conditions == calib.Conditions(1_000_000.0, 0.2, 2) and set(c.calls) == set(monkeypatch_probes)
     d = json.loads(open(path).read())
     assert {k: d[k] for k in ("measured_at", "load", "cpus", "version", "blas")} == \
-        {"measured_at": 1_000_000.0, "load": 0.2, "cpus": 2, "version": 5, "blas": cg.blas.name()}
+        {"measured_at": 1_000_000.0, "load": 0.2, "cpus": 2, "version": 6, "blas": cg.blas.name()}
     assert cost_cpu.calibrate() == c and capsys.readouterr() == ("", "")
 
 
@@ -187,7 +189,7 @@ def test_cost_rows_follow_the_model_not_the_schedule_nor_the_alphabet():
     step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125))
     cal = cost_cpu.Calibration((1e9,) * 6, (1e10,) * 5, 1e9, 1e-6, "test", "numpy")
     names = [r.name for r in cg.cost(step, "cpu", calibration=cal).rows]
-    assert names == ["(plumbing)", "mlp/dense0", "mlp/relu", "mlp/dense1", "softmax_cross_entropy", "sgd"]
+    assert names == ["(arguments)", "(plumbing)", "mlp/dense0", "mlp/relu", "mlp/dense1", "softmax_cross_entropy", "sgd"]
     gpu = [r.name for r in cg.cost(step, "gpu").rows]
     assert gpu == ["mlp/dense0", "mlp/relu", "mlp/dense1", "softmax_cross_entropy", "sgd"]
     fixed = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
@@ -195,3 +197,56 @@ def test_cost_rows_follow_the_model_not_the_schedule_nor_the_alphabet():
     zk = [r.name for r in cg.cost(fixed, "zk", prover_time=False).rows]
     assert zk == ["(inputs)", "(constants)", "mlp/dense0", "mlp/relu", "mlp/dense1", "(plumbing)",
                   "softmax_cross_entropy", "sgd", "(outputs)"]
+
+
+# ------------------------------------------------------------------ a step's straight line and its entry
+def test_cpu_time_charges_the_straight_line_factor_and_the_entry():
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.125))
+    p = step.fn("step").program
+    costs = {k: (i + 1) * 1e-6 for i, k in enumerate(cost_calls.PROBES)}
+    made = [k for e in cost_calls.expressions(p) if e is not None for k in cost_calls.calls(e)]
+    fast = (1e18,) * 6, (1e18,) * 5, 1e18, 1e-6, "test", "numpy", costs
+    plain = cg.cost(step, "cpu", calibration=cost_cpu.Calibration(*fast))
+    assert plain.seconds == pytest.approx(sum(costs[k] for k in made), rel=1e-6)   # context 1, no entry
+    cal = cost_cpu.Calibration(*fast, context=(2.5,), context_kinds=(1,), entry=(3e-4, 2e-5))
+    c = cg.cost(step, "cpu", calibration=cal)
+    arrays = len(step.param_names) + len(step.state_names)
+    assert arrays == 8                                          # W0 b0 W1 b1 and their momenta
+    rows = {r.name: r for r in c.rows}
+    assert rows["(arguments)"].seconds == pytest.approx(3e-4 + 8 * 2e-5, rel=1e-6)
+    # x: 8×4 float64 read, float32 written and read to check it finite (and a bool per element); 8 labels
+    # read, their one-hot rows of 3 gathered and written
+    assert rows["(arguments)"].bytes == 8 * 4 * (8 + 4 + 4 + 1) + 8 * 8 + 2 * 8 * 3 * 4
+    assert c.seconds == pytest.approx(2.5 * sum(costs[k] for k in made) + 3e-4 + 8 * 2e-5, rel=1e-6)
+    predict = {r.name: r for r in cg.cost(step, "cpu", function="predict", calibration=cal).rows}
+    assert predict["(arguments)"].seconds == pytest.approx(3e-4 + 4 * 2e-5, rel=1e-6)   # no optimizer state
+    g = cg.trace(lambda a: a + a, [cg.NdArrayType((4,), cg.float32)], name="g")
+    assert "(arguments)" not in [r.name for r in cg.cost(g, "cpu", calibration=cal).rows]   # no entry of its own
+
+
+def test_straight_line_factor_follows_the_kinds_of_call_a_program_makes():
+    cal = cost_cpu.Calibration((1e18,) * 6, (1e18,) * 5, 1e18, 1e-6, "test", "numpy", {"ufunc": 1e-6, "matmul": 1e-5},
+                               context=(1.0, 2.0), context_kinds=(2, 6))
+    assert [cal.factor(n) for n in (1, 2, 4, 6, 30)] == [1.0, 1.0, 1.5, 2.0, 2.0]
+    assert cal.fixed(["ufunc", "matmul"], distinct=4) == pytest.approx(1.5 * 1.1e-5)
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125))
+    made = [cost_calls.calls(e) for e in cost_calls.expressions(step.fn("step").program) if e is not None]
+    distinct = len({k for ks in made for k in ks})
+    assert distinct == 6                                        # ufunc, scalar, astype, matmul, sum_axes, softmax
+    cal = dataclasses.replace(cal, context=(1.0, 3.0), context_kinds=(2, 10))
+    assert cal.factor(distinct) == 2.0
+    c = cg.cost(step, "cpu", calibration=cal)
+    calls_s = sum(cal.calls.get(k, cal.call_s) for ks in made for k in ks)
+    assert c.seconds == pytest.approx(2.0 * calls_s, rel=1e-6)
+
+
+def test_straight_line_makes_each_call_once_and_entry_checks_its_arguments():
+    made = []
+    line = cost_entry.straight_line({k: (lambda k=k: made.append(k)) for k in ("a", "b", "c")}, rounds=2)
+    line()
+    assert made == ["a", "b", "c"] * 2
+    for n in cost_entry.ENTRY_SIZES:
+        out = cost_entry.entry_call(n)()
+        assert sorted(out) == sorted(f"p{i}" for i in range(n)) and out["p0"].shape == (4, 4)
+    assert cost_entry.parts((1, 65), (3e-5, 3e-5 + 64e-7)) == pytest.approx((3e-5 - 1e-7, 1e-7))
+    assert cost_entry.parts((1, 65), (3e-5, 2e-5)) == (3e-5, 0.0)          # never a negative cost per array

@@ -169,10 +169,13 @@ def test_cpu_calibration_is_cached(tmp_path, monkeypatch):
     assert cost_cpu.calibrate().gemm_flops                 # a damaged cache is measured again
     import json
     bad = json.loads((tmp_path / "cpu-calibration.json").read_text())
-    for field, value in (("gemm_flops", [1.0]), ("stream_bytes", [-1.0] * 5), ("call_s", "nan"), ("exp_per_s", None)):
+    for field, value in (("gemm_flops", [1.0]), ("stream_bytes", [-1.0] * 5), ("call_s", "nan"), ("exp_per_s", None),
+                         ("context", [-1.0] * 4), ("context_kinds", [6, 2, 14, 27]),
+                         ("entry", [1e-5]), ("entry", [1e-5, "inf"])):
         (tmp_path / "cpu-calibration.json").write_text(json.dumps({**bad, field: value}))
         c = cost_cpu.calibrate()                           # a malformed field: measured again, never used
         assert len(c.gemm_flops) == 6 and min(c.stream_bytes) > 0 and c.call_s > 0 and c.exp_per_s > 0
+        assert min(c.context) >= 1 and len(c.entry) == 2 and min(c.entry) >= 0
 
 
 def test_prover_calibration_cache_is_validated(tmp_path, monkeypatch):
