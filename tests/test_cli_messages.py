@@ -137,8 +137,8 @@ def test_an_example_without_scikit_learn_is_one_line_naming_the_extra(tmp_path, 
     monkeypatch.setitem(sys.modules, "sklearn", None)           # import sklearn now fails
     out = ["--out", str(tmp_path / "p")] if cmd[0] == "zk" else []
     assert _run([*cmd, IRIS, *out], capsys) == (
-        1, f"circuitgrad {cmd[0]}: {IRIS}: model(): ImportError: the example data sets need scikit-learn: "
-           f"pip install 'circuitgrad[examples]'\n")
+        1, f"circuitgrad {cmd[0]}: {IRIS}: model(): MissingExtra: datasets.load (the example data sets) needs "
+           f"scikit-learn: pip install 'circuitgrad[examples]'\n")
 
 
 # ------------------------------------------------------------------ --init: a checkpoint of another model

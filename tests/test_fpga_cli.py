@@ -47,7 +47,7 @@ def test_the_commands_without_amaranth_say_which_extra_in_one_line(tmp_path, arg
 def test_the_api_without_amaranth_raises_one_importerror_naming_the_extra(tmp_path):
     res = _without_amaranth(tmp_path, "import circuitgrad.backends.fpga.synth", module=True)
     assert res.returncode == 1
-    assert res.stderr.strip().splitlines()[-1] == ("circuitgrad.backends.fpga.extra.MissingExtra: fpga synthesis "
+    assert res.stderr.strip().splitlines()[-1] == ("circuitgrad.extras.MissingExtra: fpga synthesis "
                                                    f"needs Amaranth and the YoWASP tools: {INSTALL}")
 
 

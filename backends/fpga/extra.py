@@ -11,25 +11,16 @@ import os
 import shutil
 import sys
 
+from circuitgrad.extras import MissingExtra, install
+
 __all__ = ["MissingExtra", "INSTALL", "require_amaranth", "tool", "require_tools", "synthesis_tools"]
 
 #: how to install what this module checks for
-INSTALL = "pip install 'circuitgrad[fpga]'"
+INSTALL = install("fpga")
 
 
-class MissingExtra(ImportError):
-    """A part of the ``[fpga]`` extra is not installed: ``what`` needs ``needs``.
-
-    ``str()`` is the whole line (``fpga.simulate needs Amaranth: pip install 'circuitgrad[fpga]'``); the
-    command line says it again with its own name for ``what`` (:meth:`line`)."""
-
-    def __init__(self, what: str, needs: str) -> None:
-        self.what, self.needs = what, needs
-        super().__init__(self.line(what))
-
-    def line(self, what: str) -> str:
-        """The message with ``what`` as the thing that needs the extra (``circuitgrad fpga simulate``)."""
-        return f"{what} needs {self.needs}: {INSTALL}"
+def _missing(what: str, needs: str) -> MissingExtra:
+    return MissingExtra(what, needs, "fpga")
 
 
 def require_amaranth(what: str) -> None:
@@ -37,7 +28,7 @@ def require_amaranth(what: str) -> None:
     try:
         import amaranth  # noqa: F401
     except ImportError:
-        raise MissingExtra(what, "Amaranth") from None
+        raise _missing(what, "Amaranth") from None
 
 
 def tool(name: str) -> list[str] | None:
@@ -63,7 +54,7 @@ def require_tools(what: str, names: tuple[str, ...], amaranth: bool = True) -> N
         try:
             import amaranth as _  # noqa: F401
         except ImportError:
-            raise MissingExtra(what, "Amaranth and the YoWASP tools") from None
+            raise _missing(what, "Amaranth and the YoWASP tools") from None
     missing = [f"yowasp-{n}" for n in names if tool(n) is None]
     if missing:
-        raise MissingExtra(what, f"the YoWASP tools ({', '.join(missing)} not found)")
+        raise _missing(what, f"the YoWASP tools ({', '.join(missing)} not found)")

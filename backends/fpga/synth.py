@@ -31,7 +31,7 @@ try:
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
 except ImportError:
-    raise MissingExtra("fpga synthesis", "Amaranth and the YoWASP tools") from None
+    raise MissingExtra("fpga synthesis", "Amaranth and the YoWASP tools", "fpga") from None
 
 from .core import READ_LATENCY, Sequencer  # noqa: F401, E402
 from .devices import BOARDS, TARGETS, Target, constraints, pcf  # noqa: F401, E402

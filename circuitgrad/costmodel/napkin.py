@@ -304,10 +304,8 @@ def plot(path: str, d: int = 64, M: int = H100_M_FP32, Ns: Sequence[int] | None 
     """Log-log figure of predicted HBM bytes (forward+backward) against N for the four variants,
     with the Θ(Nd + N²) and Θ(N²d²/M) reference slopes; default M: an H100 thread block's 227 KiB
     of shared memory in float32 elements.  Returns ``path``."""
-    try:
-        import matplotlib
-    except ImportError as e:
-        raise ImportError("napkin.plot needs matplotlib: pip install 'circuitgrad[draw]'", name="matplotlib") from e
+    from ..extras import require
+    matplotlib = require("matplotlib", "napkin.plot", "matplotlib", "draw")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
