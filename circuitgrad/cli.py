@@ -227,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _quiet_on_closed_pipe(fn):
     """``fn`` whose output may go to a reader that stops early (``circuitgrad info | head``): a closed pipe ends
-    the command quietly with status 0, as the standard tools do, instead of an error about the pipe."""
+    the command quietly with status 141, as a standard tool killed by SIGPIPE (never 0: a ``zk verify`` cut
+    short has not verified), instead of a traceback or an error line about the pipe."""
     def run(args) -> int:
         try:
             out = fn(args)
@@ -236,7 +237,7 @@ def _quiet_on_closed_pipe(fn):
         except BrokenPipeError:
             import os
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # Python's flush at exit finds no pipe
-            return 0
+            return 128 + 13                                                   # 128 + SIGPIPE
     return run
 
 

@@ -272,12 +272,14 @@ def batches(spec: ModelSpec, seed: int, path: str = "the model file") -> Iterato
     for k in itertools.count():
         call = f"data({seed + k})"
         try:
-            it = iter(spec.data(seed + k))
+            got = spec.data(seed + k)
+        except (Exception, SystemExit) as e:      # the file's own code (a TypeError too): one line, as in model()
+            raise ModelFileError(f"{path}: {call}: {_raised(e)}") from None
+        try:
+            it = iter(got)
         except TypeError as e:
             raise ModelFileError(f"{path}: {call} must return an iterable of (x, y) batches "
                                  f"({' '.join(str(e).split())})") from None
-        except (Exception, SystemExit) as e:      # the file's own code: one line, as in model()
-            raise ModelFileError(f"{path}: {call}: {_raised(e)}") from None
         yielded = False
         while True:
             try:

@@ -250,3 +250,32 @@ def test_straight_line_makes_each_call_once_and_entry_checks_its_arguments():
         assert sorted(out) == sorted(f"p{i}" for i in range(n)) and out["p0"].shape == (4, 4)
     assert cost_entry.parts((1, 65), (3e-5, 3e-5 + 64e-7)) == pytest.approx((3e-5 - 1e-7, 1e-7))
     assert cost_entry.parts((1, 65), (3e-5, 2e-5)) == (3e-5, 0.0)          # never a negative cost per array
+
+
+def test_a_machine_that_cannot_count_its_cpus_keeps_its_calibration(machine, monkeypatch):
+    """``os.cpu_count()`` may be None: the CPU model's key records it as such, beside the conditions' count
+    (1), and the next call reads the calibration back instead of measuring it again."""
+    monkeypatch.setattr(calib.os, "cpu_count", lambda: None)
+    monkeypatch.setattr(cost_cpu.os, "cpu_count", lambda: None)
+    key = cost_cpu._key()
+    assert key["cpu_count"] is None
+
+    def measure():
+        machine["measured"] += 1
+        return 2.5
+
+    def rate():
+        return calib.calibrated("rates.json", key, lambda d: float(d["rate"]), measure, lambda v: {"rate": v},
+                                "the test model")[0]
+    assert rate() == 2.5 and rate() == 2.5
+    assert machine["measured"] == 1
+
+
+@pytest.mark.parametrize("target, options, why", [
+    ("zk", {"prover_time": False}, "prover_time=False leaves the prover's time model out"),
+    ("cpu", {"calibration": object()}, "calibration= gives the calibration to use"),
+])
+def test_recalibrating_for_a_call_that_would_not_use_it_is_refused(target, options, why):
+    with pytest.raises(ValueError) as e:
+        cg.cost(nn.mlp(2, [3, 2]), target, function="predict", recalibrate=True, **options)
+    assert str(e.value) == f"cost: recalibrate=True measures a calibration this call would not use: {why}"

@@ -78,3 +78,9 @@ def test_both_cuda_extras_are_declared():
     extras = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
     assert extras["cuda12"] == ["cupy-cuda12x>=13"] and extras["cuda13"] == ["cupy-cuda13x>=13.6"]
+
+
+def test_a_driver_older_than_cuda12_is_told_to_update_not_to_install_an_extra_that_does_not_exist(cupy):
+    cupy(12040, 11080, devices=-1)
+    assert gpu.available() == (False, "cupy-cuda13x is built for CUDA 12.4 but the driver supports CUDA 11.8: "
+                                      "circuitgrad's CuPy extras need a CUDA 12 or 13 driver: update the driver")

@@ -139,6 +139,8 @@ def model(batch=2, n=2, fail=None):
         calls.append(seed)
         if fail == "call":
             raise RuntimeError("no disk")
+        if fail == "typeerror":
+            return len(seed)
         if fail == "none":
             return None
         def gen():
@@ -164,6 +166,7 @@ def test_data_runs_out_then_the_next_seed_is_called(tmp_path):
     ("empty", "{p}: data(3) yielded no batch"),
     ("none", "{p}: data(3) must return an iterable of (x, y) batches ('NoneType' object is not iterable)"),
     ("call", "{p}: data(3): RuntimeError: no disk"),
+    ("typeerror", "{p}: data(3): TypeError: object of type 'int' has no len()"),   # the file's bug, not the contract
     ("midway", "{p}: data(3): OSError: read error"),
 ])
 def test_a_data_function_that_fails_is_one_line_naming_the_call(tmp_path, fail, message):

@@ -58,5 +58,6 @@ def mismatch(cupy: ModuleType) -> str | None:
     runtime, driver = _versions(cupy)
     if runtime is None or driver is None or runtime // 1000 <= driver // 1000:
         return None
-    return (f"{wheel()} is built for CUDA {cuda_version(runtime)} but the driver supports CUDA "
-            f"{cuda_version(driver)}: pip install 'circuitgrad[cuda{driver // 1000}]' instead")
+    fits = (f"pip install 'circuitgrad[cuda{driver // 1000}]' instead" if driver // 1000 in (12, 13) else
+            "circuitgrad's CuPy extras need a CUDA 12 or 13 driver: update the driver")
+    return f"{wheel()} is built for CUDA {cuda_version(runtime)} but the driver supports CUDA {cuda_version(driver)}: {fits}"

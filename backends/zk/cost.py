@@ -140,7 +140,7 @@ def _calibration_circuit(kind: str, n, arg):
 
 def _prover_key() -> dict:
     """What the prover's calibration depends on: one with another key is measured again."""
-    return {"version": _VERSION, "machine": machine(), "cpus": os.cpu_count(), "numpy": np.__version__}
+    return {"version": _VERSION, "machine": machine(), "cpu_count": os.cpu_count(), "numpy": np.__version__}
 
 
 def calibrate_prover(refresh: bool = False) -> tuple[float, ...]:

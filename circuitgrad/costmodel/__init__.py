@@ -49,6 +49,10 @@ def cost(f: Any, target: str = "cpu", device: str | None = None, function: str =
         if not hasattr(model, "recalibrate"):
             raise ValueError(f"cost: target {target!r} has no calibration of this machine to measure again "
                              f"(the cpu and zk targets have)")
+        unused = ("prover_time=False leaves the prover's time model out" if options.get("prover_time") is False else
+                  "calibration= gives the calibration to use" if options.get("calibration") is not None else None)
+        if unused:
+            raise ValueError(f"cost: recalibrate=True measures a calibration this call would not use: {unused}")
         model.recalibrate()
     c = model.estimate(f, device=device, function=function, depth=depth, **options)
     c.rows = in_model_order(c.rows, trace_order(f, function), depth)

@@ -98,5 +98,5 @@ def _probes() -> dict[str, Callable[[], object]]:
     }
 
 
-#: the kinds of call, each with a function that makes one such call on tiny operands (built on first use)
+#: the kinds of call, each with a function that makes one such call on tiny operands (built at import)
 PROBES: dict[str, Callable[[], object]] = {k: f for k, f in _probes().items()}

@@ -228,7 +228,7 @@ def _dump(c: Calibration) -> dict:
 
 def _key() -> dict[str, Any]:
     """What a CPU calibration depends on: a calibration with another key is measured again."""
-    return {"version": _VERSION, "machine": machine(), "cpus": os.cpu_count(), "blas": blas.name(),
+    return {"version": _VERSION, "machine": machine(), "cpu_count": os.cpu_count(), "blas": blas.name(),
             "numpy": np.__version__, "circuitgrad": __version__}
 
 
