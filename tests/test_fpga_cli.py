@@ -234,3 +234,16 @@ def test_an_overflow_in_the_simulated_hardware_is_one_line_and_status_1(tmp_path
                          capture_output=True, text=True, cwd=str(tmp_path), timeout=300)
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.splitlines()[-1] == "circuitgrad fpga: MatMul#1 overflowed fixed(16,8) in the FPGA simulation"
+
+
+def test_a_long_tool_run_says_it_is_still_running(tmp_path, monkeypatch):
+    """A synthesis tool that runs for longer than the heartbeat gets a line per heartbeat, then its time."""
+    from circuitgrad.backends.fpga import synth
+    monkeypatch.setattr(synth, "HEARTBEAT_S", 0.2)
+    lines: list[str] = []
+    res = synth._run([sys.executable, "-c", "import time; time.sleep(0.7); print('placed')"], "nextpnr",
+                     lines.append, str(tmp_path))
+    assert res.returncode == 0 and res.stdout == "placed\n"
+    assert lines[0].startswith("nextpnr: ") and lines[-1].startswith("  done in ")
+    assert [line.split(",")[0] for line in lines[1:-1]] == ["  nextpnr running"] * (len(lines) - 2)
+    assert len(lines) - 2 >= 2

@@ -133,6 +133,10 @@ def _tool(name: str) -> list[str]:
     return cmd
 
 
+#: seconds between the lines that say a synthesis tool is still running
+HEARTBEAT_S = 10.0
+
+
 def _run(cmd: list[str], what: str, log, cwd: str, logfile: str | None = None) -> subprocess.CompletedProcess:
     """Run a YoWASP tool in ``cwd`` (its WebAssembly sandbox sees only the working directory).
 
@@ -141,7 +145,14 @@ def _run(cmd: list[str], what: str, log, cwd: str, logfile: str | None = None) -
     """
     log(f"{what}: {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}")
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    while True:                       # a line every HEARTBEAT_S while the tool runs (nextpnr: 30 s and more)
+        try:
+            out, err = proc.communicate(timeout=HEARTBEAT_S)
+            break
+        except subprocess.TimeoutExpired:
+            log(f"  {what} running, {time.perf_counter() - t0:.0f} s")
+    res = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     log(f"  done in {time.perf_counter() - t0:.1f} s")
     if res.returncode != 0:
         text = res.stdout + res.stderr
