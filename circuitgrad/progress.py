@@ -19,9 +19,15 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import TextIO
+from typing import Protocol, TextIO
 
-__all__ = ["Progress", "progress"]
+__all__ = ["Progress", "progress", "Counter"]
+
+
+class Counter(Protocol):
+    """What a long computation reports its progress to: a :class:`Progress`, or a tqdm bar."""
+
+    def update(self, n: int = 1) -> object: ...
 
 
 class Progress:

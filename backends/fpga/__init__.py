@@ -24,6 +24,7 @@ import numpy as np
 
 from circuitgrad import arguments
 from circuitgrad.compile import CompiledModel, compile_model
+from circuitgrad.progress import Counter
 from circuitgrad.types import Fixed, fixed
 
 from .extra import MissingExtra, require_amaranth
@@ -167,7 +168,7 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, fun
 
 
 def simulate(design: Design, params, x, y=None, check_collisions: bool = False,
-             progress=None) -> tuple[dict[str, np.ndarray], int]:
+             progress: Counter | None = None) -> tuple[dict[str, np.ndarray], int]:
     """Run the design in Amaranth's simulator: ``(outputs by name, cycles)``.
 
     ``check_collisions`` also fails if a block-RAM word is ever read in the cycle it is written
@@ -198,7 +199,7 @@ def simulate(design: Design, params, x, y=None, check_collisions: bool = False,
 
 
 def train(design: Design, params, batches, check_collisions: bool = False,
-          progress=None) -> tuple[dict[str, np.ndarray], int]:
+          progress: Counter | None = None) -> tuple[dict[str, np.ndarray], int]:
     """Train on the simulated FPGA: parameters are loaded once, then only batches go in.
 
     Returns the final parameters and optimizer state, read from on-chip

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 from circuitgrad.compile import CompiledModel
 from circuitgrad.costmodel.report import Cost, table
@@ -146,7 +146,7 @@ def fmax(mc, device: str, macs: int = 1, read_ports: int = 2) -> float:
     return 1000.0 / period
 
 
-def rtlil_text(design, log=print, target: str | None = None) -> str:
+def rtlil_text(design, log: Callable[[str], object] = print, target: str | None = None) -> str:
     """:func:`.synth.rtlil_text`, imported when first called: elaborating needs Amaranth, the sequencer's
     estimate does not."""
     from .synth import rtlil_text as elaborate

@@ -5,6 +5,7 @@ import numpy as np
 from amaranth.sim import Simulator
 
 from circuitgrad.fixedpoint import FixedPointOverflow
+from circuitgrad.progress import Counter
 
 from .core import Sequencer
 from .microcode import DOMAIN_WHAT, Microcode
@@ -44,7 +45,7 @@ def _watch_collisions(sim: Simulator, dut: Sequencer) -> None:
 
 def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_000,
              read_ports: int = 2, macs: int = 1, check_collisions: bool = False,
-             bank_words: int | None = None, progress=None) -> tuple[list[np.ndarray], int]:
+             bank_words: int | None = None, progress: Counter | None = None) -> tuple[list[np.ndarray], int]:
     """Load ``inputs``, run the program, return ``(outputs, cycles from start to done)``.
 
     ``check_collisions`` raises :class:`ReadWriteCollision` if a read port ever addresses the word
@@ -59,7 +60,7 @@ def simulate(mc: Microcode, inputs: list[np.ndarray], max_cycles: int = 10_000_0
 
 def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.ndarray, np.ndarray]],
               read_ports: int = 2, macs: int = 1, check_collisions: bool = False,
-              max_cycles: int = 10_000_000, progress=None) -> tuple[list[np.ndarray], int]:
+              max_cycles: int = 10_000_000, progress: Counter | None = None) -> tuple[list[np.ndarray], int]:
     """Load ``state`` (the first inputs) once, then for each batch load ``x, y`` and run; read the state back:
     ``(state, cycles of every run together)``. ``max_cycles`` bounds each run; ``progress`` as in
     :func:`simulate`."""
@@ -71,7 +72,7 @@ def run_steps(mc: Microcode, state: list[np.ndarray], batches: list[tuple[np.nda
 
 def _run(mc: Microcode, first: list, runs: list[list], read: list, read_ports: int, macs: int,
          check_collisions: bool, max_cycles: int, bank_words: int | None = None,
-         progress=None) -> tuple[list[np.ndarray], int]:
+         progress: Counter | None = None) -> tuple[list[np.ndarray], int]:
     """Load ``first`` (``(view, array)`` pairs) once; for each run load its pairs, start the program and wait
     until it is done; stop at the first overflow (raised, naming the micro-op and the run); read the
     ``read`` views back. ``(arrays, cycles of every run together)``. ``progress.update`` gets the cycles
