@@ -87,6 +87,20 @@ def run_cli(*args, timeout: int = 1800) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=timeout)
 
 
+def main_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    """``circuitgrad ARGS`` in-process from the repository root: (exit status, stdout, stderr); a failure's
+    SystemExit message is on stderr, as the interpreter prints it."""
+    from circuitgrad.cli import main
+    os.chdir(ROOT)
+    capsys.readouterr()
+    try:
+        rc, extra = main(list(args)), ""
+    except SystemExit as e:
+        rc, extra = (e.code if isinstance(e.code, int) else 1), ("" if isinstance(e.code, int) else f"{e.code}\n")
+    out = capsys.readouterr()
+    return rc, out.out, out.err + extra
+
+
 def zk_step_circuit(dataset: str, batch: int, hidden: list[int], dt=cg.fixed(16, 8), field=None):
     """The ZK circuit of an MLP's SGD training step on ``dataset`` (seed 0) and its witness on the first
     ``batch`` training rows; ``field=None`` is ``zk.compile``'s default for ``dt``."""

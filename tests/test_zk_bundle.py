@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 import pytest
-from conftest import run_cli, zk_step_circuit
+from conftest import main_in_process, run_cli, zk_step_circuit
 
 import circuitgrad as cg
 from circuitgrad import nn
@@ -76,14 +76,8 @@ def _refusal(p: LP.Params, want: LP.Params) -> str:
 
 def _main(capsys, *args: str) -> tuple[int, str]:
     """``circuitgrad ARGS`` in-process from the repository root: (exit status, everything it printed)."""
-    os.chdir(ROOT)
-    capsys.readouterr()
-    try:
-        rc, extra = main(list(args)), ""
-    except SystemExit as e:
-        rc, extra = (e.code if isinstance(e.code, int) else 1), ("" if isinstance(e.code, int) else f"{e.code}\n")
-    out = capsys.readouterr()
-    return rc, out.out + out.err + extra
+    rc, out, err = main_in_process(capsys, *args)
+    return rc, out + err
 
 
 # ---------------------------------------------------------------- 2. the verifier bounds its own work

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import zk_step_circuit
+from conftest import main_in_process, zk_step_circuit
 
 import circuitgrad as cg
 from circuitgrad import nn
@@ -17,9 +17,7 @@ from circuitgrad.backends.zk import ligero
 from circuitgrad.backends.zk.extras import MissingExtra
 from circuitgrad.backends.zk.ligero import proofio
 from circuitgrad.backends.zk.statement import block, describe
-from circuitgrad.cli import main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["examples/iris.py", "--batch", "2", "--hidden", "4"]
 
 
@@ -30,17 +28,7 @@ def _verify(d: str, *args: str) -> list[str]:
 DASK = "needs Dask: pip install 'circuitgrad[zk]'"
 
 
-def _main(capsys, *args: str) -> tuple[int, str, str]:
-    """``circuitgrad ARGS`` in-process from the repository root: (exit status, stdout, stderr); a failure's
-    SystemExit message is on stderr, as the interpreter prints it."""
-    os.chdir(ROOT)
-    capsys.readouterr()
-    try:
-        rc, extra = main(list(args)), ""
-    except SystemExit as e:
-        rc, extra = (e.code if isinstance(e.code, int) else 1), ("" if isinstance(e.code, int) else f"{e.code}\n")
-    out = capsys.readouterr()
-    return rc, out.out, out.err + extra
+_main = main_in_process     # (exit status, stdout, stderr)
 
 
 @pytest.fixture
