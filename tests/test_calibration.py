@@ -279,3 +279,27 @@ def test_recalibrating_for_a_call_that_would_not_use_it_is_refused(target, optio
     with pytest.raises(ValueError) as e:
         cg.cost(nn.mlp(2, [3, 2]), target, function="predict", recalibrate=True, **options)
     assert str(e.value) == f"cost: recalibrate=True measures a calibration this call would not use: {why}"
+
+
+def _positive_rate(d: dict) -> float | None:
+    v = d["rate"]
+    return float(v) if isinstance(v, (int, float)) and v > 0 else None
+
+
+STAMP = '"measured_at": 1000000.0, "load": 0.2, "cpus": 2'
+
+
+@pytest.mark.parametrize("content", [
+    "{not json", "[1, 2]", '{"rate": 1.0, "version": 0, ' + STAMP + '}',
+    '{"rate": -3, "version": 1, ' + STAMP + '}', '{"rate": "x", "version": 1, ' + STAMP + '}',
+    '{"version": 1, ' + STAMP + '}', "",
+], ids=["damaged", "not-an-object", "stale-key", "refused-by-parse", "wrong-type", "missing-field", "empty"])
+def test_a_cached_file_that_does_not_parse_is_measured_again(machine, tmp_path, content):
+    """Cached files are untrusted input: anything damaged, foreign or refused by ``parse`` is measured again
+    and written back."""
+    (tmp_path / "rates.json").write_text(content)
+    value, _ = calib.calibrated("rates.json", {"version": 1}, _positive_rate, lambda: 7.0, lambda v: {"rate": v},
+                                "the test model")
+    assert value == 7.0
+    assert json.loads((tmp_path / "rates.json").read_text()) == {"rate": 7.0, "version": 1, "measured_at": 1e6,
+                                                                 "load": 0.2, "cpus": 2}
