@@ -303,12 +303,13 @@ def _prove_private(a) -> int:
         raise _usage("--workers starts a local Dask cluster and --scheduler uses an existing one: name one of them")
     if a.workers is not None and a.workers < 1:
         raise _usage(f"--workers must be at least 1, got {a.workers}")
-    from .distributed import dask_available
-    asked = f"--scheduler {a.scheduler}" if a.scheduler is not None else \
-        f"--workers {a.workers}" if a.workers not in (None, 1) else None
+    from .distributed import dask_available, require_dask
+    try:                                              # before any work: the workers asked for need Dask
+        require_dask(a.scheduler or a.workers)
+    except MissingExtra as e:
+        asked = f"--scheduler {a.scheduler}" if a.scheduler is not None else f"--workers {a.workers}"
+        raise _fail(e.line(f"zk prove --private {asked}")) from None
     dask = dask_available()
-    if asked is not None and not dask:
-        raise _fail(f"zk prove --private {asked} needs Dask: pip install 'circuitgrad[zk]'")
     out = _out_dir(a.out, {"run.json"})
     opening = _opening_path(a.out)
     with _Phase("compile"):
