@@ -46,10 +46,10 @@ def installed() -> str:
         import amaranth
     except ImportError:
         return f"no Amaranth (fpga simulate and synth need it: {INSTALL})"
-    tools = [f"yowasp-{n}" for n in ("yosys", *synthesis_tools("ice40")[1:], *synthesis_tools("ecp5")[1:])]
-    have = [t for t in tools if tool(t.removeprefix("yowasp-")) is not None]
-    missing = f"; not found: {', '.join(t for t in tools if t not in have)} (fpga synth needs them: {INSTALL})" \
-        if len(have) < len(tools) else ""
+    names = ("yosys", *synthesis_tools("ice40")[1:], *synthesis_tools("ecp5")[1:])
+    have = [f"yowasp-{n}" for n in names if tool(n) is not None]
+    lost = [f"yowasp-{n}" for n in names if f"yowasp-{n}" not in have]
+    missing = f"; not found: {', '.join(lost)} (fpga synth needs them: {INSTALL})" if lost else ""
     return f"Amaranth {amaranth.__version__}" + (f", {', '.join(have)}" if have else "") + missing
 
 
