@@ -25,6 +25,7 @@ import json
 import os
 import stat
 import struct
+from typing import BinaryIO
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from .field import Field
 from .r1cs import R1CS
 
 __all__ = ["FormatError", "write_r1cs", "read_r1cs_header", "write_wtns", "read_wtns", "write_sym",
-           "field_bytes", "read_untrusted", "printable", "MAX_FILE", "json_loads", "DuplicateKey"]
+           "field_bytes", "read_untrusted", "open_untrusted", "printable", "MAX_FILE", "json_loads", "DuplicateKey"]
 
 #: the largest file an untrusted reader reads (bytes)
 MAX_FILE = 256 << 20
@@ -54,6 +55,21 @@ def read_untrusted(path: str, limit: int = MAX_FILE, what: str = "file") -> byte
     so a FIFO cannot hang the reader), and so is anything larger than ``limit``.
     """
     name = printable(str(path))
+    fh, size = open_untrusted(path, limit, what)
+    with fh:
+        data = fh.read(size + 1)           # not limit + 1: the buffer is allocated at that size
+        if len(data) > size:               # the file grew since fstat
+            data += fh.read(limit + 1 - len(data))
+    if len(data) > limit:
+        raise FormatError(f"{name}: more than a {what} may have ({limit} bytes)")
+    return data
+
+
+def open_untrusted(path: str, limit: int | None = MAX_FILE, what: str = "file") -> tuple[BinaryIO, int]:
+    """A regular file of at most ``limit`` bytes (``None``: any size, for a caller that reads only its start)
+    opened for reading, and its size, else :class:`FormatError` (the checks of :func:`read_untrusted`, which
+    reads it whole)."""
+    name = printable(str(path))
     if os.path.islink(path):
         raise FormatError(f"{name}: a symbolic link; a {what} must be a regular file")
     try:
@@ -68,19 +84,13 @@ def read_untrusted(path: str, limit: int = MAX_FILE, what: str = "file") -> byte
             raise FormatError(f"{name}: a directory; a {what} must be a regular file")
         if not stat.S_ISREG(st.st_mode):
             raise FormatError(f"{name}: not a regular file; a {what} must be one")
-        if st.st_size > limit:
+        if limit is not None and st.st_size > limit:
             raise FormatError(f"{name}: {st.st_size} bytes, more than a {what} may have ({limit})")
         fh = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
-    with fh:
-        data = fh.read(st.st_size + 1)     # not limit + 1: the buffer is allocated at that size
-        if len(data) > st.st_size:         # the file grew since fstat
-            data += fh.read(limit + 1 - len(data))
-    if len(data) > limit:
-        raise FormatError(f"{name}: more than a {what} may have ({limit} bytes)")
-    return data
+    return fh, st.st_size
 
 
 class DuplicateKey(ValueError):

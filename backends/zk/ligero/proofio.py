@@ -48,15 +48,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import stat
 import struct
 
 import numpy as np
 
 from dataclasses import dataclass, field
 
-from ..formats import MAX_FILE, FormatError, json_loads, printable, read_untrusted
+from ..formats import MAX_FILE, FormatError, json_loads, open_untrusted, printable, read_untrusted
 from ..r1cs import MAX_TABLE_BITS
 from . import gf, merkle
 from .params import DEFAULT_SOUNDNESS, SOUNDNESS, TABLE, Params, soundness_bits
@@ -308,13 +306,10 @@ def claimed_soundness(path: str, limit: int = MAX_FILE) -> str | None:
     none), reading only its first ``14 + hlen`` bytes (at most ``limit``); None for anything that is not a
     regular file with a well-formed header (:func:`load` then says what is wrong)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
+        fh, _ = open_untrusted(path, None, "proof file")  # its size is load's check: only the header is read
+    except FormatError:                               # a link, directory, FIFO or device: load says so
         return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):      # a directory, FIFO or device: load names it
-        os.close(fd)
-        return None
-    with os.fdopen(fd, "rb") as fh:
+    with fh:
         start = fh.read(14)
         if len(start) < 14 or start[:8] != MAGIC:
             return None
