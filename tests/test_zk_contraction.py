@@ -334,11 +334,11 @@ def test_malformed_contraction_and_table_parameters_are_refused_by_name():
     forged.params = none
     with pytest.raises(Reject, match=r"^the circuit has 1 contractions, but the proof draws no Freivalds challenge$"):
         ligero.check(forged, c, params=none)
-    with pytest.raises(ValueError, match=r"^table_bits must be an integer in \[3, 16\], got 17$"):
-        Builder(zk.LIGERO51, "lookup", table_bits=17)
-    with pytest.raises(ValueError, match=r"^Builder.lookup: tables have 1 to 16 bits, got 17$"):
+    with pytest.raises(ValueError, match=r"^table_bits must be an integer in \[3, 22\], got 23$"):
+        Builder(zk.LIGERO51, "lookup", table_bits=23)
+    with pytest.raises(ValueError, match=r"^Builder.lookup: tables have 1 to 22 bits, got 23$"):
         b = Builder(zk.LIGERO51, "lookup")
-        b.lookup([(b.alloc(1), 1)], "t", 17)
+        b.lookup([(b.alloc(1), 1)], "t", 23)
 
 
 def test_a_proof_claiming_contractions_or_other_tables_is_refused():

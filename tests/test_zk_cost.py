@@ -140,3 +140,35 @@ def test_quantize_names_the_caller_and_keeps_its_range_check():
         cg.quantize(200.0, cg.fixed(16, 8))            # finite but out of range: the documented overflow error
     assert cg.quantize([1.5, -2.0, 0.001953125], cg.fixed(16, 8)).tolist() == [384, -512, 1]
     assert cg.quantize(np.zeros((0, 3)), cg.fixed(16, 8)).shape == (0, 3)
+
+
+# ------------------------------------------------------------------ committed cells by gadget
+def test_committed_cells_by_gadget_of_a_small_lookup_circuit():
+    """Four named inputs checked to 12 bits with limbs of 8 (a limb wire and a [0, 2^4) lookup for the top,
+    a [0, 2^8) lookup for the rest), then their squares. 8 lookups into 16 + 256 table entries:
+    σL = ⌈101 / (51 − log2 280)⌉ = ⌈2.36⌉ = 3, so 4 cells per lookup and per table entry, 3 per constraint,
+    1 per wire."""
+    from circuitgrad.backends.zk import LIGERO51, gadgets as G
+    from circuitgrad.backends.zk.r1cs import Builder
+    b = Builder(LIGERO51, "lookup", table_bits=8)
+    x = b.alloc(4, "x")
+    G.fits(b, [(x, 1)], 0, 12, "t")
+    G.product(b, [(x, 1)], [(x, 1)], "square")
+    r = b.finish(0, 0, 4)
+    assert cost_zk.by_gadget(r) == {
+        "(lookup tables)": {"constraints": 0, "lookups": 0, "wires": 0, "cells": 4 * (16 + 256)},
+        "t.top": {"constraints": 0, "lookups": 4, "wires": 4, "cells": 4 + 4 * 4},
+        "t.limbs": {"constraints": 0, "lookups": 4, "wires": 0, "cells": 4 * 4},
+        "square": {"constraints": 4, "lookups": 0, "wires": 4, "cells": 4 + 3 * 4},
+        "(named)": {"constraints": 0, "lookups": 0, "wires": 4, "cells": 4}}
+
+
+def test_every_wire_but_the_constant_is_counted_towards_a_gadget():
+    step = cg.compile_model(nn.mlp(2, [2, 3, 2]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                            dtype=cg.fixed(16, 8))
+    c = cg.cost(step, target="zk", prover_time=False)
+    r, kinds = c.detail["circuit"].r1cs, c.detail["by_gadget"]
+    assert sum(v["wires"] for v in kinds.values()) == r.n_wires - 1 and "(unattributed)" not in kinds
+    assert sum(v["lookups"] for v in kinds.values()) == r.n_lookups
+    assert any(n.startswith(f"committed cells {sum(v['cells'] for v in kinds.values()):,} (range-check limbs of 8 "
+                            f"bits, tables ") for n in c.notes)

@@ -184,3 +184,48 @@ def test_out_of_domain_witness_is_refused_naming_the_operation(op, vals, message
     with pytest.raises(cg.FixedPointOverflow) as e:
         c.witness_raw([quantize(np.array(v), Q) for v in vals])
     assert str(e.value).startswith(message), str(e.value)
+
+
+# ------------------------------------------------------------------ the limb width of range checks by lookups
+_FIELD_BITS = 50.99997                       # log2 of the 51-bit Ligero prime 262139·2^33 + 1
+
+
+def test_ten_million_20_bit_values_take_one_lookup_each_into_a_2_20_table():
+    """Committed cells (limb wires + (1 + σL)·(lookups + table entries)), by hand for 10^7 values of 20 bits:
+    B = 20: one lookup each, no limb wire, the table [0, 2^20); log2(10^7 + 2^20) = 23.4, so σL =
+    ⌈101 / 27.6⌉ = 4 and 5·(10^7 + 2^20) = 55,242,880 cells. Every B < 20 needs two lookups per value:
+    at least 5·2·10^7 = 10^8 cells (B = 16: 10^7 limb wires + 5·(2·10^7 + 2^16 + 2^4) = 110,327,760).
+    B = 21, 22 use the same [0, 2^20) table (a value's own width) and tie: the narrower wins."""
+    from circuitgrad.backends.zk import gadgets as G
+    requests = {20: 10 ** 7}
+    assert G.lookup_cells(requests, 20, _FIELD_BITS) == 5 * (10 ** 7 + 2 ** 20) == 55_242_880
+    assert G.lookup_cells(requests, 16, _FIELD_BITS) == 10 ** 7 + 5 * (2 * 10 ** 7 + 2 ** 16 + 2 ** 4) == 110_327_760
+    assert G.lookup_cells(requests, 22, _FIELD_BITS) == 55_242_880
+    assert G.best_table_bits(requests, _FIELD_BITS) == 20
+    assert G.best_table_bits(requests, _FIELD_BITS, choices=range(8, 17)) == 10    # the old range: two 10-bit limbs
+
+
+def test_ten_thousand_20_bit_values_keep_a_small_table():
+    """By hand for 10^4 values of 20 bits: B = 10 is two lookups into [0, 2^10) and one limb wire per value;
+    log2(2·10^4 + 2^10) = 14.4, σL = ⌈101 / 36.6⌉ = 3: 10^4 + 4·(2·10^4 + 1024) = 94,096 cells. B = 8, 9 need
+    three lookups (≥ 2·10^4 + 4·3·10^4 = 140,000), B = 11 … 19 two lookups and a table of 2^B ≥ 2048 > 1024
+    entries, B ≥ 20 the table [0, 2^20) alone: 5·(10^4 + 2^20) = 5,292,880 (σL = ⌈101 / 31.0⌉ = 4)."""
+    from circuitgrad.backends.zk import gadgets as G
+    requests = {20: 10 ** 4}
+    assert G.lookup_cells(requests, 10, _FIELD_BITS) == 10 ** 4 + 4 * (2 * 10 ** 4 + 2 ** 10) == 94_096
+    assert G.lookup_cells(requests, 20, _FIELD_BITS) == 5 * (10 ** 4 + 2 ** 20) == 5_292_880
+    assert G.best_table_bits(requests, _FIELD_BITS) == 10
+
+
+def test_a_mix_of_widths_pays_for_the_table_of_its_commonest_width():
+    """10^7 values of 20 bits and 10^7 of 10 bits (remainders): B = 20 gives tables [0, 2^10) and [0, 2^20),
+    one lookup per value, log2(2·10^7 + 2^20 + 2^10) = 24.3, σL = ⌈101 / 26.7⌉ = 4:
+    5·(2·10^7 + 2^20 + 2^10) = 105,248,000 cells. B = 10: three lookups per pair and 10^7 limb wires,
+    10^7 + 5·(3·10^7 + 2^10) = 160,005,120; B = 16: the same lookups and tables [0, 2^4), [0, 2^10),
+    [0, 2^16): 10^7 + 5·(3·10^7 + 2^4 + 2^10 + 2^16) = 160,332,880."""
+    from circuitgrad.backends.zk import gadgets as G
+    requests = {20: 10 ** 7, 10: 10 ** 7}
+    assert G.lookup_cells(requests, 20, _FIELD_BITS) == 105_248_000
+    assert G.lookup_cells(requests, 10, _FIELD_BITS) == 160_005_120
+    assert G.lookup_cells(requests, 16, _FIELD_BITS) == 160_332_880
+    assert G.best_table_bits(requests, _FIELD_BITS) == 20

@@ -281,11 +281,11 @@ def test_a_version_2_header_must_name_its_lookups(proved):
     body = data[:10] + struct.pack("<I", len(h)) + h + data[14 + old:-32]
     with pytest.raises(zk.FormatError, match=r"^proof: a proof with lookups must have lookups and lookup_sigma ≥ 1$"):
         ligero.loads(body + hashlib.sha256(body).digest())
-    for table in (1, (1 << 17) + 1):                     # below one 1-bit table, above every table of ≤ 16 bits
+    for table in (1, (1 << 23) + 1):                     # below one 1-bit table, above every table of ≤ 22 bits
         h = json.dumps({**proof.header(), "lookup_table": table}, sort_keys=True).encode()
         body = data[:10] + struct.pack("<I", len(h)) + h + data[14 + old:-32]
         with pytest.raises(zk.FormatError, match=r"^proof: lookup_table must count the entries of tables of at most "
-                                                 r"16 bits$"):
+                                                 r"22 bits$"):
             ligero.loads(body + hashlib.sha256(body).digest())
 
 
@@ -387,3 +387,103 @@ def test_a_small_circuit_with_a_wide_table_verifies():
     proof = ligero.prove(c, W, check=False, rng=np.random.default_rng(0))
     assert proof.params.k > 1024
     ligero.check(proof, c, ligero.gf.reduce(W[1:2]))
+
+
+# ------------------------------------------------------------------- tables wider than 2^16
+def _wide(values, bits: int = 18):
+    """Values checked to fit ``bits`` bits with limbs of ``bits``: one lookup each into ``[0, 2^bits)``, no limb
+    wire, no constraint; the first value is the public output."""
+    b = Builder(zk.LIGERO51, "lookup", "mac", table_bits=bits)
+    out, x = b.alloc(1, "out"), b.alloc(len(values), "x")
+    G.fits(b, [(x, 1)], 0, bits, "wide")
+    b.constrain([(x[:1], 1)], [(0, 1)], [(out, 1)], "output")
+    r = b.finish(1, 0, len(values))
+    c = zk.Circuit(r, None, None, "wide", [], [], [], [], [], [], 0.0, None, cg.fixed(16, 8), 40)
+    W = np.zeros(r.n_wires, dtype=np.int64)
+    W[0], W[x], W[out] = 1, values, values[0]
+    return c, W
+
+
+def test_a_circuit_with_a_2_18_table_proves_verifies_and_roundtrips():
+    from circuitgrad.backends.zk.ligero import proofio
+    c, W = _wide([5, (1 << 18) - 1, 0, 123_456])
+    r = c.r1cs
+    assert r.lookup_tables == (18,) and r.n_lookups == 4 and r.n_constraints == 1 and r.lookup_table_size == 1 << 18
+    assert r.check(W)
+    proof = ligero.prove(c, W, check=False, rng=np.random.default_rng(0))
+    # σL = ⌈101 / (log2 p − log2(4 + 2^18))⌉ = ⌈101 / 33.0⌉ = 4
+    assert proof.lookup_table == 1 << 18 and proof.params.lookup_sigma == 4
+    ligero.check(proof, c, ligero.gf.reduce(W[1:2]))
+    again = ligero.loads(proofio.dumps(proof))             # the file format takes tables of up to 22 bits
+    assert again.lookup_table == 1 << 18
+    ligero.check(again, c, ligero.gf.reduce(W[1:2]))
+
+
+def _clamped_multiplicities(monkeypatch, top: int) -> None:
+    """A cheating prover (one table ``[0, top)``): every looked-up value at or above ``top`` is counted as
+    ``top − 1`` in the multiplicities ``m``, and ``v`` stays ``L·z``."""
+    def clamped(pc, z, size):
+        return np.bincount(np.minimum(pc.L.apply(z), top - 1), minlength=size).astype(np.int64)
+    try:                                               # the streaming prover computes m in its Encoding
+        from circuitgrad.backends.zk.ligero import encoding
+    except ImportError:
+        encoding = None
+    if encoding is not None and hasattr(encoding.Encoding, "_multiplicities"):
+        monkeypatch.setattr(encoding.Encoding, "_multiplicities", lambda self: clamped(self.pc, self.z, self.lay.lk.size))
+    else:
+        def first(pc, z, sh):
+            v, m = pc.L.apply(z), clamped(pc, z, sh.size)
+            return np.concatenate([ligero.gf.as_rows(v, sh.mv, sh.k), ligero.gf.as_rows(m, sh.mm, sh.k)]), v, m
+        monkeypatch.setattr(lookup, "first_rows", first)
+
+
+def test_a_value_just_outside_a_2_18_table_cannot_be_proved(monkeypatch):
+    """The witness puts 2^18 into the table [0, 2^18); the cheat claims it as 2^18 − 1 in the multiplicities."""
+    c, W = _wide([5, 1 << 18, 7])
+    assert not c.r1cs.check(W) and c.r1cs.failing_lookups(W).tolist() == [1]
+    with pytest.raises(ValueError, match=r"^ligero: lookup 1 \(circuit:wide\.limbs\) is outside its table "
+                                         r"\[0, 262144\): the witness does not satisfy the circuit$"):
+        ligero.prove(c, W, check=False)
+    _clamped_multiplicities(monkeypatch, 1 << 18)
+    proof = ligero.prove(c, W, check=False, rng=np.random.default_rng(1))
+    with pytest.raises(zk.Reject, match=r"^linear test 0"):
+        ligero.check(proof, c, ligero.gf.reduce(W[1:2]))
+    _, honest = _wide([5, (1 << 18) - 1, 7])                # the cheat's own multiplicities, with an honest v
+    ligero.check(ligero.prove(c, honest, check=False, rng=np.random.default_rng(1)), c, ligero.gf.reduce(W[1:2]))
+
+
+def test_a_challenge_in_a_2_18_table_is_refused(monkeypatch):
+    """At α = j the constraint g_j·(α − j) = m_j leaves g_j free, so the verifier refuses a challenge below the
+    widest table's 2^18, and the honest prover cannot use one."""
+    from circuitgrad.backends.zk.ligero.transcript import Transcript
+    c, W = _wide([5, 60_000, 7])
+    proof = ligero.prove(c, W, check=False, rng=np.random.default_rng(0))
+    real = Transcript.field
+
+    def field(self, label, count):
+        out = real(self, label, count)
+        return np.full(count, (1 << 18) - 3, dtype=np.int64) if label == "lookup.alpha" else out
+    monkeypatch.setattr(Transcript, "field", field)
+    with pytest.raises(zk.Reject, match=r"^a lookup challenge fell in a table \[0, 262144\); an honest prover "
+                                        r"proves again$"):
+        ligero.check(proof, c, ligero.gf.reduce(W[1:2]))
+    with pytest.raises(lookup.AlphaCollision, match=r"^ligero: a lookup challenge equals a looked-up value"):
+        ligero.prove(c, W, check=False)
+
+
+@pytest.mark.parametrize("nbits,widths", [(20, [20]), (22, [22]), (23, [1, 22]), (45, [1, 22, 22])])
+def test_fits_with_22_bit_limbs(nbits, widths):
+    """Limbs of 22 bits: ⌈n/22⌉ lookups, the top one in the table of the bits that remain; ``2^n − 1`` fits and
+    ``2^n`` does not."""
+    b = Builder(zk.LIGERO51, "lookup", table_bits=22)
+    x = b.alloc(1)
+    G.fits(b, [(x, 1)], 0, nbits, "t")
+    r = b.finish(0, 0, 1)
+    assert r.n_constraints == 0 and sorted(r.lookup_bits.tolist()) == widths
+    for v, ok in (((1 << nbits) - 1, True), (1 << nbits, False)):
+        W = np.zeros(r.n_wires, dtype=np.int64)
+        W[0], W[1] = 1, v
+        for wires, _ in b.fills:
+            if wires.size:                               # honest limbs of v mod 2^n (the best a cheat can do)
+                W[wires] = ((v % (1 << nbits)) >> (22 * np.arange(1, wires.size + 1))) & ((1 << 22) - 1)
+        assert r.check(W) == ok, (nbits, v)

@@ -281,8 +281,9 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     snarkjs and circom); ``"lookup"`` by lookups into tables ``[0, 2^b)``, which only the
     native Ligero prover proves (logUp) and which makes a transformer step about half the size.
     The default follows the field: ``"lookup"`` over :data:`LIGERO51`, ``"bits"`` otherwise.
-    ``table_bits`` (8 to 16) is the limb width of those range checks; by default the one that
-    minimises the prover's committed cells for this circuit (:func:`.gadgets.best_table_bits`).
+    ``table_bits`` (3 to 22) is the limb width of those range checks; by default the one of 8 to 22 that
+    minimises the prover's committed cells for this circuit (:func:`.gadgets.best_table_bits`): 8 for a small
+    MLP, up to 20 for tinygpt's step in fixed(20, 10), whose 20-bit values are then one lookup each.
 
     ``count_only``: lower the program to count its constraints, lookups, wires and nonzeros by tag
     (what ``cg.cost`` reports) without building the matrices or the witness program, so that circuits

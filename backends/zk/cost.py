@@ -34,10 +34,12 @@ from .circuit import compile as compile_circuit
 from .field import LIGERO51
 from .ligero import choose
 from .ligero.lookup import TABLE
+from .ligero.params import contraction_sigma, lookup_sigma
 from .ligero.protocol import layout
 from .r1cs import Builder
 
-__all__ = ["estimate", "prover_features", "prover_seconds", "calibrate_prover", "recalibrate", "PROVER_FEATURES"]
+__all__ = ["estimate", "by_gadget", "prover_features", "prover_seconds", "calibrate_prover", "recalibrate",
+           "PROVER_FEATURES"]
 
 _TAG = re.compile(r"^[^#:]*#(\d+):")
 _VERSION = 6
@@ -224,15 +226,13 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     r = c.r1cs
     paths = [a.path for a in c.program.instrs]
     lines = []
-    kinds: dict[str, dict[str, int]] = {}
     for tags, bounds, what in ((r.tags, r.block_rows, "constraints"), (r.lookup_tags, r.lookup_block_rows, "lookups")):
         for tag, n in zip(tags, np.diff(np.asarray(bounds))):
             m = _TAG.match(tag)
             word = tag.split(":", 1)[0].split(" ", 1)[0]
             path = paths[int(m.group(1))] if m else f"({word if word.endswith('s') else word + 's'})"
             lines.append((path, {"constraints": 0, "lookups": 0, what: int(n)}))
-            k = tag.rsplit(":", 1)[-1]
-            kinds.setdefault(k, {"constraints": 0, "lookups": 0})[what] += int(n)
+    kinds = by_gadget(r)
     rows, total = table(lines, depth)
     total.values.setdefault("constraints", 0)
     total.values.setdefault("lookups", 0)
@@ -248,4 +248,35 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
                      f"by proving synthetic circuits: see docs/COST.md)")
     top = sorted(kinds.items(), key=lambda kv: -(kv[1]["constraints"] + kv[1]["lookups"]))[:8]
     notes.append("by gadget: " + ", ".join(f"{k} {v['constraints'] + v['lookups']:,}" for k, v in top))
+    heavy = sorted(kinds.items(), key=lambda kv: -kv[1]["cells"])[:8]
+    notes.append(f"committed cells {sum(v['cells'] for v in kinds.values()):,} (range-check limbs of "
+                 f"{r.table_bits} bits, tables {', '.join(f'2^{b}' for b in r.lookup_tables) or 'none'}): "
+                 + ", ".join(f"{k} {v['cells']:,}" for k, v in heavy))
     return Cost("zk", str(r.field), function, rows, total, notes, {"circuit": c, "by_gadget": kinds})
+
+
+def by_gadget(r) -> dict[str, dict[str, int]]:
+    """Per gadget kind (the tag after the last ':') of the R1CS ``r`` (built or counted): its ``constraints``,
+    ``lookups``, ``wires`` (:attr:`.r1cs.R1CS.wires_by_gadget`) and the ``cells`` the native prover commits for
+    it before padding rows to ``k``: a cell per wire (``z``), three per constraint (``a``, ``b``, ``c``),
+    ``1 + σL`` per lookup (``v`` and its inverses ``h``) and ``3·σC`` per Freivalds cell of a contraction.
+    The tables' ``(1 + σL)·|T|`` cells (multiplicities ``m``, terms ``g``) are the kind ``"(lookup tables)"``,
+    named wires (inputs, outputs, constants) ``"(named)"``."""
+    sl = lookup_sigma(r.n_lookups, table=r.lookup_table_size)
+    sc = contraction_sigma(r.contraction_cells)
+    out: dict[str, dict[str, int]] = {}
+
+    def add(kind: str, what: str, n: int) -> None:
+        out.setdefault(kind, {"constraints": 0, "lookups": 0, "wires": 0, "cells": 0})[what] += int(n)
+    for tags, bounds, what in ((r.tags, r.block_rows, "constraints"), (r.lookup_tags, r.lookup_block_rows, "lookups")):
+        for tag, n in zip(tags, np.diff(np.asarray(bounds))):
+            add(tag.rsplit(":", 1)[-1], what, n)
+    for kind, n in r.wires_by_gadget.items():
+        add(kind, "wires", n)
+    for c in r.contractions:
+        add(c.tag.rsplit(":", 1)[-1], "cells", 3 * sc * c.a.shape[0] * c.a.shape[2])
+    if r.n_lookups:
+        add("(lookup tables)", "cells", (1 + sl) * r.lookup_table_size)
+    for v in out.values():
+        v["cells"] += v["wires"] + 3 * v["constraints"] + (1 + sl) * v["lookups"]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["cells"]))

@@ -17,12 +17,12 @@ Every gadget works on ``m`` elements at once. Wire arguments are 1-D
 
 With ``range_checks="lookup"`` (:class:`.r1cs.Builder`), :func:`fits` proves
 ``v ∈ [0, 2^n)`` with lookups instead of ``n + 1`` constraints. With ``B`` the
-builder's ``table_bits`` (chosen per circuit, 8 to 16): ``v = l₀ + 2^B·l₁ + …``
+builder's ``table_bits`` (chosen per circuit, 8 to 22: :func:`best_table_bits`): ``v = l₀ + 2^B·l₁ + …``
 with ``⌈n/B⌉ − 1`` limb wires and one lookup per limb. The lowest limb is
 ``v − Σ 2^(Bj)·l_j``, so it needs no wire; every limb but the top one is looked
 up in ``[0, 2^B)``, the top one in the table of its own width ``r = n − B(⌈n/B⌉ − 1)``.
-No constraint at all: with ``B = 16`` a 16-bit range check is one lookup and no
-wire, and an 8-bit remainder one lookup into ``[0, 2^8)``. The
+No constraint at all: with ``B = 20`` a 20-bit range check is one lookup and no
+wire, and a 10-bit remainder one lookup into ``[0, 2^10)``. The
 gadgets that need a bit (:func:`positive`, :func:`at_least`) take it as one
 boolean wire above a ``fits`` of the rest; only the shift amounts of ``exp``
 keep their bits.
@@ -41,9 +41,9 @@ import numpy as np
 from circuitgrad.fixedpoint import FixedPointOverflow
 from circuitgrad.types import Fixed
 
-from .r1cs import Builder
+from .r1cs import MAX_TABLE_BITS, Builder
 
-__all__ = ["lc_value", "decompose", "fits", "lookup_plan", "best_table_bits", "top_bit", "range_check", "rescale", "positive", "at_least", "product", "linear",
+__all__ = ["lc_value", "decompose", "fits", "lookup_plan", "lookup_cells", "best_table_bits", "top_bit", "range_check", "rescale", "positive", "at_least", "product", "linear",
            "ONE"]
 
 ONE = 0  # the constant wire
@@ -128,16 +128,22 @@ def lookup_plan(requests: dict[int, int], bits: int) -> tuple[int, int, tuple[in
     return lookups, wires, tuple(sorted(widths))
 
 
-def best_table_bits(requests: dict[int, int], field_bits: float, choices: Sequence[int] = range(8, 17)) -> int:
-    """The limb width that minimises the cells the native prover commits for the range checks ``requests``:
-    limb wires plus ``1 + σL`` cells per lookup and per table entry (``σL`` logUp challenges for 100 bits).
-    Ties go to the narrower limbs."""
-    def cells(bits: int) -> float:
-        lookups, wires, widths = lookup_plan(requests, bits)
-        table = sum(1 << w for w in widths)
-        sl = max(1, math.ceil(101 / (field_bits - math.log2(lookups + table)))) if lookups else 0
-        return wires + (1 + sl) * (lookups + table)
-    return min(choices, key=lambda b: (cells(b), b))
+def lookup_cells(requests: dict[int, int], bits: int, field_bits: float) -> int:
+    """The cells the native prover commits for the range checks ``requests`` (``nbits → values``) with limbs of
+    ``bits``: limb wires, plus ``1 + σL`` cells per lookup (``v``, the inverses ``h``) and per table entry (the
+    multiplicities ``m``, the terms ``g``), ``σL`` the logUp challenges for 100 bits."""
+    lookups, wires, widths = lookup_plan(requests, bits)
+    table = sum(1 << w for w in widths)
+    sl = max(1, math.ceil(101 / (field_bits - math.log2(lookups + table)))) if lookups else 0
+    return wires + (1 + sl) * (lookups + table)
+
+
+def best_table_bits(requests: dict[int, int], field_bits: float,
+                    choices: Sequence[int] = range(8, MAX_TABLE_BITS + 1)) -> int:
+    """The limb width that minimises :func:`lookup_cells` for the range checks ``requests``: a table of ``2^b``
+    entries costs its ``(1 + σL)·2^b`` cells once, against one lookup fewer per value wider than ``b``, so wide
+    tables pay only in circuits with about as many such values. Ties go to the narrower limbs."""
+    return min(choices, key=lambda b: (lookup_cells(requests, b, field_bits), b))
 
 
 def top_bit(b: Builder, terms: Sequence[tuple], const: int, nbits: int, kind: str) -> np.ndarray:

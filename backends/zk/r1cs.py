@@ -18,7 +18,7 @@ outputs, then the public inputs, then the private inputs, then internal wires.
 
 A system may also carry *lookups* (``range_checks="lookup"``): rows of a
 sparse matrix ``L`` whose values ``⟨L_i, w⟩`` must each lie in a table
-``[0, 2^b_i)``, with ``b_i ≤ 16`` the lookup's own width (``lookup_bits``): a
+``[0, 2^b_i)``, with ``b_i ≤ 22`` (:data:`MAX_TABLE_BITS`) the lookup's own width (``lookup_bits``): a
 range check splits its value into limbs of the builder's ``table_bits`` and a
 top limb of the bits that remain, each looked up in the table of its width.
 The native Ligero prover proves them with a logUp
@@ -50,8 +50,9 @@ __all__ = ["Builder", "R1CS", "Term", "Contraction", "UnsatisfiedConstraint", "T
 
 #: the default limb width of range checks by lookups (``[0, 2^TABLE_BITS)``); circuits choose theirs
 TABLE_BITS = 8
-#: the widest lookup table, ``[0, 2^MAX_TABLE_BITS)``
-MAX_TABLE_BITS = 16
+#: the widest lookup table, ``[0, 2^MAX_TABLE_BITS)``: four million entries, which pays only for circuits with
+#: about as many values to range-check (:func:`.gadgets.best_table_bits`)
+MAX_TABLE_BITS = 22
 #: how gadgets prove that a value lies in a range: bit decompositions, or lookups into the table
 RANGE_CHECKS = ("bits", "lookup")
 #: how a contraction of two witness tensors is proved: a randomized argument of the native prover, or one
@@ -170,6 +171,8 @@ class R1CS:
     lookup_block_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # width per block
     #: a circuit counted, not built (``Builder(count_only=True)``): sizes and tags only, no matrices or witness
     counted: dict | None = None
+    #: wires per gadget kind: each gadget's unnamed wires (see :meth:`Builder.alloc`); named ones under ``"(named)"``
+    wires_by_gadget: dict = field(default_factory=dict)
 
     @property
     def nonzeros(self) -> int:
@@ -347,15 +350,31 @@ class Builder:
         self.fills: list[tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]] = []
         self.names: list[tuple[int, int, str]] = []
         self.context = "circuit"
+        self.wire_kinds: dict[str, int] = {}        # wires per gadget kind (see alloc)
+        self._pending = 0                           # unnamed wires not yet given to a gadget kind
 
     # ------------------------------------------------------------- wires
+    def _attribute(self, kind: str, n: int) -> None:
+        if n:
+            self.wire_kinds[kind] = self.wire_kinds.get(kind, 0) + n
+
+    def _block(self, kind: str) -> None:
+        """The pending unnamed wires belong to the block of ``kind`` just added."""
+        self._attribute(kind, self._pending)
+        self._pending = 0
+
     def alloc(self, shape: int | Sequence[int], name: str | None = None) -> np.ndarray:
-        """Fresh wires, as an array of the given shape."""
+        """Fresh wires, as an array of the given shape. Unnamed wires count towards the gadget kind of the next
+        block (constraints, lookups or a contraction) added, named ones (inputs, outputs, constants) towards
+        ``"(named)"`` (:attr:`R1CS.wires_by_gadget`)."""
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         n = int(np.prod(shape, dtype=np.int64))
         w = np.arange(self.n, self.n + n, dtype=np.int64).reshape(shape)
         if name:
             self.names.append((self.n, n, name))
+            self._attribute("(named)", n)
+        else:
+            self._pending += n
         self.n += n
         return w
 
@@ -381,6 +400,7 @@ class Builder:
         self.tags.append(f"{self.context}:{kind}")
         self.block_rows.append(self.rows)
         self.rows += m
+        self._block(kind)
 
     def lookup(self, terms: Iterable[Term], kind: str, bits: int | None = None) -> None:
         """Add ``m`` lookups: each value ``Σ terms`` (broadcast to ``(m,)``) must lie in ``[0, 2^bits)``
@@ -402,6 +422,7 @@ class Builder:
         self.lookup_block_rows.append(self.n_lookups)
         self.lookup_widths.append(bits)
         self.n_lookups += m
+        self._block(kind)
 
     def contract(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, kind: str) -> None:
         """Record ``C = A·B`` exactly (wire tensors ``(…, m, n)``, ``(…, n, p)``, ``(…, m, p)``, leading axes
@@ -419,6 +440,7 @@ class Builder:
                                 for x, s in ((a, (m, n)), (b, (n, p)), (c, (m, p)))), f"{self.context}:{kind}")
         if rec.a.size and rec.b.size:
             self.contraction_records.append(rec)
+            self._block(kind)
 
     def _lookups_by_table(self) -> None:
         """Reorder the lookup blocks by table width (stably), so that each table's lookups are contiguous: the
@@ -452,7 +474,8 @@ class Builder:
                     for k in "ABC"), list(self.tags), np.array(self.block_rows + [self.rows], dtype=np.int64),
                     list(self.names), L, list(self.lookup_tags), bounds, tuple(self.contraction_records),
                     self.table_bits, widths,
-                    {"nonzeros": int(self.nonzeros)} if self.count_only else None)
+                    {"nonzeros": int(self.nonzeros)} if self.count_only else None,
+                    {**self.wire_kinds, **({"(unattributed)": self._pending} if self._pending else {})})
 
 
 def _count(terms: list, m: int) -> int:

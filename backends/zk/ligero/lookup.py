@@ -2,8 +2,8 @@
 
 A circuit with ``range_checks="lookup"`` carries a sparse matrix ``L`` and a
 width ``bᵢ`` per row: every value ``vᵢ = ⟨Lᵢ, z⟩`` must lie in ``T_{bᵢ}``. The
-tables the circuit uses (``b ≤ 16``) are laid end to end, ``|T| = Σ_b 2^b``
-entries. The argument takes two commitments::
+tables the circuit uses (``b ≤ 22``, ``r1cs.MAX_TABLE_BITS``) are laid end to end,
+``|T| = Σ_b 2^b`` entries. The argument takes two commitments::
 
     round 1   z | a | b | c | v | m | masks           v = L·z, m_e = #{i : (bᵢ, vᵢ) = entry e}
               ── α₁ … α_σL drawn from the transcript ──
