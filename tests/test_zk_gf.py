@@ -206,14 +206,20 @@ def test_inverses_powers_lagrange_bytes():
     assert gf.from_bytes128(data).tolist() == [int.from_bytes(data[i:i + 16], "big") % P for i in range(0, 800, 16)]
 
 
-def test_merkle_leaves_and_root_match_hashlib_with_domain_tags():
+def test_merkle_leaves_over_row_blocks_and_root_match_hashlib_with_domain_tags():
     rng = np.random.default_rng(13)
-    for n, m in [(16, 3), (64, 343), (4096, 1)]:
-        cols = _rand(rng, m, n).T                            # a transposed view, as the prover passes it
+    for n, m in [(16, 3), (64, 343), (4096, 1), (8, 512), (8, 513)]:
+        cols = _rand(rng, m, n).T                            # a transposed view, as the verifier holds them
         salts = [rng.bytes(16) for _ in range(n)]
-        want = [hashlib.sha256(b"CG-LEAF:" + s + np.asarray(c, dtype="<i8").tobytes()).digest()
-                for s, c in zip(salts, cols)]
+
+        def blocks(c):                                       # H(BLOCK ‖ 256 rows) of the column, in order
+            return b"".join(hashlib.sha256(b"CG-BLCK:" + np.asarray(c[a:a + 256], dtype="<i8").tobytes()).digest()
+                            for a in range(0, len(c), 256))
+        want = [hashlib.sha256(b"CG-LEAF:" + s + blocks(c)).digest() for s, c in zip(salts, cols)]
         assert merkle.leaves(cols, salts) == want
+        digests = np.stack([merkle.block_digests(np.ascontiguousarray(cols.T[a:a + 256]))
+                            for a in range(0, m, 256)], axis=1)      # the prover's way: a block of rows at a time
+        assert merkle.leaves_of(digests, salts) == want
         level = want
         while len(level) > 1:
             level = [hashlib.sha256(b"CG-NODE:" + level[i] + level[i + 1]).digest() for i in range(0, len(level), 2)]

@@ -9,9 +9,10 @@ import pytest
 from conftest import assert_flipped_bytes_rejected, row_reduce_mod_p, zk_step_circuit
 
 import circuitgrad as cg
+from circuitgrad import nn
 from circuitgrad.backends import zk
 from circuitgrad.backends.zk import ligero
-from circuitgrad.backends.zk.ligero import gf, merkle, params as LP, protocol
+from circuitgrad.backends.zk.ligero import gf, merkle, params as LP, protocol, prover
 from circuitgrad.backends.zk.ligero.circuitdata import prepare
 from circuitgrad.backends.zk.r1cs import Builder
 
@@ -273,7 +274,7 @@ def test_opened_values_do_not_depend_on_the_private_witness():
     for w in (w1, w2):
         vals = []
         for _ in range(150):
-            pr = protocol.prove_prepared(pc, w, p, rng=rng, columns=cols)
+            pr = prover.prove_prepared(pc, w, p, rng=rng, columns=cols)
             vals.append(np.concatenate([pr.columns.reshape(-1), pr.u.reshape(-1), pr.q.reshape(-1),
                                         pr.h.reshape(-1)]))
         seen.append(np.array(vals) * 16 // P)
@@ -369,11 +370,44 @@ def test_header_must_match_the_circuit(iris):
     assert not zk.verify(protocol.LigeroProof(**{**proof.__dict__, "u": proof.u[:, :3]}), c, wit.public)
 
 
-def test_blocked_evaluation_gives_the_same_proof(iris, monkeypatch):
-    """The prover evaluates rows on the coset a block at a time (bounded temporaries): with blocks of one row
-    the seeded proof is byte for byte the one with the default blocks."""
-    from circuitgrad.backends.zk.ligero import proofio, protocol
+@pytest.mark.parametrize("cells", [1, 1 << 14])
+def test_streamed_and_blocked_proofs_are_the_kept_one(iris, monkeypatch, cells):
+    """The prover's passes go over blocks of rows: with the encoded matrix recomputed instead of kept
+    (``KEEP_BYTES = 0``) and blocks of one row (or of a few), the seeded proof is byte for byte the one with the
+    matrix kept and the default blocks, and it verifies."""
+    from circuitgrad.backends.zk.ligero import proofio
     c, w, _ = iris
     default = proofio.dumps(ligero.prove(c, w, rng=np.random.default_rng(7)))
-    monkeypatch.setattr(protocol, "_BLOCK_CELLS", 1)
-    assert proofio.dumps(ligero.prove(c, w, rng=np.random.default_rng(7))) == default
+    monkeypatch.setattr(prover, "KEEP_BYTES", 0)
+    monkeypatch.setattr(prover, "BLOCK_CELLS", cells)
+    streamed = ligero.prove(c, w, rng=np.random.default_rng(7))
+    assert proofio.dumps(streamed) == default
+    assert ligero.verify(streamed, c, w.public)
+
+
+def _lookup_and_product_step():
+    """A 4-8-3 MLP step over the Ligero field: lookups and contractions, so both rounds and every row kind."""
+    step = cg.compile_model(nn.mlp(4, [4, 8, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                            dtype=cg.fixed(16, 8))
+    c = zk.compile(step, field=zk.LIGERO51)
+    rng = np.random.default_rng(3)
+    return c, c.witness(step.init_params(0), rng.uniform(-1, 1, (4, 4)), rng.integers(0, 3, 4))
+
+
+@pytest.mark.parametrize("k", [8, None])
+def test_streamed_proof_with_lookups_and_contractions_is_the_kept_one(monkeypatch, k):
+    """Both rounds streamed in blocks of a few rows give the bytes of the kept matrix; with k = 8 (weak
+    parameters, named to the verifier) each round has several Merkle row blocks of 256 rows."""
+    from circuitgrad.backends.zk.ligero import proofio
+    c, w = _lookup_and_product_step()
+    p = None if k is None else LP.Params(k, 8, 8 * k, 1, 1, contraction_sigma=1)
+    lay = protocol.layout(prepare(c.r1cs), p or ligero.expected_params(c))
+    assert lay.lk.n and lay.cs.n
+    if k is not None:
+        assert lay.rows > 2 * merkle.ROW_BLOCK and lay.second > merkle.ROW_BLOCK
+    kept = ligero.prove(c, w, params=p, rng=np.random.default_rng(5))
+    monkeypatch.setattr(prover, "KEEP_BYTES", 0)
+    monkeypatch.setattr(prover, "BLOCK_CELLS", 3 * lay.k * 8)
+    streamed = ligero.prove(c, w, params=p, rng=np.random.default_rng(5))
+    assert proofio.dumps(streamed) == proofio.dumps(kept)
+    assert ligero.check(streamed, c, w.public, params=p, min_bits=0 if k else 100) is None

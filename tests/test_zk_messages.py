@@ -199,16 +199,19 @@ def test_loading_a_classic_proof_for_a_longfellow_verifier_names_the_mismatch(sm
     assert zk.verify(back, c, wit.public, soundness="classic")
 
 
-def test_a_proof_of_the_retired_protocol_v3_is_refused_by_name(small, monkeypatch):
+@pytest.mark.parametrize("version, why", [
+    ("v3", "Merkle hashing without domain tags"),
+    ("v4", "column leaves over whole columns, each test's challenges after the previous response")])
+def test_a_proof_of_a_retired_protocol_is_refused_by_name(small, monkeypatch, version, why):
     _, _, proof = small
-    monkeypatch.setattr(proofio, "PROTOCOL", "circuitgrad-ligero-r1cs-v3")   # the header an older version wrote
+    monkeypatch.setattr(proofio, "PROTOCOL", f"circuitgrad-ligero-r1cs-{version}")   # an older version's header
     old = proofio.dumps(proof)
     monkeypatch.undo()
     with pytest.raises(zk.FormatError) as e:
         ligero.loads(old, "step_000.proof")
-    assert str(e.value) == ("step_000.proof: proof format circuitgrad-ligero-r1cs-v3 (Merkle hashing without domain "
-                            "tags) is no longer accepted: re-prove with this version (circuitgrad-ligero-r1cs-v4)")
-    assert ligero.loads(proofio.dumps(proof)).header()["protocol"] == "circuitgrad-ligero-r1cs-v4"
+    assert str(e.value) == (f"step_000.proof: proof format circuitgrad-ligero-r1cs-{version} ({why}) is no longer "
+                            f"accepted: re-prove with this version (circuitgrad-ligero-r1cs-v5)")
+    assert ligero.loads(proofio.dumps(proof)).header()["protocol"] == "circuitgrad-ligero-r1cs-v5"
 
 
 # ------------------------------------------------------------------ the statement as a block

@@ -297,7 +297,7 @@ def test_opened_values_do_not_depend_on_the_private_weights(step, circuit, data)
     same batch: with the opened columns fixed, everything the verifier sees about the witness (opened
     column values and the test polynomials) has the same distribution. The ZK check of the Ligero
     prover (tests/test_zk_ligero.py), applied to the private step circuit."""
-    from circuitgrad.backends.zk.ligero import choose, protocol
+    from circuitgrad.backends.zk.ligero import choose, prover
     from circuitgrad.backends.zk.ligero.circuitdata import prepare
     x, y = _batches(1)[0]
     p0 = step.init_params(seed=0)
@@ -314,7 +314,7 @@ def test_opened_values_do_not_depend_on_the_private_weights(step, circuit, data)
     for w in wits:
         vals = []
         for _ in range(12):
-            pr = protocol.prove_prepared(pc, w, par, rng=rng, columns=cols)
+            pr = prover.prove_prepared(pc, w, par, rng=rng, columns=cols)
             vals.append(np.concatenate([pr.columns.reshape(-1), pr.columns2.reshape(-1), pr.u.reshape(-1),
                                         pr.q.reshape(-1), pr.h.reshape(-1)]))
         seen.append(np.concatenate(vals) * 16 // zk.LIGERO51.p)

@@ -25,7 +25,8 @@ from .circuitdata import prepare
 from .params import (DEFAULT_SOUNDNESS, SOUNDNESS, TARGET_BITS, Params, check_soundness, choose, classic_error,
                      round_errors, soundness_bits, TABLE)
 from .proofio import FormatError, load, loads, max_bytes
-from .protocol import LigeroProof, Reject, layout, expected_params as _expected, prove_prepared, verify_prepared
+from .protocol import LigeroProof, Reject, layout, expected_params as _expected, verify_prepared
+from .prover import prove_prepared
 
 __all__ = ["prove", "verify", "check", "LigeroProof", "Params", "choose", "soundness_bits", "round_errors",
            "classic_error", "SOUNDNESS", "DEFAULT_SOUNDNESS",

@@ -126,10 +126,20 @@ class Rows:
         opened points (:func:`values_at` of this one repetition)."""
         return values_at([self], lag)[0]
 
-    def combine(self, U: np.ndarray, W: np.ndarray, n: int) -> np.ndarray:
+    def window(self, a: int, b: int) -> "Rows":
+        """Rows ``a … b`` of this matrix (the blocks cut to them; rank-one blocks keep their ``γ``)."""
+        parts = []
+        for p, lo, hi in self._spans():
+            x, y = max(a, lo), min(b, hi)
+            if x < y:
+                parts.append(Outer(p.beta[x - lo:y - lo], p.gamma) if isinstance(p, Outer) else p[x - lo:y - lo])
+        return Rows(parts, self.k)
+
+    def combine(self, U: np.ndarray, W: np.ndarray, n: int, ghat: dict | None = None) -> np.ndarray:
         """``Σᵢ rᵢ(η)·U[W[i]](η)`` at every point ``η`` of the coset ``D``: dense rows interpolated and evaluated
         there a block at a time, constant rows and rank-one blocks as ``ĝ(η)·Σᵢ βᵢ·U[W[i]](η)`` (no NTT per
-        row)."""
+        row). ``ghat`` keeps each ``ĝ`` on ``D`` between calls (keyed by ``id(γ)``: hold the ``γ`` alive)."""
+        ghat = {} if ghat is None else ghat
         acc = np.zeros(n, dtype=np.int64)
         by_gamma = {}                                   # id(γ) → (γ, [β blocks], [row blocks])
         for p, a, b in self._spans():
@@ -151,7 +161,9 @@ class Rows:
                 acc = gf.add(acc, gf.sum_mod(gf.mul(Rd, U[W[a:b][sel]]), axis=0))
         for gamma, betas, rows in by_gamma.values():    # Σ βᵢ·Uᵢ over every block that shares γ, then × ĝ
             s = _weighted_rows(np.concatenate(betas), U, np.concatenate(rows), n)
-            acc = gf.add(acc, s if gamma is None else gf.mul(gf.coset_eval(gf.intt(gamma[None, :]), n)[0], s))
+            if gamma is not None and id(gamma) not in ghat:
+                ghat[id(gamma)] = gf.coset_eval(gf.intt(gamma[None, :]), n)[0]
+            acc = gf.add(acc, s if gamma is None else gf.mul(ghat[id(gamma)], s))
         return acc
 
 

@@ -1,17 +1,21 @@
-"""Merkle commitments to the columns of an encoded matrix, with batched openings.
+"""Merkle commitments to the columns of an encoded matrix, defined over fixed blocks of rows.
 
     root = H(NODE ‖ left ‖ right)
      ├── node = H(NODE ‖ leaf 0 ‖ leaf 1)
-     │      ├── leaf 0 = H(LEAF ‖ salt₀ ‖ column 0)
-     │      └── leaf 1 = H(LEAF ‖ salt₁ ‖ column 1)
+     │      ├── leaf 0 = H(LEAF ‖ salt₀ ‖ d₀,₀ ‖ d₁,₀ ‖ … )      d_b,j = H(BLOCK ‖ rows 256b … 256b+255 of column j)
+     │      └── leaf 1 = H(LEAF ‖ salt₁ ‖ d₀,₁ ‖ d₁,₁ ‖ … )
      └── …
 
-Every hash input starts with a domain tag of 8 bytes, ``LEAF_TAG`` for a leaf and ``NODE_TAG`` for an
-inner node, so that no leaf input is ever the input of a node or the other way round, whatever the
-number of rows (a 6-row column is as long as two child hashes). Leaves are salted with 16 random bytes
-each. An unopened column's leaf hash then reveals nothing about its values, which the zero-knowledge
-argument needs. An opening of several columns sends each sibling hash once (the
-union of the authentication paths, minus the nodes the verifier can compute).
+A column's leaf hashes the digests of its blocks of :data:`ROW_BLOCK` rows (the last block may be shorter),
+not the column itself. So a prover can commit a block of rows, keep its ``n`` block digests and drop the rows,
+and the root does not depend on how the rows were grouped for computation or which process computed them:
+only the rows' numbering fixes the blocks.
+
+Every hash input starts with a domain tag of 8 bytes (``BLOCK_TAG``, ``LEAF_TAG``, ``NODE_TAG``), so that no
+input of one kind is ever the input of another, whatever the number of rows. Leaves are salted with 16 random
+bytes each. An unopened column's leaf hash then reveals nothing about its values, which the zero-knowledge
+argument needs. An opening of several columns sends each sibling hash once (the union of the authentication
+paths, minus the nodes the verifier can compute).
 """
 from __future__ import annotations
 
@@ -19,11 +23,15 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["HASH", "DIGEST", "LEAF_TAG", "NODE_TAG", "leaves", "node", "Tree", "verify_opening"]
+__all__ = ["HASH", "DIGEST", "ROW_BLOCK", "BLOCK_TAG", "LEAF_TAG", "NODE_TAG", "block_digests", "leaves_of",
+           "leaves", "node", "Tree", "verify_opening"]
 
 HASH = "sha256"
 DIGEST = 32
-#: the domain tags that start every leaf's and every inner node's hash input (8 bytes each, distinct)
+#: rows of a column hashed together (the last block of a matrix may be shorter)
+ROW_BLOCK = 256
+#: the domain tags that start every block's, leaf's and inner node's hash input (8 bytes each, distinct)
+BLOCK_TAG = b"CG-BLCK:"
 LEAF_TAG = b"CG-LEAF:"
 NODE_TAG = b"CG-NODE:"
 
@@ -33,35 +41,50 @@ def node(left: bytes, right: bytes) -> bytes:
     return hashlib.sha256(NODE_TAG + left + right).digest()
 
 
-def leaves(columns: np.ndarray, salts: list[bytes]) -> list[bytes]:
-    """Leaf hashes ``H(LEAF_TAG ‖ salt_j ‖ column_j)`` for ``columns`` of shape ``(n, m)`` (one row per column).
+def block_digests(rows: np.ndarray) -> np.ndarray:
+    """``H(BLOCK_TAG ‖ column j of rows)`` for every column of one block of at most :data:`ROW_BLOCK` rows
+    (shape ``(r, n)``): an ``(n, 32)`` array of digests.
 
-    Every ``LEAF_TAG ‖ salt_j ‖ column_j`` of a block of columns is laid out in one contiguous buffer (the
-    transposition done in cache-sized pieces), and each leaf hashes a slice of it without copying. The
-    blocks bound the buffer (``_BLOCK_CELLS``), whatever the matrix's size.
+    Every ``BLOCK_TAG ‖ column_j`` of a slab of columns is laid out in one contiguous buffer (the
+    transposition done in cache-sized pieces) and each digest hashes a slice of it without copying.
     """
-    n = columns.shape[0]
-    if columns.ndim != 2 or len(salts) != n or any(len(s) != 16 for s in salts):
-        return [hashlib.sha256(LEAF_TAG + s + c.tobytes()).digest()
-                for s, c in zip(salts, np.ascontiguousarray(columns, dtype="<i8"))]
-    m = columns.shape[1]
-    w = 8 * (3 + m)
+    r, n = rows.shape
+    if not 0 < r <= ROW_BLOCK:
+        raise ValueError(f"a block has 1 to {ROW_BLOCK} rows, got {r}")
+    w = 8 * (1 + r)
     sha = hashlib.sha256
-    salt = np.frombuffer(b"".join(salts), dtype="<i8").reshape(n, 2)
-    tag = np.frombuffer(LEAF_TAG, dtype="<i8")[0]
-    block = max(1, _BLOCK_CELLS // (3 + m))
-    step = max(1, (1 << 16) // max(1, m))
-    out = []
-    for a in range(0, n, block):
-        b = min(n, a + block)
-        buf = np.empty((b - a, 3 + m), dtype="<i8")
+    tag = np.frombuffer(BLOCK_TAG, dtype="<i8")[0]
+    out = np.empty((n, DIGEST), dtype=np.uint8)
+    slab = max(1, _BLOCK_CELLS // (1 + r))
+    for a in range(0, n, slab):
+        b = min(n, a + slab)
+        buf = np.empty((b - a, 1 + r), dtype="<i8")
         buf[:, 0] = tag
-        buf[:, 1:3] = salt[a:b]
-        for j in range(a, b, step):
-            buf[j - a:min(j + step, b) - a, 3:] = columns[j:min(j + step, b)]
+        buf[:, 1:] = rows[:, a:b].T
         mv = memoryview(buf).cast("B")
-        out += [sha(mv[i:i + w]).digest() for i in range(0, (b - a) * w, w)]
+        out[a:b] = np.frombuffer(b"".join(sha(mv[i:i + w]).digest() for i in range(0, (b - a) * w, w)),
+                                 dtype=np.uint8).reshape(b - a, DIGEST)
     return out
+
+
+def leaves_of(digests: np.ndarray, salts: list[bytes]) -> list[bytes]:
+    """Leaf hashes ``H(LEAF_TAG ‖ salt_j ‖ d₀,j ‖ d₁,j ‖ …)`` from the block digests ``(n, blocks, 32)``."""
+    n = digests.shape[0]
+    if len(salts) != n:
+        raise ValueError(f"{len(salts)} salts for {n} columns")
+    d = np.ascontiguousarray(digests, dtype=np.uint8).reshape(n, -1)
+    return [hashlib.sha256(LEAF_TAG + s + row.tobytes()).digest() for s, row in zip(salts, d)]
+
+
+def leaves(columns: np.ndarray, salts: list[bytes]) -> list[bytes]:
+    """Leaf hashes of whole columns, ``columns`` of shape ``(n, m)`` (one row per column, as the verifier holds
+    the opened ones): the block digests of every :data:`ROW_BLOCK` rows, then :func:`leaves_of`."""
+    cols = np.ascontiguousarray(columns, dtype="<i8")
+    n, m = cols.shape
+    if m == 0:
+        return leaves_of(np.zeros((n, 0, DIGEST), dtype=np.uint8), salts)
+    digests = np.stack([block_digests(cols[:, a:a + ROW_BLOCK].T) for a in range(0, m, ROW_BLOCK)], axis=1)
+    return leaves_of(digests, salts)
 
 
 #: cells of the leaf buffer hashed at once (32 MiB)

@@ -61,14 +61,16 @@ from .params import DEFAULT_SOUNDNESS, SOUNDNESS, TABLE, Params, soundness_bits
 
 __all__ = ["LigeroProof", "PROTOCOL", "RETIRED", "save", "load", "claimed_soundness", "dumps", "loads", "max_bytes", "MAGIC", "VERSION"]
 
-PROTOCOL = "circuitgrad-ligero-r1cs-v4"      # v2: lookup tables per width, the contraction argument;
+PROTOCOL = "circuitgrad-ligero-r1cs-v5"      # v2: lookup tables per width, the contraction argument;
 #                                              v3: the linear test's coefficients in rank-one blocks;
-#                                              v4: domain-separated Merkle leaves and nodes
+#                                              v4: domain-separated Merkle leaves and nodes;
+#                                              v5: column leaves over blocks of rows, the tests' challenges together
 #: earlier protocol names, refused by name (what the next version changed)
 RETIRED = {
     "circuitgrad-ligero-r1cs-v1": "one lookup table for every width, no contraction argument",
     "circuitgrad-ligero-r1cs-v2": "linear-test coefficients drawn independently",
     "circuitgrad-ligero-r1cs-v3": "Merkle hashing without domain tags",
+    "circuitgrad-ligero-r1cs-v4": "column leaves over whole columns, each test's challenges after the previous response",
 }
 
 

@@ -44,21 +44,19 @@ from __future__ import annotations
 
 import functools
 import json
-import secrets
-import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
 from . import coefficients, contraction, gf, lookup, merkle
 from .circuitdata import Prepared
-from .coefficients import BLOCK_CELLS as _BLOCK_CELLS, Rows
+from .coefficients import Rows
 from .params import DEFAULT_SOUNDNESS, Params, choose, meets, soundness_bits
 from .proofio import PROTOCOL, LigeroProof
 from .transcript import Transcript
 
-__all__ = ["LigeroProof", "prove_prepared", "verify_prepared", "expected_params", "Reject", "PROTOCOL", "Layout", "layout"]
+__all__ = ["LigeroProof", "verify_prepared", "expected_params", "Reject", "PROTOCOL", "Layout", "layout", "transcript",
+           "test_challenges", "quad_rows", "zh_on_coset"]
 
 #: the most repetitions a verifier accepts (``choose`` picks 3 for 100 bits)
 MAX_SIGMA = 8
@@ -120,7 +118,7 @@ def layout(pc: Prepared, p: Params) -> Layout:
                    contraction.Shape(cells, p.k, p.contraction_sigma if cells else 0))
 
 
-def _transcript(header: dict, public: np.ndarray) -> Transcript:
+def transcript(header: dict, public: np.ndarray) -> Transcript:
     T = Transcript(PROTOCOL.encode())
     T.absorb("header", json.dumps(header, sort_keys=True).encode())
     T.absorb("public", np.ascontiguousarray(public, dtype="<i8").tobytes())
@@ -167,160 +165,25 @@ def _linear_tests(pc: Prepared, lay: Layout, T: Transcript, sigma: int,
     return out
 
 
-def _zh_on_coset(p: Params) -> np.ndarray:
+def test_challenges(pc: Prepared, lay: Layout, T: Transcript, alphas: np.ndarray,
+                    draws: list) -> tuple[np.ndarray, list, np.ndarray]:
+    """The three tests' challenges, drawn together after the commitments: the proximity test's ``r`` (σ rows
+    over the witness rows), the linear test's repetitions (:func:`_linear_tests`) and the quadratic test's
+    ``rq`` (σ rows over :func:`quad_rows`)."""
+    sg, nw = lay.sigma, len(lay.w)
+    r = T.field("prox", sg * nw).reshape(sg, nw)
+    lin = _linear_tests(pc, lay, T, sg, alphas, draws)
+    rq = T.field("quad", sg * quad_rows(lay)).reshape(sg, -1)
+    return r, lin, rq
+
+
+def zh_on_coset(p: Params) -> np.ndarray:
     """``η^k − 1`` for the first ``n/k`` points ``η`` of ``D`` (the values repeat with that period)."""
     eta_k = gf.mul(gf.powers(pow(gf.root_of_unity(p.n), p.k, gf.P), p.n // p.k), pow(gf.GENERATOR, p.k, gf.P))
     return gf.sub(eta_k, 1)
 
 
-def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str = "", public_outputs: int = 0,
-                   rng: np.random.Generator | None = None, log: Callable[[str], None] | None = None,
-                   columns: Sequence[int] | None = None, digest: bytes | None = None) -> LigeroProof:
-    """Prove that ``values`` satisfies the prepared circuit (no satisfiability check: see ``zk.prove``).
-
-    ``digest`` (default: the constraint system's) is what the proof is bound to; ``zk.prove`` passes
-    the circuit's digest, which covers its statement as well.
-
-    ``rng`` draws the masking randomness (default: the OS's CSPRNG). A seeded NumPy generator
-    is for reproducible tests only: it is not cryptographic, and zero knowledge rests on the
-    masks being unpredictable. ``columns`` fixes
-    the opened columns instead of the transcript's choice; only the zero-knowledge test uses it,
-    and such a proof does not verify.
-    """
-    p.validate()
-    say = log or (lambda s: None)
-    rnd = _Randomness(rng)
-    timings, t0 = {}, time.perf_counter()
-    lay = layout(pc, p)
-    if pc.n_lookups and p.lookup_sigma < 1:
-        raise ValueError(f"ligero: the circuit has {pc.n_lookups} lookups, so lookup_sigma must be at least 1")
-    if pc.contraction_cells and p.contraction_sigma < 1:
-        raise ValueError(f"ligero: the circuit has {len(pc.r1cs.contractions)} contractions, so contraction_sigma "
-                         f"must be at least 1")
-    K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
-    z = gf.reduce(np.asarray(values))
-    if len(z) != pc.n_wires:
-        raise ValueError(f"ligero: the witness has {len(z)} values, the circuit {pc.n_wires} wires")
-    A, B, C = pc.mats
-    X = [gf.as_rows(z, lay.mz, k)] + [gf.as_rows(M.apply(z), lay.mq, k) for M in (A, B, C)]
-    if lay.lk.n:
-        rows, lv, lm = lookup.first_rows(pc, z, lay.lk)
-        X.append(rows)
-    coeffs = _encode(np.concatenate(X), p, rnd)
-    prox_mask = rnd.field((sg, K))
-    lin_mask = rnd.field((sg, p.lin_len))
-    lin_mask[:, 0] = gf.neg(gf.sum_mod(lin_mask[:, k::k], axis=1))            # Σ_H mask = k·Σ_{j≡0 (k)} = 0
-    s = rnd.field((sg, p.quad_len))
-    quad_mask = np.zeros((sg, 2 * K - 1), dtype=np.int64)                     # (X^k − 1)·s
-    quad_mask[:, :p.quad_len] = gf.neg(s)
-    quad_mask[:, k:] = gf.add(quad_mask[:, k:], s)
-    U = np.empty((lay.total, n), dtype=np.int64)     # both rounds' codewords, filled in place (no copies)
-    mw = lay.mw
-    _evaluate_into(U[:mw], coeffs, n)
-    for at, mask in ((mw, prox_mask), (mw + sg, lin_mask), (mw + 2 * sg, quad_mask)):
-        _evaluate_into(U[at:at + sg], mask, n)
-    timings["encode"] = time.perf_counter() - t0
-    say(f"encoded {lay.rows} rows × {n} columns")
-    t0 = time.perf_counter()
-    salts, tree = _commit(U[:lay.rows], n, rnd)
-    timings["commit"] = time.perf_counter() - t0
-    proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
-                        None, None, None, None, None, None, lookups=pc.n_lookups,
-                        contractions=pc.contraction_cells, lookup_table=pc.lookup_table)
-    T = _transcript(proof.header(), proof.public)
-    T.absorb("root", tree.root)
-    alphas, draws = np.zeros(0, dtype=np.int64), []
-    if lay.second:                                  # round 2: h, g and x, y, π after the challenges
-        t0 = time.perf_counter()
-        X2 = []
-        if lay.lk.n:
-            alphas = T.field("lookup.alpha", lay.lk.sl)
-            X2.append(lookup.second_rows(lv, lm, alphas, lay.lk))
-        if lay.cs.n:
-            draws = contraction.challenges(T, pc.contraction, lay.cs)
-            X2.append(contraction.second_rows(z, pc.contraction, lay.cs, draws))
-        coeffs2 = _encode(np.concatenate(X2), p, rnd)
-        _evaluate_into(U[lay.rows:], coeffs2, n)
-        salts2, tree2 = _commit(U[lay.rows:], n, rnd)
-        T.absorb("root2", tree2.root)
-        proof.root2 = tree2.root
-        coeffs = np.concatenate([coeffs, coeffs2])
-        timings["lookup" if not lay.cs.n else "round2"] = time.perf_counter() - t0
-        if lay.lk.n:
-            say(f"committed {lay.lk.second} lookup rows ({pc.n_lookups} lookups, {lay.lk.sl} challenges)")
-        if lay.cs.n:
-            say(f"committed {lay.cs.rows} contraction rows ({len(pc.r1cs.contractions)} contractions, "
-                f"{pc.contraction_cells} cells, {lay.cs.sigma} draws)")
-    t0 = time.perf_counter()
-    # proximity
-    W = lay.w
-    r = T.field("prox", sg * len(W)).reshape(sg, len(W))
-    proof.u = gf.add(_by_columns(lambda a, b: gf.matmul(r, coeffs[:, a:b]), coeffs.shape, K), prox_mask)
-    T.absorb("u", proof.u.astype("<i8").tobytes())
-    # linear
-    q = np.zeros((sg, p.lin_len), dtype=np.int64)
-    for j, (R, _) in enumerate(_linear_tests(pc, lay, T, sg, alphas, draws)):
-        qd = gf.add(R.combine(U, W, n), U[lay.block("lin")][j])
-        q[j] = gf.coset_interp(qd)[:p.lin_len]
-    proof.q = q
-    T.absorb("q", q.astype("<i8").tobytes())
-    # quadratic
-    rq = T.field("quad", sg * _quad_rows(lay)).reshape(sg, -1)
-    p0 = gf.add(_by_columns(lambda a, b: gf.matmul(rq, _products(U[:, a:b], lay, alphas)), (len(W), n), n),
-                U[lay.block("quad")])
-    zh_inv = np.array([gf.inv(v) for v in _zh_on_coset(p).tolist()], dtype=np.int64)
-    proof.h = gf.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
-    T.absorb("h", proof.h.astype("<i8").tobytes())
-    timings["tests"] = time.perf_counter() - t0
-    idx = list(columns) if columns is not None else T.indices("columns", t, n)
-    proof.columns = U[:lay.rows, idx]
-    proof.salts = [salts[i] for i in idx]
-    proof.siblings = tree.open(idx)
-    if lay.second:
-        proof.columns2 = U[lay.rows:, idx]
-        proof.salts2 = [salts2[i] for i in idx]
-        proof.siblings2 = tree2.open(idx)
-    proof.timings = timings
-    return proof
-
-
-def _blocks(rows: int, n: int):
-    step = max(1, _BLOCK_CELLS // n)
-    return ((i, min(i + step, rows)) for i in range(0, rows, step))
-
-
-def _evaluate_into(out: np.ndarray, coeffs: np.ndarray, n: int) -> None:
-    """``out[i] = coeffs[i]`` evaluated on the coset ``D`` (``gf.coset_eval``), a block of rows at a time."""
-    for a, b in _blocks(coeffs.shape[0], n):
-        out[a:b] = gf.coset_eval(coeffs[a:b], n)
-
-
-def _by_columns(f: Callable[[int, int], np.ndarray], shape: tuple, width: int) -> np.ndarray:
-    """``f(a, b)`` for blocks of columns ``a:b`` of a ``shape`` matrix, side by side (bounded temporaries): for
-    products ``M·X`` with few rows in ``M``, whose columns are independent."""
-    step = max(1, _BLOCK_CELLS // max(1, shape[0]))
-    return np.concatenate([f(a, min(a + step, width)) for a in range(0, width, step)], axis=1)
-
-
-def _encode(X: np.ndarray, p: Params, rnd: "_Randomness") -> np.ndarray:
-    """Row polynomials ``pᵢ = interp_H(xᵢ) + (X^k − 1)·ρᵢ`` (coefficients, degree < K) of the rows ``X``."""
-    k, t = p.k, p.t
-    coeffs = np.zeros((X.shape[0], p.K), dtype=np.int64)
-    coeffs[:, :k] = gf.intt(X)
-    rho = rnd.field((X.shape[0], t))
-    coeffs[:, :t] = gf.sub(coeffs[:, :t], rho)
-    coeffs[:, k:] = rho
-    return coeffs
-
-
-def _commit(U: np.ndarray, n: int, rnd: "_Randomness") -> tuple[list, merkle.Tree]:
-    """Salted Merkle tree over the columns of ``U``."""
-    blob = rnd.bytes(16 * n)
-    salts = [blob[16 * i:16 * i + 16] for i in range(n)]
-    return salts, merkle.Tree(merkle.leaves(U.T, salts))
-
-
-def _quad_rows(lay: Layout) -> int:
+def quad_rows(lay: Layout) -> int:
     """Rows the quadratic test combines: ``a∘b − c``, the lookups' ``h_s∘(α_s − v) − 1``, the contractions'
     ``x_s∘y_s − π_s``."""
     return lay.mq + lay.lk.sl * lay.lk.mv + lay.cs.sigma * lay.cs.mx
@@ -335,20 +198,6 @@ def _products(U: np.ndarray, lay: Layout, alphas: np.ndarray) -> np.ndarray:
     if lay.cs.n:
         parts.append(contraction.quadratic_rows(U[lay.block("cx")], lay.cs))
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
-class _Randomness:
-    """Masking randomness: the OS's CSPRNG, or a seeded generator for reproducible tests."""
-
-    def __init__(self, rng: np.random.Generator | None):
-        self.rng = rng
-
-    def bytes(self, n: int) -> bytes:
-        return secrets.token_bytes(n) if self.rng is None else self.rng.bytes(n)
-
-    def field(self, shape: tuple) -> np.ndarray:
-        count = int(np.prod(shape))
-        return gf.from_bytes128(self.bytes(16 * count)).reshape(shape)
 
 
 def _eval_at(polys: np.ndarray, powers: np.ndarray) -> np.ndarray:
@@ -486,7 +335,7 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         if np.shape(getattr(proof, name)) != shape:
             raise Reject(f"{name} has shape {np.shape(getattr(proof, name))}, expected {shape}")
     _canonical(proof)
-    T = _transcript(proof.header(), proof.public)
+    T = transcript(proof.header(), proof.public)
     T.absorb("root", proof.root)
     alphas, draws = np.zeros(0, dtype=np.int64), []
     if lay.lk.n:
@@ -498,13 +347,9 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         draws = contraction.challenges(T, pc.contraction, lay.cs)
     if lay.second:
         T.absorb("root2", proof.root2)
-    nw = len(lay.w)
-    r = T.field("prox", sg * nw).reshape(sg, nw)
-    T.absorb("u", proof.u.astype("<i8").tobytes())
-    lin = _linear_tests(pc, lay, T, sg, alphas, draws)
-    T.absorb("q", proof.q.astype("<i8").tobytes())
-    rq = T.field("quad", sg * _quad_rows(lay)).reshape(sg, -1)
-    T.absorb("h", proof.h.astype("<i8").tobytes())
+    r, lin, rq = test_challenges(pc, lay, T, alphas, draws)
+    for name in ("u", "q", "h"):
+        T.absorb(name, getattr(proof, name).astype("<i8").tobytes())
     idx = T.indices("columns", t, n)
     if not _opens(proof.root, proof.columns, proof.salts, proof.siblings, n, idx):
         raise Reject("opened columns do not match the Merkle commitment")

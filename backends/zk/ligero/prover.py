@@ -1,0 +1,270 @@
+"""The Ligero prover in passes over blocks of rows, in memory that does not grow with the circuit.
+
+    pass 1   commit   rows → encode → block digests of every column          (each round: round 2 after its
+                                                                             challenges)
+    pass 2   tests    rows → u += r·coeffs,  q += Σ rᵢ(η)·Uᵢ(η),  p += rq·(a∘b − c, …)      (sums over rows)
+    pass 3   open     rows → the t opened columns
+
+Every pass is a sum or a concatenation over rows, and every row is a function of the witness, the
+challenges and the proof's secret seed (:class:`.encoding.Encoding`). So the proof's bytes do not depend on
+how the rows are grouped, and a block of encoded rows lives only while it is used. When the whole encoded
+matrix fits in ``keep`` bytes it is kept from pass 1 for the others (a small circuit is not encoded three
+times); otherwise passes 2 and 3 recompute the rows they need. Peak memory is then the witness, the
+prepared circuit and a few blocks of ``BLOCK_CELLS`` cells.
+"""
+from __future__ import annotations
+
+import resource
+import secrets
+import sys
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import gf, merkle
+from .circuitdata import Prepared
+from .coefficients import BLOCK_CELLS
+from .encoding import Encoding, prf
+from .params import Params
+from .proofio import LigeroProof
+from .protocol import Layout, layout, quad_rows, test_challenges, transcript, zh_on_coset
+from . import contraction, lookup
+
+__all__ = ["prove_prepared", "KEEP_BYTES", "peak_rss"]
+
+#: the largest encoded matrix (bytes) the prover keeps from the commitment for the tests and the openings
+KEEP_BYTES = 1 << 30
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory so far, in bytes."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+class _Randomness:
+    """Masking randomness: the OS's CSPRNG, or a seeded generator for reproducible tests."""
+
+    def __init__(self, rng: np.random.Generator | None):
+        self.rng = rng
+
+    def bytes(self, n: int) -> bytes:
+        return secrets.token_bytes(n) if self.rng is None else self.rng.bytes(n)
+
+    def field(self, shape: tuple) -> np.ndarray:
+        count = int(np.prod(shape))
+        return gf.from_bytes128(self.bytes(16 * count)).reshape(shape)
+
+
+def _masks(p: Params, rnd: _Randomness) -> np.ndarray:
+    """The ``3σ`` mask rows' coefficients (width ``2K − 1``): a random polynomial of degree < K (proximity), one
+    of degree < K + k − 1 with ``Σ_H = 0`` (linear), and ``(X^k − 1)·s`` (quadratic)."""
+    sg, K, k = p.sigma, p.K, p.k
+    out = np.zeros((3 * sg, 2 * K - 1), dtype=np.int64)
+    out[:sg, :K] = rnd.field((sg, K))
+    lin = rnd.field((sg, p.lin_len))
+    lin[:, 0] = gf.neg(gf.sum_mod(lin[:, k::k], axis=1))            # Σ_H mask = k·Σ_{j≡0 (k)} = 0
+    out[sg:2 * sg, :p.lin_len] = lin
+    s = rnd.field((sg, p.quad_len))
+    quad = out[2 * sg:]
+    quad[:, :p.quad_len] = gf.neg(s)
+    quad[:, k:] = gf.add(quad[:, k:], s)
+    return out
+
+
+def _units(a: int, b: int, n: int, align: int = merkle.ROW_BLOCK):
+    """``a … b`` in units of whole Merkle row blocks (counted from ``a``), as many as ``BLOCK_CELLS`` allows."""
+    step = max(1, BLOCK_CELLS // (n * align)) * align
+    return ((i, min(i + step, b)) for i in range(a, b, step))
+
+
+def _chunks(m: int, n: int, per_row: int):
+    """``0 … m`` in chunks of rows such that ``per_row`` rows of ``n`` cells per chunk row fit ``BLOCK_CELLS``."""
+    step = max(1, BLOCK_CELLS // (n * max(1, per_row)))
+    return ((i, min(i + step, m)) for i in range(0, m, step))
+
+
+class _Prover:
+    def __init__(self, pc: Prepared, lay: Layout, p: Params, enc: Encoding, keep: bool, say):
+        self.pc, self.lay, self.p, self.enc, self.say = pc, lay, p, enc, say
+        self.U = np.empty((lay.total, p.n), dtype=np.int64) if keep else None
+
+    def evals(self, a: int, b: int) -> np.ndarray:
+        return self.U[a:b] if self.U is not None else self.enc.evals(a, b)
+
+    # -- pass 1 -------------------------------------------------------------------------------------------------
+
+    def commit(self, a: int, b: int, salts: list) -> merkle.Tree:
+        """The Merkle tree of rows ``a … b`` (one round's matrix), block by block."""
+        n, RB = self.p.n, merkle.ROW_BLOCK
+        digests = np.empty((n, -(-(b - a) // RB), merkle.DIGEST), dtype=np.uint8)
+        last = time.monotonic()
+        for lo, hi in _units(a, b, n):
+            U = self.enc.evals(lo, hi)
+            if self.U is not None:
+                self.U[lo:hi] = U
+            for x in range(lo, hi, RB):
+                digests[:, (x - a) // RB] = merkle.block_digests(U[x - lo:min(x + RB, hi) - lo])
+            if time.monotonic() - last > 10:
+                self.say(f"committed rows {hi - a}/{b - a}")
+                last = time.monotonic()
+        return merkle.Tree(merkle.leaves_of(digests, salts))
+
+    # -- pass 2 -------------------------------------------------------------------------------------------------
+
+    def tests(self, r: np.ndarray, lin: list, rq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The sums over every witness row: ``Σ rᵢ·pᵢ`` (coefficients), ``Σ rᵢ(η)·pᵢ(η)`` and ``Σ rqᵢ·(products)ᵢ``
+        on ``D``, for each repetition. Rows go in groups whose products the quadratic test needs together."""
+        lay, p, n = self.lay, self.p, self.p.n
+        sg = p.sigma
+        self.u = np.zeros((sg, p.K), dtype=np.int64)
+        self.q = np.zeros((sg, n), dtype=np.int64)
+        self.pq = np.zeros((sg, n), dtype=np.int64)
+        self.r, self.lin, self.rq, self.ghat = r, lin, rq, [{} for _ in lin]
+        mz, mq, c = lay.mz, lay.mq, lay.mz + 3 * lay.mq
+        lk, cs, r2 = lay.lk, lay.cs, lay.rows
+        for lo, hi in _chunks(mz, n, 1):                                  # z
+            self._rows(lo, hi)
+        for lo, hi in _chunks(mq, n, 3):                                  # a, b, c and a∘b − c
+            A, B, C = (self._rows(mz + i * mq + lo, mz + i * mq + hi) for i in range(3))
+            self._quad(lo, gf.sub(gf.mul(A, B), C))
+        if lk.n:
+            for lo, hi in _chunks(lk.mv, n, 1 + lk.sl):                   # v, h_s and h_s∘(α_s − v) − 1
+                V = self._rows(c + lo, c + hi)
+                for s, alpha in enumerate(self.enc.alphas.tolist()):
+                    H = self._rows(r2 + s * lk.mv + lo, r2 + s * lk.mv + hi)
+                    self._quad(mq + s * lk.mv + lo, gf.sub(gf.mul(H, gf.sub(alpha, V)), 1))
+            for lo, hi in _chunks(lk.mm, n, 1):                          # m, g_s
+                self._rows(c + lk.mv + lo, c + lk.mv + hi)
+                for s in range(lk.sl):
+                    at = r2 + lk.sl * lk.mv + s * lk.mm
+                    self._rows(at + lo, at + hi)
+        if cs.n:
+            base = r2 + lk.second
+            for lo, hi in _chunks(cs.mx, n, 3):                          # x_s, y_s, π_s and x_s∘y_s − π_s
+                for s in range(cs.sigma):
+                    X, Y, P = (self._rows(base + (3 * s + i) * cs.mx + lo, base + (3 * s + i) * cs.mx + hi)
+                               for i in range(3))
+                    self._quad(mq + lk.sl * lk.mv + s * cs.mx + lo, gf.sub(gf.mul(X, Y), P))
+        return self.u, self.q, self.pq
+
+    def _rows(self, a: int, b: int) -> np.ndarray:
+        """Add rows ``a … b`` (witness rows of either round) to the proximity and linear sums; their values on D."""
+        if a >= b:
+            return np.zeros((0, self.p.n), dtype=np.int64)
+        coeffs = self.enc.coeffs(a, b)
+        U = self.U[a:b] if self.U is not None else self.enc.evals(a, b, coeffs)
+        w = a if a < self.lay.mw else self.lay.mw + a - self.lay.rows      # position among the witness rows
+        self.u = gf.add(self.u, gf.matmul(self.r[:, w:w + b - a], coeffs))
+        for j, (R, _) in enumerate(self.lin):
+            part = R.window(w, w + b - a).combine(U, np.arange(b - a), self.p.n, self.ghat[j])
+            self.q[j] = gf.add(self.q[j], part)
+        return U
+
+    def _quad(self, at: int, products: np.ndarray) -> None:
+        if len(products):
+            self.pq = gf.add(self.pq, gf.matmul(self.rq[:, at:at + len(products)], products))
+
+    # -- pass 3 -------------------------------------------------------------------------------------------------
+
+    def columns(self, a: int, b: int, idx: list, powers: np.ndarray) -> np.ndarray:
+        """Rows ``a … b`` at the opened columns ``idx``."""
+        if self.U is not None:
+            return self.U[a:b][:, idx]
+        out = np.empty((b - a, len(idx)), dtype=np.int64)
+        for lo, hi in _chunks(b - a, len(idx) + self.p.K, 1):
+            out[lo:hi] = self.enc.at(a + lo, a + hi, powers)
+        return out
+
+
+def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str = "", public_outputs: int = 0,
+                   rng: np.random.Generator | None = None, log: Callable[[str], None] | None = None,
+                   columns: Sequence[int] | None = None, digest: bytes | None = None,
+                   keep: int | None = None) -> LigeroProof:
+    """Prove that ``values`` satisfies the prepared circuit (no satisfiability check: see ``zk.prove``).
+
+    ``digest`` (default: the constraint system's) is what the proof is bound to; ``zk.prove`` passes
+    the circuit's digest, which covers its statement as well.
+
+    ``rng`` draws the masking randomness and the seed of every row's masking coefficients (default: the OS's
+    CSPRNG). A seeded NumPy generator is for reproducible tests only: it is not cryptographic, and zero
+    knowledge rests on the masks being unpredictable. ``keep`` (bytes, default :data:`KEEP_BYTES`): the
+    largest encoded matrix kept between the passes; above it the rows are recomputed (the same proof).
+    ``columns`` fixes the opened columns instead of the transcript's choice; only the zero-knowledge test
+    uses it, and such a proof does not verify.
+    """
+    p.validate()
+    say = log or (lambda s: None)
+    rnd = _Randomness(rng)
+    timings, t0 = {}, time.perf_counter()
+    lay = layout(pc, p)
+    if pc.n_lookups and p.lookup_sigma < 1:
+        raise ValueError(f"ligero: the circuit has {pc.n_lookups} lookups, so lookup_sigma must be at least 1")
+    if pc.contraction_cells and p.contraction_sigma < 1:
+        raise ValueError(f"ligero: the circuit has {len(pc.r1cs.contractions)} contractions, so contraction_sigma "
+                         f"must be at least 1")
+    k, n, t, sg = p.k, p.n, p.t, p.sigma
+    z = gf.reduce(np.asarray(values))
+    if len(z) != pc.n_wires:
+        raise ValueError(f"ligero: the witness has {len(z)} values, the circuit {pc.n_wires} wires")
+    seed = rnd.bytes(32)
+    masks = _masks(p, rnd)
+    enc = Encoding(pc, z, lay, p, seed, masks)
+    keep = KEEP_BYTES if keep is None else keep
+    pr = _Prover(pc, lay, p, enc, 8 * lay.total * n <= keep, say)
+    salts = [prf(seed, b"salt1", j, 16) for j in range(n)]
+    tree = pr.commit(0, lay.rows, salts)
+    timings["commit"] = time.perf_counter() - t0
+    say(f"committed {lay.rows} rows × {n} columns" + ("" if pr.U is not None else " (streamed)"))
+    proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
+                        None, None, None, None, None, None, lookups=pc.n_lookups,
+                        contractions=pc.contraction_cells, lookup_table=pc.lookup_table)
+    T = transcript(proof.header(), proof.public)
+    T.absorb("root", tree.root)
+    alphas, draws = np.zeros(0, dtype=np.int64), []
+    if lay.second:                                  # round 2: h, g and x, y, π after the challenges
+        t0 = time.perf_counter()
+        if lay.lk.n:
+            alphas = T.field("lookup.alpha", lay.lk.sl)
+        if lay.cs.n:
+            draws = contraction.challenges(T, pc.contraction, lay.cs)
+        enc.start_second(alphas, draws)
+        salts2 = [prf(seed, b"salt2", j, 16) for j in range(n)]
+        tree2 = pr.commit(lay.rows, lay.total, salts2)
+        T.absorb("root2", tree2.root)
+        proof.root2 = tree2.root
+        timings["lookup" if not lay.cs.n else "round2"] = time.perf_counter() - t0
+        if lay.lk.n:
+            say(f"committed {lay.lk.second} lookup rows ({pc.n_lookups} lookups, {lay.lk.sl} challenges)")
+        if lay.cs.n:
+            say(f"committed {lay.cs.rows} contraction rows ({len(pc.r1cs.contractions)} contractions, "
+                f"{pc.contraction_cells} cells, {lay.cs.sigma} draws)")
+    t0 = time.perf_counter()
+    r, lin, rq = test_challenges(pc, lay, T, alphas, draws)
+    u, qd, pq = pr.tests(r, lin, rq)
+    mask_evals = enc.evals(lay.mw, lay.rows)
+    proof.u = gf.add(u, masks[:sg, :p.K])
+    proof.q = gf.coset_interp(gf.add(qd, mask_evals[sg:2 * sg]))[:, :p.lin_len]
+    zh_inv = gf.batch_inv(zh_on_coset(p))
+    p0 = gf.add(pq, mask_evals[2 * sg:])
+    proof.h = gf.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
+    for name in ("u", "q", "h"):
+        T.absorb(name, getattr(proof, name).astype("<i8").tobytes())
+    timings["tests"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    idx = list(columns) if columns is not None else T.indices("columns", t, n)
+    w = gf.root_of_unity(n)
+    eta = np.array([gf.GENERATOR * pow(w, j, gf.P) % gf.P for j in idx], dtype=np.int64)
+    powers = gf.powers(eta, 2 * p.K)
+    proof.columns = pr.columns(0, lay.rows, idx, powers)
+    proof.salts = [salts[i] for i in idx]
+    proof.siblings = tree.open(idx)
+    if lay.second:
+        proof.columns2 = pr.columns(lay.rows, lay.total, idx, powers)
+        proof.salts2 = [salts2[i] for i in idx]
+        proof.siblings2 = tree2.open(idx)
+    timings["open"] = time.perf_counter() - t0
+    timings["peak_rss"] = peak_rss()
+    proof.timings = timings
+    return proof
