@@ -202,14 +202,13 @@ def test_tampered_lookup_commitment_is_rejected(proved):
         ligero.check(weak, c, w.public, params=weak.params)
 
 
-def _cheat(c, w, monkeypatch, first=None, second=None):
-    """A proof made by a prover whose round-1 or round-2 rows are replaced (no satisfiability check)."""
-    if first:
-        real = lookup.first_rows
-        monkeypatch.setattr(lookup, "first_rows", lambda pc, z, sh: first(real, pc, z, sh))
-    if second:
-        real2 = lookup.second_rows
-        monkeypatch.setattr(lookup, "second_rows", lambda v, m, a, sh: second(real2(v, m, a, sh), sh))
+def _cheat(c, w, monkeypatch, **methods):
+    """A proof made by a prover whose rows are computed by other methods of :class:`.encoding.Encoding` (each
+    ``name=f`` replaces ``Encoding.name`` by ``f(real, self, *args)``; no satisfiability check)."""
+    from circuitgrad.backends.zk.ligero.encoding import Encoding
+    for name, f in methods.items():
+        real = getattr(Encoding, name)
+        monkeypatch.setattr(Encoding, name, lambda self, *a, f=f, real=real: f(real, self, *a))
     return zk.prove(c, w, check=False, rng=np.random.default_rng(1))
 
 
@@ -228,45 +227,50 @@ def test_a_value_outside_the_table_cannot_be_proved(proved, monkeypatch):
     with pytest.raises(ValueError, match=r"^ligero: lookup \d+ \(.*\) is outside its table \[0, 256\)"):
         zk.prove(c, bad, check=False)
 
-    def first(real, pc, z, sh):
-        v = pc.L.apply(z)
+    def multiplicities(real, enc):                              # counts the 256 as a 255
+        pc, sh = enc.pc, enc.lay.lk
+        v = pc.L.apply(enc.z)
         bits = pc.r1cs.lookup_bits
         start = np.cumsum([0] + [1 << b for b in sh.tables])[:-1]
-        m = np.bincount(start[sh.table_of(bits)] + np.minimum(v, (1 << bits) - 1), minlength=sh.size)
-        rows = np.concatenate([ligero.gf.as_rows(v, sh.mv, sh.k), ligero.gf.as_rows(m, sh.mm, sh.k)])
-        return rows, v, m
-    proof = _cheat(c, bad, monkeypatch, first=first)
+        return np.bincount(start[sh.table_of(bits)] + np.minimum(v, (1 << bits) - 1), minlength=sh.size)
+    proof = _cheat(c, bad, monkeypatch, _multiplicities=multiplicities)
     with pytest.raises(zk.Reject, match=r"^linear test 0"):
         zk.check(proof, c)
 
 
 def test_a_looked_up_value_must_be_the_circuits(proved, monkeypatch):
     c, w, _ = proved
+    pc = ligero.prepare(c.r1cs)
+    v = pc.L.apply(ligero.gf.reduce(np.asarray(w.values)))
+    j = int(np.flatnonzero(v < 255)[0])
 
-    def first(real, pc, z, sh):
-        rows, v, m = real(pc, z, sh)
-        v = v.copy()
-        j = int(np.flatnonzero(v < 255)[0])
-        m = m.copy()
+    def values(real, enc, lo, hi):                          # v[j] + 1: still in the table, no longer L·z
+        rows = real(enc, lo, hi).copy()
+        if lo * enc.p.k <= j < hi * enc.p.k:
+            rows.reshape(-1)[j - lo * enc.p.k] += 1
+        return rows
+
+    def multiplicities(real, enc):
+        m = real(enc).copy()
         m[v[j]] -= 1
-        v[j] += 1                                           # still in the table, no longer L·z
-        m[v[j]] += 1
-        return np.concatenate([ligero.gf.as_rows(v, sh.mv, sh.k), ligero.gf.as_rows(m, sh.mm, sh.k)]), v, m
+        m[v[j] + 1] += 1
+        return m
     with pytest.raises(zk.Reject, match=r"^linear test 0"):
-        zk.check(_cheat(c, w, monkeypatch, first=first), c)
+        zk.check(_cheat(c, w, monkeypatch, lookup_values=values, _multiplicities=multiplicities), c)
 
 
 def test_inverses_must_be_inverses(proved, monkeypatch):
     """Shifting one inverse up and another down keeps every sum: only the quadratic rows catch it."""
     c, w, _ = proved
 
-    def second(rows, sh):
-        rows = rows.copy()
-        rows[0, 0] = ligero.gf.add(rows[0, 0], 1)
-        rows[0, 1] = ligero.gf.sub(rows[0, 1], 1)
+    def inverses(real, enc, s, lo, hi):
+        rows = real(enc, s, lo, hi).copy()
+        if s == 0 and lo == 0:
+            rows[0, 0] = ligero.gf.add(rows[0, 0], 1)
+            rows[0, 1] = ligero.gf.sub(rows[0, 1], 1)
         return rows
     with pytest.raises(zk.Reject, match=r"^quadratic test failed"):
-        zk.check(_cheat(c, w, monkeypatch, second=second), c)
+        zk.check(_cheat(c, w, monkeypatch, _inverses=inverses), c)
 
 
 def test_a_version_2_header_must_name_its_lookups(proved):
@@ -302,8 +306,11 @@ def test_a_challenge_in_the_table_is_refused(proved, monkeypatch):
     monkeypatch.setattr(Transcript, "field", field)
     with pytest.raises(lookup.AlphaCollision, match=r"^ligero: a lookup challenge equals a looked-up value"):
         zk.prove(c, w)
-    monkeypatch.setattr(lookup, "second_rows", lambda v, m, a, sh: np.zeros((sh.second, sh.k), dtype=np.int64))
-    forged = zk.prove(c, w, check=False)
+    def start_second(real, enc, alphas, draws):                   # round 2 all zeros: no inverse computed
+        enc.alphas, enc.held = alphas, np.zeros((enc.lay.second - enc.lay.lk.sl * enc.lay.lk.mv, enc.p.k),
+                                                dtype=np.int64)
+    forged = _cheat(c, w, monkeypatch, start_second=start_second,
+                    _inverses=lambda real, enc, s, lo, hi: np.zeros((hi - lo, enc.p.k), dtype=np.int64))
     with pytest.raises(zk.Reject, match=r"^a lookup challenge fell in a table \[0, 256\); an honest prover "
                                         r"proves again$"):
         zk.check(forged, c, w.public)
