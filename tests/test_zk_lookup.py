@@ -431,17 +431,8 @@ def _clamped_multiplicities(monkeypatch, top: int) -> None:
     ``top − 1`` in the multiplicities ``m``, and ``v`` stays ``L·z``."""
     def clamped(pc, z, size):
         return np.bincount(np.minimum(pc.L.apply(z), top - 1), minlength=size).astype(np.int64)
-    try:                                               # the streaming prover computes m in its Encoding
-        from circuitgrad.backends.zk.ligero import encoding
-    except ImportError:
-        encoding = None
-    if encoding is not None and hasattr(encoding.Encoding, "_multiplicities"):
-        monkeypatch.setattr(encoding.Encoding, "_multiplicities", lambda self: clamped(self.pc, self.z, self.lay.lk.size))
-    else:
-        def first(pc, z, sh):
-            v, m = pc.L.apply(z), clamped(pc, z, sh.size)
-            return np.concatenate([ligero.gf.as_rows(v, sh.mv, sh.k), ligero.gf.as_rows(m, sh.mm, sh.k)]), v, m
-        monkeypatch.setattr(lookup, "first_rows", first)
+    from circuitgrad.backends.zk.ligero.encoding import Encoding
+    monkeypatch.setattr(Encoding, "_multiplicities", lambda self: clamped(self.pc, self.z, self.lay.lk.size))
 
 
 def test_a_value_just_outside_a_2_18_table_cannot_be_proved(monkeypatch):

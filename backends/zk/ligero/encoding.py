@@ -17,6 +17,7 @@ lookup (``g``, the Freivalds vectors) and the masks; the lookup values ``v``, th
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 
@@ -44,23 +45,22 @@ def rows_of(values_of, total: int, lo: int, hi: int, k: int) -> np.ndarray:
 _LOOKUP_CELLS = 1 << 22
 
 
-def _collision() -> lookup.AlphaCollision:
-    return lookup.AlphaCollision("ligero: a lookup challenge equals a looked-up value (probability below 2^-30); "
-                                 "prove again (fresh masking randomness gives a fresh challenge)")
-
-
-def _inverses(v: np.ndarray, alpha: int) -> np.ndarray:
-    """``1/(α − v)`` elementwise (raises :class:`.lookup.AlphaCollision` if some ``v`` is ``α``)."""
+def _inverses(v: np.ndarray, alpha: int, sh) -> np.ndarray:
+    """``1/(α − v)`` elementwise; :class:`.lookup.AlphaCollision` if some ``v`` is ``α`` (an honest prover meets
+    one with probability at most ``σL·(padded lookups + table entries)/p``, and proves again)."""
     den = gf.sub(alpha, v)
     if not den.all():
-        raise _collision()
+        chance = math.log2(max(1, sh.sl * (sh.mv * sh.k + sh.size)) / gf.P)
+        raise lookup.AlphaCollision(f"ligero: a lookup challenge equals a looked-up value or a table entry "
+                                    f"(probability below 2^{chance:.0f}); prove again (fresh masking randomness "
+                                    f"gives a fresh challenge)")
     return gf.batch_inv(den)
 
 
 def _table_rows(m: np.ndarray, alphas: np.ndarray, sh) -> np.ndarray:
     """The rows ``g_1 … g_σL``: ``g_s = m/(α_s − T)`` over the table entries ``T``."""
     table, _ = sh.entries()
-    return np.concatenate([gf.as_rows(gf.mul(_inverses(table, a), m), sh.mm, sh.k) for a in alphas.tolist()])
+    return np.concatenate([gf.as_rows(gf.mul(_inverses(table, a, sh), m), sh.mm, sh.k) for a in alphas.tolist()])
 
 
 def _apply_rows(M, z: np.ndarray, a: int, b: int) -> np.ndarray:
@@ -138,7 +138,7 @@ class Encoding:
 
     def _inverses(self, s: int, lo: int, hi: int) -> np.ndarray:
         """Rows ``lo … hi`` of ``h_s = 1/(α_s − v)``."""
-        return _inverses(self.lookup_values(lo, hi), int(self.alphas[s]))
+        return _inverses(self.lookup_values(lo, hi), int(self.alphas[s]), self.lay.lk)
 
     def values(self, a: int, b: int) -> np.ndarray:
         """The witness values of rows ``a … b`` (no mask row among them): ``(b − a, k)``."""

@@ -39,7 +39,7 @@ from .coefficients import outer, piecewise
 from .params import TABLE
 from .transcript import Transcript
 
-__all__ = ["TABLE", "Shape", "shape", "first_rows", "second_rows", "linear_rows", "quadratic_rows", "AlphaCollision"]
+__all__ = ["TABLE", "Shape", "shape", "linear_rows", "quadratic_rows", "AlphaCollision"]
 
 
 class AlphaCollision(RuntimeError):
@@ -90,35 +90,6 @@ class Shape:
 def shape(pc, k: int, sl: int) -> Shape:
     """The lookup blocks of a prepared circuit for rows of ``k`` cells and ``sl`` challenges."""
     return Shape(pc.n_lookups, k, sl if pc.n_lookups else 0, pc.r1cs.lookup_tables or (8,))
-
-
-def first_rows(pc, z: np.ndarray, sh: Shape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Round 1: the rows ``v | m`` and the values ``v`` and multiplicities ``m``."""
-    v = pc.L.apply(z)
-    bits = pc.r1cs.lookup_bits
-    out = v >= np.left_shift(1, bits)
-    if out.any():
-        bad = int(np.flatnonzero(out)[0])
-        raise ValueError(f"ligero: lookup {bad} ({pc.r1cs.lookup_tag_of(bad)}) is outside its table "
-                         f"[0, {1 << int(bits[bad])}): the witness does not satisfy the circuit")
-    start = np.cumsum([0] + [1 << b for b in sh.tables])[:-1]
-    m = np.bincount(start[sh.table_of(bits)] + v, minlength=sh.size).astype(np.int64)
-    return np.concatenate([gf.as_rows(v, sh.mv, sh.k), gf.as_rows(m, sh.mm, sh.k)]), v, m
-
-
-def second_rows(v: np.ndarray, m: np.ndarray, alphas: np.ndarray, sh: Shape) -> np.ndarray:
-    """Round 2: ``h_1 … h_σL | g_1 … g_σL`` (raises :class:`AlphaCollision` if a denominator is 0)."""
-    vp = gf.as_rows(v, sh.mv, sh.k).reshape(-1)
-    table, _ = sh.entries()
-    den = [gf.sub(a, vp) for a in alphas.tolist()] + [gf.sub(a, table) for a in alphas.tolist()]
-    if any(not d.all() for d in den):               # α_s equals some vᵢ or table entry j (the verifier refuses α ∈ T)
-        raise AlphaCollision("ligero: a lookup challenge equals a looked-up value (probability below 2^-30); "
-                             "prove again (fresh masking randomness gives a fresh challenge)")
-    inv = gf.batch_inv(np.concatenate(den))
-    nv = vp.size
-    h = inv[:sh.sl * nv].reshape(sh.sl, sh.mv, sh.k)
-    g = gf.mul(inv[sh.sl * nv:].reshape(sh.sl, sh.size), m)
-    return np.concatenate([h.reshape(-1, sh.k)] + [gf.as_rows(gs, sh.mm, sh.k) for gs in g])
 
 
 def linear_rows(sh: Shape, T: Transcript, s: int, alphas: np.ndarray, gamma: np.ndarray,
