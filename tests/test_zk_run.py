@@ -282,8 +282,9 @@ def test_cli_private_run_on_a_local_cluster(tmp_path):
                        "circuitgrad zk: name the commitment the run starts from, which you trust: --c0 E1,E2,E3,E4"),
                       (["zk", "verify", "examples/iris.py", out, *opts, "--private", "--c0", "1,2"],
                        "circuitgrad zk: --c0 must be four field elements in [0, p) separated by commas"),
-                      (["zk", "prove", "examples/iris.py", *opts, "--workers", "2"],
-                       "circuitgrad zk: --workers and --scheduler prove the steps of a --private run on Dask"),
+                      (["zk", "prove", "examples/iris.py", *opts, "--workers", "2", "--system", "plonk"],
+                       "circuitgrad zk: --workers and --scheduler share a step's rows among Dask workers with the "
+                       "native prover: use --system ligero"),
                       (["zk", "prove", "examples/iris.py", *opts, "--private", "--system", "plonk"],
                        "circuitgrad zk: a --private run is proved by the native prover: use --system ligero")):
         r = run_cli(*args)

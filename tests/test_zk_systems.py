@@ -45,7 +45,7 @@ def test_every_registered_system_implements_every_member(name):
     annotated = set(ProofSystem.__annotations__)
     assert abstract | annotated <= set(MEMBERS)            # MEMBERS names the whole interface
     assert isinstance(s.field, zk.Field) and isinstance(s.dtype, cg.Fixed) and isinstance(s.suffix, str)
-    for flag in ("lookups", "challenges", "trusted_setup", "private_runs"):
+    for flag in ("lookups", "challenges", "trusted_setup", "private_runs", "split_steps"):
         assert isinstance(getattr(s, flag), bool), flag
     assert isinstance(s.soundness_modes, tuple)
     assert (s.default_soundness is None) == (not s.soundness_modes)
@@ -56,11 +56,11 @@ def test_every_registered_system_implements_every_member(name):
 def test_each_system_states_its_field_dtype_and_abilities():
     lig, g16, plonk = (SYSTEMS[n] for n in NAMES)
     assert (lig.field, lig.dtype, lig.suffix) == (zk.LIGERO51, cg.fixed(16, 8), ".proof")
-    assert lig.lookups and lig.challenges and lig.private_runs and not lig.trusted_setup
+    assert lig.lookups and lig.challenges and lig.private_runs and lig.split_steps and not lig.trusted_setup
     assert lig.soundness_modes == tuple(zk.ligero.SOUNDNESS) and lig.default_soundness == "longfellow"
     for s in (g16, plonk):
         assert (s.field, s.dtype, s.suffix) == (zk.BN254, cg.fixed(32, 16), "")
-        assert s.trusted_setup and not (s.lookups or s.challenges or s.private_runs or s.soundness_modes)
+        assert s.trusted_setup and not (s.lookups or s.challenges or s.private_runs or s.split_steps or s.soundness_modes)
     assert run.SYSTEM is lig
     assert bundle.step_name(0, "ligero") == "step_000.proof" and bundle.step_name(12, "plonk") == "step_012"
 

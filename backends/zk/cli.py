@@ -220,13 +220,17 @@ def _prove(a) -> int:
     _check_checkpoint(a.init)
     if a.private:
         return _prove_private(a)
-    if a.workers is not None or a.scheduler is not None:
-        raise _usage("--workers and --scheduler prove the steps of a --private run on Dask")
+    cluster = _cluster(a, "zk prove")
+    if cluster is not None and not SYSTEMS[a.system].split_steps:
+        raise _usage("--workers and --scheduler share a step's rows among Dask workers with the native prover: "
+                     "use --system ligero")
     out = _out_dir(a.out, {"chain.json", "final.npz"})
     with _Phase("compile"):
         spec, step, circuit, opts = _setup(a)
     system = SYSTEMS[a.system]
     options = _prove_options(a, system)
+    if cluster is not None:
+        options["cluster"] = cluster
     statement = system.statement(circuit, _soundness(a))
     print(block(describe(circuit), _soundness(a), "public statement"))
     _refuse_large_setup(a, system, circuit)
@@ -295,20 +299,28 @@ def _dataset(spec, step, script):
         raise _fail(str(e)) from None
 
 
-def _prove_private(a) -> int:
-    from .run import prove_run
-    if not SYSTEMS[a.system].private_runs:
-        raise _usage("a --private run is proved by the native prover: use --system ligero")
+def _cluster(a, command: str):
+    """``--workers N`` or ``--scheduler ADDRESS`` (None: neither), checked before any work: one of them, at least
+    one worker, and Dask installed (else one line naming the extra)."""
     if a.workers is not None and a.scheduler is not None:
         raise _usage("--workers starts a local Dask cluster and --scheduler uses an existing one: name one of them")
     if a.workers is not None and a.workers < 1:
         raise _usage(f"--workers must be at least 1, got {a.workers}")
-    from .distributed import dask_available, require_dask
-    try:                                              # before any work: the workers asked for need Dask
+    from .distributed import require_dask
+    try:
         require_dask(a.scheduler or a.workers)
     except MissingExtra as e:
         asked = f"--scheduler {a.scheduler}" if a.scheduler is not None else f"--workers {a.workers}"
-        raise _fail(e.line(f"zk prove --private {asked}")) from None
+        raise _fail(e.line(f"{command} {asked}")) from None
+    return a.scheduler or a.workers
+
+
+def _prove_private(a) -> int:
+    from .run import prove_run
+    if not SYSTEMS[a.system].private_runs:
+        raise _usage("a --private run is proved by the native prover: use --system ligero")
+    _cluster(a, "zk prove --private")
+    from .distributed import dask_available
     dask = dask_available()
     out = _out_dir(a.out, {"run.json"})
     opening = _opening_path(a.out)
@@ -550,10 +562,11 @@ def add_parser(sub) -> None:
     p.add_argument("--private", action="store_true",
                    help="keep the parameters private behind commitments and prove the batches are rows of the "
                         "model file's dataset()")
-    p.add_argument("--workers", type=int, default=None, help="--private: prove on a local Dask cluster of N workers "
-                                                             "(default: one per core; 1: in this process)")
-    p.add_argument("--scheduler", default=None, help="--private: prove on the Dask cluster at this address "
-                                                     "(tcp://host:8786)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="prove on a local Dask cluster of N workers: --private, a step per worker (default: one per "
+                        "core; 1: in this process); otherwise each step's rows shared among them")
+    p.add_argument("--scheduler", default=None, help="prove on the Dask cluster at this address (tcp://host:8786), "
+                                                     "as --workers does")
     p.set_defaults(fn=_one_line(_prove))
     v = zk.add_parser("verify", help="verify a bundle written by 'zk prove' against a model you name")
     _circuit_args(v)

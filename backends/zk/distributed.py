@@ -39,8 +39,9 @@ from circuitgrad import allocator
 from . import ligero
 from .extras import available, require
 from .ligero import LigeroProof
+from .ligero import encoding, merkle, prover, protocol
 
-__all__ = ["prove_steps", "dask_available", "require_dask"]
+__all__ = ["prove_steps", "dask_available", "require_dask", "Split"]
 
 
 def dask_available() -> bool:
@@ -168,3 +169,107 @@ def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, prog
     if missing:
         raise RuntimeError(f"steps {missing} were not proved")
     return [proofs[t[0]] for t in tasks]
+
+
+# ------------------------------------------------------------------------------------- one proof, many workers
+_ROWS: dict[str, list] = {}
+
+
+def _rows_task(key: str, blob: bytes, second, method: str, *args):
+    """One pass's share of a proof on a worker: ``blob`` is the cloudpickled ``(prepared circuit, witness,
+    layout, parameters, seed, masks)``, loaded once per process; ``second`` the round-2 challenges (or None)."""
+    _tune_malloc()
+    if key not in _ROWS:
+        _ROWS.clear()                       # one proof at a time per worker
+        pc, z, lay, p, seed, masks = pickle.loads(blob)
+        enc = encoding.Encoding(pc, z, lay, p, seed, masks)
+        _ROWS[key] = [prover.Passes(pc, lay, p, enc, False, lambda s: None), None, None]
+    state = _ROWS[key]
+    pr = state[0]
+    if second is not None and state[1] is None:
+        pr.enc.start_second(*second)
+        state[1] = True
+    if method == "tests":
+        snapshot, part, parts = args
+        if state[2] is None:                 # the tests' challenges, from the transcript as the driver had it
+            state[2] = protocol.test_challenges(pr.pc, pr.lay, snapshot, pr.enc.alphas, second[1] if second else [])
+        return pr.tests(*state[2], part, parts)
+    return getattr(pr, method)(*args)
+
+
+class Split:
+    """The passes of one Ligero proof shared among the workers of a Dask cluster (``cluster`` as for
+    :func:`prove_steps`): ``zk.prove(..., cluster=...)``.
+
+    Every worker receives the prepared circuit, the witness, the seed and the masks once (``scatter``,
+    broadcast), and rebuilds any rows it is asked for (:mod:`.ligero.encoding`). The commitment's rows are cut
+    at Merkle row blocks, one range per worker, which returns its block digests; the tests' jobs are dealt out
+    round robin and their sums added; the opened columns come back by ranges of rows. Nothing depends on
+    which worker computed what, so the proof's bytes are the single process's. ``moved`` counts the bytes sent
+    to and received from the workers (the pickled inputs and the arrays returned).
+    """
+
+    def __init__(self, cluster: Any):
+        self.client, self.owned = _client(cluster)
+        self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
+        self.moved = {"sent": 0, "received": 0}
+
+    def close(self) -> None:
+        self.blob = None
+        if self.owned is not None:
+            self.client.close()
+            self.owned.close()
+
+    def __enter__(self) -> "Split":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _run(self, method: str, calls: list) -> list:
+        futures = [self.client.submit(_rows_task, self.key, self.blob, self.second_args, method, *c, pure=False)
+                   for c in calls]
+        out = self.client.gather(futures)
+        self.moved["sent"] += sum(len(pickle.dumps(c)) for c in calls)
+        self.moved["received"] += sum(_nbytes(x) for x in out)
+        return out
+
+    def start(self, pr) -> None:
+        import cloudpickle
+        e = pr.enc
+        data = cloudpickle.dumps((pr.pc, e.z, pr.lay, pr.p, e.seed, e.masks))
+        self.key, self.second_args = uuid.uuid4().hex[:12], None
+        self.blob = self.client.scatter(data, broadcast=True, hash=False)     # its own key: never another proof's
+        self.moved["sent"] += len(data) * self.workers
+
+    def second(self, alphas: np.ndarray, draws: list) -> None:
+        self.second_args = (alphas, draws)
+
+    def _ranges(self, a: int, b: int, align: int) -> list[tuple[int, int]]:
+        blocks = -(-(b - a) // align)
+        per = -(-blocks // self.workers)
+        return [(a + i * per * align, min(b, a + (i + 1) * per * align)) for i in range(self.workers)
+                if a + i * per * align < b]
+
+    def digests(self, a: int, b: int) -> np.ndarray:
+        parts = self._run("digests", [(lo, hi, a) for lo, hi in self._ranges(a, b, merkle.ROW_BLOCK)])
+        return np.concatenate(parts, axis=1)
+
+    def tests(self, snapshot, challenges: tuple) -> tuple:
+        parts = self._run("tests", [(snapshot, i, self.workers) for i in range(self.workers)])
+        u, q, pq = parts[0]
+        for u2, q2, pq2 in parts[1:]:
+            u, q, pq = ligero.gf.add(u, u2), ligero.gf.add(q, q2), ligero.gf.add(pq, pq2)
+        return u, q, pq
+
+    def columns(self, a: int, b: int, idx: list, powers: np.ndarray) -> np.ndarray:
+        parts = self._run("columns", [(lo, hi, idx, powers) for lo, hi in self._ranges(a, b, 1)])
+        return np.concatenate(parts)
+
+
+def _nbytes(x) -> int:
+    if isinstance(x, np.ndarray):
+        return x.nbytes
+    if isinstance(x, (tuple, list)):
+        return sum(_nbytes(v) for v in x)
+    return len(pickle.dumps(x))

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Sequence
 from circuitgrad.cache import cache_dir
 from circuitgrad.types import Fixed, fixed
 
-from . import ligero
+from . import distributed, ligero
 from . import snarkjs as sj
 from .field import BN254, LIGERO51, Field
 from .formats import FormatError
@@ -36,7 +36,7 @@ __all__ = ["ProofSystem", "LigeroSystem", "SnarkjsSystem", "Registry", "SYSTEMS"
 
 #: what every registered system provides (checked by ``tests/test_zk_systems.py``)
 MEMBERS = ("name", "field", "dtype", "suffix", "lookups", "challenges", "soundness_modes", "default_soundness",
-           "trusted_setup", "private_runs", "step_name", "statement", "soundness_of", "owns", "prove", "check",
+           "trusted_setup", "private_runs", "split_steps", "step_name", "statement", "soundness_of", "owns", "prove", "check",
            "verify", "save", "load", "verifier_keys", "missing_setup", "summary")
 
 
@@ -63,6 +63,8 @@ class ProofSystem(ABC):
     trusted_setup: bool
     #: whether ``zk.prove_run`` (private weights behind commitments) proves with it
     private_runs: bool
+    #: whether one proof's work can be shared among Dask workers (``prove(..., cluster=...)``)
+    split_steps: bool
 
     def step_name(self, k: int) -> str:
         """The name of step ``k``'s proof in a bundle: ``step_000`` and the suffix."""
@@ -142,6 +144,7 @@ class LigeroSystem(ProofSystem):
     default_soundness = ligero.DEFAULT_SOUNDNESS
     trusted_setup = False
     private_runs = True
+    split_steps = True
 
     def statement(self, circuit, soundness: str | None = None) -> str:
         """The circuit's statement and the soundness analysis the proof's parameters meet."""
@@ -156,8 +159,17 @@ class LigeroSystem(ProofSystem):
         return isinstance(proof, LigeroProof)
 
     def prove(self, circuit, wit, **options) -> LigeroProof:
-        """:func:`ligero.prove` (``params``, ``target_bits``, ``rng``, ``log``, ``soundness``, ``check``)."""
-        return ligero.prove(circuit, wit, **options)
+        """:func:`ligero.prove` (``params``, ``target_bits``, ``rng``, ``log``, ``soundness``, ``check``); with
+        ``cluster`` (as for private runs: a number of local workers, a scheduler address, a Client or a cluster),
+        the proof's rows are shared among Dask workers (:class:`.distributed.Split`), and the proof is the same."""
+        cluster = options.pop("cluster", None)
+        if cluster is None or cluster == "serial" or cluster == 1:
+            return ligero.prove(circuit, wit, **options)
+        with distributed.Split(cluster) as split:
+            proof = ligero.prove(circuit, wit, split=split, **options)
+            proof.timings.update({f"bytes_{k}": float(v) for k, v in split.moved.items()},
+                                 workers=float(split.workers))
+        return proof
 
     def check(self, proof, circuit, public: Sequence[int] | None = None, soundness: str | None = None,
               **keys) -> None:
@@ -203,6 +215,7 @@ class SnarkjsSystem(ProofSystem):
     default_soundness = None
     trusted_setup = True
     private_runs = False
+    split_steps = False
 
     def __init__(self, name: str):
         if name not in sj.SYSTEMS:

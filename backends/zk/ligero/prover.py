@@ -14,6 +14,7 @@ prepared circuit and a few blocks of ``BLOCK_CELLS`` cells.
 """
 from __future__ import annotations
 
+import copy
 import resource
 import secrets
 import sys
@@ -31,7 +32,7 @@ from .proofio import LigeroProof
 from .protocol import Layout, layout, quad_rows, test_challenges, transcript, zh_on_coset
 from . import contraction, lookup
 
-__all__ = ["prove_prepared", "KEEP_BYTES", "peak_rss"]
+__all__ = ["prove_prepared", "Local", "KEEP_BYTES", "peak_rss"]
 
 #: the largest encoded matrix (bytes) the prover keeps from the commitment for the tests and the openings
 KEEP_BYTES = 1 << 30
@@ -85,7 +86,21 @@ def _chunks(m: int, n: int, per_row: int):
     return ((i, min(i + step, m)) for i in range(0, m, step))
 
 
-class _Prover:
+class _Sums:
+    """Pass 2's running sums (one per call, so that threads sharing a :class:`Passes` do not mix theirs)."""
+
+    def __init__(self, p: Params, r: np.ndarray, lin: list, rq: np.ndarray):
+        self.r, self.lin, self.rq, self.ghat = r, lin, rq, [{} for _ in lin]
+        self.u = np.zeros((p.sigma, p.K), dtype=np.int64)
+        self.q = np.zeros((p.sigma, p.n), dtype=np.int64)
+        self.pq = np.zeros((p.sigma, p.n), dtype=np.int64)
+
+    def quad(self, at: int, products: np.ndarray) -> None:
+        if len(products):
+            self.pq = gf.add(self.pq, gf.matmul(self.rq[:, at:at + len(products)], products))
+
+
+class Passes:
     def __init__(self, pc: Prepared, lay: Layout, p: Params, enc: Encoding, keep: bool, say):
         self.pc, self.lay, self.p, self.enc, self.say = pc, lay, p, enc, say
         self.U = np.empty((lay.total, p.n), dtype=np.int64) if keep else None
@@ -95,76 +110,84 @@ class _Prover:
 
     # -- pass 1 -------------------------------------------------------------------------------------------------
 
-    def commit(self, a: int, b: int, salts: list) -> merkle.Tree:
-        """The Merkle tree of rows ``a … b`` (one round's matrix), block by block."""
+    def digests(self, a: int, b: int, start: int) -> np.ndarray:
+        """The block digests ``(n, blocks, 32)`` of rows ``a … b``, whose Merkle row blocks count from ``start``
+        (the first row of their round's matrix; ``a − start`` a multiple of :data:`.merkle.ROW_BLOCK`)."""
         n, RB = self.p.n, merkle.ROW_BLOCK
-        digests = np.empty((n, -(-(b - a) // RB), merkle.DIGEST), dtype=np.uint8)
+        if (a - start) % RB:
+            raise ValueError(f"rows {a}… do not start a Merkle row block of the matrix at {start}")
+        out = np.empty((n, -(-(b - a) // RB), merkle.DIGEST), dtype=np.uint8)
         last = time.monotonic()
         for lo, hi in _units(a, b, n):
             U = self.enc.evals(lo, hi)
             if self.U is not None:
                 self.U[lo:hi] = U
             for x in range(lo, hi, RB):
-                digests[:, (x - a) // RB] = merkle.block_digests(U[x - lo:min(x + RB, hi) - lo])
+                out[:, (x - a) // RB] = merkle.block_digests(U[x - lo:min(x + RB, hi) - lo])
             if time.monotonic() - last > 10:
                 self.say(f"committed rows {hi - a}/{b - a}")
                 last = time.monotonic()
-        return merkle.Tree(merkle.leaves_of(digests, salts))
+        return out
 
     # -- pass 2 -------------------------------------------------------------------------------------------------
 
-    def tests(self, r: np.ndarray, lin: list, rq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The sums over every witness row: ``Σ rᵢ·pᵢ`` (coefficients), ``Σ rᵢ(η)·pᵢ(η)`` and ``Σ rqᵢ·(products)ᵢ``
-        on ``D``, for each repetition. Rows go in groups whose products the quadratic test needs together."""
+    def jobs(self) -> list[tuple[str, int, int]]:
+        """Pass 2's work as ``(group, lo, hi)``: chunks of rows whose products the quadratic test needs together."""
+        lay, n = self.lay, self.p.n
+        lk, cs = lay.lk, lay.cs
+        out = [("z", lo, hi) for lo, hi in _chunks(lay.mz, n, 1)]
+        out += [("abc", lo, hi) for lo, hi in _chunks(lay.mq, n, 3)]
+        if lk.n:
+            out += [("vh", lo, hi) for lo, hi in _chunks(lk.mv, n, 1 + lk.sl)]
+            out += [("mg", lo, hi) for lo, hi in _chunks(lk.mm, n, 1 + lk.sl)]
+        if cs.n:
+            out += [("xy", lo, hi) for lo, hi in _chunks(cs.mx, n, 3)]
+        return out
+
+    def tests(self, r: np.ndarray, lin: list, rq: np.ndarray, part: int = 0,
+              parts: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The sums over the witness rows of jobs ``part, part + parts, …`` (all of them by default):
+        ``Σ rᵢ·pᵢ`` (coefficients), ``Σ rᵢ(η)·pᵢ(η)`` and ``Σ rqᵢ·(products)ᵢ`` on ``D``, for each repetition."""
         lay, p, n = self.lay, self.p, self.p.n
-        sg = p.sigma
-        self.u = np.zeros((sg, p.K), dtype=np.int64)
-        self.q = np.zeros((sg, n), dtype=np.int64)
-        self.pq = np.zeros((sg, n), dtype=np.int64)
-        self.r, self.lin, self.rq, self.ghat = r, lin, rq, [{} for _ in lin]
+        acc = _Sums(p, r, lin, rq)
         mz, mq, c = lay.mz, lay.mq, lay.mz + 3 * lay.mq
         lk, cs, r2 = lay.lk, lay.cs, lay.rows
-        for lo, hi in _chunks(mz, n, 1):                                  # z
-            self._rows(lo, hi)
-        for lo, hi in _chunks(mq, n, 3):                                  # a, b, c and a∘b − c
-            A, B, C = (self._rows(mz + i * mq + lo, mz + i * mq + hi) for i in range(3))
-            self._quad(lo, gf.sub(gf.mul(A, B), C))
-        if lk.n:
-            for lo, hi in _chunks(lk.mv, n, 1 + lk.sl):                   # v, h_s and h_s∘(α_s − v) − 1
-                V = self._rows(c + lo, c + hi)
+        for group, lo, hi in self.jobs()[part::parts]:
+            if group == "z":
+                self._rows(acc, lo, hi)
+            elif group == "abc":                                          # a, b, c and a∘b − c
+                A, B, C = (self._rows(acc, mz + i * mq + lo, mz + i * mq + hi) for i in range(3))
+                acc.quad(lo, gf.sub(gf.mul(A, B), C))
+            elif group == "vh":                                           # v, h_s and h_s∘(α_s − v) − 1
+                V = self._rows(acc, c + lo, c + hi)
                 for s, alpha in enumerate(self.enc.alphas.tolist()):
-                    H = self._rows(r2 + s * lk.mv + lo, r2 + s * lk.mv + hi)
-                    self._quad(mq + s * lk.mv + lo, gf.sub(gf.mul(H, gf.sub(alpha, V)), 1))
-            for lo, hi in _chunks(lk.mm, n, 1):                          # m, g_s
-                self._rows(c + lk.mv + lo, c + lk.mv + hi)
+                    H = self._rows(acc, r2 + s * lk.mv + lo, r2 + s * lk.mv + hi)
+                    acc.quad(mq + s * lk.mv + lo, gf.sub(gf.mul(H, gf.sub(alpha, V)), 1))
+            elif group == "mg":                                           # m, g_s
+                self._rows(acc, c + lk.mv + lo, c + lk.mv + hi)
                 for s in range(lk.sl):
                     at = r2 + lk.sl * lk.mv + s * lk.mm
-                    self._rows(at + lo, at + hi)
-        if cs.n:
-            base = r2 + lk.second
-            for lo, hi in _chunks(cs.mx, n, 3):                          # x_s, y_s, π_s and x_s∘y_s − π_s
+                    self._rows(acc, at + lo, at + hi)
+            else:                                                         # x_s, y_s, π_s and x_s∘y_s − π_s
+                base = r2 + lk.second
                 for s in range(cs.sigma):
-                    X, Y, P = (self._rows(base + (3 * s + i) * cs.mx + lo, base + (3 * s + i) * cs.mx + hi)
+                    X, Y, P = (self._rows(acc, base + (3 * s + i) * cs.mx + lo, base + (3 * s + i) * cs.mx + hi)
                                for i in range(3))
-                    self._quad(mq + lk.sl * lk.mv + s * cs.mx + lo, gf.sub(gf.mul(X, Y), P))
-        return self.u, self.q, self.pq
+                    acc.quad(mq + lk.sl * lk.mv + s * cs.mx + lo, gf.sub(gf.mul(X, Y), P))
+        return acc.u, acc.q, acc.pq
 
-    def _rows(self, a: int, b: int) -> np.ndarray:
+    def _rows(self, acc: "_Sums", a: int, b: int) -> np.ndarray:
         """Add rows ``a … b`` (witness rows of either round) to the proximity and linear sums; their values on D."""
         if a >= b:
             return np.zeros((0, self.p.n), dtype=np.int64)
         coeffs = self.enc.coeffs(a, b)
         U = self.U[a:b] if self.U is not None else self.enc.evals(a, b, coeffs)
         w = a if a < self.lay.mw else self.lay.mw + a - self.lay.rows      # position among the witness rows
-        self.u = gf.add(self.u, gf.matmul(self.r[:, w:w + b - a], coeffs))
-        for j, (R, _) in enumerate(self.lin):
-            part = R.window(w, w + b - a).combine(U, np.arange(b - a), self.p.n, self.ghat[j])
-            self.q[j] = gf.add(self.q[j], part)
+        acc.u = gf.add(acc.u, gf.matmul(acc.r[:, w:w + b - a], coeffs))
+        for j, (R, _) in enumerate(acc.lin):
+            part = R.window(w, w + b - a).combine(U, np.arange(b - a), self.p.n, acc.ghat[j])
+            acc.q[j] = gf.add(acc.q[j], part)
         return U
-
-    def _quad(self, at: int, products: np.ndarray) -> None:
-        if len(products):
-            self.pq = gf.add(self.pq, gf.matmul(self.rq[:, at:at + len(products)], products))
 
     # -- pass 3 -------------------------------------------------------------------------------------------------
 
@@ -178,10 +201,30 @@ class _Prover:
         return out
 
 
+class Local:
+    """Runs the passes of a proof in this process: the reference that a split across workers must match
+    (``backends/zk/distributed.py`` has the Dask one, with the same four methods)."""
+
+    def start(self, pr: Passes) -> None:
+        self.pr = pr
+
+    def second(self, alphas: np.ndarray, draws: list) -> None:
+        self.pr.enc.start_second(alphas, draws)
+
+    def digests(self, a: int, b: int) -> np.ndarray:
+        return self.pr.digests(a, b, a)
+
+    def tests(self, snapshot, challenges: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.pr.tests(*challenges)
+
+    def columns(self, a: int, b: int, idx: list, powers: np.ndarray) -> np.ndarray:
+        return self.pr.columns(a, b, idx, powers)
+
+
 def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str = "", public_outputs: int = 0,
                    rng: np.random.Generator | None = None, log: Callable[[str], None] | None = None,
                    columns: Sequence[int] | None = None, digest: bytes | None = None,
-                   keep: int | None = None) -> LigeroProof:
+                   keep: int | None = None, split=None) -> LigeroProof:
     """Prove that ``values`` satisfies the prepared circuit (no satisfiability check: see ``zk.prove``).
 
     ``digest`` (default: the constraint system's) is what the proof is bound to; ``zk.prove`` passes
@@ -192,7 +235,8 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     knowledge rests on the masks being unpredictable. ``keep`` (bytes, default :data:`KEEP_BYTES`): the
     largest encoded matrix kept between the passes; above it the rows are recomputed (the same proof).
     ``columns`` fixes the opened columns instead of the transcript's choice; only the zero-knowledge test
-    uses it, and such a proof does not verify.
+    uses it, and such a proof does not verify. ``split`` runs the passes elsewhere (a
+    ``distributed.Split``: rows shared among Dask workers); the proof's bytes are the same.
     """
     p.validate()
     say = log or (lambda s: None)
@@ -212,11 +256,12 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     masks = _masks(p, rnd)
     enc = Encoding(pc, z, lay, p, seed, masks)
     keep = KEEP_BYTES if keep is None else keep
-    pr = _Prover(pc, lay, p, enc, 8 * lay.total * n <= keep, say)
+    ex = split or Local()
+    ex.start(Passes(pc, lay, p, enc, split is None and 8 * lay.total * n <= keep, say))
     salts = [prf(seed, b"salt1", j, 16) for j in range(n)]
-    tree = pr.commit(0, lay.rows, salts)
+    tree = merkle.Tree(merkle.leaves_of(ex.digests(0, lay.rows), salts))
     timings["commit"] = time.perf_counter() - t0
-    say(f"committed {lay.rows} rows × {n} columns" + ("" if pr.U is not None else " (streamed)"))
+    say(f"committed {lay.rows} rows × {n} columns" + (" (kept)" if 8 * lay.total * n <= keep else ""))
     proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
                         None, None, None, None, None, None, lookups=pc.n_lookups,
                         contractions=pc.contraction_cells, lookup_table=pc.lookup_table)
@@ -229,9 +274,9 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
             alphas = T.field("lookup.alpha", lay.lk.sl)
         if lay.cs.n:
             draws = contraction.challenges(T, pc.contraction, lay.cs)
-        enc.start_second(alphas, draws)
+        ex.second(alphas, draws)
         salts2 = [prf(seed, b"salt2", j, 16) for j in range(n)]
-        tree2 = pr.commit(lay.rows, lay.total, salts2)
+        tree2 = merkle.Tree(merkle.leaves_of(ex.digests(lay.rows, lay.total), salts2))
         T.absorb("root2", tree2.root)
         proof.root2 = tree2.root
         timings["lookup" if not lay.cs.n else "round2"] = time.perf_counter() - t0
@@ -241,8 +286,9 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
             say(f"committed {lay.cs.rows} contraction rows ({len(pc.r1cs.contractions)} contractions, "
                 f"{pc.contraction_cells} cells, {lay.cs.sigma} draws)")
     t0 = time.perf_counter()
-    r, lin, rq = test_challenges(pc, lay, T, alphas, draws)
-    u, qd, pq = pr.tests(r, lin, rq)
+    snapshot = copy.deepcopy(T)
+    challenges = test_challenges(pc, lay, T, alphas, draws)
+    u, qd, pq = ex.tests(snapshot, challenges)
     mask_evals = enc.evals(lay.mw, lay.rows)
     proof.u = gf.add(u, masks[:sg, :p.K])
     proof.q = gf.coset_interp(gf.add(qd, mask_evals[sg:2 * sg]))[:, :p.lin_len]
@@ -257,11 +303,11 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     w = gf.root_of_unity(n)
     eta = np.array([gf.GENERATOR * pow(w, j, gf.P) % gf.P for j in idx], dtype=np.int64)
     powers = gf.powers(eta, 2 * p.K)
-    proof.columns = pr.columns(0, lay.rows, idx, powers)
+    proof.columns = ex.columns(0, lay.rows, idx, powers)
     proof.salts = [salts[i] for i in idx]
     proof.siblings = tree.open(idx)
     if lay.second:
-        proof.columns2 = pr.columns(lay.rows, lay.total, idx, powers)
+        proof.columns2 = ex.columns(lay.rows, lay.total, idx, powers)
         proof.salts2 = [salts2[i] for i in idx]
         proof.siblings2 = tree2.open(idx)
     timings["open"] = time.perf_counter() - t0

@@ -1,0 +1,118 @@
+"""One proof shared among Dask workers (``distributed.Split``): the same bytes as one process, and a worker that
+computes a wrong row or a wrong block of the commitment gives a proof that does not verify."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+import circuitgrad as cg
+from circuitgrad import nn
+from circuitgrad.backends import zk
+from circuitgrad.backends.zk import distributed, ligero
+from circuitgrad.backends.zk.ligero import encoding, merkle, params as LP, proofio, protocol, prover
+from circuitgrad.backends.zk.ligero.circuitdata import prepare
+
+pytest.importorskip("distributed")
+
+#: weak parameters (named to the verifier) that give each round several Merkle row blocks
+WEAK = LP.Params(8, 8, 64, 1, 1, contraction_sigma=1)
+
+
+@pytest.fixture(scope="module")
+def step():
+    """A 4-8-3 MLP step over the Ligero field (lookups and contractions: both rounds, every kind of row)."""
+    s = cg.compile_model(nn.mlp(4, [4, 8, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                         dtype=cg.fixed(16, 8))
+    c = zk.compile(s, field=zk.LIGERO51)
+    rng = np.random.default_rng(3)
+    return c, c.witness(s.init_params(0), rng.uniform(-1, 1, (4, 4)), rng.integers(0, 3, 4))
+
+
+@pytest.fixture(scope="module")
+def threads():
+    """Two workers in this process (threads): a monkeypatched prover is what they run."""
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+def _split(c, w, client, params=WEAK):
+    with distributed.Split(client) as split:
+        proof = ligero.prove(c, w, params=params, rng=np.random.default_rng(5), split=split)
+    return proof, split
+
+
+def test_split_proof_is_the_single_process_one(step, threads):
+    c, w = step
+    lay = protocol.layout(prepare(c.r1cs), WEAK)
+    assert lay.rows > 2 * merkle.ROW_BLOCK and lay.second > merkle.ROW_BLOCK    # each worker has blocks of both
+    one = ligero.prove(c, w, params=WEAK, rng=np.random.default_rng(5))
+    proof, split = _split(c, w, threads)
+    assert split.workers == 2
+    assert proofio.dumps(proof) == proofio.dumps(one)
+    ligero.check(proof, c, w.public, params=WEAK, min_bits=0)
+    # sent: the circuit and witness to each worker, then the calls; received: every digest, the test sums, columns
+    digests = 32 * WEAK.n * (-(-lay.rows // merkle.ROW_BLOCK) + -(-lay.second // merkle.ROW_BLOCK))
+    sums = 2 * 8 * (WEAK.K + 2 * WEAK.n) * WEAK.sigma
+    assert split.moved["received"] == digests + sums + 8 * lay.total * WEAK.t
+    assert split.moved["sent"] > 2 * 8 * c.r1cs.n_wires
+
+
+def test_a_two_worker_local_cluster_gives_the_same_proof_bytes(step):
+    """``zk.prove(..., cluster=2)``: a LocalCluster of two worker processes, the default parameters."""
+    c, w = step
+    one = zk.prove(c, w, rng=np.random.default_rng(9))
+    two = zk.prove(c, w, rng=np.random.default_rng(9), cluster=2)
+    assert proofio.dumps(two) == proofio.dumps(one)
+    assert zk.verify(two, c)
+    assert two.timings["workers"] == 2 and two.timings["bytes_received"] > 0
+
+
+def test_a_wrong_row_in_one_workers_block_is_rejected(step, threads, monkeypatch):
+    """The second worker's rows (the last row block of round 1) hold a value one off: the commitment, the
+    tests and the opened columns all agree with it, and the linear test finds it is not the circuit's."""
+    c, w = step
+    lay = protocol.layout(prepare(c.r1cs), WEAK)
+    bad = lay.mw - 1                                         # the last witness row of round 1: worker 2's range
+    real = encoding.Encoding.values
+
+    def values(self, a, b):
+        out = real(self, a, b)
+        if a <= bad < b:
+            out = out.copy()
+            out[bad - a, 0] = ligero.gf.add(out[bad - a, 0], 1)
+        return out
+    monkeypatch.setattr(encoding.Encoding, "values", values)
+    proof, _ = _split(c, w, threads)
+    with pytest.raises(ligero.Reject, match=r"^linear test 0"):
+        ligero.check(proof, c, w.public, params=WEAK, min_bits=0)
+
+
+def test_a_worker_committing_other_rows_than_it_opens_is_rejected(step, threads, monkeypatch):
+    """A worker whose block digests are of other rows than the ones it later opens: the opened columns do not
+    match the commitment."""
+    c, w = step
+    real = prover.Passes.digests
+
+    def digests(self, a, b, start):
+        out = real(self, a, b, start)
+        if a > start:                                        # not the first worker's share
+            out = out.copy()
+            out[:, -1, 0] ^= 1
+        return out
+    monkeypatch.setattr(prover.Passes, "digests", digests)
+    proof, _ = _split(c, w, threads)
+    with pytest.raises(ligero.Reject, match=r"^opened columns do not match the Merkle commitment$"):
+        ligero.check(proof, c, w.public, params=WEAK, min_bits=0)
+
+
+@pytest.mark.slow
+def test_cli_prove_with_workers_shares_each_step_and_verifies(tmp_path):
+    out = str(tmp_path / "proofs")
+    opts = ["--batch", "2", "--hidden", "4"]
+    r = run_cli("zk", "prove", "examples/iris.py", *opts, "--steps", "1", "--workers", "2", "--out", out)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("zk", "verify", "examples/iris.py", out, *opts, "--init-seed", "0")
+    assert r.returncode == 0, r.stderr + r.stdout
