@@ -169,14 +169,33 @@ class _Terms:
     def __post_init__(self):
         self.count = np.bincount(self.owner, minlength=self.n).astype(np.float64)
 
-    def interval(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each combination's term-by-term interval."""
-        a, b = self.coef * lo[self.wire], self.coef * hi[self.wire]
+    def interval(self, lo: np.ndarray, hi: np.ndarray, some: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        """The term-by-term interval of each combination (of those in ``some``, default all): ``(which, lo, hi)``."""
+        t = self.only(some)
+        a, b = t.coef * lo[t.wire], t.coef * hi[t.wire]
         tlo, thi = np.minimum(a, b), np.maximum(a, b)
-        slo = np.bincount(self.owner, tlo, self.n)
-        shi = np.bincount(self.owner, thi, self.n)
-        mag = np.bincount(self.owner, np.maximum(np.abs(tlo), np.abs(thi)), self.n)
-        return _pad(slo, shi, mag, self.count)
+        which = np.arange(self.n) if some is None else some
+        slo = np.bincount(t.owner, tlo, self.n)[which]
+        shi = np.bincount(t.owner, thi, self.n)[which]
+        mag = np.bincount(t.owner, np.maximum(np.abs(tlo), np.abs(thi)), self.n)[which]
+        return (which, *_pad(slo, shi, mag, self.count[which]))
+
+    def only(self, some: np.ndarray | None) -> "_Terms":
+        """The terms of the combinations in ``some`` (ascending indices; None: all), owners unchanged."""
+        if some is None:
+            return self
+        mask = np.zeros(self.n, dtype=bool)
+        mask[some] = True
+        keep = mask[self.owner]
+        t = _Terms.__new__(_Terms)
+        t.owner, t.wire, t.coef, t.n, t.count = self.owner[keep], self.wire[keep], self.coef[keep], self.n, self.count
+        return t
+
+    def touching(self, wires: np.ndarray) -> np.ndarray:
+        """The combinations with a term on a wire where ``wires`` (a mask) is set, ascending."""
+        mask = np.zeros(self.n, dtype=bool)
+        mask[self.owner[wires[self.wire]]] = True
+        return np.flatnonzero(mask)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -390,19 +409,23 @@ class _Analysis:
 
     def run(self) -> Bounds:
         passes = 0
+        wires = None                                      # the wires that tightened in the last pass (None: all)
         while passes < _MAX_PASSES:
             passes += 1
             before = (self.lo.copy(), self.hi.copy(), self.slo.copy(), self.shi.copy())
-            self._pass()
-            if all(np.array_equal(x, y) for x, y in zip(before, (self.lo, self.hi, self.slo, self.shi))):
+            self._pass(wires)
+            wires = (self.lo != before[0]) | (self.hi != before[1])
+            if not wires.any() and np.array_equal(self.slo, before[2]) and np.array_equal(self.shi, before[3]):
                 break
         return self._result(passes)
 
-    def _pass(self) -> None:
-        """One pass: side intervals (term by term, then every fact), then isolation and contractions."""
+    def _pass(self, wires: np.ndarray | None) -> None:
+        """One pass: side intervals (term by term, then every fact), then isolation and contractions; term by term
+        and by isolation only where a wire tightened in the last pass, or a product row's factor in this one."""
         n, c, lo, hi = self.n, self.combos, self.lo, self.hi
-        tlo, thi = self.sides.interval(lo, hi)
-        self.slo, self.shi = np.maximum(self.slo, tlo), np.minimum(self.shi, thi)
+        was = (self.slo[:2 * n].copy(), self.shi[:2 * n].copy())
+        q, tlo, thi = self.sides.interval(lo, hi, None if wires is None else self.sides.touching(wires))
+        self.slo[q], self.shi[q] = np.maximum(self.slo[q], tlo), np.minimum(self.shi[q], thi)
         slo, shi = self.slo, self.shi
         if len(self.queried):
             fs = self.fact_sides
@@ -419,7 +442,15 @@ class _Analysis:
         prod, nl = self.prod, len(self.table)
         ablo, abhi = _mul(slo[prod], shi[prod], slo[n + prod], shi[n + prod])
         self.rel_vlo[nl + prod], self.rel_vhi[nl + prod] = -abhi, -ablo
-        _isolate(self.rel, self.iso, self.rel_vlo, self.rel_vhi, lo, hi, self.P2_in)
+        if wires is None:
+            some = None
+        else:                                             # relations on a tightened wire or product
+            moved = np.zeros(self.rel.n, dtype=bool)
+            moved_ab = (slo[:2 * n] != was[0]) | (shi[:2 * n] != was[1])
+            moved[nl + prod] = moved_ab[prod] | moved_ab[n + prod]
+            moved[self.rel.touching(wires)] = True
+            some = np.flatnonzero(moved)
+        _isolate(self.rel, self.iso, self.rel_vlo, self.rel_vhi, lo, hi, self.P2_in, some)
         mag = np.maximum(np.abs(lo), np.abs(hi))
         for i, con in enumerate(self.r.contractions):     # c ≡ Σ aₖbₖ, again where a or b tightened
             if i in self.mags and all(np.array_equal(mag[x], m) for x, m in zip((con.a, con.b), self.mags[i])):
@@ -469,9 +500,15 @@ class _Analysis:
                       [con.tag for con in r.contractions])
 
 
-def _isolate(rel: _Terms, iso: np.ndarray, vlo, vhi, lo, hi, P2_in) -> None:
-    """Tighten ``[lo, hi]`` of every wire with coefficient ±1 in a relation ``Σ cⱼxⱼ ≡ v ∈ [vlo, vhi]``:
-    ``x ≡ ±(v − Σ_{k≠j} cₖxₖ)``, kept where that interval lies inside ``(−p/2, p/2)``."""
+def _isolate(rel: _Terms, iso: np.ndarray, vlo, vhi, lo, hi, P2_in, some: np.ndarray | None = None) -> None:
+    """Tighten ``[lo, hi]`` of every wire with coefficient ±1 in a relation ``Σ cⱼxⱼ ≡ v ∈ [vlo, vhi]`` (of those in
+    ``some``, default all): ``x ≡ ±(v − Σ_{k≠j} cₖxₖ)``, kept where that interval lies inside ``(−p/2, p/2)``."""
+    if some is not None:
+        mask = np.zeros(rel.n, dtype=bool)
+        mask[some] = True
+        keep = mask[rel.owner]
+        iso = np.cumsum(keep)[iso[keep[iso]]] - 1         # positions among the kept terms
+        rel = rel.only(some)
     wmag = np.maximum(np.abs(lo), np.abs(hi))
     free = wmag[rel.wire] > P2_in / 2                      # unknown: summed apart, so nothing cancels
     a, b = rel.coef * lo[rel.wire], rel.coef * hi[rel.wire]
