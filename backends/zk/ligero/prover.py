@@ -32,10 +32,16 @@ from .proofio import LigeroProof
 from .protocol import Layout, layout, quad_rows, test_challenges, transcript, zh_on_coset
 from . import contraction, lookup
 
-__all__ = ["prove_prepared", "Local", "KEEP_BYTES", "peak_rss"]
+__all__ = ["prove_prepared", "Passes", "Local", "KEEP_BYTES", "kept_bytes", "peak_rss"]
 
-#: the largest encoded matrix (bytes) the prover keeps from the commitment for the tests and the openings
+#: the largest encoded matrix (bytes: its values on D and its coefficients) the prover keeps from the commitment
+#: for the tests and the openings
 KEEP_BYTES = 1 << 30
+
+
+def kept_bytes(lay: Layout, p: Params) -> int:
+    """What keeping the encoded matrix takes: every row's values on ``D`` and its coefficients."""
+    return 8 * lay.total * (p.n + p.K)
 
 
 def peak_rss() -> int:
@@ -103,10 +109,21 @@ class _Sums:
 class Passes:
     def __init__(self, pc: Prepared, lay: Layout, p: Params, enc: Encoding, keep: bool, say):
         self.pc, self.lay, self.p, self.enc, self.say = pc, lay, p, enc, say
-        self.U = np.empty((lay.total, p.n), dtype=np.int64) if keep else None
+        self.U = np.empty((lay.total, p.n), dtype=np.int64) if keep else None          # kept: the encoding
+        self.C = np.empty((lay.total, p.K), dtype=np.int64) if keep else None          # and the coefficients
 
-    def evals(self, a: int, b: int) -> np.ndarray:
-        return self.U[a:b] if self.U is not None else self.enc.evals(a, b)
+    def _encode(self, lo: int, hi: int) -> np.ndarray:
+        """Rows ``lo … hi`` on ``D`` (their coefficients kept as well when the matrix is)."""
+        if self.C is None:
+            return self.enc.evals(lo, hi)
+        out = np.empty((hi - lo, self.p.n), dtype=np.int64)
+        for a, b in self.enc.pieces(lo, hi):
+            c = None if self.enc.is_mask(a, b) else self.enc.coeffs(a, b)
+            if c is not None:
+                self.C[a:b] = c
+            out[a - lo:b - lo] = self.enc.evals(a, b, c)
+        self.U[lo:hi] = out
+        return out
 
     # -- pass 1 -------------------------------------------------------------------------------------------------
 
@@ -119,9 +136,7 @@ class Passes:
         out = np.empty((n, -(-(b - a) // RB), merkle.DIGEST), dtype=np.uint8)
         last = time.monotonic()
         for lo, hi in _units(a, b, n):
-            U = self.enc.evals(lo, hi)
-            if self.U is not None:
-                self.U[lo:hi] = U
+            U = self._encode(lo, hi)
             for x in range(lo, hi, RB):
                 out[:, (x - a) // RB] = merkle.block_digests(U[x - lo:min(x + RB, hi) - lo])
             if time.monotonic() - last > 10:
@@ -180,7 +195,7 @@ class Passes:
         """Add rows ``a … b`` (witness rows of either round) to the proximity and linear sums; their values on D."""
         if a >= b:
             return np.zeros((0, self.p.n), dtype=np.int64)
-        coeffs = self.enc.coeffs(a, b)
+        coeffs = self.C[a:b] if self.C is not None else self.enc.coeffs(a, b)
         U = self.U[a:b] if self.U is not None else self.enc.evals(a, b, coeffs)
         w = a if a < self.lay.mw else self.lay.mw + a - self.lay.rows      # position among the witness rows
         acc.u = gf.add(acc.u, gf.matmul(acc.r[:, w:w + b - a], coeffs))
@@ -257,11 +272,12 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     enc = Encoding(pc, z, lay, p, seed, masks)
     keep = KEEP_BYTES if keep is None else keep
     ex = split or Local()
-    ex.start(Passes(pc, lay, p, enc, split is None and 8 * lay.total * n <= keep, say))
+    ex.start(Passes(pc, lay, p, enc, split is None and kept_bytes(lay, p) <= keep, say))
     salts = [prf(seed, b"salt1", j, 16) for j in range(n)]
     tree = merkle.Tree(merkle.leaves_of(ex.digests(0, lay.rows), salts))
     timings["commit"] = time.perf_counter() - t0
-    say(f"committed {lay.rows} rows × {n} columns" + (" (kept)" if 8 * lay.total * n <= keep else ""))
+    say(f"committed {lay.rows} rows × {n} columns" + (" (kept)" if split is None and kept_bytes(lay, p) <= keep
+                                                      else ""))
     proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
                         None, None, None, None, None, None, lookups=pc.n_lookups,
                         contractions=pc.contraction_cells, lookup_table=pc.lookup_table)
