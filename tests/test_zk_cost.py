@@ -172,3 +172,45 @@ def test_every_wire_but_the_constant_is_counted_towards_a_gadget():
     assert sum(v["lookups"] for v in kinds.values()) == r.n_lookups
     assert any(n.startswith(f"committed cells {sum(v['cells'] for v in kinds.values()):,} (range-check limbs of 8 "
                             f"bits, tables ") for n in c.notes)
+
+
+_MEASURE = r"""
+import json, sys
+sys.path.insert(0, "bench")
+import prover as B
+from circuitgrad.backends import zk
+from circuitgrad.backends.zk import cost
+from circuitgrad.backends.zk.ligero import prover
+if len(sys.argv) > 2:
+    prover.KEEP_BYTES = int(sys.argv[2])
+c, wit = B._model_circuit(sys.argv[1])
+proof = zk.prove(c, wit)
+print(json.dumps([proof.timings["memory"], cost.prover_memory(c)]))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="the prover measures its memory on Linux")
+@pytest.mark.parametrize("case, keep", [("gpt-softmax", None), ("digits", None), ("gpt-softmax", 0)])
+def test_prover_memory_is_predicted_within_a_quarter(case, keep):
+    """In a fresh process (a test process's heap already holds freed memory): the memory a proof adds, as the
+    prover reports it, is the cost model's prediction within 25%, with the matrix kept and streamed."""
+    import json
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    args = [sys.executable, "-c", _MEASURE, case] + ([] if keep is None else [str(keep)])
+    out = subprocess.run(args, capture_output=True, text=True, cwd=root, timeout=600)
+    assert out.returncode == 0, out.stderr
+    measured, predicted = json.loads(out.stdout.strip().splitlines()[-1])
+    assert 0.75 * measured <= predicted <= 1.25 * measured
+
+
+def test_counted_and_built_circuits_predict_the_same_prover_memory():
+    from circuitgrad.backends import zk
+    step = cg.compile_model(nn.mlp(4, [4, 8, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                            dtype=cg.fixed(16, 8))
+    built = zk.compile(step, field=zk.LIGERO51)
+    counted = zk.compile(step, field=zk.LIGERO51, count_only=True)
+    a, b = cost_zk.prover_memory(built), cost_zk.prover_memory(counted)
+    assert abs(a - b) <= 0.05 * a
+    assert cg.cost(step, target="zk", prover_time=False).detail["prover_memory"] == b

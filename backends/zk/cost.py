@@ -35,11 +35,12 @@ from .field import LIGERO51
 from .ligero import choose
 from .ligero.lookup import TABLE
 from .ligero.params import contraction_sigma, lookup_sigma
+from .ligero import prover as prover_module
 from .ligero.protocol import layout
 from .r1cs import Builder
 
-__all__ = ["estimate", "by_gadget", "prover_features", "prover_seconds", "calibrate_prover", "recalibrate",
-           "PROVER_FEATURES"]
+__all__ = ["estimate", "by_gadget", "prover_features", "prover_seconds", "prover_memory", "calibrate_prover",
+           "recalibrate", "PROVER_FEATURES"]
 
 _TAG = re.compile(r"^[^#:]*#(\d+):")
 _VERSION = 6
@@ -215,6 +216,21 @@ def _fit_prover() -> tuple[float, ...]:
     return tuple(float(v) for v in coef)
 
 
+#: terms per lookup row of ``L`` (a counted circuit does not count them: 1.78–1.88 on the benchmark circuits)
+LOOKUP_TERMS = 1.9
+
+
+def prover_memory(c) -> int:
+    """The memory (bytes) the native Ligero prover adds to its process for circuit ``c``, built or counted
+    (:func:`.ligero.prover.memory`: what a proof reports as ``timings["memory"]``)."""
+    r = c.r1cs
+    pc = _Sizes(r)
+    p = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups, contractions=pc.contraction_cells,
+               table=pc.lookup_table or TABLE)
+    terms = len(r.L.wires) if r.L is not None and not r.counted else int(LOOKUP_TERMS * r.n_lookups)
+    return prover_module.memory(layout(pc, p), p, r.nonzeros, terms)
+
+
 def prover_seconds(c) -> float:
     """The native Ligero prover's predicted time on circuit ``c`` (this machine's calibration)."""
     return float(np.dot(calibrate_prover(), prover_features(c)))
@@ -246,13 +262,17 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
         total.values["seconds"] = secs
         notes.append(f"Ligero prover: {secs:.2f} s predicted (a model of its work, calibrated on this machine "
                      f"by proving synthetic circuits: see docs/COST.md)")
+    mem = prover_memory(c)
+    notes.append(f"Ligero prover memory: {mem / 2 ** 20:,.0f} MiB predicted above the process's own (the prepared "
+                 f"circuit, the linear test's coefficients, the encoded matrix when it is kept, blocks in flight)")
     top = sorted(kinds.items(), key=lambda kv: -(kv[1]["constraints"] + kv[1]["lookups"]))[:8]
     notes.append("by gadget: " + ", ".join(f"{k} {v['constraints'] + v['lookups']:,}" for k, v in top))
     heavy = sorted(kinds.items(), key=lambda kv: -kv[1]["cells"])[:8]
     notes.append(f"committed cells {sum(v['cells'] for v in kinds.values()):,} (range-check limbs of "
                  f"{r.table_bits} bits, tables {', '.join(f'2^{b}' for b in r.lookup_tables) or 'none'}): "
                  + ", ".join(f"{k} {v['cells']:,}" for k, v in heavy))
-    return Cost("zk", str(r.field), function, rows, total, notes, {"circuit": c, "by_gadget": kinds})
+    return Cost("zk", str(r.field), function, rows, total, notes, {"circuit": c, "by_gadget": kinds,
+                                                                   "prover_memory": mem})
 
 
 def by_gadget(r) -> dict[str, dict[str, int]]:

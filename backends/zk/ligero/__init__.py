@@ -26,7 +26,7 @@ from .params import (DEFAULT_SOUNDNESS, SOUNDNESS, TARGET_BITS, Params, check_so
                      round_errors, soundness_bits, TABLE)
 from .proofio import FormatError, load, loads, max_bytes
 from .protocol import LigeroProof, Reject, layout, expected_params as _expected, verify_prepared
-from .prover import prove_prepared
+from .prover import Watermark, prove_prepared
 
 __all__ = ["prove", "verify", "check", "LigeroProof", "Params", "choose", "soundness_bits", "round_errors",
            "classic_error", "SOUNDNESS", "DEFAULT_SOUNDNESS",
@@ -102,6 +102,7 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
     if check:
         circuit.assert_satisfied(values)
     t0 = time.perf_counter()
+    mark = Watermark()                             # the memory the proof adds (preparing the circuit included)
     pc = prepare(circuit.r1cs)
     p = params or _expected(pc, target_bits, soundness=soundness)     # choose(…) of the circuit's sizes, cached
     if log:
@@ -116,6 +117,9 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
     proof = prove_prepared(pc, values, p, _statement(circuit, p.soundness), circuit.r1cs.n_pub_out, rng=rng, log=log,
                            digest=_digest(circuit), split=split)
     proof.timings["prove"] = time.perf_counter() - t0
+    added = mark.added()
+    if added is not None:
+        proof.timings["memory"] = float(added)
     return proof
 
 

@@ -15,6 +15,7 @@ prepared circuit and a few blocks of ``BLOCK_CELLS`` cells.
 from __future__ import annotations
 
 import copy
+import os
 import resource
 import secrets
 import sys
@@ -32,7 +33,7 @@ from .proofio import LigeroProof
 from .protocol import Layout, layout, quad_rows, test_challenges, transcript, zh_on_coset
 from . import contraction, lookup
 
-__all__ = ["prove_prepared", "Passes", "Local", "KEEP_BYTES", "kept_bytes", "peak_rss"]
+__all__ = ["prove_prepared", "Passes", "Local", "KEEP_BYTES", "kept_bytes", "memory", "peak_rss", "Watermark"]
 
 #: the largest encoded matrix (bytes: its values on D and its coefficients) the prover keeps from the commitment
 #: for the tests and the openings
@@ -44,10 +45,65 @@ def kept_bytes(lay: Layout, p: Params) -> int:
     return 8 * lay.total * (p.n + p.K)
 
 
+def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int | None = None) -> int:
+    """The memory a proof adds to its process (bytes): what :func:`prove_prepared` reports as
+    ``timings["memory"]``, predicted from the circuit's sizes. ``nonzeros``: of ``A``, ``B``, ``C``;
+    ``lookup_terms``: of ``L``.
+
+    * the prepared circuit: every term's wire and coefficient twice (by rows and by wires), a pointer per row
+      and per wire;
+    * the kept matrix (:func:`kept_bytes`), when it fits ``keep`` (default :data:`KEEP_BYTES`);
+    * the linear test's coefficients: σ per constraint and lookup row, 2σ per wire, and the witness twice;
+    * the round-2 rows kept whole (``g``, the Freivalds vectors) and the multiplicities;
+    * the blocks in flight: about 1.2 units of encoded rows (a unit is whole Merkle row blocks, at least one), and
+      16 MiB of smaller temporaries (calibrated on the benchmark circuits, docs/ZK.md).
+    """
+    keep = KEEP_BYTES if keep is None else keep
+    rows, wires = 3 * lay.mq * p.k + lay.lk.n, lay.mz * p.k
+    prepared = 32 * (nonzeros + lookup_terms) + 8 * (rows + wires)
+    kept = kept_bytes(lay, p) if kept_bytes(lay, p) <= keep else 0
+    linear = 8 * p.sigma * rows + 16 * p.sigma * wires + 16 * wires
+    held = 8 * ((lay.lk.sl * lay.lk.mm + lay.cs.rows) * p.k + lay.lk.size)
+    unit = min(lay.total, max(1, BLOCK_CELLS // (p.n * merkle.ROW_BLOCK)) * merkle.ROW_BLOCK) * p.n * 8
+    return int(prepared + kept + linear + held + 1.2 * unit + (16 << 20))
+
+
 def peak_rss() -> int:
     """This process's peak resident memory so far, in bytes."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _rss() -> int | None:
+    """This process's resident memory now (Linux), or None."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Watermark:
+    """The peak resident memory of a piece of work above the process's memory when it started: made at the start,
+    :meth:`added` at the end (Linux: the high-water mark, reset by ``/proc/self/clear_refs``; elsewhere None)."""
+
+    def __init__(self) -> None:
+        self.start = _rss()
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+        except OSError:
+            self.start = None
+
+    def added(self) -> int | None:
+        if self.start is None:
+            return None
+        try:
+            with open("/proc/self/status") as fh:
+                hwm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM"))
+        except (OSError, StopIteration, ValueError):
+            return None
+        return max(0, hwm - self.start)
 
 
 class _Randomness:
