@@ -115,7 +115,7 @@ def test_overflowing_witness_is_a_clear_error():
 def _replay(c, inputs, wire: int, delta: int):
     """The witness an honest prover computes after lying about one wire: every later value (bits,
     remainders, products) is recomputed from the lie. None when no such witness exists."""
-    W = np.zeros(c.r1cs.n_wires, dtype=np.int64)
+    W = np.zeros(c.r1cs.n_wires + c.n_combinations, dtype=np.int64)   # combinations past the wires
     W[0] = 1
     for wires, v in zip(c.input_wires, inputs):
         W[wires.reshape(-1)] = np.asarray(v).reshape(-1)
@@ -126,7 +126,7 @@ def _replay(c, inputs, wire: int, delta: int):
                 W[wire] += delta
     except (ArithmeticError, ValueError, IndexError):
         return None
-    return W
+    return W[:c.r1cs.n_wires]
 
 
 @pytest.mark.parametrize("range_checks", ["bits", "lookup"])

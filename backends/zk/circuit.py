@@ -30,6 +30,7 @@ from circuitgrad.types import Fixed, fixed
 
 from . import formats
 from . import gadgets as G
+from . import intervals as I
 from . import statement as S
 from .field import BN254, LIGERO51, Field
 from . import private as P
@@ -87,6 +88,9 @@ class Circuit:
     private: P.Layout | None = None
     #: the range checks by lookups, ``nbits → values`` (what chooses the limb width)
     range_requests: dict = dataclasses.field(default_factory=dict, repr=False)
+    #: values without a wire (:meth:`.r1cs.Builder.combination`): the witness program computes them at the
+    #: negative indices of an array this much longer than the wires
+    n_combinations: int = 0
 
     def statement_data(self) -> dict:
         """The public statement as plain data (see :func:`.statement.describe`)."""
@@ -179,7 +183,7 @@ class Circuit:
             raise ValueError("zk: this circuit was counted, not built (zk.compile(..., count_only=True)): it has no "
                              "witness program; compile it without count_only")
         t0 = time.perf_counter()
-        W = np.zeros(self.r1cs.n_wires, dtype=np.int64)
+        W = np.zeros(self.r1cs.n_wires + self.n_combinations, dtype=np.int64)
         W[0] = 1
         if len(inputs) != len(self.input_wires):
             raise TypeError(f"{self.function}: expected {len(self.input_wires)} inputs, got {len(inputs)}")
@@ -198,6 +202,8 @@ class Circuit:
             P.set_extra(self.private, W, extra)
         for wires, fn in self.fills:
             W[wires] = np.asarray(fn(W), dtype=np.int64).reshape(-1)
+        if self.n_combinations:
+            W = W[:self.r1cs.n_wires].copy()
         wit = Witness(self, W, time.perf_counter() - t0)
         self.last_witness = wit
         return wit
@@ -417,8 +423,12 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
         G.range_check(b, env[v].reshape(-1), dtype, "input.range")
         if constrain and n in constrain:
             constrain[n](b, env[v], dtype)
+    one_hot = [bool(constrain) and constrain.get(n) is _one_hot for n in in_names]
+    _, proven = I.intervals(prog, dtype, [(0, 1 << dtype.frac) if h else None for h in one_hot])
+    wired = I.product_operands(prog)
     for i, a in enumerate(prog.instrs):
         b.context = f"{a.op.name}#{i}"
+        L.proven, L.wired = i in proven, i in wired
         outs = RULES[type(a.op)](L, a.op, *(env[x] for x in a.args))
         for r, o in zip(a.results, outs):
             env[r] = o
@@ -429,9 +439,10 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
             b.constrain([(src, 1)], [(G.ONE, 1)], [(w.reshape(-1), 1)], "output")
             b.fill(w, lambda W, src=src: W[src])
     else:
-        pub_out = [np.ascontiguousarray(np.broadcast_to(env[v], prog.types[v].shape)) for v in prog.outputs]
+        pub_out = [b.materialize(np.ascontiguousarray(np.broadcast_to(env[v], prog.types[v].shape)))
+                   for v in prog.outputs]
         P.constrain(b, private, {n: ins[v] for v, n in zip(prog.inputs, in_names)}, pub_out)
     r = b.finish(n_pub_out, n_pub_in, n_prv_in)
     return Circuit(r, prog, None, function, in_names, [ins[v] for v in prog.inputs], out_names, pub_out,
                    public_in, b.fills, time.perf_counter() - t0, None, dtype, need, private=private,
-                   range_requests=dict(b.range_requests))
+                   range_requests=dict(b.range_requests), n_combinations=b.n_combinations)

@@ -12,7 +12,7 @@ Costs per output element (``w`` width, ``f`` fractional bits, ``n`` inner dimens
 
 | primitive | constraints |
 |---|---|
-| Add, Neg, SumTo | ``w + 2`` (one linear constraint + range check) |
+| Add, Neg, SumTo | ``w + 1`` (a range check of the combination, which has no wire: its terms go into the rows that read it; none where :mod:`.intervals` proves it in range; a wire and one constraint more where it feeds a matrix product or has more than 8 terms) |
 | Mul | ``f + w + 2`` (the product is folded into the rescale) |
 | Scale | ``f + w + 2`` (the constant folds into the linear combination) |
 | MatMul | ``(n − 1) + f + w + 2``: one per extra multiply-accumulate, one rescale; with ``contractions="argument"``, ``f + w + 2``: the exact product is one wire per output, proved by the contraction argument |
@@ -21,7 +21,7 @@ Costs per output element (``w`` width, ``f`` fractional bits, ``n`` inner dimens
 | Sigmoid / Tanh | about ``7w + 3f + 20`` (PLAN: sign, |x|, 3 comparisons, 3 scaled pieces, selects) |
 | BatchMatMul | as MatMul, per leading index |
 | Permute, Slice, CausalMask, Pad, Unfold | 0 (wire renaming; masked and padded entries are the constant-0 wire) |
-| Fold | ``w + 2`` per pixel (the sum of the column entries that Unfold reads from it) |
+| Fold | as a sum, per pixel (of the column entries that Unfold reads from it) |
 
 A product, scale, sum or multiply-accumulate with the constant-0 wire is folded away (no constraint).
 The special functions (Exp, Softmax, Div, Sqrt, Rsqrt, Log, ArgMaxMask, OneHot) are in :mod:`.special`.
@@ -52,6 +52,12 @@ class Lowering:
     def __init__(self, b: Builder, dt: Fixed):
         self.b, self.dt = b, dt
         self.constants: dict[int, int] = {}
+        #: the instruction being lowered has a result that interval analysis proves in range (:mod:`.intervals`):
+        #: a linear rule then adds no range check
+        self.proven = False
+        #: the result reaches a matrix product's operand: it gets a wire and a range check of its own (a
+        #: contraction needs wires, and ``required_bits`` bounds a product's sum with no margin)
+        self.wired = False
 
     def constant(self, raw: int) -> int:
         """A wire equal to the raw constant ``raw`` (one constraint per distinct value)."""
@@ -70,19 +76,23 @@ class Lowering:
         """The constant-0 wire (masked, padded and out-of-image entries)."""
         return self.constant(0)
 
-    def output(self, op: P.Primitive, ins: tuple, index: int = 0, where: np.ndarray | None = None) -> np.ndarray:
+    def output(self, op: P.Primitive, ins: tuple, index: int = 0, where: np.ndarray | None = None,
+               wires: np.ndarray | None = None) -> np.ndarray:
         """Output wires of ``op`` whose witness is the interpreter's result (range-checked).
 
         ``where`` (flat indices): only those entries get wires; the others are the constant-0 wire,
-        which the caller's rule must justify (a causal mask's masked entries).
+        which the caller's rule must justify (a causal mask's masked entries). ``wires``: the indices to use
+        instead of fresh wires (combinations, :meth:`.r1cs.Builder.combination`), one per entry of ``where``.
         """
         shape = op.target[index].shape
+        n = int(np.prod(shape, dtype=np.int64)) if where is None else len(where)
+        new = self.b.alloc(n) if wires is None else np.asarray(wires, dtype=np.int64)
         if where is None:
-            out = self.b.alloc(shape)
+            out = new.reshape(shape)
             sel = slice(None)
         else:
             out = np.full(shape, self.zero, dtype=np.int64)
-            out.reshape(-1)[where] = self.b.alloc(len(where))
+            out.reshape(-1)[where] = new
             sel = where
         rule = FIXED_RULES[type(op)]
         dt, ctx = self.dt, self.b.context
@@ -119,32 +129,41 @@ def _linear_rule(terms_of: Callable) -> Callable:
             ones = np.array([np.all(np.asarray(c) == 1) for _, c in terms])
             alias = (count == 1) & ones[nonzero.argmax(axis=0)]
             live = np.flatnonzero((count > 1) | ((count == 1) & ~alias))
-        out = L.output(op, ins, where=live)
-        o = _flat(out)
+        out = _sum_out(L, op, ins, terms if live is None else [(w[live], c) for w, c in terms], live)
         if live is not None:
+            o = _flat(out)
             for w, _ in terms:                       # x + 0 = x: the output is the operand's wire
                 pick = alias & (w != z)
                 o[pick] = w[pick]
-            o, terms = o[live], [(w[live], c) for w, c in terms]
-            if not o.size:
-                return (out,)
-        L.b.constrain(terms, [(ONE, 1)], [(o, 1)], "linear")
-        G.range_check(L.b, o, L.dt, "linear.range")
         return (out,)
     return rule
 
 
+def _sum_out(L: Lowering, op, ins: tuple, terms: list, live: np.ndarray | None = None,
+             kind: str = "linear") -> np.ndarray:
+    """The output of ``o = Σ terms`` (at the entries ``live``, the others the 0 wire): a combination with no wire
+    and no constraint where it has at most :data:`.r1cs.COMBINATION_TERMS` terms, else a wire and one
+    constraint; then a range check, unless interval analysis proves the result in range (``L.proven``)."""
+    m = max((np.size(w) for w, _ in terms), default=0)
+    if m == 0:
+        return L.output(op, ins, where=live)
+    v = None if L.wired else L.b.combination(terms)
+    out = L.output(op, ins, where=live, wires=v)
+    o = _flat(out) if live is None else _flat(out)[live]
+    if v is None:
+        L.b.constrain(terms, [(ONE, 1)], [(o, 1)], kind)
+    if L.wired or not L.proven:
+        G.range_check(L.b, o, L.dt, f"{kind}.range")
+    return out
+
+
 def _sum_to(L: Lowering, op: P.SumTo, x):
-    out = L.output(op, (x,))
     lead, kept = op.axes()
     summed = lead + kept
     others = tuple(i for i in range(x.ndim) if i not in summed)
     k = int(np.prod([x.shape[i] for i in summed], dtype=np.int64))
     xt = np.transpose(x, others + summed).reshape(-1, k)
-    o = _flat(out)
-    L.b.constrain([(xt[:, j], 1) for j in range(k)], [(ONE, 1)], [(o, 1)], "linear")
-    G.range_check(L.b, o, L.dt, "linear.range")
-    return (out,)
+    return (_sum_out(L, op, (x,), [(xt[:, j], 1) for j in range(k)]),)
 
 
 def _constant(L: Lowering, op: P.Constant):
@@ -261,9 +280,8 @@ def _unfold(L: Lowering, op: P.Unfold, x):
 
 
 def _fold(L: Lowering, op: P.Fold, cols):
-    """Each pixel is the sum of the column entries that :class:`Unfold` would read from it: one
-    linear constraint and a range check per pixel."""
-    out = L.output(op, (cols,))
+    """Each pixel is the sum of the column entries that :class:`Unfold` would read from it (as any sum,
+    :func:`_sum_out`)."""
     npix = int(np.prod(op.T.shape))
     src = unfold(np.arange(1, npix + 1, dtype=np.int64).reshape(op.T.shape), op.kernel, op.stride,
                  op.padding).reshape(-1)                 # pixel + 1 read by each column entry (0: padding)
@@ -277,10 +295,7 @@ def _fold(L: Lowering, op: P.Fold, cols):
     table = np.zeros((npix, max(1, int(count.max(initial=0)))), dtype=np.int64)
     coef = np.zeros_like(table)
     table[pix, rank], coef[pix, rank] = c[hit], 1
-    o = _flat(out)
-    L.b.constrain([(table[:, j], coef[:, j]) for j in range(table.shape[1])], [(ONE, 1)], [(o, 1)], "fold")
-    G.range_check(L.b, o, L.dt, "fold.range")
-    return (out,)
+    return (_sum_out(L, op, (cols,), [(table[:, j], coef[:, j]) for j in range(table.shape[1])], kind="fold"),)
 
 
 # ---------------------------------------------------------- comparisons

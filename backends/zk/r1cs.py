@@ -13,6 +13,13 @@ values are signed ``int64`` too: every wire in our gadgets is a range-checked
 fixed-point value, a bit, a product of two such values, or a bounded
 remainder, so none comes near ``2**63``.
 
+A *combination* (:meth:`Builder.combination`) is a value with no wire of its
+own: a linear combination of wires, named by a negative index ``−(k+1)``. Every
+row and lookup that names it gets its terms instead (so it costs no wire and no
+constraint), a contraction gets a wire for it (:meth:`Builder.materialize`), and
+the witness program computes its value at ``W[−(k+1)]`` in an array extended by
+``n_combinations`` entries past the wires (:meth:`.circuit.Circuit.witness_raw`).
+
 Wire layout, as circom expects it: ``0`` is the constant 1, then the public
 outputs, then the public inputs, then the private inputs, then internal wires.
 
@@ -45,8 +52,7 @@ import numpy as np
 from .field import Field
 
 __all__ = ["Builder", "R1CS", "Term", "Contraction", "UnsatisfiedConstraint", "TABLE_BITS", "MAX_TABLE_BITS",
-           "RANGE_CHECKS",
-           "CONTRACTIONS"]
+           "RANGE_CHECKS", "CONTRACTIONS", "COMBINATION_TERMS"]
 
 #: the default limb width of range checks by lookups (``[0, 2^TABLE_BITS)``); circuits choose theirs
 TABLE_BITS = 8
@@ -60,6 +66,9 @@ RANGE_CHECKS = ("bits", "lookup")
 CONTRACTIONS = ("argument", "mac")
 
 Term = tuple  # (wires: ndarray[int64] or int, coeffs: ndarray[int64] or int)
+#: the longest linear combination that :meth:`Builder.combination` keeps without a wire: each row that reads
+#: the value carries its terms instead of one
+COMBINATION_TERMS = 8
 
 
 class UnsatisfiedConstraint(ValueError):
@@ -352,6 +361,15 @@ class Builder:
         self.context = "circuit"
         self.wire_kinds: dict[str, int] = {}        # wires per gadget kind (see alloc)
         self._pending = 0                           # unnamed wires not yet given to a gadget kind
+        # combinations, CSR: combination k (index −(k+1)) is Σ cw[ptr[k]:ptr[k+1]]·ww[…] (terms kept unless counting)
+        self._cptr = _Grow()
+        self._cptr.append(np.zeros(1, dtype=np.int64))
+        self._cwires, self._ccoeffs, self._creal = _Grow(), _Grow(), _Grow()
+
+    @property
+    def n_combinations(self) -> int:
+        """Combinations made so far (:meth:`combination`): the witness array extends this far past the wires."""
+        return len(self._cptr) - 1
 
     # ------------------------------------------------------------- wires
     def _attribute(self, kind: str, n: int) -> None:
@@ -378,6 +396,84 @@ class Builder:
         self.n += n
         return w
 
+    def combination(self, terms: Iterable[Term], max_terms: int = COMBINATION_TERMS) -> np.ndarray | None:
+        """Values ``Σ terms`` with no wire and no constraint (negative indices, see the module docstring), or
+        None where some value would have more than ``max_terms`` terms (combinations in ``terms`` count by
+        their own terms). The caller fills their values and checks their range, as for wires."""
+        terms = list(terms)
+        m = max(np.size(w) for w, _ in terms)
+        rows = np.arange(m, dtype=np.int64)
+        if self.count_only:                          # lengths only: a term per wire, a combination's per its
+            lens = np.zeros(m, dtype=np.int64)
+            for w, c in terms:
+                w = np.broadcast_to(np.asarray(w, dtype=np.int64).reshape(-1), (m,))
+                c = np.broadcast_to(np.asarray(c, dtype=np.int64).reshape(-1), (m,))
+                lens += self._term_lengths(w, c)
+        else:
+            parts = self._expand(_coo(rows, terms, m))
+            r, w, c = (np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+                       for i in range(3))
+            order = np.argsort(r, kind="stable")
+            r, w, c = r[order], w[order], c[order]
+            lens = np.bincount(r, minlength=m)
+        if m == 0 or lens.max() > max_terms:
+            return None
+        k = self.n_combinations
+        self._cptr.append(self._cptr.last + np.cumsum(lens))
+        if not self.count_only:
+            self._cwires.append(w)
+            self._ccoeffs.append(c)
+        self._creal.append(np.full(m, -1, dtype=np.int64))
+        return -(k + 1 + np.arange(m, dtype=np.int64))
+
+    def _term_lengths(self, w: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Terms per value of one term ``(w, c)``: 0 for a zero coefficient, a combination's own count, else 1."""
+        lens = (c != 0).astype(np.int64)
+        neg = np.flatnonzero((w < 0) & (c != 0))
+        if len(neg):
+            ptr, k = self._cptr.view(), -w[neg] - 1
+            lens[neg] = ptr[k + 1] - ptr[k]
+        return lens
+
+    def _expand(self, parts: list) -> list:
+        """COO parts with every combination's index replaced by its terms (times its coefficient)."""
+        out = []
+        for r, w, c in parts:
+            neg = w < 0
+            if not neg.any():
+                out.append((r, w, c))
+                continue
+            if not neg.all():
+                out.append((r[~neg], w[~neg], c[~neg]))
+            k = -w[neg] - 1
+            ptr = self._cptr.view()
+            lens = ptr[k + 1] - ptr[k]
+            idx = np.repeat(ptr[k] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
+            out.append((np.repeat(r[neg], lens), self._cwires.view()[idx],
+                        np.repeat(c[neg], lens) * self._ccoeffs.view()[idx]))
+        return out
+
+    def materialize(self, wires: np.ndarray, kind: str = "linear") -> np.ndarray:
+        """``wires`` with every combination replaced by a wire of its own (one constraint ``Σ terms = o`` the
+        first time a combination needs one, what :meth:`contract` needs)."""
+        wires = np.asarray(wires, dtype=np.int64)
+        neg = wires < 0
+        if not neg.any():
+            return wires
+        k = np.unique(-wires[neg] - 1)
+        real = self._creal.view()
+        new = k[real[k] < 0]
+        if len(new):
+            pending, self._pending = self._pending, 0         # the caller's wires stay with the caller's gadget
+            o = self.alloc(len(new))
+            self.constrain([(-(new + 1), 1)], [(0, 1)], [(o, 1)], kind)
+            self._pending = pending
+            self.fill(o, lambda W, v=-(new + 1): W[v])
+            real[new] = o
+        out = wires.copy()
+        out[neg] = real[-wires[neg] - 1]
+        return out
+
     def fill(self, wires: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> None:
         """Witness step: ``W[wires] = fn(W)`` (run in order by :meth:`Circuit.witness`)."""
         if self.count_only:
@@ -394,13 +490,26 @@ class Builder:
         rows = np.arange(self.rows, self.rows + m, dtype=np.int64)
         for key, terms in (("A", A), ("B", B), ("C", C)):
             if self.count_only:
-                self.nonzeros += _count(terms, m)
+                self.nonzeros += self._count(terms, m)
             else:
-                self.terms[key] += _coo(rows, terms, m)
+                self.terms[key] += self._expand(_coo(rows, terms, m))
         self.tags.append(f"{self.context}:{kind}")
         self.block_rows.append(self.rows)
         self.rows += m
         self._block(kind)
+
+    def _count(self, terms: list, m: int) -> int:
+        """The nonzero coefficients that :func:`_coo` and :meth:`_expand` would keep."""
+        total = 0
+        for w, c in terms:
+            c = np.asarray(c)
+            w = np.asarray(w)
+            if (w < 0).any():
+                total += int(self._term_lengths(np.broadcast_to(w.reshape(-1), (m,)),
+                                                np.broadcast_to(c.reshape(-1), (m,))).sum())
+            else:
+                total += m if c.ndim == 0 and c != 0 else int(np.count_nonzero(np.broadcast_to(c.reshape(-1), (m,))))
+        return total
 
     def lookup(self, terms: Iterable[Term], kind: str, bits: int | None = None) -> None:
         """Add ``m`` lookups: each value ``Σ terms`` (broadcast to ``(m,)``) must lie in ``[0, 2^bits)``
@@ -417,7 +526,7 @@ class Builder:
             return
         rows = np.arange(self.n_lookups, self.n_lookups + m, dtype=np.int64)
         if not self.count_only:
-            self.lookup_terms += _coo(rows, terms, m)
+            self.lookup_terms += self._expand(_coo(rows, terms, m))
         self.lookup_tags.append(f"{self.context}:{kind}")
         self.lookup_block_rows.append(self.n_lookups)
         self.lookup_widths.append(bits)
@@ -430,6 +539,7 @@ class Builder:
         if self.contractions != "argument":
             raise ValueError(f"Builder.contract: this builder proves contractions with {self.contractions!r}; "
                              f"the argument needs Builder(field, contractions='argument')")
+        a, b, c = (self.materialize(x) for x in (a, b, c))
         m, n, p = a.shape[-2], a.shape[-1], b.shape[-1]
         if self.count_only:                     # the shapes alone (zero-stride arrays)
             L = int(np.prod(c.shape[:-2], dtype=np.int64))
@@ -478,13 +588,30 @@ class Builder:
                     {**self.wire_kinds, **({"(unattributed)": self._pending} if self._pending else {})})
 
 
-def _count(terms: list, m: int) -> int:
-    """The nonzero coefficients that :func:`_coo` would keep."""
-    total = 0
-    for w, c in terms:
-        c = np.asarray(c)
-        total += m if c.ndim == 0 and c != 0 else int(np.count_nonzero(np.broadcast_to(c.reshape(-1), (m,))))
-    return total
+class _Grow:
+    """An int64 array that grows by appending (amortised doubling)."""
+
+    def __init__(self):
+        self._a, self._n = np.zeros(16, dtype=np.int64), 0
+
+    def append(self, x: np.ndarray) -> None:
+        x = np.asarray(x, dtype=np.int64).reshape(-1)
+        if self._n + len(x) > len(self._a):
+            a = np.zeros(max(2 * len(self._a), self._n + len(x)), dtype=np.int64)
+            a[:self._n] = self._a[:self._n]
+            self._a = a
+        self._a[self._n:self._n + len(x)] = x
+        self._n += len(x)
+
+    def view(self) -> np.ndarray:
+        return self._a[:self._n]
+
+    @property
+    def last(self) -> int:
+        return int(self._a[self._n - 1])
+
+    def __len__(self) -> int:
+        return self._n
 
 
 def _coo(rows: np.ndarray, terms: list, m: int) -> list:
