@@ -15,6 +15,13 @@ Cases (all fixed(16, 8), proved over the 51-bit Ligero field at ≥ 100 bits):
   syn1e5/1e6    synthetic circuits of 10^5 and 10^6 multiplication constraints
   syn8k         a synthetic circuit of 8 000 constraints: the largest whose powers of tau
                 (2^13) are practical here, proved by both Ligero and snarkjs Groth16 (--snarkjs)
+  tinygpt       examples/tinygpt.py's step in fixed(20, 10) (d=128, 2 layers, B=16, S=64; not in the default
+                cases): counted, and proved only when the predicted prover memory fits this machine's
+With --workers N every case is also proved on a Dask LocalCluster of N workers (one proof's rows shared,
+``zk.prove(..., cluster=N)``), as the row "case (N workers)": its proof must be byte for byte the single
+process's (same seed), and the bytes sent to and received from the workers are reported.
+The "prover MiB" column is the memory a proof adds to its process (``timings["memory"]``), against
+``cg.cost``'s prediction ("predicted MiB").
 The model circuits are compiled over the Ligero field, so their matrix products are proved by the
 contraction argument (Freivalds' check, docs/ZK.md) and their ranges are logUp lookups (see
 bench/lookup.py for bits against lookups); a second table gives each model circuit's largest gadget
@@ -45,7 +52,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ["iris-predict", "iris8", "iris32", "digits", "gpt-softmax", "gpt-spherical", "gpt32-softmax",
          "gpt32-spherical", "cnn8", "syn8k", "syn1e5", "syn1e6"]
 #: cases that run only when named (minutes each)
-EXTRA = ["gpt64-softmax"]
+EXTRA = ["gpt64-softmax", "tinygpt"]
 #: the GPT cases: (batch, S, vocab, d, heads, layers)
 GPTS = {"gpt": (2, 8, 16, 16, 2, 1), "gpt32": (2, 16, 32, 32, 2, 1), "gpt64": (4, 32, 96, 64, 4, 2)}
 
@@ -139,11 +146,52 @@ def time_ligero(c, wit, repeats: int, what: str) -> tuple:
     return proof, prove_s, verify_s
 
 
-def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = None) -> dict:
+def _tinygpt(count_only: bool):
+    """tinygpt's fixed(20, 10) step circuit (as ``circuitgrad zk prove examples/tinygpt.py --width 20 --frac 10``),
+    counted or built, and one batch's witness when built."""
+    import types
+    import circuitgrad as cg
+    from circuitgrad import modelfile
     from circuitgrad.backends import zk
-    c, wit = synthetic({"syn8k": 8000, "syn1e5": 10 ** 5, "syn1e6": 10 ** 6}[case]) if case.startswith("syn") \
-        else _model_circuit(case, contractions=contractions)
+    from circuitgrad.command import load_model
+    a = types.SimpleNamespace(script="examples/tinygpt.py", batch=None, hidden=None, lr=None, option=[], width=20,
+                              frac=10, dtype=None)
+    spec, dtype = load_model(a, cg.fixed(20, 10))
+    step = spec.compile(dtype=dtype)
+    c = zk.compile(step, field=zk.LIGERO51, count_only=count_only)
+    if count_only:
+        return c, None
+    x, y = next(modelfile.batches(spec, 0, "examples/tinygpt.py"))
+    return c, c.witness(step.init_params(seed=0), x, y)
+
+
+def _available() -> int:
+    """Memory available to a new allocation here (bytes; Linux ``MemAvailable``, else the total)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable"))
+    except (OSError, StopIteration):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = None, workers: int = 0) -> dict:
+    from circuitgrad.backends import zk
+    from circuitgrad.backends.zk import cost
+    if case == "tinygpt":
+        counted, _ = _tinygpt(True)
+        need = cost.prover_memory(counted)
+        r = counted.r1cs
+        if need > 0.8 * _available():
+            return {"case": case, "constraints": r.n_constraints, "wires": r.n_wires, "lookups": r.n_lookups,
+                    "skipped": f"predicted prover memory {need / 2 ** 30:.1f} GiB does not fit the "
+                               f"{_available() / 2 ** 30:.1f} GiB available", "predicted_mib": need / 2 ** 20}
+        c, wit = _tinygpt(False)
+    else:
+        c, wit = synthetic({"syn8k": 8000, "syn1e5": 10 ** 5, "syn1e6": 10 ** 6}[case]) if case.startswith("syn") \
+            else _model_circuit(case, contractions=contractions)
     assert c.check(wit)
+    if workers:
+        return _split_row(c, wit, case, workers, repeats)
     proof, prove_s, verify_s = time_ligero(c, wit, repeats, case)
     from circuitgrad.backends.zk.ligero.proofio import dumps
     sl = f" σL={proof.params.lookup_sigma}" if c.r1cs.n_lookups else ""
@@ -153,7 +201,9 @@ def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = Non
            "bits": proof.soundness_bits, "prove_s": statistics.median(prove_s),
            "verify_s": statistics.median(verify_s), "proof_bytes": len(dumps(proof)),
            "split": split(c) if not case.startswith("syn") else "",
-           "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+           "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "prover_mib": proof.timings.get("memory", float("nan")) / 2 ** 20,
+           "predicted_mib": cost.prover_memory(c) / 2 ** 20}
     if snarkjs:
         from circuitgrad.backends.zk import snarkjs as sj
         t0 = time.perf_counter()
@@ -196,6 +246,29 @@ sys.meta_path.insert(0, _Baseline)
     return env, cleanup
 
 
+def _split_row(c, wit, case: str, workers: int, repeats: int) -> dict:
+    """The case proved on a LocalCluster of ``workers`` (started once, outside the timing), against one process
+    with the same seed: the same bytes, the time, and the bytes moved."""
+    import numpy as np
+    from distributed import Client, LocalCluster
+    from circuitgrad.backends.zk import ligero
+    from circuitgrad.backends.zk.distributed import Split
+    from circuitgrad.backends.zk.ligero.proofio import dumps
+    one = dumps(ligero.prove(c, wit, check=False, rng=np.random.default_rng(1)))
+    times = []
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        for _ in range(repeats):
+            split = Split(client)
+            t0 = time.perf_counter()
+            proof = ligero.prove(c, wit, check=False, rng=np.random.default_rng(1), split=split)
+            times.append(time.perf_counter() - t0)
+    assert dumps(proof) == one, f"{case}: the split proof differs from the single process's"
+    return {"case": f"{case} ({workers} workers)", "constraints": c.r1cs.n_constraints, "wires": c.r1cs.n_wires,
+            "lookups": c.r1cs.n_lookups, "prove_s": statistics.median(times), "same_bytes": True,
+            "sent_mib": split.moved["sent"] / 2 ** 20, "received_mib": split.moved["received"] / 2 ** 20}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -205,39 +278,58 @@ def main() -> None:
     ap.add_argument("--contractions", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--snarkjs", action="store_true", help="prove syn8k with snarkjs Groth16 too")
     ap.add_argument("--ezkl", action="store_true", help="run the ezkl peer (inference of 4-16-3)")
+    ap.add_argument("--workers", type=int, default=0, help="also prove each case on a LocalCluster of N workers")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(child(a.child, a.repeats, a.snarkjs, a.contractions)))
+        print(json.dumps(child(a.child, a.repeats, a.snarkjs, a.contractions, a.workers)))
         return
     rows = []
     runs = [(case, None) for case in a.cases]
+    if a.workers:
+        runs = [r for case in a.cases for r in ((case, None), (case, "split"))]
     env_old = None
     if a.baseline:
         runs = [r for case in a.cases for r in ([(case, None)] + ([] if case.startswith("syn") else [(case, "old")]))]
         env_old, cleanup = _baseline_env(a.baseline)
     try:
         for case, mode in runs:
-            print(f"[{case}{' at ' + a.baseline if mode else ''}] …", file=sys.stderr, flush=True)
+            where = {"old": f" at {a.baseline}", "split": f" on {a.workers} workers"}.get(mode, "")
+            print(f"[{case}{where}] …", file=sys.stderr, flush=True)
             cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--repeats", str(a.repeats)]
             if a.snarkjs and case == "syn8k":
                 cmd.append("--snarkjs")
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env_old if mode else None)
+            if mode == "split":
+                cmd += ["--workers", str(a.workers)]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env_old if mode == "old" else None)
             if out.returncode != 0:
                 print(f"[{case}] failed: {out.stderr[-800:]}", file=sys.stderr)
                 continue
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            if mode:
+            if mode == "old":
                 rows[-1]["case"] = f"{case} ({a.baseline})"
     finally:
         if a.baseline:
             cleanup()
     print(f"circuitgrad native Ligero prover (51-bit field, SHA-256); {machine()}; median of {a.repeats}")
+    proved = [r for r in rows if "params" in r]
     print(table(["case", "constraints", "lookups", "parameters", "bits", "prove s", "verify s", "proof KiB",
-                 "peak MiB"],
+                 "peak MiB", "prover MiB", "predicted MiB"],
                 [[r["case"], r["constraints"], r["lookups"], r["params"], f"{r['bits']:.1f}", f"{r['prove_s']:.2f}",
-                  f"{r['verify_s']:.2f}", f"{r['proof_bytes'] / 1024:.0f}", f"{r['peak_mib']:.0f}"] for r in rows]))
-    split_rows = [[r["case"], r["split"]] for r in rows if r.get("split")]
+                  f"{r['verify_s']:.2f}", f"{r['proof_bytes'] / 1024:.0f}", f"{r['peak_mib']:.0f}",
+                  f"{r.get('prover_mib', float('nan')):.0f}", f"{r.get('predicted_mib', float('nan')):.0f}"]
+                 for r in proved]))
+    for r in {r["case"]: r for r in rows}.values():
+        if "skipped" in r:
+            print(f"\n{r['case']}: {r['constraints']:,} constraints, {r['lookups']:,} lookups, {r['wires']:,} wires; "
+                  f"not proved: {r['skipped']}")
+    splits = [r for r in rows if "same_bytes" in r]
+    if splits:
+        print("\none proof's rows on a Dask LocalCluster (the same bytes as one process)")
+        print(table(["case", "prove s", "sent MiB", "received MiB"],
+                    [[r["case"], f"{r['prove_s']:.2f}", f"{r['sent_mib']:.1f}", f"{r['received_mib']:.1f}"]
+                     for r in splits]))
+    split_rows = [[r["case"], r["split"]] for r in proved if r.get("split")]
     if split_rows:
         print("\nlargest gadget kinds (share of constraints + lookups)")
         print(table(["case", "gadget kinds"], split_rows))
