@@ -289,8 +289,9 @@ def test_a_counted_circuit_has_the_built_ones_sizes_and_cannot_be_proved(tmp_pat
     assert c.counts_by_gadget() == b.counts_by_gadget()
     assert c.counts_by_gadget(lookups=True) == b.counts_by_gadget(lookups=True)
     assert c.lookup_tables == b.lookup_tables
-    # counted terms are those before a row's repeated wires are merged (an upper bound; here within 2%)
-    assert b.nonzeros <= c.nonzeros <= 1.02 * b.nonzeros
+    # counted terms are those before a row's repeated wires are merged (an upper bound; a sum substituted into a
+    # row that also reads one of its terms repeats that wire: 2.2% here)
+    assert b.nonzeros <= c.nonzeros <= 1.03 * b.nonzeros
     assert [x.a.shape + x.b.shape for x in c.contractions] == [x.a.shape + x.b.shape for x in b.contractions]
     assert c.n_contraction_terms == b.n_contraction_terms
     with pytest.raises(ValueError, match=r"^zk: this circuit was counted, not built"):
