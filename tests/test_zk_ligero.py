@@ -336,7 +336,7 @@ def test_weak_parameters_are_refused_even_for_an_honest_proof(iris):
     assert LP.soundness_bits(weak) < 100
     proof = ligero.prove(c, wit, params=weak)
     with pytest.raises(ligero.Reject, match=r"^the proof's parameters \(k=2048, t=20, n=8192, σ=1\) are not the "
-                                            r"ones this circuit and 100 bits give \(k=2048, t=151, n=8192, σ=3\)"):
+                                            r"ones this circuit and 100 bits give \(k=1024, t=154, n=4096, σ=3\)"):
         ligero.check(proof, c, wit.public)
     with pytest.raises(ligero.Reject, match=r"^the proof's parameters \(k=2048, t=20, n=8192, σ=1\) give "
                                             r"[\d.]+ bits of soundness, below the required 100$"):

@@ -34,6 +34,8 @@ class _Mat:
 
 #: entries of the transposed product handled at once (bounds its temporaries: 3 draws × 2^21 × 8 bytes)
 _T_BLOCK = 1 << 21
+#: terms handled at once by :meth:`Transposed.apply_outer` (about ten temporaries of this length: 20 MiB)
+_OUTER_BLOCK = 1 << 18
 
 
 @dataclass
@@ -58,6 +60,32 @@ class Transposed:
             lo, hi = int(self.ptr[w]), int(self.ptr[end])
             vals = gf.mul(r[self.rows[lo:hi]], self.coeffs[lo:hi, None])
             out[w:end] = gf.segment_sum(vals, self.ptr[w:end + 1] - lo)
+            w = end
+        return out
+
+    def apply_outer(self, parts: list[tuple[int, int]], betas: np.ndarray, gammas: np.ndarray,
+                    width: int = 0) -> np.ndarray:
+        """``Sᵀ·r`` for each of ``σ`` vectors ``r`` that are rank one by blocks, without building them: block ``j``
+        starts at stacked row ``parts[j][0]`` and its row ``i`` is ``betas[s, parts[j][1] + i // k]·gammas[s, i % k]``
+        (``k = gammas.shape[1]``). Shape ``(σ, max(n_wires, width))``, zero past the wires: repetition ``s`` is
+        ``out[s]``."""
+        nw, (sg, k) = len(self.ptr) - 1, gammas.shape
+        starts = np.array([a for a, _ in parts], dtype=np.int64)
+        first = np.array([b for _, b in parts], dtype=np.int64)
+        out = np.zeros((sg, max(nw, width)), dtype=np.int64)
+        w = 0
+        while w < nw:
+            end = int(np.searchsorted(self.ptr, self.ptr[w] + _OUTER_BLOCK, side="right")) - 1
+            end = min(nw, max(end, w + 1))
+            lo, hi = int(self.ptr[w]), int(self.ptr[end])
+            rows = self.rows[lo:hi]
+            j = np.searchsorted(starts, rows, side="right") - 1
+            local = rows - starts[j]
+            bi, gi = first[j] + local // k, local % k
+            ptr = self.ptr[w:end + 1] - lo
+            for s in range(sg):
+                r = gf.mul(betas[s, bi], gammas[s, gi])
+                out[s, w:end] = gf.segment_sum(gf.mul(r, self.coeffs[lo:hi]), ptr)
             w = end
         return out
 
@@ -124,7 +152,8 @@ def digest(r: R1CS) -> bytes:
 
 
 def _mat(m) -> _Mat:
-    return _Mat(m.ptr, m.wires.astype(np.int64), gf.reduce(m.coeffs))
+    """The prover's view of one matrix: its own pointers and wires (shared, not copied), coefficients in [0, p)."""
+    return _Mat(m.ptr, np.asarray(m.wires, dtype=np.int64), gf.reduce(m.coeffs))
 
 
 def _transposed(mats, n_wires: int) -> Transposed:
@@ -139,7 +168,9 @@ def _transposed(mats, n_wires: int) -> Transposed:
     order = np.argsort(wires, kind="stable")
     ptr = np.zeros(n_wires + 1, dtype=np.int64)
     np.cumsum(np.bincount(wires, minlength=n_wires), out=ptr[1:])
-    return Transposed(ptr, np.concatenate(rows)[order], np.concatenate(coeffs)[order], at)
+    del wires
+    index = np.int32 if at < 2 ** 31 else np.int64          # the stacked row of every term: 4 bytes where it fits
+    return Transposed(ptr, np.concatenate(rows).astype(index)[order], np.concatenate(coeffs)[order], at)
 
 
 def prepare(r: R1CS) -> Prepared:

@@ -132,36 +132,39 @@ def _linear_tests(pc: Prepared, lay: Layout, T: Transcript, sigma: int,
 
     The coefficients on ``a``, ``b``, ``c`` (and on the lookup values and Freivalds vectors) are rank-one
     blocks ``β ⊗ γ`` with one ``γ`` per repetition (:mod:`.coefficients`); those on ``z`` follow from them,
-    ``−(Aᵀr_a + Bᵀr_b + Cᵀr_c + Lᵀr_v)`` plus the public and contraction terms, by one product with the
-    stacked matrices for every repetition together."""
-    M, nl = pc.n_constraints, pc.n_lookups
-    stacked = np.empty((pc.transposed.n_rows, sigma), dtype=np.int64)
-    reps = []
+    ``−(Aᵀr_a + Bᵀr_b + Cᵀr_c + Lᵀr_v)`` plus the public and contraction terms, by one pass over the stacked
+    matrices' terms by wire for every repetition together, the rank-one ``r`` computed term by term (never laid
+    out: σ values per constraint and lookup)."""
+    M = pc.n_constraints
+    reps, betas, gammas = [], [], []
     for s in range(sigma):
         gamma = T.field(f"lin{s}.columns", lay.k)
         parts = [coefficients.outer(T, f"lin{s}.{x}", lay.mq, gamma) for x in "abc"]
         rp = T.field(f"lin{s}.public", pc.n_public + 1)
-        for i, o in enumerate(parts):
-            stacked[i * M:(i + 1) * M, s] = o.flat(M)
         fix = None
+        blocks = list(parts)
         if lay.lk.n:
             more = lookup.linear_rows(lay.lk, T, s, alphas, gamma, pc.r1cs.lookup_bits)
-            stacked[3 * M:3 * M + nl, s] = more[0].flat(nl)
+            blocks.append(more[0])
             parts += more
         if lay.cs.n:
             fix, more = contraction.linear_rows(pc.contraction, lay.cs, T, s, draws, gamma)
             parts += more
         reps.append((parts, rp, fix))
-    rz = pc.transposed.apply(stacked)
-    del stacked
+        betas.append(np.concatenate([o.beta for o in blocks]))
+        gammas.append(gamma)
+    # the stacked rows [A; B; C; L] carry the rank-one blocks of a, b, c (mq rows of β each) and v (mv rows)
+    starts = [(0, 0), (M, lay.mq), (2 * M, 2 * lay.mq)] + ([(3 * M, 3 * lay.mq)] if lay.lk.n else [])
+    rz = pc.transposed.apply_outer(starts, np.array(betas), np.array(gammas), lay.mz * lay.k)
     out = []
     for s, (parts, rp, fix) in enumerate(reps):
-        z = gf.neg(np.ascontiguousarray(rz[:, s]))
+        z = rz[s]                                       # the coefficients on z, in place: Aᵀr_a + … negated
+        z[:] = gf.neg(z)
         z[:pc.n_public + 1] = gf.add(z[:pc.n_public + 1], rp)
         if fix is not None:
             wires, per_wire = fix
             z[wires] = gf.sub(z[wires], per_wire)
-        out.append((Rows([gf.as_rows(z, lay.mz, lay.k)] + parts, lay.k), rp))
+        out.append((Rows([z.reshape(lay.mz, lay.k)] + parts, lay.k), rp))
     return out
 
 

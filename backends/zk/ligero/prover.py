@@ -50,22 +50,23 @@ def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int |
     ``timings["memory"]``, predicted from the circuit's sizes. ``nonzeros``: of ``A``, ``B``, ``C``;
     ``lookup_terms``: of ``L``.
 
-    * the prepared circuit: every term's wire and coefficient twice (by rows and by wires), a pointer per row
-      and per wire;
-    * the kept matrix (:func:`kept_bytes`), when it fits ``keep`` (default :data:`KEEP_BYTES`);
-    * the linear test's coefficients: σ per constraint and lookup row, 2σ per wire, and the witness twice;
+    * preparing the circuit: 40 bytes a term at its peak (the coefficients in ``[0, p)``, the terms sorted by
+      wire with their rows and coefficients, and the sort's own index);
+    * the linear test's coefficients on ``z`` (σ rows of the padded wires) and the witness, a few copies;
+    * the kept matrix (:func:`kept_bytes`) when it fits ``keep`` (default :data:`KEEP_BYTES`); otherwise the
+      rows recomputed in pass 2, up to 48 MiB of them at once, and another copy of the witness;
     * the round-2 rows kept whole (``g``, the Freivalds vectors) and the multiplicities;
-    * the blocks in flight: about 1.2 units of encoded rows (a unit is whole Merkle row blocks, at least one), and
-      16 MiB of smaller temporaries (calibrated on the benchmark circuits, docs/ZK.md).
+    * one unit of encoded rows in flight (whole Merkle row blocks, at least one), and 16 MiB of smaller
+      temporaries. Calibrated on the benchmark circuits, kept and streamed: within 15% (docs/ZK.md).
     """
     keep = KEEP_BYTES if keep is None else keep
-    rows, wires = 3 * lay.mq * p.k + lay.lk.n, lay.mz * p.k
-    prepared = 32 * (nonzeros + lookup_terms) + 8 * (rows + wires)
-    kept = kept_bytes(lay, p) if kept_bytes(lay, p) <= keep else 0
-    linear = 8 * p.sigma * rows + 16 * p.sigma * wires + 16 * wires
-    held = 8 * ((lay.lk.sl * lay.lk.mm + lay.cs.rows) * p.k + lay.lk.size)
+    wires = lay.mz * p.k
     unit = min(lay.total, max(1, BLOCK_CELLS // (p.n * merkle.ROW_BLOCK)) * merkle.ROW_BLOCK) * p.n * 8
-    return int(prepared + kept + linear + held + 1.2 * unit + (16 << 20))
+    held = 8 * ((lay.lk.sl * lay.lk.mm + lay.cs.rows) * p.k + lay.lk.size)
+    out = 40 * (nonzeros + lookup_terms) + 8 * p.sigma * wires + 24 * wires + held + unit + (16 << 20)
+    if kept_bytes(lay, p) <= keep:
+        return int(out + kept_bytes(lay, p))
+    return int(out + min(unit, 48 << 20) + 24 * wires)
 
 
 def peak_rss() -> int:
