@@ -95,7 +95,7 @@ def _exact(op, args: list, prog, a, dt: Fixed) -> list | None:
     if isinstance(op, P.Mul):
         return [_products(args[0], args[1], 1, f)]
     if isinstance(op, P.Scale):
-        c = const(op.c, dt)
+        c = const(op.c, dt, "Scale constant")
         return [_products(args[0], (c, c), 1, f)]
     if isinstance(op, (P.MatMul, P.BatchMatMul)):
         return [_products(args[0], args[1], prog.types[a.args[0]].shape[-1], f)]

@@ -23,13 +23,20 @@ __all__ = ["Prepared", "prepare", "digest"]
 
 @dataclass
 class _Mat:
+    """One matrix of the circuit as the prover reads it: the R1CS's own arrays (shared, not copied), its small
+    signed coefficients reduced into ``[0, p)`` a block of terms at a time."""
     ptr: np.ndarray          # row CSR
     wires: np.ndarray
-    coeffs: np.ndarray       # in [0, p)
+    coeffs: np.ndarray       # small signed integers (the R1CS's)
+
+    def rows(self, z: np.ndarray, a: int, b: int) -> np.ndarray:
+        """Rows ``a … b`` of ``M·z`` (``z`` in ``[0, p)``)."""
+        lo, hi = int(self.ptr[a]), int(self.ptr[b])
+        return gf.segment_sum(gf.mul(gf.reduce(self.coeffs[lo:hi]), z[self.wires[lo:hi]]), self.ptr[a:b + 1] - lo)
 
     def apply(self, z: np.ndarray) -> np.ndarray:
-        """``M·z`` (one value per constraint)."""
-        return gf.segment_sum(gf.mul(self.coeffs, z[self.wires]), self.ptr)
+        """``M·z`` (one value per row)."""
+        return self.rows(z, 0, len(self.ptr) - 1)
 
 
 #: entries of the transposed product handled at once (bounds its temporaries: 3 draws × 2^21 × 8 bytes)
@@ -152,25 +159,47 @@ def digest(r: R1CS) -> bytes:
 
 
 def _mat(m) -> _Mat:
-    """The prover's view of one matrix: its own pointers and wires (shared, not copied), coefficients in [0, p)."""
-    return _Mat(m.ptr, np.asarray(m.wires, dtype=np.int64), gf.reduce(m.coeffs))
+    return _Mat(m.ptr, m.wires, m.coeffs)
+
+
+#: terms sorted by wire at once while the transposed matrices are built
+_SORT_BLOCK = 1 << 20
 
 
 def _transposed(mats, n_wires: int) -> Transposed:
-    """The column CSR of the matrices stacked (rows numbered end to end)."""
-    rows, wires, coeffs, at = [], [], [], 0
+    """The column CSR of the matrices stacked (rows numbered end to end), by a counting sort on the wires a block
+    of terms at a time (stable: by wire, then in stacked order), so that nothing of the size of all the terms is
+    made but the result: each term's row (4 bytes where it fits) and coefficient in ``[0, p)``."""
+    counts = np.zeros(n_wires, dtype=np.int64)
     for m in mats:
-        rows.append(at + np.repeat(np.arange(len(m.ptr) - 1, dtype=np.int64), np.diff(m.ptr)))
-        wires.append(m.wires)
-        coeffs.append(m.coeffs)
-        at += len(m.ptr) - 1
-    wires = np.concatenate(wires)
-    order = np.argsort(wires, kind="stable")
+        counts += np.bincount(m.wires, minlength=n_wires)
     ptr = np.zeros(n_wires + 1, dtype=np.int64)
-    np.cumsum(np.bincount(wires, minlength=n_wires), out=ptr[1:])
-    del wires
-    index = np.int32 if at < 2 ** 31 else np.int64          # the stacked row of every term: 4 bytes where it fits
-    return Transposed(ptr, np.concatenate(rows).astype(index)[order], np.concatenate(coeffs)[order], at)
+    np.cumsum(counts, out=ptr[1:])
+    del counts
+    n_rows = sum(len(m.ptr) - 1 for m in mats)
+    total = int(ptr[-1])
+    rows = np.empty(total, dtype=np.int32 if n_rows < 2 ** 31 else np.int64)
+    coeffs = np.empty(total, dtype=np.int64)
+    cursor = ptr[:-1].copy()
+    at = 0
+    for m in mats:
+        nt = len(m.wires)
+        for lo in range(0, nt, _SORT_BLOCK):
+            hi = min(nt, lo + _SORT_BLOCK)
+            w = np.asarray(m.wires[lo:hi], dtype=np.int64)
+            order = np.argsort(w, kind="stable")
+            ws = w[order]
+            first = np.ones(len(ws), dtype=bool)
+            first[1:] = ws[1:] != ws[:-1]
+            starts = np.flatnonzero(first)
+            rank = np.arange(len(ws)) - np.repeat(starts, np.diff(np.append(starts, len(ws))))
+            dest = cursor[ws] + rank
+            term_rows = np.searchsorted(m.ptr, np.arange(lo, hi), side="right") - 1 + at
+            rows[dest] = term_rows[order]
+            coeffs[dest] = gf.reduce(np.asarray(m.coeffs[lo:hi])[order])
+            cursor[ws[first]] += np.diff(np.append(starts, len(ws)))
+        at += len(m.ptr) - 1
+    return Transposed(ptr, rows, coeffs, n_rows)
 
 
 def prepare(r: R1CS) -> Prepared:

@@ -64,9 +64,8 @@ def _table_rows(m: np.ndarray, alphas: np.ndarray, sh) -> np.ndarray:
 
 
 def _apply_rows(M, z: np.ndarray, a: int, b: int) -> np.ndarray:
-    """Rows ``a … b`` of ``M·z`` (``M`` a row CSR :class:`.circuitdata._Mat`)."""
-    lo, hi = int(M.ptr[a]), int(M.ptr[b])
-    return gf.segment_sum(gf.mul(M.coeffs[lo:hi], z[M.wires[lo:hi]]), M.ptr[a:b + 1] - lo)
+    """Rows ``a … b`` of ``M·z`` (``M`` a :class:`.circuitdata._Mat`)."""
+    return M.rows(z, a, b)
 
 
 class Encoding:

@@ -50,8 +50,8 @@ def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int |
     ``timings["memory"]``, predicted from the circuit's sizes. ``nonzeros``: of ``A``, ``B``, ``C``;
     ``lookup_terms``: of ``L``.
 
-    * preparing the circuit: 40 bytes a term at its peak (the coefficients in ``[0, p)``, the terms sorted by
-      wire with their rows and coefficients, and the sort's own index);
+    * the prepared circuit: 20 bytes a term (the terms sorted by wire, each with its row and its coefficient in
+      ``[0, p)``; the matrices themselves are the R1CS's, shared);
     * the linear test's coefficients on ``z`` (σ rows of the padded wires) and the witness, a few copies;
     * the kept matrix (:func:`kept_bytes`) when it fits ``keep`` (default :data:`KEEP_BYTES`); otherwise the
       rows recomputed in pass 2, up to 48 MiB of them at once, and another copy of the witness;
@@ -63,7 +63,7 @@ def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int |
     wires = lay.mz * p.k
     unit = min(lay.total, max(1, BLOCK_CELLS // (p.n * merkle.ROW_BLOCK)) * merkle.ROW_BLOCK) * p.n * 8
     held = 8 * ((lay.lk.sl * lay.lk.mm + lay.cs.rows) * p.k + lay.lk.size)
-    out = 40 * (nonzeros + lookup_terms) + 8 * p.sigma * wires + 24 * wires + held + unit + (16 << 20)
+    out = 20 * (nonzeros + lookup_terms) + 8 * p.sigma * wires + 24 * wires + held + unit + (16 << 20)
     if kept_bytes(lay, p) <= keep:
         return int(out + kept_bytes(lay, p))
     return int(out + min(unit, 48 << 20) + 24 * wires)
