@@ -43,7 +43,7 @@ __all__ = ["estimate", "by_gadget", "prover_features", "prover_seconds", "prover
            "recalibrate", "PROVER_FEATURES"]
 
 _TAG = re.compile(r"^[^#:]*#(\d+):")
-_VERSION = 6
+_VERSION = 7
 
 
 def _circuit(f: Any, function: str, dtype, field, range_checks):
@@ -59,7 +59,8 @@ PROVER_FEATURES = ("call", "encode", "linear", "columns", "nonzeros", "lookups",
 
 def prover_features(c) -> list[float]:
     """The Ligero prover's work on circuit ``c``, from its own parameter choice and matrix layout:
-    one call; the encoding (matrix rows × codeword length × log₂ of it: one NTT per row); the linear test's
+    one call; the encoding (matrix rows × codeword length × log₂ of it: one NTT per row, twice when the matrix
+    is streamed rather than kept); the linear test's
     dense coefficient rows (those on ``z``, σ of each: an inverse NTT and a coset evaluation per row, the
     rank-one blocks cost none); hashing and combining the columns (rows × codeword length); ``A·z``,
     ``B·z``, ``C·z`` (their nonzeros); logUp; the contraction argument (every wire occurrence of its
@@ -70,7 +71,8 @@ def prover_features(c) -> list[float]:
     lay = layout(pc, p)
     terms = c.r1cs.n_contraction_terms * p.contraction_sigma * (p.sigma + 1)
     ntt = p.n * math.log2(p.n)
-    return [1.0, float(lay.total * ntt), float(p.sigma * lay.mz * ntt), float(lay.total * p.n),
+    passes = 1 if prover_module.kept_bytes(lay, p) <= prover_module.KEEP_BYTES else 2   # streamed: encoded twice
+    return [1.0, float(passes * lay.total * ntt), float(p.sigma * lay.mz * ntt), float(lay.total * p.n),
             float(c.r1cs.nonzeros), float(pc.n_lookups), float(terms)]
 
 

@@ -102,6 +102,7 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
     if check:
         circuit.assert_satisfied(values)
     t0 = time.perf_counter()
+    gf.warm()                                      # the compiled kernels loaded before the proof's own memory
     mark = Watermark()                             # the memory the proof adds (preparing the circuit included)
     pc = prepare(circuit.r1cs)
     p = params or _expected(pc, target_bits, soundness=soundness)     # choose(…) of the circuit's sizes, cached
