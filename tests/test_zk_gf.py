@@ -241,10 +241,11 @@ def test_compiled_products_equal_the_numpy_path_bit_for_bit():
 
 @needs_numba
 @pytest.mark.parametrize("m, K, n", [(1, 25, 32768), (3, 33, 8341), (5, 0, 3), (0, 4, 2), (40, 9000, 3),
-                                     (128, 512, 130), (2, 4097, 6)])
+                                     (16, 1024, 64), (128, 512, 130), (2, 4097, 6)])
 def test_compiled_matmul_equals_the_numpy_path_bit_for_bit(m, K, n):
-    """Short inner dimensions (the prover's combinations of rows) as direct products, long ones on all sides
-    by BLAS limbs on both paths; every value at p − 1 puts each sum at its largest."""
+    """Products with a short side (the prover's combinations of rows: short inner dimensions; a short outer
+    one; few multiply-adds) as direct products, long ones on all sides by BLAS limbs on both paths; every
+    value at p − 1 puts each sum at its largest."""
     rng = np.random.default_rng(m + K + n)
     a, b = _rand(rng, m, K), _rand(rng, K, n)
     for x, y in [(a, b), (np.full_like(a, P - 1), np.full_like(b, P - 1)), (b.T, a.T), (np.asfortranarray(a), b)]:

@@ -411,12 +411,14 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     The larger side splits into two 26-bit limbs (at most ``2^25`` in size), the other into three
     balanced 17-bit limbs (at most ``2^16``): six limb products, each summed over a chunk of at most
     ``2^12`` of the inner dimension, so below ``2^53`` and exact. The three limbs are laid side by
-    side, so that two BLAS calls per chunk compute all six.
+    side, so that two BLAS calls per chunk compute all six. With Numba, products with a short side are
+    direct products instead (:mod:`.gf_numba`).
     """
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
-    if (jit := _jit()) is not None and (a.shape[1] < 512 or min(a.shape[0], b.shape[1]) < 128):
-        return jit.matmul(a, b)                         # direct products: faster unless all three sides are long
+    (m, K), nb = a.shape, b.shape[-1]
+    if (jit := _jit()) is not None and (K <= 64 or min(m, nb) <= 4 or m * K * nb <= 1 << 21):
+        return jit.matmul(a, b)                         # direct products: ≥ 2× faster there (bench/gf_kernels.py)
     if a.size >= b.size:
         return _matmul(a, b)
     return np.ascontiguousarray(_matmul(b.T, a.T).T)

@@ -16,8 +16,8 @@ forced (``CIRCUITGRAD_GF=numpy`` or :func:`.gf.set_kernels`). Every result is th
 * A matrix product with a short side (the prover's combinations of a few dozen rows) is computed by direct
   products, a row of ``b`` times one entry of ``a`` added into a strip of ``out`` that stays in cache: about
   0.5 ns per multiply-add, against BLAS limb products whose splitting and joining cost more than that until
-  all three sides are long (:func:`.gf.matmul` keeps BLAS for inner dimensions of 512 and more with both
-  outer sides of 128 and more).
+  all three sides are long. :func:`.gf.matmul` calls it where it measured at least 2× faster: an inner
+  dimension of at most 64, an outer one of at most 4, or at most ``2^21`` multiply-adds.
 * Every kernel runs on the calling thread. Spreading NTT rows over the two cores with ``prange`` halved an
   NTT on an idle machine but did not shorten a proof: the prover's GEMMs (MKL) and hashing then competed
   with Numba's OpenMP workers, which spin after each parallel region (the GPT d=32 proof took 4.1 s with them,
