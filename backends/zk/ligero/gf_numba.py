@@ -286,6 +286,8 @@ def _matmul(a, b, out):
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b mod p`` for 2-D ``int64`` arrays of field elements, by direct products (for short inner
     dimensions, where the BLAS limb products of :func:`.gf.matmul` spend their time splitting and joining)."""
+    if b.shape[1] < a.shape[0]:                         # the longer outer side as the rows the loop runs along
+        return np.ascontiguousarray(matmul(b.T, a.T).T)
     out = np.zeros((a.shape[0], b.shape[1]), dtype=np.int64)
     _matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
     return out
