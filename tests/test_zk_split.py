@@ -2,6 +2,8 @@
 computes a wrong row or a wrong block of the commitment gives a proof that does not verify."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from conftest import run_cli
@@ -55,7 +57,7 @@ def test_split_proof_is_the_single_process_one(step, threads):
     ligero.check(proof, c, w.public, params=WEAK, min_bits=0)
     # sent: the circuit and witness to each worker, then the calls; received: every digest, the test sums, columns
     digests = 32 * WEAK.n * (-(-lay.rows // merkle.ROW_BLOCK) + -(-lay.second // merkle.ROW_BLOCK))
-    sums = 2 * 8 * (WEAK.K + 2 * WEAK.n) * WEAK.sigma
+    sums = 2 * (8 * (WEAK.K + 2 * WEAK.n) * WEAK.sigma + len(pickle.dumps("0" * 64)))   # and a fingerprint
     assert split.moved["received"] == digests + sums + 8 * lay.total * WEAK.t
     assert split.moved["sent"] > 2 * 8 * c.r1cs.n_wires
 
@@ -106,6 +108,30 @@ def test_a_worker_committing_other_rows_than_it_opens_is_rejected(step, threads,
     proof, _ = _split(c, w, threads)
     with pytest.raises(ligero.Reject, match=r"^opened columns do not match the Merkle commitment$"):
         ligero.check(proof, c, w.public, params=WEAK, min_bits=0)
+
+
+def test_a_worker_with_other_challenges_stops_the_proof(step, threads, monkeypatch):
+    """A worker that draws other test challenges (another version of the library) is found by the fingerprint
+    its test sums carry, before any proof is made. The workers draw through ``protocol.test_challenges``, the
+    driver through its own import of it."""
+    c, w = step
+    real = protocol.test_challenges
+
+    def other(*args):
+        r, lin, rq = real(*args)
+        rq = rq.copy()
+        rq[0, 0] = ligero.gf.add(rq[0, 0], 1)
+        return r, lin, rq
+    monkeypatch.setattr(protocol, "test_challenges", other)
+    with pytest.raises(RuntimeError, match=r"^a Dask worker drew other test challenges than this process \(is it "
+                                           r"running another version of circuitgrad\?\): the proof would not verify$"):
+        _split(c, w, threads)
+
+
+def test_a_split_proof_is_forgotten_by_the_workers(step, threads):
+    c, w = step
+    _split(c, w, threads)
+    assert not distributed._ROWS            # in-process workers: the same module, emptied by Split.close
 
 
 @pytest.mark.slow

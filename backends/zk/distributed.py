@@ -27,9 +27,12 @@ run.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
+import threading
 import uuid
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -172,29 +175,57 @@ def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, prog
 
 
 # ------------------------------------------------------------------------------------- one proof, many workers
-_ROWS: dict[str, list] = {}
+@dataclass
+class _Proof:
+    """What a worker process holds of one proof: its rows, built once (under the lock) for every thread."""
+    passes: Any
+    second: bool = False
+    challenges: Any = None
+
+
+_ROWS: dict[str, _Proof] = {}
+_ROWS_LOCK = threading.Lock()
 
 
 def _rows_task(key: str, blob: bytes, second, method: str, *args):
     """One pass's share of a proof on a worker: ``blob`` is the cloudpickled ``(prepared circuit, witness,
-    layout, parameters, seed, masks)``, loaded once per process; ``second`` the round-2 challenges (or None)."""
+    layout, parameters, seed, masks)``, loaded once per process whatever its threads; ``second`` the round-2
+    challenges (or None). The tests return the fingerprint of the challenges they used, beside their sums."""
     _tune_malloc()
-    if key not in _ROWS:
-        _ROWS.clear()                       # one proof at a time per worker
-        pc, z, lay, p, seed, masks = pickle.loads(blob)
-        enc = encoding.Encoding(pc, z, lay, p, seed, masks)
-        _ROWS[key] = [prover.Passes(pc, lay, p, enc, False, lambda s: None), None, None]
-    state = _ROWS[key]
-    pr = state[0]
-    if second is not None and state[1] is None:
-        pr.enc.start_second(*second)
-        state[1] = True
+    with _ROWS_LOCK:
+        if key not in _ROWS:
+            pc, z, lay, p, seed, masks = pickle.loads(blob)
+            _ROWS[key] = _Proof(prover.Passes(pc, lay, p, encoding.Encoding(pc, z, lay, p, seed, masks), False,
+                                              lambda s: None))
+        state = _ROWS[key]
+        pr = state.passes
+        if second is not None and not state.second:
+            pr.enc.start_second(*second)
+            state.second = True
+        if method == "tests" and state.challenges is None:     # from the transcript as the driver had it
+            state.challenges = protocol.test_challenges(pr.pc, pr.lay, args[0], pr.enc.alphas,
+                                                        second[1] if second else [])
     if method == "tests":
-        snapshot, part, parts = args
-        if state[2] is None:                 # the tests' challenges, from the transcript as the driver had it
-            state[2] = protocol.test_challenges(pr.pc, pr.lay, snapshot, pr.enc.alphas, second[1] if second else [])
-        return pr.tests(*state[2], part, parts)
+        _, part, parts = args
+        return pr.tests(*state.challenges, part, parts) + (_fingerprint(state.challenges),)
     return getattr(pr, method)(*args)
+
+
+def _forget(key: str) -> None:
+    """Drop a proof's rows, witness and seed from this worker (when the proof is done)."""
+    with _ROWS_LOCK:
+        _ROWS.pop(key, None)
+
+
+def _fingerprint(challenges: tuple) -> str:
+    """A digest of the tests' challenges (the proximity and quadratic ones, and each linear repetition's γ and
+    public coefficients): driver and workers must have drawn the same."""
+    r, lin, rq = challenges
+    h = hashlib.sha256(np.ascontiguousarray(r).tobytes() + np.ascontiguousarray(rq).tobytes())
+    for R, rp in lin:
+        h.update(np.ascontiguousarray(rp).tobytes())
+        h.update(np.ascontiguousarray(R.parts[1].gamma).tobytes())
+    return h.hexdigest()
 
 
 class Split:
@@ -202,7 +233,8 @@ class Split:
     :func:`prove_steps`): ``zk.prove(..., cluster=...)``.
 
     Every worker receives the prepared circuit, the witness, the seed and the masks once (``scatter``,
-    broadcast), and rebuilds any rows it is asked for (:mod:`.ligero.encoding`). The commitment's rows are cut
+    broadcast), and rebuilds any rows it is asked for (:mod:`.ligero.encoding`); :meth:`close` makes every worker
+    forget them. They are the prover's secrets: use workers you trust, over ``tls://`` between machines. The commitment's rows are cut
     at Merkle row blocks, one range per worker, which returns its block digests; the tests' jobs are dealt out
     round robin and their sums added; the opened columns come back by ranges of rows. Nothing depends on
     which worker computed what, so the proof's bytes are the single process's. ``moved`` counts the bytes sent
@@ -215,6 +247,13 @@ class Split:
         self.moved = {"sent": 0, "received": 0}
 
     def close(self) -> None:
+        """Forget the proof on every worker (its witness and seed), then close a cluster this object started."""
+        if getattr(self, "key", None) is not None:
+            try:
+                self.client.run(_forget, self.key)
+            except Exception:               # a worker that is gone holds nothing any more
+                pass
+            self.key = None
         self.blob = None
         if self.owned is not None:
             self.client.close()
@@ -257,8 +296,11 @@ class Split:
 
     def tests(self, snapshot, challenges: tuple) -> tuple:
         parts = self._run("tests", [(snapshot, i, self.workers) for i in range(self.workers)])
-        u, q, pq = parts[0]
-        for u2, q2, pq2 in parts[1:]:
+        if any(fp != _fingerprint(challenges) for *_, fp in parts):
+            raise RuntimeError("a Dask worker drew other test challenges than this process (is it running another "
+                               "version of circuitgrad?): the proof would not verify")
+        u, q, pq, _ = parts[0]
+        for u2, q2, pq2, _ in parts[1:]:
             u, q, pq = ligero.gf.add(u, u2), ligero.gf.add(q, q2), ligero.gf.add(pq, pq2)
         return u, q, pq
 

@@ -39,8 +39,6 @@ class _Mat:
         return self.rows(z, 0, len(self.ptr) - 1)
 
 
-#: entries of the transposed product handled at once (bounds its temporaries: 3 draws × 2^21 × 8 bytes)
-_T_BLOCK = 1 << 21
 #: terms handled at once by :meth:`Transposed.apply_outer` (about ten temporaries of this length: 20 MiB)
 _OUTER_BLOCK = 1 << 18
 
@@ -53,22 +51,6 @@ class Transposed:
     rows: np.ndarray         # the stacked row of every entry, in wire order
     coeffs: np.ndarray       # in [0, p), in wire order
     n_rows: int              # rows of the stack
-
-    def apply(self, r: np.ndarray) -> np.ndarray:
-        """``Sᵀ·r`` for ``r`` of shape ``(n_rows, s)`` (``s`` repetitions side by side): shape ``(n_wires, s)``.
-
-        The repetitions share every gather (one cache line per entry, not ``s``), a block of wires at a time."""
-        nw = len(self.ptr) - 1
-        out = np.zeros((nw, r.shape[1]), dtype=np.int64)
-        w = 0
-        while w < nw:
-            end = int(np.searchsorted(self.ptr, self.ptr[w] + _T_BLOCK, side="right")) - 1
-            end = min(nw, max(end, w + 1))
-            lo, hi = int(self.ptr[w]), int(self.ptr[end])
-            vals = gf.mul(r[self.rows[lo:hi]], self.coeffs[lo:hi, None])
-            out[w:end] = gf.segment_sum(vals, self.ptr[w:end + 1] - lo)
-            w = end
-        return out
 
     def apply_outer(self, parts: list[tuple[int, int]], betas: np.ndarray, gammas: np.ndarray,
                     width: int = 0) -> np.ndarray:

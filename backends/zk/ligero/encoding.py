@@ -63,11 +63,6 @@ def _table_rows(m: np.ndarray, alphas: np.ndarray, sh) -> np.ndarray:
     return np.concatenate([gf.as_rows(gf.mul(_inverses(table, a, sh), m), sh.mm, sh.k) for a in alphas.tolist()])
 
 
-def _apply_rows(M, z: np.ndarray, a: int, b: int) -> np.ndarray:
-    """Rows ``a … b`` of ``M·z`` (``M`` a :class:`.circuitdata._Mat`)."""
-    return M.rows(z, a, b)
-
-
 class Encoding:
     """The committed rows of one proof. ``seed`` (secret, 32 bytes) draws every row's masking coefficients;
     ``masks`` are the coefficient rows of the ``3σ`` mask rows (the prover's driver holds them; a worker that
@@ -76,6 +71,7 @@ class Encoding:
     def __init__(self, pc, z: np.ndarray, lay, p, seed: bytes, masks: np.ndarray | None = None):
         self.pc, self.z, self.lay, self.p, self.seed, self.masks = pc, z, lay, p, seed, masks
         self.m = self._multiplicities() if lay.lk.n else None
+        self.m_rows = gf.as_rows(self.m, lay.lk.mm, p.k) if lay.lk.n else None
         self.alphas = np.zeros(0, dtype=np.int64)
         self.held = None                           # the round-2 rows kept whole: g_s, then the Freivalds vectors
         lk, k = lay.lk, p.k
@@ -85,10 +81,10 @@ class Encoding:
         self.segments = [(0, mz, lambda lo, hi: rows_of(lambda a, b: z[a:b], len(z), lo, hi, k))]
         for i, M in enumerate((A, B, C)):
             self.segments.append((mz + i * mq, mz + (i + 1) * mq,
-                                  lambda lo, hi, M=M: rows_of(lambda a, b: _apply_rows(M, z, a, b), nc, lo, hi, k)))
+                                  lambda lo, hi, M=M: rows_of(lambda a, b: M.rows(z, a, b), nc, lo, hi, k)))
         if lk.n:
             self.segments += [(c, c + lk.mv, self.lookup_values),
-                              (c + lk.mv, lay.mw, lambda lo, hi: gf.as_rows(self.m, lk.mm, k)[lo:hi])]
+                              (c + lk.mv, lay.mw, lambda lo, hi: self.m_rows[lo:hi])]
         r2 = lay.rows
         if lk.n:
             self.segments += [(r2 + s * lk.mv, r2 + (s + 1) * lk.mv, lambda lo, hi, s=s: self._inverses(s, lo, hi))
@@ -100,7 +96,7 @@ class Encoding:
 
     def lookup_values(self, lo: int, hi: int) -> np.ndarray:
         """Rows ``lo … hi`` of ``v = Lz``."""
-        return rows_of(lambda a, b: _apply_rows(self.pc.L, self.z, a, b), self.pc.n_lookups, lo, hi, self.p.k)
+        return rows_of(lambda a, b: self.pc.L.rows(self.z, a, b), self.pc.n_lookups, lo, hi, self.p.k)
 
     def _multiplicities(self) -> np.ndarray:
         """``m``: how often each table entry is looked up (a pass over ``L``, which also checks every lookup)."""
@@ -112,7 +108,7 @@ class Encoding:
         for lo in range(0, sh.mv, step):
             hi = min(sh.mv, lo + step)
             a, b = lo * self.p.k, min(hi * self.p.k, pc.n_lookups)
-            v = _apply_rows(pc.L, self.z, a, b)
+            v = pc.L.rows(self.z, a, b)
             out = v >= np.left_shift(1, bits[a:b])
             if out.any():
                 bad = a + int(np.flatnonzero(out)[0])

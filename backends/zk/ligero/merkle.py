@@ -12,8 +12,9 @@ and the root does not depend on how the rows were grouped for computation or whi
 only the rows' numbering fixes the blocks.
 
 Every hash input starts with a domain tag of 8 bytes (``BLOCK_TAG``, ``LEAF_TAG``, ``NODE_TAG``), so that no
-input of one kind is ever the input of another, whatever the number of rows. Leaves are salted with 16 random
-bytes each. An unopened column's leaf hash then reveals nothing about its values, which the zero-knowledge
+input of one kind is ever the input of another, whatever the number of rows. Leaves are salted with 16
+pseudorandom bytes each (the prover's secret seed through SHAKE-256). An unopened column's leaf hash then
+reveals nothing about its values, which the zero-knowledge
 argument needs. An opening of several columns sends each sibling hash once (the union of the authentication
 paths, minus the nodes the verifier can compute).
 """

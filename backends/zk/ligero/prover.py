@@ -30,8 +30,8 @@ from .coefficients import BLOCK_CELLS
 from .encoding import Encoding, prf
 from .params import Params
 from .proofio import LigeroProof
-from .protocol import Layout, layout, quad_rows, test_challenges, transcript, zh_on_coset
-from . import contraction, lookup
+from .protocol import Layout, layout, test_challenges, transcript, zh_on_coset
+from . import contraction
 
 __all__ = ["prove_prepared", "Passes", "Local", "KEEP_BYTES", "kept_bytes", "memory", "peak_rss", "Watermark"]
 
@@ -275,7 +275,7 @@ class Passes:
 
 class Local:
     """Runs the passes of a proof in this process: the reference that a split across workers must match
-    (``backends/zk/distributed.py`` has the Dask one, with the same four methods)."""
+    (``backends/zk/distributed.py`` has the Dask one, ``Split``, with the same methods)."""
 
     def start(self, pr: Passes) -> None:
         self.pr = pr
