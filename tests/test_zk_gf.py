@@ -276,6 +276,25 @@ def test_the_kernels_are_chosen_by_name_and_numba_is_optional(monkeypatch):
         gf.set_kernels(old)
 
 
+def test_a_numba_that_does_not_load_is_one_warning_and_the_numpy_path(monkeypatch):
+    monkeypatch.setitem(gf._KERNELS, "module", None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())   # installed ...
+    monkeypatch.setitem(sys.modules, "numba", None)                               # ... but it does not import
+    monkeypatch.delitem(sys.modules, "circuitgrad.backends.zk.ligero.gf_numba", raising=False)
+    monkeypatch.delattr(sys.modules["circuitgrad.backends.zk.ligero"], "gf_numba", raising=False)
+    old = gf.set_kernels("auto")
+    try:
+        with pytest.warns(RuntimeWarning) as record:
+            assert gf.kernels() == "numpy"
+            assert gf.kernels() == "numpy"                                        # said once, not per call
+            assert gf.mul(np.array([P - 1]), np.array([P - 1])).tolist() == [1]
+        assert [str(w.message) for w in record] == [
+            "Numba is installed but does not load (import of numba halted; None in sys.modules); the field "
+            "arithmetic runs in NumPy"]
+    finally:
+        gf.set_kernels(old)
+
+
 def test_circuitgrad_gf_numpy_forces_the_numpy_path():
     code = "from circuitgrad.backends.zk.ligero import gf; print(gf.kernels())"
     env = {**os.environ, "CIRCUITGRAD_GF": "numpy"}
