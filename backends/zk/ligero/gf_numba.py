@@ -25,7 +25,8 @@ forced (``CIRCUITGRAD_GF=numpy`` or :func:`.gf.set_kernels`). Every result is th
   milliseconds per small call.
 
 NTT inputs may lie in ``[0, 2p)`` (as the NumPy path's lazy butterflies allow); products take ``[0, p)``.
-Every kernel is compiled on first use and cached on disk (``cache=True``).
+Every kernel is compiled on first use and cached on disk (``cache=True``), and releases the GIL while it runs
+(``nogil=True``: threads of one process, such as a Dask worker's, transform rows side by side).
 """
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ def _ntt_row(x, tw, twf):
         h *= 2
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _ntt(x, out, tw, twf, rev, scale, scalef):
     """``out[r] = NTT(x[r])`` for the rows of ``x`` (``(rows, n)``, values in ``[0, 2p)``), each value then
     multiplied by ``scale`` (per column, ``scalef = scale/p``; empty for none)."""
@@ -138,7 +139,7 @@ def _ntt(x, out, tw, twf, rev, scale, scalef):
                 row[i] = _mulmod(row[i], scale[i], scalef[i])
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _coset(c, out, shift, shiftf, tw, twf, rev):
     """``out[r] = NTT((c[r]·shift^j)_j zero-padded)`` for coefficients ``c`` (``(rows, d)``, values in
     ``[0, 2p)``) and ``out`` of shape ``(rows, n)``, ``n ≥ d``; ``shift``/``shiftf``: the shift's powers and their
@@ -152,13 +153,13 @@ def _coset(c, out, shift, shiftf, tw, twf, rev):
         _ntt_row(row, tw, twf)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _mul_flat(a, b, out):
     for i in range(out.shape[0]):
         out[i] = _mulmod2(a[i], b[i])
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _mul_rows(a, b, out):
     """``out[r] = a[r]·b`` for ``(rows, d)`` arrays and a vector ``b`` of length ``d``."""
     for r in range(a.shape[0]):
@@ -166,7 +167,7 @@ def _mul_rows(a, b, out):
             out[r, i] = _mulmod2(a[r, i], b[i])
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _mul_cols(a, b, out):
     """``out[r] = a[r]·b[r]`` for ``(rows, d)`` arrays and a vector ``b`` of length ``rows``."""
     for r in range(a.shape[0]):
@@ -175,7 +176,7 @@ def _mul_cols(a, b, out):
             out[r, i] = _mulmod2(a[r, i], br)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _mul_const(x, w, wf, out):
     for i in range(out.shape[0]):
         out[i] = _mulmod(x[i], w, wf)
@@ -266,7 +267,7 @@ def mul_const(x: np.ndarray, w: int) -> np.ndarray:
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _matmul(a, b, out):
     """``out = a @ b mod p`` by direct products: for each strip of ``_COLS`` columns, each row of ``b`` times each
     entry of its column of ``a`` is added into the strip of ``out`` (which stays in cache)."""
