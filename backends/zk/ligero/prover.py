@@ -220,7 +220,7 @@ class Passes:
               parts: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The sums over the witness rows of jobs ``part, part + parts, …`` (all of them by default):
         ``Σ rᵢ·pᵢ`` (coefficients), ``Σ rᵢ(η)·pᵢ(η)`` and ``Σ rqᵢ·(products)ᵢ`` on ``D``, for each repetition."""
-        lay, p, n = self.lay, self.p, self.p.n
+        lay, p = self.lay, self.p
         acc = _Sums(p, r, lin, rq)
         mz, mq, c = lay.mz, lay.mq, lay.mz + 3 * lay.mq
         lk, cs, r2 = lay.lk, lay.cs, lay.rows
