@@ -406,3 +406,17 @@ def test_merkle_leaves_over_row_blocks_and_root_match_hashlib_with_domain_tags()
         while len(level) > 1:
             level = [hashlib.sha256(b"CG-NODE:" + level[i] + level[i + 1]).digest() for i in range(0, len(level), 2)]
         assert merkle.Tree(want).root == level[0]
+
+
+def test_circuitgrad_info_names_the_field_kernels(monkeypatch):
+    from circuitgrad.backends import zk
+    old = gf.set_kernels("numpy")
+    try:
+        monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "numba" else object())
+        assert zk.installed() == ("NumPy field kernels for the native prover (pip install 'circuitgrad[numba]' "
+                                  "compiles them, 2-5x faster)")
+    finally:
+        gf.set_kernels(old)
+    if gf.kernels() == "numba":
+        import numba
+        assert zk.installed() == f"Numba {numba.__version__} (compiled field kernels for the native prover)"
