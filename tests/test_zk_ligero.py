@@ -370,15 +370,16 @@ def test_header_must_match_the_circuit(iris):
     assert not zk.verify(protocol.LigeroProof(**{**proof.__dict__, "u": proof.u[:, :3]}), c, wit.public)
 
 
-@pytest.mark.parametrize("cells", [1, 1 << 14])
-def test_streamed_and_blocked_proofs_are_the_kept_one(iris, monkeypatch, cells):
+@pytest.mark.parametrize("cells, values", [(1, 0), (1 << 14, 0), (1 << 14, 1 << 29)])
+def test_streamed_and_blocked_proofs_are_the_kept_one(iris, monkeypatch, cells, values):
     """The prover's passes go over blocks of rows: with the encoded matrix recomputed instead of kept
-    (``KEEP_BYTES = 0``) and blocks of one row (or of a few), the seeded proof is byte for byte the one with the
-    matrix kept and the default blocks, and it verifies."""
+    (``KEEP_BYTES = 0``), its values recomputed too or kept (``VALUES_BYTES``), and blocks of one row (or of a
+    few), the seeded proof is byte for byte the one with the matrix kept and the default blocks, and it verifies."""
     from circuitgrad.backends.zk.ligero import proofio
     c, w, _ = iris
     default = proofio.dumps(ligero.prove(c, w, rng=np.random.default_rng(7)))
     monkeypatch.setattr(prover, "KEEP_BYTES", 0)
+    monkeypatch.setattr(prover, "VALUES_BYTES", values)
     monkeypatch.setattr(prover, "BLOCK_CELLS", cells)
     streamed = ligero.prove(c, w, rng=np.random.default_rng(7))
     assert proofio.dumps(streamed) == default
@@ -407,6 +408,7 @@ def test_streamed_proof_with_lookups_and_contractions_is_the_kept_one(monkeypatc
         assert lay.rows > 2 * merkle.ROW_BLOCK and lay.second > merkle.ROW_BLOCK
     kept = ligero.prove(c, w, params=p, rng=np.random.default_rng(5))
     monkeypatch.setattr(prover, "KEEP_BYTES", 0)
+    monkeypatch.setattr(prover, "VALUES_BYTES", 0 if k else 1 << 29)
     monkeypatch.setattr(prover, "BLOCK_CELLS", 3 * lay.k * 8)
     streamed = ligero.prove(c, w, params=p, rng=np.random.default_rng(5))
     assert proofio.dumps(streamed) == proofio.dumps(kept)

@@ -135,13 +135,25 @@ class Encoding:
         """Rows ``lo … hi`` of ``h_s = 1/(α_s − v)``."""
         return _inverses(self.lookup_values(lo, hi), int(self.alphas[s]), self.lay.lk)
 
+    def keep_values(self) -> None:
+        """Keep every row's values once computed (``8·rows·k`` bytes): the passes after the commitment then
+        encode them again without computing ``Az``, ``Lz`` or the inverses again."""
+        self._kept = np.empty((self.lay.total, self.p.k), dtype=np.int64)
+        self._have = np.zeros(self.lay.total, dtype=bool)
+
     def values(self, a: int, b: int) -> np.ndarray:
         """The witness values of rows ``a … b`` (no mask row among them): ``(b − a, k)``."""
+        kept = getattr(self, "_kept", None)
+        if kept is not None and self._have[a:b].all():
+            return kept[a:b]
         out = np.empty((b - a, self.p.k), dtype=np.int64)
         for s0, s1, f in self.segments:
             lo, hi = max(a, s0), min(b, s1)
             if lo < hi:
                 out[lo - a:hi - a] = f(lo - s0, hi - s0)
+        if kept is not None:
+            kept[a:b] = out
+            self._have[a:b] = True
         return out
 
     # -- the encoding -------------------------------------------------------------------------------------------

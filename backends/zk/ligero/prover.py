@@ -33,11 +33,14 @@ from .proofio import LigeroProof
 from .protocol import Layout, layout, test_challenges, transcript, zh_on_coset
 from . import contraction
 
-__all__ = ["prove_prepared", "Passes", "Local", "KEEP_BYTES", "kept_bytes", "memory", "peak_rss", "Watermark"]
+__all__ = ["prove_prepared", "Passes", "Local", "KEEP_BYTES", "VALUES_BYTES", "kept_bytes", "memory", "peak_rss",
+           "Watermark"]
 
 #: the largest encoded matrix (bytes: its values on D and its coefficients) the prover keeps from the commitment
 #: for the tests and the openings
 KEEP_BYTES = 1 << 30
+#: the largest matrix of row values (before encoding, a quarter of the encoding) kept when the encoding is not
+VALUES_BYTES = 1 << 29
 
 
 def kept_bytes(lay: Layout, p: Params) -> int:
@@ -54,7 +57,8 @@ def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int |
       ``[0, p)``; the matrices themselves are the R1CS's, shared);
     * the linear test's coefficients on ``z`` (σ rows of the padded wires) and the witness, a few copies;
     * the kept matrix (:func:`kept_bytes`) when it fits ``keep`` (default :data:`KEEP_BYTES`); otherwise the
-      rows recomputed in pass 2, up to 48 MiB of them at once, and another copy of the witness;
+      rows recomputed in pass 2, up to 48 MiB of them at once, another copy of the witness, and the rows' values
+      when they fit :data:`VALUES_BYTES`;
     * the round-2 rows kept whole (``g``, the Freivalds vectors) and the multiplicities;
     * one unit of encoded rows in flight (whole Merkle row blocks, at least one), and 16 MiB of smaller
       temporaries. Calibrated on the benchmark circuits, kept and streamed: within 15% (docs/ZK.md).
@@ -66,7 +70,8 @@ def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int |
     out = 20 * (nonzeros + lookup_terms) + 8 * p.sigma * wires + 24 * wires + held + unit + (16 << 20)
     if kept_bytes(lay, p) <= keep:
         return int(out + kept_bytes(lay, p))
-    return int(out + min(unit, 48 << 20) + 24 * wires)
+    values = 8 * lay.total * p.k
+    return int(out + min(unit, 48 << 20) + 24 * wires + (values if values <= VALUES_BYTES else 0))
 
 
 def peak_rss() -> int:
@@ -329,12 +334,14 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     enc = Encoding(pc, z, lay, p, seed, masks)
     keep = KEEP_BYTES if keep is None else keep
     ex = split or Local()
-    ex.start(Passes(pc, lay, p, enc, split is None and kept_bytes(lay, p) <= keep, say))
+    kept = split is None and kept_bytes(lay, p) <= keep
+    if not kept and split is None and 8 * lay.total * k <= VALUES_BYTES:
+        enc.keep_values()
+    ex.start(Passes(pc, lay, p, enc, kept, say))
     salts = [prf(seed, b"salt1", j, 16) for j in range(n)]
     tree = merkle.Tree(merkle.leaves_of(ex.digests(0, lay.rows), salts))
     timings["commit"] = time.perf_counter() - t0
-    say(f"committed {lay.rows} rows × {n} columns" + (" (kept)" if split is None and kept_bytes(lay, p) <= keep
-                                                      else ""))
+    say(f"committed {lay.rows} rows × {n} columns" + (" (kept)" if kept else ""))
     proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
                         None, None, None, None, None, None, lookups=pc.n_lookups,
                         contractions=pc.contraction_cells, lookup_table=pc.lookup_table)
