@@ -21,15 +21,15 @@ from _util import machine, table  # noqa: E402
 
 
 def _cases(rng):
-    from circuitgrad.backends.zk.ligero import gf
+    from circuitgrad.backends.zk.ligero import gf, ntt as transforms
     P = gf.P
     for lg in range(10, 17):
         n = 1 << lg
         x = rng.integers(0, P, ((1 << 21) // n, n))
         c = x[:, :n // 4].copy()
-        yield "ntt", f"{x.shape[0]}×2^{lg}", gf.ntt, (x,)
-        yield "intt", f"{x.shape[0]}×2^{lg}", gf.intt, (x,)
-        yield "coset_eval", f"{c.shape[0]}×2^{lg - 2} → 2^{lg}", gf.coset_eval, (c, n)
+        yield "ntt", f"{x.shape[0]}×2^{lg}", transforms.ntt, (x,)
+        yield "intt", f"{x.shape[0]}×2^{lg}", transforms.intt, (x,)
+        yield "coset_eval", f"{c.shape[0]}×2^{lg - 2} → 2^{lg}", transforms.coset_eval, (c, n)
     for lg in (13, 16, 19, 22):
         a, b = rng.integers(0, P, 1 << lg), rng.integers(0, P, 1 << lg)
         yield "mul", f"2^{lg} · 2^{lg}", gf.mul, (a, b)

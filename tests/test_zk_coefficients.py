@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from circuitgrad.backends.zk.ligero import gf
+from circuitgrad.backends.zk.ligero import gf, ntt as transforms
 from circuitgrad.backends.zk.ligero.coefficients import Outer, Rows
 from circuitgrad.backends.zk.ligero.transcript import Transcript
 
@@ -36,7 +36,7 @@ def test_combine_on_the_coset_is_the_dense_rows_interpolated_and_evaluated():
     n = 4 * K
     U = rng.integers(0, gf.P, (20, n))
     W = np.array([0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 15, 17, 18, 19])
-    Rd = gf.coset_eval(gf.intt(R.dense()), n)                      # every row's polynomial on the coset
+    Rd = transforms.coset_eval(transforms.intt(R.dense()), n)                      # every row's polynomial on the coset
     want = gf.sum_mod(gf.mul(Rd, U[W]), axis=0)
     assert np.array_equal(R.combine(U, W, n), want)
 

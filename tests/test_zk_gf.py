@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 import pytest
 
-from circuitgrad.backends.zk.ligero import gf, merkle
+from circuitgrad.backends.zk.ligero import gf, merkle, ntt as transforms
 from circuitgrad.extras import MissingExtra
 
 P = gf.P
@@ -123,14 +123,14 @@ def test_ntt_matches_python_reference(n, rows, kernels):
     x[-1] = P - 1                                          # a row of p − 1: the largest lazy values
     check = range(rows) if n <= 512 else [0, rows // 2, rows - 1]
     w = gf.root_of_unity(n)
-    got = gf.ntt(x)
+    got = transforms.ntt(x)
     for r in check:
         assert got[r].tolist() == _ntt_ref(x[r].tolist(), w), r
     inv_n = pow(n, P - 2, P)
-    back = gf.intt(x)
+    back = transforms.intt(x)
     for r in check:
         assert back[r].tolist() == [v * inv_n % P for v in _ntt_ref(x[r].tolist(), pow(w, P - 2, P))]
-    assert (gf.intt(got) == x).all()
+    assert (transforms.intt(got) == x).all()
     assert np.getbufsize() == 8192                        # the NTT restores NumPy's buffer size
 
 
@@ -138,25 +138,25 @@ def test_ntt_large_and_batched(kernels):
     """2^16 points (blocks of one row), and a batch whose last block is partial."""
     rng = np.random.default_rng(7)
     x = _rand(rng, 2, 1 << 16)
-    got = gf.ntt(x)
+    got = transforms.ntt(x)
     assert got[1].tolist() == _ntt_ref(x[1].tolist(), gf.root_of_unity(1 << 16))
     y = _rand(rng, 3, 5, 1 << 12)                            # leading axes kept; 15 rows in blocks of 16
-    assert (gf.ntt(y).reshape(15, -1) == gf.ntt(y.reshape(15, -1))).all()
-    assert gf.ntt(y)[2, 4].tolist() == _ntt_ref(y[2, 4].tolist(), gf.root_of_unity(1 << 12))
-    assert gf.ntt(np.zeros((0, 8), dtype=np.int64)).shape == (0, 8)
+    assert (transforms.ntt(y).reshape(15, -1) == transforms.ntt(y.reshape(15, -1))).all()
+    assert transforms.ntt(y)[2, 4].tolist() == _ntt_ref(y[2, 4].tolist(), gf.root_of_unity(1 << 12))
+    assert transforms.ntt(np.zeros((0, 8), dtype=np.int64)).shape == (0, 8)
 
 
 def test_ntt_leaves_its_input_and_takes_any_layout(kernels):
     rng = np.random.default_rng(8)
     x = _rand(rng, 4, 256)
     x0 = x.copy()
-    want = gf.ntt(x)
+    want = transforms.ntt(x)
     assert (x == x0).all()
-    assert (gf.ntt(np.asfortranarray(x)) == want).all() and (gf.ntt(x.T.copy().T) == want).all()
-    assert (gf.ntt(_rand(rng, 4, 512)[:, ::2] * 0 + x) == want).all()
+    assert (transforms.ntt(np.asfortranarray(x)) == want).all() and (transforms.ntt(x.T.copy().T) == want).all()
+    assert (transforms.ntt(_rand(rng, 4, 512)[:, ::2] * 0 + x) == want).all()
     c = x[:, :100].copy()
-    gf.coset_eval(c, 256)
-    gf.intt(x)
+    transforms.coset_eval(c, 256)
+    transforms.intt(x)
     assert (c == x0[:, :100]).all() and (x == x0).all()
 
 
@@ -165,14 +165,14 @@ def test_coset_eval_and_interp(kernels):
     n, d = 64, 40
     c = _rand(rng, 3, d)
     w = gf.root_of_unity(n)
-    ev = gf.coset_eval(c, n)
+    ev = transforms.coset_eval(c, n)
     for r in range(3):
         pts = [3 * pow(w, j, P) % P for j in range(n)]
         assert ev[r].tolist() == [sum(cf * pow(x, i, P) for i, cf in enumerate(c[r].tolist())) % P for x in pts]
-    back = gf.coset_interp(ev)
+    back = transforms.coset_interp(ev)
     assert (back[:, :d] == c).all() and not back[:, d:].any()
     with pytest.raises(ValueError):
-        gf.coset_eval(c, 32)
+        transforms.coset_eval(c, 32)
 
 
 @needs_numba
@@ -188,17 +188,17 @@ def test_compiled_transforms_equal_the_numpy_path_bit_for_bit(n):
     lazy = x + P * (rng.integers(0, 2, x.shape) * (x < P - 1))         # some values v + p, v < p − 1
     lazy[0, :min(n, 3)] = [2 * P - 1, P, P + 1][:min(n, 3)]
     lazy[1] = P                                                        # the zero polynomial, every value p
-    for fn, args in [(gf.ntt, (x,)), (gf.intt, (x,)), (gf.coset_interp, (x,)), (gf.coset_interp, (x, 5)),
-                     (gf.ntt, (lazy,)), (gf.intt, (lazy,)), (gf.coset_interp, (lazy,)),
-                     (gf.coset_eval, (x, n)), (gf.coset_eval, (x[:, :max(1, n // 4)], 4 * n)),
-                     (gf.coset_eval, (x[:, :max(1, n // 2) + 1], 2 * n, 7))]:
+    for fn, args in [(transforms.ntt, (x,)), (transforms.intt, (x,)), (transforms.coset_interp, (x,)), (transforms.coset_interp, (x, 5)),
+                     (transforms.ntt, (lazy,)), (transforms.intt, (lazy,)), (transforms.coset_interp, (lazy,)),
+                     (transforms.coset_eval, (x, n)), (transforms.coset_eval, (x[:, :max(1, n // 4)], 4 * n)),
+                     (transforms.coset_eval, (x[:, :max(1, n // 2) + 1], 2 * n, 7))]:
         want, got = _both(fn, *args)
         assert got.dtype == np.int64 and got.shape == want.shape and np.array_equal(got, want), fn.__name__
-    assert np.array_equal(_both(gf.ntt, lazy)[1], _both(gf.ntt, lazy % P)[0])
-    for fn in (gf.ntt, gf.intt, gf.coset_interp):
+    assert np.array_equal(_both(transforms.ntt, lazy)[1], _both(transforms.ntt, lazy % P)[0])
+    for fn in (transforms.ntt, transforms.intt, transforms.coset_interp):
         assert not _both(fn, lazy[1:2])[1].any()
     w = gf.root_of_unity(n)
-    assert _both(gf.ntt, lazy[:1])[1][0].tolist() == _ntt_ref([v % P for v in lazy[0].tolist()], w)
+    assert _both(transforms.ntt, lazy[:1])[1][0].tolist() == _ntt_ref([v % P for v in lazy[0].tolist()], w)
 
 
 @needs_numba
@@ -206,18 +206,18 @@ def test_compiled_transforms_of_any_shape_and_layout():
     rng = np.random.default_rng(21)
     y = _rand(rng, 3, 5, 64)
     for arg in (y, y[:, ::2], np.asfortranarray(y[0]), np.zeros((0, 64), dtype=np.int64), y[0, 0]):
-        for fn in (gf.ntt, gf.intt, gf.coset_interp):
+        for fn in (transforms.ntt, transforms.intt, transforms.coset_interp):
             want, got = _both(fn, arg)
             assert got.shape == want.shape == arg.shape and np.array_equal(got, want)
-        want, got = _both(gf.coset_eval, arg[..., :40], 128)
+        want, got = _both(transforms.coset_eval, arg[..., :40], 128)
         assert got.shape == want.shape == arg.shape[:-1] + (128,) and np.array_equal(got, want)
-    assert _both(gf.coset_eval, y[..., :0], 64)[1].tolist() == np.zeros((3, 5, 64), dtype=np.int64).tolist()
+    assert _both(transforms.coset_eval, y[..., :0], 64)[1].tolist() == np.zeros((3, 5, 64), dtype=np.int64).tolist()
     before = y.copy()
-    for fn, args in [(gf.ntt, (y,)), (gf.intt, (y,)), (gf.coset_eval, (y, 64)), (gf.mul, (y, y)), (gf.mul, (y, 3))]:
+    for fn, args in [(transforms.ntt, (y,)), (transforms.intt, (y,)), (transforms.coset_eval, (y, 64)), (gf.mul, (y, y)), (gf.mul, (y, 3))]:
         _both(fn, *args)
     assert np.array_equal(y, before)                                       # inputs are left as they were
     with pytest.raises(ValueError, match="degree bound 65 exceeds the domain size 64"):
-        _both(gf.coset_eval, _rand(rng, 2, 65), 64)
+        _both(transforms.coset_eval, _rand(rng, 2, 65), 64)
 
 
 @needs_numba

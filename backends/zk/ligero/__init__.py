@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import gf
+from . import gf, ntt as transforms
 from .circuitdata import prepare
 from .params import (DEFAULT_SOUNDNESS, SOUNDNESS, TARGET_BITS, Params, check_soundness, choose, classic_error,
                      round_errors, soundness_bits, TABLE)
@@ -102,7 +102,7 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
     if check:
         circuit.assert_satisfied(values)
     t0 = time.perf_counter()
-    gf.warm()                                      # the compiled kernels loaded before the proof's own memory
+    transforms.warm()                                      # the compiled kernels loaded before the proof's own memory
     mark = Watermark()                             # the memory the proof adds (preparing the circuit included)
     pc = prepare(circuit.r1cs)
     p = params or _expected(pc, target_bits, soundness=soundness)     # choose(…) of the circuit's sizes, cached

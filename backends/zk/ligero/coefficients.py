@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import gf
+from . import gf, ntt as transforms
 
 __all__ = ["Outer", "Rows", "outer", "piecewise", "values_at"]
 
@@ -157,12 +157,12 @@ class Rows:
             step = max(1, BLOCK_CELLS // n)
             for c in range(0, len(rows), step):
                 sel = rows[c:c + step]
-                Rd = gf.coset_eval(gf.intt(p[sel]), n)
+                Rd = transforms.coset_eval(transforms.intt(p[sel]), n)
                 acc = gf.add(acc, gf.sum_mod(gf.mul(Rd, U[W[a:b][sel]]), axis=0))
         for gamma, betas, rows in by_gamma.values():    # Σ βᵢ·Uᵢ over every block that shares γ, then × ĝ
             s = _weighted_rows(np.concatenate(betas), U, np.concatenate(rows), n)
             if gamma is not None and id(gamma) not in ghat:
-                ghat[id(gamma)] = gf.coset_eval(gf.intt(gamma[None, :]), n)[0]
+                ghat[id(gamma)] = transforms.coset_eval(transforms.intt(gamma[None, :]), n)[0]
             acc = gf.add(acc, s if gamma is None else gf.mul(ghat[id(gamma)], s))
         return acc
 

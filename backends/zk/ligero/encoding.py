@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from . import contraction, gf, lookup
+from . import contraction, gf, lookup, ntt as transforms
 
 __all__ = ["Encoding", "prf", "rows_of"]
 
@@ -168,7 +168,7 @@ class Encoding:
         """Coefficients (degree < K) of the witness rows ``a … b``: ``interp_H(values) + (X^k − 1)·ρ``."""
         k, t = self.p.k, self.p.t
         out = np.zeros((b - a, self.p.K), dtype=np.int64)
-        out[:, :k] = gf.intt(self.values(a, b))
+        out[:, :k] = transforms.intt(self.values(a, b))
         rho = self.rho(a, b)
         out[:, :t] = gf.sub(out[:, :t], rho)
         out[:, k:] = rho
@@ -187,10 +187,10 @@ class Encoding:
         out = np.empty((b - a, n), dtype=np.int64)
         for lo, hi in self.pieces(a, b):
             if self.is_mask(lo, hi):
-                out[lo - a:hi - a] = gf.coset_eval(self.masks[lo - self.lay.mw:hi - self.lay.mw], n)
+                out[lo - a:hi - a] = transforms.coset_eval(self.masks[lo - self.lay.mw:hi - self.lay.mw], n)
             else:
                 c = coeffs[lo - a:hi - a] if coeffs is not None else self.coeffs(lo, hi)
-                out[lo - a:hi - a] = gf.coset_eval(c, n)
+                out[lo - a:hi - a] = transforms.coset_eval(c, n)
         return out
 
     def at(self, a: int, b: int, powers: np.ndarray) -> np.ndarray:

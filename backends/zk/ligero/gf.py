@@ -46,14 +46,15 @@ from circuitgrad import blas
 from ..field import LIGERO51
 
 __all__ = ["P", "GENERATOR", "TWO_ADICITY", "mul", "add", "sub", "neg", "inv", "powers", "sum_mod",
-           "segment_sum", "matmul", "batch_inv", "lagrange_at", "root_of_unity", "ntt", "intt", "coset_eval", "coset_interp",
-           "from_bytes128", "reduce", "kernels", "set_kernels", "warm"]
+           "segment_sum", "matmul", "batch_inv", "lagrange_at", "root_of_unity", "from_bytes128", "reduce", "kernels",
+           "set_kernels", "compiled", "cached_powers", "mul_const", "fold", "bufsize", "P64", "U64", "P_U", "P2_U",
+           "INV_P"]
 
 P = LIGERO51.p                    # 262139·2^33 + 1 = 2251756864012289, prime, 51 bits
 GENERATOR = 3
 TWO_ADICITY = 33
-_INV_P = 1.0 / P
-_P = np.int64(P)
+INV_P = 1.0 / P
+P64 = np.int64(P)
 _CHOICES = ("auto", "numba", "numpy")
 
 
@@ -77,10 +78,10 @@ def set_kernels(choice: str) -> str:
 
 def kernels() -> str:
     """``"numba"`` or ``"numpy"``: the path the NTTs and products take now (the kernels load on first use)."""
-    return "numpy" if _jit() is None else "numba"
+    return "numpy" if compiled() is None else "numba"
 
 
-def _jit():
+def compiled():
     """The compiled kernels (:mod:`.gf_numba`), or ``None`` for the NumPy path."""
     choice = _KERNELS["choice"]
     if choice == "numpy":
@@ -91,17 +92,6 @@ def _jit():
         from circuitgrad.extras import MissingExtra
         raise MissingExtra("the compiled field arithmetic", "Numba", "numba")
     return _KERNELS["module"] or None
-
-
-def warm() -> None:
-    """Load the compiled kernels where they run, by calling each once on small inputs: a proof that starts
-    after it measures its own work (``timings["memory"]``), not Numba's runtime and code (about 150 MiB)."""
-    if _jit() is None:
-        return
-    x = np.arange(1, 33, dtype=np.int64).reshape(4, 8)
-    intt(coset_eval(x, 16))
-    mul(x, x), mul(x, x[:1]), mul(x, x[:, :1]), mul(x, 3)
-    matmul(x, x.T), matmul(x[:1], x.T), matmul(x.T, x[:, :1])
 
 
 def _load():
@@ -122,7 +112,7 @@ def reduce(x) -> np.ndarray:
     a = np.asarray(x)
     if a.dtype == object:
         return np.array([int(v) % P for v in a.reshape(-1)], dtype=np.int64).reshape(a.shape)
-    return np.mod(a.astype(np.int64), _P)
+    return np.mod(a.astype(np.int64), P64)
 
 
 def as_rows(v: np.ndarray, m: int, k: int) -> np.ndarray:
@@ -132,26 +122,26 @@ def as_rows(v: np.ndarray, m: int, k: int) -> np.ndarray:
     return out.reshape(m, k)
 
 
-_U64 = np.uint64
-_P_U, _2P_U = np.uint64(P), np.uint64(2 * P)
+U64 = np.uint64
+P_U, P2_U = np.uint64(P), np.uint64(2 * P)
 
 
 _STRIP = 1 << 15         # elements per strip of the elementwise operations (their scratch stays in cache)
 
 
-def _fold(r: np.ndarray, m: np.uint64, tmp: np.ndarray | None = None) -> np.ndarray:
+def fold(r: np.ndarray, m: np.uint64, tmp: np.ndarray | None = None) -> np.ndarray:
     """``r − m`` where that is non-negative, else ``r`` (in place on an ``int64`` array ``0 ≤ r < 2m``, by an
     unsigned minimum: a negative ``r − m`` wraps to a huge value)."""
-    ru = r.view(_U64)
-    t = np.subtract(ru, m, out=None if tmp is None else tmp.view(_U64))
+    ru = r.view(U64)
+    t = np.subtract(ru, m, out=None if tmp is None else tmp.view(U64))
     np.minimum(ru, t, out=ru)
     return r
 
 
 def _lift(r: np.ndarray, m: np.uint64, tmp: np.ndarray | None = None) -> np.ndarray:
     """``r + m`` where ``r`` is negative, else ``r`` (in place on an ``int64`` array ``−m ≤ r < m``)."""
-    ru = r.view(_U64)
-    t = np.add(ru, m, out=None if tmp is None else tmp.view(_U64))
+    ru = r.view(U64)
+    t = np.add(ru, m, out=None if tmp is None else tmp.view(U64))
     np.minimum(ru, t, out=ru)
     return r
 
@@ -170,7 +160,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 def add(a, b) -> np.ndarray:
     """``a + b mod p`` elementwise (broadcasting; field elements in, field elements out)."""
-    return _combine(a, b, np.add, _fold, lambda x, y: x + y)
+    return _combine(a, b, np.add, fold, lambda x, y: x + y)
 
 
 def sub(a, b) -> np.ndarray:
@@ -179,7 +169,7 @@ def sub(a, b) -> np.ndarray:
 
 
 def _combine(a, b, ufunc, fix, scalar) -> np.ndarray:
-    """``ufunc(a, b)`` brought back into ``[0, p)`` by ``fix`` (:func:`_fold` after an add, :func:`_lift` after a
+    """``ufunc(a, b)`` brought back into ``[0, p)`` by ``fix`` (:func:`fold` after an add, :func:`_lift` after a
     subtract): in strips with reused scratch for large same-shaped arrays, else in one pass; Python ints for
     two scalars (``scalar``)."""
     a = np.asarray(a)
@@ -191,9 +181,9 @@ def _combine(a, b, ufunc, fix, scalar) -> np.ndarray:
         tmp = np.empty(min(a.size, _STRIP), dtype=np.int64)
         for o, x, y in _strips(out, a, b):
             ufunc(x, y, out=o)
-            fix(o, _P_U, tmp[:o.size])
+            fix(o, P_U, tmp[:o.size])
         return out
-    return fix(ufunc(a, b, dtype=np.int64), _P_U)
+    return fix(ufunc(a, b, dtype=np.int64), P_U)
 
 
 def neg(a) -> np.ndarray:
@@ -208,10 +198,10 @@ def mul(a, b) -> np.ndarray:
         return np.int64(int(a) * int(b) % P)
     if not b.ndim or not a.ndim:                       # by a constant: its quotient factor w/p precomputed
         x, w = (a, int(b)) if not b.ndim else (b, int(a))
-        return _mul_const(x, w)
+        return mul_const(x, w)
     if not a.size or not b.size:
         return np.zeros(np.broadcast_shapes(a.shape, b.shape), dtype=np.int64)
-    if (jit := _jit()) is not None:
+    if (jit := compiled()) is not None:
         return jit.mul(a, b)
     if not _same(a, b):
         if b.ndim == 1 and a.ndim > 1 and a.shape[-1] == b.shape[0] and a.flags.c_contiguous:
@@ -242,7 +232,7 @@ def _mul_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     n = min(rows.shape[0], step) * d
     f, q = np.empty(n, dtype=np.float64), np.empty(n, dtype=np.int64)
     bf = b.astype(np.float64)
-    with _bufsize(d):
+    with bufsize(d):
         for s in range(0, rows.shape[0], step):
             r = out[s:s + step]
             m = r.size
@@ -270,21 +260,21 @@ def _mul_into(r: np.ndarray, x: np.ndarray, y: np.ndarray, yf: np.ndarray, fs: n
     of ``r``'s shape)."""
     np.copyto(fs, x, casting="unsafe")
     np.multiply(fs, yf, out=fs)
-    np.multiply(fs, _INV_P, out=fs)
+    np.multiply(fs, INV_P, out=fs)
     np.copyto(qs, fs, casting="unsafe")                 # within 1 of ⌊x·y/p⌋
     np.multiply(x, y, out=r)                             # exact modulo 2^64 (arrays wrap silently)
-    np.multiply(qs, _P, out=qs)
+    np.multiply(qs, P64, out=qs)
     np.subtract(r, qs, out=r)                           # true value in [−p, 2p)
-    _lift(r, _P_U, qs)
-    _fold(r, _P_U, qs)
+    _lift(r, P_U, qs)
+    fold(r, P_U, qs)
 
 
-def _mul_const(x: np.ndarray, w: int) -> np.ndarray:
+def mul_const(x: np.ndarray, w: int) -> np.ndarray:
     """``x·w mod p`` for an array ``x`` (values in ``[0, p)``) and a constant ``w``."""
     w %= P
-    if (jit := _jit()) is not None:
+    if (jit := compiled()) is not None:
         return jit.mul_const(x, w)
-    wp, w64 = w * _INV_P, np.int64(w)
+    wp, w64 = w * INV_P, np.int64(w)
     x = np.ascontiguousarray(x, dtype=np.int64)
     out = np.empty(x.shape, dtype=np.int64)
     n = min(x.size, _STRIP)
@@ -296,10 +286,10 @@ def _mul_const(x: np.ndarray, w: int) -> np.ndarray:
         np.multiply(fs, wp, out=fs)
         np.copyto(qs, fs, casting="unsafe")             # within 1 of ⌊x·w/p⌋ (two roundings)
         np.multiply(xs, w64, out=r)
-        np.multiply(qs, _P, out=qs)
+        np.multiply(qs, P64, out=qs)
         np.subtract(r, qs, out=r)
-        _lift(r, _P_U, qs)
-        _fold(r, _P_U, qs)
+        _lift(r, P_U, qs)
+        fold(r, P_U, qs)
     return out
 
 
@@ -327,11 +317,11 @@ def sum_mod(a: np.ndarray, axis: int = -1) -> np.ndarray:
     if a.ndim and _small(a):
         n = a.shape[axis]
         if n <= _RUN:
-            return np.sum(a, axis=axis) % _P
+            return np.sum(a, axis=axis) % P64
         b = np.moveaxis(a, axis, 0)
-        acc = b[:_RUN].sum(axis=0) % _P
+        acc = b[:_RUN].sum(axis=0) % P64
         for s in range(_RUN, n, _RUN):
-            acc = add(acc, b[s:s + _RUN].sum(axis=0) % _P)
+            acc = add(acc, b[s:s + _RUN].sum(axis=0) % P64)
         return acc
     return _join(lo=(a & ((1 << 26) - 1)).sum(axis=axis), hi=(a >> 26).sum(axis=axis))
 
@@ -359,13 +349,13 @@ def segment_sum(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
         out[nonempty] = _join(lo=np.add.reduceat(v & ((1 << 26) - 1), starts),
                               hi=np.add.reduceat(v >> 26, starts))
     elif int(lens.max()) <= _RUN:
-        out[nonempty] = np.add.reduceat(v, ptr[:-1][nonempty]) % _P
+        out[nonempty] = np.add.reduceat(v, ptr[:-1][nonempty]) % P64
     else:
         pieces = -(-lens // _RUN)                               # pieces of at most _RUN per segment
         first = np.cumsum(pieces) - pieces
         at = np.arange(int(pieces.sum()), dtype=np.int64)
         starts = np.repeat(ptr[:-1], pieces) + (at - np.repeat(first, pieces)) * _RUN
-        partial = np.add.reduceat(v, starts) % _P
+        partial = np.add.reduceat(v, starts) % P64
         sub_ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(pieces, out=sub_ptr[1:])
         out = segment_sum(partial, sub_ptr)
@@ -417,7 +407,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     (m, K), nb = a.shape, b.shape[-1]
-    if (jit := _jit()) is not None and (K <= 64 or min(m, nb) <= 4 or m * K * nb <= 1 << 21):
+    if (jit := compiled()) is not None and (K <= 64 or min(m, nb) <= 4 or m * K * nb <= 1 << 21):
         return jit.matmul(a, b)                         # direct products: ≥ 2× faster there (bench/gf_kernels.py)
     if a.size >= b.size:
         return _matmul(a, b)
@@ -437,8 +427,8 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         for i, x in enumerate(A):
             prod = blas.matmul(x, wide).astype(np.int64)                    # |·| ≤ 2^53: exact in any order
             for j in range(3):
-                part = prod[:, j * nb:(j + 1) * nb] % _P                   # floor mod: in [0, p)
-                out = add(out, part if i + j == 0 else _mul_const(part, pow(2, 26 * i + 17 * j, P)))
+                part = prod[:, j * nb:(j + 1) * nb] % P64                   # floor mod: in [0, p)
+                out = add(out, part if i + j == 0 else mul_const(part, pow(2, 26 * i + 17 * j, P)))
     return out
 
 
@@ -464,14 +454,14 @@ def powers(base, n: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=64)
-def _powers(base: int, n: int) -> np.ndarray:
+def cached_powers(base: int, n: int) -> np.ndarray:
     """:func:`powers` of a scalar, cached (NTT twiddles and coset shifts)."""
     out = powers(base, n)
     out.setflags(write=False)
     return out
 
 
-class _bufsize:
+class bufsize:
     """Ufunc buffers no longer than ``run``, the operands' contiguous runs: with a longer buffer NumPy
     copies strided operands through it, which is 3–7× slower than working on them in place."""
 
@@ -520,7 +510,7 @@ def lagrange_at(k: int, points: np.ndarray) -> np.ndarray:
     ``L_h(x) = (x^k − 1)/k · ω^h/(x − ω^h)``, so ``Σ_h v_h L[h, j]`` is the value at ``points_j`` of
     the polynomial of degree < k that takes the values ``v`` on the subgroup.
     """
-    hs = _powers(root_of_unity(k), k)
+    hs = cached_powers(root_of_unity(k), k)
     x = np.asarray(points, dtype=np.int64)
     xk = np.array([pow(int(v), k, P) for v in x.tolist()], dtype=np.int64)
     scale = mul(sub(xk, 1), inv(k))
@@ -534,6 +524,3 @@ def from_bytes128(data: bytes) -> np.ndarray:
     lo = reduce((raw[:, 1] % np.uint64(P)).astype(np.int64))
     return add(mul(hi, pow(2, 64, P)), lo)
 
-
-# the transforms build on this module's arithmetic: imported last (the package imports this module first)
-from .ntt import coset_eval, coset_interp, intt, ntt  # noqa: E402

@@ -35,14 +35,14 @@ from functools import lru_cache
 import numba as nb
 import numpy as np
 
-from . import gf
-from .ntt import _bitrev
+from ..field import LIGERO51
 
 __all__ = ["ntt", "coset_eval", "mul", "mul_const", "matmul"]
 
-_P = np.int64(gf.P)
-_PU = np.uint64(gf.P)
-_INV_P = 1.0 / gf.P
+_PRIME = LIGERO51.p           # the field of :mod:`.gf` (this module imports nothing of it: gf loads this one)
+_P = np.int64(_PRIME)
+_PU = np.uint64(_PRIME)
+_INV_P = 1.0 / _PRIME
 _U = nb.uint64
 _COLS = 2048                 # columns per strip of a direct matrix product
 
@@ -184,10 +184,42 @@ def _mul_const(x, w, wf, out):
 
 # ---- the calls :mod:`.gf` makes (tables cached per size) ----
 
+@nb.njit(cache=True, nogil=True)
+def _powers_into(base, basef, out):
+    acc = np.int64(1)
+    for i in range(out.shape[0]):
+        out[i] = acc
+        acc = _mulmod(acc, base, basef)
+
+
+@lru_cache(maxsize=64)
+def _powers(base: int, n: int) -> np.ndarray:
+    """``base^j`` for ``j < n`` (``base`` in ``[0, p)``)."""
+    out = np.empty(n, dtype=np.int64)
+    b = base % _PRIME
+    _powers_into(np.int64(b), b * _INV_P, out)
+    return out
+
+
+def _root(n: int) -> int:
+    """A primitive ``n``-th root of unity (``3`` generates the multiplicative group)."""
+    return pow(3, (_PRIME - 1) // n, _PRIME)
+
+
+@lru_cache(maxsize=64)
+def _bitrev(n: int) -> np.ndarray:
+    bits = n.bit_length() - 1
+    idx = np.arange(n)
+    rev = np.zeros(n, dtype=np.int64)
+    for i in range(bits):
+        rev |= ((idx >> i) & 1) << (bits - 1 - i)
+    return rev
+
+
 @lru_cache(maxsize=64)
 def _tables(root: int, n: int) -> tuple:
     """Twiddles of the stages ``h = 2 … n/2`` one after the other, their quotients ``w/p``, and the bit reversal."""
-    w = gf._powers(root, n)
+    w = _powers(root, n)
     parts = []
     h = 2
     while h < n:
@@ -200,14 +232,14 @@ def _tables(root: int, n: int) -> tuple:
 @lru_cache(maxsize=64)
 def _scaled(n: int, base: int) -> tuple:
     """``n⁻¹·base^j`` for ``j < n``, and their quotients (the factors that end an inverse NTT)."""
-    s = gf.mul(gf._powers(base, n), gf.inv(n))
+    s = mul_const(_powers(base, n), pow(n, _PRIME - 2, _PRIME))
     return s, s.astype(np.float64) * _INV_P
 
 
 @lru_cache(maxsize=64)
 def _shifts(base: int, d: int) -> tuple:
     """``base^j`` for ``j < d``, and their quotients."""
-    s = gf._powers(base, d)
+    s = _powers(base, d)
     return s, s.astype(np.float64) * _INV_P
 
 
@@ -232,7 +264,7 @@ def coset_eval(coeffs: np.ndarray, n: int, shift: int) -> np.ndarray:
     c = np.ascontiguousarray(coeffs, dtype=np.int64).reshape(int(np.prod(lead)), d)
     out = np.zeros((c.shape[0], n), dtype=np.int64)
     if out.size and d:
-        _coset(c, out, *_shifts(shift, d), *_tables(gf.root_of_unity(n), n))
+        _coset(c, out, *_shifts(shift, d), *_tables(_root(n), n))
     return out.reshape(*lead, n)
 
 

@@ -14,10 +14,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from .gf import (_2P_U, _INV_P, _P, _P_U, _U64, GENERATOR, _bufsize, _fold, _jit, _mul_const, _powers, inv, mul,
+from .gf import (P2_U, INV_P, P64, P_U, U64, GENERATOR, bufsize, fold, compiled, mul_const, cached_powers, inv, matmul, mul,
                  root_of_unity)
 
-__all__ = ["ntt", "intt", "coset_eval", "coset_interp"]
+__all__ = ["ntt", "intt", "coset_eval", "coset_interp", "warm"]
 
 
 @lru_cache(maxsize=64)
@@ -41,12 +41,12 @@ def _butterflies(u, v, tw, twf, d, t, q, f) -> None:
     Inputs and outputs lie in ``[0, 2p)``. ``d, t, q, f`` are scratch arrays of ``u``'s shape, and
     ``tw``, ``twf`` (``w`` and ``w/p``) broadcast against it; ``tw is None`` means ``w = 1``.
     """
-    uu, vu, du, tu = u.view(_U64), v.view(_U64), d.view(_U64), t.view(_U64)
+    uu, vu, du, tu = u.view(U64), v.view(U64), d.view(U64), t.view(U64)
     np.subtract(uu, vu, out=du)
-    np.add(du, _2P_U, out=tu)
+    np.add(du, P2_U, out=tu)
     np.minimum(du, tu, out=du)              # u − v in [0, 2p)
     np.add(uu, vu, out=uu)
-    np.subtract(uu, _2P_U, out=tu)
+    np.subtract(uu, P2_U, out=tu)
     np.minimum(uu, tu, out=uu)              # u + v in [0, 2p)
     if tw is None:
         np.copyto(v, d)
@@ -55,21 +55,21 @@ def _butterflies(u, v, tw, twf, d, t, q, f) -> None:
     np.multiply(f, twf, out=f)
     np.copyto(q, f, casting="unsafe")       # within 1 of ⌊d·w/p⌋, since d·w/p < 2p and 2p·2^−52 < 1
     np.multiply(d, tw, out=v)
-    np.multiply(q, _P, out=q)
+    np.multiply(q, P64, out=q)
     np.subtract(v, q, out=v)                # d·w mod p, in [−p, 2p)
-    np.add(v, _P, out=t)
+    np.add(v, P64, out=t)
     np.minimum(vu, tu, out=vu)              # in [0, 2p)
 
 
 @lru_cache(maxsize=64)
 def _stage_twiddles(root: int, n: int) -> tuple:
     """``(h, w, w/p)`` per stage, ``h = n/2 … 1`` (``w = None`` for the last stage, whose twiddle is 1)."""
-    w = _powers(root, n)
+    w = cached_powers(root, n)
     out = []
     h = n // 2
     while h >= 1:
         tw = np.ascontiguousarray(w[::n // (2 * h)][:h])
-        out.append((h, None, None) if h == 1 else (h, tw, tw.astype(np.float64) * _INV_P))
+        out.append((h, None, None) if h == 1 else (h, tw, tw.astype(np.float64) * INV_P))
         h //= 2
     return tuple(out)
 
@@ -123,7 +123,7 @@ def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
                 break
             v4 = blk.reshape(c, n // (2 * h), 2, h)
             shp = (c, n // (2 * h), h)
-            with _bufsize(h):
+            with bufsize(h):
                 _butterflies(v4[:, :, 0], v4[:, :, 1], tw, twf, *(s[:m].reshape(shp) for s in (d_, t_, q_, f_)))
         cols = c * n // n2
         T = T_[:c * n].reshape(n2, cols)
@@ -137,20 +137,20 @@ def _ntt(a: np.ndarray, root: int, copy: bool = True) -> np.ndarray:
                 continue
             v4 = T.reshape(n2 // (2 * h), 2, h, cols)
             shp = (n2 // (2 * h), h, cols)
-            with _bufsize(cols):
+            with bufsize(cols):
                 _butterflies(v4[:, 0], v4[:, 1], None if tw is None else tw[:, None],
                              None if twf is None else twf[:, None], *(s[:m].reshape(shp) for s in (d_, t_, q_, f_)))
         o = blk.reshape(-1)                     # the block's result, back in place (no fresh pages to fault in)
         np.take(T_[:c * n].reshape(n2 * c, n // n2), post, axis=0, out=o.reshape(n2 * c, n // n2), mode="clip")
         for s in range(0, o.size, max(1, m)):
             seg = o[s:s + m]
-            _fold(seg, _P_U, t_[:seg.size])
+            fold(seg, P_U, t_[:seg.size])
     return x.reshape(*lead, n)
 
 
 def ntt(a: np.ndarray) -> np.ndarray:
     """Evaluations on ``⟨ω_n⟩`` of polynomials with coefficients ``a`` (last axis, length ``n``)."""
-    if (jit := _jit()) is not None:
+    if (jit := compiled()) is not None:
         return jit.ntt(a, root_of_unity(a.shape[-1]))
     return _ntt(a, root_of_unity(a.shape[-1]))
 
@@ -158,9 +158,9 @@ def ntt(a: np.ndarray) -> np.ndarray:
 def intt(a: np.ndarray) -> np.ndarray:
     """Coefficients of the polynomials with evaluations ``a`` on ``⟨ω_n⟩`` (inverse of :func:`ntt`)."""
     n = a.shape[-1]
-    if (jit := _jit()) is not None:
+    if (jit := compiled()) is not None:
         return jit.ntt(a, inv(root_of_unity(n)), 1)
-    return _mul_const(_ntt(a, inv(root_of_unity(n))), inv(n))
+    return mul_const(_ntt(a, inv(root_of_unity(n))), inv(n))
 
 
 def coset_eval(coeffs: np.ndarray, n: int, shift: int = GENERATOR) -> np.ndarray:
@@ -168,16 +168,27 @@ def coset_eval(coeffs: np.ndarray, n: int, shift: int = GENERATOR) -> np.ndarray
     d = coeffs.shape[-1]
     if d > n:
         raise ValueError(f"degree bound {d} exceeds the domain size {n}")
-    if (jit := _jit()) is not None:
+    if (jit := compiled()) is not None:
         return jit.coset_eval(coeffs, n, shift)
     padded = np.zeros((*coeffs.shape[:-1], n), dtype=np.int64)
-    padded[..., :d] = mul(coeffs, _powers(shift, d))
+    padded[..., :d] = mul(coeffs, cached_powers(shift, d))
     return _ntt(padded, root_of_unity(n), copy=False)
 
 
 def coset_interp(evals: np.ndarray, shift: int = GENERATOR) -> np.ndarray:
     """Coefficients (length ``n``) of the polynomials with evaluations ``evals`` on ``shift·⟨ω_n⟩``."""
     n = evals.shape[-1]
-    if (jit := _jit()) is not None:
+    if (jit := compiled()) is not None:
         return jit.ntt(evals, inv(root_of_unity(n)), inv(shift))
-    return mul(intt(evals), _powers(inv(shift), n))
+    return mul(intt(evals), cached_powers(inv(shift), n))
+
+
+def warm() -> None:
+    """Load the compiled kernels where they run, by calling each once on small inputs: a proof that starts
+    after it measures its own work (``timings["memory"]``), not Numba's runtime and code (about 150 MiB)."""
+    if compiled() is None:
+        return
+    x = np.arange(1, 33, dtype=np.int64).reshape(4, 8)
+    intt(coset_eval(x, 16))
+    mul(x, x), mul(x, x[:1]), mul(x, x[:, :1]), mul(x, 3)
+    matmul(x, x.T), matmul(x[:1], x.T), matmul(x.T, x[:, :1])

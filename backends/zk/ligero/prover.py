@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import gf, merkle
+from . import gf, merkle, ntt as transforms
 from .circuitdata import Prepared
 from .coefficients import BLOCK_CELLS
 from .encoding import Encoding, prf
@@ -371,10 +371,10 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     u, qd, pq = ex.tests(snapshot, challenges)
     mask_evals = enc.evals(lay.mw, lay.rows)
     proof.u = gf.add(u, masks[:sg, :p.K])
-    proof.q = gf.coset_interp(gf.add(qd, mask_evals[sg:2 * sg]))[:, :p.lin_len]
+    proof.q = transforms.coset_interp(gf.add(qd, mask_evals[sg:2 * sg]))[:, :p.lin_len]
     zh_inv = gf.batch_inv(zh_on_coset(p))
     p0 = gf.add(pq, mask_evals[2 * sg:])
-    proof.h = gf.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
+    proof.h = transforms.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
     for name in ("u", "q", "h"):
         T.absorb(name, getattr(proof, name).astype("<i8").tobytes())
     timings["tests"] = time.perf_counter() - t0
