@@ -420,3 +420,37 @@ def test_circuitgrad_info_names_the_field_kernels(monkeypatch):
     if gf.kernels() == "numba":
         import numba
         assert zk.installed() == f"Numba {numba.__version__} (compiled field kernels for the native prover)"
+
+
+def test_the_linear_tests_transposed_product_is_the_same_on_both_paths():
+    """``Transposed.apply_outer`` (the coefficients on z of the linear test) compiled and in NumPy, on a random
+    column CSR with rows in three rank-one blocks and a short one."""
+    pytest.importorskip("numba")
+    from circuitgrad.backends.zk.ligero.circuitdata import Transposed
+    rng = np.random.default_rng(11)
+    nw, k, sg = 300, 8, 3
+    counts = rng.integers(0, 6, nw)
+    ptr = np.zeros(nw + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    n_rows = 200
+    rows = rng.integers(0, n_rows, int(ptr[-1])).astype(np.int32)
+    coeffs = rng.integers(0, P, int(ptr[-1]))
+    coeffs[:5] = [0, 1, P - 1, P - 2, 2]
+    T = Transposed(ptr, rows, coeffs, n_rows)
+    parts = [(0, 0), (60, 8), (120, 16), (180, 24)]
+    betas, gammas = rng.integers(0, P, (sg, 27)), rng.integers(0, P, (sg, k))
+    betas[0, :3] = P - 1
+    got = {}
+    for path in ("numba", "numpy"):
+        old = gf.set_kernels(path)
+        try:
+            got[path] = T.apply_outer(parts, betas, gammas, 320)
+        finally:
+            gf.set_kernels(old)
+    assert np.array_equal(got["numba"], got["numpy"]) and got["numba"].shape == (sg, 320)
+    w = int(np.flatnonzero(counts)[0])                        # one wire by Python ints
+    e = range(int(ptr[w]), int(ptr[w + 1]))
+    j = [max(i for i, (a, _) in enumerate(parts) if a <= int(rows[x])) for x in e]
+    want = [sum(int(betas[s, parts[jj][1] + (int(rows[x]) - parts[jj][0]) // k]) * int(gammas[s, (int(rows[x]) -
+                parts[jj][0]) % k]) * int(coeffs[x]) for x, jj in zip(e, j)) % P for s in range(sg)]
+    assert got["numpy"][:, w].tolist() == want

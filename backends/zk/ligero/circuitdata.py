@@ -62,6 +62,8 @@ class Transposed:
         starts = np.array([a for a, _ in parts], dtype=np.int64)
         first = np.array([b for _, b in parts], dtype=np.int64)
         out = np.zeros((sg, max(nw, width)), dtype=np.int64)
+        if (jit := gf.compiled()) is not None:
+            return jit.apply_outer(self.ptr, self.rows, self.coeffs, starts, first, betas, gammas, out)
         w = 0
         while w < nw:
             end = int(np.searchsorted(self.ptr, self.ptr[w] + _OUTER_BLOCK, side="right")) - 1

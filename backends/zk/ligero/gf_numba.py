@@ -37,7 +37,7 @@ import numpy as np
 
 from ..field import LIGERO51
 
-__all__ = ["ntt", "coset_eval", "mul", "mul_const", "matmul"]
+__all__ = ["ntt", "coset_eval", "mul", "mul_const", "matmul", "apply_outer"]
 
 _PRIME = LIGERO51.p           # the field of :mod:`.gf` (this module imports nothing of it: gf loads this one)
 _P = np.int64(_PRIME)
@@ -323,4 +323,38 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(matmul(b.T, a.T).T)
     out = np.zeros((a.shape[0], b.shape[1]), dtype=np.int64)
     _matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _apply_outer(ptr, rows, coeffs, starts, first, betas, gammas, k, out):
+    """``out[s, w] = Σ_e r_s(rows[e])·coeffs[e]`` over the terms ``e`` of wire ``w``, with ``r_s`` rank one by blocks
+    (see :meth:`.circuitdata.Transposed.apply_outer`)."""
+    sg = betas.shape[0]
+    nparts = starts.shape[0]
+    acc = np.zeros(sg, dtype=np.int64)
+    for w in range(ptr.shape[0] - 1):
+        acc[:] = 0
+        for e in range(ptr[w], ptr[w + 1]):
+            row = np.int64(rows[e])
+            j = nparts - 1
+            while j > 0 and starts[j] > row:
+                j -= 1
+            local = row - starts[j]
+            bi = first[j] + local // k
+            gi = local % k
+            c = coeffs[e]
+            for s in range(sg):
+                v = _mulmod2(_mulmod2(betas[s, bi], gammas[s, gi]), c)
+                a = acc[s] + v
+                acc[s] = a - _P if a >= _P else a
+        for s in range(sg):
+            out[s, w] = acc[s]
+
+
+def apply_outer(ptr: np.ndarray, rows: np.ndarray, coeffs: np.ndarray, starts: np.ndarray, first: np.ndarray,
+                betas: np.ndarray, gammas: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """:meth:`.circuitdata.Transposed.apply_outer` in one pass over the terms (``out`` zeroed, ``(σ, ≥ wires)``)."""
+    _apply_outer(ptr, rows, coeffs, starts, first, np.ascontiguousarray(betas, dtype=np.int64),
+                 np.ascontiguousarray(gammas, dtype=np.int64), np.int64(gammas.shape[1]), out)
     return out
