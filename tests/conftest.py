@@ -208,3 +208,33 @@ def assert_flipped_bytes_rejected(data: bytes, circuit, public, seed: int, flips
         except zk.FormatError:
             continue
         assert not zk.verify(p, circuit, public), f"flipping byte {pos} went unnoticed"
+
+
+def replay_lie(c, inputs, index: int, delta: int, refused=(ArithmeticError, ValueError)):
+    """The witness an honest prover computes after lying about value ``index`` (a wire, or a combination: negative)
+    by ``delta``, every later value (bits, remainders, products) recomputed from the lie; the wires only, or None
+    when the witness program refuses (raises one of ``refused``)."""
+    W = np.zeros(c.r1cs.n_wires + c.n_combinations, dtype=np.int64)   # combinations past the wires
+    W[0] = 1
+    for wires, v in zip(c.input_wires, inputs):
+        W[wires.reshape(-1)] = np.asarray(v).reshape(-1)
+    try:
+        for wires, fn in c.fills:
+            W[wires] = np.asarray(fn(W), dtype=np.int64).reshape(-1)
+            if index in wires:
+                W[index] += delta
+    except refused:
+        return None
+    return W[:c.r1cs.n_wires]
+
+
+def lookup_and_product_step():
+    """A 4-8-3 MLP step over the Ligero field and a witness: lookups and contractions, so both rounds of the
+    native prover and every kind of committed row."""
+    from circuitgrad import nn
+    from circuitgrad.backends import zk
+    step = cg.compile_model(nn.mlp(4, [4, 8, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                            dtype=cg.fixed(16, 8))
+    c = zk.compile(step, field=zk.LIGERO51)
+    rng = np.random.default_rng(3)
+    return c, c.witness(step.init_params(0), rng.uniform(-1, 1, (4, 4)), rng.integers(0, 3, 4))

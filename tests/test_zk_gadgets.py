@@ -13,7 +13,7 @@ from circuitgrad import primitives as P
 from circuitgrad.backends import zk
 from circuitgrad.tracing import apply
 from circuitgrad.fixedpoint import quantize
-from conftest import CASES, VOCAB, T, vocab_inputs as _inputs
+from conftest import CASES, VOCAB, T, replay_lie, vocab_inputs as _inputs
 
 Q = cg.fixed(16, 8)
 
@@ -112,23 +112,6 @@ def test_overflowing_witness_is_a_clear_error():
     assert str(e.value).startswith("Mul#0 overflowed fixed(16,8): result range [")
 
 
-def _replay(c, inputs, wire: int, delta: int):
-    """The witness an honest prover computes after lying about one wire: every later value (bits,
-    remainders, products) is recomputed from the lie. None when no such witness exists."""
-    W = np.zeros(c.r1cs.n_wires + c.n_combinations, dtype=np.int64)   # combinations past the wires
-    W[0] = 1
-    for wires, v in zip(c.input_wires, inputs):
-        W[wires.reshape(-1)] = np.asarray(v).reshape(-1)
-    try:
-        for wires, fn in c.fills:
-            W[wires] = np.asarray(fn(W), dtype=np.int64).reshape(-1)
-            if wire in wires:
-                W[wire] += delta
-    except (ArithmeticError, ValueError, IndexError):
-        return None
-    return W[:c.r1cs.n_wires]
-
-
 @pytest.mark.parametrize("range_checks", ["bits", "lookup"])
 @pytest.mark.parametrize("op", VOCAB, ids=lambda op: op.name + ("(causal)" if getattr(op, "causal", 0) else ""))
 def test_no_second_witness_from_a_consistent_lie(op, range_checks, rng):
@@ -143,7 +126,7 @@ def test_no_second_witness_from_a_consistent_lie(op, range_checks, rng):
             continue
         for wire in {int(wires[0]), int(wires[-1]), int(wires[len(wires) // 2])}:
             for delta in (1, -1):
-                W = _replay(c, xs, wire, delta)
+                W = replay_lie(c, xs, wire, delta, (ArithmeticError, ValueError, IndexError))
                 assert W is None or not c.check(W), f"{op.name}: lying about {c.r1cs.wire_name(wire)} by {delta}"
 
 

@@ -6,10 +6,9 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from conftest import assert_flipped_bytes_rejected, row_reduce_mod_p, zk_step_circuit
+from conftest import assert_flipped_bytes_rejected, lookup_and_product_step, row_reduce_mod_p, zk_step_circuit
 
 import circuitgrad as cg
-from circuitgrad import nn
 from circuitgrad.backends import zk
 from circuitgrad.backends.zk import ligero
 from circuitgrad.backends.zk.ligero import gf, merkle, ntt as transforms, params as LP, protocol, prover
@@ -386,21 +385,12 @@ def test_streamed_and_blocked_proofs_are_the_kept_one(iris, monkeypatch, cells, 
     assert ligero.verify(streamed, c, w.public)
 
 
-def _lookup_and_product_step():
-    """A 4-8-3 MLP step over the Ligero field: lookups and contractions, so both rounds and every row kind."""
-    step = cg.compile_model(nn.mlp(4, [4, 8, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
-                            dtype=cg.fixed(16, 8))
-    c = zk.compile(step, field=zk.LIGERO51)
-    rng = np.random.default_rng(3)
-    return c, c.witness(step.init_params(0), rng.uniform(-1, 1, (4, 4)), rng.integers(0, 3, 4))
-
-
 @pytest.mark.parametrize("k", [8, None])
 def test_streamed_proof_with_lookups_and_contractions_is_the_kept_one(monkeypatch, k):
     """Both rounds streamed in blocks of a few rows give the bytes of the kept matrix; with k = 8 (weak
     parameters, named to the verifier) each round has several Merkle row blocks of 256 rows."""
     from circuitgrad.backends.zk.ligero import proofio
-    c, w = _lookup_and_product_step()
+    c, w = lookup_and_product_step()
     p = None if k is None else LP.Params(k, 8, 8 * k, 1, 1, contraction_sigma=1)
     lay = protocol.layout(prepare(c.r1cs), p or ligero.expected_params(c))
     assert lay.lk.n and lay.cs.n

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import replay_lie
+
 import circuitgrad as cg
 from circuitgrad import primitives as P
 from circuitgrad.backends import zk
@@ -22,23 +24,6 @@ def _circuit(fn, n_in, range_checks="lookup", **kw):
     field = zk.LIGERO51 if range_checks == "lookup" else zk.BN254
     extra = {"table_bits": 16} if range_checks == "lookup" else {}
     return prog, zk.compile_program(prog, Q, field, range_checks=range_checks, **extra, **kw)
-
-
-def _replay(c, inputs, index: int, delta: int):
-    """The witness after lying about value ``index`` (a wire or a combination, negative) by ``delta``, every
-    later value recomputed from the lie; the wires only, or None when the witness program refuses."""
-    W = np.zeros(c.r1cs.n_wires + c.n_combinations, dtype=np.int64)
-    W[0] = 1
-    for wires, v in zip(c.input_wires, inputs):
-        W[wires.reshape(-1)] = np.asarray(v).reshape(-1)
-    try:
-        for wires, fn in c.fills:
-            W[wires] = np.asarray(fn(W), dtype=np.int64).reshape(-1)
-            if index in wires:
-                W[index] += delta
-    except (ArithmeticError, ValueError):
-        return None
-    return W[:c.r1cs.n_wires]
 
 
 def _raw(rng, lo=-3.0, hi=3.0):
@@ -164,7 +149,7 @@ def test_no_consistent_lie_about_a_combination(fn, n_in, range_checks, rng):
     assert c.check(c.witness_raw(xs)) and c.n_combinations
     for index in range(-1, -c.n_combinations - 1, -1):
         for delta in (1, -1, 256):
-            W = _replay(c, xs, index, delta)
+            W = replay_lie(c, xs, index, delta)
             assert W is None or not c.check(W), (index, delta)
 
 
@@ -198,7 +183,7 @@ def test_the_native_verifier_rejects_a_lie_about_a_combination(fn, n_in, rng):
     xs = [_raw(rng)[0] for _ in range(n_in)]
     honest = c.witness_raw(xs)
     zk.check(zk.prove(c, honest, rng=np.random.default_rng(0)), c, honest.public)
-    W = _replay(c, xs, -1, 1 << Q.frac)
+    W = replay_lie(c, xs, -1, 1 << Q.frac)
     assert W is not None and not c.check(W)
     public = [int(v) % c.field.p for v in W[1:1 + c.r1cs.n_public]]
     proof = zk.prove(c, W, check=False, rng=np.random.default_rng(1))

@@ -6,10 +6,8 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import lookup_and_product_step, run_cli
 
-import circuitgrad as cg
-from circuitgrad import nn
 from circuitgrad.backends import zk
 from circuitgrad.backends.zk import distributed, ligero
 from circuitgrad.backends.zk.ligero import encoding, merkle, params as LP, proofio, protocol, prover
@@ -24,11 +22,7 @@ WEAK = LP.Params(8, 8, 64, 1, 1, contraction_sigma=1)
 @pytest.fixture(scope="module")
 def step():
     """A 4-8-3 MLP step over the Ligero field (lookups and contractions: both rounds, every kind of row)."""
-    s = cg.compile_model(nn.mlp(4, [4, 8, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
-                         dtype=cg.fixed(16, 8))
-    c = zk.compile(s, field=zk.LIGERO51)
-    rng = np.random.default_rng(3)
-    return c, c.witness(s.init_params(0), rng.uniform(-1, 1, (4, 4)), rng.integers(0, 3, 4))
+    return lookup_and_product_step()
 
 
 @pytest.fixture(scope="module")
