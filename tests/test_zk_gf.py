@@ -454,3 +454,10 @@ def test_the_linear_tests_transposed_product_is_the_same_on_both_paths():
     want = [sum(int(betas[s, parts[jj][1] + (int(rows[x]) - parts[jj][0]) // k]) * int(gammas[s, (int(rows[x]) -
                 parts[jj][0]) % k]) * int(coeffs[x]) for x, jj in zip(e, j)) % P for s in range(sg)]
     assert got["numpy"][:, w].tolist() == want
+
+
+def test_merkle_blocks_and_leaves_refuse_what_they_cannot_hash():
+    with pytest.raises(ValueError, match=r"^a block has 1 to 256 rows, got 257$"):
+        merkle.block_digests(np.zeros((257, 4), dtype=np.int64))
+    with pytest.raises(ValueError, match=r"^3 salts for 4 columns$"):
+        merkle.leaves_of(np.zeros((4, 1, 32), dtype=np.uint8), [b"s" * 16] * 3)

@@ -403,3 +403,18 @@ def test_streamed_proof_with_lookups_and_contractions_is_the_kept_one(monkeypatc
     streamed = ligero.prove(c, w, params=p, rng=np.random.default_rng(5))
     assert proofio.dumps(streamed) == proofio.dumps(kept)
     assert ligero.check(streamed, c, w.public, params=p, min_bits=0 if k else 100) is None
+
+
+def test_a_commitment_range_must_start_a_merkle_row_block(iris):
+    """The prover's passes cut the commitment at row blocks; a range that does not start one is refused (a split
+    across workers would otherwise hash other blocks than one process)."""
+    from circuitgrad.backends.zk.ligero.encoding import Encoding
+    c, w, _ = iris
+    pc = prepare(c.r1cs)
+    p = ligero.expected_params(c)
+    lay = protocol.layout(pc, p)
+    passes = prover.Passes(pc, lay, p, Encoding(pc, gf.reduce(np.asarray(w.values)), lay, p, bytes(32)), False,
+                           lambda s: None)
+    with pytest.raises(ValueError, match=r"^rows 3… do not start a Merkle row block of the matrix at 0$"):
+        passes.digests(3, lay.mw, 0)
+

@@ -38,12 +38,15 @@ def no_dask(monkeypatch):
 
 
 # ------------------------------------------------------------------ missing extras
+@pytest.mark.parametrize("private", [["--private"], []])
 @pytest.mark.parametrize("flags, asked", [(["--workers", "2"], "--workers 2"),
                                           (["--scheduler", "tcp://127.0.0.1:1"], "--scheduler tcp://127.0.0.1:1")])
-def test_cli_workers_without_dask_is_one_line_naming_the_extra(no_dask, capsys, tmp_path, flags, asked):
+def test_cli_workers_without_dask_is_one_line_naming_the_extra(no_dask, capsys, tmp_path, flags, asked, private):
+    """A private run's steps, or one step's rows, on Dask without Dask: one line, before any work."""
     out = tmp_path / "run"
-    rc, stdout, err = _main(capsys, "zk", "prove", *TINY, "--private", *flags, "--out", str(out))
-    assert (rc, stdout, err) == (1, "", f"circuitgrad zk: zk prove --private {asked} {DASK}\n")
+    rc, stdout, err = _main(capsys, "zk", "prove", *TINY, *private, *flags, "--out", str(out))
+    command = "zk prove --private" if private else "zk prove"
+    assert (rc, stdout, err) == (1, "", f"circuitgrad zk: {command} {asked} {DASK}\n")
     assert not out.exists()                          # refused before any work
 
 
