@@ -74,6 +74,8 @@ class CompiledModel:
     arg_names: dict[str, list[str]] = field(default_factory=dict)
     compile_seconds: float = 0.0
     donate: bool = False                   # GPU: ``step`` writes the updated parameters into the arrays passed in
+    tf32: bool = False                     # GPU: float32 matrix products on TF32 tensor cores
+    graph: bool = False                    # GPU: ``step`` replayed as one CUDA graph from its second call
     _fns: dict[str, _Fn] = field(default_factory=dict, repr=False)
 
     def fn(self, key: str) -> _Fn:
@@ -81,7 +83,7 @@ class CompiledModel:
         f = self._fns.get(key)
         if f is None:
             f = self._fns[key] = _compile_fn(self.diagrams[key], key, self.dtype, self.arg_names[key],
-                                             self.backend, self.donate)
+                                             self.backend, self.donate, self.tf32, self.graph and key == "step")
         return f
 
     # ----------------------------------------------------------- properties
@@ -351,7 +353,8 @@ def _check_constants(optimizer: Optimizer, dtype: Fixed) -> None:
 
 
 def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimizer: Optimizer,
-                  dtype: Dtype | None = None, backend: str = "numpy", donate: bool = False) -> CompiledModel:
+                  dtype: Dtype | None = None, backend: str = "numpy", donate: bool = False, tf32: bool = False,
+                  graph: bool = False) -> CompiledModel:
     """Compile ``model : X → Y`` with a loss and an optimizer.
 
     ``dtype`` (default: the model's) retypes every wire: ``float32``,
@@ -360,6 +363,10 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
     CuPy and a GPU), ``"auto"`` (CuPy when a GPU is usable, else NumPy) or
     ``"cupy-emulated"`` (the CuPy code path run on the CPU, for testing).
     ``donate=True`` (GPU) lets ``step`` update parameters in the arrays passed in.
+    ``tf32=True`` (GPU) runs float32 matrix products on the TF32 tensor cores (off by default, as in
+    PyTorch). ``graph=True`` (``backend="cupy"``, with ``donate=True``) replays ``step`` as one CUDA graph
+    from its second call: its outputs are the graph's buffers, overwritten by the next step. With
+    ``backend="auto"`` both apply only when the GPU is chosen.
 
     ``TypeError`` if ``model`` is not a diagram or ``loss``/``optimizer`` are
     swapped (or not a loss function / :class:`~circuitgrad.nn.Optimizer`);
@@ -377,6 +384,14 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
             raise RuntimeError(f"compile_model: backend='cupy' needs CuPy and a CUDA GPU: {why}; "
                                f"use backend='numpy' (or 'auto')")
         backend = "cupy" if ok else "numpy"
+        tf32, graph = (tf32, graph) if ok else (False, False)
+    if (tf32 or graph) and backend == "numpy":
+        raise ValueError(f"compile_model: {'tf32' if tf32 else 'graph'}=True is for the GPU (backend='cupy'); "
+                         f"the numpy backend computes in {'float32' if tf32 else 'plain calls'} already")
+    if graph and backend != "cupy":
+        raise ValueError(f"compile_model: graph=True needs backend='cupy', not {backend!r}")
+    if graph and not donate:
+        raise ValueError("compile_model: graph=True replays the step into the same buffers: pass donate=True too")
     params, x_type, y_type, diagrams = _build(model, loss, optimizer)
     dtype = dtype or y_type.dtype          # the output's: an input may be index(n) token ids
     if isinstance(dtype, Fixed):
@@ -389,14 +404,15 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
     names = {"predict": pnames + ["x"], "loss": pnames + ["x", "y"], "gradients": pnames + ["x", "y"],
              "step": pnames + [n.replace("/", "_") for n in snames] + ["x", "y"]}
     cm = CompiledModel(model, loss, optimizer, dtype, backend, params, pnames, snames,
-                       retype_type(x_type, dtype), y_type.with_dtype(dtype), diagrams, names, donate=donate)
+                       retype_type(x_type, dtype), y_type.with_dtype(dtype), diagrams, names, donate=donate,
+                       tf32=tf32, graph=graph)
     cm.fn("step")          # the training step is compiled now; the others on first use
     cm.compile_seconds = time.perf_counter() - t0
     return cm
 
 
 def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str], backend: str = "numpy",
-                donate: bool = False) -> _Fn:
+                donate: bool = False, tf32: bool = False, graph: bool = False) -> _Fn:
     prog = schedule(d, key)
     if prog.types and any(t.dtype != dtype for t in prog.types):
         prog = retype(prog, dtype)
@@ -406,7 +422,8 @@ def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str], backen
     if backend in ("cupy", "cupy-emulated"):
         gpu = TARGETS["gpu"].module()
         pairs = dict(zip(prog.outputs, prog.inputs)) if donate and key == "step" else None
-        g = gpu.compile_function(prog, arg_names, key, emulate=backend == "cupy-emulated", donate_pairs=pairs)
+        g = gpu.compile_function(prog, arg_names, key, emulate=backend == "cupy-emulated", donate_pairs=pairs,
+                                 precision="tf32" if tf32 else "fp32", graph=graph)
         return _Fn(prog, g.run, g.source, g.launches, g)
     fn, src = compile_program(prog, arg_names, key)
     return _Fn(prog, fn, src)

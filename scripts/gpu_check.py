@@ -172,11 +172,9 @@ def tinygpt_kernels(cfg: dict) -> dict:
     return {key: [(g.plan, i, k) for i, k in g.kernels.items()] for key, g in captured.items()}
 
 
-def _compile_alone(cupy, launcher, p, i, k) -> None:
-    """``k`` compiled on its own with NVRTC, as the backend compiles it (``gpu._raw_launcher``)."""
-    raw = launcher(p, i, k) if launcher is not None else None
-    if not hasattr(raw, "compile") and not hasattr(raw, "kernel"):
-        raw = cupy.RawKernel(k.source, k.name)
+def _compile_alone(cupy, k) -> None:
+    """``k`` compiled on its own with NVRTC (to isolate an error of its function's module)."""
+    raw = cupy.RawKernel(k.source, k.name)
     if hasattr(raw, "compile"):
         raw.compile()
     else:                   # CuPy before 10: reading .kernel compiles
@@ -184,22 +182,21 @@ def _compile_alone(cupy, launcher, p, i, k) -> None:
 
 
 def _compile_module(cupy, ks: list) -> None:
-    """All of one function's kernels in one NVRTC module (one compile instead of one per kernel)."""
-    mod = cupy.RawModule(code="\n".join(k.source for _, _, k in ks))
+    """One function's kernels as the backend compiles them: one NVRTC module, each distinct kernel once
+    (``circuitgrad.backends.gpu.module``); compiling it fills CuPy's kernel cache for the phases after this."""
+    from circuitgrad.backends.gpu import module
+    mod = cupy.RawModule(code=module.source({n: k for n, (_, _, k) in enumerate(ks)})[0])
     if hasattr(mod, "compile"):
         mod.compile()
     else:                   # CuPy before 10: get_function compiles
-        mod.get_function(ks[0][2].name)
+        mod.get_function(module.source({0: ks[0][2]})[1][0])
 
 
 def phase_nvrtc(cfg: dict) -> dict:
-    """tinygpt's kernels compiled with NVRTC: each function's kernels as one module first (seconds), and only a
-    function whose module fails compiled kernel by kernel, so that each error shows in isolation with its log.
-    The time left (until ``budget − 3`` s) then compiles the kernels alone, as the backend does, which fills
-    CuPy's kernel cache for the phases after this one (a kernel not reached compiles there, on first use)."""
+    """tinygpt's kernels compiled with NVRTC: each function's kernels as one module, as the backend compiles them
+    (seconds), and only a function whose module fails compiled kernel by kernel (until ``budget − 3`` s), so that
+    each error shows in isolation with its log."""
     import cupy
-    from circuitgrad.backends import gpu
-    launcher = getattr(gpu, "_raw_launcher", None)
     t0 = time.monotonic()
     deadline = t0 + float(cfg.get("budget", NVRTC_BASE_S + 200 * NVRTC_PER_KERNEL_S)) - 3
     kernels = tinygpt_kernels(cfg)
@@ -223,28 +220,17 @@ def phase_nvrtc(cfg: dict) -> dict:
                 continue
             t = time.perf_counter()
             try:
-                _compile_alone(cupy, launcher, p, i, k)
+                _compile_alone(cupy, k)
                 rows.append({"function": key, "kernel": k.name, "ok": True,
                              "ms": round((time.perf_counter() - t) * 1e3, 1)})
             except Exception as e:
                 log = str(e).strip().splitlines()
                 failed.append({"function": key, "kernel": k.name, "error": _error(e), "log": log[:40],
                                "ops": list(getattr(k, "ops", []))})
-    isolated = {r["kernel"] for r in rows} | {f["kernel"] for f in failed}
-    warmed = 0
-    for key in ("step", "loss", "predict"):    # the backend's own compiles, step first (the phases after use it)
-        for p, i, k in kernels.get(key, []):
-            if k.name in isolated or time.monotonic() > deadline:
-                continue
-            try:
-                _compile_alone(cupy, launcher, p, i, k)
-                warmed += 1
-            except Exception:
-                pass                            # its module compiled: reported with the module, if at all
     ok_modules = [m for m in modules if m["ok"]]
     compiled = sum(m["kernels"] for m in ok_modules) + len(rows)
     out = {"kernels": n, "compiled": compiled, "failed": failed, "modules": modules, "unchecked": unchecked,
-           "warmed": warmed, "slowest": sorted(rows, key=lambda r: -r["ms"])[:5]}
+           "slowest": sorted(rows, key=lambda r: -r["ms"])[:5]}
     if failed or unchecked:
         first = (f"first: {failed[0]['kernel']}: {failed[0]['error']}" if failed else
                  f"{len(unchecked)} not isolated before the phase's deadline")
@@ -255,8 +241,7 @@ def phase_nvrtc(cfg: dict) -> dict:
         return dict(out, status="fail", message=f"the {m['function']} module does not compile with NVRTC, though "
                                                 f"each of its kernels does alone: {m['error']}")
     return dict(out, status="pass", message=f"all {n} tinygpt kernels compile with NVRTC ({len(modules)} modules, "
-                                            f"{time.monotonic() - t0:.0f} s; {warmed} compiled alone for the "
-                                            f"kernel cache)")
+                                            f"{time.monotonic() - t0:.0f} s)")
 
 
 def phase_device_tests(cfg: dict) -> dict:

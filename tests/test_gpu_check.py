@@ -16,6 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import gpu_check  # noqa: E402
+from circuitgrad.backends.gpu import module  # noqa: E402
 
 PHASES = ["device", "nvrtc", "device-tests", "tinygpt-vs-numpy", "timing"]
 TINY = dict(gpu_check.CONFIG, batch=2, seq=8, d=16, heads=2, layers=1, chars=20_000)
@@ -118,8 +119,14 @@ class _CompileException(Exception):
     pass
 
 
-def _fake_nvrtc(broken: str | None, log: list):
-    """A cupy with RawKernel and RawModule that record what they compile; ``broken`` fails to compile."""
+def _distinct(ks) -> int:
+    """How many kernels the backend's module of these holds (kernels equal but for their names once)."""
+    return len(set(module.source({n: k for n, (_, _, k) in enumerate(ks)})[1].values()))
+
+
+def _fake_nvrtc(broken: str | None, log: list, broken_in_module: str | None = None):
+    """A cupy with RawKernel and RawModule that record what they compile; ``broken`` fails to compile (in a module:
+    the kernel named ``broken_in_module`` there)."""
     def error(name):
         return _CompileException(f"{name}.cu(3): error: identifier \"x\" is undefined\n1 error detected")
 
@@ -137,7 +144,7 @@ def _fake_nvrtc(broken: str | None, log: list):
             self.code = code
 
         def compile(self):
-            if broken is not None and f"void {broken}(" in self.code:
+            if broken is not None and f"void {broken_in_module}(" in self.code:
                 raise error(broken)
             log.append(("module", self.code.count('extern "C" __global__')))
     return types.SimpleNamespace(RawKernel=RawKernel, RawModule=RawModule)
@@ -153,13 +160,14 @@ def test_every_tinygpt_kernel_is_listed_and_nvrtc_failures_are_reported_one_by_o
             assert f"{k.name}(" in k.source
     broken = names[len(names) // 2]
     home = next(f for f, ks in kernels.items() if any(k.name == broken for _, _, k in ks))
+    kb = next(k for _, _, k in kernels[home] if k.name == broken)
     log: list = []
-    monkeypatch.setitem(sys.modules, "cupy", _fake_nvrtc(broken, log))
+    monkeypatch.setitem(sys.modules, "cupy", _fake_nvrtc(broken, log, module.source({0: kb})[1][0]))
     out = gpu_check.phase_nvrtc(dict(TINY, budget=60))
     modules = [c for kind, c in log if kind == "module"]
-    assert sorted(modules) == sorted(len(ks) for f, ks in kernels.items() if f != home)   # one compile a function
+    assert sorted(modules) == sorted(_distinct(ks) for f, ks in kernels.items() if f != home)   # one a function
     alone = [c for kind, c in log if kind == "kernel"]
-    assert sorted(alone + [broken]) == sorted(names)          # isolated (its function), then the cache filled
+    assert sorted(alone + [broken]) == sorted(k.name for _, _, k in kernels[home])   # its function's, isolated
     assert out["status"] == "fail" and out["kernels"] == len(names) and out["compiled"] == len(names) - 1
     assert out["failed"][0]["kernel"] == broken and len(out["failed"]) == 1
     assert out["failed"][0]["log"] == [f"{broken}.cu(3): error: identifier \"x\" is undefined", "1 error detected"]
@@ -173,9 +181,9 @@ def test_nvrtc_compiles_one_module_a_function_when_all_compile(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", _fake_nvrtc(None, log))
     out = gpu_check.phase_nvrtc(dict(TINY, budget=60))
     assert out["status"] == "pass" and out["failed"] == [] and out["unchecked"] == []
-    assert sorted(c for kind, c in log if kind == "module") == sorted(len(ks) for ks in kernels.values())
-    assert out["warmed"] == sum(len(ks) for ks in kernels.values())
-    # no time left: the modules still decide, the cache is simply not filled
+    assert sorted(c for kind, c in log if kind == "module") == sorted(_distinct(ks) for ks in kernels.values())
+    assert all(kind == "module" for kind, _ in log)
+    # no time left: the modules still decide
     log.clear()
     out = gpu_check.phase_nvrtc(dict(TINY, budget=1))
     assert out["status"] == "pass" and [kind for kind, _ in log] == ["module"] * 3

@@ -18,7 +18,7 @@ from typing import Sequence
 from circuitgrad import primitives as P
 from circuitgrad.schedule import Program
 
-from . import cuda, install
+from . import cuda, install, module
 from .plan import Plan, plan
 from .profiler import Launch, Profile, profile
 from .runtime import VIEWS, GpuFunction, build, emulated_kernel
@@ -63,19 +63,28 @@ def installed() -> str | None:
     return install.describe(cupy)
 
 
-def _raw_launcher(p, index, kernel):
-    import cupy
-    return cupy.RawKernel(kernel.source, kernel.name)
-
-
 def compile_function(prog: Program, arg_names: Sequence[str], name: str, emulate: bool = False,
-                     donate_pairs: dict[int, int] | None = None) -> GpuFunction:
-    """Compile one program for the GPU (``emulate=True``: NumPy arrays and CPU-emulated kernels)."""
+                     donate_pairs: dict[int, int] | None = None, precision: str = "fp32",
+                     graph: bool = False) -> GpuFunction:
+    """Compile one program for the GPU (``emulate=True``: NumPy arrays and CPU-emulated kernels).
+
+    ``precision="tf32"``: float32 products on TF32 tensor cores; ``graph=True``: the function replayed as one
+    CUDA graph from its second call (see :mod:`~.graph`; not with ``emulate=True``)."""
     if emulate:
         import numpy
-        return build(prog, arg_names, name, numpy, emulated_kernel, donate_pairs)
+        if graph:
+            raise ValueError("graph=True needs backend='cupy' (a device, or the host execution mode "
+                             "circuitgrad.backends.gpu.hostrun): 'cupy-emulated' has no streams to capture")
+        return build(prog, arg_names, name, numpy, emulated_kernel, donate_pairs, precision)
     ok, why = available()
     if not ok:
         raise RuntimeError(f"backend='cupy' needs CuPy and a CUDA GPU: {why}")
     import cupy
-    return build(prog, arg_names, name, cupy, _raw_launcher, donate_pairs)
+    return build(prog, arg_names, name, cupy, None, donate_pairs, precision, graph, launchers=_launchers(cupy))
+
+
+def _launchers(cupy):
+    """Each kernel's launcher: from one NVRTC module (:mod:`~.module`), or the host run's ``RawKernel`` each."""
+    if getattr(cupy, "hostrun", False):
+        return lambda p, ks: {i: cupy.RawKernel(k.source, k.name) for i, k in ks.items()}
+    return module.launchers(cupy)

@@ -288,6 +288,10 @@ class RawKernel:
             _compile_pending(self)
 
     def __call__(self, grid, block, args, shared_mem: int = 0, stream=None, **kwargs) -> None:
+        capture = getattr(launch_state, "capture", None)
+        if capture is not None:             # a capturing stream records the launch (see hostcapture)
+            capture.append(lambda: self(grid, block, args, shared_mem, stream))
+            return
         where = f"kernel {self.name}"
         if not isinstance(grid, tuple) or not isinstance(block, tuple) or not isinstance(args, tuple):
             raise TypeError(f"{where}: grid, block and args must be tuples (CuPy's RawKernel.__call__ is typed so)")

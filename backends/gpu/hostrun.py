@@ -42,6 +42,7 @@ from typing import Iterator
 
 import numpy as np
 
+from . import hostcapture
 from .hostcheck import signature
 from .hostlaunch import (ORDERS, DeviceBuffer, IllegalAddress, LaunchError, RawKernel, alloc, launch_state,
                          available)
@@ -57,6 +58,7 @@ IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. Please use `.g
 def _sync(what: str) -> None:
     """Record a read of device memory by the host (a synchronisation on a device): ``cupy.syncs`` lists them as
     ``"what at file:line"`` (the caller outside this module), so a test can require a step to make none."""
+    hostcapture.refuse(f"a read of device memory by the host ({what})")
     f = sys._getframe(2)
     while f is not None and f.f_code.co_filename == __file__:
         f = f.f_back
@@ -96,6 +98,35 @@ def _refuse_host(args, where: str) -> None:
             _refuse_host(a, where)
 
 
+def _call(fn, name: str, args: tuple, kwargs: dict, base: np.ndarray | None = None):
+    """``fn`` on the unwrapped arguments, wrapped; during a capture, recorded (see :mod:`~.hostcapture`)."""
+    a, kw = _unwrap(args), _unwrap(kwargs)
+    if hostcapture.capturing() is None:
+        return _wrap(fn(*a, **kw))
+    if any(isinstance(x, np.ndarray) for x in _arrays(args, kwargs, None)):
+        hostcapture.refuse("a host-to-device copy")
+    if name in hostcapture.INPLACE or name.startswith("__i") or "out" in kw:
+        hostcapture.record(lambda: fn(*a, **kw))
+        return _wrap(kw["out"]) if "out" in kw else None
+    with np.errstate(all="ignore"):
+        r = fn(*a, **kw)
+    if isinstance(r, np.ndarray) and not any(isinstance(x, np.ndarray) and np.may_share_memory(r, x)
+                                             for x in _arrays(a, kw, base)):
+        def again(r=r):
+            with np.errstate(all="ignore"):
+                np.copyto(r, fn(*a, **kw), casting="unsafe")
+        hostcapture.record(again)
+    return _wrap(r)
+
+
+def _arrays(args, kwargs, base):
+    for x in [base, *args, *kwargs.values()]:
+        if isinstance(x, (list, tuple)):
+            yield from x
+        else:
+            yield x
+
+
 class DeviceArray(DeviceBuffer):
     """A ``cupy.ndarray`` stand-in: NumPy memory that refuses implicit conversion to NumPy (``.get()`` copies)."""
     __slots__ = ()
@@ -110,11 +141,11 @@ class DeviceArray(DeviceBuffer):
         _refuse_host(inputs, f"cupy.{ufunc.__name__}")
         if "out" in kwargs:
             _refuse_host(kwargs["out"], f"cupy.{ufunc.__name__}")
-        return _wrap(getattr(ufunc, method)(*_unwrap(inputs), **_unwrap(kwargs)))
+        return _call(getattr(ufunc, method), ufunc.__name__, inputs, kwargs)
 
     def __array_function__(self, func, types_, args, kwargs):
         _refuse_host(args, f"cupy.{func.__name__}")
-        return _wrap(func(*_unwrap(args), **_unwrap(kwargs)))
+        return _call(func, func.__name__, args, kwargs)
 
     # -- what CuPy has
     def get(self, stream=None, order="C", out=None) -> np.ndarray:
@@ -151,7 +182,7 @@ class DeviceArray(DeviceBuffer):
         if callable(v):
             def method(*args, **kwargs):
                 _refuse_host(args, f"cupy.ndarray.{name}")
-                return _wrap(v(*_unwrap(args), **_unwrap(kwargs)))
+                return _call(v, name, args, kwargs, self._a)
             return method
         return _wrap(v) if isinstance(v, np.ndarray) else v
 
@@ -159,7 +190,7 @@ class DeviceArray(DeviceBuffer):
         return _wrap(self._a[_unwrap(key)])
 
     def __setitem__(self, key, value):
-        self._a[_unwrap(key)] = _unwrap(value)
+        _call(self._a.__setitem__, "__setitem__", (key, value), {})
 
     def __len__(self) -> int:
         return len(self._a)
@@ -196,8 +227,10 @@ class DeviceArray(DeviceBuffer):
 def _binop(name):
     def op(self, *other):
         _refuse_host(other, f"cupy.ndarray.{name}")
-        r = getattr(self._a, name)(*_unwrap(other))
-        return r if r is NotImplemented else _wrap(r)
+        r = _call(getattr(self._a, name), name, other, {}, self._a)
+        if name.startswith("__i"):          # in place: the array itself (recorded during a capture)
+            return self
+        return r if r is not None and r is not NotImplemented else NotImplemented
     op.__name__ = name
     return op
 
@@ -234,6 +267,8 @@ def _asarray(a, dtype=None, order=None, *, blocking=False):
 def _array(a, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocking=False):
     host = _unwrap(a)
     order = (order or "K").upper()
+    if not isinstance(a, DeviceArray):
+        hostcapture.refuse("a host-to-device copy")
     if isinstance(a, DeviceArray):
         # a device array: CuPy's astype(order=order), which for "K" keeps the source's axis order
         h = np.array(host, dtype=dtype, order=order, copy=True, ndmin=ndmin)
@@ -251,6 +286,8 @@ def _array(a, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blockin
     else:                                   # order "K" of a permuted device array: dense, in the same axis order
         out = np.lib.stride_tricks.as_strided(alloc(h.size, h.dtype), h.shape, h.strides)
     out[...] = h
+    if hostcapture.capturing() is not None:       # a device-to-device copy: recorded
+        hostcapture.record(lambda: out.__setitem__(Ellipsis, np.asarray(host, dtype=dtype)))
     return DeviceArray(out)
 
 
@@ -264,6 +301,8 @@ def _ascontiguousarray(a, dtype=None):
         return a if src is a._a else DeviceArray(src)
     out = alloc(src.shape, dtype or a.dtype)
     out[...] = src
+    if hostcapture.capturing() is not None:
+        hostcapture.record(lambda: out.__setitem__(Ellipsis, src))
     return DeviceArray(out)
 
 
@@ -326,7 +365,7 @@ class _FakeCupy(types.ModuleType):
 
         def fn(*args, **kwargs):
             _refuse_host(args, f"cupy.{name}")
-            return _wrap(obj(*_unwrap(args), **_unwrap(kwargs)))
+            return _call(obj, name, args, kwargs)
         fn.__name__ = name
         return fn
 
@@ -343,9 +382,11 @@ cupy.empty = _empty
 cupy.asnumpy = _asnumpy
 cupy.get_array_module = _get_array_module
 cupy.lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=_as_strided))
-cupy.cuda = types.SimpleNamespace(runtime=_Runtime(), Device=_Device,
-                                  Stream=types.SimpleNamespace(null=None),
-                                  get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None))
+cupy.cuda = types.SimpleNamespace(runtime=_Runtime(), Device=_Device, Stream=hostcapture.Stream,
+                                  get_current_stream=hostcapture.get_current_stream, Event=hostcapture.Event,
+                                  MemoryPool=hostcapture.MemoryPool, using_allocator=hostcapture.using_allocator,
+                                  Graph=hostcapture.Graph)
+cupy.get_default_memory_pool = hostcapture.MemoryPool
 cupy.hostrun = True                       # how code can tell the stand-in from CuPy
 cupy.syncs = []                           # every read of device memory by the host (see _sync); device() clears it
 

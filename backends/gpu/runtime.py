@@ -38,7 +38,9 @@ from circuitgrad.codegen import ident
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Program
 
+from . import blas
 from .cuda import Kernel, fused_kernel, donations, kernels, last_readers
+from .graph import Graphed
 from .plan import Plan, plan, read_through
 
 __all__ = ["GpuFunction", "generate", "emulated_kernel", "BLOCK", "VIEWS"]
@@ -97,8 +99,22 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         args = [names[src(x)] for x in a.args]
         if s.kind == "matmul":
             note = "# cuBLAS" if a.op.name == "MatMul" else "# cuBLAS, batched"
-            lines.append(f"    {names[a.results[0]]} = xp.matmul({args[0]}, {args[1]})".ljust(60) + note)
+            lines.append(f"    {names[a.results[0]]} = _matmul({args[0]}, {args[1]})".ljust(60) + note)
             contiguous.add(a.results[0])
+        elif s.kind == "reduce" and k in ks:          # a sum kernel (cuda.reduce_kernel): a warp or a few per outputs
+            kern, (r,), x = ks[k], ks[k].outputs, src(a.args[0])
+            b = kern.inputs[0]              # the base array of x, read through x's layout
+            if b == x or b in keep or b in p.values or last.get(b, k) >= k:
+                arg = names[b] if b in contiguous or b in p.values else f"xp.ascontiguousarray({names[b]})"
+            elif p.read(x)[1]:              # the base was freed after its last step: its memory through x, flat
+                item = ty(b).dtype.numpy_dtype().itemsize
+                arg = f"xp.lib.stride_tricks.as_strided({names[x]}, ({ty(b).size},), ({item},))"
+            else:                           # a reshape of the base: the same memory, in order
+                arg = names[x]
+            lines.append(f"    {names[r]} = xp.empty({ty(r).shape!r}, dtype=xp.{ty(r).dtype.numpy_dtype().name})")
+            grid = max(1, math.ceil(kern.threads / BLOCK))
+            lines.append(f"    {kern.name}(({grid},), ({BLOCK},), ({arg}, {names[r]}))".ljust(60) + "# SumTo")
+            contiguous.add(r)
         elif s.kind == "reduce":
             lead, kept = a.op.axes()
             axes = lead + kept
@@ -218,25 +234,41 @@ class GpuFunction:
     arg_names: tuple = ()
     donate_pairs: dict | None = None
     namespace: dict = field(default_factory=dict, repr=False)   # what the source runs in: xp, launchers, constants
+    precision: str = "fp32"     # of the matrix products: "fp32" or "tf32" (:mod:`~.blas`)
+    graphed: Graphed | None = None      # the step replayed as a CUDA graph (:mod:`~.graph`), else None
 
     def run(self, *args):
         if self.donors:
             distinct_arrays([args[k] for k, _ in self.donors], [n for _, n in self.donors], "donate=True")
-        return self.fn(*args)
+        return self.fn(*args) if self.graphed is None else self.graphed(*args)
 
 
 def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: Callable,
-          donate_pairs: dict[int, int] | None = None) -> GpuFunction:
-    """Plan, generate and bind one function. ``launcher(plan, index, kernel)`` makes the kernel callable."""
+          donate_pairs: dict[int, int] | None = None, precision: str = "fp32", graph: bool = False,
+          launchers: Callable | None = None) -> GpuFunction:
+    """Plan, generate and bind one function. ``launcher(plan, index, kernel)`` makes the kernel callable
+    (``launchers(plan, kernels)``, when given, makes them all at once: ``{index: callable}``).
+
+    ``precision="tf32"``: float32 products on TF32 tensor cores (:mod:`~.blas`). ``graph=True``: calls after
+    the first replay one CUDA graph (:mod:`~.graph`; needs ``donate_pairs``)."""
+    if precision not in blas.PRECISIONS:
+        raise ValueError(f"precision must be one of {blas.PRECISIONS}, got {precision!r}")
+    if graph and not donate_pairs:
+        raise ValueError("graph=True replays the step into the same buffers: it needs donate=True")
     p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")])
     ks = kernels(p, prefix=f"cg_{ident(fn_name)}", donate_pairs=donate_pairs)
     src = generate(p, ks, arg_names, ident(fn_name), donate_pairs)
-    ns: dict[str, object] = {"xp": xp, "_values": p.values}
+    plain = precision == "fp32" and not graph
+    ns: dict[str, object] = {"xp": xp, "_values": p.values,
+                             "_matmul": xp.matmul if plain else blas.matmul(xp, precision)}
+    made = launchers(p, ks) if launchers is not None else {i: launcher(p, i, k) for i, k in ks.items()}
     for i, k in ks.items():
-        ns[k.name] = launcher(p, i, k)
+        ns[k.name] = made[i]
     exec(compile(src, f"<circuitgrad-gpu:{fn_name}>", "exec"), ns)
     g = GpuFunction(prog, p, ks, src, ns[ident(fn_name)], name=fn_name, arg_names=tuple(arg_names),
-                    donate_pairs=donate_pairs, namespace=ns)
+                    donate_pairs=donate_pairs, namespace=ns, precision=precision)
+    if graph:
+        g.graphed = Graphed(g.fn, xp, arg_names)
     if donate_pairs:
         donor_vars = set(donate_pairs.values())
         g.donors = tuple((k, n) for k, (v, n) in enumerate(zip(prog.inputs, arg_names)) if v in donor_vars)

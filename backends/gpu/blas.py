@@ -1,0 +1,169 @@
+"""Matrix products of the GPU glue on a cuBLAS handle of the backend's own, optionally on TF32 tensor cores.
+
+    mm = blas.matmul(cupy, "tf32")          # a callable: mm(a, b) is a @ b
+    c = mm(a, b)                            # [m, k] @ [k, n], or batched [..., m, k] @ [..., k, n]
+
+The plain float32/float64 step calls ``cupy.matmul``. This path is taken when a step asks for TF32
+(``compile_model(..., tf32=True)``) or is replayed as a CUDA graph (``graph=True``): CuPy refuses every cuBLAS
+call while a stream is capturing (its ``cublas.setStream`` raises), so the products go to
+``cublasGemmEx``/``cublasGemmStridedBatchedEx`` through ``ctypes``, on a handle created here with a 32 MiB
+workspace of its own (set before any capture, as cuBLAS's CUDA-graph notes ask) and the current stream set
+on every call.
+
+* ``precision="fp32"``: ``CUBLAS_COMPUTE_32F`` (``64F`` for float64), exactly what ``cupy.matmul`` asks for.
+* ``precision="tf32"``: ``CUBLAS_COMPUTE_32F_FAST_TF32`` for float32 (products on the tensor cores from
+  operands rounded to TF32's 10-bit mantissa, float32 accumulation), as PyTorch's ``allow_tf32``; float64 is
+  unaffected.
+
+Operands are read in place when their last two axes are a row-major or a transposed (column-major) matrix
+and their leading axes one uniform batch stride; any other layout is copied first. Under the host execution
+mode (:mod:`~.hostrun`) the product is NumPy's, with TF32 operands rounded to 10 mantissa bits (round to
+nearest, ties away from zero, as ``cvt.rna.tf32.f32``).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["PRECISIONS", "matmul", "round_tf32", "operand"]
+
+PRECISIONS = ("fp32", "tf32")
+OP_N, OP_T = 0, 1                                           # cublasOperation_t
+CUDA_R = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}   # cudaDataType_t
+COMPUTE = {("fp32", np.dtype(np.float32)): 68, ("tf32", np.dtype(np.float32)): 77,   # cublasComputeType_t
+           ("fp32", np.dtype(np.float64)): 70, ("tf32", np.dtype(np.float64)): 70}
+GEMM_DEFAULT = -1                                           # cublasGemmAlgo_t
+WORKSPACE = 32 << 20                                        # bytes: what cuBLAS asks for on Hopper
+
+
+def round_tf32(xp, a):
+    """``a`` (float32) rounded to TF32's 10 mantissa bits: round to nearest, ties away from zero."""
+    bits = a.view(xp.uint32)
+    return ((bits + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)).view(xp.float32)
+
+
+def operand(shape: tuple[int, ...], strides: tuple[int, ...], item: int) -> tuple[int, int, int] | None:
+    """``(op, ld, batch stride)`` of an array's last two axes as a cuBLAS operand (strides in bytes), or ``None``
+    when it must be copied first. ``op`` is ``OP_N`` for a row-major matrix, ``OP_T`` for a column-major one."""
+    if any(s % item for s in strides):
+        return None
+    s = [st // item for st in strides]
+    *batch, r, c = shape
+    sr, sc = s[-2], s[-1]
+    if (c == 1 or sc == 1) and (r == 1 or sr == c):
+        op, ld = OP_N, max(c, 1)
+    elif (r == 1 or sr == 1) and (c == 1 or sc == r):
+        op, ld = OP_T, max(r, 1)
+    else:
+        return None
+    dims = [(n, st) for n, st in zip(batch, s[:-2]) if n != 1]
+    if not dims:
+        return op, ld, r * c
+    for (n0, s0), (n1, s1) in zip(dims, dims[1:]):
+        if s0 != s1 * n1:
+            return None
+    return op, ld, dims[-1][1]
+
+
+class _Cublas:
+    """The loaded ``libcublas`` (CuPy's own copy, found in the process's memory map) and this backend's handle."""
+
+    def __init__(self, xp):
+        from cupy_backends.cuda.libs import cublas as cupy_cublas   # loads libcublas
+        self.handle = cupy_cublas.create()
+        path = next((p for p in _mapped() if os.path.basename(p).startswith("libcublas.so")), None)
+        if path is None:
+            raise RuntimeError("backend='cupy': cannot find the libcublas CuPy loaded (TF32 and CUDA-graph steps "
+                               "call it directly)")
+        self.lib = lib = ctypes.CDLL(path)
+        v, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        lib.cublasSetStream_v2.argtypes = [v, v]
+        lib.cublasSetWorkspace_v2.argtypes = [v, v, ctypes.c_size_t]
+        lib.cublasGemmEx.argtypes = [v, i, i, i, i, i, v, v, i, i, v, i, i, v, v, i, i, i, i]
+        lib.cublasGemmStridedBatchedEx.argtypes = [v, i, i, i, i, i, v, v, i, i, ll, v, i, i, ll, v, v, i, i, ll,
+                                                   i, i, i]
+        for f in (lib.cublasSetStream_v2, lib.cublasSetWorkspace_v2, lib.cublasGemmEx,
+                  lib.cublasGemmStridedBatchedEx):
+            f.restype = ctypes.c_int
+        self.workspace = xp.empty(WORKSPACE, dtype=xp.uint8)       # lives as long as the handle
+        self.check("cublasSetWorkspace_v2", lib.cublasSetWorkspace_v2(self.handle, self.workspace.data.ptr,
+                                                                     WORKSPACE))
+        self.scalars = {np.dtype(np.float32): (ctypes.c_float(1.0), ctypes.c_float(0.0)),
+                        np.dtype(np.float64): (ctypes.c_double(1.0), ctypes.c_double(0.0))}
+
+    @staticmethod
+    def check(what: str, status: int) -> None:
+        if status != 0:
+            raise RuntimeError(f"backend='cupy': {what} failed with cuBLAS status {status}")
+
+
+def _mapped() -> list[str]:
+    try:
+        with open("/proc/self/maps") as f:
+            return [line.split()[-1] for line in f if "/" in line]
+    except OSError:
+        return []
+
+
+_HANDLES: dict[int, _Cublas] = {}
+
+
+def _device_matmul(xp, precision: str) -> Callable:
+    layouts: dict = {}
+
+    def mm(a, b):
+        lib = _HANDLES.get(xp.cuda.Device().id)
+        if lib is None:
+            lib = _HANDLES[xp.cuda.Device().id] = _Cublas(xp)
+        key = (a.shape, a.strides, b.shape, b.strides, a.dtype)
+        lay = layouts.get(key)
+        if lay is None:
+            lay = layouts[key] = (operand(a.shape, a.strides, a.itemsize), operand(b.shape, b.strides, b.itemsize))
+        la, lb = lay
+        if la is None:
+            a, la = _packed(xp, a)
+        if lb is None:
+            b, lb = _packed(xp, b)
+        *batch, m, k = a.shape
+        n = b.shape[-1]
+        c = xp.empty((*batch, m, n), dtype=a.dtype)
+        dt, compute = CUDA_R[np.dtype(a.dtype)], COMPUTE[precision, np.dtype(a.dtype)]
+        one, zero = lib.scalars[np.dtype(a.dtype)]
+        L = lib.lib
+        lib.check("cublasSetStream_v2", L.cublasSetStream_v2(lib.handle, xp.cuda.get_current_stream().ptr))
+        pa, pb, pc, pone, pzero = a.data.ptr, b.data.ptr, c.data.ptr, ctypes.byref(one), ctypes.byref(zero)
+        # row-major C = A B is column-major C^T = B^T A^T: cuBLAS's (m, n, k) = (n, m, k), B first
+        if not batch or c.size == 0 or int(np.prod(batch)) == 1:
+            lib.check("cublasGemmEx", L.cublasGemmEx(lib.handle, lb[0], la[0], n, m, k, pone, pb, dt, lb[1], pa, dt,
+                                                     la[1], pzero, pc, dt, n, compute, GEMM_DEFAULT))
+        else:
+            lib.check("cublasGemmStridedBatchedEx", L.cublasGemmStridedBatchedEx(
+                lib.handle, lb[0], la[0], n, m, k, pone, pb, dt, lb[1], lb[2], pa, dt, la[1], la[2], pzero, pc, dt,
+                n, m * n, int(np.prod(batch)), compute, GEMM_DEFAULT))
+        return c
+    return mm
+
+
+def _packed(xp, a):
+    a = xp.ascontiguousarray(a)
+    return a, operand(a.shape, a.strides, a.itemsize)
+
+
+def _host_matmul(xp, precision: str) -> Callable:
+    def mm(a, b):
+        if precision == "tf32" and a.dtype == np.float32:
+            a, b = round_tf32(xp, xp.ascontiguousarray(a)), round_tf32(xp, xp.ascontiguousarray(b))
+        return xp.matmul(a, b)
+    return mm
+
+
+def matmul(xp, precision: str = "fp32") -> Callable:
+    """The product ``mm(a, b)`` for array module ``xp`` (CuPy, the :mod:`~.hostrun` stand-in, or NumPy)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"matmul precision must be one of {PRECISIONS}, got {precision!r}")
+    if xp is np or getattr(xp, "hostrun", False):
+        return _host_matmul(xp, precision)
+    return _device_matmul(xp, precision)

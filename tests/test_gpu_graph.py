@@ -1,0 +1,249 @@
+"""TF32 products, steps replayed as CUDA graphs, and one NVRTC module a function, without a device: the host
+execution mode (:mod:`circuitgrad.backends.gpu.hostrun`) records a capture and replays it as a device does, the
+cuBLAS operand layouts are checked against a column-major reading of the same memory, and the module's source
+is compiled by nvcc for sm_90."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn
+from circuitgrad.backends.gpu import blas, hostcapture, hostrun, module
+
+ok, why = hostrun.available()
+needs_host = pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+
+
+def _gpt():
+    return nn.gpt(4, 8, 13, d=24, heads=3, layers=1)
+
+
+def _compile(**kw):
+    return cg.compile_model(_gpt(), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.05), backend="cupy",
+                            donate=True, **kw)
+
+
+def _batches(n, rng):
+    return [(rng.integers(0, 13, size=(4, 8)), rng.integers(0, 13, size=(4, 8))) for _ in range(n)]
+
+
+# ------------------------------------------------------------------ graphs
+@needs_host
+def test_a_graph_step_replays_exactly_the_eager_steps(rng):
+    """Four steps on four batches: the graph (captured at step 2, replayed at 2–4) gives the eager steps' bits; the
+    parameters keep their buffers from the capture on; the graph records one piece of work per launch."""
+    p = cg.compile_model(_gpt(), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.05)).init_params(seed=0)
+    with hostrun.device() as cp:
+        eager, graphed = _compile(), _compile(graph=True)
+        qa = {k: cp.asarray(v) for k, v in p.items()}
+        qb = {k: cp.asarray(v) for k, v in p.items()}
+        ptrs = []
+        for x, y in _batches(4, rng):
+            qa, qb = eager.step(qa, x, y), graphed.step(qb, x, y)
+            for k in qa:
+                np.testing.assert_array_equal(qb[k].get(), qa[k].get(), err_msg=k)
+            ptrs.append({k: v.data.ptr for k, v in qb.items()})
+        g = graphed.fn("step").compiled.graphed
+        assert g.captured and len(g.graph.work) == graphed.launches_per_step
+        assert ptrs[1] == ptrs[2] == ptrs[3] != ptrs[0]
+
+
+@needs_host
+def test_a_replay_reads_what_its_buffers_hold_at_launch():
+    """What a capture records runs at launch on the same buffers: a later write to an input shows; the capture
+    itself runs nothing."""
+    with hostrun.device() as cp:
+        a = cp.asarray(np.arange(4, dtype=np.float32))
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            s.begin_capture()
+            b = (a * 2).sum(keepdims=True)
+            graph = s.end_capture()
+        a[...] = cp.asarray(np.ones(4, dtype=np.float32))
+        graph.launch()
+        assert b.get().tolist() == [8.0]
+        a[...] = cp.asarray(np.full(4, 3, dtype=np.float32))
+        graph.launch()
+        assert b.get().tolist() == [24.0]
+
+
+@needs_host
+@pytest.mark.parametrize("what, call", [
+    ("a read of device memory by the host (get)", lambda cp, a: a.get()),
+    ("a host-to-device copy", lambda cp, a: cp.asarray(np.ones(2, dtype=np.float32))),
+    ("Stream.synchronize", lambda cp, a: cp.cuda.get_current_stream().synchronize()),
+])
+def test_a_capture_refuses_what_a_device_refuses(what, call):
+    with hostrun.device() as cp:
+        a = cp.asarray(np.zeros(2, dtype=np.float32))
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            s.begin_capture()
+            try:
+                with pytest.raises(RuntimeError) as e:
+                    call(cp, a)
+            finally:
+                s.end_capture()
+    assert str(e.value) == (f"the current stream is capturing, so {what} is not permitted (cudaErrorStreamCapture"
+                            f"Unsupported): nothing may wait for or read the device during a capture")
+
+
+@needs_host
+def test_a_graph_step_refuses_another_shape(rng):
+    with hostrun.device() as cp:
+        step = _compile(graph=True)
+        q = {k: cp.asarray(v) for k, v in step.init_params(seed=0).items()}
+        x, y = _batches(1, rng)[0]
+        q = step.step(q, x, y)
+        q = step.step(q, x, y)
+        f = step.fn("step").compiled
+        args = step.arguments("step", q, x, y)
+        args[-2] = cp.asarray(np.zeros((4, 9), dtype=args[-2].dtype))
+        with pytest.raises(ValueError) as e:
+            f.graphed(*args)
+    assert str(e.value) == ("graph step: argument x has shape (4, 9) int64, but the graph was captured "
+                            "for (4, 8) int64")
+
+
+@pytest.mark.parametrize("kw, backend, msg", [
+    ({"graph": True}, "cupy-emulated", "compile_model: graph=True needs backend='cupy', not 'cupy-emulated'"),
+    ({"graph": True, "donate": False}, "cupy",
+     "compile_model: graph=True replays the step into the same buffers: pass donate=True too"),
+    ({"tf32": True}, "numpy", "compile_model: tf32=True is for the GPU (backend='cupy'); the numpy backend computes "
+                              "in float32 already"),
+])
+def test_graph_and_tf32_are_refused_where_they_do_not_apply(kw, backend, msg):
+    kw = {"donate": True, **kw}
+    if backend == "cupy" and not ok:
+        pytest.skip(why)
+    ctx = hostrun.device() if backend == "cupy" else _null()
+    with ctx, pytest.raises(ValueError) as e:
+        cg.compile_model(_gpt(), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.05), backend=backend, **kw)
+    assert str(e.value) == msg
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+# ------------------------------------------------------------------ TF32
+def test_round_tf32_keeps_ten_mantissa_bits_rounding_half_away():
+    x = np.array([1 + 2 ** -10, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 1 + 2 ** -12, -(1 + 2 ** -11), 3.0], np.float32)
+    want = np.array([1 + 2 ** -10, 1 + 2 ** -10, 1 + 2 ** -9, 1.0, -(1 + 2 ** -10), 3.0], np.float32)
+    np.testing.assert_array_equal(blas.round_tf32(np, x), want)
+
+
+def test_tf32_products_are_the_products_of_rounded_operands(rng):
+    """The emulated TF32 step: products of TF32-rounded operands, accumulated in float32 (so it differs from the
+    float32 step by about TF32's rounding, 2^-11 relative, not float32's)."""
+    a, b = rng.normal(size=(2, 16, 32)).astype(np.float32), rng.normal(size=(2, 32, 8)).astype(np.float32)
+    got = blas.matmul(np, "tf32")(a, b)
+    want = np.matmul(blas.round_tf32(np, a).astype(np.float64), blas.round_tf32(np, b).astype(np.float64))
+    bound = 32 * 2 ** -23 * np.matmul(np.abs(a).astype(np.float64), np.abs(b))
+    assert np.all(np.abs(got - want) <= bound)
+    assert np.abs(got - np.matmul(a.astype(np.float64), b)).max() > 10 * bound.max()
+
+
+@needs_host
+def test_a_tf32_step_is_the_numpy_step_of_rounded_products(rng):
+    """The same model compiled with ``tf32=True`` for the host run and for ``cupy-emulated`` (NumPy-emulated
+    kernels) agree to float32 rounding; both differ from the float32 step."""
+    x, y = _batches(1, rng)[0]
+    emu = cg.compile_model(_gpt(), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.05),
+                           backend="cupy-emulated", tf32=True)
+    fp = cg.compile_model(_gpt(), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.05))
+    p = fp.init_params(seed=0)
+    want, plain = emu.step(p, x, y), fp.step(p, x, y)
+    with hostrun.device() as cp:
+        got = _compile(tf32=True).step({k: cp.asarray(v) for k, v in p.items()}, x, y)
+        got = {k: v.get() for k, v in got.items()}
+    assert max(np.abs(got[k] - want[k]).max() for k in want) < 1e-5
+    assert max(np.abs(plain[k] - want[k]).max() for k in want) > 1e-4
+
+
+# ------------------------------------------------------------------ cuBLAS operand layouts
+def _column_major_gemm(A, la, B, lb, shape):
+    """What cuBLAS computes for row-major ``C = A @ B`` (called as ``C^T = B^T A^T``): each operand read from its
+    flat memory as a column-major matrix with the given ``(op, ld, batch stride)``."""
+    *batch, m, k = shape[0]
+    n = shape[1][-1]
+    count = int(np.prod(batch)) if batch else 1
+
+    def mat(flat, lay, rows, cols, b):           # the (rows × cols) column-major operand after op
+        op, ld, stride = lay
+        r, c = (rows, cols) if op == blas.OP_N else (cols, rows)
+        M = np.array([[flat[b * stride + i + j * ld] for j in range(c)] for i in range(r)])
+        return M if op == blas.OP_N else M.T
+    out = []
+    for b in range(count):
+        Bt = mat(B, lb, n, k, b)                 # B^T: n × k
+        At = mat(A, la, k, m, b)                 # A^T: k × m
+        out.append((Bt @ At).T)                  # (C^T)^T
+    return np.array(out).reshape(*batch, m, n)
+
+
+def _layouts(rng):
+    a = rng.normal(size=(3, 4, 5))
+    yield "row-major", a, rng.normal(size=(3, 5, 2))
+    yield "transposed", np.swapaxes(rng.normal(size=(3, 5, 4)), 1, 2), np.swapaxes(rng.normal(size=(3, 2, 5)), 1, 2)
+    yield "2-d transposed", rng.normal(size=(5, 4)).T, rng.normal(size=(5, 2))
+    yield "two batch axes", rng.normal(size=(2, 3, 4, 5)), np.swapaxes(rng.normal(size=(2, 3, 2, 5)), 2, 3)
+    yield "broadcast batch", np.broadcast_to(rng.normal(size=(1, 4, 5)), (3, 4, 5)), rng.normal(size=(3, 5, 2))
+    yield "one row", rng.normal(size=(3, 1, 5)), rng.normal(size=(3, 5, 1))
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_operand_layouts_read_the_same_memory_as_matmul(i, rng):
+    name, a, b = list(_layouts(rng))[i]
+    la, lb = blas.operand(a.shape, a.strides, 8), blas.operand(b.shape, b.strides, 8)
+    assert la is not None and lb is not None, name
+    flat = lambda x: np.lib.stride_tricks.as_strided(x, (x.size * 4,), (8,))  # noqa: E731  base memory from x
+    A = np.asarray(flat(a)) if not a.flags.c_contiguous else a.reshape(-1)
+    B = np.asarray(flat(b)) if not b.flags.c_contiguous else b.reshape(-1)
+    np.testing.assert_allclose(_column_major_gemm(A, la, B, lb, (a.shape, b.shape)), np.matmul(a, b), rtol=1e-12,
+                               err_msg=name)
+
+
+@pytest.mark.parametrize("shape, strides", [((4, 5), (8, 40 * 8)), ((3, 4, 5), (20 * 8, 8, 4 * 8 + 8)),
+                                            ((2, 3, 4, 5), (20 * 8, 40 * 8, 5 * 8, 8))])
+def test_other_layouts_are_copied_first(shape, strides):
+    assert blas.operand(shape, strides, 8) is None
+
+
+# ------------------------------------------------------------------ one module a function
+def test_kernels_equal_but_for_their_names_are_one_kernel_of_the_module():
+    with hostrun.device() if ok else _null():
+        step = cg.compile_model(nn.gpt(4, 8, 13, d=24, heads=3, layers=3), loss=nn.softmax_cross_entropy,
+                                optimizer=nn.momentum(0.05), backend="cupy-emulated", donate=True)
+    ks = step.fn("step").compiled.kernels
+    code, names = module.source(ks)
+    assert set(names) == set(ks)
+    distinct = {module.renamed(k, "K") for k in ks.values()}
+    assert len(set(names.values())) == len(distinct) < len(ks)
+    assert code.count("__global__") == len(distinct)
+    for i, k in ks.items():               # each kernel's own text, renamed: its arguments and body are kept
+        assert module.renamed(k, names[i]) in code
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_module_compiles_for_sm90(tmp_path):
+    step = cg.compile_model(nn.gpt(4, 8, 13, d=24, heads=3, layers=2), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.adamw(0.01), backend="cupy-emulated", donate=True)
+    code, names = module.source(step.fn("step").compiled.kernels)
+    src = tmp_path / "module.cu"
+    src.write_text(code)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "m.cubin"), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    elf = (tmp_path / "m.cubin").read_bytes()         # the kernels' names are the ELF's symbol strings
+    for n in set(names.values()):
+        assert n.encode() + b"\0" in elf
+    assert hostcapture.capturing() is None
