@@ -226,11 +226,19 @@ def test_kernels_equal_but_for_their_names_are_one_kernel_of_the_module():
     ks = step.fn("step").compiled.kernels
     code, names = module.source(ks)
     assert set(names) == set(ks)
-    distinct = {module.renamed(k, "K") for k in ks.values()}
+    distinct = {module.canonical(module.renamed(k, "K")) for k in ks.values()}
     assert len(set(names.values())) == len(distinct) < len(ks)
     assert code.count("__global__") == len(distinct)
     for i, k in ks.items():               # each kernel's own text, renamed: its arguments and body are kept
-        assert module.renamed(k, names[i]) in code
+        assert module.canonical(module.renamed(k, names[i])) in code
+    layer = [i for i, k in ks.items() if "Add" in k.ops]   # one kernel in each of the three layers, at least
+    assert len({names[i] for i in layer}) < len(layer)
+
+
+def test_local_names_are_numbered_in_order_of_appearance():
+    code = "const float r12_3 = in0[i]; const float v40 = r12_3 * w7; out0[i] = v40 + r12_3; // v40"
+    assert module.canonical(code) == ("const float cg_t0 = in0[i]; const float cg_t1 = cg_t0 * cg_t2; "
+                                      "out0[i] = cg_t1 + cg_t0; // cg_t1")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

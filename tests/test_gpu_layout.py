@@ -71,3 +71,18 @@ def test_strides_and_matrix_layouts():
     assert fortran((3, 2), (((3, 2), (1, 3)),)) and not fortran((3, 2), (((3, 2), (2, 1)),))
     assert viewable((3, 2), ()) and viewable((3, 2), (((3, 2), (1, 3)),))
     assert not viewable((6,), (((3, 2), (1, 3)), ((6,), (1,))))
+
+
+def test_the_offset_bound_is_exact_for_one_stage_and_never_below_the_gathered_maximum(rng):
+    from circuitgrad.backends.gpu.layout import gather_index, offset_bound
+    cases = [(((4, 5), (5, 1)),), (((4, 5), (1, 4)),), (((2, 3, 4), (0, 4, 1)),),
+             (((6, 4), (4, 1)), ((4, 6), (1, 4))), (((3, 8), (8, 1)), ((2, 12), (12, 1)), ((24,), (2,)))]
+    for stages in cases:
+        n = int(np.prod(stages[0][0]))
+        for m in (n, n - 1, 1):
+            exact = int(gather_index(m, stages).max())
+            bound = offset_bound(m, stages)
+            assert bound >= exact, (stages, m)
+            if len(stages) == 1 and m == n:
+                assert bound == exact, stages
+    assert offset_bound(4, (((4,), (-1,)),)) is None

@@ -34,6 +34,7 @@ import numpy as np
 from circuitgrad import primitives as P
 from circuitgrad.types import Index, NdArrayType
 
+from .layout import offset_bound
 from .plan import Launch, Plan, Stage, contiguous_strides, gather_index
 
 __all__ = ["Kernel", "RULES", "ROW_KERNELS", "GATHER_KERNELS", "kernels", "ctype", "donations", "last_readers"]
@@ -130,7 +131,9 @@ def _with_extents(k: Kernel, plan: Plan) -> Kernel:
     for pos, stages in k.reads:                # the largest offset each layout read reaches stays in its input
         if k.n > MAX_CHECKED:
             continue
-        top = int(gather_index(k.n, stages).max()) if k.n else -1
+        top = offset_bound(k.n, stages) if k.n else -1
+        if top is None or top >= k.extents[pos]:        # the bound does not settle it: gather the offsets
+            top = int(gather_index(k.n, stages).max()) if k.n else -1
         if top >= k.extents[pos]:
             raise AssertionError(f"kernel {k.name}: input {pos} is read at offset {top}, past its "
                                  f"{k.extents[pos]} elements (a layout bug: out of bounds on a device)")

@@ -118,6 +118,21 @@ def gather_index(n: int, stages: tuple[Stage, ...]) -> np.ndarray:
     return idx
 
 
+def offset_bound(n: int, stages: tuple[Stage, ...]) -> int | None:
+    """An upper bound of the largest base offset elements ``0 … n-1`` of a view read (exact for one stage over
+    its whole shape), without gathering them; ``None`` where a stride is negative."""
+    top = n - 1
+    for shape, strides in stages:
+        if any(s < 0 for s in strides):
+            return None
+        bound, inner = 0, 1
+        for m, s in reversed(list(zip(shape, strides))):
+            bound += min(m - 1, top // inner) * s
+            inner *= m
+        top = bound
+    return top
+
+
 def read_through(base: np.ndarray, shape: tuple[int, ...], stages: tuple[Stage, ...]) -> np.ndarray:
     """The view ``(base, stages)`` of ``shape``, gathered with NumPy."""
     flat = np.asarray(base).reshape(-1)

@@ -2,8 +2,8 @@
 
     code, names = module.source(kernels)       # names[i]: the module's name for plan step i's kernel
 
-Kernels that differ only in their names (the same fused kernel in every layer of a GPT) become one
-kernel, ``cg_<hash of its source>``: a model with 6 layers compiles the kernels of about one. All of
+Kernels that differ only in their names and the numbering of their local values (the same fused kernel
+in every layer of a GPT) become one kernel, ``cg_<hash of its source>``. All of
 a function's kernels go to NVRTC in one call (``cupy.RawModule``), on the first launch, instead of one
 call per kernel; CuPy caches the compiled module on disk by its source, so a second process, or another
 model with the same kernels in the same order, does not compile again.
@@ -19,7 +19,7 @@ from typing import Callable
 
 from .cuda import Kernel
 
-__all__ = ["source", "launchers", "renamed"]
+__all__ = ["source", "launchers", "renamed", "canonical"]
 
 
 def renamed(k: Kernel, name: str) -> str:
@@ -27,12 +27,24 @@ def renamed(k: Kernel, name: str) -> str:
     return re.sub(re.escape(k.name) + r"(?![0-9A-Za-z])", name, k.source)
 
 
+#: the generated code's local names: SSA values (``v12``, ``r7_3``) and partials (``w3``)
+LOCAL = re.compile(r"\b[rvw]\d+(?:_\d+)?\b")
+
+
+def canonical(code: str) -> str:
+    """``code`` with its local names numbered in order of appearance (``cg_t0``, ``cg_t1``, …), so that the same
+    kernel in two layers (the same code over other SSA numbers) reads the same."""
+    seen: dict[str, str] = {}
+    return LOCAL.sub(lambda m: seen.setdefault(m.group(0), f"cg_t{len(seen)}"), code)
+
+
 def source(kernels: dict[int, Kernel]) -> tuple[str, dict[int, str]]:
-    """One module's source and each step's kernel name in it; kernels equal but for their names appear once."""
+    """One module's source and each step's kernel name in it; kernels equal but for their names and local
+    names appear once."""
     names: dict[int, str] = {}
     parts: dict[str, str] = {}
     for i, k in kernels.items():
-        body = renamed(k, "CG_KERNEL")
+        body = canonical(renamed(k, "CG_KERNEL"))
         name = "cg_" + hashlib.sha256(body.encode()).hexdigest()[:16]
         if name not in parts:
             parts[name] = body.replace("CG_KERNEL", name)
