@@ -141,3 +141,62 @@ def test_profile_times_every_launch_with_events(rng):
         assert abs(sum(v[i] for v in prof.samples.values()) - span) <= 1e-6 * len(prof.launches)
     assert prof.device == gpu.available()[1]
     assert all(np.array_equal(step.to_host(a), b) for a, b in zip(args, before))
+
+
+# ------------------------------------------- cuBLAS through ctypes, TF32, CUDA graphs
+BLAS_LAYOUTS = [
+    ("row-major", lambda r: (r.normal(size=(3, 64, 40)), r.normal(size=(3, 40, 24)))),
+    ("transposed", lambda r: (np.swapaxes(r.normal(size=(3, 40, 64)), 1, 2), np.swapaxes(r.normal(size=(3, 24, 40)), 1, 2))),
+    ("2-d", lambda r: (r.normal(size=(64, 40)), r.normal(size=(40, 24)))),
+    ("2-d transposed", lambda r: (r.normal(size=(40, 64)).T, r.normal(size=(24, 40)).T)),
+    ("4-d", lambda r: (r.normal(size=(2, 3, 64, 40)), r.normal(size=(2, 3, 40, 24)))),
+    ("strided copy", lambda r: (r.normal(size=(3, 64, 80))[:, :, ::2], r.normal(size=(3, 40, 24)))),
+]
+
+
+@pytest.mark.parametrize("name,make", BLAS_LAYOUTS, ids=[n for n, _ in BLAS_LAYOUTS])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blas_products_on_our_handle_agree_with_cupy_matmul(name, make, dtype, rng):
+    import cupy
+    from circuitgrad.backends.gpu import blas
+    a, b = (cupy.asarray(v.astype(dtype)) for v in make(rng))
+    if name.startswith("2-d transposed") or name == "transposed":   # views of device arrays, as the glue passes
+        a, b = (cupy.ascontiguousarray(v.swapaxes(-1, -2)).swapaxes(-1, -2) for v in (a, b))
+    want = cupy.matmul(a, b).get()
+    got = blas.matmul(cupy, "fp32")(a, b).get()
+    eps = np.finfo(dtype).eps
+    bound = a.shape[-1] * eps * np.matmul(np.abs(a.get()), np.abs(b.get()))
+    assert np.all(np.abs(got - want) <= 2 * bound), name
+
+
+def test_tf32_products_round_their_operands(rng):
+    import cupy
+    from circuitgrad.backends.gpu import blas
+    a, b = rng.normal(size=(256, 512)).astype(np.float32), rng.normal(size=(512, 128)).astype(np.float32)
+    got = blas.matmul(cupy, "tf32")(cupy.asarray(a), cupy.asarray(b)).get()
+    exact = a.astype(np.float64) @ b
+    scale = np.abs(a).astype(np.float64) @ np.abs(b)
+    err = np.abs(got - exact) / scale
+    assert err.max() < 2 * 2 ** -11 + 512 * 2 ** -23        # TF32 operands (10-bit mantissa), float32 sums
+    assert err.max() > 4 * 2 ** -23 * 8                       # and not float32 products
+
+
+def test_a_graph_step_replays_the_eager_steps(rng):
+    """tinygpt-like GPT: four steps eagerly and as a CUDA graph (captured at step 2) on four batches agree to float32
+    rounding, and the graph's parameters keep their addresses."""
+    import cupy
+    make = lambda: nn.gpt(8, 32, 96, d=64, heads=4, layers=2)  # noqa: E731
+    kw = dict(loss=nn.softmax_cross_entropy, optimizer=nn.adamw(1e-3), backend="cupy", donate=True)
+    eager, graphed = cg.compile_model(make(), **kw), cg.compile_model(make(), graph=True, **kw)
+    p = eager.init_params(seed=0)
+    qa = {k: cupy.asarray(v) for k, v in p.items()}
+    qb = {k: cupy.asarray(v) for k, v in p.items()}
+    ptrs = []
+    for _ in range(4):
+        x, y = rng.integers(0, 96, size=(8, 32)), rng.integers(0, 96, size=(8, 32))
+        qa, qb = eager.step(qa, x, y), graphed.step(qb, x, y)
+        ptrs.append({k: v.data.ptr for k, v in qb.items()})
+    assert graphed.fn("step").compiled.graphed.captured and ptrs[1] == ptrs[2] == ptrs[3]
+    for k in qa:
+        np.testing.assert_allclose(qb[k].get(), qa[k].get(), rtol=1e-4, atol=1e-6, err_msg=k)
+    assert abs(graphed.loss(qb, x, y) - eager.loss(qa, x, y)) < 1e-4
