@@ -32,11 +32,11 @@ from .plan import plan
 
 __all__ = ["Device", "DEVICES", "ISSUE_S", "estimate", "launch_cost"]
 
-#: host seconds to issue one launch from the generated Python: a generated kernel (``RawKernel``), a cuBLAS
-#: product (``xp.matmul``), a CuPy reduction (``.sum``). Medians over the 238 launches of the three models of
-#: ``bench/gpu_profile.py`` (CUDA events, net of the probes' own cost), CuPy 14.2, Python 3.12, on the host
-#: of an H100 machine, 2026-11-27 (docs/BENCHMARKS.md)
-ISSUE_S = {"kernel": 10.0e-6, "matmul": 28.8e-6, "reduce": 28.9e-6}
+#: host seconds to issue one launch from the generated Python: a generated kernel (``RawKernel``: fused, row,
+#: gather, copy and sum kernels) or a cuBLAS product (``xp.matmul``). Medians over the 238 launches of the three
+#: models of ``bench/gpu_profile.py`` (CUDA events, net of the probes' own cost), CuPy 14.2, Python 3.12, on the
+#: host of an H100 machine, 2026-11-27 (docs/BENCHMARKS.md)
+ISSUE_S = {"kernel": 10.0e-6, "matmul": 28.8e-6}
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False) -> 
     simt_rate = dev.fp64_flops if isinstance(dt, Float) and dt.bits == 64 else dev.fp32_flops
     compute = on_tc / dev.tf32_flops + (mm - on_tc + other) / simt_rate
     roofline = max(nbytes / dev.hbm_bytes_s, compute)
-    issue = ISSUE_S.get(step.kind, ISSUE_S["kernel"])
+    issue = ISSUE_S["matmul"] if step.kind == "matmul" else ISSUE_S["kernel"]    # every other launch: a RawKernel
     return {"kernels": 1, "flops": mm + other, "matmul_flops": mm, "tensor_core_flops": on_tc,
             "cuda_core_flops": mm - on_tc + other, "bytes": nbytes,
             "seconds": max(issue, dev.launch_s + roofline), "roofline_s": roofline}
@@ -96,7 +96,7 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     notes = [f"{dev.name}: HBM {dev.hbm_bytes_s / 1e12:.2f} TB/s, FP32 {dev.fp32_flops / 1e12:.0f} TFLOPS, "
              f"TF32 tensor cores {dev.tf32_flops / 1e12:.1f} TFLOPS ({'used' if tf32 else 'not used: tf32=False'}), "
              f"each launch issued from Python in {ISSUE_S['kernel'] * 1e6:.0f} µs (a kernel) or "
-             f"{ISSUE_S['matmul'] * 1e6:.0f} µs (cuBLAS, a reduction), measured; {dev.launch_s * 1e6:.0f} µs "
+             f"{ISSUE_S['matmul'] * 1e6:.0f} µs (cuBLAS), measured; {dev.launch_s * 1e6:.0f} µs "
              f"kernel start on the device (assumed)",
              f"{launches} launches per {p.name}; bytes are HBM reads and writes of the fused-kernel plan"]
     return Cost("gpu", dev.name, p.name, rows, total, notes, {"device": dev, "launches": launches, "plan": pl})

@@ -36,8 +36,10 @@ from circuitgrad.types import Index, NdArrayType
 
 from .layout import offset_bound
 from .plan import Launch, Plan, Stage, contiguous_strides, gather_index
+from .reduction import reduce_source
 
-__all__ = ["Kernel", "RULES", "ROW_KERNELS", "GATHER_KERNELS", "kernels", "ctype", "donations", "last_readers"]
+__all__ = ["Kernel", "RULES", "ROW_KERNELS", "GATHER_KERNELS", "kernels", "ctype", "donations", "last_readers",
+           "reduce_kernel"]
 
 
 def ctype(t: NdArrayType) -> str:
@@ -556,8 +558,15 @@ def _gather_op(step: Launch, plan: Plan, name: str) -> Kernel:
                                 t.size, [a.op.name], frozenset(step.inputs), (c,)), plan)
 
 
+def reduce_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
+    """The sum kernel of a ``reduce`` step (``SumTo``; :mod:`~.reduction`): a warp or a few per group of outputs."""
+    r = reduce_source(step, plan, name, ctype(plan.program.types[step.outputs[0]]))
+    return _with_extents(Kernel(name, r.source, [r.base], [r.output], r.groups, ["SumTo"], frozenset([r.base]),
+                                (ctype(plan.program.types[r.base]),), lanes=r.lanes), plan)
+
+
 def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None = None) -> dict[int, Kernel]:
-    """The kernel of every fused, row-wise and copy step, keyed by step index.
+    """The kernel of every fused, row-wise, gather, copy and reduce step, keyed by step index.
 
     ``donate_pairs`` (output -> input it may overwrite): a fused kernel that writes an output into its input
     (see :func:`donations`) drops ``__restrict__`` from both pointers, which then alias.
@@ -576,4 +585,6 @@ def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None 
             out[i] = _gather(s, plan, f"{prefix}_copy{i}")
         elif s.kind == "gather":
             out[i] = _gather_op(s, plan, f"{prefix}_gather{i}")
+        elif s.kind == "reduce":
+            out[i] = reduce_kernel(s, plan, f"{prefix}_reduce{i}")
     return out

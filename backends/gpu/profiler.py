@@ -37,7 +37,7 @@ __all__ = ["Launch", "Profile", "profile"]
 class Launch:
     """One launch of the plan: what it runs, its predicted and its measured (median) seconds."""
     index: int                 # the plan step
-    kind: str                  # fused, matmul, reduce, rowwise, gather, copy
+    kind: str                  # fused, matmul (cuBLAS), reduce, rowwise, gather, copy (generated kernels)
     what: str                  # kernel name and the primitives it runs, or the cuBLAS call
     path: str                  # the definition it comes from (``mlp/dense0``)
     bytes: int
@@ -127,7 +127,7 @@ def _what(f: GpuFunction, k: int) -> str:
     if k in f.kernels:
         return f"{f.kernels[k].name}: {' + '.join(f.kernels[k].ops)}"
     op = s.instrs[0].op.name if s.instrs else s.kind
-    return {"matmul": f"cuBLAS {op}", "reduce": f"reduction {op}"}.get(s.kind, op)
+    return f"cuBLAS {op}" if s.kind == "matmul" else op          # every other launch is a generated kernel
 
 
 def _probed(f: GpuFunction, probe: Callable[[int], None]) -> Callable:
