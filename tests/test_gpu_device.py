@@ -163,17 +163,18 @@ def test_blas_products_on_our_handle_agree_with_cupy_matmul(name, make, dtype, r
     if name.startswith("2-d transposed") or name == "transposed":   # views of device arrays, as the glue passes
         a, b = (cupy.ascontiguousarray(v.swapaxes(-1, -2)).swapaxes(-1, -2) for v in (a, b))
     want = cupy.matmul(a, b).get()
-    got = blas.matmul(cupy, "fp32")(a, b).get()
+    got = blas.matmul(cupy, "fp32", capturable=True)(a, b).get()
     eps = np.finfo(dtype).eps
     bound = a.shape[-1] * eps * np.matmul(np.abs(a.get()), np.abs(b.get()))
     assert np.all(np.abs(got - want) <= 2 * bound), name
 
 
-def test_tf32_products_round_their_operands(rng):
+@pytest.mark.parametrize("capturable", [False, True], ids=["cupy", "our-handle"])
+def test_tf32_products_round_their_operands(capturable, rng):
     import cupy
     from circuitgrad.backends.gpu import blas
     a, b = rng.normal(size=(256, 512)).astype(np.float32), rng.normal(size=(512, 128)).astype(np.float32)
-    got = blas.matmul(cupy, "tf32")(cupy.asarray(a), cupy.asarray(b)).get()
+    got = blas.matmul(cupy, "tf32", capturable)(cupy.asarray(a), cupy.asarray(b)).get()
     exact = a.astype(np.float64) @ b
     scale = np.abs(a).astype(np.float64) @ np.abs(b)
     err = np.abs(got - exact) / scale

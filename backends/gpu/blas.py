@@ -1,14 +1,13 @@
 """Matrix products of the GPU glue on a cuBLAS handle of the backend's own, optionally on TF32 tensor cores.
 
-    mm = blas.matmul(cupy, "tf32")          # a callable: mm(a, b) is a @ b
+    mm = blas.matmul(cupy, "tf32", capturable=True)     # a callable: mm(a, b) is a @ b
     c = mm(a, b)                            # [m, k] @ [k, n], or batched [..., m, k] @ [..., k, n]
 
-The plain float32/float64 step calls ``cupy.matmul``. This path is taken when a step asks for TF32
-(``compile_model(..., tf32=True)``) or is replayed as a CUDA graph (``graph=True``): CuPy refuses every cuBLAS
-call while a stream is capturing (its ``cublas.setStream`` raises), so the products go to
-``cublasGemmEx``/``cublasGemmStridedBatchedEx`` through ``ctypes``, on a handle created here with a 32 MiB
-workspace of its own (set before any capture, as cuBLAS's CUDA-graph notes ask) and the current stream set
-on every call.
+A step run call by call uses ``cupy.matmul`` (for TF32, with CuPy's compute type set around the call). A step
+replayed as a CUDA graph (``graph=True``) cannot: CuPy refuses every cuBLAS call while a stream is capturing
+(its ``cublas.setStream`` raises), so there the products go to ``cublasGemmEx``/``cublasGemmStridedBatchedEx``
+through ``ctypes``, on a handle created here with a 32 MiB workspace of its own (set before any capture, as
+cuBLAS's CUDA-graph notes ask) and the current stream set on every call.
 
 * ``precision="fp32"``: ``CUBLAS_COMPUTE_32F`` (``64F`` for float64), exactly what ``cupy.matmul`` asks for.
 * ``precision="tf32"``: ``CUBLAS_COMPUTE_32F_FAST_TF32`` for float32 (products on the tensor cores from
@@ -160,10 +159,32 @@ def _host_matmul(xp, precision: str) -> Callable:
     return mm
 
 
-def matmul(xp, precision: str = "fp32") -> Callable:
-    """The product ``mm(a, b)`` for array module ``xp`` (CuPy, the :mod:`~.hostrun` stand-in, or NumPy)."""
+def _cupy_matmul(xp, precision: str) -> Callable:
+    """``cupy.matmul`` with float32 products on the TF32 tensor cores (CuPy's compute type, set around the call)."""
+    if precision == "fp32":
+        return xp.matmul
+    from cupy._core import _routines_linalg as linalg
+    f32 = np.dtype(np.float32)
+
+    def mm(a, b):
+        if a.dtype != f32:
+            return xp.matmul(a, b)
+        old = linalg.get_compute_type(f32)
+        linalg.set_compute_type(f32, linalg.COMPUTE_TYPE_TF32)
+        try:
+            return xp.matmul(a, b)
+        finally:
+            linalg.set_compute_type(f32, old)
+    return mm
+
+
+def matmul(xp, precision: str = "fp32", capturable: bool = False) -> Callable:
+    """The product ``mm(a, b)`` for array module ``xp`` (CuPy, the :mod:`~.hostrun` stand-in, or NumPy).
+
+    ``capturable=True``: on this backend's own cuBLAS handle through ``ctypes``, which a CUDA graph can capture;
+    else ``cupy.matmul`` (with CuPy's TF32 compute type for ``precision="tf32"``), which issues faster."""
     if precision not in PRECISIONS:
         raise ValueError(f"matmul precision must be one of {PRECISIONS}, got {precision!r}")
     if xp is np or getattr(xp, "hostrun", False):
         return _host_matmul(xp, precision)
-    return _device_matmul(xp, precision)
+    return _device_matmul(xp, precision) if capturable else _cupy_matmul(xp, precision)

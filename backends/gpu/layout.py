@@ -14,7 +14,7 @@ from circuitgrad import primitives as P
 from circuitgrad.schedule import Apply
 
 __all__ = ["Stage", "Layout", "resolve", "located", "contiguous_strides", "nocopy_reshape", "view_stages", "operand", "gather_index",
-           "read_through", "viewable", "fortran"]
+           "read_through", "viewable", "fortran", "transposed"]
 
 Stage = tuple[tuple[int, ...], tuple[int, ...]]       # (shape, strides in elements)
 Layout = tuple[int, tuple[Stage, ...]]               # (base variable, stages)
@@ -144,6 +144,16 @@ def read_through(base: np.ndarray, shape: tuple[int, ...], stages: tuple[Stage, 
 def viewable(shape: tuple[int, ...], stages: tuple[Stage, ...]) -> bool:
     """One strided array over the base (what NumPy and CuPy views can be)."""
     return not stages or (len(stages) == 1 and stages[0][0] == shape)
+
+
+def transposed(shape: tuple[int, ...], stages: tuple[Stage, ...]) -> bool:
+    """A batch of column-major matrices (a contiguous batch with its last two axes swapped): one strided
+    batched cuBLAS call reads it without a copy."""
+    if len(shape) < 3 or len(stages) != 1 or stages[0][0] != shape:
+        return False
+    strides = stages[0][1]
+    swap = lambda t: tuple(t[:-2]) + (t[-1], t[-2])  # noqa: E731
+    return _identity(swap(shape), swap(strides))
 
 
 def fortran(shape: tuple[int, ...], stages: tuple[Stage, ...]) -> bool:

@@ -19,15 +19,17 @@ from circuitgrad import primitives as P
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Apply, Program
 
-from .layout import Layout, fortran, located, operand, resolve, view_stages, viewable
+from .layout import Layout, fortran, located, operand, resolve, transposed, view_stages, viewable
 
-__all__ = ["HORIZONTAL", "REMAT", "POINTERS", "PlanState", "fold_constants", "place_views", "group_elementwise",
-           "inline_producers", "choose_remat"]
+__all__ = ["HORIZONTAL", "REMAT", "PARTIAL", "POINTERS", "PlanState", "fold_constants", "place_views", "group_elementwise",
+           "inline_producers", "choose_remat", "choose_unstored"]
 
 #: how many recent groups of the same size an instruction without a producer group may join
 HORIZONTAL = 8
 #: the largest group recomputed inside the kernels that read it (instructions)
 REMAT = 12
+#: the largest launched group whose results only later fused kernels read are recomputed there, not stored
+PARTIAL = 32
 #: a bound on a fused kernel's pointer arguments (inputs read, plus every member's result): CUDA
 #: takes at most 4 KB of kernel arguments (before CUDA 12.1), 512 pointers
 POINTERS = 384
@@ -59,6 +61,7 @@ class PlanState:
     # choose_remat
     remat: dict[int, list[int]] = field(default_factory=dict)  # host group -> groups recomputed in it
     gone: set[int] = field(default_factory=set)                # groups recomputed in their hosts, not launched
+    unstored: dict[int, set[int]] = field(default_factory=dict)  # launched group -> results its hosts recompute
 
     def __post_init__(self) -> None:
         self.producer, self.uses = self.prog.producers(), self.prog.uses()
@@ -190,8 +193,9 @@ def place_views(st: PlanState) -> None:
     """Give every view a layout, and decide which views the run time must build.
 
     A view only kernels read (elementwise ones, through index arithmetic) is never built. Row and
-    gather kernels need a contiguous operand, ``BatchMatMul`` a contiguous batch, ``MatMul`` a C- or
-    F-contiguous matrix, and ``SumTo`` and the outputs any strided array::
+    gather kernels need a contiguous operand, ``BatchMatMul`` a contiguous batch (or one with its last
+    two axes swapped), ``MatMul`` a C- or F-contiguous matrix, and ``SumTo`` and the outputs any strided
+    array::
 
         view --+-- only kernels read it --------------------- layout only (no step)
                +-- one strided array, every reader takes it -- built: a "natural" or "strided" view step
@@ -218,7 +222,7 @@ def place_views(st: PlanState) -> None:
                 continue
             need_array = True
             if isinstance(op, P.BatchMatMul):
-                ok &= contiguous
+                ok &= contiguous or transposed(shape, stages)
             elif isinstance(op, P.MatMul):
                 ok &= contiguous or fortran(shape, stages)
         if (need_contiguous and not contiguous) or (need_array and not (viewable(shape, stages) and ok)):
@@ -352,6 +356,44 @@ def choose_remat(st: PlanState) -> None:
                for j in st.groups[g] for b in st.memory_inputs(st.prog.instrs[j])):
             continue                               # its inputs must be in memory
         st.gone.add(g)
+        for h in hosts:
+            st.remat.setdefault(h, []).append(g)
+
+
+def choose_unstored(st: PlanState) -> None:
+    """Recompute in later fused kernels the results of a launched group that only they read, instead of
+    storing them: the group still runs (something else reads its other results from memory), its hosts
+    recompute all of it from its inputs, which stay in memory for them::
+
+        g = [h = x + b; t = tanh(c·(h + 0.044715·h³)); y = 0.5·h·(1 + t)] --y--> matmul
+                                                                           --t, h--> backward kernel k
+        becomes  g writes y alone;  k = [..., remat g]  (t and h recomputed, never in memory)
+
+    This is what keeps a GELU's intermediates (four arrays of the MLP's width per layer) out of memory
+    until the backward pass. A group qualifies with at most ``PARTIAL`` instructions, hosting no recomputation
+    itself; a host must start after it, be launched, recompute nothing that is itself recomputed, and stay
+    within ``POINTERS``.
+    """
+    hosted = {h for gs in st.remat.values() for h in gs}
+    for g in sorted((g for g in range(len(st.groups)) if st.groups[g]), key=lambda g: st.start[g]):
+        if g in st.gone or g in st.remat or g in hosted or len(st.groups[g]) > PARTIAL:
+            continue
+        only, hosts = set(), set()
+        for r in st.group_results(g):
+            if r in st.out_src:
+                continue
+            hs = {st.group_of.get(k) if k is not None else None for k in st.kernel_readers(r)} - {g}
+            if not hs or None in hs or any(h in st.gone or h in hosted or st.start[h] <= st.start[g] for h in hs):
+                continue
+            only.add(r)
+            hosts |= hs
+        if not only:
+            continue
+        ins = {b for j in st.groups[g] for b in st.memory_inputs(st.prog.instrs[j])}
+        if any(len(st.outside[h]) + len(ins) + st.nres[h] > POINTERS for h in hosts):
+            continue
+        st.unstored[g] = only
+        hosted.add(g)
         for h in hosts:
             st.remat.setdefault(h, []).append(g)
 

@@ -57,7 +57,8 @@ from circuitgrad.schedule import Apply, Program
 from .layout import (Layout, contiguous_strides, gather_index, located, nocopy_reshape, operand, read_through, resolve,
                      view_stages,
                      viewable)
-from .passes import PlanState, choose_remat, fold_constants, group_elementwise, inline_producers, place_views
+from .passes import (PlanState, choose_remat, choose_unstored, fold_constants, group_elementwise, inline_producers,
+                     place_views)
 # re-exported: the names other modules (and tests) import from here
 from .layout import Stage as Stage
 from .passes import HORIZONTAL as HORIZONTAL, POINTERS as POINTERS, REMAT as REMAT
@@ -165,7 +166,7 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
     The passes, in order (each in :mod:`~.passes` but the first and the last)::
 
         sink parameter work --> fold constants --> place views --> group elementwise work
-            --> inline producers --> choose remat --> emit launches
+            --> inline producers --> choose remat --> choose unstored --> emit launches
     """
     prog, free = _sink_parameter_work(prog, set(data))
     st = PlanState(prog, free)
@@ -174,6 +175,7 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
     group_elementwise(st)
     inline_producers(st)
     choose_remat(st)
+    choose_unstored(st)
     return Plan(prog, emit_launches(st), st.folded, st.constants, st.values, st.layouts)
 
 
@@ -228,9 +230,9 @@ def _fused_step(st: PlanState, g: int) -> Launch:
             b = st.read(s)[0]
             if b not in inside and b not in ins:
                 ins.append(b)
-    mset = set(members)
-    outs = [r for j in members for r in instrs[j].results
-            if r in st.out_src or any(k is None or k not in mset for k in st.readers(r))]
+    mset, unstored = set(members), st.unstored.get(g, set())
+    outs = [r for j in members for r in instrs[j].results if r not in unstored
+            and (r in st.out_src or any(k is None or k not in mset for k in st.readers(r)))]
     return Launch("fused", [instrs[j] for j in members], ins, outs, remat=[instrs[j] for j in again])
 
 

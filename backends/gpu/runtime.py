@@ -260,7 +260,7 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
     src = generate(p, ks, arg_names, ident(fn_name), donate_pairs)
     plain = precision == "fp32" and not graph
     ns: dict[str, object] = {"xp": xp, "_values": p.values,
-                             "_matmul": xp.matmul if plain else blas.matmul(xp, precision)}
+                             "_matmul": xp.matmul if plain else blas.matmul(xp, precision, capturable=graph)}
     made = launchers(p, ks) if launchers is not None else {i: launcher(p, i, k) for i, k in ks.items()}
     for i, k in ks.items():
         ns[k.name] = made[i]
