@@ -130,7 +130,7 @@ def _cost(args) -> int:
     _check_cost_args(args)
     spec, _ = load_model(args, types.fixed(16, 8), fixed=args.target in ("fpga", "zk"))
     step = spec.compile()
-    options = {"cpu": {}, "gpu": {"tf32": args.tf32}, "fpga": {"macs": args.macs},
+    options = {"cpu": {}, "gpu": {"tf32": args.tf32, "graph": args.graph}, "fpga": {"macs": args.macs},
                "zk": {"prover_time": not args.no_prover_time}}[args.target]
     print(cost(step, args.target, device=args.device, function=args.function, depth=args.depth,
                recalibrate=args.recalibrate, **options))
@@ -184,6 +184,7 @@ def _add_views(sub) -> None:
     p.add_argument("--depth", type=int, default=2, help="rows group definitions by this many path segments")
     p.add_argument("--macs", type=int, default=1, help="fpga: MAC lanes")
     p.add_argument("--tf32", action="store_true", help="gpu: float32 products on tensor cores (TF32)")
+    p.add_argument("--graph", action="store_true", help="gpu: the step replayed as one CUDA graph (no issue costs)")
     p.add_argument("--no-prover-time", action="store_true", help="zk: counts only, no prover calibration")
     p.add_argument("--recalibrate", action="store_true",
                    help="cpu, zk: measure this machine's calibration again now (it is cached, and measured again "

@@ -67,3 +67,16 @@ def test_the_peak_is_what_the_host_run_allocates(name, donate, monkeypatch, rng)
         out = f.fn(*args)
         del out
     assert memory.peak(f) == watch.peak
+
+
+def test_the_cost_model_reports_the_peak_and_a_graph_issues_nothing():
+    """``cg.cost(target="gpu")``: the peak of the function the backend builds, and with ``graph=True`` every
+    launch costs its device time alone (no host issue cost), so the step is predicted faster."""
+    step = cg.compile_model(nn.gpt(4, 8, 13, d=24, heads=3, layers=2), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.adamw(0.01), backend="cupy-emulated", donate=True)
+    eager, graphed = cg.cost(step, target="gpu"), cg.cost(step, target="gpu", graph=True)
+    assert eager.detail["peak_bytes"] == memory.peak(step.fn("step").compiled) > 0
+    assert graphed.seconds < eager.seconds
+    dev = eager.detail["device"]
+    assert graphed.seconds < eager.detail["launches"] * (dev.launch_s + 1e-6) + 1e-4    # small kernels: starts
+    assert eager.seconds >= eager.detail["launches"] * 10e-6                           # issue-bound

@@ -24,11 +24,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from circuitgrad.costmodel.report import Cost, program_of, table
 from circuitgrad.costmodel.work import itemsize, work
-from circuitgrad.types import Float
+from circuitgrad.types import Fixed, Float
 
+from . import memory
 from .plan import plan
+from .runtime import build, emulated_kernel
 
 __all__ = ["Device", "DEVICES", "ISSUE_S", "estimate", "launch_cost"]
 
@@ -57,9 +61,10 @@ DEVICES = {
 }
 
 
-def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False) -> dict:
+def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False, graph: bool = False) -> dict:
     """HBM bytes, FLOPs by unit and predicted seconds of one launch (``step``) of the plan ``pl`` of ``p``
-    (``roofline_s``: the device's work alone, without the launch)."""
+    (``roofline_s``: the device's work alone, without the launch). ``graph=True``: replayed from a CUDA graph,
+    so nothing is issued from the host."""
     nbytes = 0
     for v in dict.fromkeys(pl.read(x)[0] for x in step.inputs):
         nbytes += p.types[v].size * itemsize(p.types[v])
@@ -72,31 +77,51 @@ def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False) -> 
     simt_rate = dev.fp64_flops if isinstance(dt, Float) and dt.bits == 64 else dev.fp32_flops
     compute = on_tc / dev.tf32_flops + (mm - on_tc + other) / simt_rate
     roofline = max(nbytes / dev.hbm_bytes_s, compute)
-    issue = ISSUE_S["matmul"] if step.kind == "matmul" else ISSUE_S["kernel"]    # every other launch: a RawKernel
+    issue = 0.0 if graph else ISSUE_S["matmul"] if step.kind == "matmul" else ISSUE_S["kernel"]
     return {"kernels": 1, "flops": mm + other, "matmul_flops": mm, "tensor_core_flops": on_tc,
             "cuda_core_flops": mm - on_tc + other, "bytes": nbytes,
             "seconds": max(issue, dev.launch_s + roofline), "roofline_s": roofline}
 
 
-def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, tf32: bool = False):
+def _function(f: Any, p: Any, function: str) -> Any:
+    """The GPU function of ``p`` as the backend builds it (its plan, its glue): the compiled model's own when it
+    has one, else built here (donating the step's inputs, as ``donate=True``)."""
+    fn = getattr(f, "_fns", {}).get(function) if hasattr(f, "fn") else None
+    if fn is not None and getattr(fn, "compiled", None) is not None:
+        return fn.compiled
+    names = list(getattr(f, "arg_names", {}).get(function, [])) or [f"a{k}" for k in range(len(p.inputs))]
+    pairs = dict(zip(p.outputs, p.inputs)) if function == "step" and getattr(f, "donate", True) else None
+    return build(p, names, function, np, emulated_kernel, pairs)
+
+
+def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, tf32: bool = False,
+             graph: bool = False):
     key = (device or "h100").lower()
     if key not in DEVICES:
         raise ValueError(f"cost: unknown GPU device {device!r}; choose one of {', '.join(DEVICES)}")
     dev = DEVICES[key]
     p = program_of(f, function)
-    pl = plan(p)
+    fixed = any(isinstance(t.dtype, Fixed) for t in p.types)
+    g = None if fixed else _function(f, p, function)      # kernels exist in float32/float64 only
+    pl = g.plan if g is not None else plan(p)
     lines = []
     for step in pl.steps:
         if step.kind not in ("view", "const"):
-            c = launch_cost(p, pl, step, dev, tf32)
+            c = launch_cost(p, pl, step, dev, tf32, graph)
             c.pop("roofline_s")
             lines.append((step.instrs[0].path if step.instrs else "", c))
     launches = len(lines)
     rows, total = table(lines, depth)
+    peak = memory.peak(g) if g is not None else None
+    issue = ("one CUDA graph replay: nothing issued from the host per launch" if graph else
+             f"each launch issued from Python in {ISSUE_S['kernel'] * 1e6:.0f} µs (a generated kernel) or "
+             f"{ISSUE_S['matmul'] * 1e6:.0f} µs (cuBLAS), measured")
     notes = [f"{dev.name}: HBM {dev.hbm_bytes_s / 1e12:.2f} TB/s, FP32 {dev.fp32_flops / 1e12:.0f} TFLOPS, "
              f"TF32 tensor cores {dev.tf32_flops / 1e12:.1f} TFLOPS ({'used' if tf32 else 'not used: tf32=False'}), "
-             f"each launch issued from Python in {ISSUE_S['kernel'] * 1e6:.0f} µs (a kernel) or "
-             f"{ISSUE_S['matmul'] * 1e6:.0f} µs (cuBLAS), measured; {dev.launch_s * 1e6:.0f} µs "
-             f"kernel start on the device (assumed)",
-             f"{launches} launches per {p.name}; bytes are HBM reads and writes of the fused-kernel plan"]
-    return Cost("gpu", dev.name, p.name, rows, total, notes, {"device": dev, "launches": launches, "plan": pl})
+             f"{issue}; {dev.launch_s * 1e6:.0f} µs kernel start on the device (assumed)",
+             f"{launches} launches per {p.name}; bytes are HBM reads and writes of the fused-kernel plan",
+             f"peak device memory {peak / 2**20:.1f} MiB: arguments, constants and intermediates at the step's "
+             f"peak (gpu.memory.peak)" if peak is not None else
+             "no peak memory: the GPU backend runs float32/float64 programs, this one is in fixed point"]
+    return Cost("gpu", dev.name, p.name, rows, total, notes,
+                {"device": dev, "launches": launches, "plan": pl, "peak_bytes": peak})

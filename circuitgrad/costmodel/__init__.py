@@ -31,7 +31,8 @@ def cost(f: Any, target: str = "cpu", device: str | None = None, function: str =
       (``options``: ``calibration=`` a :class:`~circuitgrad.costmodel.cpu.Calibration`).
     * ``"gpu"``: the fused-kernel plan's HBM traffic, tensor-core and CUDA-core FLOPs and a
       per-kernel roofline time on ``device`` (``"h100"``, ``"h200"``; ``tf32=True`` puts float32
-      products on tensor cores).
+      products on tensor cores, ``graph=True`` drops the host's issue costs of a CUDA-graph step), and the
+      step's peak device memory (``detail["peak_bytes"]``).
     * ``"fpga"``: the sequencer's exact cycles and memory words (``macs=``, ``read_ports=``,
       ``dtype=``; needs a compiled model).
     * ``"zk"``: the circuit's exact constraints and lookups by gadget kind, and a calibrated time of
