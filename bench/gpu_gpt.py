@@ -1,4 +1,4 @@
-"""GPT training steps on a GPU at real sizes: circuitgrad (fp32, TF32, CUDA graphs) against PyTorch.
+"""GPT training steps on a GPU at real sizes: circuitgrad (fp32, TF32, bf16, CUDA graphs) against PyTorch.
 
     python bench/gpu_gpt.py [--models tinygpt,d384,d768] [--quick] [--no-compile] [--budget 210] [--json out.json]
     python bench/gpu_gpt.py --dry [--json out.json]     # no GPU needed: the script's own code paths, tiny
@@ -7,8 +7,9 @@ Models: the GPT of ``nn.gpt`` as ``examples/tinygpt.py`` builds it (vocabulary 9
 AdamW lr 3e-3, eps 1e-8, weight decay 0.01, softmax cross-entropy): tinygpt (d=128, 2 layers, 4 heads, batch
 16 × 64), d384 (6 layers, 6 heads, 16 × 256) and d768 (2 layers, 12 heads, 8 × 512). Every implementation
 starts from the same weights (``init_params(seed=0)``) and trains on the same batch (tinygpt's first window of
-the standard library's source): circuitgrad's step (``backend="cupy"``, ``donate=True``) in fp32, with
-``tf32=True``, with ``graph=True`` (a CUDA graph replayed each step) and with both; PyTorch eager
+the standard library's source): circuitgrad's step (``backend="cupy"``, ``donate=True``) with
+``precision="fp32"``, ``"tf32"`` and ``"bf16"`` (bfloat16 products, float32 elsewhere), each also with
+``graph=True`` (a CUDA graph replayed each step); PyTorch eager
 (``tests/peers/torch_gpt.py``, ``torch.optim.AdamW``) in fp32, TF32 (``allow_tf32`` for cuBLAS and cuDNN),
 bf16 autocast, and ``torch.compile`` (default mode) of the bf16 forward and loss (backward through its
 compiled graph, the optimizer eager). Columns:
@@ -23,6 +24,8 @@ compiled graph, the optimizer eager). Columns:
   own (``graphed.pool``), added as reserved at its capture. Both count the row's live arrays (weights,
   optimizer state, the batch), the step's temporaries and workspaces allocated through the allocator (the
   TF32/graph products' 32 MiB cuBLAS workspace), not ``cupy.matmul``'s cuBLAS workspace or CUDA's context;
+* predicted MB: the cost model's peak of the same step (``gpu.memory.peak``: the arguments and the step's
+  intermediates at their peak, without the cuBLAS workspace or a graph's copies of its arguments);
 * kernels / step: circuitgrad's ``launches_per_step`` (with ``graph=True`` replayed as one graph launch);
   compile s and first step s: ``compile_model``'s seconds and the first step's (kernels compiled by NVRTC on
   first use; a graph is captured at the second step), synchronized; for ``torch.compile`` the first call's
@@ -30,7 +33,7 @@ compiled graph, the optimizer eager). Columns:
 * loss after 3: ``step.loss`` after three steps from the same start (in the row's own precision), and its
   relative difference from PyTorch eager fp32's; the goal is 1e-5 for fp32 rows and 1e-2 for TF32 and bf16.
 
-A row that fails is reported (``not available`` where ``compile_model`` does not take ``tf32``/``graph``)
+A row that fails is reported (``not available`` where ``compile_model`` does not take ``precision``/``graph``)
 and the rest go on. ``--budget`` seconds bound the run: rows after it are skipped, and ``torch.compile``
 rows need ``--compile-reserve`` seconds left (its first call is interrupted at the budget). ``--dry`` runs
 the circuitgrad rows on ``cupy-emulated`` at d=16, 1 layer, batch 2 × 8, one repeat, against the NumPy
@@ -69,9 +72,11 @@ MODELS = {"tinygpt": dict(d=128, layers=2, heads=4, batch=16, seq=64),
 DRY = {"dry": dict(d=16, layers=1, heads=2, batch=2, seq=8)}
 LR, EPS, WEIGHT_DECAY, CHARS, STEPS = 3e-3, 1e-8, 0.01, 200_000, 3
 #: circuitgrad's variants: extra keyword arguments of ``compile_model``
-OURS = [("circuitgrad fp32", {}), ("circuitgrad TF32", {"tf32": True}),
+OURS = [("circuitgrad fp32", {}), ("circuitgrad TF32", {"precision": "tf32"}),
+        ("circuitgrad bf16", {"precision": "bf16"}),
         ("circuitgrad fp32 + CUDA graph", {"graph": True}),
-        ("circuitgrad TF32 + CUDA graph", {"tf32": True, "graph": True})]
+        ("circuitgrad TF32 + CUDA graph", {"precision": "tf32", "graph": True}),
+        ("circuitgrad bf16 + CUDA graph", {"precision": "bf16", "graph": True})]
 TORCH = [("PyTorch eager TF32", "tf32"), ("PyTorch eager bf16 autocast", "bf16"),
          ("torch.compile bf16 autocast", "compile")]
 REFERENCE, DRY_REFERENCE = "PyTorch eager fp32", "circuitgrad NumPy fp32"
@@ -205,6 +210,10 @@ def ours_measure(sp, init: dict, x, y, options: dict, backend: str, a, mem: Peak
     row["loss"] = step.loss(dict(zip(names, state["a"][:n])), xd, yd)
     row["ms"] = median_ms(one, a.repeats, a.warmup, sync)
     row["launches"] = step.launches_per_step
+    compiled = step.fn("step").compiled
+    if compiled is not None:        # the cost model's prediction of the same step's peak (gpu.memory.peak)
+        from circuitgrad.backends.gpu import memory
+        row["predicted_mb"] = memory.peak(compiled) / 2 ** 20
     return row
 
 
@@ -286,16 +295,16 @@ def _alarm(seconds: float | None):
 
 
 def unavailable(e: BaseException) -> bool:
-    """``compile_model`` does not take ``tf32``/``graph`` yet, or not on this backend (``graph`` on
+    """``compile_model`` does not take ``precision``/``graph`` yet, or not on this backend (``graph`` on
     ``cupy-emulated``)."""
     text = str(e)
-    keyword = "unexpected keyword argument" in text and ("tf32" in text or "graph" in text)
+    keyword = "unexpected keyword argument" in text and ("precision" in text or "graph" in text)
     return (isinstance(e, TypeError) and keyword) \
         or (isinstance(e, ValueError) and "needs backend='cupy'" in text)
 
 
 def attempt(model: str, implementation: str, fn, deadline: float, reserve: float = 0.0) -> dict:
-    """``fn()``'s row, or the row of its failure (``not available``: ``tf32``/``graph`` not taken yet)."""
+    """``fn()``'s row, or the row of its failure (``not available``: ``precision``/``graph`` not taken yet)."""
     row = {"model": model, "implementation": implementation}
     left = deadline - time.monotonic()
     if left <= reserve:
@@ -362,7 +371,7 @@ def render(rows: list[dict]) -> str:
         name = r["model"] if r["model"] != last else ""
         last = r["model"]
         if r["status"] != "ok":
-            out.append([name, r["implementation"], r["status"]] + ["-"] * 7)
+            out.append([name, r["implementation"], r["status"]] + ["-"] * 8)
             notes.append(f"{r['model']} / {r['implementation']}: {r['status']}: {r.get('error', '')}")
             continue
         diff = (f"{r['loss_rel_diff']:.1e} ({'ok' if r['loss_ok'] else 'over'} {r['loss_goal']:.0e})"
@@ -371,9 +380,10 @@ def render(rows: list[dict]) -> str:
         if r.get("launches") is not None and "graph" in r["implementation"]:
             launches += " (1 graph)"
         out.append([name, r["implementation"], f"{r['ms']:.3f}", _fmt(r.get("ratio"), ".2f"),
-                     _fmt(r.get("peak_mb"), ".0f"), launches, _fmt(r.get("compile_s"), ".2f"),
+                     _fmt(r.get("peak_mb"), ".0f"), _fmt(r.get("predicted_mb"), ".0f"), launches, _fmt(r.get("compile_s"), ".2f"),
                      _fmt(r.get("first_step_s"), ".2f"), f"{r['loss']:.5f}", diff])
-    text = table(["model", "implementation", "ms / step", "× fp32 ref", "peak MB", "kernels / step", "compile s",
+    text = table(["model", "implementation", "ms / step", "× fp32 ref", "peak MB", "predicted MB", "kernels / step",
+                  "compile s",
                   "first step s", "loss after 3", "rel. diff (goal)"], out)
     return text + ("\n\n" + "\n".join(notes) if notes else "")
 

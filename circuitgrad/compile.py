@@ -30,7 +30,7 @@ from .rewrite import simplify
 from .schedule import Program, retype_type, retype, schedule
 from .targets import TARGETS
 from .tracing import trace
-from .types import Dtype, Fixed, NdArrayType
+from .types import Dtype, Fixed, NdArrayType, float32
 
 __all__ = ["compile_model", "CompiledModel", "Params"]
 
@@ -74,7 +74,7 @@ class CompiledModel:
     arg_names: dict[str, list[str]] = field(default_factory=dict)
     compile_seconds: float = 0.0
     donate: bool = False                   # GPU: ``step`` writes the updated parameters into the arrays passed in
-    tf32: bool = False                     # GPU: float32 matrix products on TF32 tensor cores
+    precision: str = "fp32"                # GPU: float32 matrix products in fp32, or on tensor cores in tf32/bf16
     graph: bool = False                    # GPU: ``step`` replayed as one CUDA graph from its second call
     _fns: dict[str, _Fn] = field(default_factory=dict, repr=False)
 
@@ -83,7 +83,8 @@ class CompiledModel:
         f = self._fns.get(key)
         if f is None:
             f = self._fns[key] = _compile_fn(self.diagrams[key], key, self.dtype, self.arg_names[key],
-                                             self.backend, self.donate, self.tf32, self.graph and key == "step")
+                                             self.backend, self.donate, self.precision,
+                                             self.graph and key == "step")
         return f
 
     # ----------------------------------------------------------- properties
@@ -353,7 +354,7 @@ def _check_constants(optimizer: Optimizer, dtype: Fixed) -> None:
 
 
 def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimizer: Optimizer,
-                  dtype: Dtype | None = None, backend: str = "numpy", donate: bool = False, tf32: bool = False,
+                  dtype: Dtype | None = None, backend: str = "numpy", donate: bool = False, precision: str = "fp32",
                   graph: bool = False) -> CompiledModel:
     """Compile ``model : X → Y`` with a loss and an optimizer.
 
@@ -363,8 +364,10 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
     CuPy and a GPU), ``"auto"`` (CuPy when a GPU is usable, else NumPy) or
     ``"cupy-emulated"`` (the CuPy code path run on the CPU, for testing).
     ``donate=True`` (GPU) lets ``step`` update parameters in the arrays passed in.
-    ``tf32=True`` (GPU) runs float32 matrix products on the TF32 tensor cores (off by default, as in
-    PyTorch). ``graph=True`` (``backend="cupy"``, with ``donate=True``) replays ``step`` as one CUDA graph
+    ``precision`` (GPU, float32 models) of the matrix products: ``"fp32"`` (the default, as in PyTorch),
+    ``"tf32"`` (on the TF32 tensor cores) or ``"bf16"`` (operands rounded to bfloat16, float32 accumulation:
+    the products of ``torch.autocast(dtype=torch.bfloat16)``; everything else stays float32).
+    ``graph=True`` (``backend="cupy"``, with ``donate=True``) replays ``step`` as one CUDA graph
     from its second call: its outputs are the graph's buffers, overwritten by the next step. With
     ``backend="auto"`` both apply only when the GPU is chosen.
 
@@ -384,16 +387,21 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
             raise RuntimeError(f"compile_model: backend='cupy' needs CuPy and a CUDA GPU: {why}; "
                                f"use backend='numpy' (or 'auto')")
         backend = "cupy" if ok else "numpy"
-        tf32, graph = (tf32, graph) if ok else (False, False)
-    if (tf32 or graph) and backend == "numpy":
-        raise ValueError(f"compile_model: {'tf32' if tf32 else 'graph'}=True is for the GPU (backend='cupy'); "
-                         f"the numpy backend computes in {'float32' if tf32 else 'plain calls'} already")
+        precision, graph = (precision, graph) if ok else ("fp32", False)
+    if precision != "fp32" and backend == "numpy":
+        raise ValueError(f"compile_model: precision={precision!r} is for the GPU (backend='cupy' or "
+                         f"'cupy-emulated'); the numpy backend multiplies in the model's dtype")
+    if graph and backend == "numpy":
+        raise ValueError("compile_model: graph=True is for the GPU (backend='cupy')")
     if graph and backend != "cupy":
         raise ValueError(f"compile_model: graph=True needs backend='cupy', not {backend!r}")
     if graph and not donate:
         raise ValueError("compile_model: graph=True replays the step into the same buffers: pass donate=True too")
     params, x_type, y_type, diagrams = _build(model, loss, optimizer)
     dtype = dtype or y_type.dtype          # the output's: an input may be index(n) token ids
+    if precision != "fp32" and dtype != float32:
+        raise ValueError(f"compile_model: precision={precision!r} rounds float32 products; the model computes in "
+                         f"{dtype}")
     if isinstance(dtype, Fixed):
         _check_constants(optimizer, dtype)
     if backend != "numpy" and isinstance(dtype, Fixed):
@@ -405,14 +413,14 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
              "step": pnames + [n.replace("/", "_") for n in snames] + ["x", "y"]}
     cm = CompiledModel(model, loss, optimizer, dtype, backend, params, pnames, snames,
                        retype_type(x_type, dtype), y_type.with_dtype(dtype), diagrams, names, donate=donate,
-                       tf32=tf32, graph=graph)
+                       precision=precision, graph=graph)
     cm.fn("step")          # the training step is compiled now; the others on first use
     cm.compile_seconds = time.perf_counter() - t0
     return cm
 
 
 def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str], backend: str = "numpy",
-                donate: bool = False, tf32: bool = False, graph: bool = False) -> _Fn:
+                donate: bool = False, precision: str = "fp32", graph: bool = False) -> _Fn:
     prog = schedule(d, key)
     if prog.types and any(t.dtype != dtype for t in prog.types):
         prog = retype(prog, dtype)
@@ -423,7 +431,7 @@ def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str], backen
         gpu = TARGETS["gpu"].module()
         pairs = dict(zip(prog.outputs, prog.inputs)) if donate and key == "step" else None
         g = gpu.compile_function(prog, arg_names, key, emulate=backend == "cupy-emulated", donate_pairs=pairs,
-                                 precision="tf32" if tf32 else "fp32", graph=graph)
+                                 precision=precision, graph=graph)
         return _Fn(prog, g.run, g.source, g.launches, g)
     fn, src = compile_program(prog, arg_names, key)
     return _Fn(prog, fn, src)

@@ -201,3 +201,31 @@ def test_a_graph_step_replays_the_eager_steps(rng):
     for k in qa:
         np.testing.assert_allclose(qb[k].get(), qa[k].get(), rtol=1e-4, atol=1e-6, err_msg=k)
     assert abs(graphed.loss(qb, x, y) - eager.loss(qa, x, y)) < 1e-4
+
+
+@pytest.mark.parametrize("name,make", BLAS_LAYOUTS[:5], ids=[n for n, _ in BLAS_LAYOUTS[:5]])
+def test_bf16_products_are_the_products_of_rounded_operands(name, make, rng):
+    """bfloat16 operands (rounded to nearest even by the generated cast), float32 accumulation and result."""
+    import cupy
+    from circuitgrad.backends.gpu import blas
+    a, b = (v.astype(np.float32) for v in make(rng))
+    got = blas.matmul(cupy, "bf16")(cupy.asarray(a), cupy.asarray(b))
+    assert got.dtype == np.float32
+    ra, rb = (blas.round_bf16(np, np.ascontiguousarray(v)).astype(np.float64) for v in (a, b))
+    bound = a.shape[-1] * 2 ** -23 * np.matmul(np.abs(ra), np.abs(rb)) + 1e-30
+    assert np.all(np.abs(got.get() - np.matmul(ra, rb)) <= 2 * bound), name
+
+
+def test_a_bf16_graph_step_trains_as_the_float32_step(rng):
+    import cupy
+    make = lambda: nn.gpt(8, 32, 96, d=64, heads=4, layers=2)  # noqa: E731
+    kw = dict(loss=nn.softmax_cross_entropy, optimizer=nn.adamw(1e-3), backend="cupy", donate=True)
+    fp, bf = cg.compile_model(make(), **kw), cg.compile_model(make(), precision="bf16", graph=True, **kw)
+    p = fp.init_params(seed=0)
+    qa = {k: cupy.asarray(v) for k, v in p.items()}
+    qb = {k: cupy.asarray(v) for k, v in p.items()}
+    for _ in range(4):
+        x, y = rng.integers(0, 96, size=(8, 32)), rng.integers(0, 96, size=(8, 32))
+        qa, qb = fp.step(qa, x, y), bf.step(qb, x, y)
+    la, lb = fp.loss(qa, x, y), bf.loss(qb, x, y)
+    assert np.isfinite(lb) and abs(lb - la) <= 1e-2 * abs(la)

@@ -113,8 +113,12 @@ def test_a_graph_step_refuses_another_shape(rng):
     ({"graph": True}, "cupy-emulated", "compile_model: graph=True needs backend='cupy', not 'cupy-emulated'"),
     ({"graph": True, "donate": False}, "cupy",
      "compile_model: graph=True replays the step into the same buffers: pass donate=True too"),
-    ({"tf32": True}, "numpy", "compile_model: tf32=True is for the GPU (backend='cupy'); the numpy backend computes "
-                              "in float32 already"),
+    ({"precision": "tf32"}, "numpy", "compile_model: precision='tf32' is for the GPU (backend='cupy' or "
+                                     "'cupy-emulated'); the numpy backend multiplies in the model's dtype"),
+    ({"precision": "fp16"}, "cupy-emulated", "compile_model: precision must be one of 'fp32', 'tf32', 'bf16', "
+                                             "got 'fp16'"),
+    ({"precision": "bf16", "dtype": cg.float64}, "cupy-emulated",
+     "compile_model: precision='bf16' rounds float32 products; the model computes in float64"),
 ])
 def test_graph_and_tf32_are_refused_where_they_do_not_apply(kw, backend, msg):
     kw = {"donate": True, **kw}
@@ -135,6 +139,15 @@ class _null:
 
 
 # ------------------------------------------------------------------ TF32
+def test_round_bf16_keeps_seven_mantissa_bits_rounding_half_to_even():
+    x = np.array([1 + 2 ** -7, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -9, -(1 + 3 * 2 ** -8), 3.0], np.float32)
+    want = np.array([1 + 2 ** -7, 1.0, 1 + 2 ** -6, 1.0, -(1 + 2 ** -6), 3.0], np.float32)
+    np.testing.assert_array_equal(blas.round_bf16(np, x), want)
+    ml = pytest.importorskip("ml_dtypes")
+    r = np.random.default_rng(0).normal(size=1000).astype(np.float32)
+    np.testing.assert_array_equal(blas.round_bf16(np, r), r.astype(ml.bfloat16).astype(np.float32))
+
+
 def test_round_tf32_keeps_ten_mantissa_bits_rounding_half_away():
     x = np.array([1 + 2 ** -10, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 1 + 2 ** -12, -(1 + 2 ** -11), 3.0], np.float32)
     want = np.array([1 + 2 ** -10, 1 + 2 ** -10, 1 + 2 ** -9, 1.0, -(1 + 2 ** -10), 3.0], np.float32)
@@ -153,17 +166,18 @@ def test_tf32_products_are_the_products_of_rounded_operands(rng):
 
 
 @needs_host
-def test_a_tf32_step_is_the_numpy_step_of_rounded_products(rng):
-    """The same model compiled with ``tf32=True`` for the host run and for ``cupy-emulated`` (NumPy-emulated
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_a_tensor_core_step_is_the_numpy_step_of_rounded_products(precision, rng):
+    """The same model compiled with ``precision=`` for the host run and for ``cupy-emulated`` (NumPy-emulated
     kernels) agree to float32 rounding; both differ from the float32 step."""
     x, y = _batches(1, rng)[0]
     emu = cg.compile_model(_gpt(), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.05),
-                           backend="cupy-emulated", tf32=True)
+                           backend="cupy-emulated", precision=precision)
     fp = cg.compile_model(_gpt(), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.05))
     p = fp.init_params(seed=0)
     want, plain = emu.step(p, x, y), fp.step(p, x, y)
     with hostrun.device() as cp:
-        got = _compile(tf32=True).step({k: cp.asarray(v) for k, v in p.items()}, x, y)
+        got = _compile(precision=precision).step({k: cp.asarray(v) for k, v in p.items()}, x, y)
         got = {k: v.get() for k, v in got.items()}
     assert max(np.abs(got[k] - want[k]).max() for k in want) < 1e-5
     assert max(np.abs(plain[k] - want[k]).max() for k in want) > 1e-4

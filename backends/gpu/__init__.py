@@ -68,7 +68,7 @@ def compile_function(prog: Program, arg_names: Sequence[str], name: str, emulate
                      graph: bool = False) -> GpuFunction:
     """Compile one program for the GPU (``emulate=True``: NumPy arrays and CPU-emulated kernels).
 
-    ``precision="tf32"``: float32 products on TF32 tensor cores; ``graph=True``: the function replayed as one
+    ``precision="tf32"``/``"bf16"``: float32 products on the tensor cores (:mod:`~.blas`); ``graph=True``: the function replayed as one
     CUDA graph from its second call (see :mod:`~.graph`; not with ``emulate=True``)."""
     if emulate:
         import numpy

@@ -13,11 +13,16 @@ cuBLAS's CUDA-graph notes ask) and the current stream set on every call.
 * ``precision="tf32"``: ``CUBLAS_COMPUTE_32F_FAST_TF32`` for float32 (products on the tensor cores from
   operands rounded to TF32's 10-bit mantissa, float32 accumulation), as PyTorch's ``allow_tf32``; float64 is
   unaffected.
+* ``precision="bf16"``: float32 operands rounded to bfloat16 (a generated cast, round to nearest even) and
+  multiplied on the tensor cores with float32 accumulation and a float32 result (``CUDA_R_16BF`` operands,
+  ``CUBLAS_COMPUTE_32F``): the products of ``torch.autocast(dtype=torch.bfloat16)``, with everything else
+  (the elementwise work, reductions, the loss, the parameters and the optimizer) in float32. Always on this
+  backend's handle (CuPy has no bfloat16 product without ``ml_dtypes``).
 
 Operands are read in place when their last two axes are a row-major or a transposed (column-major) matrix
 and their leading axes one uniform batch stride; any other layout is copied first. Under the host execution
 mode (:mod:`~.hostrun`) the product is NumPy's, with TF32 operands rounded to 10 mantissa bits (round to
-nearest, ties away from zero, as ``cvt.rna.tf32.f32``).
+nearest, ties away from zero, as ``cvt.rna.tf32.f32``) and bfloat16 operands to 7 (round to nearest even).
 """
 from __future__ import annotations
 
@@ -27,13 +32,15 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["PRECISIONS", "matmul", "round_tf32", "operand"]
+__all__ = ["PRECISIONS", "matmul", "round_tf32", "round_bf16", "operand"]
 
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = ("fp32", "tf32", "bf16")
 OP_N, OP_T = 0, 1                                           # cublasOperation_t
 CUDA_R = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}   # cudaDataType_t
+CUDA_R_16BF = 14
 COMPUTE = {("fp32", np.dtype(np.float32)): 68, ("tf32", np.dtype(np.float32)): 77,   # cublasComputeType_t
-           ("fp32", np.dtype(np.float64)): 70, ("tf32", np.dtype(np.float64)): 70}
+           ("fp32", np.dtype(np.float64)): 70, ("tf32", np.dtype(np.float64)): 70,
+           ("bf16", np.dtype(np.float32)): 68}
 GEMM_DEFAULT = -1                                           # cublasGemmAlgo_t
 WORKSPACE = 32 << 20                                        # bytes: what cuBLAS asks for on Hopper
 
@@ -42,6 +49,20 @@ def round_tf32(xp, a):
     """``a`` (float32) rounded to TF32's 10 mantissa bits: round to nearest, ties away from zero."""
     bits = a.view(xp.uint32)
     return ((bits + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)).view(xp.float32)
+
+
+def round_bf16(xp, a):
+    """``a`` (float32) rounded to bfloat16 (8 mantissa bits, round to nearest even) and widened back: the
+    value a bfloat16 tensor-core product reads (``ml_dtypes.bfloat16`` rounds the same)."""
+    bits = a.view(xp.uint32)
+    odd = (bits >> xp.uint32(16)) & xp.uint32(1)
+    return ((bits + xp.uint32(0x7FFF) + odd) & xp.uint32(0xFFFF0000)).view(xp.float32)
+
+
+#: float32 -> bfloat16 bits (uint16), round to nearest even: the operands of a bfloat16 product
+TO_BF16 = ("float32 x", "uint16 y",
+           "unsigned int b = __float_as_uint(x); y = (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16)",
+           "cg_to_bf16")
 
 
 def operand(shape: tuple[int, ...], strides: tuple[int, ...], item: int) -> tuple[int, int, int] | None:
@@ -112,6 +133,7 @@ _HANDLES: dict[int, _Cublas] = {}
 
 def _device_matmul(xp, precision: str) -> Callable:
     layouts: dict = {}
+    cast = xp.ElementwiseKernel(*TO_BF16) if precision == "bf16" else None
 
     def mm(a, b):
         lib = _HANDLES.get(xp.cuda.Device().id)
@@ -122,25 +144,30 @@ def _device_matmul(xp, precision: str) -> Callable:
         if lay is None:
             lay = layouts[key] = (operand(a.shape, a.strides, a.itemsize), operand(b.shape, b.strides, b.itemsize))
         la, lb = lay
+        out_dtype = a.dtype
+        if precision == "bf16":                 # operands rounded to bfloat16 (C-contiguous copies)
+            a, b = cast(a), cast(b)
+            la, lb = operand(a.shape, a.strides, 2), operand(b.shape, b.strides, 2)
         if la is None:
             a, la = _packed(xp, a)
         if lb is None:
             b, lb = _packed(xp, b)
         *batch, m, k = a.shape
         n = b.shape[-1]
-        c = xp.empty((*batch, m, n), dtype=a.dtype)
-        dt, compute = CUDA_R[np.dtype(a.dtype)], COMPUTE[precision, np.dtype(a.dtype)]
-        one, zero = lib.scalars[np.dtype(a.dtype)]
+        c = xp.empty((*batch, m, n), dtype=out_dtype)
+        ct, compute = CUDA_R[np.dtype(out_dtype)], COMPUTE[precision, np.dtype(out_dtype)]
+        dt = CUDA_R_16BF if precision == "bf16" else ct
+        one, zero = lib.scalars[np.dtype(out_dtype)]
         L = lib.lib
         lib.check("cublasSetStream_v2", L.cublasSetStream_v2(lib.handle, xp.cuda.get_current_stream().ptr))
         pa, pb, pc, pone, pzero = a.data.ptr, b.data.ptr, c.data.ptr, ctypes.byref(one), ctypes.byref(zero)
         # row-major C = A B is column-major C^T = B^T A^T: cuBLAS's (m, n, k) = (n, m, k), B first
         if not batch or c.size == 0 or int(np.prod(batch)) == 1:
             lib.check("cublasGemmEx", L.cublasGemmEx(lib.handle, lb[0], la[0], n, m, k, pone, pb, dt, lb[1], pa, dt,
-                                                     la[1], pzero, pc, dt, n, compute, GEMM_DEFAULT))
+                                                     la[1], pzero, pc, ct, n, compute, GEMM_DEFAULT))
         else:
             lib.check("cublasGemmStridedBatchedEx", L.cublasGemmStridedBatchedEx(
-                lib.handle, lb[0], la[0], n, m, k, pone, pb, dt, lb[1], lb[2], pa, dt, la[1], la[2], pzero, pc, dt,
+                lib.handle, lb[0], la[0], n, m, k, pone, pb, dt, lb[1], lb[2], pa, dt, la[1], la[2], pzero, pc, ct,
                 n, m * n, int(np.prod(batch)), compute, GEMM_DEFAULT))
         return c
     return mm
@@ -152,9 +179,11 @@ def _packed(xp, a):
 
 
 def _host_matmul(xp, precision: str) -> Callable:
+    rnd = {"tf32": round_tf32, "bf16": round_bf16}.get(precision)
+
     def mm(a, b):
-        if precision == "tf32" and a.dtype == np.float32:
-            a, b = round_tf32(xp, xp.ascontiguousarray(a)), round_tf32(xp, xp.ascontiguousarray(b))
+        if rnd is not None and a.dtype == np.float32:
+            a, b = rnd(xp, xp.ascontiguousarray(a)), rnd(xp, xp.ascontiguousarray(b))
         return xp.matmul(a, b)
     return mm
 
@@ -187,4 +216,4 @@ def matmul(xp, precision: str = "fp32", capturable: bool = False) -> Callable:
         raise ValueError(f"matmul precision must be one of {PRECISIONS}, got {precision!r}")
     if xp is np or getattr(xp, "hostrun", False):
         return _host_matmul(xp, precision)
-    return _device_matmul(xp, precision) if capturable else _cupy_matmul(xp, precision)
+    return _device_matmul(xp, precision) if capturable or precision == "bf16" else _cupy_matmul(xp, precision)

@@ -249,10 +249,11 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
     """Plan, generate and bind one function. ``launcher(plan, index, kernel)`` makes the kernel callable
     (``launchers(plan, kernels)``, when given, makes them all at once: ``{index: callable}``).
 
-    ``precision="tf32"``: float32 products on TF32 tensor cores (:mod:`~.blas`). ``graph=True``: calls after
+    ``precision="tf32"`` or ``"bf16"``: float32 products on the tensor cores (:mod:`~.blas`). ``graph=True``: calls after
     the first replay one CUDA graph (:mod:`~.graph`; needs ``donate_pairs``)."""
     if precision not in blas.PRECISIONS:
-        raise ValueError(f"precision must be one of {blas.PRECISIONS}, got {precision!r}")
+        raise ValueError(f"compile_model: precision must be one of {', '.join(map(repr, blas.PRECISIONS))}, got "
+                         f"{precision!r}")
     if graph and not donate_pairs:
         raise ValueError("graph=True replays the step into the same buffers: it needs donate=True")
     p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")])
