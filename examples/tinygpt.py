@@ -117,9 +117,13 @@ def model(batch: int = DEFAULTS["batch"], seq: int = DEFAULTS["seq"], d: int = D
 def build(args) -> cg.CompiledModel:
     """The step this script trains: :func:`model` in float32 (AdamW) or fixed(32,16) (momentum SGD), on
     ``args.backend`` (fixed point always on NumPy)."""
+    gpu = {k: v for k, v in (("precision", getattr(args, "precision", "fp32")),
+                              ("graph", getattr(args, "graph", False))) if v not in ("fp32", False)}
+    if gpu.get("graph"):
+        gpu["donate"] = True
     return model(args.batch, args.seq, args.d, args.heads, args.layers, args.attention, args.lr, args.fixed_lr,
                  args.chars, cg.float32 if args.dtype == "float32" else cg.fixed(32, 16)).compile(
-        backend="numpy" if args.dtype == "fixed" else getattr(args, "backend", "numpy"))
+        backend="numpy" if args.dtype == "fixed" else getattr(args, "backend", "numpy"), **gpu)
 
 
 def with_rate(params: dict, k: int, args) -> dict:
@@ -138,6 +142,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample", type=int, default=120, help="characters to generate at the end")
     add_backend(p)
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32",
+                   help="GPU: the matrix products in float32, on TF32 tensor cores, or in bfloat16 (float32 elsewhere)")
+    p.add_argument("--graph", action="store_true", help="GPU: each step replayed as one CUDA graph")
     p.add_argument("--quiet", action="store_true")
     return p
 
