@@ -37,10 +37,10 @@ def cuda_version(v: int) -> str:
 def _versions(cupy: ModuleType) -> tuple[int | None, int | None]:
     rt = cupy.cuda.runtime
     out = []
-    for get in (rt.runtimeGetVersion, rt.driverGetVersion):
+    for name in ("runtimeGetVersion", "driverGetVersion"):
         try:
-            out.append(int(get()))
-        except Exception:          # no driver at all: CUDARuntimeError
+            out.append(int(getattr(rt, name)()))
+        except Exception:          # no driver at all (CUDARuntimeError), or a CuPy without the call
             out.append(None)
     return out[0], out[1]
 
