@@ -1,0 +1,188 @@
+"""Attention alone on a GPU: circuitgrad's softmax and spherical attention against PyTorch's SDPA.
+
+    python bench/gpu_attention.py [--batch 4] [--heads 8] [--seq 1024] [--dh 64] [--json out.json]
+    python bench/gpu_attention.py --dry        # no GPU: the script's own paths on cupy-emulated, tiny
+
+Causal attention over ``q, k, v : [B, H, S, dh]`` (``ops.attention``): the forward program, and forward plus
+backward (the reverse derivative's program: ``dq, dk, dv`` from ``q, k, v`` and the output's cotangent),
+compiled by the GPU backend (``gpu.compile_function``) in float32 and with ``precision="tf32"`` and
+``"bf16"``; PyTorch's ``scaled_dot_product_attention`` (``is_causal=True``) forward, and forward plus
+``backward``, in float32 and bfloat16, on the same inputs in the same process. Columns: median ms of
+``--repeats`` calls after ``--warmup`` (CUDA events), the ratio to SDPA in the same precision class
+(float32 rows against SDPA fp32, tf32 and bf16 rows against SDPA bf16), kernel launches, and peak MB
+(circuitgrad: ``gpu.memory.peak`` of the program, i.e. predicted; PyTorch: ``max_memory_allocated``).
+Without a GPU (and without ``--dry``) the script says why and exits with 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _util import table  # noqa: E402
+
+import circuitgrad as cg  # noqa: E402
+from circuitgrad import ops  # noqa: E402
+from circuitgrad.backends import gpu  # noqa: E402
+from circuitgrad.backends.gpu import memory  # noqa: E402
+from circuitgrad.rewrite import simplify  # noqa: E402
+
+KINDS = ("softmax", "spherical")
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+def programs(kind: str, shape: tuple[int, ...]) -> dict:
+    """``{"forward": Program, "forward+backward": Program}`` of causal attention of ``kind`` on ``shape``."""
+    T = cg.NdArrayType(shape, cg.float32)
+    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3, name=f"{kind}_attention")
+    return {"forward": simplify(cg.schedule(d)), "forward+backward": simplify(cg.schedule(cg.rdiff(d)))}
+
+
+def timed(fn, repeats: int, warmup: int, events) -> float:
+    """Median milliseconds of ``fn()`` (``events``: a pair factory and a synchronize, or ``None`` on the CPU)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if events is None:
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+            continue
+        start, stop = events()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(__import__("cupy").cuda.get_elapsed_time(start, stop))
+    return statistics.median(times)
+
+
+def ours(kind: str, shape, precision: str, a, emulate: bool) -> list[dict]:
+    rows = []
+    rng = np.random.default_rng(0)
+    for what, prog in programs(kind, shape).items():
+        f = gpu.compile_function(prog, [f"a{i}" for i in range(len(prog.inputs))], "attention", emulate=emulate,
+                                 precision=precision)
+        xp = f.namespace["xp"]
+        args = [xp.asarray(rng.normal(size=prog.types[v].shape).astype(np.float32)) for v in prog.inputs]
+        events = None
+        if not emulate:
+            import cupy
+
+            def events():
+                return cupy.cuda.Event(), cupy.cuda.Event()
+        rows.append({"kind": kind, "what": what, "implementation": f"circuitgrad {precision}",
+                     "ms": timed(lambda: f.run(*args), a.repeats, a.warmup, events), "launches": f.launches,
+                     "peak_mb": memory.peak(f) / 2 ** 20})
+    return rows
+
+
+def sdpa(kind: str, shape, dtype: str, a) -> list[dict]:
+    """PyTorch's fused attention (softmax only: PyTorch has no spherical attention kernel)."""
+    import torch
+    import torch.nn.functional as F
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (torch.randn(shape, device="cuda", dtype=dt, generator=g) for _ in range(4))
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+
+    def forward():
+        with torch.no_grad():
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def both():
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
+
+    def events():
+        return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def elapsed(fn):
+        for _ in range(a.warmup):
+            fn()
+        times = []
+        for _ in range(a.repeats):
+            s, e = events()
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        return statistics.median(times)
+    rows = []
+    for what, fn in (("forward", forward), ("forward+backward", both)):
+        torch.cuda.reset_peak_memory_stats()
+        ms = elapsed(fn)
+        rows.append({"kind": kind, "what": what, "implementation": f"PyTorch SDPA {dtype}", "ms": ms,
+                     "peak_mb": torch.cuda.max_memory_allocated() / 2 ** 20})
+    return rows
+
+
+def ratios(rows: list[dict]) -> None:
+    """Each circuitgrad row against SDPA of its precision class (fp32; tf32 and bf16 against bf16), same task."""
+    ref = {(r["what"], r["implementation"].split()[-1]): r["ms"] for r in rows if r["implementation"].startswith("PyTorch")}
+    for r in rows:
+        if r["implementation"].startswith("circuitgrad"):
+            cls = "fp32" if r["implementation"].endswith("fp32") else "bf16"
+            if (r["what"], cls) in ref:
+                r["ratio"] = r["ms"] / ref[(r["what"], cls)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--dh", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--json", help="write the rows here as JSON")
+    ap.add_argument("--dry", action="store_true", help="no GPU: cupy-emulated at B=1, H=2, S=16, dh=8, one repeat")
+    a = ap.parse_args(argv)
+    ok, why = gpu.available()
+    if not ok and not a.dry:
+        print(f"bench/gpu_attention.py: no GPU here ({why}); nothing measured")
+        if a.json:
+            with open(a.json, "w") as fh:
+                json.dump({"status": "no-device", "rows": []}, fh)
+        return 0
+    if a.dry:
+        a.batch, a.heads, a.seq, a.dh, a.repeats, a.warmup = 1, 2, 16, 8, 1, 0
+    shape = (a.batch, a.heads, a.seq, a.dh)
+    rows: list[dict] = []
+    for kind in KINDS:
+        for precision in PRECISIONS:
+            try:
+                rows += ours(kind, shape, precision, a, emulate=a.dry)
+            except Exception as e:          # report, go on
+                rows.append({"kind": kind, "what": "-", "implementation": f"circuitgrad {precision}",
+                             "error": f"{type(e).__name__}: {e}"})
+        if kind == "softmax" and not a.dry:
+            for dtype in ("fp32", "bf16"):
+                try:
+                    rows += sdpa(kind, shape, dtype, a)
+                except Exception as e:
+                    rows.append({"kind": kind, "what": "-", "implementation": f"PyTorch SDPA {dtype}",
+                                 "error": f"{type(e).__name__}: {e}"})
+    ratios(rows)
+    print(f"causal attention, B={a.batch} H={a.heads} S={a.seq} dh={a.dh}; median of {a.repeats} after "
+          f"{a.warmup}; device: {why if ok else 'cupy-emulated on the CPU'}")
+    body = [[r["kind"], r["what"], r["implementation"],
+             f"{r['ms']:.3f}" if "ms" in r else r.get("error", "-"),
+             f"{r['ratio']:.2f}" if "ratio" in r else "-", str(r.get("launches", "-")),
+             f"{r['peak_mb']:.0f}" if "peak_mb" in r else "-"] for r in rows]
+    print(table(["attention", "pass", "implementation", "ms", "× SDPA", "launches", "peak MB"], body))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"status": "ok", "shape": shape, "rows": rows}, fh, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
