@@ -84,7 +84,7 @@ def test_without_a_device_the_script_says_getdevicecount_failed(tmp_path):
 
 
 def test_with_the_benchmark_asked_the_check_still_decides_the_status(tmp_path):
-    """``GPU_CHECK_BENCH=1``: the benchmark runs after the check (here it finds no device and says so), and the
+    """``GPU_CHECK_BENCH=1``: the benchmarks run after the check (here they find no device and say so), and the
     exit status stays the check's."""
     env = stub_env(tmp_path, NO_DEVICE)
     env.update(GPU_CHECK_VENV=sys.prefix, GPU_CHECK_BENCH="1", GPU_BENCH_BUDGET="5")
@@ -92,8 +92,10 @@ def test_with_the_benchmark_asked_the_check_still_decides_the_status(tmp_path):
     r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-check.sh"), str(report)], capture_output=True,
                        text=True, timeout=180, env=env, cwd=tmp_path)
     assert r.returncode == 1, r.stderr
-    assert "\nbench/gpu_gpt.py: no GPU here (" in r.stdout + r.stderr
-    assert json.loads((tmp_path / "out-gpt.json").read_text())["status"] == "no-device"
+    for name in ("gpu_gpt", "gpu_attention"):
+        assert f"\nbench/{name}.py: no GPU here (" in r.stdout + r.stderr
+    for name in ("gpt", "attention"):
+        assert json.loads((tmp_path / f"out-{name}.json").read_text())["status"] == "no-device"
 
 
 def test_bad_arguments_are_usage_errors(tmp_path):
