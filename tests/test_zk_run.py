@@ -254,12 +254,42 @@ def test_local_cluster_with_a_killed_worker_gives_the_serial_proofs():
     assert zk.verify_run(dist, step, c0=serial.commitments[0], d=data.commitment, steps=4)
 
 
+def test_split_steps_give_the_serial_proofs(step, data, run):
+    """``split=True``: each step's rows shared among two workers (threads here), steps one after the other: the
+    proofs are the serial run's, byte for byte, and the run verifies."""
+    from distributed import Client, LocalCluster
+
+    from circuitgrad.backends.zk.ligero.proofio import dumps
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        split = zk.prove_run(step, step.init_params(seed=0), _batches(3), dataset=data, cluster=client,
+                             progress=False, rng=np.random.default_rng(5), split=True)
+        assert len(client.scheduler_info()["workers"]) == 2
+    assert split.commitments == run.commitments
+    assert [dumps(p) for p in split.proofs] == [dumps(p) for p in run.proofs]
+    assert all(p.timings["workers"] == 2 for p in split.proofs)
+    assert zk.verify_run(split, step, c0=run.commitments[0], d=data.commitment, steps=3)
+
+
 # ------------------------------------------------------------------ the command line
 def _c0(stdout: str) -> str:
     return next(line.split()[-1] for line in stdout.splitlines() if line.startswith("starting commitment c0 "))
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_cli_private_run_split_among_two_workers_verifies(tmp_path):
+    from conftest import run_cli
+    out = str(tmp_path / "run")
+    opts = ["--batch", "2", "--hidden", "4"]
+    res = run_cli("zk", "prove", "examples/iris.py", "--steps", "2", *opts, "--private", "--workers", "2", "--split",
+                  "--out", out)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "[prove 2 steps on 2 local workers, each step shared among the workers] done" in res.stdout
+    ok = run_cli("zk", "verify", "examples/iris.py", out, *opts, "--private", "--c0", _c0(res.stdout), "--steps", "2")
+    assert ok.returncode == 0 and "all 2 proofs verify and chain" in ok.stdout, ok.stdout + ok.stderr
+
+
 def test_cli_private_run_on_a_local_cluster(tmp_path):
     from conftest import run_cli
     out = str(tmp_path / "run")
@@ -286,7 +316,13 @@ def test_cli_private_run_on_a_local_cluster(tmp_path):
                        "circuitgrad zk: --workers and --scheduler share a step's rows among Dask workers with the "
                        "native prover: use --system ligero"),
                       (["zk", "prove", "examples/iris.py", *opts, "--private", "--system", "plonk"],
-                       "circuitgrad zk: a --private run is proved by the native prover: use --system ligero")):
+                       "circuitgrad zk: a --private run is proved by the native prover: use --system ligero"),
+                      (["zk", "prove", "examples/iris.py", *opts, "--private", "--split"],
+                       "circuitgrad zk: --split shares each step's rows among Dask workers: add --workers N (N >= 2) "
+                       "or --scheduler"),
+                      (["zk", "prove", "examples/iris.py", *opts, "--split", "--workers", "2"],
+                       "circuitgrad zk: --split proves a --private run's steps one after the other, each shared "
+                       "among the workers; without --private, --workers already shares each step")):
         r = run_cli(*args)
         assert r.returncode != 0 and msg in r.stderr, (args, r.stderr)
 

@@ -9,7 +9,7 @@
 With ``--private`` the parameters stay private behind commitments and the batches are proved to
 be rows of the model file's ``dataset()``, committed by its Merkle root (:mod:`.run`); the steps are
 proved on a Dask cluster (``--workers N``: a local one; ``--scheduler tcp://host:8786``: an
-existing one). The verifier names the starting commitment it trusts (``--c0``) and the dataset
+existing one), a step per worker, or with ``--split`` one step after the other, each shared among them. The verifier names the starting commitment it trusts (``--c0``) and the dataset
 (recomputed from the model file, or ``--data-root``/``--data-rows``).
 
 The model file (``circuitgrad/modelfile.py``) defines ``model(**options)``:
@@ -220,6 +220,9 @@ def _prove(a) -> int:
     _check_checkpoint(a.init)
     if a.private:
         return _prove_private(a)
+    if a.split:
+        raise _usage("--split proves a --private run's steps one after the other, each shared among the workers; "
+                     "without --private, --workers already shares each step")
     cluster = _cluster(a, "zk prove")
     if cluster is not None and not SYSTEMS[a.system].split_steps:
         raise _usage("--workers and --scheduler share a step's rows among Dask workers with the native prover: "
@@ -319,6 +322,8 @@ def _prove_private(a) -> int:
     from .run import prove_run
     if not SYSTEMS[a.system].private_runs:
         raise _usage("a --private run is proved by the native prover: use --system ligero")
+    if a.split and (a.workers or 0) < 2 and a.scheduler is None:
+        raise _usage("--split shares each step's rows among Dask workers: add --workers N (N >= 2) or --scheduler")
     _cluster(a, "zk prove --private")
     from .distributed import dask_available
     dask = dask_available()
@@ -342,9 +347,12 @@ def _prove_private(a) -> int:
         where = "on a local cluster, a worker per core"
     else:
         where = f"on {cluster}" if a.scheduler else "here" if cluster == 1 else f"on {cluster} local workers"
+    if a.split:
+        where += ", each step shared among the workers"
     with _Phase(f"prove {a.steps} steps {where}"):
         try:
-            run = prove_run(step, params, batches, dataset=data, cluster=cluster, soundness=_soundness(a))
+            run = prove_run(step, params, batches, dataset=data, cluster=cluster, soundness=_soundness(a),
+                            split=a.split)
         except MissingExtra as e:
             raise _fail(str(e)) from None
     _make_dir(a.out, out)
@@ -567,6 +575,9 @@ def add_parser(sub) -> None:
                         "core; 1: in this process); otherwise each step's rows shared among them")
     p.add_argument("--scheduler", default=None, help="prove on the Dask cluster at this address (tcp://host:8786), "
                                                      "as --workers does")
+    p.add_argument("--split", action="store_true",
+                   help="--private: prove the steps one after the other, each one's rows shared among the workers "
+                        "(a step too large for one worker); the same proofs")
     p.set_defaults(fn=_one_line(_prove))
     v = zk.add_parser("verify", help="verify a bundle written by 'zk prove' against a model you name")
     _circuit_args(v)

@@ -86,23 +86,26 @@ def _remote_task(run: str, blob: bytes, *task):
     return _task(*_LOADED[run], *task)
 
 
-def _task(circuit, tree, k, params, x, y, r_before, r_after, after, seed, soundness="longfellow"):
+def _task(circuit, tree, k, params, x, y, r_before, r_after, after, seed, soundness="longfellow", split=None):
     rng = None if seed is None else np.random.default_rng(seed)
-    return prove_step(circuit, tree, k, params, x, y, r_before, r_after, after, rng=rng, soundness=soundness)
+    return prove_step(circuit, tree, k, params, x, y, r_before, r_after, after, rng=rng, soundness=soundness,
+                      split=split)
 
 
 def prove_step(circuit, tree, k: int, params, x, y, r_before, r_after, after: Sequence,
                rng: np.random.Generator | None = None,
-               soundness: str = ligero.DEFAULT_SOUNDNESS) -> tuple[int, LigeroProof]:
-    """Prove step ``k`` (a task of ``run.prove_run``, run on a worker): the witness's new parameters must be
-    the trajectory's ``after``."""
+               soundness: str = ligero.DEFAULT_SOUNDNESS, split: "Split | None" = None) -> tuple[int, LigeroProof]:
+    """Prove step ``k`` (a task of ``run.prove_run``, run on a worker, or in the driver with its rows shared
+    among the workers by ``split``): the witness's new parameters must be the trajectory's ``after``."""
     wit = circuit.witness_private(params, x, y, tree, r_before, r_after)
     got = wit.outputs()
     for n, a in zip(circuit.output_names, after):
         if not np.array_equal(got[n], a):
             raise RuntimeError(f"step {k}: the circuit's {n} after the step differs from the fixed-point "
                                f"interpreter's trajectory")
-    return k, ligero.prove(circuit, wit, rng=rng, soundness=soundness)
+    if split is None:
+        return k, ligero.prove(circuit, wit, rng=rng, soundness=soundness)
+    return k, ligero.prove(circuit, wit, rng=rng, soundness=soundness, split=split)
 
 
 def _client(cluster: Any):
@@ -127,9 +130,13 @@ def _client(cluster: Any):
 
 def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, progress: bool = True,
                 seeds: Sequence[int] | None = None, log: Callable[[str], None] | None = None,
-                soundness: str = "longfellow") -> list:
+                soundness: str = "longfellow", split: bool = False) -> list:
     """The proofs of ``tasks`` (``(k, params, x, y, r_before, r_after, after)`` each), in step order, with
-    Ligero parameters for the ``soundness`` analysis."""
+    Ligero parameters for the ``soundness`` analysis.
+
+    ``split=False``: each step is one task, proved whole by one worker (steps in parallel). ``split=True``: the
+    steps are proved one after the other, each one's rows shared among all the workers (:class:`Split`), for a
+    step too large for one worker's memory or time; the proofs are the same bytes either way."""
     from tqdm.auto import tqdm
     seeds = list(seeds) if seeds is not None else [None] * len(tasks)
     if len(seeds) != len(tasks):
@@ -150,6 +157,19 @@ def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, prog
         if cluster == "serial" or cluster == 1:
             for t, s in zip(tasks, seeds):
                 take(*_task(circuit, tree, *t, s, soundness))
+        elif split:
+            client, owned = _client(cluster)
+            try:
+                for t, s in zip(tasks, seeds):
+                    with Split(client) as sp:
+                        k, proof = _task(circuit, tree, *t, s, soundness, sp)
+                        proof.timings.update({f"bytes_{n}": float(v) for n, v in sp.moved.items()},
+                                             workers=float(sp.workers))
+                    take(k, proof)
+            finally:
+                if owned is not None:
+                    client.close()
+                    owned.close()
         else:
             client, owned = _client(cluster)
             from distributed import as_completed

@@ -277,7 +277,7 @@ def _circuit(step, rows: int, run: "Run | None" = None):
 def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, dataset: Dataset, cluster: Any = None,
               r0: Sequence[int] | None = None, progress: bool = True,
               log: Callable[[str], None] | None = None, rng: np.random.Generator | None = None,
-              soundness: str = ligero.DEFAULT_SOUNDNESS) -> Run:
+              soundness: str = ligero.DEFAULT_SOUNDNESS, split: bool = False) -> Run:
     """Prove training ``step`` from ``params0`` (raw or float parameters and optimizer state) on
     ``batches`` (pairs ``(x, y)`` whose rows are rows of ``dataset``).
 
@@ -286,7 +286,9 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     after the other, where Dask is not installed);
     ``cluster`` may be a ``distributed.Client``, a cluster object, a scheduler address such as
     ``"tcp://host:8786"``, a number of local workers, or ``"serial"`` to prove here, one step after
-    the other (see :func:`.distributed.prove_steps`). ``r0`` is the blinding of ``C_0`` when the starting
+    the other (see :func:`.distributed.prove_steps`). ``split=True`` proves the steps one after the other
+    instead, each one's rows shared among all the workers (for a step one worker cannot hold): the same
+    proofs. ``r0`` is the blinding of ``C_0`` when the starting
     commitment was published before (default: fresh).
 
     ``rng`` (tests and benchmarks only: it is not secret) draws the blindings and every step's prover
@@ -329,7 +331,7 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     tasks = [(k, traj[k], x, y, blind[k], blind[k + 1], [traj[k + 1][n] for n in names])
              for k, (x, y) in enumerate(batches)]
     proofs = prove_steps(circuit, dataset.tree, tasks, cluster, progress=progress, seeds=seeds, log=log,
-                         soundness=soundness)
+                         soundness=soundness, split=split)
     return Run(SYSTEM.statement(circuit, soundness), circuit.digest().hex(), dataset.commitment,
                commitments, proofs, opening={"params": traj[-1], "randomness": blind[-1]},
                description=describe(circuit))
