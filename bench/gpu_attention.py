@@ -4,7 +4,8 @@
     python bench/gpu_attention.py --dry        # no GPU: the script's own paths on cupy-emulated, tiny
 
 Causal attention over ``q, k, v : [B, H, S, dh]`` (``ops.attention``): the forward program, and forward plus
-backward (the reverse derivative's program: ``dq, dk, dv`` from ``q, k, v`` and the output's cotangent),
+backward (``O`` and the reverse derivative's ``dq, dk, dv`` from ``q, k, v`` and the output's cotangent, as a
+training step computes them; softmax attention runs as the streaming kernels of ``gpu.attention``),
 compiled by the GPU backend (``gpu.compile_function``) in float32 and with ``precision="tf32"`` and
 ``"bf16"``; PyTorch's ``scaled_dot_product_attention`` (``is_causal=True``) forward, and forward plus
 ``backward``, in float32 and bfloat16, on the same inputs in the same process. Columns: median ms of
@@ -41,7 +42,13 @@ def programs(kind: str, shape: tuple[int, ...]) -> dict:
     """``{"forward": Program, "forward+backward": Program}`` of causal attention of ``kind`` on ``shape``."""
     T = cg.NdArrayType(shape, cg.float32)
     d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3, name=f"{kind}_attention")
-    return {"forward": simplify(cg.schedule(d)), "forward+backward": simplify(cg.schedule(cg.rdiff(d)))}
+    R = cg.rdiff(d)
+
+    def both(q, k, v, do):                 # what a training step computes: O, and the gradients from dO
+        o = d(q, k, v)
+        return (*(o if isinstance(o, tuple) else (o,)), *R(q, k, v, do))
+    fb = cg.trace(both, [T] * 4, name=f"{kind}_attention_step")
+    return {"forward": simplify(cg.schedule(d)), "forward+backward": simplify(cg.schedule(fb))}
 
 
 def timed(fn, repeats: int, warmup: int, events) -> float:

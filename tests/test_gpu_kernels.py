@@ -324,15 +324,17 @@ def _kinds(f) -> Counter:
     return Counter(s.kind for s in gpu.plan(f.program).steps if s.launches)
 
 
-def test_attention_maps_to_batched_cublas_and_row_kernels():
-    """Causal softmax attention over given q, k, v: two batched products, one fused scale and one causal row
-    kernel; kᵀ is no copy (a batch with its last two axes swapped: cuBLAS reads it transposed)."""
-    Tq = cg.NdArrayType((2, 3, 4, 8), cg.float32)
-    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True), [Tq] * 3, name="att")
-    f = gpu.compile_function(cg.schedule(d), ["q", "k", "v"], "att", emulate=True)
-    assert _kinds(f) == Counter({"matmul": 2, "fused": 1, "rowwise": 1})
-    assert f.python.count("# cuBLAS, batched") == 2 and "Softmax(causal)" in f.python
-    assert f.launches == 4
+def test_attention_maps_to_one_streaming_kernel_or_batched_cublas_and_row_kernels():
+    """Causal softmax attention over given q, k, v: one streaming kernel (``gpu.attention``) where a row fits the
+    registers (dh ≤ 64); else two batched products, one fused scale and one causal row kernel, kᵀ no copy (a
+    batch with its last two axes swapped: cuBLAS reads it transposed)."""
+    for dh, kinds, launches in ((8, {"attention": 1}, 1), (80, {"matmul": 2, "fused": 1, "rowwise": 1}, 4)):
+        Tq = cg.NdArrayType((2, 3, 4, dh), cg.float32)
+        d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True), [Tq] * 3, name="att")
+        f = gpu.compile_function(cg.schedule(d), ["q", "k", "v"], "att", emulate=True)
+        assert Counter(s.kind for s in f.plan.steps if s.launches) == Counter(kinds), dh
+        assert f.launches == launches
+        assert ("Softmax(causal)" in f.python) == (dh > 64)
 
 
 def test_launches_of_attention_blocks():

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from circuitgrad.costmodel.report import Cost, program_of, table
-from circuitgrad.costmodel.work import itemsize, work
+from circuitgrad.costmodel.work import Work, itemsize, work
 from circuitgrad.types import Fixed, Float
 
-from . import memory
+from . import attention, memory
 from .plan import plan
 from .runtime import build, emulated_kernel
 
@@ -69,7 +69,7 @@ def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False, gra
     for v in dict.fromkeys(pl.read(x)[0] for x in step.inputs):
         nbytes += p.types[v].size * itemsize(p.types[v])
     nbytes += sum(p.types[v].size * itemsize(p.types[v]) for v in step.outputs)
-    ws = [work(p, a) for a in step.instrs + step.remat]
+    ws = [_work(p, a) for a in step.instrs + step.remat]
     mm = sum(w.matmul_flops for w in ws)
     other = sum(w.flops for w in ws) - mm
     dt = p.types[step.instrs[0].results[0]].dtype if step.instrs and step.instrs[0].results else None
@@ -81,6 +81,15 @@ def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False, gra
     return {"kernels": 1, "flops": mm + other, "matmul_flops": mm, "tensor_core_flops": on_tc,
             "cuda_core_flops": mm - on_tc + other, "bytes": nbytes,
             "seconds": max(issue, dev.launch_s + roofline), "roofline_s": roofline}
+
+
+def _work(p: Any, a: Any) -> Work:
+    """The work of an instruction: the streaming attention kernels' own count (:func:`.attention.costs`)."""
+    if isinstance(a.op, attention.OPS):
+        rd = sum(p.types[x].size * itemsize(p.types[x]) for x in a.args)
+        wr = sum(p.types[r].size * itemsize(p.types[r]) for r in a.results)
+        return Work(*attention.costs(a.op), rd, wr)
+    return work(p, a)
 
 
 def _function(f: Any, p: Any, function: str) -> Any:
@@ -104,6 +113,7 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     fixed = any(isinstance(t.dtype, Fixed) for t in p.types)
     g = None if fixed else _function(f, p, function)      # kernels exist in float32/float64 only
     pl = g.plan if g is not None else plan(p)
+    p = pl.program                                        # the program the backend runs (attention fused)
     lines = []
     for step in pl.steps:
         if step.kind not in ("view", "const"):

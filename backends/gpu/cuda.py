@@ -34,12 +34,13 @@ import numpy as np
 from circuitgrad import primitives as P
 from circuitgrad.types import Index, NdArrayType
 
+from . import attention
 from .layout import offset_bound
 from .plan import Launch, Plan, Stage, contiguous_strides, gather_index
 from .reduction import reduce_source
 
 __all__ = ["Kernel", "RULES", "ROW_KERNELS", "GATHER_KERNELS", "kernels", "ctype", "donations", "last_readers",
-           "reduce_kernel"]
+           "reduce_kernel", "attention_kernel"]
 
 
 def ctype(t: NdArrayType) -> str:
@@ -565,6 +566,22 @@ def reduce_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
                                 (ctype(plan.program.types[r.base]),), lanes=r.lanes), plan)
 
 
+def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
+    """The streaming attention kernel of an ``attention`` step (:mod:`~.attention`): a thread per row."""
+    (a,) = step.instrs
+    c = ctype(plan.program.types[a.results[0]])
+    strides = {}
+    for n, x in zip(a.op.ins.split(), a.args):      # operands read where they lie: a strided view's strides
+        _, stages = plan.read(plan.src(x))
+        if stages:
+            ((shape, st),) = stages
+            assert shape == plan.program.types[x].shape and st[-1] == 1, f"{name}: {n} is not a row-major view"
+            strides[n] = tuple(st)
+    src, rows, _ = attention.source(a.op, name, c, strides)
+    return _with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), rows, [a.op.name],
+                                frozenset(step.inputs), tuple(c for _ in step.inputs)), plan)
+
+
 def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None = None) -> dict[int, Kernel]:
     """The kernel of every fused, row-wise, gather, copy and reduce step, keyed by step index.
 
@@ -587,4 +604,6 @@ def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None 
             out[i] = _gather_op(s, plan, f"{prefix}_gather{i}")
         elif s.kind == "reduce":
             out[i] = reduce_kernel(s, plan, f"{prefix}_reduce{i}")
+        elif s.kind == "attention":
+            out[i] = attention_kernel(s, plan, f"{prefix}_attention{i}")
     return out

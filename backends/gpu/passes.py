@@ -217,7 +217,9 @@ def place_views(st: PlanState) -> None:
             op = st.prog.instrs[k].op
             if op.kind in ("elementwise", "view"):
                 continue                                   # read through the layout
-            if op.kind in ("rowwise", "gather"):
+            if op.kind == "attention" and viewable(shape, stages) and (not stages or stages[0][1][-1] == 1):
+                continue                                   # read in place, a row at a time (gpu.attention)
+            if op.kind in ("rowwise", "gather", "attention"):
                 need_contiguous = True                     # the kernel is given the base pointer
                 continue
             need_array = True

@@ -255,4 +255,6 @@ def _single_step(st: PlanState, a: Apply) -> Launch | None:
         return Launch("rowwise", [a], [st.read(a.args[0])[0]], list(a.results))
     if a.op.kind == "gather":
         return Launch("gather", [a], [st.read(a.args[0])[0]], list(a.results))
+    if a.op.kind == "attention":               # the streaming kernels of gpu.attention: contiguous operands
+        return Launch("attention", [a], [st.read(x)[0] for x in a.args], list(a.results))
     raise NotImplementedError(f"GPU backend: no rule for {a.op}")

@@ -38,7 +38,7 @@ from circuitgrad.codegen import ident
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Program
 
-from . import blas
+from . import attention, blas
 from .cuda import Kernel, fused_kernel, donations, kernels, last_readers
 from .graph import Graphed
 from .plan import Plan, plan, read_through
@@ -199,7 +199,8 @@ def emulated_kernel(p: Plan, step_index: int, kern: Kernel) -> Callable:
             env[r] = read_through(bases[base], prog.types[r].shape, stages)
         else:
             for a in step.remat + step.instrs:      # recomputed groups first (once, in their own shape)
-                res = FLOAT_RULES[type(a.op)](a.op, *(value(x) for x in a.args))
+                own = getattr(a.op, "evaluate", None)   # the backend's own instructions (gpu.attention)
+                res = own(*(value(x) for x in a.args)) if own else FLOAT_RULES[type(a.op)](a.op, *(value(x) for x in a.args))
                 for r, y in zip(a.results, res):
                     env[r] = np.asarray(y)
         for v, out in zip(kern.outputs, args[len(kern.inputs):]):
@@ -245,17 +246,20 @@ class GpuFunction:
 
 def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: Callable,
           donate_pairs: dict[int, int] | None = None, precision: str = "fp32", graph: bool = False,
-          launchers: Callable | None = None) -> GpuFunction:
+          launchers: Callable | None = None, fuse_attention: bool = True) -> GpuFunction:
     """Plan, generate and bind one function. ``launcher(plan, index, kernel)`` makes the kernel callable
     (``launchers(plan, kernels)``, when given, makes them all at once: ``{index: callable}``).
 
     ``precision="tf32"`` or ``"bf16"``: float32 products on the tensor cores (:mod:`~.blas`). ``graph=True``: calls after
-    the first replay one CUDA graph (:mod:`~.graph`; needs ``donate_pairs``)."""
+    the first replay one CUDA graph (:mod:`~.graph`; needs ``donate_pairs``). ``fuse_attention``: softmax
+    attention cores run as the streaming kernels of :mod:`~.attention` where they qualify."""
     if precision not in blas.PRECISIONS:
         raise ValueError(f"compile_model: precision must be one of {', '.join(map(repr, blas.PRECISIONS))}, got "
                          f"{precision!r}")
     if graph and not donate_pairs:
         raise ValueError("graph=True replays the step into the same buffers: it needs donate=True")
+    if fuse_attention:
+        prog = attention.fuse(prog)
     p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")])
     ks = kernels(p, prefix=f"cg_{ident(fn_name)}", donate_pairs=donate_pairs)
     src = generate(p, ks, arg_names, ident(fn_name), donate_pairs)

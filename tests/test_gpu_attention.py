@@ -1,0 +1,152 @@
+"""Streaming attention (:mod:`circuitgrad.backends.gpu.attention`): the compiler finds a step's softmax attention
+cores, replaces each with the four streaming kernels where it qualifies, and the result is the same step: in the
+reference interpreter, in NumPy-emulated kernels, and in the generated CUDA C run on the host (both thread
+orders); the kernels compile for sm_90, and no ``S×S`` array is left in memory."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn
+from circuitgrad.backends.gpu import attention, hostrun, memory
+from circuitgrad.interpret import FLOAT_RULES
+
+ok, why = hostrun.available()
+
+
+def _run(prog, xs):
+    """The program in float64, the backend's own instructions by their NumPy ``evaluate``."""
+    env = dict(zip(prog.inputs, xs))
+    for a in prog.instrs:
+        own = getattr(a.op, "evaluate", None)
+        args = [env[x] for x in a.args]
+        for r, y in zip(a.results, own(*args) if own else FLOAT_RULES[type(a.op)](a.op, *args)):
+            env[r] = np.asarray(y)
+    return [env[o] for o in prog.outputs]
+
+
+MODELS = {
+    "gpt causal": (lambda: nn.gpt(2, 8, 13, d=24, heads=2, layers=2), nn.softmax_cross_entropy, 13, 2),
+    "attention full": (lambda: nn.attention(2, 6, 24, heads=3, causal=False), nn.mse, None, 1),
+}
+
+
+def _inputs(step, vocab, rng):
+    p = step.init_params(seed=0)
+    if vocab:
+        x, y = rng.integers(0, vocab, size=step.x_type.shape), np.eye(vocab)[rng.integers(0, vocab, size=step.x_type.shape)]
+    else:
+        x, y = rng.normal(size=step.x_type.shape), rng.normal(size=step.y_type.shape)
+    return [p[k] for k in step.param_names] + [x, y]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_fused_gradients_are_the_unfused_ones(name, rng):
+    make, loss, vocab, cores = MODELS[name]
+    step = cg.compile_model(make(), loss=loss, optimizer=nn.sgd(0.1), dtype=cg.float64)
+    prog = step.fn("gradients").program
+    fused = attention.fuse(prog)
+    kinds = [type(a.op) for a in fused.instrs if isinstance(a.op, attention.OPS)]
+    assert kinds == [attention.AttentionForward] * cores + [attention.AttentionGradQ, attention.AttentionGradV,
+                                                            attention.AttentionGradK] * cores
+    S = step.x_type.shape[1]
+    assert not any(t.ndim == 4 and t.shape[-2:] == (S, S) for a in fused.instrs
+                   for t in (fused.types[r] for r in a.results))                # no [B, H, S, S] value is left
+    xs = _inputs(step, vocab, rng)
+    for got, want in zip(_run(fused, xs), _run(prog, xs)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("make, why_not", [
+    (lambda: nn.gpt(2, 8, 13, d=130, heads=1, layers=1), "dh = 130 > 64: a row does not fit the registers"),
+    (lambda: nn.gpt(2, 8, 13, d=16, heads=2, layers=1, attention="spherical"), "spherical attention"),
+])
+def test_cores_that_do_not_qualify_keep_their_kernels(make, why_not):
+    step = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1))
+    prog = step.fn("step").program
+    assert attention.fuse(prog) is prog, why_not
+
+
+def test_a_core_without_its_forward_output_is_left_alone():
+    """The reverse derivative alone (no ``O`` computed) is not the pattern: nothing is replaced."""
+    from circuitgrad import ops
+    from circuitgrad.rewrite import simplify
+    T = cg.NdArrayType((2, 3, 8, 4), cg.float32)
+    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True), [T] * 3, name="att")
+    prog = simplify(cg.schedule(cg.rdiff(d)))
+    assert attention.fuse(prog) is prog
+
+
+def test_the_step_holds_less_memory_and_launches_fewer_kernels():
+    make = lambda: nn.gpt(4, 64, 13, d=32, heads=2, layers=2)  # noqa: E731
+    step = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.adamw(1e-3),
+                            backend="cupy-emulated", donate=True)
+    from circuitgrad.backends.gpu import runtime
+    f = step.fn("step").compiled
+    unfused = runtime.build(step.fn("step").program, step.arg_names["step"], "step", np, runtime.emulated_kernel,
+                            dict(zip(f.program.outputs, f.program.inputs)), fuse_attention=False)
+    assert sum(s.kind == "attention" for s in f.plan.steps) == 8
+    assert f.launches < unfused.launches
+    assert memory.peak(f) <= memory.peak(unfused) - 4 * 2 * 64 * 64 * 4         # a layer's S×S scores, at least
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("dtype", [cg.float64, cg.float32])
+def test_the_generated_kernels_step_as_numpy_does(dtype, rng):
+    """The GPT step with streaming attention, its CUDA C compiled for the host and run thread by thread (both
+    orders), against the NumPy backend: float64 to 1e-12, float32 within its rounding."""
+    make = lambda: nn.gpt(2, 8, 13, d=16, heads=2, layers=2)  # noqa: E731
+    ref = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1), dtype=dtype)
+    p = ref.init_params(seed=0)
+    x, y = rng.integers(0, 13, size=(2, 8)), rng.integers(0, 13, size=(2, 8))
+    want = ref.step(p, x, y)
+    tol = 1e-12 if dtype == cg.float64 else 2e-5
+    for order in hostrun.ORDERS:
+        with hostrun.device(order) as cp:
+            dev = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1), dtype=dtype,
+                                   backend="cupy", donate=True)
+            assert sum(s.kind == "attention" for s in dev.fn("step").compiled.plan.steps) == 8
+            got = dev.step({k: cp.asarray(v) for k, v in p.items()}, x, y)
+            got = {k: v.get() for k, v in got.items()}
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=tol, atol=tol, err_msg=f"{k} {order}")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_kernels_compile_for_sm90(tmp_path):
+    T = cg.NdArrayType((4, 6, 256, 64), cg.float32)
+    strided = {"q": (256 * 384, 64, 384, 1), "k": (256 * 384, 64, 384, 1)}     # a [B, S, H, dh] projection
+    code = ""
+    for causal in (True, False):
+        for cls in attention.OPS:
+            for c in ("float", "double"):
+                code += attention.source(cls(T, causal, 0.125), f"k_{cls.__name__}_{causal}_{c}", c, strided)[0]
+    (tmp_path / "att.cu").write_text(code)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "att.cubin"),
+                        str(tmp_path / "att.cu")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    spills, name = {}, None
+    for line in r.stderr.splitlines():           # ptxas: "Function properties for NAME", then its spills
+        if "Function properties for " in line:
+            name = line.split("Function properties for ")[1].strip()
+        elif "bytes spill stores" in line and name is not None:
+            spills[name] = int(line.split("bytes spill stores")[0].split(",")[-1])
+    assert len(spills) == 16, spills
+    # a row and its accumulator stay in registers (the dq and dk kernels, with three rows, may spill some)
+    two_rows = {n: v for n, v in spills.items() if n.endswith("_float") and ("Forward" in n or "GradV" in n)}
+    assert len(two_rows) == 4 and set(two_rows.values()) == {0}, spills
+
+
+def test_a_predict_runs_the_forward_kernel_alone(rng):
+    """Inference has no reverse derivative: its cores become the forward kernel alone, with the same outputs."""
+    make, loss, vocab, cores = MODELS["gpt causal"]
+    step = cg.compile_model(make(), loss=loss, optimizer=nn.sgd(0.1), dtype=cg.float64)
+    prog = step.fn("predict").program
+    fused = attention.fuse(prog)
+    assert [type(a.op) for a in fused.instrs if isinstance(a.op, attention.OPS)] == [attention.AttentionForward] * 2
+    xs = _inputs(step, vocab, rng)[:-1]
+    np.testing.assert_allclose(_run(fused, xs)[0], _run(prog, xs)[0], rtol=1e-12, atol=1e-14)
