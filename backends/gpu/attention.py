@@ -44,6 +44,9 @@ class _Attention(P.Primitive):
     T: NdArrayType
     causal: bool
     c: float
+    #: per output, the axes it is written in (``np.transpose`` of the logical ``[..., S, dh]``), or ``None``: a
+    #: ``[B, H, S, dh]`` result its reader permutes back to ``[B, S, H, dh]`` is written so, with no copy
+    order: tuple = ()
     kind: ClassVar[str] = "attention"
     ins: ClassVar[str] = ""
     outs: ClassVar[str] = ""
@@ -53,16 +56,27 @@ class _Attention(P.Primitive):
         """A value per row: ``[..., S]``."""
         return self.T.with_shape(self.T.shape[:-1])
 
-    def _types(self, names: str) -> tuple:
-        return tuple(self.R if n in "LD" else self.T for n in names.split())
+    def axes(self, k: int) -> tuple | None:
+        """The order output ``k`` is written in (``None``: as it is)."""
+        return self.order[k] if k < len(self.order) else None
 
     @property
     def source(self):
-        return self._types(self.ins)
+        return tuple(self.R if n in "LD" else self.T for n in self.ins.split())
 
     @property
     def target(self):
-        return self._types(self.outs)
+        out = []
+        for k, n in enumerate(self.outs.split()):
+            ax = self.axes(k)
+            out.append(self.R if n in "LD" else self.T if ax is None else
+                       self.T.with_shape(tuple(self.T.shape[a] for a in ax)))
+        return tuple(out)
+
+    def evaluate(self, *args):
+        """The outputs, with NumPy (the reference of the kernel), each in the order it is written."""
+        results = self.logical(*args)
+        return tuple(r if self.axes(k) is None else np.transpose(r, self.axes(k)) for k, r in enumerate(results))
 
     def _p(self, q, k, L):
         """The probabilities, recomputed from the saved logsumexp ``L`` (0 above the diagonal when causal)."""
@@ -78,7 +92,7 @@ class AttentionForward(_Attention):
     """``q, k, v → O, L``."""
     ins, outs = "q k v", "O L"
 
-    def evaluate(self, q, k, v):
+    def logical(self, q, k, v):
         s = self.c * np.matmul(q, np.swapaxes(k, -1, -2))
         if self.causal:
             n = s.shape[-1]
@@ -93,7 +107,7 @@ class AttentionGradQ(_Attention):
     """``q, k, v, O, L, dO → dq, D``."""
     ins, outs = "q k v O L dO", "dq D"
 
-    def evaluate(self, q, k, v, O, L, dO):
+    def logical(self, q, k, v, O, L, dO):
         p = self._p(q, k, L)
         D = (dO * O).sum(axis=-1)
         ds = p * (np.matmul(dO, np.swapaxes(v, -1, -2)) - D[..., None])
@@ -104,7 +118,7 @@ class AttentionGradV(_Attention):
     """``q, k, L, dO → dv``."""
     ins, outs = "q k L dO", "dv"
 
-    def evaluate(self, q, k, L, dO):
+    def logical(self, q, k, L, dO):
         return (np.matmul(np.swapaxes(self._p(q, k, L), -1, -2), dO),)
 
 
@@ -112,7 +126,7 @@ class AttentionGradK(_Attention):
     """``q, k, v, L, dO, D → dk``."""
     ins, outs = "q k v L dO D", "dk"
 
-    def evaluate(self, q, k, v, L, dO, D):
+    def logical(self, q, k, v, L, dO, D):
         p = self._p(q, k, L)
         ds = p * (np.matmul(dO, np.swapaxes(v, -1, -2)) - D[..., None])
         return (self.c * np.matmul(np.swapaxes(ds, -1, -2), q),)
@@ -248,14 +262,32 @@ def fuse(prog: Program) -> Program:
         R = m.T.with_shape(m.T.shape[:-1])
         types += [R, R]
         path = prog.instrs[m.forward_at].path
+
+        def written(x: int, *rest: int) -> tuple[tuple, tuple, list]:
+            """The order ``x`` is written in (its one reader's permutation, the last axis kept), the results
+            with ``x`` replaced by the written array, and the view that gives ``x`` back."""
+            readers = [u for u in uses.get(x, []) if u not in m.taken]
+            ax = prog.instrs[readers[0]].op.axes if len(readers) == 1 and \
+                isinstance(prog.instrs[readers[0]].op, P.Permute) else None
+            if ax is None or ax[-1] != m.T.ndim - 1 or ax == tuple(range(m.T.ndim)):
+                return (None,), (x, *rest), []
+            phys = len(types)
+            types.append(m.T.with_shape(tuple(m.T.shape[a] for a in ax)))
+            inv = tuple(ax.index(j) for j in range(m.T.ndim))
+            return (ax,), (phys, *rest), [Apply(P.Permute(types[phys], inv), (phys,), (x,), path)]
+        o_ax, o_res, o_view = written(m.O, L)
         op = dict(T=m.T, causal=m.causal, c=m.c)
-        at.setdefault(m.forward_at, []).append(Apply(AttentionForward(**op), (m.q, m.k, m.v), (m.O, L), path))
+        at.setdefault(m.forward_at, []).extend(
+            [Apply(AttentionForward(**op, order=o_ax), (m.q, m.k, m.v), o_res, path)] + o_view)
         if m.backward_at is None:
             continue
-        at.setdefault(m.backward_at, []).extend([
-            Apply(AttentionGradQ(**op), (m.q, m.k, m.v, m.O, L, m.dO), (m.dq, D), path),
-            Apply(AttentionGradV(**op), (m.q, m.k, L, m.dO), (m.dv,), path),
-            Apply(AttentionGradK(**op), (m.q, m.k, m.v, L, m.dO, D), (m.dk,), path)])
+        q_ax, q_res, q_view = written(m.dq, D)
+        v_ax, v_res, v_view = written(m.dv)
+        k_ax, k_res, k_view = written(m.dk)
+        at.setdefault(m.backward_at, []).extend(
+            [Apply(AttentionGradQ(**op, order=q_ax), (m.q, m.k, m.v, m.O, L, m.dO), q_res, path)] + q_view +
+            [Apply(AttentionGradV(**op, order=v_ax), (m.q, m.k, L, m.dO), v_res, path)] + v_view +
+            [Apply(AttentionGradK(**op, order=k_ax), (m.q, m.k, m.v, L, m.dO, D), k_res, path)] + k_view)
     instrs = []
     for i, a in enumerate(prog.instrs):
         instrs.extend(at.get(i, []))
@@ -297,9 +329,15 @@ def source(op: _Attention, name: str, ctype: str,
     rows = int(np.prod(lead)) * S
     exp, log = _fns(ctype)
     strides = dict(strides or {})
+    contiguous = tuple(int(np.prod(op.T.shape[a + 1:])) for a in range(op.T.ndim))
     for n in op.ins.split():
         if n not in "LD":
-            strides.setdefault(n, tuple(int(np.prod(op.T.shape[a + 1:])) for a in range(op.T.ndim)))
+            strides.setdefault(n, contiguous)
+    for k, n in enumerate(op.outs.split()):          # an output written in another order: its logical strides
+        ax = op.axes(k)
+        if n not in "LD":
+            phys = [int(np.prod([op.T.shape[a] for a in ax[j + 1:]])) for j in range(len(ax))] if ax else None
+            strides[f"{n}_out"] = contiguous if ax is None else tuple(phys[ax.index(j)] for j in range(op.T.ndim))
     T, c = ctype, repr(float(op.c)) + ("f" if ctype == "float" else "")
     ins, outs = op.ins.split(), op.outs.split()
     params = [f"const {T}* __restrict__ {n}" for n in ins] + [f"{T}* __restrict__ {n}_out" for n in outs]
@@ -324,7 +362,7 @@ def source(op: _Attention, name: str, ctype: str,
                 f"        const {T} p = {exp}(s - m); l += p;\n"
                 f"        {loop} acc[d] += p * vj[d];\n"
                 f"    }}\n"
-                f"    {loop} O_out[t * {dh}LL + d] = acc[d] / l;\n"
+                f"    {{ {T}* oi = {at('O_out', 'row')}; {loop} oi[d] = acc[d] / l; }}\n"
                 f"    L_out[t] = m + {log}(l);\n")
     elif isinstance(op, AttentionGradQ):
         end = "row + 1" if op.causal else f"{S}LL"
@@ -341,7 +379,7 @@ def source(op: _Attention, name: str, ctype: str,
                 f"        const {T} ds = {exp}(s - Lt) * (dp - Dt);\n"
                 f"        {loop} acc[d] += ds * kj[d];\n"
                 f"    }}\n"
-                f"    {loop} dq_out[t * {dh}LL + d] = acc[d] * ({T}){c};\n"
+                f"    {{ {T}* out = {at('dq_out', 'row')}; {loop} out[d] = acc[d] * ({T}){c}; }}\n"
                 f"    D_out[t] = Dt;\n")
     else:                                   # a thread per key row j: the query rows i it is visible to
         start = "row" if op.causal else "0LL"
@@ -354,12 +392,12 @@ def source(op: _Attention, name: str, ctype: str,
             step = (f"        {T} s = 0, dp = 0; {loop} {{ s += qi[d] * kr[d]; dp += doi[d] * vr[d]; }}\n"
                     f"        const {T} ds = {exp}(s - L[bh * {S}LL + i]) * (dp - D[bh * {S}LL + i]);\n"
                     f"        {loop} acc[d] += ds * qi[d];\n")
-            out = f"    {loop} dk_out[t * {dh}LL + d] = acc[d] * ({T}){c};\n"
+            out = f"    {{ {T}* out = {at('dk_out', 'row')}; {loop} out[d] = acc[d] * ({T}){c}; }}\n"
         else:
             step = (f"        {T} s = 0; {loop} s += qi[d] * kr[d];\n"
                     f"        const {T} p = {exp}(s - L[bh * {S}LL + i]);\n"
                     f"        {loop} acc[d] += p * doi[d];\n")
-            out = f"    {loop} dv_out[t * {dh}LL + d] = acc[d];\n"
+            out = f"    {{ {T}* out = {at('dv_out', 'row')}; {loop} out[d] = acc[d]; }}\n"
         body = (head + f"    {regs};\n" + init +
                 f"    for (long long i = {start}; i < {S}LL; ++i) {{\n"
                 f"        const {T}* qi = {at('q', 'i')}; const {T}* doi = {at('dO', 'i')};\n"
