@@ -136,6 +136,20 @@ def test_gpu_traffic_of_one_fused_kernel_and_one_product():
     assert big.seconds > costmodel_gpu.ISSUE_S["matmul"]
     tc = cg.cost(g, "gpu", device="h100", tf32=True)
     assert tc.total.tensor_core_flops == 2 * 64 * 32 * 16 and tc.total.cuda_core_flops == 0
+    bf = cg.cost(cg.trace(lambda a, b: a @ b, [N, N], name="big"), "gpu", device="h100", precision="bf16")
+    device_s = dev.launch_s + max(bf.bytes / dev.hbm_bytes_s, 2 * 2048 ** 3 / dev.bf16_flops)
+    assert bf.seconds == pytest.approx(max(issue, device_s)) and bf.total.tensor_core_flops == 2 * 2048 ** 3
+    with pytest.raises(ValueError) as e:
+        cg.cost(g, "gpu", precision="fp16")
+    assert str(e.value) == "cost: precision must be 'fp32', 'tf32' or 'bf16', got 'fp16'"
+
+
+def test_gpu_cost_takes_the_compiled_models_precision_and_graph():
+    step = cg.compile_model(nn.mlp(64, [256, 256, 10]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1),
+                            backend="cupy-emulated", donate=True, precision="bf16")
+    own, fp32 = cg.cost(step, "gpu"), cg.cost(step, "gpu", precision="fp32")
+    assert own.total.tensor_core_flops == fp32.total.matmul_flops > 0 and fp32.total.tensor_core_flops == 0
+    assert "float32 products in bf16" in own.notes[0]
 
 
 def test_gpu_launches_equal_the_backend_plan():

@@ -61,10 +61,11 @@ DEVICES = {
 }
 
 
-def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False, graph: bool = False) -> dict:
+def launch_cost(p: Any, pl: Any, step: Any, dev: Device, precision: str = "fp32", graph: bool = False) -> dict:
     """HBM bytes, FLOPs by unit and predicted seconds of one launch (``step``) of the plan ``pl`` of ``p``
-    (``roofline_s``: the device's work alone, without the launch). ``graph=True``: replayed from a CUDA graph,
-    so nothing is issued from the host."""
+    (``roofline_s``: the device's work alone, without the launch). ``precision`` of float32 products:
+    ``"fp32"`` on the CUDA cores, ``"tf32"`` or ``"bf16"`` on the tensor cores at that rate. ``graph=True``:
+    replayed from a CUDA graph, so nothing is issued from the host."""
     nbytes = 0
     for v in dict.fromkeys(pl.read(x)[0] for x in step.inputs):
         nbytes += p.types[v].size * itemsize(p.types[v])
@@ -73,14 +74,19 @@ def launch_cost(p: Any, pl: Any, step: Any, dev: Device, tf32: bool = False, gra
     mm = sum(w.matmul_flops for w in ws)
     other = sum(w.flops for w in ws) - mm
     dt = p.types[step.instrs[0].results[0]].dtype if step.instrs and step.instrs[0].results else None
-    on_tc = mm if (tf32 and isinstance(dt, Float) and dt.bits == 32) else 0
+    on_tc = mm if (precision != "fp32" and isinstance(dt, Float) and dt.bits == 32) else 0
     simt_rate = dev.fp64_flops if isinstance(dt, Float) and dt.bits == 64 else dev.fp32_flops
-    compute = on_tc / dev.tf32_flops + (mm - on_tc + other) / simt_rate
+    tc_rate = dev.bf16_flops if precision == "bf16" else dev.tf32_flops
+    compute = on_tc / tc_rate + (mm - on_tc + other) / simt_rate
     roofline = max(nbytes / dev.hbm_bytes_s, compute)
     issue = 0.0 if graph else ISSUE_S["matmul"] if step.kind == "matmul" else ISSUE_S["kernel"]
     return {"kernels": 1, "flops": mm + other, "matmul_flops": mm, "tensor_core_flops": on_tc,
             "cuda_core_flops": mm - on_tc + other, "bytes": nbytes,
             "seconds": max(issue, dev.launch_s + roofline), "roofline_s": roofline}
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
 def _work(p: Any, a: Any) -> Work:
@@ -104,7 +110,14 @@ def _function(f: Any, p: Any, function: str) -> Any:
 
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, tf32: bool = False,
-             graph: bool = False):
+             graph: bool | None = None, precision: str | None = None):
+    """The cost of ``f``'s ``function`` on ``device``. ``precision`` (``"fp32"``, ``"tf32"``, ``"bf16"``) and
+    ``graph`` default to the compiled model's own (``tf32=True`` is ``precision="tf32"``)."""
+    precision = precision or ("tf32" if tf32 else getattr(f, "precision", "fp32"))
+    if precision not in ("fp32", "tf32", "bf16"):
+        raise ValueError(f"cost: precision must be 'fp32', 'tf32' or 'bf16', got {precision!r}")
+    graph = bool(getattr(f, "graph", False)) if graph is None else graph
+    tf32 = precision != "fp32"
     key = (device or "h100").lower()
     if key not in DEVICES:
         raise ValueError(f"cost: unknown GPU device {device!r}; choose one of {', '.join(DEVICES)}")
@@ -117,7 +130,7 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     lines = []
     for step in pl.steps:
         if step.kind not in ("view", "const"):
-            c = launch_cost(p, pl, step, dev, tf32, graph)
+            c = launch_cost(p, pl, step, dev, precision, graph)
             c.pop("roofline_s")
             lines.append((step.instrs[0].path if step.instrs else "", c))
     launches = len(lines)
@@ -127,10 +140,11 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
              f"each launch issued from Python in {ISSUE_S['kernel'] * 1e6:.0f} µs (a generated kernel) or "
              f"{ISSUE_S['matmul'] * 1e6:.0f} µs (cuBLAS), measured")
     notes = [f"{dev.name}: HBM {dev.hbm_bytes_s / 1e12:.2f} TB/s, FP32 {dev.fp32_flops / 1e12:.0f} TFLOPS, "
-             f"TF32 tensor cores {dev.tf32_flops / 1e12:.1f} TFLOPS ({'used' if tf32 else 'not used: tf32=False'}), "
+             f"tensor cores {dev.tf32_flops / 1e12:.1f} TFLOPS TF32, {dev.bf16_flops / 1e12:.1f} bf16 "
+             f"({'float32 products in ' + precision if tf32 else 'not used: precision fp32'}), "
              f"{issue}; {dev.launch_s * 1e6:.0f} µs kernel start on the device (assumed)",
              f"{launches} launches per {p.name}; bytes are HBM reads and writes of the fused-kernel plan",
-             f"peak device memory {peak / 2**20:.1f} MiB: arguments, constants and intermediates at the step's "
+             f"peak device memory {_size(peak)}: arguments, constants and intermediates at the step's "
              f"peak (gpu.memory.peak)" if peak is not None else
              "no peak memory: the GPU backend runs float32/float64 programs, this one is in fixed point"]
     return Cost("gpu", dev.name, p.name, rows, total, notes,
