@@ -9,13 +9,11 @@ warp, with ties, NaNs and infinities.
 from __future__ import annotations
 
 import math
-import os
 import re
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
+from _ptxas import ptxas_report
 from _tolerance import assert_programs_close
 
 import circuitgrad as cg
@@ -92,19 +90,10 @@ def test_row_kernels_compile_for_sm90_without_spills():
                 p = make_plan(prog)
                 ks = cuda.kernels(p, prefix=f"s{len(srcs)}")
                 srcs.extend(kk.source for kk in ks.values() if kk.lanes > 1)
-    with tempfile.TemporaryDirectory() as tmp:
-        cu = os.path.join(tmp, "rows.cu")
-        with open(cu, "w") as fh:
-            fh.write("#include <math.h>\n" + "\n".join(srcs))
-        res = subprocess.run([hostcheck.nvcc(), "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o",
-                              os.path.join(tmp, "rows.cubin"), cu], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-3000:]
-    log = res.stdout + res.stderr
-    regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
-    assert len(regs) == len(srcs), log
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    assert spills and all(s == ("0", "0") for s in spills), log
-    assert max(regs) <= 64, log
+    regs, spills = ptxas_report("#include <math.h>\n" + "\n".join(srcs))
+    assert len(regs) == len(srcs), regs
+    assert spills and all(s == ("0", "0") for s in spills), spills
+    assert max(regs) <= 64, regs
 
 
 # ------------------------------------------------------------------ host execution against NumPy

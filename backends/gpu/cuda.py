@@ -37,7 +37,7 @@ from circuitgrad.types import Index, NdArrayType
 from . import attention
 from .layout import offset_bound
 from .plan import Launch, Plan, Stage, contiguous_strides, gather_index
-from .reduction import reduce_source
+from .reduction import host_lane, reduce_source
 
 __all__ = ["Kernel", "RULES", "ROW_KERNELS", "GATHER_KERNELS", "kernels", "ctype", "donations", "last_readers",
            "reduce_kernel", "attention_kernel"]
@@ -478,15 +478,9 @@ def _rowwise(step: Launch, plan: Plan, name: str) -> Kernel:
            f"    if (i >= {rows}LL) return;\n"
            + device + "}\n"
            "#ifndef __CUDA_ARCH__\n"
-           f"// host only: the warp's 32 lanes one after another (31 … 0 in the host mode's reverse order: a lane's\n"
-           f"// partial must not depend on another's), and the butterfly replayed with the device's combine\n"
-           f"inline int {name}_lane(int l) {{\n"
-           "#ifdef CG_HOSTRUN\n"
-           f"    return cg_reverse ? {WARP - 1} - l : l;\n"
-           "#else\n"
-           "    return l;\n"
-           "#endif\n"
-           "}\n"
+           "// host only: the warp's 32 lanes one after another (31 … 0 in the host mode's reverse order: a lane's\n"
+           "// partial must not depend on another's), and the butterfly replayed with the device's combine\n"
+           + host_lane(name) +
            f"inline void {name}_body(long long i, {sig}) {{\n" + host + "}\n"
            "#ifdef CG_HOSTRUN\n"
            f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n"

@@ -36,7 +36,7 @@ from circuitgrad import primitives as P
 
 from .plan import Launch, Plan, contiguous_strides
 
-__all__ = ["Reduction", "geometry", "reduce_source", "MAX_WARPS", "UNROLL", "WARP"]
+__all__ = ["Reduction", "geometry", "reduce_source", "host_lane", "MAX_WARPS", "UNROLL", "WARP"]
 
 WARP = 32
 MAX_WARPS = 8           # warps of one group: a group never straddles a block of 256 threads (runtime.BLOCK)
@@ -141,6 +141,18 @@ def _lanes(name: str, stmt: str, pad: str) -> str:
     return f"{pad}for (int l0 = 0; l0 < {WARP}; ++l0) {{ const int l = {name}_lane(l0); {stmt} }}\n"
 
 
+def host_lane(name: str) -> str:
+    """The host-only ``<name>_lane(l)``: a warp's lane ``l`` in the host mode's thread order (31 … 0 in reverse),
+    so a kernel's host replay visits its lanes as the host execution mode orders threads."""
+    return (f"inline int {name}_lane(int l) {{\n"
+            "#ifdef CG_HOSTRUN\n"
+            f"    return cg_reverse ? {WARP - 1} - l : l;\n"
+            "#else\n"
+            "    return l;\n"
+            "#endif\n"
+            "}\n")
+
+
 def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = None,
                   warps: int | None = None) -> Reduction:
     """The geometry of ``step`` with its CUDA C source (``c``: the C type of the output, ``float`` or
@@ -207,15 +219,9 @@ def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = N
             f"        if (grp * {G}LL + l < {m}LL) y[grp * {G}LL + l] = tot;\n    }}\n")
     src = (part + device
            + "#ifndef __CUDA_ARCH__\n"
-           f"// host only: the group's lanes one after another (31 … 0 in the host mode's reverse order), the\n"
-           f"// shuffles and the sum over the warps replayed in the device's order\n"
-           f"inline int {name}_lane(int l) {{\n"
-           "#ifdef CG_HOSTRUN\n"
-           f"    return cg_reverse ? {WARP - 1} - l : l;\n"
-           "#else\n"
-           "    return l;\n"
-           "#endif\n"
-           "}\n"
+           "// host only: the group's lanes one after another (31 … 0 in the host mode's reverse order), the\n"
+           "// shuffles and the sum over the warps replayed in the device's order\n"
+           + host_lane(name) +
            f"inline void {name}_body(long long grp, {sig}) {{\n" + host + "}\n"
            "#ifdef CG_HOSTRUN\n"
            f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n"
