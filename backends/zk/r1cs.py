@@ -50,6 +50,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from .field import Field
+from .sparse import Assembler, Matrix
 
 __all__ = ["Builder", "R1CS", "Term", "Contraction", "UnsatisfiedConstraint", "TABLE_BITS", "MAX_TABLE_BITS",
            "RANGE_CHECKS", "CONTRACTIONS", "COMBINATION_TERMS"]
@@ -73,49 +74,6 @@ COMBINATION_TERMS = 8
 
 class UnsatisfiedConstraint(ValueError):
     """A witness violates a constraint; the message names the constraint and its origin."""
-
-
-@dataclass
-class _Matrix:
-    """One of A, B, C in CSR form: the terms of row ``i`` are ``ptr[i]:ptr[i+1]``."""
-    ptr: np.ndarray
-    wires: np.ndarray
-    coeffs: np.ndarray
-
-    @classmethod
-    def from_coo(cls, rows: np.ndarray, wires: np.ndarray, coeffs: np.ndarray, n_rows: int) -> "_Matrix":
-        """Canonical form: each row's terms sorted by wire, one term per wire (repeated wires summed, as
-        the ``.r1cs`` format requires: snarkjs keeps only the last coefficient of a repeated wire), no zeros."""
-        order = np.lexsort((wires, rows))
-        rows, wires, coeffs = rows[order], wires[order], coeffs[order]
-        if len(rows):
-            first = np.ones(len(rows), dtype=bool)
-            first[1:] = (rows[1:] != rows[:-1]) | (wires[1:] != wires[:-1])
-            if not first.all():
-                starts = np.flatnonzero(first)
-                rows, wires, coeffs = rows[starts], wires[starts], np.add.reduceat(coeffs, starts)
-                keep = coeffs != 0
-                rows, wires, coeffs = rows[keep], wires[keep], coeffs[keep]
-        ptr = np.zeros(n_rows + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=n_rows), out=ptr[1:])
-        return cls(ptr, wires, coeffs)
-
-    def evaluate(self, w: np.ndarray, p: int, rows: np.ndarray | None = None) -> np.ndarray:
-        """``⟨M_i, w⟩ mod p`` for the given rows (all rows by default), as Python ints."""
-        if rows is None:
-            idx = np.arange(len(self.wires))
-            owner = np.repeat(np.arange(len(self.ptr) - 1), np.diff(self.ptr))
-            n = len(self.ptr) - 1
-        else:
-            lens = self.ptr[rows + 1] - self.ptr[rows]
-            starts = np.repeat(self.ptr[rows] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
-            idx = starts + np.arange(int(lens.sum()))
-            owner = np.repeat(np.arange(len(rows)), lens)
-            n = len(rows)
-        prod = self.coeffs[idx].astype(object) * np.asarray(w, dtype=object)[self.wires[idx]]
-        out = np.zeros(n, dtype=object)
-        np.add.at(out, owner, prod)
-        return out % p
 
 
 @dataclass(frozen=True)
@@ -166,13 +124,13 @@ class R1CS:
     n_pub_out: int
     n_pub_in: int
     n_prv_in: int
-    A: _Matrix
-    B: _Matrix
-    C: _Matrix
+    A: Matrix
+    B: Matrix
+    C: Matrix
     tags: list[str]                     # one per block
     block_rows: np.ndarray              # first row of each block (ascending) + total
     wire_names: list[tuple[int, int, str]] = field(default_factory=list)   # (first wire, count, name)
-    L: _Matrix | None = None            # lookup rows: each ⟨L_i, w⟩ must lie in [0, 2^lookup_bits[i])
+    L: Matrix | None = None            # lookup rows: each ⟨L_i, w⟩ must lie in [0, 2^lookup_bits[i])
     lookup_tags: list[str] = field(default_factory=list)
     lookup_block_rows: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     contractions: tuple = ()            # Contraction records, proved by the native prover's argument
@@ -348,13 +306,13 @@ class Builder:
         self.range_checks = range_checks
         self.contractions = contractions
         self.contraction_records: list[Contraction] = []
-        self.lookup_terms: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.lookup_rows = Assembler()             # the lookups' L, a block at a time
         self.lookup_tags: list[str] = []
         self.lookup_block_rows: list[int] = []
         self.n_lookups = 0
         self.n = 1                                  # wire 0 is the constant 1
         self.rows = 0
-        self.terms: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {"A": [], "B": [], "C": []}
+        self.matrices = {"A": Assembler(), "B": Assembler(), "C": Assembler()}
         self.tags: list[str] = []
         self.block_rows: list[int] = []
         self.fills: list[tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]] = []
@@ -493,7 +451,7 @@ class Builder:
             if self.count_only:
                 self.nonzeros += self._count(terms, m)
             else:
-                self.terms[key] += self._expand(_coo(rows, terms, m))
+                self.matrices[key].add(self._expand(_coo(rows, terms, m)), self.rows, m)
         self.tags.append(f"{self.context}:{kind}")
         self.block_rows.append(self.rows)
         self.rows += m
@@ -527,7 +485,7 @@ class Builder:
             return
         rows = np.arange(self.n_lookups, self.n_lookups + m, dtype=np.int64)
         if not self.count_only:
-            self.lookup_terms += self._expand(_coo(rows, terms, m))
+            self.lookup_rows.add(self._expand(_coo(rows, terms, m)), self.n_lookups, m)
         self.lookup_tags.append(f"{self.context}:{kind}")
         self.lookup_block_rows.append(self.n_lookups)
         self.lookup_widths.append(bits)
@@ -553,36 +511,34 @@ class Builder:
             self.contraction_records.append(rec)
             self._block(kind)
 
-    def _lookups_by_table(self) -> None:
+    def _lookups_by_table(self) -> list[int]:
         """Reorder the lookup blocks by table width (stably), so that each table's lookups are contiguous: the
         linear test's coefficient rows of the logUp inverses are then constant but at the tables' seams, which
-        the verifier evaluates at no cost (:func:`.ligero.protocol.verify_prepared`)."""
+        the verifier evaluates at no cost (:func:`.ligero.protocol.verify_prepared`). The blocks' new order."""
         starts = np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64)
         widths = np.array(self.lookup_widths, dtype=np.int64)
         order = np.argsort(widths, kind="stable")
-        if not len(order) or np.array_equal(order, np.arange(len(order))):
-            return
         sizes = np.diff(starts)
         new_starts = np.zeros(len(order), dtype=np.int64)
         new_starts[order] = np.concatenate([[0], np.cumsum(sizes[order])[:-1]])
-        parts = []
-        for rows, wires, coeffs in self.lookup_terms:
-            blk = np.searchsorted(starts, rows, side="right") - 1
-            parts.append((new_starts[blk] + rows - starts[blk], wires, coeffs))
-        self.lookup_terms = parts
         self.lookup_tags = [self.lookup_tags[i] for i in order]
         self.lookup_widths = [self.lookup_widths[i] for i in order]
         self.lookup_block_rows = [int(new_starts[i]) for i in order]
+        return [int(i) for i in order]
 
     def finish(self, n_pub_out: int, n_pub_in: int, n_prv_in: int) -> R1CS:
-        self._lookups_by_table()
-        rows = self.rows if not self.count_only else 0
-        lrows = self.n_lookups if not self.count_only else 0
-        L = _from_parts(self.lookup_terms, lrows) if self.range_checks == "lookup" else None
+        """The constraint system (the builder's blocks are released into it)."""
+        order = self._lookups_by_table()
+        L = None
+        if self.range_checks == "lookup":
+            L = Matrix.from_coo(*(np.zeros(0, dtype=np.int64),) * 3, 0) if self.count_only else \
+                self.lookup_rows.finish(order)
         widths = np.array(self.lookup_widths, dtype=np.int64)
         bounds = np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64)
-        return R1CS(self.field, self.n, n_pub_out, n_pub_in, n_prv_in, *(_from_parts(self.terms[k], rows)
-                    for k in "ABC"), list(self.tags), np.array(self.block_rows + [self.rows], dtype=np.int64),
+        mats = (Matrix.from_coo(*(np.zeros(0, dtype=np.int64),) * 3, 0) if self.count_only else
+                self.matrices[k].finish() for k in "ABC")
+        return R1CS(self.field, self.n, n_pub_out, n_pub_in, n_prv_in, *mats, list(self.tags),
+                    np.array(self.block_rows + [self.rows], dtype=np.int64),
                     list(self.names), L, list(self.lookup_tags), bounds, tuple(self.contraction_records),
                     self.table_bits, widths,
                     {"nonzeros": int(self.nonzeros)} if self.count_only else None,
@@ -627,10 +583,3 @@ def _coo(rows: np.ndarray, terms: list, m: int) -> list:
         elif keep.any():
             out.append((rows[keep], w[keep], c[keep]))
     return out
-
-
-def _from_parts(parts: list, n_rows: int) -> _Matrix:
-    if not parts:
-        z = np.zeros(0, dtype=np.int64)
-        return _Matrix.from_coo(z, z, z, n_rows)
-    return _Matrix.from_coo(*(np.concatenate([p[i] for p in parts]) for i in range(3)), n_rows)

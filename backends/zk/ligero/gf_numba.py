@@ -37,7 +37,7 @@ import numpy as np
 
 from ..field import LIGERO51
 
-__all__ = ["ntt", "coset_eval", "mul", "mul_const", "matmul", "apply_outer"]
+__all__ = ["ntt", "coset_eval", "mul", "mul_const", "matmul", "apply_outer", "scatter_outer"]
 
 _PRIME = LIGERO51.p           # the field of :mod:`.gf` (this module imports nothing of it: gf loads this one)
 _P = np.int64(_PRIME)
@@ -357,4 +357,36 @@ def apply_outer(ptr: np.ndarray, rows: np.ndarray, coeffs: np.ndarray, starts: n
     """:meth:`.circuitdata.Transposed.apply_outer` in one pass over the terms (``out`` zeroed, ``(σ, ≥ wires)``)."""
     _apply_outer(ptr, rows, coeffs, starts, first, np.ascontiguousarray(betas, dtype=np.int64),
                  np.ascontiguousarray(gammas, dtype=np.int64), np.int64(gammas.shape[1]), out)
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _scatter_outer(ptr, wires, codes, palette, first, betas, gammas, k, out):
+    """``out[s, wires[e]] += r_s(i)·palette[codes[e]]`` over the terms ``e`` of every row ``i``, with
+    ``r_s(i) = betas[s, first + i // k]·gammas[s, i % k]``."""
+    sg = betas.shape[0]
+    r = np.zeros(sg, dtype=np.int64)
+    for i in range(ptr.shape[0] - 1):
+        lo, hi = ptr[i], ptr[i + 1]
+        if lo == hi:
+            continue
+        bi = first + i // k
+        gi = i % k
+        for s in range(sg):
+            r[s] = _mulmod2(betas[s, bi], gammas[s, gi])
+        for e in range(lo, hi):
+            w = wires[e]
+            c = palette[codes[e]]
+            for s in range(sg):
+                a = out[s, w] + _mulmod2(r[s], c)
+                out[s, w] = a - _P if a >= _P else a
+
+
+def scatter_outer(ptr: np.ndarray, wires: np.ndarray, codes: np.ndarray, palette: np.ndarray, first: int,
+                  betas: np.ndarray, gammas: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Adds ``Mᵀ·r_s`` into ``out[s]`` for one matrix in row order, ``r_s`` rank one (see
+    :meth:`.circuitdata.Prepared.apply_outer`): the transposed product without a transposed copy of ``M``."""
+    _scatter_outer(ptr, wires, codes, np.ascontiguousarray(palette, dtype=np.int64), np.int64(first),
+                   np.ascontiguousarray(betas, dtype=np.int64), np.ascontiguousarray(gammas, dtype=np.int64),
+                   np.int64(gammas.shape[1]), out)
     return out

@@ -155,7 +155,7 @@ def _linear_tests(pc: Prepared, lay: Layout, T: Transcript, sigma: int,
         gammas.append(gamma)
     # the stacked rows [A; B; C; L] carry the rank-one blocks of a, b, c (mq rows of β each) and v (mv rows)
     starts = [(0, 0), (M, lay.mq), (2 * M, 2 * lay.mq)] + ([(3 * M, 3 * lay.mq)] if lay.lk.n else [])
-    rz = pc.transposed.apply_outer(starts, np.array(betas), np.array(gammas), lay.mz * lay.k)
+    rz = pc.apply_outer(starts, np.array(betas), np.array(gammas), lay.mz * lay.k)
     out = []
     for s, (parts, rp, fix) in enumerate(reps):
         z = rz[s]                                       # the coefficients on z, in place: Aᵀr_a + … negated

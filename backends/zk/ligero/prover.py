@@ -48,13 +48,15 @@ def kept_bytes(lay: Layout, p: Params) -> int:
     return 8 * lay.total * (p.n + p.K)
 
 
-def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int | None = None) -> int:
+def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int | None = None,
+           transposed: bool | None = None) -> int:
     """The memory a proof adds to its process (bytes): what :func:`prove_prepared` reports as
     ``timings["memory"]``, predicted from the circuit's sizes. ``nonzeros``: of ``A``, ``B``, ``C``;
     ``lookup_terms``: of ``L``.
 
-    * the prepared circuit: 20 bytes a term (the terms sorted by wire, each with its row and its coefficient in
-      ``[0, p)``; the matrices themselves are the R1CS's, shared);
+    * on the NumPy path (``transposed``; default: when the compiled kernels are not in use) the prepared
+      circuit's transposed matrix, 20 bytes a term (the terms sorted by wire, each with its row and its
+      coefficient in ``[0, p)``); the compiled kernels scatter from the R1CS's own rows and hold none;
     * the linear test's coefficients on ``z`` (σ rows of the padded wires) and the witness, a few copies;
     * the kept matrix (:func:`kept_bytes`) when it fits ``keep`` (default :data:`KEEP_BYTES`); otherwise the
       rows recomputed in pass 2, up to 48 MiB of them at once, another copy of the witness, and the rows' values
@@ -64,10 +66,11 @@ def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int |
       temporaries. Calibrated on the benchmark circuits, kept and streamed: within 15% (docs/ZK.md).
     """
     keep = KEEP_BYTES if keep is None else keep
+    transposed = gf.compiled() is None if transposed is None else transposed
     wires = lay.mz * p.k
     unit = min(lay.total, max(1, BLOCK_CELLS // (p.n * merkle.ROW_BLOCK)) * merkle.ROW_BLOCK) * p.n * 8
     held = 8 * ((lay.lk.sl * lay.lk.mm + lay.cs.rows) * p.k + lay.lk.size)
-    out = 20 * (nonzeros + lookup_terms) + 8 * p.sigma * wires + 24 * wires + held + unit + (16 << 20)
+    out = 20 * (nonzeros + lookup_terms) * transposed + 8 * p.sigma * wires + 24 * wires + held + unit + (16 << 20)
     if kept_bytes(lay, p) <= keep:
         return int(out + kept_bytes(lay, p))
     values = 8 * lay.total * p.k
