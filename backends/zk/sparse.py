@@ -7,7 +7,8 @@ matrix keeps each term as its wire (``int32``) and the *code* of its coefficient
 
     row i:  Σ_e palette[codes[e]] · w[wires[e]]      e in ptr[i] … ptr[i+1]
 
-6 bytes a term against 16 for ``int64`` wires and coefficients. Rows are canonical: each row's terms
+6 bytes a term against 16 for ``int64`` wires and coefficients, and 4 bytes a row (``int32`` row
+pointers while the terms number below 2^31). Rows are canonical: each row's terms
 sorted by wire, one term per wire (repeated wires summed, as the ``.r1cs`` format requires), no zero
 coefficients.
 
@@ -25,6 +26,10 @@ __all__ = ["Matrix", "Assembler", "canonical"]
 
 #: the widest wire index a matrix stores (``int32``)
 MAX_WIRES = 2 ** 31 - 1
+
+
+def _ptr_dtype(terms: int) -> type:
+    return np.int32 if terms <= MAX_WIRES else np.int64
 
 
 def _code_dtype(n: int) -> type:
@@ -53,7 +58,7 @@ def canonical(rows: np.ndarray, wires: np.ndarray, coeffs: np.ndarray, n_rows: i
 class Matrix:
     """One of ``A``, ``B``, ``C``, ``L`` in CSR form: the terms of row ``i`` are ``ptr[i]:ptr[i+1]``, term ``e``
     is ``palette[codes[e]]·w[wires[e]]``."""
-    ptr: np.ndarray          # int64, rows + 1
+    ptr: np.ndarray          # rows + 1 (int32 below 2^31 terms, else int64)
     wires: np.ndarray        # int32
     codes: np.ndarray        # uint16 or uint32 into palette
     palette: np.ndarray      # the distinct coefficients (int64, or Python ints for wide fields)
@@ -71,7 +76,7 @@ class Matrix:
     def of(cls, ptr: np.ndarray, wires: np.ndarray, coeffs: np.ndarray) -> "Matrix":
         """A matrix of canonical CSR arrays, its coefficients coded."""
         palette, codes = np.unique(np.asarray(coeffs), return_inverse=True)
-        return cls(np.asarray(ptr, dtype=np.int64), _wires(wires),
+        return cls(np.asarray(ptr, dtype=_ptr_dtype(len(wires))), _wires(wires),
                    codes.reshape(-1).astype(_code_dtype(len(palette))), palette)
 
     @property
@@ -157,7 +162,7 @@ class Assembler:
         """The matrix of the blocks, in ``order`` (block indices; default as added). The blocks are released
         as they are copied."""
         order = range(len(self.blocks)) if order is None else order
-        ptr = np.zeros(self.rows + 1, dtype=np.int64)
+        ptr = np.zeros(self.rows + 1, dtype=_ptr_dtype(self.terms))
         wires = np.empty(self.terms, dtype=np.int32)
         dtype = _code_dtype(len(self.codes))
         codes = np.empty(self.terms, dtype=dtype)
