@@ -241,7 +241,7 @@ def test_compiled_products_equal_the_numpy_path_bit_for_bit():
 
 @needs_numba
 @pytest.mark.parametrize("m, K, n", [(1, 25, 32768), (3, 33, 8341), (5, 0, 3), (0, 4, 2), (40, 9000, 3),
-                                     (16, 1024, 64), (128, 512, 130), (2, 4097, 6)])
+                                     (16, 1024, 64), (128, 512, 130), (2, 4097, 6), (20, 5000, 40)])
 def test_compiled_matmul_equals_the_numpy_path_bit_for_bit(m, K, n):
     """Products with a short side (the prover's combinations of rows: short inner dimensions; a short outer
     one; few multiply-adds) as direct products, long ones on all sides by BLAS limbs on both paths; every

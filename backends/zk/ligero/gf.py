@@ -421,8 +421,9 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.zeros((m, nb), dtype=np.int64)
     if not K or not m or not nb:
         return out
+    jit = compiled()
     for k0 in range(0, K, _CHUNK):                      # limbs chunk by chunk: no full-size float copies
-        A = _limbs2(a[:, k0:k0 + _CHUNK])
+        A = _limbs2(a[:, k0:k0 + _CHUNK]) if jit is None else jit.limbs2(a[:, k0:k0 + _CHUNK])
         wide = np.concatenate(_limbs3(b[k0:k0 + _CHUNK]), axis=1)
         for i, x in enumerate(A):
             prod = blas.matmul(x, wide).astype(np.int64)                    # |·| ≤ 2^53: exact in any order

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..field import LIGERO51
 
-__all__ = ["ntt", "coset_eval", "mul", "mul_const", "matmul", "apply_outer", "scatter_outer"]
+__all__ = ["ntt", "coset_eval", "mul", "mul_const", "matmul", "apply_outer", "scatter_outer", "limbs2"]
 
 _PRIME = LIGERO51.p           # the field of :mod:`.gf` (this module imports nothing of it: gf loads this one)
 _P = np.int64(_PRIME)
@@ -390,3 +390,22 @@ def scatter_outer(ptr: np.ndarray, wires: np.ndarray, codes: np.ndarray, palette
                    np.ascontiguousarray(betas, dtype=np.int64), np.ascontiguousarray(gammas, dtype=np.int64),
                    np.int64(gammas.shape[1]), out)
     return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _limbs2(x, lo, hi):
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            v = nb.float64(x[i, j])
+            h = np.floor(v * 2.0 ** -26 + 0.5)
+            hi[i, j] = h
+            lo[i, j] = v - h * 2.0 ** 26
+
+
+def limbs2(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`.gf._limbs2` in one pass over ``x`` (any strides: a column strip of a wide matrix is read in place):
+    ``x = lo + hi·2^26`` with ``|lo| ≤ 2^25``, both C-contiguous ``float64``."""
+    lo = np.empty(x.shape, dtype=np.float64)
+    hi = np.empty(x.shape, dtype=np.float64)
+    _limbs2(x, lo, hi)
+    return lo, hi
