@@ -184,10 +184,13 @@ def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = Non
         counted, _ = _tinygpt(True)
         r = counted.r1cs
         prover = cost.prover_memory(counted)
-        # the built circuit and its witness come first: 16 bytes a term of A, B, C, L, the witness and its program
-        circuit = 16 * (r.nonzeros + int(cost.LOOKUP_TERMS * r.n_lookups)) + 24 * r.n_wires
+        # the built circuit and its witness come first: 6 bytes a term of A, B, C, L and 4 a row
+        # (backends/zk/sparse.py), the witness and its program (about 74 bytes a wire, measured on GPT d=64 and
+        # tinygpt)
+        circuit = 6 * (r.nonzeros + int(cost.LOOKUP_TERMS * r.n_lookups)) + 4 * (3 * r.n_constraints + r.n_lookups) \
+            + 74 * r.n_wires
         need = prover + circuit
-        if need > 0.8 * _available():
+        if need > 0.9 * _available():
             return {"case": case, "constraints": r.n_constraints, "wires": r.n_wires, "lookups": r.n_lookups,
                     "skipped": f"the circuit ({circuit / 2 ** 30:.1f} GiB) and the prover's predicted memory "
                                f"({prover / 2 ** 30:.1f} GiB) do not fit the {_available() / 2 ** 30:.1f} GiB available",
@@ -196,7 +199,8 @@ def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = Non
     else:
         c, wit = synthetic({"syn8k": 8000, "syn1e5": 10 ** 5, "syn1e6": 10 ** 6}[case]) if case.startswith("syn") \
             else _model_circuit(case, contractions=contractions)
-    assert c.check(wit)
+    # tinygpt's check would evaluate 0.5 billion terms in Python integers; its proof's verification checks it
+    assert case == "tinygpt" or c.check(wit)
     if workers:
         return _split_row(c, wit, case, workers, repeats)
     proof, prove_s, verify_s = time_ligero(c, wit, repeats, case)
