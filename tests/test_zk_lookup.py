@@ -485,3 +485,27 @@ def test_fits_with_22_bit_limbs(nbits, widths):
             if wires.size:                               # honest limbs of v mod 2^n (the best a cheat can do)
                 W[wires] = ((v % (1 << nbits)) >> (22 * np.arange(1, wires.size + 1))) & ((1 << 22) - 1)
         assert r.check(W) == ok, (nbits, v)
+
+
+def test_the_provers_check_finds_what_the_python_integer_check_finds():
+    """``ligero.prove`` checks the witness in its own field, a block of rows at a time
+    (``Prepared.failing``): the same failing constraints and lookups as ``R1CS.failing`` and
+    ``failing_lookups`` in Python integers, and the same message."""
+    from circuitgrad.backends.zk.ligero.circuitdata import prepare
+    op = next(op for op in CASES if type(op).__name__ == "Mul")
+    _, c = _circuit(op)
+    rng = np.random.default_rng(3)
+    W = c.witness_raw(_inputs(op, rng)).values
+    r = c.r1cs
+    for _ in range(4):
+        bad = np.array(W, dtype=np.int64).copy()
+        hit = rng.choice(np.arange(1, r.n_wires), 3, replace=False)
+        bad[hit] += rng.integers(1, 1 << 20, 3)
+        rows, lookups = prepare(r).failing(ligero.gf.reduce(bad), block=7)
+        assert rows.tolist() == r.failing(bad).tolist() and lookups.tolist() == r.failing_lookups(bad).tolist()
+        assert len(rows) + len(lookups) > 0
+        with pytest.raises(zk.UnsatisfiedConstraint) as want:
+            r.assert_satisfied(bad)
+        with pytest.raises(zk.UnsatisfiedConstraint) as got:
+            ligero.prove(c, bad)
+        assert str(got.value) == str(want.value)

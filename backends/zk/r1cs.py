@@ -225,18 +225,20 @@ class R1CS:
         return (len(w) == self.n_wires and int(w[0]) % self.field.p == 1 and len(self.failing(w)) == 0
                 and len(self.failing_lookups(w)) == 0 and not self.failing_contractions(w))
 
-    def assert_satisfied(self, w: np.ndarray) -> None:
-        """Raise :class:`UnsatisfiedConstraint` naming the first failing constraint and its origin."""
+    def assert_satisfied(self, w: np.ndarray, failing: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Raise :class:`UnsatisfiedConstraint` naming the first failing constraint and its origin. ``failing``:
+        the failing constraint rows and lookup rows when the caller has found them already (the native prover
+        does, in its own field's arithmetic); by default they are computed here, in Python integers."""
         if len(w) != self.n_wires:
             raise UnsatisfiedConstraint(f"witness has {len(w)} values, the circuit has {self.n_wires} wires")
         if int(w[0]) % self.field.p != 1:
             raise UnsatisfiedConstraint(f"witness value 0 must be 1 (the constant wire), got {w[0]}")
-        bad = self.failing(w)
+        bad = self.failing(w) if failing is None else failing[0]
         if len(bad):
             r = int(bad[0])
             raise UnsatisfiedConstraint(f"constraint {r} of {self.n_constraints} is not satisfied "
                                         f"({len(bad)} failing in all); it comes from {self.tag_of(r)}")
-        bad = self.failing_lookups(w)
+        bad = self.failing_lookups(w) if failing is None else failing[1]
         if len(bad):
             r = int(bad[0])
             raise UnsatisfiedConstraint(f"lookup {r} of {self.n_lookups} is outside its table "

@@ -119,6 +119,27 @@ class Prepared:
             jit.scatter_outer(m.ptr, m.wires, m.codes, m.palette, first, betas, gammas, out)
         return out
 
+    def failing(self, z: np.ndarray, block: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
+        """The constraint rows with ``(A·z)∘(B·z) ≠ C·z`` and the lookup rows whose value is outside its table,
+        for ``z`` in ``[0, p)``: in this field's vectorised arithmetic, ``block`` rows at a time (what the
+        prover checks before proving; :meth:`.r1cs.R1CS.failing` is the same in Python integers)."""
+        bad = []
+        for lo in range(0, self.n_constraints, block):
+            hi = min(self.n_constraints, lo + block)
+            a, b, c = (m.rows(z, lo, hi) for m in self.mats)
+            bad.append(lo + np.flatnonzero(gf.sub(gf.mul(a, b), c)))
+        out = [np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)]
+        bad = []
+        if self.L is not None:
+            starts = np.asarray(self.r1cs.lookup_block_rows, dtype=np.int64)
+            widths = np.asarray(self.r1cs.lookup_block_bits, dtype=np.int64)
+            for lo in range(0, self.n_lookups, block):
+                hi = min(self.n_lookups, lo + block)
+                bits = widths[np.searchsorted(starts, np.arange(lo, hi), side="right") - 1]
+                bad.append(lo + np.flatnonzero(self.L.rows(z, lo, hi) >= np.left_shift(1, bits)))
+        out.append(np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64))
+        return out[0], out[1]
+
     @property
     def lookup_table(self) -> int:
         """``|T|``: the entries of the circuit's lookup tables together (0 without lookups)."""

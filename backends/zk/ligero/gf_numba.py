@@ -404,7 +404,11 @@ def _limbs2(x, lo, hi):
 
 def limbs2(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`.gf._limbs2` in one pass over ``x`` (any strides: a column strip of a wide matrix is read in place):
-    ``x = lo + hi·2^26`` with ``|lo| ≤ 2^25``, both C-contiguous ``float64``."""
+    ``x = lo + hi·2^26`` with ``|lo| ≤ 2^25``, ``float64`` in ``x``'s order (a column-major ``x`` is walked as
+    its transpose, in memory order)."""
+    if x.ndim == 2 and abs(x.strides[0]) < abs(x.strides[1]):
+        lo, hi = limbs2(x.T)
+        return lo.T, hi.T
     lo = np.empty(x.shape, dtype=np.float64)
     hi = np.empty(x.shape, dtype=np.float64)
     _limbs2(x, lo, hi)
