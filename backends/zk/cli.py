@@ -253,9 +253,8 @@ def _prove(a) -> int:
             x, y = modelfile.check_batch(step, next(batches), k, a.script)
         except modelfile.ModelFileError as e:
             raise _fail(str(e)) from None
-        with _Phase(f"witness {k}"):
+        with _Phase(f"witness {k}"):                # every system's prove checks the witness first
             wit = circuit.witness(params, x, y)
-            circuit.assert_satisfied(wit)
         where = os.path.join(out, system.step_name(k))
         with _Phase(f"{'setup+prove' if system.trusted_setup else 'prove'} {k}"):
             proof = system.prove(circuit, wit, **options)
