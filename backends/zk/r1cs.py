@@ -225,20 +225,23 @@ class R1CS:
         return (len(w) == self.n_wires and int(w[0]) % self.field.p == 1 and len(self.failing(w)) == 0
                 and len(self.failing_lookups(w)) == 0 and not self.failing_contractions(w))
 
-    def assert_satisfied(self, w: np.ndarray, failing: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    def assert_satisfied(self, w: np.ndarray,
+                         failing: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         """Raise :class:`UnsatisfiedConstraint` naming the first failing constraint and its origin. ``failing``:
-        the failing constraint rows and lookup rows when the caller has found them already (the native prover
-        does, in its own field's arithmetic); by default they are computed here, in Python integers."""
+        finds the failing constraint rows and lookup rows of a witness of the right length in the caller's own
+        arithmetic (the native prover's field, a block of rows at a time); by default :meth:`failing` and
+        :meth:`failing_lookups`, in Python integers."""
         if len(w) != self.n_wires:
             raise UnsatisfiedConstraint(f"witness has {len(w)} values, the circuit has {self.n_wires} wires")
         if int(w[0]) % self.field.p != 1:
             raise UnsatisfiedConstraint(f"witness value 0 must be 1 (the constant wire), got {w[0]}")
-        bad = self.failing(w) if failing is None else failing[0]
+        found = None if failing is None else failing(w)
+        bad = self.failing(w) if found is None else found[0]
         if len(bad):
             r = int(bad[0])
             raise UnsatisfiedConstraint(f"constraint {r} of {self.n_constraints} is not satisfied "
                                         f"({len(bad)} failing in all); it comes from {self.tag_of(r)}")
-        bad = self.failing_lookups(w) if failing is None else failing[1]
+        bad = self.failing_lookups(w) if found is None else found[1]
         if len(bad):
             r = int(bad[0])
             raise UnsatisfiedConstraint(f"lookup {r} of {self.n_lookups} is outside its table "
@@ -530,15 +533,11 @@ class Builder:
 
     def finish(self, n_pub_out: int, n_pub_in: int, n_prv_in: int) -> R1CS:
         """The constraint system (the builder's blocks are released into it)."""
-        order = self._lookups_by_table()
-        L = None
-        if self.range_checks == "lookup":
-            L = Matrix.from_coo(*(np.zeros(0, dtype=np.int64),) * 3, 0) if self.count_only else \
-                self.lookup_rows.finish(order)
+        order = self._lookups_by_table()              # a counting builder's assemblers hold no blocks, no rows
+        L = self.lookup_rows.finish(None if self.count_only else order) if self.range_checks == "lookup" else None
         widths = np.array(self.lookup_widths, dtype=np.int64)
         bounds = np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64)
-        mats = (Matrix.from_coo(*(np.zeros(0, dtype=np.int64),) * 3, 0) if self.count_only else
-                self.matrices[k].finish() for k in "ABC")
+        mats = (self.matrices[k].finish() for k in "ABC")
         return R1CS(self.field, self.n, n_pub_out, n_pub_in, n_prv_in, *mats, list(self.tags),
                     np.array(self.block_rows + [self.rows], dtype=np.int64),
                     list(self.names), L, list(self.lookup_tags), bounds, tuple(self.contraction_records),

@@ -65,19 +65,10 @@ class Matrix:
 
     @classmethod
     def from_coo(cls, rows: np.ndarray, wires: np.ndarray, coeffs: np.ndarray, n_rows: int) -> "Matrix":
-        """The canonical matrix of COO terms (see the module docstring)."""
-        counts, wires, coeffs = canonical(np.asarray(rows, dtype=np.int64), np.asarray(wires, dtype=np.int64),
-                                          np.asarray(coeffs), n_rows)
-        ptr = np.zeros(n_rows + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1:])
-        return cls.of(ptr, wires, coeffs)
-
-    @classmethod
-    def of(cls, ptr: np.ndarray, wires: np.ndarray, coeffs: np.ndarray) -> "Matrix":
-        """A matrix of canonical CSR arrays, its coefficients coded."""
-        palette, codes = np.unique(np.asarray(coeffs), return_inverse=True)
-        return cls(np.asarray(ptr, dtype=_ptr_dtype(len(wires))), _wires(wires),
-                   codes.reshape(-1).astype(_code_dtype(len(palette))), palette)
+        """The canonical matrix of COO terms (see the module docstring): one block of an :class:`Assembler`."""
+        a = Assembler()
+        a.add([(rows, wires, coeffs)], 0, n_rows)
+        return a.finish()
 
     @property
     def coeffs(self) -> np.ndarray:

@@ -100,12 +100,11 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
     _check_fits(circuit)
     values = wit.values if hasattr(wit, "values") else np.asarray(wit)
     if check:                                      # in this field's arithmetic, a block of rows at a time
-        r = circuit.r1cs
-        ok = len(values) == r.n_wires and int(values[0]) % r.field.p == 1
-        r.assert_satisfied(values, prepare(r).failing(gf.reduce(values)) if ok else None)
+        circuit.r1cs.assert_satisfied(values, lambda w: prepare(circuit.r1cs).failing(gf.reduce(w)))
     t0 = time.perf_counter()
     transforms.warm()                                      # the compiled kernels loaded before the proof's own memory
-    mark = Watermark()                             # the memory the proof adds (preparing the circuit included)
+    # the memory the proof adds: preparing the circuit included, unless the witness check above prepared it
+    mark = Watermark()
     pc = prepare(circuit.r1cs)
     p = params or _expected(pc, target_bits, soundness=soundness)     # choose(…) of the circuit's sizes, cached
     if log:

@@ -131,12 +131,10 @@ class Prepared:
         out = [np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)]
         bad = []
         if self.L is not None:
-            starts = np.asarray(self.r1cs.lookup_block_rows, dtype=np.int64)
-            widths = np.asarray(self.r1cs.lookup_block_bits, dtype=np.int64)
+            bits = self.r1cs.lookup_bits
             for lo in range(0, self.n_lookups, block):
                 hi = min(self.n_lookups, lo + block)
-                bits = widths[np.searchsorted(starts, np.arange(lo, hi), side="right") - 1]
-                bad.append(lo + np.flatnonzero(self.L.rows(z, lo, hi) >= np.left_shift(1, bits)))
+                bad.append(lo + np.flatnonzero(self.L.rows(z, lo, hi) >= np.left_shift(1, bits[lo:hi])))
         out.append(np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64))
         return out[0], out[1]
 

@@ -48,13 +48,12 @@ def kept_bytes(lay: Layout, p: Params) -> int:
     return 8 * lay.total * (p.n + p.K)
 
 
-def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int | None = None,
-           transposed: bool | None = None) -> int:
+def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int | None = None) -> int:
     """The memory a proof adds to its process (bytes): what :func:`prove_prepared` reports as
     ``timings["memory"]``, predicted from the circuit's sizes. ``nonzeros``: of ``A``, ``B``, ``C``;
     ``lookup_terms``: of ``L``.
 
-    * on the NumPy path (``transposed``; default: when the compiled kernels are not in use) the prepared
+    * on the NumPy path (when the compiled kernels are not in use) the prepared
       circuit's transposed matrix, 20 bytes a term (the terms sorted by wire, each with its row and its
       coefficient in ``[0, p)``); the compiled kernels scatter from the R1CS's own rows and hold none;
     * the linear test's coefficients on ``z`` (σ rows of the padded wires) and the witness, a few copies;
@@ -66,7 +65,7 @@ def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int |
       temporaries. Calibrated on the benchmark circuits, kept and streamed: within 15% (docs/ZK.md).
     """
     keep = KEEP_BYTES if keep is None else keep
-    transposed = gf.compiled() is None if transposed is None else transposed
+    transposed = gf.compiled() is None
     wires = lay.mz * p.k
     unit = min(lay.total, max(1, BLOCK_CELLS // (p.n * merkle.ROW_BLOCK)) * merkle.ROW_BLOCK) * p.n * 8
     held = 8 * ((lay.lk.sl * lay.lk.mm + lay.cs.rows) * p.k + lay.lk.size)
