@@ -19,6 +19,7 @@ from circuitgrad.backends import zk
 from circuitgrad.backends.zk import gadgets as G
 from circuitgrad.backends.zk import ligero
 from circuitgrad.backends.zk.ligero import coefficients, lookup, params as LP, protocol
+from circuitgrad.backends.zk.ligero.proofio import MAX_LOOKUP_TABLE
 from circuitgrad.backends.zk.r1cs import Builder
 from circuitgrad.tracing import apply
 from conftest import assert_flipped_bytes_rejected, CASES, VOCAB, vocab_inputs as _inputs
@@ -285,11 +286,10 @@ def test_a_version_2_header_must_name_its_lookups(proved):
     body = data[:10] + struct.pack("<I", len(h)) + h + data[14 + old:-32]
     with pytest.raises(zk.FormatError, match=r"^proof: a proof with lookups must have lookups and lookup_sigma ≥ 1$"):
         ligero.loads(body + hashlib.sha256(body).digest())
-    for table in (1, (1 << 23) + 1):                     # below one 1-bit table, above every table of ≤ 22 bits
+    for table in (1, MAX_LOOKUP_TABLE + 1):              # below one 1-bit table, above every table allowed
         h = json.dumps({**proof.header(), "lookup_table": table}, sort_keys=True).encode()
         body = data[:10] + struct.pack("<I", len(h)) + h + data[14 + old:-32]
-        with pytest.raises(zk.FormatError, match=r"^proof: lookup_table must count the entries of tables of at most "
-                                                 r"22 bits$"):
+        with pytest.raises(zk.FormatError, match=r"^proof: lookup_table must count 2 to 276824064 table entries$"):
             ligero.loads(body + hashlib.sha256(body).digest())
 
 

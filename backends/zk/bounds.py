@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import tables
 from .r1cs import R1CS
 
 __all__ = ["Bounds", "no_wrap_bounds"]
@@ -280,6 +281,15 @@ class _Combinations:
         return order, group, exact, first, qg
 
 
+def _table_tops(r: R1CS) -> np.ndarray:
+    """Each lookup's largest table value (``2^b − 1`` for a range; a function table's last entry), as floats."""
+    keys = r.lookup_bits
+    tops = np.zeros(len(keys), dtype=np.float64)
+    for key in np.unique(keys):
+        tops[keys == key] = float(tables.entries(int(key), r.function_tables)[-1])
+    return tops
+
+
 def _rows_terms(M, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     n = len(M.ptr) - 1
     owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(M.ptr))
@@ -305,7 +315,7 @@ class _Analysis:
         self.pf = _float_down(p)
         n, nl = r.n_constraints, r.n_lookups
         self.n = n
-        self.table = (np.left_shift(1, r.lookup_bits.astype(np.int64)).astype(np.float64) - 1) if nl else np.zeros(0)
+        self.table = _table_tops(r) if nl else np.zeros(0)
         mats = [_rows_terms(M, p) for M in (r.A, r.B, r.C)]
         z = np.zeros(0, dtype=np.int64)
         mats.append(_rows_terms(r.L, p) if nl else (z, z, z.astype(np.float64), z))

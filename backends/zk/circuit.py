@@ -28,7 +28,7 @@ from circuitgrad.fixedpoint import FixedPointOverflow
 from circuitgrad.schedule import Program
 from circuitgrad.types import Fixed, fixed
 
-from . import formats
+from . import formats, fusion
 from . import gadgets as G
 from . import intervals as I
 from . import statement as S
@@ -273,7 +273,7 @@ def default_contractions(range_checks: str) -> str:
 def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | None = None,
             function: str = "step", targets: str | None = None, range_checks: str | None = None,
             public: str = "params", data_rows: int | None = None, contractions: str | None = None,
-            table_bits: int | None = None, count_only: bool = False) -> Circuit:
+            table_bits: int | None = None, count_only: bool = False, fuse: str = "auto") -> Circuit:
     """The R1CS circuit of ``model``'s ``step`` (default) or ``predict`` in fixed point.
 
     ``dtype`` defaults to the model's own dtype if it is fixed point, else
@@ -294,6 +294,11 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     ``count_only``: lower the program to count its constraints, lookups, wires and nonzeros by tag
     (what ``cg.cost`` reports) without building the matrices or the witness program, so that circuits
     too large to hold (tinygpt's step) can still be measured; the result cannot be proved or exported.
+
+    ``fuse``: with lookups, an elementwise region of one input (GELU and the parts of its derivative that
+    depend only on its input, a chain of scalings) is proved by one lookup per value it hands on into the
+    table of its function (:mod:`.fusion`) instead of a gadget per instruction: ``"auto"`` (default) where
+    the tables cost less than the gadgets, ``"always"``, or ``"never"``. The witness is the same either way.
 
     ``contractions``: ``"argument"`` proves each product of two witness tensors (``MatMul``,
     ``BatchMatMul``, convolutions through them) by the native prover's contraction argument, whose cost
@@ -341,7 +346,7 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     committed = [n for n in in_names if n not in ("x", "y")]
     lay = P.Layout(data_rows, committed, fx.batch, dtype.width) if public == "commitments" else None
     c = compile_program(fx.fn(function).program, dtype, field, in_names, [] if lay else committed, out_names,
-                        function, constrain, range_checks, lay, contractions, table_bits, count_only)
+                        function, constrain, range_checks, lay, contractions, table_bits, count_only, fuse)
     c.model, c.targets = fx, targets
     return c
 
@@ -364,7 +369,7 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
                     function: str | None = None, constrain: Mapping | None = None,
                     range_checks: str | None = None, private: P.Layout | None = None,
                     contractions: str | None = None, table_bits: int | None = None,
-                    count_only: bool = False) -> Circuit:
+                    count_only: bool = False, fuse: str = "auto") -> Circuit:
     """The circuit of any fixed-point SSA program (``public_inputs`` default: none).
 
     ``range_checks``: ``"bits"`` or ``"lookup"`` (default: :func:`default_range_checks` of the field).
@@ -390,9 +395,9 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
     if range_checks == "lookup" and table_bits is None:         # lower once, then at the best limb width
         args = (prog, dtype, field, input_names, public_inputs, output_names, function, constrain, range_checks,
                 private, contractions)
-        first = compile_program(*args, table_bits=TABLE_BITS, count_only=True)     # only to count the ranges
+        first = compile_program(*args, table_bits=TABLE_BITS, count_only=True, fuse=fuse)   # to count the ranges
         best = G.best_table_bits(first.range_requests, math.log2(field.p))
-        c = compile_program(*args, table_bits=best, count_only=count_only)
+        c = compile_program(*args, table_bits=best, count_only=count_only, fuse=fuse)
         c.compile_seconds = time.perf_counter() - t0
         return c
     b = Builder(field, range_checks, contractions or default_contractions(range_checks), table_bits or TABLE_BITS,
@@ -426,8 +431,12 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
     one_hot = [bool(constrain) and constrain.get(n) is _one_hot for n in in_names]
     _, proven = I.intervals(prog, dtype, [(0, 1 << dtype.frac) if h else None for h in one_hot])
     wired = I.product_operands(prog)
+    fused = fusion.plan(prog, dtype, math.log2(field.p), range_checks == "lookup", fuse)
     for i, a in enumerate(prog.instrs):
         b.context = f"{a.op.name}#{i}"
+        if i in fused.fused:            # an elementwise region's instruction: its exports are table lookups
+            fused.lower(L, i, a, env)
+            continue
         L.proven, L.wired = i in proven, i in wired
         outs = RULES[type(a.op)](L, a.op, *(env[x] for x in a.args))
         for r, o in zip(a.results, outs):

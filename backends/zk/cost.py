@@ -38,6 +38,7 @@ from .ligero.params import contraction_sigma, lookup_sigma
 from .ligero import prover as prover_module
 from .ligero.protocol import layout
 from .r1cs import Builder
+from .tables import FUNCTION_TABLE
 
 __all__ = ["estimate", "by_gadget", "prover_features", "prover_seconds", "prover_memory", "calibrate_prover",
            "recalibrate", "PROVER_FEATURES"]
@@ -271,10 +272,17 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     notes.append("by gadget: " + ", ".join(f"{k} {v['constraints'] + v['lookups']:,}" for k, v in top))
     heavy = sorted(kinds.items(), key=lambda kv: -kv[1]["cells"])[:8]
     notes.append(f"committed cells {sum(v['cells'] for v in kinds.values()):,} (range-check limbs of "
-                 f"{r.table_bits} bits, tables {', '.join(f'2^{b}' for b in r.lookup_tables) or 'none'}): "
+                 f"{r.table_bits} bits, tables {_tables(r) or 'none'}): "
                  + ", ".join(f"{k} {v['cells']:,}" for k, v in heavy))
     return Cost("zk", str(r.field), function, rows, total, notes, {"circuit": c, "by_gadget": kinds,
                                                                    "prover_memory": mem})
+
+
+def _tables(r) -> str:
+    """``2^10, 2^20, 3 function tables of 3,145,728 entries``."""
+    ranges = [f"2^{b}" for b in r.lookup_tables if b < FUNCTION_TABLE]
+    fn = r.function_tables
+    return ", ".join(ranges + ([f"{len(fn)} function tables of {sum(len(t) for t in fn):,} entries"] if fn else []))
 
 
 def by_gadget(r) -> dict[str, dict[str, int]]:

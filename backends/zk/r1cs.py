@@ -24,9 +24,10 @@ Wire layout, as circom expects it: ``0`` is the constant 1, then the public
 outputs, then the public inputs, then the private inputs, then internal wires.
 
 A system may also carry *lookups* (``range_checks="lookup"``): rows of a
-sparse matrix ``L`` whose values ``⟨L_i, w⟩`` must each lie in a table
-``[0, 2^b_i)``, with ``b_i ≤ 22`` (:data:`MAX_TABLE_BITS`) the lookup's own width (``lookup_bits``): a
-range check splits its value into limbs of the builder's ``table_bits`` and a
+sparse matrix ``L`` whose values ``⟨L_i, w⟩`` must each lie in a table named by the lookup's key
+(``lookup_bits``, :mod:`.tables`): a range ``[0, 2^b_i)`` with ``b_i ≤ 22`` (:data:`MAX_TABLE_BITS`), or one
+of the circuit's function tables (``function_tables``: the packed pairs ``(x, f(x))`` of a fused elementwise
+region, :mod:`.fusion`). A range check splits its value into limbs of the builder's ``table_bits`` and a
 top limb of the bits that remain, each looked up in the table of its width.
 The native Ligero prover proves them with a logUp
 argument (:mod:`.ligero.lookup`); the ``.r1cs`` format has no lookups, so such a
@@ -49,17 +50,16 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from . import tables
 from .field import Field
 from .sparse import Assembler, Matrix
+from .tables import FUNCTION_TABLE, MAX_TABLE_BITS
 
 __all__ = ["Builder", "R1CS", "Term", "Contraction", "UnsatisfiedConstraint", "TABLE_BITS", "MAX_TABLE_BITS",
            "RANGE_CHECKS", "CONTRACTIONS", "COMBINATION_TERMS"]
 
 #: the default limb width of range checks by lookups (``[0, 2^TABLE_BITS)``); circuits choose theirs
 TABLE_BITS = 8
-#: the widest lookup table, ``[0, 2^MAX_TABLE_BITS)``: four million entries, which pays only for circuits with
-#: about as many values to range-check (:func:`.gadgets.best_table_bits`)
-MAX_TABLE_BITS = 22
 #: how gadgets prove that a value lies in a range: bit decompositions, or lookups into the table
 RANGE_CHECKS = ("bits", "lookup")
 #: how a contraction of two witness tensors is proved: a randomized argument of the native prover, or one
@@ -130,16 +130,19 @@ class R1CS:
     tags: list[str]                     # one per block
     block_rows: np.ndarray              # first row of each block (ascending) + total
     wire_names: list[tuple[int, int, str]] = field(default_factory=list)   # (first wire, count, name)
-    L: Matrix | None = None            # lookup rows: each ⟨L_i, w⟩ must lie in [0, 2^lookup_bits[i])
+    L: Matrix | None = None            # lookup rows: each ⟨L_i, w⟩ must lie in the table lookup_bits[i] names
     lookup_tags: list[str] = field(default_factory=list)
     lookup_block_rows: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     contractions: tuple = ()            # Contraction records, proved by the native prover's argument
     table_bits: int = TABLE_BITS        # the limb width the range checks were split by
-    lookup_block_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # width per block
+    lookup_block_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # table key per block
     #: a circuit counted, not built (``Builder(count_only=True)``): sizes and tags only, no matrices or witness
     counted: dict | None = None
     #: wires per gadget kind: each gadget's unnamed wires (see :meth:`Builder.alloc`); named ones under ``"(named)"``
     wires_by_gadget: dict = field(default_factory=dict)
+    #: function tables (key ``FUNCTION_TABLE + j``): sorted distinct packed pairs, and what each one computes
+    function_tables: tuple = ()
+    function_names: tuple = ()
 
     @property
     def nonzeros(self) -> int:
@@ -150,18 +153,19 @@ class R1CS:
 
     @functools.cached_property
     def lookup_bits(self) -> np.ndarray:
-        """Each lookup's table width (from its block's)."""
+        """Each lookup's table key (from its block's): a range width, or a function table's key (:mod:`.tables`)."""
         return np.repeat(self.lookup_block_bits, np.diff(self.lookup_block_rows))
 
     @property
     def lookup_tables(self) -> tuple[int, ...]:
-        """The widths of the lookup tables, ascending (``()`` without lookups)."""
+        """The keys of the lookup tables, ascending (``()`` without lookups): range widths, then function tables."""
         return tuple(int(b) for b in np.unique(self.lookup_block_bits)) if self.n_lookups else ()
 
     @property
     def lookup_table_size(self) -> int:
-        """``Σ 2^b`` over the lookup tables: the entries the logUp argument commits multiplicities for."""
-        return sum(1 << b for b in self.lookup_tables)
+        """The entries of every lookup table together (``2^b`` for a range): what the logUp argument commits
+        multiplicities for."""
+        return sum(tables.size(b, self.function_tables) for b in self.lookup_tables)
 
     @property
     def contraction_cells(self) -> int:
@@ -191,7 +195,7 @@ class R1CS:
             return np.zeros(0, dtype=np.int64)
         v = self.L.evaluate(w, self.field.p, rows)
         bits = self.lookup_bits if rows is None else self.lookup_bits[np.asarray(rows)]
-        bad = np.flatnonzero(v >= np.left_shift(1, bits.astype(np.int64)).astype(object))
+        bad = np.flatnonzero(tables.outside(bits, v, self.function_tables))
         return bad if rows is None else np.asarray(rows)[bad]
 
     def lookup_rows_of_wire(self, wire: int) -> np.ndarray:
@@ -245,7 +249,7 @@ class R1CS:
         if len(bad):
             r = int(bad[0])
             raise UnsatisfiedConstraint(f"lookup {r} of {self.n_lookups} is outside its table "
-                                        f"[0, {1 << int(self.lookup_bits[r])}) "
+                                        f"{tables.describe(int(self.lookup_bits[r]), self.function_tables)} "
                                         f"({len(bad)} failing in all); it comes from {self.lookup_tag_of(r)}")
         bad = self.failing_contractions(w)
         if bad:
@@ -305,7 +309,10 @@ class Builder:
         #: of circuits too large to hold); the result cannot be checked, proved or exported
         self.count_only = bool(count_only)
         self.nonzeros = 0
-        self.lookup_widths: list[int] = []          # per lookup block
+        self.lookup_widths: list[int] = []          # table key per lookup block (:mod:`.tables`)
+        self.function_tables: list[np.ndarray] = []   # key FUNCTION_TABLE + j
+        self.function_names: list[str] = []
+        self._function_keys: dict[bytes, int] = {}    # a table's bytes → its key (one table per function)
         self.range_requests: dict[int, int] = {}    # nbits → values range-checked by lookups (for choosing B)
         self.field = field
         self.range_checks = range_checks
@@ -481,6 +488,9 @@ class Builder:
         bits = self.table_bits if bits is None else int(bits)
         if not 1 <= bits <= MAX_TABLE_BITS:
             raise ValueError(f"Builder.lookup: tables have 1 to {MAX_TABLE_BITS} bits, got {bits}")
+        self._lookup(terms, kind, bits)
+
+    def _lookup(self, terms: Iterable[Term], kind: str, key: int) -> None:
         if self.range_checks != "lookup":
             raise ValueError(f"Builder.lookup: this builder checks ranges with {self.range_checks}; "
                              f"lookups need Builder(field, range_checks='lookup')")
@@ -493,9 +503,31 @@ class Builder:
             self.lookup_rows.add(self._expand(_coo(rows, terms, m)), self.n_lookups, m)
         self.lookup_tags.append(f"{self.context}:{kind}")
         self.lookup_block_rows.append(self.n_lookups)
-        self.lookup_widths.append(bits)
+        self.lookup_widths.append(key)
         self.n_lookups += m
         self._block(kind)
+
+    def function_table(self, table: np.ndarray, name: str) -> int:
+        """The key of the function table ``table`` (sorted distinct packed pairs, :mod:`.tables`), added once: a
+        second region that computes the same function shares it."""
+        table = np.ascontiguousarray(table, dtype=np.int64)
+        if table.ndim != 1 or not len(table) or (len(table) > 1 and (np.diff(table) <= 0).any()) or table[0] < 0 \
+                or table[-1] >= self.field.p:
+            raise ValueError("Builder.function_table: a table is a non-empty ascending array of distinct field "
+                             "elements")
+        h = table.tobytes()
+        key = self._function_keys.get(h)
+        if key is None:
+            key = self._function_keys[h] = FUNCTION_TABLE + len(self.function_tables)
+            self.function_tables.append(table)
+            self.function_names.append(name)
+        return key
+
+    def table_lookup(self, terms: Iterable[Term], kind: str, key: int) -> None:
+        """Add ``m`` lookups of the values ``Σ terms`` into the function table ``key`` (:meth:`function_table`)."""
+        if not 0 <= key - FUNCTION_TABLE < len(self.function_tables):
+            raise ValueError(f"Builder.table_lookup: no function table has key {key}")
+        self._lookup(terms, kind, key)
 
     def contract(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, kind: str) -> None:
         """Record ``C = A·B`` exactly (wire tensors ``(…, m, n)``, ``(…, n, p)``, ``(…, m, p)``, leading axes
@@ -517,7 +549,7 @@ class Builder:
             self._block(kind)
 
     def _lookups_by_table(self) -> list[int]:
-        """Reorder the lookup blocks by table width (stably), so that each table's lookups are contiguous: the
+        """Reorder the lookup blocks by table key (stably), so that each table's lookups are contiguous: the
         linear test's coefficient rows of the logUp inverses are then constant but at the tables' seams, which
         the verifier evaluates at no cost (:func:`.ligero.protocol.verify_prepared`). The blocks' new order."""
         starts = np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64)
@@ -543,7 +575,8 @@ class Builder:
                     list(self.names), L, list(self.lookup_tags), bounds, tuple(self.contraction_records),
                     self.table_bits, widths,
                     {"nonzeros": int(self.nonzeros)} if self.count_only else None,
-                    {**self.wire_kinds, **({"(unattributed)": self._pending} if self._pending else {})})
+                    {**self.wire_kinds, **({"(unattributed)": self._pending} if self._pending else {})},
+                    tuple(self.function_tables), tuple(self.function_names))
 
 
 class _Grow:

@@ -37,6 +37,8 @@ import numpy as np
 from circuitgrad.fixedpoint import const
 from circuitgrad.schedule import Program
 
+from .tables import FUNCTION_TABLE
+
 __all__ = ["describe", "render", "block", "digest", "program_sha256", "params_sha256", "with_soundness", "soundness_of",
            "TARGETS"]
 
@@ -96,7 +98,11 @@ def describe(circuit) -> dict[str, Any]:
     }
     if circuit.r1cs.L is not None:
         d["lookups"] = int(circuit.r1cs.n_lookups)
-        d["lookup_tables"] = {"widths": list(circuit.r1cs.lookup_tables), "limb_bits": int(circuit.r1cs.table_bits)}
+        r = circuit.r1cs
+        d["lookup_tables"] = {"widths": [b for b in r.lookup_tables if b < FUNCTION_TABLE],
+                              "limb_bits": int(r.table_bits)}
+        if r.function_tables:   # fused elementwise regions: what each table computes and its entries
+            d["lookup_tables"]["functions"] = [[name, len(t)] for name, t in zip(r.function_names, r.function_tables)]
     if circuit.r1cs.contractions:       # absent: every product is one constraint per multiply-accumulate
         d["contractions"] = {"count": len(circuit.r1cs.contractions),
                              "terms": int(circuit.r1cs.n_contraction_terms),
@@ -222,7 +228,9 @@ def _lookups(d: Mapping[str, Any]) -> str:
 
 def _tables(d: Mapping[str, Any]) -> str:
     t = d.get("lookup_tables") or {"widths": [8], "limb_bits": 8}
-    return ", ".join(f"[0, 2^{w})" for w in t["widths"]) + f" (limbs of {t['limb_bits']} bits)"
+    fn = t.get("functions") or []
+    return ", ".join(f"[0, 2^{w})" for w in t["widths"]) + f" (limbs of {t['limb_bits']} bits)" + (
+        f" and {len(fn)} function tables of {sum(n for _, n in fn):,} entries" if fn else "")
 
 
 def digest(circuit) -> bytes:

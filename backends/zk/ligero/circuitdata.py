@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import tables
 from ..r1cs import R1CS
 from . import contraction, gf
 
@@ -134,7 +135,8 @@ class Prepared:
             bits = self.r1cs.lookup_bits
             for lo in range(0, self.n_lookups, block):
                 hi = min(self.n_lookups, lo + block)
-                bad.append(lo + np.flatnonzero(self.L.rows(z, lo, hi) >= np.left_shift(1, bits[lo:hi])))
+                bad.append(lo + np.flatnonzero(tables.outside(bits[lo:hi], self.L.rows(z, lo, hi),
+                                                              self.r1cs.function_tables)))
         out.append(np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64))
         return out[0], out[1]
 
@@ -176,6 +178,8 @@ def digest(r: R1CS) -> bytes:
         h.update(b"lookups")
         h.update(np.array([r.n_lookups, r.table_bits], dtype="<i8").tobytes())
         h.update(np.ascontiguousarray(r.lookup_bits, dtype="<i8").tobytes())     # every lookup's table
+        for t in r.function_tables:                                             # and every function table
+            h.update(np.array([len(t)], dtype="<i8").tobytes() + np.ascontiguousarray(t, dtype="<i8").tobytes())
         mats += (r.L,)
     for m in mats:
         h.update(np.ascontiguousarray(m.ptr, dtype="<i8").tobytes())

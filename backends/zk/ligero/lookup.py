@@ -1,9 +1,10 @@
-"""logUp lookups in the Ligero argument: range checks against the tables ``T_b = [0, 2^b)``.
+"""logUp lookups in the Ligero argument: range checks against the tables ``T_b = [0, 2^b)``, and function tables.
 
 A circuit with ``range_checks="lookup"`` carries a sparse matrix ``L`` and a
-width ``bᵢ`` per row: every value ``vᵢ = ⟨Lᵢ, z⟩`` must lie in ``T_{bᵢ}``. The
-tables the circuit uses (``b ≤ 22``, ``r1cs.MAX_TABLE_BITS``) are laid end to end,
-``|T| = Σ_b 2^b`` entries. The argument takes two commitments::
+table key ``bᵢ`` per row: every value ``vᵢ = ⟨Lᵢ, z⟩`` must lie in ``T_{bᵢ}``, a range
+``[0, 2^b)`` (``b ≤ 22``) or a function table of packed pairs (:mod:`..tables`). The
+tables the circuit uses are laid end to end in key order, ``|T|`` entries in all (``value(e)``
+the entry's value). The argument takes two commitments::
 
     round 1   z | a | b | c | v | m | masks           v = L·z, m_e = #{i : (bᵢ, vᵢ) = entry e}
               ── α₁ … α_σL drawn from the transcript ──
@@ -30,10 +31,11 @@ protocol itself is in :mod:`.protocol`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import tables
 from . import gf
 from .coefficients import outer, piecewise
 from .params import TABLE
@@ -52,12 +54,13 @@ class Shape:
     n: int          # lookups
     k: int
     sl: int         # challenges
-    tables: tuple = (8,)   # the table widths, ascending
+    tables: tuple = (8,)   # the table keys, ascending (:mod:`..tables`: range widths, then function tables)
+    functions: tuple = field(default=(), compare=False)   # the circuit's function tables
 
     @property
     def size(self) -> int:
-        """``|T| = Σ 2^b``: the table entries, laid end to end."""
-        return sum(1 << b for b in self.tables)
+        """``|T|``: the table entries, laid end to end (``2^b`` for a range)."""
+        return sum(tables.size(b, self.functions) for b in self.tables)
 
     @property
     def mv(self) -> int:
@@ -69,11 +72,15 @@ class Shape:
 
     def entries(self) -> tuple[np.ndarray, np.ndarray]:
         """Every table entry's value and table index (``|T|`` each)."""
-        return (np.concatenate([np.arange(1 << b, dtype=np.int64) for b in self.tables]),
-                np.repeat(np.arange(len(self.tables)), [1 << b for b in self.tables]))
+        return (np.concatenate([tables.entries(b, self.functions) for b in self.tables]),
+                np.repeat(np.arange(len(self.tables)), [tables.size(b, self.functions) for b in self.tables]))
+
+    def starts(self) -> np.ndarray:
+        """Each table's first entry in the laid-out ``|T|``."""
+        return np.cumsum([0] + [tables.size(b, self.functions) for b in self.tables])[:-1]
 
     def table_of(self, bits: np.ndarray) -> np.ndarray:
-        """The table index of each lookup, from its width."""
+        """The table index of each lookup, from its key."""
         return np.searchsorted(np.array(self.tables, dtype=np.int64), bits)
 
     @property
@@ -89,7 +96,7 @@ class Shape:
 
 def shape(pc, k: int, sl: int) -> Shape:
     """The lookup blocks of a prepared circuit for rows of ``k`` cells and ``sl`` challenges."""
-    return Shape(pc.n_lookups, k, sl if pc.n_lookups else 0, pc.r1cs.lookup_tables or (8,))
+    return Shape(pc.n_lookups, k, sl if pc.n_lookups else 0, pc.r1cs.lookup_tables or (8,), pc.r1cs.function_tables)
 
 
 def linear_rows(sh: Shape, T: Transcript, s: int, alphas: np.ndarray, gamma: np.ndarray,

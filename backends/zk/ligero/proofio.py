@@ -59,6 +59,9 @@ from ..r1cs import MAX_TABLE_BITS
 from . import gf, merkle
 from .params import DEFAULT_SOUNDNESS, SOUNDNESS, TABLE, Params, soundness_bits
 
+#: the most table entries a proof may claim: every range table and 64 function tables of 2^22 entries
+MAX_LOOKUP_TABLE = (1 << (MAX_TABLE_BITS + 1)) + (64 << MAX_TABLE_BITS)
+
 __all__ = ["LigeroProof", "PROTOCOL", "RETIRED", "save", "load", "claimed_soundness", "dumps", "loads", "max_bytes", "MAGIC", "VERSION"]
 
 PROTOCOL = "circuitgrad-ligero-r1cs-v5"      # v2: lookup tables per width, the contraction argument;
@@ -238,8 +241,8 @@ def loads(data: bytes, name: str = "proof") -> LigeroProof:
     if "lookups" in keys and not (lookups > 0 and sl > 0):
         raise FormatError(f"{name}: a proof with lookups must have lookups and lookup_sigma ≥ 1")
     table = head["lookup_table"] if "lookups" in keys else 0
-    if "lookups" in keys and not 2 <= table <= 1 << (MAX_TABLE_BITS + 1):
-        raise FormatError(f"{name}: lookup_table must count the entries of tables of at most {MAX_TABLE_BITS} bits")
+    if "lookups" in keys and not 2 <= table <= MAX_LOOKUP_TABLE:
+        raise FormatError(f"{name}: lookup_table must count 2 to {MAX_LOOKUP_TABLE} table entries")
     cells, sc = (head["contraction_cells"], head["contraction_sigma"]) if version == 3 else (0, 0)
     if version == 3 and not (cells > 0 and sc > 0):
         raise FormatError(f"{name}: a version 3 proof must have contraction_cells and contraction_sigma ≥ 1")
