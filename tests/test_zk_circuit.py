@@ -165,3 +165,20 @@ def test_galois_field_builds_fast():
     assert time.perf_counter() - t < 5
     a = GF([3, 5])
     assert int((a * a)[1]) == 25 and int((-a)[0]) == zk.BN254.p - 3
+
+
+def test_a_verifiers_circuit_has_no_witness_program_and_checks_the_same_proofs():
+    step = cg.compile_model(nn.mlp(4, [4, 8, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
+                            dtype=cg.fixed(16, 8))
+    rng = np.random.default_rng(0)
+    full = zk.compile(step, field=zk.LIGERO51)
+    lean = zk.compile(step, field=zk.LIGERO51, witness=False)
+    assert full.fills and lean.fills is None
+    assert lean.digest() == full.digest() and lean.statement() == full.statement()
+    w = full.witness(step.init_params(0), rng.uniform(-1, 1, (4, 4)), rng.integers(0, 3, 4))
+    proof = zk.prove(full, w, rng=np.random.default_rng(0))
+    assert zk.verify(proof, lean, w.public)
+    with pytest.raises(ValueError, match=r"^zk: this circuit was compiled without its witness program \(zk\.compile\("
+                                         r"\.\.\., witness=False\), as a verifier does\): it checks proofs but computes "
+                                         r"no witness$"):
+        lean.witness(step.init_params(0), np.zeros((4, 4)), np.zeros(4, dtype=np.int64))

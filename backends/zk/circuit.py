@@ -71,7 +71,7 @@ class Circuit:
     output_names: list[str]
     output_wires: list[np.ndarray]
     public_inputs: list[str]
-    fills: list = field(repr=False, default_factory=list)
+    fills: list | None = field(repr=False, default_factory=list)     # None: compiled with witness=False
     compile_seconds: float = 0.0
     last_witness: Witness | None = field(default=None, repr=False)
 
@@ -182,6 +182,9 @@ class Circuit:
         if self.r1cs.counted:
             raise ValueError("zk: this circuit was counted, not built (zk.compile(..., count_only=True)): it has no "
                              "witness program; compile it without count_only")
+        if self.fills is None:
+            raise ValueError("zk: this circuit was compiled without its witness program (zk.compile(..., "
+                             "witness=False), as a verifier does): it checks proofs but computes no witness")
         t0 = time.perf_counter()
         W = np.zeros(self.r1cs.n_wires + self.n_combinations, dtype=np.int64)
         W[0] = 1
@@ -273,7 +276,8 @@ def default_contractions(range_checks: str) -> str:
 def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | None = None,
             function: str = "step", targets: str | None = None, range_checks: str | None = None,
             public: str = "params", data_rows: int | None = None, contractions: str | None = None,
-            table_bits: int | None = None, count_only: bool = False, fuse: str = "auto") -> Circuit:
+            table_bits: int | None = None, count_only: bool = False, fuse: str = "auto",
+            witness: bool = True) -> Circuit:
     """The R1CS circuit of ``model``'s ``step`` (default) or ``predict`` in fixed point.
 
     ``dtype`` defaults to the model's own dtype if it is fixed point, else
@@ -294,6 +298,9 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     ``count_only``: lower the program to count its constraints, lookups, wires and nonzeros by tag
     (what ``cg.cost`` reports) without building the matrices or the witness program, so that circuits
     too large to hold (tinygpt's step) can still be measured; the result cannot be proved or exported.
+
+    ``witness=False``: build the constraint system without the witness program (the gadgets' fill functions,
+    about half of a large circuit's memory), which is all a verifier needs; such a circuit computes no witness.
 
     ``fuse``: with lookups, an elementwise region of one input (GELU and the parts of its derivative that
     depend only on its input, a chain of scalings) is proved by one lookup per value it hands on into the
@@ -346,7 +353,8 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | Non
     committed = [n for n in in_names if n not in ("x", "y")]
     lay = P.Layout(data_rows, committed, fx.batch, dtype.width) if public == "commitments" else None
     c = compile_program(fx.fn(function).program, dtype, field, in_names, [] if lay else committed, out_names,
-                        function, constrain, range_checks, lay, contractions, table_bits, count_only, fuse)
+                        function, constrain, range_checks, lay, contractions, table_bits, count_only, fuse,
+                        witness)
     c.model, c.targets = fx, targets
     return c
 
@@ -369,7 +377,7 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
                     function: str | None = None, constrain: Mapping | None = None,
                     range_checks: str | None = None, private: P.Layout | None = None,
                     contractions: str | None = None, table_bits: int | None = None,
-                    count_only: bool = False, fuse: str = "auto") -> Circuit:
+                    count_only: bool = False, fuse: str = "auto", witness: bool = True) -> Circuit:
     """The circuit of any fixed-point SSA program (``public_inputs`` default: none).
 
     ``range_checks``: ``"bits"`` or ``"lookup"`` (default: :func:`default_range_checks` of the field).
@@ -397,11 +405,11 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
                 private, contractions)
         first = compile_program(*args, table_bits=TABLE_BITS, count_only=True, fuse=fuse)   # to count the ranges
         best = G.best_table_bits(first.range_requests, math.log2(field.p))
-        c = compile_program(*args, table_bits=best, count_only=count_only, fuse=fuse)
+        c = compile_program(*args, table_bits=best, count_only=count_only, fuse=fuse, witness=witness)
         c.compile_seconds = time.perf_counter() - t0
         return c
     b = Builder(field, range_checks, contractions or default_contractions(range_checks), table_bits or TABLE_BITS,
-                count_only)
+                count_only, witness)
     # wire layout: public outputs, public inputs, private inputs, internal
     if private is None:
         pub_out = [b.alloc(prog.types[v].shape, f"out.{n}") for v, n in zip(prog.outputs, out_names)]
@@ -453,5 +461,5 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
         P.constrain(b, private, {n: ins[v] for v, n in zip(prog.inputs, in_names)}, pub_out)
     r = b.finish(n_pub_out, n_pub_in, n_prv_in)
     return Circuit(r, prog, None, function, in_names, [ins[v] for v in prog.inputs], out_names, pub_out,
-                   public_in, b.fills, time.perf_counter() - t0, None, dtype, need, private=private,
-                   range_requests=dict(b.range_requests), n_combinations=b.n_combinations)
+                   public_in, b.fills if b.witness or count_only else None, time.perf_counter() - t0, None, dtype,
+                   need, private=private, range_requests=dict(b.range_requests), n_combinations=b.n_combinations)

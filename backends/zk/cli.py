@@ -84,8 +84,9 @@ class _Phase:
             print(f"[{self.name}] done in {time.perf_counter() - self.t0:.2f} s", flush=True)
 
 
-def _setup(a):
-    """The model file's spec, compiled step and circuit for the options in ``a``, and those options resolved."""
+def _setup(a, witness: bool = True):
+    """The model file's spec, compiled step and circuit for the options in ``a``, and those options resolved;
+    ``witness=False``: the circuit without its witness program (what a verifier needs)."""
     from circuitgrad.command import load_model
     for flag in ("ptau", "vkey", "zkey"):          # files the command line names: a missing one is a usage error
         path = getattr(a, flag, None)
@@ -95,7 +96,7 @@ def _setup(a):
     try:
         spec, dtype = load_model(a, system.dtype)
         step = spec.compile(dtype=dtype)
-        circuit = zk_compile(step, field=system.field)
+        circuit = zk_compile(step, field=system.field, witness=witness)
     except (ValueError, TypeError, OverflowError, ArithmeticError) as e:
         raise _fail(str(e)) from None
     opts = {"script": a.script, **spec.options, "width": dtype.width, "frac": dtype.frac, "field": system.field.name}
@@ -385,7 +386,7 @@ def _verify_private(a) -> int:
         raise _usage("name the commitment the run starts from, which you trust: --c0 E1,E2,E3,E4")
     c0 = _elements(a.c0, "--c0")
     with _Phase("compile"):                    # first: the run's files are read only against a circuit
-        spec, step, _, _ = _setup(a)
+        spec, step, _, _ = _setup(a, witness=False)
     if a.data_root is not None:
         if a.data_rows is None:
             raise _usage("--data-root needs --data-rows (the number of rows the root commits to)")
@@ -473,7 +474,7 @@ def _verify(a) -> int:
     if a.steps is not None and a.steps != bundle.steps:
         raise _fail(f"{a.proofs} holds {bundle.steps} steps, you asked to verify {a.steps}")
     with _Phase("compile"):
-        _, step, circuit, opts = _setup(a)
+        _, step, circuit, opts = _setup(a, witness=False)
     system = SYSTEMS[a.system]
     mode = _soundness(a)
     statement = system.statement(circuit, mode)

@@ -296,7 +296,7 @@ class Builder:
     """Accumulates wires, constraint blocks and the witness program that fills the wires."""
 
     def __init__(self, field: Field, range_checks: str = "bits", contractions: str = "mac",
-                 table_bits: int = TABLE_BITS, count_only: bool = False):
+                 table_bits: int = TABLE_BITS, count_only: bool = False, witness: bool = True):
         if range_checks not in RANGE_CHECKS:
             raise ValueError(f"range_checks must be one of {list(RANGE_CHECKS)}, got {range_checks!r}")
         if contractions not in CONTRACTIONS:
@@ -308,6 +308,8 @@ class Builder:
         #: count constraints, lookups and nonzeros without building matrices or a witness program (cost models
         #: of circuits too large to hold); the result cannot be checked, proved or exported
         self.count_only = bool(count_only)
+        #: keep the witness program (the gadgets' fill functions); a verifier needs only the matrices
+        self.witness = bool(witness) and not self.count_only
         self.nonzeros = 0
         self.lookup_widths: list[int] = []          # table key per lookup block (:mod:`.tables`)
         self.function_tables: list[np.ndarray] = []   # key FUNCTION_TABLE + j
@@ -447,7 +449,7 @@ class Builder:
 
     def fill(self, wires: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> None:
         """Witness step: ``W[wires] = fn(W)`` (run in order by :meth:`Circuit.witness`)."""
-        if self.count_only:
+        if not self.witness:
             return
         self.fills.append((np.asarray(wires, dtype=np.int64).reshape(-1), fn))
 
