@@ -37,6 +37,8 @@ class _Mat:
 
     def rows(self, z: np.ndarray, a: int, b: int) -> np.ndarray:
         """Rows ``a … b`` of ``M·z`` (``z`` in ``[0, p)``)."""
+        if (jit := gf.compiled()) is not None:
+            return jit.csr_rows(self.ptr, self.wires, self.codes, self.palette, z, a, b)
         lo, hi = int(self.ptr[a]), int(self.ptr[b])
         return gf.segment_sum(gf.mul(self.coeffs(lo, hi), z[self.wires[lo:hi]]), self.ptr[a:b + 1] - lo)
 

@@ -197,7 +197,7 @@ def values_at(reps: Sequence[Rows], lag: np.ndarray) -> list[np.ndarray]:
     for item in pending + [None]:
         if item is None or (group and cells + item[2].size > VALUE_CELLS):
             if group:
-                vals = gf.matmul(np.concatenate([g[2] for g in group]), lag)
+                vals = gf.matmul(group[0][2] if len(group) == 1 else np.concatenate([g[2] for g in group]), lag)
                 at = 0
                 for out, where, src in group:
                     out[where] = vals[at:at + len(where)]

@@ -161,7 +161,9 @@ def linear_rows(ix: Index, sh: Shape, T: Transcript, s: int, draws: list,
     if not ix.order.size:
         return None, rows
     occ = np.concatenate([_sum_draws(coef, len(draws), part) for part in range(3)])   # the same occurrences
-    return (ix.wires, gf.segment_sum(occ[ix.order], ix.ptr)), rows                   # in every draw
+    jit = gf.compiled()                                                              # in every draw
+    return (ix.wires, gf.segment_sum(occ[ix.order], ix.ptr) if jit is None
+            else jit.gather_segment_sum(occ, ix.order, ix.ptr)), rows
 
 
 def _sum_draws(coef: list, draws: int, part: int) -> np.ndarray:

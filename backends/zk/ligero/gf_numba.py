@@ -37,7 +37,8 @@ import numpy as np
 
 from ..field import LIGERO51
 
-__all__ = ["ntt", "coset_eval", "mul", "mul_const", "matmul", "apply_outer", "scatter_outer", "limbs2"]
+__all__ = ["ntt", "coset_eval", "mul", "mul_const", "matmul", "apply_outer", "scatter_outer", "limbs2", "csr_rows",
+           "gather_segment_sum"]
 
 _PRIME = LIGERO51.p           # the field of :mod:`.gf` (this module imports nothing of it: gf loads this one)
 _P = np.int64(_PRIME)
@@ -389,6 +390,44 @@ def scatter_outer(ptr: np.ndarray, wires: np.ndarray, codes: np.ndarray, palette
     _scatter_outer(ptr, wires, codes, np.ascontiguousarray(palette, dtype=np.int64), np.int64(first),
                    np.ascontiguousarray(betas, dtype=np.int64), np.ascontiguousarray(gammas, dtype=np.int64),
                    np.int64(gammas.shape[1]), out)
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _csr_rows(ptr, wires, codes, palette, z, out):
+    for i in range(out.shape[0]):
+        acc = 0
+        for e in range(ptr[i], ptr[i + 1]):
+            a = acc + _mulmod2(palette[codes[e]], z[wires[e]])
+            acc = a - _P if a >= _P else a
+        out[i] = acc
+
+
+def csr_rows(ptr: np.ndarray, wires: np.ndarray, codes: np.ndarray, palette: np.ndarray, z: np.ndarray,
+             a: int, b: int) -> np.ndarray:
+    """Rows ``a … b`` of ``M·z`` for a CSR matrix whose term ``e`` is ``palette[codes[e]]`` on ``wires[e]``
+    (:meth:`.circuitdata._Mat.rows` in one pass: no gathered temporaries)."""
+    out = np.empty(b - a, dtype=np.int64)
+    _csr_rows(ptr[a:b + 1], wires, codes, np.ascontiguousarray(palette, dtype=np.int64),
+              np.ascontiguousarray(z, dtype=np.int64), out)
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _gather_segment_sum(values, order, ptr, out):
+    for i in range(out.shape[0]):
+        acc = 0
+        for j in range(ptr[i], ptr[i + 1]):
+            a = acc + values[order[j]]
+            acc = a - _P if a >= _P else a
+        out[i] = acc
+
+
+def gather_segment_sum(values: np.ndarray, order: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """``out[i] = Σ values[order[ptr[i]:ptr[i+1]]] mod p`` for ``values`` in ``[0, p)`` (one pass, no gathered
+    copy)."""
+    out = np.empty(len(ptr) - 1, dtype=np.int64)
+    _gather_segment_sum(np.ascontiguousarray(values, dtype=np.int64), np.asarray(order), np.asarray(ptr), out)
     return out
 
 
