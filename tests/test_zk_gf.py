@@ -461,3 +461,11 @@ def test_merkle_blocks_and_leaves_refuse_what_they_cannot_hash():
         merkle.block_digests(np.zeros((257, 4), dtype=np.int64))
     with pytest.raises(ValueError, match=r"^3 salts for 4 columns$"):
         merkle.leaves_of(np.zeros((4, 1, 32), dtype=np.uint8), [b"s" * 16] * 3)
+
+
+def test_negate_in_place_is_neg():
+    rng = np.random.default_rng(13)
+    a = np.concatenate([[0, 1, P - 1], rng.integers(0, P, 100_000)]).astype(np.int64)
+    want = gf.neg(a)
+    got = a.copy()
+    assert gf.negate(got) is got and np.array_equal(got, want) and got[0] == 0 and got[1] == P - 1

@@ -45,7 +45,7 @@ from circuitgrad import blas
 
 from ..field import LIGERO51
 
-__all__ = ["P", "GENERATOR", "TWO_ADICITY", "mul", "add", "sub", "neg", "inv", "powers", "sum_mod",
+__all__ = ["P", "GENERATOR", "TWO_ADICITY", "mul", "add", "sub", "neg", "negate", "inv", "powers", "sum_mod",
            "segment_sum", "matmul", "batch_inv", "lagrange_at", "root_of_unity", "from_bytes128", "reduce", "kernels",
            "set_kernels", "compiled", "cached_powers", "mul_const", "fold", "bufsize", "P64", "U64", "P_U", "P2_U",
            "INV_P"]
@@ -188,6 +188,16 @@ def _combine(a, b, ufunc, fix, scalar) -> np.ndarray:
 
 def neg(a) -> np.ndarray:
     return sub(np.zeros_like(a, dtype=np.int64), a)
+
+
+def negate(a: np.ndarray) -> np.ndarray:
+    """``a ← −a mod p`` in place (an ``int64`` array of field elements), in strips: no full-size temporary."""
+    flat = a.reshape(-1)
+    for lo in range(0, len(flat), _STRIP):
+        x = flat[lo:lo + _STRIP]
+        np.subtract(P64, x, out=x)
+        x[x == P64] = 0
+    return a
 
 
 def mul(a, b) -> np.ndarray:

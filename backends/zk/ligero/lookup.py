@@ -41,7 +41,7 @@ from .coefficients import outer, piecewise
 from .params import TABLE
 from .transcript import Transcript
 
-__all__ = ["TABLE", "Shape", "shape", "linear_rows", "quadratic_rows", "AlphaCollision"]
+__all__ = ["TABLE", "Shape", "shape", "runs", "linear_rows", "quadratic_rows", "AlphaCollision"]
 
 
 class AlphaCollision(RuntimeError):
@@ -99,22 +99,30 @@ def shape(pc, k: int, sl: int) -> Shape:
     return Shape(pc.n_lookups, k, sl if pc.n_lookups else 0, pc.r1cs.lookup_tables or (8,), pc.r1cs.function_tables)
 
 
+def runs(block_keys: np.ndarray, block_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runs of lookups into one table, from the lookup blocks' table keys and first rows (``block_rows``
+    ends with the number of lookups; the builder orders the blocks by key): each run's first row, then the
+    total, and each run's key."""
+    keys = np.asarray(block_keys, dtype=np.int64)
+    rows = np.asarray(block_rows, dtype=np.int64)
+    keep = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, dtype=np.int64)
+    return np.append(rows[keep], rows[-1]), keys[keep]
+
+
 def linear_rows(sh: Shape, T: Transcript, s: int, alphas: np.ndarray, gamma: np.ndarray,
-                bits: np.ndarray) -> list:
+                runs: tuple[np.ndarray, np.ndarray]) -> list:
     """Challenge ``s`` of the linear test, lookup part: the coefficient blocks of the round-1 lookup rows (``v``,
     rank one ``β ⊗ γ`` with the repetition's ``γ``, whose flat values are also the coefficients on ``L``'s rows;
-    then ``m``) and of the round-2 rows (``h_s``, ``g_s``). ``bits``: every lookup's table width. The
-    constraints have no constant."""
+    then ``m``) and of the round-2 rows (``h_s``, ``g_s``). ``runs``: the lookups' runs of one table
+    (:func:`runs`). The constraints have no constant."""
     nt = len(sh.tables)
     ov = outer(T, f"lin{s}.lookup", sh.mv, gamma)
     rg = T.field(f"lin{s}.table", sh.sl * sh.size).reshape(sh.sl, sh.size)
     rsum = T.field(f"lin{s}.sum", sh.sl * nt).reshape(sh.sl, nt)
     table, owner = sh.entries()
-    tid = sh.table_of(bits)
-    starts = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1]]) if len(tid) else np.zeros(0, dtype=np.int64)
-    bounds = np.append(starts, len(tid))                     # runs of one table (lookups are ordered by table)
+    bounds, keys = runs
     Rm = gf.as_rows(gf.neg(gf.sum_mod(rg, axis=0)), sh.mm, sh.k)
-    Rh = [part for r in rsum for part in piecewise(r[tid[starts]], bounds, sh.mv, sh.k)]   # constant but at seams
+    Rh = [part for r in rsum for part in piecewise(r[sh.table_of(keys)], bounds, sh.mv, sh.k)]   # constant but at seams
     Rg = [gf.as_rows(gf.sub(gf.mul(rg[j], gf.sub(a, table)), rsum[j][owner]), sh.mm, sh.k)
           for j, a in enumerate(alphas.tolist())]
     return [ov, Rm] + Rh + [np.concatenate(Rg)]

@@ -137,6 +137,7 @@ def _linear_tests(pc: Prepared, lay: Layout, T: Transcript, sigma: int,
     out: σ values per constraint and lookup)."""
     M = pc.n_constraints
     reps, betas, gammas = [], [], []
+    runs = lookup.runs(pc.r1cs.lookup_block_bits, pc.r1cs.lookup_block_rows) if lay.lk.n else None
     for s in range(sigma):
         gamma = T.field(f"lin{s}.columns", lay.k)
         parts = [coefficients.outer(T, f"lin{s}.{x}", lay.mq, gamma) for x in "abc"]
@@ -144,7 +145,7 @@ def _linear_tests(pc: Prepared, lay: Layout, T: Transcript, sigma: int,
         fix = None
         blocks = list(parts)
         if lay.lk.n:
-            more = lookup.linear_rows(lay.lk, T, s, alphas, gamma, pc.r1cs.lookup_bits)
+            more = lookup.linear_rows(lay.lk, T, s, alphas, gamma, runs)
             blocks.append(more[0])
             parts += more
         if lay.cs.n:
@@ -159,7 +160,7 @@ def _linear_tests(pc: Prepared, lay: Layout, T: Transcript, sigma: int,
     out = []
     for s, (parts, rp, fix) in enumerate(reps):
         z = rz[s]                                       # the coefficients on z, in place: Aᵀr_a + … negated
-        z[:] = gf.neg(z)
+        gf.negate(z)
         z[:pc.n_public + 1] = gf.add(z[:pc.n_public + 1], rp)
         if fix is not None:
             wires, per_wire = fix
