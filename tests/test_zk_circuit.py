@@ -182,3 +182,7 @@ def test_a_verifiers_circuit_has_no_witness_program_and_checks_the_same_proofs()
                                          r"\.\.\., witness=False\), as a verifier does\): it checks proofs but computes "
                                          r"no witness$"):
         lean.witness(step.init_params(0), np.zeros((4, 4)), np.zeros(4, dtype=np.int64))
+    full.release_witness_program()                      # the prover's circuit after its last witness
+    assert full.fills is None and zk.verify(zk.prove(full, w, rng=np.random.default_rng(1)), lean, w.public)
+    with pytest.raises(ValueError, match=r"^zk: this circuit was compiled without its witness program"):
+        full.witness(step.init_params(0), np.zeros((4, 4)), np.zeros(4, dtype=np.int64))

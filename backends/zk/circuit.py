@@ -23,6 +23,7 @@ from typing import Mapping
 
 import numpy as np
 
+from circuitgrad import allocator
 from circuitgrad.compile import CompiledModel, compile_model
 from circuitgrad.fixedpoint import FixedPointOverflow
 from circuitgrad.schedule import Program
@@ -207,9 +208,17 @@ class Circuit:
             W[wires] = np.asarray(fn(W), dtype=np.int64).reshape(-1)
         if self.n_combinations:
             W = W[:self.r1cs.n_wires].copy()
+        allocator.trim()
         wit = Witness(self, W, time.perf_counter() - t0)
         self.last_witness = wit
         return wit
+
+    def release_witness_program(self) -> None:
+        """Drop the witness program (about a sixth of a large circuit's memory) once no more witnesses are
+        needed: the circuit still proves, checks and verifies, as one compiled with ``witness=False``."""
+        if self.fills is not None and not self.r1cs.counted:
+            self.fills = None
+            allocator.trim()
 
     def check(self, wit: Witness | np.ndarray) -> bool:
         """True when the witness satisfies every constraint."""
@@ -271,6 +280,10 @@ def default_range_checks(field: Field) -> str:
 def default_contractions(range_checks: str) -> str:
     """``"argument"`` for circuits only the native prover proves (lookups), ``"mac"`` for plain R1CS."""
     return "argument" if range_checks == "lookup" else "mac"
+
+
+#: wires added between two returns of the heap's free pages while compiling (:func:`circuitgrad.allocator.trim`)
+_TRIM_WIRES = 1 << 22
 
 
 def compile(model: CompiledModel, dtype: Fixed | None = None, field: Field | None = None,
@@ -440,7 +453,11 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
     _, proven = I.intervals(prog, dtype, [(0, 1 << dtype.frac) if h else None for h in one_hot])
     wired = I.product_operands(prog)
     fused = fusion.plan(prog, dtype, math.log2(field.p), range_checks == "lookup", fuse)
+    trim_at = _TRIM_WIRES
     for i, a in enumerate(prog.instrs):
+        if b.n >= trim_at:              # the gadgets' freed temporaries back to the kernel as the circuit grows
+            allocator.trim()
+            trim_at = b.n + _TRIM_WIRES
         b.context = f"{a.op.name}#{i}"
         if i in fused.fused:            # an elementwise region's instruction: its exports are table lookups
             fused.lower(L, i, a, env)
@@ -460,6 +477,7 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
                    for v in prog.outputs]
         P.constrain(b, private, {n: ins[v] for v, n in zip(prog.inputs, in_names)}, pub_out)
     r = b.finish(n_pub_out, n_pub_in, n_prv_in)
+    allocator.trim()
     return Circuit(r, prog, None, function, in_names, [ins[v] for v in prog.inputs], out_names, pub_out,
                    public_in, b.fills if b.witness or count_only else None, time.perf_counter() - t0, None, dtype,
                    need, private=private, range_requests=dict(b.range_requests), n_combinations=b.n_combinations)

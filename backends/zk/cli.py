@@ -256,6 +256,8 @@ def _prove(a) -> int:
             raise _fail(str(e)) from None
         with _Phase(f"witness {k}"):                # every system's prove checks the witness first
             wit = circuit.witness(params, x, y)
+        if k == a.steps - 1:
+            circuit.release_witness_program()     # the last witness is made: its memory goes to the prover
         where = os.path.join(out, system.step_name(k))
         with _Phase(f"{'setup+prove' if system.trusted_setup else 'prove'} {k}"):
             proof = system.prove(circuit, wit, **options)

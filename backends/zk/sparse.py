@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from circuitgrad import allocator
+
 __all__ = ["Matrix", "Assembler", "canonical"]
 
 #: the widest wire index a matrix stores (``int32``)
@@ -121,6 +123,10 @@ def _wires(wires: np.ndarray) -> np.ndarray:
     return wires.astype(np.int32)
 
 
+#: bytes of copied blocks between two returns of the heap's free pages (:func:`circuitgrad.allocator.trim`)
+_TRIM_BYTES = 256 << 20
+
+
 class Assembler:
     """A :class:`Matrix` built from blocks of new rows: :meth:`add` canonicalises a block and keeps it compact;
     :meth:`finish` joins the blocks (in the order given, default as added) into one matrix."""
@@ -157,10 +163,14 @@ class Assembler:
         wires = np.empty(self.terms, dtype=np.int32)
         dtype = _code_dtype(len(self.codes))
         codes = np.empty(self.terms, dtype=dtype)
-        row = term = 0
+        row = term = freed = 0
         for i in order:
             counts, w, c = self.blocks[i]
             self.blocks[i] = None
+            freed += counts.nbytes + w.nbytes + c.nbytes
+            if freed >= _TRIM_BYTES:            # the copied blocks' pages back to the kernel as we go
+                allocator.trim()
+                freed = 0
             np.cumsum(counts, out=ptr[row + 1:row + 1 + len(counts)])
             ptr[row + 1:row + 1 + len(counts)] += term
             wires[term:term + len(w)] = w

@@ -24,6 +24,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from circuitgrad import allocator
+
 from . import gf, merkle, ntt as transforms
 from .circuitdata import Prepared
 from .coefficients import BLOCK_CELLS
@@ -342,6 +344,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     ex.start(Passes(pc, lay, p, enc, kept, say))
     salts = [prf(seed, b"salt1", j, 16) for j in range(n)]
     tree = merkle.Tree(merkle.leaves_of(ex.digests(0, lay.rows), salts))
+    allocator.trim()                                # each phase's temporaries back to the kernel
     timings["commit"] = time.perf_counter() - t0
     say(f"committed {lay.rows} rows × {n} columns" + (" (kept)" if kept else ""))
     proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
@@ -361,6 +364,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
         tree2 = merkle.Tree(merkle.leaves_of(ex.digests(lay.rows, lay.total), salts2))
         T.absorb("root2", tree2.root)
         proof.root2 = tree2.root
+        allocator.trim()
         timings["lookup" if not lay.cs.n else "round2"] = time.perf_counter() - t0
         if lay.lk.n:
             say(f"committed {lay.lk.second} lookup rows ({pc.n_lookups} lookups, {lay.lk.sl} challenges)")
@@ -379,6 +383,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     proof.h = transforms.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
     for name in ("u", "q", "h"):
         T.absorb(name, getattr(proof, name).astype("<i8").tobytes())
+    allocator.trim()
     timings["tests"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     idx = list(columns) if columns is not None else T.indices("columns", t, n)
