@@ -233,3 +233,37 @@ def _fused_output_of(r, name):
     terms = slice(r.L.ptr[row], r.L.ptr[row + 1])
     coeffs = r.L.coeffs[terms]
     return row, int(r.L.wires[terms][coeffs == 1 << Q.width][0]), int(r.L.wires[terms][coeffs == 1][0])
+
+
+def test_a_lookup_challenge_may_be_no_entry_of_any_table():
+    from circuitgrad.backends.zk.tables import collision
+    fn = (np.array([5, 1 << 30, 3 << 39], dtype=np.int64),)
+    keys = (8, 12, FUNCTION_TABLE)
+    assert collision(4095, keys, fn) == "a table [0, 4096)"
+    assert collision(1 << 30, keys, fn) == "function table 0 (3 entries)"
+    assert collision(3 << 39, keys, fn) == "function table 0 (3 entries)"
+    assert collision(4096, keys, fn) is None and collision((1 << 30) + 1, keys, fn) is None
+    assert collision(5, (FUNCTION_TABLE,), fn) == "function table 0 (3 entries)" and collision(4, (FUNCTION_TABLE,), fn) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_honest_proofs_with_many_function_tables_verify(fused, seed):
+    """16 function tables: a verifier that took their keys for widths refused about one honest proof in four."""
+    _, c, w, _ = fused
+    assert len(c.r1cs.function_tables) == 16
+    assert zk.verify(zk.prove(c, w, rng=np.random.default_rng(100 + seed)), c, w.public)
+
+
+def test_no_more_function_tables_than_a_proof_may_claim(monkeypatch):
+    monkeypatch.setattr(fusion, "MAX_FUNCTION_TABLES", 5)
+    p = fusion.plan(_step().fn("step").program, Q, 51, True, "always")
+    assert len({t.tobytes() for t in p.tables.values()}) <= 5 and p.regions
+
+
+def test_a_region_defined_on_no_input_is_left_to_its_gadgets():
+    dt = cg.fixed(8, 4)
+    prog = _program(lambda x: ops.add(ops.add(ops.mul(x, x), 4.0), 4.0), dt)      # ≥ 8 for every x: never in range
+    assert fusion.plan(prog, dt, 51, True, "always").regions == []
+    c = zk.compile_program(prog, dt, zk.LIGERO51, fuse="always")
+    with pytest.raises(cg.FixedPointOverflow):
+        c.witness_raw([np.zeros(4, dtype=np.int64)])

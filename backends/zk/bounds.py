@@ -286,7 +286,7 @@ def _table_tops(r: R1CS) -> np.ndarray:
     keys = r.lookup_bits
     tops = np.zeros(len(keys), dtype=np.float64)
     for key in np.unique(keys):
-        tops[keys == key] = float(tables.entries(int(key), r.function_tables)[-1])
+        tops[keys == key] = float(tables.top(int(key), r.function_tables))
     return tops
 
 

@@ -39,6 +39,7 @@ from circuitgrad.types import Fixed
 
 from . import gadgets as G
 from .gadgets import ONE
+from .tables import MAX_FUNCTION_TABLES
 
 __all__ = ["Region", "Plan", "plan", "ELEMENTWISE", "MAX_BITS", "FUSE"]
 
@@ -188,7 +189,7 @@ def plan(prog: Program, dt: Fixed, field_bits: float, lookups: bool, fuse: str =
     for region in regions:
         if region.exports:
             groups.setdefault(region.signature(prog, consts), []).append(region)
-    entries = 1 << dt.width
+    entries, tables = 1 << dt.width, 0
     for sig, members in groups.items():
         first = members[0]
         size = sum(int(np.prod(prog.types[r.root].shape, dtype=np.int64)) for r in members)
@@ -196,13 +197,17 @@ def plan(prog: Program, dt: Fixed, field_bits: float, lookups: bool, fuse: str =
                  - EXPORT_CELLS * len(first.exports)) * size
         if fuse == "auto" and saved <= LOOKUP_CELLS * len(first.exports) * entries >> 4:
             continue                                          # the tables would cost more than they save
+        if tables + len(first.exports) > MAX_FUNCTION_TABLES:
+            continue                                          # no more tables than a proof may claim
         _evaluate(prog, first, consts, dt)
-        if fuse == "auto" and saved <= LOOKUP_CELLS * len(first.exports) * int(first.valid.sum()):
-            continue
+        if not first.valid.any() or (fuse == "auto" and
+                                     saved <= LOOKUP_CELLS * len(first.exports) * int(first.valid.sum())):
+            continue                                          # defined nowhere (its gadgets report it), or too dear
         packed = []
         for e in first.exports:
             k = np.flatnonzero(first.valid)
             packed.append(np.sort(k + (first.values[e][k] + (entries >> 1)) * entries))
+        tables += len(first.exports)
         for region in members:
             if region is not first:
                 region.valid = first.valid

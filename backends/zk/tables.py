@@ -19,13 +19,16 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["FUNCTION_TABLE", "MAX_TABLE_BITS", "entries", "size", "outside", "index", "describe"]
+__all__ = ["FUNCTION_TABLE", "MAX_TABLE_BITS", "MAX_FUNCTION_TABLES", "entries", "size", "top", "outside", "index",
+           "describe", "collision"]
 
 #: the widest range table, ``[0, 2^MAX_TABLE_BITS)``: four million entries, which pays only for circuits with
 #: about as many values of that width
 MAX_TABLE_BITS = 22
 #: the key of function table ``j`` is ``FUNCTION_TABLE + j``
 FUNCTION_TABLE = 32
+#: the most function tables a circuit has (the compiler fuses no more regions; proofs claim no more entries)
+MAX_FUNCTION_TABLES = 64
 
 
 def _check(key: int, functions: Sequence[np.ndarray]) -> None:
@@ -46,6 +49,27 @@ def size(key: int, functions: Sequence[np.ndarray] = ()) -> int:
     return 1 << key if key < FUNCTION_TABLE else len(functions[key - FUNCTION_TABLE])
 
 
+def top(key: int, functions: Sequence[np.ndarray] = ()) -> int:
+    """The table's largest value (``2^b − 1`` for a range)."""
+    _check(key, functions)
+    return (1 << key) - 1 if key < FUNCTION_TABLE else int(functions[key - FUNCTION_TABLE][-1])
+
+
+def collision(alpha: int, keys: Sequence[int], functions: Sequence[np.ndarray] = ()) -> str | None:
+    """Which of the tables ``keys`` has the value ``alpha`` (a logUp challenge must be none of their entries:
+    ``g·(α − t) = m`` would not bind ``g``), described; None if none has it."""
+    ranges = [k for k in keys if k < FUNCTION_TABLE]
+    if ranges and alpha < 1 << max(ranges):
+        return f"a table [0, {1 << max(ranges)})"
+    for k in keys:
+        if k >= FUNCTION_TABLE:
+            t = functions[k - FUNCTION_TABLE]
+            i = int(np.searchsorted(t, alpha))
+            if i < len(t) and int(t[i]) == alpha:
+                return describe(k, functions)
+    return None
+
+
 def outside(keys: np.ndarray, v: np.ndarray, functions: Sequence[np.ndarray] = ()) -> np.ndarray:
     """Which values ``v`` (field elements in ``[0, p)``, ``int64`` or Python ints) are not in their lookups'
     tables ``keys``."""
@@ -54,13 +78,13 @@ def outside(keys: np.ndarray, v: np.ndarray, functions: Sequence[np.ndarray] = (
     out = np.zeros(len(keys), dtype=bool)
     for key in np.unique(keys):
         sel = keys == key
-        t = entries(int(key), functions)
         vv = v[sel]
-        big = vv > int(t[-1])                      # also every value past int64 (a Python-int array)
+        big = vv > top(int(key), functions)        # also every value past int64 (a Python-int array)
         small = np.where(big, 0, vv).astype(np.int64)
         if key < FUNCTION_TABLE:
             out[sel] = big | (small < 0)
         else:
+            t = functions[key - FUNCTION_TABLE]
             i = np.minimum(np.searchsorted(t, small), len(t) - 1)
             out[sel] = big | (t[i] != small)
     return out

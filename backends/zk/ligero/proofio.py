@@ -55,12 +55,12 @@ import numpy as np
 from dataclasses import dataclass, field
 
 from ..formats import MAX_FILE, FormatError, json_loads, open_untrusted, printable, read_untrusted
-from ..r1cs import MAX_TABLE_BITS
+from ..tables import MAX_FUNCTION_TABLES, MAX_TABLE_BITS
 from . import gf, merkle
 from .params import DEFAULT_SOUNDNESS, SOUNDNESS, TABLE, Params, soundness_bits
 
-#: the most table entries a proof may claim: every range table and 64 function tables of 2^22 entries
-MAX_LOOKUP_TABLE = (1 << (MAX_TABLE_BITS + 1)) + (64 << MAX_TABLE_BITS)
+#: the most table entries a proof may claim: every range table, and every function table at 2^22 entries
+MAX_LOOKUP_TABLE = (1 << (MAX_TABLE_BITS + 1)) + (MAX_FUNCTION_TABLES << MAX_TABLE_BITS)
 
 __all__ = ["LigeroProof", "PROTOCOL", "RETIRED", "save", "load", "claimed_soundness", "dumps", "loads", "max_bytes", "MAGIC", "VERSION"]
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import tables
 from . import coefficients, contraction, gf, lookup, merkle
 from .circuitdata import Prepared
 from .coefficients import Rows
@@ -344,9 +345,10 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     alphas, draws = np.zeros(0, dtype=np.int64), []
     if lay.lk.n:
         alphas = T.field("lookup.alpha", lay.lk.sl)
-        top = 1 << max(lay.lk.tables)             # g_j·(α − j) = m_j would not bind g_j: the bound assumes α ∉ T
-        if int(alphas.min()) < top:
-            raise Reject(f"a lookup challenge fell in a table [0, {top}); an honest prover proves again")
+        for a in alphas.tolist():                # g_j·(α − t_j) = m_j would not bind g_j: the bound assumes α ∉ T
+            where = tables.collision(a, lay.lk.tables, lay.lk.functions)
+            if where is not None:
+                raise Reject(f"a lookup challenge fell in {where}; an honest prover proves again")
     if lay.cs.n:
         draws = contraction.challenges(T, pc.contraction, lay.cs)
     if lay.second:
