@@ -54,7 +54,7 @@ def test_cli_workers_without_dask_is_one_line_naming_the_extra(no_dask, capsys, 
 def test_cli_any_missing_module_of_an_extra_is_one_line(capsys, tmp_path, monkeypatch, cmd):
     from circuitgrad.backends.zk import cli
 
-    def missing(*_):
+    def missing(*_, **__):
         raise ModuleNotFoundError("No module named 'galois'", name="galois")
     monkeypatch.setattr(cli, "_setup", missing)
     d = _dir(tmp_path, "chain.json")
