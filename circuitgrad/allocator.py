@@ -69,4 +69,7 @@ def trim() -> bool:
     """Return the heap's free pages to the kernel (glibc's ``malloc_trim(0)``); False where there is no glibc
     or ``CIRCUITGRAD_MALLOC=system``."""
     f = _malloc_trim() if os.environ.get("CIRCUITGRAD_MALLOC", "tuned").lower() != "system" else None
-    return bool(f is not None and (f(0) or True))
+    if f is None:
+        return False
+    f(0)
+    return True

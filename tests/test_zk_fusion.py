@@ -267,3 +267,14 @@ def test_a_region_defined_on_no_input_is_left_to_its_gadgets():
     c = zk.compile_program(prog, dt, zk.LIGERO51, fuse="always")
     with pytest.raises(cg.FixedPointOverflow):
         c.witness_raw([np.zeros(4, dtype=np.int64)])
+
+
+def test_the_keys_of_a_range_of_lookups_are_the_per_lookup_keys(fused):
+    r = fused[1].r1cs
+    n, every = r.n_lookups, r.lookup_bits
+    for lo, hi in [(0, n), (0, 1), (n - 1, n), (5, 5), (37, 40_001), (1000, n)]:
+        assert np.array_equal(r.lookup_keys(lo, hi), every[lo:hi]), (lo, hi)
+    starts = r.lookup_block_rows
+    for i in range(1, min(len(starts) - 1, 20)):                # around every seam of the first blocks
+        a = int(starts[i])
+        assert np.array_equal(r.lookup_keys(a - 1, a + 1), every[a - 1:a + 1])

@@ -156,6 +156,17 @@ class R1CS:
         """Each lookup's table key (from its block's): a range width, or a function table's key (:mod:`.tables`)."""
         return np.repeat(self.lookup_block_bits, np.diff(self.lookup_block_rows))
 
+    def lookup_keys(self, lo: int, hi: int) -> np.ndarray:
+        """The table keys of lookups ``lo … hi``, from their blocks' (what :attr:`lookup_bits` holds for every
+        lookup, without that array: the prover and the digest read it a block of rows at a time)."""
+        if hi <= lo:
+            return np.zeros(0, dtype=np.int64)
+        rows = np.asarray(self.lookup_block_rows, dtype=np.int64)
+        first = int(np.searchsorted(rows, lo, side="right")) - 1
+        last = int(np.searchsorted(rows, hi, side="left"))
+        return np.repeat(np.asarray(self.lookup_block_bits, dtype=np.int64)[first:last],
+                         np.diff(np.clip(rows[first:last + 1], lo, hi)))
+
     @property
     def lookup_tables(self) -> tuple[int, ...]:
         """The keys of the lookup tables, ascending (``()`` without lookups): range widths, then function tables."""

@@ -62,11 +62,8 @@ def collision(alpha: int, keys: Sequence[int], functions: Sequence[np.ndarray] =
     if ranges and alpha < 1 << max(ranges):
         return f"a table [0, {1 << max(ranges)})"
     for k in keys:
-        if k >= FUNCTION_TABLE:
-            t = functions[k - FUNCTION_TABLE]
-            i = int(np.searchsorted(t, alpha))
-            if i < len(t) and int(t[i]) == alpha:
-                return describe(k, functions)
+        if k >= FUNCTION_TABLE and not outside(np.array([k]), np.array([alpha]), functions)[0]:
+            return describe(k, functions)
     return None
 
 

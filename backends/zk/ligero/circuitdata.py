@@ -134,10 +134,9 @@ class Prepared:
         out = [np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)]
         bad = []
         if self.L is not None:
-            bits = self.r1cs.lookup_bits
             for lo in range(0, self.n_lookups, block):
                 hi = min(self.n_lookups, lo + block)
-                bad.append(lo + np.flatnonzero(tables.outside(bits[lo:hi], self.L.rows(z, lo, hi),
+                bad.append(lo + np.flatnonzero(tables.outside(self.r1cs.lookup_keys(lo, hi), self.L.rows(z, lo, hi),
                                                               self.r1cs.function_tables)))
         out.append(np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64))
         return out[0], out[1]
@@ -179,7 +178,8 @@ def digest(r: R1CS) -> bytes:
     if r.L is not None:
         h.update(b"lookups")
         h.update(np.array([r.n_lookups, r.table_bits], dtype="<i8").tobytes())
-        h.update(np.ascontiguousarray(r.lookup_bits, dtype="<i8").tobytes())     # every lookup's table
+        for lo in range(0, r.n_lookups, _SORT_BLOCK):                          # every lookup's table
+            h.update(np.ascontiguousarray(r.lookup_keys(lo, lo + _SORT_BLOCK), dtype="<i8").tobytes())
         for t in r.function_tables:                                             # and every function table
             h.update(np.array([len(t)], dtype="<i8").tobytes() + np.ascontiguousarray(t, dtype="<i8").tobytes())
         mats += (r.L,)

@@ -102,22 +102,21 @@ class Encoding:
     def _multiplicities(self) -> np.ndarray:
         """``m``: how often each table entry is looked up (a pass over ``L``, which also checks every lookup)."""
         pc, sh = self.pc, self.lay.lk
-        bits, functions = pc.r1cs.lookup_bits, pc.r1cs.function_tables
+        functions = pc.r1cs.function_tables
         start = sh.starts()
         m = np.zeros(sh.size, dtype=np.int64)
         step = max(1, _LOOKUP_CELLS // self.p.k)
         for lo in range(0, sh.mv, step):
             hi = min(sh.mv, lo + step)
             a, b = lo * self.p.k, min(hi * self.p.k, pc.n_lookups)
-            v = pc.L.rows(self.z, a, b)
-            out = tables.outside(bits[a:b], v, functions)
+            v, keys = pc.L.rows(self.z, a, b), pc.r1cs.lookup_keys(a, b)
+            out = tables.outside(keys, v, functions)
             if out.any():
-                bad = a + int(np.flatnonzero(out)[0])
-                raise ValueError(f"ligero: lookup {bad} ({pc.r1cs.lookup_tag_of(bad)}) is outside its table "
-                                 f"{tables.describe(int(bits[bad]), functions)}: the witness does not satisfy "
+                bad = int(np.flatnonzero(out)[0])
+                raise ValueError(f"ligero: lookup {a + bad} ({pc.r1cs.lookup_tag_of(a + bad)}) is outside its table "
+                                 f"{tables.describe(int(keys[bad]), functions)}: the witness does not satisfy "
                                  f"the circuit")
-            m += np.bincount(start[sh.table_of(bits[a:b])] + tables.index(bits[a:b], v, functions),
-                             minlength=sh.size)
+            m += np.bincount(start[sh.table_of(keys)] + tables.index(keys, v, functions), minlength=sh.size)
         return m
 
     def start_second(self, alphas: np.ndarray, draws: list) -> None:
