@@ -278,3 +278,17 @@ def test_the_keys_of_a_range_of_lookups_are_the_per_lookup_keys(fused):
     for i in range(1, min(len(starts) - 1, 20)):                # around every seam of the first blocks
         a = int(starts[i])
         assert np.array_equal(r.lookup_keys(a - 1, a + 1), every[a - 1:a + 1])
+
+
+def test_the_builder_refuses_a_malformed_function_table_and_an_unknown_key():
+    from circuitgrad.backends.zk.r1cs import Builder
+    b = Builder(zk.LIGERO51, "lookup")
+    msg = r"^Builder\.function_table: a table is a non-empty ascending array of distinct field elements$"
+    for bad in ([], [3, 3], [5, 2], [-1, 4], [1, zk.LIGERO51.p]):
+        with pytest.raises(ValueError, match=msg):
+            b.function_table(np.array(bad, dtype=np.int64), "f")
+    key = b.function_table(np.array([1, 7]), "f")
+    assert key == FUNCTION_TABLE and b.function_table(np.array([1, 7]), "g") == key    # shared by content
+    x = b.alloc(2)
+    with pytest.raises(ValueError, match=rf"^Builder\.table_lookup: no function table has key {key + 1}$"):
+        b.table_lookup([(x, 1)], "fused", key + 1)
