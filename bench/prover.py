@@ -21,7 +21,8 @@ With --workers N every case is also proved on a Dask LocalCluster of N workers (
 ``zk.prove(..., cluster=N)``), as the row "case (N workers)": its proof must be byte for byte the single
 process's (same seed), and the bytes sent to and received from the workers are reported.
 The "prover MiB" column is the memory a proof adds to its process (``timings["memory"]``), against
-``cg.cost``'s prediction ("predicted MiB").
+``cg.cost``'s prediction ("predicted MiB"); "predicted s" is ``cg.cost``'s prover time for the case (this
+machine's calibration) against the measured "prove s".
 The model circuits are compiled over the Ligero field, so their matrix products are proved by the
 contraction argument (Freivalds' check, docs/ZK.md) and their ranges are logUp lookups (see
 bench/lookup.py for bits against lookups); a second table gives each model circuit's largest gadget
@@ -216,7 +217,8 @@ def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = Non
            "split": split(c) if not case.startswith("syn") else "",
            "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "prover_mib": proof.timings["first_memory"] / 2 ** 20,
-           "predicted_mib": cost.prover_memory(c) / 2 ** 20 if hasattr(cost, "prover_memory") else float("nan")}
+           "predicted_mib": cost.prover_memory(c) / 2 ** 20 if hasattr(cost, "prover_memory") else float("nan"),
+           "predicted_s": cost.prover_seconds(c) if hasattr(cost, "prover_seconds") else float("nan")}
     if snarkjs:
         from circuitgrad.backends.zk import snarkjs as sj
         t0 = time.perf_counter()
@@ -327,10 +329,10 @@ def main() -> None:
             cleanup()
     print(f"circuitgrad native Ligero prover (51-bit field, SHA-256); {machine()}; median of {a.repeats}")
     proved = [r for r in rows if "params" in r]
-    print(table(["case", "constraints", "lookups", "parameters", "bits", "prove s", "verify s", "proof KiB",
-                 "peak MiB", "prover MiB", "predicted MiB"],
+    print(table(["case", "constraints", "lookups", "parameters", "bits", "prove s", "predicted s", "verify s",
+                 "proof KiB", "peak MiB", "prover MiB", "predicted MiB"],
                 [[r["case"], r["constraints"], r["lookups"], r["params"], f"{r['bits']:.1f}", f"{r['prove_s']:.2f}",
-                  f"{r['verify_s']:.2f}", f"{r['proof_bytes'] / 1024:.0f}", f"{r['peak_mib']:.0f}",
+                  f"{r.get('predicted_s', float('nan')):.2f}", f"{r['verify_s']:.2f}", f"{r['proof_bytes'] / 1024:.0f}", f"{r['peak_mib']:.0f}",
                   f"{r.get('prover_mib', float('nan')):.0f}", f"{r.get('predicted_mib', float('nan')):.0f}"]
                  for r in proved]))
     for r in {r["case"]: r for r in rows}.values():

@@ -94,3 +94,49 @@ def test_piecewise_rows_are_the_vector_laid_out(bounds):
     assert np.array_equal(Rows(parts, K).dense(), vec.reshape(m, K))
     whole = [b // K for b in bounds if b % K == 0]
     assert sum(len(p.beta) for p in parts if isinstance(p, Outer)) >= m - (len(bounds) - len(whole))
+
+
+def _deferred_reps(rng, count: int, made: list):
+    """``count`` repetitions whose first block (6 rows) is deferred; ``made`` records each call's repetitions."""
+    from circuitgrad.backends.zk.ligero.coefficients import Deferred
+    blocks = [rng.integers(0, gf.P, (6, K)) for _ in range(count)]
+
+    def make(args):
+        made.append([a for a, in args])
+        return [blocks[a].reshape(-1).copy() for a, in args]
+    reps = [Rows([Deferred(6, (i,), make)] + _mixed(rng).parts, K) for i in range(count)]
+    return reps, blocks
+
+
+@pytest.mark.parametrize("budget, calls", [(None, [[0, 1, 2]]), (2 * 8 * 6 * K, [[0, 1], [2]]),
+                                           (1, [[0], [1], [2]])])
+def test_deferred_blocks_are_computed_together_as_far_as_the_budget_allows(budget, calls):
+    """The coefficients on z are a deferred block: computed when a test asks, every repetition in one call when
+    they fit the budget, else in groups of as many as fit (at least one); the rows are the dense ones."""
+    from circuitgrad.backends.zk.ligero.coefficients import materialized
+    rng = np.random.default_rng(6)
+    made = []
+    reps, blocks = _deferred_reps(rng, 3, made)
+    got = [(i, R) for group, rows in materialized(reps, budget) for i, R in zip(group, rows)]
+    assert made == calls
+    assert [i for i, _ in got] == [0, 1, 2]
+    for i, R in got:
+        assert np.array_equal(R.dense()[:6], blocks[i])
+        assert np.array_equal(R.dense()[6:], Rows(reps[i].parts[1:], K).dense())
+
+
+def test_values_at_with_deferred_blocks_is_the_dense_rows_product():
+    rng = np.random.default_rng(7)
+    reps, _ = _deferred_reps(rng, 3, [])
+    lag = gf.lagrange_at(K, rng.integers(1, gf.P, 5))
+    from circuitgrad.backends.zk.ligero import coefficients
+    got = coefficients.values_at(reps, lag)
+    assert all(np.array_equal(v, gf.matmul(R.dense(), lag)) for v, R in zip(got, reps))
+
+
+def test_a_window_of_a_deferred_block_is_refused():
+    rng = np.random.default_rng(8)
+    reps, _ = _deferred_reps(rng, 1, [])
+    with pytest.raises(ValueError, match=r"^Rows\.window: rows of a deferred block \(materialize it first\)$"):
+        reps[0].window(2, 8)
+    assert reps[0].window(6, 9).n_rows == 3                   # past it: the other blocks

@@ -360,3 +360,39 @@ def test_a_proof_claiming_contractions_or_other_tables_is_refused():
     with pytest.raises(Reject, match=rf"^the proof claims lookup tables of {forged.lookup_table} entries, the "
                                      rf"circuit's have {proof.lookup_table}$"):
         ligero.check(forged, mac)
+
+
+def test_the_linear_tests_wire_terms_are_the_occurrences_summed_by_wire():
+    """``WireTerms.sums``: ``Σ_draws r_x[k]·u[i]`` on ``A[i, k]``, ``r_y[k]·v[j]`` on ``B[k, j]`` and
+    ``r_Σ·u[i]·v[j]`` on ``C[i, j]``, summed by wire (a wire used twice gets both), against Python integers."""
+    b = Builder(zk.LIGERO51, "bits", "argument")
+    A, B = b.alloc((2, M, N), "A"), b.alloc((2, N, K), "B")
+    C = b.alloc((2, M, K), "C")
+    A[1, 0, 0] = A[0, 0, 0]                                   # one wire in two places
+    b.contract(A, B, C, "matmul.contraction")
+    r = b.finish(0, 0, A.size + B.size + C.size)
+    ix = contraction.index(r.contractions)
+    sh = contraction.Shape(ix.n, 8, 2)
+    T = Transcript(b"wire terms")
+    draws = contraction.challenges(T, ix, sh)
+    terms, _ = contraction.linear_rows(ix, sh, T, 0, draws, T.field("gamma", 8))
+    wires, sums = terms.sums()
+    want: dict[int, int] = {}
+    for ox, oy, rsum, u, v in terms.terms:
+        rx, ry = ox.flat(ix.n).tolist(), oy.flat(ix.n).tolist()
+        u, v = u.tolist(), v.tolist()
+        for l in range(2):
+            for i in range(M):
+                for k in range(N):
+                    w = int(A[l, i, k])
+                    want[w] = (want.get(w, 0) + rx[l * N + k] * u[l * M + i]) % P
+            for k in range(N):
+                for j in range(K):
+                    w = int(B[l, k, j])
+                    want[w] = (want.get(w, 0) + ry[l * N + k] * v[l * K + j]) % P
+            for i in range(M):
+                for j in range(K):
+                    w = int(C[l, i, j])
+                    want[w] = (want.get(w, 0) + rsum * u[l * M + i] * v[l * K + j]) % P
+    assert wires.tolist() == sorted(want)
+    assert sums.tolist() == [want[w] for w in sorted(want)]

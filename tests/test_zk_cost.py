@@ -14,7 +14,7 @@ from circuitgrad import nn
 from circuitgrad.backends.zk import cost as cost_zk
 
 #: three circuits that prove in milliseconds, in place of the real calibration set
-_TINY = (("products", 1 << 4, False), ("products", 1 << 6, True), ("step", 2, (2, 3, 2)))
+_TINY = (("products", 1 << 4, False, None), ("products", 1 << 6, True, 0), ("step", 2, (2, 3, 2), None))
 
 
 # ------------------------------------------------------------------ item 8: the prover calibration
@@ -29,8 +29,8 @@ def test_prover_calibration_reports_progress_on_stderr_then_is_cached(tmp_path, 
     lines = err.splitlines()
     path = os.path.join(str(tmp_path), "ligero-calibration.json")
     assert lines[0] == ("circuitgrad: calibrating the Ligero prover's time model on this machine, once: proving "
-                        "3 small circuits (about 15 s on an idle 2-core machine); the rates are cached in " + path)
-    labels = ["2^4 products", "2^6 products with lookups", "MLP 2-3-2 b2 step"]
+                        "3 small circuits (about 13 s on an idle 2-core machine); the rates are cached in " + path)
+    labels = ["2^4 products", "2^6 products with lookups streamed", "MLP 2-3-2 b2 step"]
     assert len(lines) == 4
     for k, (line, label) in enumerate(zip(lines[1:], labels), 1):
         assert re.fullmatch(rf"calibrating the Ligero prover: {k}/3 circuits, last {re.escape(label)} "
@@ -52,8 +52,11 @@ def test_prover_calibration_times_long_proofs_once_and_short_ones_three_times(mo
 
 
 def test_calibration_set_is_the_documented_one():
-    # docs/COST.md and the message describe these eight circuits
-    assert [k for k, _, _ in cost_zk._CALIBRATION] == ["products"] * 4 + ["contraction"] + ["step"] * 3
+    # docs/COST.md and the message describe these sixteen proofs: six of them streamed (keep=0)
+    assert [k for k, _, _, _ in cost_zk._CALIBRATION] == ["products"] * 6 + ["contraction"] * 2 + ["step"] * 4 + \
+        ["gpt"] * 4
+    assert [keep for *_, keep in cost_zk._CALIBRATION].count(0) == 6
+    assert all(keep in (None, 0) for *_, keep in cost_zk._CALIBRATION)
     assert cost_zk._ONE_PROOF_S == 1.0
 
 

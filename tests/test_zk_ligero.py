@@ -405,6 +405,29 @@ def test_streamed_proof_with_lookups_and_contractions_is_the_kept_one(monkeypatc
     assert ligero.check(streamed, c, w.public, params=p, min_bits=0 if k else 100) is None
 
 
+@pytest.mark.parametrize("budget", [1, 1 << 30])
+def test_keep_0_streams_everything_and_the_coefficients_on_z_by_repetition(monkeypatch, budget):
+    """``ligero.prove(keep=0)`` keeps neither the encoding nor the rows' values (``prover.plan``); with the linear
+    test's coefficients on z computed one repetition at a time (a budget of 1 byte) or all together, the seeded
+    proof is the default one's bytes and it verifies."""
+    from circuitgrad.backends.zk.ligero import coefficients, proofio
+    c, w = lookup_and_product_step()
+    lay = protocol.layout(prepare(c.r1cs), ligero.expected_params(c))
+    assert prover.plan(lay, ligero.expected_params(c)) == (True, False)
+    assert prover.plan(lay, ligero.expected_params(c), keep=0) == (False, False)
+    assert prover.plan(lay, ligero.expected_params(c), split=True) == (False, False)
+    default = proofio.dumps(ligero.prove(c, w, rng=np.random.default_rng(3)))
+    groups = []
+    real = coefficients.materialized
+    monkeypatch.setattr(coefficients, "DEFERRED_BYTES", budget)
+    monkeypatch.setattr(prover, "materialized", lambda reps: ((groups.append(g), (g, r))[1] for g, r in real(reps)))
+    streamed = ligero.prove(c, w, rng=np.random.default_rng(3), keep=0)
+    assert proofio.dumps(streamed) == default
+    assert ligero.verify(streamed, c, w.public)
+    sigma = ligero.expected_params(c).sigma
+    assert groups == ([[j] for j in range(sigma)] if budget == 1 else [list(range(sigma))])
+
+
 def test_a_commitment_range_must_start_a_merkle_row_block(iris):
     """The prover's passes cut the commitment at row blocks; a range that does not start one is refused (a split
     across workers would otherwise hash other blocks than one process)."""

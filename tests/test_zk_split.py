@@ -136,3 +136,16 @@ def test_cli_prove_with_workers_shares_each_step_and_verifies(tmp_path):
     assert r.returncode == 0, r.stderr
     r = run_cli("zk", "verify", "examples/iris.py", out, *opts, "--init-seed", "0")
     assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_a_split_proofs_inputs_travel_as_out_of_band_buffers():
+    """The circuit, witness, seed and masks go to the workers as one object whose arrays Dask serialises as
+    frames of their own (pickle protocol 5), not inside a pickled blob: a worker's arrays are the frames it
+    received, and the bytes counted as sent are the arrays' bytes and a small header."""
+    from distributed.protocol import serialize
+    big = np.arange(1 << 18, dtype=np.int64)
+    inputs = distributed._Inputs((big, big[::2].copy(), b"seed", 7))
+    _, frames = serialize(inputs)
+    sizes = sorted(memoryview(f).nbytes for f in frames)
+    assert big.nbytes in sizes and big.nbytes // 2 in sizes
+    assert 1.5 * big.nbytes <= distributed._pickled_bytes(inputs) < 1.5 * big.nbytes + 4096

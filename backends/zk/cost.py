@@ -3,10 +3,10 @@
 The counts are those of the circuit itself: the program is lowered by the ZK backend's own rules
 (no matrix is proved), and every constraint block's tag (``MatMul#12:product``) names the
 instruction, hence the definition, that emitted it.  The native Ligero prover's time is predicted
-from its work on the circuit (:func:`prover_features`: the matrix it encodes, the columns it hashes,
-the constraint matrices' nonzeros, the lookups), each with a rate calibrated once on this machine by
-proving four synthetic circuits, one synthetic 256×256 contraction and three small MLP training steps
-(cached like the CPU calibration).
+from its work on the circuit (:func:`prover_features`: the rows it encodes, the columns it hashes,
+the constraint matrices' nonzeros, the lookups, what it recomputes when it streams its rows), each with a
+rate calibrated once on this machine by proving synthetic circuits, a 256×256 contraction, small MLP
+steps and the GPT d=16 and d=32 steps, as kept and as streamed proofs (cached like the CPU calibration).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ __all__ = ["estimate", "by_gadget", "prover_features", "prover_seconds", "prover
            "recalibrate", "PROVER_FEATURES"]
 
 _TAG = re.compile(r"^[^#:]*#(\d+):")
-_VERSION = 7
+_VERSION = 8
 
 
 def _circuit(f: Any, function: str, dtype, field, range_checks):
@@ -55,26 +55,35 @@ def _circuit(f: Any, function: str, dtype, field, range_checks):
 
 
 #: what the prover's time is modelled in (see :func:`prover_features`)
-PROVER_FEATURES = ("call", "encode", "linear", "columns", "nonzeros", "lookups", "contractions")
+PROVER_FEATURES = ("call", "encode", "linear", "columns", "nonzeros", "lookups", "contractions", "opened",
+                   "codeword")
 
 
-def prover_features(c) -> list[float]:
-    """The Ligero prover's work on circuit ``c``, from its own parameter choice and matrix layout:
-    one call; the encoding (matrix rows × codeword length × log₂ of it: one NTT per row, twice when the matrix
-    is streamed rather than kept); the linear test's
-    dense coefficient rows (those on ``z``, σ of each: an inverse NTT and a coset evaluation per row, the
-    rank-one blocks cost none); hashing and combining the columns (rows × codeword length); ``A·z``,
-    ``B·z``, ``C·z`` (their nonzeros); logUp; the contraction argument (every wire occurrence of its
-    matrices, once per Freivalds draw and linear test)."""
+def prover_features(c, keep: int | None = None) -> list[float]:
+    """The Ligero prover's work on circuit ``c``, from its own parameter choice and matrix layout, and what it
+    keeps between its passes (:func:`.ligero.prover.plan`, ``keep`` as for ``ligero.prove``):
+    one call; the encoding (rows encoded × codeword length × log₂ of it: every row once when the encoded matrix
+    is kept, else twice, and the rows of ``z`` once more for each repetition of the linear test after the
+    first); the linear test's dense coefficient rows (those on ``z``, σ of each: an inverse NTT and a coset
+    evaluation per row, the rank-one blocks cost none); hashing and combining the columns (rows × codeword
+    length); the rows' values ``A·z``, ``B·z``, ``C·z`` (their nonzeros) and the linear test's transposed
+    products (σ of them), once per pass that computes them; logUp (its lookups, once per such pass); the
+    contraction argument (every wire occurrence of its matrices, once per Freivalds draw and linear test);
+    and, when the matrix is not kept, the opened columns evaluated from each row's coefficients (rows × its
+    degree bound × opened columns); and what each commitment does once per column (its salt, leaf and tree
+    nodes: the codeword length, once a round), which dominates the smallest circuits."""
     pc = _Sizes(c.r1cs)                     # the prover's view of the circuit's sizes (no matrices: counted circuits)
     p = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups, contractions=pc.contraction_cells,
                table=pc.lookup_table or TABLE)
     lay = layout(pc, p)
+    kept, values_kept = prover_module.plan(lay, p, keep)
     terms = c.r1cs.n_contraction_terms * p.contraction_sigma * (p.sigma + 1)
     ntt = p.n * math.log2(p.n)
-    passes = 1 if prover_module.kept_bytes(lay, p) <= prover_module.KEEP_BYTES else 2   # streamed: encoded twice
-    return [1.0, float(passes * lay.total * ntt), float(p.sigma * lay.mz * ntt), float(lay.total * p.n),
-            float(c.r1cs.nonzeros), float(pc.n_lookups), float(terms)]
+    encoded = lay.total if kept else 2 * lay.total + (p.sigma - 1) * lay.mz
+    passes = 1 if kept or values_kept else 3                # the values: commit, tests, openings
+    return [1.0, float(encoded * ntt), float(p.sigma * lay.mz * ntt), float(lay.total * p.n),
+            float(c.r1cs.nonzeros * (passes + p.sigma)), float(pc.n_lookups * passes), float(terms),
+            0.0 if kept else float(lay.total * p.K * p.t), float(p.n * (2 if lay.second else 1))]
 
 
 class _Sizes:
@@ -126,10 +135,16 @@ def _synthetic(n: int, lookups: bool = False):
     return c, Witness(c, W)
 
 
-#: the calibration circuits: synthetic products (count, with lookups), and small training steps (batch, sizes)
-_CALIBRATION = (("products", 1 << 8, False), ("products", 1 << 12, False), ("products", 1 << 16, False),
-                ("products", 1 << 15, True), ("contraction", 256, None), ("step", 4, (3, 6, 2)),
-                ("step", 16, (12, 48, 6)), ("step", 64, (16, 64, 8)))
+#: the calibration circuits: synthetic products (count, with lookups), small MLP training steps (batch, sizes) and
+#: GPT training steps (batch, sequence, vocabulary, width, heads, layers: the benchmark's d=16 and d=32), each
+#: proved as it would be (``None``) or with every row streamed (``keep=0``: what a large circuit does)
+_CALIBRATION = (("products", 1 << 8, False, None), ("products", 1 << 12, False, None),
+                ("products", 1 << 16, False, None), ("products", 1 << 16, False, 0),
+                ("products", 1 << 15, True, None), ("products", 1 << 15, True, 0), ("contraction", 256, None, None),
+                ("contraction", 256, None, 0), ("step", 4, (3, 6, 2), None), ("step", 16, (12, 48, 6), None),
+                ("step", 64, (16, 64, 8), None), ("step", 64, (16, 64, 8), 0),
+                ("gpt", 2, (8, 16, 16, 2, 1), None), ("gpt", 2, (8, 16, 16, 2, 1), 0),
+                ("gpt", 2, (16, 32, 32, 2, 1), None), ("gpt", 2, (16, 32, 32, 2, 1), 0))
 
 
 def _calibration_circuit(kind: str, n, arg):
@@ -137,10 +152,16 @@ def _calibration_circuit(kind: str, n, arg):
         return _synthetic(n, arg)
     if kind == "contraction":
         return _contraction(n)
+    rng = np.random.default_rng(0)
+    if kind == "gpt":
+        S, V, d, heads, layers = arg
+        step = compile_model(nn.gpt(n, S, V, d=d, heads=heads, layers=layers), loss=nn.softmax_cross_entropy,
+                             optimizer=nn.sgd(0.125), dtype=fixed(16, 8))
+        c = compile_circuit(step, field=LIGERO51)
+        return c, c.witness(step.init_params(seed=0), rng.integers(0, V, (n, S)), rng.integers(0, V, (n, S)))
     step = compile_model(nn.mlp(n, list(arg)), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125),
                          dtype=fixed(16, 8))
     c = compile_circuit(step, field=LIGERO51)
-    rng = np.random.default_rng(0)
     return c, c.witness(step.init_params(seed=0), rng.uniform(-1, 1, (n, arg[0])), rng.integers(0, arg[-1], n))
 
 
@@ -151,8 +172,9 @@ def _prover_key() -> dict:
 
 def calibrate_prover(refresh: bool = False) -> tuple[float, ...]:
     """Seconds per unit of each of :data:`PROVER_FEATURES`, fitted (non-negative least squares) to proofs of
-    four synthetic circuits (with and without lookups), a 256×256 contraction and three small MLP training
-    steps: about 15 s of proving on an idle 2-core x86_64 machine (2–4× that when other work shares the cores),
+    the :data:`_CALIBRATION` circuits (synthetic products with and without lookups, a 256×256 contraction, MLP
+    and GPT training steps, several of them both kept and streamed): about 13 s on an idle 2-core x86_64
+    machine, compiling included (2–4× that when other work shares the cores),
     with its progress on standard error; then read from ``ligero-calibration.json`` in the cache until it is
     stale (:mod:`circuitgrad.costmodel.calibration`: another machine or format, too old, or measured under load
     on a machine now quieter). ``refresh=True`` measures it again now."""
@@ -187,12 +209,15 @@ def _proof_seconds(prove) -> float:
     return statistics.median(ts)
 
 
-def _label(kind: str, n, arg) -> str:
+def _label(kind: str, n, arg, keep) -> str:
+    streamed = " streamed" if keep == 0 else ""
     if kind == "products":
-        return f"2^{n.bit_length() - 1} products{' with lookups' if arg else ''}"
+        return f"2^{n.bit_length() - 1} products{' with lookups' if arg else ''}{streamed}"
     if kind == "contraction":
-        return f"{n}×{n} contraction"
-    return f"MLP {'-'.join(map(str, arg))} b{n} step"
+        return f"{n}×{n} contraction{streamed}"
+    if kind == "gpt":
+        return f"GPT d={arg[2]} b{n} step{streamed}"
+    return f"MLP {'-'.join(map(str, arg))} b{n} step{streamed}"
 
 
 def _fit_prover() -> tuple[float, ...]:
@@ -200,17 +225,18 @@ def _fit_prover() -> tuple[float, ...]:
 
     from scipy.optimize import nnls
     print(f"circuitgrad: calibrating the Ligero prover's time model on this machine, once: proving "
-          f"{len(_CALIBRATION)} small circuits (about 15 s on an idle 2-core machine); the rates are cached in "
+          f"{len(_CALIBRATION)} small circuits (about 13 s on an idle 2-core machine); the rates are cached in "
           f"{os.path.join(cache_dir(), 'ligero-calibration.json')}", file=sys.stderr, flush=True)
     X, y = [], []
     with progress(len(_CALIBRATION), "calibrating the Ligero prover", unit="circuit", file=sys.stderr) as bar:
-        for i, (kind, n, arg) in enumerate(_CALIBRATION):
+        for i, (kind, n, arg, keep) in enumerate(_CALIBRATION):
             c, wit = _calibration_circuit(kind, n, arg)
-            X.append(prover_features(c))
+            ligero.expected_params(c)                          # prepared (digest, index) once, as a bench's circuit
+            X.append(prover_features(c, keep))
             if i == 0:
                 ligero.prove(c, wit, check=False)             # warm-up: first-call costs are not a proof's
-            y.append(_proof_seconds(lambda: ligero.prove(c, wit, check=False)))
-            bar.set_postfix(last=f"{_label(kind, n, arg)} {y[-1]:.2f} s")
+            y.append(_proof_seconds(lambda: ligero.prove(c, wit, check=False, keep=keep)))
+            bar.set_postfix(last=f"{_label(kind, n, arg, keep)} {y[-1]:.2f} s")
             bar.update()
     X, y = np.array(X), np.array(y)
     X, y = X / y[:, None], np.ones_like(y)                    # relative errors: small proofs count as much

@@ -83,7 +83,8 @@ def _statement(circuit, soundness: str) -> str:
 
 def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGET_BITS,
           check: bool = True, rng: np.random.Generator | None = None,
-          log: Callable[[str], None] | None = None, soundness: str = DEFAULT_SOUNDNESS, split=None) -> LigeroProof:
+          log: Callable[[str], None] | None = None, soundness: str = DEFAULT_SOUNDNESS, split=None,
+          keep: int | None = None) -> LigeroProof:
     """A Ligero proof that ``wit`` satisfies ``circuit``.
 
     ``params`` default to :func:`choose` for ``target_bits`` under the ``soundness`` analysis
@@ -92,6 +93,8 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
     when it asks for the same one. With ``check`` (the default), an unsatisfied witness raises
     ``UnsatisfiedConstraint`` naming the constraint, before any proving work starts. ``split`` shares the
     prover's passes among workers (``zk.prove(..., cluster=...)`` makes one); the proof's bytes are the same.
+    ``keep`` (bytes) bounds what the prover keeps between its passes instead of computing it again
+    (``prover.plan``; default: the encoded matrix up to 1 GiB); ``keep=0`` streams every row, in the least memory.
     """
     check_soundness(soundness)
     if params is not None and params.soundness != soundness:
@@ -117,7 +120,7 @@ def prove(circuit, wit, params: Params | None = None, target_bits: float = TARGE
         log(f"ligero: {pc.n_constraints} constraints, {pc.n_wires} wires{lk}{ct}; k={p.k} t={p.t} n={p.n} "
             f"σ={p.sigma}{sl}{sc} ({bits:.1f} bits by the {p.soundness} bound)")
     proof = prove_prepared(pc, values, p, _statement(circuit, p.soundness), circuit.r1cs.n_pub_out, rng=rng, log=log,
-                           digest=_digest(circuit), split=split)
+                           digest=_digest(circuit), split=split, keep=keep)
     proof.timings["prove"] = time.perf_counter() - t0
     added = mark.added()
     if added is not None:

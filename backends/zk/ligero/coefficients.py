@@ -28,13 +28,16 @@ with ``γ = 1`` (``g = 1``), and are found row by row in dense blocks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from circuitgrad import allocator
+
 from . import gf, ntt as transforms
 
-__all__ = ["Outer", "Rows", "outer", "piecewise", "values_at"]
+__all__ = ["Outer", "Deferred", "DEFERRED_BYTES", "VERIFY_DEFERRED_BYTES", "Rows", "materialized", "outer", "piecewise",
+           "values_at"]
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,53 @@ def piecewise(values: np.ndarray, bounds: np.ndarray, m: int, k: int) -> list:
     return parts
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A dense block of ``m`` rows computed when asked, not held with the challenges: the coefficients on ``z``
+    (8 bytes a wire). ``make(args_list)`` computes the blocks of several :class:`Deferred` of the same ``make``
+    together (one pass over the constraint matrices for all of them): :func:`materialized`."""
+    m: int
+    args: tuple
+    make: Callable[[list], list]
+
+
+#: the deferred blocks the prover computes at once (bytes): every repetition of the linear test together below it
+DEFERRED_BYTES = 1 << 30
+#: the same for the verifier, which holds no witness and no encoded rows: two of tinygpt's three repetitions
+#: together (its verification 23 s instead of 28 s one at a time, 6.8 GiB at the peak instead of 6.2)
+VERIFY_DEFERRED_BYTES = 5 << 28
+
+
+def materialized(reps: Sequence["Rows"], budget: int | None = None):
+    """``(indices, rows)`` groups covering ``reps`` in order, each with its :class:`Deferred` blocks computed, as
+    many repetitions a group as fit ``budget`` bytes (default :data:`DEFERRED_BYTES`; at least one)."""
+    budget = DEFERRED_BYTES if budget is None else budget
+    size = max([8 * p.m * R.k for R in reps for p in R.parts if isinstance(p, Deferred)], default=0)
+    per = len(reps) if not size else max(1, min(len(reps), budget // size))
+    for a in range(0, len(reps), per):
+        group = list(range(a, min(len(reps), a + per)))
+        out = _materialize([reps[i] for i in group])
+        yield group, out
+        del out                                 # the generator holds nothing of a group once the next is asked for
+
+
+def _materialize(reps: list) -> list:
+    """``reps`` with their :class:`Deferred` blocks computed, those of one ``make`` together."""
+    by_make: dict = {}
+    for i, R in enumerate(reps):
+        for j, p in enumerate(R.parts):
+            if isinstance(p, Deferred):
+                by_make.setdefault(id(p.make), (p.make, []))[1].append((i, j, p))
+    parts = [list(R.parts) for R in reps]
+    for make, items in by_make.values():
+        for (i, j, p), block in zip(items, make([p.args for _, _, p in items])):
+            parts[i][j] = block.reshape(p.m, reps[i].k)
+    return [Rows(ps, R.k) for ps, R in zip(parts, reps)]
+
+
 def _height(part) -> int:
-    """Rows of a block: a dense one's first axis, a rank-one one's ``β``."""
-    return len(part.beta) if isinstance(part, Outer) else part.shape[0]
+    """Rows of a block: a dense one's first axis, a rank-one one's ``β``, a deferred one's ``m``."""
+    return len(part.beta) if isinstance(part, Outer) else part.m if isinstance(part, Deferred) else part.shape[0]
 
 
 def _row_consts(R: np.ndarray) -> np.ndarray:
@@ -113,7 +160,11 @@ class Rows:
 
     def dense(self) -> np.ndarray:
         """Every row as a dense ``(rows, k)`` array (for tests and small circuits)."""
-        return np.concatenate([p.dense(self.k) if isinstance(p, Outer) else p for p in self.parts])
+        return np.concatenate([p.dense(self.k) if isinstance(p, Outer) else p for p in self.materialize().parts])
+
+    def materialize(self) -> "Rows":
+        """These rows with every :class:`Deferred` block computed (the others shared)."""
+        return next(materialized([self]))[1][0]
 
     def _spans(self):
         at = 0
@@ -132,6 +183,8 @@ class Rows:
         for p, lo, hi in self._spans():
             x, y = max(a, lo), min(b, hi)
             if x < y:
+                if isinstance(p, Deferred):
+                    raise ValueError("Rows.window: rows of a deferred block (materialize it first)")
                 parts.append(Outer(p.beta[x - lo:y - lo], p.gamma) if isinstance(p, Outer) else p[x - lo:y - lo])
         return Rows(parts, self.k)
 
@@ -171,12 +224,20 @@ class Rows:
 VALUE_CELLS = 1 << 24
 
 
-def values_at(reps: Sequence[Rows], lag: np.ndarray) -> list[np.ndarray]:
+def values_at(reps: Sequence[Rows], lag: np.ndarray, budget: int | None = None) -> list[np.ndarray]:
     """:meth:`Rows.values_at` of several repetitions: rank-one blocks from one ``k × t`` product per distinct
     ``γ``, constant rows as their constant (the basis sums to 1), and the other dense rows of every
     repetition gathered into as few products with ``lag`` as :data:`VALUE_CELLS` allows (each product splits
-    ``lag`` into limbs once)."""
+    ``lag`` into limbs once). Deferred blocks are computed in groups that fit ``budget`` bytes (default
+    :data:`VERIFY_DEFERRED_BYTES`)."""
     k, t = lag.shape
+    if any(isinstance(p, Deferred) for R in reps for p in R.parts):     # the deferred rows a group at a time
+        values = []
+        for _, group in materialized(reps, VERIFY_DEFERRED_BYTES if budget is None else budget):
+            values += values_at(group, lag)
+            del group                                   # before the next group is made
+            allocator.trim(allocator.TRIM_AT_LEAST)
+        return values
     outs = [np.empty((R.n_rows, t), dtype=np.int64) for R in reps]
     gammas, pending = {}, []
     for R, out in zip(reps, outs):
@@ -191,21 +252,24 @@ def values_at(reps: Sequence[Rows], lag: np.ndarray) -> list[np.ndarray]:
             const = _row_consts(p)
             out[a:b][const] = p[const, :1]
             rows = np.flatnonzero(~const)
-            for c in range(0, len(rows), max(1, VALUE_CELLS // k)):
-                pending.append((out, a + rows[c:c + VALUE_CELLS // k], p[rows[c:c + VALUE_CELLS // k]]))
+            step = max(1, VALUE_CELLS // k)
+            for c in range(0, len(rows), step):                # the rows are gathered when multiplied, not here
+                pending.append((out, a + rows[c:c + step], p, rows[c:c + step]))
     group, cells = [], 0
     for item in pending + [None]:
-        if item is None or (group and cells + item[2].size > VALUE_CELLS):
+        if item is None or (group and cells + len(item[3]) * k > VALUE_CELLS):
             if group:
-                vals = gf.matmul(group[0][2] if len(group) == 1 else np.concatenate([g[2] for g in group]), lag)
+                src = [p[rows] for _, _, p, rows in group]
+                vals = gf.matmul(src[0] if len(src) == 1 else np.concatenate(src), lag)
+                del src
                 at = 0
-                for out, where, src in group:
+                for out, where, _, _ in group:
                     out[where] = vals[at:at + len(where)]
                     at += len(where)
             group, cells = [], 0
         if item is not None:
             group.append(item)
-            cells += item[2].size
+            cells += len(item[3]) * k
     return outs
 
 

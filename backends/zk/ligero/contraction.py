@@ -45,7 +45,8 @@ from . import gf
 from .coefficients import outer, piecewise
 from .transcript import Transcript
 
-__all__ = ["Shape", "Index", "index", "challenges", "second_rows", "linear_rows", "quadratic_rows"]
+__all__ = ["Shape", "Index", "WireTerms", "index", "challenges", "second_rows", "linear_rows",
+           "quadratic_rows"]
 
 
 @dataclass(frozen=True)
@@ -105,15 +106,23 @@ def index(contractions) -> Index:
         wc.append(c.c.reshape(-1))
         parts.append((c.a, c.b, ox, ou, ov))
         ox, ou, ov = ox + L * n, ou + L * m, ov + L * p
-    cat = lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, dtype=np.int64)  # noqa: E731
-    wires = np.concatenate([cat(wa), cat(wb), cat(wc)])
+    wires = np.concatenate([_cat(wa), _cat(wb), _cat(wc)])
     order = np.argsort(wires, kind="stable")
     ws = wires[order]
     first = np.ones(len(ws), dtype=bool)
     first[1:] = ws[1:] != ws[:-1]
     starts = np.flatnonzero(first)
-    return Index(ox, ou, ov, cat(ax), cat(au), cat(by), cat(bv), cat(cu), cat(cv), order,
-                 np.append(starts, len(ws)).astype(np.int64), ws[starts], parts)
+    return Index(ox, ou, ov, _cat(ax), _cat(au), _cat(by), _cat(bv), _cat(cu), _cat(cv), _narrow(order),
+                 np.append(starts, len(ws)).astype(np.int64), _narrow(ws[starts]), parts)
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """``a`` (non-negative indices) as int32 where they fit: half the index's memory (0.4 GiB on tinygpt's step)."""
+    return a.astype(np.int32) if not a.size or int(a.max()) < 2 ** 31 else a.astype(np.int64)
+
+
+def _cat(xs: list) -> np.ndarray:
+    return _narrow(np.concatenate(xs)) if xs else np.zeros(0, dtype=np.int32)
 
 
 def challenges(T: Transcript, ix: Index, sh: Shape) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -145,33 +154,53 @@ def second_rows(z: np.ndarray, ix: Index, sh: Shape, draws: list) -> np.ndarray:
 
 
 def linear_rows(ix: Index, sh: Shape, T: Transcript, s: int, draws: list,
-                gamma: np.ndarray) -> tuple[tuple | None, list]:
+                gamma: np.ndarray) -> tuple["WireTerms | None", list]:
     """Challenge ``s`` of the linear test, contraction part: the coefficients to subtract on the wires of ``A``,
-    ``B``, ``C`` (``(wires, values)``, or None), and the coefficient blocks of the round-2 rows
+    ``B``, ``C`` (:class:`WireTerms`, summed when asked, or None), and the coefficient blocks of the round-2 rows
     ``x_s | y_s | π_s`` (those on ``x_s`` and ``y_s`` rank one, ``β ⊗ γ`` with the repetition's ``γ``)."""
-    rows, coef = [], []
+    rows, terms = [], []
     for d, (u, v) in enumerate(draws):
         ox = outer(T, f"lin{s}.contract{d}.x", sh.mx, gamma)
         oy = outer(T, f"lin{s}.contract{d}.y", sh.mx, gamma)
-        rx, ry = ox.flat(ix.n), oy.flat(ix.n)
         rsum = int(T.field(f"lin{s}.contract{d}.sum", 1)[0])
-        coef += [gf.mul(rx[ix.a_x], u[ix.a_u]), gf.mul(ry[ix.b_y], v[ix.b_v]),
-                 gf.mul(rsum, gf.mul(u[ix.c_u], v[ix.c_v]))]
+        terms.append((ox, oy, rsum, u, v))
         rows += [ox, oy] + piecewise(np.array([rsum]), np.array([0, ix.n]), sh.mx, sh.k)
-    if not ix.order.size:
-        return None, rows
-    occ = np.concatenate([_sum_draws(coef, len(draws), part) for part in range(3)])   # the same occurrences
-    jit = gf.compiled()                                                              # in every draw
-    return (ix.wires, gf.segment_sum(occ[ix.order], ix.ptr) if jit is None
-            else jit.gather_segment_sum(occ, ix.order, ix.ptr)), rows
+    return (WireTerms(ix, terms) if ix.order.size else None), rows
 
 
-def _sum_draws(coef: list, draws: int, part: int) -> np.ndarray:
-    """``Σ_s`` of the occurrence coefficients of one part (0: A, 1: B, 2: C) over the draws."""
-    out = coef[part]
-    for s in range(1, draws):
-        out = gf.add(out, coef[3 * s + part])
-    return out
+@dataclass(frozen=True)
+class WireTerms:
+    """One repetition's contraction terms on the wires: ``r_x[k]·u[i]`` on ``A[i, k]``, ``r_y[k]·v[j]`` on
+    ``B[k, j]`` and ``r_Σ·u[i]·v[j]`` on ``C[i, j]``, summed over the draws and by wire when asked (what it
+    holds is the draws' challenges; the sums take 12 bytes a distinct wire)."""
+    ix: Index
+    terms: list                     # per draw: (the x block, the y block, r_Σ, u, v)
+
+    def sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(wires, values)``: the distinct wires of the contractions and the coefficient on each."""
+        ix = self.ix
+        na, nb = len(ix.a_x), len(ix.b_y)
+        occ = np.zeros(na + nb + len(ix.c_u), dtype=np.int64)    # [A | B | C] occurrences, summed over the draws
+        for ox, oy, rsum, u, v in self.terms:
+            _add_products(occ[:na], ox.flat(ix.n), ix.a_x, u, ix.a_u)
+            _add_products(occ[na:na + nb], oy.flat(ix.n), ix.b_y, v, ix.b_v)
+            _add_products(occ[na + nb:], u, ix.c_u, v, ix.c_v, rsum)
+        jit = gf.compiled()
+        return ix.wires, (gf.segment_sum(occ[ix.order], ix.ptr) if jit is None
+                          else jit.gather_segment_sum(occ, ix.order, ix.ptr))
+
+
+#: occurrences whose coefficients are computed at once (bounds the temporaries: a few of 8 MiB)
+_TERMS = 1 << 20
+
+
+def _add_products(out: np.ndarray, x: np.ndarray, ix: np.ndarray, y: np.ndarray, iy: np.ndarray,
+                  scale: int = 1) -> None:
+    """``out += scale·x[ix]·y[iy]`` in place, a block of occurrences at a time."""
+    for lo in range(0, len(out), _TERMS):
+        hi = min(len(out), lo + _TERMS)
+        prod = gf.mul(x[ix[lo:hi]], y[iy[lo:hi]])
+        out[lo:hi] = gf.add(out[lo:hi], prod if scale == 1 else gf.mul(scale, prod))
 
 
 def quadratic_rows(U: np.ndarray, sh: Shape) -> np.ndarray:

@@ -133,11 +133,13 @@ def _linear_tests(pc: Prepared, lay: Layout, T: Transcript, sigma: int,
 
     The coefficients on ``a``, ``b``, ``c`` (and on the lookup values and Freivalds vectors) are rank-one
     blocks ``β ⊗ γ`` with one ``γ`` per repetition (:mod:`.coefficients`); those on ``z`` follow from them,
-    ``−(Aᵀr_a + Bᵀr_b + Cᵀr_c + Lᵀr_v)`` plus the public and contraction terms, by one pass over the stacked
-    matrices' terms by wire for every repetition together, the rank-one ``r`` computed term by term (never laid
-    out: σ values per constraint and lookup)."""
-    M = pc.n_constraints
-    reps, betas, gammas = [], [], []
+    ``−(Aᵀr_a + Bᵀr_b + Cᵀr_c + Lᵀr_v)`` plus the public and contraction terms, by one pass over the matrices'
+    terms, the rank-one ``r`` computed term by term (never laid out: σ values per constraint and lookup). They
+    are a :class:`.coefficients.Deferred` block, computed when a test asks for them, every repetition together
+    when they fit :data:`.coefficients.DEFERRED_BYTES`, else one at a time (8 bytes a wire each: 0.55 GiB on
+    tinygpt's step); the contraction terms are summed then too."""
+    out = []
+    make = functools.partial(_z_coefficients, pc, lay)
     runs = lookup.runs(pc.r1cs.lookup_block_bits, pc.r1cs.lookup_block_rows) if lay.lk.n else None
     for s in range(sigma):
         gamma = T.field(f"lin{s}.columns", lay.k)
@@ -152,22 +154,28 @@ def _linear_tests(pc: Prepared, lay: Layout, T: Transcript, sigma: int,
         if lay.cs.n:
             fix, more = contraction.linear_rows(pc.contraction, lay.cs, T, s, draws, gamma)
             parts += more
-        reps.append((parts, rp, fix))
-        betas.append(np.concatenate([o.beta for o in blocks]))
-        gammas.append(gamma)
-    # the stacked rows [A; B; C; L] carry the rank-one blocks of a, b, c (mq rows of β each) and v (mv rows)
+        beta = np.concatenate([o.beta for o in blocks])
+        z = coefficients.Deferred(lay.mz, (beta, gamma, rp, fix), make)
+        out.append((Rows([z] + parts, lay.k), rp))
+    return out
+
+
+def _z_coefficients(pc: Prepared, lay: Layout, reps: list) -> list[np.ndarray]:
+    """The coefficients on ``z`` (``mz·k`` values each) of the repetitions ``reps`` (``(β, γ, rp, fix)`` each), by
+    one pass over the matrices: ``−(Aᵀr_a + Bᵀr_b + Cᵀr_c + Lᵀr_v)`` (the stacked rows ``[A; B; C; L]`` carry
+    the rank-one blocks of a, b, c, ``mq`` rows of ``β`` each, and v), plus the public coefficients ``rp`` and
+    less the contraction terms ``fix``."""
+    M = pc.n_constraints
     starts = [(0, 0), (M, lay.mq), (2 * M, 2 * lay.mq)] + ([(3 * M, 3 * lay.mq)] if lay.lk.n else [])
-    rz = pc.apply_outer(starts, np.array(betas), np.array(gammas), lay.mz * lay.k)
-    out = []
-    for s, (parts, rp, fix) in enumerate(reps):
-        z = rz[s]                                       # the coefficients on z, in place: Aᵀr_a + … negated
-        gf.negate(z)
+    rz = pc.apply_outer(starts, np.array([b for b, *_ in reps]), np.array([g for _, g, *_ in reps]),
+                        lay.mz * lay.k)
+    for z, (_, _, rp, fix) in zip(rz, reps):
+        gf.negate(z)                                    # in place: Aᵀr_a + … negated
         z[:pc.n_public + 1] = gf.add(z[:pc.n_public + 1], rp)
         if fix is not None:
-            wires, per_wire = fix
-            z[wires] = gf.sub(z[wires], per_wire)
-        out.append((Rows([z.reshape(lay.mz, lay.k)] + parts, lay.k), rp))
-    return out
+            wires, sums = fix.sums()
+            z[wires] = gf.sub(z[wires], sums)
+    return list(rz)
 
 
 def test_challenges(pc: Prepared, lay: Layout, T: Transcript, alphas: np.ndarray,

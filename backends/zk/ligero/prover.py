@@ -28,14 +28,14 @@ from circuitgrad import allocator
 
 from . import gf, merkle, ntt as transforms
 from .circuitdata import Prepared
-from .coefficients import BLOCK_CELLS
+from .coefficients import BLOCK_CELLS, DEFERRED_BYTES, materialized
 from .encoding import Encoding, prf
 from .params import Params
 from .proofio import LigeroProof
 from .protocol import Layout, layout, test_challenges, transcript, zh_on_coset
 from . import contraction
 
-__all__ = ["prove_prepared", "Passes", "Local", "KEEP_BYTES", "VALUES_BYTES", "kept_bytes", "memory", "peak_rss",
+__all__ = ["prove_prepared", "plan", "Passes", "Local", "KEEP_BYTES", "VALUES_BYTES", "kept_bytes", "memory", "peak_rss",
            "Watermark"]
 
 #: the largest encoded matrix (bytes: its values on D and its coefficients) the prover keeps from the commitment
@@ -50,6 +50,17 @@ def kept_bytes(lay: Layout, p: Params) -> int:
     return 8 * lay.total * (p.n + p.K)
 
 
+def plan(lay: Layout, p: Params, keep: int | None = None, split: bool = False) -> tuple[bool, bool]:
+    """``(kept, values_kept)``: whether a proof keeps the encoded matrix from the commitment (it fits ``keep``
+    bytes, default :data:`KEEP_BYTES`, and the rows are not split among workers), and otherwise whether it keeps
+    the rows' values (they fit :data:`VALUES_BYTES` and ``keep`` when given)."""
+    limit = KEEP_BYTES if keep is None else keep
+    kept = not split and kept_bytes(lay, p) <= limit
+    values = not kept and not split and 8 * lay.total * p.k <= (VALUES_BYTES if keep is None
+                                                                 else min(VALUES_BYTES, keep))
+    return kept, values
+
+
 def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int | None = None) -> int:
     """The memory a proof adds to its process (bytes): what :func:`prove_prepared` reports as
     ``timings["memory"]``, predicted from the circuit's sizes. ``nonzeros``: of ``A``, ``B``, ``C``;
@@ -58,24 +69,27 @@ def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int |
     * on the NumPy path (when the compiled kernels are not in use) the prepared
       circuit's transposed matrix, 20 bytes a term (the terms sorted by wire, each with its row and its
       coefficient in ``[0, p)``); the compiled kernels scatter from the R1CS's own rows and hold none;
-    * the linear test's coefficients on ``z`` (σ rows of the padded wires) and the witness, a few copies;
+    * the linear test's coefficients on ``z`` (a row of the padded wires for each repetition computed at once:
+      :func:`.coefficients.materialized`) and the witness, a few copies;
     * the kept matrix (:func:`kept_bytes`) when it fits ``keep`` (default :data:`KEEP_BYTES`); otherwise the
-      rows recomputed in pass 2, up to 48 MiB of them at once, another copy of the witness, and the rows' values
+      rows recomputed in pass 2, up to 48 MiB of them at once, half a copy of the witness (its rows as
+      they are encoded again), and the rows' values
       when they fit :data:`VALUES_BYTES`;
     * the round-2 rows kept whole (``g``, the Freivalds vectors) and the multiplicities;
     * one unit of encoded rows in flight (whole Merkle row blocks, at least one), and 16 MiB of smaller
-      temporaries. Calibrated on the benchmark circuits, kept and streamed: within 15% (docs/ZK.md).
+      temporaries. Calibrated on the benchmark circuits, kept and streamed: within 20% from digits to tinygpt (docs/BENCHMARKS.md).
     """
     keep = KEEP_BYTES if keep is None else keep
     transposed = gf.compiled() is None
     wires = lay.mz * p.k
     unit = min(lay.total, max(1, BLOCK_CELLS // (p.n * merkle.ROW_BLOCK)) * merkle.ROW_BLOCK) * p.n * 8
     held = 8 * ((lay.lk.sl * lay.lk.mm + lay.cs.rows) * p.k + lay.lk.size)
-    out = 20 * (nonzeros + lookup_terms) * transposed + 8 * p.sigma * wires + 24 * wires + held + unit + (16 << 20)
+    together = max(1, min(p.sigma, DEFERRED_BYTES // max(1, 8 * wires)))      # repetitions' coefficients at once
+    out = 20 * (nonzeros + lookup_terms) * transposed + 8 * together * wires + 24 * wires + held + unit + (16 << 20)
     if kept_bytes(lay, p) <= keep:
         return int(out + kept_bytes(lay, p))
     values = 8 * lay.total * p.k
-    return int(out + min(unit, 48 << 20) + 24 * wires + (values if values <= VALUES_BYTES else 0))
+    return int(out + min(unit, 48 << 20) + 12 * wires + (values if values <= VALUES_BYTES else 0))
 
 
 def peak_rss() -> int:
@@ -200,11 +214,13 @@ class Passes:
         if (a - start) % RB:
             raise ValueError(f"rows {a}… do not start a Merkle row block of the matrix at {start}")
         out = np.empty((n, -(-(b - a) // RB), merkle.DIGEST), dtype=np.uint8)
-        last = time.monotonic()
+        last, trim = time.monotonic(), allocator.Trimmer()
         for lo, hi in _units(a, b, n):
             U = self._encode(lo, hi)
             for x in range(lo, hi, RB):
                 out[:, (x - a) // RB] = merkle.block_digests(U[x - lo:min(x + RB, hi) - lo])
+            del U
+            trim()
             if time.monotonic() - last > 10:
                 self.say(f"committed rows {hi - a}/{b - a}")
                 last = time.monotonic()
@@ -233,9 +249,13 @@ class Passes:
         acc = _Sums(p, r, lin, rq)
         mz, mq, c = lay.mz, lay.mq, lay.mz + 3 * lay.mq
         lk, cs, r2 = lay.lk, lay.cs, lay.rows
-        for group, lo, hi in self.jobs()[part::parts]:
+        trim = allocator.Trimmer()
+        jobs = self.jobs()[part::parts]
+        self._z_rows(acc, [(lo, hi) for group, lo, hi in jobs if group == "z"], trim)
+        for group, lo, hi in jobs:
+            trim()
             if group == "z":
-                self._rows(acc, lo, hi)
+                continue
             elif group == "abc":                                          # a, b, c and a∘b − c
                 A, B, C = (self._rows(acc, mz + i * mq + lo, mz + i * mq + hi) for i in range(3))
                 acc.quad(lo, gf.sub(gf.mul(A, B), C))
@@ -257,6 +277,29 @@ class Passes:
                     acc.quad(mq + lk.sl * lk.mv + s * cs.mx + lo, gf.sub(gf.mul(X, Y), P))
         return acc.u, acc.q, acc.pq
 
+    def _z_rows(self, acc: "_Sums", chunks: list, trim) -> None:
+        """The rows of ``z`` (the first ``mz``) in ``chunks``: their proximity sum, and each repetition's linear sum,
+        its coefficients on ``z`` computed for it (:func:`.coefficients.materialized`: every repetition at once
+        when they fit, else a group at a time, streamed rows encoded again for each group) and dropped after."""
+        if not chunks:
+            return
+        first = True
+        groups = materialized([R for R, _ in acc.lin]) if acc.lin else iter([([], [])])
+        for group, reps in groups:
+            Rz = [R.window(0, self.lay.mz) for R in reps]
+            for lo, hi in chunks:
+                coeffs = self.C[lo:hi] if self.C is not None else self.enc.coeffs(lo, hi)
+                U = self.U[lo:hi] if self.U is not None else self.enc.evals(lo, hi, coeffs)
+                if first:
+                    acc.u = gf.add(acc.u, gf.matmul(acc.r[:, lo:hi], coeffs))
+                for j, R in zip(group, Rz):
+                    part = R.window(lo, hi).combine(U, np.arange(hi - lo), self.p.n, acc.ghat[j])
+                    acc.q[j] = gf.add(acc.q[j], part)
+                del coeffs, U
+                trim()
+            first = False
+            del Rz, reps
+
     def _rows(self, acc: "_Sums", a: int, b: int) -> np.ndarray:
         """Add rows ``a … b`` (witness rows of either round) to the proximity and linear sums; their values on D."""
         if a >= b:
@@ -277,8 +320,10 @@ class Passes:
         if self.U is not None:
             return self.U[a:b][:, idx]
         out = np.empty((b - a, len(idx)), dtype=np.int64)
+        trim = allocator.Trimmer()
         for lo, hi in _chunks(b - a, len(idx) + self.p.K, 1):
             out[lo:hi] = self.enc.at(a + lo, a + hi, powers)
+            trim()
         return out
 
 
@@ -314,7 +359,8 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     ``rng`` draws the masking randomness and the seed of every row's masking coefficients (default: the OS's
     CSPRNG). A seeded NumPy generator is for reproducible tests only: it is not cryptographic, and zero
     knowledge rests on the masks being unpredictable. ``keep`` (bytes, default :data:`KEEP_BYTES`): the
-    largest encoded matrix kept between the passes; above it the rows are recomputed (the same proof).
+    largest encoded matrix kept between the passes, and the largest matrix of row values kept when it is not
+    (:func:`plan`); above it the rows are recomputed (the same proof).
     ``columns`` fixes the opened columns instead of the transcript's choice; only the zero-knowledge test
     uses it, and such a proof does not verify. ``split`` runs the passes elsewhere (a
     ``distributed.Split``: rows shared among Dask workers); the proof's bytes are the same.
@@ -336,15 +382,14 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     seed = rnd.bytes(32)
     masks = _masks(p, rnd)
     enc = Encoding(pc, z, lay, p, seed, masks)
-    keep = KEEP_BYTES if keep is None else keep
     ex = split or Local()
-    kept = split is None and kept_bytes(lay, p) <= keep
-    if not kept and split is None and 8 * lay.total * k <= VALUES_BYTES:
+    kept, values_kept = plan(lay, p, keep, split is not None)
+    if values_kept:
         enc.keep_values()
     ex.start(Passes(pc, lay, p, enc, kept, say))
     salts = [prf(seed, b"salt1", j, 16) for j in range(n)]
     tree = merkle.Tree(merkle.leaves_of(ex.digests(0, lay.rows), salts))
-    allocator.trim()                                # each phase's temporaries back to the kernel
+    allocator.trim(allocator.TRIM_AT_LEAST)                                # each phase's temporaries back to the kernel
     timings["commit"] = time.perf_counter() - t0
     say(f"committed {lay.rows} rows × {n} columns" + (" (kept)" if kept else ""))
     proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
@@ -364,7 +409,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
         tree2 = merkle.Tree(merkle.leaves_of(ex.digests(lay.rows, lay.total), salts2))
         T.absorb("root2", tree2.root)
         proof.root2 = tree2.root
-        allocator.trim()
+        allocator.trim(allocator.TRIM_AT_LEAST)
         timings["lookup" if not lay.cs.n else "round2"] = time.perf_counter() - t0
         if lay.lk.n:
             say(f"committed {lay.lk.second} lookup rows ({pc.n_lookups} lookups, {lay.lk.sl} challenges)")
@@ -375,6 +420,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     snapshot = copy.deepcopy(T)
     challenges = test_challenges(pc, lay, T, alphas, draws)
     u, qd, pq = ex.tests(snapshot, challenges)
+    del challenges                                  # the coefficients on z (8σ bytes a wire) are done with
     mask_evals = enc.evals(lay.mw, lay.rows)
     proof.u = gf.add(u, masks[:sg, :p.K])
     proof.q = transforms.coset_interp(gf.add(qd, mask_evals[sg:2 * sg]))[:, :p.lin_len]
@@ -383,7 +429,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     proof.h = transforms.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
     for name in ("u", "q", "h"):
         T.absorb(name, getattr(proof, name).astype("<i8").tobytes())
-    allocator.trim()
+    allocator.trim(allocator.TRIM_AT_LEAST)
     timings["tests"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     idx = list(columns) if columns is not None else T.indices("columns", t, n)
