@@ -26,7 +26,7 @@ from .types import NdArrayType, format_types, type_of
 
 __all__ = ["Var", "Builder", "trace", "apply", "call", "UNSUPPORTED", "UNSUPPORTED_UFUNCS", "Number",
            "constant", "broadcast_to", "sum_to", "sum", "add", "neg", "sub", "scale", "mul", "matmul", "transpose",
-           "permute", "reshape", "unary", "exp", "log", "sqrt", "tanh", "div", "power", "max", "mean", "slice",
+           "permute", "reshape", "unary", "exp", "log", "sqrt", "tanh", "div", "power", "rpow", "max", "mean", "slice",
            "getitem"]
 
 #: what a traced operation takes as a constant operand
@@ -62,6 +62,7 @@ class Var:
     def __truediv__(self, other): return div(self, other)
     def __rtruediv__(self, other): return div(other, self)
     def __pow__(self, k): return power(self, k)
+    def __rpow__(self, c): return rpow(c, self)
 
     def sum(self, axis: int | None = None, **numpy) -> "Var":
         """``ops.sum(x, axis)``: over one axis, or all (``axis=None``; also what ``np.sum(x)`` calls)."""
@@ -127,7 +128,6 @@ UNSUPPORTED: dict[str, tuple[str, str, str]] = {
     "__mod__": ("x % y", _NOT_YET, "there is no remainder"),
     "__rmod__": ("c % x", _NOT_YET, "there is no remainder"),
     "__divmod__": ("divmod(x, y)", _NOT_YET, "there is no integer division"),
-    "__rpow__": ("c ** x", _NOT_YET, "there is no elementwise exponential yet"),
     "__abs__": ("abs(x)", _NOT_YET, "use ops.relu(x) + ops.relu(-x)"),
     "__lt__": ("the comparison x < y", _NOT_YET, "use ops.heaviside(y - x): 1 where x < y, else 0"),
     "__le__": ("the comparison x <= y", _NOT_YET, "use 1 - ops.heaviside(x - y): 1 where x <= y, else 0"),
@@ -472,6 +472,15 @@ def unary(cls, x: Var) -> Var:
     if not isinstance(x, Var):
         raise TypeError(f"{cls.__name__}: operand must be a traced wire, got {x!r}")
     return x.builder.apply(cls(x.type), x)[0]
+
+
+def rpow(c, x: Var) -> Var:
+    """``c ** x`` for a constant base ``c > 0``: ``exp(ln(c)·x)``."""
+    if isinstance(c, bool) or not isinstance(c, (int, float, np.integer, np.floating)) or not np.isfinite(c) \
+            or c <= 0:
+        raise TypeError(f"c ** x: the base must be a finite number > 0, got {type(c).__name__} {c!r}; "
+                        f"for a traced base use ops.exp(ops.log(b) * x)")
+    return exp(scale(x, float(np.log(float(c)))))
 
 
 def exp(x: Var) -> Var:

@@ -265,6 +265,10 @@ VAR_CASES = [
     ("pow-float", lambda x: x ** 0.5, "x ** k: k must be an integer ≥ 0, got 0.5; for 1 / x use 1 / x, for a root "
                                       "ops.sqrt"),
     ("floordiv", lambda x: x // 2, f"x // y {NOT_YET}; there is no integer division"),
+    ("rpow-negative", lambda x: (-2) ** x, "c ** x: the base must be a finite number > 0, got int -2; for a "
+                                           "traced base use ops.exp(ops.log(b) * x)"),
+    ("rpow-zero", lambda x: 0.0 ** x, "c ** x: the base must be a finite number > 0, got float 0.0; for a "
+                                      "traced base use ops.exp(ops.log(b) * x)"),
     ("abs", lambda x: abs(x), f"abs(x) {NOT_YET}; use ops.relu(x) + ops.relu(-x)"),
     ("gt", lambda x: x > 0, f"the comparison x > y {NOT_YET}; use ops.heaviside(x - y): 1 where x > y, else 0"),
     ("le", lambda x: x <= 0, f"the comparison x <= y {NOT_YET}; use 1 - ops.heaviside(x - y): 1 where x <= y, "
@@ -299,6 +303,8 @@ SUGAR = [
     ("rdiv", lambda x: 1 / (x * x + 1.0), lambda x: 1 / (x * x + 1.0)),
     ("pow", lambda x: x ** 3, lambda x: x ** 3),
     ("pow-0", lambda x: x ** 0 + x, lambda x: 1.0 + x),
+    ("rpow", lambda x: 2 ** x, lambda x: np.exp(np.log(2.0) * x)),
+    ("rpow-e", lambda x: np.e ** x + 0.5 ** x, lambda x: np.exp(x) + np.exp(np.log(0.5) * x)),
     ("sum", lambda x: x.sum(), lambda x: x.sum()),
     ("np.sum", lambda x: np.sum(x), lambda x: x.sum()),
     ("sum-axis", lambda x: x.sum(0), lambda x: x.sum(0)),
