@@ -137,6 +137,16 @@ def mlp_spec(name: str, batch: int, hidden, lr: float, momentum: float = 0.9,
                         dataset=lambda: (data.x_train, data.y_train))
 
 
+def mlp_model(name: str, defaults: dict):
+    """The ``model`` of an MLP example's model file: :func:`mlp_spec` of data set ``name``, its defaults the
+    script's (``circuitgrad zk prove``, ``fpga synth`` read them from the signature)."""
+    def model(batch: int = defaults["batch"], hidden: tuple = tuple(defaults["hidden"]), lr: float = defaults["lr"],
+              momentum: float = 0.9, dtype: cg.Dtype = cg.float32) -> cg.ModelSpec:
+        """The model file convention (``circuitgrad zk prove``, ``fpga synth``): what this script trains."""
+        return mlp_spec(name, batch, hidden, lr, momentum, dtype)
+    return model
+
+
 def main(name: str, defaults: dict, description: str) -> float:
     """Parse the command line, refuse bad values with a one-line usage error, train on data set ``name``."""
     p = parser(description, **defaults)

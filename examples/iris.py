@@ -7,17 +7,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import circuitgrad as cg  # noqa: E402
-from _train import main, mlp_spec  # noqa: E402
+from _train import main, mlp_model  # noqa: E402
 
 DATASET = "iris"
 DEFAULTS = dict(epochs=60, batch=8, lr=0.05, hidden=[16])
-
-
-def model(batch=DEFAULTS["batch"], hidden=tuple(DEFAULTS["hidden"]), lr=DEFAULTS["lr"], momentum=0.9, dtype=cg.float32) -> cg.ModelSpec:
-    """The model file convention (``circuitgrad zk prove``, ``fpga synth``): what this script trains."""
-    return mlp_spec(DATASET, batch, hidden, lr, momentum, dtype)
-
+model = mlp_model(DATASET, DEFAULTS)     # the model file convention: what this script trains
 
 if __name__ == "__main__":
     main(DATASET, DEFAULTS, __doc__.splitlines()[0])
