@@ -43,6 +43,7 @@ import importlib.util
 import inspect
 import itertools
 import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -67,8 +68,12 @@ _EXAMPLE_DIRS = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "examp
                  os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 
 
+_DEFINES_MODEL = re.compile(r"^(def model\(|model = )", re.M)
+
+
 def examples() -> dict[str, str]:
-    """The example model files by short name (``iris`` → its path): the files that define ``model()``."""
+    """The example model files by short name (``iris`` → its path): the files that define ``model()`` (a ``def``,
+    or an assignment ``model = ...`` at the top level)."""
     out: dict[str, str] = {}
     for folder in _EXAMPLE_DIRS:
         if not os.path.isdir(folder):
@@ -78,7 +83,7 @@ def examples() -> dict[str, str]:
             if ext != ".py" or stem.startswith("_") or stem in out:
                 continue
             with open(os.path.join(folder, name), encoding="utf-8") as fh:
-                if "\ndef model(" in fh.read():
+                if _DEFINES_MODEL.search(fh.read()):
                     out[stem] = os.path.join(folder, name)
     return out
 

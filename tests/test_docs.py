@@ -20,7 +20,10 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 #: a command of this repository in a line or code span: the flags after it are its own
 COMMAND = re.compile(r"(?:\bcircuitgrad\s+[a-z]|(?:bench|examples|scripts)/[\w-]+\.(?:py|sh)|\.ci/run)")
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
-SOURCES = ("circuitgrad", "backends", "bench", "examples", "scripts", ".ci")
+#: where the commands are defined: the repository's top-level folders but the tests, the docs and build output
+SOURCES = tuple(d for d in sorted(os.listdir(ROOT)) if os.path.isdir(os.path.join(ROOT, d))
+                and (d == ".ci" or not d.startswith(".")) and d not in ("tests", "docs", "build")
+                and not d.endswith(".egg-info"))
 
 
 def _lines(path: str):

@@ -12,7 +12,7 @@ import circuitgrad as cg  # noqa: E402
 from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import fpga  # noqa: E402
 from circuitgrad.backends.fpga.addrgen import AddressGen  # noqa: E402
-from circuitgrad.backends.fpga.core import _config  # noqa: E402
+from circuitgrad.backends.fpga.sequencer import _config  # noqa: E402
 from circuitgrad.backends.fpga.decode import DECODE_LATENCY, Decoder  # noqa: E402
 from circuitgrad.backends.fpga.timing import const_b  # noqa: E402
 

@@ -11,7 +11,7 @@ pytest.importorskip("amaranth")
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import fpga  # noqa: E402
-from circuitgrad.backends.fpga.core import _config  # noqa: E402
+from circuitgrad.backends.fpga.sequencer import _config  # noqa: E402
 from circuitgrad.backends.fpga.decode import DECODE_LATENCY, Decoder  # noqa: E402
 from circuitgrad.backends.fpga.timing import KIND_CODES, const_b  # noqa: E402
 

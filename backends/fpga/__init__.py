@@ -7,7 +7,7 @@
 See ``docs/FPGA.md``. Built:
 * the microcode compiler (:mod:`.isa`, :mod:`.rules`, :mod:`.microcode`), covering every primitive of a
   training step: MLPs, GPTs (softmax or spherical attention) and CNNs;
-* a sequencer that runs every micro-op kind (:mod:`.core`, :mod:`.units`): softmax, division, square
+* a sequencer that runs every micro-op kind (:mod:`.sequencer`, :mod:`.units`): softmax, division, square
   root, log, exp of either sign, argmax;
 * a cycle model that matches simulation exactly.
 
@@ -35,7 +35,7 @@ from .timing import HW_KINDS, check_supported, cycles
 def __getattr__(name: str):
     """``Sequencer`` needs Amaranth: imported on first use, with a clear error without it."""
     if name == "Sequencer":
-        return _core("fpga.Sequencer").Sequencer
+        return _sequencer("fpga.Sequencer").Sequencer
     raise AttributeError(name)
 
 
@@ -53,11 +53,11 @@ def installed() -> str:
     return f"Amaranth {amaranth.__version__}" + (f", {', '.join(have)}" if have else "") + missing
 
 
-def _core(what: str):
-    """The Amaranth sequencer module (:mod:`.core`); :class:`~.extra.MissingExtra` naming ``what`` without Amaranth."""
+def _sequencer(what: str):
+    """The Amaranth sequencer module (:mod:`.sequencer`); :class:`~.extra.MissingExtra` naming ``what`` without Amaranth."""
     require_amaranth(what)
-    from . import core
-    return core
+    from . import sequencer
+    return sequencer
 
 __all__ = ["RULES", "UNSUPPORTED", "Design", "UnrolledDesign", "compile", "unroll", "simulate", "train", "Sequencer",
            "cycles", "Microcode", "compile_program", "execute", "HW_KINDS", "MissingExtra", "installed"]
@@ -79,13 +79,13 @@ class Design:
         return cycles(self.microcode, self.read_ports, self.macs)
 
     def component(self, bank_words: int | None = None):
-        """The Amaranth :class:`~.core.Sequencer` of this design (``bank_words``: words per block RAM of the
+        """The Amaranth :class:`~.sequencer.Sequencer` of this design (``bank_words``: words per block RAM of the
         target; ``None`` keeps the memory in one bank, as the simulation does)."""
-        return _core("design.component()").Sequencer(self.microcode, self.read_ports, self.macs, bank_words)
+        return _sequencer("design.component()").Sequencer(self.microcode, self.read_ports, self.macs, bank_words)
 
     def top(self, bank_words: int | None = None):
         """The sequencer behind the serial pins that synthesis builds (:class:`~.synth.Top`)."""
-        _core("design.top()")
+        _sequencer("design.top()")
         from .synth import Top
         return Top(self.component(bank_words))
 
@@ -110,13 +110,13 @@ class UnrolledDesign:
         return len(self.microcode.ops) + 1
 
     def component(self):
-        _core("design.component()")
+        _sequencer("design.component()")
         from .unrolled import Unrolled
         return Unrolled(self.microcode, self.consts)
 
     def top(self, bank_words: int | None = None):
         """The pipeline behind the serial pins (it has no memory: ``bank_words`` is ignored)."""
-        _core("design.top()")
+        _sequencer("design.top()")
         from .unrolled import UnrolledTop
         return UnrolledTop(self.component())
 
@@ -176,7 +176,7 @@ def simulate(design: Design, params, x, y=None, check_collisions: bool = False,
     (``update(n)``: tqdm, :func:`circuitgrad.progress.progress`) that counts the simulated cycles, of which
     there are ``design.cycles``.
     """
-    _core("fpga.simulate")
+    _sequencer("fpga.simulate")
     if isinstance(design, UnrolledDesign):
         from .sim import run_unrolled
         if params is not None:
@@ -206,7 +206,7 @@ def train(design: Design, params, batches, check_collisions: bool = False,
     memory, and the total number of cycles. ``check_collisions`` and ``progress`` (``design.cycles``
     per batch) as in :func:`simulate`.
     """
-    _core("fpga.train")
+    _sequencer("fpga.train")
     from .sim import run_steps
     fx = design.model
     names = fx.param_names + fx.state_names

@@ -18,14 +18,14 @@ from amaranth import Module, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .core import READ_LATENCY, Sequencer
+from .sequencer import READ_LATENCY, Sequencer
 from .microcode import Microcode
 
 __all__ = ["Accelerator"]
 
 
 class Accelerator(wiring.Component):
-    """Streams batches in and results out around a :class:`~.core.Sequencer`."""
+    """Streams batches in and results out around a :class:`~.sequencer.Sequencer`."""
 
     def __init__(self, mc: Microcode, batch_inputs: list[int], streamed_outputs: list[int], read_ports: int = 2):
         self.seq = Sequencer(mc, read_ports)

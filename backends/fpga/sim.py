@@ -7,7 +7,7 @@ from amaranth.sim import Simulator
 from circuitgrad.fixedpoint import FixedPointOverflow
 from circuitgrad.progress import Counter
 
-from .core import Sequencer
+from .sequencer import Sequencer
 from .microcode import DOMAIN_WHAT, Microcode
 
 __all__ = ["simulate", "run_steps", "ReadWriteCollision", "PROGRESS_CYCLES"]

@@ -33,7 +33,7 @@ try:
 except ImportError:
     raise MissingExtra("fpga synthesis", "Amaranth and the YoWASP tools", "fpga") from None
 
-from .core import READ_LATENCY, Sequencer  # noqa: F401, E402
+from .sequencer import READ_LATENCY, Sequencer  # noqa: F401, E402
 from .devices import BOARDS, TARGETS, Target, constraints, pcf  # noqa: F401, E402
 
 __all__ = ["TARGETS", "Top", "SERIAL_PINS", "Report", "synthesize", "cell_counts", "DoesNotFit", "rtlil_text"]
