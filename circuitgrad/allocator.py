@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import time
 
 __all__ = ["tune", "trim", "Trimmer", "free_heap", "TRIM_AT_LEAST"]
 
@@ -112,7 +113,6 @@ class Trimmer:
     1.9 GiB of freed heap)."""
 
     def __init__(self, every: float = 5.0):
-        import time
         self.every, self._clock = every, time.monotonic
         self.last = self._clock()
 

@@ -476,8 +476,7 @@ def unary(cls, x: Var) -> Var:
 
 def rpow(c, x: Var) -> Var:
     """``c ** x`` for a constant base ``c > 0``: ``exp(ln(c)·x)``."""
-    if isinstance(c, bool) or not isinstance(c, (int, float, np.integer, np.floating)) or not np.isfinite(c) \
-            or c <= 0:
+    if isinstance(c, bool) or not isinstance(c, Number) or not np.isfinite(c) or c <= 0:
         raise TypeError(f"c ** x: the base must be a finite number > 0, got {type(c).__name__} {c!r}; "
                         f"for a traced base use ops.exp(ops.log(b) * x)")
     return exp(scale(x, float(np.log(float(c)))))

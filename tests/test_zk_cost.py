@@ -206,7 +206,12 @@ def test_prover_memory_is_predicted_within_a_quarter(case, keep):
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     args = [sys.executable, "-c", _MEASURE, case] + ([] if keep is None else [str(keep)])
-    out = subprocess.run(args, capture_output=True, text=True, cwd=root, timeout=600)
+    # a fresh process's allocator: without what a Dask LocalCluster started by an earlier test leaves in this
+    # process's environment for its workers (MALLOC_TRIM_THRESHOLD_, one BLAS thread), which the child inherits
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MALLOC_") and k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                        "__DASK_PARENT_PID")}
+    out = subprocess.run(args, capture_output=True, text=True, cwd=root, timeout=600, env=env)
     assert out.returncode == 0, out.stderr
     measured, predicted = json.loads(out.stdout.strip().splitlines()[-1])
     assert 0.75 * measured <= predicted <= 1.25 * measured

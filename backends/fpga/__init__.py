@@ -54,7 +54,8 @@ def installed() -> str:
 
 
 def _sequencer(what: str):
-    """The Amaranth sequencer module (:mod:`.sequencer`); :class:`~.extra.MissingExtra` naming ``what`` without Amaranth."""
+    """The Amaranth sequencer module (:mod:`.sequencer`); :class:`~.extra.MissingExtra` naming ``what`` without
+    Amaranth."""
     require_amaranth(what)
     from . import sequencer
     return sequencer

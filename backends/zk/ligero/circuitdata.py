@@ -255,5 +255,5 @@ def prepare(r: R1CS) -> Prepared:
         L = None if r.L is None else _mat(r.L)
         cached = Prepared(r, digest(r), mats, L, contraction.index(r.contractions) if r.contractions else None)
         r._ligero_prepared = cached
-        allocator.trim(allocator.TRIM_AT_LEAST)            # the digest's and the index's blocks of temporaries (1.4 GiB on tinygpt)
+        allocator.trim(allocator.TRIM_AT_LEAST)     # the digest's and index's temporaries (1.4 GiB on tinygpt)
     return cached

@@ -36,8 +36,8 @@ from circuitgrad import allocator
 
 from . import gf, ntt as transforms
 
-__all__ = ["Outer", "Deferred", "DEFERRED_BYTES", "VERIFY_DEFERRED_BYTES", "Rows", "materialized", "outer", "piecewise",
-           "values_at"]
+__all__ = ["Outer", "Deferred", "DEFERRED_BYTES", "VERIFY_DEFERRED_BYTES", "Rows", "materialized", "together",
+           "outer", "piecewise", "values_at"]
 
 
 @dataclass(frozen=True)
@@ -106,12 +106,19 @@ DEFERRED_BYTES = 1 << 30
 VERIFY_DEFERRED_BYTES = 5 << 28
 
 
+def together(count: int, size: int, budget: int | None = None) -> int:
+    """How many of ``count`` repetitions whose deferred blocks take ``size`` bytes each are computed at once
+    within ``budget`` bytes (default :data:`DEFERRED_BYTES`): all of them when the blocks are empty, at least
+    one. What :func:`materialized` groups by, and what the prover's memory model counts."""
+    budget = DEFERRED_BYTES if budget is None else budget
+    return max(1, count if not size else min(count, budget // size))
+
+
 def materialized(reps: Sequence["Rows"], budget: int | None = None):
     """``(indices, rows)`` groups covering ``reps`` in order, each with its :class:`Deferred` blocks computed, as
-    many repetitions a group as fit ``budget`` bytes (default :data:`DEFERRED_BYTES`; at least one)."""
-    budget = DEFERRED_BYTES if budget is None else budget
+    many repetitions a group as :func:`together` allows within ``budget`` bytes."""
     size = max([8 * p.m * R.k for R in reps for p in R.parts if isinstance(p, Deferred)], default=0)
-    per = len(reps) if not size else max(1, min(len(reps), budget // size))
+    per = together(len(reps), size, budget)
     for a in range(0, len(reps), per):
         group = list(range(a, min(len(reps), a + per)))
         out = _materialize([reps[i] for i in group])

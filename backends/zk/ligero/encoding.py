@@ -119,7 +119,7 @@ class Encoding:
                                  f"{tables.describe(int(keys[bad]), functions)}: the witness does not satisfy "
                                  f"the circuit")
             m += np.bincount(start[sh.table_of(keys)] + tables.index(keys, v, functions), minlength=sh.size)
-        allocator.trim(allocator.TRIM_AT_LEAST)                           # the blocks' temporaries (0.6 GiB of heap on tinygpt)
+        allocator.trim(allocator.TRIM_AT_LEAST)     # the blocks' temporaries (0.6 GiB of heap on tinygpt)
         return m
 
     def start_second(self, alphas: np.ndarray, draws: list) -> None:

@@ -28,15 +28,15 @@ from circuitgrad import allocator
 
 from . import gf, merkle, ntt as transforms
 from .circuitdata import Prepared
-from .coefficients import BLOCK_CELLS, DEFERRED_BYTES, materialized
+from .coefficients import BLOCK_CELLS, materialized, together
 from .encoding import Encoding, prf
 from .params import Params
 from .proofio import LigeroProof
 from .protocol import Layout, layout, test_challenges, transcript, zh_on_coset
 from . import contraction
 
-__all__ = ["prove_prepared", "plan", "Passes", "Local", "KEEP_BYTES", "VALUES_BYTES", "kept_bytes", "memory", "peak_rss",
-           "Watermark"]
+__all__ = ["prove_prepared", "plan", "Passes", "Local", "KEEP_BYTES", "VALUES_BYTES", "kept_bytes", "memory",
+           "peak_rss", "Watermark"]
 
 #: the largest encoded matrix (bytes: its values on D and its coefficients) the prover keeps from the commitment
 #: for the tests and the openings
@@ -77,19 +77,19 @@ def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int |
       when they fit :data:`VALUES_BYTES`;
     * the round-2 rows kept whole (``g``, the Freivalds vectors) and the multiplicities;
     * one unit of encoded rows in flight (whole Merkle row blocks, at least one), and 16 MiB of smaller
-      temporaries. Calibrated on the benchmark circuits, kept and streamed: within 20% from digits to tinygpt (docs/BENCHMARKS.md).
+      temporaries. Calibrated on the benchmark circuits, kept and streamed: within 20% from digits to tinygpt
+      (docs/BENCHMARKS.md).
     """
-    keep = KEEP_BYTES if keep is None else keep
+    kept, values_kept = plan(lay, p, keep)
     transposed = gf.compiled() is None
     wires = lay.mz * p.k
     unit = min(lay.total, max(1, BLOCK_CELLS // (p.n * merkle.ROW_BLOCK)) * merkle.ROW_BLOCK) * p.n * 8
     held = 8 * ((lay.lk.sl * lay.lk.mm + lay.cs.rows) * p.k + lay.lk.size)
-    together = max(1, min(p.sigma, DEFERRED_BYTES // max(1, 8 * wires)))      # repetitions' coefficients at once
-    out = 20 * (nonzeros + lookup_terms) * transposed + 8 * together * wires + 24 * wires + held + unit + (16 << 20)
-    if kept_bytes(lay, p) <= keep:
+    at_once = together(p.sigma, 8 * wires)                      # repetitions whose coefficients on z are held
+    out = 20 * (nonzeros + lookup_terms) * transposed + 8 * at_once * wires + 24 * wires + held + unit + (16 << 20)
+    if kept:
         return int(out + kept_bytes(lay, p))
-    values = 8 * lay.total * p.k
-    return int(out + min(unit, 48 << 20) + 12 * wires + (values if values <= VALUES_BYTES else 0))
+    return int(out + min(unit, 48 << 20) + 12 * wires + (8 * lay.total * p.k if values_kept else 0))
 
 
 def peak_rss() -> int:
@@ -277,6 +277,11 @@ class Passes:
                     acc.quad(mq + lk.sl * lk.mv + s * cs.mx + lo, gf.sub(gf.mul(X, Y), P))
         return acc.u, acc.q, acc.pq
 
+    def _encoded(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``a … b``: their coefficients and their values on D (kept, or computed again)."""
+        coeffs = self.C[a:b] if self.C is not None else self.enc.coeffs(a, b)
+        return coeffs, (self.U[a:b] if self.U is not None else self.enc.evals(a, b, coeffs))
+
     def _z_rows(self, acc: "_Sums", chunks: list, trim) -> None:
         """The rows of ``z`` (the first ``mz``) in ``chunks``: their proximity sum, and each repetition's linear sum,
         its coefficients on ``z`` computed for it (:func:`.coefficients.materialized`: every repetition at once
@@ -284,12 +289,10 @@ class Passes:
         if not chunks:
             return
         first = True
-        groups = materialized([R for R, _ in acc.lin]) if acc.lin else iter([([], [])])
-        for group, reps in groups:
+        for group, reps in materialized([R for R, _ in acc.lin]):         # σ ≥ 1 (Params.validate)
             Rz = [R.window(0, self.lay.mz) for R in reps]
             for lo, hi in chunks:
-                coeffs = self.C[lo:hi] if self.C is not None else self.enc.coeffs(lo, hi)
-                U = self.U[lo:hi] if self.U is not None else self.enc.evals(lo, hi, coeffs)
+                coeffs, U = self._encoded(lo, hi)
                 if first:
                     acc.u = gf.add(acc.u, gf.matmul(acc.r[:, lo:hi], coeffs))
                 for j, R in zip(group, Rz):
@@ -304,8 +307,7 @@ class Passes:
         """Add rows ``a … b`` (witness rows of either round) to the proximity and linear sums; their values on D."""
         if a >= b:
             return np.zeros((0, self.p.n), dtype=np.int64)
-        coeffs = self.C[a:b] if self.C is not None else self.enc.coeffs(a, b)
-        U = self.U[a:b] if self.U is not None else self.enc.evals(a, b, coeffs)
+        coeffs, U = self._encoded(a, b)
         w = a if a < self.lay.mw else self.lay.mw + a - self.lay.rows      # position among the witness rows
         acc.u = gf.add(acc.u, gf.matmul(acc.r[:, w:w + b - a], coeffs))
         for j, (R, _) in enumerate(acc.lin):
@@ -389,7 +391,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     ex.start(Passes(pc, lay, p, enc, kept, say))
     salts = [prf(seed, b"salt1", j, 16) for j in range(n)]
     tree = merkle.Tree(merkle.leaves_of(ex.digests(0, lay.rows), salts))
-    allocator.trim(allocator.TRIM_AT_LEAST)                                # each phase's temporaries back to the kernel
+    allocator.trim(allocator.TRIM_AT_LEAST)         # each phase's temporaries back to the kernel
     timings["commit"] = time.perf_counter() - t0
     say(f"committed {lay.rows} rows × {n} columns" + (" (kept)" if kept else ""))
     proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
@@ -420,7 +422,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     snapshot = copy.deepcopy(T)
     challenges = test_challenges(pc, lay, T, alphas, draws)
     u, qd, pq = ex.tests(snapshot, challenges)
-    del challenges                                  # the coefficients on z (8σ bytes a wire) are done with
+    del challenges                                  # the logUp tables' coefficients (0.6 GiB on tinygpt) are done with
     mask_evals = enc.evals(lay.mw, lay.rows)
     proof.u = gf.add(u, masks[:sg, :p.K])
     proof.q = transforms.coset_interp(gf.add(qd, mask_evals[sg:2 * sg]))[:, :p.lin_len]
