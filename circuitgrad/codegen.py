@@ -23,7 +23,7 @@ from .interpret import (FLOAT_RULES, argmax_mask, causal_mask, logsumexp, one_ho
                         add_into, pad, set_into, unfold)
 from .schedule import Program
 
-__all__ = ["NUMPY_RULES", "generate", "compile_program", "ident"]
+__all__ = ["NUMPY_RULES", "generate", "compile_program", "compile_function", "CompiledFunction", "ident"]
 
 
 def _dt(T) -> str:
@@ -374,6 +374,20 @@ def _plus_zero(a, program: Program, cval: dict[int, np.ndarray], dying: Callable
 def _disjoint(i, j) -> bool:
     """Whether two strided blocks (``(start, stop, step)`` per axis) share no element."""
     return any(not set(range(*a)) & set(range(*b)) for a, b in zip(i, j))
+
+
+@dataclass(frozen=True)
+class CompiledFunction:
+    """A program compiled to Python/NumPy: what :class:`~circuitgrad.targets.Runtime` ``numpy`` returns."""
+    run: Callable
+    source: str
+    launches: int | None = None
+
+
+def compile_function(program: Program, arg_names: Sequence[str] | None = None,
+                     fn_name: str | None = None) -> CompiledFunction:
+    """:func:`compile_program` as the ``numpy`` runtime's entry point (``circuitgrad/targets.py``)."""
+    return CompiledFunction(*compile_program(program, arg_names, fn_name))
 
 
 def compile_program(program: Program, arg_names: Sequence[str] | None = None,

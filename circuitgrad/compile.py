@@ -20,7 +20,6 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from . import arguments, nn, ops
-from .codegen import compile_program
 from .diagram import Diagram, identity, unbind_parameters
 from .fixedpoint import FixedPointOverflow, const, dequantize, run_fixed
 from .nn import Optimizer
@@ -28,7 +27,7 @@ from .optic import rdiff
 from .primitives import Parameter
 from .rewrite import simplify
 from .schedule import Program, retype_type, retype, schedule
-from .targets import TARGETS
+from .targets import DEFAULT_BACKEND, TARGETS, backend_target, backends, runtime
 from .tracing import trace
 from .types import Dtype, Fixed, NdArrayType, float32
 
@@ -98,11 +97,8 @@ class CompiledModel:
 
     @property
     def xp(self):
-        """The array module of this backend (``numpy`` or ``cupy``)."""
-        if self.backend == "cupy":
-            import cupy
-            return cupy
-        return np
+        """The array module of this backend's arrays (its runtime's: ``circuitgrad/targets.py``)."""
+        return runtime(self.backend).xp()
 
     @property
     def launches_per_step(self) -> int | None:
@@ -173,7 +169,7 @@ class CompiledModel:
         """The arrays ``fn`` takes from ``params`` (checked: names, shapes, dtypes), in order."""
         names = self._all_names if fn == "step" else self.param_names
         out = arguments.parameters(params, names, self._shapes, self._shapes, self.dtype, fn, self.xp)
-        if fn == "step" and self.donate and self.backend in ("cupy", "cupy-emulated"):
+        if fn == "step" and self.donate and "donate" in runtime(self.backend).options:
             arguments.distinct_arrays(out, names, fn)      # each donated parameter is updated in its own array
         return out
 
@@ -310,8 +306,6 @@ def _build(model: Diagram, loss_fn, optimizer: Optimizer):
     return params, x_type, y_type, {"predict": model_p, "loss": total, "gradients": grads, "step": step}
 
 
-#: ``compile_model``'s backends: those of the targets that run steps, and ``"auto"``
-BACKENDS = tuple(b for t in TARGETS.values() for b in t.backends) + ("auto",)
 _SWAPPED = "; did you swap loss= and optimizer=?"
 
 
@@ -353,16 +347,58 @@ def _check_constants(optimizer: Optimizer, dtype: Fixed) -> None:
             raise ValueError(f"compile_model: {e}") from None
 
 
+def _for(option: str) -> str:
+    """Where a runtime option applies, for messages: "the GPU (backend='cupy' or 'cupy-emulated')"."""
+    where = []
+    for t in TARGETS.values():
+        names = [repr(r.name) for r in t.runtimes if option in r.options]
+        if names:
+            where.append(f"{t.title or t.name} (backend={' or '.join(names)})")
+    return "; ".join(where) or "no backend"
+
+
+def _choose(backend: str, donate: bool, precision: str, graph: bool) -> tuple[str, str, bool]:
+    """``(backend, precision, graph)`` after ``"auto"`` is resolved, each option checked against the runtime's
+    row in ``circuitgrad/targets.py``: this function names no backend."""
+    names = backends()
+    if backend not in names:
+        raise ValueError(f"compile_model: unknown backend {backend!r}; available: "
+                         f"{', '.join(repr(b) for b in names)}")
+    if backend == "auto":          # the first device runtime whose target is usable, else the default
+        usable = [r.name for t in TARGETS.values() if t.available()[0] for r in t.runtimes if r.device]
+        backend = usable[0] if usable else DEFAULT_BACKEND
+        rt = runtime(backend)
+        precision = precision if "precision" in rt.options else "fp32"
+        graph = graph if "graph" in rt.options else False
+    rt = runtime(backend)
+    if rt.device:
+        ok, why = backend_target(backend).available()
+        if not ok:
+            raise RuntimeError(f"compile_model: backend={backend!r} needs {rt.needs}: {why}; "
+                               f"use backend={DEFAULT_BACKEND!r} (or 'auto')")
+    if precision != "fp32" and "precision" not in rt.options:
+        raise ValueError(f"compile_model: precision={precision!r} is for {_for('precision')}; the {backend} "
+                         f"backend multiplies in the model's dtype")
+    if graph and "graph" not in rt.options:
+        homes = [r.name for r in backend_target(backend).runtimes if "graph" in r.options]
+        raise ValueError(f"compile_model: graph=True needs backend={homes[0]!r}, not {backend!r}" if homes else
+                         f"compile_model: graph=True is for {_for('graph')}")
+    if graph and not donate:
+        raise ValueError("compile_model: graph=True replays the step into the same buffers: pass donate=True too")
+    return backend, precision, graph
+
+
 def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimizer: Optimizer,
-                  dtype: Dtype | None = None, backend: str = "numpy", donate: bool = False, precision: str = "fp32",
+                  dtype: Dtype | None = None, backend: str = DEFAULT_BACKEND, donate: bool = False, precision: str = "fp32",
                   graph: bool = False) -> CompiledModel:
     """Compile ``model : X → Y`` with a loss and an optimizer.
 
     ``dtype`` (default: the model's) retypes every wire: ``float32``,
     ``float64`` or ``fixed(width, frac)`` (exact integer semantics).
-    ``backend``: ``"numpy"`` (CPU), ``"cupy"`` (fused CUDA kernels; needs
-    CuPy and a GPU), ``"auto"`` (CuPy when a GPU is usable, else NumPy) or
-    ``"cupy-emulated"`` (the CuPy code path run on the CPU, for testing).
+    ``backend``: a runtime of the table of targets (``circuitgrad/targets.py``, which says what each takes):
+    ``"numpy"`` (CPU), ``"cupy"`` (fused CUDA kernels; needs CuPy and a GPU), ``"cupy-emulated"`` (the CuPy
+    code path run on the CPU, for testing) or ``"auto"`` (the first device runtime whose device is usable,
+    else NumPy).
     ``donate=True`` (GPU) lets ``step`` update parameters in the arrays passed in.
     ``precision`` (GPU, float32 models) of the matrix products: ``"fp32"`` (the default, as in PyTorch),
     ``"tf32"`` (on the TF32 tensor cores) or ``"bf16"`` (operands rounded to bfloat16, float32 accumulation:
@@ -378,25 +414,7 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
     """
     t0 = time.perf_counter()
     _check_arguments(model, loss, optimizer)
-    if backend not in BACKENDS:
-        raise ValueError(f"compile_model: unknown backend {backend!r}; available: "
-                         f"{', '.join(repr(b) for b in BACKENDS)}")
-    if backend in ("cupy", "auto"):
-        ok, why = TARGETS["gpu"].available()
-        if backend == "cupy" and not ok:
-            raise RuntimeError(f"compile_model: backend='cupy' needs CuPy and a CUDA GPU: {why}; "
-                               f"use backend='numpy' (or 'auto')")
-        backend = "cupy" if ok else "numpy"
-        precision, graph = (precision, graph) if ok else ("fp32", False)
-    if precision != "fp32" and backend == "numpy":
-        raise ValueError(f"compile_model: precision={precision!r} is for the GPU (backend='cupy' or "
-                         f"'cupy-emulated'); the numpy backend multiplies in the model's dtype")
-    if graph and backend == "numpy":
-        raise ValueError("compile_model: graph=True is for the GPU (backend='cupy')")
-    if graph and backend != "cupy":
-        raise ValueError(f"compile_model: graph=True needs backend='cupy', not {backend!r}")
-    if graph and not donate:
-        raise ValueError("compile_model: graph=True replays the step into the same buffers: pass donate=True too")
+    backend, precision, graph = _choose(backend, donate, precision, graph)
     params, x_type, y_type, diagrams = _build(model, loss, optimizer)
     dtype = dtype or y_type.dtype          # the output's: an input may be index(n) token ids
     if precision != "fp32" and dtype != float32:
@@ -404,9 +422,10 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
                          f"{dtype}")
     if isinstance(dtype, Fixed):
         _check_constants(optimizer, dtype)
-    if backend != "numpy" and isinstance(dtype, Fixed):
+    if isinstance(dtype, Fixed) and not runtime(backend).fixed:
+        fixed = " or ".join(repr(b) for b in backends() if b != "auto" and runtime(b).fixed)
         raise ValueError(f"compile_model: the {backend} backend computes in float32/float64, not {dtype}; "
-                         f"fixed point runs on backend='numpy' (the reference interpreter)")
+                         f"fixed point runs on backend={fixed} (the reference interpreter)")
     pnames = number_labels(params)
     snames = optimizer.state_names(pnames, [p.T for p in params])
     names = {"predict": pnames + ["x"], "loss": pnames + ["x", "y"], "gradients": pnames + ["x", "y"],
@@ -419,7 +438,7 @@ def compile_model(model: Diagram, loss: Callable[[NdArrayType], Diagram], optimi
     return cm
 
 
-def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str], backend: str = "numpy",
+def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str], backend: str = DEFAULT_BACKEND,
                 donate: bool = False, precision: str = "fp32", graph: bool = False) -> _Fn:
     prog = schedule(d, key)
     if prog.types and any(t.dtype != dtype for t in prog.types):
@@ -427,11 +446,9 @@ def _compile_fn(d: Diagram, key: str, dtype: Dtype, arg_names: list[str], backen
     prog = simplify(prog)                  # after retype: some rewrites are fixed point's alone
     if isinstance(dtype, Fixed):
         return _Fn(prog, lambda *xs: run_fixed(prog, xs), str(prog))
-    if backend in ("cupy", "cupy-emulated"):
-        gpu = TARGETS["gpu"].module()
-        pairs = dict(zip(prog.outputs, prog.inputs)) if donate and key == "step" else None
-        g = gpu.compile_function(prog, arg_names, key, emulate=backend == "cupy-emulated", donate_pairs=pairs,
-                                 precision=precision, graph=graph)
-        return _Fn(prog, g.run, g.source, g.launches, g)
-    fn, src = compile_program(prog, arg_names, key)
-    return _Fn(prog, fn, src)
+    rt = runtime(backend)
+    options = {"donate_pairs": dict(zip(prog.outputs, prog.inputs)) if donate and key == "step" else None,
+               "precision": precision, "graph": graph}
+    g = rt.compile_function(prog, arg_names, key, **{k: v for k, v in options.items()
+                                                     if (k if k != "donate_pairs" else "donate") in rt.options})
+    return _Fn(prog, g.run, g.source, g.launches, g)

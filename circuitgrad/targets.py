@@ -4,7 +4,8 @@ the conformance tests read.
 The core never imports a backend statically. It names each target's modules here, and
 :meth:`Target.module` imports one by that name when it is first asked for. A backend does
 not register itself on import. Adding a target means adding a row here, next to its package under
-``backends/``::
+``backends/``; a target that trains models adds its :class:`Runtime` s to the row, and ``compile_model``
+reads everything it needs about a backend from them (it names none)::
 
     core (circuitgrad/*)  ──names──▶  targets.TARGETS  ──import on demand──▶  backends/<target>/
           ▲                                                                          │
@@ -16,7 +17,36 @@ import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
-__all__ = ["Target", "TARGETS", "target", "backend_target"]
+__all__ = ["Runtime", "Target", "TARGETS", "DEFAULT_BACKEND", "target", "backend_target", "runtime", "backends"]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One ``compile_model(backend=name)``: how a target runs a compiled step.
+
+    ``compile`` names ``function(program, arg_names, name, **arguments, **options)``, which returns an object with
+    ``run(*arrays)``, ``source`` and ``launches`` (kernel launches per call, or ``None``). ``options`` are the
+    ``compile_model`` options it takes beyond the dtype (``donate``, ``precision``, ``graph``); the others keep
+    their defaults. ``device``: it needs its target's ``available()``, and ``backend="auto"`` picks it when that
+    holds. ``fixed``: it runs fixed-point programs (the reference interpreter)."""
+    name: str
+    compile: str                           # "module:function"
+    array_module: str = "numpy"            # the arrays its functions take and return
+    needs: str = ""                        # what a device runtime needs, for the error when it is absent
+    options: tuple[str, ...] = ()
+    arguments: tuple[tuple[str, object], ...] = ()   # fixed keyword arguments of ``compile``
+    device: bool = False
+    fixed: bool = False
+
+    def compile_function(self, program, arg_names, name: str, **options):
+        """``program`` compiled by this runtime (``options`` only those it takes)."""
+        module, attr = self.compile.split(":")
+        fn = getattr(importlib.import_module(module), attr)
+        return fn(program, arg_names, name, **dict(self.arguments), **options)
+
+    def xp(self) -> ModuleType:
+        """The array module of its functions' arguments and results."""
+        return importlib.import_module(self.array_module)
 
 
 @dataclass(frozen=True)
@@ -27,9 +57,15 @@ class Target:
                                            # available() and installed()
     rules: str                             # "module:TABLE": how it runs each primitive
     cost: str                              # estimate(f, device=, function=, depth=, **options)
-    backends: tuple[str, ...] = ()         # compile_model(backend=...) names it runs
+    runtimes: tuple[Runtime, ...] = ()     # the compile_model(backend=...) it runs
     command: str | None = None             # add_parser(subparsers): its ``circuitgrad`` subcommand
     summary: str = ""
+    title: str = ""                        # in messages: "the GPU"
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The names ``compile_model(backend=...)`` takes for it."""
+        return tuple(r.name for r in self.runtimes)
 
     def module(self, part: str = "package") -> ModuleType:
         """The target's ``package``, ``cost`` or ``command`` module, imported now if it was not yet."""
@@ -59,11 +95,15 @@ class Target:
 
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
-    Target("cpu", "circuitgrad.codegen", "circuitgrad.codegen:NUMPY_RULES", "circuitgrad.costmodel.cpu", ("numpy",),
+    Target("cpu", "circuitgrad.codegen", "circuitgrad.codegen:NUMPY_RULES", "circuitgrad.costmodel.cpu",
+           (Runtime("numpy", "circuitgrad.codegen:compile_function", fixed=True),),
            summary="float32/float64 NumPy code generation; fixed point by the reference interpreter"),
     Target("gpu", "circuitgrad.backends.gpu", "circuitgrad.backends.gpu:RULES", "circuitgrad.backends.gpu.cost",
-           ("cupy", "cupy-emulated"),
-           summary="fused CUDA kernels and cuBLAS through CuPy"),
+           (Runtime("cupy", "circuitgrad.backends.gpu:compile_function", "cupy", "CuPy and a CUDA GPU",
+                    ("donate", "precision", "graph"), device=True),
+            Runtime("cupy-emulated", "circuitgrad.backends.gpu:compile_function", options=("donate", "precision"),
+                    arguments=(("emulate", True),))),
+           summary="fused CUDA kernels and cuBLAS through CuPy", title="the GPU"),
     Target("fpga", "circuitgrad.backends.fpga", "circuitgrad.backends.fpga:RULES", "circuitgrad.backends.fpga.cost",
            command="circuitgrad.backends.fpga.cli", summary="an Amaranth sequencer and its microcode"),
     Target("zk", "circuitgrad.backends.zk", "circuitgrad.backends.zk:RULES", "circuitgrad.backends.zk.cost",
@@ -79,9 +119,23 @@ def target(name: str) -> Target:
     return TARGETS[name]
 
 
+#: ``compile_model``'s backend when none is named: the reference target's
+DEFAULT_BACKEND = "numpy"
+
+
+def backends() -> tuple[str, ...]:
+    """Every name ``compile_model(backend=...)`` takes, in the table's order, then ``"auto"``."""
+    return tuple(b for t in TARGETS.values() for b in t.backends) + ("auto",)
+
+
 def backend_target(backend: str) -> Target:
     """The target that runs ``compile_model(backend=backend)``."""
     for t in TARGETS.values():
         if backend in t.backends:
             return t
     raise ValueError(f"no target runs backend {backend!r}")
+
+
+def runtime(backend: str) -> Runtime:
+    """The runtime of ``compile_model(backend=backend)`` (``ValueError`` when no target runs it)."""
+    return next(r for r in backend_target(backend).runtimes if r.name == backend)

@@ -137,6 +137,47 @@ def test_the_core_never_imports_a_backend():
     assert bad == []
 
 
+def _names(tree: ast.AST) -> list[tuple[int, str]]:
+    """The string constants of a module's code (docstrings left out), with their lines."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def _backend_names() -> set[str]:
+    """What the core must not spell out: the runtimes of the targets whose code is under ``backends/``, and
+    their packages."""
+    from circuitgrad.targets import TARGETS
+    out = set()
+    for t in TARGETS.values():
+        if t.package.startswith("circuitgrad.backends"):
+            out |= set(t.backends) | {t.package}
+    return out
+
+
+def test_the_core_names_no_backend():
+    """Only ``circuitgrad/targets.py`` names a backend's runtimes and modules; ``compile.py`` names no runtime at
+    all (not even the CPU's): a new runtime is a row in the table, not an edit of the core."""
+    from circuitgrad.targets import TARGETS
+    banned = _backend_names()
+    bad = []
+    for m, path in modules().items():
+        if m.startswith("circuitgrad.backends") or m == "circuitgrad.targets":
+            continue
+        here = banned | ({b for t in TARGETS.values() for b in t.backends} if m == "circuitgrad.compile" else set())
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        bad += [f"{m}:{line}: {v!r}" for line, v in _names(tree)
+                if v in here or v.startswith("circuitgrad.backends")]
+    assert bad == []
+
+
+def test_the_backend_name_check_finds_names():
+    tree = ast.parse('"""the cupy backend"""\nx = "cupy-emulated"\ndef f():\n    """cupy"""\n    return "cupy"\n')
+    assert [v for _, v in _names(tree) if v in _backend_names()] == ["cupy-emulated", "cupy"]
+
+
 def _private_uses(mod: str, tree: ast.AST, mods: dict[str, str]) -> list[str]:
     out, aliases = [], {}
     for node in _imports(tree):
