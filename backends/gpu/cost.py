@@ -32,7 +32,7 @@ from circuitgrad.types import Fixed, Float
 
 from . import attention, memory
 from .plan import plan
-from .runtime import build, emulated_kernel
+from .runtime import GpuFunction, build, emulated_kernel
 
 __all__ = ["Device", "DEVICES", "ISSUE_S", "estimate", "launch_cost"]
 
@@ -102,7 +102,7 @@ def _function(f: Any, p: Any, function: str) -> Any:
     """The GPU function of ``p`` as the backend builds it (its plan, its glue): the compiled model's own when it
     has one, else built here (donating the step's inputs, as ``donate=True``)."""
     fn = getattr(f, "_fns", {}).get(function) if hasattr(f, "fn") else None
-    if fn is not None and getattr(fn, "compiled", None) is not None:
+    if fn is not None and isinstance(getattr(fn, "compiled", None), GpuFunction):     # compiled for the GPU
         return fn.compiled
     names = list(getattr(f, "arg_names", {}).get(function, [])) or [f"a{k}" for k in range(len(p.inputs))]
     pairs = dict(zip(p.outputs, p.inputs)) if function == "step" and getattr(f, "donate", True) else None
