@@ -6,7 +6,7 @@
   Ligero prover and snarkjs
 
 Each backend consumes the SSA program of :mod:`circuitgrad.schedule` and
-owns one rule table keyed by primitive class (``RULES``); the conformance
+owns one rule table keyed by primitive class (``GPU_RULES``, ``FPGA_RULES``, ``ZK_RULES``); the conformance
 test lists every primitive a backend lacks.
 """
 __all__ = ["gpu", "fpga", "zk"]

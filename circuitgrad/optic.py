@@ -30,7 +30,7 @@ from .diagram import DTYPE, FF, IC, OH, Diagram, empty_labels, map_paths, labels
 from .tracing import apply, trace
 from .types import NdArrayType
 
-__all__ = ["RULES", "Rule", "rule_for", "rdiff", "lens", "ReverseDerivative"]
+__all__ = ["REVERSE_RULES", "Rule", "rule_for", "rdiff", "lens", "ReverseDerivative"]
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def _logsumexp(op: P.LogSumExp) -> Rule:
 
 
 #: reverse-derivative rule constructor for every primitive class.
-RULES: dict[type, Callable[[P.Primitive], Rule]] = {
+REVERSE_RULES: dict[type, Callable[[P.Primitive], Rule]] = {
     P.Copy: _copy,
     P.Parameter: _nullary,
     P.Constant: _nullary,
@@ -183,7 +183,7 @@ def rule_for(label: int) -> Rule:
         op = P.op_of(label)
         base = _BY_OP.get(op)
         if base is None:
-            make = RULES.get(type(op))
+            make = REVERSE_RULES.get(type(op))
             if make is None:
                 raise NotImplementedError(f"no reverse-derivative rule for {op}")
             base = _BY_OP[op] = make(op)

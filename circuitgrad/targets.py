@@ -98,15 +98,15 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("cpu", "circuitgrad.codegen", "circuitgrad.codegen:NUMPY_RULES", "circuitgrad.costmodel.cpu",
            (Runtime("numpy", "circuitgrad.codegen:compile_function", fixed=True),),
            summary="float32/float64 NumPy code generation; fixed point by the reference interpreter"),
-    Target("gpu", "circuitgrad.backends.gpu", "circuitgrad.backends.gpu:RULES", "circuitgrad.backends.gpu.cost",
+    Target("gpu", "circuitgrad.backends.gpu", "circuitgrad.backends.gpu:GPU_RULES", "circuitgrad.backends.gpu.cost",
            (Runtime("cupy", "circuitgrad.backends.gpu:compile_function", "cupy", "CuPy and a CUDA GPU",
                     ("donate", "precision", "graph"), device=True),
             Runtime("cupy-emulated", "circuitgrad.backends.gpu:compile_function", options=("donate", "precision"),
                     arguments=(("emulate", True),))),
            summary="fused CUDA kernels and cuBLAS through CuPy", title="the GPU"),
-    Target("fpga", "circuitgrad.backends.fpga", "circuitgrad.backends.fpga:RULES", "circuitgrad.backends.fpga.cost",
+    Target("fpga", "circuitgrad.backends.fpga", "circuitgrad.backends.fpga:FPGA_RULES", "circuitgrad.backends.fpga.cost",
            command="circuitgrad.backends.fpga.cli", summary="an Amaranth sequencer and its microcode"),
-    Target("zk", "circuitgrad.backends.zk", "circuitgrad.backends.zk:RULES", "circuitgrad.backends.zk.cost",
+    Target("zk", "circuitgrad.backends.zk", "circuitgrad.backends.zk:ZK_RULES", "circuitgrad.backends.zk.cost",
            command="circuitgrad.backends.zk.cli", summary="arithmetic circuits over prime fields, proved by Ligero "
                                                           "or snarkjs"),
 )}

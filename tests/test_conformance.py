@@ -9,12 +9,12 @@ from circuitgrad import primitives as P
 from circuitgrad.codegen import NUMPY_RULES
 from circuitgrad.fixedpoint import FIXED_RULES
 from circuitgrad.interpret import FLOAT_RULES
-from circuitgrad.optic import RULES
+from circuitgrad.optic import REVERSE_RULES
 from circuitgrad.targets import TARGETS
 
 
 @pytest.mark.parametrize("name,table,exempt", [
-    ("reverse derivative", RULES, set()),
+    ("reverse derivative", REVERSE_RULES, set()),
     ("float interpreter", FLOAT_RULES, set()),
     ("fixed-point interpreter", FIXED_RULES, set()),
     ("numpy backend", NUMPY_RULES, {P.Parameter}),      # parameters are unbound before code generation
@@ -71,7 +71,7 @@ def _names(cs):
 
 
 @pytest.mark.parametrize("kind, table", [
-    ("elementwise", "circuitgrad.backends.gpu.cuda:RULES"),
+    ("elementwise", "circuitgrad.backends.gpu.cuda:CUDA_EXPRESSIONS"),
     ("rowwise", "circuitgrad.backends.gpu.cuda:ROW_KERNELS"),
     ("gather", "circuitgrad.backends.gpu.cuda:GATHER_KERNELS"),
     ("view", "circuitgrad.backends.gpu.runtime:VIEWS"),
@@ -88,12 +88,12 @@ def test_gpu_kernel_tables_match_the_kinds(kind, table):
 
 def test_gpu_rules_name_how_each_primitive_runs():
     from circuitgrad.backends import gpu
-    assert all(v is not None for v in gpu.RULES.values()), "a GPU rule is None: the table would pass any key"
+    assert all(v is not None for v in gpu.GPU_RULES.values()), "a GPU rule is None: the table would pass any key"
 
 
 @pytest.mark.parametrize("table, exempt", [
-    ("circuitgrad.costmodel.work:RULES", set()),
-    ("circuitgrad.backends.zk.lower:RULES", {P.Parameter, P.LogSumExp}),
+    ("circuitgrad.costmodel.work:WORK_RULES", set()),
+    ("circuitgrad.backends.zk.lower:ZK_RULES", {P.Parameter, P.LogSumExp}),
 ])
 def test_other_tables_cover_every_primitive(table, exempt):
     mod, name = table.split(":")

@@ -28,7 +28,7 @@ from circuitgrad.progress import Counter
 from circuitgrad.types import Fixed, fixed
 
 from .extra import MissingExtra, require_amaranth
-from .microcode import RULES, UNSUPPORTED, Microcode, compile_program, execute
+from .microcode import FPGA_RULES, UNSUPPORTED, Microcode, compile_program, execute
 from .timing import HW_KINDS, check_supported, cycles
 
 
@@ -60,7 +60,7 @@ def _sequencer(what: str):
     from . import sequencer
     return sequencer
 
-__all__ = ["RULES", "UNSUPPORTED", "Design", "UnrolledDesign", "compile", "unroll", "simulate", "train", "Sequencer",
+__all__ = ["FPGA_RULES", "UNSUPPORTED", "Design", "UnrolledDesign", "compile", "unroll", "simulate", "train", "Sequencer",
            "cycles", "Microcode", "compile_program", "execute", "HW_KINDS", "MissingExtra", "installed"]
 
 

@@ -45,9 +45,9 @@ from circuitgrad.schedule import Program
 from circuitgrad.types import Fixed
 
 from .isa import MicroOp, Microcode, View, contiguous, legalise
-from .rules import RULES, UNSUPPORTED, Context
+from .rules import FPGA_RULES, UNSUPPORTED, Context
 
-__all__ = ["View", "MicroOp", "Microcode", "compile_program", "execute", "UNSUPPORTED", "RULES", "DOMAIN_WHAT"]
+__all__ = ["View", "MicroOp", "Microcode", "compile_program", "execute", "UNSUPPORTED", "FPGA_RULES", "DOMAIN_WHAT"]
 
 
 def compile_program(prog: Program, dt: Fixed, write_back: int = 0, reuse: bool = True) -> Microcode:
@@ -103,10 +103,10 @@ def compile_program(prog: Program, dt: Fixed, write_back: int = 0, reuse: bool =
         op, where = a.op, f"{a.op.name}#{i}"
         args = [env[x] for x in a.args]
         shape_out = op.target[0].shape if op.target else ()
-        rule = RULES.get(type(op))
+        rule = FPGA_RULES.get(type(op))
         if rule is None:
             raise NotImplementedError(f"FPGA backend: no rule for {op.name} ({UNSUPPORTED.get(type(op), '')})")
-        outs = rule(op, args, Context(alloc, constant, table, ops, where, dt), shape_out)
+        outs = rule(Context(alloc, constant, table, ops, where, dt, shape_out), op, *args)
         for r, o in zip(a.results, outs):
             env[r] = o
     for v_in, v_out in list(zip(prog.inputs, prog.outputs))[:write_back]:

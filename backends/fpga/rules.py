@@ -1,8 +1,9 @@
 """Lowering rules: one per primitive, each emitting micro-ops over views (see :mod:`.microcode`).
 
-A rule is ``rule(op, args, cx, shape) -> views of its results``: ``args`` are the operands' views,
-``cx`` (:class:`Context`) allocates memory and constants and emits micro-ops, ``shape`` is the first
-result's shape. Layout rules return views and emit nothing.
+A rule is ``rule(cx, op, *args) -> views of its results``, the convention of every stateful rule table
+(docs/ARCHITECTURE.md): ``args`` are the operands' views, ``cx`` (:class:`Context`) allocates memory and
+constants and emits micro-ops, and ``cx.shape`` is the first result's shape. Layout rules return views and
+emit nothing.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from circuitgrad.types import Fixed
 
 from .isa import MicroOp, View, broadcast_view, permute_view, reshape_view, slice_view
 
-__all__ = ["Context", "RULES", "UNSUPPORTED"]
+__all__ = ["Context", "FPGA_RULES", "UNSUPPORTED"]
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Context:
     ops: list[MicroOp]
     where: str
     dt: Fixed
+    shape: tuple[int, ...] = ()            # the instruction's first result's
 
     def emit(self, kind: str, out: View, a: View, b: View | None = None, K: int = 1, rescale: bool = False,
              tag: str = "") -> View:
@@ -76,49 +78,57 @@ def _per_row(v: View, shape: tuple[int, ...]) -> View:
 
 
 def _ew(kind: str):
-    def rule(op, args, cx, shape):
+    def rule(cx, op, *args):
+        shape = cx.shape
         return (cx.emit(kind, cx.alloc(shape), args[0], args[1] if len(args) > 1 else None),)
     return rule
 
 
-def _rsqrt(op, args, cx, shape):
+def _rsqrt(cx, op, *args):
     """``Div(1, Sqrt(x))``, as the fixed-point semantics define it: the square root, then the divider."""
+    shape = cx.shape
     root = cx.emit("sqrt", cx.alloc(shape), args[0], None)
     return (cx.emit("div", cx.alloc(shape), _splat(cx, cx.dt.one, shape), root),)
 
 
-def _mul(op, args, cx, shape):
+def _mul(cx, op, *args):
+    shape = cx.shape
     return (cx.emit("mac", cx.alloc(shape), args[0], args[1], 1, True),)
 
 
-def _scale(op, args, cx, shape):
+def _scale(cx, op, *args):
+    shape = cx.shape
     return (cx.emit("mac", cx.alloc(shape), args[0], _splat(cx, const(op.c, cx.dt, "Scale constant"), shape), 1, True),)
 
 
-def _matmul(op, args, cx, shape):
+def _matmul(cx, op, *args):
+    shape = cx.shape
     a, b = args
     av = View(a.base, shape, (a.strides[0], 0), a.strides[1])
     bv = View(b.base, shape, (0, b.strides[1]), b.strides[0])
     return (cx.emit("mac", cx.alloc(shape), av, bv, op.A.shape[1], True),)
 
 
-def _batch_matmul(op, args, cx, shape):
+def _batch_matmul(cx, op, *args):
     """``[..., m, n] @ [..., n, p]``: one ``mac`` over the leading axes (legalised per batch index)."""
+    shape = cx.shape
     a, b = args
     av = View(a.base, shape, a.strides[:-2] + (a.strides[-2], 0), a.strides[-1])
     bv = View(b.base, shape, b.strides[:-2] + (0, b.strides[-1]), b.strides[-2])
     return (cx.emit("mac", cx.alloc(shape), av, bv, op.A.shape[-1], True),)
 
 
-def _sum_to(op, args, cx, shape):
+def _sum_to(cx, op, *args):
+    shape = cx.shape
     lead, kept = op.axes()
     red, K = cx.reduce(args[0], lead + kept, shape)
     return (cx.emit("mac", cx.alloc(shape), red, None, K, False),)
 
 
-def _softmax(op, args, cx, shape):
+def _softmax(cx, op, *args):
     """Row max, ``exp(x − max)``, row sum, floor division; a causal softmax runs the max and the exp on
     the kept prefix of each row (one micro-op per row index), the masked entries staying 0."""
+    shape = cx.shape
     x, last = args[0], len(shape) - 1
     rows = shape[:-1]
     m = cx.alloc(rows)
@@ -141,12 +151,14 @@ def _softmax(op, args, cx, shape):
     return (cx.emit("divf", cx.alloc(shape), e, _per_row(s, shape), tag="divide"),)
 
 
-def _constant(op, args, cx, shape):
+def _constant(cx, op, *args):
+    shape = cx.shape
     return (_splat(cx, constant_raw(op, cx.dt), shape),)
 
 
-def _causal_mask(op, args, cx, shape):
+def _causal_mask(cx, op, *args):
     """``x`` times a constant 0/1 table (an exact product: no rescale)."""
+    shape = cx.shape
     keep = cx.table(np.asarray(causal_keep(shape[-2:]), dtype=np.int64))
     return (cx.emit("mac", cx.alloc(shape), args[0], broadcast_view(keep, shape)),)
 
@@ -159,21 +171,24 @@ def _iota(cx: Context, n: int, shape: tuple[int, ...]) -> View:
     return broadcast_view(cx.table(np.arange(n, dtype=np.int64)), shape)
 
 
-def _one_hot(op, args, cx, shape):
+def _one_hot(cx, op, *args):
     """``eq(id, j)`` against a constant table ``0, 1, …, n − 1``: ``2^f`` where equal."""
+    shape = cx.shape
     return (cx.emit("eq", cx.alloc(shape), _per_row(args[0], shape), _iota(cx, shape[-1], shape)),)
 
 
-def _argmax_mask(op, args, cx, shape):
+def _argmax_mask(cx, op, *args):
     """The first maximum's index per row (an ``argmax`` reduction), then ``eq`` against ``0, …, n − 1``."""
+    shape = cx.shape
     rows = shape[:-1]
     red, K = cx.reduce(args[0], (len(shape) - 1,), rows)
     idx = cx.emit("argmax", cx.alloc(rows), red, None, K, tag="argmax")
     return (cx.emit("eq", cx.alloc(shape), _per_row(idx, shape), _iota(cx, K, shape), tag="mask"),)
 
 
-def _pad(op, args, cx, shape):
+def _pad(cx, op, *args):
     """Zeros, then the operand copied into its block."""
+    shape = cx.shape
     out = cx.zeros(shape)
     cx.emit("copy", slice_view(out, op.index), args[0], tag="block")
     return (out,)
@@ -207,16 +222,17 @@ def _blocks(op, img: View) -> View:
     return View(img.base, (B, C, kh, kw, ho, wo), (sB, sC, sH, sW, sH * sh, sW * sw))
 
 
-def _unfold(op, args, cx, shape):
+def _unfold(cx, op, *args):
     """im2col as one ``copy`` from the blocks' affine view (the reduction of a convolution runs over
     ``(c, i, j)``, which no single reduction stride reaches: see ``docs/FPGA.md``)."""
+    shape = cx.shape
     blocks = _blocks(op, _padded(op, args[0], cx))
     out = cx.alloc(shape)
     cx.emit("copy", reshape_view(out, blocks.shape), blocks, tag="im2col")
     return (out,)
 
 
-def _fold(op, args, cx, shape):
+def _fold(cx, op, *args):
     """col2im: each kernel offset ``(i, j)`` adds its columns into the padded image in place."""
     img = _padded_zeros(op, cx)
     blocks = _blocks(op, img)
@@ -230,13 +246,13 @@ def _fold(op, args, cx, shape):
     return (slice_view(img, _interior(op)),)
 
 
-RULES: dict[type, Callable] = {
-    P.Copy: lambda op, args, cx, shape: (args[0],) * op.n,
-    P.Transpose: lambda op, args, cx, shape: (permute_view(args[0], (1, 0)),),
-    P.Permute: lambda op, args, cx, shape: (permute_view(args[0], op.axes),),
-    P.Reshape: lambda op, args, cx, shape: (cx.reshape(args[0], shape),),
-    P.Broadcast: lambda op, args, cx, shape: (broadcast_view(args[0], shape),),
-    P.Slice: lambda op, args, cx, shape: (slice_view(args[0], op.index),),
+FPGA_RULES: dict[type, Callable] = {
+    P.Copy: lambda cx, op, *args: (args[0],) * op.n,
+    P.Transpose: lambda cx, op, *args: (permute_view(args[0], (1, 0)),),
+    P.Permute: lambda cx, op, *args: (permute_view(args[0], op.axes),),
+    P.Reshape: lambda cx, op, *args: (cx.reshape(args[0], cx.shape),),
+    P.Broadcast: lambda cx, op, *args: (broadcast_view(args[0], cx.shape),),
+    P.Slice: lambda cx, op, *args: (slice_view(args[0], op.index),),
     P.Constant: _constant,
     P.Add: _ew("add"),
     P.Neg: _ew("neg"),
@@ -247,7 +263,7 @@ RULES: dict[type, Callable] = {
     P.Sqrt: _ew("sqrt"),
     P.Rsqrt: _rsqrt,
     P.Div: _ew("div"),
-    P.Exp: lambda op, args, cx, shape: (cx.emit("exp", cx.alloc(shape), args[0], _splat(cx, 0, shape)),),
+    P.Exp: lambda cx, op, *args: (cx.emit("exp", cx.alloc(cx.shape), args[0], _splat(cx, 0, cx.shape)),),
     P.Mul: _mul,
     P.Scale: _scale,
     P.MatMul: _matmul,

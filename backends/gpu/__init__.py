@@ -23,14 +23,14 @@ from .plan import Plan, plan
 from .profiler import Launch, Profile, profile
 from .runtime import VIEWS, GpuFunction, build, emulated_kernel
 
-__all__ = ["RULES", "UNSUPPORTED", "available", "installed", "compile_function", "plan", "Plan", "GpuFunction", "profile",
+__all__ = ["GPU_RULES", "UNSUPPORTED", "available", "installed", "compile_function", "plan", "Plan", "GpuFunction", "profile",
            "Profile", "Launch"]
 
 #: how the backend runs each primitive: elementwise ones by a CUDA expression in a fused kernel, row-wise ones
 #: and gathers by a kernel of their own, views by a CuPy view (or the layout its consumers read), matrix products
 #: by cuBLAS, sums by a reduction kernel; copies and constants by the plan (``tests/test_conformance.py`` checks
 #: each entry against the primitive's kind)
-RULES: dict = {**cuda.RULES, **{p: "row kernel" for p in cuda.ROW_KERNELS},
+GPU_RULES: dict = {**cuda.CUDA_EXPRESSIONS, **{p: "row kernel" for p in cuda.ROW_KERNELS},
                **{p: "gather kernel" for p in cuda.GATHER_KERNELS}, **VIEWS,
                P.MatMul: "cuBLAS", P.BatchMatMul: "cuBLAS (batched)", P.SumTo: "reduction kernel",
                P.Copy: "plan (shared buffers)", P.Constant: "plan (folded or uploaded once)"}

@@ -39,7 +39,7 @@ from .layout import offset_bound
 from .plan import Launch, Plan, Stage, contiguous_strides, gather_index
 from .reduction import host_lane, reduce_source
 
-__all__ = ["Kernel", "RULES", "ROW_KERNELS", "GATHER_KERNELS", "kernels", "ctype", "donations", "last_readers",
+__all__ = ["Kernel", "CUDA_EXPRESSIONS", "ROW_KERNELS", "GATHER_KERNELS", "kernels", "ctype", "donations", "last_readers",
            "reduce_kernel", "attention_kernel"]
 
 
@@ -66,31 +66,31 @@ def _fn(name: str, c: str) -> str:
     return name + ("f" if c == "float" else "")
 
 
-def _causal(op: P.CausalMask, c: str, a: str) -> str:
+def _causal(c: str, op: P.CausalMask, a: str) -> str:
     """Keep entry ``(q, j)`` of the last two axes when ``j <= q``; ``i`` is the element's linear index."""
     s, t = op.T.shape[-2:]
     return f"((i % {t}LL) <= ((i / {t}LL) % {s}LL) ? {a} : ({c})0)"
 
 
 #: CUDA C expression per elementwise primitive (exactly those of kind ``"elementwise"``):
-#: ``(op, ctype, *argument expressions) -> expression``.
+#: ``(ctype, op, *argument expressions) -> expression`` (the context first, as in every stateful table).
 #: An expression may use ``i``, the element's linear index in the operand's shape (``CausalMask``).
-RULES: dict[type, Callable[..., str]] = {
-    P.Add: lambda op, c, a, b: f"({a} + {b})",
-    P.Neg: lambda op, c, a: f"(-{a})",
-    P.Mul: lambda op, c, a, b: f"({a} * {b})",
-    P.Div: lambda op, c, a, b: f"({a} / {b})",
-    P.Scale: lambda op, c, a: f"({a} * {_lit(op.c, c)})",
-    P.Heaviside: lambda op, c, a: f"({a} > 0 ? ({c})1 : ({c})0)",
-    P.Sigmoid: lambda op, c, a: f"(({c})1 / (({c})1 + {_fn('exp', c)}(-{a})))",
-    P.Tanh: lambda op, c, a: f"{_fn('tanh', c)}({a})",
-    P.Exp: lambda op, c, a: f"{_fn('exp', c)}({a})",
-    P.Log: lambda op, c, a: f"{_fn('log', c)}({a})",
-    P.Sqrt: lambda op, c, a: f"{_fn('sqrt', c)}({a})",
-    P.Rsqrt: lambda op, c, a: f"(({c})1 / {_fn('sqrt', c)}({a}))",
+CUDA_EXPRESSIONS: dict[type, Callable[..., str]] = {
+    P.Add: lambda c, op, a, b: f"({a} + {b})",
+    P.Neg: lambda c, op, a: f"(-{a})",
+    P.Mul: lambda c, op, a, b: f"({a} * {b})",
+    P.Div: lambda c, op, a, b: f"({a} / {b})",
+    P.Scale: lambda c, op, a: f"({a} * {_lit(op.c, c)})",
+    P.Heaviside: lambda c, op, a: f"({a} > 0 ? ({c})1 : ({c})0)",
+    P.Sigmoid: lambda c, op, a: f"(({c})1 / (({c})1 + {_fn('exp', c)}(-{a})))",
+    P.Tanh: lambda c, op, a: f"{_fn('tanh', c)}({a})",
+    P.Exp: lambda c, op, a: f"{_fn('exp', c)}({a})",
+    P.Log: lambda c, op, a: f"{_fn('log', c)}({a})",
+    P.Sqrt: lambda c, op, a: f"{_fn('sqrt', c)}({a})",
+    P.Rsqrt: lambda c, op, a: f"(({c})1 / {_fn('sqrt', c)}({a}))",
     P.CausalMask: _causal,
     # the operand is the row's id (read through a broadcast along the last axis)
-    P.OneHot: lambda op, c, a: f"({a} == i % {op.T.shape[-1]}LL ? ({c})1 : ({c})0)",
+    P.OneHot: lambda c, op, a: f"({a} == i % {op.T.shape[-1]}LL ? ({c})1 : ({c})0)",
 }
 
 #: the row kernels (:func:`_rowwise`: one warp per row) and gathers (:func:`_moves`: one thread per element) this
@@ -247,7 +247,7 @@ def fused_kernel(step: Launch, plan: Plan, name: str, donated: dict[int, int] | 
             return reg
 
         for a in instrs:
-            expr = RULES[type(a.op)](a.op, c, *(arg(a, x) for x in a.args))
+            expr = CUDA_EXPRESSIONS[type(a.op)](c, a.op, *(arg(a, x) for x in a.args))
             r = a.results[0]
             value[r] = f"v{r}"
             lines.append(f"{pad}const {c} v{r} = {expr};   // {a.op.name}")

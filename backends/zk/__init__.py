@@ -17,7 +17,7 @@ See ``docs/ZK.md`` for the gadgets, their costs and the public statement.
 from .circuit import Circuit, Witness, compile, compile_program
 from .field import BN254, LIGERO51, Field, field
 from .formats import FormatError
-from .lower import RULES, UNSUPPORTED
+from .lower import ZK_RULES, UNSUPPORTED
 from .r1cs import R1CS, UnsatisfiedConstraint
 from .ligero import LigeroProof, Reject
 from .prover import SYSTEMS, check, prove, verify
@@ -28,7 +28,7 @@ from .commit import DataTree
 from .poseidon2 import Poseidon2, poseidon2
 from .run import DataCommitment, Dataset, Run, check_run, commit_dataset, prove_run, verify_run
 
-__all__ = ["compile", "compile_program", "Circuit", "Witness", "BN254", "LIGERO51", "Field", "field", "R1CS", "RULES", "UNSUPPORTED",
+__all__ = ["compile", "compile_program", "Circuit", "Witness", "BN254", "LIGERO51", "Field", "field", "R1CS", "ZK_RULES", "UNSUPPORTED",
            "UnsatisfiedConstraint", "FormatError", "Proof", "LigeroProof", "SYSTEMS", "ProofSystem", "prove", "verify",
            "check", "Reject", "Keys", "setup", "verification_key", "params_sha256", "SnarkjsError", "ToolMissing",
            "Poseidon2", "poseidon2", "DataTree", "DataCommitment", "Dataset", "Run", "commit_dataset", "prove_run",

@@ -36,7 +36,7 @@ from . import statement as S
 from .field import BN254, LIGERO51, Field
 from . import private as P
 from .commit import depth_for
-from .lower import RULES, Lowering, required_bits, widest_contraction
+from .lower import ZK_RULES, Lowering, required_bits, widest_contraction
 from .r1cs import R1CS, TABLE_BITS, Builder
 
 __all__ = ["Circuit", "Witness", "compile", "compile_program", "default_range_checks"]
@@ -406,7 +406,7 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
         raise ValueError(f"zk.compile: field {field} ({field.bits} bits) is too small for {dtype}: this program's "
                          f"products and remainders need p > 2^{need} to never wrap around"
                          + (f" (its longest contraction, {widest})" if widest else ""))
-    missing = sorted({type(a.op).__name__ for a in prog.instrs if type(a.op) not in RULES})
+    missing = sorted({type(a.op).__name__ for a in prog.instrs if type(a.op) not in ZK_RULES})
     if missing:
         raise NotImplementedError(f"zk.compile: the ZK backend has no rule for {missing} (used by {function})")
     in_names = list(input_names or [f"in{i}" for i in range(len(prog.inputs))])
@@ -463,7 +463,7 @@ def compile_program(prog: Program, dtype: Fixed, field: Field = BN254, input_nam
             fused.lower(L, i, a, env)
             continue
         L.proven, L.wired = i in proven, i in wired
-        outs = RULES[type(a.op)](L, a.op, *(env[x] for x in a.args))
+        outs = ZK_RULES[type(a.op)](L, a.op, *(env[x] for x in a.args))
         for r, o in zip(a.results, outs):
             env[r] = o
     if private is None:

@@ -43,7 +43,7 @@ from .gadgets import ONE
 from .r1cs import Builder
 from .special import SPECIAL_RULES
 
-__all__ = ["RULES", "CORE_RULES", "UNSUPPORTED", "Lowering", "required_bits", "widest_contraction"]
+__all__ = ["ZK_RULES", "CORE_RULES", "UNSUPPORTED", "Lowering", "required_bits", "widest_contraction"]
 
 
 class Lowering:
@@ -427,7 +427,7 @@ CORE_RULES: dict[type, Callable] = {
 }
 
 #: lowering rule per primitive (LogSumExp appears only in loss values, never in a step)
-RULES: dict[type, Callable] = {**CORE_RULES, **SPECIAL_RULES}
+ZK_RULES: dict[type, Callable] = {**CORE_RULES, **SPECIAL_RULES}
 
 #: primitives deliberately without a rule, and why (the conformance test checks this list)
 UNSUPPORTED: dict[type, str] = {

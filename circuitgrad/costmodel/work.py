@@ -23,7 +23,7 @@ from .. import primitives as P
 from ..schedule import Apply, Program
 from ..types import Fixed, Index, NdArrayType
 
-__all__ = ["Work", "work", "itemsize", "RULES"]
+__all__ = ["Work", "work", "itemsize", "WORK_RULES"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _fold(op: P.Fold) -> tuple[int, int, int]:
 
 
 #: primitive → (flops, matmul_flops, transcendentals) of one application
-RULES: dict[type, Callable[[P.Primitive], tuple[int, int, int]]] = {
+WORK_RULES: dict[type, Callable[[P.Primitive], tuple[int, int, int]]] = {
     P.Copy: _free, P.Parameter: _free, P.Constant: _free, P.Reshape: _free,
     P.Transpose: _free, P.Permute: _free, P.Broadcast: _free, P.OneHot: _free,
     P.Slice: _free, P.Pad: _free, P.Unfold: _free, P.Fold: _fold,
@@ -116,7 +116,7 @@ _NO_BYTES = ("view", "copy", "source")
 
 def work(p: Program, a: Apply) -> Work:
     """The work of instruction ``a`` of program ``p``."""
-    rule = RULES.get(type(a.op))
+    rule = WORK_RULES.get(type(a.op))
     if rule is None:
         raise NotImplementedError(f"cost: no work rule for {a.op.name}")
     flops, mm, tr = rule(a.op)
