@@ -137,3 +137,30 @@ def test_the_checks_find_what_they_look_for(tmp_path, sources):
     assert [x.split(": ", 1)[1] for x in _issues(path)] == ["issue 12", "(#7)"]
     assert [x.split(": ", 1)[1] for x in _missing(path)] == ["backends/zk/no_such_module.py", "link missing.md"]
     assert [x.split(": ", 1)[1] for x in _unknown_flags(path, sources)] == ["--no-such-flag", "--bogus"]
+
+
+#: the size a newcomer can read in an afternoon: the README, the architecture map and everything together
+BUDGETS = {"README.md": 3000, "docs": 25000}
+ARCHITECTURE_LINES = 300
+
+
+def _words(path: str) -> int:
+    return len(open(path, encoding="utf-8").read().split())
+
+
+def test_docs_stay_within_their_budgets():
+    total = sum(_words(p) for p in DOCS)
+    assert total <= BUDGETS["docs"], f"the docs hold {total} words, more than {BUDGETS['docs']}: move history to git"
+    readme = _words(os.path.join(ROOT, "README.md"))
+    assert readme <= BUDGETS["README.md"], f"README.md holds {readme} words, more than {BUDGETS['README.md']}"
+    with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as fh:
+        lines = sum(1 for _ in fh)
+    assert lines <= ARCHITECTURE_LINES, f"docs/ARCHITECTURE.md has {lines} lines: it is a map, at most {ARCHITECTURE_LINES}"
+
+
+def test_every_decision_record_is_dated_and_indexed():
+    folder = os.path.join(ROOT, "docs", "decisions")
+    records = sorted(f for f in os.listdir(folder) if f != "README.md")
+    index = open(os.path.join(folder, "README.md"), encoding="utf-8").read()
+    assert records and all(re.fullmatch(r"\d{4}-\d{2}-\d{2}-[a-z0-9-]+\.md", f) for f in records), records
+    assert [f for f in records if f"({f})" not in index] == []
