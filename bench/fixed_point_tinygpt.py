@@ -57,7 +57,12 @@ def curve(name: str, dtype: cg.Dtype, adamw: bool, steps: int, every: int, batch
     step = spec.compile(backend="numpy")
     params = step.init_params(seed=seed)
     args = argparse.Namespace(steps=steps, lr=D["lr"])
-    out, spent = {0: evaluate(step, params, val, batches)}, 0.0
+    try:
+        out, spent = {0: evaluate(step, params, val, batches)}, 0.0
+    except FixedPointOverflow as e:                 # the initial parameters' predict already leaves the format
+        why = f"step 0 (the initial predict) overflowed: {str(e).split(';')[0]}"
+        print(f"fixed_point_tinygpt: {name}: {why}", file=sys.stderr, flush=True)
+        return {}, 0.0, why
     done = 0
     for k, starts in enumerate(T.batch_starts(len(train), D["seq"], D["batch"], steps, seed)):
         t0 = time.perf_counter()
