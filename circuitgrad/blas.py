@@ -1,9 +1,9 @@
 """Matrix products for the NumPy backend: Intel MKL when installed, else NumPy.
 
-NumPy 1.26 ships OpenBLAS 0.3.23 (NumPy 2's OpenBLAS is newer). On the
-project's AVX-512 machine, its float32 GEMM is 1.2–1.6× slower than the MKL
-that PyTorch uses, and matrix products are about 80% of an MLP training step
-(see ``docs/BENCHMARKS.md``). When the ``mkl`` wheel is installed
+NumPy 1.26 ships OpenBLAS 0.3.23 (NumPy 2's OpenBLAS is newer). Matrix
+products are about 80% of an MLP training step, and the step is faster with
+the MKL that PyTorch uses than with NumPy's OpenBLAS (``docs/BENCHMARKS.md``,
+the CPU training step). When the ``mkl`` wheel is installed
 (``pip install 'circuitgrad[mkl]'``), :func:`matmul` calls
 ``cblas_sgemm``/``cblas_dgemm`` from ``libmkl_rt`` through ctypes. Operands
 that are neither C-contiguous nor transposed C-contiguous, and dtypes other

@@ -2,8 +2,8 @@
 
 ::
 
-    pc ─┬─ low bits ──► [ table of micro-ops 0 … 31 ]  ──► register ─┐
-        │             [ table of micro-ops 32 … 63 ] ──► register ─┼─► choose ──► fields (registers)
+    pc ─┬─ low bits ──► [ table of micro-ops 0 … 15 ]  ──► register ─┐
+        │             [ table of micro-ops 16 … 31 ] ──► register ─┼─► choose ──► fields (registers)
         └─ high bits ─────────────────────────────────► register ─┘   (kind, flags, loop bounds,
                                                                         a/b/o bases and strides)
 

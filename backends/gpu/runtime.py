@@ -4,8 +4,8 @@ The generated function allocates each intermediate from the array module's
 memory pool (``xp.empty``). It ``del``s every value after its last use, so
 buffers return to CuPy's pool in liveness order, and a steady-state step
 never calls ``cudaMalloc``. It calls cuBLAS for matrix products
-(``xp.matmul``), CuPy reductions for ``SumTo``, and the generated kernels for
-everything else. Nothing in a step synchronises with the host.
+(``xp.matmul``), and the generated kernels for everything else (reductions
+included: a ``.sum`` only where no sum kernel applies). Nothing in a step synchronises with the host.
 
 Every argument is made C-contiguous on entry (``xp.ascontiguousarray``, no copy when it
 already is). With ``donate=True``, parameter updates are written into the array the kernel

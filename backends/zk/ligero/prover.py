@@ -77,8 +77,8 @@ def memory(lay: Layout, p: Params, nonzeros: int, lookup_terms: int, keep: int |
       when they fit :data:`VALUES_BYTES`;
     * the round-2 rows kept whole (``g``, the Freivalds vectors) and the multiplicities;
     * one unit of encoded rows in flight (whole Merkle row blocks, at least one), and 16 MiB of smaller
-      temporaries. Calibrated on the benchmark circuits, kept and streamed: within 20% from digits to tinygpt
-      (docs/BENCHMARKS.md).
+      temporaries. Calibrated on the benchmark circuits, kept and streamed: 0.81–1.07 of the measured peak from
+      digits to tinygpt (docs/BENCHMARKS.md, "The cost model against measurements").
     """
     kept, values_kept = plan(lay, p, keep)
     transposed = gf.compiled() is None
