@@ -21,6 +21,7 @@ from . import allocator, blas
 from . import primitives as P
 from .interpret import (FLOAT_RULES, argmax_mask, causal_mask, logsumexp, one_hot, sigmoid, softmax, fold,
                         add_into, pad, set_into, unfold)
+from .pattern import Graph, Pat, X, match
 from .schedule import Program
 
 __all__ = ["NUMPY_RULES", "generate", "compile_program", "compile_function", "CompiledFunction", "ident"]
@@ -157,6 +158,13 @@ class _Rewrites:
     negs: dict[int, int] = field(default_factory=dict)          # Neg result r: its argument, subtracted
 
 
+#: an embedding lookup: a one-hot matrix of the ids (rows reshaped, nothing else) times a table
+_GATHER = Pat(P.MatMul, Pat(P.Reshape, Pat(P.OneHot, X("ids")), when=lambda r: r.op.shape[1:] == r.op.T.shape[-1:]),
+              X())
+#: a scaled matrix product whose product is read only by the scale
+_SCALED_MATMUL = Pat(P.Scale, Pat(P.MatMul, once=True, name="matmul"))
+
+
 def _analyse(program: Program) -> _Rewrites:
     """Float-only rewrites the generator applies (they change rounding, not values).
 
@@ -176,23 +184,15 @@ def _analyse(program: Program) -> _Rewrites:
     """
     producer, consumers = program.producers(), program.uses()
     outs = set(program.outputs)
+    g, index = Graph.of(program), {id(a): i for i, a in enumerate(program.instrs)}
     rw = _Rewrites()
     fold, alias, lazy, pads, gathers, negs = rw.fold, rw.alias, rw.lazy, rw.pads, rw.gathers, rw.negs
     for j, a in enumerate(program.instrs):
-        if isinstance(a.op, P.MatMul):
-            r = producer.get(a.args[0])
-            if r is not None and isinstance(program.instrs[r].op, P.Reshape):
-                o = producer.get(program.instrs[r].args[0])
-                if o is not None and isinstance(program.instrs[o].op, P.OneHot) and \
-                        program.types[a.args[0]].shape[1:] == program.types[program.instrs[r].args[0]].shape[-1:]:
-                    gathers[j] = program.instrs[o].args[0]
-        if isinstance(a.op, P.Scale):
-            (r,) = a.args
-            i = producer.get(r)
-            if (i is not None and isinstance(program.instrs[i].op, P.MatMul) and r not in outs
-                    and len(consumers.get(r, ())) == 1):
-                fold[i] = a.op.c
-                alias.add(j)
+        if (b := match(_GATHER, a, g)) is not None:
+            gathers[j] = b["ids"]
+        if (b := match(_SCALED_MATMUL, a, g)) is not None:
+            fold[index[id(b["matmul"])]] = a.op.c
+            alias.add(j)
         elif isinstance(a.op, P.Broadcast):
             (r,) = a.results
             ok = r not in outs and bool(consumers.get(r))

@@ -36,16 +36,32 @@ interpreter runs it too), so all targets still agree bit for bit.
 from __future__ import annotations
 
 from . import primitives as P
+from .pattern import Graph, Pat, Rules, X, match, read_counts
 from .schedule import Apply, Program
 from .types import Fixed
 
-__all__ = ["simplify"]
+__all__ = ["simplify", "PEEPHOLES", "CONTRACTION"]
+
+#: the peepholes above, first match first: ``("alias", variable)`` (the result is that variable) or
+#: ``("negate", scale)`` (the Scale instruction absorbs the negation)
+PEEPHOLES = Rules([
+    (Pat(P.Add, Pat(P.Constant, when=lambda c: c.op.value == 0.0), X("x"), commute=True),
+     lambda a, b: ("alias", b["x"])),
+    (Pat(P.Scale, X("x"), when=lambda a: a.op.c == 1.0), lambda a, b: ("alias", b["x"])),
+    (Pat(P.Neg, Pat(P.Neg, X("x"))), lambda a, b: ("alias", b["x"])),
+    (Pat(P.Neg, Pat(P.Scale, once=True, name="scale")), lambda a, b: ("negate", b["scale"])),
+])
+
+#: a product summed along the last axis, in fixed point, the product read only there
+CONTRACTION = Pat(P.SumTo, Pat(P.Mul, X("x"), X("y"), once=True, name="mul"),
+                  when=lambda a: isinstance(a.op.T.dtype, Fixed) and a.op.T.ndim >= 1
+                  and a.op.S.shape == a.op.T.shape[:-1] + (1,))
 
 
 def simplify(p: Program) -> Program:
     """The program with the rewrites above applied and dead instructions removed."""
-    uses = _use_counts(p)
-    producer: dict[int, Apply] = {}
+    g = Graph({}, read_counts(p))        # the output's producers, filled as it is built
+    producer, uses = g.producer, g.reads
     pos: dict[int, int] = {}          # result variable -> index in instrs
     subst: dict[int, int] = {}
     instrs: list[Apply] = []
@@ -54,10 +70,6 @@ def simplify(p: Program) -> Program:
         while v in subst:
             v = subst[v]
         return v
-
-    def is_zero(v: int) -> bool:
-        a = producer.get(v)
-        return a is not None and isinstance(a.op, P.Constant) and a.op.value == 0.0
 
     seen: dict[tuple, Apply] = {}         # (op, args) -> its first occurrence
 
@@ -74,25 +86,19 @@ def simplify(p: Program) -> Program:
             for r, s in zip(a.results, seen[key].results):
                 alias(r, s)
             continue
-        if isinstance(op, P.Add) and (is_zero(args[0]) or is_zero(args[1])):
-            alias(a.results[0], args[1] if is_zero(args[0]) else args[0])
+        hit = PEEPHOLES.first(a, g, args)
+        if hit is not None and hit[0] == "alias":
+            alias(a.results[0], hit[1])
             continue
-        if isinstance(op, P.Scale) and op.c == 1.0:
-            alias(a.results[0], args[0])
+        if hit is not None:                       # Neg(Scale(x, c)) → Scale(x, −c), in the Scale's place
+            src = hit[1]
+            new = Apply(P.Scale(src.op.T, -src.op.c), src.args, a.results, src.path)
+            seen.pop((src.op, src.args), None)       # its result is gone: no later Scale may reuse it
+            seen.setdefault((new.op, new.args), new)
+            instrs[pos[args[0]]] = new
+            producer[a.results[0]] = new
+            pos[a.results[0]] = pos[args[0]]
             continue
-        if isinstance(op, P.Neg):
-            src = producer.get(args[0])
-            if src is not None and isinstance(src.op, P.Neg):
-                alias(a.results[0], src.args[0])
-                continue
-            if src is not None and isinstance(src.op, P.Scale) and uses.get(args[0], 0) == 1:
-                new = Apply(P.Scale(src.op.T, -src.op.c), src.args, a.results, src.path)
-                seen.pop((src.op, src.args), None)       # its result is gone: no later Scale may reuse it
-                seen.setdefault((new.op, new.args), new)
-                instrs[pos[args[0]]] = new
-                producer[a.results[0]] = new
-                pos[a.results[0]] = pos[args[0]]
-                continue
         new = Apply(op, args, a.results, a.path)
         if key is not None:
             seen[key] = new
@@ -104,18 +110,9 @@ def simplify(p: Program) -> Program:
     return _contract(_dce(Program(p.types, list(p.inputs), outputs, instrs, p.name)))
 
 
-def _use_counts(p: Program) -> dict[int, int]:
-    """How many times each variable is read (an output counts as a read)."""
-    uses: dict[int, int] = {}
-    for v in [x for a in p.instrs for x in a.args] + list(p.outputs):
-        uses[v] = uses.get(v, 0) + 1
-    return uses
-
-
 def _contract(p: Program) -> Program:
     """``SumTo(Mul(x, y))`` along the last axis → one contraction, in fixed point (see the module docs)."""
-    uses = _use_counts(p)
-    producer = {a.results[0]: a for a in p.instrs if a.results}
+    g = Graph.of(p)
     types = list(p.types)
     instrs: list[Apply] = []
     dropped: set[int] = set()
@@ -126,12 +123,11 @@ def _contract(p: Program) -> Program:
 
     for a in p.instrs:
         op = a.op
-        m = producer.get(a.args[0]) if isinstance(op, P.SumTo) else None
-        if (m is None or not isinstance(m.op, P.Mul) or uses.get(m.results[0], 0) != 1
-                or not isinstance(op.T.dtype, Fixed) or op.T.ndim < 1
-                or op.S.shape != op.T.shape[:-1] + (1,)):
+        b = match(CONTRACTION, a, g)
+        if b is None:
             instrs.append(a)
             continue
+        m = b["mul"]
         T, n = op.T, op.T.shape[-1]
         x, y = m.args
         lead = T.shape[:-1]
