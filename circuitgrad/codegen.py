@@ -241,20 +241,7 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
     rw = _analyse(program)
     fold, alias, lazy, pads, gathers, negs = rw.fold, rw.alias, rw.lazy, rw.pads, rw.gathers, rw.negs
 
-    def reads(i: int, a) -> list[int]:
-        """The variables instruction ``i`` reads once its folded negations are subtractions."""
-        if isinstance(a.op, P.Neg) and a.results[0] in negs:
-            return []
-        return [negs.get(x, x) for x in a.args] + ([gathers[i]] if i in gathers else [])
-    last_use: dict[int, int] = {}
-    for i, a in enumerate(program.instrs):
-        for x in reads(i, a):
-            last_use[x] = max(last_use.get(x, -1), pads.get(i, i))      # a deferred pad reads at its Add
-    padded = {program.instrs[j].results[0]: program.instrs[j] for j in pads}
-    keep = set(program.outputs) | set(program.inputs)
-    fresh: set[int] = set()       # variables that own their buffer
-    written: dict[int, list] = {}  # sums of pads: the blocks written so far (zeros elsewhere)
-    viewed: set[int] = set()      # variables that a view may still alias
+    buf = _Buffers.plan(program, rw)
     cval: dict[int, np.ndarray] = {}
     consts: dict[str, object] = {}
     const_lines: list[str] = []
@@ -278,18 +265,16 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
             continue                                   # emitted by its Add
         if isinstance(a.op, P.Neg) and a.results[0] in negs:
             continue                                   # subtracted by its Add
-        if isinstance(a.op, P.Add) and any(x in padded for x in a.args):
-            expr = _add_pad(a, program, names, padded, lambda x: (
-                x in fresh and x not in viewed and last_use.get(x) == i and x not in keep), written)
+        if isinstance(a.op, P.Add) and any(x in buf.padded for x in a.args):
+            expr = _add_pad(a, program, names, buf.padded, lambda x: buf.writable(x, i), buf.written)
         elif i in alias or i in lazy:
             expr = names[a.args[0]]
-        elif (same := _plus_zero(a, program, cval, lambda x: last_use.get(x) == i and x not in keep)) is not None:
+        elif (same := _plus_zero(a, program, cval, lambda x: buf.dies(x, i))) is not None:
             expr = names[same]                         # x + 0: x itself, which dies here
         elif isinstance(a.op, P.Add) and any(x in negs for x in a.args):
             x, y = (a.args[0], negs[a.args[1]]) if a.args[1] in negs else (a.args[1], negs[a.args[0]])
             shape = program.types[a.results[0]].shape
-            out = next((o for o in (x, y) if o in fresh and o not in viewed and last_use.get(o) == i and
-                        o not in keep and shape and program.types[o].shape == shape), None)
+            out = next((o for o in (x, y) if buf.writable(o, i) and shape and program.types[o].shape == shape), None)
             expr = f"{names[x]} - {names[y]}" if out is None else \
                 f"np.subtract({names[x]}, {names[y]}, out={names[out]})"
         elif i in gathers and gathers[i] not in cval:
@@ -304,26 +289,17 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
         elif type(a.op) in _INPLACE and program.types[a.results[0]].shape:    # 0-d results are scalars
             shape = program.types[a.results[0]].shape
             for x in a.args:
-                if (x in fresh and x not in viewed and last_use.get(x) == i and x not in keep
-                        and program.types[x].shape == shape):
+                if buf.writable(x, i) and program.types[x].shape == shape:
                     expr = _INPLACE[type(a.op)](a.op, *(names[y] for y in a.args), names[x])
                     break
         if expr is None:
             expr = rule(a.op, *(names[x] for x in a.args))
-        if same is not None:
-            fresh.update(a.results if same in fresh else ())
-            viewed.update(a.results if same in viewed else ())
-        elif a.op.kind not in _VIEW_KINDS + ("source",) and not (i in alias and a.args[0] not in fresh):
-            fresh.update(a.results)
-        if a.op.kind in _VIEW_KINDS or i in alias:
-            viewed.update(a.args)
+        buf.wrote(i, a, same)
         lhs = " = ".join(names[r] for r in a.results)
         note = " (folded into the matmul)" if i in alias else " (implicit)" if i in lazy else ""
         body.append(f"    {lhs} = {expr}".ljust(56) + f"  # {a.op.name}{note} -> {ty}"
                     + (f"  @ {a.path}" if a.path else ""))
-        read = [y for x in reads(i, a) for y in ((padded[x].args[0],) if x in padded and i not in pads else (x,))]
-        dead = [names[x] for x in dict.fromkeys(read)
-                if last_use.get(x) == i and x not in keep and x not in cval]
+        dead = [names[x] for x in buf.dead(i, a) if x not in cval]
         if dead:
             body.append(f"    del {', '.join(dead)}")
     args = ", ".join(names[v] for v in program.inputs)
@@ -331,6 +307,62 @@ def generate(program: Program, arg_names: Sequence[str] | None = None, fn_name: 
     src = "\n".join(const_lines + [f"def {fn_name}({args}):"] + (body or ["    pass"])
                     + [f"    return ({ret}{',' if len(program.outputs) == 1 else ''})"]) + "\n"
     return src, consts
+
+
+@dataclass
+class _Buffers:
+    """Buffer planning: which variables own their memory, which a view may still alias, where each dies
+    (its last read), and so which buffer an instruction may overwrite and which ``del`` follow it."""
+    program: Program
+    rw: _Rewrites
+    last_use: dict[int, int]
+    keep: set[int]                                          # inputs and outputs: never overwritten or freed
+    padded: dict[int, object]                               # a deferred pad's result -> its instruction
+    fresh: set[int] = field(default_factory=set)            # variables that own their buffer
+    viewed: set[int] = field(default_factory=set)           # variables that a view may still alias
+    written: dict[int, list] = field(default_factory=dict)  # sums of pads: the blocks written so far
+
+    @classmethod
+    def plan(cls, program: Program, rw: _Rewrites) -> "_Buffers":
+        b = cls(program, rw, {}, set(program.outputs) | set(program.inputs),
+                {program.instrs[j].results[0]: program.instrs[j] for j in rw.pads})
+        for i, a in enumerate(program.instrs):
+            for x in b.reads(i, a):
+                b.last_use[x] = max(b.last_use.get(x, -1), rw.pads.get(i, i))   # a deferred pad reads at its Add
+        return b
+
+    def reads(self, i: int, a) -> list[int]:
+        """The variables instruction ``i`` reads once its folded negations are subtractions."""
+        negs, gathers = self.rw.negs, self.rw.gathers
+        if isinstance(a.op, P.Neg) and a.results[0] in negs:
+            return []
+        return [negs.get(x, x) for x in a.args] + ([gathers[i]] if i in gathers else [])
+
+    def dies(self, x: int, i: int) -> bool:
+        """``x`` is read for the last time by instruction ``i`` and is no input or output."""
+        return self.last_use.get(x) == i and x not in self.keep
+
+    def writable(self, x: int, i: int) -> bool:
+        """Instruction ``i`` may write its result into ``x``'s buffer: ``x`` owns it, no view aliases it, and
+        ``x`` dies there."""
+        return x in self.fresh and x not in self.viewed and self.dies(x, i)
+
+    def wrote(self, i: int, a, same: int | None) -> None:
+        """Instruction ``i`` was emitted (``same``: the operand its result is, for ``x + 0``)."""
+        if same is not None:
+            self.fresh.update(a.results if same in self.fresh else ())
+            self.viewed.update(a.results if same in self.viewed else ())
+        elif a.op.kind not in _VIEW_KINDS + ("source",) and not (i in self.rw.alias and a.args[0] not in self.fresh):
+            self.fresh.update(a.results)
+        if a.op.kind in _VIEW_KINDS or i in self.rw.alias:
+            self.viewed.update(a.args)
+
+    def dead(self, i: int, a) -> list[int]:
+        """The variables to ``del`` after instruction ``i`` (a pad's operand dies with its Add), in order."""
+        pads = self.rw.pads
+        read = [y for x in self.reads(i, a)
+                for y in ((self.padded[x].args[0],) if x in self.padded and i not in pads else (x,))]
+        return [x for x in dict.fromkeys(read) if self.dies(x, i)]
 
 
 def _add_pad(a, program: Program, names: list[str], padded: dict, writable: Callable[[int], bool],
