@@ -6,7 +6,7 @@ import re
 import subprocess
 import tempfile
 
-from circuitgrad.backends.gpu import hostcheck
+from circuitgrad.backends.gpu.host import check as hostcheck
 
 
 def ptxas_report(code: str) -> tuple[list[int], list[tuple[str, str]]]:

@@ -12,7 +12,8 @@ import pytest
 
 import circuitgrad as cg
 from circuitgrad import nn
-from circuitgrad.backends.gpu import attention, hostrun, memory
+from circuitgrad.backends.gpu import attention, memory
+from circuitgrad.backends.gpu.host import run as hostrun
 from circuitgrad.interpret import FLOAT_RULES
 
 ok, why = hostrun.available()
@@ -86,8 +87,9 @@ def test_the_step_holds_less_memory_and_launches_fewer_kernels():
     step = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.adamw(1e-3),
                             backend="cupy-emulated", donate=True)
     from circuitgrad.backends.gpu import runtime
+    from circuitgrad.backends.gpu.host import emulated_kernel
     f = step.fn("step").compiled
-    unfused = runtime.build(step.fn("step").program, step.arg_names["step"], "step", np, runtime.emulated_kernel,
+    unfused = runtime.build(step.fn("step").program, step.arg_names["step"], "step", np, emulated_kernel,
                             dict(zip(f.program.outputs, f.program.inputs)), fuse_attention=False)
     assert sum(s.kind == "attention" for s in f.plan.steps) == 8
     assert f.launches < unfused.launches

@@ -7,7 +7,8 @@ import pytest
 
 import circuitgrad as cg
 from circuitgrad import nn
-from circuitgrad.backends.gpu import cuda, hostcheck
+from circuitgrad.backends.gpu import cuda, runtime
+from circuitgrad.backends.gpu.host import check as hostcheck
 from circuitgrad.backends.gpu import plan as make_plan
 from _tolerance import assert_within, local_error_bounds
 from conftest import all_values
@@ -31,7 +32,7 @@ def test_kernels_compile_and_match_numpy_on_the_host(name, make, loss, opt, dtyp
     for key in ("step", "predict"):
         prog = step.fn(key).program
         p = make_plan(prog)
-        ks = cuda.kernels(p, prefix=f"k_{key}")
+        ks = runtime.kernels(p, prefix=f"k_{key}")
         assert ks, "every model has at least one fused kernel"
         host = hostcheck.compile_host(list(ks.values()), cuda.ctype(prog.types[prog.inputs[0]]))
         npdt = dtype.numpy_dtype()
@@ -47,8 +48,8 @@ def test_kernels_compile_and_match_numpy_on_the_host(name, make, loss, opt, dtyp
 
 
 def test_broadcast_index_arithmetic():
-    assert cuda._index((16,), (8, 16)) == "(i % 16LL)"
-    assert cuda._index((8, 1), (8, 16)) == "((i / 16LL) % 8LL)"
-    assert cuda._index((), (8, 16)) == "0"
-    assert cuda._index((8, 16), (8, 16)) == "i"
-    assert cuda._index((3, 1, 4), (2, 3, 5, 4)) == "(i % 4LL) + ((i / 20LL) % 3LL) * 4LL"
+    assert cuda.broadcast_index((16,), (8, 16)) == "(i % 16LL)"
+    assert cuda.broadcast_index((8, 1), (8, 16)) == "((i / 16LL) % 8LL)"
+    assert cuda.broadcast_index((), (8, 16)) == "0"
+    assert cuda.broadcast_index((8, 16), (8, 16)) == "i"
+    assert cuda.broadcast_index((3, 1, 4), (2, 3, 5, 4)) == "(i % 4LL) + ((i / 20LL) % 3LL) * 4LL"

@@ -20,9 +20,11 @@ import circuitgrad as cg
 from circuitgrad import ops
 from circuitgrad import primitives as P
 from circuitgrad.backends import gpu
-from circuitgrad.backends.gpu import cuda, hostcheck, hostrun
+from circuitgrad.backends.gpu.host import check as hostcheck
+from circuitgrad.backends.gpu.host import run as hostrun
+from circuitgrad.backends.gpu.kernel import Kernel
 from circuitgrad.backends.gpu.plan import plan as make_plan
-from circuitgrad.backends.gpu.runtime import BLOCK
+from circuitgrad.backends.gpu.runtime import BLOCK, kernels
 
 ok, why = hostrun.available()
 pytestmark = pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
@@ -60,7 +62,7 @@ def _run(prog, xs, order: str):
 
 def _row_kernels(prog):
     p = make_plan(prog)
-    return p, [k for k in cuda.kernels(p, prefix="w").values() if k.lanes > 1]
+    return p, [k for k in kernels(p, prefix="w").values() if k.lanes > 1]
 
 
 # ------------------------------------------------------------------ the source and the launch
@@ -75,7 +77,7 @@ def test_row_kernels_shuffle_and_launch_a_warp_a_row(op):
     assert f"{k.name}__host_warp(" in k.source and "#ifdef CG_HOSTRUN" in k.source
     # coalesced: lane l reads columns l, l + 32, …
     assert "for (int j = lane; j < " in k.source and "j += 32" in k.source
-    src = gpu.runtime.generate(p, {i: kk for i, kk in cuda.kernels(p, prefix="w").items()}, ["a0"], "f")
+    src = gpu.runtime.generate(p, {i: kk for i, kk in kernels(p, prefix="w").items()}, ["a0"], "f")
     grid = math.ceil(32 * rows / BLOCK)
     assert re.search(rf"\bw_row\d+\(\({grid},\), \({BLOCK},\)", src), src
 
@@ -88,7 +90,7 @@ def test_row_kernels_compile_for_sm90_without_spills():
             for k in (5, 33, 1000):
                 prog = _prog(op, _shape(op, k), dt)
                 p = make_plan(prog)
-                ks = cuda.kernels(p, prefix=f"s{len(srcs)}")
+                ks = kernels(p, prefix=f"s{len(srcs)}")
                 srcs.extend(kk.source for kk in ks.values() if kk.lanes > 1)
     regs, spills = ptxas_report("#include <math.h>\n" + "\n".join(srcs))
     assert len(regs) == len(srcs), regs
@@ -182,8 +184,8 @@ def test_causal_softmax_writes_exact_zeros_above_the_diagonal(rng):
         assert np.all(got[:, np.tril_indices(k)[0], np.tril_indices(k)[1]] > 0)
 
 
-def _row_kernel(op: str, shape: tuple, prefix: str) -> cuda.Kernel:
-    (k,) = [kk for kk in cuda.kernels(make_plan(_prog(op, shape)), prefix=prefix).values() if kk.lanes > 1]
+def _row_kernel(op: str, shape: tuple, prefix: str) -> Kernel:
+    (k,) = [kk for kk in kernels(make_plan(_prog(op, shape)), prefix=prefix).values() if kk.lanes > 1]
     return k
 
 
@@ -233,7 +235,7 @@ def test_hostcheck_runs_the_same_warp_emulation(rng):
     for j, op in enumerate(OPS):
         prog = _prog(op, _shape(op, 70), cg.float32)
         p = make_plan(prog)
-        (k,) = [kk for kk in cuda.kernels(p, prefix=f"hc{j}").values() if kk.lanes > 1]
+        (k,) = [kk for kk in kernels(p, prefix=f"hc{j}").values() if kk.lanes > 1]
         ks.append(k)
         progs.append(prog)
         xs.append(rng.normal(size=_shape(op, 70)).astype(np.float32))

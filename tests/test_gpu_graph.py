@@ -1,5 +1,5 @@
 """TF32 products, steps replayed as CUDA graphs, and one NVRTC module a function, without a device: the host
-execution mode (:mod:`circuitgrad.backends.gpu.hostrun`) records a capture and replays it as a device does, the
+execution mode (:mod:`circuitgrad.backends.gpu.host.run`) records a capture and replays it as a device does, the
 cuBLAS operand layouts are checked against a column-major reading of the same memory, and the module's source
 is compiled by nvcc for sm_90."""
 from __future__ import annotations
@@ -12,7 +12,9 @@ import pytest
 
 import circuitgrad as cg
 from circuitgrad import nn
-from circuitgrad.backends.gpu import blas, hostcapture, hostrun, module
+from circuitgrad.backends.gpu import blas, module
+from circuitgrad.backends.gpu.host import capture as hostcapture
+from circuitgrad.backends.gpu.host import run as hostrun
 
 ok, why = hostrun.available()
 needs_host = pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")

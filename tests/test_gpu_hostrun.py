@@ -1,4 +1,4 @@
-"""The ``cupy`` backend as a device runs it, on the host (:mod:`circuitgrad.backends.gpu.hostrun`): the generated
+"""The ``cupy`` backend as a device runs it, on the host (:mod:`circuitgrad.backends.gpu.host.run`): the generated
 glue with a CuPy stand-in that follows CuPy's rules, and the real kernel sources compiled by nvcc for the CPU,
 launched one thread at a time in forward and in reverse order. Every model agrees with the NumPy backend
 within the float32 error bound of its program (tests/_tolerance.py): what a device would have hit at step 0 (contiguity, donation, launches) is caught here."""
@@ -14,7 +14,9 @@ from _tolerance import assert_programs_close
 import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad.backends import gpu
-from circuitgrad.backends.gpu import hostcheck, hostrun
+from circuitgrad.backends.gpu.host import check as hostcheck
+from circuitgrad.backends.gpu.host import run as hostrun
+from circuitgrad.backends.gpu.kernel import with_extents
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 ok, why = hostrun.available()
@@ -419,7 +421,7 @@ def test_every_generated_kernel_states_its_extents():
     cm = cg.compile_model(make(), loss=loss, optimizer=nn.adamw(1e-2), backend="cupy-emulated", donate=True)
     prog = cm.fn("step").program
     p = gpu.plan(prog, data=[v for v, n in zip(prog.inputs, cm.arg_names["step"]) if n in ("x", "y")])
-    ks = gpu.cuda.kernels(p, donate_pairs=dict(zip(prog.outputs, prog.inputs)))
+    ks = gpu.runtime.kernels(p, donate_pairs=dict(zip(prog.outputs, prog.inputs)))
     prog = p.program
     for k in ks.values():
         assert k.extents == tuple(prog.types[v].size for v in k.inputs + k.outputs)
@@ -432,7 +434,7 @@ def test_every_generated_kernel_states_its_extents():
     bad = ((shape, tuple(s * 2 + 1 for s in strides)),) + tuple(more)
     k.reads = ((pos, bad),)
     with pytest.raises(AssertionError, match=rf"kernel {k.name}: input {pos} is read at offset \d+, past its"):
-        gpu.cuda._with_extents(k, p)
+        with_extents(k, p)
 
 
 def test_thread_order_exposes_an_in_place_race():
@@ -466,7 +468,7 @@ def test_hostcheck_types_each_output_with_its_own_c_type(rng):
     d = cg.trace(lambda i, w: ops.one_hot(i) * w + 1.0, [ids_t, W], name="oh")
     prog = cg.schedule(d)
     p = gpu.plan(prog)
-    ks = [k for k in gpu.cuda.kernels(p, prefix="hc").values()]
+    ks = [k for k in gpu.runtime.kernels(p, prefix="hc").values()]
     host = hostcheck.compile_host(ks, "long long")          # the first input's C type
     ids, w = rng.integers(0, V, size=B), rng.normal(size=(B, V)).astype(np.float32)
     (k,) = ks

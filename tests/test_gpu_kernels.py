@@ -21,11 +21,13 @@ import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad import primitives as P
 from circuitgrad.backends import gpu
-from circuitgrad.backends.gpu import cuda, hostcheck
+from circuitgrad.backends.gpu.host import check as hostcheck
+from circuitgrad.backends.gpu.runtime import kernels
 from circuitgrad.backends.gpu import plan as plan_mod          # the function
 from circuitgrad.backends.gpu.plan import _view_stages, _viewable, nocopy_reshape, read_through
 from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.rewrite import simplify
+from circuitgrad.schedule import Program, retype
 from _tolerance import assert_programs_close, assert_within, gamma, local_error_bounds
 from conftest import all_values
 
@@ -94,15 +96,15 @@ CASES = [
 IDS_OF = [c[0] for c in CASES]
 
 
-def _programs(case, dtype) -> list[cg.Program]:
+def _programs(case, dtype) -> list[Program]:
     """The forward program and the reverse derivative's, in ``dtype``."""
     name, fn, types, _ = case
     d = cg.trace(fn, types, name=name)
     progs = [simplify(cg.schedule(d)), simplify(cg.schedule(cg.rdiff(d)))]
-    return [cg.retype(p, dtype) if dtype != F else p for p in progs]
+    return [retype(p, dtype) if dtype != F else p for p in progs]
 
 
-def _inputs(prog: cg.Program, domain: str | None, rng) -> list[np.ndarray]:
+def _inputs(prog: Program, domain: str | None, rng) -> list[np.ndarray]:
     out = []
     n = len(prog.inputs)
     for k, v in enumerate(prog.inputs):
@@ -133,7 +135,7 @@ def host_kernels(request):
     for i, case in enumerate(CASES):
         for j, prog in enumerate(_programs(case, dtype)):
             p = plan_mod(prog)
-            ks = cuda.kernels(p, prefix=f"c{i}_{j}")
+            ks = kernels(p, prefix=f"c{i}_{j}")
             built[(case[0], j)] = (prog, p, ks)
             everything.extend(ks.values())
     host = hostcheck.compile_host(everything, "float" if dtype == cg.float32 else "double")
@@ -189,7 +191,7 @@ def test_softmax_causal_kernel_gives_exact_zeros_and_argmax_takes_the_first_maxi
                   [-np.inf, -2.0, -np.inf, -2.0]])
     progs = [cg.schedule(cg.trace(lambda a: ops.softmax(a, causal=True), [T(4, 4)], name="s")),
              cg.schedule(cg.trace(lambda a: ops.max(a, -1), [T(4, 4)], name="m"))]
-    ks = [k for i, prog in enumerate(progs) for k in cuda.kernels(plan_mod(prog), prefix=f"z{i}").values()]
+    ks = [k for i, prog in enumerate(progs) for k in kernels(plan_mod(prog), prefix=f"z{i}").values()]
     host = hostcheck.compile_host(ks, "double")
     (row_s,) = [k for k in ks if k.ops == ["Softmax(causal)"]]
     (row_m,) = [k for k in ks if k.ops == ["ArgMaxMask"]]
@@ -408,7 +410,7 @@ def test_kernel_arguments_stay_within_cudas_limit():
     from circuitgrad.backends.gpu.plan import POINTERS
     step = cg.compile_model(nn.mlp(2, [4] * 40), loss=nn.mse, optimizer=nn.adam(1e-3), backend="cupy-emulated")
     p = gpu.plan(step.fn("step").program)
-    counts = [len(k.inputs) + len(k.outputs) for k in cuda.kernels(p).values()]
+    counts = [len(k.inputs) + len(k.outputs) for k in kernels(p).values()]
     assert max(counts) <= POINTERS and max(counts) > 100
 
 
@@ -420,7 +422,7 @@ def test_whole_gpt_step_kernel_by_kernel_on_the_host(rng):
                             optimizer=nn.adamw(1e-2), dtype=cg.float32)
     prog = step.fn("step").program
     p = plan_mod(prog)
-    ks = cuda.kernels(p, prefix="gpt")
+    ks = kernels(p, prefix="gpt")
     host = hostcheck.compile_host(list(ks.values()), "float")
     xs = []
     for v in prog.inputs:

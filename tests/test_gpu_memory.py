@@ -9,7 +9,9 @@ import pytest
 
 import circuitgrad as cg
 from circuitgrad import nn
-from circuitgrad.backends.gpu import hostlaunch, hostrun, memory
+from circuitgrad.backends.gpu import memory
+from circuitgrad.backends.gpu.host import launch as hostlaunch
+from circuitgrad.backends.gpu.host import run as hostrun
 
 ok, why = hostrun.available()
 pytestmark = pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")

@@ -19,7 +19,10 @@ import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad import primitives as P
 from circuitgrad.backends import gpu
-from circuitgrad.backends.gpu import cuda, hostrun, reduction
+from circuitgrad.backends.gpu import cuda, reduction
+from circuitgrad.backends.gpu.host import run as hostrun
+from circuitgrad.backends.gpu.kernel import Kernel
+from circuitgrad.backends.gpu.warp import WARP
 from circuitgrad.backends.gpu.plan import plan as make_plan
 from circuitgrad.backends.gpu.runtime import BLOCK
 
@@ -83,7 +86,7 @@ def _want(case: str, a: np.ndarray, scale: float = 2.0) -> tuple[np.ndarray, np.
             max(n, 1))
 
 
-def _reduce_kernel(f: gpu.GpuFunction) -> cuda.Kernel:
+def _reduce_kernel(f: gpu.GpuFunction) -> Kernel:
     (k,) = [f.kernels[i] for i, s in enumerate(f.plan.steps) if s.kind == "reduce"]
     return k
 
@@ -101,7 +104,7 @@ def test_the_geometry_follows_the_memory_layout(case, g, warps):
     r = reduction.geometry(step, p)
     assert (r.g, r.warps) == (g, warps)
     assert r.m == int(np.prod(CASES[case][2], dtype=np.int64))
-    assert BLOCK % (reduction.WARP * reduction.MAX_WARPS) == 0      # a group never straddles a block
+    assert BLOCK % (WARP * reduction.MAX_WARPS) == 0      # a group never straddles a block
 
 
 def test_axes_that_are_one_run_in_memory_merge():

@@ -18,7 +18,9 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import arguments, nn, ops
 from circuitgrad.backends import gpu
-from circuitgrad.backends.gpu import hostcheck, runtime
+from circuitgrad.backends.gpu import runtime
+from circuitgrad.backends.gpu.host import check as hostcheck
+from circuitgrad.backends.gpu.host import emulated_kernel
 from circuitgrad.interpret import run as interpret
 from circuitgrad.rewrite import simplify
 
@@ -76,7 +78,7 @@ def _make_fake():
 
 
 def strict_launcher(p, index, kern):
-    run = runtime.emulated_kernel(p, index, kern)
+    run = emulated_kernel(p, index, kern)
 
     def launch(grid, block, args):
         for k, a in enumerate(args):
@@ -164,30 +166,30 @@ def test_no_donation_into_an_input_a_later_launch_reads():
     """A donated input must be dead after the launch that overwrites it: with a later launch reading the donor
     (the plan's order patched: the forward product that reads a weight, run again at the end), the update
     kernel writes a fresh buffer instead."""
-    from circuitgrad.backends.gpu import cuda
-    from circuitgrad.backends.gpu.plan import Launch
+    from circuitgrad.backends.gpu.elementwise import donations
+    from circuitgrad.backends.gpu.plan import Launch, last_readers
     step = _mlp("cupy-emulated", donate=True)
     prog = step.fn("step").program
     pairs = dict(zip(prog.outputs, prog.inputs))
     data = [v for v, n in zip(prog.inputs, step.arg_names["step"]) if n in ("x", "y")]
     p = gpu.plan(prog, data=data)
-    ks = cuda.kernels(p, donate_pairs=pairs)
+    ks = runtime.kernels(p, donate_pairs=pairs)
     found = [(i, out, d, j) for i, k in ks.items() for out, d in k.donated.items()
              for j, s in enumerate(p.steps) if s.kind == "matmul" and d in s.inputs]
     assert found, "the MLP's update kernels donate its weights, which products read"
     i, out, donor, j = found[0]
-    assert cuda.last_readers(p)[donor] == i
+    assert last_readers(p)[donor] == i
     p.steps.append(p.steps[j])                          # a later launch reads the donor
-    assert cuda.last_readers(p)[donor] == len(p.steps) - 1
-    ks2 = cuda.kernels(p, donate_pairs=pairs)
+    assert last_readers(p)[donor] == len(p.steps) - 1
+    ks2 = runtime.kernels(p, donate_pairs=pairs)
     assert out not in ks2[i].donated
-    assert cuda.donations(ks2[i], p.steps[i], pairs, i, cuda.last_readers(p)).get(out) is None
+    assert donations(ks2[i], p.steps[i], pairs, i, last_readers(p)).get(out) is None
     src = runtime.generate(p, ks2, step.arg_names["step"], "step", pairs)
     assert f"v{out} = xp.empty(" in src, src
     # a donor read later through a view (its transpose, say) is alive until that read
     p.steps[-1] = Launch("view", [], [donor], [10 ** 6])
     p.steps.append(Launch("matmul", [], [10 ** 6], []))
-    assert cuda.last_readers(p)[donor] == len(p.steps) - 1
+    assert last_readers(p)[donor] == len(p.steps) - 1
 
 
 @pytest.mark.parametrize("backend", ["cupy", "cupy-emulated"])
@@ -321,7 +323,7 @@ def test_kernels_without_restrict_compile():
         pytest.skip("nvcc not installed")
     step = _mlp("cupy-emulated", donate=True)
     prog = step.fn("step").program
-    g = runtime.build(prog, step.arg_names["step"], "step", np, runtime.emulated_kernel,
+    g = runtime.build(prog, step.arg_names["step"], "step", np, emulated_kernel,
                       dict(zip(prog.outputs, prog.inputs)))
     ks = [k for k in g.kernels.values() if k.donated]
     assert ks
@@ -374,7 +376,7 @@ def test_optimizer_work_does_not_keep_weight_sized_buffers_alive(monkeypatch):
                             optimizer=nn.adamw(1e-3), backend="cupy-emulated")
     prog = step.fn("step").program                 # the scheduled program (no attention kernels)
     data = [v for v, n in zip(prog.inputs, step.arg_names["step"]) if n in ("x", "y")]
-    built = runtime.build(prog, step.arg_names["step"], "step", np, runtime.emulated_kernel, fuse_attention=False)
+    built = runtime.build(prog, step.arg_names["step"], "step", np, emulated_kernel, fuse_attention=False)
     before = gpu.plan(prog)                        # no data inputs named: the schedule's order
     after = gpu.plan(prog, data=data)
     assert after.launches == before.launches == built.launches

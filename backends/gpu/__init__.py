@@ -2,13 +2,13 @@
 
     step = cg.compile_model(model, loss=..., optimizer=..., backend="cupy")
 
-:mod:`~.plan` groups the SSA program into launches, :mod:`~.cuda` writes the
-kernels, and :mod:`~.runtime` writes the Python glue that launches them, and
-:mod:`~.profiler` times each launch against the cost model's prediction.
-:mod:`~.hostcheck` compiles the same kernels for the CPU with nvcc, so the
-generated code is tested without a GPU; :mod:`~.hostrun` runs ``backend="cupy"``
-itself on the CPU (a CuPy stand-in; :mod:`~.hostlaunch` compiles its kernels and launches them one thread
-at a time).
+:mod:`~.plan` groups the SSA program into launches (its passes in :mod:`~.passes`, views' layouts in
+:mod:`~.layout`); each launch's kernel is written by its shape's module (:mod:`~.elementwise`, :mod:`~.row`,
+:mod:`~.gather`, :mod:`~.reduction`, :mod:`~.attention`) in the CUDA C of :mod:`~.cuda` and :mod:`~.warp`;
+:mod:`~.runtime` writes the Python glue that launches them, and :mod:`~.profiler` times each launch against the
+cost model's prediction (:mod:`~.cost`). :mod:`~.host` runs all of it on the CPU: ``backend="cupy-emulated"``
+(:mod:`~.host.emulate`), and ``backend="cupy"`` itself against a CuPy stand-in whose kernels nvcc compiles for
+the CPU (:mod:`~.host.run`).
 See ``docs/GPU.md``.
 """
 from __future__ import annotations
@@ -18,10 +18,14 @@ from typing import Sequence
 from circuitgrad import primitives as P
 from circuitgrad.schedule import Program
 
-from . import cuda, install, module
+from . import install, module
+from .cuda import CUDA_EXPRESSIONS
+from .gather import GATHER_KERNELS
+from .host.emulate import emulated_kernel
 from .plan import Plan, plan
 from .profiler import Launch, Profile, profile
-from .runtime import VIEWS, GpuFunction, build, emulated_kernel
+from .row import ROW_KERNELS
+from .runtime import VIEWS, GpuFunction, build
 
 __all__ = ["GPU_RULES", "UNSUPPORTED", "available", "installed", "compile_function", "plan", "Plan", "GpuFunction", "profile",
            "Profile", "Launch"]
@@ -30,8 +34,8 @@ __all__ = ["GPU_RULES", "UNSUPPORTED", "available", "installed", "compile_functi
 #: and gathers by a kernel of their own, views by a CuPy view (or the layout its consumers read), matrix products
 #: by cuBLAS, sums by a reduction kernel; copies and constants by the plan (``tests/test_conformance.py`` checks
 #: each entry against the primitive's kind)
-GPU_RULES: dict = {**cuda.CUDA_EXPRESSIONS, **{p: "row kernel" for p in cuda.ROW_KERNELS},
-               **{p: "gather kernel" for p in cuda.GATHER_KERNELS}, **VIEWS,
+GPU_RULES: dict = {**CUDA_EXPRESSIONS, **{p: "row kernel" for p in ROW_KERNELS},
+               **{p: "gather kernel" for p in GATHER_KERNELS}, **VIEWS,
                P.MatMul: "cuBLAS", P.BatchMatMul: "cuBLAS (batched)", P.SumTo: "reduction kernel",
                P.Copy: "plan (shared buffers)", P.Constant: "plan (folded or uploaded once)"}
 UNSUPPORTED: dict = {}
@@ -74,7 +78,7 @@ def compile_function(prog: Program, arg_names: Sequence[str], name: str, emulate
         import numpy
         if graph:
             raise ValueError("graph=True needs backend='cupy' (a device, or the host execution mode "
-                             "circuitgrad.backends.gpu.hostrun): 'cupy-emulated' has no streams to capture")
+                             "circuitgrad.backends.gpu.host.run): 'cupy-emulated' has no streams to capture")
         return build(prog, arg_names, name, numpy, emulated_kernel, donate_pairs, precision)
     ok, why = available()
     if not ok:

@@ -21,7 +21,7 @@ cuBLAS's CUDA-graph notes ask) and the current stream set on every call.
 
 Operands are read in place when their last two axes are a row-major or a transposed (column-major) matrix
 and their leading axes one uniform batch stride; any other layout is copied first. Under the host execution
-mode (:mod:`~.hostrun`) the product is NumPy's, with TF32 operands rounded to 10 mantissa bits (round to
+mode (:mod:`~.host.run`) the product is NumPy's, with TF32 operands rounded to 10 mantissa bits (round to
 nearest, ties away from zero, as ``cvt.rna.tf32.f32``) and bfloat16 operands to 7 (round to nearest even).
 """
 from __future__ import annotations
@@ -208,7 +208,7 @@ def _cupy_matmul(xp, precision: str) -> Callable:
 
 
 def matmul(xp, precision: str = "fp32", capturable: bool = False) -> Callable:
-    """The product ``mm(a, b)`` for array module ``xp`` (CuPy, the :mod:`~.hostrun` stand-in, or NumPy).
+    """The product ``mm(a, b)`` for array module ``xp`` (CuPy, the :mod:`~.host.run` stand-in, or NumPy).
 
     ``capturable=True``: on this backend's own cuBLAS handle through ``ctypes``, which a CUDA graph can capture;
     else ``cupy.matmul`` (with CuPy's TF32 compute type for ``precision="tf32"``), which issues faster."""

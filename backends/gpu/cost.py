@@ -32,7 +32,8 @@ from circuitgrad.types import Fixed, Float
 
 from . import attention, memory
 from .plan import plan
-from .runtime import GpuFunction, build, emulated_kernel
+from .host.emulate import emulated_kernel
+from .runtime import GpuFunction, build
 
 __all__ = ["Device", "DEVICES", "ISSUE_S", "estimate", "launch_cost"]
 

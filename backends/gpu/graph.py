@@ -19,7 +19,7 @@ What this means for a caller:
   a buffer the graph still writes.
 * Matrix products go through :mod:`~.blas` (CuPy refuses cuBLAS calls during a capture).
 
-Under the host execution mode (:mod:`~.hostrun`) the stand-in records the captured launches and
+Under the host execution mode (:mod:`~.host.run`) the stand-in records the captured launches and
 products without running them, and a replay runs the recorded list on the same buffers: a step that
 depended on anything but its captured work (a host computation, a buffer allocated per call) gives a
 different result there, as it would on a device.

@@ -8,7 +8,7 @@ a function's kernels go to NVRTC in one call (``cupy.RawModule``), on the first 
 call per kernel; CuPy caches the compiled module on disk by its source, so a second process, or another
 model with the same kernels in the same order, does not compile again.
 
-Under the host execution mode (:mod:`~.hostrun`) kernels are built by the stand-in's ``RawKernel``; the
+Under the host execution mode (:mod:`~.host.run`) kernels are built by the stand-in's ``RawKernel``; the
 source assembled here is checked by ``nvcc`` in the tests.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import hashlib
 import re
 from typing import Callable
 
-from .cuda import Kernel
+from .kernel import Kernel
 
 __all__ = ["source", "launchers", "renamed", "canonical"]
 

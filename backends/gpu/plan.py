@@ -63,7 +63,7 @@ from .passes import (PlanState, choose_remat, choose_unstored, fold_constants, g
 from .layout import Stage as Stage
 from .passes import HORIZONTAL as HORIZONTAL, POINTERS as POINTERS, REMAT as REMAT
 
-__all__ = ["Launch", "Plan", "plan", "Layout", "gather_index",
+__all__ = ["Launch", "Plan", "plan", "last_readers", "Layout", "gather_index",
            "read_through", "contiguous_strides", "nocopy_reshape"]
 
 # the layout helpers under the names they had when they were defined here
@@ -258,3 +258,28 @@ def _single_step(st: PlanState, a: Apply) -> Launch | None:
     if a.op.kind == "attention":               # the streaming kernels of gpu.attention: contiguous operands
         return Launch("attention", [a], [st.read(x)[0] for x in a.args], list(a.results))
     raise NotImplementedError(f"GPU backend: no rule for {a.op}")
+
+
+def last_readers(plan: Plan) -> dict[int, int]:
+    """The index of the last step that reads each variable's memory, views included: a step that reads a view
+    (``.T``, a reshape, ``as_strided`` of a base) reads its base, so the base's last reader is the view's. A
+    variable a program output aliases (returned as, or through a view of it) is read after every step."""
+    root: dict[int, int] = {}
+
+    def base(v: int) -> int:
+        v = plan.src(v)
+        return root.get(v, v)
+
+    last: dict[int, int] = {}
+    for k, s in enumerate(plan.steps):
+        for v in s.inputs:
+            b = base(v)
+            last[b] = max(last.get(b, -1), k)
+        if s.kind == "view":
+            for r in s.outputs:
+                root[plan.src(r)] = base(s.inputs[0]) if s.inputs else plan.src(r)
+    for v in plan.program.outputs:
+        b = base(v)
+        if b != plan.src(v):
+            last[b] = len(plan.steps)            # returned through a view: alive after the call
+    return last

@@ -24,7 +24,7 @@ every run. ``W`` grows with the terms per output (more loads in flight for a lon
 The per-lane partial is ``__host__ __device__``; ``<name>_body(group, …)`` (host only) runs the group's lanes in
 turn, in the host mode's order, and replays the shuffles and the shared-memory sum exactly, and
 ``<name>__host_warp`` (``#ifdef CG_HOSTRUN``) runs it for the group's first warp, as the row kernels of
-:mod:`~.cuda` do.
+:mod:`~.row` do (see :mod:`~.warp`).
 """
 from __future__ import annotations
 
@@ -34,16 +34,18 @@ import numpy as np
 
 from circuitgrad import primitives as P
 
-from .plan import Launch, Plan, contiguous_strides
+from .cuda import ctype
+from .kernel import Kernel, with_extents
+from .layout import contiguous_strides
+from .plan import Launch, Plan
+from .warp import FULL, WARP, host_replay, lanes
 
-__all__ = ["Reduction", "geometry", "reduce_source", "host_lane", "MAX_WARPS", "UNROLL", "WARP"]
+__all__ = ["Reduction", "geometry", "reduce_source", "reduce_kernel", "MAX_WARPS", "UNROLL"]
 
-WARP = 32
 MAX_WARPS = 8           # warps of one group: a group never straddles a block of 256 threads (runtime.BLOCK)
 UNROLL = 4              # accumulators per lane (independent loads in flight)
 TERMS = 32              # a lane sums at most about this many terms before the group takes another warp
 COLUMNS = 8             # outputs per group of a column sum (8 floats: one 32-byte sector)
-FULL = "0xffffffffu"
 
 Axis = tuple[int, int]  # (extent, stride in elements of the base array)
 
@@ -137,38 +139,36 @@ def _offset(var: str, axes: tuple[Axis, ...]) -> str:
     return " + ".join(terms) if terms else "0"
 
 
-def _lanes(name: str, stmt: str, pad: str) -> str:
-    return f"{pad}for (int l0 = 0; l0 < {WARP}; ++l0) {{ const int l = {name}_lane(l0); {stmt} }}\n"
-
-
-def host_lane(name: str) -> str:
-    """The host-only ``<name>_lane(l)``: a warp's lane ``l`` in the host mode's thread order (31 … 0 in reverse),
-    so a kernel's host replay visits its lanes as the host execution mode orders threads."""
-    return (f"inline int {name}_lane(int l) {{\n"
-            "#ifdef CG_HOSTRUN\n"
-            f"    return cg_reverse ? {WARP - 1} - l : l;\n"
-            "#else\n"
-            "    return l;\n"
-            "#endif\n"
-            "}\n")
-
-
 def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = None,
                   warps: int | None = None) -> Reduction:
     """The geometry of ``step`` with its CUDA C source (``c``: the C type of the output, ``float`` or
     ``double``); ``g`` and ``warps`` override the chosen ``G`` and ``W`` (the tests and benchmarks try others)."""
     r = geometry(step, plan, g, warps)
+    sig = f"const {c}* __restrict__ x, {c}* __restrict__ y"
+    src = _partial(r, name, c) + _device(r, name, c, sig) + host_replay(
+        name,
+        "// host only: the group's lanes one after another (31 … 0 in the host mode's reverse order), the\n"
+        "// shuffles and the sum over the warps replayed in the device's order\n",
+        "grp", sig, _host(r, name, c),
+        f"    if (warp % {r.warps} != 0) return;                   // the group's first warp runs the whole group\n"
+        f"    const long long grp = (long long)(block * blockDim.x / {WARP} + warp) / {r.warps};\n"
+        f"    if (grp < {r.groups}LL) {name}_body(grp, x, y);\n")
+    return Reduction(r.base, r.output, r.kept, r.reduced, r.g, r.warps, src)
+
+
+def _partial(r: Reduction, name: str, c: str) -> str:
+    """The per-lane helpers: ``<name>_out(o)`` and ``<name>_red(r)`` (offsets of an output and of a term) and
+    ``<name>_part(grp, L, x)``, lane ``L``'s partial sum in :data:`UNROLL` accumulators."""
     G, W, m, n = r.g, r.warps, r.m, r.n
     stride = W * WARP // G                           # terms between a lane's loads
     hd = "__host__ __device__ inline"
-    x = f"const {c}* __restrict__ x"
-    sig = f"{x}, {c}* __restrict__ y"
     acc = [f"s{u}" for u in range(UNROLL)]
     loads = "".join(f"            {s} += x[at + {name}_red(r + {u * stride}LL)];\n" for u, s in enumerate(acc))
-    part = (f"{hd} long long {name}_out(long long o) {{ return {_offset('o', r.kept)}; }}\n"
+    assert UNROLL == 4
+    return (f"{hd} long long {name}_out(long long o) {{ return {_offset('o', r.kept)}; }}\n"
             f"{hd} long long {name}_red(long long r) {{ return {_offset('r', r.reduced)}; }}\n"
             f"// lane L (0 <= L < {W * WARP}) of group `grp`: output grp*{G} + L%{G}, terms L/{G}, L/{G} + {stride}, ...\n"
-            f"{hd} {c} {name}_part(long long grp, int L, {x}) {{\n"
+            f"{hd} {c} {name}_part(long long grp, int L, const {c}* __restrict__ x) {{\n"
             f"    {c} {' = 0, '.join(acc)} = 0;\n"
             f"    const long long o = grp * {G}LL + L % {G};\n"
             f"    if (o < {m}LL) {{\n"
@@ -180,7 +180,12 @@ def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = N
             f"        for (; r < {n}LL; r += {stride}LL) s0 += x[at + {name}_red(r)];\n"
             f"    }}\n"
             f"    return (s0 + s1) + (s2 + s3);\n}}\n")
-    assert UNROLL == 4
+
+
+def _device(r: Reduction, name: str, c: str, sig: str) -> str:
+    """The ``__global__`` kernel: each lane's partial, the shuffles down to ``G`` lanes, and with ``W > 1`` the
+    warps' partials added in shared memory by the group's first warp."""
+    G, W, m = r.g, r.warps, r.m
     shuffle = (f"    for (int o = {WARP // 2}; o >= {G}; o >>= 1) {{\n"
                f"        const {c} s_o = __shfl_xor_sync({FULL}, s, o);\n"
                f"        s = s + s_o;\n    }}\n")
@@ -191,42 +196,40 @@ def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = N
             f"    const long long grp = t / {W * WARP};\n"
             f"    const int L = (int)(t % {W * WARP});\n")
     if W == 1:
-        device = (head + f"    if (grp >= {r.groups}LL) return;             // the whole warp\n"
-                  f"    {c} s = {name}_part(grp, L, x);\n" + shuffle
-                  + f"    if (L < {G} && grp * {G}LL + L < {m}LL) y[grp * {G}LL + L] = s;\n}}\n")
-    else:
-        device = (head + f"    {c} s = {name}_part(grp, L, x);          // 0 past the last output: every thread "
-                  f"reaches __syncthreads\n" + shuffle
-                  + f"    __shared__ {c} part[{WARP * G}];                 // [warp of the block][output]\n"
-                  f"    const int w = (int)(threadIdx.x / {WARP});\n"
-                  f"    if (L % {WARP} < {G}) part[w * {G} + L % {WARP}] = s;\n"
-                  f"    __syncthreads();\n"
-                  f"    if (L < {G} && grp * {G}LL + L < {m}LL) {{      // the group's first warp adds its warps, "
-                  f"in order\n"
-                  f"        {c} tot = part[w * {G} + L];\n"
-                  f"        for (int j = 1; j < {W}; ++j) tot = tot + part[(w + j) * {G} + L];\n"
-                  f"        y[grp * {G}LL + L] = tot;\n    }}\n}}\n")
-    host = (f"    {c} s[{W * WARP}] = {{}}, s2[{W * WARP}] = {{}};\n"
+        return (head + f"    if (grp >= {r.groups}LL) return;             // the whole warp\n"
+                f"    {c} s = {name}_part(grp, L, x);\n" + shuffle
+                + f"    if (L < {G} && grp * {G}LL + L < {m}LL) y[grp * {G}LL + L] = s;\n}}\n")
+    return (head + f"    {c} s = {name}_part(grp, L, x);          // 0 past the last output: every thread "
+            f"reaches __syncthreads\n" + shuffle
+            + f"    __shared__ {c} part[{WARP * G}];                 // [warp of the block][output]\n"
+            f"    const int w = (int)(threadIdx.x / {WARP});\n"
+            f"    if (L % {WARP} < {G}) part[w * {G} + L % {WARP}] = s;\n"
+            f"    __syncthreads();\n"
+            f"    if (L < {G} && grp * {G}LL + L < {m}LL) {{      // the group's first warp adds its warps, "
+            f"in order\n"
+            f"        {c} tot = part[w * {G} + L];\n"
+            f"        for (int j = 1; j < {W}; ++j) tot = tot + part[(w + j) * {G} + L];\n"
+            f"        y[grp * {G}LL + L] = tot;\n    }}\n}}\n")
+
+
+def _host(r: Reduction, name: str, c: str) -> str:
+    """The host replay of group ``grp``: its lanes in turn, the shuffles, then the sum over the warps."""
+    G, W, m = r.g, r.warps, r.m
+    return (f"    {c} s[{W * WARP}] = {{}}, s2[{W * WARP}] = {{}};\n"
             f"    for (int w = 0; w < {W}; ++w) {{\n"
-            + _lanes(name, f"s[w * {WARP} + l] = {name}_part(grp, w * {WARP} + l, x);", "        ")
+            + lanes(name, f"s[w * {WARP} + l] = {name}_part(grp, w * {WARP} + l, x);", "        ")
             + f"        for (int o = {WARP // 2}; o >= {G}; o >>= 1) {{\n"
-            + _lanes(name, f"s2[w * {WARP} + l] = s[w * {WARP} + l] + s[w * {WARP} + (l ^ o)];", "            ")
-            + _lanes(name, f"s[w * {WARP} + l] = s2[w * {WARP} + l];", "            ")
+            + lanes(name, f"s2[w * {WARP} + l] = s[w * {WARP} + l] + s[w * {WARP} + (l ^ o)];", "            ")
+            + lanes(name, f"s[w * {WARP} + l] = s2[w * {WARP} + l];", "            ")
             + f"        }}\n    }}\n"
             f"    for (int l = 0; l < {G}; ++l) {{\n"
             f"        {c} tot = s[l];\n"
             f"        for (int w = 1; w < {W}; ++w) tot = tot + s[w * {WARP} + l];\n"
             f"        if (grp * {G}LL + l < {m}LL) y[grp * {G}LL + l] = tot;\n    }}\n")
-    src = (part + device
-           + "#ifndef __CUDA_ARCH__\n"
-           "// host only: the group's lanes one after another (31 … 0 in the host mode's reverse order), the\n"
-           "// shuffles and the sum over the warps replayed in the device's order\n"
-           + host_lane(name) +
-           f"inline void {name}_body(long long grp, {sig}) {{\n" + host + "}\n"
-           "#ifdef CG_HOSTRUN\n"
-           f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n"
-           f"    if (warp % {W} != 0) return;                   // the group's first warp runs the whole group\n"
-           f"    const long long grp = (long long)(block * blockDim.x / {WARP} + warp) / {W};\n"
-           f"    if (grp < {r.groups}LL) {name}_body(grp, x, y);\n}}\n"
-           "#endif\n#endif\n")
-    return Reduction(r.base, r.output, r.kept, r.reduced, G, W, src)
+
+
+def reduce_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
+    """The sum kernel of a ``reduce`` step (``SumTo``): a warp or a few per group of outputs."""
+    r = reduce_source(step, plan, name, ctype(plan.program.types[step.outputs[0]]))
+    return with_extents(Kernel(name, r.source, [r.base], [r.output], r.groups, ["SumTo"], frozenset([r.base]),
+                               (ctype(plan.program.types[r.base]),), lanes=r.lanes), plan)

@@ -19,10 +19,11 @@ when something other than a kernel needs them (``xp.transpose``, ``.T``,
 array itself through index arithmetic. A ``copy`` kernel gathers a view that
 its consumer needs contiguous (a ``BatchMatMul`` operand, a row kernel input).
 
+Each step's kernel is written by its kind's module (:func:`kernels`): :mod:`~.elementwise` (fused),
+:mod:`~.row`, :mod:`~.gather` (gathers and copies), :mod:`~.reduction` and :mod:`~.attention`.
+
 The same source also runs on the CPU with ``xp = numpy`` and *emulated*
-kernels, which evaluate each step's instructions with NumPy, reading every
-input through the same layouts (offset arrays) as the CUDA code. The tests
-use this to check the glue, the plan and the buffer handling without a GPU.
+kernels (:mod:`~.host.emulate`, ``backend="cupy-emulated"``).
 """
 from __future__ import annotations
 
@@ -30,20 +31,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-import numpy as np
-
 from circuitgrad import primitives as P
 from circuitgrad.arguments import distinct_arrays
 from circuitgrad.codegen import ident
-from circuitgrad.interpret import FLOAT_RULES
 from circuitgrad.schedule import Program
 
 from . import attention, blas
-from .cuda import Kernel, fused_kernel, donations, kernels, last_readers
+from .elementwise import donations, fused_kernel
+from .gather import copy_kernel, gather_kernel
 from .graph import Graphed
-from .plan import Plan, plan, read_through
+from .kernel import Kernel
+from .plan import Plan, last_readers, plan
+from .reduction import reduce_kernel
+from .row import row_kernel
 
-__all__ = ["GpuFunction", "generate", "emulated_kernel", "BLOCK", "VIEWS"]
+__all__ = ["GpuFunction", "kernels", "generate", "build", "BLOCK", "VIEWS"]
 
 #: the CuPy expression of each view (kind ``"view"``) when no kernel needs its layout: no launch, no copy
 VIEWS: dict[type, Callable[[P.Primitive, str], str]] = {
@@ -55,6 +57,33 @@ VIEWS: dict[type, Callable[[P.Primitive, str], str]] = {
 
 BLOCK = 256                 # a multiple of 32: a row kernel's warps never straddle blocks
 assert BLOCK % 32 == 0
+
+
+def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None = None) -> dict[int, Kernel]:
+    """The kernel of every fused, row-wise, gather, copy, reduce and attention step, keyed by step index.
+
+    ``donate_pairs`` (output -> input it may overwrite): a fused kernel that writes an output into its input
+    (see :func:`~.elementwise.donations`) drops ``__restrict__`` from both pointers, which then alias.
+    """
+    out: dict[int, Kernel] = {}
+    last = last_readers(plan) if donate_pairs else None
+    for i, s in enumerate(plan.steps):
+        if s.kind == "fused":
+            out[i] = fused_kernel(s, plan, f"{prefix}_fused{i}")
+            pairs = donations(out[i], s, donate_pairs, i, last)
+            if pairs:
+                out[i] = fused_kernel(s, plan, f"{prefix}_fused{i}", pairs)
+        elif s.kind == "rowwise":
+            out[i] = row_kernel(s, plan, f"{prefix}_row{i}")
+        elif s.kind == "copy":
+            out[i] = copy_kernel(s, plan, f"{prefix}_copy{i}")
+        elif s.kind == "gather":
+            out[i] = gather_kernel(s, plan, f"{prefix}_gather{i}")
+        elif s.kind == "reduce":
+            out[i] = reduce_kernel(s, plan, f"{prefix}_reduce{i}")
+        elif s.kind == "attention":
+            out[i] = attention.attention_kernel(s, plan, f"{prefix}_attention{i}")
+    return out
 
 
 def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: str,
@@ -101,7 +130,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
             note = "# cuBLAS" if a.op.name == "MatMul" else "# cuBLAS, batched"
             lines.append(f"    {names[a.results[0]]} = _matmul({args[0]}, {args[1]})".ljust(60) + note)
             contiguous.add(a.results[0])
-        elif s.kind == "reduce" and k in ks:          # a sum kernel (cuda.reduce_kernel): a warp or a few per outputs
+        elif s.kind == "reduce" and k in ks:          # a sum kernel (reduction.reduce_kernel): a warp or a few per outputs
             kern, (r,), x = ks[k], ks[k].outputs, src(a.args[0])
             b = kern.inputs[0]              # the base array of x, read through x's layout
             if b == x or b in keep or b in p.values or last.get(b, k) >= k:
@@ -139,7 +168,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         else:  # fused / rowwise / copy kernels
             kern = ks[k]
             # in place only where every thread reads the element it writes and no later launch reads the
-            # input (cuda.donations); such a kernel has no __restrict__ on the aliased pointers
+            # input (elementwise.donations); such a kernel has no __restrict__ on the aliased pointers
             pairs = donations(kern, s, donate_pairs, k, readers)
             if pairs != kern.donated:
                 kern = ks[k] = fused_kernel(s, p, kern.name, pairs)
@@ -170,42 +199,6 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
     rets = ", ".join(names[src(v)] for v in prog.outputs)
     return "\n".join(consts + [f"def {fn_name}({args}):"] + lines +
                      [f"    return ({rets}{',' if len(prog.outputs) == 1 else ''})"]) + "\n"
-
-
-def emulated_kernel(p: Plan, step_index: int, kern: Kernel) -> Callable:
-    """A CPU stand-in for a kernel launch: runs the step's instructions with NumPy into the given outputs.
-
-    Inputs are read as the CUDA code reads them: through the plan's layouts, as offsets into the
-    base arrays passed in (so a wrong layout gives a wrong result here too).
-    """
-    step = p.steps[step_index]
-    prog = p.program
-
-    def launch(grid, block, args):
-        bases = dict(zip(kern.inputs, args[:len(kern.inputs)]))
-        dtype = np.asarray(args[-1]).dtype
-        env: dict[int, np.ndarray] = {}
-
-        def value(x: int) -> np.ndarray:
-            s, shape = p.src(x), prog.types[x].shape
-            if s in p.constants:
-                return np.full(shape, p.constants[s], dtype=dtype)
-            b, stages = p.read(s)
-            return read_through(env[b] if b in env else bases[b], shape, stages)
-
-        if step.kind == "copy":
-            (r,) = kern.outputs
-            base, stages = step.layout
-            env[r] = read_through(bases[base], prog.types[r].shape, stages)
-        else:
-            for a in step.remat + step.instrs:      # recomputed groups first (once, in their own shape)
-                own = getattr(a.op, "evaluate", None)   # the backend's own instructions (gpu.attention)
-                res = own(*(value(x) for x in a.args)) if own else FLOAT_RULES[type(a.op)](a.op, *(value(x) for x in a.args))
-                for r, y in zip(a.results, res):
-                    env[r] = np.asarray(y)
-        for v, out in zip(kern.outputs, args[len(kern.inputs):]):
-            out[...] = np.broadcast_to(env[v], out.shape)
-    return launch
 
 
 @dataclass

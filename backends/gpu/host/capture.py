@@ -1,9 +1,9 @@
-"""Streams, stream capture and CUDA graphs of the host execution mode's CuPy stand-in (:mod:`~.hostrun`).
+"""Streams, stream capture and CUDA graphs of the host execution mode's CuPy stand-in (:mod:`~.run`).
 
 A device records, rather than runs, the work issued to a capturing stream; ``graph.launch()`` then runs the
 recorded work on the same buffers. The stand-in does the same:
 
-* while a stream captures, a kernel launch (:class:`~.hostlaunch.RawKernel`) is appended to the capture and
+* while a stream captures, a kernel launch (:class:`~.launch.RawKernel`) is appended to the capture and
   not run, and so is every array operation of the stand-in that writes memory: one that makes a new array
   runs at once (for its shape; its values are junk, as a device's would be unread) and is recorded to
   recompute into that same array; one that writes in place (``out=``, ``copyto``, ``a[...] = b``, ``+=``)
@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable
 
-from .hostlaunch import launch_state
+from .launch import launch_state
 
 __all__ = ["capturing", "record", "refuse", "Stream", "Graph", "MemoryPool", "Event", "using_allocator",
            "get_current_stream", "INPLACE"]

@@ -19,7 +19,7 @@ import tempfile
 
 import numpy as np
 
-from .cuda import Kernel
+from ..kernel import Kernel
 
 __all__ = ["nvcc", "compile_host", "HostKernels", "signature", "Param"]
 

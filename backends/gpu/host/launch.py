@@ -1,8 +1,8 @@
 """Host execution mode, the launch side: CUDA kernels compiled for the CPU and run one thread at a time.
 
-:mod:`~.hostrun` is the ``cupy`` stand-in (device arrays, the module functions, :func:`~.hostrun.device`); this
+:mod:`~.run` is the ``cupy`` stand-in (device arrays, the module functions, :func:`~.run.device`); this
 module is what its ``cupy.RawKernel`` does, and the device memory a launch checks. It imports nothing from
-:mod:`~.hostrun`: a device array is a :class:`DeviceBuffer` here (``hostrun.DeviceArray`` subclasses it).
+:mod:`~.run`: a device array is a :class:`DeviceBuffer` here (``run.DeviceArray`` subclasses it).
 
 * **Kernels are the generated CUDA C**, compiled for the CPU by ``nvcc -x c++`` (all kernels built
   together into one shared library, cached on disk by content). The ``extern "C" __global__`` function
@@ -30,7 +30,7 @@ time. Such a kernel's source may define a host emulation ``void <name>__host_war
 unsigned warp, <the kernel's parameters>)`` (marked ``#ifdef CG_HOSTRUN``); the launch then calls it once per
 warp of 32 threads, in the chosen order, with ``blockIdx``/``blockDim``/``gridDim`` set. The prelude declares the
 warp intrinsics (``__shfl*_sync``, ``__syncwarp``, ``__syncthreads``) so that such a kernel compiles; a kernel that
-uses them without a host emulation is refused when it is created. The row kernels (``cuda._rowwise``, a warp per
+uses them without a host emulation is refused when it is created. The row kernels (``gpu.row``, a warp per
 row) emulate their warp so: the same per-lane functions and combine function, and the shuffle butterfly
 replayed lane for lane. In ``"reverse"`` order the launch also sets ``cg_reverse``, and such an emulation runs
 its lanes 31 … 0 (the row kernels do), so a lane that read another lane's partial shows.
@@ -48,7 +48,7 @@ import weakref
 
 import numpy as np
 
-from .hostcheck import Param, nvcc, signature
+from .check import Param, nvcc, signature
 
 __all__ = ["RawKernel", "DeviceBuffer", "IllegalAddress", "LaunchError", "available", "ORDERS", "GUARD",
            "FLAGS"]
@@ -140,7 +140,7 @@ def _check_guards(arrays, what: str) -> None:
 
 class DeviceBuffer:
     """Device memory as a launch sees it: a NumPy array (``_a``) in guarded host memory. A kernel argument that
-    is one passes its data pointer (:class:`~.hostrun.DeviceArray` is the ``cupy.ndarray`` stand-in built on it)."""
+    is one passes its data pointer (:class:`~.run.DeviceArray` is the ``cupy.ndarray`` stand-in built on it)."""
     __slots__ = ("_a", "__weakref__")
 
     def __init__(self, a: np.ndarray):
@@ -289,7 +289,7 @@ class RawKernel:
 
     def __call__(self, grid, block, args, shared_mem: int = 0, stream=None, **kwargs) -> None:
         capture = getattr(launch_state, "capture", None)
-        if capture is not None:             # a capturing stream records the launch (see hostcapture)
+        if capture is not None:             # a capturing stream records the launch (see capture)
             capture.append(lambda: self(grid, block, args, shared_mem, stream))
             return
         where = f"kernel {self.name}"

@@ -4,8 +4,8 @@
 rules, not CuPy's, and never runs the generated CUDA C. This module runs the ``backend="cupy"`` code path
 itself, unchanged, against a stand-in ``cupy`` module::
 
-    from circuitgrad.backends.gpu import hostrun
-    with hostrun.device(order="reverse"):           # sys.modules["cupy"] is the stand-in inside
+    from circuitgrad.backends.gpu import host
+    with host.device(order="reverse"):           # sys.modules["cupy"] is the stand-in inside
         step = cg.compile_model(model, loss=..., optimizer=..., backend="cupy", donate=True)
         params = step.step(step.init_params(), x, y)
         host = {k: v.get() for k, v in params.items()}
@@ -13,16 +13,16 @@ itself, unchanged, against a stand-in ``cupy`` module::
 What the stand-in does as a device does:
 
 * **Kernels are the generated CUDA C**, compiled for the CPU by ``nvcc -x c++`` and launched one thread at a
-  time, in ``order="forward"`` or ``"reverse"``, by ``cupy.RawKernel`` (:class:`~.hostlaunch.RawKernel`, which
+  time, in ``order="forward"`` or ``"reverse"``, by ``cupy.RawKernel`` (:class:`~.launch.RawKernel`, which
   also checks arguments by CuPy's rules, launch sizes against CUDA's limits, and device memory's guards and
-  extents: see :mod:`~.hostlaunch`).
+  extents: see :mod:`~.launch`).
 * **Arrays follow CuPy's rules**: device arrays are :class:`DeviceArray`, not ``numpy.ndarray``;
   ``numpy.asarray(device_array)`` raises CuPy's ``TypeError`` (use ``.get()``); ``asarray`` of a NumPy
   array keeps Fortran order only for an F- and not C-contiguous array (CuPy's ``flags.fnc`` rule; any other
   layout, a permuted or strided one included, arrives C-ordered); ``ascontiguousarray`` refuses NumPy input and,
   as CuPy's, returns at least one dimension (a 0-d array comes back with shape ``(1,)``); other functions refuse
   NumPy arrays. ``empty`` returns NaN-filled memory (so an element no kernel writes shows), and every
-  allocation has guard elements on both sides, checked after each launch (see :mod:`~.hostlaunch`).
+  allocation has guard elements on both sides, checked after each launch (see :mod:`~.launch`).
 * **Reads back to the host are recorded**: ``.get()``, ``item``, ``tolist``, ``bool``/``int``/``float``/
   ``index`` of a device array, and printing one each append ``"what at file:line"`` to ``cupy.syncs`` (cleared
   when :func:`device` is entered), as each would wait for the device; a test can require none in a step.
@@ -42,9 +42,9 @@ from typing import Iterator
 
 import numpy as np
 
-from . import hostcapture
-from .hostcheck import signature
-from .hostlaunch import (ORDERS, DeviceBuffer, IllegalAddress, LaunchError, RawKernel, alloc, launch_state,
+from . import capture
+from .check import signature
+from .launch import (ORDERS, DeviceBuffer, IllegalAddress, LaunchError, RawKernel, alloc, launch_state,
                          available)
 
 __all__ = ["DeviceArray", "RawKernel", "IllegalAddress", "LaunchError", "device", "cupy", "ORDERS",
@@ -58,7 +58,7 @@ IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. Please use `.g
 def _sync(what: str) -> None:
     """Record a read of device memory by the host (a synchronisation on a device): ``cupy.syncs`` lists them as
     ``"what at file:line"`` (the caller outside this module), so a test can require a step to make none."""
-    hostcapture.refuse(f"a read of device memory by the host ({what})")
+    capture.refuse(f"a read of device memory by the host ({what})")
     f = sys._getframe(2)
     while f is not None and f.f_code.co_filename == __file__:
         f = f.f_back
@@ -99,14 +99,14 @@ def _refuse_host(args, where: str) -> None:
 
 
 def _call(fn, name: str, args: tuple, kwargs: dict, base: np.ndarray | None = None):
-    """``fn`` on the unwrapped arguments, wrapped; during a capture, recorded (see :mod:`~.hostcapture`)."""
+    """``fn`` on the unwrapped arguments, wrapped; during a capture, recorded (see :mod:`~.capture`)."""
     a, kw = _unwrap(args), _unwrap(kwargs)
-    if hostcapture.capturing() is None:
+    if capture.capturing() is None:
         return _wrap(fn(*a, **kw))
     if any(isinstance(x, np.ndarray) for x in _arrays(args, kwargs, None)):
-        hostcapture.refuse("a host-to-device copy")
-    if name in hostcapture.INPLACE or name.startswith("__i") or "out" in kw:
-        hostcapture.record(lambda: fn(*a, **kw))
+        capture.refuse("a host-to-device copy")
+    if name in capture.INPLACE or name.startswith("__i") or "out" in kw:
+        capture.record(lambda: fn(*a, **kw))
         return _wrap(kw["out"]) if "out" in kw else None
     with np.errstate(all="ignore"):
         r = fn(*a, **kw)
@@ -115,7 +115,7 @@ def _call(fn, name: str, args: tuple, kwargs: dict, base: np.ndarray | None = No
         def again(r=r):
             with np.errstate(all="ignore"):
                 np.copyto(r, fn(*a, **kw), casting="unsafe")
-        hostcapture.record(again)
+        capture.record(again)
     return _wrap(r)
 
 
@@ -268,7 +268,7 @@ def _array(a, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blockin
     host = _unwrap(a)
     order = (order or "K").upper()
     if not isinstance(a, DeviceArray):
-        hostcapture.refuse("a host-to-device copy")
+        capture.refuse("a host-to-device copy")
     if isinstance(a, DeviceArray):
         # a device array: CuPy's astype(order=order), which for "K" keeps the source's axis order
         h = np.array(host, dtype=dtype, order=order, copy=True, ndmin=ndmin)
@@ -286,8 +286,8 @@ def _array(a, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blockin
     else:                                   # order "K" of a permuted device array: dense, in the same axis order
         out = np.lib.stride_tricks.as_strided(alloc(h.size, h.dtype), h.shape, h.strides)
     out[...] = h
-    if hostcapture.capturing() is not None:       # a device-to-device copy: recorded
-        hostcapture.record(lambda: out.__setitem__(Ellipsis, np.asarray(host, dtype=dtype)))
+    if capture.capturing() is not None:       # a device-to-device copy: recorded
+        capture.record(lambda: out.__setitem__(Ellipsis, np.asarray(host, dtype=dtype)))
     return DeviceArray(out)
 
 
@@ -301,8 +301,8 @@ def _ascontiguousarray(a, dtype=None):
         return a if src is a._a else DeviceArray(src)
     out = alloc(src.shape, dtype or a.dtype)
     out[...] = src
-    if hostcapture.capturing() is not None:
-        hostcapture.record(lambda: out.__setitem__(Ellipsis, src))
+    if capture.capturing() is not None:
+        capture.record(lambda: out.__setitem__(Ellipsis, src))
     return DeviceArray(out)
 
 
@@ -370,7 +370,7 @@ class _FakeCupy(types.ModuleType):
         return fn
 
 
-cupy = _FakeCupy("cupy", "circuitgrad.backends.gpu.hostrun: a CuPy stand-in for the host execution mode")
+cupy = _FakeCupy("cupy", "circuitgrad.backends.gpu.host.run: a CuPy stand-in for the host execution mode")
 cupy.__file__ = __file__
 cupy.__version__ = "13.0.0+hostrun"
 cupy.ndarray = DeviceArray
@@ -382,11 +382,11 @@ cupy.empty = _empty
 cupy.asnumpy = _asnumpy
 cupy.get_array_module = _get_array_module
 cupy.lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=_as_strided))
-cupy.cuda = types.SimpleNamespace(runtime=_Runtime(), Device=_Device, Stream=hostcapture.Stream,
-                                  get_current_stream=hostcapture.get_current_stream, Event=hostcapture.Event,
-                                  MemoryPool=hostcapture.MemoryPool, using_allocator=hostcapture.using_allocator,
-                                  Graph=hostcapture.Graph)
-cupy.get_default_memory_pool = hostcapture.MemoryPool
+cupy.cuda = types.SimpleNamespace(runtime=_Runtime(), Device=_Device, Stream=capture.Stream,
+                                  get_current_stream=capture.get_current_stream, Event=capture.Event,
+                                  MemoryPool=capture.MemoryPool, using_allocator=capture.using_allocator,
+                                  Graph=capture.Graph)
+cupy.get_default_memory_pool = capture.MemoryPool
 cupy.hostrun = True                       # how code can tell the stand-in from CuPy
 cupy.syncs = []                           # every read of device memory by the host (see _sync); device() clears it
 
@@ -395,7 +395,7 @@ cupy.syncs = []                           # every read of device memory by the h
 def device(order: str = "forward") -> Iterator[types.ModuleType]:
     """Within: ``import cupy`` gives the stand-in (``backend="cupy"`` runs on the host), threads in ``order``."""
     if order not in ORDERS:
-        raise ValueError(f"hostrun.device: order must be one of {ORDERS}, got {order!r}")
+        raise ValueError(f"host.device: order must be one of {ORDERS}, got {order!r}")
     ok, why = available()
     if not ok:
         raise FileNotFoundError(why)

@@ -1,0 +1,150 @@
+"""Fused elementwise kernels: a group of elementwise instructions (:mod:`~.plan`) as one kernel, a thread per
+element.
+
+Each instruction becomes a register, ``const float v12 = (v10 + v11);``, by its primitive's CUDA expression
+(:data:`~.cuda.CUDA_EXPRESSIONS`); intermediate values stay in registers, and only the group's outputs are
+written to memory. Inputs are read through their layouts (``r3 = in0[(i % 16LL)]``, a bias broadcast along
+rows), and a small group recomputed inside the kernel (the plan's ``remat``) is evaluated at the index each read
+needs, in a block of its own. A kernel may write an output into the input it reads (:func:`donations`): those
+two pointers then lose ``__restrict__``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from circuitgrad.schedule import Apply
+
+from .cuda import CUDA_EXPRESSIONS, ctype, element_kernel, literal, read_index
+from .kernel import Kernel, with_extents
+from .plan import Launch, Plan
+
+__all__ = ["fused_kernel", "donations"]
+
+
+def fused_kernel(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None = None) -> Kernel:
+    """The kernel of a ``fused`` step. ``donated``: output -> input it overwrites; neither pointer is
+    ``__restrict__`` (they alias)."""
+    prog = plan.program
+    out_t = prog.types[step.instrs[-1].results[0]]
+    w = _Writer(step, plan, ctype(out_t))
+    lines: list[str] = []
+    value = w.emit(step.instrs, _Scope(lines, "    ", False))
+    for k, v in enumerate(step.outputs):
+        lines.append(f"    out{k}[i] = {value[v]};")
+    donated = donated or {}
+    aliased = set(donated) | set(donated.values())
+    restrict = lambda v: "" if v in aliased else " __restrict__"     # noqa: E731
+    params = [f"const {t}*{restrict(v)} in{k}" for k, (t, v) in enumerate(zip(w.in_types, step.inputs))] + \
+             [f"{ctype(prog.types[v])}*{restrict(v)} out{k}" for k, v in enumerate(step.outputs)]
+    ops = [a.op.name for a in step.instrs] + [f"({a.op.name})" for a in step.remat]
+    return with_extents(Kernel(name, element_kernel(name, params, lines, out_t.size), list(step.inputs),
+                               list(step.outputs), out_t.size, ops, frozenset(w.strided), w.in_types, dict(donated),
+                               reads=tuple(w.read_at)), plan)
+
+
+def donations(kern: Kernel, step: Launch, donate_pairs: dict[int, int] | None, index: int | None = None,
+              last: dict[int, int] | None = None) -> dict[int, int]:
+    """The outputs of a fused kernel written into the input they may overwrite (``donate_pairs``: output ->
+    input): only where every thread reads the element it writes (the input is not read through a layout), and
+    only where this launch (step ``index``) is the input's last reader (``last``, from
+    :func:`~.plan.last_readers`): a later launch, or a view read later, would otherwise read the updated values.
+    Without ``index``/``last`` nothing is donated."""
+    if step.kind != "fused" or not donate_pairs or index is None or last is None:
+        return {}
+    return {v: d for v in kern.outputs if (d := donate_pairs.get(v)) is not None
+            and d in kern.inputs and d not in kern.strided and last.get(d) == index}
+
+
+@dataclass
+class _Scope:
+    """Where statements go: their lines and indent, and whether ``i`` is not the thread's own element (a block
+    that recomputes a value at another index); the registers of the values and reads made there."""
+    lines: list[str]
+    pad: str
+    again: bool
+    value: dict[int, str] = field(default_factory=dict)      # result -> its register
+    reads: dict[tuple, str] = field(default_factory=dict)    # (base, stages) -> the register read
+
+
+class _Writer:
+    """The statements of one fused kernel's body, and what its reads are (strided, checked at ``i``)."""
+
+    def __init__(self, step: Launch, plan: Plan, c: str):
+        self.step, self.plan, self.c = step, plan, c
+        self.in_types = tuple(ctype(plan.program.types[v]) for v in step.inputs)
+        self.defined = {r: a for a in step.remat for r in a.results}       # recomputed where they are read
+        self.strided: set[int] = set()
+        self.read_at: list[tuple[int, tuple]] = []
+        self.count = 0
+
+    def fresh(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def emit(self, instrs: list[Apply], scope: _Scope) -> dict[int, str]:
+        """Code for ``instrs`` at index ``i``; returns each result's register."""
+        for a in instrs:
+            expr = CUDA_EXPRESSIONS[type(a.op)](self.c, a.op, *(self.arg(a, x, scope) for x in a.args))
+            r = a.results[0]
+            scope.value[r] = f"v{r}"
+            scope.lines.append(f"{scope.pad}const {self.c} v{r} = {expr};   // {a.op.name}")
+        return scope.value
+
+    def arg(self, a: Apply, x: int, scope: _Scope) -> str:
+        """The expression of operand ``x`` of ``a``: a literal, a register, or a read of an input."""
+        plan = self.plan
+        s = plan.src(x)
+        if s in plan.constants:
+            return literal(plan.constants[s], ctype(plan.program.types[s]))
+        b, stages = plan.operand(a, s)
+        if b in scope.value:
+            assert not stages, "a fused kernel reads its own values element for element"
+            return scope.value[b]
+        key = (b, stages)
+        if key in scope.reads:
+            return scope.reads[key]
+        idx, pre = read_index(stages, self.fresh("j"))
+        scope.lines.extend(scope.pad + p.lstrip() for p in pre)
+        if b in self.defined:
+            scope.reads[key] = self.recompute(b, idx, scope)
+            return scope.reads[key]
+        k = self.step.inputs.index(b)
+        if not scope.again:                 # at the thread's own index: checked against the input's size
+            self.read_at.append((k, stages))
+        reg = self.fresh(f"r{b}_") if stages or scope.again else f"r{b}"
+        scope.lines.append(f"{scope.pad}const {self.in_types[k]} {reg} = in{k}[{idx}];")
+        if stages or scope.again:
+            self.strided.add(b)
+        scope.reads[key] = reg
+        return reg
+
+    def recompute(self, b: int, idx: str, scope: _Scope) -> str:
+        """A small group recomputed at the index this read needs: ``i`` shadowed in a block; returns the register
+        that holds ``b`` after it."""
+        pad = scope.pad
+        t, w = self.fresh("o"), self.fresh("w")
+        scope.lines.append(f"{pad}const long long {t} = {idx};")
+        scope.lines.append(f"{pad}{self.c} {w};")
+        scope.lines.append(f"{pad}{{")
+        scope.lines.append(f"{pad}    const long long i = {t};")
+        needed = _closure(b, self.defined, self.plan)
+        inner = self.emit([a2 for a2 in self.step.remat if a2.results[0] in needed],
+                          _Scope(scope.lines, pad + "    ", True))
+        scope.lines.append(f"{pad}    {w} = {inner[b]};")
+        scope.lines.append(f"{pad}}}")
+        return w
+
+
+def _closure(v: int, defined: dict, plan: Plan) -> set[int]:
+    """The recomputed results ``v`` depends on (itself included)."""
+    out, todo = set(), [v]
+    while todo:
+        r = todo.pop()
+        if r in out or r not in defined:
+            continue
+        out.add(r)
+        for x in defined[r].args:
+            s = plan.src(x)
+            if s not in plan.constants:
+                todo.append(plan.read(s)[0])
+    return out

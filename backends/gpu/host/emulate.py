@@ -1,0 +1,56 @@
+"""``backend="cupy-emulated"``: each kernel launch stood in for by NumPy, on the host.
+
+The generated glue runs with ``xp = numpy`` and these *emulated* kernels, which evaluate each step's instructions
+with NumPy, reading every input through the same layouts (offset arrays) as the CUDA code. The tests use this to
+check the glue, the plan and the buffer handling without a GPU (and without nvcc: the CUDA C itself is run by
+:mod:`~.run`).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from circuitgrad.interpret import FLOAT_RULES
+
+from ..kernel import Kernel
+from ..layout import read_through
+from ..plan import Plan
+
+__all__ = ["emulated_kernel"]
+
+
+def emulated_kernel(p: Plan, step_index: int, kern: Kernel) -> Callable:
+    """A CPU stand-in for a kernel launch: runs the step's instructions with NumPy into the given outputs.
+
+    Inputs are read as the CUDA code reads them: through the plan's layouts, as offsets into the
+    base arrays passed in (so a wrong layout gives a wrong result here too).
+    """
+    step = p.steps[step_index]
+    prog = p.program
+
+    def launch(grid, block, args):
+        bases = dict(zip(kern.inputs, args[:len(kern.inputs)]))
+        dtype = np.asarray(args[-1]).dtype
+        env: dict[int, np.ndarray] = {}
+
+        def value(x: int) -> np.ndarray:
+            s, shape = p.src(x), prog.types[x].shape
+            if s in p.constants:
+                return np.full(shape, p.constants[s], dtype=dtype)
+            b, stages = p.read(s)
+            return read_through(env[b] if b in env else bases[b], shape, stages)
+
+        if step.kind == "copy":
+            (r,) = kern.outputs
+            base, stages = step.layout
+            env[r] = read_through(bases[base], prog.types[r].shape, stages)
+        else:
+            for a in step.remat + step.instrs:      # recomputed groups first (once, in their own shape)
+                own = getattr(a.op, "evaluate", None)   # the backend's own instructions (gpu.attention)
+                res = own(*(value(x) for x in a.args)) if own else FLOAT_RULES[type(a.op)](a.op, *(value(x) for x in a.args))
+                for r, y in zip(a.results, res):
+                    env[r] = np.asarray(y)
+        for v, out in zip(kern.outputs, args[len(kern.inputs):]):
+            out[...] = np.broadcast_to(env[v], out.shape)
+    return launch
