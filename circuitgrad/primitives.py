@@ -13,6 +13,7 @@ a diagram of these primitives (:mod:`circuitgrad.nn`).
 """
 from __future__ import annotations
 
+import enum
 import itertools
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -26,7 +27,7 @@ __all__ = [
     "Copy", "Add", "Neg", "Mul", "Scale", "Constant", "MatMul", "Transpose",
     "Reshape", "Broadcast", "SumTo", "Heaviside", "Sigmoid", "Tanh",
     "Softmax", "LogSumExp", "Parameter", "Exp", "Log", "Sqrt", "Rsqrt", "Div", "ArgMaxMask", "Permute",
-    "BatchMatMul", "CausalMask", "OneHot", "Slice", "Pad", "Unfold", "Fold", "KINDS",
+    "BatchMatMul", "CausalMask", "OneHot", "Slice", "Pad", "Unfold", "Fold", "Kind", "KINDS",
     "intern_op", "op_of", "path_of",
 ]
 
@@ -35,25 +36,43 @@ class TypeMismatch(TypeError):
     """A shape or dtype mismatch found while building a model."""
 
 
-#: what a primitive does to its operands' elements and memory (:attr:`Primitive.kind`): the fact every pass asks
-#: first (code generation allocates, the GPU plan launches, the cost model counts bytes and drawings style by it)
-KINDS: dict[str, str] = {
-    "source": "no operand: a value of its own (a parameter, a constant)",
-    "copy": "one wire duplicated or discarded",
-    "elementwise": "each result element from the operands' elements at the same index",
-    "rowwise": "each row of the last axis from the same row of the operand (softmax, log-sum-exp, argmax)",
-    "view": "the same elements in another layout: no arithmetic, and no copy needed",
-    "gather": "elements moved by an index map, some dropped, zero-filled or summed where they overlap",
-    "contraction": "products summed over a shared axis (matrix products)",
-    "reduce": "sums over axes",
-}
+class Kind(enum.StrEnum):
+    """What a primitive does to its operands' elements and memory (:attr:`Primitive.kind`): the fact every pass asks
+    first (code generation allocates, the GPU plan launches, the cost model counts bytes and drawings style by it).
+
+    A ``str``: ``op.kind == "elementwise"`` holds and dicts keyed by kinds are read by name; it prints, formats and
+    reprs as its value (``'elementwise'``), so generated code and messages read as when kinds were strings.
+    """
+    SOURCE = "source", "no operand: a value of its own (a parameter, a constant)"
+    COPY = "copy", "one wire duplicated or discarded"
+    ELEMENTWISE = "elementwise", "each result element from the operands' elements at the same index"
+    ROWWISE = "rowwise", "each row of the last axis from the same row of the operand (softmax, log-sum-exp, argmax)"
+    VIEW = "view", "the same elements in another layout: no arithmetic, and no copy needed"
+    GATHER = "gather", "elements moved by an index map, some dropped, zero-filled or summed where they overlap"
+    CONTRACTION = "contraction", "products summed over a shared axis (matrix products)"
+    REDUCE = "reduce", "sums over axes"
+
+    description: str
+
+    def __new__(cls, value: str, description: str):
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.description = description
+        return member
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+#: every kind and what it means (:attr:`Kind.description`), in :class:`Kind`'s order
+KINDS: dict[Kind, str] = {k: k.description for k in Kind}
 
 
 class Primitive:
     """Base class: subclasses define ``source`` and ``target`` (tuples of types), and the facts passes ask
     about them as class attributes (``tests/test_conformance.py`` checks that every primitive sets ``kind``):
 
-    * ``kind``: one of :data:`KINDS`;
+    * ``kind``: a :class:`Kind` (:data:`KINDS` says what each means);
     * ``linear``: a linear map of its operands (each of them, for a binary one);
     * ``commutative``: its two operands can be swapped (common-subexpression elimination sorts them);
     * ``positional``: elementwise, but each element's result depends on its index too;
@@ -62,7 +81,7 @@ class Primitive:
 
     source: tuple[NdArrayType, ...]
     target: tuple[NdArrayType, ...]
-    kind: ClassVar[str]
+    kind: ClassVar[Kind]
     linear: ClassVar[bool] = False
     commutative: ClassVar[bool] = False
     positional: ClassVar[bool] = False
@@ -120,7 +139,7 @@ class Copy(Primitive):
 
     Inserted by :func:`circuitgrad.diagram.monogamous` wherever a wire fans out.
     """
-    kind = "copy"
+    kind = Kind.COPY
     linear = True
     T: NdArrayType
     n: int = 2
@@ -141,7 +160,7 @@ class Parameter(Primitive):
     ``"normal"`` (``N(0, 0.02²)``, embeddings as in GPT-2).
     ``uid`` keeps two layers of the same shape distinct.
     """
-    kind = "source"
+    kind = Kind.SOURCE
     pure = False
     T: NdArrayType
     label: str = "param"
@@ -171,7 +190,7 @@ class Constant(Primitive):
     ``epsilon=True`` marks a small positive stabiliser (``sqrt(v + ε)``): where a dtype cannot hold it
     (fixed point, ``ε`` below one step) it is one step, ``2^-frac``, instead of an error.
     """
-    kind = "source"
+    kind = Kind.SOURCE
     T: NdArrayType
     value: float
     epsilon: bool = False
@@ -190,7 +209,7 @@ class OneHot(Arrow):
     The bridge from integer wires (token ids) to arithmetic: an embedding is ``OneHot(ids) @ E``. The
     ids carry no derivative.
     """
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
     positional = True
 
     def __post_init__(self):
@@ -204,32 +223,32 @@ class OneHot(Arrow):
 # -------------------------------------------------------------- arithmetic
 class Add(Binary):
     """``T ⊗ T → T``: elementwise sum."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
     linear = True
     commutative = True
 
 
 class Neg(Unary):
     """``T → T``: elementwise negation."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
     linear = True
 
 
 class Mul(Binary):
     """``T ⊗ T → T``: elementwise (Hadamard) product."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
     commutative = True
 
 
 class Div(Binary):
     """``T ⊗ T → T``: elementwise quotient ``a / b`` (in fixed point: rounded, with a checkable remainder)."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
 
 
 @dataclass(frozen=True)
 class Scale(Unary):
     """``T → T``: multiplication by the constant ``c`` (a linear map)."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
     linear = True
     c: float = 1.0
 
@@ -237,7 +256,7 @@ class Scale(Unary):
 @dataclass(frozen=True)
 class MatMul(Primitive):
     """``[m, n] ⊗ [n, p] → [m, p]``: matrix product."""
-    kind = "contraction"
+    kind = Kind.CONTRACTION
     A: NdArrayType
     B: NdArrayType
 
@@ -264,7 +283,7 @@ class BatchMatMul(Primitive):
 
     The leading axes must be equal (``ops.matmul`` broadcasts them first, as NumPy's ``matmul`` does).
     """
-    kind = "contraction"
+    kind = Kind.CONTRACTION
     A: NdArrayType
     B: NdArrayType
 
@@ -294,7 +313,7 @@ class BatchMatMul(Primitive):
 @dataclass(frozen=True)
 class Transpose(Primitive):
     """``[m, n] → [n, m]``."""
-    kind = "view"
+    kind = Kind.VIEW
     linear = True
     T: NdArrayType
 
@@ -312,7 +331,7 @@ class Transpose(Primitive):
 @dataclass(frozen=True)
 class Permute(Primitive):
     """``T → T'``: the axes of ``T`` in the order ``axes`` (``np.transpose(x, axes)``)."""
-    kind = "view"
+    kind = Kind.VIEW
     linear = True
     T: NdArrayType
     axes: tuple[int, ...]
@@ -336,7 +355,7 @@ class Permute(Primitive):
 
 class CausalMask(Unary):
     """``[..., s, t] → [..., s, t]``: zero every entry above the diagonal (``j > i``); a linear map."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
     linear = True
     positional = True
 
@@ -348,7 +367,7 @@ class CausalMask(Unary):
 @dataclass(frozen=True)
 class Reshape(Primitive):
     """``T → T'`` with the same number of elements (row-major)."""
-    kind = "view"
+    kind = Kind.VIEW
     linear = True
     T: NdArrayType
     shape: tuple[int, ...]
@@ -387,7 +406,7 @@ class Slice(Primitive):
 
     Its adjoint (reverse map) is :class:`Pad` with the same index.
     """
-    kind = "gather"
+    kind = Kind.GATHER
     linear = True
     T: NdArrayType
     index: tuple[tuple[int, int, int], ...]
@@ -408,7 +427,7 @@ class Pad(Arrow):
 
     The adjoint of :class:`Slice`: zero padding, concatenation (a sum of pads) and dilation.
     """
-    kind = "gather"
+    kind = Kind.GATHER
     linear = True
     index: tuple[tuple[int, int, int], ...]
 
@@ -467,7 +486,7 @@ class Unfold(Blocks):
     ``image[c, y·sh − ph + i, x·sw − pw + j]`` (0 outside the image). A convolution is this followed by a
     matrix product; the adjoint is :class:`Fold`.
     """
-    kind = "gather"
+    kind = Kind.GATHER
     linear = True
 
     @property
@@ -483,7 +502,7 @@ class Fold(Blocks):
 
     ``T`` is the image type; ``torch.nn.functional.fold`` with ``output_size=(H, W)``.
     """
-    kind = "gather"
+    kind = Kind.GATHER
     linear = True
 
     @property
@@ -504,7 +523,7 @@ def _check_broadcast(op: str, small: NdArrayType, big: NdArrayType) -> None:
 @dataclass(frozen=True)
 class Broadcast(Arrow):
     """``S → T``: NumPy broadcasting of ``S`` to the larger shape ``T``."""
-    kind = "view"
+    kind = Kind.VIEW
     linear = True
 
     def __post_init__(self):
@@ -520,7 +539,7 @@ class Broadcast(Arrow):
 @dataclass(frozen=True)
 class SumTo(Primitive):
     """``T → S``: sum over the axes that broadcasting ``S → T`` would add or stretch."""
-    kind = "reduce"
+    kind = Kind.REDUCE
     linear = True
     T: NdArrayType
     S: NdArrayType
@@ -541,32 +560,32 @@ class SumTo(Primitive):
 # ---------------------------------------------------------- nonlinearities
 class Heaviside(Unary):
     """``T → T``: ``1`` where ``x > 0``, else ``0`` (derivative zero)."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
 
 
 class Sigmoid(Unary):
     """``T → T``: logistic function (piecewise linear in fixed point)."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
 
 
 class Tanh(Unary):
     """``T → T``: hyperbolic tangent (``2σ(2x) - 1`` in fixed point)."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
 
 
 class Exp(Unary):
     """``T → T``: ``e^x`` (in fixed point: ``2^k·p(r)`` with ``x·log2 e = k + r``)."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
 
 
 class Log(Unary):
     """``T → T``: natural logarithm of positive values."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
 
 
 class Sqrt(Unary):
     """``T → T``: square root of non-negative values (in fixed point: the floor, checked by squaring)."""
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
 
 
 class Rsqrt(Unary):
@@ -577,7 +596,7 @@ class Rsqrt(Unary):
     ``dx = −½·dy·y³``: three products, where the derivative of ``Div(1, Sqrt(x))`` takes two divisions
     (the costliest rows of a ZK circuit, a quotient bit per cycle on the FPGA).
     """
-    kind = "elementwise"
+    kind = Kind.ELEMENTWISE
 
 
 class ArgMaxMask(Unary):
@@ -586,7 +605,7 @@ class ArgMaxMask(Unary):
     Piecewise constant (derivative zero), like :class:`Heaviside`; ``max`` is the definition
     ``Σ x · ArgMaxMask(x)``, whose reverse derivative routes the gradient to that one element.
     """
-    kind = "rowwise"
+    kind = Kind.ROWWISE
 
     def __post_init__(self):
         if self.T.ndim < 1:
@@ -600,7 +619,7 @@ class Softmax(Unary):
     ``causal=True`` (operands with at least two axes ``[..., s, k]``): entry ``j > i`` of row ``i`` is
     masked out (probability exactly 0), as in a decoder's attention.
     """
-    kind = "rowwise"
+    kind = Kind.ROWWISE
     causal: bool = False
 
     def __post_init__(self):
@@ -613,7 +632,7 @@ class Softmax(Unary):
 @dataclass(frozen=True)
 class LogSumExp(Primitive):
     """``[..., k] → [...]``: ``log Σ exp`` along the last axis."""
-    kind = "rowwise"
+    kind = Kind.ROWWISE
     T: NdArrayType
 
     def __post_init__(self):

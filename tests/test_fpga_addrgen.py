@@ -14,6 +14,7 @@ from circuitgrad.backends import fpga  # noqa: E402
 from circuitgrad.backends.fpga.addrgen import AddressGen  # noqa: E402
 from circuitgrad.backends.fpga.sequencer import _config  # noqa: E402
 from circuitgrad.backends.fpga.decode import DECODE_LATENCY, Decoder  # noqa: E402
+from circuitgrad.backends.fpga.kinds import FACTS  # noqa: E402
 from circuitgrad.backends.fpga.timing import const_b  # noqa: E402
 
 LANES = 2
@@ -22,7 +23,7 @@ LANES = 2
 def _expected(u, mod):
     """The pairs the micro-op issues: per element (row-major), per k step, the live lanes' addresses."""
     out = u.out.addresses().reshape(-1) % mod
-    step = 1 if u.kind in ("max", "argmax") else LANES
+    step = 1 if FACTS[u.kind].one_lane else LANES
     pairs = []
     for e in range(len(out)):
         for k in range(0, u.K, step):
@@ -54,7 +55,7 @@ def test_the_counters_issue_every_views_words():
             ctx.set(dec.pc, pc)
             for _ in range(DECODE_LATENCY):                    # the fields are registered
                 await ctx.tick()
-            ctx.set(agen.one_lane, u.kind in ("max", "argmax"))
+            ctx.set(agen.one_lane, FACTS[u.kind].one_lane)
             ctx.set(agen.load, 1)
             await ctx.tick()
             ctx.set(agen.load, 0)

@@ -13,7 +13,8 @@ from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import fpga  # noqa: E402
 from circuitgrad.backends.fpga.sequencer import _config  # noqa: E402
 from circuitgrad.backends.fpga.decode import DECODE_LATENCY, Decoder  # noqa: E402
-from circuitgrad.backends.fpga.timing import KIND_CODES, const_b  # noqa: E402
+from circuitgrad.backends.fpga.kinds import KIND_CODES  # noqa: E402
+from circuitgrad.backends.fpga.timing import const_b  # noqa: E402
 
 
 def _decoded(mc, cfg):

@@ -12,7 +12,7 @@ import circuitgrad as cg  # noqa: E402
 from circuitgrad.backends.fpga.config import SeqConfig  # noqa: E402
 from circuitgrad.backends.fpga.divider import SeqDivider  # noqa: E402
 from circuitgrad.backends.fpga.microcode import elementwise_model  # noqa: E402
-from circuitgrad.backends.fpga.timing import KIND_CODES  # noqa: E402
+from circuitgrad.backends.fpga.kinds import KIND_CODES  # noqa: E402
 
 Q = cg.fixed(16, 8)
 CASES = {   # kind: (a, b) raw words: zero, ±1, the word's limits, exact halves (rounding), results that overflow

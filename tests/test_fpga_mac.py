@@ -14,7 +14,8 @@ import circuitgrad as cg  # noqa: E402
 from circuitgrad.backends.fpga.config import SeqConfig  # noqa: E402
 from circuitgrad.backends.fpga.mac import MacPipeline  # noqa: E402
 from circuitgrad.backends.fpga.microcode import elementwise_model  # noqa: E402
-from circuitgrad.backends.fpga.timing import DRAIN, EXP_STAGES, KIND_CODES  # noqa: E402
+from circuitgrad.backends.fpga.kinds import EXP_STAGES, KIND_CODES  # noqa: E402
+from circuitgrad.backends.fpga.timing import DRAIN  # noqa: E402
 
 Q = cg.fixed(16, 8)
 L, K = 2, 5

@@ -22,6 +22,7 @@ from circuitgrad.fixedpoint import div_fixed, exp_fixed, log_fixed, quantize, sq
 
 pytest.importorskip("amaranth")
 from circuitgrad.backends.fpga.sim import simulate  # noqa: E402
+from circuitgrad.schedule import retype
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from digits_cnn import cnn  # noqa: E402
@@ -61,9 +62,9 @@ def test_legalise_splits_to_two_axes_and_keeps_every_element():
 # ------------------------------------------------------- every primitive
 def _programs(op):
     d = cg.trace(lambda *a: apply(op, *a), op.source, name=op.name)
-    yield "forward", cg.retype(cg.schedule(d), Q)
+    yield "forward", retype(cg.schedule(d), Q)
     if op.name not in ("OneHot", "ArgMaxMask"):          # integer ids / a step function: no reverse map
-        yield "reverse", cg.retype(cg.schedule(cg.rdiff(d)), Q)
+        yield "reverse", retype(cg.schedule(cg.rdiff(d)), Q)
 
 
 @pytest.mark.parametrize("op", VOCAB, ids=case_id)
@@ -194,7 +195,7 @@ def test_an_empty_block_moves_nothing():
     from circuitgrad import ops
     d = cg.trace(lambda x: ops.concat([ops.slice(x, ((2, 2, 1), (0, 3, 1))), x], axis=0),
                  (cg.NdArrayType((2, 3)),), name="concat-empty")
-    prog = cg.retype(cg.schedule(d), Q)
+    prog = retype(cg.schedule(d), Q)
     xs = [quantize(np.arange(6).reshape(2, 3) - 2.5, Q)]
     mc = fpga.compile_program(prog, Q)
     assert all(u.out.size for u in mc.ops)
@@ -206,13 +207,13 @@ def test_indices_that_do_not_fit_a_word_are_refused_at_compile_time():
     from circuitgrad import primitives as P
     dt = cg.fixed(8, 4)
     op = P.OneHot(cg.NdArrayType((2,), cg.index(300)), cg.NdArrayType((2, 300)))
-    prog = cg.retype(cg.schedule(cg.trace(lambda i: apply(op, i), op.source, name="onehot")), dt)
+    prog = retype(cg.schedule(cg.trace(lambda i: apply(op, i), op.source, name="onehot")), dt)
     with pytest.raises(NotImplementedError, match=r"^FPGA backend: OneHot#0 compares indices up to 299, more than "
                                                   r"one fixed\(8,4\) word holds \(127\); use a wider fixed-point "
                                                   r"format$"):
         fpga.compile_program(prog, dt)
     op = P.ArgMaxMask(cg.NdArrayType((1, 100)))                 # 99 fits: the index is not range checked
-    prog = cg.retype(cg.schedule(cg.trace(lambda x: apply(op, x), op.source, name="argmax")), dt)
+    prog = retype(cg.schedule(cg.trace(lambda x: apply(op, x), op.source, name="argmax")), dt)
     x = np.zeros((1, 100), dtype=np.int64)
     x[0, 97] = 5
     mc = fpga.compile_program(prog, dt)
@@ -234,7 +235,7 @@ def test_strided_and_asymmetric_blocks_on_the_sequencer(cls, img, kernel, stride
     from circuitgrad import primitives as P
     op = getattr(P, cls)(cg.NdArrayType(img), kernel, stride=stride, padding=padding)
     d = cg.trace(lambda x: apply(op, x), op.source, name=cls)
-    for prog in (cg.retype(cg.schedule(d), Q), cg.retype(cg.schedule(cg.rdiff(d)), Q)):
+    for prog in (retype(cg.schedule(d), Q), retype(cg.schedule(cg.rdiff(d)), Q)):
         xs = [quantize(rng.uniform(-1, 1, prog.types[v].shape), Q) for v in prog.inputs]
         mc = fpga.compile_program(prog, Q)
         got, n = simulate(mc, xs, check_collisions=True)

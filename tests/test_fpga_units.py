@@ -9,10 +9,12 @@ pytest.importorskip("amaranth")
 
 import circuitgrad as cg  # noqa: E402
 from circuitgrad.backends.fpga.microcode import elementwise_model  # noqa: E402
-from circuitgrad.backends.fpga.timing import LATENCY  # noqa: E402
-from circuitgrad.backends.fpga.units import ELEMENTWISE, EW_WIDTH, elementwise, exp_unit, sigmoid_unit  # noqa: E402
+from circuitgrad.backends.fpga.kinds import FACTS, Kind  # noqa: E402
+from circuitgrad.backends.fpga.units import EW_WIDTH, elementwise, exp_unit, sigmoid_unit  # noqa: E402
 
 Q = cg.fixed(16, 8)
+#: the kinds with a combinational unit (``units.elementwise``)
+ELEMENTWISE = tuple(k for k in Kind if FACTS[k].combinational)
 
 
 def _words(rng, n=60):
@@ -39,13 +41,13 @@ def _simulate(kind, a, b, piped=False):
     clocked, got = kind == "exp" or piped, []
 
     async def bench(ctx):
-        for i in range(len(a) + (LATENCY.get(kind, 0) if clocked else 0)):
+        for i in range(len(a) + (FACTS[kind].latency if clocked else 0)):
             if i < len(a):
                 ctx.set(sa, int(a[i]))
                 ctx.set(sb, int(b[i]))
             if clocked:                                # back to back: one pair in, one result out, per cycle
                 await ctx.tick()
-                if i >= LATENCY[kind] - 1 and len(got) < len(a):
+                if i >= FACTS[kind].latency - 1 and len(got) < len(a):
                     got.append(ctx.get(out))
             else:
                 await ctx.delay(1e-9)

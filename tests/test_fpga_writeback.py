@@ -9,7 +9,7 @@ pytest.importorskip("amaranth")
 
 import circuitgrad as cg  # noqa: E402
 from circuitgrad.backends.fpga.config import SeqConfig  # noqa: E402
-from circuitgrad.backends.fpga.timing import KIND_CODES  # noqa: E402
+from circuitgrad.backends.fpga.kinds import KIND_CODES  # noqa: E402
 from circuitgrad.backends.fpga.writeback import CHECK_LATENCY, RangeCheck, Writeback  # noqa: E402
 
 Q = cg.fixed(16, 8)

@@ -6,7 +6,8 @@
 
 See ``docs/FPGA.md``. Built:
 * the microcode compiler (:mod:`.isa`, :mod:`.rules`, :mod:`.microcode`), covering every primitive of a
-  training step: MLPs, GPTs (softmax or spherical attention) and CNNs;
+  training step: MLPs, GPTs (softmax or spherical attention) and CNNs; the micro-op kinds and their facts
+  (unit, operands, latency) in :mod:`.kinds`;
 * a sequencer that runs every micro-op kind (:mod:`.sequencer`, :mod:`.units`): softmax, division, square
   root, log, exp of either sign, argmax;
 * a cycle model that matches simulation exactly.
@@ -28,8 +29,9 @@ from circuitgrad.progress import Counter
 from circuitgrad.types import Fixed, fixed
 
 from .extra import MissingExtra, require_amaranth
+from .kinds import FACTS, Kind
 from .microcode import FPGA_RULES, UNSUPPORTED, Microcode, compile_program, execute
-from .timing import HW_KINDS, check_supported, cycles
+from .timing import cycles
 
 
 def __getattr__(name: str):
@@ -61,7 +63,7 @@ def _sequencer(what: str):
     return sequencer
 
 __all__ = ["FPGA_RULES", "UNSUPPORTED", "Design", "UnrolledDesign", "compile", "unroll", "simulate", "train", "Sequencer",
-           "cycles", "Microcode", "compile_program", "execute", "HW_KINDS", "MissingExtra", "installed"]
+           "cycles", "Microcode", "compile_program", "execute", "Kind", "FACTS", "MissingExtra", "installed"]
 
 
 @dataclass
@@ -164,7 +166,6 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, fun
     fx = model if model.dtype == dtype else compile_model(model.model, model.loss_fn, model.optimizer, dtype)
     n_state = len(fx.param_names) + len(fx.state_names) if function == "step" and on_chip else 0
     mc = compile_program(fx.fn(function).program, dtype, write_back=n_state)
-    check_supported(mc)
     return Design(fx, function, mc, macs, read_ports)
 
 

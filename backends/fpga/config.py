@@ -1,12 +1,14 @@
 """The sequencer's static parameters: what every stage needs to size itself, derived once from the program."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from circuitgrad.types import Fixed
 
-from .timing import SEQUENTIAL
+from .kinds import Facts, Kind, Unit, facts
 
 __all__ = ["SeqConfig"]
 
@@ -15,7 +17,7 @@ __all__ = ["SeqConfig"]
 class SeqConfig:
     """Widths, lane count and the units built, fixed at elaboration (no signals).
 
-    ``codes`` maps each micro-op kind to the value the decoded ``kind`` field carries for it.
+    ``codes`` maps each micro-op kind to the value the decoded ``kind`` field carries for it (``kinds.KIND_CODES``).
     """
     dt: Fixed
     depth: int                  # memory words (at least 1)
@@ -24,8 +26,8 @@ class SeqConfig:
     one_port: bool              # one read port: two memory operands are read one after the other
     kmax: int                   # the longest reduction
     nmax: int                   # the most output elements of one micro-op
-    used: frozenset[str]        # the micro-op kinds the program uses: units for the others are not built
-    codes: Mapping[str, int]
+    used: frozenset[Kind]       # the micro-op kinds the program uses: units for the others are not built
+    codes: Mapping[Kind, int]
     div_bits: int               # quotient bits of the sequential divider
     sqrt_bits: int              # root bits of the sequential square root
 
@@ -53,13 +55,19 @@ class SeqConfig:
     @property
     def has_max(self) -> bool:
         """A ``max`` or ``argmax`` reduction is built (on lane 0 alone)."""
-        return bool(self.used & {"max", "argmax"})
+        return any(facts(k).unit is Unit.MAX for k in self.used)
 
     @property
     def has_argmax(self) -> bool:
-        return "argmax" in self.used
+        """The running maximum's index is kept (a kind whose result is an index: ``argmax``)."""
+        return any(facts(k).index for k in self.used)
 
     @property
     def has_div(self) -> bool:
         """The sequential unit (``divf``, ``div``, ``sqrt``) is built."""
-        return bool(self.used & SEQUENTIAL)
+        return any(facts(k).sequential for k in self.used)
+
+    def decodes(self, kind, where: Callable[[Facts], bool]):
+        """Whether the decoded ``kind`` (a signal) is the code of a kind whose facts satisfy ``where``:
+        ``(kind == c₀) | (kind == c₁) | …`` in :class:`~.kinds.Kind`'s order (every kind, used or not)."""
+        return functools.reduce(operator.or_, [kind == self.codes[k] for k in Kind if where(facts(k))])

@@ -42,6 +42,7 @@ from . import unroll as unroll_design
 from .devices import TARGETS as _TARGETS
 from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
 from .extra import require_amaranth
+from .kinds import UNITS, Kind, Unit, facts
 from .netlist import adder_bits, sum_operands
 from .timing import op_cycles
 
@@ -103,19 +104,20 @@ def brams(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
 
 
 def dsps(mc, macs: int = 1) -> int:
-    """DSP blocks: the MAC lanes' multipliers and the exp unit's three."""
+    """DSP blocks: the MAC lanes' multipliers and those of the units ``mc`` uses (the exp unit's three)."""
     lanes = macs if macs <= 2 else 2 + 2 * (macs - 2)
-    return lanes + 3 * any(u.kind == "exp" for u in mc.ops)
+    return lanes + sum(UNITS[unit].dsps for unit in {facts(u.kind).unit for u in mc.ops})
 
 
 def features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]:
     """The LUT model's inputs for microcode ``mc`` on ``device``, in :data:`FEATURES` order."""
     kinds = {u.kind for u in mc.ops}
+    rows = [facts(k) for k in kinds]
     b = brams(mc, device, macs, read_ports)
     return [1.0, len(mc.ops) * math.log2(max(mc.depth, 2)), macs - 1.0, float(read_ports == 1),
-            float(bool(kinds & {"div", "divf", "sqrt"})),
-            float("exp" in kinds), float("sigmoid" in kinds), float("tanh" in kinds), float("log" in kinds),
-            float(bool(kinds & {"max", "argmax"})), float(b == 0), float(b)]
+            float(any(f.sequential for f in rows)),
+            float(Kind.EXP in kinds), float(Kind.SIGMOID in kinds), float(Kind.TANH in kinds), float(Kind.LOG in kinds),
+            float(any(f.unit is Unit.MAX for f in rows)), float(b == 0), float(b)]
 
 
 def resources(mc, device: str, macs: int = 1, read_ports: int = 2) -> dict[str, int]:

@@ -25,7 +25,8 @@ from amaranth.lib.wiring import In, Out
 
 from .config import SeqConfig
 from .microcode import Microcode, View
-from .timing import DRAIN, DRAIN_MAX, SEQUENTIAL, latency
+from .kinds import facts
+from .timing import DRAIN, DRAIN_MAX
 
 __all__ = ["Decoder", "fields_signature", "address_signature", "view_2d", "align", "GROUP", "DECODE_LATENCY"]
 
@@ -67,8 +68,8 @@ def address_signature(aw: int) -> wiring.Signature:
 def fields_signature(cfg: SeqConfig) -> wiring.Signature:
     """The decoded fields of one micro-op (as the decoder drives them).
 
-    * ``kind``: the micro-op kind's code; ``rescale``, ``has_b``; ``sequential``: the divider computes it;
-      ``drain``: the drain's cycles after the first (``DRAIN``, its unit's :func:`~.timing.latency`, and one
+    * ``kind``: the micro-op kind's code (``kinds.FACTS[kind].code``); ``rescale``, ``has_b``; ``sequential``: the
+      divider computes it; ``drain``: the drain's cycles after the first (``DRAIN``, its unit's latency, and one
       more with one read port or with several lanes);
     * ``two_phase``: one read port, two memory operands (read ``a``, then ``b``); ``const_b``: one read
       port, ``b`` a single constant word (read once at load);
@@ -112,11 +113,12 @@ class Decoder(wiring.Component):
             bv = u.b if u.b is not None else View(0, u.out.shape, (0,) * len(u.out.shape))
             bb, _, _, bs0, bs1, bks = view_2d(View(bv.base, u.out.shape, align(bv, u.out), bv.kstride))
             cb = cfg.one_port and self.const_b[i]
-            step = 1 if u.kind in ("max", "argmax") else cfg.lanes
+            f = facts(u.kind)
+            step = 1 if f.one_lane else cfg.lanes
             row = {("two_phase",): int(cfg.one_port and u.b is not None and not cb), ("const_b",): int(cb),
                    ("kind",): cfg.codes[u.kind], ("rescale",): int(u.rescale), ("has_b",): int(u.b is not None),
-                   ("sequential",): int(u.kind in SEQUENTIAL),
-                   ("drain",): DRAIN - 1 + cfg.one_port + (cfg.lanes > 1) + latency(u.kind),
+                   ("sequential",): int(f.sequential),
+                   ("drain",): DRAIN - 1 + cfg.one_port + (cfg.lanes > 1) + f.latency,
                    ("K",): u.K, ("kstep",): step, ("ksteps_last",): max(-(-u.K // step) - 1, 0),
                    ("kone",): int(u.K <= step), ("n0_last",): on0 - 1, ("n1_last",): on1 - 1,
                    ("n0_one",): int(on0 == 1), ("n1_one",): int(on1 == 1)}

@@ -21,6 +21,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import SeqConfig
+from .kinds import Kind
 from .units import outside
 
 __all__ = ["SeqDivider"]
@@ -58,8 +59,8 @@ class SeqDivider(wiring.Component):
         # the kind, registered at load: no decode of the micro-op's kind sits before the result or its check
         is_sqrt, is_rdiv = Signal(name="div_is_sqrt"), Signal(name="div_is_rdiv")
         with m.If(self.load):
-            m.d.sync += [is_sqrt.eq(self.is_sqrt if "sqrt" in cfg.used else 0),
-                         is_rdiv.eq(self.is_rdiv if "div" in cfg.used else 0)]
+            m.d.sync += [is_sqrt.eq(self.is_sqrt if Kind.SQRT in cfg.used else 0),
+                         is_rdiv.eq(self.is_rdiv if Kind.DIV in cfg.used else 0)]
         a_in, b_in = self.a, self.b
 
         with m.If(self.load):
@@ -73,7 +74,7 @@ class SeqDivider(wiring.Component):
             take = trial >= den
             m.d.sync += [rem.eq(Mux(take, trial - den, trial)), quo.eq(Cat(take, quo)),
                          num.eq(num << 1), dcount.eq(dcount - 1)]
-        if "sqrt" in cfg.used:
+        if Kind.SQRT in cfg.used:
             with m.Elif(self.step_sqrt):      # restoring square root of a·2^f, two radicand bits per cycle
                 trial_r = Cat(num[2 * sb - 2:2 * sb], rem)     # (rem << 2) | next two bits
                 cand = Cat(Const(1, 2), quo)                    # (root << 2) | 1

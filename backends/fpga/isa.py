@@ -13,6 +13,8 @@ import numpy as np
 
 from circuitgrad.types import Fixed
 
+from .kinds import Kind
+
 __all__ = ["View", "MicroOp", "Microcode", "contiguous", "reshape_view", "broadcast_view", "permute_view",
            "slice_view", "fold", "legalise"]
 
@@ -41,13 +43,21 @@ class View:
 
 @dataclass
 class MicroOp:
-    kind: str
+    """One loop of the sequencer: ``out[o] = kind(a[o, k], b[o, k])`` over the output's elements ``o`` (and ``k < K``
+    for a kind that reduces). ``kind`` may be given by name; one that is not a :class:`~.kinds.Kind` is refused."""
+    kind: Kind
     out: View
     a: View
     b: View | None = None
     K: int = 1
     rescale: bool = False
     source: str = ""          # the SSA instruction it implements, for error messages
+
+    def __post_init__(self):
+        try:
+            self.kind = Kind(self.kind)
+        except ValueError as e:
+            raise ValueError(f"{self.source or 'micro-op'}: {e}") from None
 
 
 @dataclass

@@ -18,7 +18,7 @@ registered inputs and a registered output (the DSP blocks' own registers); with 
 product is registered and summed a stage later (stage P), so a multiplier and the adder tree are
 never in one cycle. The micro-op's ``kind``,
 ``rescale``, ``has_b`` and ``pc`` are constant through the micro-op and its drain. Only a kind with a
-pipelined unit waits for it (``timing.latency``: exp, sigmoid, tanh): its metadata takes a delay line of
+pipelined unit waits for it (``kinds.FACTS[kind].latency``: exp, sigmoid, tanh): its metadata takes a delay line of
 that many registers, every other kind reaches stage 2 the cycle after stage 1. Stage 2 accumulates exactly, the low half of the
 sum first and the high half a cycle later (stage 2b), or keeps the running max in a W-bit register of
 its own; on the pair marked ``last`` stage 3 holds the finished result.
@@ -30,8 +30,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import SeqConfig
-from .timing import latency
-from .units import ELEMENTWISE, EW_WIDTH, elementwise, exp_unit, sigmoid_unit
+from .kinds import Kind, Unit, facts
+from .units import EW_WIDTH, elementwise, pipelined
 
 __all__ = ["MacPipeline", "ACC_SPLIT"]
 
@@ -122,12 +122,12 @@ class MacPipeline(wiring.Component):
     def _ew_units(self, m: Module, a, b) -> list:
         """The combinational elementwise units the program uses, on operands ``a``, ``b``: ``[(kind, value)]``."""
         cfg = self.cfg
-        return [(name, elementwise(m, name, a, b, cfg.dt, f"s_{name}")) for name in ELEMENTWISE
-                if name in cfg.used and not latency(name)]
+        return [(k, elementwise(m, k, a, b, cfg.dt, f"s_{k}")) for k in Kind
+                if k in cfg.used and facts(k).unit is Unit.ELEMENTWISE]
 
     def _to_stage2(self, m: Module, meta: list, a1, b1, vals: list):
         """What stage 2 registers: ``(metadata, lane sum, [(kind, elementwise unit's result)])``; the metadata
-        and result of a pipelined unit's kind (:func:`~.timing.latency`) come that many cycles later."""
+        and result of a pipelined unit's kind (its ``latency``, :data:`~.kinds.FACTS`) come that many cycles later."""
         cfg = self.cfg
         W, L = cfg.W, cfg.lanes
         while len(vals) > 1:                                # balanced adder tree (shallow for yosys)
@@ -135,19 +135,16 @@ class MacPipeline(wiring.Component):
         lane_val = Signal(signed(2 * W + L.bit_length()), name="lane_val")
         m.d.comb += lane_val.eq(vals[0])
         units = self._ew_units(m, a1, b1)
-        piped = {}                                          # the pipelined units: kind → result
-        if "exp" in cfg.used:
-            piped["exp"] = exp_unit(m, a1, Mux(self.has_b, b1, 0), cfg.dt)             # b₁ is 1 without b
-        for name in ("sigmoid", "tanh"):
-            if name in cfg.used:
-                piped[name] = sigmoid_unit(m, a1, cfg.dt, tanh=name == "tanh")
+        # the pipelined units: kind → result (b₁ is 1 without b: such a unit reads 0)
+        piped = {k: pipelined(m, k, a1, Mux(self.has_b, b1, 0), cfg.dt) for k in Kind
+                 if k in cfg.used and facts(k).latency}
         if not piped:
             return meta, lane_val, units
         # the metadata waits in a delay line, tapped at each pipelined unit's latency; the kind's flag picks
         # the tap. Only such a kind's pairs enter it: a pair of the micro-op before is never valid there
-        taps = sorted({latency(name) for name in piped})
+        taps = sorted({facts(k).latency for k in piped})
         flags = {d: Signal(name=f"late{d}") for d in taps}
-        m.d.sync += [flags[d].eq(Cat(*[self.kind == cfg.codes[x] for x in piped if latency(x) == d]).any())
+        m.d.sync += [flags[d].eq(Cat(*[self.kind == cfg.codes[x] for x in piped if facts(x).latency == d]).any())
                      for d in taps]
         late = [Signal(name="valid_late")] + meta[1:]
         m.d.comb += late[0].eq(meta[0] & Cat(*flags.values()).any())
@@ -180,9 +177,11 @@ class MacPipeline(wiring.Component):
         # the kind's flags, registered: the micro-op's kind is set at its load, long before its first pair
         # reaches stage 2, so every select below comes straight from a register
         is_mac, is_max, is_argmax, seed_on = (Signal(name=x) for x in ("is_mac", "is_max", "is_argmax", "seed_on"))
-        m.d.sync += [is_mac.eq(self.kind == codes["mac"]), seed_on.eq(self.rescale & (self.kind == codes["mac"])),
-                     is_argmax.eq((self.kind == codes["argmax"]) if cfg.has_argmax else 0),
-                     is_max.eq(((self.kind == codes["max"]) | (self.kind == codes["argmax"])) if cfg.has_max else 0)]
+        def sums(f):
+            return f.unit is Unit.ACCUMULATOR
+        m.d.sync += [is_mac.eq(cfg.decodes(self.kind, sums)), seed_on.eq(self.rescale & cfg.decodes(self.kind, sums)),
+                     is_argmax.eq(cfg.decodes(self.kind, lambda f: f.index) if cfg.has_argmax else 0),
+                     is_max.eq(cfg.decodes(self.kind, lambda f: f.unit is Unit.MAX) if cfg.has_max else 0)]
 
         # the running max has a W-bit register of its own (p2 = a·1 and the max both fit W bits), so its
         # comparison drives W multiplexers, not the accumulator's enable

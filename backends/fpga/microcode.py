@@ -10,20 +10,9 @@ Transposes, permutations, slices, broadcasts and most reshapes therefore cost
 nothing: they only change strides (a reshape that no strides express is one
 ``copy``). A constant is one memory word read with stride 0.
 
-Micro-op kinds:
-
-| kind | computes (raw fixed point, the semantics of ``circuitgrad.fixedpoint``) |
-|---|---|
-| ``mac`` | ``out[o] = rescale(Σ_k a[o,k]·b[o,k])`` (MatMul, Mul, Scale); without ``b``: ``Σ_k a[o,k]`` (SumTo, exact) |
-| ``add`` / ``neg`` / ``heaviside`` / ``sigmoid`` / ``tanh`` | elementwise |
-| ``max`` | ``out[o] = max_k a[o,k]`` (softmax row maximum) |
-| ``exp`` | ``out[o] = exp_fixed(a[o] − b[o])`` |
-| ``divf`` | ``out[o] = ⌊a[o]·2^f / b[o]⌋`` (softmax: ``a ≥ 0``, ``b > 0``) |
-| ``div`` | ``out[o] = ⌊a[o]·2^f / b[o] + 1/2⌋``, signed (``fixedpoint.div_fixed``) |
-| ``sqrt`` / ``log`` | ``⌊sqrt(a·2^f)⌋`` / ``log_fixed(a)`` |
-| ``argmax`` | ``out[o] = `` the first ``k`` where ``a[o,k]`` is largest (a raw index) |
-| ``eq`` | ``out[o] = 2^f`` where ``a[o] = b[o]``, else 0 (one-hot rows) |
-| ``copy`` | ``out[o] = a[o]`` (write-back of updated parameters, zero fills, im2col) |
+Micro-op kinds (``mac``, ``max``, ``argmax``, ``exp``, ``add``, ``neg``, ``heaviside``, ``sigmoid``,
+``tanh``, ``eq``, ``log``, ``copy``, ``divf``, ``div``, ``sqrt``) are the enum :class:`~.kinds.Kind`; what each
+computes, its operands, unit and timing are its row of :data:`~.kinds.FACTS`.
 
 Layout rules live in :mod:`.rules`; views and the micro-op record in :mod:`.isa`. After lowering,
 :func:`~.isa.legalise` splits every micro-op into ones whose views fold to two axes, the sequencer's
@@ -36,6 +25,7 @@ Amaranth design is tested against it, and it against the interpreter.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
@@ -45,9 +35,11 @@ from circuitgrad.schedule import Program
 from circuitgrad.types import Fixed
 
 from .isa import MicroOp, Microcode, View, contiguous, legalise
+from .kinds import Kind, facts
 from .rules import FPGA_RULES, UNSUPPORTED, Context
 
-__all__ = ["View", "MicroOp", "Microcode", "compile_program", "execute", "UNSUPPORTED", "FPGA_RULES", "DOMAIN_WHAT"]
+__all__ = ["View", "MicroOp", "Microcode", "compile_program", "execute", "UNSUPPORTED", "FPGA_RULES",
+           "ELEMENTWISE_MODELS", "REDUCTION_MODELS", "DOMAINS", "elementwise_model"]
 
 
 def compile_program(prog: Program, dt: Fixed, write_back: int = 0, reuse: bool = True) -> Microcode:
@@ -113,7 +105,7 @@ def compile_program(prog: Program, dt: Fixed, write_back: int = 0, reuse: bool =
         src, dst = env[v_out], env[v_in]
         if prog.types[v_in].shape != prog.types[v_out].shape:
             raise ValueError(f"write-back: output {prog.types[v_out]} does not match input {prog.types[v_in]}")
-        ops.append(MicroOp("copy", dst, src, source=f"write-back of input {prog.inputs.index(v_in)}"))
+        ops.append(MicroOp(Kind.COPY, dst, src, source=f"write-back of input {prog.inputs.index(v_in)}"))
     ops = [part for u in ops for part in legalise(u) if part.out.size]      # an empty block moves nothing
     ins, outs = [env[v] for v in prog.inputs], [env[v] for v in prog.outputs]
     if not reuse:
@@ -194,47 +186,67 @@ def _reuse_memory(dt: Fixed, ops: list[MicroOp], regions: list[tuple[int, int]],
 
 
 # ------------------------------------------------------------- execution
+#: the NumPy model of each kind that reads one element of each operand: ``model(a, b, dt)``
+ELEMENTWISE_MODELS: dict[Kind, Callable] = {
+    Kind.ADD: lambda a, b, dt: a + b,
+    Kind.NEG: lambda a, b, dt: -a,
+    Kind.HEAVISIDE: lambda a, b, dt: np.where(a > 0, dt.one, 0),
+    Kind.SIGMOID: lambda a, b, dt: sigmoid_fixed(a, dt),
+    Kind.TANH: lambda a, b, dt: 2 * sigmoid_fixed(2 * a, dt) - dt.one,
+    Kind.EXP: lambda a, b, dt: exp_fixed(a - b, dt),
+    Kind.DIVF: lambda a, b, dt: (a << dt.frac) // np.maximum(b, 1),
+    Kind.DIV: lambda a, b, dt: div_fixed(a, np.where(b == 0, 1, b), dt),
+    Kind.SQRT: lambda a, b, dt: sqrt_fixed(np.maximum(a, 0), dt),
+    Kind.LOG: lambda a, b, dt: log_fixed(np.maximum(a, 1), dt),
+    Kind.EQ: lambda a, b, dt: np.where(a == b, dt.one, 0),
+    Kind.COPY: lambda a, b, dt: a,
+}
+
+#: the operand values each kind's unit refuses (the sequencer raises its overflow flag on them; ``FACTS[kind].refuses``
+#: says which in words)
+DOMAINS: dict[Kind, Callable] = {
+    Kind.DIVF: lambda a, b: (b <= 0) | (a < 0),
+    Kind.DIV: lambda a, b: b == 0,
+    Kind.SQRT: lambda a, b: a < 0,
+    Kind.LOG: lambda a, b: a <= 0,
+}
+
+
 def elementwise_model(kind: str, a: np.ndarray, b: np.ndarray | None, dt: Fixed) -> np.ndarray:
-    if kind == "add":
-        return a + b
-    if kind == "neg":
-        return -a
-    if kind == "heaviside":
-        return np.where(a > 0, dt.one, 0)
-    if kind == "sigmoid":
-        return sigmoid_fixed(a, dt)
-    if kind == "tanh":
-        return 2 * sigmoid_fixed(2 * a, dt) - dt.one
-    if kind == "exp":
-        return exp_fixed(a - b, dt)
-    if kind == "divf":
-        return (a << dt.frac) // np.maximum(b, 1)
-    if kind == "div":
-        return div_fixed(a, np.where(b == 0, 1, b), dt)
-    if kind == "sqrt":
-        return sqrt_fixed(np.maximum(a, 0), dt)
-    if kind == "log":
-        return log_fixed(np.maximum(a, 1), dt)
-    if kind == "eq":
-        return np.where(a == b, dt.one, 0)
-    if kind == "copy":
-        return a
-    raise ValueError(kind)
+    """The NumPy model of elementwise micro-op ``kind`` on raw operands ``a``, ``b`` (see :data:`ELEMENTWISE_MODELS`)."""
+    model = ELEMENTWISE_MODELS.get(Kind(kind))
+    if model is None:
+        raise ValueError(f"{kind!r} reduces over k: it has no elementwise model")
+    return model(a, b, dt)
 
 
-#: the operand values each kind's unit refuses (the sequencer raises its overflow flag on them)
-_DOMAIN = {"divf": lambda a, b: (b <= 0) | (a < 0), "div": lambda a, b: b == 0, "sqrt": lambda a, b: a < 0,
-           "log": lambda a, b: a <= 0}
-DOMAIN_WHAT = {"divf": "a negative dividend or a divisor ≤ 0", "div": "a zero divisor",
-               "sqrt": "a negative radicand", "log": "an operand ≤ 0"}
+def _reduce(u: MicroOp, read: Callable, dt: Fixed, combine: Callable) -> np.ndarray:
+    """``combine`` over ``k`` of ``a[o, k]`` (times ``b[o, k]`` when ``combine`` is a sum and ``b`` is given),
+    rescaled if ``u.rescale``."""
+    acc = None
+    for k in range(u.K):
+        t = read(u.a, k)
+        if combine is np.add and u.b is not None:
+            t = t * read(u.b, k)
+        acc = t if acc is None else combine(acc, t)
+    return rescale(acc, dt.frac) if u.rescale else acc
 
 
-def _argmax(vals: list[np.ndarray]) -> np.ndarray:
+def _argmax(u: MicroOp, read: Callable, dt: Fixed) -> np.ndarray:
+    vals = [read(u.a, k) for k in range(u.K)]
     best, idx = vals[0], np.zeros(vals[0].shape, dtype=np.int64)
     for k, t in enumerate(vals[1:], 1):
         idx = np.where(t > best, k, idx)          # strictly greater: the first maximum stays
         best = np.maximum(best, t)
     return idx
+
+
+#: the NumPy model of each kind that reduces over ``k``: ``model(u, read, dt)``, ``read(view, k)`` the words at ``k``
+REDUCTION_MODELS: dict[Kind, Callable] = {
+    Kind.MAC: lambda u, read, dt: _reduce(u, read, dt, np.add),
+    Kind.MAX: lambda u, read, dt: _reduce(u, read, dt, np.maximum),
+    Kind.ARGMAX: _argmax,
+}
 
 
 def execute(mc: Microcode, inputs: list[np.ndarray], check: bool = True) -> tuple[list[np.ndarray], np.ndarray]:
@@ -245,23 +257,20 @@ def execute(mc: Microcode, inputs: list[np.ndarray], check: bool = True) -> tupl
         mem[addr] = val
     for view, x in zip(mc.inputs, inputs):
         mem[view.addresses()] = np.asarray(x, dtype=np.int64)
+
+    def read(view: View, k: int = 0) -> np.ndarray:
+        return mem[view.addresses(k)]
+
     for u in mc.ops:
-        if u.kind in ("mac", "max"):
-            acc = None
-            for k in range(u.K):
-                t = mem[u.a.addresses(k)]
-                if u.kind == "mac" and u.b is not None:
-                    t = t * mem[u.b.addresses(k)]
-                acc = t if acc is None else (acc + t if u.kind == "mac" else np.maximum(acc, t))
-            y = rescale(acc, dt.frac) if u.rescale else acc
-        elif u.kind == "argmax":
-            y = _argmax([mem[u.a.addresses(k)] for k in range(u.K)])
+        f = facts(u.kind)
+        if f.reduces:
+            y = REDUCTION_MODELS[u.kind](u, read, dt)
         else:
-            a, b = mem[u.a.addresses()], mem[u.b.addresses()] if u.b is not None else None
-            if check and u.kind in _DOMAIN and np.any(_DOMAIN[u.kind](a, b)):
-                raise FixedPointOverflow(f"{u.source} had {DOMAIN_WHAT[u.kind]} on the FPGA")
-            y = elementwise_model(u.kind, a, b, dt)
-        if check and y.size and u.kind != "argmax" and (y.min() < dt.lo or y.max() > dt.hi):   # argmax: an index
+            a, b = read(u.a), read(u.b) if u.b is not None else None
+            if check and u.kind in DOMAINS and np.any(DOMAINS[u.kind](a, b)):
+                raise FixedPointOverflow(f"{u.source} had {f.refuses} on the FPGA")
+            y = ELEMENTWISE_MODELS[u.kind](a, b, dt)
+        if check and y.size and not f.index and (y.min() < dt.lo or y.max() > dt.hi):   # an index is no value
             raise FixedPointOverflow(f"{u.source} overflowed {dt} on the FPGA: result range "
                                      f"[{int(y.min()) / dt.one:.6g}, {int(y.max()) / dt.one:.6g}]")
         mem[u.out.addresses()] = y

@@ -18,6 +18,7 @@ from circuitgrad.interpret import causal_keep
 from circuitgrad.types import Fixed
 
 from .isa import MicroOp, View, broadcast_view, permute_view, reshape_view, slice_view
+from .kinds import Kind
 
 __all__ = ["Context", "FPGA_RULES", "UNSUPPORTED"]
 
@@ -33,7 +34,7 @@ class Context:
     dt: Fixed
     shape: tuple[int, ...] = ()            # the instruction's first result's
 
-    def emit(self, kind: str, out: View, a: View, b: View | None = None, K: int = 1, rescale: bool = False,
+    def emit(self, kind: Kind, out: View, a: View, b: View | None = None, K: int = 1, rescale: bool = False,
              tag: str = "") -> View:
         self.ops.append(MicroOp(kind, out, a, b, K, rescale, self.where + (f":{tag}" if tag else "")))
         return out
@@ -41,11 +42,11 @@ class Context:
     def zeros(self, shape: tuple[int, ...]) -> View:
         """A fresh region filled with 0 by one ``copy`` of the constant 0."""
         out = self.alloc(shape)
-        return self.emit("copy", out, View(self.constant(0), out.shape, (0,) * len(shape)), tag="zero")
+        return self.emit(Kind.COPY, out, View(self.constant(0), out.shape, (0,) * len(shape)), tag="zero")
 
     def copy(self, v: View) -> View:
         """``v`` copied into a fresh contiguous region."""
-        return self.emit("copy", self.alloc(v.shape), v, tag="copy")
+        return self.emit(Kind.COPY, self.alloc(v.shape), v, tag="copy")
 
     def reshape(self, v: View, shape: tuple[int, ...]) -> View:
         """``v`` reshaped: a view when the strides allow it, else a copy first."""
@@ -77,7 +78,7 @@ def _per_row(v: View, shape: tuple[int, ...]) -> View:
     return broadcast_view(View(v.base, v.shape + (1,), v.strides + (0,)), shape)
 
 
-def _ew(kind: str):
+def _ew(kind: Kind):
     def rule(cx, op, *args):
         shape = cx.shape
         return (cx.emit(kind, cx.alloc(shape), args[0], args[1] if len(args) > 1 else None),)
@@ -87,18 +88,18 @@ def _ew(kind: str):
 def _rsqrt(cx, op, *args):
     """``Div(1, Sqrt(x))``, as the fixed-point semantics define it: the square root, then the divider."""
     shape = cx.shape
-    root = cx.emit("sqrt", cx.alloc(shape), args[0], None)
-    return (cx.emit("div", cx.alloc(shape), _splat(cx, cx.dt.one, shape), root),)
+    root = cx.emit(Kind.SQRT, cx.alloc(shape), args[0], None)
+    return (cx.emit(Kind.DIV, cx.alloc(shape), _splat(cx, cx.dt.one, shape), root),)
 
 
 def _mul(cx, op, *args):
     shape = cx.shape
-    return (cx.emit("mac", cx.alloc(shape), args[0], args[1], 1, True),)
+    return (cx.emit(Kind.MAC, cx.alloc(shape), args[0], args[1], 1, True),)
 
 
 def _scale(cx, op, *args):
     shape = cx.shape
-    return (cx.emit("mac", cx.alloc(shape), args[0], _splat(cx, const(op.c, cx.dt, "Scale constant"), shape), 1, True),)
+    return (cx.emit(Kind.MAC, cx.alloc(shape), args[0], _splat(cx, const(op.c, cx.dt, "Scale constant"), shape), 1, True),)
 
 
 def _matmul(cx, op, *args):
@@ -106,7 +107,7 @@ def _matmul(cx, op, *args):
     a, b = args
     av = View(a.base, shape, (a.strides[0], 0), a.strides[1])
     bv = View(b.base, shape, (0, b.strides[1]), b.strides[0])
-    return (cx.emit("mac", cx.alloc(shape), av, bv, op.A.shape[1], True),)
+    return (cx.emit(Kind.MAC, cx.alloc(shape), av, bv, op.A.shape[1], True),)
 
 
 def _batch_matmul(cx, op, *args):
@@ -115,14 +116,14 @@ def _batch_matmul(cx, op, *args):
     a, b = args
     av = View(a.base, shape, a.strides[:-2] + (a.strides[-2], 0), a.strides[-1])
     bv = View(b.base, shape, b.strides[:-2] + (0, b.strides[-1]), b.strides[-2])
-    return (cx.emit("mac", cx.alloc(shape), av, bv, op.A.shape[-1], True),)
+    return (cx.emit(Kind.MAC, cx.alloc(shape), av, bv, op.A.shape[-1], True),)
 
 
 def _sum_to(cx, op, *args):
     shape = cx.shape
     lead, kept = op.axes()
     red, K = cx.reduce(args[0], lead + kept, shape)
-    return (cx.emit("mac", cx.alloc(shape), red, None, K, False),)
+    return (cx.emit(Kind.MAC, cx.alloc(shape), red, None, K, False),)
 
 
 def _softmax(cx, op, *args):
@@ -134,8 +135,8 @@ def _softmax(cx, op, *args):
     m = cx.alloc(rows)
     if not op.causal:
         red, K = cx.reduce(x, (last,), rows)
-        cx.emit("max", m, red, None, K, tag="max")
-        e = cx.emit("exp", cx.alloc(shape), x, _per_row(m, shape), tag="exp")
+        cx.emit(Kind.MAX, m, red, None, K, tag="max")
+        e = cx.emit(Kind.EXP, cx.alloc(shape), x, _per_row(m, shape), tag="exp")
     else:
         e = cx.zeros(shape)
         lead = shape[:-2]
@@ -143,12 +144,12 @@ def _softmax(cx, op, *args):
             n = min(i + 1, shape[-1])
             xi = View(x.base + i * x.strides[-2], lead + (n,), x.strides[:-2] + (x.strides[-1],))
             mi = View(m.base + i * m.strides[-1], lead, m.strides[:-1])
-            cx.emit("max", mi, View(xi.base, lead, xi.strides[:-1], xi.strides[-1]), None, n, tag=f"max{i}")
+            cx.emit(Kind.MAX, mi, View(xi.base, lead, xi.strides[:-1], xi.strides[-1]), None, n, tag=f"max{i}")
             ei = View(e.base + i * e.strides[-2], lead + (n,), e.strides[:-2] + (e.strides[-1],))
-            cx.emit("exp", ei, xi, _per_row(mi, lead + (n,)), tag=f"exp{i}")
+            cx.emit(Kind.EXP, ei, xi, _per_row(mi, lead + (n,)), tag=f"exp{i}")
     ered, K = cx.reduce(e, (last,), rows)
-    s = cx.emit("mac", cx.alloc(rows), ered, None, K, False, tag="sum")
-    return (cx.emit("divf", cx.alloc(shape), e, _per_row(s, shape), tag="divide"),)
+    s = cx.emit(Kind.MAC, cx.alloc(rows), ered, None, K, False, tag="sum")
+    return (cx.emit(Kind.DIVF, cx.alloc(shape), e, _per_row(s, shape), tag="divide"),)
 
 
 def _constant(cx, op, *args):
@@ -160,7 +161,7 @@ def _causal_mask(cx, op, *args):
     """``x`` times a constant 0/1 table (an exact product: no rescale)."""
     shape = cx.shape
     keep = cx.table(np.asarray(causal_keep(shape[-2:]), dtype=np.int64))
-    return (cx.emit("mac", cx.alloc(shape), args[0], broadcast_view(keep, shape)),)
+    return (cx.emit(Kind.MAC, cx.alloc(shape), args[0], broadcast_view(keep, shape)),)
 
 
 def _iota(cx: Context, n: int, shape: tuple[int, ...]) -> View:
@@ -174,7 +175,7 @@ def _iota(cx: Context, n: int, shape: tuple[int, ...]) -> View:
 def _one_hot(cx, op, *args):
     """``eq(id, j)`` against a constant table ``0, 1, …, n − 1``: ``2^f`` where equal."""
     shape = cx.shape
-    return (cx.emit("eq", cx.alloc(shape), _per_row(args[0], shape), _iota(cx, shape[-1], shape)),)
+    return (cx.emit(Kind.EQ, cx.alloc(shape), _per_row(args[0], shape), _iota(cx, shape[-1], shape)),)
 
 
 def _argmax_mask(cx, op, *args):
@@ -182,15 +183,15 @@ def _argmax_mask(cx, op, *args):
     shape = cx.shape
     rows = shape[:-1]
     red, K = cx.reduce(args[0], (len(shape) - 1,), rows)
-    idx = cx.emit("argmax", cx.alloc(rows), red, None, K, tag="argmax")
-    return (cx.emit("eq", cx.alloc(shape), _per_row(idx, shape), _iota(cx, K, shape), tag="mask"),)
+    idx = cx.emit(Kind.ARGMAX, cx.alloc(rows), red, None, K, tag="argmax")
+    return (cx.emit(Kind.EQ, cx.alloc(shape), _per_row(idx, shape), _iota(cx, K, shape), tag="mask"),)
 
 
 def _pad(cx, op, *args):
     """Zeros, then the operand copied into its block."""
     shape = cx.shape
     out = cx.zeros(shape)
-    cx.emit("copy", slice_view(out, op.index), args[0], tag="block")
+    cx.emit(Kind.COPY, slice_view(out, op.index), args[0], tag="block")
     return (out,)
 
 
@@ -210,7 +211,7 @@ def _padded(op, x: View, cx: Context) -> View:
     if not any(op.padding):
         return x
     out = _padded_zeros(op, cx)
-    cx.emit("copy", slice_view(out, _interior(op)), x, tag="pad")
+    cx.emit(Kind.COPY, slice_view(out, _interior(op)), x, tag="pad")
     return out
 
 
@@ -228,7 +229,7 @@ def _unfold(cx, op, *args):
     shape = cx.shape
     blocks = _blocks(op, _padded(op, args[0], cx))
     out = cx.alloc(shape)
-    cx.emit("copy", reshape_view(out, blocks.shape), blocks, tag="im2col")
+    cx.emit(Kind.COPY, reshape_view(out, blocks.shape), blocks, tag="im2col")
     return (out,)
 
 
@@ -242,7 +243,7 @@ def _fold(cx, op, *args):
             at = tuple((0, n, 1) for n in blocks.shape[:2]) + ((i, i + 1, 1), (j, j + 1, 1)) + tuple(
                 (0, n, 1) for n in blocks.shape[4:])
             tgt = slice_view(blocks, at)
-            cx.emit("add", tgt, tgt, slice_view(cols, at), tag=f"block{i},{j}")
+            cx.emit(Kind.ADD, tgt, tgt, slice_view(cols, at), tag=f"block{i},{j}")
     return (slice_view(img, _interior(op)),)
 
 
@@ -254,16 +255,16 @@ FPGA_RULES: dict[type, Callable] = {
     P.Broadcast: lambda cx, op, *args: (broadcast_view(args[0], cx.shape),),
     P.Slice: lambda cx, op, *args: (slice_view(args[0], op.index),),
     P.Constant: _constant,
-    P.Add: _ew("add"),
-    P.Neg: _ew("neg"),
-    P.Heaviside: _ew("heaviside"),
-    P.Sigmoid: _ew("sigmoid"),
-    P.Tanh: _ew("tanh"),
-    P.Log: _ew("log"),
-    P.Sqrt: _ew("sqrt"),
+    P.Add: _ew(Kind.ADD),
+    P.Neg: _ew(Kind.NEG),
+    P.Heaviside: _ew(Kind.HEAVISIDE),
+    P.Sigmoid: _ew(Kind.SIGMOID),
+    P.Tanh: _ew(Kind.TANH),
+    P.Log: _ew(Kind.LOG),
+    P.Sqrt: _ew(Kind.SQRT),
     P.Rsqrt: _rsqrt,
-    P.Div: _ew("div"),
-    P.Exp: lambda cx, op, *args: (cx.emit("exp", cx.alloc(cx.shape), args[0], _splat(cx, 0, cx.shape)),),
+    P.Div: _ew(Kind.DIV),
+    P.Exp: lambda cx, op, *args: (cx.emit(Kind.EXP, cx.alloc(cx.shape), args[0], _splat(cx, 0, cx.shape)),),
     P.Mul: _mul,
     P.Scale: _scale,
     P.MatMul: _matmul,

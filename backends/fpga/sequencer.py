@@ -12,7 +12,7 @@
 One (output element, k) pair is issued per cycle (``macs`` k values at once with ``macs`` lanes). Issue
 drives the read addresses; the words come back ``READ_LATENCY`` (2) cycles later through a register per
 block RAM, are registered as the lanes' operands, multiplied (or go through an elementwise unit; the exp
-pipelined units take ``timing.latency(kind)`` more), accumulated exactly, and on the last ``k`` rescaled, range-checked and
+pipelined units take their kind's ``latency`` more), accumulated exactly, and on the last ``k`` rescaled, range-checked and
 written. Every micro-op drains its pipeline before the next one reads, so the cycle count is exactly
 :func:`~.timing.cycles`.
 
@@ -30,11 +30,11 @@ Ports:
   (``host_rdata`` is the word ``READ_LATENCY`` cycles after its address; do not read and write in the
   same cycle: see ``synth.rtlil_text``).
 
-Every micro-op kind is built: ``mac`` (with or without ``b``) and ``max`` reduce over ``k``; ``add``,
-``neg``, ``heaviside``, ``eq``, ``log`` and ``copy`` are combinational units between two registers,
-``exp``, ``sigmoid`` and ``tanh`` are pipelined (``timing.LATENCY``) and ``divf``, ``div`` and ``sqrt``
-run on a sequential restoring divider. :func:`check_supported` rejects unknown kinds
-before any simulation or synthesis starts.
+Every micro-op kind (:class:`~.kinds.Kind`) is built, on the unit its row of :data:`~.kinds.FACTS` names:
+``mac`` (with or without ``b``), ``max`` and ``argmax`` reduce over ``k``; ``add``, ``neg``, ``heaviside``,
+``eq``, ``log`` and ``copy`` are combinational units between two registers, ``exp``, ``sigmoid`` and ``tanh``
+are pipelined (their ``latency``) and ``divf``, ``div`` and ``sqrt`` run on a sequential restoring divider.
+A micro-op of any other kind cannot be made (``MicroOp`` refuses it).
 """
 from __future__ import annotations
 
@@ -54,10 +54,10 @@ from .mac import MacPipeline
 from .microcode import Microcode
 from .writeback import RangeCheck, Writeback
 
-__all__ = ["Sequencer", "cycles", "div_bits", "sqrt_bits", "check_supported", "HW_KINDS", "READ_LATENCY"]
+from .kinds import KIND_CODES, Kind
+from .timing import DRAIN_MAX, READ_LATENCY, const_b, cycles, div_bits, sqrt_bits  # noqa: F401
 
-from .timing import (DRAIN_MAX, HW_KINDS, KIND_CODES, READ_LATENCY, SEQUENTIAL,  # noqa: F401
-                     const_b, check_supported, cycles, div_bits, sqrt_bits)
+__all__ = ["Sequencer", "cycles", "div_bits", "sqrt_bits", "READ_LATENCY"]
 
 
 def _config(mc: Microcode, read_ports: int, macs: int) -> SeqConfig:
@@ -112,11 +112,6 @@ class Sequencer(wiring.Component):
             raise ValueError(f"macs must be ≥ 1, and macs > 1 needs read_ports=2 (got macs={macs}, "
                              f"read_ports={read_ports})")
         self.read_ports, self.macs = read_ports, macs
-        try:
-            check_supported(mc)
-        except NotImplementedError:
-            self._MustUse__silence = True      # never elaborated: no "unused" warning
-            raise
         self.mc = mc
         self.W = mc.dtype.width
         self.depth = max(1, mc.depth)
@@ -164,7 +159,7 @@ class Sequencer(wiring.Component):
         wiring.connect(m, dec.fields, agen.fields)
         m.d.comb += dec.pc.eq(s.pc)
         if cfg.has_max:
-            m.d.comb += agen.one_lane.eq((fl.kind == codes["max"]) | (fl.kind == codes["argmax"]))
+            m.d.comb += agen.one_lane.eq(cfg.decodes(fl.kind, lambda f: f.one_lane))
         with m.If(agen.load):                       # hold the micro-op's kind until its drain ends
             m.d.sync += [s.op_kind.eq(fl.kind), s.op_pc.eq(s.pc), s.op_rescale.eq(fl.rescale),
                          s.op_has_b.eq(fl.has_b), s.op_tp.eq(fl.two_phase), s.op_cb.eq(fl.const_b),
@@ -211,10 +206,10 @@ class Sequencer(wiring.Component):
             m.d.comb += [mac.lane_a[lane].eq(da), mac.lane_b[lane].eq(db)]
         if div is not None:
             m.d.comb += [div.a.eq(mac.op_a), div.b.eq(mac.op_b)]     # registered: the load's negation starts there
-            if "sqrt" in cfg.used:
-                m.d.comb += div.is_sqrt.eq(s.op_kind == codes["sqrt"])
-            if "div" in cfg.used:
-                m.d.comb += div.is_rdiv.eq(s.op_kind == codes["div"])
+            if Kind.SQRT in cfg.used:
+                m.d.comb += div.is_sqrt.eq(s.op_kind == codes[Kind.SQRT])
+            if Kind.DIV in cfg.used:
+                m.d.comb += div.is_rdiv.eq(s.op_kind == codes[Kind.DIV])
 
         m.d.comb += [check.acc.eq(mac.out_acc), check.ew.eq(mac.out_ew), check.reduce.eq(mac.out_reduce),
                      check.rescale.eq(mac.out_rescale), check.is_max.eq(mac.out_max), check.valid.eq(mac.out_valid),
@@ -363,7 +358,7 @@ class Sequencer(wiring.Component):
     def _divider_states(self, m: Module, s: _Shared) -> None:
         """The states that run the sequential divider on one element: wait for the read, load, a bit per
         cycle, write."""
-        div, has_sqrt = s.div, "sqrt" in s.cfg.used
+        div, has_sqrt = s.div, Kind.SQRT in s.cfg.used
         with m.State("DIV_WAIT"):                       # the operands reach the operand registers
             m.next = "DIV_WAIT1"                        # READ_LATENCY + 1 cycles after issue
         with m.State("DIV_WAIT1"):

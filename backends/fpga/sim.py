@@ -8,7 +8,8 @@ from circuitgrad.fixedpoint import FixedPointOverflow
 from circuitgrad.progress import Counter
 
 from .sequencer import Sequencer
-from .microcode import DOMAIN_WHAT, Microcode
+from .kinds import facts
+from .microcode import Microcode
 
 __all__ = ["simulate", "run_steps", "ReadWriteCollision", "PROGRESS_CYCLES"]
 
@@ -121,7 +122,8 @@ def _run(mc: Microcode, first: list, runs: list[list], read: list, read_ports: i
     if "fault" in result:
         i, fault = result["fault"]
         u = mc.ops[fault]
-        why = f" or had {DOMAIN_WHAT[u.kind]}" if u.kind in DOMAIN_WHAT else ""
+        refuses = facts(u.kind).refuses
+        why = f" or had {refuses}" if refuses else ""
         at = f" (run {i + 1} of {len(runs)})" if len(runs) > 1 else ""
         raise FixedPointOverflow(f"{u.source} overflowed {mc.dtype}{why} in the FPGA simulation{at}")
     return result["read"], result["cycles"]

@@ -1,37 +1,24 @@
-"""The sequencer's cycle model and capabilities, without Amaranth (pure Python)."""
+"""The sequencer's cycle model, without Amaranth (pure Python): each kind's latency, lanes and sequential bits
+are its row of :data:`.kinds.FACTS`."""
 from __future__ import annotations
 
 import numpy as np
 
+from .kinds import FACTS, facts, quotient_bits, root_bits
 from .microcode import Microcode
 
-__all__ = ["HW_KINDS", "SEQUENTIAL", "check_supported", "cycles", "op_cycles", "div_bits", "sqrt_bits", "latency",
-           "READ_LATENCY", "WRITE_LATENCY", "DRAIN", "EXP_STAGES", "SIGMOID_STAGES", "LATENCY",
-           "DRAIN_MAX"]
-
-HW_KINDS = {"mac", "add", "neg", "heaviside", "sigmoid", "tanh", "eq", "log", "max", "argmax", "exp", "divf", "div",
-            "sqrt", "copy"}
-#: the kinds the sequential unit computes, one result bit per cycle
-SEQUENTIAL = {"divf", "div", "sqrt"}
-#: the decoder's code of each micro-op kind (the sequencer's ``kind`` field)
-KIND_CODES = {k: i for i, k in enumerate(sorted(HW_KINDS))}
-
-
-def check_supported(mc: Microcode) -> None:
-    """Raise a clear error naming every micro-op the hardware cannot run yet."""
-    bad = sorted({f"{u.kind} ({u.source})" for u in mc.ops if u.kind not in HW_KINDS})
-    if bad:
-        raise NotImplementedError(f"the FPGA sequencer cannot run these micro-ops yet: {', '.join(bad)}")
+__all__ = ["cycles", "op_cycles", "div_bits", "sqrt_bits", "latency", "const_b", "READ_LATENCY", "WRITE_LATENCY",
+           "DRAIN", "DRAIN_MAX"]
 
 
 def div_bits(mc: Microcode) -> int:
     """Quotient bits the sequential divider produces (one per cycle)."""
-    return mc.dtype.width + mc.dtype.frac
+    return quotient_bits(mc.dtype)
 
 
 def sqrt_bits(mc: Microcode) -> int:
     """Root bits the sequential square root produces (one per cycle): ``⌈(W + f) / 2⌉``."""
-    return (mc.dtype.width + mc.dtype.frac + 1) // 2
+    return root_bits(mc.dtype)
 
 
 #: cycles from a read address to its word at the operand registers' inputs: the block RAM, then a register
@@ -45,23 +32,15 @@ WRITE_LATENCY = 1
 #: the load's cycle, which reads nothing with two read ports (one more cycle with one read port, whose
 #: load reads a constant operand)
 DRAIN = READ_LATENCY + 4
-#: the exp unit's extra registers between the operand registers and the product's stage (one multiply or
-#: one add or one shift per stage); only an ``exp`` micro-op waits for them
-EXP_STAGES = 8
-#: … and the sigmoid and tanh unit's (``units.sigmoid_unit``)
-SIGMOID_STAGES = 4
-#: the kinds whose units are pipelined, and their extra stages
-LATENCY = {"exp": EXP_STAGES, "sigmoid": SIGMOID_STAGES, "tanh": SIGMOID_STAGES}
-
-
 #: the most drain cycles after the first a micro-op can take (one read port or several lanes, and the
 #: deepest pipelined unit): what the drain counter and the decoded drain field hold
-DRAIN_MAX = DRAIN + max(LATENCY.values())
+DRAIN_MAX = DRAIN + max(f.latency for f in FACTS.values())
 
 
 def latency(kind: str) -> int:
-    """Extra pipeline stages micro-op kind ``kind`` takes beyond a product's (its drain is longer by that)."""
-    return LATENCY.get(kind, 0)
+    """Extra pipeline stages micro-op kind ``kind`` takes beyond a product's (its drain is longer by that):
+    ``FACTS[kind].latency``."""
+    return facts(kind).latency
 
 
 def const_b(u) -> bool:
@@ -95,10 +74,11 @@ def op_cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> np.ndarray:
     for i, u in enumerate(mc.ops):
         n = int(np.prod(u.out.shape, dtype=np.int64))
         two = read_ports == 1 and u.b is not None and not const_b(u)
-        c = 1 + DRAIN + (read_ports == 1) + (macs > 1) + latency(u.kind) + READ_LATENCY * (read_ports == 1 and const_b(u))
-        steps = u.K if u.kind in ("max", "argmax") else -(-u.K // macs)
-        if u.kind in SEQUENTIAL:
-            c += n * ((sqrt_bits(mc) if u.kind == "sqrt" else div_bits(mc)) + 3 + READ_LATENCY + 1 + two)
+        f = facts(u.kind)
+        c = 1 + DRAIN + (read_ports == 1) + (macs > 1) + f.latency + READ_LATENCY * (read_ports == 1 and const_b(u))
+        steps = u.K if f.one_lane else -(-u.K // macs)
+        if f.sequential:
+            c += n * (f.bits(mc.dtype) + 3 + READ_LATENCY + 1 + two)
         else:
             c += n * steps * (2 if two else 1)
         out[i] = c

@@ -2,8 +2,9 @@
 
 * :func:`exp_unit`: ``exp(a − b)`` for either sign, pipelined in eight stages (one multiply, add or shift each);
 * :func:`sigmoid_unit`: ``sigmoid`` or ``tanh``, pipelined in four stages (the sequencer's);
-* :func:`elementwise`: the combinational units (``add``, ``neg``, ``heaviside``, ``sigmoid``, ``tanh``,
-  ``eq``, ``log``, ``copy``), shared by the sequencer and the unrolled datapath;
+* :func:`elementwise`: the combinational units (:data:`COMBINATIONAL`: the kinds whose ``kinds.FACTS`` row says
+  ``combinational``), shared by the sequencer and the unrolled datapath; :func:`pipelined`: the sequencer's
+  pipelined units by kind (:data:`PIPELINED`);
 * :func:`outside`: the range check on the bits above a result's width.
 
 A unit whose operand lies outside its domain (``log`` of a value ≤ 0) returns a value no width holds,
@@ -12,12 +13,15 @@ so the range check raises the sequencer's overflow flag, as the interpreter rais
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from amaranth import C, Cat, Module, Mux, Signal, Value, signed, unsigned
 
 from circuitgrad.fixedpoint import EXP2_C1, LN2_EXTRA_BITS, LOG2_C1, SIGMOID_PIECES, const
 
-__all__ = ["ELEMENTWISE", "elementwise", "exp_unit", "sigmoid_unit", "outside", "EW_WIDTH"]
+from .kinds import Kind
+
+__all__ = ["COMBINATIONAL", "PIPELINED", "elementwise", "pipelined", "exp_unit", "sigmoid_unit", "outside", "EW_WIDTH"]
 
 
 def EW_WIDTH(dt) -> int:
@@ -112,9 +116,25 @@ def sigmoid_unit(m: Module, a, dt, tanh: bool = False):
     return reg(Mux(pos3, y, dt.one - y), "out", signed(EW_WIDTH(dt)))
 
 
-#: the elementwise micro-op kinds of :func:`elementwise` (exp is pipelined apart; divisions and square
-#: roots are sequential)
-ELEMENTWISE = ("add", "neg", "heaviside", "sigmoid", "tanh", "eq", "log", "copy")
+#: the combinational unit of each kind that has one: ``unit(m, a, b, dt, name)`` (``name`` prefixes its signals)
+COMBINATIONAL: dict[Kind, Callable] = {
+    Kind.ADD: lambda m, a, b, dt, name: a + b,
+    Kind.NEG: lambda m, a, b, dt, name: -a,
+    Kind.HEAVISIDE: lambda m, a, b, dt, name: Mux(a > 0, dt.one, 0),
+    Kind.SIGMOID: lambda m, a, b, dt, name: _sigmoid(m, a, dt, name),
+    Kind.TANH: lambda m, a, b, dt, name: _sigmoid(m, a * 2, dt, name) * 2 - dt.one,
+    Kind.EQ: lambda m, a, b, dt, name: Mux(a == b, dt.one, 0),
+    Kind.LOG: lambda m, a, b, dt, name: _log(m, a, dt, name),
+    Kind.COPY: lambda m, a, b, dt, name: a,
+}
+
+#: the sequencer's pipelined unit of each kind that has one (valid ``FACTS[kind].latency`` cycles after ``a``,
+#: ``b``): ``unit(m, a, b, dt)``
+PIPELINED: dict[Kind, Callable] = {
+    Kind.EXP: lambda m, a, b, dt: exp_unit(m, a, b, dt),
+    Kind.SIGMOID: lambda m, a, b, dt: sigmoid_unit(m, a, dt),
+    Kind.TANH: lambda m, a, b, dt: sigmoid_unit(m, a, dt, tanh=True),
+}
 
 
 def elementwise(m: Module, kind: str, a, b, dt, name: str):
@@ -123,23 +143,18 @@ def elementwise(m: Module, kind: str, a, b, dt, name: str):
     Shared by the sequencer's unit and the unrolled datapath, as ``microcode.elementwise_model`` is their
     NumPy model.
     """
-    if kind == "add":
-        return a + b
-    if kind == "neg":
-        return -a
-    if kind == "heaviside":
-        return Mux(a > 0, dt.one, 0)
-    if kind == "sigmoid":
-        return _sigmoid(m, a, dt, name)
-    if kind == "tanh":
-        return _sigmoid(m, a * 2, dt, name) * 2 - dt.one
-    if kind == "eq":
-        return Mux(a == b, dt.one, 0)
-    if kind == "log":
-        return _log(m, a, dt, name)
-    if kind == "copy":
-        return a
-    raise NotImplementedError(f"no elementwise unit for {kind!r}")
+    unit = COMBINATIONAL.get(Kind(kind))
+    if unit is None:
+        raise NotImplementedError(f"no elementwise unit for {kind!r}")
+    return unit(m, a, b, dt, name)
+
+
+def pipelined(m: Module, kind: str, a, b, dt):
+    """The sequencer's pipelined unit of ``kind`` on operands ``a``, ``b``: its result, ``latency`` cycles later."""
+    unit = PIPELINED.get(Kind(kind))
+    if unit is None:
+        raise NotImplementedError(f"no pipelined unit for {kind!r}")
+    return unit(m, a, b, dt)
 
 
 def outside(bits):

@@ -27,14 +27,15 @@ from amaranth.lib.wiring import In, Out
 
 from circuitgrad.fixedpoint import FixedPointOverflow
 
-from .units import ELEMENTWISE, elementwise, outside
+from .kinds import Kind, Unit, facts
+from .units import elementwise, outside
 from .microcode import Microcode, elementwise_model
 
 __all__ = ["Unrolled", "UnrolledTop", "UNROLLED_KINDS", "check_unrollable"]
 
-#: micro-op kinds the unrolled datapath builds: the MAC and the combinational units (no reduction, pipelined
-#: exp or sequential unit)
-UNROLLED_KINDS = ("mac",) + ELEMENTWISE
+#: micro-op kinds the unrolled datapath builds (``kinds.FACTS[kind].unrolled``): the MAC and the combinational
+#: units (no maximum, pipelined exp or sequential unit)
+UNROLLED_KINDS = tuple(k for k in Kind if facts(k).unrolled)
 
 
 def check_unrollable(mc: Microcode) -> None:
@@ -101,16 +102,17 @@ class Unrolled(wiring.Component):
         for i, a in enumerate(self.x_addrs):
             env[a], born[a] = reg(self.x.payload[i], f"x{i}", signed(W)), 0
         for s, u in enumerate(mc.ops):
-            flags = []
+            f_u, flags = facts(u.kind), []
+            sums = f_u.unit is Unit.ACCUMULATOR
             for e, oa in enumerate(int(a) for a in u.out.addresses().reshape(-1)):
                 idx = np.unravel_index(e, u.out.shape)
                 a_addr = [int(u.a.addresses(k)[idx]) for k in range(u.K)]
                 b_addr = [int(u.b.addresses(k)[idx]) for k in range(u.K)] if u.b is not None else None
                 checked, mask = True, None
-                if u.kind == "mac" and u.rescale and u.K == 1 and b_addr and (b_addr[0] in masks or a_addr[0] in masks):
+                if sums and u.rescale and u.K == 1 and b_addr and (b_addr[0] in masks or a_addr[0] in masks):
                     x, h = (a_addr[0], b_addr[0]) if b_addr[0] in masks else (b_addr[0], a_addr[0])
                     r, checked = Mux(at(h, s, mask=True), at(x, s), 0), False     # rescale(x·one) = x: a mux
-                elif u.kind == "mac":
+                elif sums:
                     terms = []
                     for k in range(u.K):
                         x, w = at(a_addr[k], s), (at(b_addr[k], s) if b_addr else 1)
@@ -125,7 +127,7 @@ class Unrolled(wiring.Component):
                         r = _tree(terms + [half]) >> f
                     else:
                         r = _tree(terms)
-                elif u.kind == "heaviside":
+                elif f_u.mask:
                     x = at(a_addr[0], s)
                     mask = int(x > 0) if isinstance(x, int) else (x > 0)
                     r, checked = Mux(mask, dt.one, 0) if not isinstance(mask, int) else dt.one * mask, False
@@ -136,7 +138,7 @@ class Unrolled(wiring.Component):
                     if isinstance(x, int) and (y is None or isinstance(y, int)):
                         r = int(elementwise_model(u.kind, np.array([x]), None if y is None else np.array([y]), dt)[0])
                     else:
-                        r, checked = elementwise(m, u.kind, x, y, dt, f"{u.kind}{s}_{e}"), u.kind != "copy"
+                        r, checked = elementwise(m, u.kind, x, y, dt, f"{u.kind}{s}_{e}"), not f_u.fits
                 masks.pop(oa, None)                 # a reused address no longer holds an earlier op's mask
                 if isinstance(r, int):                                      # folded at build time
                     if not dt.lo <= r <= dt.hi:
