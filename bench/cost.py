@@ -89,7 +89,7 @@ def main() -> None:
         rows.append(["cpu", name, f"{c.flops / 1e6:.1f}M", f"{c.bytes / 1e6:.1f}M", f"{c.seconds * 1e3:.2f} ms",
                      f"{measured * 1e3:.2f} ms", f"{c.seconds / measured:.2f}"])
     if not a.skip_zk:
-        from circuitgrad.backends.zk import ligero
+        from circuitgrad.backends.zk.systems import ligero
         for case in a.zk_cases:
             circuit, wit = zk_circuit(case)
             predicted = zk_cost.prover_seconds(circuit)                   # what cg.cost(step, "zk") reports

@@ -21,7 +21,8 @@ from _util import machine, table  # noqa: E402
 
 
 def _cases(rng):
-    from circuitgrad.backends.zk.ligero import gf, ntt as transforms
+    from circuitgrad.backends.zk.circuits import gf
+    from circuitgrad.backends.zk.systems.ligero import ntt as transforms
     P = gf.P
     for lg in range(10, 17):
         n = 1 << lg
@@ -45,7 +46,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
-    from circuitgrad.backends.zk.ligero import gf
+    from circuitgrad.backends.zk.circuits import gf
     old = gf.set_kernels("numba")
     gf.kernels()                                     # loads Numba and the cached kernels outside the timings
     rows = []

@@ -34,9 +34,9 @@ MODES = ["bits", "lookup"]
 
 
 def child(case: str, mode: str, repeats: int) -> dict:
-    from circuitgrad.backends.zk.ligero.proofio import dumps
-    from circuitgrad.backends.zk.ligero.protocol import layout
-    from circuitgrad.backends.zk.ligero.circuitdata import prepare
+    from circuitgrad.backends.zk.systems.ligero.proofio import dumps
+    from circuitgrad.backends.zk.systems.ligero.protocol import layout
+    from circuitgrad.backends.zk.systems.ligero.circuitdata import prepare
     c, wit = _model_circuit(case, mode)
     c.assert_satisfied(wit)
     proof, prove_s, verify_s = time_ligero(c, wit, repeats, f"{case}/{mode}")

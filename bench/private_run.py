@@ -29,9 +29,9 @@ from _util import machine, median_time, table  # noqa: E402
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import datasets, nn  # noqa: E402
 from circuitgrad.backends import zk  # noqa: E402
-from circuitgrad.backends.zk import ligero  # noqa: E402
-from circuitgrad.backends.zk.commit import fresh_randomness  # noqa: E402
-from circuitgrad.backends.zk.ligero.params import choose, proof_bytes  # noqa: E402
+from circuitgrad.backends.zk.systems import ligero  # noqa: E402
+from circuitgrad.backends.zk.circuits.commit import fresh_randomness  # noqa: E402
+from circuitgrad.backends.zk.systems.ligero.params import choose, proof_bytes  # noqa: E402
 from circuitgrad.cache import cache_dir  # noqa: E402
 
 FX = cg.fixed(16, 8)
@@ -113,7 +113,7 @@ def main() -> None:
         t_priv = median_time(lambda: ligero.prove(priv, wpriv), a.repeats, warmup=0)
         v_pub = median_time(lambda: ligero.check(pr_pub, pub, wpub.public), a.repeats)
         v_priv = median_time(lambda: ligero.check(pr_priv, priv, wpriv.public), a.repeats)
-        from circuitgrad.backends.zk.ligero.proofio import dumps
+        from circuitgrad.backends.zk.systems.ligero.proofio import dumps
         prove_rows.append([name, f"{t_pub:.2f} s", f"{t_priv:.2f} s", f"{t_priv / t_pub:.2f}",
                            f"{v_pub:.3f} s / {v_priv:.3f} s", f"{len(dumps(pr_pub)) / 1024:.0f} / "
                                                                f"{len(dumps(pr_priv)) / 1024:.0f} KiB"])
@@ -153,7 +153,7 @@ def main() -> None:
     t_ver = median_time(lambda: zk.verify_run(run, step, c0=run.commitments[0], d=ds.commitment), a.repeats,
                         warmup=0)
     priv = zk.compile(step, public="commitments", data_rows=ds.tree.n)
-    from circuitgrad.backends.zk.ligero.proofio import dumps
+    from circuitgrad.backends.zk.systems.ligero.proofio import dumps
     per = sum(len(dumps(p)) for p in run.proofs)
     nw, nc, nl = priv.r1cs.n_wires, priv.r1cs.n_constraints, priv.r1cs.n_lookups
     agg = proof_bytes(choose(nw * a.steps, nc * a.steps, lookups=nl * a.steps), nw * a.steps, nc * a.steps,

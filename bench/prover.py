@@ -112,7 +112,7 @@ def synthetic(n: int, field=None):
     ``required_bits`` fit its own field)."""
     import circuitgrad as cg
     from circuitgrad.backends import zk
-    from circuitgrad.backends.zk.r1cs import Builder
+    from circuitgrad.backends.zk.circuits.r1cs import Builder
     m = n - 8
     b = Builder(field or zk.BN254)
     pub = b.alloc(8, "out")
@@ -134,7 +134,7 @@ def synthetic(n: int, field=None):
 
 def time_ligero(c, wit, repeats: int, what: str) -> tuple:
     """The last proof, and the prover's and verifier's times (seconds) of ``repeats`` runs."""
-    from circuitgrad.backends.zk import ligero
+    from circuitgrad.backends.zk.systems import ligero
     prove_s, verify_s = [], []
     for i in range(repeats):
         t0 = time.perf_counter()
@@ -188,7 +188,7 @@ def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = Non
         r = counted.r1cs
         prover = cost.prover_memory(counted)
         # the built circuit and its witness come first: 6 bytes a term of A, B, C, L and 4 a row
-        # (backends/zk/sparse.py), the witness and its program (about 74 bytes a wire, measured on GPT d=64 and
+        # (backends/zk/circuits/sparse.py), the witness and its program (about 74 bytes a wire, measured on GPT d=64 and
         # tinygpt)
         circuit = 6 * (r.nonzeros + int(cost.LOOKUP_TERMS * r.n_lookups)) + 4 * (3 * r.n_constraints + r.n_lookups) \
             + 74 * r.n_wires
@@ -207,7 +207,7 @@ def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = Non
     if workers:
         return _split_row(c, wit, case, workers, repeats)
     proof, prove_s, verify_s = time_ligero(c, wit, repeats, case)
-    from circuitgrad.backends.zk.ligero.proofio import dumps
+    from circuitgrad.backends.zk.systems.ligero.proofio import dumps
     sl = f" σL={proof.params.lookup_sigma}" if c.r1cs.n_lookups else ""
     sl += f" σC={proof.params.contraction_sigma}" if getattr(c.r1cs, "contractions", ()) else ""
     row = {"case": case + (f" ({contractions})" if contractions else ""), "constraints": c.r1cs.n_constraints, "wires": c.r1cs.n_wires, "lookups": c.r1cs.n_lookups,
@@ -220,7 +220,7 @@ def child(case: str, repeats: int, snarkjs: bool, contractions: str | None = Non
            "predicted_mib": cost.prover_memory(c) / 2 ** 20 if hasattr(cost, "prover_memory") else float("nan"),
            "predicted_s": cost.prover_seconds(c) if hasattr(cost, "prover_seconds") else float("nan")}
     if snarkjs:
-        from circuitgrad.backends.zk import snarkjs as sj
+        from circuitgrad.backends.zk.systems import snarkjs as sj
         t0 = time.perf_counter()
         sp = zk.prove(c, wit, system="groth16", log=lambda s: print("  " + s, file=sys.stderr))
         total = time.perf_counter() - t0
@@ -266,9 +266,9 @@ def _split_row(c, wit, case: str, workers: int, repeats: int) -> dict:
     with the same seed: the same bytes, the time, and the bytes moved."""
     import numpy as np
     from distributed import Client, LocalCluster
-    from circuitgrad.backends.zk import ligero
-    from circuitgrad.backends.zk.distributed import Split
-    from circuitgrad.backends.zk.ligero.proofio import dumps
+    from circuitgrad.backends.zk.systems import ligero
+    from circuitgrad.backends.zk.systems.cluster import Split
+    from circuitgrad.backends.zk.systems.ligero.proofio import dumps
     one = dumps(ligero.prove(c, wit, check=False, rng=np.random.default_rng(1)))
     times = []
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \

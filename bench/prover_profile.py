@@ -91,8 +91,8 @@ def _top(prof: cProfile.Profile, n: int) -> list:
 
 
 def run_case(case: str, repeats: int, top: int, proof_dir: str | None) -> dict:
-    from circuitgrad.backends.zk import ligero
-    from circuitgrad.backends.zk.ligero.proofio import dumps
+    from circuitgrad.backends.zk.systems import ligero
+    from circuitgrad.backends.zk.systems.ligero.proofio import dumps
     t0 = time.perf_counter()
     c, wit = build(case)
     compile_s = time.perf_counter() - t0

@@ -25,9 +25,9 @@ CASES = ["iris8", "iris32", "digits"]
 
 
 def measure(case: str, repeats: int) -> list[dict]:
-    from circuitgrad.backends.zk import ligero
-    from circuitgrad.backends.zk.ligero import params as LP
-    from circuitgrad.backends.zk.ligero.proofio import dumps
+    from circuitgrad.backends.zk.systems import ligero
+    from circuitgrad.backends.zk.systems.ligero import params as LP
+    from circuitgrad.backends.zk.systems.ligero.proofio import dumps
     c, wit = _model_circuit(case)
     lookups = c.r1cs.n_lookups
     proofs = {m: ligero.prove(c, wit, check=False, soundness=m) for m in LP.SOUNDNESS}

@@ -30,7 +30,7 @@ from _util import machine, table  # noqa: E402
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import nn  # noqa: E402
 from circuitgrad.backends import zk  # noqa: E402
-from circuitgrad.backends.zk import snarkjs as sj  # noqa: E402
+from circuitgrad.backends.zk.systems import snarkjs as sj  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = [  # name, batch, sizes, dtype, loss ("predict" cases prove inference, like the ezkl peer)

@@ -37,7 +37,7 @@ if ! .venv/bin/python -c "import glob, sys; sys.exit(not glob.glob(sys.prefix + 
 fi
 if command -v node >/dev/null && command -v npm >/dev/null; then
   # snarkjs for the ZK backend's proof tests (installed once into ~/.cache/circuitgrad/npm)
-  .venv/bin/python -c "from circuitgrad.backends.zk.snarkjs import snarkjs; print('snarkjs:', snarkjs())" \
+  .venv/bin/python -c "from circuitgrad.backends.zk.systems.snarkjs import snarkjs; print('snarkjs:', snarkjs())" \
     || echo "note: snarkjs not installable here; its tests will be skipped"
 else
   echo "note: Node.js/npm not found; the snarkjs proof tests will be skipped"

@@ -72,7 +72,7 @@ def rng():
 def snarkjs_or_skip() -> str:
     """The snarkjs executable (installed through npm on first use), or skip the test."""
     try:
-        from circuitgrad.backends.zk.snarkjs import snarkjs
+        from circuitgrad.backends.zk.systems.snarkjs import snarkjs
         return snarkjs(log=lambda s: None)
     except Exception as e:  # ToolMissing, or npm failing without a registry
         pytest.skip(f"snarkjs unavailable: {e}")
@@ -198,7 +198,7 @@ def assert_flipped_bytes_rejected(data: bytes, circuit, public, seed: int, flips
     """Flip one random bit of ``flips`` random bytes of a Ligero proof file: each is refused by the reader
     (FormatError) or by the verifier."""
     from circuitgrad.backends import zk
-    from circuitgrad.backends.zk import ligero
+    from circuitgrad.backends.zk.systems import ligero
     rng = np.random.default_rng(seed)
     for pos in rng.choice(len(data), flips, replace=False):
         bad = bytearray(data)

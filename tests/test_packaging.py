@@ -89,7 +89,7 @@ def test_wheel_ships_every_package_and_runs_from_a_fresh_environment(tmp_path):
     res = subprocess.run([python, "-c", SMOKE], cwd=run, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     loaded = dict(line.split(" ", 1) for line in res.stdout.splitlines())
-    assert "circuitgrad.backends.zk.ligero" in loaded
+    assert "circuitgrad.backends.zk.systems.ligero" in loaded
     for name, path in loaded.items():                           # the installed copy, not the checkout
         assert os.path.realpath(path).startswith(os.path.realpath(purelib) + os.sep), (name, path)
 

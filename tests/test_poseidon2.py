@@ -14,11 +14,11 @@ import re
 import numpy as np
 import pytest
 
-from circuitgrad.backends.zk import poseidon2_params as PP
-from circuitgrad.backends.zk.field import BN254, LIGERO51, Field
-from circuitgrad.backends.zk.poseidon2 import (Poseidon2, hash_gadget, instance, permute_gadget, poseidon2,
-                                               sbox_chain)
-from circuitgrad.backends.zk.r1cs import Builder
+from circuitgrad.backends.zk.circuits import poseidon2_params as PP
+from circuitgrad.backends.zk.circuits.field import BN254, LIGERO51, Field
+from circuitgrad.backends.zk.circuits.poseidon2 import (Poseidon2, hash_gadget, instance, permute_gadget, poseidon2,
+                                                        sbox_chain)
+from circuitgrad.backends.zk.circuits.r1cs import Builder
 
 GOLDILOCKS = 2 ** 64 - 2 ** 32 + 1
 BABYBEAR = 15 * 2 ** 27 + 1

@@ -1,4 +1,4 @@
-"""No-wrap bounds from the constraint system alone (:mod:`circuitgrad.backends.zk.bounds`).
+"""No-wrap bounds from the constraint system alone (:mod:`circuitgrad.backends.zk.circuits.bounds`).
 
 Every circuit the benchmarks prove, and the formats at the edge of the 51-bit field, must have every
 constraint's residual ``|Ã·B̃ − C̃|`` (and every contraction entry's) below ``p``, and below
@@ -17,9 +17,9 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import gadgets as G
-from circuitgrad.backends.zk.bounds import no_wrap_bounds
-from circuitgrad.backends.zk.r1cs import Builder
+from circuitgrad.backends.zk.circuits import gadgets as G
+from circuitgrad.backends.zk.circuits.bounds import no_wrap_bounds
+from circuitgrad.backends.zk.circuits.r1cs import Builder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from digits_cnn import cnn  # noqa: E402

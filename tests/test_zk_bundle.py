@@ -21,12 +21,12 @@ from conftest import main_in_process, run_cli, zk_step_circuit
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import bundle as B
-from circuitgrad.backends.zk import ligero
-from circuitgrad.backends.zk import run as R
-from circuitgrad.backends.zk.formats import FormatError, json_loads, read_untrusted
-from circuitgrad.backends.zk.ligero import params as LP, proofio, protocol
-from circuitgrad.backends.zk.ligero.circuitdata import prepare
+from circuitgrad.backends.zk.runs import bundle as B
+from circuitgrad.backends.zk.systems import ligero
+from circuitgrad.backends.zk.runs import run as R
+from circuitgrad.backends.zk.circuits.formats import FormatError, json_loads, read_untrusted
+from circuitgrad.backends.zk.systems.ligero import params as LP, proofio, protocol
+from circuitgrad.backends.zk.systems.ligero.circuitdata import prepare
 from circuitgrad.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -375,7 +375,7 @@ def test_duplicate_json_keys_are_refused_wherever_untrusted_json_is_read(private
     with pytest.raises(B.BundleError, match=rf"^{re.escape(b)}/chain\.json: not valid JSON \(duplicate key 'format': "
                                             rf"each key may appear once\)$"):
         B.read(b, "ligero", ("ligero",))
-    from circuitgrad.backends.zk import snarkjs as sj
+    from circuitgrad.backends.zk.systems import snarkjs as sj
     path = str(tmp_path / "public.json")
     open(path, "w").write('{"protocol": "groth16", "protocol": "plonk"}')
     with pytest.raises(FormatError, match=rf"^{re.escape(path)}: not valid JSON \(duplicate key 'protocol': each "
@@ -512,7 +512,7 @@ def test_an_inflated_run_json_is_refused_unread_at_the_cost_of_an_honest_verify(
     _padded_run_json(path)
     size = os.path.getsize(path)
     circuit = zk.compile(step, public="commitments", data_rows=data.tree.n)
-    limit = R.max_run_json_bytes(2, [zk.statement.with_soundness(circuit.statement(), s) for s in ligero.SOUNDNESS],
+    limit = R.max_run_json_bytes(2, [LP.with_soundness(circuit.statement(), s) for s in ligero.SOUNDNESS],
                                  data.tree.n)
     assert limit < 16_000
     seconds, peak, err = _cost(lambda: zk.Run.load(d, step, data.commitment))

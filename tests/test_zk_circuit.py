@@ -12,7 +12,7 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import formats
+from circuitgrad.backends.zk.circuits import formats
 from conftest import snarkjs_or_skip
 
 B = 8
@@ -147,7 +147,7 @@ def test_float_model_is_compiled_in_the_requested_fixed_format():
 
 
 def test_missing_node_is_a_clear_error(tmp_path, monkeypatch):
-    from circuitgrad.backends.zk import snarkjs as sj
+    from circuitgrad.backends.zk.systems import snarkjs as sj
     monkeypatch.setenv("CIRCUITGRAD_CACHE", str(tmp_path))
     monkeypatch.delenv("CIRCUITGRAD_SNARKJS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from circuitgrad.backends.zk.ligero import gf, ntt as transforms
-from circuitgrad.backends.zk.ligero.coefficients import Outer, Rows
-from circuitgrad.backends.zk.ligero.transcript import Transcript
+from circuitgrad.backends.zk.circuits import gf
+from circuitgrad.backends.zk.systems.ligero import ntt as transforms
+from circuitgrad.backends.zk.systems.ligero.coefficients import Outer, Rows
+from circuitgrad.backends.zk.systems.ligero.transcript import Transcript
 
 K = 64
 
@@ -65,7 +66,7 @@ def test_rank_one_coefficients_catch_a_single_wrong_cell():
 
 def test_values_at_several_repetitions_in_bounded_products(monkeypatch):
     """The verifier evaluates every repetition's dense rows together; the products stay within VALUE_CELLS."""
-    from circuitgrad.backends.zk.ligero import coefficients
+    from circuitgrad.backends.zk.systems.ligero import coefficients
     rng = np.random.default_rng(4)
     reps = [_mixed(rng) for _ in range(3)]
     lag = gf.lagrange_at(K, rng.integers(1, gf.P, 7))
@@ -83,7 +84,7 @@ def test_values_at_several_repetitions_in_bounded_products(monkeypatch):
 def test_piecewise_rows_are_the_vector_laid_out(bounds):
     """Runs of one value (the logUp sums' coefficients, by table): constant rows become rank-one blocks, the rows
     a bound cuts (and the padding past the end) stay dense, and together they are the vector laid out."""
-    from circuitgrad.backends.zk.ligero.coefficients import piecewise
+    from circuitgrad.backends.zk.systems.ligero.coefficients import piecewise
     rng = np.random.default_rng(5)
     values = rng.integers(1, gf.P, len(bounds) - 1)
     m = 4
@@ -98,7 +99,7 @@ def test_piecewise_rows_are_the_vector_laid_out(bounds):
 
 def _deferred_reps(rng, count: int, made: list):
     """``count`` repetitions whose first block (6 rows) is deferred; ``made`` records each call's repetitions."""
-    from circuitgrad.backends.zk.ligero.coefficients import Deferred
+    from circuitgrad.backends.zk.systems.ligero.coefficients import Deferred
     blocks = [rng.integers(0, gf.P, (6, K)) for _ in range(count)]
 
     def make(args):
@@ -113,7 +114,7 @@ def _deferred_reps(rng, count: int, made: list):
 def test_deferred_blocks_are_computed_together_as_far_as_the_budget_allows(budget, calls):
     """The coefficients on z are a deferred block: computed when a test asks, every repetition in one call when
     they fit the budget, else in groups of as many as fit (at least one); the rows are the dense ones."""
-    from circuitgrad.backends.zk.ligero.coefficients import materialized
+    from circuitgrad.backends.zk.systems.ligero.coefficients import materialized
     rng = np.random.default_rng(6)
     made = []
     reps, blocks = _deferred_reps(rng, 3, made)
@@ -129,7 +130,7 @@ def test_values_at_with_deferred_blocks_is_the_dense_rows_product():
     rng = np.random.default_rng(7)
     reps, _ = _deferred_reps(rng, 3, [])
     lag = gf.lagrange_at(K, rng.integers(1, gf.P, 5))
-    from circuitgrad.backends.zk.ligero import coefficients
+    from circuitgrad.backends.zk.systems.ligero import coefficients
     got = coefficients.values_at(reps, lag)
     assert all(np.array_equal(v, gf.matmul(R.dense(), lag)) for v, R in zip(got, reps))
 

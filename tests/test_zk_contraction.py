@@ -1,5 +1,5 @@
 """The contraction argument (``contractions="argument"``): Freivalds' check of exact matrix products in the
-native Ligero prover (backends/zk/ligero/contraction.py), its soundness against cheating provers, its
+native Ligero prover (backends/zk/systems/ligero/contraction.py), its soundness against cheating provers, its
 transcript order, its file format, and the circuits that use it."""
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from conftest import row_reduce_mod_p
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import ligero
-from circuitgrad.backends.zk.ligero import contraction, gf, proofio
-from circuitgrad.backends.zk.ligero.params import contraction_error, contraction_sigma, soundness_bits
-from circuitgrad.backends.zk.ligero.protocol import Reject
-from circuitgrad.backends.zk.ligero.transcript import Transcript
-from circuitgrad.backends.zk.formats import FormatError
-from circuitgrad.backends.zk.r1cs import Builder, Contraction
+from circuitgrad.backends.zk.systems import ligero
+from circuitgrad.backends.zk.systems.ligero import contraction, proofio
+from circuitgrad.backends.zk.circuits import gf
+from circuitgrad.backends.zk.systems.ligero.params import contraction_error, contraction_sigma, soundness_bits
+from circuitgrad.backends.zk.systems.ligero.protocol import Reject
+from circuitgrad.backends.zk.systems.ligero.transcript import Transcript
+from circuitgrad.backends.zk.circuits.formats import FormatError
+from circuitgrad.backends.zk.circuits.r1cs import Builder, Contraction
 
 P = gf.P
 M, N, K = 5, 7, 4          # C (M×K) = A (M×N) · B (N×K); K > σC = 3 (a cheater needs a nullspace)
@@ -259,7 +260,7 @@ def test_required_bits_is_exact_for_products():
     """|Σₙ aᵢbᵢ| ≤ n·2^(2w−2) and |2^f·q − 2^(f−1) + r| < 2^(w+f−1) + 2^f: p must exceed their sum S, checked as
     p > 2^⌈log2(S + 1)⌉. fixed(20, 10) sums of 2048 products (2^49 + 2^29 + 2^10: 50 bits) fit the 51-bit field
     (p ≈ 2^50.99998); of 4096 (51 bits) they do not, and the error names the contraction."""
-    from circuitgrad.backends.zk.lower import required_bits
+    from circuitgrad.backends.zk.circuits.lower import required_bits
     dt = cg.fixed(20, 10)
 
     def matmul(n):

@@ -151,8 +151,9 @@ def test_committed_cells_by_gadget_of_a_small_lookup_circuit():
     a [0, 2^8) lookup for the rest), then their squares. 8 lookups into 16 + 256 table entries:
     σL = ⌈101 / (51 − log2 280)⌉ = ⌈2.36⌉ = 3, so 4 cells per lookup and per table entry, 3 per constraint,
     1 per wire."""
-    from circuitgrad.backends.zk import LIGERO51, gadgets as G
-    from circuitgrad.backends.zk.r1cs import Builder
+    from circuitgrad.backends.zk import LIGERO51
+    from circuitgrad.backends.zk.circuits import gadgets as G
+    from circuitgrad.backends.zk.circuits.r1cs import Builder
     b = Builder(LIGERO51, "lookup", table_bits=8)
     x = b.alloc(4, "x")
     G.fits(b, [(x, 1)], 0, 12, "t")
@@ -183,10 +184,10 @@ sys.path.insert(0, "bench")
 import prover as B
 from circuitgrad.backends import zk
 from circuitgrad.backends.zk import cost
-from circuitgrad.backends.zk.ligero import prover
+from circuitgrad.backends.zk.systems.ligero import prover
 if len(sys.argv) > 2:
     prover.KEEP_BYTES = int(sys.argv[2])
-from circuitgrad.backends.zk.ligero import gf
+from circuitgrad.backends.zk.circuits import gf
 if gf.kernels() == "numba":                          # a tiny proof first: compiled kernels loaded in every variant
     zk.prove(*B._model_circuit("iris-predict"))
 c, wit = B._model_circuit(sys.argv[1])

@@ -1,4 +1,4 @@
-"""Fused elementwise regions (:mod:`circuitgrad.backends.zk.fusion`): one lookup per value a region hands on.
+"""Fused elementwise regions (:mod:`circuitgrad.backends.zk.circuits.fusion`): one lookup per value a region hands on.
 
 The regions found (GELU and its input-only derivative parts), each table against the fixed-point interpreter
 run on every input one at a time, the same witness outputs with and without fusion, and cheating provers: a
@@ -13,10 +13,11 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import fusion
-from circuitgrad.backends.zk.bounds import no_wrap_bounds
-from circuitgrad.backends.zk.tables import FUNCTION_TABLE
+from circuitgrad.backends.zk.circuits import fusion
+from circuitgrad.backends.zk.circuits.bounds import no_wrap_bounds
+from circuitgrad.backends.zk.circuits.tables import FUNCTION_TABLE
 from circuitgrad.fixedpoint import run_fixed
+from circuitgrad.schedule import retype
 
 Q = cg.fixed(16, 8)
 SMALL = cg.fixed(10, 5)
@@ -24,7 +25,7 @@ SMALL = cg.fixed(10, 5)
 
 def _program(fn, dt, shape=(4,)):
     d = cg.trace(fn, [cg.NdArrayType(shape)], name="f")
-    return cg.retype(cg.schedule(d), dt)
+    return retype(cg.schedule(d), dt)
 
 
 def _step():
@@ -61,7 +62,7 @@ def test_an_elementwise_function_of_one_input_is_one_region(fn, instrs, exports)
 def test_two_inputs_are_not_a_region():
     d = cg.trace(lambda x, y: ops.mul(ops.tanh(x), ops.tanh(y)), [cg.NdArrayType((4,)), cg.NdArrayType((4,))],
                  name="f")
-    prog = cg.retype(cg.schedule(d), Q)
+    prog = retype(cg.schedule(d), Q)
     p = fusion.plan(prog, Q, 51, True, "always")
     assert sorted(len(r.instrs) for r in p.regions) == [1, 1]           # tanh(x) and tanh(y); the product is not
     assert all(len(r.exports) == 1 for r in p.regions)
@@ -200,8 +201,8 @@ def test_a_fused_step_proves_and_verifies_and_its_proof_is_bound_to_the_fusion(f
 def test_a_prover_claiming_a_wrong_function_value_is_rejected(monkeypatch):
     """``gelu(x)`` with a public output: the cheat claims ``y + 1`` (so every constraint holds) and counts its
     packed pair as the honest entry in the multiplicities."""
-    from circuitgrad.backends.zk.ligero.encoding import Encoding
-    from circuitgrad.backends.zk.tables import index
+    from circuitgrad.backends.zk.systems.ligero.encoding import Encoding
+    from circuitgrad.backends.zk.circuits.tables import index
     prog = _program(ops.gelu, Q)
     c = zk.compile_program(prog, Q, zk.LIGERO51, fuse="always")
     w = c.witness_raw([np.array([-300, -5, 40, 600], dtype=np.int64)])
@@ -236,7 +237,7 @@ def _fused_output_of(r, name):
 
 
 def test_a_lookup_challenge_may_be_no_entry_of_any_table():
-    from circuitgrad.backends.zk.tables import collision
+    from circuitgrad.backends.zk.circuits.tables import collision
     fn = (np.array([5, 1 << 30, 3 << 39], dtype=np.int64),)
     keys = (8, 12, FUNCTION_TABLE)
     assert collision(4095, keys, fn) == "a table [0, 4096)"
@@ -281,7 +282,7 @@ def test_the_keys_of_a_range_of_lookups_are_the_per_lookup_keys(fused):
 
 
 def test_the_builder_refuses_a_malformed_function_table_and_an_unknown_key():
-    from circuitgrad.backends.zk.r1cs import Builder
+    from circuitgrad.backends.zk.circuits.r1cs import Builder
     b = Builder(zk.LIGERO51, "lookup")
     msg = r"^Builder\.function_table: a table is a non-empty ascending array of distinct field elements$"
     for bad in ([], [3, 3], [5, 2], [-1, 4], [1, zk.LIGERO51.p]):

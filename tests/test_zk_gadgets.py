@@ -13,6 +13,7 @@ from circuitgrad import primitives as P
 from circuitgrad.backends import zk
 from circuitgrad.tracing import apply
 from circuitgrad.fixedpoint import quantize
+from circuitgrad.schedule import retype
 from conftest import CASES, VOCAB, T, replay_lie, vocab_inputs as _inputs
 
 Q = cg.fixed(16, 8)
@@ -20,7 +21,7 @@ Q = cg.fixed(16, 8)
 
 def _circuit(op, range_checks="bits"):
     d = cg.trace(lambda *a: apply(op, *a), op.source, name=op.name)
-    prog = cg.retype(cg.schedule(d), Q)
+    prog = retype(cg.schedule(d), Q)
     return prog, zk.compile_program(prog, Q, zk.BN254, range_checks=range_checks)
 
 
@@ -57,7 +58,7 @@ def test_causal_attention_head_and_its_reverse_pin_every_wire(kind, rng):
     from circuitgrad import ops
     T = cg.NdArrayType((3, 2))
     d = cg.rdiff(cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3, name=kind))
-    prog = cg.retype(cg.schedule(d), Q)
+    prog = retype(cg.schedule(d), Q)
     c = zk.compile_program(prog, Q)
     xs = [quantize(rng.uniform(-2, 2, size=prog.types[v].shape), Q) for v in prog.inputs]
     w = c.witness_raw(xs)
@@ -179,7 +180,7 @@ def test_ten_million_20_bit_values_take_one_lookup_each_into_a_2_20_table():
     ⌈101 / 27.6⌉ = 4 and 5·(10^7 + 2^20) = 55,242,880 cells. Every B < 20 needs two lookups per value:
     at least 5·2·10^7 = 10^8 cells (B = 16: 10^7 limb wires + 5·(2·10^7 + 2^16 + 2^4) = 110,327,760).
     B = 21, 22 use the same [0, 2^20) table (a value's own width) and tie: the narrower wins."""
-    from circuitgrad.backends.zk import gadgets as G
+    from circuitgrad.backends.zk.circuits import gadgets as G
     requests = {20: 10 ** 7}
     assert G.lookup_cells(requests, 20, _FIELD_BITS) == 5 * (10 ** 7 + 2 ** 20) == 55_242_880
     assert G.lookup_cells(requests, 16, _FIELD_BITS) == 10 ** 7 + 5 * (2 * 10 ** 7 + 2 ** 16 + 2 ** 4) == 110_327_760
@@ -193,7 +194,7 @@ def test_ten_thousand_20_bit_values_keep_a_small_table():
     log2(2·10^4 + 2^10) = 14.4, σL = ⌈101 / 36.6⌉ = 3: 10^4 + 4·(2·10^4 + 1024) = 94,096 cells. B = 8, 9 need
     three lookups (≥ 2·10^4 + 4·3·10^4 = 140,000), B = 11 … 19 two lookups and a table of 2^B ≥ 2048 > 1024
     entries, B ≥ 20 the table [0, 2^20) alone: 5·(10^4 + 2^20) = 5,292,880 (σL = ⌈101 / 31.0⌉ = 4)."""
-    from circuitgrad.backends.zk import gadgets as G
+    from circuitgrad.backends.zk.circuits import gadgets as G
     requests = {20: 10 ** 4}
     assert G.lookup_cells(requests, 10, _FIELD_BITS) == 10 ** 4 + 4 * (2 * 10 ** 4 + 2 ** 10) == 94_096
     assert G.lookup_cells(requests, 20, _FIELD_BITS) == 5 * (10 ** 4 + 2 ** 20) == 5_292_880
@@ -206,7 +207,7 @@ def test_a_mix_of_widths_pays_for_the_table_of_its_commonest_width():
     5·(2·10^7 + 2^20 + 2^10) = 105,248,000 cells. B = 10: three lookups per pair and 10^7 limb wires,
     10^7 + 5·(3·10^7 + 2^10) = 160,005,120; B = 16: the same lookups and tables [0, 2^4), [0, 2^10),
     [0, 2^16): 10^7 + 5·(3·10^7 + 2^4 + 2^10 + 2^16) = 160,332,880."""
-    from circuitgrad.backends.zk import gadgets as G
+    from circuitgrad.backends.zk.circuits import gadgets as G
     requests = {20: 10 ** 7, 10: 10 ** 7}
     assert G.lookup_cells(requests, 20, _FIELD_BITS) == 105_248_000
     assert G.lookup_cells(requests, 10, _FIELD_BITS) == 160_005_120

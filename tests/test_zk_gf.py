@@ -23,7 +23,8 @@ import warnings
 import numpy as np
 import pytest
 
-from circuitgrad.backends.zk.ligero import gf, merkle, ntt as transforms
+from circuitgrad.backends.zk.circuits import gf
+from circuitgrad.backends.zk.systems.ligero import merkle, ntt as transforms
 from circuitgrad.extras import MissingExtra
 
 P = gf.P
@@ -280,8 +281,8 @@ def test_a_numba_that_does_not_load_is_one_warning_and_the_numpy_path(monkeypatc
     monkeypatch.setitem(gf._KERNELS, "module", None)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())   # installed ...
     monkeypatch.setitem(sys.modules, "numba", None)                               # ... but it does not import
-    monkeypatch.delitem(sys.modules, "circuitgrad.backends.zk.ligero.gf_numba", raising=False)
-    monkeypatch.delattr(sys.modules["circuitgrad.backends.zk.ligero"], "gf_numba", raising=False)
+    monkeypatch.delitem(sys.modules, "circuitgrad.backends.zk.circuits.gf_numba", raising=False)
+    monkeypatch.delattr(sys.modules["circuitgrad.backends.zk.circuits"], "gf_numba", raising=False)
     old = gf.set_kernels("auto")
     try:
         with pytest.warns(RuntimeWarning) as record:
@@ -296,7 +297,7 @@ def test_a_numba_that_does_not_load_is_one_warning_and_the_numpy_path(monkeypatc
 
 
 def test_circuitgrad_gf_numpy_forces_the_numpy_path():
-    code = "from circuitgrad.backends.zk.ligero import gf; print(gf.kernels())"
+    code = "from circuitgrad.backends.zk.circuits import gf; print(gf.kernels())"
     env = {**os.environ, "CIRCUITGRAD_GF": "numpy"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout == "numpy\n" and out.stderr == ""
@@ -311,8 +312,8 @@ def test_circuitgrad_gf_numpy_forces_the_numpy_path():
 def test_a_seeded_proof_is_the_same_bytes_on_either_path():
     from conftest import zk_step_circuit
 
-    from circuitgrad.backends.zk import ligero
-    from circuitgrad.backends.zk.ligero import proofio
+    from circuitgrad.backends.zk.systems import ligero
+    from circuitgrad.backends.zk.systems.ligero import proofio
     c, wit = zk_step_circuit("iris", 8, [16])
     numpy_proof, numba_proof = _both(lambda: proofio.dumps(ligero.prove(c, wit, rng=np.random.default_rng(3))))
     assert numba_proof == numpy_proof
@@ -426,7 +427,7 @@ def test_the_linear_tests_transposed_product_is_the_same_on_both_paths():
     """``Transposed.apply_outer`` (the coefficients on z of the linear test) compiled and in NumPy, on a random
     column CSR with rows in three rank-one blocks and a short one."""
     pytest.importorskip("numba")
-    from circuitgrad.backends.zk.ligero.circuitdata import Transposed
+    from circuitgrad.backends.zk.systems.ligero.circuitdata import Transposed
     rng = np.random.default_rng(11)
     nw, k, sg = 300, 8, 3
     counts = rng.integers(0, 6, nw)

@@ -10,10 +10,11 @@ from conftest import assert_flipped_bytes_rejected, lookup_and_product_step, row
 
 import circuitgrad as cg
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import ligero
-from circuitgrad.backends.zk.ligero import gf, merkle, ntt as transforms, params as LP, protocol, prover
-from circuitgrad.backends.zk.ligero.circuitdata import prepare
-from circuitgrad.backends.zk.r1cs import Builder
+from circuitgrad.backends.zk.systems import ligero
+from circuitgrad.backends.zk.circuits import gf
+from circuitgrad.backends.zk.systems.ligero import merkle, ntt as transforms, params as LP, protocol, prover
+from circuitgrad.backends.zk.systems.ligero.circuitdata import prepare
+from circuitgrad.backends.zk.circuits.r1cs import Builder
 
 P = gf.P
 
@@ -207,7 +208,7 @@ def test_file_roundtrip_and_every_flipped_byte_is_rejected(iris, tmp_path):
 
 
 def test_malformed_files_get_clear_errors(iris, tmp_path):
-    from circuitgrad.backends.zk.ligero import proofio
+    from circuitgrad.backends.zk.systems.ligero import proofio
     import hashlib
     _, _, proof = iris
     data = proofio.dumps(proof)
@@ -374,7 +375,7 @@ def test_streamed_and_blocked_proofs_are_the_kept_one(iris, monkeypatch, cells, 
     """The prover's passes go over blocks of rows: with the encoded matrix recomputed instead of kept
     (``KEEP_BYTES = 0``), its values recomputed too or kept (``VALUES_BYTES``), and blocks of one row (or of a
     few), the seeded proof is byte for byte the one with the matrix kept and the default blocks, and it verifies."""
-    from circuitgrad.backends.zk.ligero import proofio
+    from circuitgrad.backends.zk.systems.ligero import proofio
     c, w, _ = iris
     default = proofio.dumps(ligero.prove(c, w, rng=np.random.default_rng(7)))
     monkeypatch.setattr(prover, "KEEP_BYTES", 0)
@@ -389,7 +390,7 @@ def test_streamed_and_blocked_proofs_are_the_kept_one(iris, monkeypatch, cells, 
 def test_streamed_proof_with_lookups_and_contractions_is_the_kept_one(monkeypatch, k):
     """Both rounds streamed in blocks of a few rows give the bytes of the kept matrix; with k = 8 (weak
     parameters, named to the verifier) each round has several Merkle row blocks of 256 rows."""
-    from circuitgrad.backends.zk.ligero import proofio
+    from circuitgrad.backends.zk.systems.ligero import proofio
     c, w = lookup_and_product_step()
     p = None if k is None else LP.Params(k, 8, 8 * k, 1, 1, contraction_sigma=1)
     lay = protocol.layout(prepare(c.r1cs), p or ligero.expected_params(c))
@@ -410,7 +411,7 @@ def test_keep_0_streams_everything_and_the_coefficients_on_z_by_repetition(monke
     """``ligero.prove(keep=0)`` keeps neither the encoding nor the rows' values (``prover.plan``); with the linear
     test's coefficients on z computed one repetition at a time (a budget of 1 byte) or all together, the seeded
     proof is the default one's bytes and it verifies."""
-    from circuitgrad.backends.zk.ligero import coefficients, proofio
+    from circuitgrad.backends.zk.systems.ligero import coefficients, proofio
     c, w = lookup_and_product_step()
     lay = protocol.layout(prepare(c.r1cs), ligero.expected_params(c))
     assert prover.plan(lay, ligero.expected_params(c)) == (True, False)
@@ -431,7 +432,7 @@ def test_keep_0_streams_everything_and_the_coefficients_on_z_by_repetition(monke
 def test_a_commitment_range_must_start_a_merkle_row_block(iris):
     """The prover's passes cut the commitment at row blocks; a range that does not start one is refused (a split
     across workers would otherwise hash other blocks than one process)."""
-    from circuitgrad.backends.zk.ligero.encoding import Encoding
+    from circuitgrad.backends.zk.systems.ligero.encoding import Encoding
     c, w, _ = iris
     pc = prepare(c.r1cs)
     p = ligero.expected_params(c)

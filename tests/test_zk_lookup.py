@@ -16,12 +16,13 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import gadgets as G
-from circuitgrad.backends.zk import ligero
-from circuitgrad.backends.zk.ligero import coefficients, lookup, params as LP, protocol
-from circuitgrad.backends.zk.ligero.proofio import MAX_LOOKUP_TABLE
-from circuitgrad.backends.zk.r1cs import Builder
+from circuitgrad.backends.zk.circuits import gadgets as G
+from circuitgrad.backends.zk.systems import ligero
+from circuitgrad.backends.zk.systems.ligero import coefficients, lookup, params as LP, protocol
+from circuitgrad.backends.zk.systems.ligero.proofio import MAX_LOOKUP_TABLE
+from circuitgrad.backends.zk.circuits.r1cs import Builder
 from circuitgrad.tracing import apply
+from circuitgrad.schedule import retype
 from conftest import assert_flipped_bytes_rejected, CASES, VOCAB, vocab_inputs as _inputs
 
 Q = cg.fixed(16, 8)
@@ -30,7 +31,7 @@ P = ligero.gf.P
 
 def _circuit(op):
     d = cg.trace(lambda *a: apply(op, *a), op.source, name=op.name)
-    prog = cg.retype(cg.schedule(d), Q)
+    prog = retype(cg.schedule(d), Q)
     return prog, zk.compile_program(prog, Q, zk.LIGERO51)
 
 
@@ -129,7 +130,8 @@ def test_the_default_follows_the_field():
 
 
 def test_snarkjs_and_r1cs_files_refuse_lookups(tmp_path):
-    from circuitgrad.backends.zk import formats, snarkjs
+    from circuitgrad.backends.zk.circuits import formats
+    from circuitgrad.backends.zk.systems import snarkjs
     step = cg.compile_model(nn.mlp(2, [2, 3, 2]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
     c = zk.compile(step, field=zk.LIGERO51)             # lookups are named first, then contractions
     with pytest.raises(ValueError, match=r"^snarkjs groth16: this circuit proves its ranges with \d+ lookups"):
@@ -206,7 +208,7 @@ def test_tampered_lookup_commitment_is_rejected(proved):
 def _cheat(c, w, monkeypatch, **methods):
     """A proof made by a prover whose rows are computed by other methods of :class:`.encoding.Encoding` (each
     ``name=f`` replaces ``Encoding.name`` by ``f(real, self, *args)``; no satisfiability check)."""
-    from circuitgrad.backends.zk.ligero.encoding import Encoding
+    from circuitgrad.backends.zk.systems.ligero.encoding import Encoding
     for name, f in methods.items():
         real = getattr(Encoding, name)
         monkeypatch.setattr(Encoding, name, lambda self, *a, f=f, real=real: f(real, self, *a))
@@ -278,7 +280,7 @@ def test_a_version_2_header_must_name_its_lookups(proved):
     import hashlib
     import json
     import struct
-    from circuitgrad.backends.zk.ligero import proofio
+    from circuitgrad.backends.zk.systems.ligero import proofio
     _, _, proof = proved
     data = proofio.dumps(proof)
     h = json.dumps({**proof.header(), "lookups": 0}, sort_keys=True).encode()
@@ -296,7 +298,7 @@ def test_a_version_2_header_must_name_its_lookups(proved):
 def test_a_challenge_in_the_table_is_refused(proved, monkeypatch):
     """At α = j the constraint g_j·(α − j) = m_j leaves g_j free (a forgery: 300 would pass as a table
     value), so the verifier refuses challenges in [0, 256), and the honest prover cannot use them."""
-    from circuitgrad.backends.zk.ligero.transcript import Transcript
+    from circuitgrad.backends.zk.systems.ligero.transcript import Transcript
     c, w, _ = proved
     real = Transcript.field
 
@@ -354,7 +356,7 @@ def test_parameters_must_be_integers():
 def test_a_version_2_file_needs_room_for_its_lookup_rows(proved):
     import hashlib
     import struct
-    from circuitgrad.backends.zk.ligero import proofio
+    from circuitgrad.backends.zk.systems.ligero import proofio
     _, _, proof = proved
     data = proofio.dumps(proof)
     tail = 32 + 4 + proof.columns2.size * 8 + 16 * len(proof.salts2) + 4 + 32 * len(proof.siblings2)
@@ -412,7 +414,7 @@ def _wide(values, bits: int = 18):
 
 
 def test_a_circuit_with_a_2_18_table_proves_verifies_and_roundtrips():
-    from circuitgrad.backends.zk.ligero import proofio
+    from circuitgrad.backends.zk.systems.ligero import proofio
     c, W = _wide([5, (1 << 18) - 1, 0, 123_456])
     r = c.r1cs
     assert r.lookup_tables == (18,) and r.n_lookups == 4 and r.n_constraints == 1 and r.lookup_table_size == 1 << 18
@@ -431,7 +433,7 @@ def _clamped_multiplicities(monkeypatch, top: int) -> None:
     ``top − 1`` in the multiplicities ``m``, and ``v`` stays ``L·z``."""
     def clamped(pc, z, size):
         return np.bincount(np.minimum(pc.L.apply(z), top - 1), minlength=size).astype(np.int64)
-    from circuitgrad.backends.zk.ligero.encoding import Encoding
+    from circuitgrad.backends.zk.systems.ligero.encoding import Encoding
     monkeypatch.setattr(Encoding, "_multiplicities", lambda self: clamped(self.pc, self.z, self.lay.lk.size))
 
 
@@ -453,7 +455,7 @@ def test_a_value_just_outside_a_2_18_table_cannot_be_proved(monkeypatch):
 def test_a_challenge_in_a_2_18_table_is_refused(monkeypatch):
     """At α = j the constraint g_j·(α − j) = m_j leaves g_j free, so the verifier refuses a challenge below the
     widest table's 2^18, and the honest prover cannot use one."""
-    from circuitgrad.backends.zk.ligero.transcript import Transcript
+    from circuitgrad.backends.zk.systems.ligero.transcript import Transcript
     c, W = _wide([5, 60_000, 7])
     proof = ligero.prove(c, W, check=False, rng=np.random.default_rng(0))
     real = Transcript.field
@@ -491,7 +493,7 @@ def test_the_provers_check_finds_what_the_python_integer_check_finds():
     """``ligero.prove`` checks the witness in its own field, a block of rows at a time
     (``Prepared.failing``): the same failing constraints and lookups as ``R1CS.failing`` and
     ``failing_lookups`` in Python integers, and the same message."""
-    from circuitgrad.backends.zk.ligero.circuitdata import prepare
+    from circuitgrad.backends.zk.systems.ligero.circuitdata import prepare
     op = next(op for op in CASES if type(op).__name__ == "Mul")
     _, c = _circuit(op)
     rng = np.random.default_rng(3)

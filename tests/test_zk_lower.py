@@ -114,7 +114,7 @@ def test_snarkjs_accepts_the_exported_witness(run, tmp_path):
 def test_a_wire_named_twice_in_a_combination_is_written_once():
     """The ``.r1cs`` format keeps one coefficient per wire (snarkjs keeps the last of repeated ones):
     the builder sums repeated wires, sorts each row by wire and drops zero coefficients."""
-    from circuitgrad.backends.zk.r1cs import Builder
+    from circuitgrad.backends.zk.circuits.r1cs import Builder
     b = Builder(zk.BN254)
     x, y = b.alloc(1), b.alloc(1)
     b.constrain([(x, 2), (y, 1), (x, -1), (y, -1)], [(0, 1)], [(y, 3), (x, 1)], "twice")

@@ -13,10 +13,10 @@ from conftest import main_in_process, zk_step_circuit
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import ligero
-from circuitgrad.backends.zk.extras import MissingExtra
-from circuitgrad.backends.zk.ligero import proofio
-from circuitgrad.backends.zk.statement import block, describe
+from circuitgrad.backends.zk.systems import ligero
+from circuitgrad.extras import MissingExtra
+from circuitgrad.backends.zk.systems.ligero import proofio
+from circuitgrad.backends.zk.circuits.statement import block, describe
 
 TINY = ["examples/iris.py", "--batch", "2", "--hidden", "4"]
 
@@ -241,7 +241,7 @@ def test_the_statement_prints_as_an_indented_block_of_claims(small):
 
 
 def test_long_lists_wrap_between_items_never_inside_brackets():
-    from circuitgrad.backends.zk.statement import _wrap
+    from circuitgrad.backends.zk.circuits.statement import _wrap
     items = ", ".join(f"W{i}[16, 16]" for i in range(12))
     lines = _wrap("  public outputs: ", items, 60)
     assert lines == ["  public outputs: W0[16, 16], W1[16, 16], W2[16, 16],",

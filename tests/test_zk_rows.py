@@ -11,8 +11,9 @@ from conftest import replay_lie
 import circuitgrad as cg
 from circuitgrad import primitives as P
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import intervals as I
+from circuitgrad.backends.zk.circuits import intervals as I
 from circuitgrad.tracing import apply
+from circuitgrad.schedule import retype
 
 Q = cg.fixed(16, 8)
 N = 4
@@ -20,7 +21,7 @@ T = cg.NdArrayType((N,))
 
 
 def _circuit(fn, n_in, range_checks="lookup", **kw):
-    prog = cg.retype(cg.schedule(cg.trace(fn, (T,) * n_in, name="t")), Q)
+    prog = retype(cg.schedule(cg.trace(fn, (T,) * n_in, name="t")), Q)
     field = zk.LIGERO51 if range_checks == "lookup" else zk.BN254
     extra = {"table_bits": 16} if range_checks == "lookup" else {}
     return prog, zk.compile_program(prog, Q, field, range_checks=range_checks, **extra, **kw)
@@ -83,7 +84,7 @@ def test_a_sum_that_can_overflow_keeps_its_range_check():
 def test_a_sum_read_by_a_contraction_gets_one_wire():
     """A matmul operand needs wires: the sum gets a wire and one constraint (kind ``linear``), once."""
     A, B = cg.NdArrayType((2, 3)), cg.NdArrayType((3, 2))
-    prog = cg.retype(cg.schedule(cg.trace(lambda a, b, x: (a + b) @ x, (A, A, B), name="t")), Q)
+    prog = retype(cg.schedule(cg.trace(lambda a, b, x: (a + b) @ x, (A, A, B), name="t")), Q)
     c = zk.compile_program(prog, Q, zk.LIGERO51, table_bits=16)
     assert c.r1cs.counts_by_gadget()["linear"] == 6
     rng = np.random.default_rng(3)
@@ -93,7 +94,7 @@ def test_a_sum_read_by_a_contraction_gets_one_wire():
 
 
 def test_counting_and_building_agree_with_combinations():
-    prog = cg.retype(cg.schedule(cg.trace(lambda a, b, x: ((a + b) - x) * (a - x) + b, (T,) * 3, name="t")), Q)
+    prog = retype(cg.schedule(cg.trace(lambda a, b, x: ((a + b) - x) * (a - x) + b, (T,) * 3, name="t")), Q)
     built = zk.compile_program(prog, Q, zk.LIGERO51, table_bits=16)
     counted = zk.compile_program(prog, Q, zk.LIGERO51, table_bits=16, count_only=True)
     b, k = built.r1cs, counted.r1cs
@@ -103,7 +104,7 @@ def test_counting_and_building_agree_with_combinations():
 
 # ---------------------------------------------------------------- intervals
 def test_intervals_of_a_small_program():
-    prog = cg.retype(cg.schedule(cg.trace(lambda a, b: a * 0.25 + b * 0.25 + a, (T, T), name="t")), Q)
+    prog = retype(cg.schedule(cg.trace(lambda a, b: a * 0.25 + b * 0.25 + a, (T, T), name="t")), Q)
     bounds, proven = I.intervals(prog, Q)
     kinds = [type(a.op).__name__ for a in prog.instrs]
     assert kinds == ["Scale", "Scale", "Add", "Add"]
@@ -127,7 +128,7 @@ def test_plan_images_follow_the_interpreter_where_rounding_overshoots():
     dt = cg.fixed(12, 4)
     x = np.arange(dt.lo, dt.hi + 1)
     op = P.Sigmoid(cg.NdArrayType(x.shape))
-    prog = cg.retype(cg.schedule(cg.trace(lambda a: apply(op, a), op.source, name="s")), dt)
+    prog = retype(cg.schedule(cg.trace(lambda a: apply(op, a), op.source, name="s")), dt)
     y = cg.run_fixed(prog, [x])[0]
     assert int(y.max()) > dt.one and int(y.min()) < 0
     assert I._plan_image(dt, False) == (int(y.min()), int(y.max()))

@@ -11,8 +11,8 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import commit as C
-from circuitgrad.backends.zk.bundle import BundleError
+from circuitgrad.backends.zk.circuits import commit as C
+from circuitgrad.backends.zk.runs.bundle import BundleError
 
 FX = cg.fixed(16, 8)
 B, ROWS = 4, 20
@@ -213,7 +213,7 @@ def test_run_save_load_and_malformed_directories(step, data, run, tmp_path):
     for msg, edit in bad.items():
         with pytest.raises(BundleError, match=re.escape(msg)):
             zk.Run.load(broken(edit))
-    from circuitgrad.backends.zk.formats import FormatError
+    from circuitgrad.backends.zk.circuits.formats import FormatError
     garbage = zk.Run.load(broken(lambda d: (d / "step_001.proof").write_bytes(b"garbage")))   # proofs: read when checked
     with pytest.raises(FormatError, match="step_001.proof: too short to be a circuitgrad Ligero proof"):
         zk.check_run(garbage, step, c0=run.commitments[0], d=data.commitment)
@@ -250,7 +250,7 @@ def test_local_cluster_with_a_killed_worker_gives_the_serial_proofs():
         assert zk.verify_run(one, step, c0=one.commitments[0], d=data.commitment, steps=1)
     assert killed, "no worker was busy when the first proof came back"
     assert dist.commitments == serial.commitments
-    from circuitgrad.backends.zk.ligero.proofio import dumps
+    from circuitgrad.backends.zk.systems.ligero.proofio import dumps
     assert [dumps(p) for p in dist.proofs] == [dumps(p) for p in serial.proofs]
     assert zk.verify_run(dist, step, c0=serial.commitments[0], d=data.commitment, steps=len(batches))
 
@@ -260,7 +260,7 @@ def test_split_steps_give_the_serial_proofs(step, data, run):
     proofs are the serial run's, byte for byte, and the run verifies."""
     from distributed import Client, LocalCluster
 
-    from circuitgrad.backends.zk.ligero.proofio import dumps
+    from circuitgrad.backends.zk.systems.ligero.proofio import dumps
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         split = zk.prove_run(step, step.init_params(seed=0), _batches(3), dataset=data, cluster=client,
@@ -335,8 +335,8 @@ def test_opened_values_do_not_depend_on_the_private_weights(step, circuit, data)
     same batch: with the opened columns fixed, everything the verifier sees about the witness (opened
     column values and the test polynomials) has the same distribution. The ZK check of the Ligero
     prover (tests/test_zk_ligero.py), applied to the private step circuit."""
-    from circuitgrad.backends.zk.ligero import choose, prover
-    from circuitgrad.backends.zk.ligero.circuitdata import prepare
+    from circuitgrad.backends.zk.systems.ligero import choose, prover
+    from circuitgrad.backends.zk.systems.ligero.circuitdata import prepare
     x, y = _batches(1)[0]
     p0 = step.init_params(seed=0)
     p1 = step.init_params(seed=1)

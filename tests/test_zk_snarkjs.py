@@ -17,8 +17,8 @@ from conftest import snarkjs_or_skip
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import snarkjs as sj
-from circuitgrad.backends.zk.r1cs import Builder
+from circuitgrad.backends.zk.systems import snarkjs as sj
+from circuitgrad.backends.zk.circuits.r1cs import Builder
 
 pytestmark = pytest.mark.slow
 

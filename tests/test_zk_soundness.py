@@ -21,10 +21,11 @@ from conftest import run_cli, zk_step_circuit
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import ligero
-from circuitgrad.backends.zk.ligero import gf, params as LP, proofio, protocol
-from circuitgrad.backends.zk.ligero.circuitdata import prepare
-from circuitgrad.backends.zk.statement import soundness_of, with_soundness
+from circuitgrad.backends.zk.systems import ligero
+from circuitgrad.backends.zk.circuits import gf
+from circuitgrad.backends.zk.systems.ligero import params as LP, proofio, protocol
+from circuitgrad.backends.zk.systems.ligero.circuitdata import prepare
+from circuitgrad.backends.zk.systems.ligero.params import soundness_of, with_soundness
 from circuitgrad.cli import main
 
 UNKNOWN = ("unknown soundness bound 'clasic': choose 'longfellow' (the default: Cascudo et al. 2025) or "
@@ -160,7 +161,7 @@ def test_a_classic_claim_on_weak_parameters_is_refused(small):
     weak = dataclasses.replace(default.params, soundness="classic")        # the default parameters, relabelled
     assert LP.soundness_bits(weak, lookups=default.lookups) < 100
     honest = zk.prove(c, wit, params=weak, soundness="classic", rng=np.random.default_rng(3))
-    want = zk.ligero.expected_params(c, soundness="classic")
+    want = ligero.expected_params(c, soundness="classic")
     # parameters other than the verifier's own are refused first, before any work follows from their sizes
     refused = (rf"^the proof's parameters \({re.escape(protocol._show(weak))}\) are not the ones this circuit and "
                rf"100 bits give \({re.escape(protocol._show(want))}\): a verifier's work must not be the prover's "

@@ -1,8 +1,8 @@
-"""The compact constraint matrices (backends/zk/sparse.py): canonical rows, coefficient codes, blocks."""
+"""The compact constraint matrices (backends/zk/circuits/sparse.py): canonical rows, coefficient codes, blocks."""
 import numpy as np
 import pytest
 
-from circuitgrad.backends.zk.sparse import Assembler, Matrix, canonical
+from circuitgrad.backends.zk.circuits.sparse import Assembler, Matrix, canonical
 
 
 def _dense(M: Matrix, n_wires: int) -> np.ndarray:

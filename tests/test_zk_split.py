@@ -1,4 +1,4 @@
-"""One proof shared among Dask workers (``distributed.Split``): the same bytes as one process, and a worker that
+"""One proof shared among Dask workers (``cluster.Split``): the same bytes as one process, and a worker that
 computes a wrong row or a wrong block of the commitment gives a proof that does not verify."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from conftest import lookup_and_product_step, run_cli
 
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import distributed, ligero
-from circuitgrad.backends.zk.ligero import encoding, merkle, params as LP, proofio, protocol, prover
-from circuitgrad.backends.zk.ligero.circuitdata import prepare
+from circuitgrad.backends.zk.systems import cluster as zk_cluster, ligero
+from circuitgrad.backends.zk.systems.ligero import encoding, merkle, params as LP, proofio, protocol, prover
+from circuitgrad.backends.zk.systems.ligero.circuitdata import prepare
 
 pytest.importorskip("distributed")
 
@@ -35,7 +35,7 @@ def threads():
 
 
 def _split(c, w, client, params=WEAK):
-    with distributed.Split(client) as split:
+    with zk_cluster.Split(client) as split:
         proof = ligero.prove(c, w, params=params, rng=np.random.default_rng(5), split=split)
     return proof, split
 
@@ -125,7 +125,7 @@ def test_a_worker_with_other_challenges_stops_the_proof(step, threads, monkeypat
 def test_a_split_proof_is_forgotten_by_the_workers(step, threads):
     c, w = step
     _split(c, w, threads)
-    assert not distributed._ROWS            # in-process workers: the same module, emptied by Split.close
+    assert not zk_cluster._ROWS            # in-process workers: the same module, emptied by Split.close
 
 
 @pytest.mark.slow
@@ -144,8 +144,8 @@ def test_a_split_proofs_inputs_travel_as_out_of_band_buffers():
     received, and the bytes counted as sent are the arrays' bytes and a small header."""
     from distributed.protocol import serialize
     big = np.arange(1 << 18, dtype=np.int64)
-    inputs = distributed._Inputs((big, big[::2].copy(), b"seed", 7))
+    inputs = zk_cluster._Inputs((big, big[::2].copy(), b"seed", 7))
     _, frames = serialize(inputs)
     sizes = sorted(memoryview(f).nbytes for f in frames)
     assert big.nbytes in sizes and big.nbytes // 2 in sizes
-    assert 1.5 * big.nbytes <= distributed._pickled_bytes(inputs) < 1.5 * big.nbytes + 4096
+    assert 1.5 * big.nbytes <= zk_cluster._pickled_bytes(inputs) < 1.5 * big.nbytes + 4096

@@ -131,8 +131,8 @@ def test_target_option_defaults_and_errors():
 
 def test_the_verifiers_work_is_bounded_by_the_circuit_not_the_prover(proved):
     """A prover may not choose parameters that make verification arbitrarily expensive."""
-    from circuitgrad.backends.zk.ligero import Params, choose
-    from circuitgrad.backends.zk.ligero.circuitdata import prepare
+    from circuitgrad.backends.zk.systems.ligero import Params, choose
+    from circuitgrad.backends.zk.systems.ligero.circuitdata import prepare
     step, c, w, _ = proved
     r = c.r1cs
     # a small circuit may still need k = 1024; lookups count their tables' entries
@@ -163,7 +163,7 @@ def test_the_digest_follows_the_statement_after_compilation():
 
 def test_a_hand_built_constraint_system_has_a_statement_and_proves():
     """A circuit built with the Builder (no program, no model) still names what it proves."""
-    from circuitgrad.backends.zk.r1cs import Builder
+    from circuitgrad.backends.zk.circuits.r1cs import Builder
     b = Builder(zk.LIGERO51)
     out = b.alloc(1, "out")
     a, c = b.alloc(1, "a"), b.alloc(1)

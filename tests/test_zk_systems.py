@@ -1,12 +1,11 @@
-"""The proof-system interface (``backends/zk/systems.py``): every registered system implements it, the
-registry is the tuple of names it always was, and a proof goes prove → save → load → verify through it."""
+"""The proof-system interface (``backends/zk/systems/interface.py``): every registered system implements it, the
+registry (``backends/zk/systems/registry.py``) maps each name to its system, and a proof goes prove → save → load →
+verify through it."""
 from __future__ import annotations
 
 import argparse
-import copy
 import inspect
 import os
-import pickle
 
 import numpy as np
 import pytest
@@ -15,23 +14,22 @@ from conftest import snarkjs_or_skip, zk_step_circuit
 import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import zk
-from circuitgrad.backends.zk import bundle, run, systems
 from circuitgrad.backends.zk.cli import add_parser
-from circuitgrad.backends.zk.systems import MEMBERS, SYSTEMS, ProofSystem
+from circuitgrad.backends.zk.runs import bundle, run
+from circuitgrad.backends.zk.systems.interface import MEMBERS, ProofSystem
+from circuitgrad.backends.zk.systems.registry import DEFAULT, FALLBACK, SYSTEMS, for_proof
 
 NAMES = ("ligero", "groth16", "plonk")
 
 
-def test_the_registry_is_the_tuple_of_names_it_was():
-    assert SYSTEMS == NAMES and tuple(SYSTEMS) == NAMES and list(SYSTEMS) == list(NAMES)
-    assert zk.SYSTEMS is SYSTEMS and repr(SYSTEMS) == repr(NAMES)
-    assert SYSTEMS[0] == "ligero" and SYSTEMS[1:] == NAMES[1:] and "plonk" in SYSTEMS and "stark" not in SYSTEMS
-    assert [s.name for s in SYSTEMS.values()] == list(NAMES) and [n for n, _ in SYSTEMS.items()] == list(NAMES)
-    assert SYSTEMS.get("stark") is None and SYSTEMS.get(["ligero"]) is None and SYSTEMS.get("plonk").name == "plonk"
+def test_the_registry_maps_each_name_to_its_system_in_order():
+    assert type(SYSTEMS) is dict and tuple(SYSTEMS) == NAMES and zk.SYSTEMS is SYSTEMS
+    assert [s.name for s in SYSTEMS.values()] == list(NAMES) and all(s.name == n for n, s in SYSTEMS.items())
+    assert "plonk" in SYSTEMS and "stark" not in SYSTEMS
+    assert SYSTEMS.get("stark") is None and SYSTEMS.get("plonk").name == "plonk"
     with pytest.raises(KeyError):
         SYSTEMS["stark"]
-    assert copy.copy(SYSTEMS) is SYSTEMS and copy.deepcopy(SYSTEMS) is SYSTEMS
-    assert pickle.loads(pickle.dumps(SYSTEMS)) is SYSTEMS
+    assert DEFAULT == "ligero" and FALLBACK is SYSTEMS["groth16"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -57,7 +55,7 @@ def test_each_system_states_its_field_dtype_and_abilities():
     lig, g16, plonk = (SYSTEMS[n] for n in NAMES)
     assert (lig.field, lig.dtype, lig.suffix) == (zk.LIGERO51, cg.fixed(16, 8), ".proof")
     assert lig.lookups and lig.challenges and lig.private_runs and lig.split_steps and not lig.trusted_setup
-    assert lig.soundness_modes == tuple(zk.ligero.SOUNDNESS) and lig.default_soundness == "longfellow"
+    assert lig.soundness_modes == tuple(zk.systems.ligero.SOUNDNESS) and lig.default_soundness == "longfellow"
     for s in (g16, plonk):
         assert (s.field, s.dtype, s.suffix) == (zk.BN254, cg.fixed(32, 16), "")
         assert s.trusted_setup and not (s.lookups or s.challenges or s.private_runs or s.split_steps or s.soundness_modes)
@@ -96,7 +94,7 @@ def test_round_trip_through_the_interface(tiny, tmp_path, name, options):
     s = SYSTEMS[name]
     soundness = options.get("soundness")
     proof = s.prove(c, wit, **options)
-    assert s.owns(proof) and SYSTEMS.for_proof(proof) is s
+    assert s.owns(proof) and for_proof(proof) is s
     path = str(tmp_path / s.step_name(0))
     s.save(proof, path)
     assert os.path.exists(path) and s.summary(proof, path)
@@ -121,7 +119,7 @@ def test_snarkjs_round_trip_through_the_interface(tmp_path, name):
     wit = c.witness(step.init_params(seed=0), rng.normal(size=(1, 2)), rng.normal(size=(1, 2)) * 0.5)
     s = SYSTEMS[name]
     proof = s.prove(c, wit, log=lambda m: None)
-    assert s.owns(proof) and SYSTEMS.for_proof(proof) is s
+    assert s.owns(proof) and for_proof(proof) is s
     path = str(tmp_path / s.step_name(0))
     s.save(proof, path)
     back = s.load(path, c)
@@ -143,8 +141,8 @@ def test_a_snarkjs_proof_is_a_directory(tmp_path):
 def test_dispatch_and_its_messages_are_unchanged(tiny):
     c, wit = tiny
     proof = zk.prove(c, wit, rng=np.random.default_rng(0))
-    assert SYSTEMS.for_proof(proof) is SYSTEMS["ligero"]
-    assert SYSTEMS.for_proof(object()) is SYSTEMS.fallback        # refused by name, as zk.verify always did
+    assert for_proof(proof) is SYSTEMS["ligero"]
+    assert for_proof(object()) is FALLBACK        # refused by name, as zk.verify always did
     assert not zk.verify(object(), c)
     with pytest.raises(zk.Reject, match=r"^not a snarkjs proof: object$"):
         zk.check(object(), c)
@@ -173,8 +171,8 @@ def test_systems_without_lookups_refuse_a_lookup_circuit():
 
 
 def test_the_interface_modules_branch_on_no_system_name():
-    root = os.path.dirname(systems.__file__)
-    for module in ("prover.py", "cli.py", "run.py", "bundle.py"):
+    root = os.path.dirname(zk.__file__)
+    for module in ("systems/dispatch.py", "cli.py", "runs/run.py", "runs/bundle.py"):
         text = open(os.path.join(root, module)).read()
         for name in NAMES:
             for branch in (f'system == "{name}"', f'system != "{name}"', f"system == '{name}'"):

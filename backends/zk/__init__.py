@@ -12,21 +12,15 @@
     run = zk.prove_run(step, params0, batches, dataset=data, cluster=4)      # 4 local Dask workers
     assert zk.verify_run(run, step, c0=run.commitments[0], d=data.commitment)
 
-See ``docs/ZK.md`` for the gadgets, their costs and the public statement.
+See ``docs/ZK.md`` for the gadgets, their costs and the public statement. The code: :mod:`.circuits` (lowering,
+constraint systems, fields, the statement), :mod:`.systems` (the proof systems: Ligero, snarkjs), :mod:`.runs`
+(proved runs); :mod:`.cost` and :mod:`.cli` are what ``circuitgrad cost`` and ``circuitgrad zk`` load.
 """
-from .circuit import Circuit, Witness, compile, compile_program
-from .field import BN254, LIGERO51, Field, field
-from .formats import FormatError
-from .lower import ZK_RULES, UNSUPPORTED
-from .r1cs import R1CS, UnsatisfiedConstraint
-from .ligero import LigeroProof, Reject
-from .prover import SYSTEMS, check, prove, verify
-from .systems import ProofSystem
-from .snarkjs import Keys, Proof, SnarkjsError, ToolMissing, setup, verification_key
-from .statement import params_sha256
-from .commit import DataTree
-from .poseidon2 import Poseidon2, poseidon2
-from .run import DataCommitment, Dataset, Run, check_run, commit_dataset, prove_run, verify_run
+from .circuits import (BN254, LIGERO51, R1CS, UNSUPPORTED, ZK_RULES, Circuit, DataTree, Field, FormatError, Poseidon2,
+                       UnsatisfiedConstraint, Witness, compile, compile_program, field, params_sha256, poseidon2)
+from .runs import DataCommitment, Dataset, Run, check_run, commit_dataset, prove_run, verify_run
+from .systems import (SYSTEMS, Keys, LigeroProof, Proof, ProofSystem, Reject, SnarkjsError, ToolMissing, check, prove,
+                      setup, verification_key, verify)
 
 __all__ = ["compile", "compile_program", "Circuit", "Witness", "BN254", "LIGERO51", "Field", "field", "R1CS", "ZK_RULES", "UNSUPPORTED",
            "UnsatisfiedConstraint", "FormatError", "Proof", "LigeroProof", "SYSTEMS", "ProofSystem", "prove", "verify",
@@ -38,7 +32,7 @@ __all__ = ["compile", "compile_program", "Circuit", "Witness", "BN254", "LIGERO5
 def installed() -> str:
     """What ``circuitgrad info`` reports: the field arithmetic the native prover runs (compiled or NumPy)."""
     import importlib.util
-    from .ligero import gf
+    from .circuits import gf
     if gf.kernels() == "numba":
         import numba
         return f"Numba {numba.__version__} (compiled field kernels for the native prover)"

@@ -7,7 +7,7 @@
     circuitgrad zk verify examples/iris.py run/ --private --c0 E1,E2,E3,E4
 
 With ``--private`` the parameters stay private behind commitments and the batches are proved to
-be rows of the model file's ``dataset()``, committed by its Merkle root (:mod:`.run`); the steps are
+be rows of the model file's ``dataset()``, committed by its Merkle root (:mod:`.runs.run`); the steps are
 proved on a Dask cluster (``--workers N``: a local one; ``--scheduler tcp://host:8786``: an
 existing one), a step per worker, or with ``--split`` one step after the other, each shared among them. The verifier names the starting commitment it trusts (``--c0``) and the dataset
 (recomputed from the model file, or ``--data-root``/``--data-rows``).
@@ -20,7 +20,7 @@ for snarkjs), and the proofs form a chain: step ``k`` proves
 ``params_k → params_{k+1}``, so its public inputs must equal the public
 outputs of step ``k − 1``.
 
-The bundle is untrusted input (:mod:`.bundle`). ``verify`` compiles the
+The bundle is untrusted input (:mod:`.runs.bundle`). ``verify`` compiles the
 circuit from the model file and options named on *its own* command line,
 never from the bundle, and checks every proof against it; the first
 parameters must equal a checkpoint the verifier supplies (``--init FILE.npz``,
@@ -46,16 +46,17 @@ import numpy as np
 
 from circuitgrad import modelfile
 from circuitgrad.command import UsageError, add_model_options, missing_extra
+from circuitgrad.extras import MissingExtra
 
-from . import bundle as B
-from . import ligero
-from . import snarkjs as sj
-from .circuit import compile as zk_compile
-from .field import LIGERO51
-from .extras import MissingExtra
-from .formats import FormatError, printable
-from .statement import block, describe, params_sha256
-from .systems import SYSTEMS, ProofSystem
+from .circuits.circuit import compile as zk_compile
+from .circuits.field import LIGERO51
+from .circuits.formats import FormatError, printable
+from .circuits.statement import block, describe, params_sha256
+from .runs import bundle as B
+from .systems import ligero
+from .systems import snarkjs as sj
+from .systems.interface import ProofSystem
+from .systems.registry import DEFAULT, SYSTEMS
 
 __all__ = ["add_parser"]
 
@@ -297,7 +298,7 @@ def _show(d) -> str:
 
 
 def _dataset(spec, step, script):
-    from .run import commit_dataset
+    from .runs.run import commit_dataset
     try:
         return commit_dataset(step, *modelfile.dataset(spec, script))
     except modelfile.ModelFileError as e:
@@ -311,7 +312,7 @@ def _cluster(a, command: str):
         raise _usage("--workers starts a local Dask cluster and --scheduler uses an existing one: name one of them")
     if a.workers is not None and a.workers < 1:
         raise _usage(f"--workers must be at least 1, got {a.workers}")
-    from .distributed import require_dask
+    from .systems.cluster import require_dask
     try:
         require_dask(a.scheduler or a.workers)
     except MissingExtra as e:
@@ -321,13 +322,13 @@ def _cluster(a, command: str):
 
 
 def _prove_private(a) -> int:
-    from .run import prove_run
+    from .runs.run import prove_run
     if not SYSTEMS[a.system].private_runs:
         raise _usage("a --private run is proved by the native prover: use --system ligero")
     if a.split and (a.workers or 0) < 2 and a.scheduler is None:
         raise _usage("--split shares each step's rows among Dask workers: add --workers N (N >= 2) or --scheduler")
     _cluster(a, "zk prove --private")
-    from .distributed import dask_available
+    from .systems.cluster import dask_available
     dask = dask_available()
     out = _out_dir(a.out, {"run.json"})
     opening = _opening_path(a.out)
@@ -383,7 +384,7 @@ def _opening_path(out: str) -> str:
 
 
 def _verify_private(a) -> int:
-    from .run import DataCommitment, Run, check_run
+    from .runs.run import DataCommitment, Run, check_run
     if a.c0 is None:
         raise _usage("name the commitment the run starts from, which you trust: --c0 E1,E2,E3,E4")
     c0 = _elements(a.c0, "--c0")
@@ -546,7 +547,7 @@ def _one_line(fn):
 def _circuit_args(p) -> None:
     """The options that determine the circuit: the prover and the verifier name them the same way."""
     add_model_options(p)
-    p.add_argument("--system", choices=SYSTEMS, default="ligero",
+    p.add_argument("--system", choices=SYSTEMS, default=DEFAULT,
                    help="ligero (native, transparent, default), groth16 or plonk (snarkjs)")
     p.add_argument("--width", type=int, default=None, help="fixed-point width (default 16 for ligero, else 32)")
     p.add_argument("--frac", type=int, default=None, help="fractional bits (default width/2)")

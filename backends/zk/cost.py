@@ -28,17 +28,17 @@ from circuitgrad.costmodel.cpu import machine
 from circuitgrad.progress import progress
 from circuitgrad.types import fixed
 
-from . import ligero
-from .circuit import Circuit, Witness
-from .circuit import compile as compile_circuit
-from .field import LIGERO51
-from .ligero import choose
-from .ligero.lookup import TABLE
-from .ligero.params import contraction_sigma, lookup_sigma
-from .ligero import prover as prover_module
-from .ligero.protocol import layout
-from .r1cs import Builder
-from .tables import FUNCTION_TABLE
+from .circuits.circuit import Circuit, Witness
+from .circuits.circuit import compile as compile_circuit
+from .circuits.field import LIGERO51
+from .circuits.r1cs import Builder
+from .circuits.tables import FUNCTION_TABLE
+from .systems import ligero
+from .systems.ligero import choose
+from .systems.ligero import prover as prover_module
+from .systems.ligero.lookup import TABLE
+from .systems.ligero.params import contraction_sigma, lookup_sigma
+from .systems.ligero.protocol import layout
 
 __all__ = ["estimate", "by_gadget", "prover_features", "prover_seconds", "prover_memory", "calibrate_prover",
            "recalibrate", "PROVER_FEATURES"]
@@ -61,7 +61,7 @@ PROVER_FEATURES = ("call", "encode", "linear", "columns", "nonzeros", "lookups",
 
 def prover_features(c, keep: int | None = None) -> list[float]:
     """The Ligero prover's work on circuit ``c``, from its own parameter choice and matrix layout, and what it
-    keeps between its passes (:func:`.ligero.prover.plan`, ``keep`` as for ``ligero.prove``):
+    keeps between its passes (:func:`.systems.ligero.prover.plan`, ``keep`` as for ``ligero.prove``):
     one call; the encoding (rows encoded × codeword length × log₂ of it: every row once when the encoded matrix
     is kept, else twice, and the rows of ``z`` once more for each repetition of the linear test after the
     first); the linear test's dense coefficient rows (those on ``z``, σ of each: an inverse NTT and a coset
@@ -251,7 +251,7 @@ LOOKUP_TERMS = 1.9
 
 def prover_memory(c) -> int:
     """The memory (bytes) the native Ligero prover adds to its process for circuit ``c``, built or counted
-    (:func:`.ligero.prover.memory`: what a proof reports as ``timings["memory"]``)."""
+    (:func:`.systems.ligero.prover.memory`: what a proof reports as ``timings["memory"]``)."""
     r = c.r1cs
     pc = _Sizes(r)
     p = choose(pc.n_wires, pc.n_constraints, lookups=pc.n_lookups, contractions=pc.contraction_cells,

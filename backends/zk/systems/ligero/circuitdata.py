@@ -1,5 +1,5 @@
-"""An R1CS prepared for the native prover: coefficients in ``F_p``, transposes, the digest, and the index of
-its contractions (:mod:`.contraction`).
+"""An R1CS prepared for the native prover: coefficients in ``F_p``, transposes, the digest
+(``statement.r1cs_digest``), and the index of its contractions (:mod:`.contraction`).
 
 The prover needs ``A·z``, ``B·z`` and ``C·z``. The verifier and the prover both
 need the transposed product ``Aᵀ·r_a + Bᵀ·r_b + Cᵀ·r_c + Lᵀ·r_v`` for every
@@ -10,18 +10,18 @@ a proof to its circuit.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from circuitgrad import allocator
 
-from .. import tables
-from ..r1cs import R1CS
-from . import contraction, gf
+from ...circuits import gf, tables
+from ...circuits.r1cs import R1CS
+from ...circuits.statement import r1cs_digest
+from . import contraction
 
-__all__ = ["Prepared", "prepare", "digest"]
+__all__ = ["Prepared", "prepare"]
 
 
 @dataclass
@@ -127,7 +127,7 @@ class Prepared:
     def failing(self, z: np.ndarray, block: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
         """The constraint rows with ``(A·z)∘(B·z) ≠ C·z`` and the lookup rows whose value is outside its table,
         for ``z`` in ``[0, p)``: in this field's vectorised arithmetic, ``block`` rows at a time (what the
-        prover checks before proving; :meth:`.r1cs.R1CS.failing` is the same in Python integers)."""
+        prover checks before proving; :meth:`~circuitgrad.backends.zk.circuits.r1cs.R1CS.failing` is the same in Python integers)."""
         bad = []
         for lo in range(0, self.n_constraints, block):
             hi = min(self.n_constraints, lo + block)
@@ -168,36 +168,6 @@ class Prepared:
     @property
     def n_public(self) -> int:
         return self.r1cs.n_public
-
-
-def digest(r: R1CS) -> bytes:
-    """SHA-256 of the constraint system (sizes, every matrix's CSR arrays, the lookup matrix, limb width and
-    every lookup's table if it has lookups, every contraction's wire tensors if it has any); independent of
-    the field."""
-    h = hashlib.sha256(b"circuitgrad-r1cs-v1")
-    h.update(np.array([r.n_wires, r.n_pub_out, r.n_pub_in, r.n_prv_in, r.n_constraints], dtype="<i8").tobytes())
-    mats = (r.A, r.B, r.C)
-    if r.L is not None:
-        h.update(b"lookups")
-        h.update(np.array([r.n_lookups, r.table_bits], dtype="<i8").tobytes())
-        for lo in range(0, r.n_lookups, _SORT_BLOCK):                          # every lookup's table
-            h.update(np.ascontiguousarray(r.lookup_keys(lo, lo + _SORT_BLOCK), dtype="<i8").tobytes())
-        for t in r.function_tables:                                             # and every function table
-            h.update(np.array([len(t)], dtype="<i8").tobytes() + np.ascontiguousarray(t, dtype="<i8").tobytes())
-        mats += (r.L,)
-    for m in mats:
-        h.update(np.ascontiguousarray(m.ptr, dtype="<i8").tobytes())
-        for get in (lambda lo, hi: m.wires[lo:hi], m.coeffs_of):       # a block of terms at a time
-            for lo in range(0, len(m.wires), _SORT_BLOCK):
-                h.update(np.ascontiguousarray(get(lo, lo + _SORT_BLOCK), dtype="<i8").tobytes())
-    if r.contractions:
-        h.update(b"contractions")
-        h.update(np.array([len(r.contractions)], dtype="<i8").tobytes())
-        for c in r.contractions:
-            for arr in (c.a, c.b, c.c):
-                h.update(np.array(arr.shape, dtype="<i8").tobytes())
-                h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
-    return h.digest()
 
 
 def _mat(m) -> _Mat:
@@ -253,7 +223,7 @@ def prepare(r: R1CS) -> Prepared:
     if cached is None:
         mats = tuple(_mat(m) for m in (r.A, r.B, r.C))
         L = None if r.L is None else _mat(r.L)
-        cached = Prepared(r, digest(r), mats, L, contraction.index(r.contractions) if r.contractions else None)
+        cached = Prepared(r, r1cs_digest(r), mats, L, contraction.index(r.contractions) if r.contractions else None)
         r._ligero_prepared = cached
         allocator.trim(allocator.TRIM_AT_LEAST)     # the digest's and index's temporaries (1.4 GiB on tinygpt)
     return cached

@@ -48,8 +48,8 @@ class Field:
 
 @lru_cache(maxsize=None)
 def _galois(p: int, generator: int | None):
-    from .extras import require
-    galois = require("galois", "field arithmetic on arrays (Field.galois)")
+    from circuitgrad.extras import require
+    galois = require("galois", "field arithmetic on arrays (Field.galois)", "galois", "zk")
     if generator is None:
         return galois.GF(p, verify=False)
     return galois.GF(p, primitive_element=generator, verify=False)
@@ -59,7 +59,7 @@ def _galois(p: int, generator: int | None):
 BN254 = Field(21888242871839275222246405745257275088548364400416034343698204186575808495617, "bn254", 5)
 
 
-#: the native Ligero prover's field, p = 262139·2^33 + 1 (51 bits, NTTs up to 2^33; see ligero/gf.py)
+#: the native Ligero prover's field, p = 262139·2^33 + 1 (51 bits, NTTs up to 2^33; see gf.py)
 LIGERO51 = Field(262139 * 2 ** 33 + 1, "ligero51", 3)
 
 

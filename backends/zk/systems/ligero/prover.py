@@ -26,7 +26,8 @@ import numpy as np
 
 from circuitgrad import allocator
 
-from . import gf, merkle, ntt as transforms
+from ...circuits import gf
+from . import merkle, ntt as transforms
 from .circuitdata import Prepared
 from .coefficients import BLOCK_CELLS, materialized, together
 from .encoding import Encoding, prf
@@ -331,7 +332,7 @@ class Passes:
 
 class Local:
     """Runs the passes of a proof in this process: the reference that a split across workers must match
-    (``backends/zk/distributed.py`` has the Dask one, ``Split``, with the same methods)."""
+    (``backends/zk/systems/cluster.py`` has the Dask one, ``Split``, with the same methods)."""
 
     def start(self, pr: Passes) -> None:
         self.pr = pr
@@ -365,7 +366,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     (:func:`plan`); above it the rows are recomputed (the same proof).
     ``columns`` fixes the opened columns instead of the transcript's choice; only the zero-knowledge test
     uses it, and such a proof does not verify. ``split`` runs the passes elsewhere (a
-    ``distributed.Split``: rows shared among Dask workers); the proof's bytes are the same.
+    ``cluster.Split``: rows shared among Dask workers); the proof's bytes are the same.
     """
     p.validate()
     say = log or (lambda s: None)
@@ -397,19 +398,19 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     proof = LigeroProof(p, digest or pc.digest, z[1:1 + pc.n_public].copy(), public_outputs, statement, tree.root,
                         None, None, None, None, None, None, lookups=pc.n_lookups,
                         contractions=pc.contraction_cells, lookup_table=pc.lookup_table)
-    T = transcript(proof.header(), proof.public)
-    T.absorb("root", tree.root)
+    T = transcript(proof.header(), proof.public)       # P → V: the header and the public values
+    T.absorb("root", tree.root)                         # P → V: the round-1 commitment
     alphas, draws = np.zeros(0, dtype=np.int64), []
     if lay.second:                                  # round 2: h, g and x, y, π after the challenges
         t0 = time.perf_counter()
         if lay.lk.n:
-            alphas = T.field("lookup.alpha", lay.lk.sl)
+            alphas = T.field("lookup.alpha", lay.lk.sl)                 # V → P: the lookup challenges
         if lay.cs.n:
-            draws = contraction.challenges(T, pc.contraction, lay.cs)
+            draws = contraction.challenges(T, pc.contraction, lay.cs)   # V → P: the Freivalds challenges
         ex.second(alphas, draws)
         salts2 = [prf(seed, b"salt2", j, 16) for j in range(n)]
         tree2 = merkle.Tree(merkle.leaves_of(ex.digests(lay.rows, lay.total), salts2))
-        T.absorb("root2", tree2.root)
+        T.absorb("root2", tree2.root)                   # P → V: the round-2 commitment
         proof.root2 = tree2.root
         allocator.trim(allocator.TRIM_AT_LEAST)
         timings["lookup" if not lay.cs.n else "round2"] = time.perf_counter() - t0
@@ -420,7 +421,7 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
                 f"{pc.contraction_cells} cells, {lay.cs.sigma} draws)")
     t0 = time.perf_counter()
     snapshot = copy.deepcopy(T)
-    challenges = test_challenges(pc, lay, T, alphas, draws)
+    challenges = test_challenges(pc, lay, T, alphas, draws)     # V → P: the three tests' challenges
     u, qd, pq = ex.tests(snapshot, challenges)
     del challenges                                  # the logUp tables' coefficients (0.6 GiB on tinygpt) are done with
     mask_evals = enc.evals(lay.mw, lay.rows)
@@ -429,16 +430,16 @@ def prove_prepared(pc: Prepared, values: np.ndarray, p: Params, statement: str =
     zh_inv = gf.batch_inv(zh_on_coset(p))
     p0 = gf.add(pq, mask_evals[2 * sg:])
     proof.h = transforms.coset_interp(gf.mul(p0, np.tile(zh_inv, k)))[:, :p.quad_len]
-    for name in ("u", "q", "h"):
+    for name in ("u", "q", "h"):                    # P → V: the tests' polynomials
         T.absorb(name, getattr(proof, name).astype("<i8").tobytes())
     allocator.trim(allocator.TRIM_AT_LEAST)
     timings["tests"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    idx = list(columns) if columns is not None else T.indices("columns", t, n)
+    idx = list(columns) if columns is not None else T.indices("columns", t, n)   # V → P: the columns to open
     w = gf.root_of_unity(n)
     eta = np.array([gf.GENERATOR * pow(w, j, gf.P) % gf.P for j in idx], dtype=np.int64)
     powers = gf.powers(eta, 2 * p.K)
-    proof.columns = ex.columns(0, lay.rows, idx, powers)
+    proof.columns = ex.columns(0, lay.rows, idx, powers)       # P → V: the opened columns and their paths
     proof.salts = [salts[i] for i in idx]
     proof.siblings = tree.open(idx)
     if lay.second:

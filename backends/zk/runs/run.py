@@ -31,14 +31,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from . import ligero
+from ..circuits.commit import DataTree, check_randomness, commit, fresh_randomness
+from ..circuits.field import LIGERO51
+from ..circuits.formats import printable
+from ..circuits.statement import describe
+from ..systems import ligero
+from ..systems.ligero import LigeroProof, Reject
+from ..systems.registry import SYSTEMS
 from .bundle import BundleError, check_fields, check_step_files, read_json
-from .commit import DataTree, check_randomness, commit, fresh_randomness
-from .field import LIGERO51
-from .formats import printable
-from .ligero import LigeroProof, Reject
-from .statement import describe
-from .systems import SYSTEMS
 
 __all__ = ["Run", "ProofFiles", "Dataset", "DataCommitment", "commit_dataset", "prove_run", "verify_run", "check_run",
            "RUN_FORMAT", "max_run_json_bytes", "honest_run_json_bytes"]
@@ -190,7 +190,7 @@ def _elements(v: Any, n: int, what: str) -> tuple:
 
 
 def _capacity() -> int:
-    from .poseidon2 import poseidon2
+    from ..circuits.poseidon2 import poseidon2
     return poseidon2(LIGERO51).capacity
 
 
@@ -268,7 +268,7 @@ def _load(directory: str, statements: Sequence[str] | None = None, rows: int | N
 def _circuit(step, rows: int, run: "Run | None" = None):
     """The private step circuit of ``step`` for a dataset of ``rows`` rows (the one ``run`` was loaded against,
     when it was: :meth:`Run.load` compiled it to bound ``run.json``, and :func:`check_run` does not again)."""
-    from .circuit import compile
+    from ..circuits.circuit import compile
     if run is not None and run.compiled is not None and run.compiled[0] is step and run.compiled[1] == rows:
         return run.compiled[2]
     return compile(step, public="commitments", data_rows=rows)
@@ -297,7 +297,8 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     (``"longfellow"`` or ``"classic"``, see ``ligero.prove``); the run's statement names it.
     """
     ligero.check_soundness(soundness)
-    from .distributed import prove_steps, require_dask
+    from ..systems.cluster import require_dask
+    from .distributed import prove_steps
     require_dask(cluster)                          # before any work: a missing Dask is one line (the [zk] extra)
     fx = _fixed(step)
     circuit = _circuit(fx, dataset.tree.n)
@@ -313,7 +314,7 @@ def prove_run(step, params0: Mapping[str, np.ndarray], batches: Iterable, datase
     batches = list(batches)
     if not batches:
         raise ValueError("prove_run: no batches: a run has at least one step")
-    from .private import row_indices
+    from ..circuits.private import row_indices
     for k, (x, y) in enumerate(batches):           # refuse a foreign row before any proving starts
         try:
             row_indices(circuit, circuit._inputs(params, x, y), dataset.tree)

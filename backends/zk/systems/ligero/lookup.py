@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import tables
-from . import gf
+from ...circuits import gf, tables
 from .coefficients import outer, piecewise
 from .params import TABLE
 from .transcript import Transcript

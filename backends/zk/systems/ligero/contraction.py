@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import gf
+from ...circuits import gf
 from .coefficients import outer, piecewise
 from .transcript import Transcript
 

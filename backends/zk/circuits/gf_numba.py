@@ -35,7 +35,7 @@ from functools import lru_cache
 import numba as nb
 import numpy as np
 
-from ..field import LIGERO51
+from .field import LIGERO51
 
 __all__ = ["ntt", "coset_eval", "mul", "mul_const", "matmul", "apply_outer", "scatter_outer", "limbs2", "csr_rows",
            "gather_segment_sum"]
@@ -330,7 +330,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @nb.njit(cache=True, nogil=True)
 def _apply_outer(ptr, rows, coeffs, starts, first, betas, gammas, k, out):
     """``out[s, w] = Σ_e r_s(rows[e])·coeffs[e]`` over the terms ``e`` of wire ``w``, with ``r_s`` rank one by blocks
-    (see :meth:`.circuitdata.Transposed.apply_outer`)."""
+    (see :meth:`~circuitgrad.backends.zk.systems.ligero.circuitdata.Transposed.apply_outer`)."""
     sg = betas.shape[0]
     nparts = starts.shape[0]
     acc = np.zeros(sg, dtype=np.int64)
@@ -355,7 +355,8 @@ def _apply_outer(ptr, rows, coeffs, starts, first, betas, gammas, k, out):
 
 def apply_outer(ptr: np.ndarray, rows: np.ndarray, coeffs: np.ndarray, starts: np.ndarray, first: np.ndarray,
                 betas: np.ndarray, gammas: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """:meth:`.circuitdata.Transposed.apply_outer` in one pass over the terms (``out`` zeroed, ``(σ, ≥ wires)``)."""
+    """:meth:`~circuitgrad.backends.zk.systems.ligero.circuitdata.Transposed.apply_outer` in one pass over the terms
+    (``out`` zeroed, ``(σ, ≥ wires)``)."""
     _apply_outer(ptr, rows, coeffs, starts, first, np.ascontiguousarray(betas, dtype=np.int64),
                  np.ascontiguousarray(gammas, dtype=np.int64), np.int64(gammas.shape[1]), out)
     return out
@@ -386,7 +387,8 @@ def _scatter_outer(ptr, wires, codes, palette, first, betas, gammas, k, out):
 def scatter_outer(ptr: np.ndarray, wires: np.ndarray, codes: np.ndarray, palette: np.ndarray, first: int,
                   betas: np.ndarray, gammas: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Adds ``Mᵀ·r_s`` into ``out[s]`` for one matrix in row order, ``r_s`` rank one (see
-    :meth:`.circuitdata.Prepared.apply_outer`): the transposed product without a transposed copy of ``M``."""
+    :meth:`~circuitgrad.backends.zk.systems.ligero.circuitdata.Prepared.apply_outer`): the transposed product without
+    a transposed copy of ``M``."""
     _scatter_outer(ptr, wires, codes, np.ascontiguousarray(palette, dtype=np.int64), np.int64(first),
                    np.ascontiguousarray(betas, dtype=np.int64), np.ascontiguousarray(gammas, dtype=np.int64),
                    np.int64(gammas.shape[1]), out)
@@ -406,7 +408,8 @@ def _csr_rows(ptr, wires, codes, palette, z, out):
 def csr_rows(ptr: np.ndarray, wires: np.ndarray, codes: np.ndarray, palette: np.ndarray, z: np.ndarray,
              a: int, b: int) -> np.ndarray:
     """Rows ``a … b`` of ``M·z`` for a CSR matrix whose term ``e`` is ``palette[codes[e]]`` on ``wires[e]``
-    (:meth:`.circuitdata._Mat.rows` in one pass: no gathered temporaries)."""
+    (:meth:`~circuitgrad.backends.zk.systems.ligero.circuitdata._Mat.rows` in one pass: no gathered
+    temporaries)."""
     out = np.empty(b - a, dtype=np.int64)
     _csr_rows(ptr[a:b + 1], wires, codes, np.ascontiguousarray(palette, dtype=np.int64),
               np.ascontiguousarray(z, dtype=np.int64), out)

@@ -19,11 +19,11 @@ so a proof bound to the digest is bound to every item above.
 :func:`params_sha256` names a set of parameters (raw fixed-point values) by
 one hash, as the verifier prints for the first and last parameters of a run.
 
-A proof's statement also names the soundness analysis its parameters were chosen for
-(:func:`with_soundness`): the default (Longfellow) analysis adds nothing, so those statements are
-the circuit's own, as before; ``"classic"`` appends a clause naming the classic Ligero bound.
-:func:`soundness_of` reads the claim back, and the verifier refuses a claim weaker than the one it
-requires.
+A Ligero proof's statement also names the soundness analysis its parameters were chosen for
+(``ligero.params.with_soundness``, with the clauses of :data:`CLAIMS`): the default (Longfellow) analysis
+adds nothing, so those statements are the circuit's own, as before; ``"classic"`` appends a clause naming
+the classic Ligero bound. ``ligero.params.soundness_of`` reads the claim back, and the verifier refuses a
+claim weaker than the one it requires.
 """
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ from circuitgrad.schedule import Program
 
 from .tables import FUNCTION_TABLE
 
-__all__ = ["describe", "render", "block", "digest", "program_sha256", "params_sha256", "with_soundness", "soundness_of",
-           "TARGETS"]
+__all__ = ["describe", "render", "block", "digest", "r1cs_digest", "program_sha256", "params_sha256", "CLAIMS",
+           "DEFAULT_CLAIM", "TARGETS"]
 
 #: what ``zk.compile(..., targets=...)`` may constrain the targets ``y`` to
 TARGETS = ("one-hot", "any")
@@ -157,8 +157,8 @@ def block(d: Mapping[str, Any], soundness: str | None = None, title: str = "stat
     """The statement :func:`render` writes on one line, as an indented block for people: a title line naming the
     function, the model and its program, then one claim per line (loss, optimizer, arithmetic, each group of
     values, commitments, size, soundness), long lists wrapped at ``width``. ``soundness``: the analysis the
-    proof's parameters meet (as :func:`with_soundness`); None for a system that names none. Only printed: what
-    a proof binds is :func:`render`'s text (and :func:`describe`'s data in the digest)."""
+    proof's parameters meet (a key of :data:`CLAIMS`, or the default); None for a system that names none. Only
+    printed: what a proof binds is :func:`render`'s text (and :func:`describe`'s data in the digest)."""
     def count(items) -> int:
         return sum(int(np.prod(s, dtype=np.int64)) for _, s in items)
 
@@ -191,7 +191,7 @@ def block(d: Mapping[str, Any], soundness: str | None = None, title: str = "stat
         claims.append(("contractions", f"{d['contractions']['count']} ({d['contractions']['terms']} terms) proved "
                                        f"by Freivalds' check"))
     if soundness is not None:
-        claims.append(("soundness", _CLAIMS.get(soundness, _DEFAULT_CLAIM)[2:]))
+        claims.append(("soundness", CLAIMS.get(soundness, DEFAULT_CLAIM)[2:]))
     pad = max(len(k) for k, _ in claims) + 2
     lines = [f"{title}: {what} [{program}]"]
     for k, v in claims:
@@ -239,11 +239,51 @@ def digest(circuit) -> bytes:
     Computed from the statement as it is now (the R1CS part is cached with the R1CS), so changing a
     circuit's model or targets after compiling cannot leave a stale digest behind.
     """
-    from .ligero.circuitdata import prepare
     h = hashlib.sha256(b"circuitgrad-circuit-v1")
-    h.update(prepare(circuit.r1cs).digest)
+    h.update(r1cs_digest(circuit.r1cs))
     h.update(json.dumps(describe(circuit), sort_keys=True).encode())
     return h.digest()
+
+
+#: terms hashed at a time by :func:`r1cs_digest`
+_HASH_BLOCK = 1 << 20
+
+
+def r1cs_digest(r) -> bytes:
+    """SHA-256 of the constraint system ``r`` (sizes, every matrix's CSR arrays, the lookup matrix, limb width
+    and every lookup's table if it has lookups, every contraction's wire tensors if it has any); independent of
+    the field. Computed once per R1CS (kept on it, beside the prover's prepared circuit)."""
+    cached = getattr(r, "_digest", None)
+    if cached is not None:
+        return cached
+    if r.counted:                               # what the native prover says of it (it prepares first)
+        raise ValueError("ligero: this circuit was counted, not built (zk.compile(..., count_only=True)): it has "
+                         "no constraint matrices to prove; compile it without count_only")
+    h = hashlib.sha256(b"circuitgrad-r1cs-v1")
+    h.update(np.array([r.n_wires, r.n_pub_out, r.n_pub_in, r.n_prv_in, r.n_constraints], dtype="<i8").tobytes())
+    mats = (r.A, r.B, r.C)
+    if r.L is not None:
+        h.update(b"lookups")
+        h.update(np.array([r.n_lookups, r.table_bits], dtype="<i8").tobytes())
+        for lo in range(0, r.n_lookups, _HASH_BLOCK):                          # every lookup's table
+            h.update(np.ascontiguousarray(r.lookup_keys(lo, lo + _HASH_BLOCK), dtype="<i8").tobytes())
+        for t in r.function_tables:                                             # and every function table
+            h.update(np.array([len(t)], dtype="<i8").tobytes() + np.ascontiguousarray(t, dtype="<i8").tobytes())
+        mats += (r.L,)
+    for m in mats:
+        h.update(np.ascontiguousarray(m.ptr, dtype="<i8").tobytes())
+        for get in (lambda lo, hi: m.wires[lo:hi], m.coeffs_of):       # a block of terms at a time
+            for lo in range(0, len(m.wires), _HASH_BLOCK):
+                h.update(np.ascontiguousarray(get(lo, lo + _HASH_BLOCK), dtype="<i8").tobytes())
+    if r.contractions:
+        h.update(b"contractions")
+        h.update(np.array([len(r.contractions)], dtype="<i8").tobytes())
+        for c in r.contractions:
+            for arr in (c.a, c.b, c.c):
+                h.update(np.array(arr.shape, dtype="<i8").tobytes())
+                h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
+    r._digest = h.digest()
+    return r._digest
 
 
 def params_sha256(names: Sequence[str], arrays: Sequence[np.ndarray]) -> str:
@@ -256,19 +296,8 @@ def params_sha256(names: Sequence[str], arrays: Sequence[np.ndarray]) -> str:
     return h.hexdigest()
 
 
-_CLAIMS = {"classic": "; Ligero parameters meet the classic soundness bound (Ames et al., CCS 2017)"}
-#: what :func:`block` says of the default analysis (which :func:`with_soundness` leaves unsaid)
-_DEFAULT_CLAIM = "; Ligero parameters meet the Longfellow soundness bound (Cascudo et al. 2025)"
-
-
-def with_soundness(statement: str, soundness: str) -> str:
-    """The statement a proof makes: the circuit's ``statement`` and the soundness analysis (see
-    ``ligero.params.SOUNDNESS``) its parameters meet; the default analysis adds nothing."""
-    from .ligero.params import check_soundness
-    return statement + _CLAIMS.get(check_soundness(soundness), "")
-
-
-def soundness_of(claimed: str, statement: str) -> str | None:
-    """The soundness analysis for which ``with_soundness(statement, ·)`` is ``claimed``, or None."""
-    from .ligero.params import SOUNDNESS
-    return next((s for s in SOUNDNESS if with_soundness(statement, s) == claimed), None)
+#: the clause a proof's statement adds for each soundness analysis of its Ligero parameters but the default
+#: (``ligero.params.with_soundness``), which adds none
+CLAIMS = {"classic": "; Ligero parameters meet the classic soundness bound (Ames et al., CCS 2017)"}
+#: what :func:`block` says of the default analysis (which the statement leaves unsaid)
+DEFAULT_CLAIM = "; Ligero parameters meet the Longfellow soundness bound (Cascudo et al. 2025)"

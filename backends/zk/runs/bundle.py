@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .formats import FormatError, json_loads, printable, read_untrusted
-from .systems import SYSTEMS
+from ..circuits.formats import FormatError, json_loads, printable, read_untrusted
+from ..systems.registry import SYSTEMS
 
 __all__ = ["FORMAT", "VERSION", "Bundle", "read", "write_chain", "step_name", "load_params", "BundleError",
            "read_json", "check_fields", "check_step_files"]
@@ -57,7 +57,7 @@ class Bundle:
 
 def step_name(k: int, system: str) -> str:
     """``step_000.proof`` (Ligero) or ``step_000`` (a snarkjs proof directory): the registered ``system``'s
-    :meth:`~.systems.ProofSystem.step_name`."""
+    :meth:`~..systems.interface.ProofSystem.step_name`."""
     return SYSTEMS[system].step_name(k)
 
 

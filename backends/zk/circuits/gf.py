@@ -11,8 +11,8 @@ that every operation stays in NumPy:
   then ``min(r, r − p)`` on ``uint64`` views: a negative value wraps to a huge
   one). Every pass writes into a preallocated buffer, with no Python loop
   over elements.
-* ``2^33 | p − 1``: radix-2 NTTs exist up to size ``2^33`` (:mod:`.ntt`; :func:`ntt`, :func:`intt`,
-  :func:`coset_eval` and :func:`coset_interp` are imported here).
+* ``2^33 | p − 1``: radix-2 NTTs exist up to size ``2^33`` (the transforms are the Ligero
+  prover's, ``systems/ligero/ntt.py``).
 * ``3`` generates ``F_p^*``, which gives the coset ``3·⟨ω_n⟩`` where codewords
   are evaluated. It is disjoint from the message subgroup ``H = ⟨ω_k⟩``.
 
@@ -43,7 +43,7 @@ import numpy as np
 
 from circuitgrad import blas
 
-from ..field import LIGERO51
+from .field import LIGERO51
 
 __all__ = ["P", "GENERATOR", "TWO_ADICITY", "mul", "add", "sub", "neg", "negate", "inv", "powers", "sum_mod",
            "segment_sum", "matmul", "batch_inv", "lagrange_at", "root_of_unity", "from_bytes128", "reduce", "kernels",

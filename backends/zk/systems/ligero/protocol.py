@@ -48,8 +48,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import tables
-from . import coefficients, contraction, gf, lookup, merkle
+from ...circuits import gf, tables
+from . import coefficients, contraction, lookup, merkle
 from .circuitdata import Prepared
 from .coefficients import Rows
 from .params import DEFAULT_SOUNDNESS, Params, choose, meets, soundness_bits
@@ -271,7 +271,8 @@ def _show(p: Params) -> str:
 def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bits: float = 100,
                     statement: str | None = None, digest: bytes | None = None,
                     params: Params | None = None) -> None:
-    """Raise :class:`Reject` naming the first failed check.
+    """Raise :class:`Reject` naming the first failed check: the header first (:func:`_check_header`: what the
+    proof declares against what the verifier derives), then the protocol replayed (:func:`_replay`).
 
     The proof names its own parameters, so the verifier insists that they give at least
     ``min_bits`` of soundness: weaker parameters would let a prover grind a false proof. They must
@@ -280,6 +281,15 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
     before anything is allocated. The header must match the circuit: its digest, its public-output
     count (which the chain of training steps relies on) and, when given, its ``statement``.
     """
+    lay = _check_header(pc, proof, public, min_bits, statement, digest, params)
+    _replay(pc, proof, lay)
+
+
+def _check_header(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bits: float, statement: str | None,
+                  digest: bytes | None, params: Params | None) -> Layout:
+    """The checks before the transcript: the proof's parameters, counts, digest, statement and public values
+    against what the verifier derives from its circuit, then every array's shape and canonical form. Returns
+    the layout the parameters give (every size the replay allocates)."""
     p = proof.params
     try:
         p.validate()
@@ -340,31 +350,49 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         raise Reject(f"the proof's parameters (k={p.k}, t={p.t}, n={p.n}, σ={p.sigma}{sl}) give "
                      f"{bits:.1f} bits of soundness{by}, below the required {min_bits}")
     lay = layout(pc, p)
-    K, k, n, t, sg = p.K, p.k, p.n, p.t, p.sigma
-    shapes = {"u": (sg, K), "q": (sg, p.lin_len), "h": (sg, p.quad_len), "columns": (lay.rows, t)}
+    sg, t = p.sigma, p.t
+    shapes = {"u": (sg, p.K), "q": (sg, p.lin_len), "h": (sg, p.quad_len), "columns": (lay.rows, t)}
     if lay.second:
         shapes["columns2"] = (lay.second, t)
     for name, shape in shapes.items():
         if np.shape(getattr(proof, name)) != shape:
             raise Reject(f"{name} has shape {np.shape(getattr(proof, name))}, expected {shape}")
     _canonical(proof)
+    return lay
+
+
+def _replay(pc: Prepared, proof: LigeroProof, lay: Layout) -> None:
+    """The protocol as the prover ran it, each message read from the proof (P → V) and each challenge drawn from
+    the Fiat–Shamir transcript (V → P) in the prover's order, then the three tests at the opened columns. The
+    header is checked (:func:`_check_header`): every array has the size ``lay`` gives."""
+    p = proof.params
+    K, k, n, t = p.K, p.k, p.n, p.t
+    # P → V: the header (parameters, field, circuit digest, statement) and the public values, then the round-1
+    # commitment (the Merkle root of the witness, lookup-value and mask rows)
     T = transcript(proof.header(), proof.public)
     T.absorb("root", proof.root)
     alphas, draws = np.zeros(0, dtype=np.int64), []
     if lay.lk.n:
+        # V → P: the lookup challenges α
         alphas = T.field("lookup.alpha", lay.lk.sl)
         for a in alphas.tolist():                # g_j·(α − t_j) = m_j would not bind g_j: the bound assumes α ∉ T
             where = tables.collision(a, lay.lk.tables, lay.lk.functions)
             if where is not None:
                 raise Reject(f"a lookup challenge fell in {where}; an honest prover proves again")
     if lay.cs.n:
+        # V → P: the Freivalds challenges u_s, v_s of the contractions
         draws = contraction.challenges(T, pc.contraction, lay.cs)
     if lay.second:
+        # P → V: the round-2 commitment (lookup inverses, Freivalds rows)
         T.absorb("root2", proof.root2)
+    # V → P: the proximity, linear and quadratic tests' challenges
     r, lin, rq = test_challenges(pc, lay, T, alphas, draws)
+    # P → V: the tests' polynomials u (proximity), q (linear), h (quadratic)
     for name in ("u", "q", "h"):
         T.absorb(name, getattr(proof, name).astype("<i8").tobytes())
+    # V → P: the t columns to open
     idx = T.indices("columns", t, n)
+    # P → V: the opened columns, their salts and Merkle paths, checked against the commitments
     if not _opens(proof.root, proof.columns, proof.salts, proof.siblings, n, idx):
         raise Reject("opened columns do not match the Merkle commitment")
     Uo = proof.columns
@@ -372,6 +400,7 @@ def verify_prepared(pc: Prepared, proof: LigeroProof, public: np.ndarray, min_bi
         if not _opens(proof.root2, proof.columns2, proof.salts2, proof.siblings2, n, idx):
             raise Reject("opened columns do not match the lookup commitment")
         Uo = np.concatenate([Uo, proof.columns2])
+    # the verifier alone: each test's polynomial against the opened values
     w = gf.root_of_unity(n)
     eta = np.array([gf.GENERATOR * pow(w, j, gf.P) % gf.P for j in idx], dtype=np.int64)   # opened points
     powers = gf.powers(eta, 2 * K)                                  # powers[i, j] = η_j^i

@@ -4,7 +4,7 @@
     round 2   h_1 … h_σL | g_1 … g_σL | x_1 y_1 π_1 | …        (after the lookup and Freivalds challenges)
 
 Rows are numbered end to end over both rounds (:class:`.protocol.Layout`). A row holds ``k`` values laid out
-as :func:`.gf.as_rows` does; its polynomial is ``interp_H(values) + (X^k − 1)·ρᵢ``, and the ``t`` masking
+as :func:`~circuitgrad.backends.zk.circuits.gf.as_rows` does; its polynomial is ``interp_H(values) + (X^k − 1)·ρᵢ``, and the ``t`` masking
 coefficients ``ρᵢ`` come from a pseudorandom function (SHAKE-256) of the proof's secret seed and the row's
 number. So any process that holds the seed, the witness and the challenges recomputes any range of rows bit
 for bit, in any grouping: the prover commits a block of rows and drops it, recomputes it for the tests and
@@ -23,8 +23,8 @@ import numpy as np
 
 from circuitgrad import allocator
 
-from .. import tables
-from . import contraction, gf, lookup, ntt as transforms
+from ...circuits import gf, tables
+from . import contraction, lookup, ntt as transforms
 
 __all__ = ["Encoding", "prf", "rows_of"]
 

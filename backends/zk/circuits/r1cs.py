@@ -30,14 +30,14 @@ of the circuit's function tables (``function_tables``: the packed pairs ``(x, f(
 region, :mod:`.fusion`). A range check splits its value into limbs of the builder's ``table_bits`` and a
 top limb of the bits that remain, each looked up in the table of its width.
 The native Ligero prover proves them with a logUp
-argument (:mod:`.ligero.lookup`); the ``.r1cs`` format has no lookups, so such a
+argument (:mod:`~circuitgrad.backends.zk.systems.ligero.lookup`); the ``.r1cs`` format has no lookups, so such a
 system cannot go to snarkjs.
 
 A system may also carry *contractions* (``contractions="argument"``): triples
 of wire tensors ``(A, B, C)`` of shapes ``(L, m, n)``, ``(L, n, p)``, ``(L, m, p)``
 with ``C[l] = A[l]·B[l]`` exactly. The native prover proves them with a
 randomized check whose cost is linear in the three tensors
-(:mod:`.ligero.contraction`), instead of one constraint per
+(:mod:`~circuitgrad.backends.zk.systems.ligero.contraction`), instead of one constraint per
 multiply-accumulate; the ``.r1cs`` format has no challenges, so such a system
 cannot go to snarkjs either (``contractions="mac"`` keeps one constraint per
 multiply-accumulate).
@@ -564,7 +564,7 @@ class Builder:
     def _lookups_by_table(self) -> list[int]:
         """Reorder the lookup blocks by table key (stably), so that each table's lookups are contiguous: the
         linear test's coefficient rows of the logUp inverses are then constant but at the tables' seams, which
-        the verifier evaluates at no cost (:func:`.ligero.protocol.verify_prepared`). The blocks' new order."""
+        the verifier evaluates at no cost (:func:`~circuitgrad.backends.zk.systems.ligero.protocol.verify_prepared`). The blocks' new order."""
         starts = np.array(self.lookup_block_rows + [self.n_lookups], dtype=np.int64)
         widths = np.array(self.lookup_widths, dtype=np.int64)
         order = np.argsort(widths, kind="stable")

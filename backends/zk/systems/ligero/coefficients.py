@@ -34,7 +34,8 @@ import numpy as np
 
 from circuitgrad import allocator
 
-from . import gf, ntt as transforms
+from ...circuits import gf
+from . import ntt as transforms
 
 __all__ = ["Outer", "Deferred", "DEFERRED_BYTES", "VERIFY_DEFERRED_BYTES", "Rows", "materialized", "together",
            "outer", "piecewise", "values_at"]

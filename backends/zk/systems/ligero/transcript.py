@@ -14,7 +14,7 @@ import struct
 
 import numpy as np
 
-from . import gf
+from ...circuits import gf
 
 __all__ = ["Transcript"]
 

@@ -20,10 +20,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import gf, ntt as transforms
+from ...circuits import gf
+from . import ntt as transforms
 from .circuitdata import prepare
 from .params import (DEFAULT_SOUNDNESS, SOUNDNESS, TARGET_BITS, Params, check_soundness, choose, classic_error,
-                     round_errors, soundness_bits, TABLE)
+                     round_errors, soundness_bits, TABLE, with_soundness)
 from .proofio import FormatError, load, loads, max_bytes
 from .protocol import LigeroProof, Reject, layout, expected_params as _expected, verify_prepared
 from .prover import Watermark, prove_prepared
@@ -77,7 +78,6 @@ def _digest(circuit) -> bytes | None:
 
 def _statement(circuit, soundness: str) -> str:
     """The statement a proof makes: the circuit's, and the soundness analysis its parameters meet."""
-    from ..statement import with_soundness
     return with_soundness(circuit.statement(), soundness)
 
 

@@ -1,27 +1,25 @@
-"""``zk.prove`` / ``zk.verify``: one entry point for every proof system.
+"""``zk.prove`` / ``zk.verify`` / ``zk.check``: one entry point for every proof system.
 
-``system="ligero"`` (the default) is the native transparent prover. It needs no
-setup file and no Node.js. ``"groth16"`` and ``"plonk"`` go through snarkjs.
-Each is a :class:`~.systems.ProofSystem` in the registry ``SYSTEMS``; these
+Each is a :class:`~.interface.ProofSystem` in the registry ``SYSTEMS`` (:mod:`.registry`); these
 functions only pick it (by name to prove, by the proof's type to verify).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from .systems import SYSTEMS
+from .registry import DEFAULT, SYSTEMS, for_proof
 
-__all__ = ["SYSTEMS", "prove", "verify", "check"]
+__all__ = ["prove", "verify", "check"]
 
 
-def prove(circuit, wit, system: str = "ligero", **options):
+def prove(circuit, wit, system: str = DEFAULT, **options):
     """Prove ``wit`` for ``circuit`` with ``system`` (``"ligero"``, ``"groth16"`` or ``"plonk"``).
 
     Options go to :func:`ligero.prove` (``params``, ``target_bits``, ``rng``, ``log``, and ``soundness``:
     ``"longfellow"``, the default, or the more conservative ``"classic"``) or to snarkjs
     (``ptau_file``, ``keys`` from :func:`snarkjs.setup`, ``log``).
     """
-    impl = SYSTEMS.get(system)
+    impl = SYSTEMS.get(system) if isinstance(system, str) else None
     if impl is None:
         raise ValueError(f"zk.prove: unknown proof system {system!r}; choose one of {list(SYSTEMS)}")
     return impl.prove(circuit, wit, **options)
@@ -41,9 +39,9 @@ def verify(proof, circuit=None, public: Sequence[int] | None = None, soundness: 
     if circuit is None or not hasattr(circuit, "r1cs"):
         raise TypeError("zk.verify: a proof is checked against the circuit the verifier compiled itself: "
                         "zk.verify(proof, zk.compile(step), public)")
-    return SYSTEMS.for_proof(proof).verify(proof, circuit, public, soundness, **keys)
+    return for_proof(proof).verify(proof, circuit, public, soundness, **keys)
 
 
 def check(proof, circuit, public: Sequence[int] | None = None, soundness: str | None = None, **keys) -> None:
     """Like :func:`verify`, but raise :class:`Reject` naming the first failed check."""
-    SYSTEMS.for_proof(proof).check(proof, circuit, public, soundness, **keys)
+    for_proof(proof).check(proof, circuit, public, soundness, **keys)

@@ -48,9 +48,9 @@ from typing import Callable, Sequence
 
 from circuitgrad.cache import cache_dir
 
-from .circuit import Circuit, Witness
-from .field import BN254
-from .formats import FormatError, json_loads, printable, read_untrusted
+from ..circuits.circuit import Circuit, Witness
+from ..circuits.field import BN254
+from ..circuits.formats import FormatError, json_loads, printable, read_untrusted
 from .ligero.protocol import Reject
 
 __all__ = ["SNARKJS_VERSION", "ToolMissing", "SnarkjsError", "Proof", "Keys", "setup", "verification_key",
@@ -268,7 +268,7 @@ def _sha256_file(path: str) -> str:
 
 def _r1cs_file(circuit: Circuit, directory: str) -> tuple[str, str]:
     """The circuit's ``.r1cs`` written into ``directory``, and its SHA-256."""
-    from . import formats
+    from ..circuits import formats
     path = os.path.join(directory, "circuit.r1cs")
     formats.write_r1cs(path, circuit.r1cs)
     return path, _sha256_file(path)

@@ -50,8 +50,8 @@ from typing import Sequence
 import numpy as np
 
 from . import poseidon2_params as PP
+from . import gf
 from .field import BN254, LIGERO51, Field
-from .ligero import gf
 from .r1cs import Builder
 
 __all__ = ["Poseidon2", "instance", "poseidon2", "permute_gadget", "hash_gadget", "sbox_chain"]

@@ -1,4 +1,5 @@
-"""Proving the steps of a run on a Dask cluster (``dask.distributed``), or serially.
+"""Dask clusters for the native prover (``dask.distributed``, the ``[zk]`` extra): the ``cluster`` argument, and
+one Ligero proof's work shared among the workers (:class:`Split`, ``zk.prove(..., cluster=...)``).
 
 ``cluster`` is one of:
 
@@ -12,57 +13,44 @@
 * a ``distributed.Client`` or a cluster object (``LocalCluster``, ``SSHCluster``, ``KubeCluster``, …).
 
 Every choice but the first two local ones needs Dask (the ``[zk]`` extra); without it they raise
-:class:`~.extras.MissingExtra`, one line naming the install command.
-
-The circuit and the dataset tree are sent to every worker once, as one cloudpickled blob
-(``scatter(broadcast=True)``: 1.1 s for the private iris circuit, against 11 s for the objects
-themselves, whose thousands of arrays Dask serialises one by one), and unpickled once per worker
-process; each step is one task, submitted with a key naming the run and the step. Proofs stream back as they
-finish (``as_completed``, with a progress bar) and are put in place by step number. When a worker
-dies mid-proof, the scheduler re-runs its task on another worker (Dask's own recovery; a task that
-kills ``distributed.scheduler.allowed-failures`` workers, 3 by default, is reported as failed): no
-step is lost, and one arriving twice is refused. With ``seeds`` given (tests), each step's prover
-randomness comes from its own seed, so the proofs are bit-identical to serial proving wherever they
-run.
+:class:`~circuitgrad.extras.MissingExtra`, one line naming the install command. The steps of a private run
+are dealt out to the workers by ``runs/distributed.py``.
 """
 from __future__ import annotations
 
 import hashlib
-import os
 import pickle
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from circuitgrad import allocator
+from circuitgrad import allocator, extras
 
-from . import ligero
-from .extras import available, require
-from .ligero import LigeroProof
+from ..circuits import gf
 from .ligero import encoding, merkle, prover, protocol
 
-__all__ = ["prove_steps", "dask_available", "require_dask", "Split"]
+__all__ = ["dask_available", "require_dask", "connect", "tune_malloc", "Split"]
 
 
 def dask_available() -> bool:
     """Whether Dask (``distributed`` and ``cloudpickle``, the ``[zk]`` extra) is installed."""
-    return available("distributed") and available("cloudpickle")
+    return extras.available("distributed") and extras.available("cloudpickle")
 
 
 def require_dask(cluster: Any) -> None:
-    """Raise :class:`~.extras.MissingExtra` when proving on ``cluster`` needs Dask and it is not installed
-    (``None``, ``1`` and ``"serial"`` prove here without it)."""
+    """Raise :class:`~circuitgrad.extras.MissingExtra` when proving on ``cluster`` needs Dask and it is not
+    installed (``None``, ``1`` and ``"serial"`` prove here without it)."""
     if cluster is None or cluster == 1 or (isinstance(cluster, str) and cluster == "serial"):
         return
     what = f"proving on a Dask cluster (cluster={cluster!r:.60})"
-    require("distributed", what)
-    require("cloudpickle", what)
+    extras.require("distributed", what, "Dask", "zk")
+    extras.require("cloudpickle", what, "Dask", "zk")
 
 
-def _tune_malloc() -> None:
+def tune_malloc() -> None:
     """Undo the allocator settings a Dask nanny gives its workers, once per worker process.
 
     A nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536`` (``distributed.nanny.pre-spawn-environ``),
@@ -74,41 +62,7 @@ def _tune_malloc() -> None:
     allocator.tune()
 
 
-_LOADED: dict[str, tuple] = {}
-
-
-def _remote_task(run: str, blob: bytes, *task):
-    """A step on a worker: ``blob`` is the run's cloudpickled ``(circuit, tree)``, loaded once per process."""
-    _tune_malloc()
-    if run not in _LOADED:
-        _LOADED.clear()                     # one run at a time per worker: drop the previous run's circuit
-        _LOADED[run] = pickle.loads(blob)
-    return _task(*_LOADED[run], *task)
-
-
-def _task(circuit, tree, k, params, x, y, r_before, r_after, after, seed, soundness="longfellow", split=None):
-    rng = None if seed is None else np.random.default_rng(seed)
-    return prove_step(circuit, tree, k, params, x, y, r_before, r_after, after, rng=rng, soundness=soundness,
-                      split=split)
-
-
-def prove_step(circuit, tree, k: int, params, x, y, r_before, r_after, after: Sequence,
-               rng: np.random.Generator | None = None,
-               soundness: str = ligero.DEFAULT_SOUNDNESS, split: "Split | None" = None) -> tuple[int, LigeroProof]:
-    """Prove step ``k`` (a task of ``run.prove_run``, run on a worker, or in the driver with its rows shared
-    among the workers by ``split``): the witness's new parameters must be the trajectory's ``after``."""
-    wit = circuit.witness_private(params, x, y, tree, r_before, r_after)
-    got = wit.outputs()
-    for n, a in zip(circuit.output_names, after):
-        if not np.array_equal(got[n], a):
-            raise RuntimeError(f"step {k}: the circuit's {n} after the step differs from the fixed-point "
-                               f"interpreter's trajectory")
-    if split is None:
-        return k, ligero.prove(circuit, wit, rng=rng, soundness=soundness)
-    return k, ligero.prove(circuit, wit, rng=rng, soundness=soundness, split=split)
-
-
-def _client(cluster: Any):
+def connect(cluster: Any) -> tuple[Any, Any]:
     """``(client, owned cluster or None)`` for the ``cluster`` argument (see the module docstring)."""
     if isinstance(cluster, bool):
         raise TypeError("cluster must be None, 'serial', a number of local workers, a scheduler address, a Client "
@@ -126,72 +80,6 @@ def _client(cluster: Any):
         return Client(cluster), None
     raise TypeError(f"cluster must be None, 'serial', a number of local workers, a scheduler address, a Client or "
                     f"a cluster, got {type(cluster).__name__}")
-
-
-def prove_steps(circuit, tree, tasks: Sequence[tuple], cluster: Any = None, progress: bool = True,
-                seeds: Sequence[int] | None = None, log: Callable[[str], None] | None = None,
-                soundness: str = "longfellow", split: bool = False) -> list:
-    """The proofs of ``tasks`` (``(k, params, x, y, r_before, r_after, after)`` each), in step order, with
-    Ligero parameters for the ``soundness`` analysis.
-
-    ``split=False``: each step is one task, proved whole by one worker (steps in parallel). ``split=True``: the
-    steps are proved one after the other, each one's rows shared among all the workers (:class:`Split`), for a
-    step too large for one worker's memory or time; the proofs are the same bytes either way."""
-    from tqdm.auto import tqdm
-    seeds = list(seeds) if seeds is not None else [None] * len(tasks)
-    if len(seeds) != len(tasks):
-        raise ValueError(f"{len(tasks)} steps need {len(tasks)} seeds, got {len(seeds)}")
-    if cluster is None:                          # a local cluster, a worker per core (and per step at most)
-        cluster = max(1, min(os.cpu_count() or 1, len(tasks))) if dask_available() else "serial"
-    bar = tqdm(total=len(tasks), desc="proving", unit="step", disable=not progress)
-    proofs: dict[int, Any] = {}
-
-    def take(k: int, proof) -> None:
-        if k in proofs:
-            raise RuntimeError(f"step {k} was proved twice")
-        proofs[k] = proof
-        bar.update(1)
-        if log:
-            log(f"step {k} proved ({len(proofs)}/{len(tasks)})")
-    try:
-        if cluster == "serial" or cluster == 1:
-            for t, s in zip(tasks, seeds):
-                take(*_task(circuit, tree, *t, s, soundness))
-        elif split:
-            client, owned = _client(cluster)
-            try:
-                for t, s in zip(tasks, seeds):
-                    with Split(client) as sp:
-                        k, proof = _task(circuit, tree, *t, s, soundness, sp)
-                        proof.timings.update({f"bytes_{n}": float(v) for n, v in sp.moved.items()},
-                                             workers=float(sp.workers))
-                    take(k, proof)
-            finally:
-                if owned is not None:
-                    client.close()
-                    owned.close()
-        else:
-            client, owned = _client(cluster)
-            from distributed import as_completed
-            try:
-                import cloudpickle
-                run = uuid.uuid4().hex[:8]
-                blob = client.scatter(cloudpickle.dumps((circuit, tree)), broadcast=True)
-                futures = [client.submit(_remote_task, run, blob, *t, s, soundness, key=f"prove-step-{run}-{t[0]}",
-                                         pure=False)
-                           for t, s in zip(tasks, seeds)]
-                for fut in as_completed(futures):
-                    take(*fut.result())
-            finally:
-                if owned is not None:
-                    client.close()
-                    owned.close()
-    finally:
-        bar.close()
-    missing = [t[0] for t in tasks if t[0] not in proofs]
-    if missing:
-        raise RuntimeError(f"steps {missing} were not proved")
-    return [proofs[t[0]] for t in tasks]
 
 
 # ------------------------------------------------------------------------------------- one proof, many workers
@@ -221,7 +109,7 @@ def _rows_task(key: str, inputs: _Inputs, second, method: str, *args):
     """One pass's share of a proof on a worker: ``inputs`` the proof's :class:`_Inputs`, its rows made once per
     process whatever its threads; ``second`` the round-2 challenges (or None). The tests return the
     fingerprint of the challenges they used, beside their sums."""
-    _tune_malloc()
+    tune_malloc()
     with _ROWS_LOCK:
         if key not in _ROWS:
             pc, z, lay, p, seed, masks = inputs.items
@@ -273,7 +161,7 @@ class Split:
     """
 
     def __init__(self, cluster: Any):
-        self.client, self.owned = _client(cluster)
+        self.client, self.owned = connect(cluster)
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
         self.moved = {"sent": 0, "received": 0}
 
@@ -331,7 +219,7 @@ class Split:
                                "version of circuitgrad?): the proof would not verify")
         u, q, pq, _ = parts[0]
         for u2, q2, pq2, _ in parts[1:]:
-            u, q, pq = ligero.gf.add(u, u2), ligero.gf.add(q, q2), ligero.gf.add(pq, pq2)
+            u, q, pq = gf.add(u, u2), gf.add(q, q2), gf.add(pq, pq2)
         return u, q, pq
 
     def columns(self, a: int, b: int, idx: list, powers: np.ndarray) -> np.ndarray:

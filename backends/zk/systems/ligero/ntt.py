@@ -1,12 +1,13 @@
-"""Number-theoretic transforms in ``F_p`` (:mod:`.gf`): evaluations on ``⟨ω_n⟩`` and on the coset ``3·⟨ω_n⟩``.
+"""Number-theoretic transforms in ``F_p`` (:mod:`~circuitgrad.backends.zk.circuits.gf`): evaluations on ``⟨ω_n⟩``
+and on the coset ``3·⟨ω_n⟩``.
 
 ``2^33 | p − 1``, so radix-2 NTTs exist up to size ``2^33``. Galois's generic NTT at BN254 size took 234 s
 at ``2^13``; this one takes milliseconds. Its butterflies keep values in ``[0, 2p)`` (Harvey's lazy
 reduction: two fewer passes per stage), run on blocks of ``2^16`` elements that stay in cache, and see only
 operands with long contiguous runs: the last 7 stages run on the transposed block, and NumPy's ufunc buffer
 is kept no longer than a run (a longer one makes NumPy copy strided operands, 3–7× slower). With Numba
-installed, each public function here calls its compiled kernel (:mod:`.gf_numba`) instead, which gives the
-same values.
+installed, each public function here calls its compiled kernel
+(:mod:`~circuitgrad.backends.zk.circuits.gf_numba`) instead, which gives the same values.
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .gf import (P2_U, INV_P, P64, P_U, U64, GENERATOR, bufsize, fold, compiled, mul_const, cached_powers, inv, matmul, mul,
-                 root_of_unity)
+from ...circuits.gf import (P2_U, INV_P, P64, P_U, U64, GENERATOR, bufsize, fold, compiled, mul_const, cached_powers,
+                            inv, matmul, mul, root_of_unity)
 
 __all__ = ["ntt", "intt", "coset_eval", "coset_interp", "warm"]
 

@@ -20,7 +20,7 @@ witness there either (its range checks fail), so both circuits accept the same s
 Why it is sound: ``x`` is in the format (every value of a circuit is: range-checked or proven,
 :mod:`.intervals`) and so is ``y`` (its range check), so the packed value is an integer in ``[0, 2^(2w))``
 that determines both, with ``2w < log2 p``; it is in the table only if ``y = f(x)``. The logUp argument proves
-membership (:mod:`.ligero.lookup`). Identical regions (one per layer) share their tables.
+membership (:mod:`~circuitgrad.backends.zk.systems.ligero.lookup`). Identical regions (one per layer) share their tables.
 
 A region is fused only where it pays (``fuse="auto"``): the rows its instructions cost, against two lookups
 per export and entry, and the tables' entries (those ``x`` of the format where the region is defined) once.

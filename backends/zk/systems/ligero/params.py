@@ -18,13 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..r1cs import TABLE_BITS
-from . import gf
+from ...circuits import gf
+from ...circuits.r1cs import TABLE_BITS
+from ...circuits.statement import CLAIMS
 
 __all__ = ["Params", "soundness_bits", "round_errors", "classic_error", "lookup_error", "lookup_sigma",
            "contraction_error", "contraction_sigma", "choose",
-           "proof_bytes", "check_soundness", "meets", "TARGET_BITS", "HASH_BITS", "TABLE", "SOUNDNESS",
-           "DEFAULT_SOUNDNESS"]
+           "proof_bytes", "check_soundness", "with_soundness", "soundness_of", "meets", "TARGET_BITS", "HASH_BITS",
+           "TABLE", "SOUNDNESS", "DEFAULT_SOUNDNESS"]
 
 #: entries of the default lookup table ``[0, 2^TABLE_BITS)`` (a circuit's own: ``R1CS.lookup_table_size``)
 TABLE = 1 << TABLE_BITS
@@ -46,6 +47,17 @@ def check_soundness(name) -> str:
         raise ValueError(f"unknown soundness bound {name!r}: choose 'longfellow' (the default: Cascudo et al. "
                          f"2025) or 'classic' (Ames et al. 2017, more conservative)")
     return name
+
+
+def with_soundness(statement: str, soundness: str) -> str:
+    """The statement a proof makes: the circuit's ``statement`` and the soundness analysis (of :data:`SOUNDNESS`)
+    its parameters meet, in the words of ``statement.CLAIMS``; the default analysis adds nothing."""
+    return statement + CLAIMS.get(check_soundness(soundness), "")
+
+
+def soundness_of(claimed: str, statement: str) -> str | None:
+    """The soundness analysis for which ``with_soundness(statement, ·)`` is ``claimed``, or None."""
+    return next((s for s in SOUNDNESS if with_soundness(statement, s) == claimed), None)
 
 
 @dataclass(frozen=True)

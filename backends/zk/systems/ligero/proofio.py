@@ -54,9 +54,10 @@ import numpy as np
 
 from dataclasses import dataclass, field
 
-from ..formats import MAX_FILE, FormatError, json_loads, open_untrusted, printable, read_untrusted
-from ..tables import MAX_FUNCTION_TABLES, MAX_TABLE_BITS
-from . import gf, merkle
+from ...circuits import gf
+from ...circuits.formats import MAX_FILE, FormatError, json_loads, open_untrusted, printable, read_untrusted
+from ...circuits.tables import MAX_FUNCTION_TABLES, MAX_TABLE_BITS
+from . import merkle
 from .params import DEFAULT_SOUNDNESS, SOUNDNESS, TABLE, Params, soundness_bits
 
 #: the most table entries a proof may claim: every range table, and every function table at 2^22 entries

@@ -10,7 +10,7 @@ A lookup block names its table by an integer *key*:
 A function table is a sorted array of distinct packed pairs ``(x + 2^(w−1)) + 2^w·(y + 2^(w−1))``, one per
 input ``x`` of a ``w``-bit fixed-point format for which a fused elementwise region computes ``y = f(x)``
 (:mod:`.fusion`): every entry lies in ``[0, 2^(2w))``. Both kinds are laid end to end in key order by the
-logUp argument (:mod:`.ligero.lookup`). This module is the one place that maps a key and a looked-up value
+logUp argument (:mod:`~circuitgrad.backends.zk.systems.ligero.lookup`). This module is the one place that maps a key and a looked-up value
 to "inside" and to an entry's index, for the builder's checks, the prover's multiplicities and the verifier.
 """
 from __future__ import annotations
