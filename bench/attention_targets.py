@@ -24,10 +24,11 @@ from _attention import constraints, head, shared  # noqa: E402
 from _util import table  # noqa: E402
 
 import circuitgrad as cg  # noqa: E402
+from circuitgrad.schedule import Program
 
 
 
-def fpga_cycles(prog: cg.Program, dt: cg.Fixed, macs: int) -> tuple[int, int]:
+def fpga_cycles(prog: Program, dt: cg.Fixed, macs: int) -> tuple[int, int]:
     """(all cycles, those of the attention weights: every micro-op but the matrix products')."""
     from circuitgrad.backends import fpga
     from circuitgrad.backends.fpga.timing import cycles
@@ -40,7 +41,7 @@ def fpga_cycles(prog: cg.Program, dt: cg.Fixed, macs: int) -> tuple[int, int]:
     return total, total - (cycles(only, 2, macs) - base)
 
 
-def fpga_cells(prog: cg.Program, dt: cg.Fixed, macs: int, outdir: str) -> tuple[int, int, int]:
+def fpga_cells(prog: Program, dt: cg.Fixed, macs: int, outdir: str) -> tuple[int, int, int]:
     """(LUT4s, flip-flops, DSPs) of the sequencer running ``prog``, synthesized by yosys for an ECP5-85k."""
     from circuitgrad.backends import fpga
     from circuitgrad.backends.fpga.synth import cell_counts

@@ -5,14 +5,14 @@ hypergraph), compiled to NumPy / CuPy step functions, Amaranth hardware and
 arithmetic circuits over finite fields.
 """
 from .types import NdArrayType, Dtype, Float, Fixed, Index, float32, float64, fixed, index
-from .primitives import TypeMismatch, Primitive, PRIMITIVES
-from .diagram import Diagram, identity, sequential, monogamous, unbind_parameters, IllFormedDiagram
-from .tracing import Var, trace
-from .optic import rdiff, lens
-from .schedule import Program, Apply, schedule, retype
+from .primitives import TypeMismatch
+from .diagram import Diagram, identity, sequential, IllFormedDiagram
+from .tracing import trace
+from .optic import rdiff
+from .schedule import schedule
 from .interpret import run, UnboundParameter
 from .fixedpoint import FixedPointOverflow, run_fixed, quantize, dequantize
-from . import blas, ops
+from . import ops
 from . import nn
 from .compile import compile_model, CompiledModel
 from .modelfile import ModelSpec
@@ -21,11 +21,13 @@ from .drawing import draw
 
 __version__ = "0.1.0"
 
+#: what a user calls: types, building and tracing models, the reverse derivative, compiling and running them,
+#: fixed point, cost and drawings. Internals (``Primitive``, ``Program``, ``retype``, ``monogamous``, ``blas``,
+#: …) stay importable from their modules (``circuitgrad.primitives``, ``circuitgrad.schedule``, …).
 __all__ = [
     "NdArrayType", "Dtype", "Float", "Fixed", "Index", "float32", "float64", "fixed", "index",
-    "TypeMismatch", "Primitive", "PRIMITIVES",
-    "Diagram", "Var", "trace", "identity", "sequential", "monogamous", "unbind_parameters", "IllFormedDiagram",
-    "rdiff", "lens", "Program", "Apply", "schedule", "retype", "run", "UnboundParameter",
-    "FixedPointOverflow", "run_fixed", "quantize", "dequantize", "blas", "ops", "nn",
+    "TypeMismatch", "IllFormedDiagram", "UnboundParameter", "FixedPointOverflow",
+    "Diagram", "identity", "sequential", "trace", "ops", "nn", "rdiff",
+    "schedule", "run", "run_fixed", "quantize", "dequantize",
     "compile_model", "CompiledModel", "ModelSpec", "cost", "Cost", "draw",
 ]

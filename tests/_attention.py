@@ -7,24 +7,25 @@ from circuitgrad import ops
 from circuitgrad import primitives as P
 from circuitgrad.backends import zk
 from circuitgrad.rewrite import simplify
+from circuitgrad.schedule import Program, retype
 
 
-def head(kind: str, S: int, dh: int, dt: cg.Fixed, reverse: bool) -> cg.Program:
+def head(kind: str, S: int, dh: int, dt: cg.Fixed, reverse: bool) -> Program:
     T = cg.NdArrayType((S, dh))
     d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T, T, T], name=f"{kind}-head")
     if reverse:
         d = cg.rdiff(d)
-    return simplify(cg.retype(cg.schedule(d), dt))       # as compile_model does
+    return simplify(retype(cg.schedule(d), dt))       # as compile_model does
 
 
-def shared(prog: cg.Program, i: int) -> bool:
+def shared(prog: Program, i: int) -> bool:
     """Instruction ``i`` is one of the products both kinds share (``q·kᵀ``, ``a·v`` and their reverse maps),
     not a contraction of the weights' own (a row's sum of squares or of ``a·da``: results ``[..., 1, 1]``)."""
     a = prog.instrs[i]
     return isinstance(a.op, (P.MatMul, P.BatchMatMul)) and prog.types[a.results[0]].shape[-2:] != (1, 1)
 
 
-def constraints(prog: cg.Program, dt: cg.Fixed, range_checks: str = "bits") -> tuple[int, int]:
+def constraints(prog: Program, dt: cg.Fixed, range_checks: str = "bits") -> tuple[int, int]:
     """(all constraints, those of the attention weights: every instruction but the shared products and
     the input/output checks). With ``range_checks="lookup"``, lookups count as well (constraints + lookups)."""
     c = zk.compile_program(prog, dt, range_checks=range_checks)

@@ -72,8 +72,8 @@ def _names(cs):
 
 @pytest.mark.parametrize("kind, table", [
     ("elementwise", "circuitgrad.backends.gpu.cuda:CUDA_EXPRESSIONS"),
-    ("rowwise", "circuitgrad.backends.gpu.cuda:ROW_KERNELS"),
-    ("gather", "circuitgrad.backends.gpu.cuda:GATHER_KERNELS"),
+    ("rowwise", "circuitgrad.backends.gpu.row:ROW_KERNELS"),
+    ("gather", "circuitgrad.backends.gpu.gather:GATHER_KERNELS"),
     ("view", "circuitgrad.backends.gpu.runtime:VIEWS"),
 ])
 def test_gpu_kernel_tables_match_the_kinds(kind, table):
@@ -93,7 +93,7 @@ def test_gpu_rules_name_how_each_primitive_runs():
 
 @pytest.mark.parametrize("table, exempt", [
     ("circuitgrad.costmodel.work:WORK_RULES", set()),
-    ("circuitgrad.backends.zk.lower:ZK_RULES", {P.Parameter, P.LogSumExp}),
+    ("circuitgrad.backends.zk.circuits.lower:ZK_RULES", {P.Parameter, P.LogSumExp}),
 ])
 def test_other_tables_cover_every_primitive(table, exempt):
     mod, name = table.split(":")
@@ -107,7 +107,7 @@ def test_partial_tables_hold_only_what_they_can():
     """In-place NumPy forms exist only for elementwise primitives, and the ZK special-function rules do not
     silently override the core lowering rules."""
     from circuitgrad import codegen
-    from circuitgrad.backends.zk import lower, special
+    from circuitgrad.backends.zk.circuits import lower, special
     assert set(codegen._INPLACE) <= _of_kind("elementwise"), _names(set(codegen._INPLACE) - _of_kind("elementwise"))
     both = set(lower.CORE_RULES) & set(special.SPECIAL_RULES)
     assert not both, f"the ZK lowering has two rules for {_names(both)}"

@@ -7,7 +7,7 @@ import pytest
 import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad import primitives as P
-from circuitgrad.diagram import OH, FF, monogamous
+from circuitgrad.diagram import FF, monogamous, OH, unbind_parameters
 from conftest import evaluate
 
 f32 = cg.float32
@@ -101,7 +101,7 @@ def test_cycle_rejected():
 
 
 def test_unbind_parameters_order_and_types():
-    d, ps = cg.unbind_parameters(nn.dense(2, 3, 4))
+    d, ps = unbind_parameters(nn.dense(2, 3, 4))
     assert [p.label for p in ps] == ["W", "b"]
     assert d.source_types == (cg.NdArrayType((3, 4)), cg.NdArrayType((4,)), T23)
 

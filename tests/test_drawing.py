@@ -11,6 +11,8 @@ import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad.drawing import circuit, draw, parameter_names
 from circuitgrad.drawing.layout import layout
+from circuitgrad.diagram import monogamous
+from circuitgrad.schedule import Program
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -30,7 +32,7 @@ def models():
 NAMES = ["mlp", "cnn", "gpt", "step", "rdiff"]
 
 
-def program(f) -> cg.Program:
+def program(f) -> Program:
     return f.programs["step"] if isinstance(f, cg.CompiledModel) else cg.schedule(f)
 
 
@@ -296,7 +298,7 @@ class TestConventions:
 
     def test_an_explicit_copy_is_a_dot(self):
         T = cg.NdArrayType((4, 3), cg.float32)
-        d = cg.monogamous(cg.trace(lambda x: x * x + x, [T], name="sq"))
+        d = monogamous(cg.trace(lambda x: x * x + x, [T], name="sq"))
         assert [a.op.name for a in cg.schedule(d).instrs][0] == "Copy"
         svg = draw(d, expand=("*",))
         node = svg.split('<g class="node copy">', 1)[1].split("</g>", 1)[0]

@@ -7,6 +7,7 @@ import pytest
 
 import circuitgrad as cg
 from circuitgrad import nn
+from circuitgrad.diagram import unbind_parameters
 from conftest import assert_forward_and_reverse
 
 F = cg.float64
@@ -38,12 +39,12 @@ LAYERS = [
 
 @pytest.mark.parametrize("name,make,ref", LAYERS, ids=[n for n, *_ in LAYERS])
 def test_layer_forward_and_reverse(name, make, ref, rng):
-    d, _ = cg.unbind_parameters(make())
+    d, _ = unbind_parameters(make())
     assert_forward_and_reverse(d, ref, rng)
 
 
 def test_layer_parameters_are_named_and_ordered():
-    d, params = cg.unbind_parameters(nn.dense(B, 4, 5, F) >> nn.relu(B, 5, dtype=F) >> nn.dense(B, 5, 2, F))
+    d, params = unbind_parameters(nn.dense(B, 4, 5, F) >> nn.relu(B, 5, dtype=F) >> nn.dense(B, 5, 2, F))
     assert [(p.label, p.T.shape, p.init) for p in params] == [
         ("W", (4, 5), "glorot"), ("b", (5,), "zeros"), ("W", (5, 2), "glorot"), ("b", (2,), "zeros")]
     assert d.source_types[-1] == cg.NdArrayType((B, 4), F)

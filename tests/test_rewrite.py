@@ -7,7 +7,7 @@ import circuitgrad as cg
 from circuitgrad import ops
 from circuitgrad import primitives as P
 from circuitgrad.rewrite import simplify
-from circuitgrad.schedule import Apply, Program
+from circuitgrad.schedule import Apply, Program, retype
 
 T = cg.NdArrayType((3, 4))
 DT = cg.fixed(16, 8)
@@ -26,7 +26,7 @@ def _same_values(p: Program, q: Program, seed: int = 0, fixed: Program | None = 
     xs = [rng.uniform(-1, 1, p.types[v].shape) for v in p.inputs]
     for a, b in zip(cg.run(p, xs), cg.run(q, xs)):
         np.testing.assert_array_equal(a, b)
-    pf, qf = cg.retype(fixed or p, DT), cg.retype(q, DT)
+    pf, qf = retype(fixed or p, DT), retype(q, DT)
     raw = [cg.quantize(x, DT) for x in xs]
     for a, b in zip(cg.run_fixed(pf, raw), cg.run_fixed(qf, raw)):
         np.testing.assert_array_equal(a, b)
@@ -105,7 +105,7 @@ def test_peepholes(name, f, count, fixed):
 
 # ------------------------------------------------ contraction (fixed point)
 def _fixed(f, shapes) -> Program:
-    return simplify(cg.retype(cg.schedule(cg.trace(f, [cg.NdArrayType(s) for s in shapes], name="f")), DT))
+    return simplify(retype(cg.schedule(cg.trace(f, [cg.NdArrayType(s) for s in shapes], name="f")), DT))
 
 
 @pytest.mark.parametrize("shape,contraction", [((3, 4), "BatchMatMul"), ((2, 3, 5), "BatchMatMul"), ((6,), "MatMul")])
