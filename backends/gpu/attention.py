@@ -28,6 +28,7 @@ from typing import ClassVar
 import numpy as np
 
 from circuitgrad import primitives as P
+from circuitgrad.pattern import Graph, Pat, X, match
 from circuitgrad.schedule import Apply, Program
 from circuitgrad.types import Float, NdArrayType
 
@@ -157,18 +158,31 @@ def _swap(op) -> bool:
     return isinstance(op, P.Permute) and op.axes == tuple(range(n - 2)) + (n - 1, n - 2)
 
 
+def _inside(a: Apply) -> bool:
+    return a.path.endswith("softmax_attention")
+
+
+#: the forward core as the definition builds it: ``softmax(c · q @ swap(k))``, every instruction from
+#: ``ops.softmax_attention``
+CORE = Pat(P.Softmax, Pat(P.Scale, Pat(P.BatchMatMul, X("q"), Pat(P.Permute, X("k"), name="kT",
+                                                                  when=lambda a: _inside(a) and _swap(a.op)),
+                                       name="S", when=_inside), name="scale", when=_inside),
+           name="softmax", when=_inside)
+
+
 class _Match:
     """One attention core of ``prog`` around the softmax instruction ``at`` (raises :class:`_NoMatch`)."""
 
     def __init__(self, prog: Program, at: int, producers: dict, uses: dict):
         self.prog, self.producers, self.uses = prog, producers, uses
-        self.taken: set[int] = set()
-        sm = self.take(at, P.Softmax)
+        graph = Graph({v: prog.instrs[i] for v, i in producers.items()}, {})
+        b = match(CORE, prog.instrs[at], graph)
+        if b is None:
+            raise _NoMatch
+        sm, scale, S = b["softmax"], b["scale"], b["S"]
+        q, k, kT = b["q"], b["k"], b["kT"].results[0]
+        self.taken: set[int] = {at} | {producers[x.results[0]] for x in (scale, S, b["kT"])}
         P_ = sm.results[0]
-        scale = self.make(sm.args[0], P.Scale)
-        S = self.make(scale.args[0], P.BatchMatMul)
-        q, kT = S.args
-        k = self.make(kT, P.Permute, _swap).args[0]
         T = prog.types[q]
         if prog.types[k] != T or not isinstance(T.dtype, Float) or T.shape[-1] > MAX_DH or T.ndim < 3:
             raise _NoMatch
@@ -228,12 +242,6 @@ class _Match:
             raise _NoMatch
         self.taken.add(i)
         return a
-
-    def make(self, v: int, cls, ok=lambda op: True) -> Apply:
-        """The instruction defining ``v``, of class ``cls``."""
-        if v not in self.producers:
-            raise _NoMatch
-        return self.take(self.producers[v], cls, lambda a: ok(a.op))
 
     def use(self, v: int, cls, ok=lambda a: True) -> Apply:
         """The one reader of ``v`` of class ``cls`` that satisfies ``ok``."""
