@@ -111,3 +111,24 @@ def test_partial_tables_hold_only_what_they_can():
     assert set(codegen._INPLACE) <= _of_kind("elementwise"), _names(set(codegen._INPLACE) - _of_kind("elementwise"))
     both = set(lower.CORE_RULES) & set(special.SPECIAL_RULES)
     assert not both, f"the ZK lowering has two rules for {_names(both)}"
+
+
+def test_a_primitive_missing_from_a_table_is_named(monkeypatch):
+    """The checks above fail, naming the primitive and the table, when a primitive is registered without its
+    rules (what ``docs/ARCHITECTURE.md``, "A new primitive", lists)."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Frobnicate(P.Primitive):
+        kind = "elementwise"
+    monkeypatch.setattr(P, "PRIMITIVES", tuple(P.PRIMITIVES) + (Frobnicate,))
+    with pytest.raises(AssertionError) as e:
+        test_core_tables_cover_every_primitive("reverse derivative", REVERSE_RULES, set())
+    assert "reverse derivative lacks rules for ['Frobnicate']" in str(e.value)
+    for name in TARGETS:
+        with pytest.raises(AssertionError) as e:
+            test_target_rule_tables(name)
+        assert f"target {name} lacks rules for ['Frobnicate'" in str(e.value)
+    with pytest.raises(AssertionError) as e:
+        test_other_tables_cover_every_primitive("circuitgrad.costmodel.work:WORK_RULES", set())
+    assert "Frobnicate" in str(e.value)
