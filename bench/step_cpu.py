@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _util import interleaved_medians, machine, table  # noqa: E402
 
 import circuitgrad as cg  # noqa: E402
-from circuitgrad import nn  # noqa: E402
+from circuitgrad import blas, nn  # noqa: E402
 
 
 def main() -> None:
@@ -74,7 +74,7 @@ def main() -> None:
     t_cg = times["circuitgrad (NumPy)"]
     rows = [[k, f"{t * 1e3:.3f}", f"{t / t_cg:.2f}"] for k, t in times.items()]
     print(f"MLP {'-'.join(map(str, sizes))}, batch {B}, float32 SGD step; {machine()}; "
-          f"circuitgrad GEMM: {cg.blas.name()}; median of {a.repeats} x {a.inner} steps")
+          f"circuitgrad GEMM: {blas.name()}; median of {a.repeats} x {a.inner} steps")
     print(table(["implementation", "ms / step", "time / circuitgrad time"], rows))
     if len(times) > 1:
         best = min(t for k, t in times.items() if k != "circuitgrad (NumPy)")

@@ -42,7 +42,7 @@ if command -v node >/dev/null && command -v npm >/dev/null; then
 else
   echo "note: Node.js/npm not found; the snarkjs proof tests will be skipped"
 fi
-.venv/bin/python -c "import circuitgrad; print('circuitgrad GEMM:', circuitgrad.blas.name())"
+.venv/bin/python -c "from circuitgrad import blas; print('circuitgrad GEMM:', blas.name())"
 # lint (the rules and why some are left out: [tool.ruff] in pyproject.toml)
 .venv/bin/python -m ruff check . || { echo "ruff check failed: fix the findings above"; exit 1; }
 .venv/bin/python -c "import numpy, scipy; print('NumPy', numpy.__version__, 'SciPy', scipy.__version__)"

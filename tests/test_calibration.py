@@ -10,7 +10,7 @@ import re
 import pytest
 
 import circuitgrad as cg
-from circuitgrad import nn
+from circuitgrad import blas, nn
 from circuitgrad.cli import main
 from circuitgrad.costmodel import calibration as calib
 from circuitgrad.costmodel import calls as cost_calls
@@ -127,7 +127,7 @@ def test_cpu_calibration_shows_progress_and_records_its_conditions(machine, smal
     assert c.conditions == calib.Conditions(1_000_000.0, 0.2, 2) and set(c.calls) == set(monkeypatch_probes)
     d = json.loads(open(path).read())
     assert {k: d[k] for k in ("measured_at", "load", "cpus", "version", "blas")} == \
-        {"measured_at": 1_000_000.0, "load": 0.2, "cpus": 2, "version": 6, "blas": cg.blas.name()}
+        {"measured_at": 1_000_000.0, "load": 0.2, "cpus": 2, "version": 6, "blas": blas.name()}
     assert cost_cpu.calibrate() == c and capsys.readouterr() == ("", "")
 
 
