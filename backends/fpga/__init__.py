@@ -92,6 +92,13 @@ class Design:
         from .synth import Top
         return Top(self.component(bank_words))
 
+    def serial_top(self, divisor: int, bank_words: int | None = None):
+        """The sequencer behind the framed UART protocol at ``divisor`` clock cycles per bit
+        (:class:`~.link.SerialTop`: what a board's bitstream holds, and :class:`~.board.Board` drives)."""
+        _sequencer("design.serial_top()")
+        from .link import SerialTop
+        return SerialTop(self.component(bank_words), divisor)
+
 
 @dataclass
 class UnrolledDesign:

@@ -1,7 +1,10 @@
-"""``circuitgrad fpga synth|simulate``: hardware for an example's model.
+"""``circuitgrad fpga synth|simulate|train``: hardware for an example's model.
 
     circuitgrad fpga synth examples/iris.py --target ice40-up5k [--function step] [--out out/fpga/]
+    circuitgrad fpga synth examples/iris.py --board icebreaker        # the bitstream a board needs (UART)
     circuitgrad fpga simulate examples/iris.py --steps 5
+    circuitgrad fpga train examples/iris.py --board icebreaker --port /dev/ttyUSB1 --steps 100
+    circuitgrad fpga train examples/iris.py --port sim --steps 2     # the same bytes to the simulated board
 
 The model file (``circuitgrad/modelfile.py``) defines ``model(**options)``: the model, loss, optimizer,
 dtype and data that the script trains; ``--batch``, ``--lr`` and ``--option KEY=VALUE`` reach it.
@@ -66,9 +69,10 @@ def _synth(a) -> int:
     print(f"[compile] {design.function} of {step.model.name}: {len(design.microcode.ops)} micro-ops, "
           f"{design.microcode.depth} memory words, {design.cycles} cycles per call "
           f"({time.perf_counter() - t0:.2f} s)", flush=True)
+    host = a.host or ("uart" if a.board else "pins")
     try:
         report = synthesize(design, target, a.out, log=lambda s: print(f"[build] {s}", flush=True), board=a.board,
-                            seeds=a.seeds)
+                            seeds=a.seeds, host=host, baud=a.baud)
     except DoesNotFit as e:             # its suggestion as this command's flag (--read-ports 1), not the keyword
         raise SystemExit(f"circuitgrad fpga synth: {e.cli_message()}") from None
     print(report)
@@ -113,12 +117,59 @@ def _simulate(a) -> int:
     return 0
 
 
+def _train(a) -> int:
+    """Train on a board (or the simulated one) through the driver, checking each step against the interpreter."""
+    from circuitgrad.fixedpoint import FixedPointOverflow
+
+    from .board import Board, SimulatedLine, open_port
+    from .protocol import ProtocolError
+    if a.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {a.steps}")
+    if a.port != "sim" and a.board is None:
+        raise UsageError("--port names a board's serial port: say which board with --board (or use --port sim)")
+    _check_design_flags(a)
+    try:
+        require_amaranth("circuitgrad fpga train") if a.port == "sim" else None
+        spec, step, design = _design(a)
+        line = SimulatedLine(design) if a.port == "sim" else open_port(a.port, a.baud)
+    except MissingExtra as e:
+        raise SystemExit(str(e)) from None
+    except OSError as e:                # pyserial's SerialException is an OSError: no such port, no permission
+        raise SystemExit(f"circuitgrad fpga train: cannot open {a.port}: {e}") from None
+    board = Board(design, line)
+    hw = sw = step.init_params(seed=0)
+    batches = modelfile.batches(spec, 0, a.script)
+    where = "the simulated board" if a.port == "sim" else f"{a.board} on {a.port}"
+    for k in range(a.steps):
+        try:
+            x, y = modelfile.check_batch(step, next(batches), k, a.script)
+        except modelfile.ModelFileError as e:
+            raise SystemExit(f"circuitgrad fpga: {e}") from None
+        t0 = time.perf_counter()
+        try:
+            hw = board.step(hw, x, y)
+        except (ProtocolError, FixedPointOverflow, TimeoutError) as e:
+            raise SystemExit(f"circuitgrad fpga train: step {k}: {e}") from None
+        sw = step.step(sw, x, y)
+        exact = all(np.array_equal(hw[key], sw[key]) for key in sw)
+        print(f"step {k}: {board.cycles} cycles on {where}, bit-exact with the interpreter: {exact} "
+              f"({time.perf_counter() - t0:.2f} s)", flush=True)
+        if not exact:
+            return 1
+    if a.save:
+        np.savez(a.save, **hw)
+        print(f"parameters written to {a.save}")
+    return 0
+
+
 def add_parser(sub) -> None:
-    """Register ``fpga synth`` and ``fpga simulate`` under the ``circuitgrad`` command."""
-    from .devices import BOARDS, TARGETS
+    """Register ``fpga synth``, ``fpga simulate`` and ``fpga train`` under the ``circuitgrad`` command."""
+    from .devices import BOARDS, HOSTS, TARGETS
+    from .protocol import DEFAULT_BAUD
     fp = sub.add_parser("fpga", help="FPGA designs of training steps").add_subparsers(dest="fpga_cmd", required=True)
     for name, fn, helptext in (("synth", _synth, "synthesize, place and route with YoWASP"),
-                               ("simulate", _simulate, "simulate training steps bit-exactly")):
+                               ("simulate", _simulate, "simulate training steps bit-exactly"),
+                               ("train", _train, "train on a board over its USB serial port")):
         p = fp.add_parser(name, help=helptext)
         add_model_options(p)
         p.add_argument("--function", choices=["step", "predict"], default="step")
@@ -130,10 +181,22 @@ def add_parser(sub) -> None:
                            help="device (default: the board's, else ice40-up5k)")
             p.add_argument("--out", default="out/fpga")
             p.add_argument("--board", choices=sorted(BOARDS), default=None,
-                           help="constrain the pins to a board (iCEBreaker: host port on PMOD 1A; ULX3S: on GPIO J1)")
+                           help="constrain the pins to a board: its USB serial chip (--host uart, the default with a "
+                                "board) or the pin port (iCEBreaker: PMOD 1A; ULX3S: GPIO J1)")
+            p.add_argument("--host", choices=HOSTS, default=None,
+                           help="host port: uart (the framed protocol of fpga train) or pins (default: uart with "
+                                "--board, else pins)")
+            p.add_argument("--baud", type=int, default=DEFAULT_BAUD, help=f"UART rate (default {DEFAULT_BAUD})")
             p.add_argument("--read-ports", type=int, choices=[1, 2], default=2, dest="read_ports")
             p.add_argument("--seeds", type=int, default=1,
                            help="place and route with nextpnr seeds 1..N and keep the median Fmax (default: one run)")
+        elif name == "train":
+            p.add_argument("--board", choices=sorted(BOARDS), default=None, help="the board the bitstream runs on")
+            p.add_argument("--port", required=True,
+                           help="its serial port (/dev/ttyUSB1, COM3), or sim for the simulated board")
+            p.add_argument("--baud", type=int, default=DEFAULT_BAUD, help=f"UART rate (default {DEFAULT_BAUD})")
+            p.add_argument("--steps", type=int, default=3)
+            p.add_argument("--save", default=None, help="write the trained parameters to this .npz")
         else:
             p.add_argument("--steps", type=int, default=3)
         p.set_defaults(fn=fn)

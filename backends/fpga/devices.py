@@ -1,7 +1,7 @@
 """FPGA devices the flow targets, and their capacities (pure data, no tools needed)."""
 from dataclasses import dataclass
 
-__all__ = ["Target", "TARGETS", "BOARDS", "pcf", "lpf", "constraints"]
+__all__ = ["Target", "TARGETS", "BOARDS", "HOSTS", "pcf", "lpf", "constraints"]
 
 
 @dataclass(frozen=True)
@@ -27,42 +27,60 @@ TARGETS = {
 }
 
 
-#: board pinouts for ``Top``'s pins.
-#: iCEBreaker: 12 MHz clock on pin 35, host port on PMOD 1A, reset on PMOD 1B.
+#: board pinouts for ``Top``'s pins (``pins``) and for the UART of :class:`~.link.SerialTop` (``uart``: the
+#: board's USB serial chip, as ``amaranth-boards`` names the pins: ``rx`` into the FPGA, ``tx`` out of it).
+#: iCEBreaker: 12 MHz clock on pin 35, host port on PMOD 1A, reset on PMOD 1B, the FT2232H's second channel.
 #: ULX3S (v2/v3, ECP5-85F): 25 MHz clock on G2, reset on FIRE1 (R1), host port on GPIO J1 gp[0..5],
-#: done and overflow on LEDs 0 and 1 (sites from the board's reference ulx3s_v20.lpf).
+#: done and overflow on LEDs 0 and 1 (sites from the board's reference ulx3s_v20.lpf), the FT231X.
 BOARDS = {
     "icebreaker": {
         "target": "ice40-up5k", "clock_mhz": 12,
         "pins": {"clk": 35, "rst": 43, "start": 4, "sin": 2, "shift": 47, "write": 45, "read": 3,
                  "sout": 48, "done": 46, "overflow": 44},
+        "uart": {"rx": 6, "tx": 9},
     },
     "ulx3s": {
         "target": "ecp5-85k", "clock_mhz": 25,
         "pins": {"clk": "G2", "rst": "R1", "start": "B11", "sin": "A10", "shift": "A9", "write": "B9",
                  "read": "A7", "sout": "C8", "done": "B2", "overflow": "C2"},
+        "uart": {"rx": "M1", "tx": "L4"},
     },
 }
 
+#: how the host reaches the design: the UART (:class:`~.link.SerialTop`) or the shift-register pins (``Top``)
+HOSTS = ("uart", "pins")
+#: inputs pulled to their idle level: low for the pin port's strobes, high for the UART's line
+_PULL = {"rst": "DOWN", "start": "DOWN", "sin": "DOWN", "shift": "DOWN", "write": "DOWN", "read": "DOWN",
+         "rx": "UP"}
 
-def pcf(board: str) -> str:
+
+def _pins(board: str, host: str) -> dict:
+    if host not in HOSTS:
+        raise ValueError(f"unknown host port {host!r}; choose one of {', '.join(HOSTS)}")
+    b = BOARDS[board]
+    if host == "pins":
+        return dict(b["pins"])
+    return {**{k: b["pins"][k] for k in ("clk", "rst", "done", "overflow")}, **b["uart"]}
+
+
+def pcf(board: str, host: str = "pins") -> str:
     """The iCE40 pin constraints (``.pcf``) for ``board``."""
-    pins = BOARDS[board]["pins"]
-    return "".join(f"set_io {name} {pin}\n" for name, pin in pins.items())
+    return "".join(f"set_io {'-pullup yes ' if _PULL.get(name) == 'UP' else ''}{name} {pin}\n"
+                   for name, pin in _pins(board, host).items())
 
 
-def lpf(board: str) -> str:
+def lpf(board: str, host: str = "pins") -> str:
     """The ECP5 pin constraints (``.lpf``) for ``board``: sites, LVCMOS33 and the clock frequency."""
     b = BOARDS[board]
     lines = []
-    for name, site in b["pins"].items():
-        pull = "DOWN" if name in ("rst", "start", "sin", "shift", "write", "read") else "NONE"
+    for name, site in _pins(board, host).items():
+        pull = _PULL.get(name, "NONE")
         lines += [f'LOCATE COMP "{name}" SITE "{site}" ;', f'IOBUF PORT "{name}" PULLMODE={pull} IO_TYPE=LVCMOS33 ;']
     lines.append(f'FREQUENCY PORT "clk" {b["clock_mhz"]} MHZ ;')
     return "\n".join(lines) + "\n"
 
 
-def constraints(board: str) -> tuple[str, str]:
-    """``(file name, text)`` of the pin constraints for ``board``, in its family's format."""
+def constraints(board: str, host: str = "pins") -> tuple[str, str]:
+    """``(file name, text)`` of the pin constraints for ``board`` and its host port, in its family's format."""
     family = TARGETS[BOARDS[board]["target"]].family
-    return ("top.pcf", pcf(board)) if family == "ice40" else ("top.lpf", lpf(board))
+    return ("top.pcf", pcf(board, host)) if family == "ice40" else ("top.lpf", lpf(board, host))

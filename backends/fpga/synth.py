@@ -34,7 +34,9 @@ except ImportError:
     raise MissingExtra("fpga synthesis", "Amaranth and the YoWASP tools", "fpga") from None
 
 from .sequencer import READ_LATENCY, Sequencer  # noqa: F401, E402
-from .devices import BOARDS, TARGETS, Target, constraints, pcf  # noqa: F401, E402
+from .devices import BOARDS, HOSTS, TARGETS, Target, constraints, pcf  # noqa: F401, E402
+from .protocol import DEFAULT_BAUD  # noqa: E402
+from .uart import divisor as uart_divisor  # noqa: E402
 
 __all__ = ["TARGETS", "Top", "SERIAL_PINS", "Report", "synthesize", "cell_counts", "DoesNotFit", "rtlil_text"]
 
@@ -197,7 +199,7 @@ def self_overlap(mc) -> None:
                                    f"(addresses {sorted(out & reads)[:4]}…): the memory layout is wrong")
 
 
-def rtlil_text(design, log=print, target: str | None = None) -> str:
+def rtlil_text(design, log=print, target: str | None = None, divisor: int | None = None) -> str:
     """``Top(design)`` as RTLIL, with same-cycle read/write collisions on its memories declared undefined.
 
     Amaranth marks a non-transparent read port ``COLLISION_X_MASK = 0``: a read of the word being
@@ -209,10 +211,15 @@ def rtlil_text(design, log=print, target: str | None = None) -> str:
     and write in the same cycle.
 
     ``target``: the memory is split into banks of that device's block RAM (``Target.block_words``).
+    ``divisor``: the UART top (:class:`~.link.SerialTop`) at that many cycles per bit instead of ``Top``.
     """
     if hasattr(design, "read_ports"):
         self_overlap(design.microcode)
-    il = rtlil.convert(design.top(TARGETS[target].block_words if target else None), name="top")
+    banks = TARGETS[target].block_words if target else None
+    if divisor is not None and not hasattr(design, "serial_top"):
+        raise ValueError("an unrolled design has no memory for the UART host port: build it with host='pins'")
+    top = design.top(banks) if divisor is None else design.serial_top(divisor, banks)
+    il = rtlil.convert(top, name="top")
     il, n = re.subn(r"(parameter \\COLLISION_X_MASK )(\d+)'([01]+)",
                     lambda mt: f"{mt[1]}{mt[2]}'{'1' * int(mt[2])}", il)
     if n == 0 and "$memrd" in il:
@@ -238,7 +245,8 @@ def precheck(design, target: str) -> None:
                          f"({need / t.bram_blocks:.1f}x too many)", hint, option)
 
 
-def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=print) -> dict[str, int]:
+def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=print,
+                divisor: int | None = None) -> dict[str, int]:
     """Synthesize ``design`` for ``target`` with yosys only (no place and route): its cells by type.
 
     ``"SB_LUT4"``/``"LUT4"`` are the LUTs, ``"SB_MAC16"``/``"MULT18X18D"`` the DSP blocks; flip-flop
@@ -251,7 +259,7 @@ def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=
     t = TARGETS[target]
     os.makedirs(outdir, exist_ok=True)
     with open(os.path.join(outdir, "top.il"), "w") as fh:
-        fh.write(rtlil_text(design, log, target))
+        fh.write(rtlil_text(design, log, target, divisor))
     if t.family == "ice40":
         synth = "synth_ice40 -dsp" if design.uses_dsp else "synth_ice40"
     else:
@@ -263,7 +271,7 @@ def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=
 
 
 def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log=print,
-               board: str | None = None, seeds: int = 1) -> Report:
+               board: str | None = None, seeds: int = 1, host: str = "pins", baud: int = DEFAULT_BAUD) -> Report:
     """Synthesize, place and route ``design`` for ``target``; returns the parsed :class:`Report`.
 
     ``board`` (``"icebreaker"``) constrains the pins to that board; without
@@ -274,6 +282,9 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log
     the median Fmax (its bitstream and report; ``Report.fmax_runs`` lists all). One placement's Fmax is
     a noisy sample: the iris SGD step on the UP5K reached 42.4 MHz with nextpnr's default seed and
     49.1–51.0 MHz with seeds 1–5. The default, 1, is one run with nextpnr's own seed.
+
+    ``host``: ``"pins"`` (the shift-register port of :class:`Top`) or ``"uart"`` (:class:`~.link.SerialTop` at
+    ``baud``, on the board's USB serial chip: what :class:`~.board.Board` talks to).
     """
     if seeds < 1:
         raise ValueError(f"synthesize: seeds must be at least 1 (got {seeds})")
@@ -284,9 +295,13 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log
             raise ValueError(f"board {board} is built for {BOARDS[board]['target']}, not {target}")
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of {sorted(TARGETS)}")
+    if host not in HOSTS:
+        raise ValueError(f"unknown host port {host!r}; choose one of {', '.join(HOSTS)}")
     require_tools("fpga synthesis", synthesis_tools(TARGETS[target].family))
     t0 = time.perf_counter()
-    cells = cell_counts(design, target, outdir, log)
+    clock_mhz = BOARDS[board]["clock_mhz"] if board else (12 if TARGETS[target].family == "ice40" else 25)
+    divisor = uart_divisor(clock_mhz * 1e6, baud) if host == "uart" else None
+    cells = cell_counts(design, target, outdir, log, divisor)
     t = TARGETS[target]
     dsps = cells.get("SB_MAC16", 0) + cells.get("MULT18X18D", 0)
     if dsps > t.dsps:
@@ -297,7 +312,7 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log
                          f"({lut4 / t.lut4:.1f}x too many)")
     pins = []
     if board:
-        name, text = constraints(board)
+        name, text = constraints(board, host)
         with open(os.path.join(outdir, name), "w") as fh:
             fh.write(text)
         pins = ["--pcf" if t.family == "ice40" else "--lpf", name]
