@@ -59,7 +59,7 @@ def test_wheel_ships_every_package_and_runs_from_a_fresh_environment(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     packages = _source_packages()
-    assert len(packages) >= 7                      # circuitgrad, backends, gpu, fpga, zk, zk.ligero, examples
+    assert len(packages) >= 7                      # circuitgrad, backends, gpu, fpga, zk, zk.systems.ligero, examples
     for folder, modules in packages.items():
         missing = [m for m in modules if m not in names]
         assert not missing, f"{os.path.relpath(folder, ROOT)} is not fully in the wheel: {missing}"
