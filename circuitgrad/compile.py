@@ -365,7 +365,8 @@ def _choose(backend: str, donate: bool, precision: str, graph: bool) -> tuple[st
         raise ValueError(f"compile_model: unknown backend {backend!r}; available: "
                          f"{', '.join(repr(b) for b in names)}")
     if backend == "auto":          # the first device runtime whose target is usable, else the default
-        usable = [r.name for t in TARGETS.values() if t.available()[0] for r in t.runtimes if r.device]
+        usable = [r.name for t in TARGETS.values() if any(r.device for r in t.runtimes) and t.available()[0]
+                  for r in t.runtimes if r.device]
         backend = usable[0] if usable else DEFAULT_BACKEND
         rt = runtime(backend)
         precision = precision if "precision" in rt.options else "fp32"

@@ -26,9 +26,10 @@ __all__ = ["Pat", "X", "Graph", "match", "Rules"]
 class Pat:
     """An instruction of class ``op`` (a class or a tuple of them) whose arguments match ``args`` in order.
 
-    ``name`` binds the instruction; ``once`` requires its (first) result to be read exactly once, an
-    output counting as a read; ``when(apply)`` is any further condition; ``commute`` also tries two
-    arguments swapped. A pattern with ``op=None`` matches any variable and binds it (see :func:`X`)."""
+    ``name`` binds the instruction; ``once`` (of an argument's pattern) requires the variable it matches to be
+    read exactly once, an output counting as a read; ``when(apply)`` is any further condition on the
+    instruction; ``commute`` also tries two arguments swapped. A pattern with ``op=None`` matches any variable
+    and binds it (see :func:`X`). A name bound twice keeps the last binding."""
     op: type | tuple[type, ...] | None = None
     args: tuple["Pat", ...] | None = None
     name: str | None = None

@@ -143,7 +143,8 @@ def test_unknown_commands_and_addresses_outside_memory_are_refused():
     with pytest.raises(PR.ProtocolError) as e:
         board.read(depth - 1, 2)
     assert str(e.value) == "fpga board: the board refused a 'R' frame: bad command"
-    assert list(board.read(depth - 1, 1)) == [int(board.read(depth - 1, 1)[0])]      # the last word is there
+    board.write(depth - 1, [-3])                        # the last word is inside
+    assert list(board.read(depth - 1, 1)) == [-3]
 
 
 def test_an_overflow_on_the_board_names_the_micro_op():
@@ -200,3 +201,70 @@ def test_the_bitstream_a_board_needs_builds_with_the_uart(tmp_path):
     assert "set_io -pullup yes rx 6\n" in pcf and "set_io tx 9\n" in pcf and "sin" not in pcf
     assert (tmp_path / "top.bin").stat().st_size > 100_000 and r.lut4 <= 5280
     assert r.fmax_mhz > 12                                     # meets the board's 12 MHz clock
+
+
+class _Dropping:
+    """A line that loses one byte of the first frame it sends (its last payload byte)."""
+
+    def __init__(self, line):
+        self.line, self.dropped = line, False
+
+    def write(self, data: bytes) -> int:
+        if not self.dropped and data[1] == PR.WRITE:
+            self.dropped, data = True, data[:-2] + data[-1:]
+        return self.line.write(data)
+
+    def read(self, n: int) -> bytes:
+        return self.line.read(n)
+
+    def reset_input_buffer(self) -> None:
+        self.line.reset_input_buffer()
+
+    def idle(self, bits: int) -> None:
+        self.line.idle(bits)
+
+
+def test_a_frame_cut_short_is_dropped_by_the_board_and_sent_again():
+    """The board gives up on a request after TIMEOUT_BITS quiet bit times, so the driver's retry is not taken
+    for the rest of the cut frame (nothing the host did not send reaches memory)."""
+    step, d = _iris_design()
+    sim = SimulatedLine(d, max_cycles=20_000)
+    line = _Dropping(sim)
+    board = Board(d, line)
+    before = board.read(9, 4)
+    board.write(10, [7, -8])
+    assert line.dropped
+    assert list(board.read(9, 4)) == [before[0], 7, -8, before[3]]      # its neighbours untouched
+
+
+def test_flags_before_any_run_are_zero():
+    step, d = _iris_design()
+    status, body = Board(d, SimulatedLine(d))._exchange(PR.request(PR.FLAGS), 6)
+    assert status == PR.OK and body == bytes(6)
+
+
+def test_step_writes_what_it_is_handed_not_what_it_returned_last():
+    """A caller's change to the returned parameters, and a step that failed, make the next step write again."""
+    step, d = _iris_design()
+    board = Board(d, SimulatedLine(d))
+    (x, y), = _batches(1, 4)
+    p = step.init_params(seed=3)
+    q = board.step(p, x, y)
+    q["W0"][:] = 0                                     # the caller edits the result in place
+    want = step.step({k: v.copy() for k, v in q.items()}, x, y)
+    got = board.step(q, x, y)
+    for k in want:
+        assert np.array_equal(got[k], want[k]), k
+    big = dict(got, W0=np.full_like(got["W0"], 32000))
+    with pytest.raises(cg.FixedPointOverflow):
+        board.step(big, np.full((4, 4), 120.0), y)     # the board's memory now holds an overflowed step
+    again = board.step(got, x, y)                      # the caller goes on from the last good parameters
+    want = step.step(got, x, y)
+    for k in want:
+        assert np.array_equal(again[k], want[k]), k
+
+
+def test_cli_trains_the_step_only(capsys):
+    from circuitgrad.cli import main
+    assert main(["fpga", "train", "iris", "--port", "sim", "--function", "predict"]) == 2
+    assert "fpga train runs --function step (the training step) on the board" in capsys.readouterr().err

@@ -28,8 +28,32 @@ SIM_DIVISOR = 4
 
 
 class Line(Protocol):
+    """What :class:`Board` needs of a serial line: pyserial's ``write``, ``read`` (fewer bytes on a timeout) and
+    ``reset_input_buffer``, and ``idle(bits)``: let the line stay quiet for that many bit times."""
     def write(self, data: bytes) -> int | None: ...
     def read(self, n: int) -> bytes: ...
+    def reset_input_buffer(self) -> None: ...
+    def idle(self, bits: int) -> None: ...
+
+
+class _Port:
+    """A pyserial port as a :class:`Line` (``idle`` sleeps)."""
+
+    def __init__(self, port, baud: int):
+        self.port, self.baud = port, baud
+
+    def write(self, data: bytes) -> int | None:
+        return self.port.write(data)
+
+    def read(self, n: int) -> bytes:
+        return self.port.read(n)
+
+    def reset_input_buffer(self) -> None:
+        self.port.reset_input_buffer()
+
+    def idle(self, bits: int) -> None:
+        import time
+        time.sleep(bits / self.baud + 0.001)
 
 
 def open_port(port: str, baud: int = DEFAULT_BAUD, timeout: float = 5.0) -> Line:
@@ -39,7 +63,9 @@ def open_port(port: str, baud: int = DEFAULT_BAUD, timeout: float = 5.0) -> Line
     except ImportError:
         from .extra import MissingExtra
         raise MissingExtra("fpga boards", "pyserial", "fpga") from None
-    return serial.Serial(port, baud, timeout=timeout)
+    p = serial.Serial(port, baud, timeout=timeout)
+    p.reset_input_buffer()
+    return _Port(p, baud)
 
 
 def _runs(addresses: np.ndarray) -> list[tuple[int, int, int]]:
@@ -59,33 +85,59 @@ class Board:
     """A :class:`~.Design` on a board behind ``line``: ``step`` and ``predict`` as :class:`CompiledModel` has them.
 
     A step design trains on chip (``fpga.compile(..., on_chip=True)``): the parameters and optimizer state are
-    written once and stay there; ``step`` writes them again only when it is handed others than the ones it
-    returned last. ``retries``: how many times a frame whose check failed is sent again."""
+    written once and stay there; ``step`` writes them again unless it is handed exactly the values the board
+    holds (the ones it returned last, unchanged). ``retries``: how many times a frame is sent again after the
+    board refused its check, or after a reply that was lost or damaged (the board drops a cut-short frame
+    after :data:`~.protocol.TIMEOUT_BITS` quiet bit times, and the driver waits that long first)."""
 
     def __init__(self, design, line: Line, retries: int = 2):
         self.design, self.line, self.retries = design, line, retries
         self.mc = design.microcode
         self.width = self.mc.dtype.width
         self.cycles = 0                                   # cycles of the last run, as the board counted them
-        self._state: dict | None = None                   # what the board holds (the last ``step`` result)
+        self._held: dict[str, np.ndarray] | None = None   # what the board's memory holds, when known
 
     # ------------------------------------------------------------------ frames
+    def _read(self, n: int) -> bytes:
+        """Exactly ``n`` bytes, or fewer when the line times out with nothing more."""
+        out = b""
+        while len(out) < n:
+            got = self.line.read(n - len(out))
+            if not got:
+                break
+            out += got
+        return out
+
+    def _resync(self) -> None:
+        """After a lost or damaged reply: let the board drop what it was receiving, and forget stale bytes."""
+        self.line.idle(2 * PR.TIMEOUT_BITS)
+        self.line.reset_input_buffer()
+
     def _exchange(self, frame: bytes, reply_bytes: int) -> tuple[int, bytes]:
+        what = chr(frame[1])
         for attempt in range(self.retries + 1):
+            last = attempt == self.retries
             self.line.write(frame)
-            head = self.line.read(2)
+            head = self._read(2)
             if len(head) < 2 or head[0] != PR.REPLY:
-                raise PR.ProtocolError(f"fpga board: no reply to a {chr(frame[1])!r} frame (got {head!r}); is the "
+                if not last:
+                    self._resync()
+                    continue
+                raise PR.ProtocolError(f"fpga board: no reply to a {what!r} frame (got {head!r}); is the "
                                        f"bitstream loaded and the port right?")
             status = head[1]
-            body = self.line.read(reply_bytes if status & PR.OK else 0)
-            end = self.line.read(1)
-            if len(end) < 1 or (status + sum(body) + end[0]) & 0xFF:
-                raise PR.ProtocolError(f"fpga board: a reply's check failed ({PR.describe_status(status)})")
-            if status & PR.BAD_CHECK and attempt < self.retries:
+            want = reply_bytes if status & PR.OK else 0
+            body, end = self._read(want), self._read(1)
+            if len(body) < want or len(end) < 1 or (status + sum(body) + end[0]) & 0xFF:
+                if not last:
+                    self._resync()
+                    continue
+                raise PR.ProtocolError(f"fpga board: the reply to a {what!r} frame was cut short or damaged "
+                                       f"({len(body)} of {want} bytes; {PR.describe_status(status)})")
+            if status & PR.BAD_CHECK and not last:
                 continue
             if not status & PR.OK:
-                raise PR.ProtocolError(f"fpga board: the board refused a {chr(frame[1])!r} frame: "
+                raise PR.ProtocolError(f"fpga board: the board refused a {what!r} frame: "
                                        f"{PR.describe_status(status)}")
             return status, body
         raise AssertionError("unreachable")
@@ -148,14 +200,17 @@ class Board:
         fx = self.design.model
         names = fx.param_names + fx.state_names
         k = len(names)
-        if params is not self._state:
-            for view, v in zip(self.mc.inputs[:k], self._raw(params, names)):
+        raw = self._raw(params, names)
+        held, self._held = self._held, None               # unknown until the step has been read back
+        if held is None or any(not np.array_equal(held[n], v) for n, v in zip(names, raw)):
+            for view, v in zip(self.mc.inputs[:k], raw):
                 self.put(view, v)
         self.put(self.mc.inputs[k], fx._x(x, "step"))
         self.put(self.mc.inputs[k + 1], fx._targets(y))
         self.run()
-        self._state = dict(zip(names, (self.get(v) for v in self.mc.inputs[:k])))
-        return self._state
+        state = {n: self.get(v) for n, v in zip(names, self.mc.inputs[:k])}
+        self._held = {n: a.copy() for n, a in state.items()}
+        return state
 
     def predict(self, params, x) -> np.ndarray:
         """The model's outputs for one batch, computed on the board (raw fixed-point values)."""
@@ -163,6 +218,7 @@ class Board:
             raise ValueError(f"fpga board: this design runs {self.design.function!r}, not 'predict'; build it "
                              f"with fpga.compile(model, function='predict')")
         fx = self.design.model
+        self._held = None
         for view, v in zip(self.mc.inputs[:-1], self._raw(params, fx.param_names)):
             self.put(view, v)
         self.put(self.mc.inputs[-1], fx._x(x, "predict"))
@@ -173,14 +229,15 @@ class Board:
 class SimulatedLine:
     """The serial line of a :class:`~.link.SerialTop` in Amaranth's simulator: what the driver writes reaches
     the top's ``rx`` pin bit by bit, and ``read`` runs the simulation until the top has sent that many bytes
-    on ``tx`` (``TimeoutError`` after ``max_cycles`` without them)."""
+    on ``tx``, or returns fewer after ``max_cycles`` (as pyserial does on a timeout)."""
 
-    def __init__(self, design, divisor: int = SIM_DIVISOR, max_cycles: int = 10_000_000):
+    def __init__(self, design, divisor: int = SIM_DIVISOR, max_cycles: int | None = None):
         from amaranth.sim import Simulator
 
         from .link import SerialTop
         self.top = SerialTop(design.component(), divisor)
-        self.divisor, self.max_cycles = divisor, max_cycles
+        # a read gives up after this many cycles with the reply incomplete: longer than a run of the program
+        self.divisor, self.max_cycles = divisor, max_cycles or max(200_000, 4 * design.cycles)
         self._out: list[int] = []                   # bytes still to send to the board
         self._in: list[int] = []                    # bytes the board sent
         self.cycles = 0
@@ -218,12 +275,22 @@ class SimulatedLine:
         self._out.extend(data)
         return len(data)
 
+    def _advance(self, cycles: int) -> None:
+        self.cycles += cycles
+        self.sim.run_until(self.cycles * 1e-6)
+
     def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes: fewer (as pyserial on a timeout) when ``max_cycles`` pass without them."""
         start = self.cycles
-        while len(self._in) < n:
-            if self.cycles - start > self.max_cycles:
-                raise TimeoutError(f"simulated line: {n} bytes did not arrive in {self.max_cycles} cycles")
-            self.sim.run_until((self.cycles + 64) * 1e-6)
-            self.cycles += 64
+        while len(self._in) < n and self.cycles - start < self.max_cycles:
+            self._advance(64)
         out, self._in = bytes(self._in[:n]), self._in[n:]
         return out
+
+    def reset_input_buffer(self) -> None:
+        self._in.clear()
+
+    def idle(self, bits: int) -> None:
+        while self._out:                              # what was written goes out first
+            self._advance(64)
+        self._advance(bits * self.divisor)

@@ -125,6 +125,8 @@ def _train(a) -> int:
     from .protocol import ProtocolError
     if a.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {a.steps}")
+    if a.function != "step":
+        raise UsageError("fpga train runs --function step (the training step) on the board")
     if a.port != "sim" and a.board is None:
         raise UsageError("--port names a board's serial port: say which board with --board (or use --port sim)")
     _check_design_flags(a)
@@ -148,7 +150,7 @@ def _train(a) -> int:
         t0 = time.perf_counter()
         try:
             hw = board.step(hw, x, y)
-        except (ProtocolError, FixedPointOverflow, TimeoutError) as e:
+        except (ProtocolError, FixedPointOverflow, OSError) as e:     # OSError: pyserial's, a board unplugged
             raise SystemExit(f"circuitgrad fpga train: step {k}: {e}") from None
         sw = step.step(sw, x, y)
         exact = all(np.array_equal(hw[key], sw[key]) for key in sw)

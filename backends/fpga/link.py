@@ -12,7 +12,7 @@ when the program is done.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -59,6 +59,9 @@ class SerialTop(wiring.Component):
 
         m.d.comb += [seq.host_addr.eq(addr), seq.host_wdata.eq(word[:W]), seq.host_we.eq(write),
                      seq.start.eq(start)]
+        quiet = Signal(range(PR.TIMEOUT_BITS * self.divisor + 1))     # cycles since the last byte received
+        m.d.sync += quiet.eq(Mux(got, 0, Mux(quiet == PR.TIMEOUT_BITS * self.divisor, quiet, quiet + 1)))
+        gave_up = quiet == PR.TIMEOUT_BITS * self.divisor
         m.d.sync += write.eq(0)
         with m.If(write):                              # the word is stored this cycle: then the next address
             m.d.sync += addr.eq(addr + 1)
@@ -79,19 +82,23 @@ class SerialTop(wiring.Component):
                     m.d.sync += [total.eq(0), addr.eq(0), count.eq(0)]
                     m.next = "cmd"
             with m.State("cmd"):
+                self._drop_when(m, gave_up)
                 with m.If(got):
                     m.d.sync += cmd.eq(byte)
                     take(m, "addr0")
             for i in range(3):
                 with m.State(f"addr{i}"):
+                    self._drop_when(m, gave_up)
                     with m.If(got):
                         m.d.sync += addr.eq(Cat(byte, addr[:16]))
                         take(m, f"addr{i + 1}" if i < 2 else "count0")
             with m.State("count0"):
+                self._drop_when(m, gave_up)
                 with m.If(got):
                     m.d.sync += count.eq(Cat(byte, count[:8]))
                     take(m, "count1")
             with m.State("count1"):
+                self._drop_when(m, gave_up)
                 with m.If(got):
                     n = Cat(byte, count[:8])
                     m.d.sync += [count.eq(n), k.eq(0),
@@ -101,6 +108,7 @@ class SerialTop(wiring.Component):
                     with m.Else():
                         take(m, "check")
             with m.State("data"):
+                self._drop_when(m, gave_up)
                 with m.If(got):
                     m.d.sync += [word.eq(Cat(byte, word[:-8])), k.eq(k + 1), total.eq(total + byte)]
                     with m.If(k == B - 1):
@@ -108,6 +116,7 @@ class SerialTop(wiring.Component):
                         with m.If(count == 1):
                             m.next = "check"
             with m.State("check"):
+                self._drop_when(m, gave_up)
                 with m.If(got):
                     ok = (total + byte)[:8] == 0
                     known = (cmd == PR.WRITE) | (cmd == PR.READ) | (cmd == PR.START) | (cmd == PR.FLAGS)
@@ -163,6 +172,12 @@ class SerialTop(wiring.Component):
                     m.d.comb += [tx.stream.payload.eq(-sent), tx.stream.valid.eq(1)]
                     m.next = "sync"
         return m
+
+    @staticmethod
+    def _drop_when(m, gave_up) -> None:
+        """A request cut short: back to waiting for a sync byte (a later state's ``m.next`` on a byte wins)."""
+        with m.If(gave_up):
+            m.next = "sync"
 
     @staticmethod
     def _send_byte(m, tx, out, left, sent) -> None:

@@ -7,7 +7,7 @@ A request, host to board::
 
 A reply, board to host::
 
-    5A | status | count words (read) or cycles (4 bytes, run) | check
+    5A | status | count words (R), or cycles (4 bytes) and fault (2 bytes: the first overflowing micro-op) (S, F) | check
 
 Multi-byte fields are big-endian; a word is ``ceil(W / 8)`` bytes of its two's complement. ``check`` makes
 the bytes after the sync byte sum to 0 modulo 256. The commands:
@@ -15,11 +15,13 @@ the bytes after the sync byte sum to 0 modulo 256. The commands:
 * ``W`` writes ``count`` words from ``addr`` on;
 * ``R`` reads ``count`` words from ``addr`` on;
 * ``S`` starts the program and replies when it is done, with the cycles it took;
-* ``F`` replies with the flags alone.
+* ``F`` replies as ``S`` does for the last run, without running (zeros before any run).
 
 The status byte's bits are :data:`OK`, :data:`BAD_CHECK`, :data:`BAD_COMMAND` and :data:`OVERFLOW` (the
-program overflowed its format). The board writes a ``W`` frame's words as they arrive: a frame whose check
-fails has been written in part, and the driver sends it again.
+program overflowed its format); a refused frame has only ``status`` between sync and check. The board writes a
+``W`` frame's words as they arrive: a frame whose check fails has been written in part, and the driver sends
+it again. A frame cut short is dropped after :data:`TIMEOUT_BITS` bit times without a byte, so a lost byte
+costs a retry, never the next frame's bytes.
 """
 from __future__ import annotations
 
@@ -27,13 +29,15 @@ from typing import Iterable
 
 import numpy as np
 
-__all__ = ["DEFAULT_BAUD", "REQUEST", "REPLY", "WRITE", "READ", "START", "FLAGS", "OK", "BAD_CHECK", "BAD_COMMAND", "OVERFLOW",
+__all__ = ["DEFAULT_BAUD", "TIMEOUT_BITS", "REQUEST", "REPLY", "WRITE", "READ", "START", "FLAGS", "OK", "BAD_CHECK", "BAD_COMMAND", "OVERFLOW",
            "MAX_COUNT", "MAX_ADDR", "word_bytes", "check", "request", "encode_words", "decode_words",
            "describe_status", "ProtocolError"]
 
 #: the boards' rate: 1 Mbaud divides both the iCEBreaker's 12 MHz and the ULX3S's 25 MHz clock exactly
 DEFAULT_BAUD = 1_000_000
 REQUEST, REPLY = 0xA5, 0x5A
+#: bit times without a byte after which the board drops a request it was receiving (four bytes' time)
+TIMEOUT_BITS = 40
 WRITE, READ, START, FLAGS = ord("W"), ord("R"), ord("S"), ord("F")
 OK, BAD_CHECK, BAD_COMMAND, OVERFLOW = 0x01, 0x02, 0x04, 0x08
 MAX_COUNT = 0xFFFF

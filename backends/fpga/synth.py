@@ -337,6 +337,9 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log
         log(f"  Fmax over seeds 1–{seeds}: {', '.join(f'{f:.1f}' for f in runs)} MHz; keeping seed {k}")
         for f in [out[1], "nextpnr_report.json"]:
             shutil.copyfile(os.path.join(outdir, f"seed{k}.{f}"), os.path.join(outdir, f))
+    if board and min(runs) < BOARDS[board]["clock_mhz"]:
+        log(f"warning: Fmax {min(runs):.1f} MHz is below the {board}'s {BOARDS[board]['clock_mhz']} MHz clock: the "
+            f"design will not run reliably there" + (" and its UART will not keep time" if host == "uart" else ""))
     _run(_tool(pack[0]) + [pack[1], bit], f"bitstream ({pack[0]})", log, outdir)
     bit = os.path.join(outdir, bit)
     rep = json.load(open(os.path.join(outdir, "nextpnr_report.json")))
