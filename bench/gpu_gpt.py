@@ -210,9 +210,9 @@ def ours_measure(sp, init: dict, x, y, options: dict, backend: str, a, mem: Peak
     row["loss"] = step.loss(dict(zip(names, state["a"][:n])), xd, yd)
     row["ms"] = median_ms(one, a.repeats, a.warmup, sync)
     row["launches"] = step.launches_per_step
+    from circuitgrad.backends.gpu import GpuFunction, memory
     compiled = step.fn("step").compiled
-    if compiled is not None:        # the cost model's prediction of the same step's peak (gpu.memory.peak)
-        from circuitgrad.backends.gpu import memory
+    if isinstance(compiled, GpuFunction):   # the cost model's prediction of the same step's peak (gpu.memory.peak)
         row["predicted_mb"] = memory.peak(compiled) / 2 ** 20
     return row
 
