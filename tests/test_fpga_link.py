@@ -94,13 +94,14 @@ def test_training_over_the_simulated_line_equals_fpga_train():
         assert np.array_equal(q[k], np.asarray(want[k])), k
 
 
-def test_predict_over_the_simulated_line_equals_the_interpreter():
+def test_predict_over_the_simulated_line_equals_the_compiled_model():
+    """Any number of rows, a batch at a time, dequantized: what ``CompiledModel.predict`` returns, exactly."""
     step, d = _iris_design("predict")
     p = step.init_params(seed=2)
-    x = _batches(1, 3)[0][0]
+    x = np.random.default_rng(3).normal(size=(6, 4))      # a batch and a half (the batch is 4)
     got = Board(d, SimulatedLine(d)).predict(p, x)
-    want = step.fn("predict").run(*[p[n] for n in step.param_names], step.cast(x, "x"))[0]
-    assert np.array_equal(got, want)
+    want = step.predict(p, x)
+    assert got.shape == (6, 3) and np.array_equal(got, want)
 
 
 class _Corrupting:

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from circuitgrad.fixedpoint import FixedPointOverflow
+from circuitgrad.fixedpoint import FixedPointOverflow, dequantize
 
 from . import protocol as PR
 from .kinds import facts
@@ -213,7 +213,8 @@ class Board:
         return state
 
     def predict(self, params, x) -> np.ndarray:
-        """The model's outputs for one batch, computed on the board (raw fixed-point values)."""
+        """The model's outputs for any number of rows, computed on the board a batch at a time and dequantized,
+        as :meth:`CompiledModel.predict` returns them (the parameters are written once)."""
         if self.design.function != "predict":
             raise ValueError(f"fpga board: this design runs {self.design.function!r}, not 'predict'; build it "
                              f"with fpga.compile(model, function='predict')")
@@ -221,9 +222,18 @@ class Board:
         self._held = None
         for view, v in zip(self.mc.inputs[:-1], self._raw(params, fx.param_names)):
             self.put(view, v)
-        self.put(self.mc.inputs[-1], fx._x(x, "predict"))
-        self.run()
-        return self.get(self.mc.outputs[0])
+        xs, B = fx._x(x, "predict"), fx.batch
+        outs = []
+        for i in range(0, xs.shape[0], B):
+            chunk = xs[i:i + B]
+            if chunk.shape[0] < B:                         # the last batch padded with zero rows
+                chunk = np.concatenate([chunk, np.zeros((B - chunk.shape[0],) + chunk.shape[1:], chunk.dtype)])
+            self.put(self.mc.inputs[-1], chunk)
+            self.run()
+            outs.append(self.get(self.mc.outputs[0]))
+        n = xs.shape[0]
+        y = np.concatenate(outs)[:n] if outs else np.zeros((0,) + fx.y_type.shape[1:], dtype=np.int64)
+        return dequantize(y, fx.dtype)
 
 
 class SimulatedLine:
