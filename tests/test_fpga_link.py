@@ -269,3 +269,59 @@ def test_cli_trains_the_step_only(capsys):
     from circuitgrad.cli import main
     assert main(["fpga", "train", "iris", "--port", "sim", "--function", "predict"]) == 2
     assert "fpga train runs --function step (the training step) on the board" in capsys.readouterr().err
+
+
+def test_refusals_name_what_is_wrong(monkeypatch):
+    from circuitgrad.backends.fpga.board import open_port
+    from circuitgrad.backends.fpga.devices import constraints
+    from circuitgrad.backends.fpga.extra import MissingExtra
+    for cls in (UARTReceiver, UARTTransmitter):
+        with pytest.raises(ValueError) as e:
+            cls(1)
+        assert str(e.value) == f"{cls.__name__}: divisor must be at least 2 cycles per bit, got 1"
+    with pytest.raises(ValueError) as e:
+        constraints("icebreaker", "usb")
+    assert str(e.value) == "unknown host port 'usb'; choose one of uart, pins"
+    monkeypatch.setitem(__import__("sys").modules, "serial", None)        # pyserial not installed
+    with pytest.raises(MissingExtra) as e:
+        open_port("/dev/ttyUSB1")
+    assert str(e.value) == "fpga boards needs pyserial: pip install 'circuitgrad[fpga]'"
+
+
+class _Dead:
+    """A line with nothing on the other end: reads time out empty."""
+
+    def __init__(self):
+        self.frames = 0
+
+    def write(self, data: bytes) -> int:
+        self.frames += 1
+        return len(data)
+
+    def read(self, n: int) -> bytes:
+        return b""
+
+    def reset_input_buffer(self) -> None:
+        pass
+
+    def idle(self, bits: int) -> None:
+        pass
+
+
+def test_a_board_that_never_answers_is_named_after_the_retries():
+    step, d = _iris_design()
+    line = _Dead()
+    with pytest.raises(PR.ProtocolError) as e:
+        Board(d, line, retries=2).read(0, 1)
+    assert line.frames == 3
+    assert str(e.value) == ("fpga board: no reply to a 'R' frame (got b''); is the bitstream loaded and the "
+                            "port right?")
+
+
+def test_an_unrolled_design_has_no_uart_top():
+    from circuitgrad.backends.fpga.synth import rtlil_text
+    step, _ = _iris_design("predict")
+    design = fpga.unroll(step, step.init_params(seed=0))
+    with pytest.raises(ValueError) as e:
+        rtlil_text(design, divisor=4)
+    assert str(e.value) == "an unrolled design has no memory for the UART host port: build it with host='pins'"

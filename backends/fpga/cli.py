@@ -80,6 +80,22 @@ def _synth(a) -> int:
     return 0
 
 
+def _batches(a, spec, step):
+    """``(k, x, y)`` for the model file's first ``--steps`` batches, each checked (one line for a bad one)."""
+    batches = modelfile.batches(spec, 0, a.script)
+    for k in range(a.steps):
+        try:
+            x, y = modelfile.check_batch(step, next(batches), k, a.script)
+        except modelfile.ModelFileError as e:
+            raise SystemExit(f"circuitgrad fpga: {e}") from None
+        yield k, x, y
+
+
+def _same(hw: dict, sw: dict) -> bool:
+    """The hardware's parameters and optimizer state equal the interpreter's, bit for bit."""
+    return all(np.array_equal(hw[key], sw[key]) for key in sw)
+
+
 def _simulate(a) -> int:
     from circuitgrad.fixedpoint import FixedPointOverflow
 
@@ -96,12 +112,7 @@ def _simulate(a) -> int:
     spec, step, design = _design(a)
     hw = step.init_params(seed=0)
     sw = dict(hw)
-    batches = modelfile.batches(spec, 0, a.script)
-    for k in range(a.steps):
-        try:
-            x, y = modelfile.check_batch(step, next(batches), k, a.script)
-        except modelfile.ModelFileError as e:
-            raise SystemExit(f"circuitgrad fpga: {e}") from None
+    for k, x, y in _batches(a, spec, step):
         t0 = time.perf_counter()
         try:                            # the simulated cycles on stderr: a GPT's step takes a minute
             with progress(design.cycles, f"simulating step {k}", unit="cycle", file=sys.stderr) as bar:
@@ -109,7 +120,7 @@ def _simulate(a) -> int:
         except FixedPointOverflow as e:
             raise SystemExit(f"circuitgrad fpga: {e}") from None
         sw = step.step(sw, x, y)
-        exact = all(np.array_equal(hw[key], sw[key]) for key in sw)
+        exact = _same(hw, sw)
         print(f"step {k}: {n} cycles (model {design.cycles}), bit-exact with the interpreter: {exact} "
               f"({time.perf_counter() - t0:.1f} s simulated)")
         if not exact:
@@ -140,20 +151,15 @@ def _train(a) -> int:
         raise SystemExit(f"circuitgrad fpga train: cannot open {a.port}: {e}") from None
     board = Board(design, line)
     hw = sw = step.init_params(seed=0)
-    batches = modelfile.batches(spec, 0, a.script)
     where = "the simulated board" if a.port == "sim" else f"{a.board} on {a.port}"
-    for k in range(a.steps):
-        try:
-            x, y = modelfile.check_batch(step, next(batches), k, a.script)
-        except modelfile.ModelFileError as e:
-            raise SystemExit(f"circuitgrad fpga: {e}") from None
+    for k, x, y in _batches(a, spec, step):
         t0 = time.perf_counter()
         try:
             hw = board.step(hw, x, y)
         except (ProtocolError, FixedPointOverflow, OSError) as e:     # OSError: pyserial's, a board unplugged
             raise SystemExit(f"circuitgrad fpga train: step {k}: {e}") from None
         sw = step.step(sw, x, y)
-        exact = all(np.array_equal(hw[key], sw[key]) for key in sw)
+        exact = _same(hw, sw)
         print(f"step {k}: {board.cycles} cycles on {where}, bit-exact with the interpreter: {exact} "
               f"({time.perf_counter() - t0:.2f} s)", flush=True)
         if not exact:

@@ -28,13 +28,17 @@ def divisor(clock_hz: float, baud: int) -> int:
     return d
 
 
+def _cycles_per_bit(divisor: int, who: str) -> int:
+    if divisor < 2:
+        raise ValueError(f"{who}: divisor must be at least 2 cycles per bit, got {divisor}")
+    return divisor
+
+
 class UARTReceiver(wiring.Component):
     """``rx`` (the line) to a stream of bytes (``valid`` for one cycle per byte)."""
 
     def __init__(self, divisor: int):
-        if divisor < 2:
-            raise ValueError(f"UARTReceiver: divisor must be at least 2 cycles per bit, got {divisor}")
-        self.divisor = divisor
+        self.divisor = _cycles_per_bit(divisor, "UARTReceiver")
         super().__init__({"rx": In(1, init=1), "stream": Out(stream.Signature(8))})
 
     def elaborate(self, platform):
@@ -81,9 +85,7 @@ class UARTTransmitter(wiring.Component):
     """A stream of bytes to ``tx`` (the line); ``ready`` while it is idle."""
 
     def __init__(self, divisor: int):
-        if divisor < 2:
-            raise ValueError(f"UARTTransmitter: divisor must be at least 2 cycles per bit, got {divisor}")
-        self.divisor = divisor
+        self.divisor = _cycles_per_bit(divisor, "UARTTransmitter")
         super().__init__({"tx": Out(1, init=1), "stream": In(stream.Signature(8))})
 
     def elaborate(self, platform):
