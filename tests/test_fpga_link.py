@@ -271,6 +271,7 @@ def test_cli_trains_the_step_only(capsys):
     assert "fpga train runs --function step (the training step) on the board" in capsys.readouterr().err
 
 
+@pytest.mark.filterwarnings("ignore:.*created but never used")     # the refused components are never elaborated
 def test_refusals_name_what_is_wrong(monkeypatch):
     from circuitgrad.backends.fpga.board import open_port
     from circuitgrad.backends.fpga.devices import constraints
