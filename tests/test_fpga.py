@@ -138,13 +138,13 @@ def test_design_too_big_is_refused_before_the_build():
         precheck(d, "ice40-up5k")
     assert re.fullmatch(r"ice40-up5k: the design needs \d+ block RAMs \(2 copies of \d+ words × 16 bits, \d+ blocks "
                         r"each\), the device has 30 \([\d.]+x too many\)(; try read_ports=1)?", str(e.value))
-    # block granularity: 4 lanes of the iris step need 8 copies of 4 blocks (833 words), 32 > 30
+    # block granularity: 8 lanes of the iris step need 16 copies of 3 blocks (702 words), 48 > 30
     iris = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
-    with pytest.raises(DoesNotFit, match=r"^ice40-up5k: the design needs 32 block RAMs \(8 copies of 833 words × 16 "
-                                         r"bits, 4 blocks each\), the device has 30 \(1\.1x too many\); at most "
-                                         r"macs=3 fits$"):
-        precheck(fpga.compile(iris, macs=4), "ice40-up5k")
-    precheck(fpga.compile(iris, macs=2), "ice40-up5k")
+    with pytest.raises(DoesNotFit, match=r"^ice40-up5k: the design needs 48 block RAMs \(16 copies of 702 words × 16 "
+                                         r"bits, 3 blocks each\), the device has 30 \(1\.6x too many\); at most "
+                                         r"macs=5 fits$"):
+        precheck(fpga.compile(iris, macs=8), "ice40-up5k")
+    precheck(fpga.compile(iris, macs=5), "ice40-up5k")
 
 
 @pytest.mark.slow

@@ -29,6 +29,7 @@ from circuitgrad.progress import Counter
 from circuitgrad.types import Fixed, fixed
 
 from .extra import MissingExtra, require_amaranth
+from .isa import SPRAM_WIDTH
 from .kinds import FACTS, Kind
 from .microcode import FPGA_RULES, UNSUPPORTED, Microcode, compile_program, execute
 from .timing import cycles
@@ -81,23 +82,25 @@ class Design:
         """Predicted cycles per call (exact for the current sequencer)."""
         return cycles(self.microcode, self.read_ports, self.macs)
 
-    def component(self, bank_words: int | None = None):
+    def component(self, bank_words: int | None = None, spram_cells: bool = False):
         """The Amaranth :class:`~.sequencer.Sequencer` of this design (``bank_words``: words per block RAM of the
-        target; ``None`` keeps the memory in one bank, as the simulation does)."""
-        return _sequencer("design.component()").Sequencer(self.microcode, self.read_ports, self.macs, bank_words)
+        target; ``None`` keeps the memory in one bank, as the simulation does; ``spram_cells``: SPRAM as
+        ``SB_SPRAM256KA`` instances, for synthesis)."""
+        return _sequencer("design.component()").Sequencer(self.microcode, self.read_ports, self.macs, bank_words,
+                                                           spram_cells)
 
-    def top(self, bank_words: int | None = None):
+    def top(self, bank_words: int | None = None, spram_cells: bool = False):
         """The sequencer behind the serial pins that synthesis builds (:class:`~.synth.Top`)."""
         _sequencer("design.top()")
         from .synth import Top
-        return Top(self.component(bank_words))
+        return Top(self.component(bank_words, spram_cells))
 
-    def serial_top(self, divisor: int, bank_words: int | None = None):
+    def serial_top(self, divisor: int, bank_words: int | None = None, spram_cells: bool = False):
         """The sequencer behind the framed UART protocol at ``divisor`` clock cycles per bit
         (:class:`~.link.SerialTop`: what a board's bitstream holds, and :class:`~.board.Board` drives)."""
         _sequencer("design.serial_top()")
         from .link import SerialTop
-        return SerialTop(self.component(bank_words), divisor)
+        return SerialTop(self.component(bank_words, spram_cells), divisor)
 
 
 @dataclass
@@ -124,8 +127,8 @@ class UnrolledDesign:
         from .unrolled import Unrolled
         return Unrolled(self.microcode, self.consts)
 
-    def top(self, bank_words: int | None = None):
-        """The pipeline behind the serial pins (it has no memory: ``bank_words`` is ignored)."""
+    def top(self, bank_words: int | None = None, spram_cells: bool = False):
+        """The pipeline behind the serial pins (it has no memory: ``bank_words`` and ``spram_cells`` are ignored)."""
         _sequencer("design.top()")
         from .unrolled import UnrolledTop
         return UnrolledTop(self.component())
@@ -157,22 +160,27 @@ def unroll(model: CompiledModel, params, dtype: Fixed | None = None) -> Unrolled
 
 
 def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, function: str = "step",
-            read_ports: int = 2, on_chip: bool = True) -> Design:
+            read_ports: int = 2, on_chip: bool = True, spram: int = 0) -> Design:
     """The FPGA design of ``model``'s ``step`` (default) or ``predict``.
 
     ``read_ports=1`` halves the block RAM (iCE40 duplicates a memory per read
     port) at the cost of two cycles per two-operand element. With
     ``on_chip=True`` (default), a training step writes the updated
     parameters and optimizer state back into their on-chip memory, so
-    training continues with new batches only (:func:`train`).
+    training continues with new batches only (:func:`train`). ``spram``: the
+    single-port RAM blocks (16K × 16 bits each; the iCE40 UP5K has 4) the
+    memory plan may place tensors in besides block RAM; it needs ``macs=1``.
     """
+    if spram < 0 or (spram and macs > 1):
+        raise ValueError(f"fpga.compile: spram must be ≥ 0, and SPRAM needs macs=1 (got spram={spram}, macs={macs})")
     if macs < 1 or (macs > 1 and read_ports != 2):
         raise ValueError(f"fpga.compile: macs must be ≥ 1, and macs > 1 needs read_ports=2 "
                          f"(got macs={macs}, read_ports={read_ports})")
     dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else fixed(16, 8))
     fx = model if model.dtype == dtype else compile_model(model.model, model.loss_fn, model.optimizer, dtype)
     n_state = len(fx.param_names) + len(fx.state_names) if function == "step" and on_chip else 0
-    mc = compile_program(fx.fn(function).program, dtype, write_back=n_state)
+    blocks = spram // -(-dtype.width // SPRAM_WIDTH)            # a wider word takes blocks side by side
+    mc = compile_program(fx.fn(function).program, dtype, write_back=n_state, spram=blocks)
     return Design(fx, function, mc, macs, read_ports)
 
 

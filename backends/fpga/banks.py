@@ -22,9 +22,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-from amaranth import Module, Signal, signed, unsigned
+from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
+
+from .isa import SPRAM_WORDS
+from .spram import SinglePortRAM
 
 __all__ = ["BankedMemory"]
 
@@ -36,29 +39,43 @@ class BankedMemory(wiring.Component):
     after its address); ``waddr``, ``wdata``, ``we`` (In: written at the end of the next cycle). A read of
     a word in the cycle it is written is undefined (see ``synth.rtlil_text``); ``write_taps`` (the
     address and enable of the write landing this cycle) lets the simulation check that none happens.
+
+    With ``spram_blocks``, the top ``spram_blocks × SPRAM_WORDS`` addresses are single-port RAM blocks
+    (:class:`~.spram.SinglePortRAM`, ``cells`` as there) and block RAM holds the first ``ram_words``: a
+    block's address is the write's when one lands in it, else read port 0's when it reads there, else
+    port 1's; its word is registered beside it like a bank's, with the same latency.
     """
 
-    def __init__(self, width: int, depth: int, init: Sequence[int], reads: int, bank_words: int | None = None):
+    def __init__(self, width: int, depth: int, init: Sequence[int], reads: int, bank_words: int | None = None,
+                 ram_words: int | None = None, spram_blocks: int = 0, cells: bool = False):
         self.width, self.depth = width, max(1, depth)
-        bw = self.depth if bank_words is None or bank_words >= self.depth else bank_words
-        if bw & (bw - 1) and bw != self.depth:
+        self.ram_words = max(1, self.depth if ram_words is None else ram_words)
+        bw = self.ram_words if bank_words is None or bank_words >= self.ram_words else bank_words
+        if bw & (bw - 1) and bw != self.ram_words:
             raise ValueError(f"bank_words must be a power of two, got {bank_words}")
         self.bank_words = bw
-        self.n_banks = -(-self.depth // bw)
+        self.n_banks = -(-self.ram_words // bw)
         self.aw = max(1, (self.depth - 1).bit_length())
         self.lo = max(1, (bw - 1).bit_length()) if self.n_banks > 1 else self.aw
         init = list(init) + [0] * (self.n_banks * bw - len(init))
         self.banks = [memory.Memory(shape=signed(width), depth=bw, init=init[i * bw:(i + 1) * bw])
                       for i in range(self.n_banks)]
+        self.spram_base = self.depth - spram_blocks * SPRAM_WORDS
+        self.sprams = [SinglePortRAM(width, cells) for _ in range(spram_blocks)]
         self._reads = [[bank.read_port() for bank in self.banks] for _ in range(reads)]
         self._writes = [bank.write_port() for bank in self.banks]
         self.write_taps = SimpleNamespace(addr=Signal(unsigned(self.aw), name="w_addr_full"), en=Signal(name="w_en"))
         super().__init__({"raddr": In(unsigned(self.aw)).array(reads), "rdata": Out(signed(width)).array(reads),
                           "waddr": In(unsigned(self.aw)), "wdata": In(signed(width)), "we": In(1)})
 
-    def locate(self, addr: int) -> tuple[int, int]:
-        """``(bank, word in the bank)`` of address ``addr``."""
-        return divmod(int(addr), self.bank_words)
+    def locate(self, addr: int):
+        """The simulation's storage of address ``addr``: ``(memory data, word)``."""
+        addr = int(addr)
+        if addr >= self.spram_base and self.sprams:
+            j, word = divmod(addr - self.spram_base, SPRAM_WORDS)
+            return self.sprams[j].data, word
+        bank, word = divmod(addr, self.bank_words)
+        return self.banks[bank].data, word
 
     def read_ports(self) -> list:
         """Every block-RAM read port, with the read port of this memory it serves: ``[(port, r), …]``."""
@@ -68,27 +85,65 @@ class BankedMemory(wiring.Component):
         m = Module()
         for i, bank in enumerate(self.banks):
             m.submodules[f"bank{i}"] = bank
-        nb, lo = self.n_banks, self.lo
+        nb, lo, ns = self.n_banks, self.lo, len(self.sprams)
+        top = self.spram_base >> 14                # an SPRAM address's bits 14 and up: top + its block
+        sp_regs = self._spram(m, top) if ns else []
         for r, ports in enumerate(self._reads):
             regs = [Signal(signed(self.width), name=f"r{r}_bank{i}") for i in range(nb)]
             for port, reg in zip(ports, regs):
                 m.d.comb += port.addr.eq(self.raddr[r][:lo])
                 m.d.sync += reg.eq(port.data)
-            if nb == 1:
+            if nb == 1 and not ns:
                 m.d.comb += self.rdata[r].eq(regs[0])
                 continue
             sel1 = Signal(range(nb), name=f"r{r}_sel1")
             sel2 = Signal(range(nb), name=f"r{r}_sel2")
-            m.d.sync += [sel1.eq(self.raddr[r][lo:]), sel2.eq(sel1)]
+            m.d.sync += [sel1.eq(self.raddr[r][lo:] if nb > 1 else 0), sel2.eq(sel1)]
+            chosen = Signal(signed(self.width), name=f"r{r}_bram")
             with m.Switch(sel2):
                 for i, reg in enumerate(regs):
                     with (m.Case(i) if i < nb - 1 else m.Default()):
+                        m.d.comb += chosen.eq(reg)
+            if not ns:
+                m.d.comb += self.rdata[r].eq(chosen)
+                continue
+            sp1 = Signal(range(ns + 1), name=f"r{r}_sp1")        # 0: block RAM, j + 1: SPRAM block j
+            sp2 = Signal(range(ns + 1), name=f"r{r}_sp2")
+            hi = self.raddr[r][14:]
+            m.d.sync += [sp1.eq(0), sp2.eq(sp1)]
+            for j in range(ns):
+                with m.If(hi == top + j):
+                    m.d.sync += sp1.eq(j + 1)
+            with m.Switch(sp2):
+                with m.Case(0):
+                    m.d.comb += self.rdata[r].eq(chosen)
+                for j, reg in enumerate(sp_regs):
+                    with m.Case(j + 1):
                         m.d.comb += self.rdata[r].eq(reg)
         addr, data = Signal(lo, name="w_addr"), Signal(signed(self.width), name="w_data")
         m.d.sync += [addr.eq(self.waddr[:lo]), data.eq(self.wdata), self.write_taps.addr.eq(self.waddr),
                      self.write_taps.en.eq(self.we)]
+        in_ram = (self.waddr[14:] < top) if ns else 1
         for i, port in enumerate(self._writes):
             en = Signal(name=f"w_en{i}")
-            m.d.sync += en.eq(self.we & ((self.waddr[lo:] == i) if nb > 1 else 1))
+            m.d.sync += en.eq(self.we & ((self.waddr[lo:] == i) if nb > 1 else in_ram))
             m.d.comb += [port.addr.eq(addr), port.data.eq(data), port.en.eq(en)]
         return m
+
+    def _spram(self, m: Module, top: int) -> list[Signal]:
+        """Wire the SPRAM blocks (their writes registered as the banks' are); their output registers."""
+        w_addr, w_data = Signal(14, name="w_addr_sp"), Signal(signed(self.width), name="w_data_sp")
+        m.d.sync += [w_addr.eq(self.waddr[:14]), w_data.eq(self.wdata)]
+        regs = []
+        for j, sp in enumerate(self.sprams):
+            m.submodules[f"spram{j}"] = sp
+            en = Signal(name=f"w_en_sp{j}")
+            m.d.sync += en.eq(self.we & (self.waddr[14:] == top + j))
+            read = self.raddr[0][:14]
+            for r in range(1, len(self._reads)):
+                read = Mux(self.raddr[0][14:] == top + j, self.raddr[0][:14], self.raddr[r][:14])
+            m.d.comb += [sp.addr.eq(Mux(en, w_addr, read)), sp.wdata.eq(w_data), sp.we.eq(en)]
+            reg = Signal(signed(self.width), name=f"sp{j}")
+            m.d.sync += reg.eq(sp.rdata)
+            regs.append(reg)
+        return regs

@@ -33,20 +33,35 @@ def _check_design_flags(a) -> None:
         raise UsageError(f"--macs must be at least 1, got {a.macs}")
     if a.macs > 1 and getattr(a, "read_ports", 2) != 2:
         raise UsageError(f"--macs {a.macs} needs --read-ports 2 (each lane reads both operands at once)")
+    if a.spram is not None and (a.spram < 0 or (a.spram and a.macs > 1)):
+        raise UsageError(f"--spram must be at least 0, and SPRAM needs --macs 1 (one port a block), got --spram "
+                         f"{a.spram} --macs {a.macs}")
 
 
-def _design(a):
+def _design(a, target: str | None = None):
+    """The model file's design; with ``target``, and no ``--spram``, planned with the target's SPRAM when its block
+    RAM alone does not hold the memory (:func:`.cost.spram_for`)."""
     from circuitgrad.command import load_model
 
     from . import compile as fpga_compile
+    from .cost import spram_for
     _check_design_flags(a)
     try:
         spec, dtype = load_model(a, fixed(16, 8))
         step = spec.compile(dtype=dtype)
-        design = fpga_compile(step, function=a.function, macs=a.macs, read_ports=getattr(a, "read_ports", 2))
+        shape = dict(function=a.function, macs=a.macs, read_ports=getattr(a, "read_ports", 2))
+        design = fpga_compile(step, **shape, spram=a.spram or 0)
+        if a.spram is None and target and (blocks := spram_for(design.microcode, target, a.macs, shape["read_ports"])):
+            design = fpga_compile(step, **shape, spram=blocks)
     except (ValueError, TypeError, NotImplementedError, ArithmeticError) as e:
         raise SystemExit(f"circuitgrad fpga: {e}") from None
     return spec, step, design
+
+
+def _words(mc) -> str:
+    """``N memory words`` and, with SPRAM, where they are."""
+    where = f" ({mc.ram_words} in block RAM, {mc.spram_words} in SPRAM)" if mc.spram_blocks else ""
+    return f"{mc.words} memory words{where}"
 
 
 def _synth(a) -> int:
@@ -65,9 +80,9 @@ def _synth(a) -> int:
     from .synth import DoesNotFit, synthesize
     t0 = time.perf_counter()
     print("[compile] …", flush=True)
-    spec, step, design = _design(a)
+    spec, step, design = _design(a, target)
     print(f"[compile] {design.function} of {step.model.name}: {len(design.microcode.ops)} micro-ops, "
-          f"{design.microcode.depth} memory words, {design.cycles} cycles per call "
+          f"{_words(design.microcode)}, {design.cycles} cycles per call "
           f"({time.perf_counter() - t0:.2f} s)", flush=True)
     host = a.host or ("uart" if a.board else "pins")
     try:
@@ -133,6 +148,7 @@ def _train(a) -> int:
     from circuitgrad.fixedpoint import FixedPointOverflow
 
     from .board import Board, SimulatedLine, open_port
+    from .devices import BOARDS
     from .protocol import ProtocolError
     if a.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {a.steps}")
@@ -143,7 +159,7 @@ def _train(a) -> int:
     _check_design_flags(a)
     try:
         require_amaranth("circuitgrad fpga train") if a.port == "sim" else None
-        spec, step, design = _design(a)
+        spec, step, design = _design(a, BOARDS[a.board]["target"] if a.board else None)
         line = SimulatedLine(design) if a.port == "sim" else open_port(a.port, a.baud)
     except MissingExtra as e:
         raise SystemExit(str(e)) from None
@@ -184,6 +200,9 @@ def add_parser(sub) -> None:
         p.add_argument("--macs", type=int, default=1)
         p.add_argument("--width", type=int, default=None, help="fixed-point width (default: the file's, else 16)")
         p.add_argument("--frac", type=int, default=None, help="fractional bits (default: the file's, else width/2)")
+        p.add_argument("--spram", type=int, default=None,
+                       help="single-port RAM blocks the memory may use (iCE40 UP5K: 4; default: the device's when "
+                            "its block RAM alone does not hold the memory, else 0)")
         if name == "synth":
             p.add_argument("--target", choices=sorted(TARGETS), default=None,
                            help="device (default: the board's, else ice40-up5k)")

@@ -42,6 +42,7 @@ from . import unroll as unroll_design
 from .devices import TARGETS as _TARGETS
 from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
 from .extra import require_amaranth
+from .isa import SPRAM_WIDTH
 from .kinds import UNITS, Kind, Unit, facts
 from .netlist import adder_bits, sum_operands
 from .timing import op_cycles
@@ -88,6 +89,8 @@ def fit(res: dict[str, int], device: str) -> tuple[bool, str]:
     so: each resource against the device's capacity, or what does not fit and by how much."""
     t = _TARGETS[device]
     have = [(res["lut4"], t.lut4, "LUT4s"), (res["dsp"], t.dsps, "DSP blocks"), (res["bram"], t.bram_blocks, "block RAMs")]
+    if res.get("spram"):
+        have.append((res["spram"], t.spram_blocks, "SPRAM blocks"))
     over = [f"{n:,} {what} (the device has {cap:,})" for n, cap, what in have if n > cap]
     if over:
         return False, f"does not fit the {t.name}: needs " + " and ".join(over)
@@ -97,10 +100,22 @@ def fit(res: dict[str, int], device: str) -> tuple[bool, str]:
 def brams(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
     """Block RAMs of the sequencer's memory on ``device`` (see the module docstring)."""
     per, lutram = _BLOCKS[family(device)]
-    if mc.depth * mc.dtype.width <= lutram:
+    if mc.ram_words * mc.dtype.width <= lutram:
         return 0
     copies = read_ports if macs == 1 else 2 * macs
-    return copies * math.ceil(max(mc.depth, 1) * mc.dtype.width / (16 * per))
+    return copies * math.ceil(max(mc.ram_words, 1) * mc.dtype.width / (16 * per))
+
+
+def sprams(mc) -> int:
+    """SPRAM blocks (``SB_SPRAM256KA``) of the sequencer's memory: ``⌈width / 16⌉`` per block of the plan."""
+    return mc.spram_blocks * -(-mc.dtype.width // SPRAM_WIDTH)
+
+
+def spram_for(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
+    """The SPRAM blocks to plan ``mc``'s memory with on ``device``: all of the device's when its block RAM
+    does not hold the memory and the design has one lane (SPRAM has one port), else none."""
+    have = _TARGETS[check_device(device)].spram_blocks
+    return have if have and macs == 1 and brams(mc, device, macs, read_ports) > _TARGETS[device].bram_blocks else 0
 
 
 def dsps(mc, macs: int = 1) -> int:
@@ -125,7 +140,8 @@ def resources(mc, device: str, macs: int = 1, read_ports: int = 2) -> dict[str, 
     coeffs = LUT4[family(device)]
     x = features(mc, device, macs, read_ports)
     lut = sum(coeffs.get(k, 0.0) * v for k, v in zip(FEATURES, x))
-    return {"lut4": int(round(lut)), "dsp": dsps(mc, macs), "bram": brams(mc, device, macs, read_ports)}
+    return {"lut4": int(round(lut)), "dsp": dsps(mc, macs), "bram": brams(mc, device, macs, read_ports),
+            "spram": sprams(mc)}
 
 
 def timing_features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]:
@@ -135,7 +151,7 @@ def timing_features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list
     iCE40 memory of 17–20 banks ran 20% slower than one of 14), the levels of the lanes' adder tree
     (``⌈log2 macs⌉``), one read port, and the estimated LUT4s in thousands (how far the logic spreads)."""
     per, _ = _BLOCKS[family(device)]
-    banks = max(1, math.ceil(max(mc.depth, 1) * mc.dtype.width / (16 * per)))
+    banks = max(1, math.ceil(max(mc.ram_words, 1) * mc.dtype.width / (16 * per)))
     return [1.0, math.log2(banks), float(banks > 16), float(math.ceil(math.log2(macs))), float(read_ports == 1),
             resources(mc, device, macs, read_ports)["lut4"] / 1000]
 
@@ -202,10 +218,10 @@ _SOURCE = re.compile(r"^[^#]*#(\d+)")
 
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, macs: int = 1,
-             read_ports: int = 2, dtype=None, on_chip: bool = True, unroll: Any = None):
+             read_ports: int = 2, dtype=None, on_chip: bool = True, unroll: Any = None, spram: int | None = None):
     """The FPGA design's cost table: cycles and micro-ops by definition, and the resources, Fmax and fit
     (``detail["fits"]``, and the line ``detail["fit"]`` among the notes) on ``device`` (:data:`DEVICES`,
-    default ``"ecp5-85k"``)."""
+    default ``"ecp5-85k"``). ``spram``: the SPRAM blocks the memory plan may use (``None``: :func:`spram_for`)."""
     if not isinstance(f, CompiledModel):
         raise TypeError(f"cost: the fpga target needs a compiled model (cg.compile_model), got {type(f).__name__}")
     device = check_device(device or "ecp5-85k")
@@ -218,7 +234,11 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
         cycles = [1] * len(d.microcode.ops)          # one pipeline stage per micro-op
         head = ("(input register)", {"micro_ops": 0, "cycles": 1})
     else:
-        d = compile_design(f, dtype=dtype, macs=macs, function=function, read_ports=read_ports, on_chip=on_chip)
+        d = compile_design(f, dtype=dtype, macs=macs, function=function, read_ports=read_ports, on_chip=on_chip,
+                           spram=spram or 0)
+        if spram is None and (blocks := spram_for(d.microcode, device, macs, read_ports)):
+            d = compile_design(f, dtype=dtype, macs=macs, function=function, read_ports=read_ports, on_chip=on_chip,
+                               spram=blocks)
         cycles = op_cycles(d.microcode, read_ports, macs)
         head = ("(start, the last range check, done)", {"micro_ops": 0, "cycles": 4 if d.microcode.ops else 2})
     mc = d.microcode
@@ -236,16 +256,19 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
         shape = (f"{len(mc.ops)} micro-ops unrolled into a {d.latency}-stage pipeline with the parameters built in; "
                  f"one batch per cycle, {d.latency} cycles of latency")
     else:
-        total.values["words"] = mc.depth
+        total.values["words"] = mc.words
         assert total.values["cycles"] == d.cycles, "the per-micro-op cycles must add up to the design's"
         res = resources(mc, device, macs, read_ports)
         clocks = {fam: fmax(mc, dev, macs, read_ports) for fam, dev in _DEVICES.items()}
-        shape = (f"{len(mc.ops)} micro-ops, {mc.depth} memory words of {mc.dtype} ({mc.dtype.width}-bit), "
+        where = (f" ({mc.ram_words} in block RAM, {mc.spram_words} in {mc.spram_blocks} SPRAM blocks)"
+                 if mc.spram_blocks else "")
+        shape = (f"{len(mc.ops)} micro-ops, {mc.words} memory words{where} of {mc.dtype} ({mc.dtype.width}-bit), "
                  f"macs={macs}, read_ports={read_ports}")
     res["fmax_mhz"] = round(clocks[family(device)], 1)
     total.values.update({k: v for k, v in res.items() if k != "fmax_mhz"})
     fits, verdict = fit(res, device)
-    notes = [shape, f"{device} estimate: {res['lut4']} LUT4, {res['dsp']} DSP, {res['bram']} block RAM "
+    sp = f", {res['spram']} SPRAM" if res.get("spram") else ""
+    notes = [shape, f"{device} estimate: {res['lut4']} LUT4, {res['dsp']} DSP, {res['bram']} block RAM{sp} "
                     f"(a model fitted to yosys synthesis: see docs/COST.md)", verdict,
              "Fmax estimate: " + ", ".join(f"{clocks[fam]:.0f} MHz on {fam}" for fam in sorted(clocks))
              + " (a clock model fitted to nextpnr: see docs/COST.md)"]

@@ -14,6 +14,7 @@ class Target:
     block_words: int         # words per block at the block's widest data port
     block_width: int         # that port's width in bits
     name: str = ""           # as its maker writes it, for messages ("iCE40 UP5K")
+    spram_blocks: int = 0    # single-port RAM blocks of 16K × 16 bits (SB_SPRAM256KA)
 
     def blocks(self, depth: int, width: int) -> int:
         """Block RAMs one copy of a ``depth × width`` memory takes (blocks are not shared between copies)."""
@@ -21,7 +22,7 @@ class Target:
 
 
 TARGETS = {
-    "ice40-up5k": Target("ice40", ("--up5k", "--package", "sg48"), 5280, 8, 30, 256, 16, "iCE40 UP5K"),  # SB_RAM40_4K
+    "ice40-up5k": Target("ice40", ("--up5k", "--package", "sg48"), 5280, 8, 30, 256, 16, "iCE40 UP5K", 4),  # SB_RAM40_4K
     "ecp5-25k": Target("ecp5", ("--25k", "--package", "CABGA256"), 24288, 28, 56, 1024, 18, "ECP5-25K"),  # DP16KD
     "ecp5-85k": Target("ecp5", ("--85k", "--package", "CABGA381"), 83640, 156, 208, 1024, 18, "ECP5-85K"),
 }

@@ -15,7 +15,12 @@ from circuitgrad.types import Fixed
 
 from .kinds import Kind
 
-__all__ = ["View", "MicroOp", "Microcode", "contiguous", "reshape_view", "broadcast_view", "permute_view",
+#: words of one single-port RAM block (the iCE40 UP5K's SB_SPRAM256KA: 16K × 16 bits)
+SPRAM_WORDS = 16384
+#: bits of one SPRAM word; a wider word takes several blocks side by side
+SPRAM_WIDTH = 16
+
+__all__ = ["SPRAM_WORDS", "SPRAM_WIDTH", "View", "MicroOp", "Microcode", "contiguous", "reshape_view", "broadcast_view", "permute_view",
            "slice_view", "fold", "legalise"]
 
 
@@ -70,6 +75,24 @@ class Microcode:
     inputs: list[View]
     outputs: list[View]
     names: dict[str, View] = field(default_factory=dict)
+    spram_blocks: int = 0                 # single-port RAM blocks of SPRAM_WORDS words at the top of the addresses
+    bram_words: int | None = None         # words in block RAM, at the bottom (``depth`` without SPRAM)
+    spram_words: int = 0                  # words the program uses in its SPRAM blocks
+
+    @property
+    def ram_words(self) -> int:
+        """Words in block RAM: addresses ``0 … ram_words − 1``."""
+        return self.depth if self.bram_words is None else self.bram_words
+
+    @property
+    def spram_base(self) -> int:
+        """The first SPRAM address: block ``j`` holds ``spram_base + j·SPRAM_WORDS …`` (``depth`` without SPRAM)."""
+        return self.depth - self.spram_blocks * SPRAM_WORDS
+
+    @property
+    def words(self) -> int:
+        """Memory words the program uses: block RAM and SPRAM."""
+        return self.ram_words + self.spram_words
 
 
 def contiguous(base: int, shape: tuple[int, ...]) -> View:

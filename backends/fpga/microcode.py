@@ -24,7 +24,6 @@ Amaranth design is tested against it, and it against the interpreter.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -34,26 +33,29 @@ from circuitgrad.fixedpoint import (FixedPointOverflow, div_fixed, exp_fixed, lo
 from circuitgrad.schedule import Program
 from circuitgrad.types import Fixed
 
-from .isa import MicroOp, Microcode, View, contiguous, legalise
+from .isa import MicroOp, Microcode, View, contiguous
 from .kinds import Kind, facts
+from .memory_plan import legal, plan_memory
 from .rules import FPGA_RULES, UNSUPPORTED, Context
 
 __all__ = ["View", "MicroOp", "Microcode", "compile_program", "execute", "UNSUPPORTED", "FPGA_RULES",
            "ELEMENTWISE_MODELS", "REDUCTION_MODELS", "DOMAINS", "elementwise_model"]
 
 
-def compile_program(prog: Program, dt: Fixed, write_back: int = 0, reuse: bool = True) -> Microcode:
+def compile_program(prog: Program, dt: Fixed, write_back: int = 0, reuse: bool = True, spram: int = 0) -> Microcode:
     """Lay out ``prog``'s tensors in one memory and emit its micro-ops.
 
-    ``write_back = n`` appends ``copy`` micro-ops that store the first ``n``
-    outputs into the memory of the first ``n`` inputs. This is how a
-    training step updates its parameters and optimizer state *in on-chip
-    memory*, so the next step only needs a new batch. The copies run last,
-    because an update may be computed before a gradient that still reads
-    the old value.
+    ``write_back = n`` stores the first ``n`` outputs into the memory of the
+    first ``n`` inputs. This is how a training step updates its parameters
+    and optimizer state *in on-chip memory*, so the next step only needs a
+    new batch. An output is computed in its input's memory when nothing reads
+    the input after the output is first written (or only an elementwise update
+    in place does); otherwise a ``copy`` micro-op at the end stores it, because
+    an update may be computed before a gradient that still reads the old value.
 
     ``reuse`` (default) lets intermediate tensors share memory when their lifetimes do
-    not overlap (:func:`_reuse_memory`).
+    not overlap, and ``spram`` is the number of single-port RAM blocks it may place tensors in
+    (:func:`~.memory_plan.plan_memory`).
     """
     env: dict[int, View] = {}
     top = 0
@@ -101,88 +103,17 @@ def compile_program(prog: Program, dt: Fixed, write_back: int = 0, reuse: bool =
         outs = rule(Context(alloc, constant, table, ops, where, dt, shape_out), op, *args)
         for r, o in zip(a.results, outs):
             env[r] = o
+    backs = []
     for v_in, v_out in list(zip(prog.inputs, prog.outputs))[:write_back]:
         src, dst = env[v_out], env[v_in]
         if prog.types[v_in].shape != prog.types[v_out].shape:
             raise ValueError(f"write-back: output {prog.types[v_out]} does not match input {prog.types[v_in]}")
-        ops.append(MicroOp(Kind.COPY, dst, src, source=f"write-back of input {prog.inputs.index(v_in)}"))
-    ops = [part for u in ops for part in legalise(u) if part.out.size]      # an empty block moves nothing
+        backs.append(MicroOp(Kind.COPY, dst, src, source=f"write-back of input {prog.inputs.index(v_in)}"))
+    ops = legal(ops)
     ins, outs = [env[v] for v in prog.inputs], [env[v] for v in prog.outputs]
     if not reuse:
-        return Microcode(dt, ops, top, init, ins, outs)
-    return _reuse_memory(dt, ops, regions, init, ins, outs)
-
-
-def _reuse_memory(dt: Fixed, ops: list[MicroOp], regions: list[tuple[int, int]], init: dict[int, int],
-                  ins: list[View], outs: list[View]) -> Microcode:
-    """Re-lay the memory so that regions whose lifetimes do not overlap share addresses.
-
-    A region lives from the first micro-op that touches it to the last one. Inputs, outputs and
-    constants are pinned at the bottom and live throughout. Every other region gets the smallest free
-    block it fits (best fit: first fit let a 16-word dot product split a 256-word block and pushed a
-    head's memory past 2048 words, one more address bit everywhere), or the free block on top, grown,
-    at its first micro-op. A block is free once its last reader has finished: the
-    drain between micro-ops guarantees that, while a micro-op that reads a region cannot be
-    writing it.
-    """
-    starts = np.array([r[0] for r in regions], dtype=np.int64)
-
-    def region(v: View) -> int:
-        return int(np.searchsorted(starts, v.base, side="right")) - 1
-
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for j, u in enumerate(ops):
-        for v in (u.out, u.a, u.b):
-            if v is not None:
-                r = region(v)
-                first.setdefault(r, j)
-                last[r] = j
-    pinned = sorted({region(v) for v in ins + outs} | {region(View(a, (), ())) for a in init})
-    new: dict[int, int] = {}
-    top = 0
-    for r in pinned:
-        new[r] = top
-        top += regions[r][1]
-    free: list[list[int]] = []                  # [start, size] blocks, kept sorted and merged
-    live: list[int] = []
-    for r in sorted((r for r in first if r not in new), key=lambda r: (first[r], r)):
-        for d in [d for d in live if last[d] < first[r]]:
-            live.remove(d)
-            free.append([new[d], regions[d][1]])
-            free.sort()
-            merged = [free[0]]
-            for blk in free[1:]:
-                if merged[-1][0] + merged[-1][1] == blk[0]:
-                    merged[-1][1] += blk[1]
-                else:
-                    merged.append(blk)
-            free = merged
-        size = regions[r][1]
-        blk = min((b for b in free if b[1] >= size), key=lambda b: (b[1], b[0]), default=None)
-        if blk is None and free and free[-1][0] + free[-1][1] == top:        # grow the free block on top
-            blk = free[-1]
-            top += size - blk[1]
-            blk[1] = size
-        if blk is None:
-            new[r] = top
-            top += size
-        else:
-            new[r] = blk[0]
-            blk[0] += size
-            blk[1] -= size
-            free = [b for b in free if b[1]]
-        live.append(r)
-
-    def move(v: View | None) -> View | None:
-        if v is None:
-            return None
-        r = region(v)
-        return replace(v, base=new[r] + v.base - regions[r][0])
-
-    ops2 = [replace(u, out=move(u.out), a=move(u.a), b=move(u.b)) for u in ops]
-    init2 = {new[region(View(a, (), ()))] + a - regions[region(View(a, (), ()))][0]: val for a, val in init.items()}
-    return Microcode(dt, ops2, top, init2, [move(v) for v in ins], [move(v) for v in outs])
+        return Microcode(dt, ops + legal(backs), top, init, ins, outs)
+    return plan_memory(dt, ops, regions, init, ins, outs, backs, spram)
 
 
 # ------------------------------------------------------------- execution

@@ -102,15 +102,20 @@ class Sequencer(wiring.Component):
     """Runs ``mc`` on ``macs`` MAC lanes (see the module docstring for the ports and timing).
 
     ``bank_words``: words per memory bank (one block RAM each; ``synth`` passes the target's); ``None``
-    keeps each copy of the memory in one bank. Results and cycles do not depend on it.
+    keeps each copy of the memory in one bank. Results and cycles do not depend on it. ``spram_cells``:
+    the program's SPRAM blocks (``mc.spram_blocks``) as ``SB_SPRAM256KA`` instances (synthesis) rather than
+    their model (simulation).
     """
 
-    def __init__(self, mc: Microcode, read_ports: int = 2, macs: int = 1, bank_words: int | None = None):
+    def __init__(self, mc: Microcode, read_ports: int = 2, macs: int = 1, bank_words: int | None = None,
+                 spram_cells: bool = False):
         if read_ports not in (1, 2):
             raise ValueError(f"read_ports must be 1 or 2, got {read_ports}")
         if macs < 1 or (macs > 1 and read_ports != 2):
             raise ValueError(f"macs must be ≥ 1, and macs > 1 needs read_ports=2 (got macs={macs}, "
                              f"read_ports={read_ports})")
+        if mc.spram_blocks and macs > 1:
+            raise ValueError(f"a program with SPRAM runs on one MAC lane (its blocks have one port), got macs={macs}")
         self.read_ports, self.macs = read_ports, macs
         self.mc = mc
         self.W = mc.dtype.width
@@ -127,19 +132,20 @@ class Sequencer(wiring.Component):
         # with several lanes, one copy of the memory per read port (written together), which maps each
         # onto plain one-write/one-read block RAM without yosys replicating a 2L-port memory
         copies, reads = (1, read_ports) if macs == 1 else (2 * macs, 1)
-        self.mems = [BankedMemory(self.W, self.depth, init, reads, bank_words) for _ in range(copies)]
+        self.mems = [BankedMemory(self.W, self.depth, init, reads, bank_words, mc.ram_words, mc.spram_blocks, spram_cells)
+                     for _ in range(copies)]
         self.mem = self.mems[0]
 
     def poke(self, ctx, addr: int, value: int) -> None:
         """Set a memory word in simulation (every copy)."""
-        bank, word = self.mem.locate(addr)
         for mem in self.mems:
-            ctx.set(mem.banks[bank].data[word], int(value))
+            data, word = mem.locate(addr)
+            ctx.set(data[word], int(value))
 
     def peek(self, ctx, addr: int) -> int:
         """A memory word in simulation."""
-        bank, word = self.mem.locate(addr)
-        return ctx.get(self.mem.banks[bank].data[word])
+        data, word = self.mem.locate(addr)
+        return ctx.get(data[word])
 
     def elaborate(self, platform) -> Module:
         m = Module()

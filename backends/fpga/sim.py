@@ -9,6 +9,7 @@ from circuitgrad.progress import Counter
 
 from .sequencer import Sequencer
 from .kinds import facts
+from .isa import SPRAM_WORDS
 from .microcode import Microcode
 
 __all__ = ["simulate", "run_steps", "ReadWriteCollision", "PROGRESS_CYCLES"]
@@ -22,7 +23,8 @@ class ReadWriteCollision(AssertionError):
 
 
 def _watch_collisions(sim: Simulator, dut: Sequencer) -> None:
-    """Fail the simulation if a read whose data is used addresses the word written in the same cycle.
+    """Fail the simulation if a read whose data is used addresses the word written in the same cycle, or an
+    SPRAM block that another used read or a write uses in the same cycle (its one port serves one access).
 
     Synthesis declares such collisions undefined (see ``synth.rtlil_text``), which saves the block RAMs'
     bypass logic; this check is what makes that sound. Reads outside ``LOAD`` and ``RUN``, and reads of
@@ -30,16 +32,26 @@ def _watch_collisions(sim: Simulator, dut: Sequencer) -> None:
     """
     reads, wr = dut.ports
     signals = [wr.en, wr.addr] + [s for port, used in reads for s in (port.addr, used)]
+    mem = getattr(dut, "mem", None)                 # (a test's stand-in has no memory of SPRAM blocks)
+    base = mem.spram_base if mem is not None and mem.sprams else None
+
+    def block(addr: int) -> int | None:
+        return None if base is None or addr < base else (addr - base) // SPRAM_WORDS
 
     async def watch(ctx):
         cycle = 0
         async for vals in ctx.tick().sample(*signals):
             en, waddr, *rest = vals[2:]
             cycle += 1
-            for i in range(0, len(rest) if en else 0, 2):
-                if rest[i + 1] and rest[i] == waddr:
-                    raise ReadWriteCollision(f"cycle {cycle}: read port {i // 2} reads address {waddr} "
+            used = [(i // 2, rest[i]) for i in range(0, len(rest), 2) if rest[i + 1]]
+            for port, addr in used:
+                if en and addr == waddr:
+                    raise ReadWriteCollision(f"cycle {cycle}: read port {port} reads address {waddr} "
                                              f"while it is written")
+                j = block(addr)
+                if j is not None and ((en and block(waddr) == j) or any(block(a) == j for p, a in used if p != port)):
+                    raise ReadWriteCollision(f"cycle {cycle}: read port {port} reads SPRAM block {j} (address "
+                                             f"{addr}) while another access uses it")
 
     sim.add_process(watch)
 

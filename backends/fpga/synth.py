@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .extra import MissingExtra, require_tools, synthesis_tools, tool
+from .isa import SPRAM_WIDTH, SPRAM_WORDS
 
 try:
     from amaranth import Cat, Module, Signal
@@ -218,7 +219,8 @@ def rtlil_text(design, log=print, target: str | None = None, divisor: int | None
     banks = TARGETS[target].block_words if target else None
     if divisor is not None and not hasattr(design, "serial_top"):
         raise ValueError("an unrolled design has no memory for the UART host port: build it with host='pins'")
-    top = design.top(banks) if divisor is None else design.serial_top(divisor, banks)
+    cells = target is not None                      # SPRAM blocks as SB_SPRAM256KA (precheck: only the UP5K has them)
+    top = design.top(banks, cells) if divisor is None else design.serial_top(divisor, banks, cells)
     il = rtlil.convert(top, name="top")
     il, n = re.subn(r"(parameter \\COLLISION_X_MASK )(\d+)'([01]+)",
                     lambda mt: f"{mt[1]}{mt[2]}'{'1' * int(mt[2])}", il)
@@ -233,14 +235,22 @@ def precheck(design, target: str) -> None:
     if not hasattr(design, "read_ports"):          # an unrolled design has no memory
         return
     mc = design.microcode
+    blocks = mc.spram_blocks * -(-mc.dtype.width // SPRAM_WIDTH)
+    if blocks > t.spram_blocks:
+        raise DoesNotFit(f"{target}: the design places {mc.spram_words} words in {blocks} SPRAM blocks, the device "
+                         f"has {t.spram_blocks or 'none'}", "compile it with {}" if not t.spram_blocks else "",
+                         ("spram", t.spram_blocks) if not t.spram_blocks else None)
     copies = design.read_ports * design.macs       # block RAMs: one copy of the memory per read port
-    per = t.blocks(mc.depth, mc.dtype.width)
+    per = t.blocks(mc.ram_words, mc.dtype.width)
     need = per * copies
     if need > t.bram_blocks:
-        hint, option = ("try {}", ("read_ports", 1)) if copies > 1 and per <= t.bram_blocks and design.macs == 1 else (
+        could = t.spram_blocks and not blocks and design.macs == 1 and (       # SPRAM might hold what block RAM cannot
+            mc.ram_words <= t.spram_blocks // -(-mc.dtype.width // SPRAM_WIDTH) * SPRAM_WORDS)
+        hint, option = ("try {}", ("spram", t.spram_blocks)) if could else (
+            ("try {}", ("read_ports", 1)) if copies > 1 and per <= t.bram_blocks and design.macs == 1 else (
             ("at most {} fits", ("macs", t.bram_blocks // (2 * per))) if design.macs > 1 and t.bram_blocks >= 2 * per
-            else ("", None))
-        raise DoesNotFit(f"{target}: the design needs {need} block RAMs ({copies} copies of {mc.depth} words "
+            else ("", None)))
+        raise DoesNotFit(f"{target}: the design needs {need} block RAMs ({copies} copies of {mc.ram_words} words "
                          f"× {mc.dtype.width} bits, {per} blocks each), the device has {t.bram_blocks} "
                          f"({need / t.bram_blocks:.1f}x too many)", hint, option)
 
