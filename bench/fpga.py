@@ -50,7 +50,12 @@ MODELFILES = [
     ("iris-example", "examples/iris.py", {}, "ecp5-85k", 1),
     ("gpt-step", "examples/tinygpt.py", dict(batch=1, seq=8, d=16, heads=2, layers=1, attention="softmax"),
      "ecp5-85k", 2),
+    ("gpt-step", "examples/tinygpt.py", dict(batch=1, seq=8, d=16, heads=2, layers=1, attention="softmax"),
+     "ice40-up5k", 1),
+    ("cnn-step", "examples/digits_cnn.py", dict(batch=4), "ice40-up5k", 1),
 ]
+#: a new user's MLP: layer norm and GELU after each hidden layer, momentum SGD: name, batch, sizes, target
+NORMED = [("mlp-ln-gelu-step", 8, [64, 32, 32, 10], "ice40-up5k")]
 UNROLLED = [  # name, sizes, target: tiny layers, fully unrolled with the weights as constants (fpga.unroll)
     ("unrolled-dense", [4, 4], "ice40-up5k"),
     ("unrolled-dense", [4, 8], "ice40-up5k"),
@@ -72,6 +77,13 @@ def main() -> None:
                     help="place and route each design with nextpnr seeds 1..N; Fmax is the median (default 3)")
     a = ap.parse_args()
     rows, lut4, steps = [], {}, {}
+
+    def planned(step, target, **kw):
+        """The design as ``circuitgrad fpga synth`` plans it: with the target's SPRAM when block RAM does not
+        hold the memory."""
+        d = fpga.compile(step, **kw)
+        blocks = cost.spram_for(d.microcode, target, d.macs, d.read_ports)
+        return fpga.compile(step, **kw, spram=blocks) if blocks else d
 
     simulated = {}
 
@@ -96,7 +108,8 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr), seeds=a.seeds)
             predicted = cost.fmax(d.microcode, target, d.macs, d.read_ports)
-            rows.append([label, target, r.logic_cells, r.lut4, r.ffs, r.dsps, r.brams, f"{r.fmax_mhz:.1f}",
+            rams = f"{r.brams} + {r.sprams}" if r.sprams else r.brams
+            rows.append([label, target, r.logic_cells, r.lut4, r.ffs, r.dsps, rams, f"{r.fmax_mhz:.1f}",
                          f"{predicted:.1f} ({predicted / r.fmax_mhz:.2f})", r.cycles_per_call,
                          f"{r.calls_per_second:.0f}", sim])
             if sweep_key:
@@ -125,10 +138,24 @@ def main() -> None:
         step = steps.setdefault(path, spec.compile(fixed))
         batch = modelfile.check_batch(step, next(modelfile.batches(spec, 0, path)), 0, path)
         build(f"{name} ({path}{''.join(f' {k}={v}' for k, v in options.items())}) macs={macs}", target,
-              lambda: fpga.compile(step, macs=macs), step, batch)
+              lambda: planned(step, target, macs=macs), step, batch)
+    for name, B, sizes, target in NORMED:
+        if a.only and name not in a.only:
+            continue
+        fixed = cg.fixed(16, 8)
+        layers = [nn.dense(B, sizes[0], sizes[1], dtype=fixed)]
+        for n, m in zip(sizes[1:-1], sizes[2:]):
+            layers += [nn.layer_norm(B, n, dtype=fixed), nn.gelu(B, n, dtype=fixed), nn.dense(B, n, m, dtype=fixed)]
+        model = layers[0]
+        for layer in layers[1:]:
+            model = model >> layer
+        step = cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.05, 0.9), dtype=fixed)
+        rng = np.random.default_rng(0)
+        batch = (rng.normal(size=(B, sizes[0])), rng.integers(0, sizes[-1], size=B))
+        build(f"{name} {'-'.join(map(str, sizes))} b{B} momentum", target, lambda: planned(step, target), step, batch)
     print(f"FPGA designs (fixed(16,8), YoWASP yosys + nextpnr, Fmax the median of nextpnr seeds 1..{a.seeds}); "
           f"{machine()}")
-    print(table(["design", "target", "logic cells", "LUT4s", "FFs", "DSPs", "BRAMs", "Fmax MHz",
+    print(table(["design", "target", "logic cells", "LUT4s", "FFs", "DSPs", "BRAMs + SPRAMs", "Fmax MHz",
                  "predicted MHz (ratio)", "cycles/call", "calls/s", "bit-exact, cycles exact"],
                 rows + [r[:8] + ["-"] + r[8:] + ["-"] for r in REFERENCE]))
     urows, ulut = [], {}

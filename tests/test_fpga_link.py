@@ -17,9 +17,9 @@ from circuitgrad.backends.fpga.uart import UARTReceiver, UARTTransmitter, diviso
 Q = cg.fixed(16, 8)
 
 
-def _iris_design(function: str = "step"):
+def _iris_design(function: str = "step", spram: int = 0):
     step = cg.compile_model(nn.mlp(4, [4, 8, 3]), nn.softmax_cross_entropy, nn.momentum(0.1, 0.9), dtype=Q)
-    return step, fpga.compile(step, function=function)
+    return step, fpga.compile(step, function=function, spram=spram)
 
 
 def _batches(n: int, seed: int = 0):
@@ -78,9 +78,12 @@ def test_frames_are_laid_out_as_documented():
         PR.encode_words([40000], 16)
 
 
-def test_training_over_the_simulated_line_equals_fpga_train():
-    """Driver, UART and sequencer together: the same parameters as the simulation that loads memory directly."""
-    step, d = _iris_design()
+@pytest.mark.parametrize("spram", [0, 4])
+def test_training_over_the_simulated_line_equals_fpga_train(spram):
+    """Driver, UART and sequencer together: the same parameters as the simulation that loads memory directly
+    (with SPRAM, the host's words go through the blocks' one port)."""
+    step, d = _iris_design(spram=spram)
+    assert (d.microcode.spram_blocks > 0) == (spram > 0)
     p, batches = step.init_params(seed=1), _batches(2)
     want, cycles = fpga.train(d, p, batches)
     board = Board(d, SimulatedLine(d))

@@ -12,8 +12,9 @@ whose lifetimes do not overlap share addresses, best fit.
 
 A training step's updated parameters and optimizer state are *written back* over their inputs. An output is
 computed in its input's memory when nothing reads the input once the output is first written, or only
-an elementwise update in place does (each word read by the element that overwrites it; not with SPRAM,
-where such a region would have to stay in block RAM); otherwise a ``copy`` micro-op stores it at the end.
+an elementwise update in place does (each word read by the element that overwrites it; with SPRAM only
+for regions of at most ``SMALL`` words, since such a region stays in block RAM); otherwise a ``copy``
+micro-op stores it at the end.
 
 Block RAM has a copy per read port, so a micro-op reads two words and writes one in any cycle. A single-port
 RAM block does one access per cycle, and the sequencer overlaps a micro-op's reads and writes, so the plan
@@ -35,7 +36,11 @@ from circuitgrad.types import Fixed
 
 from .isa import SPRAM_WORDS, MicroOp, Microcode, View, legalise
 
-__all__ = ["legal", "plan_memory"]
+__all__ = ["legal", "plan_memory", "SMALL"]
+
+#: with SPRAM, a written-back region of at most this many words is still updated in place (and stays in block
+#: RAM): a copy would cost a micro-op, more than the block RAM it frees
+SMALL = 64
 
 
 def legal(ops: Sequence[MicroOp]) -> list[MicroOp]:
@@ -189,7 +194,8 @@ def plan_memory(dt: Fixed, ops: list[MicroOp], regions: list[tuple[int, int]], i
     copies = []
     for c in backs:
         r_out = region(c.a)
-        if r_out not in alias and r_out not in pinned and _in_place(ops, region, regions, c, overlap=not spram):
+        overlap = not spram or sizes[r_out] <= SMALL       # with SPRAM, a large region is worth moving out of block RAM
+        if r_out not in alias and r_out not in pinned and _in_place(ops, region, regions, c, overlap=overlap):
             alias[r_out] = region(c.out)
         else:
             copies.append(c)

@@ -113,14 +113,16 @@ class Report:
     bitstream: str
     seconds: float
     fmax_runs: list = field(default_factory=list)   # Fmax of every place-and-route run (``seeds``)
+    sprams: int = 0          # single-port RAM blocks placed (ICESTORM_SPRAM)
 
     def __str__(self) -> str:
         rows: list = [("target", self.target), ("logic cells", self.logic_cells), ("LUT4s", self.lut4), ("FFs", self.ffs), ("DSPs", self.dsps),
-                ("block RAMs", self.brams), ("Fmax (MHz)", f"{self.fmax_mhz:.1f}"),
+                ("block RAMs", self.brams)] + ([("SPRAM blocks", self.sprams)] if self.sprams else []) + [
+                ("Fmax (MHz)", f"{self.fmax_mhz:.1f}"),
                 ("cycles per call", self.cycles_per_call), ("calls per second", f"{self.calls_per_second:.0f}"),
                 ("bitstream", self.bitstream), ("build time (s)", f"{self.seconds:.1f}")]
         if len(self.fmax_runs) > 1:
-            rows.insert(7, ("Fmax per seed (MHz)", ", ".join(f"{f:.1f}" for f in self.fmax_runs) + " (median kept)"))
+            rows.insert(7 + bool(self.sprams), ("Fmax per seed (MHz)", ", ".join(f"{f:.1f}" for f in self.fmax_runs) + " (median kept)"))
         w = max(len(k) for k, _ in rows)
         return "\n".join(f"{k.ljust(w)}  {v}" for k, v in rows)
 
@@ -361,7 +363,7 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log
                lut4,
                sum(v for k, v in cells.items() if "DFF" in k or k.startswith("TRELLIS_FF")),
                used("ICESTORM_DSP", "MULT18X18D"), used("ICESTORM_RAM", "DP16KD"), fmax, n,
-               fmax * 1e6 / n if n else 0.0, bit, time.perf_counter() - t0, runs)
+               fmax * 1e6 / n if n else 0.0, bit, time.perf_counter() - t0, runs, used("ICESTORM_SPRAM"))
     with open(os.path.join(outdir, "report.json"), "w") as fh:
         fh.write(r.to_json())
     return r
