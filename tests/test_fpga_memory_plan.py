@@ -167,3 +167,21 @@ def test_synthesis_instantiates_the_spram_cells():
     text = rtlil_text(d, log=lambda *a: None, target="ice40-up5k")
     assert text.count("cell \\SB_SPRAM256KA ") == d.microcode.spram_blocks > 0
     assert "SB_SPRAM256KA" not in rtlil_text(fpga.compile(_momentum_mlp()), log=lambda *a: None, target="ice40-up5k")
+
+
+def test_a_word_wider_than_an_spram_block_takes_blocks_side_by_side(rng):
+    pytest.importorskip("amaranth")
+    from circuitgrad.backends.fpga.cost import sprams
+    from circuitgrad.backends.fpga.synth import rtlil_text
+    wide = cg.fixed(24, 12)
+    step = cg.compile_model(nn.mlp(4, [6, 12, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.05, 0.9),
+                            dtype=wide)
+    d = fpga.compile(step, spram=4)                 # 24-bit words: two 16-bit blocks each, so two blocks to plan
+    assert d.microcode.spram_blocks == 2 and sprams(d.microcode) == 4
+    text = rtlil_text(d, log=lambda *a: None, target="ice40-up5k")
+    assert text.count("cell \\SB_SPRAM256KA ") == 4
+    p = step.init_params(seed=0)
+    x, y = rng.normal(size=(4, 6)), rng.integers(0, 3, size=4)
+    got, n = fpga.simulate(d, p, x, y, check_collisions=True)
+    want = step.step(p, x, y)
+    assert all(np.array_equal(got[k], want[k]) for k in want) and n == d.cycles
