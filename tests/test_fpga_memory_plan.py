@@ -7,6 +7,7 @@ from circuitgrad import nn
 from circuitgrad.backends import fpga
 from circuitgrad.backends.fpga.isa import SPRAM_WORDS, MicroOp, Microcode, contiguous
 from circuitgrad.backends.fpga.kinds import Kind
+from circuitgrad.backends.fpga.memory_plan import SMALL
 from circuitgrad.fixedpoint import quantize, run_fixed
 from circuitgrad.types import NdArrayType
 
@@ -64,9 +65,17 @@ def test_an_elementwise_update_in_place_reads_each_word_before_it_writes_it(rng)
     assert mc.outputs[0] == mc.inputs[0] and len(mc.ops) == 1 and mc.ops[0].out == mc.ops[0].a
     a, b = (quantize(rng.uniform(-2, 2, 5), Q) for _ in range(2))
     assert np.array_equal(fpga.execute(mc, [a, b])[0][0], run_fixed(prog, [a, b])[0])
-    # with SPRAM an update in place keeps its copy: the region could not leave block RAM otherwise
+    # with SPRAM a large update in place keeps its copy (the region could not leave block RAM otherwise), a small one not
+    big = NdArrayType((SMALL + 1,), Q)
+    prog = cg.schedule(cg.trace(lambda a, b: (a + b,), [big, big], name="axpy"))
     sp = fpga.compile_program(prog, Q, write_back=1, spram=4)
     assert [u.source for u in sp.ops if u.source.startswith("write-back")] == ["write-back of input 0"]
+    assert sp.ram_words < SMALL and sp.spram_blocks > 0
+    a, b = (quantize(rng.uniform(-2, 2, SMALL + 1), Q) for _ in range(2))
+    assert np.array_equal(fpga.execute(sp, [a, b])[0][0], run_fixed(prog, [a, b])[0])
+    small = fpga.compile_program(cg.schedule(cg.trace(lambda a, b: (a + b,), [t, t], name="axpy")), Q, write_back=1,
+                                 spram=4)
+    assert small.outputs[0] == small.inputs[0] and small.inputs[0].base < small.ram_words     # in place, block RAM
 
 
 # ------------------------------------------------------------------ SPRAM
