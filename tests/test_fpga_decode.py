@@ -39,12 +39,13 @@ def _decoded(mc, cfg):
     return out
 
 
-@pytest.mark.parametrize("function", ["step", "predict"])
-def test_decoded_fields_address_the_views(function):
+@pytest.mark.parametrize("function, spram", [("step", 0), ("predict", 0), ("step", 4)])
+def test_decoded_fields_address_the_views(function, spram):
     step = cg.compile_model(nn.mlp(4, [3, 6, 2]), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.125),
                             dtype=cg.fixed(16, 8))
-    mc = fpga.compile(step, function=function).microcode
+    mc = fpga.compile(step, function=function, spram=spram).microcode
     cfg = _config(mc, 2, 1)
+    assert cfg.rom_bram == (spram > 0)          # with SPRAM the bases come from block RAM
     mod = 1 << cfg.aw
     for u, f in zip(mc.ops, _decoded(mc, cfg)):
         assert f["kind"] == KIND_CODES[u.kind] and f["K"] == u.K
@@ -60,3 +61,14 @@ def test_decoded_fields_address_the_views(function):
             assert np.array_equal(at("a", k), np.broadcast_to(u.a.addresses(k), u.out.shape).reshape(-1) % mod)
             if u.b is not None:
                 assert np.array_equal(at("b", k), np.broadcast_to(u.b.addresses(k), u.out.shape).reshape(-1) % mod)
+
+
+def test_bases_from_block_ram_equal_the_tables_past_one_block():
+    """A program longer than one block RAM of bases (256 micro-ops): both decoders give the same fields."""
+    from dataclasses import replace
+    step = cg.compile_model(nn.gpt(1, 4, 5, d=8, heads=2, layers=1), nn.softmax_cross_entropy, nn.sgd(0.1),
+                            dtype=cg.fixed(16, 8))
+    mc = fpga.compile(step, spram=4).microcode
+    cfg = _config(mc, 2, 1)
+    assert len(mc.ops) > 256 and cfg.rom_bram
+    assert _decoded(mc, cfg) == _decoded(mc, replace(cfg, rom_bram=False))

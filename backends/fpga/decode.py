@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from amaranth import Module, Signal, unsigned
+from amaranth import Cat, Module, Signal, unsigned
 from amaranth.lib import memory
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import SeqConfig
+from .config import ROM_BLOCK, ROM_FIELDS, SeqConfig
 from .microcode import Microcode, View
 from .kinds import facts
 from .timing import DRAIN, DRAIN_MAX
@@ -135,9 +135,13 @@ class Decoder(wiring.Component):
         # with it. Each table is a function of at most five bits (two LUT levels), and the choice a small
         # multiplexer: a table over all of pc was the iCE40's critical path (five LUTs and their wires)
         members = [(path, value) for path, _, value in self.fields.signature.flatten(self.fields)]
+        rows = self.words()
+        if self.cfg.rom_bram:
+            self._bases(m, rows, [(path, value) for path, value in members if path in ROM_FIELDS])
+            members = [(path, value) for path, value in members if path not in ROM_FIELDS]
         width = sum(len(v) for _, v in members)
         words = []
-        for row in self.words():
+        for row in rows:
             word, at = 0, 0
             for path, value in members:
                 word |= (row[path] & ((1 << len(value)) - 1)) << at
@@ -170,3 +174,45 @@ class Decoder(wiring.Component):
             m.d.sync += value.eq(word[at:at + len(value)])
             at += len(value)
         return m
+
+    def _bases(self, m: Module, rows: list[dict], members: list) -> None:
+        """The fields ``members`` from block RAM: their packed words cut into ``ROM_BLOCK`` slices (one block RAM
+        each), read synchronously at ``pc`` (the block's register stands for a table's), the slice of ``pc``'s
+        high bits chosen a cycle later and registered into the fields: ``DECODE_LATENCY`` as from the LUTs."""
+        depth, bits = ROM_BLOCK
+        width = sum(len(v) for _, v in members)
+        packed = []
+        for row in rows or [{path: 0 for path, _ in members}]:
+            word, at = 0, 0
+            for path, value in members:
+                word |= (row[path] & ((1 << len(value)) - 1)) << at
+                at += len(value)
+            packed.append(word)
+        lo = max(1, (min(len(packed), depth) - 1).bit_length())
+        chunks = [packed[i:i + depth] for i in range(0, len(packed), depth)]
+        word = Signal(unsigned(width), name="bases")
+        outs = []
+        for c, chunk in enumerate(chunks):
+            parts = []
+            for s in range(0, width, bits):
+                w = min(bits, width - s)
+                rom = memory.Memory(shape=unsigned(w), depth=len(chunk), init=[(v >> s) & ((1 << w) - 1) for v in chunk],
+                                    attrs={"ram_style": "block"})     # one block RAM each, as cost.brams counts
+                m.submodules[f"bases{c}_{s // bits}"] = rom
+                port = rom.read_port()                       # synchronous: a block RAM with its output register
+                m.d.comb += port.addr.eq(self.pc[:lo])
+                parts.append(port.data)
+            outs.append(Cat(*parts))
+        if len(outs) == 1:
+            m.d.comb += word.eq(outs[0])
+        else:
+            chunk = Signal(range(len(outs)), name="bases_chunk")
+            m.d.sync += chunk.eq(self.pc[lo:])
+            with m.Switch(chunk):
+                for c, out in enumerate(outs):
+                    with (m.Case(c) if c < len(outs) - 1 else m.Default()):
+                        m.d.comb += word.eq(out)
+        at = 0
+        for _, value in members:
+            m.d.sync += value.eq(word[at:at + len(value)])
+            at += len(value)

@@ -66,7 +66,7 @@ def _config(mc: Microcode, read_ports: int, macs: int) -> SeqConfig:
                      kmax=max([u.K for u in mc.ops] + [1]),
                      nmax=max([int(np.prod(u.out.shape, dtype=np.int64)) for u in mc.ops] + [1]),
                      used=frozenset(u.kind for u in mc.ops), codes=KIND_CODES, div_bits=div_bits(mc),
-                     sqrt_bits=sqrt_bits(mc))
+                     sqrt_bits=sqrt_bits(mc), rom_bram=mc.spram_blocks > 0)
 
 
 class _Shared:

@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .extra import MissingExtra, require_tools, synthesis_tools, tool
+from .config import rom_blocks
 from .isa import SPRAM_WIDTH, SPRAM_WORDS
 
 try:
@@ -244,7 +245,8 @@ def precheck(design, target: str) -> None:
                          ("spram", t.spram_blocks) if not t.spram_blocks else None)
     copies = design.read_ports * design.macs       # block RAMs: one copy of the memory per read port
     per = t.blocks(mc.ram_words, mc.dtype.width)
-    need = per * copies
+    rom = rom_blocks(len(mc.ops), mc.depth) if blocks else 0        # with SPRAM, the bases' tables (config.ROM_FIELDS)
+    need = per * copies + rom
     if need > t.bram_blocks:
         could = t.spram_blocks and not blocks and design.macs == 1 and (       # SPRAM might hold what block RAM cannot
             mc.ram_words <= t.spram_blocks // -(-mc.dtype.width // SPRAM_WIDTH) * SPRAM_WORDS)
@@ -253,8 +255,8 @@ def precheck(design, target: str) -> None:
             ("at most {} fits", ("macs", t.bram_blocks // (2 * per))) if design.macs > 1 and t.bram_blocks >= 2 * per
             else ("", None)))
         raise DoesNotFit(f"{target}: the design needs {need} block RAMs ({copies} copies of {mc.ram_words} words "
-                         f"× {mc.dtype.width} bits, {per} blocks each), the device has {t.bram_blocks} "
-                         f"({need / t.bram_blocks:.1f}x too many)", hint, option)
+                         f"× {mc.dtype.width} bits, {per} blocks each{f', and {rom} for the program' if rom else ''}), "
+                         f"the device has {t.bram_blocks} ({need / t.bram_blocks:.1f}x too many)", hint, option)
 
 
 def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=print,
