@@ -62,6 +62,9 @@ TIMING_FEATURES = ("const", "banks", "wide", "tree", "one_port", "kluts")
 UNROLLED_TIMING_FEATURES = ("const", "operands", "kbits")
 #: block RAM geometry per family: (16-bit words per block, largest memory kept in distributed RAM, bits)
 _BLOCKS = {"ecp5": (1024, 1200), "ice40": (256, 0)}
+#: the share of the decoder's LUT tables left when the operands' bases are in block RAM (``config.ROM_FIELDS``):
+#: measured with yosys on the UP5K designs of ``bench/fpga.py`` (0.32–0.45; the estimate is within 10% of all three)
+ROM_KEPT = 0.4
 #: the device each family's clock is estimated on
 _DEVICES = {"ecp5": "ecp5-85k", "ice40": "ice40-up5k"}
 #: the devices ``estimate`` takes (``device=``, ``circuitgrad cost --target fpga --device``): the capacities of
@@ -131,7 +134,8 @@ def features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]
     kinds = {u.kind for u in mc.ops}
     rows = [facts(k) for k in kinds]
     b = brams(mc, device, macs, read_ports)
-    return [1.0, len(mc.ops) * math.log2(max(mc.depth, 2)), macs - 1.0, float(read_ports == 1),
+    kept = ROM_KEPT if mc.spram_blocks else 1.0             # with SPRAM the bases' tables are block RAM
+    return [1.0, len(mc.ops) * math.log2(max(mc.depth, 2)) * kept, macs - 1.0, float(read_ports == 1),
             float(any(f.sequential for f in rows)),
             float(Kind.EXP in kinds), float(Kind.SIGMOID in kinds), float(Kind.TANH in kinds), float(Kind.LOG in kinds),
             float(any(f.unit is Unit.MAX for f in rows)), float(b == 0), float(b)]
