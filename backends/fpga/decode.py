@@ -140,14 +140,7 @@ class Decoder(wiring.Component):
             self._bases(m, rows, [(path, value) for path, value in members if path in ROM_FIELDS])
             members = [(path, value) for path, value in members if path not in ROM_FIELDS]
         width = sum(len(v) for _, v in members)
-        words = []
-        for row in rows:
-            word, at = 0, 0
-            for path, value in members:
-                word |= (row[path] & ((1 << len(value)) - 1)) << at
-                at += len(value)
-            words.append(word)
-        words = words or [0]
+        words = _pack(rows, members) or [0]
         lo = min(GROUP.bit_length() - 1, max(1, (len(words) - 1).bit_length()))
         groups = [words[i:i + (1 << lo)] for i in range(0, len(words), 1 << lo)]
         staged = []
@@ -159,20 +152,7 @@ class Decoder(wiring.Component):
             m.d.comb += port.addr.eq(self.pc[:lo])
             m.d.sync += reg.eq(port.data)
             staged.append(reg)
-        word = Signal(unsigned(width), name="word")
-        if len(staged) == 1:
-            m.d.comb += word.eq(staged[0])
-        else:
-            group = Signal(range(len(staged)), name="group")
-            m.d.sync += group.eq(self.pc[lo:])
-            with m.Switch(group):
-                for g, reg in enumerate(staged):
-                    with (m.Case(g) if g < len(staged) - 1 else m.Default()):
-                        m.d.comb += word.eq(reg)
-        at = 0
-        for _, value in members:
-            m.d.sync += value.eq(word[at:at + len(value)])
-            at += len(value)
+        _unpack(m, _choose(m, staged, self.pc[lo:], "word", "group"), members)
         return m
 
     def _bases(self, m: Module, rows: list[dict], members: list) -> None:
@@ -181,16 +161,9 @@ class Decoder(wiring.Component):
         high bits chosen a cycle later and registered into the fields: ``DECODE_LATENCY`` as from the LUTs."""
         depth, bits = ROM_BLOCK
         width = sum(len(v) for _, v in members)
-        packed = []
-        for row in rows or [{path: 0 for path, _ in members}]:
-            word, at = 0, 0
-            for path, value in members:
-                word |= (row[path] & ((1 << len(value)) - 1)) << at
-                at += len(value)
-            packed.append(word)
+        packed = _pack(rows or [{path: 0 for path, _ in members}], members)
         lo = max(1, (min(len(packed), depth) - 1).bit_length())
         chunks = [packed[i:i + depth] for i in range(0, len(packed), depth)]
-        word = Signal(unsigned(width), name="bases")
         outs = []
         for c, chunk in enumerate(chunks):
             parts = []
@@ -203,16 +176,39 @@ class Decoder(wiring.Component):
                 m.d.comb += port.addr.eq(self.pc[:lo])
                 parts.append(port.data)
             outs.append(Cat(*parts))
-        if len(outs) == 1:
-            m.d.comb += word.eq(outs[0])
-        else:
-            chunk = Signal(range(len(outs)), name="bases_chunk")
-            m.d.sync += chunk.eq(self.pc[lo:])
-            with m.Switch(chunk):
-                for c, out in enumerate(outs):
-                    with (m.Case(c) if c < len(outs) - 1 else m.Default()):
-                        m.d.comb += word.eq(out)
-        at = 0
-        for _, value in members:
-            m.d.sync += value.eq(word[at:at + len(value)])
+        _unpack(m, _choose(m, outs, self.pc[lo:], "bases", "bases_chunk"), members)
+
+
+def _pack(rows: list[dict], members: list) -> list[int]:
+    """Each row's ``members`` fields packed into one word, the first field in the low bits."""
+    words = []
+    for row in rows:
+        word, at = 0, 0
+        for path, value in members:
+            word |= (row[path] & ((1 << len(value)) - 1)) << at
             at += len(value)
+        words.append(word)
+    return words
+
+
+def _choose(m: Module, sources: list, high, name: str, select: str) -> Signal:
+    """One of ``sources`` (equal widths) chosen by ``high`` (pc's high bits), registered first as ``select``."""
+    word = Signal(unsigned(len(sources[0])), name=name)
+    if len(sources) == 1:
+        m.d.comb += word.eq(sources[0])
+        return word
+    sel = Signal(range(len(sources)), name=select)
+    m.d.sync += sel.eq(high)
+    with m.Switch(sel):
+        for i, src in enumerate(sources):
+            with (m.Case(i) if i < len(sources) - 1 else m.Default()):
+                m.d.comb += word.eq(src)
+    return word
+
+
+def _unpack(m: Module, word, members: list) -> None:
+    """Register ``word``'s packed fields into ``members``."""
+    at = 0
+    for _, value in members:
+        m.d.sync += value.eq(word[at:at + len(value)])
+        at += len(value)
