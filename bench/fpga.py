@@ -78,13 +78,6 @@ def main() -> None:
     a = ap.parse_args()
     rows, lut4, steps = [], {}, {}
 
-    def planned(step, target, **kw):
-        """The design as ``circuitgrad fpga synth`` plans it: with the target's SPRAM when block RAM does not
-        hold the memory."""
-        d = fpga.compile(step, **kw)
-        blocks = cost.spram_for(d.microcode, target, d.macs, d.read_ports)
-        return fpga.compile(step, **kw, spram=blocks) if blocks else d
-
     simulated = {}
 
     def exact(d, step, batch) -> str:
@@ -138,7 +131,7 @@ def main() -> None:
         step = steps.setdefault(path, spec.compile(fixed))
         batch = modelfile.check_batch(step, next(modelfile.batches(spec, 0, path)), 0, path)
         build(f"{name} ({path}{''.join(f' {k}={v}' for k, v in options.items())}) macs={macs}", target,
-              lambda: planned(step, target, macs=macs), step, batch)
+              lambda: cost.planned(step, target, macs=macs), step, batch)
     for name, B, sizes, target in NORMED:
         if a.only and name not in a.only:
             continue
@@ -152,7 +145,7 @@ def main() -> None:
         step = cg.compile_model(model, loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.05, 0.9), dtype=fixed)
         rng = np.random.default_rng(0)
         batch = (rng.normal(size=(B, sizes[0])), rng.integers(0, sizes[-1], size=B))
-        build(f"{name} {'-'.join(map(str, sizes))} b{B} momentum", target, lambda: planned(step, target), step, batch)
+        build(f"{name} {'-'.join(map(str, sizes))} b{B} momentum", target, lambda: cost.planned(step, target), step, batch)
     print(f"FPGA designs (fixed(16,8), YoWASP yosys + nextpnr, Fmax the median of nextpnr seeds 1..{a.seeds}); "
           f"{machine()}")
     print(table(["design", "target", "logic cells", "LUT4s", "FFs", "DSPs", "BRAMs + SPRAMs", "Fmax MHz",

@@ -29,7 +29,7 @@ from circuitgrad.progress import Counter
 from circuitgrad.types import Fixed, fixed
 
 from .extra import MissingExtra, require_amaranth
-from .isa import SPRAM_WIDTH
+from .isa import spram_cells
 from .kinds import FACTS, Kind
 from .microcode import FPGA_RULES, UNSUPPORTED, Microcode, compile_program, execute
 from .timing import cycles
@@ -179,7 +179,7 @@ def compile(model: CompiledModel, dtype: Fixed | None = None, macs: int = 1, fun
     dtype = dtype or (model.dtype if isinstance(model.dtype, Fixed) else fixed(16, 8))
     fx = model if model.dtype == dtype else compile_model(model.model, model.loss_fn, model.optimizer, dtype)
     n_state = len(fx.param_names) + len(fx.state_names) if function == "step" and on_chip else 0
-    blocks = spram // -(-dtype.width // SPRAM_WIDTH)            # a wider word takes blocks side by side
+    blocks = spram // spram_cells(dtype.width)                  # a wider word takes blocks side by side
     mc = compile_program(fx.fn(function).program, dtype, write_back=n_state, spram=blocks)
     return Design(fx, function, mc, macs, read_ports)
 

@@ -40,19 +40,17 @@ def _check_design_flags(a) -> None:
 
 def _design(a, target: str | None = None):
     """The model file's design; with ``target``, and no ``--spram``, planned with the target's SPRAM when its block
-    RAM alone does not hold the memory (:func:`.cost.spram_for`)."""
+    RAM alone does not hold the memory (:func:`.cost.planned`)."""
     from circuitgrad.command import load_model
 
     from . import compile as fpga_compile
-    from .cost import spram_for
+    from .cost import planned
     _check_design_flags(a)
     try:
         spec, dtype = load_model(a, fixed(16, 8))
         step = spec.compile(dtype=dtype)
         shape = dict(function=a.function, macs=a.macs, read_ports=getattr(a, "read_ports", 2))
-        design = fpga_compile(step, **shape, spram=a.spram or 0)
-        if a.spram is None and target and (blocks := spram_for(design.microcode, target, a.macs, shape["read_ports"])):
-            design = fpga_compile(step, **shape, spram=blocks)
+        design = planned(step, target, a.spram, **shape) if target else fpga_compile(step, **shape, spram=a.spram or 0)
     except (ValueError, TypeError, NotImplementedError, ArithmeticError) as e:
         raise SystemExit(f"circuitgrad fpga: {e}") from None
     return spec, step, design

@@ -43,7 +43,7 @@ from .devices import TARGETS as _TARGETS
 from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
 from .config import rom_blocks
 from .extra import require_amaranth
-from .isa import SPRAM_WIDTH
+from .isa import spram_cells
 from .kinds import UNITS, Kind, Unit, facts
 from .netlist import adder_bits, sum_operands
 from .timing import op_cycles
@@ -113,7 +113,7 @@ def brams(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
 
 def sprams(mc) -> int:
     """SPRAM blocks (``SB_SPRAM256KA``) of the sequencer's memory: ``⌈width / 16⌉`` per block of the plan."""
-    return mc.spram_blocks * -(-mc.dtype.width // SPRAM_WIDTH)
+    return mc.spram_blocks * spram_cells(mc.dtype.width)
 
 
 def spram_for(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
@@ -121,6 +121,15 @@ def spram_for(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
     does not hold the memory and the design has one lane (SPRAM has one port), else none."""
     have = _TARGETS[check_device(device)].spram_blocks
     return have if have and macs == 1 and brams(mc, device, macs, read_ports) > _TARGETS[device].bram_blocks else 0
+
+
+def planned(model: CompiledModel, device: str, spram: int | None = None, **options):
+    """``fpga.compile(model, **options)`` as ``synth`` and this estimate plan it for ``device``: with ``spram``
+    blocks, or (``None``) with :func:`spram_for`'s when block RAM alone does not hold the memory."""
+    d = compile_design(model, spram=spram or 0, **options)
+    if spram is None and (blocks := spram_for(d.microcode, device, d.macs, d.read_ports)):
+        d = compile_design(model, spram=blocks, **options)
+    return d
 
 
 def dsps(mc, macs: int = 1) -> int:
@@ -240,11 +249,8 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
         cycles = [1] * len(d.microcode.ops)          # one pipeline stage per micro-op
         head = ("(input register)", {"micro_ops": 0, "cycles": 1})
     else:
-        d = compile_design(f, dtype=dtype, macs=macs, function=function, read_ports=read_ports, on_chip=on_chip,
-                           spram=spram or 0)
-        if spram is None and (blocks := spram_for(d.microcode, device, macs, read_ports)):
-            d = compile_design(f, dtype=dtype, macs=macs, function=function, read_ports=read_ports, on_chip=on_chip,
-                               spram=blocks)
+        d = planned(f, device, spram, dtype=dtype, macs=macs, function=function, read_ports=read_ports,
+                    on_chip=on_chip)
         cycles = op_cycles(d.microcode, read_ports, macs)
         head = ("(start, the last range check, done)", {"micro_ops": 0, "cycles": 4 if d.microcode.ops else 2})
     mc = d.microcode

@@ -20,7 +20,12 @@ SPRAM_WORDS = 16384
 #: bits of one SPRAM word; a wider word takes several blocks side by side
 SPRAM_WIDTH = 16
 
-__all__ = ["SPRAM_WORDS", "SPRAM_WIDTH", "View", "MicroOp", "Microcode", "contiguous", "reshape_view", "broadcast_view", "permute_view",
+
+def spram_cells(width: int) -> int:
+    """The ``SB_SPRAM256KA`` blocks side by side that hold one SPRAM block of ``width``-bit words."""
+    return -(-width // SPRAM_WIDTH)
+
+__all__ = ["SPRAM_WORDS", "SPRAM_WIDTH", "spram_cells", "View", "MicroOp", "Microcode", "contiguous", "reshape_view", "broadcast_view", "permute_view",
            "slice_view", "fold", "legalise"]
 
 

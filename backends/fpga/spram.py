@@ -15,7 +15,7 @@ from amaranth import ClockSignal, Const, Instance, Module, Signal, signed, unsig
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from .isa import SPRAM_WIDTH, SPRAM_WORDS
+from .isa import SPRAM_WIDTH, SPRAM_WORDS, spram_cells
 
 __all__ = ["SinglePortRAM"]
 
@@ -48,7 +48,7 @@ class SinglePortRAM(wiring.Component):
             m.d.comb += [rd.addr.eq(self.addr), rd.en.eq(~self.we), self.rdata.eq(rd.data),
                          wr.addr.eq(self.addr), wr.data.eq(self.wdata), wr.en.eq(self.we)]
             return m
-        n = -(-self.width // SPRAM_WIDTH)
+        n = spram_cells(self.width)
         wide_in = Signal(n * SPRAM_WIDTH)
         wide_out = Signal(n * SPRAM_WIDTH)
         m.d.comb += [wide_in.eq(self.wdata), self.rdata.eq(wide_out[:self.width])]

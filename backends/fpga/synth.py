@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from .extra import MissingExtra, require_tools, synthesis_tools, tool
 from .config import rom_blocks
-from .isa import SPRAM_WIDTH, SPRAM_WORDS
+from .isa import SPRAM_WORDS, spram_cells
 
 try:
     from amaranth import Cat, Module, Signal
@@ -238,7 +238,7 @@ def precheck(design, target: str) -> None:
     if not hasattr(design, "read_ports"):          # an unrolled design has no memory
         return
     mc = design.microcode
-    blocks = mc.spram_blocks * -(-mc.dtype.width // SPRAM_WIDTH)
+    blocks = mc.spram_blocks * spram_cells(mc.dtype.width)
     if blocks > t.spram_blocks:
         raise DoesNotFit(f"{target}: the design places {mc.spram_words} words in {blocks} SPRAM blocks, the device "
                          f"has {t.spram_blocks or 'none'}", "compile it with {}" if not t.spram_blocks else "",
@@ -249,7 +249,7 @@ def precheck(design, target: str) -> None:
     need = per * copies + rom
     if need > t.bram_blocks:
         could = t.spram_blocks and not blocks and design.macs == 1 and (       # SPRAM might hold what block RAM cannot
-            mc.ram_words <= t.spram_blocks // -(-mc.dtype.width // SPRAM_WIDTH) * SPRAM_WORDS)
+            mc.ram_words <= t.spram_blocks // spram_cells(mc.dtype.width) * SPRAM_WORDS)
         hint, option = ("try {}", ("spram", t.spram_blocks)) if could else (
             ("try {}", ("read_ports", 1)) if copies > 1 and per <= t.bram_blocks and design.macs == 1 else (
             ("at most {} fits", ("macs", t.bram_blocks // (2 * per))) if design.macs > 1 and t.bram_blocks >= 2 * per
