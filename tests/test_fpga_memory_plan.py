@@ -209,3 +209,26 @@ def test_a_new_user_s_mlp_synthesizes_for_the_up5k_with_the_blocks_cost_counts(t
     assert cells.get("SB_SPRAM256KA", 0) == d.microcode.spram_blocks == 4
     assert cells.get("SB_RAM40_4K", 0) == brams(d.microcode, "ice40-up5k") <= 30
     assert cells.get("SB_LUT4", 0) <= 5280
+
+
+def test_the_sequencer_refuses_spram_with_several_lanes_and_precheck_counts_the_program_s_blocks(monkeypatch):
+    pytest.importorskip("amaranth")
+    from dataclasses import replace
+
+    from circuitgrad.backends.fpga import synth
+    from circuitgrad.backends.fpga.sequencer import Sequencer
+    d = fpga.compile(_momentum_mlp(), spram=4)
+    mc = d.microcode
+    with pytest.raises(ValueError) as e:
+        Sequencer(mc, 2, 2)
+    assert str(e.value) == "a program with SPRAM runs on one MAC lane (its blocks have one port), got macs=2"
+    small = replace(synth.TARGETS["ice40-up5k"], bram_blocks=3)       # a UP5K with three block RAMs
+    monkeypatch.setitem(synth.TARGETS, "ice40-up5k", small)
+    per = -(-mc.ram_words // 256)
+    rom = -(-len(mc.ops) // 256) * -(-3 * (mc.depth - 1).bit_length() // 16)        # the bases a, b, o
+    with pytest.raises(synth.DoesNotFit) as e:
+        synth.precheck(d, "ice40-up5k")
+    assert str(e.value) == (f"ice40-up5k: the design needs {2 * per + rom} block RAMs (2 copies of {mc.ram_words} "
+                            f"words × 16 bits, {per} blocks each, and {rom} for the program), the device has 3 "
+                            f"({(2 * per + rom) / 3:.1f}x too many)")   # one port would still need per + rom > 3
+    assert per + rom > 3

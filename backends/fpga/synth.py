@@ -251,7 +251,7 @@ def precheck(design, target: str) -> None:
         could = t.spram_blocks and not blocks and design.macs == 1 and (       # SPRAM might hold what block RAM cannot
             mc.ram_words <= t.spram_blocks // spram_cells(mc.dtype.width) * SPRAM_WORDS)
         hint, option = ("try {}", ("spram", t.spram_blocks)) if could else (
-            ("try {}", ("read_ports", 1)) if copies > 1 and per <= t.bram_blocks and design.macs == 1 else (
+            ("try {}", ("read_ports", 1)) if copies > 1 and per + rom <= t.bram_blocks and design.macs == 1 else (
             ("at most {} fits", ("macs", t.bram_blocks // (2 * per))) if design.macs > 1 and t.bram_blocks >= 2 * per
             else ("", None)))
         raise DoesNotFit(f"{target}: the design needs {need} block RAMs ({copies} copies of {mc.ram_words} words "
