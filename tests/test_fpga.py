@@ -138,13 +138,17 @@ def test_design_too_big_is_refused_before_the_build():
         precheck(d, "ice40-up5k")
     assert re.fullmatch(r"ice40-up5k: the design needs \d+ block RAMs \(2 copies of \d+ words × 16 bits, \d+ blocks "
                         r"each\), the device has 30 \([\d.]+x too many\)(; try read_ports=1)?", str(e.value))
-    # block granularity: 8 lanes of the iris step need 16 copies of 3 blocks (702 words), 48 > 30
+    # lanes share one memory in interleaved banks: 8 lanes of a 16-48-3 step need 8 banks of 357 words, 2 blocks
+    # each (a block holds 256), for each of the two read ports: 32 > 30; 4 banks of 713 words take 3 blocks: 24
+    step = cg.compile_model(nn.mlp(8, [16, 48, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    assert fpga.compile(step, macs=8).microcode.depth == 2849
+    with pytest.raises(DoesNotFit, match=r"^ice40-up5k: the design needs 32 block RAMs \(2 read ports × 8 banks of 357 "
+                                         r"words × 16 bits, 2 blocks each\), the device has 30 \(1\.1x too many\); at "
+                                         r"most macs=4 fits$"):
+        precheck(fpga.compile(step, macs=8), "ice40-up5k")
+    precheck(fpga.compile(step, macs=4), "ice40-up5k")
     iris = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
-    with pytest.raises(DoesNotFit, match=r"^ice40-up5k: the design needs 48 block RAMs \(16 copies of 702 words × 16 "
-                                         r"bits, 3 blocks each\), the device has 30 \(1\.6x too many\); at most "
-                                         r"macs=5 fits$"):
-        precheck(fpga.compile(iris, macs=8), "ice40-up5k")
-    precheck(fpga.compile(iris, macs=5), "ice40-up5k")
+    precheck(fpga.compile(iris, macs=8), "ice40-up5k")          # 16 blocks of 88 words
 
 
 @pytest.mark.slow
@@ -335,10 +339,10 @@ def test_layout_check_refuses_an_op_that_reads_its_own_output():
 def test_rtlil_declares_every_read_collision_undefined():
     from circuitgrad.backends.fpga.synth import rtlil_text
     step = cg.compile_model(nn.mlp(4, [5, 7, 3]), loss=nn.mse, optimizer=nn.sgd(0.125), dtype=Q)
-    for macs in (1, 3):
+    for macs, ports in ((1, 2), (3, 8)):
         il = rtlil_text(fpga.compile(step, macs=macs), log=lambda s: None)
         masks = re.findall(r"parameter \\COLLISION_X_MASK (\d+)'([01]+)", il)
-        assert len(masks) == 2 * macs                      # one per read port (macs = 1: two ports, one memory)
+        assert len(masks) == ports                         # one per read port: two, or two for each of 4 banks
         assert all(bits == "1" * int(n) for n, bits in masks)
 
 

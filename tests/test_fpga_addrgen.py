@@ -1,6 +1,6 @@
-"""``backends/fpga/addrgen.py`` alone, fed by the decoder: for every micro-op of a training step with two MAC lanes,
-the loop counters issue exactly the (output, operand a, operand b) words of its views, element by element and lane
-by lane along the reduction, and ``last`` rises on the final pair."""
+"""``backends/fpga/addrgen.py`` alone, fed by the decoder: for every micro-op of a training step on one lane and
+on three, the loop counters issue exactly the (output, operand a, operand b) words of its views, each (element, k)
+pair once, and ``last`` rises on the final pair; with lanes, each group's live lanes sit in distinct banks."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,35 +14,30 @@ from circuitgrad.backends import fpga  # noqa: E402
 from circuitgrad.backends.fpga.addrgen import AddressGen  # noqa: E402
 from circuitgrad.backends.fpga.sequencer import _config  # noqa: E402
 from circuitgrad.backends.fpga.decode import DECODE_LATENCY, Decoder  # noqa: E402
-from circuitgrad.backends.fpga.kinds import FACTS  # noqa: E402
+from circuitgrad.backends.fpga.isa import interleave  # noqa: E402
 from circuitgrad.backends.fpga.timing import const_b  # noqa: E402
-
-LANES = 2
 
 
 def _expected(u, mod):
-    """The pairs the micro-op issues: per element (row-major), per k step, the live lanes' addresses."""
+    """Every (output, a, b) word triple the micro-op reads and writes, from its views (NumPy's addressing)."""
     out = u.out.addresses().reshape(-1) % mod
-    step = 1 if FACTS[u.kind].one_lane else LANES
     pairs = []
-    for e in range(len(out)):
-        for k in range(0, u.K, step):
-            lanes = range(min(step, u.K - k))
-            a = [int(np.broadcast_to(u.a.addresses(k + l), u.out.shape).reshape(-1)[e] % mod) for l in lanes]
-            b = [int(np.broadcast_to(u.b.addresses(k + l), u.out.shape).reshape(-1)[e] % mod) if u.b is not None
-                 else None for l in lanes]
-            pairs.append((int(out[e]), a, b))
-    return pairs
+    for k in range(u.K):
+        a = np.broadcast_to(u.a.addresses(k), u.out.shape).reshape(-1) % mod
+        b = np.broadcast_to(u.b.addresses(k), u.out.shape).reshape(-1) % mod if u.b is not None else [None] * len(out)
+        pairs += [(int(o), int(x), None if y is None else int(y)) for o, x, y in zip(out, a, b)]
+    return sorted(pairs, key=repr)
 
 
-def test_the_counters_issue_every_views_words():
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_the_counters_issue_every_views_words(lanes):
     from amaranth import Module
     from amaranth.lib import wiring
     from amaranth.sim import Simulator
     step = cg.compile_model(nn.mlp(4, [3, 5, 2]), loss=nn.softmax_cross_entropy, optimizer=nn.momentum(0.125),
                             dtype=cg.fixed(16, 8))
-    mc = fpga.compile(step, macs=LANES).microcode
-    cfg = _config(mc, 2, LANES)
+    mc = fpga.compile(step, macs=lanes).microcode
+    cfg = _config(mc, 2, lanes)
     mod = 1 << cfg.aw
     m = Module()
     m.submodules.dec = dec = Decoder(mc, cfg, [const_b(u) for u in mc.ops])
@@ -55,26 +50,36 @@ def test_the_counters_issue_every_views_words():
             ctx.set(dec.pc, pc)
             for _ in range(DECODE_LATENCY):                    # the fields are registered
                 await ctx.tick()
-            ctx.set(agen.one_lane, FACTS[u.kind].one_lane)
             ctx.set(agen.load, 1)
             await ctx.tick()
             ctx.set(agen.load, 0)
             ctx.set(agen.advance, 1)
-            pairs = []
+            groups = []
             for _ in range(100_000):
-                live = [lane for lane in range(LANES) if (ctx.get(agen.live) >> lane) & 1]
-                pairs.append((ctx.get(agen.out_addr), [ctx.get(agen.lane_a[lane]) for lane in live],
-                              [ctx.get(agen.lane_b[lane]) if u.b is not None else None for lane in live]))
+                one = (ctx.get(agen.out_addr), ctx.get(agen.ptr_a), ctx.get(agen.ptr_b) if u.b is not None else None)
                 last = ctx.get(agen.last)
                 await ctx.tick()
+                if lanes == 1:
+                    groups.append([one])
+                else:                                          # the lanes' addresses: registered, a cycle later
+                    live = [lane for lane in range(lanes) if (ctx.get(agen.live) >> lane) & 1]
+                    groups.append([(ctx.get(agen.lane_o[lane]), ctx.get(agen.lane_a[lane]),
+                                    ctx.get(agen.lane_b[lane]) if u.b is not None else None) for lane in live])
+                    assert groups[-1][0] == one                # lane 0 is the issued position
                 if last:
                     break
             ctx.set(agen.advance, 0)
-            got.append(pairs)
+            got.append(groups)
     sim = Simulator(m)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
     assert len(got) == len(mc.ops)
-    for u, pairs in zip(mc.ops, got):
-        assert pairs == _expected(u, mod), (u.kind, u.source)
+    P = interleave(lanes)
+    for u, groups in zip(mc.ops, got):
+        assert sorted([t for g in groups for t in g], key=repr) == _expected(u, mod), (u.kind, u.source)
+        for g in groups:                                       # the lanes of a group: distinct banks (or one word)
+            for i in range(3):
+                words = {t[i] for t in g if t[i] is not None}
+                assert len({w % P for w in words}) == len(words), (u.source, g)
+            assert len({t[0] for t in g}) == len(g)

@@ -48,7 +48,7 @@ def test_every_kind_has_every_fact():
         # the facts agree with one another: each unit has one timing, and its kinds' facts follow from it
         assert f.sequential == (f.unit is Unit.DIVIDER) and (f.bits(Q) > 0 if f.sequential else True), k
         assert f.latency == {Unit.EXP: K.EXP_STAGES, Unit.SIGMOID: K.SIGMOID_STAGES}.get(f.unit, 0), k
-        assert f.reduces == (f.unit in (Unit.ACCUMULATOR, Unit.MAX)) and f.one_lane == (f.unit is Unit.MAX), k
+        assert f.reduces == (f.unit in (Unit.ACCUMULATOR, Unit.MAX)), k
         assert not f.index or f.reduces, k
         assert f.unrolled == (f.combinational or f.unit is Unit.ACCUMULATOR), k
         assert not (f.mask or f.fits) or f.combinational, k
@@ -62,7 +62,7 @@ def test_the_decoders_codes_keep_their_numbers():
 
 def test_a_kind_is_a_string_that_prints_as_its_name():
     u = MicroOp("mac", contiguous(0, (1,)), contiguous(1, (1,)))
-    assert u.kind is Kind.MAC and u.kind == "mac" and KIND_CODES["mac"] == 9 and FACTS["max"].one_lane
+    assert u.kind is Kind.MAC and u.kind == "mac" and KIND_CODES["mac"] == 9 and FACTS["max"].reduces
     assert (str(Kind.MAC), f"{Kind.MAC}", f"{Kind.MAC:>4}", repr(Kind.MAC)) == ("mac", "mac", " mac", "'mac'")
     assert repr(u).startswith("MicroOp(kind='mac', out=View(")
 

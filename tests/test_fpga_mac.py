@@ -1,5 +1,5 @@
-"""``backends/fpga/mac.py`` alone: fed one (element, k) pair a cycle on two lanes (``k`` at issue, the metadata a cycle
-later, the operands a cycle after that, as the address generator and the memory give them), the pipeline's stage 3
+"""``backends/fpga/mac.py`` alone: fed one (element, k) pair a cycle (``k`` a cycle before the metadata, the operands a
+cycle after it, as the address generator and the memory give them), the pipeline's stage 3
 holds the exact dot product, the rescaled one rounded half up, the running max, or the index of the first maximum,
 for elements back to back; an exp's results come out ``EXP_STAGES`` cycles later, and a pair of the micro-op
 before it never does."""
@@ -18,8 +18,8 @@ from circuitgrad.backends.fpga.kinds import EXP_STAGES, KIND_CODES  # noqa: E402
 from circuitgrad.backends.fpga.timing import DRAIN  # noqa: E402
 
 Q = cg.fixed(16, 8)
-L, K = 2, 5
-CFG = SeqConfig(dt=Q, depth=16, n_ops=4, lanes=L, one_port=False, kmax=K, nmax=4,
+K = 5
+CFG = SeqConfig(dt=Q, depth=16, n_ops=4, lanes=1, one_port=False, kmax=K, nmax=4,
                 used=frozenset({"mac", "max", "argmax"}), codes=KIND_CODES, div_bits=24, sqrt_bits=12)
 
 
@@ -37,9 +37,7 @@ def test_stage_three_holds_each_elements_result(kind, rescale):
     elements = [(rng.integers(-3000, 3000, K), rng.integers(-3000, 3000, K)) for _ in range(3)]
     elements.append((np.array([7, 9, 9, -1, 9]), np.ones(K, dtype=np.int64)))         # ties: the first stays
     dut, got = MacPipeline(CFG), []
-    step = 1 if kind != "mac" else L
-
-    pairs = [(e, k) for e in range(len(elements)) for k in range(0, K, step)]
+    pairs = [(e, k) for e in range(len(elements)) for k in range(K)]
 
     async def bench(ctx):
         ctx.set(dut.kind, KIND_CODES[kind])
@@ -50,12 +48,10 @@ def test_stage_three_holds_each_elements_result(kind, rescale):
         for i in range(len(pairs) + 6):
             if i < len(pairs):                             # pair i's metadata
                 e, k = pairs[i]
-                live = [k + lane < K for lane in range(L)] if kind == "mac" else [True] + [False] * (L - 1)
                 ctx.set(dut.valid, 1)
                 ctx.set(dut.first, k == 0)
-                ctx.set(dut.last, k + step >= K)
+                ctx.set(dut.last, k + 1 == K)
                 ctx.set(dut.addr, e)
-                ctx.set(dut.mask, sum(int(x) << lane for lane, x in enumerate(live)))
             else:
                 ctx.set(dut.valid, 0)
             ctx.set(dut.k, pairs[i + 1][1] if i + 1 < len(pairs) else 0)
@@ -64,9 +60,6 @@ def test_stage_three_holds_each_elements_result(kind, rescale):
                 a, b = elements[e]
                 ctx.set(dut.a, int(a[k]))
                 ctx.set(dut.b, int(b[k]))
-                if k + 1 < K:
-                    ctx.set(dut.lane_a[0], int(a[k + 1]))
-                    ctx.set(dut.lane_b[0], int(b[k + 1]))
             await ctx.tick()
             if ctx.get(dut.out_valid):
                 got.append((ctx.get(dut.out_addr), ctx.get(dut.out_value)))

@@ -3,19 +3,21 @@
 ::
 
     for i0 in rows:                     row_x  += s0_x          (x = a, b, o)
-        for i1 in columns:              col_x  += s1_x
-            for k in 0, kstep, …:       ptr_x  += kinc_x        (x = a, b)
-                issue (col_o, ptr_a + l·ks_a, ptr_b + l·ks_b)   for each lane l
+        for i1 in columns:              col_x  += s1_x          (a group of lanes' columns with several lanes)
+            for k in 0, 1, …:           ptr_x  += kinc_x        (x = a, b)
+                issue (col_o, ptr_a, ptr_b)
+                lanes: lane_x[l] = ptr_x + l·ls_x, registered (one cycle later, LANE_LATENCY)
 
 Nothing adds on the loop-control path: ``k_last``, ``i0_last`` and ``i1_last`` are registers, set from
 down-counters of the steps, columns and rows left (``c == 1``: a comparison of a register with a
-constant) as they advance; ``k_first`` is a register too, and ``k_left = K − k`` says which lanes are live
-(lane ``l`` while ``k_left > l``) without a per-lane adder. Every address step is an add of a decoded
-constant, modulo ``2^aw``.
+constant) as they advance; ``k_first`` is a register too. With several lanes, ``lanes_left`` (the row's
+elements from this group on) says which lanes are live (lane ``l`` while ``lanes_left > l`` and the micro-op
+uses it) without a per-lane adder, and each lane's offset ``l·ls_x`` is a register set at load from shifts of
+the decoded ``ls_x`` (no multiplier). Every address step is an add of a decoded constant, modulo ``2^aw``.
 """
 from __future__ import annotations
 
-from amaranth import Module, Signal, unsigned
+from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -33,26 +35,25 @@ class AddressGen(wiring.Component):
     * ``fields`` (In, :func:`~.decode.fields_signature`): the decoded micro-op;
     * ``load`` (In): start the micro-op (every counter to 0, every address to its base);
     * ``advance`` (In): the pair at the current position is issued: step to the next one;
-    * ``one_lane`` (In): the reduction runs on lane 0 alone (a max);
-    * ``k``, ``k_left`` (Out): the reduction index and ``K − k``; ``k_first``, ``k_last``, ``i0_last``,
-      ``i1_last`` (Out): this is the first k, the last k, row, column; ``last`` (Out): the micro-op's last pair;
+    * ``k`` (Out): the reduction index; ``k_first``, ``k_last``, ``i0_last``, ``i1_last`` (Out): this is the
+      first k, the last k, row, column (group of columns); ``last`` (Out): the micro-op's last pair;
     * ``out_addr``, ``ptr_a``, ``ptr_b`` (Out): the output address and lane 0's operand addresses;
-    * ``lane_a``, ``lane_b`` (Out, one per lane; two read ports only): every lane's operand addresses;
-    * ``live`` (Out, a bit per lane): lanes whose k lies inside the reduction.
+    * with several lanes, registered a cycle after the position they belong to (``LANE_LATENCY``): ``lane_a``,
+      ``lane_b``, ``lane_o`` (Out, one per lane) every lane's addresses and ``live`` (Out, a bit per lane) the
+      lanes that compute an element there.
     """
 
     def __init__(self, cfg: SeqConfig):
         self.cfg = cfg
         aw, L = cfg.aw, cfg.lanes
         members = {
-            "fields": In(fields_signature(cfg)), "load": In(1), "advance": In(1), "one_lane": In(1),
-            "k": Out(range(cfg.kmax + 1)), "k_left": Out(range(cfg.kmax + 1)), "k_first": Out(1), "k_last": Out(1),
+            "fields": In(fields_signature(cfg)), "load": In(1), "advance": In(1),
+            "k": Out(range(cfg.kmax + 1)), "k_first": Out(1), "k_last": Out(1),
             "i0_last": Out(1), "i1_last": Out(1), "last": Out(1),
             "out_addr": Out(unsigned(aw)), "ptr_a": Out(unsigned(aw)), "ptr_b": Out(unsigned(aw)),
-            "live": Out(L),
         }
-        if not cfg.one_port:
-            members |= {"lane_a": Out(unsigned(aw)).array(L), "lane_b": Out(unsigned(aw)).array(L)}
+        if L > 1:
+            members |= {x: Out(unsigned(aw)).array(L) for x in ("lane_a", "lane_b", "lane_o")} | {"live": Out(L)}
         super().__init__(members)
 
     def elaborate(self, platform) -> Module:
@@ -63,14 +64,14 @@ class AddressGen(wiring.Component):
         c0 = Signal(range(cfg.nmax + 1), name="rows_left")           # rows left after this one
         c1 = Signal(range(cfg.nmax + 1), name="cols_left")           # columns left after this one
         kc = Signal(range(cfg.kmax + 1), name="steps_left")          # k steps left after this one
-        k, k_first, k_last, k_left = self.k, self.k_first, self.k_last, self.k_left
+        k, k_first, k_last = self.k, self.k_first, self.k_last
         i0_last, i1_last = self.i0_last, self.i1_last
         row = {x: Signal(unsigned(aw), name=f"row_{x}") for x in "abo"}
         col = {"a": Signal(unsigned(aw), name="col_a"), "b": Signal(unsigned(aw), name="col_b"), "o": self.out_addr}
         ptr = {"a": self.ptr_a, "b": self.ptr_b}
 
         def next_element():                            # k starts again
-            m.d.sync += [k.eq(0), k_first.eq(1), kc.eq(fl.ksteps_last), k_last.eq(fl.kone), k_left.eq(fl.K)]
+            m.d.sync += [k.eq(0), k_first.eq(1), kc.eq(fl.ksteps_last), k_last.eq(fl.kone)]
 
         with m.If(self.load):
             next_element()
@@ -83,7 +84,6 @@ class AddressGen(wiring.Component):
         with m.Elif(self.advance):
             with m.If(~k_last):                            # the next k of this element
                 m.d.sync += [k.eq(k + fl.kstep), k_first.eq(0), kc.eq(kc - 1), k_last.eq(kc == 1),
-                             k_left.eq(k_left - fl.kstep),
                              ptr["a"].eq(ptr["a"] + fl.a.kinc), ptr["b"].eq(ptr["b"] + fl.b.kinc)]
             with m.Else():
                 next_element()
@@ -102,10 +102,30 @@ class AddressGen(wiring.Component):
                     with m.If(~i0_last):
                         m.d.sync += [c0.eq(c0 - 1), i0_last.eq(c0 == 1)]
         m.d.comb += self.last.eq(k_last & i1_last & i0_last)
-        # a max reduction runs on lane 0 alone (k advances by 1): lanes carry no comparators
-        m.d.comb += [self.live[lane].eq((k_left > lane) & (~self.one_lane if lane else 1)) for lane in range(L)]
-        if not cfg.one_port:
-            for lane in range(L):
-                m.d.comb += [self.lane_a[lane].eq(ptr["a"] + fl.a.ks * lane if lane else ptr["a"]),
-                             self.lane_b[lane].eq(ptr["b"] + fl.b.ks * lane)]
+        if L > 1:
+            self._lanes(m, col["o"], ptr)
         return m
+
+    def _lanes(self, m: Module, out, ptr: dict) -> None:
+        """The lanes' addresses and live bits, registered: ``x + off_x[l]`` for each stream, with ``off_x[l] =
+        l·ls_x`` (registers set at load from shifts of ``ls_x``), and ``lanes_left`` (this group's elements of
+        the row on) against each lane."""
+        cfg, fl = self.cfg, self.fields
+        aw, L = cfg.aw, cfg.lanes
+        left = Signal(range(cfg.nmax + 1), name="lanes_left")
+        with m.If(self.load):
+            m.d.sync += left.eq(fl.width)
+        with m.Elif(self.advance & self.k_last):
+            m.d.sync += left.eq(Mux(self.i1_last, fl.width, left - fl.lstep))
+        m.d.sync += [self.live[lane].eq(fl.lmask[lane] & (left > lane)) for lane in range(L)]
+        for x, base in (("o", out), ("a", ptr["a"]), ("b", ptr["b"])):
+            stride = getattr(fl, x).ls
+            for lane in range(L):
+                target = getattr(self, f"lane_{x}")[lane]
+                if lane == 0:
+                    m.d.sync += target.eq(base)
+                    continue
+                off = Signal(unsigned(aw), name=f"off_{x}{lane}")
+                with m.If(self.load):               # l·ls as shifts of ls (l < L): no multiplier
+                    m.d.sync += off.eq(sum(stride << b for b in range(lane.bit_length()) if lane >> b & 1))
+                m.d.sync += target.eq(base + off)

@@ -43,7 +43,7 @@ from .devices import TARGETS as _TARGETS
 from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
 from .config import rom_blocks
 from .extra import require_amaranth
-from .isa import spram_cells
+from .isa import interleave, spram_cells
 from .kinds import UNITS, Kind, Unit, facts
 from .netlist import adder_bits, sum_operands
 from .timing import op_cycles
@@ -107,8 +107,10 @@ def brams(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
     rom = rom_blocks(len(mc.ops), mc.depth) if mc.spram_blocks else 0     # the operands' bases (config.ROM_FIELDS)
     if mc.ram_words * mc.dtype.width <= lutram:
         return rom
-    copies = read_ports if macs == 1 else 2 * macs
-    return copies * math.ceil(max(mc.ram_words, 1) * mc.dtype.width / (16 * per)) + rom
+    if macs == 1:
+        return read_ports * math.ceil(max(mc.ram_words, 1) * mc.dtype.width / (16 * per)) + rom
+    P = interleave(macs)                    # two read ports for each bank of every P-th word (interleave.py)
+    return 2 * P * math.ceil(-(-max(mc.ram_words, 1) // P) * mc.dtype.width / (16 * per)) + rom
 
 
 def sprams(mc) -> int:
@@ -133,9 +135,8 @@ def planned(model: CompiledModel, device: str, spram: int | None = None, **optio
 
 
 def dsps(mc, macs: int = 1) -> int:
-    """DSP blocks: the MAC lanes' multipliers and those of the units ``mc`` uses (the exp unit's three)."""
-    lanes = macs if macs <= 2 else 2 + 2 * (macs - 2)
-    return lanes + sum(UNITS[unit].dsps for unit in {facts(u.kind).unit for u in mc.ops})
+    """DSP blocks: each lane's multiplier and those of the units ``mc`` uses (the exp unit's three), per lane."""
+    return macs * (1 + sum(UNITS[unit].dsps for unit in {facts(u.kind).unit for u in mc.ops}))
 
 
 def features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]:

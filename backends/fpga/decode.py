@@ -24,11 +24,11 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import ROM_BLOCK, ROM_FIELDS, SeqConfig
-from .microcode import Microcode, View
+from .microcode import Microcode
 from .kinds import facts
-from .timing import DRAIN, DRAIN_MAX
+from .timing import DRAIN, DRAIN_MAX, LANE_LATENCY, lane_plan, views_2d
 
-__all__ = ["Decoder", "fields_signature", "address_signature", "view_2d", "align", "GROUP", "DECODE_LATENCY"]
+__all__ = ["Decoder", "fields_signature", "address_signature", "GROUP", "DECODE_LATENCY"]
 
 #: micro-ops per table of the decoder (pc's low bits address one)
 GROUP = 16
@@ -36,33 +36,13 @@ GROUP = 16
 DECODE_LATENCY = 2
 
 
-def view_2d(v: View) -> tuple[int, int, int, int, int, int]:
-    """``(base, n0, n1, s0, s1, kstride)`` with the view padded or folded to two dimensions."""
-    shape, strides = list(v.shape), list(v.strides)
-    while len(shape) < 2:
-        shape.insert(0, 1)
-        strides.insert(0, 0)
-    while len(shape) > 2:                      # fold leading axes when they nest
-        n0, n1 = shape[0], shape[1]
-        s0, s1 = strides[0], strides[1]
-        if n0 != 1 and s0 != s1 * n1:
-            raise NotImplementedError(f"view {v} does not fold to two dimensions")
-        shape[:2] = [n0 * n1]
-        strides[:2] = [s1 if n1 != 1 else s0]
-    return v.base, shape[0], shape[1], strides[0], strides[1], v.kstride
-
-
-def align(v: View, out: View) -> tuple[int, ...]:
-    """Strides of operand ``v`` indexed by the output's coordinates (same rank, or fewer reduced axes)."""
-    if len(v.strides) == len(out.shape):
-        return v.strides
-    raise NotImplementedError(f"operand view {v} does not match output shape {out.shape}")
-
-
-def address_signature(aw: int) -> wiring.Signature:
-    """One operand's address fields: ``base``, row stride ``s0``, column stride ``s1``, the reduction's
-    stride ``ks`` and its pointer step ``kinc`` (``ks`` times the lanes' k step, modulo ``2^aw``)."""
-    return wiring.Signature({x: Out(unsigned(aw)) for x in ("base", "s0", "s1", "ks", "kinc")})
+def address_signature(aw: int, lanes: bool = False) -> wiring.Signature:
+    """One operand's address fields: ``base``, row stride ``s0``, column stride ``s1`` (with several lanes, the
+    step from one group of columns to the next), the reduction's stride ``ks`` and its pointer step ``kinc``
+    (``ks`` times the lanes' k step with one lane, ``ks`` with several); with several lanes, ``ls``, the stride
+    from one lane to the next."""
+    names = ("base", "s0", "s1", "ks", "kinc") + (("ls",) if lanes else ())
+    return wiring.Signature({x: Out(unsigned(aw)) for x in names})
 
 
 def fields_signature(cfg: SeqConfig) -> wiring.Signature:
@@ -70,23 +50,28 @@ def fields_signature(cfg: SeqConfig) -> wiring.Signature:
 
     * ``kind``: the micro-op kind's code (``kinds.FACTS[kind].code``); ``rescale``, ``has_b``; ``sequential``: the
       divider computes it; ``drain``: the drain's cycles after the first (``DRAIN``, its unit's latency, and one
-      more with one read port or with several lanes);
+      more with one read port or ``LANE_LATENCY`` more with several lanes);
     * ``two_phase``: one read port, two memory operands (read ``a``, then ``b``); ``const_b``: one read
       port, ``b`` a single constant word (read once at load);
-    * the reduction: ``K``, its step ``kstep`` (the lanes, or 1 for a max), ``ksteps_last`` (the steps it
-      takes, less one) and ``kone`` (one step does it all);
+    * the reduction: ``K``, its step ``kstep`` (1), ``ksteps_last`` (the steps it takes, less one) and ``kone``
+      (one step does it all);
     * the element loops: last indices ``n0_last``, ``n1_last`` and ``n0_one``, ``n1_one`` (one row, one column);
+      with several lanes, the columns are groups of lanes (:func:`~.timing.lane_plan`, rows and columns swapped
+      where it runs over the rows), ``width`` the elements of a row, ``lstep`` the lanes of a group and ``lmask``
+      a bit for each of them;
     * ``a``, ``b``, ``o``: :func:`address_signature`.
     """
-    addr = address_signature(cfg.aw)
+    L = cfg.lanes
+    addr = address_signature(cfg.aw, L > 1)
+    lanes = {"width": Out(range(cfg.nmax + 1)), "lstep": Out(range(L + 1)), "lmask": Out(L)} if L > 1 else {}
     return wiring.Signature({
         "kind": Out(range(len(cfg.codes))), "rescale": Out(1), "has_b": Out(1), "sequential": Out(1),
         "drain": Out(range(DRAIN_MAX + 1)),
         "two_phase": Out(1), "const_b": Out(1),
-        "K": Out(range(cfg.kmax + 1)), "kstep": Out(range(cfg.lanes + 1)), "ksteps_last": Out(range(cfg.kmax + 1)),
+        "K": Out(range(cfg.kmax + 1)), "kstep": Out(range(2)), "ksteps_last": Out(range(cfg.kmax + 1)),
         "kone": Out(1),
         "n0_last": Out(range(cfg.nmax + 1)), "n1_last": Out(range(cfg.nmax + 1)), "n0_one": Out(1), "n1_one": Out(1),
-        "a": Out(addr), "b": Out(addr), "o": Out(addr),
+        **lanes, "a": Out(addr), "b": Out(addr), "o": Out(addr),
     })
 
 
@@ -105,26 +90,29 @@ class Decoder(wiring.Component):
 
     def words(self) -> list[dict[tuple, int]]:
         """Each micro-op's fields, by their path in :func:`fields_signature` (``("a", "base")``, ``("kind",)``)."""
-        cfg, mod = self.cfg, 1 << self.cfg.aw
+        cfg, mod, L = self.cfg, 1 << self.cfg.aw, self.cfg.lanes
         rows = []
         for i, u in enumerate(self.mc.ops):
-            ob, on0, on1, os0, os1, _ = view_2d(u.out)
-            ab, _, _, as0, as1, aks = view_2d(View(u.a.base, u.out.shape, align(u.a, u.out), u.a.kstride))
-            bv = u.b if u.b is not None else View(0, u.out.shape, (0,) * len(u.out.shape))
-            bb, _, _, bs0, bs1, bks = view_2d(View(bv.base, u.out.shape, align(bv, u.out), bv.kstride))
+            (ob, on0, on1, os0, os1, _), (ab, _, _, as0, as1, aks), (bb, _, _, bs0, bs1, bks) = views_2d(u)
+            plan = lane_plan(u, L)
+            if plan.swap:                          # the lanes run over the rows: rows and columns swap
+                on0, on1, os0, os1, as0, as1, bs0, bs1 = on1, on0, os1, os0, as1, as0, bs1, bs0
+            p, groups = plan.lanes, -(-on1 // plan.lanes)
             cb = cfg.one_port and self.const_b[i]
             f = facts(u.kind)
-            step = 1 if f.one_lane else cfg.lanes
             row = {("two_phase",): int(cfg.one_port and u.b is not None and not cb), ("const_b",): int(cb),
                    ("kind",): cfg.codes[u.kind], ("rescale",): int(u.rescale), ("has_b",): int(u.b is not None),
                    ("sequential",): int(f.sequential),
-                   ("drain",): DRAIN - 1 + cfg.one_port + (cfg.lanes > 1) + f.latency,
-                   ("K",): u.K, ("kstep",): step, ("ksteps_last",): max(-(-u.K // step) - 1, 0),
-                   ("kone",): int(u.K <= step), ("n0_last",): on0 - 1, ("n1_last",): on1 - 1,
-                   ("n0_one",): int(on0 == 1), ("n1_one",): int(on1 == 1)}
-            for x, vals in (("o", (ob, os0, os1, 0, 0)), ("a", (ab, as0, as1, aks, aks * step % mod)),
-                            ("b", (bb, bs0, bs1, bks, bks * step % mod))):
-                row |= {(x, name): v % mod for name, v in zip(("base", "s0", "s1", "ks", "kinc"), vals)}
+                   ("drain",): DRAIN - 1 + cfg.one_port + LANE_LATENCY * (L > 1) + f.latency,
+                   ("K",): u.K, ("kstep",): 1, ("ksteps_last",): max(u.K - 1, 0),
+                   ("kone",): int(u.K <= 1), ("n0_last",): on0 - 1, ("n1_last",): groups - 1,
+                   ("n0_one",): int(on0 == 1), ("n1_one",): int(groups == 1)}
+            if L > 1:
+                row |= {("width",): on1, ("lstep",): p, ("lmask",): (1 << p) - 1}
+            for x, vals in (("o", (ob, os0, os1 * p, 0, 0, os1)), ("a", (ab, as0, as1 * p, aks, aks, as1)),
+                            ("b", (bb, bs0, bs1 * p, bks, bks, bs1))):
+                names = ("base", "s0", "s1", "ks", "kinc", "ls")[:5 + (L > 1)]
+                row |= {(x, name): v % mod for name, v in zip(names, vals)}
             rows.append(row)
         return rows
 

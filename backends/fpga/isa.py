@@ -26,7 +26,7 @@ def spram_cells(width: int) -> int:
     return -(-width // SPRAM_WIDTH)
 
 __all__ = ["SPRAM_WORDS", "SPRAM_WIDTH", "spram_cells", "View", "MicroOp", "Microcode", "contiguous", "reshape_view", "broadcast_view", "permute_view",
-           "slice_view", "fold", "legalise"]
+           "slice_view", "fold", "legalise", "view_2d", "align", "interleave"]
 
 
 @dataclass(frozen=True)
@@ -202,3 +202,32 @@ def legalise(u: MicroOp, rank: int = 2) -> list[MicroOp]:
         part = [View(v.base + i * v.strides[0], shape[1:], v.strides[1:], v.kstride) for v in new]
         out += legalise(replace(u, out=part[0], a=part[1], b=part[2] if u.b is not None else None), rank)
     return out
+
+
+def view_2d(v: View) -> tuple[int, int, int, int, int, int]:
+    """``(base, n0, n1, s0, s1, kstride)`` with the view padded or folded to two dimensions."""
+    shape, strides = list(v.shape), list(v.strides)
+    while len(shape) < 2:
+        shape.insert(0, 1)
+        strides.insert(0, 0)
+    while len(shape) > 2:                      # fold leading axes when they nest
+        n0, n1 = shape[0], shape[1]
+        s0, s1 = strides[0], strides[1]
+        if n0 != 1 and s0 != s1 * n1:
+            raise NotImplementedError(f"view {v} does not fold to two dimensions")
+        shape[:2] = [n0 * n1]
+        strides[:2] = [s1 if n1 != 1 else s0]
+    return v.base, shape[0], shape[1], strides[0], strides[1], v.kstride
+
+
+def align(v: View, out: View) -> tuple[int, ...]:
+    """Strides of operand ``v`` indexed by the output's coordinates (same rank, or fewer reduced axes)."""
+    if len(v.strides) == len(out.shape):
+        return v.strides
+    raise NotImplementedError(f"operand view {v} does not match output shape {out.shape}")
+
+
+def interleave(lanes: int) -> int:
+    """Banks the memory is interleaved across for ``lanes`` lanes (address ``a`` in bank ``a mod P``): the power
+    of two at or above ``lanes`` (1 for one lane)."""
+    return 1 << max(0, lanes - 1).bit_length()

@@ -109,8 +109,7 @@ class Facts:
 
     * ``code``: the decoded ``kind`` field, the number the decoder's tables hold for it (fixed: never renumber);
     * ``unit``: the hardware that computes it; ``b``: whether it reads a second operand;
-    * ``reduces``: it loops over ``k`` (``K ≥ 1``; every other kind has ``K = 1``); ``one_lane``: on lane 0 alone,
-      ``K`` steps (lanes need no comparators), where a sum takes ``⌈K / lanes⌉``;
+    * ``reduces``: it loops over ``k`` (``K ≥ 1``; every other kind has ``K = 1``);
     * ``latency``: pipeline stages beyond a product's (its drain is that much longer);
     * ``bits``: for a sequential kind, the unit's cycles per element (a result bit each) for a format; ``None``
       for a pipelined one (a pair per cycle): :attr:`sequential`;
@@ -126,7 +125,6 @@ class Facts:
     b: Operand
     computes: str
     reduces: bool = False
-    one_lane: bool = False
     latency: int = 0
     bits: Callable[[Fixed], int] | None = None
     index: bool = False
@@ -148,9 +146,9 @@ _N, _O, _R = Operand.NONE, Operand.OPTIONAL, Operand.REQUIRED
 FACTS: dict[Kind, Facts] = {
     Kind.MAC: Facts(9, Unit.ACCUMULATOR, _O, "out[o] = rescale(Σ_k a[o,k]·b[o,k]) (MatMul, Mul, Scale); without b "
                     "Σ_k a[o,k] (SumTo, exact)", reduces=True, unrolled=True),
-    Kind.MAX: Facts(10, Unit.MAX, _N, "out[o] = max_k a[o,k] (softmax's row maximum)", reduces=True, one_lane=True),
+    Kind.MAX: Facts(10, Unit.MAX, _N, "out[o] = max_k a[o,k] (softmax's row maximum)", reduces=True),
     Kind.ARGMAX: Facts(1, Unit.MAX, _N, "out[o] = the first k where a[o,k] is largest (a raw index)",
-                       reduces=True, one_lane=True, index=True),
+                       reduces=True, index=True),
     Kind.EXP: Facts(6, Unit.EXP, _R, "exp_fixed(a − b)", latency=EXP_STAGES),
     Kind.ADD: Facts(0, Unit.ELEMENTWISE, _R, "a + b", combinational=True, unrolled=True),
     Kind.NEG: Facts(11, Unit.ELEMENTWISE, _N, "−a", combinational=True, unrolled=True),

@@ -1,22 +1,20 @@
-"""The lanes and the accumulator: the sequencer's pipeline from the operands to the result.
+"""One lane's pipeline: the product, the units and the accumulator, from the operands to the result.
 
 ::
 
      R (issue + 2)      stage 1            stage 2 (latency(kind) later)          2b (acc's high half)   stage 3
-    a, b ──────────► a₁, b|1 ──► a₁·b₁ ──────┐
-    lane l ────────► a_l, b_l|1|0 ─► Σ a_l·b_l ┴─► p2 ─┬─► acc = first ? p2 + seed : acc + p2 ─┐
+    a, b ──────────► a₁, b|1 ──► a₁·b₁ ────────► p2 ─┬─► acc = first ? p2 + seed : acc + p2 ─┐
                                                        └─► mx = max(mx, p2) (argmax: mi = k) ──┼─► result ─► out_value
                         a₁, b₁ ──► elementwise units (add, neg, …) ─► add2, neg2, … ┐ (kind) │
                         a₁ − b₁ ─► exp unit (EXP_STAGES registers) ──► exp2 ────────┤        │
                         a₁ ──────► sigmoid, tanh (SIGMOID_STAGES) ───► tanh2 ───────┴─► ew3 ───┘
 
-The metadata of one (element, k) pair (``valid``, ``last``, ``first``, ``addr``, the live-lane ``mask``)
-arrives the cycle after issue; the operands arrive ``READ_LATENCY`` (2) cycles after issue, so the metadata
-waits a cycle for them (stage R). Stage 1 registers the operands; each lane's multiplier input is ``b``,
-1 (a sum without ``b``) or 0 (a lane past ``K``), selected before that register, so every multiplier has
-registered inputs and a registered output (the DSP blocks' own registers); with several lanes each
-product is registered and summed a stage later (stage P), so a multiplier and the adder tree are
-never in one cycle. The micro-op's ``kind``,
+The metadata of one (element, k) pair (``valid``, ``last``, ``first``, ``addr``) arrives a cycle before its
+operands (the sequencer delays it to match: the cycle after issue with one lane, ``LANE_LATENCY`` later with
+several), and waits a cycle for them (stage R). Stage 1 registers the operands; the multiplier's input is
+``b`` or 1 (a sum without ``b``), selected before that register, so the multiplier has registered inputs and a
+registered output (the DSP blocks' own registers). With several lanes the sequencer builds one pipeline per
+lane, each with its own accumulator and units (``Sequencer``). The micro-op's ``kind``,
 ``rescale``, ``has_b`` and ``pc`` are constant through the micro-op and its drain. Only a kind with a
 pipelined unit waits for it (``kinds.FACTS[kind].latency``: exp, sigmoid, tanh): its metadata takes a delay line of
 that many registers, every other kind reaches stage 2 the cycle after stage 1. Stage 2 accumulates exactly, the low half of the
@@ -37,54 +35,39 @@ __all__ = ["MacPipeline", "ACC_SPLIT"]
 
 
 class MacPipeline(wiring.Component):
-    """Products, elementwise units, the exp pipeline, the accumulator and the running max.
+    """The product, elementwise units, the exp pipeline, the accumulator and the running max of one lane.
 
-    Ports (In): the cycle after issue, ``valid``, ``last`` (the element's last k), ``first`` (its first k),
-    ``addr`` (where the result goes), ``mask`` (live lanes); at issue, ``k`` (for an argmax); the cycle
-    after that, the operands ``a``, ``b`` of lane 0 and, with several lanes, ``lane_a``, ``lane_b`` (lanes
-    1 …); constant through the micro-op, ``kind``, ``rescale``, ``has_b`` and ``pc``.
+    Ports (In): ``valid``, ``last`` (the element's last k), ``first`` (its first k), ``addr`` (where the result
+    goes); a cycle before them, ``k`` (for an argmax); the cycle after them, the operands ``a``, ``b``;
+    constant through the micro-op, ``kind``, ``rescale``, ``has_b`` and ``pc``.
 
     Stage 3 (Out): ``out_valid``, ``out_addr``, ``out_pc`` and ``out_value`` (the result, before the
     word's width is taken), and for the range check ``out_acc`` (the accumulator), ``out_ew`` (the
     elementwise result), ``out_reduce`` (a ``mac``), ``out_rescale`` (a rescaled ``mac``), ``out_max``
-    (a ``max`` or ``argmax``); and ``op_a``, ``op_b``, lane 0's operand registers (``b`` is 1 without one),
+    (a ``max`` or ``argmax``); and ``op_a``, ``op_b``, the operand registers (``b`` is 1 without one),
     which the divider loads from.
     """
 
     def __init__(self, cfg: SeqConfig):
         self.cfg = cfg
-        W, L = cfg.W, cfg.lanes
+        W = cfg.W
         kind, pc, addr = range(len(cfg.codes)), range(cfg.n_ops + 1), range(cfg.depth)
         members = {
             "valid": In(1), "last": In(1), "first": In(1), "addr": In(addr), "kind": In(kind), "rescale": In(1),
-            "has_b": In(1), "pc": In(pc), "mask": In(L), "k": In(range(cfg.kmax + 1)),
+            "has_b": In(1), "pc": In(pc), "k": In(range(cfg.kmax + 1)),
             "a": In(signed(W)), "b": In(signed(W)),
             "out_valid": Out(1), "out_addr": Out(addr), "out_pc": Out(pc), "out_value": Out(signed(cfg.acc_w)),
             "out_acc": Out(signed(cfg.acc_w)), "out_ew": Out(signed(EW_WIDTH(cfg.dt))),
             "out_reduce": Out(1), "out_rescale": Out(1), "out_max": Out(1),
             "op_a": Out(signed(W)), "op_b": Out(signed(W)),
         }
-        if L > 1:
-            members |= {"lane_a": In(signed(W)).array(L - 1), "lane_b": In(signed(W)).array(L - 1)}
         super().__init__(members)
 
     def elaborate(self, platform) -> Module:
         m = Module()
         meta = self._stage_r(m)
-        meta, a1, b1, lanes = self._stage1(m, meta)
-        if self.cfg.lanes > 1:
-            # several lanes: each product is registered (the DSP's output register) and the lane sum is the
-            # next stage, with the metadata and the operands a cycle later beside it
-            products = []
-            for lane, (a, b) in enumerate(lanes):
-                p = Signal(signed(2 * self.cfg.W), name=f"product{lane}")
-                m.d.sync += p.eq(a * b)
-                products.append(p)
-            meta, (a1, b1) = self._delay(m, meta, "p"), self._delay(m, [a1, b1], "p")
-            vals = products
-        else:
-            vals = [a * b for a, b in lanes]
-        self._stages_2_3(m, *self._to_stage2(m, meta, a1, b1, vals), a1)
+        meta, a1, b1 = self._stage1(m, meta)
+        self._stages_2_3(m, *self._to_stage2(m, meta, a1, b1, a1 * b1), a1)
         return m
 
     @staticmethod
@@ -95,8 +78,8 @@ class MacPipeline(wiring.Component):
         return out
 
     def _stage_r(self, m: Module) -> list:
-        """The metadata, a cycle later, beside the operands: ``[valid, last, first, addr, mask(, k)]``."""
-        meta = [self.valid, self.last, self.first, self.addr, self.mask]
+        """The metadata, a cycle later, beside the operands: ``[valid, last, first, addr(, k)]``."""
+        meta = [self.valid, self.last, self.first, self.addr]
         if self.cfg.has_argmax:                             # k is given at issue: two registers to stage R
             k1 = Signal(range(self.cfg.kmax + 1), name="k")
             m.d.sync += k1.eq(self.k)
@@ -104,20 +87,12 @@ class MacPipeline(wiring.Component):
         return self._delay(m, meta, "r")
 
     def _stage1(self, m: Module, meta: list):
-        """The operand registers: ``(metadata, a₁, b₁, [(a_l, b_l) for every lane])``; ``b₁`` is ``b`` or 1."""
-        cfg = self.cfg
-        W, L = cfg.W, cfg.lanes
-        mask = meta[4]
+        """The operand registers: ``(metadata, a₁, b₁)``; ``b₁`` is ``b`` or 1."""
+        W = self.cfg.W
         a1, b1 = Signal(signed(W), name="a1"), Signal(signed(W), name="b1")
         m.d.sync += [a1.eq(self.a), b1.eq(Mux(self.has_b, self.b, 1))]
         m.d.comb += [self.op_a.eq(a1), self.op_b.eq(b1)]
-        lanes = [(a1, b1)]
-        for lane in range(1, L):
-            al, bl = Signal(signed(W), name=f"a1_l{lane}"), Signal(signed(W), name=f"b1_l{lane}")
-            m.d.sync += [al.eq(self.lane_a[lane - 1]),
-                         bl.eq(Mux(mask[lane], Mux(self.has_b, self.lane_b[lane - 1], 1), 0))]
-            lanes.append((al, bl))
-        return self._delay(m, meta[:4] + meta[5:], "1"), a1, b1, lanes
+        return self._delay(m, meta, "1"), a1, b1
 
     def _ew_units(self, m: Module, a, b) -> list:
         """The combinational elementwise units the program uses, on operands ``a``, ``b``: ``[(kind, value)]``."""
@@ -125,15 +100,13 @@ class MacPipeline(wiring.Component):
         return [(k, elementwise(m, k, a, b, cfg.dt, f"s_{k}")) for k in Kind
                 if k in cfg.used and facts(k).unit is Unit.ELEMENTWISE]
 
-    def _to_stage2(self, m: Module, meta: list, a1, b1, vals: list):
-        """What stage 2 registers: ``(metadata, lane sum, [(kind, elementwise unit's result)])``; the metadata
+    def _to_stage2(self, m: Module, meta: list, a1, b1, product):
+        """What stage 2 registers: ``(metadata, product, [(kind, elementwise unit's result)])``; the metadata
         and result of a pipelined unit's kind (its ``latency``, :data:`~.kinds.FACTS`) come that many cycles later."""
         cfg = self.cfg
-        W, L = cfg.W, cfg.lanes
-        while len(vals) > 1:                                # balanced adder tree (shallow for yosys)
-            vals = [vals[i] + vals[i + 1] if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
-        lane_val = Signal(signed(2 * W + L.bit_length()), name="lane_val")
-        m.d.comb += lane_val.eq(vals[0])
+        W = cfg.W
+        lane_val = Signal(signed(2 * W + 1), name="lane_val")
+        m.d.comb += lane_val.eq(product)
         units = self._ew_units(m, a1, b1)
         # the pipelined units: kind → result (b₁ is 1 without b: such a unit reads 0)
         piped = {k: pipelined(m, k, a1, Mux(self.has_b, b1, 0), cfg.dt) for k in Kind
@@ -163,7 +136,7 @@ class MacPipeline(wiring.Component):
         cfg = self.cfg
         W, f, codes = cfg.W, cfg.f, cfg.codes
         v2, last2, first2, out2, *k2 = self._delay(m, meta, "2")
-        p2 = Signal(signed(2 * W + cfg.lanes.bit_length()), name="p2")
+        p2 = Signal(signed(2 * W + 1), name="p2")
         m.d.sync += p2.eq(lane_val)
         # each unit's result is registered apart, and the kind chooses among the registers at stage 3:
         # no multiplexer sits after a unit's carry chain (it was the iCE40's critical path)

@@ -38,6 +38,8 @@ A micro-op of any other kind cannot be made (``MicroOp`` refuses it).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import reduce
 from types import SimpleNamespace
 
 import numpy as np
@@ -50,6 +52,7 @@ from .banks import BankedMemory
 from .config import SeqConfig
 from .decode import Decoder
 from .divider import SeqDivider
+from .interleave import InterleavedMemory
 from .mac import MacPipeline
 from .microcode import Microcode
 from .writeback import RangeCheck, Writeback
@@ -88,7 +91,9 @@ class _Shared:
         self.ph0 = [Signal(name=f"ph0_d{i + 1}") for i in range(READ_LATENCY)]    # … a was read i + 1 cycles ago
         self.a_hold = Signal(signed(cfg.W), name="a_hold")       # … and a, as it arrived
         self.b_const = Signal(signed(cfg.W), name="b_const")     # one port: the constant b, read at load
-        self.div_out = Signal(range(cfg.depth), name="div_out")  # where the divider writes
+        self.div_out = Signal(range(cfg.depth), name="div_out")  # where the divider writes (one lane)
+        self.wb_addr: list = []                      # … each lane's divider
+        self.last1, self.first1 = Signal(name="last1"), Signal(name="first1")    # several lanes: issue's k_last, k_first
         self.div_last = Signal(name="div_last")      # the divider's element is the micro-op's last
         # the running micro-op, held from its load to the end of its drain (the fields move on with pc)
         self.op_kind = Signal(range(len(cfg.codes)), name="op_kind")
@@ -129,12 +134,13 @@ class Sequencer(wiring.Component):
         init = [0] * self.depth
         for addr, val in mc.init.items():
             init[addr] = val
-        # with several lanes, one copy of the memory per read port (written together), which maps each
-        # onto plain one-write/one-read block RAM without yosys replicating a 2L-port memory
-        copies, reads = (1, read_ports) if macs == 1 else (2 * macs, 1)
-        self.mems = [BankedMemory(self.W, self.depth, init, reads, bank_words, mc.ram_words, mc.spram_blocks, spram_cells)
-                     for _ in range(copies)]
-        self.mem = self.mems[0]
+        # with several lanes, one memory interleaved across banks that the lanes share (``interleave``)
+        if macs == 1:
+            self.mem = BankedMemory(self.W, self.depth, init, read_ports, bank_words, mc.ram_words, mc.spram_blocks,
+                                    spram_cells)
+        else:
+            self.mem = InterleavedMemory(self.W, self.depth, init, macs, bank_words)
+        self.mems = [self.mem]
 
     def poke(self, ctx, addr: int, value: int) -> None:
         """Set a memory word in simulation (every copy)."""
@@ -150,22 +156,26 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         cfg = _config(self.mc, self.read_ports, self.macs)
-        lanes, wr = self._memory_ports(m)
-        (addr_a, data_a), port_b = lanes[0]
+        L = cfg.lanes
+        lane_cfg = replace(cfg, lanes=1)                 # each lane's pipeline, check, writeback and divider
+        m.submodules.mem = self.mem
         m.submodules.decode = dec = Decoder(self.mc, cfg, [const_b(u) for u in self.mc.ops])
         m.submodules.addrgen = agen = AddressGen(cfg)
-        m.submodules.mac = mac = MacPipeline(cfg)
-        m.submodules.check = check = RangeCheck(cfg)
-        m.submodules.writeback = wb = Writeback(cfg)
-        div = None
-        if cfg.has_div:
-            m.submodules.divider = div = SeqDivider(cfg)
-        s = _Shared(cfg, dec, agen, mac, div, wb, data_a)
+        macs, checks, wbs, divs = [], [], [], []
+        for lane in range(L):
+            sfx = str(lane) if L > 1 else ""
+            m.submodules[f"mac{sfx}"] = mac = MacPipeline(lane_cfg)
+            m.submodules[f"check{sfx}"] = check = RangeCheck(lane_cfg)
+            m.submodules[f"writeback{sfx}"] = wb = Writeback(lane_cfg)
+            macs.append(mac), checks.append(check), wbs.append(wb)
+            if cfg.has_div:
+                m.submodules[f"divider{sfx}"] = div = SeqDivider(lane_cfg)
+                divs.append(div)
+        data_a = self.mem.rdata[0] if L == 1 else self.mem.a_data[0]
+        s = _Shared(cfg, dec, agen, macs[0], divs[0] if divs else None, wbs[0], data_a)
         fl, codes = s.fields, cfg.codes
         wiring.connect(m, dec.fields, agen.fields)
         m.d.comb += dec.pc.eq(s.pc)
-        if cfg.has_max:
-            m.d.comb += agen.one_lane.eq(cfg.decodes(fl.kind, lambda f: f.one_lane))
         with m.If(agen.load):                       # hold the micro-op's kind until its drain ends
             m.d.sync += [s.op_kind.eq(fl.kind), s.op_pc.eq(s.pc), s.op_rescale.eq(fl.rescale),
                          s.op_has_b.eq(fl.has_b), s.op_tp.eq(fl.two_phase), s.op_cb.eq(fl.const_b),
@@ -182,77 +192,98 @@ class Sequencer(wiring.Component):
         idle = fsm.ongoing("IDLE")
         m.d.comb += [self.busy.eq(~idle), self.host_rdata.eq(data_a)]
         self._issue(m, s)
+        if L == 1:
+            self._one_lane(m, s, fsm, idle)
+        else:
+            self._lanes(m, s, idle, macs, wbs, divs)
+        for mac in macs:
+            m.d.comb += [mac.kind.eq(s.op_kind), mac.rescale.eq(s.op_rescale), mac.has_b.eq(s.op_has_b),
+                         mac.pc.eq(s.op_pc)]
+        for mac, div in zip(macs, divs):
+            m.d.comb += [div.a.eq(mac.op_a), div.b.eq(mac.op_b)]     # registered: the load's negation starts there
+            if Kind.SQRT in cfg.used:
+                m.d.comb += div.is_sqrt.eq(s.op_kind == codes[Kind.SQRT])
+            if Kind.DIV in cfg.used:
+                m.d.comb += div.is_rdiv.eq(s.op_kind == codes[Kind.DIV])
+        for lane, (mac, check, wb) in enumerate(zip(macs, checks, wbs)):
+            m.d.comb += [check.acc.eq(mac.out_acc), check.ew.eq(mac.out_ew), check.reduce.eq(mac.out_reduce),
+                         check.rescale.eq(mac.out_rescale), check.is_max.eq(mac.out_max),
+                         check.valid.eq(mac.out_valid), check.pc.eq(mac.out_pc)]
+            self._writeback(m, s, lane, mac, check, wb, divs[lane] if divs else None)
+        self._flags(m, wbs)
+        return m
+
+    def _one_lane(self, m: Module, s: _Shared, fsm, idle) -> None:
+        """One lane: its read ports straight from the address generator (port a from the host while idle)."""
+        cfg, fl, agen, mac = s.cfg, s.fields, s.agen, s.mac
+        mem = self.mem
+        addr_a, data_a = mem.raddr[0], mem.rdata[0]
         loading = s.load if cfg.one_port else 0                        # with two ports a load reads nothing
-        self._collision_taps(m, lanes, wr, agen, reading=loading | fsm.ongoing("RUN"),
-                             reading_b=fsm.ongoing("RUN") & fl.has_b)
-        # lane 0's a port is shared with the host while idle (and reads the constant b at load with one port);
-        # every other read port reads in every state: a read has no side effect
+        reading, reading_b = loading | fsm.ongoing("RUN"), fsm.ongoing("RUN") & fl.has_b
+        # synth declares same-cycle read/write undefined: the simulation checks these taps
+        reads = [(SimpleNamespace(addr=addr_a), reading)]
         if cfg.one_port:
             m.d.comb += addr_a.eq(Mux(idle, self.host_addr, Mux(s.load, fl.b.base,
                                                                 Mux(fl.two_phase & s.ph, agen.ptr_b, agen.ptr_a))))
         else:
-            m.d.comb += addr_a.eq(Mux(idle, self.host_addr, agen.ptr_a))
-            for lane, ((ra, _), (rb, _)) in enumerate(lanes):
-                if lane:
-                    m.d.comb += ra.eq(agen.lane_a[lane])
-                m.d.comb += rb.eq(agen.lane_b[lane])
+            m.d.comb += [addr_a.eq(Mux(idle, self.host_addr, agen.ptr_a)), mem.raddr[1].eq(agen.ptr_b)]
+            reads.append((SimpleNamespace(addr=mem.raddr[1]), reading_b))
+        self.ports = (reads, mem.write_taps)
 
-        # the operands of lane 0: with one read port, a (two-phase) or b (a constant) come from a register
+        # the operands: with one read port, a (two-phase) or b (a constant) come from a register
         a_in, b_in = Signal(signed(cfg.W), name="a_in"), Signal(signed(cfg.W), name="b_in")
         if cfg.one_port:
             with m.If(s.ph0[-1]):                   # the a of a two-phase pair arrives, its b a cycle later
                 m.d.sync += s.a_hold.eq(data_a)
             m.d.comb += [a_in.eq(Mux(s.op_tp, s.a_hold, data_a)), b_in.eq(Mux(s.op_cb, s.b_const, data_a))]
         else:
-            m.d.comb += [a_in.eq(data_a), b_in.eq(port_b[1])]
-        m.d.comb += [mac.valid.eq(s.v1), mac.k.eq(agen.k), mac.a.eq(a_in), mac.b.eq(b_in),
-                     mac.kind.eq(s.op_kind), mac.rescale.eq(s.op_rescale), mac.has_b.eq(s.op_has_b),
-                     mac.pc.eq(s.op_pc)]
-        for lane, ((_, da), (_, db)) in enumerate(lanes[1:]):
-            m.d.comb += [mac.lane_a[lane].eq(da), mac.lane_b[lane].eq(db)]
-        if div is not None:
-            m.d.comb += [div.a.eq(mac.op_a), div.b.eq(mac.op_b)]     # registered: the load's negation starts there
-            if Kind.SQRT in cfg.used:
-                m.d.comb += div.is_sqrt.eq(s.op_kind == codes[Kind.SQRT])
-            if Kind.DIV in cfg.used:
-                m.d.comb += div.is_rdiv.eq(s.op_kind == codes[Kind.DIV])
+            m.d.comb += [a_in.eq(data_a), b_in.eq(mem.rdata[1])]
+        m.d.comb += [mac.valid.eq(s.v1), mac.k.eq(agen.k), mac.a.eq(a_in), mac.b.eq(b_in)]
+        m.d.sync += [mac.last.eq(agen.k_last), mac.first.eq(agen.k_first), mac.addr.eq(agen.out_addr)]
+        with m.If(s.issue):
+            m.d.sync += s.div_out.eq(agen.out_addr)
+        s.wb_addr = [s.div_out]
+        m.d.comb += [mem.waddr.eq(s.wb.wr_addr), mem.wdata.eq(s.wb.wr_data), mem.we.eq(s.wb.wr_en)]
 
-        m.d.comb += [check.acc.eq(mac.out_acc), check.ew.eq(mac.out_ew), check.reduce.eq(mac.out_reduce),
-                     check.rescale.eq(mac.out_rescale), check.is_max.eq(mac.out_max), check.valid.eq(mac.out_valid),
-                     check.pc.eq(mac.out_pc)]
-        self._writeback(m, s, check, wr)
-        return m
-
-    def _memory_ports(self, m: Module) -> tuple[list, SimpleNamespace]:
-        """Add the memories: ``([((addr a, data a), (addr b, data b)) per lane], write port)`` (``(addr b,
-        data b)`` is None with one port). Every copy of the memory is written from one write port."""
-        for i, mem in enumerate(self.mems):
-            m.submodules[f"mem{i}" if i else "mem"] = mem
-        if self.macs == 1:
-            a = (self.mem.raddr[0], self.mem.rdata[0])
-            lanes = [(a, None if self.read_ports == 1 else (self.mem.raddr[1], self.mem.rdata[1]))]
-        else:
-            ports = [(mem.raddr[0], mem.rdata[0]) for mem in self.mems]
-            lanes = [(ports[2 * i], ports[2 * i + 1]) for i in range(self.macs)]
-        wr = SimpleNamespace(addr=Signal.like(self.mem.waddr, name="wr_addr"),
-                             data=Signal.like(self.mem.wdata, name="wr_data"), en=Signal(name="wr_en"))
-        for mem in self.mems:
-            m.d.comb += [mem.waddr.eq(wr.addr), mem.wdata.eq(wr.data), mem.we.eq(wr.en)]
-        return lanes, wr
-
-    def _collision_taps(self, m: Module, lanes: list, wr: SimpleNamespace, agen: AddressGen, reading,
-                        reading_b) -> None:
-        """Set ``self.ports`` for the simulation's collision check (synth declares same-cycle read/write
-        undefined): ``([(read port, its data is used), …], the write landing this cycle)``, each a namespace
-        with its ``addr`` (and ``en``). ``reading``: the states whose reads are used; ``reading_b``: … and read ``b``;
-        a lane's read is used while it is live."""
-        port_used = [Signal(name=f"used{i}") for i in range(2 * self.macs)]
-        live = agen.live
-        for lane in range(self.macs):
-            m.d.comb += [port_used[2 * lane].eq(reading & (live[lane] if lane else 1)),
-                         port_used[2 * lane + 1].eq(reading_b & live[lane])]
-        self.ports = ([(SimpleNamespace(addr=p[0]), port_used[2 * lane + i]) for lane, ports in enumerate(lanes)
-                       for i, p in enumerate(ports) if p is not None], self.mem.write_taps)
+    def _lanes(self, m: Module, s: _Shared, idle, macs: list, wbs: list, divs: list) -> None:
+        """Several lanes on the interleaved memory: each lane's addresses come from the address generator a cycle
+        after issue (``LANE_LATENCY``), so its metadata waits a cycle more; each lane writes its own results and
+        runs its own divider in step with lane 0's (whose controls the FSM drives)."""
+        cfg, agen, mem = s.cfg, s.agen, self.mem
+        issued = Signal(name="issued")              # the lanes' addresses at the memory belong to an issued position
+        m.d.sync += issued.eq(s.issue)
+        used_a = [Signal(name=f"used_a{lane}") for lane in range(cfg.lanes)]
+        used_b = [Signal(name=f"used_b{lane}") for lane in range(cfg.lanes)]
+        v2, last2, first2 = Signal(name="v2"), Signal(name="last2"), Signal(name="first2")
+        k1 = Signal(range(cfg.kmax + 1), name="k1")
+        m.d.sync += [v2.eq(s.v1), last2.eq(s.last1), first2.eq(s.first1), k1.eq(agen.k)]
+        s.wb_addr = []
+        for lane, mac in enumerate(macs):
+            m.d.comb += [used_a[lane].eq(issued & agen.live[lane]), used_b[lane].eq(used_a[lane] & s.op_has_b)]
+            # lane 0's a port serves the host while idle, its address straight to the memory (READ_LATENCY)
+            a = Mux(idle, self.host_addr, agen.lane_a[0]) if lane == 0 else agen.lane_a[lane]
+            m.d.comb += [mem.a_addr[lane].eq(a), mem.b_addr[lane].eq(agen.lane_b[lane]),
+                         mem.a_used[lane].eq(used_a[lane] | idle if lane == 0 else used_a[lane]),
+                         mem.b_used[lane].eq(used_b[lane])]
+            addr2, live2 = Signal.like(agen.lane_o[lane], name=f"addr2_{lane}"), Signal(name=f"live2_{lane}")
+            m.d.sync += [addr2.eq(agen.lane_o[lane]), live2.eq(agen.live[lane])]
+            m.d.comb += [mac.valid.eq(v2 & live2), mac.last.eq(last2), mac.first.eq(first2), mac.addr.eq(addr2),
+                         mac.k.eq(k1), mac.a.eq(mem.a_data[lane]), mac.b.eq(mem.b_data[lane])]
+            wb = wbs[lane]
+            m.d.comb += [mem.w_addr[lane].eq(wb.wr_addr), mem.w_data[lane].eq(wb.wr_data), mem.w_en[lane].eq(wb.wr_en)]
+            # the divider's element: where it goes and whether this lane computes one
+            out, live = Signal.like(agen.lane_o[lane], name=f"div_out{lane}"), Signal(name=f"div_live{lane}")
+            with m.If(issued):
+                m.d.sync += [out.eq(agen.lane_o[lane]), live.eq(agen.live[lane])]
+            s.wb_addr.append(out)
+            if lane:
+                m.d.comb += [wb.clear.eq(wbs[0].clear), wb.div_write.eq(wbs[0].div_write & live)]
+        for div in divs[1:]:
+            m.d.comb += [div.load.eq(divs[0].load), div.step_div.eq(divs[0].step_div),
+                         div.step_sqrt.eq(divs[0].step_sqrt), div.round.eq(divs[0].round)]
+        reads = [(SimpleNamespace(addr=mem.a_addr[lane], stream="a"), used_a[lane]) for lane in range(cfg.lanes)]
+        reads += [(SimpleNamespace(addr=mem.b_addr[lane], stream="b"), used_b[lane]) for lane in range(cfg.lanes)]
+        self.ports = (reads, mem.write_taps)
 
     def _goto(self, m: Module, s: _Shared, state: str) -> None:
         """Next state ``state``; ``run`` and ``load`` are registers that say the controller is in RUN or LOAD
@@ -347,14 +378,15 @@ class Sequencer(wiring.Component):
     def _issue(self, m: Module, s: _Shared) -> None:
         """Issue one (element, k) pair whenever ``run`` allows: its metadata goes to the MAC pipeline (the
         cycle after issue), the address generator steps on; a divider element's address is kept."""
-        cfg, fl, agen, mac = s.cfg, s.fields, s.agen, s.mac
+        cfg, fl, agen = s.cfg, s.fields, s.agen
         issue = s.issue
         m.d.comb += issue.eq(s.run & (~fl.two_phase | s.ph) if cfg.one_port else s.run)
         m.d.comb += agen.advance.eq(issue)
-        m.d.sync += [s.v1.eq(issue & ~self._is_div(s)), mac.mask.eq(agen.live), mac.last.eq(agen.k_last),
-                     mac.first.eq(agen.k_first), mac.addr.eq(agen.out_addr)]
+        m.d.sync += s.v1.eq(issue & ~self._is_div(s))
+        if cfg.lanes > 1:
+            m.d.sync += [s.last1.eq(agen.k_last), s.first1.eq(agen.k_first)]
         with m.If(issue):
-            m.d.sync += [s.div_out.eq(agen.out_addr), s.div_last.eq(agen.i1_last & agen.i0_last)]
+            m.d.sync += s.div_last.eq(agen.i1_last & agen.i0_last)
         if cfg.one_port:
             with m.If(s.run & fl.two_phase):               # phase 0 reads a, phase 1 reads b and issues
                 m.d.sync += s.ph.eq(~s.ph)
@@ -368,7 +400,10 @@ class Sequencer(wiring.Component):
         with m.State("DIV_WAIT"):                       # the operands reach the operand registers
             m.next = "DIV_WAIT1"                        # READ_LATENCY + 1 cycles after issue
         with m.State("DIV_WAIT1"):
-            m.next = "DIV_LOAD"
+            m.next = "DIV_LOAD" if s.cfg.lanes == 1 else "DIV_WAIT2"
+        if s.cfg.lanes > 1:
+            with m.State("DIV_WAIT2"):                  # … and LANE_LATENCY more with several lanes
+                m.next = "DIV_LOAD"
         with m.State("DIV_LOAD"):
             m.d.comb += div.load.eq(1)
             m.next = "SQRT_ITER" if has_sqrt else "DIV_ITER"
@@ -394,14 +429,25 @@ class Sequencer(wiring.Component):
             with m.Else():
                 self._goto(m, s, "RUN")
 
-    def _writeback(self, m: Module, s: _Shared, check: RangeCheck, wr: SimpleNamespace) -> None:
-        """Connect the writeback: the host, the divider and the pipeline share the write port."""
-        wb, mac = s.wb, s.mac
-        m.d.comb += [wb.host_addr.eq(self.host_addr), wb.host_wdata.eq(self.host_wdata), wb.host_we.eq(self.host_we),
-                     wb.div_addr.eq(s.div_out), wb.pc.eq(s.pc),
+    def _writeback(self, m: Module, s: _Shared, lane: int, mac: MacPipeline, check: RangeCheck, wb: Writeback,
+                   div: SeqDivider | None) -> None:
+        """Connect lane ``lane``'s writeback: the host (lane 0), its divider and its pipeline share its write port."""
+        m.d.comb += [wb.div_addr.eq(s.wb_addr[lane]), wb.pc.eq(s.pc),
                      wb.valid.eq(mac.out_valid), wb.addr.eq(mac.out_addr), wb.data.eq(mac.out_value[:s.cfg.W]),
-                     wb.bad.eq(check.bad), wb.data_pc.eq(check.bad_pc),
-                     wr.addr.eq(wb.wr_addr), wr.data.eq(wb.wr_data), wr.en.eq(wb.wr_en),
-                     self.overflow.eq(wb.overflow), self.fault.eq(wb.fault)]
-        if s.div is not None:
-            m.d.comb += [wb.div_data.eq(s.div.result), wb.div_bad.eq(s.div.bad)]
+                     wb.bad.eq(check.bad), wb.data_pc.eq(check.bad_pc)]
+        if lane == 0:
+            m.d.comb += [wb.host_addr.eq(self.host_addr), wb.host_wdata.eq(self.host_wdata), wb.host_we.eq(self.host_we)]
+        if div is not None:
+            m.d.comb += [wb.div_data.eq(div.result), wb.div_bad.eq(div.bad)]
+
+    def _flags(self, m: Module, wbs: list) -> None:
+        """``overflow``: any lane's; ``fault``: the first micro-op that overflowed (the least pc of the lanes that did)."""
+        m.d.comb += self.overflow.eq(reduce(lambda a, b: a | b, [wb.overflow for wb in wbs]))
+        fault = [(wb.overflow, wb.fault) for wb in wbs]
+        while len(fault) > 1:
+            nxt = []
+            for (o1, f1), (o2, f2) in zip(fault[::2], fault[1::2]):
+                take2 = o2 & (~o1 | (f2 < f1))
+                nxt.append((o1 | o2, Mux(take2, f2, f1)))
+            fault = nxt + ([fault[-1]] if len(fault) % 2 else [])
+        m.d.comb += self.fault.eq(fault[0][1])

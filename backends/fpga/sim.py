@@ -12,7 +12,7 @@ from .kinds import facts
 from .isa import SPRAM_WORDS
 from .microcode import Microcode
 
-__all__ = ["simulate", "run_steps", "ReadWriteCollision", "PROGRESS_CYCLES"]
+__all__ = ["simulate", "run_steps", "ReadWriteCollision", "BankConflict", "PROGRESS_CYCLES"]
 
 #: simulated cycles between two ``progress.update`` calls (the count is exact at the end of each run)
 PROGRESS_CYCLES = 4096
@@ -22,18 +22,26 @@ class ReadWriteCollision(AssertionError):
     """A read port addressed the word being written in the same cycle while the program ran."""
 
 
+class BankConflict(ReadWriteCollision):
+    """Two lanes reached one bank of the interleaved memory in one cycle through one port, at different words."""
+
+
 def _watch_collisions(sim: Simulator, dut: Sequencer) -> None:
-    """Fail the simulation if a read whose data is used addresses the word written in the same cycle, or an
-    SPRAM block that another used read or a write uses in the same cycle (its one port serves one access).
+    """Fail the simulation if a read whose data is used addresses a word written in the same cycle, or an
+    SPRAM block that another used read or a write uses in the same cycle (its one port serves one access), or
+    (several lanes) two used reads of one stream or two writes reach one bank at different words.
 
     Synthesis declares such collisions undefined (see ``synth.rtlil_text``), which saves the block RAMs'
     bypass logic; this check is what makes that sound. Reads outside ``LOAD`` and ``RUN``, and reads of
     ``b`` by a micro-op without one, are never used, so they may collide freely.
     """
-    reads, wr = dut.ports
-    signals = [wr.en, wr.addr] + [s for port, used in reads for s in (port.addr, used)]
+    reads, writes = dut.ports
+    writes = writes if isinstance(writes, list) else [writes]
+    signals = [s for w in writes for s in (w.en, w.addr)] + [s for port, used in reads for s in (port.addr, used)]
+    streams = [getattr(port, "stream", None) for port, _ in reads]
     mem = getattr(dut, "mem", None)                 # (a test's stand-in has no memory of SPRAM blocks)
-    base = mem.spram_base if mem is not None and mem.sprams else None
+    base = mem.spram_base if mem is not None and getattr(mem, "sprams", None) else None
+    P = getattr(mem, "P", 1)
 
     def block(addr: int) -> int | None:
         return None if base is None or addr < base else (addr - base) // SPRAM_WORDS
@@ -41,17 +49,30 @@ def _watch_collisions(sim: Simulator, dut: Sequencer) -> None:
     async def watch(ctx):
         cycle = 0
         async for vals in ctx.tick().sample(*signals):
-            en, waddr, *rest = vals[2:]
+            vals = vals[2:]
+            written = [vals[2 * i + 1] for i in range(len(writes)) if vals[2 * i]]
+            rest = vals[2 * len(writes):]
             cycle += 1
             used = [(i // 2, rest[i]) for i in range(0, len(rest), 2) if rest[i + 1]]
             for port, addr in used:
-                if en and addr == waddr:
-                    raise ReadWriteCollision(f"cycle {cycle}: read port {port} reads address {waddr} "
+                if addr in written:
+                    raise ReadWriteCollision(f"cycle {cycle}: read port {port} reads address {addr} "
                                              f"while it is written")
                 j = block(addr)
-                if j is not None and ((en and block(waddr) == j) or any(block(a) == j for p, a in used if p != port)):
+                if j is not None and (any(block(w) == j for w in written) or
+                                      any(block(a) == j for p, a in used if p != port)):
                     raise ReadWriteCollision(f"cycle {cycle}: read port {port} reads SPRAM block {j} (address "
                                              f"{addr}) while another access uses it")
+            if P > 1:
+                seen: dict = {}
+                for port, addr in used:
+                    other = seen.setdefault((streams[port], addr % P), addr)
+                    if other != addr:
+                        raise BankConflict(f"cycle {cycle}: reads of {streams[port]} at addresses {other} and {addr} "
+                                           f"both reach bank {addr % P}")
+                banks = [w % P for w in written]
+                if len(set(banks)) < len(banks):
+                    raise BankConflict(f"cycle {cycle}: writes to {sorted(written)} reach one bank twice")
 
     sim.add_process(watch)
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from .extra import MissingExtra, require_tools, synthesis_tools, tool
 from .config import rom_blocks
-from .isa import SPRAM_WORDS, spram_cells
+from .isa import SPRAM_WORDS, interleave, spram_cells
 
 try:
     from amaranth import Cat, Module, Signal
@@ -243,20 +243,36 @@ def precheck(design, target: str) -> None:
         raise DoesNotFit(f"{target}: the design places {mc.spram_words} words in {blocks} SPRAM blocks, the device "
                          f"has {t.spram_blocks or 'none'}", "compile it with {}" if not t.spram_blocks else "",
                          ("spram", t.spram_blocks) if not t.spram_blocks else None)
-    copies = design.read_ports * design.macs       # block RAMs: one copy of the memory per read port
-    per = t.blocks(mc.ram_words, mc.dtype.width)
+    per, copies, words = _memory_blocks(t, mc, design.read_ports, design.macs)
     rom = rom_blocks(len(mc.ops), mc.depth) if blocks else 0        # with SPRAM, the bases' tables (config.ROM_FIELDS)
     need = per * copies + rom
     if need > t.bram_blocks:
         could = t.spram_blocks and not blocks and design.macs == 1 and (       # SPRAM might hold what block RAM cannot
             mc.ram_words <= t.spram_blocks // spram_cells(mc.dtype.width) * SPRAM_WORDS)
+        fits = [L for L in range(2, design.macs) if _fits(t, mc, L)]
         hint, option = ("try {}", ("spram", t.spram_blocks)) if could else (
             ("try {}", ("read_ports", 1)) if copies > 1 and per + rom <= t.bram_blocks and design.macs == 1 else (
-            ("at most {} fits", ("macs", t.bram_blocks // (2 * per))) if design.macs > 1 and t.bram_blocks >= 2 * per
-            else ("", None)))
-        raise DoesNotFit(f"{target}: the design needs {need} block RAMs ({copies} copies of {mc.ram_words} words "
+            ("at most {} fits", ("macs", fits[-1])) if design.macs > 1 and fits else ("", None)))
+        what = f"{copies} copies" if design.macs == 1 else f"2 read ports × {copies // 2} banks"
+        raise DoesNotFit(f"{target}: the design needs {need} block RAMs ({what} of {words} words "
                          f"× {mc.dtype.width} bits, {per} blocks each{f', and {rom} for the program' if rom else ''}), "
                          f"the device has {t.bram_blocks} ({need / t.bram_blocks:.1f}x too many)", hint, option)
+
+
+def _memory_blocks(t, mc, read_ports: int, macs: int) -> tuple[int, int, int]:
+    """``(blocks of one copy, copies, words of one copy)`` of the sequencer's block RAM: one copy per read port
+    with one lane; with several, two read ports for each of the ``interleave(macs)`` banks, each holding every
+    ``P``-th word."""
+    if macs == 1:
+        return t.blocks(mc.ram_words, mc.dtype.width), read_ports, mc.ram_words
+    P = interleave(macs)
+    words = -(-mc.ram_words // P)
+    return t.blocks(words, mc.dtype.width), 2 * P, words
+
+
+def _fits(t, mc, macs: int) -> bool:
+    per, copies, _ = _memory_blocks(t, mc, 2, macs)
+    return per * copies <= t.bram_blocks
 
 
 def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=print,
