@@ -53,6 +53,7 @@ MODELFILES = [
     ("gpt-step", "examples/tinygpt.py", dict(batch=1, seq=8, d=16, heads=2, layers=1, attention="softmax"),
      "ice40-up5k", 1),
     ("cnn-step", "examples/digits_cnn.py", dict(batch=4), "ice40-up5k", 1),
+    ("mnist-class-step", "examples/digits784.py", {}, "ecp5-85k", 8),
 ]
 #: a new user's MLP: layer norm and GELU after each hidden layer, momentum SGD: name, batch, sizes, target
 NORMED = [("mlp-ln-gelu-step", 8, [64, 32, 32, 10], "ice40-up5k")]
@@ -151,6 +152,8 @@ def main() -> None:
     print(table(["design", "target", "logic cells", "LUT4s", "FFs", "DSPs", "BRAMs + SPRAMs", "Fmax MHz",
                  "predicted MHz (ratio)", "cycles/call", "calls/s", "bit-exact, cycles exact"],
                 rows + [r[:8] + ["-"] + r[8:] + ["-"] for r in REFERENCE]))
+    if not a.only or "mnist-class-step" in a.only:
+        accuracy()
     urows, ulut = [], {}
     for name, sizes, target in UNROLLED:
         if a.only and name not in a.only:
@@ -184,6 +187,27 @@ def main() -> None:
     if lanes:
         print("\nLUT4s per extra MAC lane (reference: ~98 LUT4 for a whole single-MAC dense layer)")
         print(table(["design", "macs", "LUT4 per extra lane"], lanes))
+
+
+def accuracy(epochs: int = 10) -> None:
+    """The 784-32-10 MLP of ``examples/digits784.py`` trained in float32 and in the FPGA's fixed(16, 8) (the
+    NumPy interpreter, which the design equals bit for bit), from the same initial parameters and batches."""
+    spec = load("examples/digits784.py", {})
+    from circuitgrad import datasets
+    data = datasets.load("digits28")
+    rows = []
+    for dtype in (cg.float32, cg.fixed(16, 8)):
+        step = spec.compile(dtype)
+        p = step.init_params(seed=0)
+        rng = np.random.default_rng(0)
+        for _ in range(epochs):
+            for x, y in datasets.batches(data.x_train, data.y_train, 8, rng):
+                p = step.step(p, x, y)
+        acc = float((np.asarray(step.predict(p, data.x_test)).argmax(1) == data.y_test).mean())
+        rows.append([str(dtype), f"{acc:.4f}"])
+    print(f"\n784-32-10 MLP on digits28 (the digits upsampled to 28 × 28), SGD batch 8, {epochs} epochs, "
+          f"{len(data.x_train)} train / {len(data.x_test)} test rows")
+    print(table(["dtype", "test accuracy"], rows))
 
 
 if __name__ == "__main__":

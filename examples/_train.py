@@ -13,7 +13,8 @@ from circuitgrad import datasets, nn
 from circuitgrad.progress import progress
 
 
-def parser(description: str, epochs: int, batch: int, lr: float, hidden: list[int]) -> argparse.ArgumentParser:
+def parser(description: str, epochs: int, batch: int, lr: float, hidden: list[int],
+           momentum: float = 0.9) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--dtype", choices=["float32", "float64", "fixed"], default="float32",
                    help="float training (NumPy) or exact fixed-point training (fixed-point interpreter)")
@@ -22,7 +23,7 @@ def parser(description: str, epochs: int, batch: int, lr: float, hidden: list[in
     p.add_argument("--epochs", type=int, default=epochs)
     p.add_argument("--batch", type=int, default=batch)
     p.add_argument("--lr", type=float, default=lr)
-    p.add_argument("--momentum", type=float, default=0.9, help="0 for plain SGD")
+    p.add_argument("--momentum", type=float, default=momentum, help="0 for plain SGD")
     p.add_argument("--hidden", type=int, nargs="*", default=hidden, help="hidden layer widths")
     add_backend(p)
     p.add_argument("--seed", type=int, default=0)
@@ -141,7 +142,7 @@ def mlp_model(name: str, defaults: dict):
     """The ``model`` of an MLP example's model file: :func:`mlp_spec` of data set ``name``, its defaults the
     script's (``circuitgrad zk prove``, ``fpga synth`` read them from the signature)."""
     def model(batch: int = defaults["batch"], hidden: tuple = tuple(defaults["hidden"]), lr: float = defaults["lr"],
-              momentum: float = 0.9, dtype: cg.Dtype = cg.float32) -> cg.ModelSpec:
+              momentum: float = defaults.get("momentum", 0.9), dtype: cg.Dtype = cg.float32) -> cg.ModelSpec:
         """The model file convention (``circuitgrad zk prove``, ``fpga synth``): what this script trains."""
         return mlp_spec(name, batch, hidden, lr, momentum, dtype)
     return model

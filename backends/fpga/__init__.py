@@ -14,7 +14,7 @@ See ``docs/FPGA.md``. Built:
 
 * YoWASP synthesis (:mod:`.synth`), ``lib.stream`` interfaces (:mod:`.accel`),
   and on-chip parameter write-back for training (:func:`train`);
-* ``macs`` MAC lanes for the reductions;
+* ``macs`` lanes, each computing output elements of its own (``timing.lane_plan``);
 * :func:`unroll`: predict as a pipeline with the weights as constants (:mod:`.unrolled`).
 """
 from __future__ import annotations

@@ -7,13 +7,14 @@ names the instruction it implements (``MatMul#12``), hence its definition, and t
 
 Resources (per device family, ``device="ecp5-85k"`` or ``"ice40-up5k"``):
 
-* block RAMs: the sequencer's memory copies (one per read port with one lane, two per lane
-  otherwise) times the blocks one copy needs (``⌈depth / block depth⌉``: 256 16-bit words on iCE40,
-  1024 on ECP5); an ECP5 memory of at most ``LUTRAM_BITS`` bits goes to distributed RAM instead;
-* DSP blocks: one multiplier for each of the first two MAC lanes, two for each further lane, and
-  three more for the pipelined exp unit (counted from synthesis, as yosys maps them);
+* block RAMs: the sequencer's memory copies (one per read port with one lane; with several, two for each
+  of the ``interleave(macs)`` banks of every P-th word) times the blocks one copy needs (``⌈depth / block
+  depth⌉``: 256 16-bit words on iCE40, 1024 on ECP5); an ECP5 memory of at most ``LUTRAM_BITS`` bits goes to
+  distributed RAM instead;
+* DSP blocks: each lane's multiplier and three more for each lane's pipelined exp unit (counted from
+  synthesis, as yosys maps them);
 * LUT4s: a linear model in the design's features (:func:`features`: micro-ops × address bits, lanes,
-  one read port, the units the microcode uses, the memory blocks), with non-negative coefficients
+  one read port, the units the microcode uses times the lanes, the memory blocks), with non-negative coefficients
   fitted to yosys synthesis of 18 training designs at 1, 2 and 4 lanes and with one read port
   (``python bench/fpga_estimate.py --fit``
   regenerates :mod:`.cost_fit`; the bench's own designs, which the fit never saw, check it).
@@ -44,7 +45,7 @@ from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
 from .config import rom_blocks
 from .extra import require_amaranth
 from .isa import interleave, spram_cells
-from .kinds import UNITS, Kind, Unit, facts
+from .kinds import Kind, Unit, facts, lane_dsps
 from .netlist import adder_bits, sum_operands
 from .timing import op_cycles
 
@@ -136,7 +137,7 @@ def planned(model: CompiledModel, device: str, spram: int | None = None, **optio
 
 def dsps(mc, macs: int = 1) -> int:
     """DSP blocks: each lane's multiplier and those of the units ``mc`` uses (the exp unit's three), per lane."""
-    return macs * (1 + sum(UNITS[unit].dsps for unit in {facts(u.kind).unit for u in mc.ops}))
+    return macs * lane_dsps({u.kind for u in mc.ops})
 
 
 def features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]:
@@ -145,10 +146,10 @@ def features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]
     rows = [facts(k) for k in kinds]
     b = brams(mc, device, macs, read_ports)
     kept = ROM_KEPT if mc.spram_blocks else 1.0             # with SPRAM the bases' tables are block RAM
+    units = [any(f.sequential for f in rows), Kind.EXP in kinds, Kind.SIGMOID in kinds, Kind.TANH in kinds,
+             Kind.LOG in kinds, any(f.unit is Unit.MAX for f in rows)]        # built once per lane
     return [1.0, len(mc.ops) * math.log2(max(mc.depth, 2)) * kept, macs - 1.0, float(read_ports == 1),
-            float(any(f.sequential for f in rows)),
-            float(Kind.EXP in kinds), float(Kind.SIGMOID in kinds), float(Kind.TANH in kinds), float(Kind.LOG in kinds),
-            float(any(f.unit is Unit.MAX for f in rows)), float(b == 0), float(b)]
+            *[float(macs * u) for u in units], float(b == 0), float(b)]
 
 
 def resources(mc, device: str, macs: int = 1, read_ports: int = 2) -> dict[str, int]:
@@ -164,10 +165,12 @@ def timing_features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list
     """The clock model's inputs, in :data:`TIMING_FEATURES` order: 1, log2 of the block RAMs of one copy of
     the memory (the banks its read multiplexer chooses among, and how far apart they lie), whether there
     are more than 16 of them (a bank select of five bits or more: one more LUT level in the multiplexer; an
-    iCE40 memory of 17–20 banks ran 20% slower than one of 14), the levels of the lanes' adder tree
-    (``⌈log2 macs⌉``), one read port, and the estimated LUT4s in thousands (how far the logic spreads)."""
+    iCE40 memory of 17–20 banks ran 20% slower than one of 14; with lanes, of one of the interleaved banks), the
+    levels of the lanes' crossbar (``⌈log2 macs⌉``), one read port, and the estimated LUT4s in thousands (how far
+    the logic spreads)."""
     per, _ = _BLOCKS[family(device)]
-    banks = max(1, math.ceil(max(mc.ram_words, 1) * mc.dtype.width / (16 * per)))
+    words = -(-max(mc.ram_words, 1) // interleave(macs))
+    banks = max(1, math.ceil(words * mc.dtype.width / (16 * per)))
     return [1.0, math.log2(banks), float(banks > 16), float(math.ceil(math.log2(macs))), float(read_ports == 1),
             resources(mc, device, macs, read_ports)["lut4"] / 1000]
 

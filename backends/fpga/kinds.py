@@ -19,7 +19,7 @@ from typing import Callable
 from circuitgrad.types import Fixed
 
 __all__ = ["Kind", "Unit", "Operand", "Facts", "FACTS", "UnitFacts", "UNITS", "KIND_CODES", "facts",
-           "EXP_STAGES", "SIGMOID_STAGES", "quotient_bits", "root_bits"]
+           "EXP_STAGES", "SIGMOID_STAGES", "quotient_bits", "root_bits", "lane_dsps"]
 
 
 class Kind(enum.StrEnum):
@@ -178,3 +178,9 @@ KIND_CODES: dict[Kind, int] = {k: f.code for k, f in FACTS.items()}
 def facts(kind: str) -> Facts:
     """The facts of ``kind`` (a :class:`Kind` or its name; ``ValueError`` naming the kinds for another)."""
     return FACTS[Kind(kind)]
+
+
+def lane_dsps(kinds) -> int:
+    """DSP blocks of one lane that computes ``kinds``: its multiplier and those of the units they use (the exp
+    unit's three). Every lane builds the same units."""
+    return 1 + sum(UNITS[unit].dsps for unit in {facts(k).unit for k in kinds})

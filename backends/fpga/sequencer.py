@@ -9,7 +9,9 @@
     (.decode)        (.addrgen)              (.banks)      │  (.mac)              (.writeback)   (.writeback)
                                                            └─a, b─► divider (.divider) ──result──────┘
 
-One (output element, k) pair is issued per cycle (``macs`` k values at once with ``macs`` lanes). Issue
+One (output element, k) pair is issued per cycle (a group of up to ``macs`` elements with ``macs`` lanes, each
+lane a pipeline, range check, writeback and divider of its own on the interleaved memory, its addresses
+``LANE_LATENCY`` cycles after issue: ``_lanes``). Issue
 drives the read addresses; the words come back ``READ_LATENCY`` (2) cycles later through a register per
 block RAM, are registered as the lanes' operands, multiplied (or go through an elementwise unit; the exp
 pipelined units take their kind's ``latency`` more), accumulated exactly, and on the last ``k`` rescaled, range-checked and

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from .extra import MissingExtra, require_tools, synthesis_tools, tool
 from .config import rom_blocks
+from .kinds import lane_dsps
 from .isa import SPRAM_WORDS, interleave, spram_cells
 
 try:
@@ -243,6 +244,12 @@ def precheck(design, target: str) -> None:
         raise DoesNotFit(f"{target}: the design places {mc.spram_words} words in {blocks} SPRAM blocks, the device "
                          f"has {t.spram_blocks or 'none'}", "compile it with {}" if not t.spram_blocks else "",
                          ("spram", t.spram_blocks) if not t.spram_blocks else None)
+    per_lane = lane_dsps({u.kind for u in mc.ops})
+    if per_lane * design.macs > t.dsps:
+        n = per_lane * design.macs
+        raise DoesNotFit(f"{target}: the design needs {n} DSP blocks ({design.macs} lanes × {per_lane}), the device has "
+                         f"{t.dsps} ({n / t.dsps:.1f}x too many)", *(("at most {} fits", ("macs", t.dsps // per_lane))
+                                                                     if t.dsps >= per_lane else ()))
     per, copies, words = _memory_blocks(t, mc, design.read_ports, design.macs)
     rom = rom_blocks(len(mc.ops), mc.depth) if blocks else 0        # with SPRAM, the bases' tables (config.ROM_FIELDS)
     need = per * copies + rom
