@@ -10,11 +10,11 @@ from the exact cycle model (checked against simulation in
 ``tests/test_fpga.py``) and calls per second at Fmax, and whether one simulated call of the design (per
 design, whatever the target) equals the interpreter bit for bit and takes the model's cycles. The model files' rows build what
 ``circuitgrad fpga synth`` builds: ``examples/iris.py`` (momentum SGD) on both families and a tiny
-GPT step of ``examples/tinygpt.py`` on the ECP5 with 2 lanes. The reference rows come from the issue and hls4ml/FINN
-figures for comparison; they are not our measurements. The iris training
-step is swept over ``macs`` in {1, 2, 4, 8} on both devices. On the UP5K,
-lanes beyond 2 exceed the block RAM (each lane reads its own copies), and
-the table says so.
+GPT step of ``examples/tinygpt.py`` on the ECP5 with 2 lanes, and the 784-32-10 MLP of ``examples/digits784.py``
+on the ECP5 with 8 lanes (with its test accuracy in float32 and in the design's fixed(16, 8)). The reference rows
+come from the issue and hls4ml/FINN figures for comparison; they are not our measurements. The iris training
+step is swept over ``macs`` in {1, 2, 4, 8} on both devices. On the UP5K, lanes beyond 2 exceed the DSP blocks
+(each lane builds the exp unit's three), and the table says so.
 """
 from __future__ import annotations
 

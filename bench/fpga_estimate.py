@@ -211,13 +211,51 @@ UNROLLED_PERIOD_NS = {json.dumps(uperiod, indent=4)}
     return {"sequencer": coeffs, "unrolled": ucoeffs, "period": period, "unrolled period": uperiod}
 
 
+#: designs of the lanes' refit (``--fit-lanes``): no exp unit, so that the UP5K's DSPs hold four lanes
+LANE_TRAINING = [("mse 2-5-6", "step"), ("mlp 2-6-12-8-3", "step"), ("tanh 2-3-4-2", "step"),
+                 ("mse 1-12-40", "step")]
+#: lane counts of the lanes' refit per family
+LANE_COUNTS = {"ecp5": (2, 4, 8), "ice40": (2, 4)}
+
+
+def fit_lanes() -> dict:
+    """Refit the LUT model's lane terms (``lanes``, ``crossbar``) alone, on yosys synthesis of
+    :data:`LANE_TRAINING` at :data:`LANE_COUNTS` lanes, with every other coefficient kept; rewrite
+    ``cost_fit.py``'s ``LUT4``."""
+    steps = {(name, fn): step for name, step, fn in training()}
+    lanes_at = [est.FEATURES.index("lanes"), est.FEATURES.index("crossbar")]
+    for fam, target in TARGETS.items():
+        X, y = [], []
+        for name, fn in LANE_TRAINING:
+            for macs in LANE_COUNTS[fam]:
+                d = fpga.compile(steps[(name, fn)], function=fn, macs=macs)
+                got = _cached(f"{target} {name} {fn} macs={macs} ports=2 lut", lambda: _counts(d, target))
+                x = est.features(d.microcode, target, macs, 2)
+                fixed = sum(est.LUT4[fam].get(k, 0.0) * v for i, (k, v) in enumerate(zip(est.FEATURES, x))
+                            if i not in lanes_at)
+                X.append([x[i] for i in lanes_at])
+                y.append(got["lut4"] - fixed)
+                print(f"{target} {name} {fn} macs={macs}: {got}", flush=True)
+        est.LUT4[fam].update(_nnls(X, y, [est.FEATURES[i] for i in lanes_at]))
+    path = os.path.join(os.path.dirname(est.__file__), "cost_fit.py")
+    text = open(path).read()
+    start, end = text.index("LUT4 = {"), text.index("\n\nUNROLLED_LUT4 = {")
+    with open(path, "w") as fh:
+        fh.write(text[:start] + f"LUT4 = {json.dumps(est.LUT4, indent=4)}" + text[end:])
+    return est.LUT4
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="refit the LUT and clock models first (about 30 minutes)")
     ap.add_argument("--jobs", type=int, default=1, help="families fitted side by side (--fit)")
+    ap.add_argument("--fit-lanes", action="store_true",
+                    help="refit only the LUT model's lane terms, on yosys synthesis of a few designs at 2–8 lanes")
     a = ap.parse_args()
     if a.fit:
         print(json.dumps(fit(a.jobs), indent=1))
+    if a.fit_lanes:
+        print(json.dumps(fit_lanes(), indent=1))
     rows = []
     for name, step, fn, target, rp, macs in checks():
         try:

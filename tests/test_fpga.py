@@ -139,7 +139,8 @@ def test_design_too_big_is_refused_before_the_build():
     assert re.fullmatch(r"ice40-up5k: the design needs \d+ block RAMs \(2 copies of \d+ words × 16 bits, \d+ blocks "
                         r"each\), the device has 30 \([\d.]+x too many\)(; try read_ports=1)?", str(e.value))
     # lanes share one memory in interleaved banks: 8 lanes of a 16-48-3 step need 8 banks of 357 words, 2 blocks
-    # each (a block holds 256), for each of the two read ports: 32 > 30; 4 banks of 713 words take 3 blocks: 24
+    # each (a block holds 256), for each of the two read ports: 32 > 30; 4 banks of 713 words take 3 blocks (24),
+    # and 4 multipliers and the exp unit's 3 fit the 8 DSPs
     step = cg.compile_model(nn.mlp(8, [16, 48, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
     assert fpga.compile(step, macs=8).microcode.depth == 2849
     with pytest.raises(DoesNotFit, match=r"^ice40-up5k: the design needs 32 block RAMs \(2 read ports × 8 banks of 357 "
@@ -148,7 +149,10 @@ def test_design_too_big_is_refused_before_the_build():
         precheck(fpga.compile(step, macs=8), "ice40-up5k")
     precheck(fpga.compile(step, macs=4), "ice40-up5k")
     iris = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
-    precheck(fpga.compile(iris, macs=8), "ice40-up5k")          # 16 blocks of 88 words
+    with pytest.raises(DoesNotFit, match=r"^ice40-up5k: the design needs 11 DSP blocks \(8 lanes and 3 for the units\), "
+                                         r"the device has 8 \(1\.4x too many\); at most macs=5 fits$"):
+        precheck(fpga.compile(iris, macs=8), "ice40-up5k")              # its 16 block RAMs fit
+    precheck(fpga.compile(iris, macs=5), "ice40-up5k")
 
 
 @pytest.mark.slow

@@ -57,15 +57,15 @@ def test_the_counters_issue_every_views_words(lanes):
             groups = []
             for _ in range(100_000):
                 one = (ctx.get(agen.out_addr), ctx.get(agen.ptr_a), ctx.get(agen.ptr_b) if u.b is not None else None)
-                last = ctx.get(agen.last)
-                await ctx.tick()
                 if lanes == 1:
                     groups.append([one])
-                else:                                          # the lanes' addresses: registered, a cycle later
+                else:
                     live = [lane for lane in range(lanes) if (ctx.get(agen.live) >> lane) & 1]
                     groups.append([(ctx.get(agen.lane_o[lane]), ctx.get(agen.lane_a[lane]),
                                     ctx.get(agen.lane_b[lane]) if u.b is not None else None) for lane in live])
                     assert groups[-1][0] == one                # lane 0 is the issued position
+                last = ctx.get(agen.last)
+                await ctx.tick()
                 if last:
                     break
             ctx.set(agen.advance, 0)

@@ -143,10 +143,10 @@ def test_a_design_too_big_suggests_the_flag_on_the_command_line(tmp_path, capsys
         main(["fpga", "synth", "iris", "--hidden", "32", "16", "--spram", "0", *out])
     assert e.value.code == ("circuitgrad fpga synth: ice40-up5k: the design needs 32 block RAMs (2 copies of 3861 "
                             "words × 16 bits, 16 blocks each), the device has 30 (1.1x too many); try --spram 4")
-    with pytest.raises(SystemExit) as e:           # each lane builds the exp unit (3 DSPs) beside its multiplier
+    with pytest.raises(SystemExit) as e:           # a multiplier per lane, and the exp unit's 3 on lane 0
         main(["fpga", "synth", "iris", "--macs", "8", *out])
-    assert e.value.code == ("circuitgrad fpga synth: ice40-up5k: the design needs 32 DSP blocks (8 lanes × 4), the "
-                            "device has 8 (4.0x too many); at most --macs 2 fits")
+    assert e.value.code == ("circuitgrad fpga synth: ice40-up5k: the design needs 11 DSP blocks (8 lanes and 3 for the "
+                            "units), the device has 8 (1.4x too many); at most --macs 5 fits")
     assert main(["fpga", "synth", "iris", "--macs", "2", "--spram", "4", *out]) == 2     # SPRAM has one port a block
     assert capsys.readouterr().err.endswith("--spram must be at least 0, and SPRAM needs --macs 1 (one port a "
                                             "block), got --spram 4 --macs 2\n")

@@ -6,7 +6,7 @@
         for i1 in columns:              col_x  += s1_x          (a group of lanes' columns with several lanes)
             for k in 0, 1, …:           ptr_x  += kinc_x        (x = a, b)
                 issue (col_o, ptr_a, ptr_b)
-                lanes: lane_x[l] = ptr_x + l·ls_x, registered (one cycle later, LANE_LATENCY)
+                lanes: lane_x[l] = ptr_x + l·ls_x (the memory registers it: LANE_LATENCY)
 
 Nothing adds on the loop-control path: ``k_last``, ``i0_last`` and ``i1_last`` are registers, set from
 down-counters of the steps, columns and rows left (``c == 1``: a comparison of a register with a
@@ -38,9 +38,8 @@ class AddressGen(wiring.Component):
     * ``k`` (Out): the reduction index; ``k_first``, ``k_last``, ``i0_last``, ``i1_last`` (Out): this is the
       first k, the last k, row, column (group of columns); ``last`` (Out): the micro-op's last pair;
     * ``out_addr``, ``ptr_a``, ``ptr_b`` (Out): the output address and lane 0's operand addresses;
-    * with several lanes, registered a cycle after the position they belong to (``LANE_LATENCY``): ``lane_a``,
-      ``lane_b``, ``lane_o`` (Out, one per lane) every lane's addresses and ``live`` (Out, a bit per lane) the
-      lanes that compute an element there.
+    * with several lanes, ``lane_a``, ``lane_b``, ``lane_o`` (Out, one per lane) every lane's addresses at the
+      current position and ``live`` (Out, a bit per lane) the lanes that compute an element there.
     """
 
     def __init__(self, cfg: SeqConfig):
@@ -107,9 +106,9 @@ class AddressGen(wiring.Component):
         return m
 
     def _lanes(self, m: Module, out, ptr: dict) -> None:
-        """The lanes' addresses and live bits, registered: ``x + off_x[l]`` for each stream, with ``off_x[l] =
-        l·ls_x`` (registers set at load from shifts of ``ls_x``), and ``lanes_left`` (this group's elements of
-        the row on) against each lane."""
+        """The lanes' addresses and live bits at the current position: ``x + off_x[l]`` for each stream, with
+        ``off_x[l] = l·ls_x`` (registers set at load from shifts of ``ls_x``), and ``lanes_left`` (this group's
+        elements of the row on) against each lane. The memory registers them (``interleave.InterleavedMemory``)."""
         cfg, fl = self.cfg, self.fields
         aw, L = cfg.aw, cfg.lanes
         left = Signal(range(cfg.nmax + 1), name="lanes_left")
@@ -117,15 +116,15 @@ class AddressGen(wiring.Component):
             m.d.sync += left.eq(fl.width)
         with m.Elif(self.advance & self.k_last):
             m.d.sync += left.eq(Mux(self.i1_last, fl.width, left - fl.lstep))
-        m.d.sync += [self.live[lane].eq(fl.lmask[lane] & (left > lane)) for lane in range(L)]
+        m.d.comb += [self.live[lane].eq(fl.lmask[lane] & (left > lane)) for lane in range(L)]
         for x, base in (("o", out), ("a", ptr["a"]), ("b", ptr["b"])):
             stride = getattr(fl, x).ls
             for lane in range(L):
                 target = getattr(self, f"lane_{x}")[lane]
                 if lane == 0:
-                    m.d.sync += target.eq(base)
+                    m.d.comb += target.eq(base)
                     continue
                 off = Signal(unsigned(aw), name=f"off_{x}{lane}")
                 with m.If(self.load):               # l·ls as shifts of ls (l < L): no multiplier
                     m.d.sync += off.eq(sum(stride << b for b in range(lane.bit_length()) if lane >> b & 1))
-                m.d.sync += target.eq(base + off)
+                m.d.comb += target.eq(base + off)

@@ -11,8 +11,8 @@ Resources (per device family, ``device="ecp5-85k"`` or ``"ice40-up5k"``):
   of the ``interleave(macs)`` banks of every P-th word) times the blocks one copy needs (``⌈depth / block
   depth⌉``: 256 16-bit words on iCE40, 1024 on ECP5); an ECP5 memory of at most ``LUTRAM_BITS`` bits goes to
   distributed RAM instead;
-* DSP blocks: each lane's multiplier and three more for each lane's pipelined exp unit (counted from
-  synthesis, as yosys maps them);
+* DSP blocks: each lane's multiplier and three more for the pipelined exp unit, which lane 0 alone
+  builds (counted from synthesis, as yosys maps them);
 * LUT4s: a linear model in the design's features (:func:`features`: micro-ops × address bits, lanes,
   one read port, the units the microcode uses times the lanes, the memory blocks), with non-negative coefficients
   fitted to yosys synthesis of 18 training designs at 1, 2 and 4 lanes and with one read port
@@ -45,7 +45,7 @@ from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
 from .config import rom_blocks
 from .extra import require_amaranth
 from .isa import interleave, spram_cells
-from .kinds import Kind, Unit, facts, lane_dsps
+from .kinds import Kind, Unit, dsp_blocks, facts, lane_zero
 from .netlist import adder_bits, sum_operands
 from .timing import op_cycles
 
@@ -54,7 +54,7 @@ __all__ = ["estimate", "family", "fit", "DEVICES", "features", "resources", "unr
 
 #: the LUT model's features, in order (see :func:`features`)
 FEATURES = ("const", "rom", "lanes", "one_port", "sequential", "exp", "sigmoid", "tanh", "log", "compare", "lutram",
-            "blocks")
+            "blocks", "crossbar")
 #: the unrolled design's LUT model's features (see :func:`unrolled_features`)
 UNROLLED_FEATURES = ("add_bits", "sub_bits")
 #: the clock model's features (see :func:`timing_features`): the period is linear in them
@@ -136,8 +136,8 @@ def planned(model: CompiledModel, device: str, spram: int | None = None, **optio
 
 
 def dsps(mc, macs: int = 1) -> int:
-    """DSP blocks: each lane's multiplier and those of the units ``mc`` uses (the exp unit's three), per lane."""
-    return macs * lane_dsps({u.kind for u in mc.ops})
+    """DSP blocks: each lane's multiplier and those of the units ``mc`` uses (the exp unit's three, on lane 0)."""
+    return dsp_blocks({u.kind for u in mc.ops}, macs)
 
 
 def features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]:
@@ -146,10 +146,22 @@ def features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list[float]
     rows = [facts(k) for k in kinds]
     b = brams(mc, device, macs, read_ports)
     kept = ROM_KEPT if mc.spram_blocks else 1.0             # with SPRAM the bases' tables are block RAM
-    units = [any(f.sequential for f in rows), Kind.EXP in kinds, Kind.SIGMOID in kinds, Kind.TANH in kinds,
-             Kind.LOG in kinds, any(f.unit is Unit.MAX for f in rows)]        # built once per lane
+    # each unit is built once per lane, or on lane 0 alone where it takes DSP blocks (kinds.lane_zero)
+    units = [(any(f.sequential for f in rows), Kind.DIVF), (Kind.EXP in kinds, Kind.EXP),
+             (Kind.SIGMOID in kinds, Kind.SIGMOID), (Kind.TANH in kinds, Kind.TANH), (Kind.LOG in kinds, Kind.LOG),
+             (any(f.unit is Unit.MAX for f in rows), Kind.MAX)]
     return [1.0, len(mc.ops) * math.log2(max(mc.depth, 2)) * kept, macs - 1.0, float(read_ports == 1),
-            *[float(macs * u) for u in units], float(b == 0), float(b)]
+            *[float(used) * (1 if lane_zero(k) else macs) for used, k in units], float(b == 0), float(b),
+            crossbar(mc, macs)]
+
+
+def crossbar(mc, macs: int) -> float:
+    """The lanes' crossbars, in thousands of bit-inputs: each of ``P`` banks chooses among ``macs`` lanes for two reads
+    (an address) and a write (an address and a word), and each lane among ``P`` banks for two words (0 at one lane)."""
+    if macs == 1:
+        return 0.0
+    P, aw, W = interleave(macs), max(1, (max(1, mc.depth) - 1).bit_length()), mc.dtype.width
+    return macs * P * (3 * aw + 3 * W) / 1000
 
 
 def resources(mc, device: str, macs: int = 1, read_ports: int = 2) -> dict[str, int]:

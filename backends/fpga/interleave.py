@@ -2,9 +2,9 @@
 
 ::
 
-    lane l's a address ─┐                                 ┌─► bank j = address mod P, read port 0 (a)
-    lane l's b address ─┼─► bank = low bits ─► crossbar ──┼─► … read port 1 (b)      (banks.BankedMemory)
-    lane l's write ─────┘      (one-hot)                  └─► … its write port
+    lane l's a address ─┐   register: address,              ┌─► bank j = address mod P, read port 0 (a)
+    lane l's b address ─┼─► its bank (one-hot) ─► crossbar ─┼─► … read port 1 (b)      (banks.BankedMemory)
+    lane l's write ─────┘                                   └─► … its write port (registered again)
     bank j's words ──► (READ_LATENCY later) the bank each lane addressed ──► lane l's a, b
 
 Address ``a`` lives in bank ``a mod P``, word ``a div P``. Each lane reads ``a`` and ``b`` and writes one word per
@@ -27,6 +27,7 @@ from amaranth.lib.wiring import In, Out
 
 from .banks import BankedMemory
 from .isa import interleave
+from .timing import READ_LATENCY
 
 __all__ = ["InterleavedMemory"]
 
@@ -40,9 +41,13 @@ class InterleavedMemory(wiring.Component):
     """``depth`` signed ``width``-bit words interleaved across ``interleave(lanes)`` banks, for ``lanes`` lanes.
 
     Ports, one of each per lane: ``a_addr``, ``a_used``, ``b_addr``, ``b_used`` (In) and ``a_data``, ``b_data``
-    (Out, the word ``READ_LATENCY`` = 2 cycles after its address); ``w_addr``, ``w_data``, ``w_en`` (In: written
-    at the end of the next cycle). ``write_taps``: each lane's write landing this cycle (address and enable), for
-    the simulation's collision check.
+    (Out, the word ``LANE_LATENCY + READ_LATENCY`` = 4 cycles after its address: each lane's address, whether it is
+    used and the bank it selects are registered first, and each bank's word before the lanes choose); ``w_addr``,
+    ``w_data``, ``w_en`` (In: registered with their bank, then as a bank's write: written at the end of the second
+    cycle after). ``host`` and ``host_addr`` (In): while ``host`` is high, lane 0's ``a`` port reads ``host_addr``,
+    past the address registers; ``host_data`` (Out) is its word ``READ_LATENCY`` (2) cycles later.
+    ``read_taps`` (each stream's registered address and used bit, per lane) and ``write_taps`` (each lane's write
+    landing this cycle) are for the simulation's collision check.
     """
 
     def __init__(self, width: int, depth: int, init: Sequence[int], lanes: int, bank_words: int | None = None):
@@ -55,10 +60,12 @@ class InterleavedMemory(wiring.Component):
         self.banks = [BankedMemory(width, per, init[j::self.P], 2, bank_words) for j in range(self.P)]
         self.write_taps = [SimpleNamespace(addr=Signal(unsigned(self.aw), name=f"w_addr_full{lane}"),
                                            en=Signal(name=f"w_en_full{lane}")) for lane in range(lanes)]
+        self.read_taps: list = []
         addr, word = In(unsigned(self.aw)).array(lanes), signed(width)
         super().__init__({"a_addr": addr, "a_used": In(1).array(lanes), "a_data": Out(word).array(lanes),
                           "b_addr": addr, "b_used": In(1).array(lanes), "b_data": Out(word).array(lanes),
-                          "w_addr": addr, "w_data": In(word).array(lanes), "w_en": In(1).array(lanes)})
+                          "w_addr": addr, "w_data": In(word).array(lanes), "w_en": In(1).array(lanes),
+                          "host": In(1), "host_addr": In(unsigned(self.aw)), "host_data": Out(word)})
 
     def locate(self, addr: int):
         """The simulation's storage of address ``addr``: ``(memory data, word)``."""
@@ -69,32 +76,67 @@ class InterleavedMemory(wiring.Component):
         """Every block-RAM read port, with the read port of its bank it serves: ``[(port, r), …]``."""
         return [p for bank in self.banks for p in bank.read_ports()]
 
+    def _register(self, m: Module, name: str, addr, on) -> tuple:
+        """``addr``, its word in its bank, and whether it is on and selects bank ``j`` (one bit per bank), registered."""
+        reg = Signal(unsigned(self.aw), name=f"{name}_addr")
+        hits = Signal(self.P, name=f"{name}_hits")
+        m.d.sync += [reg.eq(addr), hits.eq(Mux(on, Const(1, self.P) << _low(addr, self.lo), 0))]
+        return reg, hits
+
     def elaborate(self, platform) -> Module:
         m = Module()
         for j, bank in enumerate(self.banks):
             m.submodules[f"bank{j}"] = bank
         L, P, lo = self.lanes, self.P, self.lo
+        self.read_taps.clear()
         for port, (addrs, used, datas) in enumerate(((self.a_addr, self.a_used, self.a_data),
                                                      (self.b_addr, self.b_used, self.b_data))):
             x = "ab"[port]
+            regs = [self._register(m, f"{x}{lane}", addrs[lane], used[lane]) for lane in range(L)]
+            self.read_taps += [(SimpleNamespace(addr=reg, stream=x), hits.any()) for reg, hits in regs]
+            if port == 0:                           # the host reads through lane 0's a port, past the registers
+                host_hits = Signal(P, name="host_hits")
+                m.d.comb += host_hits.eq(Const(1, P) << _low(self.host_addr, lo))
+                regs[0] = (Mux(self.host, self.host_addr, regs[0][0]), Mux(self.host, host_hits, regs[0][1]))
             for j, bank in enumerate(self.banks):
-                hits = [used[lane] & (_low(addrs[lane], lo) == j) for lane in range(L)]
-                word = reduce(lambda acc, t: acc | t, [Mux(h, addrs[lane] >> lo, 0) for lane, h in enumerate(hits)])
-                m.d.comb += bank.raddr[port].eq(word)
-            for lane in range(L):
-                sel1 = Signal(range(P), name=f"{x}{lane}_bank1")
-                sel2 = Signal(range(P), name=f"{x}{lane}_bank2")
-                m.d.sync += [sel1.eq(_low(addrs[lane], lo)), sel2.eq(sel1)]
-                with m.Switch(sel2):
-                    for j, bank in enumerate(self.banks):
+                m.d.comb += bank.raddr[port].eq(
+                    reduce(lambda acc, t: acc | t, [Mux(hits[j], reg >> lo, 0) for reg, hits in regs]))
+            words = []                              # each bank's word, registered before the lanes choose
+            for j, bank in enumerate(self.banks):
+                word = Signal(signed(self.width), name=f"{x}_bank{j}_word")
+                m.d.sync += word.eq(bank.rdata[port])
+                words.append(word)
+            for lane, (reg, _) in enumerate(regs):
+                sel = _low(reg, lo)
+                for d in range(READ_LATENCY + 1):     # the bank's read, its registers, then the word's
+                    nxt = Signal(range(P), name=f"{x}{lane}_bank{d + 1}")
+                    m.d.sync += nxt.eq(sel)
+                    sel = nxt
+                with m.Switch(sel):
+                    for j, word in enumerate(words):
                         with (m.Case(j) if j < P - 1 else m.Default()):
-                            m.d.comb += datas[lane].eq(bank.rdata[port])
+                            m.d.comb += datas[lane].eq(word)
+                if port == 0 and lane == 0:           # the host's read: the bank's word unregistered
+                    host = _low(self.host_addr, lo)
+                    for d in range(READ_LATENCY):
+                        nxt = Signal(range(P), name=f"host_bank{d + 1}")
+                        m.d.sync += nxt.eq(host)
+                        host = nxt
+                    with m.Switch(host):
+                        for j, bank in enumerate(self.banks):
+                            with (m.Case(j) if j < P - 1 else m.Default()):
+                                m.d.comb += self.host_data.eq(bank.rdata[0])
+        writes = []
+        for lane in range(L):
+            reg, hits = self._register(m, f"w{lane}", self.w_addr[lane], self.w_en[lane])
+            data = Signal(signed(self.width), name=f"w{lane}_data")
+            m.d.sync += data.eq(self.w_data[lane])
+            writes.append((reg, hits, data))
+            tap = self.write_taps[lane]
+            m.d.sync += [tap.addr.eq(reg), tap.en.eq(hits.any())]
         for j, bank in enumerate(self.banks):
-            hits = [self.w_en[lane] & (_low(self.w_addr[lane], lo) == j) for lane in range(L)]
             m.d.comb += [
-                bank.waddr.eq(reduce(lambda a, b: a | b, [Mux(h, self.w_addr[lane] >> lo, 0) for lane, h in enumerate(hits)])),
-                bank.wdata.eq(reduce(lambda a, b: a | b, [Mux(h, self.w_data[lane], 0) for lane, h in enumerate(hits)])),
-                bank.we.eq(reduce(lambda a, b: a | b, hits))]
-        for lane, tap in enumerate(self.write_taps):
-            m.d.sync += [tap.addr.eq(self.w_addr[lane]), tap.en.eq(self.w_en[lane])]
+                bank.waddr.eq(reduce(lambda a, b: a | b, [Mux(h[j], r >> lo, 0) for r, h, _ in writes])),
+                bank.wdata.eq(reduce(lambda a, b: a | b, [Mux(h[j], d, 0) for _, h, d in writes])),
+                bank.we.eq(reduce(lambda a, b: a | b, [h[j] for _, h, _ in writes]))]
         return m

@@ -19,7 +19,7 @@ from typing import Callable
 from circuitgrad.types import Fixed
 
 __all__ = ["Kind", "Unit", "Operand", "Facts", "FACTS", "UnitFacts", "UNITS", "KIND_CODES", "facts",
-           "EXP_STAGES", "SIGMOID_STAGES", "quotient_bits", "root_bits", "lane_dsps"]
+           "EXP_STAGES", "SIGMOID_STAGES", "quotient_bits", "root_bits", "lane_zero", "dsp_blocks"]
 
 
 class Kind(enum.StrEnum):
@@ -180,7 +180,13 @@ def facts(kind: str) -> Facts:
     return FACTS[Kind(kind)]
 
 
-def lane_dsps(kinds) -> int:
-    """DSP blocks of one lane that computes ``kinds``: its multiplier and those of the units they use (the exp
-    unit's three). Every lane builds the same units."""
-    return 1 + sum(UNITS[unit].dsps for unit in {facts(k).unit for k in kinds})
+def lane_zero(kind) -> bool:
+    """``kind`` runs on lane 0 alone: its unit takes DSP blocks (the exp unit's three), so the other lanes do
+    not build it (``timing.lane_plan`` gives it one lane)."""
+    return UNITS[facts(kind).unit].dsps > 0
+
+
+def dsp_blocks(kinds, lanes: int = 1) -> int:
+    """DSP blocks of a sequencer of ``lanes`` lanes that computes ``kinds``: a multiplier per lane, and those of
+    the units they use (the exp unit's three), on lane 0 alone."""
+    return lanes + sum(UNITS[unit].dsps for unit in {facts(k).unit for k in kinds})

@@ -59,8 +59,8 @@ from .mac import MacPipeline
 from .microcode import Microcode
 from .writeback import RangeCheck, Writeback
 
-from .kinds import KIND_CODES, Kind
-from .timing import DRAIN_MAX, READ_LATENCY, const_b, cycles, div_bits, sqrt_bits  # noqa: F401
+from .kinds import KIND_CODES, Kind, lane_zero
+from .timing import DRAIN_MAX, LANE_LATENCY, READ_LATENCY, const_b, cycles, div_bits, sqrt_bits  # noqa: F401
 
 __all__ = ["Sequencer", "cycles", "div_bits", "sqrt_bits", "READ_LATENCY"]
 
@@ -160,13 +160,15 @@ class Sequencer(wiring.Component):
         cfg = _config(self.mc, self.read_ports, self.macs)
         L = cfg.lanes
         lane_cfg = replace(cfg, lanes=1)                 # each lane's pipeline, check, writeback and divider
+        # … lanes past 0 without the units that take DSP blocks (those kinds run on lane 0: timing.lane_plan)
+        other_cfg = replace(lane_cfg, used=frozenset(k for k in cfg.used if not lane_zero(k)))
         m.submodules.mem = self.mem
         m.submodules.decode = dec = Decoder(self.mc, cfg, [const_b(u) for u in self.mc.ops])
         m.submodules.addrgen = agen = AddressGen(cfg)
         macs, checks, wbs, divs = [], [], [], []
         for lane in range(L):
             sfx = str(lane) if L > 1 else ""
-            m.submodules[f"mac{sfx}"] = mac = MacPipeline(lane_cfg)
+            m.submodules[f"mac{sfx}"] = mac = MacPipeline(other_cfg if lane else lane_cfg)
             m.submodules[f"check{sfx}"] = check = RangeCheck(lane_cfg)
             m.submodules[f"writeback{sfx}"] = wb = Writeback(lane_cfg)
             macs.append(mac), checks.append(check), wbs.append(wb)
@@ -192,7 +194,7 @@ class Sequencer(wiring.Component):
             with m.Else():
                 m.d.sync += s.pc.eq(s.pc + 1)
         idle = fsm.ongoing("IDLE")
-        m.d.comb += [self.busy.eq(~idle), self.host_rdata.eq(data_a)]
+        m.d.comb += self.busy.eq(~idle)
         self._issue(m, s)
         if L == 1:
             self._one_lane(m, s, fsm, idle)
@@ -220,6 +222,7 @@ class Sequencer(wiring.Component):
         cfg, fl, agen, mac = s.cfg, s.fields, s.agen, s.mac
         mem = self.mem
         addr_a, data_a = mem.raddr[0], mem.rdata[0]
+        m.d.comb += self.host_rdata.eq(data_a)
         loading = s.load if cfg.one_port else 0                        # with two ports a load reads nothing
         reading, reading_b = loading | fsm.ongoing("RUN"), fsm.ongoing("RUN") & fl.has_b
         # synth declares same-cycle read/write undefined: the simulation checks these taps
@@ -248,34 +251,38 @@ class Sequencer(wiring.Component):
         m.d.comb += [mem.waddr.eq(s.wb.wr_addr), mem.wdata.eq(s.wb.wr_data), mem.we.eq(s.wb.wr_en)]
 
     def _lanes(self, m: Module, s: _Shared, idle, macs: list, wbs: list, divs: list) -> None:
-        """Several lanes on the interleaved memory: each lane's addresses come from the address generator a cycle
-        after issue (``LANE_LATENCY``), so its metadata waits a cycle more; each lane writes its own results and
-        runs its own divider in step with lane 0's (whose controls the FSM drives)."""
-        cfg, agen, mem = s.cfg, s.agen, self.mem
-        issued = Signal(name="issued")              # the lanes' addresses at the memory belong to an issued position
-        m.d.sync += issued.eq(s.issue)
-        used_a = [Signal(name=f"used_a{lane}") for lane in range(cfg.lanes)]
-        used_b = [Signal(name=f"used_b{lane}") for lane in range(cfg.lanes)]
-        v2, last2, first2 = Signal(name="v2"), Signal(name="last2"), Signal(name="first2")
-        k1 = Signal(range(cfg.kmax + 1), name="k1")
-        m.d.sync += [v2.eq(s.v1), last2.eq(s.last1), first2.eq(s.first1), k1.eq(agen.k)]
+        """Several lanes on the interleaved memory, which registers each lane's addresses (``LANE_LATENCY``), so
+        the metadata waits a cycle more; each lane writes its own results and runs its own divider in step with
+        lane 0's (whose controls the FSM drives)."""
+        agen, mem = s.agen, self.mem
+        m.d.comb += [mem.host.eq(idle), mem.host_addr.eq(self.host_addr), self.host_rdata.eq(mem.host_data)]
+
+        def late(values: dict, n: int) -> list:
+            """``values`` (name → value) registered ``n`` times (``{name}{i}``)."""
+            values = list(values.items())
+            for i in range(n):
+                nxt = [(name, Signal(len(v), name=f"{name}{i}")) for name, v in values]
+                m.d.sync += [o.eq(v) for (_, o), (_, v) in zip(nxt, values)]
+                values = nxt
+            return [v for _, v in values]
+        # the metadata waits LANE_LATENCY cycles more than with one lane, the issued k as long
+        v, last, first = late({"v_l": s.v1, "last_l": s.last1, "first_l": s.first1}, LANE_LATENCY)
+        k = late({"k_l": agen.k}, LANE_LATENCY)[0]
         s.wb_addr = []
         for lane, mac in enumerate(macs):
-            m.d.comb += [used_a[lane].eq(issued & agen.live[lane]), used_b[lane].eq(used_a[lane] & s.op_has_b)]
-            # lane 0's a port serves the host while idle, its address straight to the memory (READ_LATENCY)
-            a = Mux(idle, self.host_addr, agen.lane_a[0]) if lane == 0 else agen.lane_a[lane]
-            m.d.comb += [mem.a_addr[lane].eq(a), mem.b_addr[lane].eq(agen.lane_b[lane]),
-                         mem.a_used[lane].eq(used_a[lane] | idle if lane == 0 else used_a[lane]),
-                         mem.b_used[lane].eq(used_b[lane])]
-            addr2, live2 = Signal.like(agen.lane_o[lane], name=f"addr2_{lane}"), Signal(name=f"live2_{lane}")
-            m.d.sync += [addr2.eq(agen.lane_o[lane]), live2.eq(agen.live[lane])]
-            m.d.comb += [mac.valid.eq(v2 & live2), mac.last.eq(last2), mac.first.eq(first2), mac.addr.eq(addr2),
-                         mac.k.eq(k1), mac.a.eq(mem.a_data[lane]), mac.b.eq(mem.b_data[lane])]
+            used = Signal(name=f"used{lane}")
+            m.d.comb += [used.eq(s.issue & agen.live[lane]),
+                         mem.a_addr[lane].eq(agen.lane_a[lane]), mem.b_addr[lane].eq(agen.lane_b[lane]),
+                         mem.a_used[lane].eq(used), mem.b_used[lane].eq(used & s.op_has_b)]
+            # the lane's element travels with its metadata: registered at issue, then as long as it
+            addr, live = late({f"out{lane}_": agen.lane_o[lane], f"live{lane}_": agen.live[lane]}, 1 + LANE_LATENCY)
+            m.d.comb += [mac.valid.eq(v & live), mac.last.eq(last), mac.first.eq(first), mac.addr.eq(addr),
+                         mac.k.eq(k), mac.a.eq(mem.a_data[lane]), mac.b.eq(mem.b_data[lane])]
             wb = wbs[lane]
             m.d.comb += [mem.w_addr[lane].eq(wb.wr_addr), mem.w_data[lane].eq(wb.wr_data), mem.w_en[lane].eq(wb.wr_en)]
             # the divider's element: where it goes and whether this lane computes one
             out, live = Signal.like(agen.lane_o[lane], name=f"div_out{lane}"), Signal(name=f"div_live{lane}")
-            with m.If(issued):
+            with m.If(s.issue):
                 m.d.sync += [out.eq(agen.lane_o[lane]), live.eq(agen.live[lane])]
             s.wb_addr.append(out)
             if lane:
@@ -283,9 +290,7 @@ class Sequencer(wiring.Component):
         for div in divs[1:]:
             m.d.comb += [div.load.eq(divs[0].load), div.step_div.eq(divs[0].step_div),
                          div.step_sqrt.eq(divs[0].step_sqrt), div.round.eq(divs[0].round)]
-        reads = [(SimpleNamespace(addr=mem.a_addr[lane], stream="a"), used_a[lane]) for lane in range(cfg.lanes)]
-        reads += [(SimpleNamespace(addr=mem.b_addr[lane], stream="b"), used_b[lane]) for lane in range(cfg.lanes)]
-        self.ports = (reads, mem.write_taps)
+        self.ports = (mem.read_taps, mem.write_taps)       # (the memory's registered reads: filled as it elaborates)
 
     def _goto(self, m: Module, s: _Shared, state: str) -> None:
         """Next state ``state``; ``run`` and ``load`` are registers that say the controller is in RUN or LOAD
@@ -401,11 +406,10 @@ class Sequencer(wiring.Component):
         div, has_sqrt = s.div, Kind.SQRT in s.cfg.used
         with m.State("DIV_WAIT"):                       # the operands reach the operand registers
             m.next = "DIV_WAIT1"                        # READ_LATENCY + 1 cycles after issue
-        with m.State("DIV_WAIT1"):
-            m.next = "DIV_LOAD" if s.cfg.lanes == 1 else "DIV_WAIT2"
-        if s.cfg.lanes > 1:
-            with m.State("DIV_WAIT2"):                  # … and LANE_LATENCY more with several lanes
-                m.next = "DIV_LOAD"
+        waits = [f"DIV_WAIT{2 + i}" for i in range(LANE_LATENCY if s.cfg.lanes > 1 else 0)]
+        for state, nxt in zip(["DIV_WAIT1"] + waits, waits + ["DIV_LOAD"]):
+            with m.State(state):                        # … and LANE_LATENCY more with several lanes
+                m.next = nxt
         with m.State("DIV_LOAD"):
             m.d.comb += div.load.eq(1)
             m.next = "SQRT_ITER" if has_sqrt else "DIV_ITER"

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from .extra import MissingExtra, require_tools, synthesis_tools, tool
 from .config import rom_blocks
-from .kinds import lane_dsps
+from .kinds import dsp_blocks
 from .isa import SPRAM_WORDS, interleave, spram_cells
 
 try:
@@ -244,12 +244,6 @@ def precheck(design, target: str) -> None:
         raise DoesNotFit(f"{target}: the design places {mc.spram_words} words in {blocks} SPRAM blocks, the device "
                          f"has {t.spram_blocks or 'none'}", "compile it with {}" if not t.spram_blocks else "",
                          ("spram", t.spram_blocks) if not t.spram_blocks else None)
-    per_lane = lane_dsps({u.kind for u in mc.ops})
-    if per_lane * design.macs > t.dsps:
-        n = per_lane * design.macs
-        raise DoesNotFit(f"{target}: the design needs {n} DSP blocks ({design.macs} lanes × {per_lane}), the device has "
-                         f"{t.dsps} ({n / t.dsps:.1f}x too many)", *(("at most {} fits", ("macs", t.dsps // per_lane))
-                                                                     if t.dsps >= per_lane else ()))
     per, copies, words = _memory_blocks(t, mc, design.read_ports, design.macs)
     rom = rom_blocks(len(mc.ops), mc.depth) if blocks else 0        # with SPRAM, the bases' tables (config.ROM_FIELDS)
     need = per * copies + rom
@@ -264,6 +258,12 @@ def precheck(design, target: str) -> None:
         raise DoesNotFit(f"{target}: the design needs {need} block RAMs ({what} of {words} words "
                          f"× {mc.dtype.width} bits, {per} blocks each{f', and {rom} for the program' if rom else ''}), "
                          f"the device has {t.bram_blocks} ({need / t.bram_blocks:.1f}x too many)", hint, option)
+    kinds = {u.kind for u in mc.ops}
+    n, units = dsp_blocks(kinds, design.macs), dsp_blocks(kinds, 0)
+    if n > t.dsps:
+        raise DoesNotFit(f"{target}: the design needs {n} DSP blocks ({design.macs} lanes and {units} for the units), the "
+                         f"device has {t.dsps} ({n / t.dsps:.1f}x too many)",
+                         *(("at most {} fits", ("macs", t.dsps - units)) if t.dsps > units else ()))
 
 
 def _memory_blocks(t, mc, read_ports: int, macs: int) -> tuple[int, int, int]:
@@ -278,8 +278,9 @@ def _memory_blocks(t, mc, read_ports: int, macs: int) -> tuple[int, int, int]:
 
 
 def _fits(t, mc, macs: int) -> bool:
+    """``macs`` lanes of ``mc`` fit the block RAMs and the DSP blocks of ``t``."""
     per, copies, _ = _memory_blocks(t, mc, 2, macs)
-    return per * copies <= t.bram_blocks
+    return per * copies <= t.bram_blocks and dsp_blocks({u.kind for u in mc.ops}, macs) <= t.dsps
 
 
 def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=print,

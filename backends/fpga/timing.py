@@ -8,7 +8,7 @@ import math
 from typing import NamedTuple
 
 from .isa import View, align, interleave, view_2d
-from .kinds import FACTS, facts, quotient_bits, root_bits
+from .kinds import FACTS, facts, lane_zero, quotient_bits, root_bits
 from .microcode import Microcode
 
 __all__ = ["cycles", "op_cycles", "lane_plan", "LanePlan", "div_bits", "sqrt_bits", "latency", "const_b", "READ_LATENCY", "WRITE_LATENCY",
@@ -28,9 +28,9 @@ def sqrt_bits(mc: Microcode) -> int:
 #: cycles from a read address to its word at the operand registers' inputs: the block RAM, then a register
 #: per bank (``banks.BankedMemory``)
 READ_LATENCY = 2
-#: with several lanes, the cycles from issue to the lanes' addresses at the memory: each lane's address is
-#: lane 0's plus its offset, registered with the banks it selects (``addrgen.AddressGen``)
-LANE_LATENCY = 1
+#: with several lanes, the cycles the interleaved memory adds to a read: each lane's address is registered with
+#: the bank it selects, and each bank's word before the lanes choose among them (``interleave.InterleavedMemory``)
+LANE_LATENCY = 2
 #: cycles from a write's request to the end of the cycle in which it lands (its word, address and bank
 #: enables are registered)
 WRITE_LATENCY = 1
@@ -41,7 +41,7 @@ WRITE_LATENCY = 1
 DRAIN = READ_LATENCY + 4
 #: the most drain cycles after the first a micro-op can take (one read port or the lanes' address stage, and the
 #: deepest pipelined unit): what the drain counter and the decoded drain field hold
-DRAIN_MAX = DRAIN + max(f.latency for f in FACTS.values())
+DRAIN_MAX = DRAIN - 1 + LANE_LATENCY + max(f.latency for f in FACTS.values())
 
 
 class LanePlan(NamedTuple):
@@ -77,10 +77,11 @@ def lane_plan(u, lanes: int) -> LanePlan:
     The memory is interleaved across ``P = interleave(lanes)`` banks; the lanes of one group read and write at
     ``base + l·s`` for each stream (``out``, ``a``, ``b``), so ``p`` lanes stay in distinct banks when ``p ≤ P /
     gcd(s, P)`` (an odd stride: all of them). A read of stride 0 is one word for every lane. Of the two output
-    axes, the one that takes fewer groups is chosen (the columns on a tie).
+    axes, the one that takes fewer groups is chosen (the columns on a tie). A kind whose unit takes DSP blocks
+    (``kinds.lane_zero``: exp) runs on lane 0 alone.
     """
     (_, n0, n1, o0, o1, _), (_, _, _, a0, a1, _), (_, _, _, b0, b1, _) = views_2d(u)
-    if lanes == 1:
+    if lanes == 1 or lane_zero(u.kind):            # (a unit with DSP blocks is on lane 0 alone)
         return LanePlan(False, 1, n0, n1)
     P = interleave(lanes)
     best = None
@@ -118,7 +119,7 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     two non-constant operands issues every other cycle, and a constant
     operand is read once, in ``READ_LATENCY`` extra load cycles. With ``macs`` lanes, each lane computes
     output elements of its own (:func:`lane_plan`): a group of up to ``macs`` elements issues per (k, cycle),
-    the addresses take one more cycle (``LANE_LATENCY``, so a drain and a divider element take one more) and a
+    a read takes ``LANE_LATENCY`` more cycles (so do a drain and a divider element) and a
     micro-op of ``n`` elements costs ``lane_plan(u, macs).groups`` times an element's cycles.
     """
     if not mc.ops:                       # a program of views only: start, then done
