@@ -11,7 +11,7 @@ import circuitgrad as cg
 from circuitgrad import nn
 from circuitgrad.backends import fpga
 from circuitgrad.backends.fpga.isa import MicroOp, View, interleave
-from circuitgrad.backends.fpga.timing import LANE_LATENCY, LanePlan, cycles, lane_plan, op_cycles
+from circuitgrad.backends.fpga.timing import LANE_DRAIN, LanePlan, cycles, lane_plan, op_cycles
 
 Q = cg.fixed(16, 8)
 
@@ -65,14 +65,14 @@ def test_eight_lanes_take_under_a_quarter_of_the_iris_steps_cycles():
     # the elementwise kinds, the reductions, max and the divider gain; exp runs on lane 0 (its unit's DSPs)
     per_op = list(zip(mc.ops, op_cycles(mc), op_cycles(mc, 2, 8)))
     assert {u.kind for u, one, eight in per_op if eight < one} == {"mac", "add", "heaviside", "neg", "max", "divf"}
-    assert all(eight == one + LANE_LATENCY for u, one, eight in per_op if u.kind == "exp")
+    assert all(eight == one + LANE_DRAIN for u, one, eight in per_op if u.kind == "exp")
 
 
 def test_interleaved_memory_routes_each_lane_to_its_bank():
     pytest.importorskip("amaranth")
     from amaranth.sim import Simulator
     from circuitgrad.backends.fpga.interleave import InterleavedMemory
-    from circuitgrad.backends.fpga.timing import READ_LATENCY
+    from circuitgrad.backends.fpga.timing import LANE_LATENCY, READ_LATENCY
     L, depth = 3, 37
     dut = InterleavedMemory(16, depth, list(range(100, 100 + depth)), L)
     assert [dut.locate(a)[1] for a in (0, 5, 36)] == [0, 1, 9]          # word a // 4 of bank a % 4

@@ -26,7 +26,7 @@ from amaranth.lib.wiring import In, Out
 from .config import ROM_BLOCK, ROM_FIELDS, SeqConfig
 from .microcode import Microcode
 from .kinds import facts
-from .timing import DRAIN, DRAIN_MAX, LANE_LATENCY, lane_plan, views_2d
+from .timing import DRAIN, DRAIN_MAX, LANE_DRAIN, lane_plan, views_2d
 
 __all__ = ["Decoder", "fields_signature", "address_signature", "GROUP", "DECODE_LATENCY"]
 
@@ -50,7 +50,7 @@ def fields_signature(cfg: SeqConfig) -> wiring.Signature:
 
     * ``kind``: the micro-op kind's code (``kinds.FACTS[kind].code``); ``rescale``, ``has_b``; ``sequential``: the
       divider computes it; ``drain``: the drain's cycles after the first (``DRAIN``, its unit's latency, and one
-      more with one read port or ``LANE_LATENCY`` more with several lanes);
+      more with one read port or ``LANE_DRAIN`` more with several lanes);
     * ``two_phase``: one read port, two memory operands (read ``a``, then ``b``); ``const_b``: one read
       port, ``b`` a single constant word (read once at load);
     * the reduction: ``K``, its step ``kstep`` (1), ``ksteps_last`` (the steps it takes, less one) and ``kone``
@@ -103,7 +103,7 @@ class Decoder(wiring.Component):
             row = {("two_phase",): int(cfg.one_port and u.b is not None and not cb), ("const_b",): int(cb),
                    ("kind",): cfg.codes[u.kind], ("rescale",): int(u.rescale), ("has_b",): int(u.b is not None),
                    ("sequential",): int(f.sequential),
-                   ("drain",): DRAIN - 1 + cfg.one_port + LANE_LATENCY * (L > 1) + f.latency,
+                   ("drain",): DRAIN - 1 + cfg.one_port + LANE_DRAIN * (L > 1) + f.latency,
                    ("K",): u.K, ("kstep",): 1, ("ksteps_last",): max(u.K - 1, 0),
                    ("kone",): int(u.K <= 1), ("n0_last",): on0 - 1, ("n1_last",): groups - 1,
                    ("n0_one",): int(on0 == 1), ("n1_one",): int(groups == 1)}

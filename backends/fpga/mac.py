@@ -39,7 +39,8 @@ class MacPipeline(wiring.Component):
 
     Ports (In): ``valid``, ``last`` (the element's last k), ``first`` (its first k), ``addr`` (where the result
     goes); a cycle before them, ``k`` (for an argmax); the cycle after them, the operands ``a``, ``b``;
-    constant through the micro-op, ``kind``, ``rescale``, ``has_b`` and ``pc``.
+    constant through the micro-op, ``kind``, ``rescale``, ``has_b`` and ``pc``. ``registered_product`` (the
+    sequencer's lanes) registers the product before stage 2: one more stage.
 
     Stage 3 (Out): ``out_valid``, ``out_addr``, ``out_pc`` and ``out_value`` (the result, before the
     word's width is taken), and for the range check ``out_acc`` (the accumulator), ``out_ew`` (the
@@ -48,8 +49,8 @@ class MacPipeline(wiring.Component):
     which the divider loads from.
     """
 
-    def __init__(self, cfg: SeqConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: SeqConfig, registered_product: bool = False):
+        self.cfg, self.registered_product = cfg, registered_product
         W = cfg.W
         kind, pc, addr = range(len(cfg.codes)), range(cfg.n_ops + 1), range(cfg.depth)
         members = {
@@ -67,7 +68,14 @@ class MacPipeline(wiring.Component):
         m = Module()
         meta = self._stage_r(m)
         meta, a1, b1 = self._stage1(m, meta)
-        self._stages_2_3(m, *self._to_stage2(m, meta, a1, b1, a1 * b1), a1)
+        product = a1 * b1
+        if self.registered_product:
+            # the product is registered at the multiplier (stage P), the metadata and operands a cycle later beside
+            # it: with lanes spread over the chip, the route to a DSP block and on to p2 is no longer one cycle
+            p = Signal(signed(2 * self.cfg.W), name="product")
+            m.d.sync += p.eq(product)
+            meta, (a1, b1), product = self._delay(m, meta, "p"), self._delay(m, [a1, b1], "p"), p
+        self._stages_2_3(m, *self._to_stage2(m, meta, a1, b1, product), a1)
         return m
 
     @staticmethod

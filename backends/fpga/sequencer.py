@@ -168,7 +168,7 @@ class Sequencer(wiring.Component):
         macs, checks, wbs, divs = [], [], [], []
         for lane in range(L):
             sfx = str(lane) if L > 1 else ""
-            m.submodules[f"mac{sfx}"] = mac = MacPipeline(other_cfg if lane else lane_cfg)
+            m.submodules[f"mac{sfx}"] = mac = MacPipeline(other_cfg if lane else lane_cfg, registered_product=L > 1)
             m.submodules[f"check{sfx}"] = check = RangeCheck(lane_cfg)
             m.submodules[f"writeback{sfx}"] = wb = Writeback(lane_cfg)
             macs.append(mac), checks.append(check), wbs.append(wb)

@@ -12,7 +12,7 @@ from .kinds import FACTS, facts, lane_zero, quotient_bits, root_bits
 from .microcode import Microcode
 
 __all__ = ["cycles", "op_cycles", "lane_plan", "LanePlan", "div_bits", "sqrt_bits", "latency", "const_b", "READ_LATENCY", "WRITE_LATENCY",
-           "DRAIN", "DRAIN_MAX", "LANE_LATENCY", "views_2d"]
+           "DRAIN", "DRAIN_MAX", "LANE_LATENCY", "LANE_DRAIN", "views_2d"]
 
 
 def div_bits(mc: Microcode) -> int:
@@ -31,6 +31,8 @@ READ_LATENCY = 2
 #: with several lanes, the cycles the interleaved memory adds to a read: each lane's address is registered with
 #: the bank it selects, and each bank's word before the lanes choose among them (``interleave.InterleavedMemory``)
 LANE_LATENCY = 2
+#: with several lanes, the drain cycles they add: ``LANE_LATENCY`` and each lane's product register (``mac.py``)
+LANE_DRAIN = LANE_LATENCY + 1
 #: cycles from a write's request to the end of the cycle in which it lands (its word, address and bank
 #: enables are registered)
 WRITE_LATENCY = 1
@@ -41,7 +43,7 @@ WRITE_LATENCY = 1
 DRAIN = READ_LATENCY + 4
 #: the most drain cycles after the first a micro-op can take (one read port or the lanes' address stage, and the
 #: deepest pipelined unit): what the drain counter and the decoded drain field hold
-DRAIN_MAX = DRAIN - 1 + LANE_LATENCY + max(f.latency for f in FACTS.values())
+DRAIN_MAX = DRAIN - 1 + LANE_DRAIN + max(f.latency for f in FACTS.values())
 
 
 class LanePlan(NamedTuple):
@@ -110,7 +112,7 @@ def const_b(u) -> bool:
 def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     """Cycles from ``start`` to ``done`` (the cycle model; exact for this sequencer).
 
-    A micro-op costs 1 (load) + ``DRAIN`` (6) cycles (one more with one read port, ``LANE_LATENCY`` more with
+    A micro-op costs 1 (load) + ``DRAIN`` (6) cycles (one more with one read port, ``LANE_DRAIN`` more with
     several lanes), plus :func:`latency`
     more drain cycles for an ``exp``, ``sigmoid`` or ``tanh`` (their pipelined units), plus one per
     (element, k) pair; a ``divf`` or ``div`` element costs
@@ -119,7 +121,7 @@ def cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> int:
     two non-constant operands issues every other cycle, and a constant
     operand is read once, in ``READ_LATENCY`` extra load cycles. With ``macs`` lanes, each lane computes
     output elements of its own (:func:`lane_plan`): a group of up to ``macs`` elements issues per (k, cycle),
-    a read takes ``LANE_LATENCY`` more cycles (so do a drain and a divider element) and a
+    a read takes ``LANE_LATENCY`` more cycles (so does a divider element; a drain ``LANE_DRAIN``) and a
     micro-op of ``n`` elements costs ``lane_plan(u, macs).groups`` times an element's cycles.
     """
     if not mc.ops:                       # a program of views only: start, then done
@@ -136,7 +138,8 @@ def op_cycles(mc: Microcode, read_ports: int = 2, macs: int = 1) -> np.ndarray:
         n = lane_plan(u, macs).groups if macs > 1 else int(np.prod(u.out.shape, dtype=np.int64))
         two = read_ports == 1 and u.b is not None and not const_b(u)
         f = facts(u.kind)
-        c = 1 + DRAIN + (read_ports == 1) + lane + f.latency + READ_LATENCY * (read_ports == 1 and const_b(u))
+        c = (1 + DRAIN + (read_ports == 1) + LANE_DRAIN * (macs > 1) + f.latency
+             + READ_LATENCY * (read_ports == 1 and const_b(u)))
         if f.sequential:
             c += n * (f.bits(mc.dtype) + 3 + READ_LATENCY + lane + 1 + two)
         else:
