@@ -7,13 +7,15 @@ Fitted by non-negative least squares. ``LUT4``: yosys synthesis (synth_ecp5 / sy
 ``PERIOD_NS``: the clock period (ns) nextpnr reaches on the same sequencer designs at 1 and 2 lanes, placed
 and routed; features as :data:`circuitgrad.backends.fpga.cost.TIMING_FEATURES`. ``UNROLLED_PERIOD_NS``: the
 same for the unrolled MLPs; features as :data:`circuitgrad.backends.fpga.cost.UNROLLED_TIMING_FEATURES`.
+The lane terms of ``LUT4`` (``lanes``, ``crossbar``): ``--fit-lanes``, yosys synthesis of 2 designs at 2–8 lanes,
+the other terms kept.
 Generated: do not edit by hand.
 """
 LUT4 = {
     "ecp5": {
         "const": 261.044,
         "rom": 0.589,
-        "lanes": 0.0,
+        "lanes": 75.138,
         "one_port": 162.77,
         "sequential": 169.025,
         "exp": 216.704,
@@ -21,19 +23,21 @@ LUT4 = {
         "tanh": 119.508,
         "compare": 0.0,
         "lutram": 271.548,
-        "blocks": 30.081
+        "blocks": 30.081,
+        "crossbar": 852.252
     },
     "ice40": {
         "const": 337.741,
         "rom": 0.642,
-        "lanes": 38.192,
+        "lanes": 0.0,
         "one_port": 99.528,
         "sequential": 369.871,
         "exp": 0.0,
         "sigmoid": 200.677,
         "tanh": 251.985,
         "compare": 292.256,
-        "blocks": 20.06
+        "blocks": 20.06,
+        "crossbar": 895.173
     }
 }
 
