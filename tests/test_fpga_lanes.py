@@ -139,4 +139,22 @@ def test_lanes_train_bit_exact_with_exact_cycles_on_a_layer_norm_gelu_mlp(rng):
     want = step.step(p, x, y)
     got, n = fpga.simulate(d4, p, x, y, check_collisions=True)
     assert all(np.array_equal(got[k], want[k]) for k in want)
-    assert n == d4.cycles < d1.cycles / 2
+    # four lanes pay 1.9x here: with a batch of 4, each micro-op's drain (LANE_DRAIN longer) is a large share
+    assert n == d4.cycles < 0.55 * d1.cycles
+
+
+@pytest.mark.parametrize("target, macs, cells", [("ecp5-85k", 4, 4), ("ecp5-85k", 1, 0), ("ice40-up5k", 2, 0)])
+def test_lane_products_are_ecp5_dsp_blocks_with_their_own_registers(target, macs, cells):
+    # for the ECP5, each lane's product is a MULT18X18D whose input and output registers are the model's a₁, b₁
+    # and product registers; the simulation (no target) and the iCE40 keep the Amaranth model
+    from circuitgrad.backends.fpga.synth import rtlil_text
+    step = cg.compile_model(nn.mlp(8, [4, 16, 3]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.125), dtype=Q)
+    design = fpga.compile(step, macs=macs)
+    il = rtlil_text(design, log=lambda s: None, target=target)
+    blocks = re.findall(r"cell \\MULT18X18D .*?\n  end", il, re.S)
+    assert len(blocks) == cells
+    for b in blocks:
+        for reg in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK"):
+            assert f'parameter \\{reg} "CLK0"' in b
+        assert 'parameter \\REG_PIPELINE_CLK' not in b
+    assert "MULT18X18D" not in rtlil_text(design, log=lambda s: None)

@@ -17,9 +17,9 @@ from circuitgrad.backends.fpga.uart import UARTReceiver, UARTTransmitter, diviso
 Q = cg.fixed(16, 8)
 
 
-def _iris_design(function: str = "step", spram: int = 0):
+def _iris_design(function: str = "step", spram: int = 0, macs: int = 1):
     step = cg.compile_model(nn.mlp(4, [4, 8, 3]), nn.softmax_cross_entropy, nn.momentum(0.1, 0.9), dtype=Q)
-    return step, fpga.compile(step, function=function, spram=spram)
+    return step, fpga.compile(step, function=function, spram=spram, macs=macs)
 
 
 def _batches(n: int, seed: int = 0):
@@ -78,11 +78,11 @@ def test_frames_are_laid_out_as_documented():
         PR.encode_words([40000], 16)
 
 
-@pytest.mark.parametrize("spram", [0, 4])
-def test_training_over_the_simulated_line_equals_fpga_train(spram):
+@pytest.mark.parametrize("spram, macs", [(0, 1), (4, 1), (0, 3)])
+def test_training_over_the_simulated_line_equals_fpga_train(spram, macs):
     """Driver, UART and sequencer together: the same parameters as the simulation that loads memory directly
-    (with SPRAM, the host's words go through the blocks' one port)."""
-    step, d = _iris_design(spram=spram)
+    (with SPRAM, the host's words go through the blocks' one port; with lanes, through the interleaved banks)."""
+    step, d = _iris_design(spram=spram, macs=macs)
     assert (d.microcode.spram_blocks > 0) == (spram > 0)
     p, batches = step.init_params(seed=1), _batches(2)
     want, cycles = fpga.train(d, p, batches)

@@ -82,25 +82,27 @@ class Design:
         """Predicted cycles per call (exact for the current sequencer)."""
         return cycles(self.microcode, self.read_ports, self.macs)
 
-    def component(self, bank_words: int | None = None, spram_cells: bool = False):
+    def component(self, bank_words: int | None = None, spram_cells: bool = False, dsp_cells: bool = False):
         """The Amaranth :class:`~.sequencer.Sequencer` of this design (``bank_words``: words per block RAM of the
         target; ``None`` keeps the memory in one bank, as the simulation does; ``spram_cells``: SPRAM as
-        ``SB_SPRAM256KA`` instances, for synthesis)."""
+        ``SB_SPRAM256KA`` instances, ``dsp_cells``: the lanes' products as ECP5 ``MULT18X18D`` instances, both
+        for synthesis)."""
         return _sequencer("design.component()").Sequencer(self.microcode, self.read_ports, self.macs, bank_words,
-                                                           spram_cells)
+                                                           spram_cells, dsp_cells)
 
-    def top(self, bank_words: int | None = None, spram_cells: bool = False):
+    def top(self, bank_words: int | None = None, spram_cells: bool = False, dsp_cells: bool = False):
         """The sequencer behind the serial pins that synthesis builds (:class:`~.synth.Top`)."""
         _sequencer("design.top()")
         from .synth import Top
-        return Top(self.component(bank_words, spram_cells))
+        return Top(self.component(bank_words, spram_cells, dsp_cells))
 
-    def serial_top(self, divisor: int, bank_words: int | None = None, spram_cells: bool = False):
+    def serial_top(self, divisor: int, bank_words: int | None = None, spram_cells: bool = False,
+                   dsp_cells: bool = False):
         """The sequencer behind the framed UART protocol at ``divisor`` clock cycles per bit
         (:class:`~.link.SerialTop`: what a board's bitstream holds, and :class:`~.board.Board` drives)."""
         _sequencer("design.serial_top()")
         from .link import SerialTop
-        return SerialTop(self.component(bank_words, spram_cells), divisor)
+        return SerialTop(self.component(bank_words, spram_cells, dsp_cells), divisor)
 
 
 @dataclass
@@ -127,8 +129,8 @@ class UnrolledDesign:
         from .unrolled import Unrolled
         return Unrolled(self.microcode, self.consts)
 
-    def top(self, bank_words: int | None = None, spram_cells: bool = False):
-        """The pipeline behind the serial pins (it has no memory: ``bank_words`` and ``spram_cells`` are ignored)."""
+    def top(self, bank_words: int | None = None, spram_cells: bool = False, dsp_cells: bool = False):
+        """The pipeline behind the serial pins (it has no memory or lanes: the other arguments are ignored)."""
         _sequencer("design.top()")
         from .unrolled import UnrolledTop
         return UnrolledTop(self.component())

@@ -5,7 +5,7 @@
     lane l's a address ─┐   register: address,              ┌─► bank j = address mod P, read port 0 (a)
     lane l's b address ─┼─► its bank (one-hot) ─► crossbar ─┼─► … read port 1 (b)      (banks.BankedMemory)
     lane l's write ─────┘                                   └─► … its write port (registered again)
-    bank j's words ──► (READ_LATENCY later) the bank each lane addressed ──► lane l's a, b
+    crossbar ──► register ──► bank j ──► (READ_LATENCY later) the bank each lane addressed ──► lane l's a, b
 
 Address ``a`` lives in bank ``a mod P``, word ``a div P``. Each lane reads ``a`` and ``b`` and writes one word per
 cycle; the micro-op's plan (:func:`~.timing.lane_plan`) keeps the lanes of one group in distinct banks, or on one
@@ -41,8 +41,9 @@ class InterleavedMemory(wiring.Component):
     """``depth`` signed ``width``-bit words interleaved across ``interleave(lanes)`` banks, for ``lanes`` lanes.
 
     Ports, one of each per lane: ``a_addr``, ``a_used``, ``b_addr``, ``b_used`` (In) and ``a_data``, ``b_data``
-    (Out, the word ``LANE_LATENCY + READ_LATENCY`` = 4 cycles after its address: each lane's address, whether it is
-    used and the bank it selects are registered first, and each bank's word before the lanes choose); ``w_addr``,
+    (Out, the word ``LANE_LATENCY + READ_LATENCY`` = 5 cycles after its address: each lane's address, whether it is
+    used and the bank it selects are registered first, each bank's address after the crossbar, and each bank's
+    word before the lanes choose); ``w_addr``,
     ``w_data``, ``w_en`` (In: registered with their bank, then as a bank's write: written at the end of the second
     cycle after). ``host`` and ``host_addr`` (In): while ``host`` is high, lane 0's ``a`` port reads ``host_addr``,
     past the address registers; ``host_data`` (Out) is its word ``READ_LATENCY`` (2) cycles later.
@@ -93,14 +94,17 @@ class InterleavedMemory(wiring.Component):
                                                      (self.b_addr, self.b_used, self.b_data))):
             x = "ab"[port]
             regs = [self._register(m, f"{x}{lane}", addrs[lane], used[lane]) for lane in range(L)]
-            self.read_taps += [(SimpleNamespace(addr=reg, stream=x), hits.any()) for reg, hits in regs]
-            if port == 0:                           # the host reads through lane 0's a port, past the registers
-                host_hits = Signal(P, name="host_hits")
-                m.d.comb += host_hits.eq(Const(1, P) << _low(self.host_addr, lo))
-                regs[0] = (Mux(self.host, self.host_addr, regs[0][0]), Mux(self.host, host_hits, regs[0][1]))
-            for j, bank in enumerate(self.banks):
-                m.d.comb += bank.raddr[port].eq(
-                    reduce(lambda acc, t: acc | t, [Mux(hits[j], reg >> lo, 0) for reg, hits in regs]))
+            for lane, (reg, hits) in enumerate(regs):    # the collision check sees a read as its bank does
+                tap, on = Signal.like(reg, name=f"{x}{lane}_tap"), Signal(name=f"{x}{lane}_tap_on")
+                m.d.sync += [tap.eq(reg), on.eq(hits.any())]
+                self.read_taps.append((SimpleNamespace(addr=tap, stream=x), on))
+            for j, bank in enumerate(self.banks):       # each bank's address, registered after the crossbar
+                addr = Signal.like(bank.raddr[port], name=f"{x}_bank{j}_addr")
+                m.d.sync += addr.eq(_select([(hits[j], reg >> lo) for reg, hits in regs]))
+                if port == 0:                           # the host reads through port a, past the registers
+                    m.d.comb += bank.raddr[0].eq(Mux(self.host, self.host_addr >> lo, addr))
+                else:
+                    m.d.comb += bank.raddr[port].eq(addr)
             words = []                              # each bank's word, registered before the lanes choose
             for j, bank in enumerate(self.banks):
                 word = Signal(signed(self.width), name=f"{x}_bank{j}_word")
@@ -108,7 +112,7 @@ class InterleavedMemory(wiring.Component):
                 words.append(word)
             for lane, (reg, _) in enumerate(regs):
                 sel = _low(reg, lo)
-                for d in range(READ_LATENCY + 1):     # the bank's read, its registers, then the word's
+                for d in range(READ_LATENCY + 2):     # the bank's address, its read and registers, the word's
                     nxt = Signal(range(P), name=f"{x}{lane}_bank{d + 1}")
                     m.d.sync += nxt.eq(sel)
                     sel = nxt
@@ -135,8 +139,13 @@ class InterleavedMemory(wiring.Component):
             tap = self.write_taps[lane]
             m.d.sync += [tap.addr.eq(reg), tap.en.eq(hits.any())]
         for j, bank in enumerate(self.banks):
-            m.d.comb += [
-                bank.waddr.eq(reduce(lambda a, b: a | b, [Mux(h[j], r >> lo, 0) for r, h, _ in writes])),
-                bank.wdata.eq(reduce(lambda a, b: a | b, [Mux(h[j], d, 0) for _, h, d in writes])),
-                bank.we.eq(reduce(lambda a, b: a | b, [h[j] for _, h, _ in writes]))]
+            m.d.comb += [bank.waddr.eq(_select([(h[j], r >> lo) for r, h, _ in writes])),
+                         bank.wdata.eq(_select([(h[j], d) for _, h, d in writes])),
+                         bank.we.eq(_select([(h[j], 1) for _, h, _ in writes]))]
         return m
+
+
+def _select(choices: list) -> object:
+    """The OR of the values whose select bit is set (at most one is, or they are equal): AND-OR logic, no
+    priority."""
+    return reduce(lambda acc, t: acc | t, [Mux(on, value, 0) for on, value in choices])

@@ -23,7 +23,7 @@ its own; on the pair marked ``last`` stage 3 holds the finished result.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Cat, ClockSignal, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -33,6 +33,9 @@ from .units import EW_WIDTH, elementwise, pipelined
 
 __all__ = ["MacPipeline", "ACC_SPLIT"]
 
+#: operand bits of the ECP5's MULT18X18D (signed 18 × 18 → 36)
+DSP_WIDTH = 18
+
 
 class MacPipeline(wiring.Component):
     """The product, elementwise units, the exp pipeline, the accumulator and the running max of one lane.
@@ -40,7 +43,10 @@ class MacPipeline(wiring.Component):
     Ports (In): ``valid``, ``last`` (the element's last k), ``first`` (its first k), ``addr`` (where the result
     goes); a cycle before them, ``k`` (for an argmax); the cycle after them, the operands ``a``, ``b``;
     constant through the micro-op, ``kind``, ``rescale``, ``has_b`` and ``pc``. ``registered_product`` (the
-    sequencer's lanes) registers the product before stage 2: one more stage.
+    sequencer's lanes) registers the product before stage 2: one more stage. ``dsp_cells`` (synthesis for the
+    ECP5, words of at most 18 bits) builds that registered product as a ``MULT18X18D`` with its own input and
+    output registers, so that neither the route to the DSP block nor the one from it shares a cycle with the
+    multiplier; its value and timing are the model's.
 
     Stage 3 (Out): ``out_valid``, ``out_addr``, ``out_pc`` and ``out_value`` (the result, before the
     word's width is taken), and for the range check ``out_acc`` (the accumulator), ``out_ew`` (the
@@ -49,8 +55,9 @@ class MacPipeline(wiring.Component):
     which the divider loads from.
     """
 
-    def __init__(self, cfg: SeqConfig, registered_product: bool = False):
+    def __init__(self, cfg: SeqConfig, registered_product: bool = False, dsp_cells: bool = False):
         self.cfg, self.registered_product = cfg, registered_product
+        self.dsp_cells = dsp_cells and registered_product and cfg.W <= DSP_WIDTH
         W = cfg.W
         kind, pc, addr = range(len(cfg.codes)), range(cfg.n_ops + 1), range(cfg.depth)
         members = {
@@ -73,10 +80,27 @@ class MacPipeline(wiring.Component):
             # the product is registered at the multiplier (stage P), the metadata and operands a cycle later beside
             # it: with lanes spread over the chip, the route to a DSP block and on to p2 is no longer one cycle
             p = Signal(signed(2 * self.cfg.W), name="product")
-            m.d.sync += p.eq(product)
+            if self.dsp_cells:
+                m.d.comb += p.eq(self._dsp_product(m))
+            else:
+                m.d.sync += p.eq(product)
             meta, (a1, b1), product = self._delay(m, meta, "p"), self._delay(m, [a1, b1], "p"), p
         self._stages_2_3(m, *self._to_stage2(m, meta, a1, b1, product), a1)
         return m
+
+    def _dsp_product(self, m: Module):
+        """``a · (b or 1)`` two cycles later, as ``p`` in the model: an ECP5 ``MULT18X18D`` whose input registers
+        stand for ``a₁, b₁`` (they are kept in the fabric too, for the other units) and whose output register is
+        ``p``."""
+        a, b, y = Signal(signed(DSP_WIDTH)), Signal(signed(DSP_WIDTH)), Signal(2 * DSP_WIDTH)
+        m.d.comb += [a.eq(self.a), b.eq(Mux(self.has_b, self.b, 1))]
+        regs = {f"p_{r}": "CLK0" for r in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK")}
+        pins = {**{f"i_A{i}": a[i] for i in range(DSP_WIDTH)}, **{f"i_B{i}": b[i] for i in range(DSP_WIDTH)},
+                **{f"i_C{i}": 0 for i in range(DSP_WIDTH)}, **{f"o_P{i}": y[i] for i in range(2 * DSP_WIDTH)}}
+        m.submodules.dsp = Instance("MULT18X18D", **regs, p_GSR="DISABLED", **pins,
+                                    i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
+                                    i_CLK0=ClockSignal(), i_CE0=1, i_RST0=0)
+        return y[:2 * self.cfg.W].as_signed()
 
     @staticmethod
     def _delay(m: Module, values: list, tag: str) -> list:

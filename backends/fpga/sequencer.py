@@ -111,11 +111,12 @@ class Sequencer(wiring.Component):
     ``bank_words``: words per memory bank (one block RAM each; ``synth`` passes the target's); ``None``
     keeps each copy of the memory in one bank. Results and cycles do not depend on it. ``spram_cells``:
     the program's SPRAM blocks (``mc.spram_blocks``) as ``SB_SPRAM256KA`` instances (synthesis) rather than
-    their model (simulation).
+    their model (simulation). ``dsp_cells``: the lanes' products as ECP5 ``MULT18X18D`` instances with their
+    own registers (synthesis for the ECP5; :class:`~.mac.MacPipeline`).
     """
 
     def __init__(self, mc: Microcode, read_ports: int = 2, macs: int = 1, bank_words: int | None = None,
-                 spram_cells: bool = False):
+                 spram_cells: bool = False, dsp_cells: bool = False):
         if read_ports not in (1, 2):
             raise ValueError(f"read_ports must be 1 or 2, got {read_ports}")
         if macs < 1 or (macs > 1 and read_ports != 2):
@@ -123,7 +124,7 @@ class Sequencer(wiring.Component):
                              f"read_ports={read_ports})")
         if mc.spram_blocks and macs > 1:
             raise ValueError(f"a program with SPRAM runs on one MAC lane (its blocks have one port), got macs={macs}")
-        self.read_ports, self.macs = read_ports, macs
+        self.read_ports, self.macs, self.dsp_cells = read_ports, macs, dsp_cells
         self.mc = mc
         self.W = mc.dtype.width
         self.depth = max(1, mc.depth)
@@ -168,7 +169,8 @@ class Sequencer(wiring.Component):
         macs, checks, wbs, divs = [], [], [], []
         for lane in range(L):
             sfx = str(lane) if L > 1 else ""
-            m.submodules[f"mac{sfx}"] = mac = MacPipeline(other_cfg if lane else lane_cfg, registered_product=L > 1)
+            m.submodules[f"mac{sfx}"] = mac = MacPipeline(other_cfg if lane else lane_cfg, registered_product=L > 1,
+                                                            dsp_cells=self.dsp_cells)
             m.submodules[f"check{sfx}"] = check = RangeCheck(lane_cfg)
             m.submodules[f"writeback{sfx}"] = wb = Writeback(lane_cfg)
             macs.append(mac), checks.append(check), wbs.append(wb)
@@ -255,7 +257,10 @@ class Sequencer(wiring.Component):
         the metadata waits a cycle more; each lane writes its own results and runs its own divider in step with
         lane 0's (whose controls the FSM drives)."""
         agen, mem = s.agen, self.mem
-        m.d.comb += [mem.host.eq(idle), mem.host_addr.eq(self.host_addr), self.host_rdata.eq(mem.host_data)]
+        # the host's port is the banks' address while idle: registered, as it reaches every bank (the first read
+        # of a run reaches the banks cycles after the run leaves IDLE)
+        m.d.sync += mem.host.eq(idle)
+        m.d.comb += [mem.host_addr.eq(self.host_addr), self.host_rdata.eq(mem.host_data)]
 
         def late(values: dict, n: int) -> list:
             """``values`` (name → value) registered ``n`` times (``{name}{i}``)."""

@@ -224,7 +224,8 @@ def rtlil_text(design, log=print, target: str | None = None, divisor: int | None
     if divisor is not None and not hasattr(design, "serial_top"):
         raise ValueError("an unrolled design has no memory for the UART host port: build it with host='pins'")
     cells = target is not None                      # SPRAM blocks as SB_SPRAM256KA (precheck: only the UP5K has them)
-    top = design.top(banks, cells) if divisor is None else design.serial_top(divisor, banks, cells)
+    dsp = cells and TARGETS[target].family == "ecp5"   # the lanes' products as MULT18X18D with their registers
+    top = design.top(banks, cells, dsp) if divisor is None else design.serial_top(divisor, banks, cells, dsp)
     il = rtlil.convert(top, name="top")
     il, n = re.subn(r"(parameter \\COLLISION_X_MASK )(\d+)'([01]+)",
                     lambda mt: f"{mt[1]}{mt[2]}'{'1' * int(mt[2])}", il)

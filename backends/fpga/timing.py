@@ -29,8 +29,9 @@ def sqrt_bits(mc: Microcode) -> int:
 #: per bank (``banks.BankedMemory``)
 READ_LATENCY = 2
 #: with several lanes, the cycles the interleaved memory adds to a read: each lane's address is registered with
-#: the bank it selects, and each bank's word before the lanes choose among them (``interleave.InterleavedMemory``)
-LANE_LATENCY = 2
+#: the bank it selects, each bank's address after the crossbar, and each bank's word before the lanes choose
+#: among them (``interleave.InterleavedMemory``)
+LANE_LATENCY = 3
 #: with several lanes, the drain cycles they add: ``LANE_LATENCY`` and each lane's product register (``mac.py``)
 LANE_DRAIN = LANE_LATENCY + 1
 #: cycles from a write's request to the end of the cycle in which it lands (its word, address and bank
