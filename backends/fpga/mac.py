@@ -31,10 +31,22 @@ from .config import SeqConfig
 from .kinds import Kind, Unit, facts
 from .units import EW_WIDTH, elementwise, pipelined
 
-__all__ = ["MacPipeline", "ACC_SPLIT"]
+__all__ = ["MacPipeline", "ACC_SPLIT", "delay"]
 
 #: operand bits of the ECP5's MULT18X18D (signed 18 × 18 → 36)
 DSP_WIDTH = 18
+
+
+def delay(m: Module, values: dict, n: int = 1) -> list:
+    """``values`` (name → value) through ``n`` registers each (the last named ``name``, earlier ones
+    ``{name}_d{i}``)."""
+    items = list(values.items())
+    for i in range(n):
+        regs = [Signal(v.shape() if hasattr(v, "shape") else len(v),
+                       name=name if i == n - 1 else f"{name}_d{i}") for name, v in items]
+        m.d.sync += [r.eq(v) for r, (_, v) in zip(regs, items)]
+        items = [(name, r) for (name, _), r in zip(items, regs)]
+    return [v for _, v in items]
 
 
 class MacPipeline(wiring.Component):
@@ -104,10 +116,8 @@ class MacPipeline(wiring.Component):
 
     @staticmethod
     def _delay(m: Module, values: list, tag: str) -> list:
-        """``values`` registered once (``{name}_{tag}``)."""
-        out = [Signal.like(v, name=f"{v.name}_{tag}") for v in values]
-        m.d.sync += [o.eq(v) for o, v in zip(out, values)]
-        return out
+        """``values`` (signals) registered once (``{name}_{tag}``)."""
+        return delay(m, {f"{v.name}_{tag}": v for v in values})
 
     def _stage_r(self, m: Module) -> list:
         """The metadata, a cycle later, beside the operands: ``[valid, last, first, addr(, k)]``."""

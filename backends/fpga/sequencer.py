@@ -55,7 +55,7 @@ from .config import SeqConfig
 from .decode import Decoder
 from .divider import SeqDivider
 from .interleave import InterleavedMemory
-from .mac import MacPipeline
+from .mac import MacPipeline, delay
 from .microcode import Microcode
 from .writeback import RangeCheck, Writeback
 
@@ -262,17 +262,9 @@ class Sequencer(wiring.Component):
         m.d.sync += mem.host.eq(idle)
         m.d.comb += [mem.host_addr.eq(self.host_addr), self.host_rdata.eq(mem.host_data)]
 
-        def late(values: dict, n: int) -> list:
-            """``values`` (name → value) registered ``n`` times (``{name}{i}``)."""
-            values = list(values.items())
-            for i in range(n):
-                nxt = [(name, Signal(len(v), name=f"{name}{i}")) for name, v in values]
-                m.d.sync += [o.eq(v) for (_, o), (_, v) in zip(nxt, values)]
-                values = nxt
-            return [v for _, v in values]
         # the metadata waits LANE_LATENCY cycles more than with one lane, the issued k as long
-        v, last, first = late({"v_l": s.v1, "last_l": s.last1, "first_l": s.first1}, LANE_LATENCY)
-        k = late({"k_l": agen.k}, LANE_LATENCY)[0]
+        v, last, first = delay(m, {"v_l": s.v1, "last_l": s.last1, "first_l": s.first1}, LANE_LATENCY)
+        k = delay(m, {"k_l": agen.k}, LANE_LATENCY)[0]
         s.wb_addr = []
         for lane, mac in enumerate(macs):
             used = Signal(name=f"used{lane}")
@@ -280,7 +272,7 @@ class Sequencer(wiring.Component):
                          mem.a_addr[lane].eq(agen.lane_a[lane]), mem.b_addr[lane].eq(agen.lane_b[lane]),
                          mem.a_used[lane].eq(used), mem.b_used[lane].eq(used & s.op_has_b)]
             # the lane's element travels with its metadata: registered at issue, then as long as it
-            addr, live = late({f"out{lane}_": agen.lane_o[lane], f"live{lane}_": agen.live[lane]}, 1 + LANE_LATENCY)
+            addr, live = delay(m, {f"out{lane}_": agen.lane_o[lane], f"live{lane}_": agen.live[lane]}, 1 + LANE_LATENCY)
             m.d.comb += [mac.valid.eq(v & live), mac.last.eq(last), mac.first.eq(first), mac.addr.eq(addr),
                          mac.k.eq(k), mac.a.eq(mem.a_data[lane]), mac.b.eq(mem.b_data[lane])]
             wb = wbs[lane]
