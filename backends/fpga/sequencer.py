@@ -88,6 +88,8 @@ class _Shared:
         self.issue = Signal(name="issue")            # a pair is issued this cycle (run, and b's phase with one port)
         self.drain = Signal(range(DRAIN_MAX + 1), name="drain")          # drain cycles left after this one
         self.adv_pc = Signal(name="adv_pc")          # the drain's first cycle: pc moves on
+        self.clear = Signal(name="clear")            # BEGIN: the lanes' overflow flags clear (registered: they
+                                                     # are spread over the chip, and no write lands before RUN)
         self.v1 = Signal(name="v1")                  # a pair was issued last cycle (see MacPipeline.valid)
         self.ph = Signal(name="ph")                  # one port, two operands: 1 while b is being read
         self.ph0 = [Signal(name=f"ph0_d{i + 1}") for i in range(READ_LATENCY)]    # … a was read i + 1 cycles ago
@@ -187,7 +189,8 @@ class Sequencer(wiring.Component):
                          s.op_has_b.eq(fl.has_b), s.op_tp.eq(fl.two_phase), s.op_cb.eq(fl.const_b),
                          s.op_drain.eq(fl.drain)]
 
-        m.d.sync += [s.adv_pc.eq(0), s.load.eq(0)]   # (set by the controller on its way into DRAIN, LOAD)
+        m.d.sync += [s.adv_pc.eq(0), s.load.eq(0), s.clear.eq(0)]   # (set by the controller on its way into
+        m.d.comb += s.wb.clear.eq(s.clear)                               #  DRAIN, LOAD, BEGIN)
         m.d.comb += agen.load.eq(s.load)
         fsm = self._control(m, s)
         with m.If(s.adv_pc):
@@ -327,9 +330,8 @@ class Sequencer(wiring.Component):
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 m.d.comb += s.wb.host.eq(1)
-                with m.If(self.start):
-                    m.d.comb += s.wb.clear.eq(1)
-                    m.d.sync += [s.pc.eq(0), self.done.eq(0), s.last_op.eq(0)]
+                with m.If(self.start):                          # (pc is 0 here: DONE and reset leave it so)
+                    m.d.sync += [s.clear.eq(1), self.done.eq(0), s.last_op.eq(0)]
                     m.next = "BEGIN" if cfg.n_ops else "DONE"
             with m.State("BEGIN"):                              # the decoded fields of op 0 settle
                 self._goto(m, s, "LOAD")
