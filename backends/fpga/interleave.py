@@ -27,7 +27,7 @@ from amaranth.lib.wiring import In, Out
 
 from .banks import BankedMemory
 from .isa import interleave
-from .timing import READ_LATENCY
+from .timing import LANE_LATENCY, READ_LATENCY
 
 __all__ = ["InterleavedMemory"]
 
@@ -45,8 +45,8 @@ class InterleavedMemory(wiring.Component):
     used and the bank it selects are registered first, each bank's address after the crossbar, and each bank's
     word before the lanes choose); ``w_addr``,
     ``w_data``, ``w_en`` (In: registered with their bank, then as a bank's write: written at the end of the second
-    cycle after). ``host`` and ``host_addr`` (In): while ``host`` is high, lane 0's ``a`` port reads ``host_addr``,
-    past the address registers; ``host_data`` (Out) is its word ``READ_LATENCY`` (2) cycles later.
+    cycle after). ``host`` and ``host_addr`` (In): while ``host`` is high, every bank's ``a`` port reads
+    ``host_addr``'s word, past the address registers; ``host_data`` (Out) is its word ``READ_LATENCY`` (2) cycles later.
     ``read_taps`` (each stream's registered address and used bit, per lane) and ``write_taps`` (each lane's write
     landing this cycle) are for the simulation's collision check.
     """
@@ -112,7 +112,7 @@ class InterleavedMemory(wiring.Component):
                 words.append(word)
             for lane, (reg, _) in enumerate(regs):
                 sel = _low(reg, lo)
-                for d in range(READ_LATENCY + 2):     # the bank's address, its read and registers, the word's
+                for d in range(READ_LATENCY + LANE_LATENCY - 1):   # bank address, read, registers, word
                     nxt = Signal(range(P), name=f"{x}{lane}_bank{d + 1}")
                     m.d.sync += nxt.eq(sel)
                     sel = nxt

@@ -42,8 +42,7 @@ def delay(m: Module, values: dict, n: int = 1) -> list:
     ``{name}_d{i}``)."""
     items = list(values.items())
     for i in range(n):
-        regs = [Signal(v.shape() if hasattr(v, "shape") else len(v),
-                       name=name if i == n - 1 else f"{name}_d{i}") for name, v in items]
+        regs = [Signal(v.shape(), name=name if i == n - 1 else f"{name}_d{i}") for name, v in items]
         m.d.sync += [r.eq(v) for r, (_, v) in zip(regs, items)]
         items = [(name, r) for (name, _), r in zip(items, regs)]
     return [v for _, v in items]
