@@ -2,6 +2,8 @@
 lint, circom file formats accepted by snarkjs, clear errors on bad files."""
 from __future__ import annotations
 
+import importlib
+import math
 import os
 import subprocess
 import time
@@ -157,12 +159,29 @@ def test_missing_node_is_a_clear_error(tmp_path, monkeypatch):
                             "'apt-get install nodejs npm', or from nodejs.org) and retry")
 
 
-def test_galois_field_builds_fast():
-    import time
-    pytest.importorskip("galois")
-    t = time.perf_counter()
+@pytest.mark.parametrize("f, factors", [
+    (zk.BN254, {2: 28, 3: 2, 13: 1, 29: 1, 983: 1, 11003: 1, 237073: 1, 405928799: 1, 1670836401704629: 1,
+                13818364434197438864469338081: 1}),            # p − 1 of the BN254 scalar field, as published
+    (zk.LIGERO51, {2: 33, 262139: 1})])
+def test_a_fields_generator_generates_its_multiplicative_group(f, factors):
+    """g is a generator of F_p^× iff g^((p−1)/q) ≠ 1 for every prime q dividing p − 1."""
+    galois = pytest.importorskip("galois")
+    assert math.prod(q ** e for q, e in factors.items()) == f.p - 1
+    assert all(galois.is_prime(q) for q in factors)
+    assert all(pow(f.generator, (f.p - 1) // q, f.p) != 1 for q in factors)
+    assert pow(4, (f.p - 1) // 2, f.p) == 1                   # the test can fail: a square generates no more
+
+
+def test_galois_field_builds_without_searching(monkeypatch):
+    """galois.GF(p) of a 254-bit prime factors p − 1 and searches a primitive element (minutes) unless given
+    one and told not to verify: the field passes its generator (checked above)."""
+    galois = pytest.importorskip("galois")
+    field = importlib.import_module("circuitgrad.backends.zk.circuits.field")
+    calls, build = [], galois.GF
+    monkeypatch.setattr(galois, "GF", lambda *a, **kw: calls.append((a, kw)) or build(*a, **kw))
+    field._galois.cache_clear()
     GF = zk.BN254.galois()
-    assert time.perf_counter() - t < 5
+    assert calls == [((zk.BN254.p,), {"primitive_element": zk.BN254.generator, "verify": False})]
     a = GF([3, 5])
     assert int((a * a)[1]) == 25 and int((-a)[0]) == zk.BN254.p - 3
 
