@@ -82,27 +82,25 @@ class Design:
         """Predicted cycles per call (exact for the current sequencer)."""
         return cycles(self.microcode, self.read_ports, self.macs)
 
-    def component(self, bank_words: int | None = None, spram_cells: bool = False, dsp_cells: bool = False):
+    def component(self, bank_words: int | None = None, cells: str | None = None):
         """The Amaranth :class:`~.sequencer.Sequencer` of this design (``bank_words``: words per block RAM of the
-        target; ``None`` keeps the memory in one bank, as the simulation does; ``spram_cells``: SPRAM as
-        ``SB_SPRAM256KA`` instances, ``dsp_cells``: the lanes' products as ECP5 ``MULT18X18D`` instances, both
-        for synthesis)."""
+        target; ``None`` keeps the memory in one bank, as the simulation does; ``cells``: the device family whose
+        memory and DSP primitives synthesis instantiates, ``None`` for the models the simulation runs)."""
         return _sequencer("design.component()").Sequencer(self.microcode, self.read_ports, self.macs, bank_words,
-                                                           spram_cells, dsp_cells)
+                                                           cells)
 
-    def top(self, bank_words: int | None = None, spram_cells: bool = False, dsp_cells: bool = False):
+    def top(self, bank_words: int | None = None, cells: str | None = None):
         """The sequencer behind the serial pins that synthesis builds (:class:`~.synth.Top`)."""
         _sequencer("design.top()")
         from .synth import Top
-        return Top(self.component(bank_words, spram_cells, dsp_cells))
+        return Top(self.component(bank_words, cells))
 
-    def serial_top(self, divisor: int, bank_words: int | None = None, spram_cells: bool = False,
-                   dsp_cells: bool = False):
+    def serial_top(self, divisor: int, bank_words: int | None = None, cells: str | None = None):
         """The sequencer behind the framed UART protocol at ``divisor`` clock cycles per bit
         (:class:`~.link.SerialTop`: what a board's bitstream holds, and :class:`~.board.Board` drives)."""
         _sequencer("design.serial_top()")
         from .link import SerialTop
-        return SerialTop(self.component(bank_words, spram_cells, dsp_cells), divisor)
+        return SerialTop(self.component(bank_words, cells), divisor)
 
 
 @dataclass
@@ -129,7 +127,7 @@ class UnrolledDesign:
         from .unrolled import Unrolled
         return Unrolled(self.microcode, self.consts)
 
-    def top(self, bank_words: int | None = None, spram_cells: bool = False, dsp_cells: bool = False):
+    def top(self, bank_words: int | None = None, cells: str | None = None):
         """The pipeline behind the serial pins (it has no memory or lanes: the other arguments are ignored)."""
         _sequencer("design.top()")
         from .unrolled import UnrolledTop

@@ -26,6 +26,7 @@ from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from .blockram import DP16KD_WIDTH, DP16KD_WORDS, dp16kd
 from .isa import SPRAM_WORDS
 from .spram import SinglePortRAM
 
@@ -41,13 +42,18 @@ class BankedMemory(wiring.Component):
     address and enable of the write landing this cycle) lets the simulation check that none happens.
 
     With ``spram_blocks``, the top ``spram_blocks × SPRAM_WORDS`` addresses are single-port RAM blocks
-    (:class:`~.spram.SinglePortRAM`, ``cells`` as there) and block RAM holds the first ``ram_words``: a
-    block's address is the write's when one lands in it, else read port 0's when it reads there, else
-    port 1's; its word is registered beside it like a bank's, with the same latency.
+    (:class:`~.spram.SinglePortRAM`) and block RAM holds the first ``ram_words``: a block's address is the
+    write's when one lands in it, else read port 0's when it reads there, else port 1's; its word is
+    registered beside it like a bank's, with the same latency.
+
+    ``cells``: the device family whose primitives synthesis instantiates (``None``: the Amaranth model, what
+    the simulation runs). Any family builds the SPRAM blocks as ``SB_SPRAM256KA`` (only the UP5K has them);
+    ``"ecp5"`` builds each bank of 1024 words of at most 18 bits as a ``DP16KD`` per read port whose output
+    register is the bank's register (:mod:`.blockram`).
     """
 
     def __init__(self, width: int, depth: int, init: Sequence[int], reads: int, bank_words: int | None = None,
-                 ram_words: int | None = None, spram_blocks: int = 0, cells: bool = False):
+                 ram_words: int | None = None, spram_blocks: int = 0, cells: str | None = None):
         self.width, self.depth = width, max(1, depth)
         self.ram_words = max(1, self.depth if ram_words is None else ram_words)
         bw = self.ram_words if bank_words is None or bank_words >= self.ram_words else bank_words
@@ -58,10 +64,13 @@ class BankedMemory(wiring.Component):
         self.aw = max(1, (self.depth - 1).bit_length())
         self.lo = max(1, (bw - 1).bit_length()) if self.n_banks > 1 else self.aw
         init = list(init) + [0] * (self.n_banks * bw - len(init))
-        self.banks = [memory.Memory(shape=signed(width), depth=bw, init=init[i * bw:(i + 1) * bw])
-                      for i in range(self.n_banks)]
+        self.inits = [init[i * bw:(i + 1) * bw] for i in range(self.n_banks)]
+        # the ECP5's banks as DP16KD instances (synthesis), otherwise Amaranth memories (the model)
+        self.dp16kd = cells == "ecp5" and bank_words == DP16KD_WORDS and width <= DP16KD_WIDTH
+        self.banks = [] if self.dp16kd else [memory.Memory(shape=signed(width), depth=bw, init=words)
+                                             for words in self.inits]
         self.spram_base = self.depth - spram_blocks * SPRAM_WORDS
-        self.sprams = [SinglePortRAM(width, cells) for _ in range(spram_blocks)]
+        self.sprams = [SinglePortRAM(width, cells is not None) for _ in range(spram_blocks)]
         self._reads = [[bank.read_port() for bank in self.banks] for _ in range(reads)]
         self._writes = [bank.write_port() for bank in self.banks]
         self.write_taps = SimpleNamespace(addr=Signal(unsigned(self.aw), name="w_addr_full"), en=Signal(name="w_en"))
@@ -74,6 +83,8 @@ class BankedMemory(wiring.Component):
         if addr >= self.spram_base and self.sprams:
             j, word = divmod(addr - self.spram_base, SPRAM_WORDS)
             return self.sprams[j].data, word
+        if self.dp16kd:
+            raise ValueError("a memory of DP16KD instances (synthesis) has no simulation storage")
         bank, word = divmod(addr, self.bank_words)
         return self.banks[bank].data, word
 
@@ -88,8 +99,13 @@ class BankedMemory(wiring.Component):
         nb, lo, ns = self.n_banks, self.lo, len(self.sprams)
         top = self.spram_base >> 14                # an SPRAM address's bits 14 and up: top + its block
         sp_regs = self._spram(m, top) if ns else []
+        addr, data = Signal(lo, name="w_addr"), Signal(signed(self.width), name="w_data")
+        w_en = [Signal(name=f"w_en{i}") for i in range(nb)]
         for r, ports in enumerate(self._reads):
             regs = [Signal(signed(self.width), name=f"r{r}_bank{i}") for i in range(nb)]
+            if self.dp16kd:
+                for i, reg in enumerate(regs):
+                    dp16kd(m, f"bank{i}_r{r}", self.inits[i], addr, data, w_en[i], self.raddr[r][:lo], reg)
             for port, reg in zip(ports, regs):
                 m.d.comb += port.addr.eq(self.raddr[r][:lo])
                 m.d.sync += reg.eq(port.data)
@@ -120,13 +136,12 @@ class BankedMemory(wiring.Component):
                 for j, reg in enumerate(sp_regs):
                     with m.Case(j + 1):
                         m.d.comb += self.rdata[r].eq(reg)
-        addr, data = Signal(lo, name="w_addr"), Signal(signed(self.width), name="w_data")
         m.d.sync += [addr.eq(self.waddr[:lo]), data.eq(self.wdata), self.write_taps.addr.eq(self.waddr),
                      self.write_taps.en.eq(self.we)]
         in_ram = (self.waddr[14:] < top) if ns else 1
-        for i, port in enumerate(self._writes):
-            en = Signal(name=f"w_en{i}")
+        for i, en in enumerate(w_en):
             m.d.sync += en.eq(self.we & ((self.waddr[lo:] == i) if nb > 1 else in_ram))
+        for port, en in zip(self._writes, w_en):
             m.d.comb += [port.addr.eq(addr), port.data.eq(data), port.en.eq(en)]
         return m
 

@@ -48,17 +48,19 @@ class InterleavedMemory(wiring.Component):
     cycle after). ``host`` and ``host_addr`` (In): while ``host`` is high, every bank's ``a`` port reads
     ``host_addr``'s word, past the address registers; ``host_data`` (Out) is its word ``READ_LATENCY`` (2) cycles later.
     ``read_taps`` (each stream's registered address and used bit, per lane) and ``write_taps`` (each lane's write
-    landing this cycle) are for the simulation's collision check.
+    landing this cycle) are for the simulation's collision check. ``cells``: the banks' primitives, as in
+    :class:`~.banks.BankedMemory`.
     """
 
-    def __init__(self, width: int, depth: int, init: Sequence[int], lanes: int, bank_words: int | None = None):
+    def __init__(self, width: int, depth: int, init: Sequence[int], lanes: int, bank_words: int | None = None,
+                 cells: str | None = None):
         self.width, self.depth, self.lanes = width, max(1, depth), lanes
         self.P = interleave(lanes)
         self.lo = (self.P - 1).bit_length()
         self.aw = max(1, (self.depth - 1).bit_length())
         per = -(-self.depth // self.P)
         init = list(init) + [0] * (per * self.P - len(init))
-        self.banks = [BankedMemory(width, per, init[j::self.P], 2, bank_words) for j in range(self.P)]
+        self.banks = [BankedMemory(width, per, init[j::self.P], 2, bank_words, cells=cells) for j in range(self.P)]
         self.write_taps = [SimpleNamespace(addr=Signal(unsigned(self.aw), name=f"w_addr_full{lane}"),
                                            en=Signal(name=f"w_en_full{lane}")) for lane in range(lanes)]
         self.read_taps: list = []

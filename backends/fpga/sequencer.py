@@ -111,14 +111,15 @@ class Sequencer(wiring.Component):
     """Runs ``mc`` on ``macs`` MAC lanes (see the module docstring for the ports and timing).
 
     ``bank_words``: words per memory bank (one block RAM each; ``synth`` passes the target's); ``None``
-    keeps each copy of the memory in one bank. Results and cycles do not depend on it. ``spram_cells``:
-    the program's SPRAM blocks (``mc.spram_blocks``) as ``SB_SPRAM256KA`` instances (synthesis) rather than
-    their model (simulation). ``dsp_cells``: the lanes' products as ECP5 ``MULT18X18D`` instances with their
-    own registers (synthesis for the ECP5; :class:`~.mac.MacPipeline`).
+    keeps each copy of the memory in one bank. Results and cycles do not depend on it. ``cells``: the device
+    family whose primitives synthesis instantiates, with the timing of the model they replace (``None``: the
+    Amaranth models, what the simulation runs): SPRAM blocks as ``SB_SPRAM256KA``; for ``"ecp5"``, the
+    memory's banks as ``DP16KD`` with their output registers (:class:`~.banks.BankedMemory`) and the lanes'
+    products as ``MULT18X18D`` with their own registers (:class:`~.mac.MacPipeline`).
     """
 
     def __init__(self, mc: Microcode, read_ports: int = 2, macs: int = 1, bank_words: int | None = None,
-                 spram_cells: bool = False, dsp_cells: bool = False):
+                 cells: str | None = None):
         if read_ports not in (1, 2):
             raise ValueError(f"read_ports must be 1 or 2, got {read_ports}")
         if macs < 1 or (macs > 1 and read_ports != 2):
@@ -126,7 +127,7 @@ class Sequencer(wiring.Component):
                              f"read_ports={read_ports})")
         if mc.spram_blocks and macs > 1:
             raise ValueError(f"a program with SPRAM runs on one MAC lane (its blocks have one port), got macs={macs}")
-        self.read_ports, self.macs, self.dsp_cells = read_ports, macs, dsp_cells
+        self.read_ports, self.macs, self.cells = read_ports, macs, cells
         self.mc = mc
         self.W = mc.dtype.width
         self.depth = max(1, mc.depth)
@@ -142,9 +143,9 @@ class Sequencer(wiring.Component):
         # with several lanes, one memory interleaved across banks that the lanes share (``interleave``)
         if macs == 1:
             self.mem = BankedMemory(self.W, self.depth, init, read_ports, bank_words, mc.ram_words, mc.spram_blocks,
-                                    spram_cells)
+                                    cells)
         else:
-            self.mem = InterleavedMemory(self.W, self.depth, init, macs, bank_words)
+            self.mem = InterleavedMemory(self.W, self.depth, init, macs, bank_words, cells)
         self.mems = [self.mem]
 
     def poke(self, ctx, addr: int, value: int) -> None:
@@ -172,7 +173,7 @@ class Sequencer(wiring.Component):
         for lane in range(L):
             sfx = str(lane) if L > 1 else ""
             m.submodules[f"mac{sfx}"] = mac = MacPipeline(other_cfg if lane else lane_cfg, registered_product=L > 1,
-                                                            dsp_cells=self.dsp_cells)
+                                                            dsp_cells=self.cells == "ecp5")
             m.submodules[f"check{sfx}"] = check = RangeCheck(lane_cfg)
             m.submodules[f"writeback{sfx}"] = wb = Writeback(lane_cfg)
             macs.append(mac), checks.append(check), wbs.append(wb)

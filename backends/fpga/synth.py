@@ -41,7 +41,8 @@ from .devices import BOARDS, HOSTS, TARGETS, Target, constraints, pcf  # noqa: F
 from .protocol import DEFAULT_BAUD  # noqa: E402
 from .uart import divisor as uart_divisor  # noqa: E402
 
-__all__ = ["TARGETS", "Top", "SERIAL_PINS", "Report", "synthesize", "cell_counts", "DoesNotFit", "rtlil_text"]
+__all__ = ["TARGETS", "Top", "SERIAL_PINS", "Report", "synthesize", "cell_counts", "DoesNotFit", "rtlil_text",
+           "convert"]
 
 
 class DoesNotFit(ValueError):
@@ -223,9 +224,13 @@ def rtlil_text(design, log=print, target: str | None = None, divisor: int | None
     banks = TARGETS[target].block_words if target else None
     if divisor is not None and not hasattr(design, "serial_top"):
         raise ValueError("an unrolled design has no memory for the UART host port: build it with host='pins'")
-    cells = target is not None                      # SPRAM blocks as SB_SPRAM256KA (precheck: only the UP5K has them)
-    dsp = cells and TARGETS[target].family == "ecp5"   # the lanes' products as MULT18X18D with their registers
-    top = design.top(banks, cells, dsp) if divisor is None else design.serial_top(divisor, banks, cells, dsp)
+    cells = TARGETS[target].family if target else None     # the family's RAM and DSP primitives (Sequencer)
+    top = design.top(banks, cells) if divisor is None else design.serial_top(divisor, banks, cells)
+    return convert(top, log)
+
+
+def convert(top, log=print) -> str:
+    """``top`` as RTLIL with every read port's ``COLLISION_X_MASK`` set (see :func:`rtlil_text`)."""
     il = rtlil.convert(top, name="top")
     il, n = re.subn(r"(parameter \\COLLISION_X_MASK )(\d+)'([01]+)",
                     lambda mt: f"{mt[1]}{mt[2]}'{'1' * int(mt[2])}", il)
