@@ -71,7 +71,7 @@ def test_eight_lanes_take_under_a_quarter_of_the_iris_steps_cycles():
 def test_interleaved_memory_routes_each_lane_to_its_bank():
     pytest.importorskip("amaranth")
     from amaranth.sim import Simulator
-    from circuitgrad.backends.fpga.interleave import InterleavedMemory
+    from circuitgrad.backends.fpga.interleave import HOST_LATENCY, InterleavedMemory
     from circuitgrad.backends.fpga.timing import LANE_LATENCY, READ_LATENCY
     L, depth = 3, 37
     dut = InterleavedMemory(16, depth, list(range(100, 100 + depth)), L)
@@ -98,12 +98,23 @@ def test_interleaved_memory_routes_each_lane_to_its_bank():
         for _ in range(LANE_LATENCY + READ_LATENCY):             # registered with their banks, read, registered
             await ctx.tick()
         got.append(([ctx.get(dut.a_data[lane]) for lane in range(L)], [ctx.get(dut.b_data[lane]) for lane in range(L)]))
+        # the host reads word 9 (written -9), then 10: each comes HOST_LATENCY cycles after its address
+        ctx.set(dut.host, 1)
+        for addr in (9, 10):
+            ctx.set(dut.host_addr, addr)
+            words = []
+            for _ in range(HOST_LATENCY):
+                await ctx.tick()
+                words.append(ctx.get(dut.host_data))
+            got.append(words)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    assert got == [([-8, -9, 110], [130, 130, 130])]
+    assert got[0] == ([-8, -9, 110], [130, 130, 130])
+    assert HOST_LATENCY == READ_LATENCY + 1 and got[1][-1] == -9 and got[2][-1] == 110
+    assert -9 not in got[1][:-1] and 110 not in got[2][:-1]              # not a cycle earlier
 
 
 def test_a_plan_that_puts_two_lanes_in_one_bank_is_caught(monkeypatch, rng):

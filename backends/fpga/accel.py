@@ -18,7 +18,7 @@ from amaranth import Module, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .sequencer import READ_LATENCY, Sequencer
+from .sequencer import Sequencer
 from .microcode import Microcode
 
 __all__ = ["Accelerator"]
@@ -57,7 +57,8 @@ class Accelerator(wiring.Component):
             for i, a in enumerate(self.out_addrs):
                 with m.Case(i):
                     m.d.comb += out_addr.eq(a)
-        pending = Signal(range(READ_LATENCY + 1))          # cycles the read of result[count] has been on its way
+        latency = seq.host_latency
+        pending = Signal(range(latency + 1))               # cycles the read of result[count] has been on its way
         with m.FSM():
             with m.State("RECV"):
                 m.d.comb += [seq.host_addr.eq(self.host_addr), seq.host_wdata.eq(self.host_wdata),
@@ -79,8 +80,8 @@ class Accelerator(wiring.Component):
                     m.next = "SEND" if n_out else "RECV"
             with m.State("SEND"):
                 m.d.comb += [self.busy.eq(1), seq.host_addr.eq(out_addr)]
-                m.d.comb += [self.result.payload.eq(seq.host_rdata), self.result.valid.eq(pending == READ_LATENCY)]
-                with m.If(pending != READ_LATENCY):
+                m.d.comb += [self.result.payload.eq(seq.host_rdata), self.result.valid.eq(pending == latency)]
+                with m.If(pending != latency):
                     m.d.sync += pending.eq(pending + 1)    # the read of result[count] is on its way
                 with m.Elif(self.result.ready):
                     m.d.sync += pending.eq(0)

@@ -29,7 +29,10 @@ from .banks import BankedMemory
 from .isa import interleave
 from .timing import LANE_LATENCY, READ_LATENCY
 
-__all__ = ["InterleavedMemory"]
+__all__ = ["InterleavedMemory", "HOST_LATENCY"]
+
+#: cycles from the host's address to its word (``host_data``): the block RAM's two, then the bank's word register
+HOST_LATENCY = READ_LATENCY + 1
 
 
 def _low(addr, bits: int):
@@ -46,7 +49,9 @@ class InterleavedMemory(wiring.Component):
     word before the lanes choose); ``w_addr``,
     ``w_data``, ``w_en`` (In: registered with their bank, then as a bank's write: written at the end of the second
     cycle after). ``host`` and ``host_addr`` (In): while ``host`` is high, every bank's ``a`` port reads
-    ``host_addr``'s word, past the address registers; ``host_data`` (Out) is its word ``READ_LATENCY`` (2) cycles later.
+    ``host_addr``'s word, past the address registers; ``host_data`` (Out) is its word ``HOST_LATENCY`` (3) cycles
+    later, from the banks' registered words (a block's word chosen within its bank and then among the banks is
+    too long a path for one cycle).
     ``read_taps`` (each stream's registered address and used bit, per lane) and ``write_taps`` (each lane's write
     landing this cycle) are for the simulation's collision check. ``cells``: the banks' primitives, as in
     :class:`~.banks.BankedMemory`.
@@ -122,16 +127,16 @@ class InterleavedMemory(wiring.Component):
                     for j, word in enumerate(words):
                         with (m.Case(j) if j < P - 1 else m.Default()):
                             m.d.comb += datas[lane].eq(word)
-                if port == 0 and lane == 0:           # the host's read: the bank's word unregistered
+                if port == 0 and lane == 0:           # the host's read: its bank's registered word
                     host = _low(self.host_addr, lo)
-                    for d in range(READ_LATENCY):
+                    for d in range(HOST_LATENCY):
                         nxt = Signal(range(P), name=f"host_bank{d + 1}")
                         m.d.sync += nxt.eq(host)
                         host = nxt
                     with m.Switch(host):
-                        for j, bank in enumerate(self.banks):
+                        for j, word in enumerate(words):
                             with (m.Case(j) if j < P - 1 else m.Default()):
-                                m.d.comb += self.host_data.eq(bank.rdata[0])
+                                m.d.comb += self.host_data.eq(word)
         writes = []
         for lane in range(L):
             reg, hits = self._register(m, f"w{lane}", self.w_addr[lane], self.w_en[lane])

@@ -17,7 +17,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from . import protocol as PR
-from .sequencer import READ_LATENCY, Sequencer
+from .sequencer import Sequencer
 from .uart import UARTReceiver, UARTTransmitter
 
 __all__ = ["SerialTop", "LINK_PINS"]
@@ -50,7 +50,7 @@ class SerialTop(wiring.Component):
         k = Signal(range(B + 1))
         cycles, fault = Signal(32), Signal(16)
         write = Signal()                               # one cycle: store ``word`` at ``addr``
-        wait = Signal(range(READ_LATENCY + 2))
+        wait = Signal(range(seq.host_latency + 2))
         out = Signal(8 * max(B, 6))                    # the bytes still to send, most significant first
         left = Signal(range(max(B, 6) + 1))
         sent = Signal(8)                               # the reply's bytes after the sync byte, summed
@@ -155,9 +155,9 @@ class SerialTop(wiring.Component):
                 self._send_byte(m, tx, out, left, sent)
                 with m.If(left == 0):
                     m.next = "send_check"
-            with m.State("read"):                       # addr is on the port: its word comes READ_LATENCY later
+            with m.State("read"):                       # addr is on the port: its word comes host_latency later
                 m.d.sync += wait.eq(wait + 1)
-                with m.If(wait == READ_LATENCY):
+                with m.If(wait == seq.host_latency):
                     send(m, seq.host_rdata.as_unsigned(), B, "send_word")
             with m.State("send_word"):
                 self._send_byte(m, tx, out, left, sent)

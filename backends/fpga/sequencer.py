@@ -29,8 +29,9 @@ Ports:
 * ``busy``, ``done`` (Out).
 * ``overflow`` (Out): sticky; ``fault`` holds the pc of the first overflowing micro-op.
 * host memory port, usable while idle: ``host_addr``, ``host_wdata``, ``host_we``, ``host_rdata``
-  (``host_rdata`` is the word ``READ_LATENCY`` cycles after its address; do not read and write in the
-  same cycle: see ``synth.rtlil_text``).
+  (``host_rdata`` is the word ``host_latency`` cycles after its address, which is held meanwhile:
+  ``READ_LATENCY``, with lanes ``interleave.HOST_LATENCY``; do not read and write in the same cycle: see
+  ``synth.rtlil_text``).
 
 Every micro-op kind (:class:`~.kinds.Kind`) is built, on the unit its row of :data:`~.kinds.FACTS` names:
 ``mac`` (with or without ``b``), ``max`` and ``argmax`` reduce over ``k``; ``add``, ``neg``, ``heaviside``,
@@ -54,7 +55,7 @@ from .banks import BankedMemory
 from .config import SeqConfig
 from .decode import Decoder
 from .divider import SeqDivider
-from .interleave import InterleavedMemory
+from .interleave import HOST_LATENCY, InterleavedMemory
 from .mac import MacPipeline, delay
 from .microcode import Microcode
 from .writeback import RangeCheck, Writeback
@@ -128,6 +129,7 @@ class Sequencer(wiring.Component):
         if mc.spram_blocks and macs > 1:
             raise ValueError(f"a program with SPRAM runs on one MAC lane (its blocks have one port), got macs={macs}")
         self.read_ports, self.macs, self.cells = read_ports, macs, cells
+        self.host_latency = READ_LATENCY if macs == 1 else HOST_LATENCY
         self.mc = mc
         self.W = mc.dtype.width
         self.depth = max(1, mc.depth)

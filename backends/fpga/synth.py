@@ -75,7 +75,7 @@ class Top(wiring.Component):
 
     Shift ``addr ++ data`` (most significant bit first) into ``sin`` while
     ``shift`` is high. Then pulse ``write`` to store the word, or ``read`` to
-    load ``mem[addr]`` into the output register (``READ_LATENCY`` cycles
+    load ``mem[addr]`` into the output register (``seq.host_latency`` cycles
     later), which ``sout`` shifts out on later ``shift`` cycles.
     """
 
@@ -90,7 +90,7 @@ class Top(wiring.Component):
         W = seq.W
         sr = Signal(aw + W)
         out = Signal(W)
-        reading = Signal(READ_LATENCY)            # the read pulse, delayed until its word arrives
+        reading = Signal(seq.host_latency)        # the read pulse, delayed until its word arrives
         with m.If(self.shift):
             m.d.sync += [sr.eq((sr << 1) | self.sin), out.eq(out << 1)]
         m.d.comb += [seq.host_addr.eq(sr[W:]), seq.host_wdata.eq(sr[:W]), seq.host_we.eq(self.write),
