@@ -57,6 +57,16 @@ def test_a_bank_is_the_dp16kd_yosys_maps_it_to_with_the_output_register(tmp_path
         assert {p: v for p, v in wp.items() if v != "x"} == {p: v for p, v in gp.items() if wp[p] != "x"}
         assert [gp[f"ADB{4 + i}"] for i in range(10)] == [wp[f"ADB{4 + i}"] for i in range(10)]
         assert gp["ADB4"].startswith("raddr")
+    # the write port reads the memory's registered write (banks.py): address and word bit for bit, the bank's enable
+    named = {}
+    for n, net in built["netnames"].items():
+        for i, b in enumerate(net["bits"]):
+            named.setdefault(b, set()).add(f"{n}[{i}]")
+    for k, g in enumerate(got):
+        net = lambda pin: named.get(g["connections"][pin][0], set())     # noqa: E731
+        assert all(f"w_addr[{i}]" in net(f"ADA{4 + i}") for i in range(10))
+        assert all(f"w_data[{i}]" in net(f"DIA{i}") for i in range(16))
+        assert all(f"w_en{k // reads}[0]" in net(pin) for pin in ("WEA", "ADA0", "ADA1"))
     # the bank's fabric register is the block's own now: no flip-flop holds a read word
     ffs = lambda mod: sum(c["type"] == "TRELLIS_FF" for c in mod["cells"].values())     # noqa: E731
     assert ffs(inferred) - ffs(built) == 16 * len(want)
