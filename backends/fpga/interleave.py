@@ -27,6 +27,7 @@ from amaranth.lib.wiring import In, Out
 
 from .banks import BankedMemory
 from .isa import interleave
+from .mac import delay
 from .timing import LANE_LATENCY, READ_LATENCY
 
 __all__ = ["InterleavedMemory", "HOST_LATENCY"]
@@ -117,22 +118,14 @@ class InterleavedMemory(wiring.Component):
                 word = Signal(signed(self.width), name=f"{x}_bank{j}_word")
                 m.d.sync += word.eq(bank.rdata[port])
                 words.append(word)
-            for lane, (reg, _) in enumerate(regs):
-                sel = _low(reg, lo)
-                for d in range(READ_LATENCY + LANE_LATENCY - 1):   # bank address, read, registers, word
-                    nxt = Signal(range(P), name=f"{x}{lane}_bank{d + 1}")
-                    m.d.sync += nxt.eq(sel)
-                    sel = nxt
+            for lane, (reg, _) in enumerate(regs):      # its bank, through bank address, read, registers, word
+                sel, = delay(m, {f"{x}{lane}_bank": _low(reg, lo)}, READ_LATENCY + LANE_LATENCY - 1)
                 with m.Switch(sel):
                     for j, word in enumerate(words):
                         with (m.Case(j) if j < P - 1 else m.Default()):
                             m.d.comb += datas[lane].eq(word)
                 if port == 0 and lane == 0:           # the host's read: its bank's registered word
-                    host = _low(self.host_addr, lo)
-                    for d in range(HOST_LATENCY):
-                        nxt = Signal(range(P), name=f"host_bank{d + 1}")
-                        m.d.sync += nxt.eq(host)
-                        host = nxt
+                    host, = delay(m, {"host_bank": _low(self.host_addr, lo)}, HOST_LATENCY)
                     with m.Switch(host):
                         for j, word in enumerate(words):
                             with (m.Case(j) if j < P - 1 else m.Default()):
