@@ -313,3 +313,20 @@ def test_fpga_unrolled_estimate_against_synthesis(target, tmp_path):
     assert abs(c.lut4 / lut - 1) <= 0.20, (c.lut4, lut)
     assert cells.get("MULT18X18D", 0) + cells.get("SB_MAC16", 0) == 0
     assert cells.get("DP16KD", 0) + cells.get("SB_RAM40_4K", 0) == 0
+
+
+@pytest.mark.parametrize("device, macs, words, blocks", [
+    ("ecp5-85k", 1, 80, 0), ("ecp5-85k", 1, 81, 2), ("ecp5-85k", 1, 2048, 4),
+    ("ecp5-85k", 8, 8 * 80, 0), ("ecp5-85k", 8, 8 * 80 + 1, 16),          # with lanes, per interleaved bank
+    ("ice40-up5k", 1, 10, 2), ("ice40-up5k", 1, 257, 4),
+])
+def test_block_rams_leave_memories_yosys_keeps_in_lut_ram(device, macs, words, blocks):
+    from types import SimpleNamespace
+    from circuitgrad.backends.fpga import cost as fpga_cost
+    from circuitgrad.backends.fpga.banks import BankedMemory
+    from circuitgrad.backends.fpga.isa import interleave
+    mc = SimpleNamespace(ram_words=words, dtype=SimpleNamespace(width=16), spram_blocks=0, ops=[], depth=words)
+    assert fpga_cost.brams(mc, device, macs) == blocks
+    if device.startswith("ecp5"):                   # the memory synthesis builds agrees (tests/test_fpga_blockram.py)
+        bank = BankedMemory(16, -(-words // interleave(macs)), [], 2, 1024, cells="ecp5")
+        assert bank.dp16kd == (blocks > 0)

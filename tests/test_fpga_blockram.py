@@ -96,3 +96,19 @@ def test_a_dp16kd_memory_has_no_simulation_storage():
     assert not _built(16, 2048, [], 2, 256, cells="ecp5").dp16kd           # a bank that is not one block
     assert not _built(24, 2048, [], 2, 1024, cells="ecp5").dp16kd          # words wider than the block's
     assert not _built(16, 2048, [], 2, 1024, cells="ice40").dp16kd
+    small = _built(16, 13, list(range(13)), 2, 1024, cells="ecp5")         # LUT RAM: a simulation model again
+    assert not small.dp16kd and small.locate(12)[1] == 12
+
+
+def _cells(mod: dict) -> tuple[int, int]:
+    return tuple(sum(c["type"] == t for c in mod["cells"].values()) for t in ("DP16KD", "TRELLIS_DPR16X4"))
+
+
+@pytest.mark.parametrize("width, depth", [(16, 80), (16, 81), (18, 64), (18, 65), (8, 160), (8, 161)])
+def test_a_bank_small_enough_for_lut_ram_stays_lut_ram_as_yosys_chooses(tmp_path, width, depth):
+    init = list(range(depth))
+    inferred = _synth(BankedMemory(width, depth, init, 1, 1024), tmp_path, "inferred")
+    mem = BankedMemory(width, depth, init, 1, 1024, cells="ecp5")
+    assert _cells(_synth(mem, tmp_path, "built")) == _cells(inferred)
+    assert mem.dp16kd == (_cells(inferred)[0] == 1)
+    assert mem.dp16kd == (depth in (81, 65, 161))          # the first depth at which yosys takes a block

@@ -28,6 +28,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .blockram import DP16KD_WIDTH, DP16KD_WORDS, dp16kd
+from .devices import in_lutram
 from .isa import SPRAM_WORDS
 from .spram import SinglePortRAM
 
@@ -50,7 +51,7 @@ class BankedMemory(wiring.Component):
     ``cells``: the device family whose primitives synthesis instantiates (``None``: the Amaranth model, what
     the simulation runs). Any family builds the SPRAM blocks as ``SB_SPRAM256KA`` (only the UP5K has them);
     ``"ecp5"`` builds each bank of 1024 words of at most 18 bits as a ``DP16KD`` per read port whose output
-    register is the bank's register (:mod:`.blockram`).
+    register is the bank's register (:mod:`.blockram`), unless the memory is small enough for LUT RAM.
     """
 
     def __init__(self, width: int, depth: int, init: Sequence[int], reads: int, bank_words: int | None = None,
@@ -67,7 +68,8 @@ class BankedMemory(wiring.Component):
         init = list(init) + [0] * (self.n_banks * bw - len(init))
         self.inits = [init[i * bw:(i + 1) * bw] for i in range(self.n_banks)]
         # the ECP5's banks as DP16KD instances (synthesis), otherwise Amaranth memories (the model)
-        self.dp16kd = cells == "ecp5" and bank_words == DP16KD_WORDS and width <= DP16KD_WIDTH
+        self.dp16kd = (cells == "ecp5" and bank_words == DP16KD_WORDS and width <= DP16KD_WIDTH
+                       and not in_lutram("ecp5", bw, width))
         self.banks = [] if self.dp16kd else [memory.Memory(shape=signed(width), depth=bw, init=words)
                                              for words in self.inits]
         self.spram_base = self.depth - spram_blocks * SPRAM_WORDS

@@ -11,9 +11,10 @@ yosys maps a memory's read port to ``DP16KD`` with ``REGMODE_B = "NOREG"`` and l
 the fabric: the block's clock-to-output (5.8 ns at speed grade 6) and the route to that register then share a
 cycle. With ``REGMODE_B = "OUTREG"`` the block registers the word itself, with the same latency: the word of
 the address registered at one clock edge is on the output after the next, as a synchronous read followed by a
-register is. Every pin is connected as yosys' ``brams_map_16kd.v`` connects a 16-bit memory (``tests``
-compare the two netlists); the contents are the memory's initial words, 16 per ``INITVAL_xx`` of 20-bit
-slots.
+register is. A bank small enough for LUT RAM stays a memory (:func:`.devices.in_lutram`: yosys maps it to
+``TRELLIS_DPR16X4`` cells, and a block would be wasted on it). Every pin is connected as yosys'
+``brams_map_16kd.v`` connects a 16-bit memory (``tests`` compare the two netlists); the contents are the
+memory's initial words, 16 per ``INITVAL_xx`` of 20-bit slots.
 """
 from __future__ import annotations
 

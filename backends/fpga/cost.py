@@ -9,8 +9,8 @@ Resources (per device family, ``device="ecp5-85k"`` or ``"ice40-up5k"``):
 
 * block RAMs: the sequencer's memory copies (one per read port with one lane; with several, two for each
   of the ``interleave(macs)`` banks of every P-th word) times the blocks one copy needs (``⌈depth / block
-  depth⌉``: 256 16-bit words on iCE40, 1024 on ECP5); an ECP5 memory of at most ``LUTRAM_BITS`` bits goes to
-  distributed RAM instead;
+  depth⌉``: 256 16-bit words on iCE40, 1024 on ECP5); a memory (with lanes: a bank) small enough goes to LUT RAM instead, as yosys maps it
+  (:func:`.devices.in_lutram`: at most 80 16-bit words on ECP5);
 * DSP blocks: each lane's multiplier and three more for the pipelined exp unit, which lane 0 alone
   builds (counted from synthesis, as yosys maps them);
 * LUT4s: a linear model in the design's features (:func:`features`: micro-ops × address bits, lanes,
@@ -40,7 +40,7 @@ from circuitgrad.costmodel.report import Cost, table
 
 from . import compile as compile_design
 from . import unroll as unroll_design
-from .devices import TARGETS as _TARGETS
+from .devices import TARGETS as _TARGETS, in_lutram
 from .cost_fit import LUT4, PERIOD_NS, UNROLLED_LUT4, UNROLLED_PERIOD_NS
 from .config import rom_blocks
 from .extra import require_amaranth
@@ -61,8 +61,8 @@ UNROLLED_FEATURES = ("add_bits", "sub_bits")
 TIMING_FEATURES = ("const", "banks", "wide", "tree", "one_port", "kluts")
 #: … and the unrolled design's (the most operands of one sum, and its adder and subtractor bits)
 UNROLLED_TIMING_FEATURES = ("const", "operands", "kbits")
-#: block RAM geometry per family: (16-bit words per block, largest memory kept in distributed RAM, bits)
-_BLOCKS = {"ecp5": (1024, 1200), "ice40": (256, 0)}
+#: block RAM geometry per family: 16-bit words per block
+_BLOCKS = {"ecp5": 1024, "ice40": 256}
 #: the share of the decoder's LUT tables left when the operands' bases are in block RAM (``config.ROM_FIELDS``):
 #: measured with yosys on the UP5K designs of ``bench/fpga.py`` (0.32–0.45; the estimate is within 10% of all three)
 ROM_KEPT = 0.4
@@ -104,14 +104,14 @@ def fit(res: dict[str, int], device: str) -> tuple[bool, str]:
 
 def brams(mc, device: str, macs: int = 1, read_ports: int = 2) -> int:
     """Block RAMs of the sequencer's memory on ``device`` (see the module docstring)."""
-    per, lutram = _BLOCKS[family(device)]
+    fam = family(device)
+    per = _BLOCKS[fam]
     rom = rom_blocks(len(mc.ops), mc.depth) if mc.spram_blocks else 0     # the operands' bases (config.ROM_FIELDS)
-    if mc.ram_words * mc.dtype.width <= lutram:
+    P = interleave(macs) if macs > 1 else 1     # with lanes, two read ports for each bank of every P-th word
+    words = -(-max(mc.ram_words, 1) // P)
+    if in_lutram(fam, words, mc.dtype.width):
         return rom
-    if macs == 1:
-        return read_ports * math.ceil(max(mc.ram_words, 1) * mc.dtype.width / (16 * per)) + rom
-    P = interleave(macs)                    # two read ports for each bank of every P-th word (interleave.py)
-    return 2 * P * math.ceil(-(-max(mc.ram_words, 1) // P) * mc.dtype.width / (16 * per)) + rom
+    return (read_ports if macs == 1 else 2) * P * math.ceil(words * mc.dtype.width / (16 * per)) + rom
 
 
 def sprams(mc) -> int:
@@ -180,7 +180,7 @@ def timing_features(mc, device: str, macs: int = 1, read_ports: int = 2) -> list
     iCE40 memory of 17–20 banks ran 20% slower than one of 14; with lanes, of one of the interleaved banks), the
     levels of the lanes' crossbar (``⌈log2 macs⌉``), one read port, and the estimated LUT4s in thousands (how far
     the logic spreads)."""
-    per, _ = _BLOCKS[family(device)]
+    per = _BLOCKS[family(device)]
     words = -(-max(mc.ram_words, 1) // interleave(macs))
     banks = max(1, math.ceil(words * mc.dtype.width / (16 * per)))
     return [1.0, math.log2(banks), float(banks > 16), float(math.ceil(math.log2(macs))), float(read_ports == 1),

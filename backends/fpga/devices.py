@@ -1,7 +1,7 @@
 """FPGA devices the flow targets, and their capacities (pure data, no tools needed)."""
 from dataclasses import dataclass
 
-__all__ = ["Target", "TARGETS", "BOARDS", "HOSTS", "pcf", "lpf", "constraints"]
+__all__ = ["Target", "TARGETS", "BOARDS", "HOSTS", "LUTRAM_CELLS", "in_lutram", "pcf", "lpf", "constraints"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,19 @@ TARGETS = {
     "ecp5-25k": Target("ecp5", ("--25k", "--package", "CABGA256"), 24288, 28, 56, 1024, 18, "ECP5-25K"),  # DP16KD
     "ecp5-85k": Target("ecp5", ("--85k", "--package", "CABGA381"), 83640, 156, 208, 1024, 18, "ECP5-85K"),
 }
+
+#: per family, the most LUT RAMs (ECP5 ``TRELLIS_DPR16X4``: 16 words × 4 bits, cost 4 each in yosys'
+#: ``lutrams_trellis.txt``) that yosys uses for one read port of a memory rather than a block RAM (a ``DP16KD``,
+#: cost 128) and its multiplexers; the iCE40 has no LUT RAM
+LUTRAM_CELLS = {"ecp5": 20, "ice40": 0}
+
+
+def in_lutram(family: str, words: int, width: int) -> bool:
+    """Whether yosys maps a read port of a memory of ``words`` words of ``width`` bits to LUT RAM rather than a
+    block RAM on ``family`` (ECP5, 16 bits: up to 80 words). yosys weighs the LUT RAMs' multiplexers too, so
+    this is its boundary at 8, 16 and 18 bits (``tests`` check it there); at other widths it may differ by one
+    group of 16 words."""
+    return -(-words // 16) * -(-width // 4) <= LUTRAM_CELLS[family]
 
 
 #: board pinouts for ``Top``'s pins (``pins``) and for the UART of :class:`~.link.SerialTop` (``uart``: the
