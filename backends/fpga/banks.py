@@ -29,6 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from .blockram import DP16KD_WIDTH, DP16KD_WORDS, dp16kd
 from .devices import in_lutram
+from .config import DATA
 from .isa import SPRAM_WORDS
 from .spram import SinglePortRAM
 
@@ -102,10 +103,10 @@ class BankedMemory(wiring.Component):
         nb, lo, ns = self.n_banks, self.lo, len(self.sprams)
         top = self.spram_base >> 14                # an SPRAM address's bits 14 and up: top + its block
         sp_regs = self._spram(m, top) if ns else []
-        addr, data = Signal(lo, name="w_addr"), Signal(signed(self.width), name="w_data")
+        addr, data = Signal(lo, name="w_addr", **DATA), Signal(signed(self.width), name="w_data", **DATA)
         w_en = [Signal(name=f"w_en{i}") for i in range(nb)]
         for r, ports in enumerate(self._reads):
-            regs = [Signal(signed(self.width), name=f"r{r}_bank{i}") for i in range(nb)]
+            regs = [Signal(signed(self.width), name=f"r{r}_bank{i}", **DATA) for i in range(nb)]
             if self.dp16kd:
                 for i, reg in enumerate(regs):
                     dp16kd(m, f"bank{i}_r{r}", self.inits[i], addr, data, w_en[i], self.raddr[r][:lo], reg)
@@ -115,8 +116,8 @@ class BankedMemory(wiring.Component):
             if nb == 1 and not ns:
                 m.d.comb += self.rdata[r].eq(regs[0])
                 continue
-            sel1 = Signal(range(nb), name=f"r{r}_sel1")
-            sel2 = Signal(range(nb), name=f"r{r}_sel2")
+            sel1 = Signal(range(nb), name=f"r{r}_sel1", **DATA)
+            sel2 = Signal(range(nb), name=f"r{r}_sel2", **DATA)
             m.d.sync += [sel1.eq(self.raddr[r][lo:] if nb > 1 else 0), sel2.eq(sel1)]
             chosen = Signal(signed(self.width), name=f"r{r}_bram")
             with m.Switch(sel2):

@@ -20,7 +20,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import SeqConfig
+from .config import DATA, SeqConfig
 from .kinds import Kind
 from .units import outside
 
@@ -49,10 +49,10 @@ class SeqDivider(wiring.Component):
         m = Module()
         cfg = self.cfg
         W, f, nb, sb = cfg.W, cfg.f, cfg.div_bits, cfg.sqrt_bits
-        num = Signal(unsigned(max(nb + 1, 2 * sb)))
-        den = Signal(unsigned(W))
-        rem = Signal(unsigned(max(W + 1, sb + 2)))
-        quo = Signal(unsigned(max(nb, sb)))
+        num = Signal(unsigned(max(nb + 1, 2 * sb)), **DATA)       # all four set at each load
+        den = Signal(unsigned(W), **DATA)
+        rem = Signal(unsigned(max(W + 1, sb + 2)), **DATA)
+        quo = Signal(unsigned(max(nb, sb)), **DATA)
         dcount = Signal(range(max(nb, sb) + 1))
         neg = Signal()                   # div: the quotient's sign
         bad_in = Signal()                # an operand outside the unit's domain (a zero divisor, a negative radicand)
@@ -96,7 +96,7 @@ class SeqDivider(wiring.Component):
         m.d.comb += [q.eq(quo), res.eq(Mux(negq, ~q, q) + Mux(negq, ~up, up))]     # 1 − up is ~up on one bit
         # in range ⇔ every bit from W − 1 up is a copy of the sign: reductions, not two comparators, on the
         # result registered (so ``bad`` is valid the cycle after the write, not after the adder)
-        res_r = Signal.like(res, name="div_res_r")
+        res_r = Signal.like(res, name="div_res_r", **DATA)
         m.d.sync += res_r.eq(res)
         m.d.comb += [self.result.eq(res[:W]), self.bad.eq(bad_in | outside(res_r[W - 1:]))]
         return m

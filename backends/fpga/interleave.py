@@ -27,6 +27,7 @@ from amaranth.lib.wiring import In, Out
 
 from .banks import BankedMemory
 from .isa import interleave
+from .config import DATA
 from .mac import delay
 from .timing import LANE_LATENCY, READ_LATENCY
 
@@ -87,7 +88,7 @@ class InterleavedMemory(wiring.Component):
 
     def _register(self, m: Module, name: str, addr, on) -> tuple:
         """``addr``, its word in its bank, and whether it is on and selects bank ``j`` (one bit per bank), registered."""
-        reg = Signal(unsigned(self.aw), name=f"{name}_addr")
+        reg = Signal(unsigned(self.aw), name=f"{name}_addr", **DATA)
         hits = Signal(self.P, name=f"{name}_hits")
         m.d.sync += [reg.eq(addr), hits.eq(Mux(on, Const(1, self.P) << _low(addr, self.lo), 0))]
         return reg, hits
@@ -103,11 +104,11 @@ class InterleavedMemory(wiring.Component):
             x = "ab"[port]
             regs = [self._register(m, f"{x}{lane}", addrs[lane], used[lane]) for lane in range(L)]
             for lane, (reg, hits) in enumerate(regs):    # the collision check sees a read as its bank does
-                tap, on = Signal.like(reg, name=f"{x}{lane}_tap"), Signal(name=f"{x}{lane}_tap_on")
+                tap, on = Signal.like(reg, name=f"{x}{lane}_tap", **DATA), Signal(name=f"{x}{lane}_tap_on")
                 m.d.sync += [tap.eq(reg), on.eq(hits.any())]
                 self.read_taps.append((SimpleNamespace(addr=tap, stream=x), on))
             for j, bank in enumerate(self.banks):       # each bank's address, registered after the crossbar
-                addr = Signal.like(bank.raddr[port], name=f"{x}_bank{j}_addr")
+                addr = Signal.like(bank.raddr[port], name=f"{x}_bank{j}_addr", **DATA)
                 m.d.sync += addr.eq(_select([(hits[j], reg >> lo) for reg, hits in regs]))
                 if port == 0:                           # the host reads through port a, past the registers
                     m.d.comb += bank.raddr[0].eq(Mux(self.host, self.host_addr >> lo, addr))
@@ -115,7 +116,7 @@ class InterleavedMemory(wiring.Component):
                     m.d.comb += bank.raddr[port].eq(addr)
             words = []                              # each bank's word, registered before the lanes choose
             for j, bank in enumerate(self.banks):
-                word = Signal(signed(self.width), name=f"{x}_bank{j}_word")
+                word = Signal(signed(self.width), name=f"{x}_bank{j}_word", **DATA)
                 m.d.sync += word.eq(bank.rdata[port])
                 words.append(word)
             for lane, (reg, _) in enumerate(regs):      # its bank, through bank address, read, registers, word
@@ -133,7 +134,7 @@ class InterleavedMemory(wiring.Component):
         writes = []
         for lane in range(L):
             reg, hits = self._register(m, f"w{lane}", self.w_addr[lane], self.w_en[lane])
-            data = Signal(signed(self.width), name=f"w{lane}_data")
+            data = Signal(signed(self.width), name=f"w{lane}_data", **DATA)
             m.d.sync += data.eq(self.w_data[lane])
             writes.append((reg, hits, data))
             tap = self.write_taps[lane]

@@ -27,11 +27,12 @@ from amaranth import Cat, ClockSignal, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import SeqConfig
+from .config import DATA, SeqConfig
 from .kinds import Kind, Unit, facts
 from .units import EW_WIDTH, elementwise, pipelined
 
 __all__ = ["MacPipeline", "ACC_SPLIT", "delay"]
+
 
 #: operand bits of the ECP5's MULT18X18D (signed 18 × 18 → 36)
 DSP_WIDTH = 18
@@ -39,10 +40,12 @@ DSP_WIDTH = 18
 
 def delay(m: Module, values: dict, n: int = 1) -> list:
     """``values`` (name → value) through ``n`` registers each (the last named ``name``, earlier ones
-    ``{name}_d{i}``)."""
+    ``{name}_d{i}``). A value of several bits (an address, a word, an index) is data, which a one-bit flag
+    beside it (a valid, a write enable) qualifies: its registers have no reset (:data:`.config.DATA`), the flag's do."""
     items = list(values.items())
     for i in range(n):
-        regs = [Signal(v.shape(), name=name if i == n - 1 else f"{name}_d{i}") for name, v in items]
+        regs = [Signal(v.shape(), name=name if i == n - 1 else f"{name}_d{i}", reset_less=len(v) > 1)
+                for name, v in items]
         m.d.sync += [r.eq(v) for r, (_, v) in zip(regs, items)]
         items = [(name, r) for (name, _), r in zip(items, regs)]
     return [v for _, v in items]
@@ -90,7 +93,7 @@ class MacPipeline(wiring.Component):
         if self.registered_product:
             # the product is registered at the multiplier (stage P), the metadata and operands a cycle later beside
             # it: with lanes spread over the chip, the route to a DSP block and on to p2 is no longer one cycle
-            p = Signal(signed(2 * self.cfg.W), name="product")
+            p = Signal(signed(2 * self.cfg.W), name="product", **DATA)
             if self.dsp_cells:
                 m.d.comb += p.eq(self._dsp_product(m))
             else:
@@ -122,7 +125,7 @@ class MacPipeline(wiring.Component):
         """The metadata, a cycle later, beside the operands: ``[valid, last, first, addr(, k)]``."""
         meta = [self.valid, self.last, self.first, self.addr]
         if self.cfg.has_argmax:                             # k is given at issue: two registers to stage R
-            k1 = Signal(range(self.cfg.kmax + 1), name="k")
+            k1 = Signal(range(self.cfg.kmax + 1), name="k", **DATA)
             m.d.sync += k1.eq(self.k)
             meta.append(k1)
         return self._delay(m, meta, "r")
@@ -130,7 +133,7 @@ class MacPipeline(wiring.Component):
     def _stage1(self, m: Module, meta: list):
         """The operand registers: ``(metadata, a₁, b₁)``; ``b₁`` is ``b`` or 1."""
         W = self.cfg.W
-        a1, b1 = Signal(signed(W), name="a1"), Signal(signed(W), name="b1")
+        a1, b1 = Signal(signed(W), name="a1", **DATA), Signal(signed(W), name="b1", **DATA)
         m.d.sync += [a1.eq(self.a), b1.eq(Mux(self.has_b, self.b, 1))]
         m.d.comb += [self.op_a.eq(a1), self.op_b.eq(b1)]
         return self._delay(m, meta, "1"), a1, b1
@@ -177,13 +180,13 @@ class MacPipeline(wiring.Component):
         cfg = self.cfg
         W, f, codes = cfg.W, cfg.f, cfg.codes
         v2, last2, first2, out2, *k2 = self._delay(m, meta, "2")
-        p2 = Signal(signed(2 * W + 1), name="p2")
+        p2 = Signal(signed(2 * W + 1), name="p2", **DATA)
         m.d.sync += p2.eq(lane_val)
         # each unit's result is registered apart, and the kind chooses among the registers at stage 3:
         # no multiplexer sits after a unit's carry chain (it was the iCE40's critical path)
         ew3 = []
         for name, value in units:
-            u2, on = Signal(signed(EW_WIDTH(cfg.dt)), name=f"{name}2"), Signal(name=f"is_{name}")
+            u2, on = Signal(signed(EW_WIDTH(cfg.dt)), name=f"{name}2", **DATA), Signal(name=f"is_{name}")
             m.d.sync += [u2.eq(value), on.eq(self.kind == codes[name])]
             ew3.append(Mux(on, u2, 0))
         while len(ew3) > 1:                                 # an OR tree of the chosen unit's result
@@ -233,13 +236,13 @@ class MacPipeline(wiring.Component):
         with m.If(v2):
             m.d.sync += Cat(lo, carry).eq(Mux(first2, p2[:S] + seed, lo + p2[:S]))
         v2b, last2b, first2b, out2b = self._delay(m, [v2, last2, first2, out2], "2b")
-        p2h = Signal(signed(len(p2) - S), name="p2_hi")
+        p2h = Signal(signed(len(p2) - S), name="p2_hi", **DATA)
         hi = Signal(signed(cfg.acc_w - S), name="acc_hi", reset_less=True)
         m.d.sync += p2h.eq(p2[S:])
         with m.If(v2b):
             m.d.sync += hi.eq(Mux(first2b, p2h + carry, hi + p2h + carry))
-        lo_d, mx_d, mi_d = (Signal.like(x, name=f"{x.name}_d") for x in (lo, mx, mi))
-        ew_d = Signal(signed(EW_WIDTH(cfg.dt)), name="ew_d")
+        lo_d, mx_d, mi_d = (Signal.like(x, name=f"{x.name}_d", **DATA) for x in (lo, mx, mi))
+        ew_d = Signal(signed(EW_WIDTH(cfg.dt)), name="ew_d", **DATA)
         m.d.sync += [lo_d.eq(lo), mx_d.eq(mx), mi_d.eq(mi), ew_d.eq(ew3[0] if ew3 else 0)]
         acc = Signal(signed(cfg.acc_w), name="acc")
         m.d.comb += acc.eq(Cat(lo_d, hi))
