@@ -169,3 +169,28 @@ def test_lane_products_are_ecp5_dsp_blocks_with_their_own_registers(target, macs
             assert f'parameter \\{reg} "CLK0"' in b
         assert 'parameter \\REG_PIPELINE_CLK' not in b
     assert "MULT18X18D" not in rtlil_text(design, log=lambda s: None)
+
+
+def _sync_registers(component) -> dict[str, bool]:
+    """Each register of ``component`` (elaborated): its name → whether it has no reset."""
+    from amaranth.hdl import Fragment
+
+    def walk(fragment):
+        yield fragment
+        for sub, *_ in fragment.subfragments:
+            yield from walk(sub)
+    return {s.name: s.reset_less for f in walk(Fragment.get(component, None))
+            for st in f.statements.get("sync", []) for s in st._lhs_signals()}
+
+
+def test_only_the_flags_of_the_lanes_memory_are_reset():
+    """Words, addresses and bank selects are data (no reset: the reset line reaches few flip-flops); the flags
+    that qualify them (which banks a lane hits, the banks' write enables) are reset, so no write lands in reset."""
+    from circuitgrad.backends.fpga.interleave import InterleavedMemory
+    regs = _sync_registers(InterleavedMemory(16, 64, [], 4))
+    flags = {n for n in regs if n.endswith(("_hits", "_tap_on")) or n.startswith("w_en")}
+    assert {"a0_hits", "w3_hits", "w_en", "w_en0", "w_en_full3"} <= flags
+    assert not any(regs[n] for n in flags)
+    data = {n for n in regs if n.endswith(("_addr", "_word", "_data", "_tap")) or "_bank" in n} - flags
+    assert {"a0_addr", "b3_addr", "a_bank2_word", "w1_data", "a1_bank_d0", "host_bank", "r0_bank0"} <= data
+    assert all(regs[n] for n in data), sorted(n for n in data if not regs[n])
