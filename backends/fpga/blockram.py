@@ -60,8 +60,7 @@ def dp16kd(m: Module, name: str, init: Sequence[int], w_addr: Value, w_data: Val
     pins.update({f"i_ADA{4 + i}": b for i, b in enumerate(bits(w_addr, 10))})
     pins.update({f"i_ADB{i}": Const(0, 1) for i in range(4)})
     pins.update({f"i_ADB{4 + i}": b for i, b in enumerate(bits(r_addr, 10))})
-    # the data inputs past the word, and all of port B's, stay unconnected as yosys leaves them: a constant
-    # there is a net nextpnr routes to every block (3 520 arcs into the block RAM rows of the 784-32-10 step)
+    # the data inputs past the word, and all of port B's, stay unconnected, as yosys leaves them
     pins.update({f"i_DIA{i}": w_data[i] for i in range(len(w_data))})
     pins.update({f"o_DOB{i}": r_data[i] for i in range(width)})
     params = {f"p_{k}": v for k, v in initvals(init, width).items()}
