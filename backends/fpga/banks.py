@@ -11,12 +11,15 @@
 
 A block RAM's clock-to-output is most of a fast clock period (5.8 ns on ECP5), and a memory of many
 blocks adds a multiplexer and long wires after it. Registering each block's output beside it ends that
-path in one register (on the ECP5 the block's own output register, 1.0 ns: :mod:`.blockram`); the
-multiplexer then runs from registers to the operand registers. A write is
-registered too (``WRITE_LATENCY``): the word, the address and each bank's enable (its high address bits)
-are registers, so no multiplexer or decoder sits before a block RAM's write port. Each bank is a whole block (``bank_words`` words: 256 on iCE40,
-1024 on ECP5), so the banks map one-to-one onto block RAMs; a memory of one bank (``bank_words=None``,
-what the simulation uses) has no multiplexer.
+path in one register in the fabric, which the placer puts by its block (the datapath registers have no
+reset, :data:`.config.DATA`, so nothing stops it); the multiplexer's long wires then have a cycle of their
+own, from those registers to the operand registers. (The ECP5 block's own output register is not used: a
+``DP16KD`` with ``REGMODE_B = "OUTREG"`` moved the long wire into the multiplexer's cycle, 95.5 MHz against
+104.9 on the 784-32-10 step, nextpnr seed 1.) A write is registered too (``WRITE_LATENCY``): the word,
+the address and each bank's enable (its high address bits) are registers, so no multiplexer or decoder
+sits before a block RAM's write port. Each bank is a whole block (``bank_words`` words: 256 on iCE40, 1024
+on ECP5), so the banks map one-to-one onto block RAMs; a memory of one bank (``bank_words=None``, what the
+simulation uses) has no multiplexer.
 """
 from __future__ import annotations
 
@@ -27,8 +30,6 @@ from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from .blockram import DP16KD_WIDTH, DP16KD_WORDS, dp16kd
-from .devices import in_lutram
 from .config import DATA
 from .isa import SPRAM_WORDS
 from .spram import SinglePortRAM
@@ -50,9 +51,8 @@ class BankedMemory(wiring.Component):
     registered beside it like a bank's, with the same latency.
 
     ``cells``: the device family whose primitives synthesis instantiates (``None``: the Amaranth model, what
-    the simulation runs). Any family builds the SPRAM blocks as ``SB_SPRAM256KA`` (only the UP5K has them);
-    ``"ecp5"`` builds each bank of 1024 words of at most 18 bits as a ``DP16KD`` per read port whose output
-    register is the bank's register (:mod:`.blockram`), unless the memory is small enough for LUT RAM.
+    the simulation runs): any family builds the SPRAM blocks as ``SB_SPRAM256KA`` (only the UP5K has them).
+    The banks are Amaranth memories, which yosys maps to block RAM (or LUT RAM, :func:`.devices.in_lutram`).
     """
 
     def __init__(self, width: int, depth: int, init: Sequence[int], reads: int, bank_words: int | None = None,
@@ -68,11 +68,7 @@ class BankedMemory(wiring.Component):
         self.lo = max(1, (bw - 1).bit_length()) if self.n_banks > 1 else self.aw
         init = list(init) + [0] * (self.n_banks * bw - len(init))
         self.inits = [init[i * bw:(i + 1) * bw] for i in range(self.n_banks)]
-        # the ECP5's banks as DP16KD instances (synthesis), otherwise Amaranth memories (the model)
-        self.dp16kd = (cells == "ecp5" and bank_words == DP16KD_WORDS and width <= DP16KD_WIDTH
-                       and not in_lutram("ecp5", bw, width))
-        self.banks = [] if self.dp16kd else [memory.Memory(shape=signed(width), depth=bw, init=words)
-                                             for words in self.inits]
+        self.banks = [memory.Memory(shape=signed(width), depth=bw, init=words) for words in self.inits]
         self.spram_base = self.depth - spram_blocks * SPRAM_WORDS
         self.sprams = [SinglePortRAM(width, cells is not None) for _ in range(spram_blocks)]
         self._reads = [[bank.read_port() for bank in self.banks] for _ in range(reads)]
@@ -87,8 +83,6 @@ class BankedMemory(wiring.Component):
         if addr >= self.spram_base and self.sprams:
             j, word = divmod(addr - self.spram_base, SPRAM_WORDS)
             return self.sprams[j].data, word
-        if self.dp16kd:
-            raise ValueError("a memory of DP16KD instances (synthesis) has no simulation storage")
         bank, word = divmod(addr, self.bank_words)
         return self.banks[bank].data, word
 
@@ -107,9 +101,6 @@ class BankedMemory(wiring.Component):
         w_en = [Signal(name=f"w_en{i}") for i in range(nb)]
         for r, ports in enumerate(self._reads):
             regs = [Signal(signed(self.width), name=f"r{r}_bank{i}", **DATA) for i in range(nb)]
-            if self.dp16kd:
-                for i, reg in enumerate(regs):
-                    dp16kd(m, f"bank{i}_r{r}", self.inits[i], addr, data, w_en[i], self.raddr[r][:lo], reg)
             for port, reg in zip(ports, regs):
                 m.d.comb += port.addr.eq(self.raddr[r][:lo])
                 m.d.sync += reg.eq(port.data)

@@ -115,8 +115,7 @@ class Sequencer(wiring.Component):
     keeps each copy of the memory in one bank. Results and cycles do not depend on it. ``cells``: the device
     family whose primitives synthesis instantiates, with the timing of the model they replace (``None``: the
     Amaranth models, what the simulation runs): SPRAM blocks as ``SB_SPRAM256KA``; for ``"ecp5"``, the
-    memory's banks as ``DP16KD`` with their output registers (:class:`~.banks.BankedMemory`) and the lanes'
-    products as ``MULT18X18D`` with their own registers (:class:`~.mac.MacPipeline`).
+    lanes' products as ``MULT18X18D`` with their own registers (:class:`~.mac.MacPipeline`).
     """
 
     def __init__(self, mc: Microcode, read_ports: int = 2, macs: int = 1, bank_words: int | None = None,
