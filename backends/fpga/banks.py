@@ -67,8 +67,8 @@ class BankedMemory(wiring.Component):
         self.aw = max(1, (self.depth - 1).bit_length())
         self.lo = max(1, (bw - 1).bit_length()) if self.n_banks > 1 else self.aw
         init = list(init) + [0] * (self.n_banks * bw - len(init))
-        self.inits = [init[i * bw:(i + 1) * bw] for i in range(self.n_banks)]
-        self.banks = [memory.Memory(shape=signed(width), depth=bw, init=words) for words in self.inits]
+        self.banks = [memory.Memory(shape=signed(width), depth=bw, init=init[i * bw:(i + 1) * bw])
+                      for i in range(self.n_banks)]
         self.spram_base = self.depth - spram_blocks * SPRAM_WORDS
         self.sprams = [SinglePortRAM(width, cells is not None) for _ in range(spram_blocks)]
         self._reads = [[bank.read_port() for bank in self.banks] for _ in range(reads)]

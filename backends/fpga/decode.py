@@ -23,7 +23,7 @@ from amaranth.lib import memory
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import ROM_BLOCK, ROM_FIELDS, SeqConfig
+from .config import DATA, ROM_BLOCK, ROM_FIELDS, SeqConfig
 from .microcode import Microcode
 from .kinds import facts
 from .timing import DRAIN, DRAIN_MAX, LANE_DRAIN, lane_plan, views_2d
@@ -136,7 +136,7 @@ class Decoder(wiring.Component):
             rom = memory.Memory(shape=unsigned(width), depth=len(chunk), init=chunk)
             m.submodules[f"rom{g}"] = rom
             port = rom.read_port(domain="comb")
-            reg = Signal(unsigned(width), name=f"rom{g}_word", reset_less=True)   # constant bits become constants
+            reg = Signal(unsigned(width), name=f"rom{g}_word", **DATA)   # constant bits become constants
             m.d.comb += port.addr.eq(self.pc[:lo])
             m.d.sync += reg.eq(port.data)
             staged.append(reg)

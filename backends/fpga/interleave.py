@@ -26,8 +26,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .banks import BankedMemory
-from .isa import interleave
 from .config import DATA
+from .isa import interleave
 from .mac import delay
 from .timing import LANE_LATENCY, READ_LATENCY
 

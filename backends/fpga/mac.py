@@ -33,7 +33,6 @@ from .units import EW_WIDTH, elementwise, pipelined
 
 __all__ = ["MacPipeline", "ACC_SPLIT", "delay"]
 
-
 #: operand bits of the ECP5's MULT18X18D (signed 18 × 18 → 36)
 DSP_WIDTH = 18
 
@@ -203,7 +202,7 @@ class MacPipeline(wiring.Component):
         # the running max has a W-bit register of its own (p2 = a·1 and the max both fit W bits), so its
         # comparison drives W multiplexers, not the accumulator's enable
         mx = Signal(signed(W), name="mx")
-        mi = Signal(range(cfg.kmax + 1), name="mi", reset_less=True)      # argmax: the first index of the maximum
+        mi = Signal(range(cfg.kmax + 1), name="mi", **DATA)      # argmax: the first index of the maximum
         if cfg.has_max:
             # which pairs may take the max is registered beside p2, so only the comparison (strictly greater:
             # the first maximum stays) sits before the registers' enable
@@ -216,7 +215,7 @@ class MacPipeline(wiring.Component):
             # (offset binary), so each comparison is an unsigned one, one carry chain.
             def biased(x):
                 return Cat(x[:W - 1], ~x[W - 1])
-            mb = Signal(W, name="max_biased", reset_less=True)
+            mb = Signal(W, name="max_biased", **DATA)
             above_max, above_prev = Signal(name="above_max"), Signal(name="above_prev")
             m.d.sync += [above_max.eq((biased(a1) > mb) | first2), above_prev.eq(biased(a1) > biased(p2))]
             m.d.comb += mx.eq(Cat(mb[:W - 1], ~mb[W - 1]))
@@ -232,12 +231,12 @@ class MacPipeline(wiring.Component):
         # so each carry shares its logic cell with its sum (iCE40 split the chain otherwise)
         S = ACC_SPLIT(cfg)
         seed = Mux(seed_on, 1 << (f - 1), 0)
-        lo, carry = Signal(S, name="acc_lo", reset_less=True), Signal(name="acc_carry", reset_less=True)
+        lo, carry = Signal(S, name="acc_lo", **DATA), Signal(name="acc_carry", **DATA)
         with m.If(v2):
             m.d.sync += Cat(lo, carry).eq(Mux(first2, p2[:S] + seed, lo + p2[:S]))
         v2b, last2b, first2b, out2b = self._delay(m, [v2, last2, first2, out2], "2b")
         p2h = Signal(signed(len(p2) - S), name="p2_hi", **DATA)
-        hi = Signal(signed(cfg.acc_w - S), name="acc_hi", reset_less=True)
+        hi = Signal(signed(cfg.acc_w - S), name="acc_hi", **DATA)
         m.d.sync += p2h.eq(p2[S:])
         with m.If(v2b):
             m.d.sync += hi.eq(Mux(first2b, p2h + carry, hi + p2h + carry))
