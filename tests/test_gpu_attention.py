@@ -1,5 +1,5 @@
-"""Streaming attention (:mod:`circuitgrad.backends.gpu.attention`): the compiler finds a step's softmax attention
-cores, replaces each with the four streaming kernels where it qualifies, and the result is the same step: in the
+"""Streaming attention (:mod:`circuitgrad.backends.gpu.attention`): the compiler finds a step's softmax and
+spherical attention cores, replaces each with the four streaming kernels where it qualifies, and the result is the same step: in the
 reference interpreter, in NumPy-emulated kernels, and in the generated CUDA C run on the host (both thread
 orders); the kernels compile for sm_90, and no ``S×S`` array is left in memory."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import circuitgrad as cg
-from circuitgrad import nn
-from circuitgrad.backends.gpu import attention, memory
+from circuitgrad import nn, ops
+from circuitgrad.backends.gpu import attention, attention_source, memory
 from circuitgrad.backends.gpu.host import run as hostrun
 from circuitgrad.interpret import FLOAT_RULES
 
@@ -33,6 +33,10 @@ def _run(prog, xs):
 MODELS = {
     "gpt causal": (lambda: nn.gpt(2, 8, 13, d=24, heads=2, layers=2), nn.softmax_cross_entropy, 13, 2),
     "attention full": (lambda: nn.attention(2, 6, 24, heads=3, causal=False), nn.mse, None, 1),
+    "gpt causal spherical": (lambda: nn.gpt(2, 8, 13, d=24, heads=2, layers=2, attention="spherical"),
+                             nn.softmax_cross_entropy, 13, 2),
+    "attention full spherical": (lambda: nn.attention(2, 6, 24, heads=3, causal=False, kind="spherical"), nn.mse,
+                                 None, 1),
 }
 
 
@@ -54,6 +58,9 @@ def test_the_fused_gradients_are_the_unfused_ones(name, rng):
     kinds = [type(a.op) for a in fused.instrs if isinstance(a.op, attention.OPS)]
     assert kinds == [attention.AttentionForward] * cores + [attention.AttentionGradQ, attention.AttentionGradV,
                                                             attention.AttentionGradK] * cores
+    norm = "spherical" if "spherical" in name else "softmax"
+    assert {(a.op.norm, a.op.eps) for a in fused.instrs if isinstance(a.op, attention.OPS)} == \
+        {(norm, ops.ATTENTION_EPS if norm == "spherical" else 0.0)}
     S = step.x_type.shape[1]
     assert not any(t.ndim == 4 and t.shape[-2:] == (S, S) for a in fused.instrs
                    for t in (fused.types[r] for r in a.results))                # no [B, H, S, S] value is left
@@ -64,7 +71,7 @@ def test_the_fused_gradients_are_the_unfused_ones(name, rng):
 
 @pytest.mark.parametrize("make, why_not", [
     (lambda: nn.gpt(2, 8, 13, d=130, heads=1, layers=1), "dh = 130 > 64: a row does not fit the registers"),
-    (lambda: nn.gpt(2, 8, 13, d=16, heads=2, layers=1, attention="spherical"), "spherical attention"),
+    (lambda: nn.gpt(2, 8, 13, d=130, heads=1, layers=1, attention="spherical"), "spherical, dh = 130 > 64"),
 ])
 def test_cores_that_do_not_qualify_keep_their_kernels(make, why_not):
     step = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1))
@@ -72,18 +79,19 @@ def test_cores_that_do_not_qualify_keep_their_kernels(make, why_not):
     assert attention.fuse(prog) is prog, why_not
 
 
-def test_a_core_without_its_forward_output_is_left_alone():
+@pytest.mark.parametrize("kind", attention.NORMS)
+def test_a_core_without_its_forward_output_is_left_alone(kind):
     """The reverse derivative alone (no ``O`` computed) is not the pattern: nothing is replaced."""
-    from circuitgrad import ops
     from circuitgrad.rewrite import simplify
     T = cg.NdArrayType((2, 3, 8, 4), cg.float32)
-    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True), [T] * 3, name="att")
+    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3, name="att")
     prog = simplify(cg.schedule(cg.rdiff(d)))
     assert attention.fuse(prog) is prog
 
 
-def test_the_step_holds_less_memory_and_launches_fewer_kernels():
-    make = lambda: nn.gpt(4, 64, 13, d=32, heads=2, layers=2)  # noqa: E731
+@pytest.mark.parametrize("kind", attention.NORMS)
+def test_the_step_holds_less_memory_and_launches_fewer_kernels(kind):
+    make = lambda: nn.gpt(4, 64, 13, d=32, heads=2, layers=2, attention=kind)  # noqa: E731
     step = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.adamw(1e-3),
                             backend="cupy-emulated", donate=True)
     from circuitgrad.backends.gpu import runtime
@@ -97,11 +105,12 @@ def test_the_step_holds_less_memory_and_launches_fewer_kernels():
 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("kind", attention.NORMS)
 @pytest.mark.parametrize("dtype", [cg.float64, cg.float32])
-def test_the_generated_kernels_step_as_numpy_does(dtype, rng):
+def test_the_generated_kernels_step_as_numpy_does(dtype, kind, rng):
     """The GPT step with streaming attention, its CUDA C compiled for the host and run thread by thread (both
     orders), against the NumPy backend: float64 to 1e-12, float32 within its rounding."""
-    make = lambda: nn.gpt(2, 8, 13, d=16, heads=2, layers=2)  # noqa: E731
+    make = lambda: nn.gpt(2, 8, 13, d=16, heads=2, layers=2, attention=kind)  # noqa: E731
     ref = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1), dtype=dtype)
     p = ref.init_params(seed=0)
     x, y = rng.integers(0, 13, size=(2, 8)), rng.integers(0, 13, size=(2, 8))
@@ -123,10 +132,12 @@ def test_the_kernels_compile_for_sm90(tmp_path):
     T = cg.NdArrayType((4, 6, 256, 64), cg.float32)
     strided = {"q": (256 * 384, 64, 384, 1), "k": (256 * 384, 64, 384, 1)}     # a [B, S, H, dh] projection
     code = ""
-    for causal in (True, False):
-        for cls in attention.OPS:
-            for c in ("float", "double"):
-                code += attention.source(cls(T, causal, 0.125), f"k_{cls.__name__}_{causal}_{c}", c, strided)[0]
+    for norm in attention.NORMS:
+        for causal in (True, False):
+            for cls in attention.OPS:
+                for c in ("float", "double"):
+                    op = cls(T, causal, 0.125, norm=norm, eps=1e-6 if norm == "spherical" else 0.0)
+                    code += attention_source.source(op, f"k_{norm}_{cls.__name__}_{causal}_{c}", c, strided)[0]
     (tmp_path / "att.cu").write_text(code)
     r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "att.cubin"),
                         str(tmp_path / "att.cu")], capture_output=True, text=True)
@@ -137,15 +148,16 @@ def test_the_kernels_compile_for_sm90(tmp_path):
             name = line.split("Function properties for ")[1].strip()
         elif "bytes spill stores" in line and name is not None:
             spills[name] = int(line.split("bytes spill stores")[0].split(",")[-1])
-    assert len(spills) == 16, spills
+    assert len(spills) == 32, spills
     # a row and its accumulator stay in registers (the dq and dk kernels, with three rows, may spill some)
     two_rows = {n: v for n, v in spills.items() if n.endswith("_float") and ("Forward" in n or "GradV" in n)}
-    assert len(two_rows) == 4 and set(two_rows.values()) == {0}, spills
+    assert len(two_rows) == 8 and set(two_rows.values()) == {0}, spills
 
 
-def test_a_predict_runs_the_forward_kernel_alone(rng):
+@pytest.mark.parametrize("name", ["gpt causal", "gpt causal spherical"])
+def test_a_predict_runs_the_forward_kernel_alone(name, rng):
     """Inference has no reverse derivative: its cores become the forward kernel alone, with the same outputs."""
-    make, loss, vocab, cores = MODELS["gpt causal"]
+    make, loss, vocab, cores = MODELS[name]
     step = cg.compile_model(make(), loss=loss, optimizer=nn.sgd(0.1), dtype=cg.float64)
     prog = step.fn("predict").program
     fused = attention.fuse(prog)

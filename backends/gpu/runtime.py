@@ -36,7 +36,7 @@ from circuitgrad.arguments import distinct_arrays
 from circuitgrad.codegen import ident
 from circuitgrad.schedule import Program
 
-from . import attention, blas
+from . import attention, attention_source, blas
 from .elementwise import donations, fused_kernel
 from .gather import copy_kernel, gather_kernel
 from .graph import Graphed
@@ -82,7 +82,7 @@ def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None 
         elif s.kind == "reduce":
             out[i] = reduce_kernel(s, plan, f"{prefix}_reduce{i}")
         elif s.kind == "attention":
-            out[i] = attention.attention_kernel(s, plan, f"{prefix}_attention{i}")
+            out[i] = attention_source.attention_kernel(s, plan, f"{prefix}_attention{i}")
     return out
 
 
@@ -244,7 +244,7 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
     (``launchers(plan, kernels)``, when given, makes them all at once: ``{index: callable}``).
 
     ``precision="tf32"`` or ``"bf16"``: float32 products on the tensor cores (:mod:`~.blas`). ``graph=True``: calls after
-    the first replay one CUDA graph (:mod:`~.graph`; needs ``donate_pairs``). ``fuse_attention``: softmax
+    the first replay one CUDA graph (:mod:`~.graph`; needs ``donate_pairs``). ``fuse_attention``: softmax and spherical
     attention cores run as the streaming kernels of :mod:`~.attention` where they qualify."""
     if precision not in blas.PRECISIONS:
         raise ValueError(f"compile_model: precision must be one of {', '.join(map(repr, blas.PRECISIONS))}, got "

@@ -1,0 +1,212 @@
+"""The CUDA C of the streaming attention kernels (:mod:`.attention`): a thread per row, its row and
+accumulators in registers, streaming the other rows (which a warp's lanes read together).
+
+The two kinds differ only in the weight of a score ``s`` and the row statistic ``L`` the forward saves::
+
+                 weight p(s)        forward, per query row                   ds (before the scale c)
+    softmax      exp(s − L)         running max m and sum l (online);        p·(dp − D)
+                                    L = m + log l
+    spherical    L·s                Q = Σ s² (no max, no rescaling);         L·(dp − L·s·D)
+                                    L = 1/√(Q + ε)
+
+with ``dp = dO_i·v_j`` and ``D = rowsum(dO∘O)``: the backward recomputes every weight from ``L``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .attention import AttentionForward, AttentionGradK, AttentionGradQ, Attention
+from .cuda import ctype, literal, mathfn
+from .kernel import Kernel, with_extents
+from .plan import Launch, Plan
+
+__all__ = ["attention_kernel", "source"]
+
+
+def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
+    """The streaming attention kernel of an ``attention`` step: a thread per row."""
+    (a,) = step.instrs
+    c = ctype(plan.program.types[a.results[0]])
+    strides = {}
+    for n, x in zip(a.op.ins.split(), a.args):      # operands read where they lie: a strided view's strides
+        _, stages = plan.read(plan.src(x))
+        if stages:
+            ((shape, st),) = stages
+            assert shape == plan.program.types[x].shape and st[-1] == 1, f"{name}: {n} is not a row-major view"
+            strides[n] = tuple(st)
+    src, rows, _ = source(a.op, name, c, strides)
+    return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), rows, [a.op.name],
+                               frozenset(step.inputs), tuple(c for _ in step.inputs)), plan)
+
+
+def source(op: Attention, name: str, ctype: str,
+           strides: dict[str, tuple[int, ...]] | None = None) -> tuple[str, int, list[str]]:
+    """``(CUDA source, rows, parameter names)`` of ``op``'s kernel: a thread per row of ``[..., S]``.
+
+    ``strides`` (elements, by input name: ``q``, ``k``, ``v``, ``O``, ``dO``) reads an operand where it lies, a
+    strided view such as the ``[B, S, H, dh] → [B, H, S, dh]`` permutation of a projection; others are
+    contiguous."""
+    w = _Text(op, ctype, _strides(op, strides))
+    rows = int(np.prod(w.lead)) * w.S
+    ins, outs = op.ins.split(), op.outs.split()
+    params = [f"const {ctype}* __restrict__ {n}" for n in ins] + [f"{ctype}* __restrict__ {n}_out" for n in outs]
+    if isinstance(op, AttentionForward):
+        body = _forward(op, w) if op.norm == "softmax" else _forward_spherical(op, w)
+    elif isinstance(op, AttentionGradQ):
+        body = _grad_q(op, w)
+    else:
+        body = _grad_kv(op, w)
+    args = ", ".join(ins + [f"{n}_out" for n in outs])
+    src = (f"__host__ __device__ inline void {name}_body(long long t, {', '.join(params)}) {{\n{body}}}\n"
+           f"extern \"C\" __global__ void {name}({', '.join(params)}) {{\n"
+           f"    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+           f"    if (t < {rows}LL) {name}_body(t, {args});\n"
+           f"}}\n")
+    return src, rows, ins + outs
+
+
+def _strides(op: Attention, given: dict[str, tuple[int, ...]] | None) -> dict[str, tuple[int, ...]]:
+    """The strides each operand is read with (``given``, else contiguous) and each output (``<name>_out``) is
+    written with (its logical strides in the order it is written)."""
+    strides = dict(given or {})
+    contiguous = tuple(int(np.prod(op.T.shape[a + 1:])) for a in range(op.T.ndim))
+    for n in op.ins.split():
+        if n not in "LD":
+            strides.setdefault(n, contiguous)
+    for k, n in enumerate(op.outs.split()):          # an output written in another order: its logical strides
+        ax = op.axes(k)
+        if n not in "LD":
+            phys = [int(np.prod([op.T.shape[a] for a in ax[j + 1:]])) for j in range(len(ax))] if ax else None
+            strides[f"{n}_out"] = contiguous if ax is None else tuple(phys[ax.index(j)] for j in range(op.T.ndim))
+    return strides
+
+
+class _Text:
+    """What an attention kernel's body is written with: the element type ``T``, the scale ``c`` as a literal,
+    ``exp`` and ``log`` for ``T``, the loop over the head dimension, a pointer to each operand's row, and the
+    kind's weight and score gradient (the module's table)."""
+
+    def __init__(self, op: Attention, ctype: str, strides: dict[str, tuple[int, ...]]):
+        *self.lead, self.S, self.dh = op.T.shape
+        self.T, self.c, self.strides, self.norm = ctype, literal(op.c, ctype), strides, op.norm
+        self.exp, self.log, self.sqrt = mathfn("exp", ctype), mathfn("log", ctype), mathfn("sqrt", ctype)
+        self.eps = literal(op.eps, ctype)
+        self.loop = f"for (int d = 0; d < {self.dh}; ++d)"
+        self.head = f"    const long long bh = t / {self.S}LL, row = t % {self.S}LL;\n"
+
+    def at(self, n: str, i: str) -> str:
+        """A pointer to row ``i`` of the current matrix ``bh`` of operand ``n``."""
+        return _row(n, self.strides[n], self.lead, "bh", i)
+
+    def weight(self, s: str, L: str) -> str:
+        """The weight of score ``s`` in a row whose statistic is ``L``."""
+        return f"{self.exp}({s} - {L})" if self.norm == "softmax" else f"({L} * {s})"
+
+    def ds(self, s: str, dp: str, L: str, D: str) -> str:
+        """The score's gradient (before the scale ``c``) from ``dp = dO_i·v_j`` and ``D = rowsum(dO∘O)``."""
+        if self.norm == "softmax":
+            return f"{self.exp}({s} - {L}) * ({dp} - {D})"
+        return f"{L} * ({dp} - {L} * {s} * {D})"
+
+
+def _row(name: str, strides: tuple[int, ...], lead: list[int], bh: str, i: str) -> str:
+    """A pointer to row ``i`` of matrix ``bh`` of input ``name`` (``[..., S, dh]``, read where it lies through
+    ``strides``, in elements, its last one 1)."""
+    parts, div = [], 1
+    for n, st in reversed(list(zip(lead, strides[:-2]))):
+        if n != 1 and st != 0:
+            parts.append(f"((({bh}) / {div}LL) % {n}LL) * {st}LL")
+        div *= n
+    parts.append(f"({i}) * {strides[-2]}LL")
+    return f"({name} + {' + '.join(parts)})"
+
+
+def _forward(op: AttentionForward, w: _Text) -> str:
+    """A query row: the online softmax over the keys it sees (running maximum ``m`` and sum ``l``), ``O`` and
+    ``L``."""
+    T, c, dh, loop, at, exp = w.T, w.c, w.dh, w.loop, w.at, w.exp
+    end = "row + 1" if op.causal else f"{w.S}LL"
+    return (w.head +
+            f"    {T} qr[{dh}], acc[{dh}];\n"
+            f"    {{ const {T}* qi = {at('q', 'row')}; {loop} qr[d] = qi[d] * ({T}){c}; }}\n"
+            f"    {T} m = 0, l = 1;\n"
+            f"    {{ const {T}* k0 = {at('k', '0')}; const {T}* v0 = {at('v', '0')};\n"
+            f"      {T} s = 0; {loop} s += qr[d] * k0[d]; m = s;\n"
+            f"      {loop} acc[d] = v0[d]; }}\n"
+            f"    for (long long j = 1; j < {end}; ++j) {{\n"
+            f"        const {T}* kj = {at('k', 'j')}; const {T}* vj = {at('v', 'j')};\n"
+            f"        {T} s = 0; {loop} s += qr[d] * kj[d];\n"
+            f"        if (s > m) {{ const {T} r = {exp}(m - s); l *= r; {loop} acc[d] *= r; m = s; }}\n"
+            f"        const {T} p = {exp}(s - m); l += p;\n"
+            f"        {loop} acc[d] += p * vj[d];\n"
+            f"    }}\n"
+            f"    {{ {T}* oi = {at('O_out', 'row')}; {loop} oi[d] = acc[d] / l; }}\n"
+            f"    L_out[t] = m + {w.log}(l);\n")
+
+
+def _forward_spherical(op: AttentionForward, w: _Text) -> str:
+    """A query row: the sum of its squared scores ``Q`` and ``Σ s·v`` over the keys it sees (no maximum, no
+    rescaling), then ``L = 1/√(Q + ε)`` and ``O = L·Σ s·v``."""
+    T, c, dh, loop, at = w.T, w.c, w.dh, w.loop, w.at
+    end = "row + 1" if op.causal else f"{w.S}LL"
+    return (w.head +
+            f"    {T} qr[{dh}], acc[{dh}];\n"
+            f"    {{ const {T}* qi = {at('q', 'row')}; {loop} {{ qr[d] = qi[d] * ({T}){c}; acc[d] = 0; }} }}\n"
+            f"    {T} Q = 0;\n"
+            f"    for (long long j = 0; j < {end}; ++j) {{\n"
+            f"        const {T}* kj = {at('k', 'j')}; const {T}* vj = {at('v', 'j')};\n"
+            f"        {T} s = 0; {loop} s += qr[d] * kj[d];\n"
+            f"        Q += s * s;\n"
+            f"        {loop} acc[d] += s * vj[d];\n"
+            f"    }}\n"
+            f"    const {T} r = ({T})1 / {w.sqrt}(Q + ({T}){w.eps});\n"
+            f"    {{ {T}* oi = {at('O_out', 'row')}; {loop} oi[d] = acc[d] * r; }}\n"
+            f"    L_out[t] = r;\n")
+
+
+def _grad_q(op: AttentionGradQ, w: _Text) -> str:
+    """A query row: ``dq`` over the keys it sees, the weights recomputed from ``L``, and ``D = rowsum(dO∘O)``."""
+    T, c, dh, loop, at = w.T, w.c, w.dh, w.loop, w.at
+    end = "row + 1" if op.causal else f"{w.S}LL"
+    return (w.head +
+            f"    {T} qr[{dh}], dor[{dh}], acc[{dh}];\n"
+            f"    {T} Dt = 0;\n"
+            f"    {{ const {T}* qi = {at('q', 'row')}; const {T}* doi = {at('dO', 'row')};\n"
+            f"      const {T}* oi = {at('O', 'row')};\n"
+            f"      {loop} {{ qr[d] = qi[d] * ({T}){c}; dor[d] = doi[d]; Dt += dor[d] * oi[d]; acc[d] = 0; }} }}\n"
+            f"    const {T} Lt = L[t];\n"
+            f"    for (long long j = 0; j < {end}; ++j) {{\n"
+            f"        const {T}* kj = {at('k', 'j')}; const {T}* vj = {at('v', 'j')};\n"
+            f"        {T} s = 0, dp = 0; {loop} {{ s += qr[d] * kj[d]; dp += dor[d] * vj[d]; }}\n"
+            f"        const {T} ds = {w.ds('s', 'dp', 'Lt', 'Dt')};\n"
+            f"        {loop} acc[d] += ds * kj[d];\n"
+            f"    }}\n"
+            f"    {{ {T}* out = {at('dq_out', 'row')}; {loop} out[d] = acc[d] * ({T}){c}; }}\n"
+            f"    D_out[t] = Dt;\n")
+
+
+def _grad_kv(op: Attention, w: _Text) -> str:
+    """A key row ``j`` (``dk`` or ``dv``): the query rows ``i`` it is visible to, the weights recomputed from
+    ``L``."""
+    T, c, dh, loop, at, S = w.T, w.c, w.dh, w.loop, w.at, w.S
+    start = "row" if op.causal else "0LL"
+    grad_k = isinstance(op, AttentionGradK)
+    regs = f"{T} kr[{dh}], acc[{dh}]" + (f", vr[{dh}]" if grad_k else "")
+    init = (f"    {{ const {T}* kj = {at('k', 'row')};" + (f" const {T}* vj = {at('v', 'row')};" if grad_k else "")
+            + f"\n      {loop} {{ kr[d] = kj[d] * ({T}){c}; acc[d] = 0;"
+            + (" vr[d] = vj[d];" if grad_k else "") + " } }\n")
+    if grad_k:
+        step = (f"        {T} s = 0, dp = 0; {loop} {{ s += qi[d] * kr[d]; dp += doi[d] * vr[d]; }}\n"
+                f"        const {T} Li = L[bh * {S}LL + i], Di = D[bh * {S}LL + i];\n"
+                f"        const {T} ds = {w.ds('s', 'dp', 'Li', 'Di')};\n"
+                f"        {loop} acc[d] += ds * qi[d];\n")
+        out = f"    {{ {T}* out = {at('dk_out', 'row')}; {loop} out[d] = acc[d] * ({T}){c}; }}\n"
+    else:
+        step = (f"        {T} s = 0; {loop} s += qi[d] * kr[d];\n"
+                f"        const {T} p = {w.weight('s', f'L[bh * {S}LL + i]')};\n"
+                f"        {loop} acc[d] += p * doi[d];\n")
+        out = f"    {{ {T}* out = {at('dv_out', 'row')}; {loop} out[d] = acc[d]; }}\n"
+    return (w.head + f"    {regs};\n" + init +
+            f"    for (long long i = {start}; i < {S}LL; ++i) {{\n"
+            f"        const {T}* qi = {at('q', 'i')}; const {T}* doi = {at('dO', 'i')};\n"
+            + step + "    }\n" + out)
