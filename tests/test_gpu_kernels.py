@@ -365,6 +365,32 @@ def test_small_groups_are_recomputed_where_they_are_read():
     assert_programs_close([got], [want], cg.schedule(d), [x])
 
 
+def test_a_layer_norms_normalised_input_is_recomputed_in_the_backward_not_stored(rng):
+    """The forward kernel that normalises (and recomputes 1/sqrt(var + eps) itself) writes only the layer's
+    output; the backward kernel that reads ``(x - mean)·r`` recomputes it, ``r`` in a block of its own. The
+    step still equals NumPy's, and every parameter and moment is still updated in place."""
+    model = nn.dense(8, 16, 32) >> nn.layer_norm(8, 32) >> nn.dense(8, 32, 4)
+    ref = cg.compile_model(model, loss=nn.mse, optimizer=nn.adamw(1e-2), dtype=F)
+    step = cg.compile_model(model, loss=nn.mse, optimizer=nn.adamw(1e-2), dtype=F, backend="cupy-emulated",
+                            donate=True)
+    f = step.fn("step").compiled
+    fused = [s for s in f.plan.steps if s.kind == "fused"]
+    written = {r for s in fused for r in s.outputs}
+    launched = {id(a) for s in fused for a in s.instrs}
+    again = [(a, s) for s in fused for a in s.remat if id(a) in launched]
+    normalised = [a for a, s in again if isinstance(a.op, P.Mul) and f.program.types[a.results[0]].shape == (8, 32)
+                  and any(isinstance(b.op, P.Rsqrt) for b in s.remat)]
+    assert normalised and not any(a.results[0] in written for a in normalised)
+    p = ref.init_params(seed=0)
+    x, y = rng.normal(size=(8, 16)), rng.normal(size=(8, 4))
+    want = ref.step(p, x, y)
+    mine = {k: np.array(v) for k, v in p.items()}
+    got = step.step(mine, x, y)
+    assert all(got[k] is mine[k] for k in step.arg_names["step"] if k in got and k in mine and k != "adam_t")
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-12, atol=1e-14, err_msg=k)
+
+
 def test_horizontal_fusion_updates_same_shaped_parameters_in_one_kernel():
     m = nn.mlp(4, [6, 6, 6, 6])                                    # three 6x6 weights, three biases of 6
     step = cg.compile_model(m, loss=nn.mse, optimizer=nn.momentum(0.1), backend="cupy-emulated")

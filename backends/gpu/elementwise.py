@@ -136,7 +136,8 @@ class _Writer:
 
 
 def _closure(v: int, defined: dict, plan: Plan) -> set[int]:
-    """The recomputed results ``v`` depends on (itself included)."""
+    """The recomputed results ``v`` depends on element for element (itself included); one read through a layout
+    (a broadcast row statistic) is recomputed at its own index when it is read, in a block of its own."""
     out, todo = set(), [v]
     while todo:
         r = todo.pop()
@@ -146,5 +147,7 @@ def _closure(v: int, defined: dict, plan: Plan) -> set[int]:
         for x in defined[r].args:
             s = plan.src(x)
             if s not in plan.constants:
-                todo.append(plan.read(s)[0])
+                b, stages = plan.operand(defined[r], s)
+                if not stages:
+                    todo.append(b)
     return out

@@ -40,6 +40,7 @@ class PlanState:
     """What the passes share: the program, and what each pass decided about it."""
     prog: Program
     free: set[int]                         # parameter-only instructions (indices into prog.instrs)
+    updates: dict[int, int] = field(default_factory=dict)   # input -> the output written into it (donation)
     producer: dict[int, int] = field(init=False)         # variable -> the instruction defining it
     uses: dict[int, list[int]] = field(init=False)       # variable -> the instructions reading it
     # fold_constants
@@ -67,6 +68,12 @@ class PlanState:
         self.producer, self.uses = self.prog.producers(), self.prog.uses()
 
     # ------------------------------------------------------------ queries
+    def written_at(self, v: int) -> int:
+        """Where the output written into donated input ``v`` is computed: its group's start, or its index."""
+        k = self.producer.get(self.src(self.updates[v]), -1)
+        g = self.group_of.get(k)
+        return self.start[g] if g is not None else k
+
     def shape_of(self, v: int) -> tuple[int, ...]:
         return self.prog.types[v].shape
 
@@ -371,15 +378,18 @@ def choose_unstored(st: PlanState) -> None:
                                                                            --t, h--> backward kernel k
         becomes  g writes y alone;  k = [..., remat g]  (t and h recomputed, never in memory)
 
-    This is what keeps a GELU's intermediates (four arrays of the MLP's width per layer) out of memory
-    until the backward pass. A group qualifies with at most ``PARTIAL`` instructions, hosting no recomputation
-    itself; a host must start after it, be launched, recompute nothing that is itself recomputed, and stay
-    within ``POINTERS``.
+    This is what keeps a GELU's intermediates (four arrays of the MLP's width per layer) and a layer norm's
+    normalised input out of memory until the backward pass. A group qualifies with at most ``PARTIAL``
+    instructions; the small groups it recomputes itself (a row's ``1/sqrt(var + eps)``) are recomputed in its
+    hosts too. A host must start after it, be launched, recompute nothing that is itself recomputed, stay
+    within ``POINTERS`` and start before the update of each donated parameter the group reads (written in
+    place, it would overwrite what the host reads).
     """
     hosted = {h for gs in st.remat.values() for h in gs}
     for g in sorted((g for g in range(len(st.groups)) if st.groups[g]), key=lambda g: st.start[g]):
-        if g in st.gone or g in st.remat or g in hosted or len(st.groups[g]) > PARTIAL:
+        if g in st.gone or g in hosted or len(st.groups[g]) > PARTIAL:
             continue
+        inner = st.remat.get(g, [])
         only, hosts = set(), set()
         for r in st.group_results(g):
             if r in st.out_src:
@@ -391,13 +401,16 @@ def choose_unstored(st: PlanState) -> None:
             hosts |= hs
         if not only:
             continue
-        ins = {b for j in st.groups[g] for b in st.memory_inputs(st.prog.instrs[j])}
+        ins = {b for k in [g, *inner] for j in st.groups[k] for b in st.memory_inputs(st.prog.instrs[j])}
         if any(len(st.outside[h]) + len(ins) + st.nres[h] > POINTERS for h in hosts):
             continue
+        if any(st.start[h] >= st.written_at(b) for b in ins if b in st.updates for h in hosts):
+            continue                       # a donated parameter would be read after its update overwrote it
         st.unstored[g] = only
         hosted.add(g)
         for h in hosts:
-            st.remat.setdefault(h, []).append(g)
+            mine = st.remat.setdefault(h, [])
+            mine.extend(k for k in [*inner, g] if k not in mine)
 
 
 def _remat_hosts(st: PlanState, g: int, results: list[int]) -> set[int]:

@@ -159,9 +159,10 @@ def _sink_parameter_work(prog: Program, data: set[int]) -> tuple[Program, set[in
     return moved, {k for k, i in enumerate(order) if i in free}
 
 
-def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
+def plan(prog: Program, data: Sequence[int] = (), updates: dict[int, int] | None = None) -> Plan:
     """The fusion plan of ``prog`` (see the module docstring); ``data``: its inputs that are data (``x``, ``y``),
-    the others being parameters and optimizer state.
+    the others being parameters and optimizer state; ``updates``: input -> the output that may be written
+    into it (a donated parameter's update), which no recomputation may read it after.
 
     The passes, in order (each in :mod:`~.passes` but the first and the last)::
 
@@ -169,7 +170,7 @@ def plan(prog: Program, data: Sequence[int] = ()) -> Plan:
             --> inline producers --> choose remat --> choose unstored --> emit launches
     """
     prog, free = _sink_parameter_work(prog, set(data))
-    st = PlanState(prog, free)
+    st = PlanState(prog, free, dict(updates or {}))
     fold_constants(st)
     place_views(st)
     group_elementwise(st)
@@ -219,7 +220,16 @@ def _fused_step(st: PlanState, g: int) -> Launch:
     (the results read by anything but its members)."""
     instrs = st.prog.instrs
     members = st.groups[g]
-    again = sorted(j for h in st.remat.get(g, []) for j in st.groups[h])
+    made = {r: j for h in st.remat.get(g, []) for j in st.groups[h] for r in instrs[j].results}
+    needed: set[int] = set()
+    todo = [x for j in members for x in instrs[j].args]
+    while todo:                           # the recomputed instructions the members' reads need, no more
+        s = st.src(todo.pop())
+        j = made.get(st.read(s)[0]) if s not in st.constants else None
+        if j is not None and j not in needed:
+            needed.add(j)
+            todo.extend(instrs[j].args)
+    again = sorted(needed)
     inside = {r for j in members + again for r in instrs[j].results}
     ins: list[int] = []
     for j in again + members:

@@ -253,7 +253,8 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
         raise ValueError("graph=True replays the step into the same buffers: it needs donate=True")
     if fuse_attention:
         prog = attention.fuse(prog)
-    p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")])
+    p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")],
+             updates={i: o for o, i in (donate_pairs or {}).items()})
     ks = kernels(p, prefix=f"cg_{ident(fn_name)}", donate_pairs=donate_pairs)
     src = generate(p, ks, arg_names, ident(fn_name), donate_pairs)
     plain = precision == "fp32" and not graph
