@@ -79,6 +79,43 @@ def test_cores_that_do_not_qualify_keep_their_kernels(make, why_not):
     assert attention.fuse(prog) is prog, why_not
 
 
+def _normalised(variant: str, eps: float):
+    """Scores normalised by hand under the definition's name: per row (spherical attention, with ``eps``), or
+    by a sum over the queries (``"colsum"``) or a norm spread along the keys (``"colbcast"``), which are not."""
+    from circuitgrad.provenance import scope
+    from circuitgrad.tracing import broadcast_to, matmul, mul, reshape, scale, sum_to, transpose
+
+    def f(q, k, v):
+        with scope("spherical_attention"):
+            s = scale(matmul(q, transpose(k)), 0.5)
+            sq = mul(s, s)
+            rows = s.shape[:-1] + (1,)
+            total = reshape(sum_to(sq, s.shape[:-2] + (1, s.shape[-1])), s.shape[:-1]) if variant == "colsum" \
+                else ops.sum(sq, -1)
+            r = ops.rsqrt(ops.add_epsilon(total, eps))
+            spread = s.shape[:-2] + (1, s.shape[-1]) if variant == "colbcast" else rows
+            out = matmul(mul(s, broadcast_to(reshape(r, spread), s.shape)), v)
+        return ops.sum(ops.mul(out, v))
+    return f
+
+
+@pytest.mark.parametrize("variant, fused", [("row", True), ("colsum", False), ("colbcast", False)])
+def test_only_a_per_row_normalisation_is_spherical_attention(variant, fused, rng):
+    """The matcher checks the axis of the sum of squares and of its broadcasts, not only the instructions'
+    names; ε is the program's own."""
+    from circuitgrad.rewrite import simplify
+    T = cg.NdArrayType((2, 3, 8, 4), cg.float64)
+    d = cg.trace(_normalised(variant, 1e-3), [T] * 3, name="att")
+    for prog in (simplify(cg.schedule(d)), simplify(cg.schedule(cg.rdiff(d)))):
+        got = attention.fuse(prog)
+        assert (got is not prog) == fused
+        if fused:
+            assert {a.op.eps for a in got.instrs if isinstance(a.op, attention.OPS)} == {1e-3}
+            xs = [rng.normal(size=prog.types[v].shape) for v in prog.inputs]
+            for g, w in zip(_run(got, xs), _run(prog, xs)):
+                np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("kind", attention.NORMS)
 def test_a_core_without_its_forward_output_is_left_alone(kind):
     """The reverse derivative alone (no ``O`` computed) is not the pattern: nothing is replaced."""

@@ -37,6 +37,8 @@ def _block():
 
 MODELS = {
     "mlp": (lambda: nn.mlp(8, [6, 16, 4]), nn.softmax_cross_entropy, None),
+    # its backward recomputes the normalised input, and 1/sqrt(var + eps) within that, in nested blocks
+    "mlp-layer-norm": (lambda: nn.dense(8, 16, 32) >> nn.layer_norm(8, 32) >> nn.dense(8, 32, 4), nn.mse, None),
     "cnn": (_cnn, nn.mse, None),
     "attention": (_block, nn.mse, None),
     "gpt-softmax": (lambda: nn.gpt(4, 8, 13, d=24, heads=3, layers=2), nn.softmax_cross_entropy, 13),

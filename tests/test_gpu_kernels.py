@@ -381,6 +381,7 @@ def test_a_layer_norms_normalised_input_is_recomputed_in_the_backward_not_stored
     normalised = [a for a, s in again if isinstance(a.op, P.Mul) and f.program.types[a.results[0]].shape == (8, 32)
                   and any(isinstance(b.op, P.Rsqrt) for b in s.remat)]
     assert normalised and not any(a.results[0] in written for a in normalised)
+    assert all(s.outputs for s in fused)                 # a kernel whose results are all recomputed is not launched
     p = ref.init_params(seed=0)
     x, y = rng.normal(size=(8, 16)), rng.normal(size=(8, 4))
     want = ref.step(p, x, y)

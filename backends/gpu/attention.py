@@ -332,8 +332,8 @@ class _Spherical(_Softmax):
             raise _NoMatch
         self.eps = float(eps.value)
         (row,) = [x for x in add.args if x != consts[0]]
-        total = self.made(self.made(row, P.Reshape).args[0], P.SumTo).args[0]
-        sq = self.made(total, P.Mul)
+        summed = self.made(self.made(row, P.Reshape).args[0], P.SumTo)
+        sq = self.made(summed.args[0], P.Mul)
         if sq.args[0] != sq.args[1]:
             raise _NoMatch
         s = self.s = sq.args[0]
@@ -344,16 +344,29 @@ class _Spherical(_Softmax):
         qk = self.made(self.unmasked(scale.args[0]), P.BatchMatMul)
         self.q, self.kT = qk.args
         self.k = self.made(self.kT, P.Permute, lambda a: _swap(a.op)).args[0]
-        if shape[self.r].shape != self.T.shape[:-1]:
+        if shape[self.r].shape != self.T.shape[:-1] or not self.per_row(summed.results[0]):
             raise _NoMatch
-        rb = self.rb = self.use(self.use(self.r, P.Reshape).results[0], P.Broadcast).results[0]
+        rb = self.rb = self.along_rows(self.use(self.r, P.Reshape).results[0])
         sr = self.use(rb, P.Mul, lambda a: set(a.args) == {s, rb}).results[0]
         self.A = self.masked(sr)
         fwd = self.use(self.A, P.BatchMatMul, lambda a: a.args[0] == self.A)
         self.v, self.O = fwd.args[1], fwd.results[0]
 
+    def per_row(self, v: int) -> bool:
+        """``v`` holds a value per query row, ``[..., S, 1]`` (a sum over the keys, not over the queries)."""
+        return self.prog.types[v].shape == self.T.shape[:-1] + (1,)
+
+    def along_rows(self, v: int) -> int:
+        """The broadcast of the per-row ``v`` over each row's scores (raises :class:`_NoMatch` otherwise)."""
+        if not self.per_row(v):
+            raise _NoMatch
+        b = self.use(v, P.Broadcast).results[0]
+        if self.prog.types[b] != self.prog.types[self.s]:
+            raise _NoMatch
+        return b
+
     def backward(self) -> None:
-        A, s, r, rb, T = self.A, self.s, self.r, self.rb, self.T
+        A, s, r, rb = self.A, self.s, self.r, self.rb
         AT = self.use(A, P.Permute, lambda a: _swap(a.op)).results[0]
         dv_mm = self.use(AT, P.BatchMatMul, lambda a: a.args[0] == AT)
         dO, self.dv = dv_mm.args[1], dv_mm.results[0]
@@ -361,12 +374,12 @@ class _Spherical(_Softmax):
         dA = self.masked(self.use(vT, P.BatchMatMul, lambda a: a.args == (dO, vT)).results[0])
         direct = self.use(dA, P.Mul, lambda a: set(a.args) == {dA, rb}).results[0]        # r·dA
         total = self.use(self.use(dA, P.Mul, lambda a: set(a.args) == {dA, s}).results[0], P.SumTo).results[0]
-        if self.prog.types[total].shape != T.shape[:-1] + (1,):
+        if not self.per_row(total):
             raise _NoMatch
         x = self.use(self.use(total, P.Reshape).results[0], P.Scale, lambda a: a.op.c == -0.5).results[0]
         for _ in range(3):                                                 # −½·Σ(dA∘s)·r³
             x = self.use(x, P.Mul, lambda a, x=x: set(a.args) == {x, r}).results[0]
-        x = self.use(self.use(x, P.Reshape).results[0], P.Broadcast).results[0]
+        x = self.along_rows(self.use(x, P.Reshape).results[0])
         x = self.use(x, P.Mul, lambda a, x=x: set(a.args) == {x, s}).results[0]
         twice = self.use(x, P.Add, lambda a: a.args == (x, x), anywhere=True).results[0]   # s∘s fans s out
         g = self.use(twice, P.Add, lambda a: set(a.args) == {twice, direct}, anywhere=True).results[0]

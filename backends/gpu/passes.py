@@ -371,8 +371,8 @@ def choose_remat(st: PlanState) -> None:
 
 def choose_unstored(st: PlanState) -> None:
     """Recompute in later fused kernels the results of a launched group that only they read, instead of
-    storing them: the group still runs (something else reads its other results from memory), its hosts
-    recompute all of it from its inputs, which stay in memory for them::
+    storing them: the group still runs if something else reads its other results from memory (else it is
+    not launched at all), its hosts recompute all of it from its inputs, which stay in memory for them::
 
         g = [h = x + b; t = tanh(c·(h + 0.044715·h³)); y = 0.5·h·(1 + t)] --y--> matmul
                                                                            --t, h--> backward kernel k
@@ -406,7 +406,12 @@ def choose_unstored(st: PlanState) -> None:
             continue
         if any(st.start[h] >= st.written_at(b) for b in ins if b in st.updates for h in hosts):
             continue                       # a donated parameter would be read after its update overwrote it
-        st.unstored[g] = only
+        members = set(st.groups[g])
+        if any(r not in only and (r in st.out_src or any(k is None or k not in members for k in st.readers(r)))
+               for r in st.group_results(g)):
+            st.unstored[g] = only
+        else:                              # nothing left for it to write: recomputed, never launched
+            st.gone.add(g)
         hosted.add(g)
         for h in hosts:
             mine = st.remat.setdefault(h, [])
