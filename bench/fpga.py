@@ -1,6 +1,6 @@
 """FPGA designs: resources, Fmax, cycles and calls per second, synthesized with YoWASP.
 
-    python bench/fpga.py [--only iris-step] [--seeds 3]
+    python bench/fpga.py [--only iris-step] [--seeds 3] [--pnr-timeout MINUTES]
 
 For each configuration, the table reports logic cells (nextpnr's count), LUT4s (yosys'), FFs, DSPs,
 block RAMs and Fmax from yosys and nextpnr (the median over nextpnr seeds 1..``--seeds``: one placement's
@@ -76,7 +76,10 @@ def main() -> None:
     ap.add_argument("--no-sim", action="store_true", help="skip the simulation check of each design")
     ap.add_argument("--seeds", type=int, default=3,
                     help="place and route each design with nextpnr seeds 1..N; Fmax is the median (default 3)")
+    ap.add_argument("--pnr-timeout", type=float, default=None, metavar="MINUTES",
+                    help="stop a place-and-route run still routing after MINUTES: the median is over the others")
     a = ap.parse_args()
+    limit = None if a.pnr_timeout is None else 60 * a.pnr_timeout
     rows, lut4, steps = [], {}, {}
 
     simulated = {}
@@ -100,10 +103,13 @@ def main() -> None:
             d = make()
             sim = exact(d, step, batch)
             with tempfile.TemporaryDirectory() as tmp:
-                r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr), seeds=a.seeds)
+                r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr), seeds=a.seeds, pnr_timeout=limit)
             predicted = cost.fmax(d.microcode, target, d.macs, d.read_ports)
             rams = f"{r.brams} + {r.sprams}" if r.sprams else r.brams
-            rows.append([label, target, r.logic_cells, r.lut4, r.ffs, r.dsps, rams, f"{r.fmax_mhz:.1f}",
+            unrouted = [str(k + 1) for k, f in enumerate(r.fmax_runs) if f is None]
+            fmax = f"{r.fmax_mhz:.1f}" + (f" (seed {', '.join(unrouted)} unrouted in {a.pnr_timeout:g} min)"
+                                          if unrouted else "")
+            rows.append([label, target, r.logic_cells, r.lut4, r.ffs, r.dsps, rams, fmax,
                          f"{predicted:.1f} ({predicted / r.fmax_mhz:.2f})", r.cycles_per_call,
                          f"{r.calls_per_second:.0f}", sim])
             if sweep_key:
@@ -165,7 +171,7 @@ def main() -> None:
         try:
             d = fpga.unroll(step, p)
             with tempfile.TemporaryDirectory() as tmp:
-                r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr), seeds=a.seeds)
+                r = synthesize(d, target, tmp, log=lambda s: print("  " + s, file=sys.stderr), seeds=a.seeds, pnr_timeout=limit)
             predicted = cost.unrolled_fmax(d, target)
             urows.append([label, target, r.lut4, r.ffs, r.dsps, mults, f"{r.lut4 / mults:.0f}", f"{r.fmax_mhz:.1f}",
                           f"{predicted:.1f} ({predicted / r.fmax_mhz:.2f})", d.latency, f"{r.fmax_mhz * 1e6:.3g}"])

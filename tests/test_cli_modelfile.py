@@ -281,6 +281,8 @@ def test_exit_status_of_tool_specific_usage_errors(tmp_path):
                        (["fpga", "simulate", good, "--steps", "0"], "fpga: --steps must be at least 1, got 0"),
                        (["fpga", "simulate", good, "--macs", "0"], "fpga: --macs must be at least 1, got 0"),
                        (["fpga", "synth", good, "--seeds", "0"], "fpga: --seeds must be at least 1, got 0"),
+                       (["fpga", "synth", good, "--pnr-timeout", "0"],
+                        "fpga: --pnr-timeout must be a positive number of minutes, got 0.0"),
                        (["cost", good, "--target", "gpu", "--device", "a100"],
                         "cost: --device a100: unknown GPU device; choose one of h100, h200"),
                        (["cost", good, "--target", "zk", "--dtype", "float32"],

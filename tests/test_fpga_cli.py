@@ -251,6 +251,20 @@ def test_an_overflow_in_the_simulated_hardware_is_one_line_and_status_1(tmp_path
     assert res.stderr.splitlines()[-1] == "circuitgrad fpga: MatMul#1 overflowed fixed(16,8) in the FPGA simulation"
 
 
+def test_a_tool_run_past_its_limit_is_stopped(tmp_path, monkeypatch):
+    """A router that does not converge is stopped at ``timeout`` seconds: killed, not waited for."""
+    import time
+    from circuitgrad.backends.fpga import synth
+    monkeypatch.setattr(synth, "HEARTBEAT_S", 0.2)
+    lines: list[str] = []
+    t0 = time.perf_counter()
+    with pytest.raises(synth.TimedOut, match=r"^nextpnr did not finish within 1 s$"):
+        synth._run([sys.executable, "-c", "import time; time.sleep(60)"], "nextpnr", lines.append, str(tmp_path),
+                   timeout=1)
+    assert time.perf_counter() - t0 < 30
+    assert lines[-1] == "  nextpnr stopped at its limit of 1 s"
+
+
 def test_a_long_tool_run_says_it_is_still_running(tmp_path, monkeypatch):
     """A synthesis tool that runs for longer than the heartbeat gets a line per heartbeat, then its time."""
     from circuitgrad.backends.fpga import synth

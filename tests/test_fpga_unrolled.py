@@ -136,6 +136,32 @@ def test_seeds_must_be_positive():
     from circuitgrad.backends.fpga.synth import synthesize
     with pytest.raises(ValueError, match=r"^synthesize: seeds must be at least 1 \(got 0\)$"):
         synthesize(None, "ice40-up5k", seeds=0)
+    with pytest.raises(ValueError, match=r"^synthesize: pnr_timeout must be a positive number of seconds \(got 0\)$"):
+        synthesize(None, "ice40-up5k", seeds=3, pnr_timeout=0)
+
+
+@pytest.mark.slow
+def test_a_seed_past_the_time_limit_is_left_out_of_the_median(tmp_path, monkeypatch):
+    """Seed 2's router stopped at the limit: the Fmax is the lower median of seeds 1 and 3, the report says
+    which seed is missing; when every seed is stopped, synthesis fails saying so."""
+    from circuitgrad.backends.fpga import synth
+    run = synth._run
+
+    def stalls(seeds):
+        def fake(cmd, what, *args, **kw):
+            if any(f"seed {k})" in what for k in seeds):
+                raise synth.TimedOut(f"{what} did not finish within 60 s")
+            return run(cmd, what, *args, **kw)
+        return fake
+    d = _one_layer((2, 3))
+    monkeypatch.setattr(synth, "_run", stalls([2]))
+    r = synth.synthesize(d, "ice40-up5k", str(tmp_path), log=lambda s: None, seeds=3, pnr_timeout=60)
+    assert r.fmax_runs[1] is None and r.fmax_mhz == min(r.fmax_runs[0], r.fmax_runs[2])
+    assert "unrouted" in str(r) and os.path.getsize(r.bitstream) > 0
+    monkeypatch.setattr(synth, "_run", stalls([1, 2]))
+    with pytest.raises(synth.TimedOut, match=r"^place and route \(nextpnr-ice40\): none of seeds 1–2 finished "
+                                             r"within 60 s$"):
+        synth.synthesize(d, "ice40-up5k", str(tmp_path / "none"), log=lambda s: None, seeds=2, pnr_timeout=60)
 
 
 @pytest.mark.slow

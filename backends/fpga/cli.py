@@ -66,6 +66,8 @@ def _synth(a) -> int:
     from .devices import BOARDS, TARGETS
     if a.seeds < 1:
         raise UsageError(f"--seeds must be at least 1, got {a.seeds}")
+    if a.pnr_timeout is not None and not a.pnr_timeout > 0:
+        raise UsageError(f"--pnr-timeout must be a positive number of minutes, got {a.pnr_timeout}")
     _check_design_flags(a)
     target = a.target or (BOARDS[a.board]["target"] if a.board else "ice40-up5k")
     if a.board and BOARDS[a.board]["target"] != target:
@@ -75,7 +77,7 @@ def _synth(a) -> int:
         require_tools("circuitgrad fpga synth", synthesis_tools(TARGETS[target].family))
     except MissingExtra as e:
         raise SystemExit(str(e)) from None
-    from .synth import DoesNotFit, synthesize
+    from .synth import DoesNotFit, TimedOut, synthesize
     t0 = time.perf_counter()
     print("[compile] …", flush=True)
     spec, step, design = _design(a, target)
@@ -85,7 +87,10 @@ def _synth(a) -> int:
     host = a.host or ("uart" if a.board else "pins")
     try:
         report = synthesize(design, target, a.out, log=lambda s: print(f"[build] {s}", flush=True), board=a.board,
-                            seeds=a.seeds, host=host, baud=a.baud)
+                            seeds=a.seeds, host=host, baud=a.baud,
+                            pnr_timeout=None if a.pnr_timeout is None else 60 * a.pnr_timeout)
+    except TimedOut as e:
+        raise SystemExit(f"circuitgrad fpga synth: {e}") from None
     except DoesNotFit as e:             # its suggestion as this command's flag (--read-ports 1), not the keyword
         raise SystemExit(f"circuitgrad fpga synth: {e.cli_message()}") from None
     print(report)
@@ -215,6 +220,9 @@ def add_parser(sub) -> None:
             p.add_argument("--read-ports", type=int, choices=[1, 2], default=2, dest="read_ports")
             p.add_argument("--seeds", type=int, default=1,
                            help="place and route with nextpnr seeds 1..N and keep the median Fmax (default: one run)")
+            p.add_argument("--pnr-timeout", type=float, default=None, dest="pnr_timeout", metavar="MINUTES",
+                           help="stop a place-and-route run still routing after MINUTES and leave its seed out "
+                                "(default: no limit)")
         elif name == "train":
             p.add_argument("--board", choices=sorted(BOARDS), default=None, help="the board the bitstream runs on")
             p.add_argument("--port", required=True,

@@ -41,8 +41,8 @@ from .devices import BOARDS, HOSTS, TARGETS, Target, constraints, pcf  # noqa: F
 from .protocol import DEFAULT_BAUD  # noqa: E402
 from .uart import divisor as uart_divisor  # noqa: E402
 
-__all__ = ["TARGETS", "Top", "SERIAL_PINS", "Report", "synthesize", "cell_counts", "DoesNotFit", "rtlil_text",
-           "convert"]
+__all__ = ["TARGETS", "Top", "SERIAL_PINS", "Report", "synthesize", "cell_counts", "DoesNotFit", "TimedOut",
+           "rtlil_text", "convert"]
 
 
 class DoesNotFit(ValueError):
@@ -115,7 +115,7 @@ class Report:
     calls_per_second: float
     bitstream: str
     seconds: float
-    fmax_runs: list = field(default_factory=list)   # Fmax of every place-and-route run (``seeds``)
+    fmax_runs: list = field(default_factory=list)   # Fmax of every place-and-route run (``seeds``; None: stopped)
     sprams: int = 0          # single-port RAM blocks placed (ICESTORM_SPRAM)
 
     def __str__(self) -> str:
@@ -125,7 +125,8 @@ class Report:
                 ("cycles per call", self.cycles_per_call), ("calls per second", f"{self.calls_per_second:.0f}"),
                 ("bitstream", self.bitstream), ("build time (s)", f"{self.seconds:.1f}")]
         if len(self.fmax_runs) > 1:
-            rows.insert(7 + bool(self.sprams), ("Fmax per seed (MHz)", ", ".join(f"{f:.1f}" for f in self.fmax_runs) + " (median kept)"))
+            rows.insert(7 + bool(self.sprams), ("Fmax per seed (MHz)", ", ".join(
+                "unrouted" if f is None else f"{f:.1f}" for f in self.fmax_runs) + " (median kept)"))
         w = max(len(k) for k, _ in rows)
         return "\n".join(f"{k.ljust(w)}  {v}" for k, v in rows)
 
@@ -145,11 +146,16 @@ def _tool(name: str) -> list[str]:
 HEARTBEAT_S = 10.0
 
 
-def _run(cmd: list[str], what: str, log, cwd: str, logfile: str | None = None) -> subprocess.CompletedProcess:
+class TimedOut(RuntimeError):
+    """A tool run stopped at its time limit (a router that does not converge on one placement)."""
+
+
+def _run(cmd: list[str], what: str, log, cwd: str, logfile: str | None = None,
+         timeout: float | None = None) -> subprocess.CompletedProcess:
     """Run a YoWASP tool in ``cwd`` (its WebAssembly sandbox sees only the working directory).
 
     ``logfile``: the tool's own log in ``cwd``, whose tail goes into the error when the tool fails
-    quietly (yosys ``-q``).
+    quietly (yosys ``-q``). ``timeout``: seconds, after which the tool is stopped and :class:`TimedOut` raised.
     """
     log(f"{what}: {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}")
     t0 = time.perf_counter()
@@ -159,6 +165,11 @@ def _run(cmd: list[str], what: str, log, cwd: str, logfile: str | None = None) -
             out, err = proc.communicate(timeout=HEARTBEAT_S)
             break
         except subprocess.TimeoutExpired:
+            if timeout is not None and time.perf_counter() - t0 > timeout:
+                proc.kill()
+                proc.communicate()
+                log(f"  {what} stopped at its limit of {timeout:.0f} s")
+                raise TimedOut(f"{what} did not finish within {timeout:.0f} s") from None
             log(f"  {what} running, {time.perf_counter() - t0:.0f} s")
     res = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     log(f"  done in {time.perf_counter() - t0:.1f} s")
@@ -315,7 +326,8 @@ def cell_counts(design, target: str = "ecp5-85k", outdir: str = "out/fpga", log=
 
 
 def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log=print,
-               board: str | None = None, seeds: int = 1, host: str = "pins", baud: int = DEFAULT_BAUD) -> Report:
+               board: str | None = None, seeds: int = 1, host: str = "pins", baud: int = DEFAULT_BAUD,
+               pnr_timeout: float | None = None) -> Report:
     """Synthesize, place and route ``design`` for ``target``; returns the parsed :class:`Report`.
 
     ``board`` (``"icebreaker"``) constrains the pins to that board; without
@@ -325,13 +337,18 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log
     ``seeds``: place and route that many times (nextpnr ``--seed 1`` … ``--seed N``) and keep the run of
     the median Fmax (its bitstream and report; ``Report.fmax_runs`` lists all). One placement's Fmax is
     a noisy sample: the iris SGD step on the UP5K reached 42.4 MHz with nextpnr's default seed and
-    49.1–51.0 MHz with seeds 1–5. The default, 1, is one run with nextpnr's own seed.
+    49.1–51.0 MHz with seeds 1–5. The default, 1, is one run with nextpnr's own seed. ``pnr_timeout``
+    (seconds per run): a run still routing then is stopped and left out (``None`` in ``fmax_runs``; the median
+    is over the runs that finished), as nextpnr's router may not converge on an unlucky placement of a full
+    device; when no run finishes, :class:`TimedOut` is raised.
 
     ``host``: ``"pins"`` (the shift-register port of :class:`Top`) or ``"uart"`` (:class:`~.link.SerialTop` at
     ``baud``, on the board's USB serial chip: what :class:`~.board.Board` talks to).
     """
     if seeds < 1:
         raise ValueError(f"synthesize: seeds must be at least 1 (got {seeds})")
+    if pnr_timeout is not None and not pnr_timeout > 0:
+        raise ValueError(f"synthesize: pnr_timeout must be a positive number of seconds (got {pnr_timeout})")
     if board is not None:
         if board not in BOARDS:
             raise ValueError(f"unknown board {board!r}; known boards: {sorted(BOARDS)}")
@@ -366,23 +383,34 @@ def synthesize(design, target: str = "ice40-up5k", outdir: str = "out/fpga", log
     else:
         bit, out, pnr, pack = "top.bit", ["--textcfg", "top.config"], "nextpnr-ecp5", ["ecppack", "top.config"]
         args = list(t.pnr_args) + pins + ["--json", "top.json", "--freq", "25", "--timing-allow-fail"]
-    runs = []
+    runs: list[float | None] = []
     for k in range(1, seeds + 1):
         seed = ["--seed", str(k)] if seeds > 1 else []
-        _run(_tool(pnr) + args + seed + out + ["--report", "nextpnr_report.json"],
-             f"place and route ({pnr}{f', seed {k}' if seeds > 1 else ''})", log, outdir)
+        try:
+            _run(_tool(pnr) + args + seed + out + ["--report", "nextpnr_report.json"],
+                 f"place and route ({pnr}{f', seed {k}' if seeds > 1 else ''})", log, outdir, timeout=pnr_timeout)
+        except TimedOut:
+            if seeds == 1:
+                raise
+            runs.append(None)
+            continue
         fmax = _fmax(json.load(open(os.path.join(outdir, "nextpnr_report.json"))))
         runs.append(fmax)
         if seeds > 1:                                   # keep each run: the median one is restored below
             for f in [out[1], "nextpnr_report.json"]:
                 os.replace(os.path.join(outdir, f), os.path.join(outdir, f"seed{k}.{f}"))
+    routed = [i for i in range(seeds) if runs[i] is not None]
+    if not routed:
+        raise TimedOut(f"place and route ({pnr}): none of seeds 1–{seeds} finished within {pnr_timeout:.0f} s")
     if seeds > 1:
-        k = sorted(range(seeds), key=lambda i: runs[i])[(seeds - 1) // 2] + 1       # the (lower) median run
-        log(f"  Fmax over seeds 1–{seeds}: {', '.join(f'{f:.1f}' for f in runs)} MHz; keeping seed {k}")
+        k = sorted(routed, key=lambda i: runs[i])[(len(routed) - 1) // 2] + 1    # the (lower) median run
+        log(f"  Fmax over seeds 1–{seeds}: {', '.join('unrouted' if f is None else f'{f:.1f}' for f in runs)} MHz; "
+            f"keeping seed {k}")
         for f in [out[1], "nextpnr_report.json"]:
             shutil.copyfile(os.path.join(outdir, f"seed{k}.{f}"), os.path.join(outdir, f))
-    if board and min(runs) < BOARDS[board]["clock_mhz"]:
-        log(f"warning: Fmax {min(runs):.1f} MHz is below the {board}'s {BOARDS[board]['clock_mhz']} MHz clock: the "
+    slowest = min(runs[i] for i in routed)
+    if board and slowest < BOARDS[board]["clock_mhz"]:
+        log(f"warning: Fmax {slowest:.1f} MHz is below the {board}'s {BOARDS[board]['clock_mhz']} MHz clock: the "
             f"design will not run reliably there" + (" and its UART will not keep time" if host == "uart" else ""))
     _run(_tool(pack[0]) + [pack[1], bit], f"bitstream ({pack[0]})", log, outdir)
     bit = os.path.join(outdir, bit)
