@@ -93,6 +93,7 @@ class _Text:
         self.eps = literal(op.eps, ctype)
         self.loop = f"for (int d = 0; d < {self.dh}; ++d)"
         self.head = f"    const long long bh = t / {self.S}LL, row = t % {self.S}LL;\n"
+        self.end = "row + 1" if op.causal else f"{self.S}LL"       # past the last key a query row sees
 
     def at(self, n: str, i: str) -> str:
         """A pointer to row ``i`` of the current matrix ``bh`` of operand ``n``."""
@@ -125,7 +126,6 @@ def _forward(op: AttentionForward, w: _Text) -> str:
     """A query row: the online softmax over the keys it sees (running maximum ``m`` and sum ``l``), ``O`` and
     ``L``."""
     T, c, dh, loop, at, exp = w.T, w.c, w.dh, w.loop, w.at, w.exp
-    end = "row + 1" if op.causal else f"{w.S}LL"
     return (w.head +
             f"    {T} qr[{dh}], acc[{dh}];\n"
             f"    {{ const {T}* qi = {at('q', 'row')}; {loop} qr[d] = qi[d] * ({T}){c}; }}\n"
@@ -133,7 +133,7 @@ def _forward(op: AttentionForward, w: _Text) -> str:
             f"    {{ const {T}* k0 = {at('k', '0')}; const {T}* v0 = {at('v', '0')};\n"
             f"      {T} s = 0; {loop} s += qr[d] * k0[d]; m = s;\n"
             f"      {loop} acc[d] = v0[d]; }}\n"
-            f"    for (long long j = 1; j < {end}; ++j) {{\n"
+            f"    for (long long j = 1; j < {w.end}; ++j) {{\n"
             f"        const {T}* kj = {at('k', 'j')}; const {T}* vj = {at('v', 'j')};\n"
             f"        {T} s = 0; {loop} s += qr[d] * kj[d];\n"
             f"        if (s > m) {{ const {T} r = {exp}(m - s); l *= r; {loop} acc[d] *= r; m = s; }}\n"
@@ -148,12 +148,11 @@ def _forward_spherical(op: AttentionForward, w: _Text) -> str:
     """A query row: the sum of its squared scores ``Q`` and ``Σ s·v`` over the keys it sees (no maximum, no
     rescaling), then ``L = 1/√(Q + ε)`` and ``O = L·Σ s·v``."""
     T, c, dh, loop, at = w.T, w.c, w.dh, w.loop, w.at
-    end = "row + 1" if op.causal else f"{w.S}LL"
     return (w.head +
             f"    {T} qr[{dh}], acc[{dh}];\n"
             f"    {{ const {T}* qi = {at('q', 'row')}; {loop} {{ qr[d] = qi[d] * ({T}){c}; acc[d] = 0; }} }}\n"
             f"    {T} Q = 0;\n"
-            f"    for (long long j = 0; j < {end}; ++j) {{\n"
+            f"    for (long long j = 0; j < {w.end}; ++j) {{\n"
             f"        const {T}* kj = {at('k', 'j')}; const {T}* vj = {at('v', 'j')};\n"
             f"        {T} s = 0; {loop} s += qr[d] * kj[d];\n"
             f"        Q += s * s;\n"
@@ -167,7 +166,6 @@ def _forward_spherical(op: AttentionForward, w: _Text) -> str:
 def _grad_q(op: AttentionGradQ, w: _Text) -> str:
     """A query row: ``dq`` over the keys it sees, the weights recomputed from ``L``, and ``D = rowsum(dO∘O)``."""
     T, c, dh, loop, at = w.T, w.c, w.dh, w.loop, w.at
-    end = "row + 1" if op.causal else f"{w.S}LL"
     return (w.head +
             f"    {T} qr[{dh}], dor[{dh}], acc[{dh}];\n"
             f"    {T} Dt = 0;\n"
@@ -175,7 +173,7 @@ def _grad_q(op: AttentionGradQ, w: _Text) -> str:
             f"      const {T}* oi = {at('O', 'row')};\n"
             f"      {loop} {{ qr[d] = qi[d] * ({T}){c}; dor[d] = doi[d]; Dt += dor[d] * oi[d]; acc[d] = 0; }} }}\n"
             f"    const {T} Lt = L[t];\n"
-            f"    for (long long j = 0; j < {end}; ++j) {{\n"
+            f"    for (long long j = 0; j < {w.end}; ++j) {{\n"
             f"        const {T}* kj = {at('k', 'j')}; const {T}* vj = {at('v', 'j')};\n"
             f"        {T} s = 0, dp = 0; {loop} {{ s += qr[d] * kj[d]; dp += dor[d] * vj[d]; }}\n"
             f"        const {T} ds = {w.ds('s', 'dp', 'Lt', 'Dt')};\n"
