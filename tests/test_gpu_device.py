@@ -229,3 +229,25 @@ def test_a_bf16_graph_step_trains_as_the_float32_step(rng):
         qa, qb = fp.step(qa, x, y), bf.step(qb, x, y)
     la, lb = fp.loss(qa, x, y), bf.loss(qb, x, y)
     assert np.isfinite(lb) and abs(lb - la) <= 1e-2 * abs(la)
+
+
+def test_bf16_stored_values_give_the_bits_of_float32_stored_ones(rng, monkeypatch):
+    """On the device: values only products read, stored as bfloat16 by their kernels (``gpu.storage``), give the
+    products the same operands as storing them in float32 and casting before each product. cuBLAS may then read
+    an operand transposed instead of as a cast copy, so the accumulation order (not the operands) can differ:
+    float32 tolerance, as the graph step's test."""
+    import cupy
+    from circuitgrad.backends.gpu import storage
+    kw = dict(loss=nn.softmax_cross_entropy, optimizer=nn.adamw(1e-3), backend="cupy", donate=True, precision="bf16")
+    make = lambda: nn.gpt(8, 32, 96, d=64, heads=4, layers=2)  # noqa: E731
+    stored = cg.compile_model(make(), **kw)
+    with monkeypatch.context() as m:
+        m.setattr(storage, "bf16_operands", lambda p: frozenset())
+        plain = cg.compile_model(make(), **kw)
+    assert stored.fn("step").compiled.plan.narrow and not plain.fn("step").compiled.plan.narrow
+    p = stored.init_params(seed=0)
+    x, y = rng.integers(0, 96, size=(8, 32)), rng.integers(0, 96, size=(8, 32))
+    qa = stored.step({k: cupy.asarray(v) for k, v in p.items()}, x, y)
+    qb = plain.step({k: cupy.asarray(v) for k, v in p.items()}, x, y)
+    for k in qa:
+        np.testing.assert_allclose(qa[k].get(), qb[k].get(), rtol=1e-4, atol=1e-6, err_msg=k)

@@ -17,7 +17,8 @@ cuBLAS's CUDA-graph notes ask) and the current stream set on every call.
   multiplied on the tensor cores with float32 accumulation and a float32 result (``CUDA_R_16BF`` operands,
   ``CUBLAS_COMPUTE_32F``): the products of ``torch.autocast(dtype=torch.bfloat16)``, with everything else
   (the elementwise work, reductions, the loss, the parameters and the optimizer) in float32. Always on this
-  backend's handle (CuPy has no bfloat16 product without ``ml_dtypes``).
+  backend's handle (CuPy has no bfloat16 product without ``ml_dtypes``). An operand already stored as
+  bfloat16 (a ``uint16`` array of its bits, :mod:`~.storage`) is read as it is, without a cast.
 
 Operands are read in place when their last two axes are a row-major or a transposed (column-major) matrix
 and their leading axes one uniform batch stride; any other layout is copied first. Under the host execution
@@ -32,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["PRECISIONS", "matmul", "round_tf32", "round_bf16", "operand"]
+__all__ = ["PRECISIONS", "matmul", "round_tf32", "round_bf16", "widen_bf16", "operand"]
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 OP_N, OP_T = 0, 1                                           # cublasOperation_t
@@ -144,9 +145,9 @@ def _device_matmul(xp, precision: str) -> Callable:
         if lay is None:
             lay = layouts[key] = (operand(a.shape, a.strides, a.itemsize), operand(b.shape, b.strides, b.itemsize))
         la, lb = lay
-        out_dtype = a.dtype
-        if precision == "bf16":                 # operands rounded to bfloat16 (C-contiguous copies)
-            a, b = cast(a), cast(b)
+        out_dtype = np.dtype(np.float32) if a.dtype == np.uint16 else a.dtype
+        if precision == "bf16":     # operands rounded to bfloat16 (C-contiguous copies), unless stored so already
+            a, b = (x if x.dtype == np.uint16 else cast(x) for x in (a, b))
             la, lb = operand(a.shape, a.strides, 2), operand(b.shape, b.strides, 2)
         if la is None:
             a, la = _packed(xp, a)
@@ -182,10 +183,18 @@ def _host_matmul(xp, precision: str) -> Callable:
     rnd = {"tf32": round_tf32, "bf16": round_bf16}.get(precision)
 
     def mm(a, b):
-        if rnd is not None and a.dtype == np.float32:
-            a, b = rnd(xp, xp.ascontiguousarray(a)), rnd(xp, xp.ascontiguousarray(b))
+        stored = np.uint16 in (a.dtype, b.dtype)          # an operand stored as bfloat16 (:mod:`~.storage`)
+        if stored and precision != "bf16":
+            raise TypeError(f"matmul: a bfloat16 operand (uint16 bits) under precision {precision!r}")
+        if rnd is not None and (stored or a.dtype == np.float32):
+            a, b = (widen_bf16(xp, x) if x.dtype == np.uint16 else rnd(xp, xp.ascontiguousarray(x)) for x in (a, b))
         return xp.matmul(a, b)
     return mm
+
+
+def widen_bf16(xp, bits):
+    """bfloat16 bits (``uint16``, a value stored so by :mod:`~.storage`) as the float32 values they are."""
+    return (xp.ascontiguousarray(bits).astype(xp.uint32) << xp.uint32(16)).view(xp.float32)
 
 
 def _cupy_matmul(xp, precision: str) -> Callable:

@@ -67,10 +67,10 @@ def launch_cost(p: Any, pl: Any, step: Any, dev: Device, precision: str = "fp32"
     (``roofline_s``: the device's work alone, without the launch). ``precision`` of float32 products:
     ``"fp32"`` on the CUDA cores, ``"tf32"`` or ``"bf16"`` on the tensor cores at that rate. ``graph=True``:
     replayed from a CUDA graph, so nothing is issued from the host."""
-    nbytes = 0
-    for v in dict.fromkeys(pl.read(x)[0] for x in step.inputs):
-        nbytes += p.types[v].size * itemsize(p.types[v])
-    nbytes += sum(p.types[v].size * itemsize(p.types[v]) for v in step.outputs)
+    def size(v: int) -> int:                # bytes of an array (two an element when stored as bfloat16)
+        return p.types[v].size * (2 if v in pl.narrow else itemsize(p.types[v]))
+    nbytes = sum(size(v) for v in dict.fromkeys(pl.read(x)[0] for x in step.inputs))
+    nbytes += sum(size(v) for v in step.outputs)
     ws = [_work(p, a) for a in step.instrs + step.remat]
     mm = sum(w.matmul_flops for w in ws)
     other = sum(w.flops for w in ws) - mm

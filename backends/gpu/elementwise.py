@@ -17,6 +17,7 @@ from circuitgrad.schedule import Apply
 from .cuda import CUDA_EXPRESSIONS, ctype, element_kernel, literal, read_index
 from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
+from .storage import STORE, store_helper
 
 __all__ = ["fused_kernel", "donations"]
 
@@ -29,15 +30,17 @@ def fused_kernel(step: Launch, plan: Plan, name: str, donated: dict[int, int] | 
     w = _Writer(step, plan, ctype(out_t))
     lines: list[str] = []
     value = w.emit(step.instrs, _Scope(lines, "    ", False))
+    narrow = [v in plan.narrow for v in step.outputs]          # stored as bfloat16 (:mod:`~.storage`)
     for k, v in enumerate(step.outputs):
-        lines.append(f"    out{k}[i] = {value[v]};")
+        lines.append(f"    out{k}[i] = {f'{name}_bf16({value[v]})' if narrow[k] else value[v]};")
     donated = donated or {}
     aliased = set(donated) | set(donated.values())
     restrict = lambda v: "" if v in aliased else " __restrict__"     # noqa: E731
     params = [f"const {t}*{restrict(v)} in{k}" for k, (t, v) in enumerate(zip(w.in_types, step.inputs))] + \
-             [f"{ctype(prog.types[v])}*{restrict(v)} out{k}" for k, v in enumerate(step.outputs)]
+             [f"{STORE if narrow[k] else ctype(prog.types[v])}*{restrict(v)} out{k}" for k, v in enumerate(step.outputs)]
     ops = [a.op.name for a in step.instrs] + [f"({a.op.name})" for a in step.remat]
-    return with_extents(Kernel(name, element_kernel(name, params, lines, out_t.size), list(step.inputs),
+    helper = store_helper(name) if any(narrow) else ""
+    return with_extents(Kernel(name, helper + element_kernel(name, params, lines, out_t.size), list(step.inputs),
                                list(step.outputs), out_t.size, ops, frozenset(w.strided), w.in_types, dict(donated),
                                reads=tuple(w.read_at)), plan)
 

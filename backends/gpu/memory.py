@@ -12,6 +12,9 @@ reference counting frees them when CuPy's would, so the count follows the real s
 * a kernel's or a product's output from its ``xp.empty`` (or the product) until its last reference goes;
 * a view allocates nothing and keeps its base; ``ascontiguousarray`` and ``reshape`` of a strided view copy.
 
+* under ``precision="bf16"``, a product's bfloat16 copies of its float32 operands, for the product's duration;
+  a value stored as bfloat16 (:mod:`~.storage`) counts two bytes an element.
+
 What it does not count: cuBLAS's workspace (32 MiB on the backend's own handle, allocated once), CuPy's
 reduction temporaries, and the pool's cached free blocks (memory the pool holds, not memory in use).
 """
@@ -100,8 +103,14 @@ def _module(tracker: Tracker) -> types.SimpleNamespace:
     def ascontiguousarray(a):
         return a if a.contiguous else _new(tracker, a.shape, a.dtype)
 
-    def matmul(a, b):
-        return _new(tracker, tuple(a.shape[:-1]) + (b.shape[-1],), a.dtype)
+    def matmul(a, b, bf16: bool = False):
+        # precision "bf16": each float32 operand is cast to a C-contiguous bfloat16 copy (blas), alive through
+        # the product; an operand stored as bfloat16 (uint16 bits, :mod:`~.storage`) is read as it is
+        copies = [_new(tracker, x.shape, np.uint16) for x in (a, b) if bf16 and x.dtype == np.float32]
+        out = np.float32 if a.dtype == np.uint16 else a.dtype
+        c = _new(tracker, tuple(a.shape[:-1]) + (b.shape[-1],), out)
+        del copies
+        return c
 
     def transpose(a, axes):
         return a.view(tuple(a.shape[i] for i in axes), list(axes) == sorted(axes))
@@ -115,7 +124,7 @@ def _module(tracker: Tracker) -> types.SimpleNamespace:
     xp = types.SimpleNamespace(empty=empty, asarray=asarray, ascontiguousarray=ascontiguousarray, matmul=matmul,
                                transpose=transpose, broadcast_to=broadcast_to,
                                lib=types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=as_strided)))
-    for name in ("float32", "float64", "int64", "int32", "bool_", "uint8"):
+    for name in ("float32", "float64", "int64", "int32", "bool_", "uint8", "uint16"):
         setattr(xp, name, getattr(np, name))
     return xp
 
@@ -124,7 +133,8 @@ def peak(f: Any) -> int:
     """The bytes a call of ``f`` (a :class:`~.runtime.GpuFunction`) holds at its peak, its arguments included."""
     tracker = Tracker()
     xp = _module(tracker)
-    ns: dict[str, Any] = {"xp": xp, "_values": f.plan.values, "_matmul": xp.matmul}
+    bf16 = getattr(f, "precision", "fp32") == "bf16"
+    ns: dict[str, Any] = {"xp": xp, "_values": f.plan.values, "_matmul": lambda a, b: xp.matmul(a, b, bf16)}
     for k in f.kernels.values():
         ns[k.name] = lambda grid, block, args: None
     exec(compile(f.python, f"<circuitgrad-gpu-memory:{f.name}>", "exec"), ns)

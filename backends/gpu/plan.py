@@ -103,6 +103,7 @@ class Plan:
     constants: dict[int, float]    # uniform constant variables (inlined as literals)
     values: dict[int, np.ndarray] = field(default_factory=dict)   # every compile-time constant (C-contiguous)
     layouts: dict[int, Layout] = field(default_factory=dict)      # view variables read through their base
+    narrow: frozenset = frozenset()    # values stored as bfloat16 bits (``precision="bf16"``, :mod:`~.storage`)
 
     @property
     def launches(self) -> int:

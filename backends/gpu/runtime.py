@@ -36,7 +36,7 @@ from circuitgrad.arguments import distinct_arrays
 from circuitgrad.codegen import ident
 from circuitgrad.schedule import Program
 
-from . import attention, attention_source, blas
+from . import attention, attention_source, blas, storage
 from .elementwise import donations, fused_kernel
 from .gather import copy_kernel, gather_kernel
 from .graph import Graphed
@@ -159,7 +159,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
                     expr = f"{b}.reshape({ty(r).shape!r})"
                 else:
                     ((shape, strides),) = stages
-                    item = ty(r).dtype.numpy_dtype().itemsize
+                    item = 2 if base in p.narrow else ty(r).dtype.numpy_dtype().itemsize
                     expr = (f"xp.lib.stride_tricks.as_strided({b}, {tuple(shape)!r}, "
                             f"{tuple(st * item for st in strides)!r})")
             else:
@@ -179,7 +179,8 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
                 if donor is not None:
                     lines.append(f"    {names[v]} = {names[donor]}".ljust(60) + "# donated buffer")
                 else:
-                    lines.append(f"    {names[v]} = xp.empty({t.shape!r}, dtype=xp.{t.dtype.numpy_dtype().name})")
+                    dt = "uint16" if v in p.narrow else t.dtype.numpy_dtype().name    # bfloat16 bits (storage)
+                    lines.append(f"    {names[v]} = xp.empty({t.shape!r}, dtype=xp.{dt})")
                 outs.append(names[v])
             grid = max(1, math.ceil(kern.threads / BLOCK))     # a row kernel: 32 threads (a warp) a row
             # kernels index their inputs as C-contiguous arrays: views are made so
@@ -239,13 +240,14 @@ class GpuFunction:
 
 def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: Callable,
           donate_pairs: dict[int, int] | None = None, precision: str = "fp32", graph: bool = False,
-          launchers: Callable | None = None, fuse_attention: bool = True) -> GpuFunction:
+          launchers: Callable | None = None, fuse_attention: bool = True, store_bf16: bool = True) -> GpuFunction:
     """Plan, generate and bind one function. ``launcher(plan, index, kernel)`` makes the kernel callable
     (``launchers(plan, kernels)``, when given, makes them all at once: ``{index: callable}``).
 
     ``precision="tf32"`` or ``"bf16"``: float32 products on the tensor cores (:mod:`~.blas`). ``graph=True``: calls after
     the first replay one CUDA graph (:mod:`~.graph`; needs ``donate_pairs``). ``fuse_attention``: softmax and spherical
-    attention cores run as the streaming kernels of :mod:`~.attention` where they qualify."""
+    attention cores run as the streaming kernels of :mod:`~.attention` where they qualify. ``store_bf16``: under
+    ``"bf16"``, values only products read are stored as bfloat16 (:mod:`~.storage`; the same numbers)."""
     if precision not in blas.PRECISIONS:
         raise ValueError(f"compile_model: precision must be one of {', '.join(map(repr, blas.PRECISIONS))}, got "
                          f"{precision!r}")
@@ -255,6 +257,8 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
         prog = attention.fuse(prog)
     p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")],
              updates={i: o for o, i in (donate_pairs or {}).items()})
+    if precision == "bf16" and store_bf16:
+        p.narrow = storage.bf16_operands(p)
     ks = kernels(p, prefix=f"cg_{ident(fn_name)}", donate_pairs=donate_pairs)
     src = generate(p, ks, arg_names, ident(fn_name), donate_pairs)
     plain = precision == "fp32" and not graph

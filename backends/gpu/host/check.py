@@ -32,7 +32,7 @@ def nvcc() -> str | None:
 #: C type of a kernel parameter's element -> NumPy dtype
 _CTYPES = {"float": np.float32, "double": np.float64, "long long": np.int64, "long long int": np.int64,
            "int": np.int32, "unsigned int": np.uint32, "unsigned": np.uint32, "unsigned long long": np.uint64,
-           "short": np.int16, "signed char": np.int8, "char": np.int8, "unsigned char": np.uint8,
+           "short": np.int16, "unsigned short": np.uint16, "signed char": np.int8, "char": np.int8, "unsigned char": np.uint8,
            "bool": np.bool_, "long": np.int64, "int64_t": np.int64, "int32_t": np.int32}
 
 

@@ -16,6 +16,7 @@ from circuitgrad.interpret import FLOAT_RULES
 from ..kernel import Kernel
 from ..layout import read_through
 from ..plan import Plan
+from ..storage import to_bf16_bits
 
 __all__ = ["emulated_kernel"]
 
@@ -31,7 +32,7 @@ def emulated_kernel(p: Plan, step_index: int, kern: Kernel) -> Callable:
 
     def launch(grid, block, args):
         bases = dict(zip(kern.inputs, args[:len(kern.inputs)]))
-        dtype = np.asarray(args[-1]).dtype
+        dtype = prog.types[kern.outputs[-1]].dtype.numpy_dtype()
         env: dict[int, np.ndarray] = {}
 
         def value(x: int) -> np.ndarray:
@@ -52,5 +53,6 @@ def emulated_kernel(p: Plan, step_index: int, kern: Kernel) -> Callable:
                 for r, y in zip(a.results, res):
                     env[r] = np.asarray(y)
         for v, out in zip(kern.outputs, args[len(kern.inputs):]):
-            out[...] = np.broadcast_to(env[v], out.shape)
+            y = to_bf16_bits(env[v]) if v in p.narrow else env[v]        # a value stored as bfloat16: its bits
+            out[...] = np.broadcast_to(y, out.shape)
     return launch

@@ -1,0 +1,68 @@
+"""Values stored as bfloat16: under ``precision="bf16"``, an intermediate that only products read.
+
+A ``bf16`` step rounds every float32 product operand to bfloat16 (round to nearest even, :mod:`~.blas`). A value
+that a fused kernel writes and nothing but products read is therefore only ever seen rounded, so the kernel
+that makes it may round it as it stores it: two bytes an element instead of four, and no cast before the
+product. The step computes exactly the same numbers (rounding once at the producer or at each product gives the
+same bits); the memory of such values halves (a GPT's layer-norm and GELU outputs, saved for the backward)::
+
+    fused kernel --(float32)--> store --> cast --(bf16)--> cuBLAS      before
+    fused kernel --(round)--> store bf16 -------------------> cuBLAS      after
+
+Nothing else is narrowed: a value a kernel, a sum, a copy or the function's caller reads stays float32, as do
+cuBLAS's results (float32 accumulation), parameters and the optimizer's state.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from circuitgrad.types import Float
+
+from .plan import Plan
+
+__all__ = ["bf16_operands", "STORE", "store_helper", "to_bf16_bits"]
+
+STORE = "unsigned short"        # the C type of a value stored as bfloat16 (its bits)
+
+
+def bf16_operands(plan: Plan) -> frozenset[int]:
+    """The float32 values of ``plan`` that a fused kernel writes and only products read (directly or through
+    views); never an output of the function."""
+    root: dict[int, int] = {}
+
+    def base(v: int) -> int:
+        v = plan.src(v)
+        return root.get(v, v)
+
+    kinds: dict[int, set[str]] = {}
+    for s in plan.steps:
+        if s.kind == "view":                 # a view reads nothing itself: its readers read its base
+            for r in s.outputs:
+                root[plan.src(r)] = base(s.inputs[0]) if s.inputs else plan.src(r)
+            continue
+        for v in s.inputs:
+            kinds.setdefault(base(v), set()).add(s.kind)
+    returned = {base(v) for v in plan.program.outputs} | {plan.src(v) for v in plan.program.outputs}
+    types = plan.program.types
+    return frozenset(v for s in plan.steps if s.kind == "fused" for v in s.outputs
+                     if v not in returned and kinds.get(v) == {"matmul"}
+                     and isinstance(types[v].dtype, Float) and types[v].dtype.bits == 32)
+
+
+def store_helper(name: str) -> str:
+    """``<name>_bf16(x)``: the bits of float ``x`` rounded to bfloat16, to nearest even (``blas.TO_BF16``'s
+    rounding, on the device and on the host)."""
+    return (f"__host__ __device__ inline unsigned short {name}_bf16(float x) {{\n"
+            "#ifdef __CUDA_ARCH__\n"
+            "    const unsigned int b = __float_as_uint(x);\n"
+            "#else\n"
+            "    unsigned int b; __builtin_memcpy(&b, &x, 4);\n"
+            "#endif\n"
+            "    return (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);\n"
+            "}\n")
+
+
+def to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    """NumPy: the bits (``uint16``) of float32 ``a`` rounded to bfloat16, to nearest even."""
+    b = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    return ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
