@@ -152,6 +152,20 @@ def test_gpu_cost_takes_the_compiled_models_precision_and_graph():
     assert "float32 products in bf16" in own.notes[0]
 
 
+def test_gpu_streaming_attention_products_are_costed_on_the_cuda_cores():
+    """Under ``precision="bf16"`` cuBLAS's products run on the tensor cores; the streaming attention kernels'
+    products (thread per row) do not."""
+    from circuitgrad.backends.gpu import cost as gpu_cost
+    step = cg.compile_model(nn.gpt(2, 16, 11, d=32, heads=2, layers=1), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.sgd(0.1), backend="cupy-emulated", donate=True, precision="bf16")
+    pl = step.fn("step").compiled.plan
+    dev = gpu_cost.DEVICES["h100"]
+    kinds = {s.kind: gpu_cost.launch_cost(pl.program, pl, s, dev, "bf16") for s in pl.steps}
+    att, mm = kinds["attention"], kinds["matmul"]
+    assert att["matmul_flops"] > 0 and att["tensor_core_flops"] == 0 and att["cuda_core_flops"] >= att["matmul_flops"]
+    assert mm["tensor_core_flops"] == mm["matmul_flops"] > 0
+
+
 def test_gpu_launches_equal_the_backend_plan():
     from circuitgrad.backends.gpu import attention
     from circuitgrad.backends.gpu.plan import plan

@@ -201,3 +201,37 @@ def test_a_predict_runs_the_forward_kernel_alone(name, rng):
     assert [type(a.op) for a in fused.instrs if isinstance(a.op, attention.OPS)] == [attention.AttentionForward] * 2
     xs = _inputs(step, vocab, rng)[:-1]
     np.testing.assert_allclose(_run(fused, xs)[0], _run(prog, xs)[0], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("kind", attention.NORMS)
+@pytest.mark.parametrize("dtype", [cg.float32, cg.float64])
+def test_vector_loads_and_their_fallback_give_the_same_bits(kind, dtype, rng):
+    """Streamed rows are read 16 bytes at a time (``float4``, ``double2``) when the operands are 16-byte aligned,
+    else one element at a time, in the same order of operations: an operand passed at an 8- or 4-byte offset takes
+    the fallback and gives the same bits."""
+    from circuitgrad.backends import gpu
+    from circuitgrad.rewrite import simplify
+    T = cg.NdArrayType((1, 2, 12, 8), dtype)
+    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3, name=f"{kind}_attention")
+    R = cg.rdiff(d)
+    prog = simplify(cg.schedule(cg.trace(lambda q, k, v, do: (*d(q, k, v), *R(q, k, v, do)), [T] * 4, name="fb")))
+    xs = [rng.normal(size=T.shape).astype(T.dtype.numpy_dtype()) for _ in range(4)]
+    with hostrun.device() as cp:
+        f = gpu.compile_function(prog, ["q", "k", "v", "do"], "fb")
+        kernels = [k for k in f.kernels.values() if k.ops[0].startswith("Attention")]
+        assert len(kernels) == 4 and all("const bool vec = " in k.source for k in kernels)
+        aligned = [cp.asarray(x) for x in xs]
+        shifted = []
+        for x in xs:
+            buf = cp.zeros(x.size + 1, dtype=x.dtype)
+            buf[1:] = cp.asarray(x.ravel())
+            shifted.append(buf[1:].reshape(x.shape))
+        assert all(a.data.ptr % 16 == 0 for a in aligned) and all(s.data.ptr % 16 != 0 for s in shifted)
+        got = [[o.get() for o in f.run(*args)] for args in (aligned, shifted)]
+    for a, b in zip(*got):
+        np.testing.assert_array_equal(a, b)
+    want = _run(prog, [x.astype(np.float64) for x in xs])
+    tol = 1e-12 if dtype == cg.float64 else 2e-5
+    for a, w in zip(got[0], want):
+        np.testing.assert_allclose(a, w, rtol=tol, atol=tol)

@@ -13,6 +13,8 @@ with ``dp = dO_i·v_j`` and ``D = rowsum(dO∘O)``: the backward recomputes ever
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .attention import AttentionForward, AttentionGradK, AttentionGradQ, Attention
@@ -20,7 +22,10 @@ from .cuda import ctype, literal, mathfn
 from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
 
-__all__ = ["attention_kernel", "source"]
+__all__ = ["attention_kernel", "source", "VEC"]
+
+#: elements per vector load of a streamed row, and its CUDA type (16 bytes)
+VEC = {"float": (4, "float4"), "double": (2, "double2")}
 
 
 def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
@@ -92,8 +97,29 @@ class _Text:
         self.exp, self.log, self.sqrt = mathfn("exp", ctype), mathfn("log", ctype), mathfn("sqrt", ctype)
         self.eps = literal(op.eps, ctype)
         self.loop = f"for (int d = 0; d < {self.dh}; ++d)"
-        self.head = f"    const long long bh = t / {self.S}LL, row = t % {self.S}LL;\n"
         self.end = "row + 1" if op.causal else f"{self.S}LL"       # past the last key a query row sees
+        # streamed rows are read VEC elements at a time (float4, double2) when every row starts on a multiple of
+        # VEC elements; the pointers' 16-byte alignment is checked at run time (a view may start anywhere)
+        self.width, self.V = VEC[ctype]
+        ins = [n for n in op.ins.split() if n not in "LD"]
+        self.vec = self.dh % self.width == 0 and all(st % self.width == 0 for n in ins for st in strides[n][:-1])
+        aligned = " | ".join(f"(unsigned long long){n}" for n in ins)
+        self.head = (f"    const long long bh = t / {self.S}LL, row = t % {self.S}LL;\n"
+                     + (f"    const bool vec = (({aligned}) & 15ULL) == 0;   // 16-byte loads\n" if self.vec else ""))
+
+    def each(self, body: str, rows: tuple[str, ...]) -> str:
+        """``body`` for every ``d < dh``, where ``$d`` is ``d`` and ``$x`` element ``d`` of the streamed row ``x``
+        (a pointer): with vector loads of the rows where they are aligned, in the same order of operations."""
+        def put(d: str, read) -> str:
+            return re.sub(r"\$(\w+)", lambda m: d if m.group(1) == "d" else read(m.group(1)), body)
+        scalar = f"{self.loop} {{ {put('d', lambda x: f'{x}[d]')} }}"
+        if not self.vec:
+            return scalar
+        loads = " ".join(f"const {self.V} {x}_v = ((const {self.V}*){x})[e];" for x in rows)
+        parts = " ".join(put(f"({self.width} * e + {c})", lambda x, f=f: f"{x}_v.{f}")
+                         for c, f in enumerate("xyzw"[:self.width]))
+        return (f"if (vec) {{ for (int e = 0; e < {self.dh // self.width}; ++e) {{ {loads} {parts} }} }} "
+                f"else {{ {scalar} }}")
 
     def at(self, n: str, i: str) -> str:
         """A pointer to row ``i`` of the current matrix ``bh`` of operand ``n``."""
@@ -135,10 +161,10 @@ def _forward(op: AttentionForward, w: _Text) -> str:
             f"      {loop} acc[d] = v0[d]; }}\n"
             f"    for (long long j = 1; j < {w.end}; ++j) {{\n"
             f"        const {T}* kj = {at('k', 'j')}; const {T}* vj = {at('v', 'j')};\n"
-            f"        {T} s = 0; {loop} s += qr[d] * kj[d];\n"
+            f"        {T} s = 0; {w.each('s += qr[$d] * $kj;', ('kj',))}\n"
             f"        if (s > m) {{ const {T} r = {exp}(m - s); l *= r; {loop} acc[d] *= r; m = s; }}\n"
             f"        const {T} p = {exp}(s - m); l += p;\n"
-            f"        {loop} acc[d] += p * vj[d];\n"
+            f"        {w.each('acc[$d] += p * $vj;', ('vj',))}\n"
             f"    }}\n"
             f"    {{ {T}* oi = {at('O_out', 'row')}; {loop} oi[d] = acc[d] / l; }}\n"
             f"    L_out[t] = m + {w.log}(l);\n")
@@ -154,9 +180,9 @@ def _forward_spherical(op: AttentionForward, w: _Text) -> str:
             f"    {T} Q = 0;\n"
             f"    for (long long j = 0; j < {w.end}; ++j) {{\n"
             f"        const {T}* kj = {at('k', 'j')}; const {T}* vj = {at('v', 'j')};\n"
-            f"        {T} s = 0; {loop} s += qr[d] * kj[d];\n"
+            f"        {T} s = 0; {w.each('s += qr[$d] * $kj;', ('kj',))}\n"
             f"        Q += s * s;\n"
-            f"        {loop} acc[d] += s * vj[d];\n"
+            f"        {w.each('acc[$d] += s * $vj;', ('vj',))}\n"
             f"    }}\n"
             f"    const {T} r = ({T})1 / {w.sqrt}(Q + ({T}){w.eps});\n"
             f"    {{ {T}* oi = {at('O_out', 'row')}; {loop} oi[d] = acc[d] * r; }}\n"
@@ -175,9 +201,9 @@ def _grad_q(op: AttentionGradQ, w: _Text) -> str:
             f"    const {T} Lt = L[t];\n"
             f"    for (long long j = 0; j < {w.end}; ++j) {{\n"
             f"        const {T}* kj = {at('k', 'j')}; const {T}* vj = {at('v', 'j')};\n"
-            f"        {T} s = 0, dp = 0; {loop} {{ s += qr[d] * kj[d]; dp += dor[d] * vj[d]; }}\n"
+            f"        {T} s = 0, dp = 0; {w.each('s += qr[$d] * $kj; dp += dor[$d] * $vj;', ('kj', 'vj'))}\n"
             f"        const {T} ds = {w.ds('s', 'dp', 'Lt', 'Dt')};\n"
-            f"        {loop} acc[d] += ds * kj[d];\n"
+            f"        {w.each('acc[$d] += ds * $kj;', ('kj',))}\n"
             f"    }}\n"
             f"    {{ {T}* out = {at('dq_out', 'row')}; {loop} out[d] = acc[d] * ({T}){c}; }}\n"
             f"    D_out[t] = Dt;\n")
@@ -194,15 +220,15 @@ def _grad_kv(op: Attention, w: _Text) -> str:
             + f"\n      {loop} {{ kr[d] = kj[d] * ({T}){c}; acc[d] = 0;"
             + (" vr[d] = vj[d];" if grad_k else "") + " } }\n")
     if grad_k:
-        step = (f"        {T} s = 0, dp = 0; {loop} {{ s += qi[d] * kr[d]; dp += doi[d] * vr[d]; }}\n"
+        step = (f"        {T} s = 0, dp = 0; {w.each('s += $qi * kr[$d]; dp += $doi * vr[$d];', ('qi', 'doi'))}\n"
                 f"        const {T} Li = L[bh * {S}LL + i], Di = D[bh * {S}LL + i];\n"
                 f"        const {T} ds = {w.ds('s', 'dp', 'Li', 'Di')};\n"
-                f"        {loop} acc[d] += ds * qi[d];\n")
+                f"        {w.each('acc[$d] += ds * $qi;', ('qi',))}\n")
         out = f"    {{ {T}* out = {at('dk_out', 'row')}; {loop} out[d] = acc[d] * ({T}){c}; }}\n"
     else:
-        step = (f"        {T} s = 0; {loop} s += qi[d] * kr[d];\n"
+        step = (f"        {T} s = 0; {w.each('s += $qi * kr[$d];', ('qi',))}\n"
                 f"        const {T} p = {w.weight('s', f'L[bh * {S}LL + i]')};\n"
-                f"        {loop} acc[d] += p * doi[d];\n")
+                f"        {w.each('acc[$d] += p * $doi;', ('doi',))}\n")
         out = f"    {{ {T}* out = {at('dv_out', 'row')}; {loop} out[d] = acc[d]; }}\n"
     return (w.head + f"    {regs};\n" + init +
             f"    for (long long i = {start}; i < {S}LL; ++i) {{\n"

@@ -159,6 +159,8 @@ _PRELUDE = r"""// circuitgrad host execution mode: CUDA kernels compiled as C++ 
 struct cg_dim3 { unsigned int x, y, z; };
 static cg_dim3 threadIdx, blockIdx, blockDim, gridDim;
 typedef unsigned long long cg_ull;
+struct float4 { float x, y, z, w; };   // CUDA's vector types, for 16-byte loads
+struct double2 { double x, y; };
 static inline cg_dim3 cg_coords(cg_ull v, unsigned nx, unsigned ny) {   // linear block/thread id -> (x, y, z)
     return cg_dim3{(unsigned)(v % nx), (unsigned)((v / nx) % ny), (unsigned)(v / ((cg_ull)nx * ny))};
 }
