@@ -235,3 +235,24 @@ def test_vector_loads_and_their_fallback_give_the_same_bits(kind, dtype, rng):
     tol = 1e-12 if dtype == cg.float64 else 2e-5
     for a, w in zip(got[0], want):
         np.testing.assert_allclose(a, w, rtol=tol, atol=tol)
+
+
+def test_attention_kernels_launch_in_blocks_of_64_threads():
+    """A thread holds two or three rows in registers: the attention kernels launch in blocks of
+    ``attention_source.BLOCK`` threads, the other kernels in the glue's ``runtime.BLOCK``."""
+    import math
+
+    from circuitgrad.backends.gpu import runtime
+    step = cg.compile_model(nn.gpt(2, 8, 13, d=24, heads=2, layers=1), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.sgd(0.1), backend="cupy-emulated")
+    f = step.fn("step").compiled
+    launched = {k.name: k for k in f.kernels.values()}
+    seen = {"attention": 0, "other": 0}
+    for line in f.python.splitlines():
+        name = line.strip().split("((")[0]
+        if name in launched:
+            k = launched[name]
+            block = attention_source.BLOCK if k.ops[0].startswith("Attention") else runtime.BLOCK
+            assert f"{name}(({math.ceil(k.threads / block)},), ({block},), (" in line, line
+            seen["attention" if block == attention_source.BLOCK else "other"] += 1
+    assert attention_source.BLOCK == 64 and seen["attention"] == 4 and seen["other"] > 4

@@ -22,8 +22,11 @@ from .cuda import ctype, literal, mathfn
 from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
 
-__all__ = ["attention_kernel", "source", "VEC"]
+__all__ = ["attention_kernel", "source", "VEC", "BLOCK"]
 
+#: threads per block: a thread holds two or three rows in registers (168 to 255 at dh = 64), so six blocks of
+#: 64 fit an SM where one of 256 would, and causal rows' unequal work spreads over more blocks
+BLOCK = 64
 #: elements per vector load of a streamed row, and its CUDA type (16 bytes)
 VEC = {"float": (4, "float4"), "double": (2, "double2")}
 
@@ -41,7 +44,7 @@ def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
             strides[n] = tuple(st)
     src, rows, _ = source(a.op, name, c, strides)
     return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), rows, [a.op.name],
-                               frozenset(step.inputs), tuple(c for _ in step.inputs)), plan)
+                               frozenset(step.inputs), tuple(c for _ in step.inputs), block=BLOCK), plan)
 
 
 def source(op: Attention, name: str, ctype: str,

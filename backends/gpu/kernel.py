@@ -31,6 +31,7 @@ class Kernel:
     lanes: int = 1             # threads per item: 1 (a thread per element), or 32 (a warp per row)
     extents: tuple = ()        # elements each pointer argument must hold (inputs, then outputs): its whole type
     reads: tuple = ()          # (input position, stages): reads at the thread's own index i in [0, n)
+    block: int | None = None   # threads per block (``None``: the glue's ``runtime.BLOCK``)
 
     @property
     def threads(self) -> int:

@@ -182,13 +182,14 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
                     dt = "uint16" if v in p.narrow else t.dtype.numpy_dtype().name    # bfloat16 bits (storage)
                     lines.append(f"    {names[v]} = xp.empty({t.shape!r}, dtype=xp.{dt})")
                 outs.append(names[v])
-            grid = max(1, math.ceil(kern.threads / BLOCK))     # a row kernel: 32 threads (a warp) a row
+            block = kern.block or BLOCK
+            grid = max(1, math.ceil(kern.threads / block))     # a row kernel: 32 threads (a warp) a row
             # kernels index their inputs as C-contiguous arrays: views are made so
             ins = [names[src(x)] if src(x) in contiguous or src(x) in p.values
                    else f"xp.ascontiguousarray({names[src(x)]})" for x in kern.inputs]
             contiguous.update(kern.outputs)
             call = ", ".join(ins + outs)
-            lines.append(f"    {kern.name}(({grid},), ({BLOCK},), ({call},))".ljust(60)
+            lines.append(f"    {kern.name}(({grid},), ({block},), ({call},))".ljust(60)
                          + f"# {' + '.join(kern.ops)}")
         if probe and s.kind not in ("view", "const"):
             lines.append(f"    _probe({k})")
