@@ -256,3 +256,16 @@ def test_attention_kernels_launch_in_blocks_of_64_threads():
             assert f"{name}(({math.ceil(k.threads / block)},), ({block},), (" in line, line
             seen["attention" if block == attention_source.BLOCK else "other"] += 1
     assert attention_source.BLOCK == 64 and seen["attention"] == 4 and seen["other"] > 4
+
+
+@pytest.mark.parametrize("cls, causal, row", [
+    (attention.AttentionForward, True, "255LL - t % 256LL"), (attention.AttentionGradQ, True, "255LL - t % 256LL"),
+    (attention.AttentionGradV, True, "t % 256LL"), (attention.AttentionGradK, True, "t % 256LL"),
+    (attention.AttentionForward, False, "t % 256LL")])
+def test_the_longest_causal_rows_come_first(cls, causal, row):
+    """A causal query row sees ``row + 1`` keys, a key row ``S − row`` queries: threads take the longest rows
+    first (the first blocks start first; short rows fill the tail)."""
+    op = cls(cg.NdArrayType((2, 3, 256, 16), cg.float32), causal, 0.25)
+    src = attention_source.source(op, "k", "float")[0]
+    assert f"const long long bh = t / 256LL, row = {row};" in src
+    assert "[t]" not in src                  # L and D are indexed by the row, not by the thread

@@ -107,7 +107,13 @@ class _Text:
         ins = [n for n in op.ins.split() if n not in "LD"]
         self.vec = self.dh % self.width == 0 and all(st % self.width == 0 for n in ins for st in strides[n][:-1])
         aligned = " | ".join(f"(unsigned long long){n}" for n in ins)
-        self.head = (f"    const long long bh = t / {self.S}LL, row = t % {self.S}LL;\n"
+        # causal query rows see row + 1 keys: the longest are numbered first, so their blocks start first and
+        # the short ones fill the tail (key rows, for dk and dv, are longest first as they are)
+        last = self.S - 1
+        row = (f"{last}LL - t % {self.S}LL" if op.causal and isinstance(op, (AttentionForward, AttentionGradQ))
+               else f"t % {self.S}LL")
+        self.mine = f"bh * {self.S}LL + row"         # this row's entry of L and D
+        self.head = (f"    const long long bh = t / {self.S}LL, row = {row};\n"
                      + (f"    const bool vec = (({aligned}) & 15ULL) == 0;   // 16-byte loads\n" if self.vec else ""))
 
     def each(self, body: str, rows: tuple[str, ...]) -> str:
@@ -170,7 +176,7 @@ def _forward(op: AttentionForward, w: _Text) -> str:
             f"        {w.each('acc[$d] += p * $vj;', ('vj',))}\n"
             f"    }}\n"
             f"    {{ {T}* oi = {at('O_out', 'row')}; {loop} oi[d] = acc[d] / l; }}\n"
-            f"    L_out[t] = m + {w.log}(l);\n")
+            f"    L_out[{w.mine}] = m + {w.log}(l);\n")
 
 
 def _forward_spherical(op: AttentionForward, w: _Text) -> str:
@@ -189,7 +195,7 @@ def _forward_spherical(op: AttentionForward, w: _Text) -> str:
             f"    }}\n"
             f"    const {T} r = ({T})1 / {w.sqrt}(Q + ({T}){w.eps});\n"
             f"    {{ {T}* oi = {at('O_out', 'row')}; {loop} oi[d] = acc[d] * r; }}\n"
-            f"    L_out[t] = r;\n")
+            f"    L_out[{w.mine}] = r;\n")
 
 
 def _grad_q(op: AttentionGradQ, w: _Text) -> str:
@@ -201,7 +207,7 @@ def _grad_q(op: AttentionGradQ, w: _Text) -> str:
             f"    {{ const {T}* qi = {at('q', 'row')}; const {T}* doi = {at('dO', 'row')};\n"
             f"      const {T}* oi = {at('O', 'row')};\n"
             f"      {loop} {{ qr[d] = qi[d] * ({T}){c}; dor[d] = doi[d]; Dt += dor[d] * oi[d]; acc[d] = 0; }} }}\n"
-            f"    const {T} Lt = L[t];\n"
+            f"    const {T} Lt = L[{w.mine}];\n"
             f"    for (long long j = 0; j < {w.end}; ++j) {{\n"
             f"        const {T}* kj = {at('k', 'j')}; const {T}* vj = {at('v', 'j')};\n"
             f"        {T} s = 0, dp = 0; {w.each('s += qr[$d] * $kj; dp += dor[$d] * $vj;', ('kj', 'vj'))}\n"
@@ -209,7 +215,7 @@ def _grad_q(op: AttentionGradQ, w: _Text) -> str:
             f"        {w.each('acc[$d] += ds * $kj;', ('kj',))}\n"
             f"    }}\n"
             f"    {{ {T}* out = {at('dq_out', 'row')}; {loop} out[d] = acc[d] * ({T}){c}; }}\n"
-            f"    D_out[t] = Dt;\n")
+            f"    D_out[{w.mine}] = Dt;\n")
 
 
 def _grad_kv(op: Attention, w: _Text) -> str:
