@@ -269,3 +269,36 @@ def test_the_longest_causal_rows_come_first(cls, causal, row):
     src = attention_source.source(op, "k", "float")[0]
     assert f"const long long bh = t / 256LL, row = {row};" in src
     assert "[t]" not in src                  # L and D are indexed by the row, not by the thread
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_the_host_mode_refuses_a_vector_load_a_device_would_fault_on(tmp_path):
+    """Were the run-time alignment guard to miss an operand, a device would fault on its 16-byte loads: the host
+    execution mode checks each such load's address (here the guard is forced true and ``k`` is shifted by 4 bytes)."""
+    import os
+    import sys
+    import textwrap
+    script = tmp_path / "misaligned.py"
+    script.write_text(textwrap.dedent('''
+        import numpy as np
+        import circuitgrad as cg
+        from circuitgrad.backends.gpu import attention, attention_source
+        from circuitgrad.backends.gpu.host import run as hostrun
+        T = cg.NdArrayType((1, 1, 8, 8), cg.float32)
+        op = attention.AttentionForward(T, True, 0.5)
+        src, rows, _ = attention_source.source(op, "fw", "float")
+        forced = src.replace("const bool vec = (", "const bool vec = true || (")
+        assert forced != src
+        with hostrun.device() as cp:
+            x = cp.asarray(np.ones(T.shape, np.float32))
+            buf = cp.zeros(T.size + 1, dtype=cp.float32)
+            k = buf[1:].reshape(T.shape)
+            O, L = cp.empty(T.shape, dtype=cp.float32), cp.empty(T.shape[:-1], dtype=cp.float32)
+            cp.RawKernel(forced, "fw")((1,), (64,), (x, k, x, O, L))
+        print("ran")
+    '''))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=dict(os.environ),
+                       timeout=600)
+    assert r.returncode != 0 and "ran" not in r.stdout, (r.stdout, r.stderr[-2000:])
+    assert "circuitgrad hostrun: a 16-byte load of kj from " in r.stderr, r.stderr[-2000:]
+    assert "not 16-byte aligned: on a device, a misaligned address error" in r.stderr

@@ -65,7 +65,8 @@ def source(op: Attention, name: str, ctype: str,
     else:
         body = _grad_kv(op, w)
     args = ", ".join(ins + [f"{n}_out" for n in outs])
-    src = (f"__host__ __device__ inline void {name}_body(long long t, {', '.join(params)}) {{\n{body}}}\n"
+    src = ("#ifndef CG_VEC_LOAD\n#define CG_VEC_LOAD(p)\n#endif\n"     # checked only by the host execution mode
+           f"__host__ __device__ inline void {name}_body(long long t, {', '.join(params)}) {{\n{body}}}\n"
            f"extern \"C\" __global__ void {name}({', '.join(params)}) {{\n"
            f"    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
            f"    if (t < {rows}LL) {name}_body(t, {args});\n"
@@ -124,10 +125,11 @@ class _Text:
         scalar = f"{self.loop} {{ {put('d', lambda x: f'{x}[d]')} }}"
         if not self.vec:
             return scalar
+        checks = " ".join(f"CG_VEC_LOAD({x});" for x in rows)      # the host execution mode's alignment check
         loads = " ".join(f"const {self.V} {x}_v = ((const {self.V}*){x})[e];" for x in rows)
         parts = " ".join(put(f"({self.width} * e + {c})", lambda x, f=f: f"{x}_v.{f}")
                          for c, f in enumerate("xyzw"[:self.width]))
-        return (f"if (vec) {{ for (int e = 0; e < {self.dh // self.width}; ++e) {{ {loads} {parts} }} }} "
+        return (f"if (vec) {{ {checks} for (int e = 0; e < {self.dh // self.width}; ++e) {{ {loads} {parts} }} }} "
                 f"else {{ {scalar} }}")
 
     def at(self, n: str, i: str) -> str:

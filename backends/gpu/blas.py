@@ -54,15 +54,19 @@ def round_tf32(xp, a):
 
 def round_bf16(xp, a):
     """``a`` (float32) rounded to bfloat16 (8 mantissa bits, round to nearest even) and widened back: the
-    value a bfloat16 tensor-core product reads (``ml_dtypes.bfloat16`` rounds the same)."""
+    value a bfloat16 tensor-core product reads (``ml_dtypes.bfloat16`` rounds the same); a NaN becomes the quiet
+    NaN of its sign (rounding its bits would carry some into an infinity or a zero)."""
     bits = a.view(xp.uint32)
     odd = (bits >> xp.uint32(16)) & xp.uint32(1)
-    return ((bits + xp.uint32(0x7FFF) + odd) & xp.uint32(0xFFFF0000)).view(xp.float32)
+    rounded = (bits + xp.uint32(0x7FFF) + odd) & xp.uint32(0xFFFF0000)
+    nan = (bits & xp.uint32(0x7FFFFFFF)) > xp.uint32(0x7F800000)      # a NaN stays one (the sign kept, quiet)
+    return xp.where(nan, (bits & xp.uint32(0x80000000)) | xp.uint32(0x7FC00000), rounded).view(xp.float32)
 
 
 #: float32 -> bfloat16 bits (uint16), round to nearest even: the operands of a bfloat16 product
 TO_BF16 = ("float32 x", "uint16 y",
-           "unsigned int b = __float_as_uint(x); y = (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16)",
+           "unsigned int b = __float_as_uint(x); y = (b & 0x7FFFFFFFu) > 0x7F800000u ? "
+           "(unsigned short)(((b >> 16) & 0x8000u) | 0x7FC0u) : (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16)",
            "cg_to_bf16")
 
 

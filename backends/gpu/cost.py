@@ -100,15 +100,24 @@ def _work(p: Any, a: Any) -> Work:
     return work(p, a)
 
 
-def _function(f: Any, p: Any, function: str) -> Any:
-    """The GPU function of ``p`` as the backend builds it (its plan, its glue): the compiled model's own when it
-    has one, else built here (donating the step's inputs, as ``donate=True``)."""
+def _float32(p: Any) -> bool:
+    """Whether ``p`` computes in float32 (the only dtype ``precision`` changes)."""
+    return any(isinstance(t.dtype, Float) and t.dtype.bits == 32 for t in p.types)
+
+
+def _function(f: Any, p: Any, function: str, precision: str = "fp32") -> Any:
+    """The GPU function of ``p`` as the backend builds it at ``precision`` (its plan, its glue, the values it
+    stores as bfloat16): the compiled model's own when it was compiled so, else built here (donating the step's
+    inputs, as ``donate=True``)."""
     fn = getattr(f, "_fns", {}).get(function) if hasattr(f, "fn") else None
-    if fn is not None and isinstance(getattr(fn, "compiled", None), GpuFunction):     # compiled for the GPU
-        return fn.compiled
+    compiled = getattr(fn, "compiled", None)
+    if isinstance(compiled, GpuFunction) and compiled.precision == precision:     # compiled for the GPU so
+        return compiled
     names = list(getattr(f, "arg_names", {}).get(function, [])) or [f"a{k}" for k in range(len(p.inputs))]
     pairs = dict(zip(p.outputs, p.inputs)) if function == "step" and getattr(f, "donate", True) else None
-    return build(p, names, function, np, emulated_kernel, pairs)
+    if isinstance(compiled, GpuFunction):
+        pairs = compiled.donate_pairs
+    return build(p, names, function, np, emulated_kernel, pairs, precision)
 
 
 def estimate(f: Any, device: str | None = None, function: str = "step", depth: int = 2, tf32: bool = False,
@@ -126,7 +135,8 @@ def estimate(f: Any, device: str | None = None, function: str = "step", depth: i
     dev = DEVICES[key]
     p = program_of(f, function)
     fixed = any(isinstance(t.dtype, Fixed) for t in p.types)
-    g = None if fixed else _function(f, p, function)      # kernels exist in float32/float64 only
+    # kernels exist in float32/float64 only; bf16 changes what the plan stores
+    g = None if fixed else _function(f, p, function, precision if _float32(p) else "fp32")
     pl = g.plan if g is not None else plan(p)
     p = pl.program                                        # the program the backend runs (attention fused)
     lines = []

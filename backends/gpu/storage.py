@@ -3,8 +3,10 @@
 A ``bf16`` step rounds every float32 product operand to bfloat16 (round to nearest even, :mod:`~.blas`). A value
 that a fused kernel writes and nothing but products read is therefore only ever seen rounded, so the kernel
 that makes it may round it as it stores it: two bytes an element instead of four, and no cast before the
-product. The step computes exactly the same numbers (rounding once at the producer or at each product gives the
-same bits); the memory of such values halves (a GPT's layer-norm and GELU outputs, saved for the backward)::
+product. The products read exactly the same operands (rounding once at the producer or at each product gives the
+same bits; the emulated and host-run steps are the same bits, while on a device cuBLAS may read a stored operand
+transposed where it read a cast copy, in another order of accumulation); the memory of such values halves (a
+GPT's layer-norm and GELU outputs, saved for the backward)::
 
     fused kernel --(float32)--> store --> cast --(bf16)--> cuBLAS      before
     fused kernel --(round)--> store bf16 -------------------> cuBLAS      after
@@ -50,19 +52,23 @@ def bf16_operands(plan: Plan) -> frozenset[int]:
 
 
 def store_helper(name: str) -> str:
-    """``<name>_bf16(x)``: the bits of float ``x`` rounded to bfloat16, to nearest even (``blas.TO_BF16``'s
-    rounding, on the device and on the host)."""
+    """``<name>_bf16(x)``: the bits of float ``x`` rounded to bfloat16, to nearest even, a NaN the quiet NaN of
+    its sign (``blas.TO_BF16``'s rounding, on the device and on the host)."""
     return (f"__host__ __device__ inline unsigned short {name}_bf16(float x) {{\n"
             "#ifdef __CUDA_ARCH__\n"
             "    const unsigned int b = __float_as_uint(x);\n"
             "#else\n"
             "    unsigned int b; __builtin_memcpy(&b, &x, 4);\n"
             "#endif\n"
+            "    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (unsigned short)(((b >> 16) & 0x8000u) | 0x7FC0u);  // NaN\n"
             "    return (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);\n"
             "}\n")
 
 
 def to_bf16_bits(a: np.ndarray) -> np.ndarray:
-    """NumPy: the bits (``uint16``) of float32 ``a`` rounded to bfloat16, to nearest even."""
+    """NumPy: the bits (``uint16``) of float32 ``a`` rounded to bfloat16, to nearest even (a NaN: the quiet NaN
+    of its sign)."""
     b = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    return ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    rounded = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    nan = (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)          # the quiet NaN of its sign
+    return np.where(nan, ((b >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0), rounded).astype(np.uint16)

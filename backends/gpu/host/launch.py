@@ -182,6 +182,15 @@ template <class T> static inline T __shfl_up_sync(unsigned, T v, unsigned, int =
 template <class T> static inline T __shfl_sync(unsigned, T v, int, int = 32) { return cg_no_warp(v); }
 static inline void __syncwarp(unsigned = 0xffffffffu) { cg_no_warp(0); }
 static inline void __syncthreads() { cg_no_warp(0); }
+// A 16-byte vector load (float4, double2) from an address a device would refuse (misaligned address).
+static inline void cg_vec_load(const void* p, const char* what) {
+    if ((cg_ull)p & 15ULL) {
+        fprintf(stderr, "circuitgrad hostrun: a 16-byte load of %s from %p, not 16-byte aligned: on a device, "
+                "a misaligned address error\n", what, p);
+        abort();
+    }
+}
+#define CG_VEC_LOAD(p) cg_vec_load(p, #p)
 """
 _COOPERATIVE = re.compile(r"\b(__shfl\w*_sync|__syncthreads|__syncwarp|__shared__)\b")
 
