@@ -63,11 +63,12 @@ def round_bf16(xp, a):
     return xp.where(nan, (bits & xp.uint32(0x80000000)) | xp.uint32(0x7FC00000), rounded).view(xp.float32)
 
 
+#: C: the bfloat16 bits of the float32 bits ``b``, round to nearest even, a NaN the quiet NaN of its sign (the
+#: cast below and the kernels that store values as bfloat16, :mod:`~.storage`)
+BF16_BITS = ("((b & 0x7FFFFFFFu) > 0x7F800000u ? (unsigned short)(((b >> 16) & 0x8000u) | 0x7FC0u)"
+             " : (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16))")
 #: float32 -> bfloat16 bits (uint16), round to nearest even: the operands of a bfloat16 product
-TO_BF16 = ("float32 x", "uint16 y",
-           "unsigned int b = __float_as_uint(x); y = (b & 0x7FFFFFFFu) > 0x7F800000u ? "
-           "(unsigned short)(((b >> 16) & 0x8000u) | 0x7FC0u) : (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16)",
-           "cg_to_bf16")
+TO_BF16 = ("float32 x", "uint16 y", f"unsigned int b = __float_as_uint(x); y = {BF16_BITS}", "cg_to_bf16")
 
 
 def operand(shape: tuple[int, ...], strides: tuple[int, ...], item: int) -> tuple[int, int, int] | None:

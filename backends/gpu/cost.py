@@ -114,9 +114,8 @@ def _function(f: Any, p: Any, function: str, precision: str = "fp32") -> Any:
     if isinstance(compiled, GpuFunction) and compiled.precision == precision:     # compiled for the GPU so
         return compiled
     names = list(getattr(f, "arg_names", {}).get(function, [])) or [f"a{k}" for k in range(len(p.inputs))]
-    pairs = dict(zip(p.outputs, p.inputs)) if function == "step" and getattr(f, "donate", True) else None
-    if isinstance(compiled, GpuFunction):
-        pairs = compiled.donate_pairs
+    pairs = (compiled.donate_pairs if isinstance(compiled, GpuFunction) else
+             dict(zip(p.outputs, p.inputs)) if function == "step" and getattr(f, "donate", True) else None)
     return build(p, names, function, np, emulated_kernel, pairs, precision)
 
 

@@ -10,8 +10,7 @@ reference counting frees them when CuPy's would, so the count follows the real s
 
 * an argument or a folded constant is alive throughout;
 * a kernel's or a product's output from its ``xp.empty`` (or the product) until its last reference goes;
-* a view allocates nothing and keeps its base; ``ascontiguousarray`` and ``reshape`` of a strided view copy.
-
+* a view allocates nothing and keeps its base; ``ascontiguousarray`` and ``reshape`` of a strided view copy;
 * under ``precision="bf16"``, a product's bfloat16 copies of its float32 operands, for the product's duration;
   a value stored as bfloat16 (:mod:`~.storage`) counts two bytes an element.
 

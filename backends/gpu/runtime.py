@@ -248,7 +248,7 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
     ``precision="tf32"`` or ``"bf16"``: float32 products on the tensor cores (:mod:`~.blas`). ``graph=True``: calls after
     the first replay one CUDA graph (:mod:`~.graph`; needs ``donate_pairs``). ``fuse_attention``: softmax and spherical
     attention cores run as the streaming kernels of :mod:`~.attention` where they qualify. ``store_bf16``: under
-    ``"bf16"``, values only products read are stored as bfloat16 (:mod:`~.storage`; the same numbers)."""
+    ``"bf16"``, values only products read are stored as bfloat16 (:mod:`~.storage`; products read the same operands)."""
     if precision not in blas.PRECISIONS:
         raise ValueError(f"compile_model: precision must be one of {', '.join(map(repr, blas.PRECISIONS))}, got "
                          f"{precision!r}")

@@ -20,6 +20,7 @@ import numpy as np
 
 from circuitgrad.types import Float
 
+from .blas import BF16_BITS, round_bf16
 from .plan import Plan
 
 __all__ = ["bf16_operands", "STORE", "store_helper", "to_bf16_bits"]
@@ -52,23 +53,19 @@ def bf16_operands(plan: Plan) -> frozenset[int]:
 
 
 def store_helper(name: str) -> str:
-    """``<name>_bf16(x)``: the bits of float ``x`` rounded to bfloat16, to nearest even, a NaN the quiet NaN of
-    its sign (``blas.TO_BF16``'s rounding, on the device and on the host)."""
+    """``<name>_bf16(x)``: the bits of float ``x`` rounded to bfloat16 (``blas.BF16_BITS``, the rounding of the
+    cast before a product), on the device and on the host."""
     return (f"__host__ __device__ inline unsigned short {name}_bf16(float x) {{\n"
             "#ifdef __CUDA_ARCH__\n"
             "    const unsigned int b = __float_as_uint(x);\n"
             "#else\n"
             "    unsigned int b; __builtin_memcpy(&b, &x, 4);\n"
             "#endif\n"
-            "    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (unsigned short)(((b >> 16) & 0x8000u) | 0x7FC0u);  // NaN\n"
-            "    return (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);\n"
+            f"    return {BF16_BITS};\n"
             "}\n")
 
 
 def to_bf16_bits(a: np.ndarray) -> np.ndarray:
-    """NumPy: the bits (``uint16``) of float32 ``a`` rounded to bfloat16, to nearest even (a NaN: the quiet NaN
-    of its sign)."""
-    b = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    rounded = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    nan = (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)          # the quiet NaN of its sign
-    return np.where(nan, ((b >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0), rounded).astype(np.uint16)
+    """NumPy: the bits (``uint16``) of float32 ``a`` rounded to bfloat16 (``blas.round_bf16``)."""
+    rounded = round_bf16(np, np.ascontiguousarray(a, dtype=np.float32))
+    return (rounded.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
