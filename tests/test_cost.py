@@ -152,18 +152,28 @@ def test_gpu_cost_takes_the_compiled_models_precision_and_graph():
     assert "float32 products in bf16" in own.notes[0]
 
 
-def test_gpu_streaming_attention_products_are_costed_on_the_cuda_cores():
-    """Under ``precision="bf16"`` cuBLAS's products run on the tensor cores; the streaming attention kernels'
-    products (thread per row) do not."""
+@pytest.mark.parametrize("seq, tensor_cores", [(12, False), (16, True)])
+def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, tensor_cores):
+    """Under ``precision="bf16"`` cuBLAS's products run on the tensor cores at the bf16 rate; the streaming
+    attention kernels' do when their rows fill whole tiles (``S`` a multiple of 16: TF32 instructions, so the TF32
+    rate, with the scores computed twice in the forward), else on the CUDA cores (thread per row)."""
+    from circuitgrad.backends.gpu import attention
     from circuitgrad.backends.gpu import cost as gpu_cost
-    step = cg.compile_model(nn.gpt(2, 16, 11, d=32, heads=2, layers=1), loss=nn.softmax_cross_entropy,
+    step = cg.compile_model(nn.gpt(2, seq, 11, d=32, heads=2, layers=1), loss=nn.softmax_cross_entropy,
                             optimizer=nn.sgd(0.1), backend="cupy-emulated", donate=True, precision="bf16")
     pl = step.fn("step").compiled.plan
     dev = gpu_cost.DEVICES["h100"]
-    kinds = {s.kind: gpu_cost.launch_cost(pl.program, pl, s, dev, "bf16") for s in pl.steps}
-    att, mm = kinds["attention"], kinds["matmul"]
-    assert att["matmul_flops"] > 0 and att["tensor_core_flops"] == 0 and att["cuda_core_flops"] >= att["matmul_flops"]
-    assert mm["tensor_core_flops"] == mm["matmul_flops"] > 0
+    att = [s for s in pl.steps if s.kind == "attention"]
+    assert len(att) == 4 and all(bool(s.instrs[0].op.mma) == tensor_cores for s in att)
+    for s in att + [s for s in pl.steps if s.kind == "matmul"]:
+        c = gpu_cost.launch_cost(pl.program, pl, s, dev, "bf16")
+        on_tc = s.kind == "matmul" or tensor_cores
+        assert c["matmul_flops"] > 0 and c["tensor_core_flops"] == (c["matmul_flops"] if on_tc else 0)
+        assert c["cuda_core_flops"] == c["flops"] - c["tensor_core_flops"]
+    fwd = next(s for s in att if isinstance(s.instrs[0].op, attention.AttentionForward))
+    c = gpu_cost.launch_cost(pl.program, pl, fwd, dev, "bf16")
+    pairs = 2 * 2 * seq * seq * 0.5                     # B·H·S²/2: the causal pairs costs() counts
+    assert c["matmul_flops"] == pairs * 2 * 16 * (3 if tensor_cores else 2)
 
 
 def test_gpu_launches_equal_the_backend_plan():

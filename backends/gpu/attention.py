@@ -22,6 +22,8 @@ keeps a running maximum and sum (online softmax, FlashAttention's recurrence), t
 of squares (FlashSign's: no maximum, no rescaling), and the backward recomputes ``A`` from ``L``. This is the
 streaming form that "FlashAttention on a Napkin" derives from the diagram (``costmodel/napkin.py`` counts its
 transfers). It applies where ``dh ≤ 64`` (a row in registers); elsewhere the step keeps today's kernels.
+Under ``precision="tf32"`` or ``"bf16"`` (:func:`tensor_cores`) the kernels multiply on the tensor cores,
+a warp per 16 rows (:mod:`.attention_mma`), rounding operands as the definition's products do (``mma``).
 """
 from __future__ import annotations
 
@@ -36,8 +38,10 @@ from circuitgrad.pattern import Graph, Pat, X, match
 from circuitgrad.schedule import Apply, Program
 from circuitgrad.types import Float, NdArrayType
 
+from . import blas
+
 __all__ = ["Attention", "AttentionForward", "AttentionGradQ", "AttentionGradV", "AttentionGradK", "OPS", "MAX_DH", "NORMS",
-           "fuse", "costs"]
+           "fuse", "costs", "tensor_cores"]
 
 #: the largest head dimension fused (a row and its accumulators live in a thread's registers)
 MAX_DH = 64
@@ -57,6 +61,9 @@ class Attention(P.Primitive):
     order: tuple = ()
     norm: str = "softmax"
     eps: float = 0.0
+    #: ``""``: products on the CUDA cores, in the element type; ``"tf32"`` or ``"bf16"``: on the tensor cores
+    #: (:mod:`.attention_mma`), every product's operands rounded so, as the unfused definition's are
+    mma: str = ""
     kind: ClassVar[str] = "attention"
     ins: ClassVar[str] = ""
     outs: ClassVar[str] = ""
@@ -88,9 +95,16 @@ class Attention(P.Primitive):
         results = self.logical(*args)
         return tuple(r if self.axes(k) is None else np.transpose(r, self.axes(k)) for k, r in enumerate(results))
 
+    def _mm(self, a, b):
+        """``a @ b`` as the kernel multiplies: operands rounded to :attr:`mma`'s type (none on the CUDA cores)."""
+        if self.mma and a.dtype == np.float32:
+            rnd = blas.round_tf32 if self.mma == "tf32" else blas.round_bf16
+            a, b = rnd(np, np.ascontiguousarray(a)), rnd(np, np.ascontiguousarray(b))
+        return np.matmul(a, b)
+
     def _scores(self, q, k):
         """``c·q kᵀ`` and the mask of the scores kept (``None``: all of them)."""
-        s = self.c * np.matmul(q, np.swapaxes(k, -1, -2))
+        s = self.c * self._mm(q, np.swapaxes(k, -1, -2))
         n = s.shape[-1]
         return s, (np.tril(np.ones((n, n), dtype=bool)) if self.causal else None)
 
@@ -102,7 +116,7 @@ class Attention(P.Primitive):
 
     def _ds(self, q, k, v, L, dO, D):
         """The scores' gradient before the scale ``c`` (0 above the diagonal when causal)."""
-        p, dp = self._p(q, k, L), np.matmul(dO, np.swapaxes(v, -1, -2))
+        p, dp = self._p(q, k, L), self._mm(dO, np.swapaxes(v, -1, -2))
         if self.norm == "softmax":
             return p * (dp - D[..., None])
         ds = L[..., None] * (dp - p * D[..., None])
@@ -118,12 +132,15 @@ class AttentionForward(Attention):
         if self.norm == "spherical":
             s = s if keep is None else np.where(keep, s, 0)
             r = 1 / np.sqrt((s * s).sum(axis=-1) + self.eps)
-            return np.matmul(s * r[..., None], v), r
+            return self._mm(s * r[..., None], v), r
         if keep is not None:
             s = np.where(keep, s, -np.inf)
         m = s.max(axis=-1)
         e = np.exp(s - m[..., None])
         l_ = e.sum(axis=-1)
+        if self.mma:                    # the tensor-core kernel's weights: exp(s − L), normalised before the product
+            L = m + np.log(l_)
+            return self._mm(np.exp(s - L[..., None]), v), L
         return np.matmul(e / l_[..., None], v), m + np.log(l_)
 
 
@@ -133,6 +150,8 @@ class AttentionGradQ(Attention):
 
     def logical(self, q, k, v, O, L, dO):
         D = (dO * O).sum(axis=-1)
+        if self.mma:                    # the definition scales dS before its products
+            return self._mm(self.c * self._ds(q, k, v, L, dO, D), k), D
         return self.c * np.matmul(self._ds(q, k, v, L, dO, D), k), D
 
 
@@ -141,7 +160,7 @@ class AttentionGradV(Attention):
     ins, outs = "q k L dO", "dv"
 
     def logical(self, q, k, L, dO):
-        return (np.matmul(np.swapaxes(self._p(q, k, L), -1, -2), dO),)
+        return (self._mm(np.swapaxes(self._p(q, k, L), -1, -2), dO),)
 
 
 class AttentionGradK(Attention):
@@ -149,6 +168,8 @@ class AttentionGradK(Attention):
     ins, outs = "q k v L dO D", "dk"
 
     def logical(self, q, k, v, L, dO, D):
+        if self.mma:
+            return (self._mm(np.swapaxes(self.c * self._ds(q, k, v, L, dO, D), -1, -2), q),)
         return (self.c * np.matmul(np.swapaxes(self._ds(q, k, v, L, dO, D), -1, -2), q),)
 
 
@@ -156,12 +177,14 @@ OPS = (AttentionForward, AttentionGradQ, AttentionGradV, AttentionGradK)
 
 
 def costs(op: Attention) -> tuple[float, float, float]:
-    """``(flops, matmul flops, transcendentals)`` of one launch: the products it does (half when causal); an
-    exponential per score (softmax), a square root per row (spherical's forward)."""
+    """``(flops, matmul flops, transcendentals)`` of one launch: the products it does (half when causal; the
+    tensor-core forward computes the scores twice); an exponential per score (softmax), a square root per row
+    (spherical's forward)."""
     *lead, S, dh = op.T.shape
     rows = float(np.prod(lead)) * S
     pairs = rows * S * (0.5 if op.causal else 1.0)
-    products = {AttentionForward: 2, AttentionGradQ: 3, AttentionGradV: 2, AttentionGradK: 3}[type(op)]
+    products = {AttentionForward: 3 if op.mma else 2, AttentionGradQ: 3, AttentionGradV: 2,
+                AttentionGradK: 3}[type(op)]
     special = pairs if op.norm == "softmax" else rows if isinstance(op, AttentionForward) else 0.0
     return pairs * (2 * dh * products + 4), pairs * 2 * dh * products, special
 
@@ -392,9 +415,18 @@ class _Spherical(_Softmax):
 CORES = {P.Softmax: _Softmax, P.Rsqrt: _Spherical}
 
 
-def fuse(prog: Program) -> Program:
+def tensor_cores(T: NdArrayType, precision: str) -> str:
+    """The :attr:`Attention.mma` of a core over ``T`` under ``precision``: ``"tf32"`` or ``"bf16"`` where its
+    products go to the tensor cores (float32, ``S`` a multiple of 16 and ``dh`` of 8: whole tiles), else ``""``."""
+    *_, S, dh = T.shape
+    fits = T.dtype == Float(32) and S % 16 == 0 and dh % 8 == 0
+    return precision if precision in ("tf32", "bf16") and fits else ""
+
+
+def fuse(prog: Program, precision: str = "fp32") -> Program:
     """``prog`` with every softmax or spherical attention core that qualifies replaced by the four streaming
-    kernels' instructions (the same program when none does)."""
+    kernels' instructions (the same program when none does); under ``precision`` ``"tf32"`` or ``"bf16"``
+    their products go to the tensor cores where the shape allows (:func:`tensor_cores`)."""
     producers, uses = prog.producers(), prog.uses()
     matches: list[_Core] = []
     for i, a in enumerate(prog.instrs):
@@ -429,7 +461,7 @@ def fuse(prog: Program) -> Program:
             inv = tuple(ax.index(j) for j in range(m.T.ndim))
             return (ax,), (phys, *rest), [Apply(P.Permute(types[phys], inv), (phys,), (x,), path)]
         o_ax, o_res, o_view = written(m.O, L)
-        op = dict(T=m.T, causal=m.causal, c=m.c, norm=m.norm, eps=m.eps)
+        op = dict(T=m.T, causal=m.causal, c=m.c, norm=m.norm, eps=m.eps, mma=tensor_cores(m.T, precision))
         at.setdefault(m.forward_at, []).extend(
             [Apply(AttentionForward(**op, order=o_ax), (m.q, m.k, m.v), o_res, path)] + o_view)
         if m.backward_at is None:

@@ -22,7 +22,7 @@ from .cuda import ctype, literal, mathfn
 from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
 
-__all__ = ["attention_kernel", "source", "VEC", "BLOCK"]
+__all__ = ["attention_kernel", "source", "read_strides", "text", "Text", "VEC", "BLOCK"]
 
 #: threads per block: a thread holds two or three rows in registers (168 to 255 at dh = 64), so six blocks of
 #: 64 fit an SM where one of 256 would, and causal rows' unequal work spreads over more blocks
@@ -35,16 +35,28 @@ def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     """The streaming attention kernel of an ``attention`` step: a thread per row."""
     (a,) = step.instrs
     c = ctype(plan.program.types[a.results[0]])
+    src, rows, _ = source(a.op, name, c, read_strides(step, plan, name))
+    return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), rows, [a.op.name],
+                               frozenset(step.inputs), tuple(c for _ in step.inputs), block=BLOCK), plan)
+
+
+def read_strides(step: Launch, plan: Plan, name: str) -> dict[str, tuple[int, ...]]:
+    """The strides (elements, by input name) of the ``attention`` step's operands that are views: each is read
+    where it lies (a strided view's strides), the others are contiguous."""
+    (a,) = step.instrs
     strides = {}
-    for n, x in zip(a.op.ins.split(), a.args):      # operands read where they lie: a strided view's strides
+    for n, x in zip(a.op.ins.split(), a.args):
         _, stages = plan.read(plan.src(x))
         if stages:
             ((shape, st),) = stages
             assert shape == plan.program.types[x].shape and st[-1] == 1, f"{name}: {n} is not a row-major view"
             strides[n] = tuple(st)
-    src, rows, _ = source(a.op, name, c, strides)
-    return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), rows, [a.op.name],
-                               frozenset(step.inputs), tuple(c for _ in step.inputs), block=BLOCK), plan)
+    return strides
+
+
+def text(op: Attention, ctype: str, strides: dict[str, tuple[int, ...]] | None = None) -> "Text":
+    """What ``op``'s kernel body is written with (:class:`Text`), its operands read through ``strides``."""
+    return Text(op, ctype, _strides(op, strides))
 
 
 def source(op: Attention, name: str, ctype: str,
@@ -54,7 +66,7 @@ def source(op: Attention, name: str, ctype: str,
     ``strides`` (elements, by input name: ``q``, ``k``, ``v``, ``O``, ``dO``) reads an operand where it lies, a
     strided view such as the ``[B, S, H, dh] → [B, H, S, dh]`` permutation of a projection; others are
     contiguous."""
-    w = _Text(op, ctype, _strides(op, strides))
+    w = text(op, ctype, strides)
     rows = int(np.prod(w.lead)) * w.S
     ins, outs = op.ins.split(), op.outs.split()
     params = [f"const {ctype}* __restrict__ {n}" for n in ins] + [f"{ctype}* __restrict__ {n}_out" for n in outs]
@@ -90,7 +102,7 @@ def _strides(op: Attention, given: dict[str, tuple[int, ...]] | None) -> dict[st
     return strides
 
 
-class _Text:
+class Text:
     """What an attention kernel's body is written with: the element type ``T``, the scale ``c`` as a literal,
     ``exp`` and ``log`` for ``T``, the loop over the head dimension, a pointer to each operand's row, and the
     kind's weight and score gradient (the module's table)."""
@@ -159,7 +171,7 @@ def _row(name: str, strides: tuple[int, ...], lead: list[int], bh: str, i: str) 
     return f"({name} + {' + '.join(parts)})"
 
 
-def _forward(op: AttentionForward, w: _Text) -> str:
+def _forward(op: AttentionForward, w: Text) -> str:
     """A query row: the online softmax over the keys it sees (running maximum ``m`` and sum ``l``), ``O`` and
     ``L``."""
     T, c, dh, loop, at, exp = w.T, w.c, w.dh, w.loop, w.at, w.exp
@@ -181,7 +193,7 @@ def _forward(op: AttentionForward, w: _Text) -> str:
             f"    L_out[{w.mine}] = m + {w.log}(l);\n")
 
 
-def _forward_spherical(op: AttentionForward, w: _Text) -> str:
+def _forward_spherical(op: AttentionForward, w: Text) -> str:
     """A query row: the sum of its squared scores ``Q`` and ``Σ s·v`` over the keys it sees (no maximum, no
     rescaling), then ``L = 1/√(Q + ε)`` and ``O = L·Σ s·v``."""
     T, c, dh, loop, at = w.T, w.c, w.dh, w.loop, w.at
@@ -200,7 +212,7 @@ def _forward_spherical(op: AttentionForward, w: _Text) -> str:
             f"    L_out[{w.mine}] = r;\n")
 
 
-def _grad_q(op: AttentionGradQ, w: _Text) -> str:
+def _grad_q(op: AttentionGradQ, w: Text) -> str:
     """A query row: ``dq`` over the keys it sees, the weights recomputed from ``L``, and ``D = rowsum(dO∘O)``."""
     T, c, dh, loop, at = w.T, w.c, w.dh, w.loop, w.at
     return (w.head +
@@ -220,7 +232,7 @@ def _grad_q(op: AttentionGradQ, w: _Text) -> str:
             f"    D_out[{w.mine}] = Dt;\n")
 
 
-def _grad_kv(op: Attention, w: _Text) -> str:
+def _grad_kv(op: Attention, w: Text) -> str:
     """A key row ``j`` (``dk`` or ``dv``): the query rows ``i`` it is visible to, the weights recomputed from
     ``L``."""
     T, c, dh, loop, at, S = w.T, w.c, w.dh, w.loop, w.at, w.S

@@ -36,7 +36,7 @@ from circuitgrad.arguments import distinct_arrays
 from circuitgrad.codegen import ident
 from circuitgrad.schedule import Program
 
-from . import attention, attention_source, blas, storage
+from . import attention, attention_mma, attention_source, blas, storage
 from .elementwise import donations, fused_kernel
 from .gather import copy_kernel, gather_kernel
 from .graph import Graphed
@@ -82,7 +82,8 @@ def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None 
         elif s.kind == "reduce":
             out[i] = reduce_kernel(s, plan, f"{prefix}_reduce{i}")
         elif s.kind == "attention":
-            out[i] = attention_source.attention_kernel(s, plan, f"{prefix}_attention{i}")
+            make = attention_mma.attention_kernel if s.instrs[0].op.mma else attention_source.attention_kernel
+            out[i] = make(s, plan, f"{prefix}_attention{i}")
     return out
 
 
@@ -255,7 +256,7 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
     if graph and not donate_pairs:
         raise ValueError("graph=True replays the step into the same buffers: it needs donate=True")
     if fuse_attention:
-        prog = attention.fuse(prog)
+        prog = attention.fuse(prog, precision)
     p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")],
              updates={i: o for o, i in (donate_pairs or {}).items()})
     if precision == "bf16" and store_bf16:

@@ -1,0 +1,355 @@
+"""The streaming attention kernels on the tensor cores (``precision="tf32"`` or ``"bf16"``): a warp per 16 rows.
+
+The same four kernels as :mod:`.attention_source` (same operands, outputs and recurrences), with every product
+a PTX ``mma.sync.m16n8k8`` on TF32 operands and float32 accumulation. Each operand element is rounded as the
+unfused definition's product rounds it (``cvt.rna.tf32`` under ``"tf32"``; to bfloat16 under ``"bf16"``, whose
+values TF32 holds exactly), so the fused step multiplies what the definition multiplies. A warp takes 16 rows
+(query rows: forward and ``dq``; key rows: ``dk`` and ``dv``) and streams the other side 8 rows at a time::
+
+    scores  S[16×8] = c·(Q[16×dh] Kᵀ[dh×8])        mma over dh/8 steps, Q's fragments held in registers
+    weights P[16×8] from S (shared memory: a row's 8 scores meet in one lane)
+    output  O[16×dh] += P[16×8] V[8×dh]             mma per 8 columns, accumulators held in registers
+
+The softmax forward takes two passes over the keys (the row statistic ``L``, then ``O = Σ exp(s − L)·v``) and
+the spherical one likewise (``L = 1/√(Σ s² + ε)``, then ``O = Σ (L·s)·v``): the weights are final before they
+are rounded for the product, as the definition's are, and no accumulator fragment is rescaled.
+
+Fragment layouts are PTX ISA's for ``mma.m16n8k8`` with ``.tf32`` (lane ``l``: ``g = l >> 2``, ``t = l & 3``):
+A holds ``(g, t), (g+8, t), (g, t+4), (g+8, t+4)``; B ``(t, g), (t+4, g)``; C ``(g, 2t), (g, 2t+1), (g+8, 2t),
+(g+8, 2t+1)``. On the host (the host execution mode, :mod:`.host.check`) the warp runs once: ``CG_LANES`` loops
+over its 32 lanes, a register is an array over lanes, and ``CG_MMA`` gathers the lanes' fragments into whole tiles
+with the same layout, multiplies them and scatters the result back.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import blas
+from .attention import Attention, AttentionForward, AttentionGradK, AttentionGradQ, AttentionGradV
+from .attention_source import Text, read_strides, text
+from .kernel import Kernel, with_extents
+from .plan import Launch, Plan
+
+__all__ = ["attention_kernel", "source", "ROWS", "KEYS", "WARPS", "PRELUDE"]
+
+ROWS = 16      #: rows a warp takes (the mma tile's M)
+KEYS = 8       #: rows of the other side per mma tile (its N, and K for the weights' product)
+WARPS = 4      #: warps a block
+
+#: the helpers every tensor-core attention kernel uses, once per compilation unit
+PRELUDE = r"""#ifndef CG_MMA_PRELUDE
+#define CG_MMA_PRELUDE
+#define CG_LOWEST (-3.402823466e38f)
+#ifdef __CUDA_ARCH__
+__device__ inline float cg_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
+__device__ inline float cg_bf16r(float x) { const unsigned b = __float_as_uint(x); return __uint_as_float(((unsigned)BF16_BITS) << 16); }
+// D += A B: one m16n8k8 TF32 product of the warp (A: 4 registers, B: 2, C and D: 4 a lane)
+__device__ inline void cg_mma(float* d, const float* a, const float* b) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
+                   "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
+}
+#define CG_NL 1
+#define CG_LANES for (int cg_once = 1, lane = (int)(threadIdx.x & 31), I = 0; cg_once; cg_once = 0, (void)lane, (void)I)
+#define CG_MMA(D, A, B) do { const int I = 0; cg_mma(D, A, B); } while (0)
+#define CG_SYNC __syncwarp()
+#else
+#include <string.h>
+inline unsigned cg_bits(float x) { unsigned b; memcpy(&b, &x, 4); return b; }
+inline float cg_float(unsigned b) { float x; memcpy(&x, &b, 4); return x; }
+inline float cg_tf32(float x) { return cg_float((cg_bits(x) + 0x1000u) & 0xFFFFE000u); }
+inline float cg_bf16r(float x) { const unsigned b = cg_bits(x); return cg_float(((unsigned)BF16_BITS) << 16); }
+inline int cg_mma_lane(int l) {            // the host execution mode's thread order: lanes 31 ... 0 in reverse
+#ifdef CG_HOSTRUN
+    return cg_reverse ? 31 - l : l;
+#else
+    return l;
+#endif
+}
+// The warp's mma.sync on the host: the lanes' fragments gathered into whole tiles (PTX's layout), D = A B + C.
+inline void cg_mma_warp(float* d[32], const float* a[32], const float* b[32]) {
+    float A[16][8], B[8][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+        const int g = l >> 2, t = l & 3;
+        A[g][t] = a[l][0]; A[g + 8][t] = a[l][1]; A[g][t + 4] = a[l][2]; A[g + 8][t + 4] = a[l][3];
+        B[t][g] = b[l][0]; B[t + 4][g] = b[l][1];
+        C[g][2 * t] = d[l][0]; C[g][2 * t + 1] = d[l][1]; C[g + 8][2 * t] = d[l][2]; C[g + 8][2 * t + 1] = d[l][3];
+    }
+    for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 8; ++j) {
+            float s = C[i][j];
+            for (int k = 0; k < 8; ++k) s += A[i][k] * B[k][j];
+            C[i][j] = s;
+        }
+    for (int l = 0; l < 32; ++l) {
+        const int g = l >> 2, t = l & 3;
+        d[l][0] = C[g][2 * t]; d[l][1] = C[g][2 * t + 1]; d[l][2] = C[g + 8][2 * t]; d[l][3] = C[g + 8][2 * t + 1];
+    }
+}
+#define CG_NL 32
+#define CG_LANES for (int cg_l0 = 0, lane = 0, I = 0; cg_l0 < 32 && ((lane = I = cg_mma_lane(cg_l0)), 1); ++cg_l0)
+#define CG_MMA(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
+    for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma_warp(cg_d, cg_a, cg_b); } while (0)
+#define CG_SYNC
+#endif
+#endif
+""".replace("BF16_BITS", blas.BF16_BITS)
+
+
+def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
+    """The tensor-core kernel of an ``attention`` step whose op has :attr:`~.attention.Attention.mma`: a warp per
+    16 rows."""
+    (a,) = step.instrs
+    src, warps, _ = source(a.op, name, read_strides(step, plan, name))
+    return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), warps, [a.op.name],
+                               frozenset(step.inputs), tuple("float" for _ in step.inputs), lanes=32,
+                               block=32 * WARPS), plan)
+
+
+def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None = None) -> tuple[str, int, list[str]]:
+    """``(CUDA source, warps, parameter names)`` of ``op``'s tensor-core kernel: a warp per 16 rows."""
+    assert op.mma in ("tf32", "bf16"), op.mma
+    w = text(op, "float", strides)
+    assert w.S % ROWS == 0 and w.dh % KEYS == 0, op.T
+    warps = int(np.prod(w.lead)) * (w.S // ROWS)
+    ins, outs = op.ins.split(), op.outs.split()
+    params = [f"const float* __restrict__ {n}" for n in ins] + [f"float* __restrict__ {n}_out" for n in outs]
+    sig, args = ", ".join(params), ", ".join(ins + [f"{n}_out" for n in outs])
+    body = {AttentionForward: _forward, AttentionGradQ: _grad_q, AttentionGradV: _grad_kv,
+            AttentionGradK: _grad_kv}[type(op)](op, _Tile(op, w))
+    shared = ROWS * KEYS
+    src = (PRELUDE +
+           f"__host__ __device__ inline void {name}_warp(long long item, float* sS, float* sP, float* sR, {sig}) {{\n"
+           f"{body}}}\n"
+           f"extern \"C\" __global__ void {name}({sig}) {{\n"
+           f"    __shared__ float sS[{WARPS * shared}], sP[{WARPS * shared}], sR[{WARPS * 3 * ROWS}];\n"
+           f"    const long long item = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
+           f"    const int wi = (int)(threadIdx.x >> 5);\n"
+           f"    if (item < {warps}LL) {name}_warp(item, sS + wi * {shared}, sP + wi * {shared}, "
+           f"sR + wi * {3 * ROWS}, {args});\n"
+           f"}}\n"
+           "#ifndef __CUDA_ARCH__\n"
+           f"// the host runs the warp once, its lanes in turn (CG_LANES) and its products whole (CG_MMA)\n"
+           f"inline void {name}_body(long long item, {sig}) {{\n"
+           f"    static float sS[{shared}], sP[{shared}], sR[{3 * ROWS}];\n"
+           f"    {name}_warp(item, sS, sP, sR, {args});\n"
+           f"}}\n"
+           "#ifdef CG_HOSTRUN\n"
+           f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n"
+           f"    const long long item = (long long)block * {WARPS}LL + warp;\n"
+           f"    if (item < {warps}LL) {name}_body(item, {args});\n"
+           f"}}\n"
+           "#endif\n#endif\n")
+    return src, warps, ins + outs
+
+
+class _Tile:
+    """What a tensor-core kernel's body is written with: :class:`~.attention_source.Text`'s formulas, the
+    rounding of an operand, and the fragment loads and stores of the PTX layout (in a ``CG_LANES`` block, where
+    ``g = lane >> 2`` and ``t = lane & 3``)."""
+
+    def __init__(self, op: Attention, w: Text):
+        self.op, self.w, self.S, self.dh = op, w, w.S, w.dh
+        self.rnd = "cg_tf32" if op.mma == "tf32" else "cg_bf16r"
+        self.nk = w.dh // KEYS                      # mma steps over dh, and 8-column tiles of a row
+
+    def ptr(self, n: str) -> str:
+        """``const float* <N> = `` matrix ``bh`` of operand ``n``, with its row stride ``rs_<n>``."""
+        return (f"    const float* {n.upper()}_ = {self.w.at(n, '0')}; "
+                f"const long long rs_{n} = {self.w.strides[n][-2]}LL;\n")
+
+    def at(self, n: str, r: str, c: str) -> str:
+        """Element ``(r, c)`` of operand ``n``'s matrix ``bh``."""
+        return f"{n.upper()}_[({r}) * rs_{n} + ({c})]"
+
+    def a_rows(self, frag: str, n: str, r0: str, c0: str) -> str:
+        """An A fragment (16 rows × 8) of operand ``n`` from row ``r0``, column ``c0``, rounded."""
+        pos = [("g", "t"), ("g + 8", "t"), ("g", "t + 4"), ("g + 8", "t + 4")]
+        return " ".join(f"{frag}[{e}] = {self.rnd}({self.at(n, f'{r0} + {r}', f'{c0} + {c}')});"
+                        for e, (r, c) in enumerate(pos))
+
+    def b_cols(self, frag: str, n: str, r0: str, c0: str) -> str:
+        """A B fragment (8 × 8) that is the transpose of operand ``n``'s rows ``r0`` (``B[k][j] = n[r0+j][c0+k]``)."""
+        return (f"{frag}[0] = {self.rnd}({self.at(n, f'{r0} + g', f'{c0} + t')}); "
+                f"{frag}[1] = {self.rnd}({self.at(n, f'{r0} + g', f'{c0} + t + 4')});")
+
+    def b_rows(self, frag: str, n: str, r0: str, c0: str) -> str:
+        """A B fragment (8 × 8) of operand ``n``'s rows ``r0`` as they are (``B[k][j] = n[r0+k][c0+j]``)."""
+        return (f"{frag}[0] = {self.rnd}({self.at(n, f'{r0} + t', f'{c0} + g')}); "
+                f"{frag}[1] = {self.rnd}({self.at(n, f'{r0} + t + 4', f'{c0} + g')});")
+
+    def product(self, out: str, a: str, other: str, bload: str, r0: str) -> str:
+        """``out[16×8] += a[16×dh] · other[r0…r0+8]ᵀ``: the scores (or ``dp``) of a tile, mma over dh."""
+        return (f"        for (int kk = 0; kk < {self.nk}; ++kk) {{\n"
+                "            float b[CG_NL][2];\n"
+                f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
+                f"{bload('b[I]', other, r0, 'kk * 8')} }}\n"
+                f"            CG_MMA({out}[I], {a}[I][kk], b[I]);\n"
+                f"        }}\n")
+
+    def to_shared(self, frag: str, tile: str, scale: str = "") -> str:
+        """A C fragment (16 × 8) into a row-major shared tile (times ``scale``)."""
+        pos = [("g", "2 * t"), ("g", "2 * t + 1"), ("g + 8", "2 * t"), ("g + 8", "2 * t + 1")]
+        mul = f" * {scale}" if scale else ""
+        return " ".join(f"{tile}[({r}) * 8 + {c}] = {frag}[I][{e}]{mul};" for e, (r, c) in enumerate(pos))
+
+    def accumulate(self, acc: str, a: str, n: str, r0: str) -> str:
+        """``acc[16×dh] += a[16×8] · n[r0…r0+8, :]`` (B fragments of operand ``n``'s rows)."""
+        return (f"        for (int nt = 0; nt < {self.nk}; ++nt) {{\n"
+                f"            float b[CG_NL][2];\n"
+                f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
+                f"{self.b_rows('b[I]', n, r0, 'nt * 8')} }}\n"
+                f"            CG_MMA({acc}[I][nt], {a}[I], b[I]);\n"
+                f"        }}\n")
+
+    def weights(self, frag: str, value) -> str:
+        """An A fragment (16 × 8) of weights ``value(r, c)`` (C expressions of the tile's row and column), rounded."""
+        pos = [("g", "t"), ("g + 8", "t"), ("g", "t + 4"), ("g + 8", "t + 4")]
+        return " ".join(f"{{ const int r = {r}, c = {c}; {frag}[I][{e}] = {self.rnd}({value('r', 'c')}); }}"
+                        for e, (r, c) in enumerate(pos))
+
+    def store(self, acc: str, n: str, r0: str, scale: str = "") -> str:
+        """The accumulators (16 × dh) into output ``n``'s rows from ``r0``."""
+        pos = [("g", "2 * t"), ("g", "2 * t + 1"), ("g + 8", "2 * t"), ("g + 8", "2 * t + 1")]
+        mul = f" * {scale}" if scale else ""
+        out = f"{n}_out"
+        return (f"    {{ float* OUT_ = {self.w.at(out, '0')}; const long long rs = {self.w.strides[out][-2]}LL;\n"
+                f"      CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
+                f"        for (int nt = 0; nt < {self.nk}; ++nt) {{ "
+                + " ".join(f"OUT_[({r0} + {r}) * rs + nt * 8 + {c}] = {acc}[I][nt][{e}]{mul};"
+                           for e, (r, c) in enumerate(pos))
+                + " } } }\n")
+
+
+def _head(op: Attention, t: _Tile, queries: bool) -> str:
+    """The warp's matrix ``bh`` and first row ``r0`` (causal query tiles longest first)."""
+    tiles = t.S // ROWS
+    tile = (f"{tiles - 1}LL - item % {tiles}LL" if op.causal and queries else f"item % {tiles}LL")
+    return f"    const long long bh = item / {tiles}LL, r0 = {ROWS}LL * ({tile});\n"
+
+
+def _forward(op: AttentionForward, t: _Tile) -> str:
+    """16 query rows: the row statistic over the keys they see (pass 1), then ``O = Σ p(s)·v`` (pass 2)."""
+    w, nk, S = t.w, t.nk, t.S
+    exp, log, c = w.exp, w.log, w.c
+    soft = op.norm == "softmax"
+    end = f"(r0 + {ROWS}LL) / {KEYS}LL" if op.causal else f"{S // KEYS}LL"     # key tiles the rows see
+    seen = "(!causal_ || key <= r0 + r)".replace("causal_", "true" if op.causal else "false")
+    init = "sR[lane] = CG_LOWEST; sR[16 + lane] = 0;" if soft else "sR[16 + lane] = 0;"
+    if soft:        # the running maximum sR[r] and sum sR[16 + r] of the row's weights (online softmax)
+        update = (f"float mt = sR[r]; for (int k = 0; k < {KEYS}; ++k) {{ const long long key = jt * {KEYS}LL + k; "
+                  f"if ({seen}) mt = fmaxf(mt, sS[r * 8 + k]); }} "
+                  f"float l = sR[16 + r] * {exp}(sR[r] - mt); "
+                  f"for (int k = 0; k < {KEYS}; ++k) {{ const long long key = jt * {KEYS}LL + k; "
+                  f"if ({seen}) l += {exp}(sS[r * 8 + k] - mt); }} sR[r] = mt; sR[16 + r] = l;")
+        final = "sR[32 + lane] = sR[lane] + " + f"{log}(sR[16 + lane]);"
+    else:           # the sum of squared scores sR[16 + r]
+        update = (f"float Q = sR[16 + r]; for (int k = 0; k < {KEYS}; ++k) {{ const long long key = jt * {KEYS}LL + k; "
+                  f"if ({seen}) {{ const float s = sS[r * 8 + k]; Q += s * s; }} }} sR[16 + r] = Q;")
+        final = f"sR[32 + lane] = 1.0f / {w.sqrt}(sR[16 + lane] + {w.eps});"
+    key = f"jt * {KEYS}LL + c"
+    weight = lambda r, cc: (f"((!{'true' if op.causal else 'false'} || {key} <= r0 + {r}) ? "  # noqa: E731
+                            f"{w.weight(f'sS[{r} * 8 + {cc}]', f'sR[32 + {r}]')} : 0.0f)")
+    scores = ("        float s[CG_NL][4];\n"
+              "        CG_LANES { s[I][0] = s[I][1] = s[I][2] = s[I][3] = 0; }\n"
+              + t.product("s", "qa", "k", t.b_cols, f"jt * {KEYS}LL")
+              + f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.to_shared('s', 'sS', c)} }}\n"
+              f"        CG_SYNC;\n")
+    return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") +
+            f"    float qa[CG_NL][{nk}][4], acc[CG_NL][{nk}][4];\n"
+            f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
+            f"        for (int kk = 0; kk < {nk}; ++kk) {{ {t.a_rows('qa[I][kk]', 'q', 'r0', 'kk * 8')} }}\n"
+            f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
+            f"        if (lane < 16) {{ {init} }} }}\n"
+            f"    CG_SYNC;\n"
+            f"    for (long long jt = 0; jt < {end}; ++jt) {{      // pass 1: the rows' statistics\n"
+            + scores +
+            f"        CG_LANES {{ if (lane < 16) {{ const int r = lane; {update} }} }}\n"
+            f"        CG_SYNC;\n"
+            f"    }}\n"
+            f"    CG_LANES {{ if (lane < 16) {{ {final} }} }}\n"
+            f"    CG_SYNC;\n"
+            f"    for (long long jt = 0; jt < {end}; ++jt) {{      // pass 2: O += p(s) v\n"
+            + scores +
+            f"        float pa[CG_NL][4];\n"
+            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.weights('pa', weight)} }}\n"
+            + t.accumulate("acc", "pa", "v", f"jt * {KEYS}LL") +
+            "        CG_SYNC;\n"
+            "    }\n"
+            + t.store("acc", "O", "r0") +
+            f"    CG_LANES {{ if (lane < 16) L_out[bh * {S}LL + r0 + lane] = sR[32 + lane]; }}\n")
+
+
+def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
+    """16 query rows: ``D = rowsum(dO∘O)``, then ``dq = Σ (c·ds)·k`` over the keys they see."""
+    w, nk, S, dh = t.w, t.nk, t.S, t.dh
+    end = f"(r0 + {ROWS}LL) / {KEYS}LL" if op.causal else f"{S // KEYS}LL"
+    key = f"jt * {KEYS}LL + c"
+    causal = "true" if op.causal else "false"
+    grad = lambda r, cc: (f"((!{causal} || {key} <= r0 + {r}) ? {w.c} * "  # noqa: E731
+                          f"({w.ds(f'sS[{r} * 8 + {cc}]', f'sP[{r} * 8 + {cc}]', f'sR[{r}]', f'sR[16 + {r}]')}) : 0.0f)")
+    return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") + t.ptr("O") + t.ptr("dO") +
+            f"    float qa[CG_NL][{nk}][4], da[CG_NL][{nk}][4], acc[CG_NL][{nk}][4];\n"
+            f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
+            f"        for (int kk = 0; kk < {nk}; ++kk) {{ {t.a_rows('qa[I][kk]', 'q', 'r0', 'kk * 8')} "
+            f"{t.a_rows('da[I][kk]', 'dO', 'r0', 'kk * 8')} }}\n"
+            f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
+            f"        if (lane < 16) {{ float Dt = 0; for (int d = 0; d < {dh}; ++d) "
+            f"Dt += {t.at('dO', 'r0 + lane', 'd')} * {t.at('O', 'r0 + lane', 'd')};\n"
+            f"            sR[lane] = L[bh * {S}LL + r0 + lane]; sR[16 + lane] = Dt; D_out[bh * {S}LL + r0 + lane] = Dt; }} }}\n"
+            f"    CG_SYNC;\n"
+            f"    for (long long jt = 0; jt < {end}; ++jt) {{\n"
+            f"        float s[CG_NL][4], dp[CG_NL][4];\n"
+            f"        CG_LANES {{ for (int e = 0; e < 4; ++e) s[I][e] = dp[I][e] = 0; }}\n"
+            + t.product("s", "qa", "k", t.b_cols, f"jt * {KEYS}LL")
+            + t.product("dp", "da", "v", t.b_cols, f"jt * {KEYS}LL") +
+            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.to_shared('s', 'sS', f'{w.c}')} "
+            f"{t.to_shared('dp', 'sP')} }}\n"
+            f"        CG_SYNC;\n"
+            f"        float ga[CG_NL][4];\n"
+            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.weights('ga', grad)} }}\n"
+            + t.accumulate("acc", "ga", "k", f"jt * {KEYS}LL") +
+            "        CG_SYNC;\n"
+            "    }\n"
+            + t.store("acc", "dq", "r0"))
+
+
+def _grad_kv(op: Attention, t: _Tile) -> str:
+    """16 key rows: ``dv = Σ p·dO`` or ``dk = Σ (c·ds)·q`` over the query rows that see them, 8 at a time (the
+    tile holds ``Sᵀ``: a key per row, a query per column)."""
+    w, nk, S = t.w, t.nk, t.S
+    grad_k = isinstance(op, AttentionGradK)
+    start = f"r0 / {KEYS}LL" if op.causal else "0LL"
+    query = f"it * {KEYS}LL + c"
+    causal = "true" if op.causal else "false"
+    Li, Di = f"L[bh * {S}LL + {query}]", f"D[bh * {S}LL + {query}]"
+    if grad_k:
+        value = lambda r, cc: (f"((!{causal} || r0 + {r} <= {query}) ? {w.c} * "  # noqa: E731
+                               f"({w.ds(f'sS[{r} * 8 + {cc}]', f'sP[{r} * 8 + {cc}]', Li, Di)}) : 0.0f)")
+    else:
+        value = lambda r, cc: (f"((!{causal} || r0 + {r} <= {query}) ? "  # noqa: E731
+                               f"{w.weight(f'sS[{r} * 8 + {cc}]', Li)} : 0.0f)")
+    regs = f"ka[CG_NL][{nk}][4], acc[CG_NL][{nk}][4]" + (f", va[CG_NL][{nk}][4]" if grad_k else "")
+    loads = t.a_rows("ka[I][kk]", "k", "r0", "kk * 8") + (" " + t.a_rows("va[I][kk]", "v", "r0", "kk * 8")
+                                                          if grad_k else "")
+    dp = (t.product("dp", "va", "dO", t.b_cols, f"it * {KEYS}LL") if grad_k else "")
+    shared = t.to_shared("s", "sS", f"{w.c}") + (" " + t.to_shared("dp", "sP") if grad_k else "")
+    out = "dk" if grad_k else "dv"
+    return (_head(op, t, False) + t.ptr("q") + t.ptr("k") + (t.ptr("v") if grad_k else "") + t.ptr("dO") +
+            f"    float {regs};\n"
+            f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
+            f"        for (int kk = 0; kk < {nk}; ++kk) {{ {loads} }}\n"
+            f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0; }}\n"
+            f"    for (long long it = {start}; it < {S // KEYS}LL; ++it) {{\n"
+            f"        float s[CG_NL][4]{', dp[CG_NL][4]' if grad_k else ''};\n"
+            f"        CG_LANES {{ for (int e = 0; e < 4; ++e) s[I][e] = {'dp[I][e] = ' if grad_k else ''}0; }}\n"
+            + t.product("s", "ka", "q", t.b_cols, f"it * {KEYS}LL") + dp +
+            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {shared} }}\n"
+            f"        CG_SYNC;\n"
+            f"        float ga[CG_NL][4];\n"
+            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.weights('ga', value)} }}\n"
+            + t.accumulate("acc", "ga", "q" if grad_k else "dO", f"it * {KEYS}LL") +
+            "        CG_SYNC;\n"
+            "    }\n"
+            + t.store("acc", out, "r0"))

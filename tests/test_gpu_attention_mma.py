@@ -1,0 +1,231 @@
+"""Streaming attention on the tensor cores (:mod:`circuitgrad.backends.gpu.attention_mma`): under
+``precision="tf32"`` or ``"bf16"`` the four kernels take a warp per 16 rows and multiply with ``mma.sync``, their
+operands rounded as the unfused definition's products round them. Checked here: where they apply; the NumPy
+reference of what they compute against the unfused definition at the same precision; the generated CUDA C run
+on the host (both thread orders, and by ``host.check``) against that reference; a GPT step; sm_90 compilation.
+
+Tolerances come from the arithmetic: a product operand computed by two code paths (a weight ``exp(s − L)``, a
+score gradient) may round to neighbouring TF32 (bfloat16) values, one unit ``u = 2⁻¹⁰`` (``2⁻⁷``) apart relative
+to it, so an output may differ by ``u·(|X||Y|)`` of its product, plus float32 accumulation in another order."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn, ops
+from circuitgrad.backends import gpu
+from circuitgrad.backends.gpu import attention, attention_mma, blas
+from circuitgrad.backends.gpu.host import run as hostrun
+from circuitgrad.backends.gpu.runtime import build
+from circuitgrad.backends.gpu.host.emulate import emulated_kernel
+from circuitgrad.rewrite import simplify
+
+ok, why = hostrun.available()
+UNIT = {"tf32": 2.0 ** -10, "bf16": 2.0 ** -7}
+CASES = [(kind, causal) for kind in attention.NORMS for causal in (True, False)]
+
+
+def _program(kind: str, causal: bool, T: cg.NdArrayType):
+    """``O, dq, dk, dv`` of attention over ``q, k, v`` and the output's cotangent ``do``."""
+    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=causal, kind=kind), [T] * 3, name=f"{kind}_attention")
+    R = cg.rdiff(d)
+
+    def both(q, k, v, do):
+        o = d(q, k, v)
+        return (*(o if isinstance(o, tuple) else (o,)), *R(q, k, v, do))
+    return simplify(cg.schedule(cg.trace(both, [T] * 4, name="fb")))
+
+
+def _tolerance(kind: str, causal: bool, precision: str, q, k, v, do) -> list[np.ndarray]:
+    """How far each output (``O, dq, dk, dv``) may be from another evaluation at ``precision``, from the
+    definition in float64 (``c = 1/√dh``, masked entries 0): a product operand computed by two code paths rounds
+    to neighbouring values (one unit ``u`` of it: ``u·|X||Y|`` of the product ``X Y``), and ``D`` is
+    ``rowsum(dO∘O)`` in the kernels but ``rowsum(dA∘A)`` in the definition, each from rounded operands (up to
+    ``4u·Σ|dO|(|P||v|)`` a row, which the score gradient carries through ``c·P``); plus float32 accumulation in
+    another order (``2⁻¹⁶`` of the product)."""
+    q, k, v, do = (x.astype(np.float64) for x in (q, k, v, do))
+    c, u = 1 / np.sqrt(q.shape[-1]), UNIT[precision]
+    S = q.shape[-2]
+    keep = np.tril(np.ones((S, S), bool)) if causal else np.ones((S, S), bool)
+    s = np.where(keep, c * q @ np.swapaxes(k, -1, -2), 0)
+    dA = np.where(keep, do @ np.swapaxes(v, -1, -2), 0)
+    if kind == "softmax":
+        e = np.where(keep, np.exp(s - np.where(keep, s, -np.inf).max(-1, keepdims=True)), 0)
+        P = e / e.sum(-1, keepdims=True)
+        ds, carry = c * P * (dA - (dA * P).sum(-1, keepdims=True)), c * P
+    else:
+        r = 1 / np.sqrt((s * s).sum(-1, keepdims=True) + 1e-6)
+        P = s * r
+        ds, carry = c * r * (dA - P * (dA * P).sum(-1, keepdims=True)), c * r * np.abs(P)
+    a = np.abs
+    T = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+    flips = [a(P) @ a(v), a(ds) @ a(k), T(a(ds)) @ a(q), T(a(P)) @ a(do)]
+    dD = 4 * u * (a(do) * flips[0]).sum(-1, keepdims=True)
+    via_D = [0, (carry * dD) @ a(k), T(carry * dD) @ a(q), 0]
+    return [(2 * u + 2.0 ** -16) * f + w for f, w in zip(flips, via_D)]
+
+
+def _inputs(T, rng):
+    return [rng.normal(size=T.shape).astype(np.float32) for _ in range(4)]
+
+
+@pytest.mark.parametrize("shape, dtype, precision, want", [
+    ((2, 4, 32, 64), cg.float32, "tf32", "tf32"),
+    ((2, 4, 32, 64), cg.float32, "bf16", "bf16"),
+    ((2, 4, 32, 64), cg.float32, "fp32", ""),          # float32 products stay float32: the CUDA cores
+    ((2, 4, 32, 64), cg.float64, "tf32", ""),          # float64 has no tensor-core product here
+    ((2, 4, 24, 64), cg.float32, "tf32", ""),          # S not a multiple of 16: no whole tiles of rows
+    ((2, 4, 32, 12), cg.float32, "tf32", ""),          # dh not a multiple of 8
+    ((1, 16, 8), cg.float32, "bf16", "bf16"),
+])
+def test_tensor_cores_where_the_precision_and_the_shape_allow(shape, dtype, precision, want):
+    assert attention.tensor_cores(cg.NdArrayType(shape, dtype), precision) == want
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+@pytest.mark.parametrize("kind, causal", CASES)
+def test_the_fused_kernels_multiply_what_the_definition_multiplies(kind, causal, precision, rng):
+    """The NumPy reference of the tensor-core kernels (``Attention.evaluate`` with ``mma``) against the unfused
+    definition at the same precision (cuBLAS's emulated products, operands rounded): equal within one rounding
+    unit of the weights; the CUDA-core kernels' float32 products are further away under bf16."""
+    T = cg.NdArrayType((2, 2, 32, 16), cg.float32)
+    prog, xs = _program(kind, causal, T), _inputs(T, rng)
+    names = ["q", "k", "v", "do"]
+    fused = build(prog, names, "fb", np, emulated_kernel, None, precision)
+    assert {a.op.mma for a in fused.program.instrs if isinstance(a.op, attention.OPS)} == {precision}
+    unfused = build(prog, names, "fb", np, emulated_kernel, None, precision, fuse_attention=False)
+    got, want = fused.run(*xs), unfused.run(*xs)
+    for g, w, tol in zip(got, want, _tolerance(kind, causal, precision, *xs)):
+        assert np.all(np.abs(g - w) <= tol), float(np.max(np.abs(g - w) - tol))
+
+
+def test_the_reference_rounds_each_product_operand():
+    """A mutation check of the reference: with no rounding the result moves by more than float32 rounding."""
+    T = cg.NdArrayType((1, 1, 16, 8), cg.float32)
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.normal(size=T.shape).astype(np.float32) for _ in range(3))
+    fp32 = attention.AttentionForward(T, True, 0.5)
+    tf32 = attention.AttentionForward(T, True, 0.5, mma="tf32")
+    (o32, _), (o_tc, _) = fp32.evaluate(q, k, v), tf32.evaluate(q, k, v)
+    assert np.max(np.abs(o32 - o_tc)) > 1e-4
+    s = 0.5 * (blas.round_tf32(np, q) @ np.swapaxes(blas.round_tf32(np, k), -1, -2))
+    s = np.where(np.tril(np.ones((16, 16), bool)), s, -np.inf)
+    L = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
+    want = blas.round_tf32(np, np.exp(s - L[..., None]).astype(np.float32)) @ blas.round_tf32(np, v)
+    np.testing.assert_allclose(o_tc, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+@pytest.mark.parametrize("kind, causal", CASES)
+def test_the_generated_kernels_compute_their_reference(kind, causal, precision, rng):
+    """The four kernels' CUDA C, compiled for the host and run a warp at a time (lanes in both orders, each
+    ``mma.sync`` gathered into whole tiles by PTX's fragment layout), against their NumPy reference (the GPT
+    step below reads strided views: ``[B, S, H, dh]`` projections as ``[B, H, S, dh]``)."""
+    T = cg.NdArrayType((2, 3, 32, 16), cg.float32)
+    prog, xs = _program(kind, causal, T), _inputs(T, rng)
+    names = ["q", "k", "v", "do"]
+    want = build(prog, names, "fb", np, emulated_kernel, None, precision).run(*xs)
+    tols = _tolerance(kind, causal, precision, *xs)
+    for order in hostrun.ORDERS:
+        with hostrun.device(order) as cp:
+            f = gpu.compile_function(prog, names, "fb", precision=precision)
+            ks = [k for k in f.kernels.values() if k.ops[0].startswith("Attention")]
+            assert len(ks) == 4 and all(k.lanes == 32 and k.n == 2 * 3 * 2 and "mma.sync" in k.source for k in ks)
+            got = [o.get() for o in f.run(*[cp.asarray(x) for x in xs])]
+        for g, w, tol in zip(got, want, tols):
+            assert np.all(np.abs(g - w) <= tol), (order, float(np.max(np.abs(g - w) - tol)))
+            assert np.max(np.abs(g - w)) < 1e-3 * np.max(np.abs(w))      # not all of the allowance
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_a_wrong_fragment_layout_fails():
+    """The host's ``mma.sync`` reads the lanes' registers by PTX's layout: a kernel loading its A fragment with
+    the two middle registers swapped (rows 8–15 and columns 4–7 crossed) gives wrong outputs."""
+    T = cg.NdArrayType((1, 1, 16, 8), cg.float32)
+    op = attention.AttentionForward(T, False, 0.25, mma="tf32")
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.normal(size=T.shape).astype(np.float32) for _ in range(3))
+    want, _ = op.evaluate(q, k, v)
+    results = []
+    for mutate in (False, True):
+        src, warps, names = attention_mma.source(op, f"lay{int(mutate)}")
+        if mutate:
+            src = src.replace("qa[I][kk][1] = cg_tf32(Q_[(r0 + g + 8) * rs_q + (kk * 8 + t)]); "
+                              "qa[I][kk][2] = cg_tf32(Q_[(r0 + g) * rs_q + (kk * 8 + t + 4)]);",
+                              "qa[I][kk][1] = cg_tf32(Q_[(r0 + g) * rs_q + (kk * 8 + t + 4)]); "
+                              "qa[I][kk][2] = cg_tf32(Q_[(r0 + g + 8) * rs_q + (kk * 8 + t)]);")
+            assert "qa[I][kk][1] = cg_tf32(Q_[(r0 + g) * rs_q + (kk * 8 + t + 4)])" in src
+        with hostrun.device() as cp:
+            kern = cp.RawKernel(src, f"lay{int(mutate)}")
+            O, L = cp.empty(T.shape, dtype=np.float32), cp.empty(T.shape[:-1], dtype=np.float32)
+            kern((1,), (32 * attention_mma.WARPS,), (cp.asarray(q), cp.asarray(k), cp.asarray(v), O, L))
+            results.append(O.get())
+    assert np.max(np.abs(results[0] - want)) < 1e-5
+    assert np.max(np.abs(results[1] - want)) > 1e-2
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_host_checker_runs_a_warp_per_item(rng):
+    """``host.check`` compiles the kernel whole (device and host code, sm_80) and calls its host ``_body`` once
+    per warp."""
+    from circuitgrad.backends.gpu.host import check
+    from circuitgrad.backends.gpu.kernel import Kernel
+    T = cg.NdArrayType((1, 2, 32, 8), cg.float32)
+    op = attention.AttentionForward(T, True, 0.25, mma="bf16")
+    src, warps, names = attention_mma.source(op, "chk")
+    lib = check.compile_host([Kernel("chk", src, [], [], warps, ["AttentionForward"], lanes=32)], "float")
+    q, k, v = (rng.normal(size=T.shape).astype(np.float32) for _ in range(3))
+    O, L = np.full(T.shape, np.nan, np.float32), np.full(T.shape[:-1], np.nan, np.float32)
+    lib("chk", q, k, v, O, L)
+    want_o, want_l = op.evaluate(q, k, v)
+    np.testing.assert_allclose(L, want_l, rtol=1e-6, atol=1e-6)
+    tol = _tolerance("softmax", True, "bf16", q, k, v, v)[0]
+    assert np.all(np.abs(O - want_o) <= tol)
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_a_gpt_step_in_tf32_runs_the_tensor_core_kernels(rng):
+    """A GPT step whose attention qualifies (S = 16, dh = 16) under ``precision="tf32"``: host-run kernels against
+    the emulated step, every parameter within four TF32 units of the step's largest update (a gradient's error is
+    a unit of its products' ``|X||Y|``, which the largest update bounds at this learning rate)."""
+    make = lambda: nn.gpt(2, 16, 13, d=32, heads=2, layers=2)  # noqa: E731
+    kw = dict(loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1), precision="tf32")
+    ref = cg.compile_model(make(), backend="cupy-emulated", **kw)
+    p = ref.init_params(seed=0)
+    x, y = rng.integers(0, 13, size=(2, 16)), rng.integers(0, 13, size=(2, 16))
+    want = ref.step({k: v.copy() for k, v in p.items()}, x, y)
+    with hostrun.device() as cp:
+        dev = cg.compile_model(make(), backend="cupy", donate=True, **kw)
+        steps = dev.fn("step").compiled.plan.steps
+        assert sum(s.kind == "attention" and bool(s.instrs[0].op.mma) for s in steps) == 8
+        got = {k: v.get() for k, v in dev.step({k: cp.asarray(v) for k, v in p.items()}, x, y).items()}
+    largest = max(np.max(np.abs(want[k] - p[k])) for k in want)        # the step's largest update
+    for k in want:
+        assert np.max(np.abs(got[k] - want[k])) <= 4 * UNIT["tf32"] * largest, k
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_kernels_compile_for_sm90_with_mma_and_no_spills(tmp_path):
+    T = cg.NdArrayType((4, 6, 256, 64), cg.float32)
+    strided = {"q": (256 * 384, 64, 384, 1), "k": (256 * 384, 64, 384, 1)}     # a [B, S, H, dh] projection
+    code = ""
+    for norm in attention.NORMS:
+        for cls in attention.OPS:
+            for mma in ("tf32", "bf16"):
+                op = cls(T, True, 0.125, norm=norm, eps=1e-6 if norm == "spherical" else 0.0, mma=mma)
+                code += attention_mma.source(op, f"k_{norm}_{cls.__name__}_{mma}", strided)[0]
+    (tmp_path / "att.cu").write_text(code)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "att.cubin"),
+                        str(tmp_path / "att.cu")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    spills = [int(line.split("bytes spill stores")[0].split(",")[-1]) for line in r.stderr.splitlines()
+              if "bytes spill stores" in line]
+    assert len(spills) == 16 and set(spills) == {0}, r.stderr[-3000:]
+    p = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-o", "-", str(tmp_path / "att.cu")], capture_output=True,
+                       text=True)
+    assert p.stdout.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") >= 16
