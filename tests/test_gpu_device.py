@@ -253,7 +253,7 @@ def test_bf16_stored_values_give_the_bits_of_float32_stored_ones(rng, monkeypatc
         np.testing.assert_allclose(qa[k].get(), qb[k].get(), rtol=1e-4, atol=1e-6, err_msg=k)
 
 
-@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
 @pytest.mark.parametrize("kind, causal", [("softmax", True), ("softmax", False), ("spherical", True)])
 def test_tensor_core_attention_computes_its_reference(kind, causal, precision, rng):
     """The tensor-core attention kernels (``mma.sync``, PTX's fragment layout) on the device against their NumPy

@@ -22,8 +22,9 @@ keeps a running maximum and sum (online softmax, FlashAttention's recurrence), t
 of squares (FlashSign's: no maximum, no rescaling), and the backward recomputes ``A`` from ``L``. This is the
 streaming form that "FlashAttention on a Napkin" derives from the diagram (``costmodel/napkin.py`` counts its
 transfers). It applies where ``dh ≤ 64`` (a row in registers); elsewhere the step keeps today's kernels.
-Under ``precision="tf32"`` or ``"bf16"`` (:func:`tensor_cores`) the kernels multiply on the tensor cores,
-a warp per 16 rows (:mod:`.attention_mma`), rounding operands as the definition's products do (``mma``).
+Where ``S`` is a multiple of 16 (:func:`tensor_cores`) the float32 kernels multiply on the tensor cores, a
+warp per 16 rows (:mod:`.attention_mma`): operands rounded as the definition's products round them under
+``"tf32"`` and ``"bf16"``, 3xTF32 products under ``"fp32"`` (``mma``).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from circuitgrad.types import Float, NdArrayType
 from . import blas
 
 __all__ = ["Attention", "AttentionForward", "AttentionGradQ", "AttentionGradV", "AttentionGradK", "OPS", "MAX_DH", "NORMS",
-           "fuse", "costs", "tensor_cores"]
+           "fuse", "costs", "tensor_cores", "MMA"]
 
 #: the largest head dimension fused (a row and its accumulators live in a thread's registers)
 MAX_DH = 64
@@ -61,8 +62,9 @@ class Attention(P.Primitive):
     order: tuple = ()
     norm: str = "softmax"
     eps: float = 0.0
-    #: ``""``: products on the CUDA cores, in the element type; ``"tf32"`` or ``"bf16"``: on the tensor cores
-    #: (:mod:`.attention_mma`), every product's operands rounded so, as the unfused definition's are
+    #: ``""``: products on the CUDA cores, in the element type; on the tensor cores (:mod:`.attention_mma`):
+    #: ``"tf32"`` or ``"bf16"``, every product's operands rounded so, as the unfused definition's are, or
+    #: ``"3xtf32"``, float32 products as three TF32 ones of each operand's TF32 part and remainder
     mma: str = ""
     kind: ClassVar[str] = "attention"
     ins: ClassVar[str] = ""
@@ -97,10 +99,13 @@ class Attention(P.Primitive):
 
     def _mm(self, a, b):
         """``a @ b`` as the kernel multiplies: operands rounded to :attr:`mma`'s type (none on the CUDA cores)."""
-        if self.mma and a.dtype == np.float32:
-            rnd = blas.round_tf32 if self.mma == "tf32" else blas.round_bf16
-            a, b = rnd(np, np.ascontiguousarray(a)), rnd(np, np.ascontiguousarray(b))
-        return np.matmul(a, b)
+        if not self.mma or a.dtype != np.float32:
+            return np.matmul(a, b)
+        if self.mma == "3xtf32":                 # small terms first, as the kernel adds them
+            (ah, al), (bh, bl) = (_split(np.ascontiguousarray(x)) for x in (a, b))
+            return np.matmul(al, bh) + np.matmul(ah, bl) + np.matmul(ah, bh)
+        rnd = blas.round_tf32 if self.mma == "tf32" else blas.round_bf16
+        return np.matmul(rnd(np, np.ascontiguousarray(a)), rnd(np, np.ascontiguousarray(b)))
 
     def _scores(self, q, k):
         """``c·q kᵀ`` and the mask of the scores kept (``None``: all of them)."""
@@ -121,6 +126,12 @@ class Attention(P.Primitive):
             return p * (dp - D[..., None])
         ds = L[..., None] * (dp - p * D[..., None])
         return ds if not self.causal else np.where(np.tril(np.ones(ds.shape[-2:], dtype=bool)), ds, 0)
+
+
+def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float32 ``a`` as its TF32 part and the TF32 remainder (``a − hi`` is exact in float32)."""
+    hi = blas.round_tf32(np, a)
+    return hi, blas.round_tf32(np, a - hi)
 
 
 class AttentionForward(Attention):
@@ -415,18 +426,23 @@ class _Spherical(_Softmax):
 CORES = {P.Softmax: _Softmax, P.Rsqrt: _Spherical}
 
 
+#: the tensor-core products of each precision (:attr:`Attention.mma`): under ``"fp32"`` 3xTF32, as PyTorch's
+#: float32 attention (CUTLASS's ``OpMultiplyAddFastF32``)
+MMA = {"fp32": "3xtf32", "tf32": "tf32", "bf16": "bf16"}
+
+
 def tensor_cores(T: NdArrayType, precision: str) -> str:
-    """The :attr:`Attention.mma` of a core over ``T`` under ``precision``: ``"tf32"`` or ``"bf16"`` where its
-    products go to the tensor cores (float32, ``S`` a multiple of 16 and ``dh`` of 8: whole tiles), else ``""``."""
+    """The :attr:`Attention.mma` of a core over ``T`` under ``precision`` (:data:`MMA`) where its products go to
+    the tensor cores (float32, ``S`` a multiple of 16 and ``dh`` of 8: whole tiles), else ``""``."""
     *_, S, dh = T.shape
     fits = T.dtype == Float(32) and S % 16 == 0 and dh % 8 == 0
-    return precision if precision in ("tf32", "bf16") and fits else ""
+    return MMA.get(precision, "") if fits else ""
 
 
 def fuse(prog: Program, precision: str = "fp32") -> Program:
     """``prog`` with every softmax or spherical attention core that qualifies replaced by the four streaming
-    kernels' instructions (the same program when none does); under ``precision`` ``"tf32"`` or ``"bf16"``
-    their products go to the tensor cores where the shape allows (:func:`tensor_cores`)."""
+    kernels' instructions (the same program when none does); their products go to the tensor cores where the
+    shape allows, as ``precision`` says (:func:`tensor_cores`)."""
     producers, uses = prog.producers(), prog.uses()
     matches: list[_Core] = []
     for i, a in enumerate(prog.instrs):

@@ -50,9 +50,18 @@ __device__ inline void cg_mma(float* d, const float* a, const float* b) {
                  : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
                    "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
 }
+// D += A B in three TF32 products of each operand's TF32 part and remainder (3xTF32, as CUTLASS's
+// OpMultiplyAddFastF32): a float32 product to about 2^-21 of its terms; the small terms first
+__device__ inline void cg_mma3(float* d, const float* a, const float* b) {
+    float ah[4], al[4], bh[2], bl[2];
+    for (int e = 0; e < 4; ++e) { ah[e] = cg_tf32(a[e]); al[e] = cg_tf32(a[e] - ah[e]); }
+    for (int e = 0; e < 2; ++e) { bh[e] = cg_tf32(b[e]); bl[e] = cg_tf32(b[e] - bh[e]); }
+    cg_mma(d, al, bh); cg_mma(d, ah, bl); cg_mma(d, ah, bh);
+}
 #define CG_NL 1
 #define CG_LANES for (int cg_once = 1, lane = (int)(threadIdx.x & 31), I = 0; cg_once; cg_once = 0, (void)lane, (void)I)
 #define CG_MMA(D, A, B) do { const int I = 0; cg_mma(D, A, B); } while (0)
+#define CG_MMA3(D, A, B) do { const int I = 0; cg_mma3(D, A, B); } while (0)
 #define CG_SYNC __syncwarp()
 #else
 #include <string.h>
@@ -87,10 +96,23 @@ inline void cg_mma_warp(float* d[32], const float* a[32], const float* b[32]) {
         d[l][0] = C[g][2 * t]; d[l][1] = C[g][2 * t + 1]; d[l][2] = C[g + 8][2 * t]; d[l][3] = C[g + 8][2 * t + 1];
     }
 }
+// 3xTF32 on the host: each lane's operands split as on the device, then the warp's three products in turn
+inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
+    float ah[32][4], al[32][4], bh[32][2], bl[32][2];
+    const float *pah[32], *pal[32], *pbh[32], *pbl[32];
+    for (int l = 0; l < 32; ++l) {
+        for (int e = 0; e < 4; ++e) { ah[l][e] = cg_tf32(a[l][e]); al[l][e] = cg_tf32(a[l][e] - ah[l][e]); }
+        for (int e = 0; e < 2; ++e) { bh[l][e] = cg_tf32(b[l][e]); bl[l][e] = cg_tf32(b[l][e] - bh[l][e]); }
+        pah[l] = ah[l]; pal[l] = al[l]; pbh[l] = bh[l]; pbl[l] = bl[l];
+    }
+    cg_mma_warp(d, pal, pbh); cg_mma_warp(d, pah, pbl); cg_mma_warp(d, pah, pbh);
+}
 #define CG_NL 32
 #define CG_LANES for (int cg_l0 = 0, lane = 0, I = 0; cg_l0 < 32 && ((lane = I = cg_mma_lane(cg_l0)), 1); ++cg_l0)
 #define CG_MMA(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma_warp(cg_d, cg_a, cg_b); } while (0)
+#define CG_MMA3(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
+    for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma3_warp(cg_d, cg_a, cg_b); } while (0)
 #define CG_SYNC
 #endif
 #endif
@@ -109,7 +131,7 @@ def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
 
 def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None = None) -> tuple[str, int, list[str]]:
     """``(CUDA source, warps, parameter names)`` of ``op``'s tensor-core kernel: a warp per 16 rows."""
-    assert op.mma in ("tf32", "bf16"), op.mma
+    assert op.mma in ("tf32", "bf16", "3xtf32"), op.mma
     w = text(op, "float", strides)
     assert w.S % ROWS == 0 and w.dh % KEYS == 0, op.T
     warps = int(np.prod(w.lead)) * (w.S // ROWS)
@@ -151,7 +173,9 @@ class _Tile:
 
     def __init__(self, op: Attention, w: Text):
         self.op, self.w, self.S, self.dh = op, w, w.S, w.dh
-        self.rnd = "cg_tf32" if op.mma == "tf32" else "cg_bf16r"
+        # operands rounded as they are read (tf32, bf16), or split at each product (3xtf32: float32 products)
+        self.rnd = {"tf32": "cg_tf32", "bf16": "cg_bf16r", "3xtf32": ""}[op.mma]
+        self.mma = "CG_MMA3" if op.mma == "3xtf32" else "CG_MMA"
         self.nk = w.dh // KEYS                      # mma steps over dh, and 8-column tiles of a row
 
     def ptr(self, n: str) -> str:
@@ -185,7 +209,7 @@ class _Tile:
                 "            float b[CG_NL][2];\n"
                 f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
                 f"{bload('b[I]', other, r0, 'kk * 8')} }}\n"
-                f"            CG_MMA({out}[I], {a}[I][kk], b[I]);\n"
+                f"            {self.mma}({out}[I], {a}[I][kk], b[I]);\n"
                 f"        }}\n")
 
     def to_shared(self, frag: str, tile: str, scale: str = "") -> str:
@@ -200,7 +224,7 @@ class _Tile:
                 f"            float b[CG_NL][2];\n"
                 f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
                 f"{self.b_rows('b[I]', n, r0, 'nt * 8')} }}\n"
-                f"            CG_MMA({acc}[I][nt], {a}[I], b[I]);\n"
+                f"            {self.mma}({acc}[I][nt], {a}[I], b[I]);\n"
                 f"        }}\n")
 
     def weights(self, frag: str, value) -> str:
