@@ -433,9 +433,9 @@ MMA = {"fp32": "3xtf32", "tf32": "tf32", "bf16": "bf16"}
 
 def tensor_cores(T: NdArrayType, precision: str) -> str:
     """The :attr:`Attention.mma` of a core over ``T`` under ``precision`` (:data:`MMA`) where its products go to
-    the tensor cores (float32, ``S`` a multiple of 16 and ``dh`` of 8: whole tiles), else ``""``."""
+    the tensor cores (float32, ``S`` and ``dh`` multiples of 16: whole tiles), else ``""``."""
     *_, S, dh = T.shape
-    fits = T.dtype == Float(32) and S % 16 == 0 and dh % 8 == 0
+    fits = T.dtype == Float(32) and S % 16 == 0 and dh % 16 == 0
     return MMA.get(precision, "") if fits else ""
 
 

@@ -40,6 +40,14 @@ WARPS = 4      #: warps a block
 PRELUDE = r"""#ifndef CG_MMA_PRELUDE
 #define CG_MMA_PRELUDE
 #define CG_LOWEST (-3.402823466e38f)
+#ifndef CG_VEC_LOAD
+#define CG_VEC_LOAD(p)
+#endif
+// four consecutive elements, in one 16-byte load when vec (the pointers checked aligned) else one by one
+__host__ __device__ inline void cg_ld4(float* d, const float* p, bool vec) {
+    if (vec) { CG_VEC_LOAD(p); const float4 v = *(const float4*)p; d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w; }
+    else { d[0] = p[0]; d[1] = p[1]; d[2] = p[2]; d[3] = p[3]; }
+}
 #ifdef __CUDA_ARCH__
 __device__ inline float cg_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
 __device__ inline float cg_bf16r(float x) { const unsigned b = __float_as_uint(x); return __uint_as_float(((unsigned)BF16_BITS) << 16); }
@@ -133,7 +141,7 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     """``(CUDA source, warps, parameter names)`` of ``op``'s tensor-core kernel: a warp per 16 rows."""
     assert op.mma in ("tf32", "bf16", "3xtf32"), op.mma
     w = text(op, "float", strides)
-    assert w.S % ROWS == 0 and w.dh % KEYS == 0, op.T
+    assert w.S % ROWS == 0 and w.dh % 16 == 0, op.T
     warps = int(np.prod(w.lead)) * (w.S // ROWS)
     ins, outs = op.ins.split(), op.outs.split()
     params = [f"const float* __restrict__ {n}" for n in ins] + [f"float* __restrict__ {n}_out" for n in outs]
@@ -177,6 +185,7 @@ class _Tile:
         self.rnd = {"tf32": "cg_tf32", "bf16": "cg_bf16r", "3xtf32": ""}[op.mma]
         self.mma = "CG_MMA3" if op.mma == "3xtf32" else "CG_MMA"
         self.nk = w.dh // KEYS                      # mma steps over dh, and 8-column tiles of a row
+        self.vec = all(st % 4 == 0 for n in op.ins.split() if n not in "LD" for st in w.strides[n][:-1])
 
     def ptr(self, n: str) -> str:
         """``const float* <N> = `` matrix ``bh`` of operand ``n``, with its row stride ``rs_<n>``."""
@@ -187,29 +196,42 @@ class _Tile:
         """Element ``(r, c)`` of operand ``n``'s matrix ``bh``."""
         return f"{n.upper()}_[({r}) * rs_{n} + ({c})]"
 
-    def a_rows(self, frag: str, n: str, r0: str, c0: str) -> str:
-        """An A fragment (16 rows × 8) of operand ``n`` from row ``r0``, column ``c0``, rounded."""
-        pos = [("g", "t"), ("g + 8", "t"), ("g", "t + 4"), ("g + 8", "t + 4")]
-        return " ".join(f"{frag}[{e}] = {self.rnd}({self.at(n, f'{r0} + {r}', f'{c0} + {c}')});"
-                        for e, (r, c) in enumerate(pos))
+    def aligned(self) -> str:
+        """``vec``: whether the operands' rows are read 16 bytes at a time (every row starts on a multiple of four
+        elements, and the pointers are 16-byte aligned at run time)."""
+        names = [n for n in self.op.ins.split() if n not in "LD"]
+        test = " | ".join(f"(unsigned long long){n}" for n in names)
+        return f"    const bool vec = {f'(({test}) & 15ULL) == 0' if self.vec else 'false'};\n"
 
-    def b_cols(self, frag: str, n: str, r0: str, c0: str) -> str:
-        """A B fragment (8 × 8) that is the transpose of operand ``n``'s rows ``r0`` (``B[k][j] = n[r0+j][c0+k]``)."""
-        return (f"{frag}[0] = {self.rnd}({self.at(n, f'{r0} + g', f'{c0} + t')}); "
-                f"{frag}[1] = {self.rnd}({self.at(n, f'{r0} + g', f'{c0} + t + 4')});")
+    def r(self, x: str) -> str:
+        """``x`` rounded as the products' operands are."""
+        return f"{self.rnd}({x})"
 
-    def b_rows(self, frag: str, n: str, r0: str, c0: str) -> str:
-        """A B fragment (8 × 8) of operand ``n``'s rows ``r0`` as they are (``B[k][j] = n[r0+k][c0+j]``)."""
-        return (f"{frag}[0] = {self.rnd}({self.at(n, f'{r0} + t', f'{c0} + g')}); "
-                f"{frag}[1] = {self.rnd}({self.at(n, f'{r0} + t + 4', f'{c0} + g')});")
+    def a_rows(self, frag: str, n: str, r0: str) -> str:
+        """The A fragments (16 rows × dh: ``dh/8`` steps) of operand ``n``'s rows ``r0…``, rounded. Steps ``2m`` and
+        ``2m + 1`` take columns ``16m + 4t …  16m + 4t + 3`` of rows ``g`` and ``g + 8`` (a permutation of ``dh``
+        that :meth:`product`'s B fragments share), one 16-byte load a row."""
+        r = self.r
+        return (f"for (int m = 0; m < {self.nk // 2}; ++m) {{ float x[4], y[4]; "
+                f"cg_ld4(x, &{self.at(n, f'{r0} + g', '16 * m + 4 * t')}, vec); "
+                f"cg_ld4(y, &{self.at(n, f'{r0} + g + 8', '16 * m + 4 * t')}, vec);\n"
+                f"            {frag}[2 * m][0] = {r('x[0]')}; {frag}[2 * m][1] = {r('y[0]')}; "
+                f"{frag}[2 * m][2] = {r('x[1]')}; {frag}[2 * m][3] = {r('y[1]')};\n"
+                f"            {frag}[2 * m + 1][0] = {r('x[2]')}; {frag}[2 * m + 1][1] = {r('y[2]')}; "
+                f"{frag}[2 * m + 1][2] = {r('x[3]')}; {frag}[2 * m + 1][3] = {r('y[3]')}; }}")
 
-    def product(self, out: str, a: str, other: str, bload: str, r0: str) -> str:
-        """``out[16×8] += a[16×dh] · other[r0…r0+8]ᵀ``: the scores (or ``dp``) of a tile, mma over dh."""
-        return (f"        for (int kk = 0; kk < {self.nk}; ++kk) {{\n"
-                "            float b[CG_NL][2];\n"
-                f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
-                f"{bload('b[I]', other, r0, 'kk * 8')} }}\n"
-                f"            {self.mma}({out}[I], {a}[I][kk], b[I]);\n"
+    def product(self, out: str, a: str, other: str, r0: str) -> str:
+        """``out[16×8] += a[16×dh] · other[r0…r0+8]ᵀ``: the scores (or ``dp``) of a tile, mma over dh in
+        :meth:`a_rows`'s column order (lane ``(g, t)`` reads row ``g``'s columns ``16m + 4t …``)."""
+        r = self.r
+        return (f"        for (int m = 0; m < {self.nk // 2}; ++m) {{\n"
+                "            float b[CG_NL][2][2];\n"
+                f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; float x[4]; "
+                f"cg_ld4(x, &{self.at(other, f'{r0} + g', '16 * m + 4 * t')}, vec); "
+                f"b[I][0][0] = {r('x[0]')}; b[I][0][1] = {r('x[1]')}; b[I][1][0] = {r('x[2]')}; "
+                f"b[I][1][1] = {r('x[3]')}; }}\n"
+                f"            {self.mma}({out}[I], {a}[I][2 * m], b[I][0]);\n"
+                f"            {self.mma}({out}[I], {a}[I][2 * m + 1], b[I][1]);\n"
                 f"        }}\n")
 
     def to_shared(self, frag: str, tile: str, scale: str = "") -> str:
@@ -219,13 +241,21 @@ class _Tile:
         return " ".join(f"{tile}[({r}) * 8 + {c}] = {frag}[I][{e}]{mul};" for e, (r, c) in enumerate(pos))
 
     def accumulate(self, acc: str, a: str, n: str, r0: str) -> str:
-        """``acc[16×dh] += a[16×8] · n[r0…r0+8, :]`` (B fragments of operand ``n``'s rows)."""
-        return (f"        for (int nt = 0; nt < {self.nk}; ++nt) {{\n"
-                f"            float b[CG_NL][2];\n"
-                f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
-                f"{self.b_rows('b[I]', n, r0, 'nt * 8')} }}\n"
-                f"            {self.mma}({acc}[I][nt], {a}[I], b[I]);\n"
-                f"        }}\n")
+        """``acc[16×dh] += a[16×8] · n[r0…r0+8, :]``: column ``j`` of tile ``nt`` is column ``j·dh/8 + nt`` of the
+        output (:meth:`store`), so lane ``(g, t)``'s B values of every tile are the ``dh/8`` consecutive columns
+        from ``g·dh/8`` of rows ``t`` and ``t + 4`` (16-byte loads when ``dh/8`` is a multiple of four)."""
+        nt, r = self.nk, self.r
+        if nt % 4 == 0:
+            load = (f"for (int h = 0; h < {nt}; h += 4) {{ float x[4], y[4]; "
+                    f"cg_ld4(x, &{self.at(n, f'{r0} + t', f'g * {nt} + h')}, vec); "
+                    f"cg_ld4(y, &{self.at(n, f'{r0} + t + 4', f'g * {nt} + h')}, vec); "
+                    f"for (int e = 0; e < 4; ++e) {{ b[I][h + e][0] = {r('x[e]')}; b[I][h + e][1] = {r('y[e]')}; }} }}")
+        else:
+            load = (f"for (int h = 0; h < {nt}; ++h) {{ b[I][h][0] = {r(self.at(n, f'{r0} + t', f'g * {nt} + h'))}; "
+                    f"b[I][h][1] = {r(self.at(n, f'{r0} + t + 4', f'g * {nt} + h'))}; }}")
+        return (f"        {{ float b[CG_NL][{nt}][2];\n"
+                f"          CG_LANES {{ const int g = lane >> 2, t = lane & 3; {load} }}\n"
+                f"          for (int nt = 0; nt < {nt}; ++nt) {self.mma}({acc}[I][nt], {a}[I], b[I][nt]); }}\n")
 
     def weights(self, frag: str, value) -> str:
         """An A fragment (16 × 8) of weights ``value(r, c)`` (C expressions of the tile's row and column), rounded."""
@@ -234,23 +264,24 @@ class _Tile:
                         for e, (r, c) in enumerate(pos))
 
     def store(self, acc: str, n: str, r0: str, scale: str = "") -> str:
-        """The accumulators (16 × dh) into output ``n``'s rows from ``r0``."""
+        """The accumulators (16 × dh) into output ``n``'s rows from ``r0`` (tile ``nt``'s column ``j`` is column
+        ``j·dh/8 + nt``, as :meth:`accumulate` reads)."""
         pos = [("g", "2 * t"), ("g", "2 * t + 1"), ("g + 8", "2 * t"), ("g + 8", "2 * t + 1")]
         mul = f" * {scale}" if scale else ""
         out = f"{n}_out"
         return (f"    {{ float* OUT_ = {self.w.at(out, '0')}; const long long rs = {self.w.strides[out][-2]}LL;\n"
                 f"      CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
                 f"        for (int nt = 0; nt < {self.nk}; ++nt) {{ "
-                + " ".join(f"OUT_[({r0} + {r}) * rs + nt * 8 + {c}] = {acc}[I][nt][{e}]{mul};"
+                + " ".join(f"OUT_[({r0} + {r}) * rs + ({c}) * {self.nk} + nt] = {acc}[I][nt][{e}]{mul};"
                            for e, (r, c) in enumerate(pos))
                 + " } } }\n")
 
 
 def _head(op: Attention, t: _Tile, queries: bool) -> str:
-    """The warp's matrix ``bh`` and first row ``r0`` (causal query tiles longest first)."""
+    """The warp's matrix ``bh`` and first row ``r0`` (causal query tiles longest first), and ``vec``."""
     tiles = t.S // ROWS
     tile = (f"{tiles - 1}LL - item % {tiles}LL" if op.causal and queries else f"item % {tiles}LL")
-    return f"    const long long bh = item / {tiles}LL, r0 = {ROWS}LL * ({tile});\n"
+    return f"    const long long bh = item / {tiles}LL, r0 = {ROWS}LL * ({tile});\n" + t.aligned()
 
 
 def _forward(op: AttentionForward, t: _Tile) -> str:
@@ -277,13 +308,13 @@ def _forward(op: AttentionForward, t: _Tile) -> str:
                             f"{w.weight(f'sS[{r} * 8 + {cc}]', f'sR[32 + {r}]')} : 0.0f)")
     scores = ("        float s[CG_NL][4];\n"
               "        CG_LANES { s[I][0] = s[I][1] = s[I][2] = s[I][3] = 0; }\n"
-              + t.product("s", "qa", "k", t.b_cols, f"jt * {KEYS}LL")
+              + t.product("s", "qa", "k", f"jt * {KEYS}LL")
               + f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.to_shared('s', 'sS', c)} }}\n"
               f"        CG_SYNC;\n")
     return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") +
             f"    float qa[CG_NL][{nk}][4], acc[CG_NL][{nk}][4];\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
-            f"        for (int kk = 0; kk < {nk}; ++kk) {{ {t.a_rows('qa[I][kk]', 'q', 'r0', 'kk * 8')} }}\n"
+            f"        {t.a_rows('qa[I]', 'q', 'r0')}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
             f"        if (lane < 16) {{ {init} }} }}\n"
             f"    CG_SYNC;\n"
@@ -316,8 +347,7 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
     return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") + t.ptr("O") + t.ptr("dO") +
             f"    float qa[CG_NL][{nk}][4], da[CG_NL][{nk}][4], acc[CG_NL][{nk}][4];\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
-            f"        for (int kk = 0; kk < {nk}; ++kk) {{ {t.a_rows('qa[I][kk]', 'q', 'r0', 'kk * 8')} "
-            f"{t.a_rows('da[I][kk]', 'dO', 'r0', 'kk * 8')} }}\n"
+            f"        {t.a_rows('qa[I]', 'q', 'r0')}\n        {t.a_rows('da[I]', 'dO', 'r0')}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
             f"        if (lane < 16) {{ float Dt = 0; for (int d = 0; d < {dh}; ++d) "
             f"Dt += {t.at('dO', 'r0 + lane', 'd')} * {t.at('O', 'r0 + lane', 'd')};\n"
@@ -326,8 +356,8 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
             f"    for (long long jt = 0; jt < {end}; ++jt) {{\n"
             f"        float s[CG_NL][4], dp[CG_NL][4];\n"
             f"        CG_LANES {{ for (int e = 0; e < 4; ++e) s[I][e] = dp[I][e] = 0; }}\n"
-            + t.product("s", "qa", "k", t.b_cols, f"jt * {KEYS}LL")
-            + t.product("dp", "da", "v", t.b_cols, f"jt * {KEYS}LL") +
+            + t.product("s", "qa", "k", f"jt * {KEYS}LL")
+            + t.product("dp", "da", "v", f"jt * {KEYS}LL") +
             f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.to_shared('s', 'sS', f'{w.c}')} "
             f"{t.to_shared('dp', 'sP')} }}\n"
             f"        CG_SYNC;\n"
@@ -355,20 +385,20 @@ def _grad_kv(op: Attention, t: _Tile) -> str:
         value = lambda r, cc: (f"((!{causal} || r0 + {r} <= {query}) ? "  # noqa: E731
                                f"{w.weight(f'sS[{r} * 8 + {cc}]', Li)} : 0.0f)")
     regs = f"ka[CG_NL][{nk}][4], acc[CG_NL][{nk}][4]" + (f", va[CG_NL][{nk}][4]" if grad_k else "")
-    loads = t.a_rows("ka[I][kk]", "k", "r0", "kk * 8") + (" " + t.a_rows("va[I][kk]", "v", "r0", "kk * 8")
+    loads = t.a_rows("ka[I]", "k", "r0") + ("\n        " + t.a_rows("va[I]", "v", "r0")
                                                           if grad_k else "")
-    dp = (t.product("dp", "va", "dO", t.b_cols, f"it * {KEYS}LL") if grad_k else "")
+    dp = (t.product("dp", "va", "dO", f"it * {KEYS}LL") if grad_k else "")
     shared = t.to_shared("s", "sS", f"{w.c}") + (" " + t.to_shared("dp", "sP") if grad_k else "")
     out = "dk" if grad_k else "dv"
     return (_head(op, t, False) + t.ptr("q") + t.ptr("k") + (t.ptr("v") if grad_k else "") + t.ptr("dO") +
             f"    float {regs};\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
-            f"        for (int kk = 0; kk < {nk}; ++kk) {{ {loads} }}\n"
+            f"        {loads}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0; }}\n"
             f"    for (long long it = {start}; it < {S // KEYS}LL; ++it) {{\n"
             f"        float s[CG_NL][4]{', dp[CG_NL][4]' if grad_k else ''};\n"
             f"        CG_LANES {{ for (int e = 0; e < 4; ++e) s[I][e] = {'dp[I][e] = ' if grad_k else ''}0; }}\n"
-            + t.product("s", "ka", "q", t.b_cols, f"it * {KEYS}LL") + dp +
+            + t.product("s", "ka", "q", f"it * {KEYS}LL") + dp +
             f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {shared} }}\n"
             f"        CG_SYNC;\n"
             f"        float ga[CG_NL][4];\n"
