@@ -6,7 +6,7 @@
 Causal attention over ``q, k, v : [B, H, S, dh]`` (``ops.attention``): the forward program, and forward plus
 backward (``O`` and the reverse derivative's ``dq, dk, dv`` from ``q, k, v`` and the output's cotangent, as a
 training step computes them; both run as the streaming kernels of ``gpu.attention``, on the tensor cores
-where ``S`` is a multiple of 16: ``gpu.attention_mma``, 3xTF32 in float32 as SDPA's),
+where ``S`` and ``dh`` are multiples of 16: ``gpu.attention_mma``, 3xTF32 in float32 as SDPA's),
 compiled by the GPU backend (``gpu.compile_function``) in float32 and with ``precision="tf32"`` and
 ``"bf16"``; PyTorch's ``scaled_dot_product_attention`` (``is_causal=True``) forward, and forward plus
 ``backward``, in float32 and bfloat16, on the same inputs in the same process. Columns: median ms of

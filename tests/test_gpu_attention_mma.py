@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -62,7 +63,7 @@ def _tolerance(kind: str, causal: bool, precision: str, q, k, v, do) -> list[np.
         P = e / e.sum(-1, keepdims=True)
         ds, carry = c * P * (dA - (dA * P).sum(-1, keepdims=True)), c * P
     else:
-        r = 1 / np.sqrt((s * s).sum(-1, keepdims=True) + 1e-6)
+        r = 1 / np.sqrt((s * s).sum(-1, keepdims=True) + ops.ATTENTION_EPS)
         P = s * r
         ds, carry = c * r * (dA - P * (dA * P).sum(-1, keepdims=True)), c * r * np.abs(P)
     a = np.abs
@@ -281,3 +282,158 @@ def test_the_kernels_compile_for_sm90_with_mma_and_no_spills(tmp_path):
     p = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-o", "-", str(tmp_path / "att.cu")], capture_output=True,
                        text=True)
     assert p.stdout.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") >= 24
+
+
+#: PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32, transcribed on its own (g = lane >> 2, t = lane % 4):
+#: (row, column) of each register of A (16 × 8), B (8 × 8, row = k) and C/D (16 × 8)
+PTX_A = lambda g, t: [(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)]  # noqa: E731
+PTX_B = lambda g, t: [(t, g), (t + 4, g)]  # noqa: E731
+PTX_C = lambda g, t: [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]  # noqa: E731
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("split", [False, True], ids=["mma", "3xtf32"])
+def test_the_host_mma_reads_lanes_by_the_ptx_layout(split, tmp_path, rng):
+    """The host's ``mma.sync`` (``cg_mma_warp``, ``cg_mma3_warp``) against a transcription of PTX's fragment
+    table made here: lanes loaded by the table give ``D = A B + C``, whatever the generator does."""
+    import ctypes
+    fn = "cg_mma3_warp" if split else "cg_mma_warp"
+    (tmp_path / "m.cpp").write_text(
+        "#define __host__\n#define __device__\n#include <math.h>\nstruct float4 { float x, y, z, w; };\n"
+        + attention_mma.PRELUDE +
+        'extern "C" void run(const float* a, const float* b, float* d) {\n'
+        "    float* dp[32]; const float* ap[32]; const float* bp[32];\n"
+        "    for (int l = 0; l < 32; ++l) { dp[l] = d + 4 * l; ap[l] = a + 4 * l; bp[l] = b + 2 * l; }\n"
+        f"    {fn}(dp, ap, bp);\n}}\n")
+    r = subprocess.run(["nvcc", "-x", "c++", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "m.so"),
+                        str(tmp_path / "m.cpp")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lib = ctypes.CDLL(str(tmp_path / "m.so"))
+    A, B, C = (rng.normal(size=n).astype(np.float32) for n in ((16, 8), (8, 8), (16, 8)))
+    if not split:                                # TF32 operands: their products are exact in float32
+        A, B = blas.round_tf32(np, A), blas.round_tf32(np, B)
+    a, b, d = np.zeros((32, 4), np.float32), np.zeros((32, 2), np.float32), np.zeros((32, 4), np.float32)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        a[lane] = [A[i, j] for i, j in PTX_A(g, t)]
+        b[lane] = [B[i, j] for i, j in PTX_B(g, t)]
+        d[lane] = [C[i, j] for i, j in PTX_C(g, t)]
+    lib.run(*(ctypes.c_void_p(x.ctypes.data) for x in (a, b, d)))
+    D = np.zeros((16, 8))
+    for lane in range(32):
+        for (i, j), x in zip(PTX_C(lane >> 2, lane & 3), d[lane]):
+            D[i, j] = x
+    want = A.astype(np.float64) @ B + C
+    terms = np.abs(A).astype(np.float64) @ np.abs(B) + np.abs(C)
+    assert np.all(np.abs(D - want) <= (2.0 ** -21 * split + 9 * 2.0 ** -24) * terms)
+
+
+def _run_alone(tmp_path, src: str, name: str, shape) -> subprocess.CompletedProcess:
+    """A forward kernel's ``src`` run on the host in a fresh process (a host-mode abort ends that process)."""
+    (tmp_path / "k.cu").write_text(src)
+    code = f"""
+import numpy as np
+from circuitgrad.backends.gpu.host import run as hostrun
+src = open({str(tmp_path / "k.cu")!r}).read()
+with hostrun.device() as cp:
+    rng = np.random.default_rng(0)
+    q, k, v = (cp.asarray(rng.normal(size={shape!r}).astype(np.float32)) for _ in range(3))
+    O, L = cp.empty({shape!r}, dtype=np.float32), cp.empty({shape[:-1]!r}, dtype=np.float32)
+    cp.RawKernel(src, {name!r})((1,), (128,), (q, k, v, O, L))
+    print("ran", float(O.get().sum()))
+"""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("which", ["after the scores", "at the end of a key tile"])
+def test_the_host_mode_finds_a_missing_syncwarp(which, tmp_path):
+    """The host runs a warp's lanes in turn, so a missing ``__syncwarp`` changes no number there; its shared
+    memory is checked instead: a lane reading what another lane wrote (or writing what another read) since the
+    last ``__syncwarp`` aborts, naming the race. The kernel as generated runs."""
+    T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
+    op = attention.AttentionForward(T, True, 0.25, mma="tf32")
+    src = attention_mma.source(op, "race")[0]
+    assert "ran" in _run_alone(tmp_path, src, "race", T.shape).stdout
+    lines = src.splitlines()
+    syncs = [i for i, line in enumerate(lines) if line.strip() == "CG_SYNC;"]
+    pick = {"after the scores": next(i for i in syncs if "sS[(g) * 8 + 2 * t]" in lines[i - 1]),
+            "at the end of a key tile": max(i for i in syncs if lines[i + 1].strip() == "}")}[which]
+    del lines[pick]
+    r = _run_alone(tmp_path, "\n".join(lines) + "\n", "race", T.shape)
+    assert r.returncode != 0 and "since the last __syncwarp: a race on a device" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_spherical_epsilon_is_in_the_kernels(rng):
+    """Scores far below ``√ε``: ``ε`` sets the normalisation, so a kernel that dropped it would be far off."""
+    T = cg.NdArrayType((1, 2, 32, 16), cg.float32)
+    prog, xs = _program("spherical", True, T), _inputs(T, rng)
+    xs[0] *= 1e-6
+    names = ["q", "k", "v", "do"]
+    want = build(prog, names, "fb", np, emulated_kernel, None, "tf32").run(*xs)
+    with hostrun.device() as cp:
+        got = [o.get() for o in gpu.compile_function(prog, names, "fb", precision="tf32").run(
+            *[cp.asarray(x) for x in xs])]
+    for g, w, tol in zip(got, want, _tolerance("spherical", True, "tf32", *xs)):
+        assert np.all(np.abs(g - w) <= tol)
+    s = 0.25 * xs[0][0, 0] @ xs[1][0, 0].T
+    assert (np.tril(s) ** 2).sum(-1).max() < 1e-3 * ops.ATTENTION_EPS        # ε dominates every row
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_the_kernels_round_their_operands(precision, rng):
+    """The kernels are ten times further (in norm) from the float32 products' result (3xTF32) than from their
+    reference: a kernel that skipped rounding would be near float32."""
+    T = cg.NdArrayType((1, 2, 32, 32), cg.float32)
+    prog, xs = _program("softmax", True, T), _inputs(T, rng)
+    names = ["q", "k", "v", "do"]
+    want = build(prog, names, "fb", np, emulated_kernel, None, precision).run(*xs)
+    fp32 = build(prog, names, "fb", np, emulated_kernel, None, "fp32").run(*xs)
+    with hostrun.device() as cp:
+        got = [o.get() for o in gpu.compile_function(prog, names, "fb", precision=precision).run(
+            *[cp.asarray(x) for x in xs])]
+    for g, w, f in zip(got, want, fp32):            # a few operands may round the other way: norms, not maxima
+        assert np.linalg.norm(g - f) > 10 * np.linalg.norm(g - w)
+
+
+def test_a_device_older_than_sm80_keeps_the_cuda_core_kernels(monkeypatch):
+    """TF32 ``mma.sync`` needs sm_80: on an older device (its compute capability from CuPy) the attention
+    kernels stay a thread per row, whatever the precision."""
+    import types
+    from circuitgrad.backends.gpu import runtime
+    for cc, want in (("75", False), ("80", True), ("90", True)):
+        xp = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda cc=cc: types.SimpleNamespace(
+            compute_capability=cc)))
+        assert runtime.tensor_cores(xp) is want
+    assert runtime.tensor_cores(np)
+    T = cg.NdArrayType((1, 2, 32, 16), cg.float32)
+    prog = _program("softmax", True, T)
+    monkeypatch.setattr(runtime, "tensor_cores", lambda xp: False)
+    f = build(prog, ["q", "k", "v", "do"], "fb", np, emulated_kernel, None, "tf32")
+    ks = [k for k in f.kernels.values() if k.ops[0].startswith("Attention")]
+    assert len(ks) == 4 and not any("mma.sync" in k.source for k in ks)
+    assert {a.op.mma for a in f.program.instrs if isinstance(a.op, attention.OPS)} == {""}
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_a_nan_stays_a_nan(precision):
+    """A NaN operand rounds to a NaN (``cvt.rna`` keeps it one; adding to its bits would carry into a zero or an
+    infinity): the outputs hold NaNs where the unfused definition's do."""
+    T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
+    prog = _program("softmax", True, T)
+    rng = np.random.default_rng(4)
+    xs = _inputs(T, rng)
+    xs[2][0, 0, 5, 3] = np.float32(np.nan)
+    nan_bits = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7F800001], np.uint32).view(np.float32)
+    assert np.isnan(blas.round_tf32(np, nan_bits)).all()
+    names = ["q", "k", "v", "do"]
+    want = build(prog, names, "fb", np, emulated_kernel, None, precision, fuse_attention=False).run(*xs)
+    with hostrun.device() as cp:
+        got = [o.get() for o in gpu.compile_function(prog, names, "fb", precision=precision).run(
+            *[cp.asarray(x) for x in xs])]
+    assert np.isnan(want[0]).sum() == 32             # O's column 3 (a masked weight is 0, and 0·NaN a NaN)
+    for g, w in zip(got, want):
+        assert np.array_equal(np.isnan(g), np.isnan(w))

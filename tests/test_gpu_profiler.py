@@ -116,3 +116,24 @@ def test_errors(cnn):
     with pytest.raises(ValueError) as e:
         gpu.profile(f, *args, repeats=1, warmup=0).by("op")
     assert str(e.value) == "profile: group by 'kind' or 'path', not 'op'"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_predictions_are_at_the_functions_precision(precision):
+    """The predictions cost the function at the precision it was compiled for, as ``cg.cost`` does: an MLP whose
+    products are bound by arithmetic is predicted slower in fp32 (CUDA cores) than on the tensor cores."""
+    from circuitgrad.backends.gpu.cost import DEVICES, launch_cost
+    step = cg.compile_model(nn.mlp(256, [512, 1024, 10]), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.05),
+                            backend="cupy-emulated", donate=True, precision=precision)
+    rng = np.random.default_rng(0)
+    args = step.arguments("step", step.init_params(seed=0), rng.normal(size=(256, 512)).astype(np.float32),
+                          rng.integers(0, 10, size=256))
+    f = step.fn("step").compiled
+    prof = gpu.profile(f, *args, repeats=1, warmup=0)
+    dev = DEVICES["h100"]
+    for x in prof.launches:
+        want = launch_cost(f.program, f.plan, f.plan.steps[x.index], dev, precision)
+        assert (x.predicted_s, x.roofline_s) == pytest.approx((want["seconds"], want["roofline_s"]), rel=1e-12)
+    big = max((x for x in prof.launches if x.kind == "matmul"), key=lambda x: x.flops)
+    fp32 = launch_cost(f.program, f.plan, f.plan.steps[big.index], dev, "fp32")["roofline_s"]
+    assert (big.roofline_s == fp32) == (precision == "fp32") and big.roofline_s <= fp32

@@ -22,7 +22,7 @@ keeps a running maximum and sum (online softmax, FlashAttention's recurrence), t
 of squares (FlashSign's: no maximum, no rescaling), and the backward recomputes ``A`` from ``L``. This is the
 streaming form that "FlashAttention on a Napkin" derives from the diagram (``costmodel/napkin.py`` counts its
 transfers). It applies where ``dh ≤ 64`` (a row in registers); elsewhere the step keeps today's kernels.
-Where ``S`` is a multiple of 16 (:func:`tensor_cores`) the float32 kernels multiply on the tensor cores, a
+Where ``S`` and ``dh`` are multiples of 16 (:func:`tensor_cores`) the float32 kernels multiply on the tensor cores, a
 warp per 16 rows (:mod:`.attention_mma`): operands rounded as the definition's products round them under
 ``"tf32"`` and ``"bf16"``, 3xTF32 products under ``"fp32"`` (``mma``).
 """
@@ -189,14 +189,16 @@ OPS = (AttentionForward, AttentionGradQ, AttentionGradV, AttentionGradK)
 
 def costs(op: Attention) -> tuple[float, float, float]:
     """``(flops, matmul flops, transcendentals)`` of one launch: the products it does (half when causal; the
-    tensor-core forward computes the scores twice); an exponential per score (softmax), a square root per row
-    (spherical's forward)."""
+    tensor-core forward computes the scores twice); an exponential per score (softmax; two in the tensor-core
+    forward's passes), a square root per row (spherical's forward)."""
     *lead, S, dh = op.T.shape
     rows = float(np.prod(lead)) * S
     pairs = rows * S * (0.5 if op.causal else 1.0)
     products = {AttentionForward: 3 if op.mma else 2, AttentionGradQ: 3, AttentionGradV: 2,
                 AttentionGradK: 3}[type(op)]
-    special = pairs if op.norm == "softmax" else rows if isinstance(op, AttentionForward) else 0.0
+    forward = isinstance(op, AttentionForward)
+    special = (pairs * (2 if op.mma and forward else 1) if op.norm == "softmax"      # exp in both passes
+               else rows if forward else 0.0)
     return pairs * (2 * dh * products + 4), pairs * 2 * dh * products, special
 
 
@@ -431,7 +433,7 @@ CORES = {P.Softmax: _Softmax, P.Rsqrt: _Spherical}
 MMA = {"fp32": "3xtf32", "tf32": "tf32", "bf16": "bf16"}
 
 
-def tensor_cores(T: NdArrayType, precision: str) -> str:
+def tensor_cores(T: NdArrayType, precision: str | None) -> str:
     """The :attr:`Attention.mma` of a core over ``T`` under ``precision`` (:data:`MMA`) where its products go to
     the tensor cores (float32, ``S`` and ``dh`` multiples of 16: whole tiles), else ``""``."""
     *_, S, dh = T.shape
@@ -439,10 +441,10 @@ def tensor_cores(T: NdArrayType, precision: str) -> str:
     return MMA.get(precision, "") if fits else ""
 
 
-def fuse(prog: Program, precision: str = "fp32") -> Program:
+def fuse(prog: Program, precision: str | None = "fp32") -> Program:
     """``prog`` with every softmax or spherical attention core that qualifies replaced by the four streaming
     kernels' instructions (the same program when none does); their products go to the tensor cores where the
-    shape allows, as ``precision`` says (:func:`tensor_cores`)."""
+    shape allows, as ``precision`` says (:func:`tensor_cores`; ``None``: a device without TF32 ``mma``)."""
     producers, uses = prog.producers(), prog.uses()
     matches: list[_Core] = []
     for i, a in enumerate(prog.instrs):

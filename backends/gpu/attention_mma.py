@@ -71,11 +71,15 @@ __device__ inline void cg_mma3(float* d, const float* a, const float* b) {
 #define CG_MMA(D, A, B) do { const int I = 0; cg_mma(D, A, B); } while (0)
 #define CG_MMA3(D, A, B) do { const int I = 0; cg_mma3(D, A, B); } while (0)
 #define CG_SYNC __syncwarp()
+#define CG_SMEM float*
 #else
 #include <string.h>
 inline unsigned cg_bits(float x) { unsigned b; memcpy(&b, &x, 4); return b; }
 inline float cg_float(unsigned b) { float x; memcpy(&x, &b, 4); return x; }
-inline float cg_tf32(float x) { return cg_float((cg_bits(x) + 0x1000u) & 0xFFFFE000u); }
+inline float cg_tf32(float x) {             // cvt.rna.tf32.f32; a NaN the quiet NaN of its sign (blas.round_tf32)
+    const unsigned b = cg_bits(x);
+    return cg_float((b & 0x7FFFFFFFu) > 0x7F800000u ? (b & 0x80000000u) | 0x7FC00000u : (b + 0x1000u) & 0xFFFFE000u);
+}
 inline float cg_bf16r(float x) { const unsigned b = cg_bits(x); return cg_float(((unsigned)BF16_BITS) << 16); }
 inline int cg_mma_lane(int l) {            // the host execution mode's thread order: lanes 31 ... 0 in reverse
 #ifdef CG_HOSTRUN
@@ -115,13 +119,49 @@ inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
     }
     cg_mma_warp(d, pal, pbh); cg_mma_warp(d, pah, pbl); cg_mma_warp(d, pah, pbh);
 }
+// A warp's shared memory on the host, checked as a device would need it: a lane reading an element another lane
+// wrote, or writing one another lane read or wrote, since the last __syncwarp (CG_SYNC) races on a device, and
+// reading an element no lane wrote reads junk; either aborts with a message (the lanes run in turn here).
+#include <stdio.h>
+#include <stdlib.h>
+static thread_local int cg_lane_now = -1;        // the lane running (CG_LANES)
+static thread_local unsigned cg_epoch = 1;       // advanced by each CG_SYNC
+struct cg_shared {
+    float v[128]; int wl[128], rl[128]; unsigned we[128], re[128];
+    cg_shared() { for (int i = 0; i < 128; ++i) { v[i] = 0; wl[i] = rl[i] = -1; we[i] = re[i] = 0; } }
+    void fail(int i, int other, const char* what) {
+        fprintf(stderr, "circuitgrad hostrun: lane %d %s shared element %d, which lane %d %s since the last "
+                "__syncwarp: a race on a device\n", cg_lane_now, what[0] == 'r' ? "reads" : "writes", i, other, what);
+        abort();
+    }
+    void read(int i) {
+        if (we[i] == 0) { fprintf(stderr, "circuitgrad hostrun: lane %d reads shared element %d, which no lane wrote\n",
+                                  cg_lane_now, i); abort(); }
+        if (we[i] == cg_epoch && wl[i] != cg_lane_now) fail(i, wl[i], "read after it wrote");
+        if (re[i] == cg_epoch && rl[i] != cg_lane_now) rl[i] = -2; else { re[i] = cg_epoch; rl[i] = cg_lane_now; }
+    }
+    void write(int i) {
+        if (we[i] == cg_epoch && wl[i] != cg_lane_now) fail(i, wl[i], "wrote");
+        if (re[i] == cg_epoch && rl[i] != cg_lane_now) fail(i, rl[i], "read");
+        we[i] = cg_epoch; wl[i] = cg_lane_now;
+    }
+    struct ref {
+        cg_shared& s; int i;
+        operator float() const { s.read(i); return s.v[i]; }
+        ref& operator=(float x) { s.write(i); s.v[i] = x; return *this; }
+        ref& operator=(const ref& o) { return *this = (float)o; }
+    };
+    ref operator[](long long i) { return ref{*this, (int)i}; }
+};
+#define CG_SMEM cg_shared&
 #define CG_NL 32
-#define CG_LANES for (int cg_l0 = 0, lane = 0, I = 0; cg_l0 < 32 && ((lane = I = cg_mma_lane(cg_l0)), 1); ++cg_l0)
+#define CG_LANES for (int cg_l0 = 0, lane = 0, I = 0; \
+    cg_l0 < 32 && ((lane = I = cg_lane_now = cg_mma_lane(cg_l0)), 1); ++cg_l0)
 #define CG_MMA(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma_warp(cg_d, cg_a, cg_b); } while (0)
 #define CG_MMA3(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma3_warp(cg_d, cg_a, cg_b); } while (0)
-#define CG_SYNC
+#define CG_SYNC (++cg_epoch)
 #endif
 #endif
 """.replace("BF16_BITS", blas.BF16_BITS)
@@ -150,19 +190,22 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
             AttentionGradK: _grad_kv}[type(op)](op, _Tile(op, w))
     shared = ROWS * KEYS
     src = (PRELUDE +
-           f"__host__ __device__ inline void {name}_warp(long long item, float* sS, float* sP, float* sR, {sig}) {{\n"
+           f"__host__ __device__ inline void {name}_warp(long long item, CG_SMEM sS, CG_SMEM sP, CG_SMEM sR, {sig}) {{\n"
            f"{body}}}\n"
            f"extern \"C\" __global__ void {name}({sig}) {{\n"
+           "#ifdef __CUDA_ARCH__\n"
            f"    __shared__ float sS[{WARPS * shared}], sP[{WARPS * shared}], sR[{WARPS * 3 * ROWS}];\n"
            f"    const long long item = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
            f"    const int wi = (int)(threadIdx.x >> 5);\n"
            f"    if (item < {warps}LL) {name}_warp(item, sS + wi * {shared}, sP + wi * {shared}, "
            f"sR + wi * {3 * ROWS}, {args});\n"
+           "#endif\n"
            f"}}\n"
            "#ifndef __CUDA_ARCH__\n"
-           f"// the host runs the warp once, its lanes in turn (CG_LANES) and its products whole (CG_MMA)\n"
+           f"// the host runs the warp once, its lanes in turn (CG_LANES), its products whole (CG_MMA), its shared\n"
+           f"// memory checked for races (cg_shared)\n"
            f"inline void {name}_body(long long item, {sig}) {{\n"
-           f"    static float sS[{shared}], sP[{shared}], sR[{3 * ROWS}];\n"
+           f"    cg_shared sS, sP, sR;\n"
            f"    {name}_warp(item, sS, sP, sR, {args});\n"
            f"}}\n"
            "#ifdef CG_HOSTRUN\n"

@@ -47,9 +47,12 @@ WORKSPACE = 32 << 20                                        # bytes: what cuBLAS
 
 
 def round_tf32(xp, a):
-    """``a`` (float32) rounded to TF32's 10 mantissa bits: round to nearest, ties away from zero."""
+    """``a`` (float32) rounded to TF32's 10 mantissa bits: round to nearest, ties away from zero; a NaN becomes
+    the quiet NaN of its sign (rounding its bits would carry some into a zero or an infinity)."""
     bits = a.view(xp.uint32)
-    return ((bits + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)).view(xp.float32)
+    rounded = (bits + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)
+    nan = (bits & xp.uint32(0x7FFFFFFF)) > xp.uint32(0x7F800000)
+    return xp.where(nan, (bits & xp.uint32(0x80000000)) | xp.uint32(0x7FC00000), rounded).view(xp.float32)
 
 
 def round_bf16(xp, a):

@@ -142,7 +142,8 @@ def profile(f: GpuFunction, *args: Any, repeats: int = 10, warmup: int = 3, devi
             tf32: bool = False) -> Profile:
     """Time each launch of ``f`` on ``args`` (median of ``repeats`` after ``warmup`` calls).
 
-    ``device`` names the cost-model profile the predictions use (``circuitgrad.backends.gpu.cost.DEVICES``).
+    ``device`` names the cost-model profile the predictions use (``circuitgrad.backends.gpu.cost.DEVICES``), at
+    ``f``'s own precision (``tf32=True``: as if its float32 products were TF32).
     """
     if not isinstance(f, GpuFunction):
         raise TypeError(f"profile: expected a GpuFunction (step.fn('step').compiled of a backend='cupy' "
@@ -208,7 +209,7 @@ def profile(f: GpuFunction, *args: Any, repeats: int = 10, warmup: int = 3, devi
     for k, s in enumerate(pl.steps):
         if s.kind in ("view", "const"):
             continue
-        c = launch_cost(p, pl, s, dev, tf32)
+        c = launch_cost(p, pl, s, dev, "tf32" if tf32 else f.precision)
         launches.append(Launch(k, s.kind, _what(f, k), s.instrs[0].path if s.instrs else "", c["bytes"],
                                c["flops"], c["seconds"], c["roofline_s"], statistics.median(samples[k])))
     assert len(launches) == f.launches == len(samples), (len(launches), f.launches, len(samples))

@@ -45,7 +45,7 @@ from .plan import Plan, last_readers, plan
 from .reduction import reduce_kernel
 from .row import row_kernel
 
-__all__ = ["GpuFunction", "kernels", "generate", "build", "BLOCK", "VIEWS"]
+__all__ = ["GpuFunction", "kernels", "generate", "build", "tensor_cores", "BLOCK", "VIEWS"]
 
 #: the CuPy expression of each view (kind ``"view"``) when no kernel needs its layout: no launch, no copy
 VIEWS: dict[type, Callable[[P.Primitive, str], str]] = {
@@ -240,6 +240,13 @@ class GpuFunction:
         return self.fn(*args) if self.graphed is None else self.graphed(*args)
 
 
+def tensor_cores(xp) -> bool:
+    """Whether ``xp``'s device runs the attention kernels' ``mma.sync`` (TF32: sm_80 or newer); NumPy's
+    emulation and the host execution mode stand in for such a device."""
+    device = getattr(getattr(xp, "cuda", None), "Device", None)
+    return device is None or int(device().compute_capability) >= 80
+
+
 def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: Callable,
           donate_pairs: dict[int, int] | None = None, precision: str = "fp32", graph: bool = False,
           launchers: Callable | None = None, fuse_attention: bool = True, store_bf16: bool = True) -> GpuFunction:
@@ -256,7 +263,7 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
     if graph and not donate_pairs:
         raise ValueError("graph=True replays the step into the same buffers: it needs donate=True")
     if fuse_attention:
-        prog = attention.fuse(prog, precision)
+        prog = attention.fuse(prog, precision if tensor_cores(xp) else None)
     p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")],
              updates={i: o for o, i in (donate_pairs or {}).items()})
     if precision == "bf16" and store_bf16:

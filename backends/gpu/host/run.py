@@ -340,6 +340,8 @@ class _Runtime:
 
 
 class _Device:
+    compute_capability = "90"          # the device the generated code is written for (tensor-core attention)
+
     def __init__(self, i: int = 0):
         self.id = i
 
