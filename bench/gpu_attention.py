@@ -6,9 +6,9 @@
 Causal attention over ``q, k, v : [B, H, S, dh]`` (``ops.attention``): the forward program, and forward plus
 backward (``O`` and the reverse derivative's ``dq, dk, dv`` from ``q, k, v`` and the output's cotangent, as a
 training step computes them; both run as the streaming kernels of ``gpu.attention``, on the tensor cores
-where ``S`` and ``dh`` are multiples of 16: ``gpu.attention_mma``, 3xTF32 in float32 as SDPA's),
-compiled by the GPU backend (``gpu.compile_function``) in float32 and with ``precision="tf32"`` and
-``"bf16"``; PyTorch's ``scaled_dot_product_attention`` (``is_causal=True``) forward, and forward plus
+(``gpu.attention_mma``) where ``S`` and ``dh`` are multiples of 16 and the precision is tf32, bf16 or 3xtf32),
+compiled by the GPU backend (``gpu.compile_function``) in float32 (on the CUDA cores, and as 3xTF32 with
+``attention_3xtf32``: SDPA float32's own method) and with ``precision="tf32"`` and ``"bf16"``; PyTorch's ``scaled_dot_product_attention`` (``is_causal=True``) forward, and forward plus
 ``backward``, in float32 and bfloat16, on the same inputs in the same process. Columns: median ms of
 ``--repeats`` calls after ``--warmup`` (CUDA events), the ratio to SDPA in the same precision class
 (float32 rows against SDPA fp32, tf32 and bf16 rows against SDPA bf16), kernel launches, and peak MB
@@ -32,11 +32,13 @@ from _util import table  # noqa: E402
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import ops  # noqa: E402
 from circuitgrad.backends import gpu  # noqa: E402
-from circuitgrad.backends.gpu import memory  # noqa: E402
+from circuitgrad.backends.gpu import attention, memory  # noqa: E402
 from circuitgrad.rewrite import simplify  # noqa: E402
 
 KINDS = ("softmax", "spherical")
-PRECISIONS = ("fp32", "tf32", "bf16")
+#: circuitgrad's rows: float32 (CUDA cores), float32 as 3xTF32 on the tensor cores (``attention_3xtf32``, SDPA
+#: float32's own method), TF32, bf16
+PRECISIONS = ("fp32", "3xtf32", "tf32", "bf16")
 
 
 def programs(kind: str, shape: tuple[int, ...]) -> dict:
@@ -77,7 +79,8 @@ def ours(kind: str, shape, precision: str, a, emulate: bool) -> list[dict]:
     rng = np.random.default_rng(0)
     for what, prog in programs(kind, shape).items():
         f = gpu.compile_function(prog, [f"a{i}" for i in range(len(prog.inputs))], "attention", emulate=emulate,
-                                 precision=precision)
+                                 precision="fp32" if precision == "3xtf32" else precision,
+                                 attention_3xtf32=precision == "3xtf32")
         xp = f.namespace["xp"]
         args = [xp.asarray(rng.normal(size=prog.types[v].shape).astype(np.float32)) for v in prog.inputs]
         events = None
@@ -88,7 +91,9 @@ def ours(kind: str, shape, precision: str, a, emulate: bool) -> list[dict]:
                 return cupy.cuda.Event(), cupy.cuda.Event()
         rows.append({"kind": kind, "what": what, "implementation": f"circuitgrad {precision}",
                      "ms": timed(lambda: f.run(*args), a.repeats, a.warmup, events), "launches": f.launches,
-                     "peak_mb": memory.peak(f) / 2 ** 20})
+                     "peak_mb": memory.peak(f) / 2 ** 20,
+                     "mma": sorted({x.op.mma or "cuda cores" for x in f.program.instrs
+                                    if isinstance(x.op, attention.OPS)})})
     return rows
 
 
@@ -133,11 +138,12 @@ def sdpa(kind: str, shape, dtype: str, a) -> list[dict]:
 
 
 def ratios(rows: list[dict]) -> None:
-    """Each circuitgrad row against SDPA of its precision class (fp32; tf32 and bf16 against bf16), same task."""
+    """Each circuitgrad row against SDPA of its precision class (fp32 and 3xtf32 against fp32; tf32 and bf16 against
+    bf16), same task."""
     ref = {(r["what"], r["implementation"].split()[-1]): r["ms"] for r in rows if r["implementation"].startswith("PyTorch")}
     for r in rows:
         if r["implementation"].startswith("circuitgrad"):
-            cls = "fp32" if r["implementation"].endswith("fp32") else "bf16"
+            cls = "fp32" if r["implementation"].endswith(("fp32", "3xtf32")) else "bf16"
             if (r["what"], cls) in ref:
                 r["ratio"] = r["ms"] / ref[(r["what"], cls)]
 
@@ -151,7 +157,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", help="write the rows here as JSON")
-    ap.add_argument("--dry", action="store_true", help="no GPU: cupy-emulated at B=1, H=2, S=16, dh=8, one repeat")
+    ap.add_argument("--dry", action="store_true", help="no GPU: cupy-emulated at B=1, H=2, S=16, dh=16, one repeat")
     a = ap.parse_args(argv)
     ok, why = gpu.available()
     if not ok and not a.dry:
@@ -161,7 +167,7 @@ def main(argv=None) -> int:
                 json.dump({"status": "no-device", "rows": []}, fh)
         return 0
     if a.dry:
-        a.batch, a.heads, a.seq, a.dh, a.repeats, a.warmup = 1, 2, 16, 8, 1, 0
+        a.batch, a.heads, a.seq, a.dh, a.repeats, a.warmup = 1, 2, 16, 16, 1, 0
     shape = (a.batch, a.heads, a.seq, a.dh)
     rows: list[dict] = []
     for kind in KINDS:

@@ -153,34 +153,40 @@ def test_gpu_cost_takes_the_compiled_models_precision_and_graph():
     assert "float32 products in bf16" in own.notes[0]
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp32"])
-@pytest.mark.parametrize("seq, tensor_cores", [(12, False), (16, True)])
-def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, tensor_cores, precision):
+@pytest.mark.parametrize("precision", ["bf16", "fp32", "3xtf32"])
+@pytest.mark.parametrize("seq, whole", [(12, False), (16, True)])
+def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, whole, precision):
     """Under ``precision="bf16"`` cuBLAS's products run on the tensor cores at the bf16 rate (under fp32 on the
-    CUDA cores); the streaming attention kernels' do when their rows fill whole tiles (``S`` a multiple of 16: TF32
-    instructions, three a product under fp32, with the scores computed twice in the forward), else on the CUDA
-    cores (thread per row)."""
+    CUDA cores); the streaming attention kernels' do when their rows fill whole tiles (``S`` a multiple of 16) and
+    the precision asks (bf16; fp32 with ``attention_3xtf32``): TF32 instructions, three a product for 3xTF32, the
+    scores computed twice in the forward; else on the CUDA cores (thread per row)."""
     from circuitgrad.backends.gpu import attention
     from circuitgrad.backends.gpu import cost as gpu_cost
+    from circuitgrad.backends.gpu.host.emulate import emulated_kernel
+    from circuitgrad.backends.gpu.runtime import build
     step = cg.compile_model(nn.gpt(2, seq, 11, d=32, heads=2, layers=1), loss=nn.softmax_cross_entropy,
-                            optimizer=nn.sgd(0.1), backend="cupy-emulated", donate=True, precision=precision)
-    pl = step.fn("step").compiled.plan
-    dev = gpu_cost.DEVICES["h100"]
+                            optimizer=nn.sgd(0.1))
+    prog = step.programs["step"]
+    real = "fp32" if precision == "3xtf32" else precision
+    f = build(prog, [f"a{i}" for i in range(len(prog.inputs))], "step", np, emulated_kernel, None, real,
+              attention_3xtf32=precision == "3xtf32")
+    pl, dev = f.plan, gpu_cost.DEVICES["h100"]
+    tensor_cores = whole and precision != "fp32"
     att = [s for s in pl.steps if s.kind == "attention"]
     assert len(att) == 4 and all(bool(s.instrs[0].op.mma) == tensor_cores for s in att)
     for s in att + [s for s in pl.steps if s.kind == "matmul"]:
-        c = gpu_cost.launch_cost(pl.program, pl, s, dev, precision)
-        on_tc = (s.kind == "matmul" and precision == "bf16") or (s.kind == "attention" and tensor_cores)
+        c = gpu_cost.launch_cost(pl.program, pl, s, dev, real)
+        on_tc = (s.kind == "matmul" and real == "bf16") or (s.kind == "attention" and tensor_cores)
         assert c["matmul_flops"] > 0 and c["tensor_core_flops"] == (c["matmul_flops"] if on_tc else 0)
         assert c["cuda_core_flops"] == c["flops"] - c["tensor_core_flops"]
     fwd = next(s for s in att if isinstance(s.instrs[0].op, attention.AttentionForward))
-    c = gpu_cost.launch_cost(pl.program, pl, fwd, dev, precision)
+    c = gpu_cost.launch_cost(pl.program, pl, fwd, dev, real)
     pairs = 2 * 2 * seq * seq * 0.5                     # B·H·S²/2: the causal pairs costs() counts
     assert c["matmul_flops"] == pairs * 2 * 16 * (3 if tensor_cores else 2)
-    if tensor_cores:                                    # the products' time at the TF32 rate, three times under fp32
+    if tensor_cores:                                    # the products' time at the TF32 rate, three times for 3xTF32
         dev = dataclasses.replace(dev, hbm_bytes_s=1e30, launch_s=0.0, fp32_flops=1e30)
-        c = gpu_cost.launch_cost(pl.program, pl, fwd, dev, precision)
-        assert c["roofline_s"] == pytest.approx(c["matmul_flops"] * (3 if precision == "fp32" else 1) / dev.tf32_flops)
+        c = gpu_cost.launch_cost(pl.program, pl, fwd, dev, real)
+        assert c["roofline_s"] == pytest.approx(c["matmul_flops"] * (3 if precision == "3xtf32" else 1) / dev.tf32_flops)
 
 
 def test_gpu_launches_equal_the_backend_plan():

@@ -1,7 +1,7 @@
 """Streaming attention on the tensor cores (:mod:`circuitgrad.backends.gpu.attention_mma`): the four float32
 kernels take a warp per 16 rows and multiply with ``mma.sync``, their operands rounded as the unfused
-definition's products round them under ``precision="tf32"`` or ``"bf16"``, float32 products as 3xTF32 under
-``"fp32"``. Checked here: where they apply; the NumPy
+definition's products round them under ``precision="tf32"`` or ``"bf16"``, or float32 products as 3xTF32
+under ``"fp32"`` when asked (``attention_3xtf32=True``). Checked here: where they apply; the NumPy
 reference of what they compute against the unfused definition at the same precision; the generated CUDA C run
 on the host (both thread orders, and by ``host.check``) against that reference; a GPT step; sm_90 compilation.
 
@@ -29,8 +29,21 @@ from circuitgrad.rewrite import simplify
 ok, why = hostrun.available()
 #: the unit an operand's rounding may differ by, relative to it: TF32, bfloat16; under fp32 (3xTF32) the part
 #: of a product the split leaves out (the remainder's own TF32 rounding and the remainders' product)
-UNIT = {"tf32": 2.0 ** -10, "bf16": 2.0 ** -7, "fp32": 2.0 ** -21}
-PRECISIONS = ["fp32", "tf32", "bf16"]
+UNIT = {"tf32": 2.0 ** -10, "bf16": 2.0 ** -7, "3xtf32": 2.0 ** -21}
+#: the tensor-core products tested: 3xTF32 is float32 precision with ``attention_3xtf32=True``
+PRECISIONS = ["3xtf32", "tf32", "bf16"]
+
+
+def _options(precision: str) -> dict:
+    """The compile options of a tested ``precision``."""
+    return dict(precision="fp32", attention_3xtf32=True) if precision == "3xtf32" else dict(precision=precision)
+
+
+def _build(prog, names, precision: str, **kw):
+    """``prog`` on ``cupy-emulated`` at ``precision`` (its kernels by their NumPy reference)."""
+    o = _options(precision)
+    return build(prog, names, "fb", np, emulated_kernel, None, o["precision"],
+                 attention_3xtf32=o.get("attention_3xtf32", False), **kw)
 CASES = [(kind, causal) for kind in attention.NORMS for causal in (True, False)]
 
 
@@ -81,7 +94,8 @@ def _inputs(T, rng):
 @pytest.mark.parametrize("shape, dtype, precision, want", [
     ((2, 4, 32, 64), cg.float32, "tf32", "tf32"),
     ((2, 4, 32, 64), cg.float32, "bf16", "bf16"),
-    ((2, 4, 32, 64), cg.float32, "fp32", "3xtf32"),    # float32 products as three TF32 ones
+    ((2, 4, 32, 64), cg.float32, "fp32", ""),          # float32 products on the CUDA cores by default
+    ((2, 4, 32, 64), cg.float32, "3xtf32", "3xtf32"),  # or as three TF32 ones, when asked
     ((2, 4, 32, 64), cg.float64, "tf32", ""),          # float64 has no tensor-core product here
     ((2, 4, 32, 64), cg.float64, "fp32", ""),
     ((2, 4, 24, 64), cg.float32, "tf32", ""),          # S not a multiple of 16: no whole tiles of rows
@@ -101,9 +115,9 @@ def test_the_fused_kernels_multiply_what_the_definition_multiplies(kind, causal,
     T = cg.NdArrayType((2, 2, 32, 16), cg.float32)
     prog, xs = _program(kind, causal, T), _inputs(T, rng)
     names = ["q", "k", "v", "do"]
-    fused = build(prog, names, "fb", np, emulated_kernel, None, precision)
+    fused = _build(prog, names, precision)
     assert {a.op.mma for a in fused.program.instrs if isinstance(a.op, attention.OPS)} == {attention.MMA[precision]}
-    unfused = build(prog, names, "fb", np, emulated_kernel, None, precision, fuse_attention=False)
+    unfused = _build(prog, names, precision, fuse_attention=False)
     got, want = fused.run(*xs), unfused.run(*xs)
     for g, w, tol in zip(got, want, _tolerance(kind, causal, precision, *xs)):
         assert np.all(np.abs(g - w) <= tol), float(np.max(np.abs(g - w) - tol))
@@ -152,11 +166,11 @@ def test_the_generated_kernels_compute_their_reference(kind, causal, precision, 
     T = cg.NdArrayType((2, 3, 32, 32), cg.float32)
     prog, xs = _program(kind, causal, T), _inputs(T, rng)
     names = ["q", "k", "v", "do"]
-    want = build(prog, names, "fb", np, emulated_kernel, None, precision).run(*xs)
+    want = _build(prog, names, precision).run(*xs)
     tols = _tolerance(kind, causal, precision, *xs)
     for order in hostrun.ORDERS:
         with hostrun.device(order) as cp:
-            f = gpu.compile_function(prog, names, "fb", precision=precision)
+            f = gpu.compile_function(prog, names, "fb", **_options(precision))
             ks = [k for k in f.kernels.values() if k.ops[0].startswith("Attention")]
             assert len(ks) == 4 and all(k.lanes == 32 and k.n == 2 * 3 * 2 and "mma.sync" in k.source for k in ks)
             got = [o.get() for o in f.run(*[cp.asarray(x) for x in xs])]
@@ -174,7 +188,7 @@ def test_16_byte_loads_and_their_fallback_give_the_same_bits(precision, rng):
     T = cg.NdArrayType((1, 2, 32, 32), cg.float32)
     prog, xs = _program("softmax", True, T), _inputs(T, rng)
     with hostrun.device() as cp:
-        f = gpu.compile_function(prog, ["q", "k", "v", "do"], "fb", precision=precision)
+        f = gpu.compile_function(prog, ["q", "k", "v", "do"], "fb", **_options(precision))
         ks = [k for k in f.kernels.values() if k.ops[0].startswith("Attention")]
         assert len(ks) == 4 and all("const bool vec = ((" in k.source for k in ks)
         shifted = []
@@ -389,10 +403,10 @@ def test_the_kernels_round_their_operands(precision, rng):
     T = cg.NdArrayType((1, 2, 32, 32), cg.float32)
     prog, xs = _program("softmax", True, T), _inputs(T, rng)
     names = ["q", "k", "v", "do"]
-    want = build(prog, names, "fb", np, emulated_kernel, None, precision).run(*xs)
-    fp32 = build(prog, names, "fb", np, emulated_kernel, None, "fp32").run(*xs)
+    want = _build(prog, names, precision).run(*xs)
+    fp32 = _build(prog, names, "3xtf32").run(*xs)
     with hostrun.device() as cp:
-        got = [o.get() for o in gpu.compile_function(prog, names, "fb", precision=precision).run(
+        got = [o.get() for o in gpu.compile_function(prog, names, "fb", **_options(precision)).run(
             *[cp.asarray(x) for x in xs])]
     for g, w, f in zip(got, want, fp32):            # a few operands may round the other way: norms, not maxima
         assert np.linalg.norm(g - f) > 10 * np.linalg.norm(g - w)
@@ -430,9 +444,9 @@ def test_a_nan_stays_a_nan(precision):
     nan_bits = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7F800001], np.uint32).view(np.float32)
     assert np.isnan(blas.round_tf32(np, nan_bits)).all()
     names = ["q", "k", "v", "do"]
-    want = build(prog, names, "fb", np, emulated_kernel, None, precision, fuse_attention=False).run(*xs)
+    want = _build(prog, names, precision, fuse_attention=False).run(*xs)
     with hostrun.device() as cp:
-        got = [o.get() for o in gpu.compile_function(prog, names, "fb", precision=precision).run(
+        got = [o.get() for o in gpu.compile_function(prog, names, "fb", **_options(precision)).run(
             *[cp.asarray(x) for x in xs])]
     assert np.isnan(want[0]).sum() == 32             # O's column 3 (a masked weight is 0, and 0·NaN a NaN)
     for g, w in zip(got, want):

@@ -253,21 +253,19 @@ def test_bf16_stored_values_give_the_bits_of_float32_stored_ones(rng, monkeypatc
         np.testing.assert_allclose(qa[k].get(), qb[k].get(), rtol=1e-4, atol=1e-6, err_msg=k)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+@pytest.mark.parametrize("precision", ["3xtf32", "tf32", "bf16"])
 @pytest.mark.parametrize("kind, causal", [("softmax", True), ("softmax", False), ("spherical", True)])
 def test_tensor_core_attention_computes_its_reference(kind, causal, precision, rng):
     """The tensor-core attention kernels (``mma.sync``, PTX's fragment layout) on the device against their NumPy
     reference, within the rounding bound of ``tests/test_gpu_attention_mma.py``: a wrong layout is far outside."""
     import cupy
-    from test_gpu_attention_mma import _program, _tolerance
-    from circuitgrad.backends.gpu.host.emulate import emulated_kernel
-    from circuitgrad.backends.gpu.runtime import build
+    from test_gpu_attention_mma import _build, _options, _program, _tolerance
     T = cg.NdArrayType((2, 4, 128, 64), cg.float32)
     prog = _program(kind, causal, T)
     xs = [rng.normal(size=T.shape).astype(np.float32) for _ in range(4)]
     names = ["q", "k", "v", "do"]
-    want = build(prog, names, "fb", np, emulated_kernel, None, precision).run(*xs)
-    f = gpu.compile_function(prog, names, "fb", precision=precision)
+    want = _build(prog, names, precision).run(*xs)
+    f = gpu.compile_function(prog, names, "fb", **_options(precision))
     assert sum("mma.sync" in k.source for k in f.kernels.values()) == 4
     got = [o.get() for o in f.run(*[cupy.asarray(x) for x in xs])]
     for g, w, tol in zip(got, want, _tolerance(kind, causal, precision, *xs)):

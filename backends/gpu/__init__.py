@@ -69,22 +69,25 @@ def installed() -> str | None:
 
 def compile_function(prog: Program, arg_names: Sequence[str], name: str, emulate: bool = False,
                      donate_pairs: dict[int, int] | None = None, precision: str = "fp32",
-                     graph: bool = False) -> GpuFunction:
+                     graph: bool = False, attention_3xtf32: bool = False) -> GpuFunction:
     """Compile one program for the GPU (``emulate=True``: NumPy arrays and CPU-emulated kernels).
 
     ``precision="tf32"``/``"bf16"``: float32 products on the tensor cores (:mod:`~.blas`); ``graph=True``: the function replayed as one
-    CUDA graph from its second call (see :mod:`~.graph`; not with ``emulate=True``)."""
+    CUDA graph from its second call (see :mod:`~.graph`; not with ``emulate=True``); ``attention_3xtf32``: under
+    ``"fp32"``, streaming attention's products as 3xTF32 on the tensor cores (:mod:`~.attention_mma`)."""
     if emulate:
         import numpy
         if graph:
             raise ValueError("graph=True needs backend='cupy' (a device, or the host execution mode "
                              "circuitgrad.backends.gpu.host.run): 'cupy-emulated' has no streams to capture")
-        return build(prog, arg_names, name, numpy, emulated_kernel, donate_pairs, precision)
+        return build(prog, arg_names, name, numpy, emulated_kernel, donate_pairs, precision,
+                     attention_3xtf32=attention_3xtf32)
     ok, why = available()
     if not ok:
         raise RuntimeError(f"backend='cupy' needs CuPy and a CUDA GPU: {why}")
     import cupy
-    return build(prog, arg_names, name, cupy, None, donate_pairs, precision, graph, launchers=_launchers(cupy))
+    return build(prog, arg_names, name, cupy, None, donate_pairs, precision, graph, launchers=_launchers(cupy),
+                 attention_3xtf32=attention_3xtf32)
 
 
 def _launchers(cupy):

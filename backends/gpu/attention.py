@@ -24,7 +24,7 @@ streaming form that "FlashAttention on a Napkin" derives from the diagram (``cos
 transfers). It applies where ``dh ≤ 64`` (a row in registers); elsewhere the step keeps today's kernels.
 Where ``S`` and ``dh`` are multiples of 16 (:func:`tensor_cores`) the float32 kernels multiply on the tensor cores, a
 warp per 16 rows (:mod:`.attention_mma`): operands rounded as the definition's products round them under
-``"tf32"`` and ``"bf16"``, 3xTF32 products under ``"fp32"`` (``mma``).
+``"tf32"`` and ``"bf16"``, and, when asked, 3xTF32 products under ``"fp32"`` (``mma``).
 """
 from __future__ import annotations
 
@@ -428,9 +428,10 @@ class _Spherical(_Softmax):
 CORES = {P.Softmax: _Softmax, P.Rsqrt: _Spherical}
 
 
-#: the tensor-core products of each precision (:attr:`Attention.mma`): under ``"fp32"`` 3xTF32, as PyTorch's
-#: float32 attention (CUTLASS's ``OpMultiplyAddFastF32``)
-MMA = {"fp32": "3xtf32", "tf32": "tf32", "bf16": "bf16"}
+#: the tensor-core products of each precision (:attr:`Attention.mma`); ``"fp32"`` has none (the CUDA cores), and
+#: ``"3xtf32"`` asks for float32 products as three TF32 ones, as PyTorch's float32 attention (CUTLASS's
+#: ``OpMultiplyAddFastF32``; ``runtime.build(..., attention_3xtf32=True)``)
+MMA = {"tf32": "tf32", "bf16": "bf16", "3xtf32": "3xtf32"}
 
 
 def tensor_cores(T: NdArrayType, precision: str | None) -> str:

@@ -249,21 +249,25 @@ def tensor_cores(xp) -> bool:
 
 def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: Callable,
           donate_pairs: dict[int, int] | None = None, precision: str = "fp32", graph: bool = False,
-          launchers: Callable | None = None, fuse_attention: bool = True, store_bf16: bool = True) -> GpuFunction:
+          launchers: Callable | None = None, fuse_attention: bool = True, store_bf16: bool = True,
+          attention_3xtf32: bool = False) -> GpuFunction:
     """Plan, generate and bind one function. ``launcher(plan, index, kernel)`` makes the kernel callable
     (``launchers(plan, kernels)``, when given, makes them all at once: ``{index: callable}``).
 
     ``precision="tf32"`` or ``"bf16"``: float32 products on the tensor cores (:mod:`~.blas`). ``graph=True``: calls after
     the first replay one CUDA graph (:mod:`~.graph`; needs ``donate_pairs``). ``fuse_attention``: softmax and spherical
     attention cores run as the streaming kernels of :mod:`~.attention` where they qualify. ``store_bf16``: under
-    ``"bf16"``, values only products read are stored as bfloat16 (:mod:`~.storage`; products read the same operands)."""
+    ``"bf16"``, values only products read are stored as bfloat16 (:mod:`~.storage`; products read the same operands).
+    ``attention_3xtf32``: under ``"fp32"``, the streaming attention kernels' products on the tensor cores as 3xTF32
+    (as PyTorch's float32 attention; off by default until a device run measures it against the float32 check)."""
     if precision not in blas.PRECISIONS:
         raise ValueError(f"compile_model: precision must be one of {', '.join(map(repr, blas.PRECISIONS))}, got "
                          f"{precision!r}")
     if graph and not donate_pairs:
         raise ValueError("graph=True replays the step into the same buffers: it needs donate=True")
     if fuse_attention:
-        prog = attention.fuse(prog, precision if tensor_cores(xp) else None)
+        mma = "3xtf32" if precision == "fp32" and attention_3xtf32 else precision
+        prog = attention.fuse(prog, mma if tensor_cores(xp) else None)
     p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")],
              updates={i: o for o, i in (donate_pairs or {}).items()})
     if precision == "bf16" and store_bf16:
