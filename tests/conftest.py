@@ -81,6 +81,22 @@ def snarkjs_or_skip() -> str:
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def ptxas_spills(code: str, tmp_path, arch: str = "sm_90") -> dict[str, int]:
+    """CUDA ``code`` compiled by nvcc for ``arch`` (asserted to succeed): the spill-store bytes ptxas reports for
+    each function ("Function properties for NAME", then its spills)."""
+    (tmp_path / "att.cu").write_text(code)
+    r = subprocess.run(["nvcc", f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "att.cubin"),
+                        str(tmp_path / "att.cu")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    spills, name = {}, None
+    for line in r.stderr.splitlines():
+        if "Function properties for " in line:
+            name = line.split("Function properties for ")[1].strip()
+        elif "bytes spill stores" in line and name is not None:
+            spills[name] = int(line.split("bytes spill stores")[0].split(",")[-1])
+    return spills
+
+
 def run_cli(*args, timeout: int = 1800) -> subprocess.CompletedProcess:
     """``python -m circuitgrad.cli ARGS`` from the repository root, output captured."""
     return subprocess.run([sys.executable, "-m", "circuitgrad.cli", *args], capture_output=True, text=True,

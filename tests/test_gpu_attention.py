@@ -10,6 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from conftest import ptxas_spills
+
 import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad.backends.gpu import attention, attention_source, memory
@@ -175,16 +177,7 @@ def test_the_kernels_compile_for_sm90(tmp_path):
                 for c in ("float", "double"):
                     op = cls(T, causal, 0.125, norm=norm, eps=1e-6 if norm == "spherical" else 0.0)
                     code += attention_source.source(op, f"k_{norm}_{cls.__name__}_{causal}_{c}", c, strided)[0]
-    (tmp_path / "att.cu").write_text(code)
-    r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "att.cubin"),
-                        str(tmp_path / "att.cu")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    spills, name = {}, None
-    for line in r.stderr.splitlines():           # ptxas: "Function properties for NAME", then its spills
-        if "Function properties for " in line:
-            name = line.split("Function properties for ")[1].strip()
-        elif "bytes spill stores" in line and name is not None:
-            spills[name] = int(line.split("bytes spill stores")[0].split(",")[-1])
+    spills = ptxas_spills(code, tmp_path)
     assert len(spills) == 32, spills
     # a row and its accumulator stay in registers (the dq and dk kernels, with three rows, may spill some)
     two_rows = {n: v for n, v in spills.items() if n.endswith("_float") and ("Forward" in n or "GradV" in n)}

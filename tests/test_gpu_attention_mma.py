@@ -17,6 +17,8 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import ptxas_spills
+
 import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad.backends import gpu
@@ -278,16 +280,7 @@ def test_the_kernels_compile_for_sm90_with_mma_and_no_spills(tmp_path):
             for mma in ("tf32", "bf16", "3xtf32"):
                 op = cls(T, True, 0.125, norm=norm, eps=1e-6 if norm == "spherical" else 0.0, mma=mma)
                 code += attention_mma.source(op, f"k_{norm}_{cls.__name__}_{mma}", strided)[0]
-    (tmp_path / "att.cu").write_text(code)
-    r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "att.cubin"),
-                        str(tmp_path / "att.cu")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    spills, name = {}, None
-    for line in r.stderr.splitlines():           # ptxas: "Function properties for NAME", then its spills
-        if "Function properties for " in line:
-            name = line.split("Function properties for ")[1].strip()
-        elif "bytes spill stores" in line and name is not None:
-            spills[name] = int(line.split("bytes spill stores")[0].split(",")[-1])
+    spills = ptxas_spills(code, tmp_path)
     assert len(spills) == 24, spills
     # nothing spills but, perhaps, the 3xTF32 dq and dk kernels (two rows of fragments and the accumulators, each
     # product splitting its operands in two): at most 128 bytes (none with nvcc 13.0)

@@ -228,7 +228,6 @@ class _Tile:
         self.rnd = {"tf32": "cg_tf32", "bf16": "cg_bf16r", "3xtf32": ""}[op.mma]
         self.mma = "CG_MMA3" if op.mma == "3xtf32" else "CG_MMA"
         self.nk = w.dh // KEYS                      # mma steps over dh, and 8-column tiles of a row
-        self.vec = all(st % 4 == 0 for n in op.ins.split() if n not in "LD" for st in w.strides[n][:-1])
 
     def ptr(self, n: str) -> str:
         """``const float* <N> = `` matrix ``bh`` of operand ``n``, with its row stride ``rs_<n>``."""
@@ -242,9 +241,7 @@ class _Tile:
     def aligned(self) -> str:
         """``vec``: whether the operands' rows are read 16 bytes at a time (every row starts on a multiple of four
         elements, and the pointers are 16-byte aligned at run time)."""
-        names = [n for n in self.op.ins.split() if n not in "LD"]
-        test = " | ".join(f"(unsigned long long){n}" for n in names)
-        return f"    const bool vec = {f'(({test}) & 15ULL) == 0' if self.vec else 'false'};\n"
+        return self.w.aligned or "    const bool vec = false;\n"
 
     def r(self, x: str) -> str:
         """``x`` rounded as the products' operands are."""

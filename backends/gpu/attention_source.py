@@ -126,8 +126,9 @@ class Text:
         row = (f"{last}LL - t % {self.S}LL" if op.causal and isinstance(op, (AttentionForward, AttentionGradQ))
                else f"t % {self.S}LL")
         self.mine = f"bh * {self.S}LL + row"         # this row's entry of L and D
-        self.head = (f"    const long long bh = t / {self.S}LL, row = {row};\n"
-                     + (f"    const bool vec = (({aligned}) & 15ULL) == 0;   // 16-byte loads\n" if self.vec else ""))
+        #: the run-time check of the operands' alignment (``vec``), where the rows allow 16-byte loads
+        self.aligned = f"    const bool vec = (({aligned}) & 15ULL) == 0;   // 16-byte loads\n" if self.vec else ""
+        self.head = f"    const long long bh = t / {self.S}LL, row = {row};\n" + self.aligned
 
     def each(self, body: str, rows: tuple[str, ...]) -> str:
         """``body`` for every ``d < dh``, where ``$d`` is ``d`` and ``$x`` element ``d`` of the streamed row ``x``
