@@ -371,6 +371,82 @@ def test_the_host_mode_finds_a_missing_syncwarp(which, tmp_path):
     assert r.returncode != 0 and "since the last __syncwarp: a race on a device" in r.stderr, r.stderr[-2000:]
 
 
+#: a forward kernel's source edited to misuse its shared memory, and the host mode's message (lanes in order)
+MISUSES = {
+    "statistics read before any lane wrote them": (
+        "sR[lane] = CG_LOWEST; sR[16 + lane] = 0;", "",
+        "circuitgrad hostrun: lane 0 reads shared element 0, which no lane wrote"),
+    "statistics written past the warp's slice": (
+        "sR[32 + lane] = sR[lane] +", "sR[40 + lane] = sR[lane] +",
+        "circuitgrad hostrun: lane 8 writes shared element 48 of a warp's 48: out of bounds on a device"),
+}
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("misuse", list(MISUSES))
+def test_the_host_mode_finds_shared_memory_misuse(misuse, tmp_path):
+    """Reading shared memory no lane wrote (junk on a device), or past the warp's slice of the block's arrays
+    (another warp's, or out of bounds), aborts the host mode with a message naming the lane and the element."""
+    old, new, message = MISUSES[misuse]
+    T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
+    src = attention_mma.source(attention.AttentionForward(T, True, 0.25, mma="tf32"), "misuse")[0]
+    assert src.count(old) == 1
+    r = _run_alone(tmp_path, src.replace(old, new), "misuse", T.shape)
+    assert r.returncode != 0 and message + "\n" in r.stderr, r.stderr[-2000:]
+
+
+_ONE_SHIFTED = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+import circuitgrad as cg
+from circuitgrad.backends import gpu
+from circuitgrad.backends.gpu import attention, attention_mma
+from circuitgrad.backends.gpu.host import run as hostrun
+from test_gpu_attention_mma import _program, _inputs
+T = cg.NdArrayType((1, 2, 32, 32), cg.float32)
+prog, xs = _program("softmax", True, T), _inputs(T, np.random.default_rng(3))
+if {mutate!r}:              # the dq kernel's check leaves out its operand dO
+    source = attention_mma.source
+
+    def left_out(op, name, strides=None):
+        src, warps, names = source(op, name, strides)
+        if isinstance(op, attention.AttentionGradQ):
+            assert src.count(" | (unsigned long long)dO)") == 1
+            src = src.replace(" | (unsigned long long)dO)", ")")
+        return src, warps, names
+    attention_mma.source = left_out
+with hostrun.device() as cp:
+    f = gpu.compile_function(prog, ["q", "k", "v", "do"], "fb", precision="tf32")
+    def shifted(x):
+        buf = cp.zeros(x.size + 1, dtype=x.dtype)
+        buf[1:] = cp.asarray(x.ravel())
+        return buf[1:].reshape(x.shape)
+    aligned = [cp.asarray(x) for x in xs]
+    want = [o.get() for o in f.run(*aligned)]
+    for i in range(4):
+        args = [shifted(x) if j == i else a for j, (x, a) in enumerate(zip(xs, aligned))]
+        got = [o.get() for o in f.run(*args)]
+        print(i, all(np.array_equal(a, b) for a, b in zip(got, want)), flush=True)
+"""
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("mutate", [False, True])
+def test_each_operand_misaligned_alone_takes_the_fallback(mutate, tmp_path):
+    """The run-time alignment check covers every operand a kernel reads 16 bytes at a time: each operand at a
+    4-byte offset alone gives the aligned run's bits. A check that left out one operand (``dO`` in ``dq``'s)
+    would make a device fault: the host mode aborts on that load (in a fresh process, which the abort ends)."""
+    code = _ONE_SHIFTED.format(tests=str(__import__("pathlib").Path(__file__).parent), mutate=mutate)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    if not mutate:
+        assert r.returncode == 0 and r.stdout.split("\n")[:4] == [f"{i} True" for i in range(4)], r.stderr[-2000:]
+    else:
+        assert r.returncode != 0 and r.stdout.split("\n")[:3] == ["0 True", "1 True", "2 True"], r.stdout
+        assert "a 16-byte load of" in r.stderr and "not 16-byte aligned: on a device, a misaligned address error" \
+            in r.stderr, r.stderr[-2000:]
+
+
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
 def test_spherical_epsilon_is_in_the_kernels(rng):
     """Scores far below ``√ε``: ``ε`` sets the normalisation, so a kernel that dropped it would be far off."""

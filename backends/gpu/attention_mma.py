@@ -36,6 +36,10 @@ ROWS = 16      #: rows a warp takes (the mma tile's M)
 KEYS = 8       #: rows of the other side per mma tile (its N, and K for the weights' product)
 WARPS = 4      #: warps a block
 
+#: 3xTF32's split, one text for the device's ``cg_mma3`` and the host's ``cg_mma3_warp`` (each with its ``cg_tf32``)
+_SPLIT = ("inline void cg_split(float* hi, float* lo, const float* x, int n) {   // TF32 part, remainder's TF32 part\n"
+          "    for (int e = 0; e < n; ++e) { hi[e] = cg_tf32(x[e]); lo[e] = cg_tf32(x[e] - hi[e]); }\n}")
+
 #: the helpers every tensor-core attention kernel uses, once per compilation unit
 PRELUDE = r"""#ifndef CG_MMA_PRELUDE
 #define CG_MMA_PRELUDE
@@ -50,6 +54,7 @@ __host__ __device__ inline void cg_ld4(float* d, const float* p, bool vec) {
 }
 #ifdef __CUDA_ARCH__
 __device__ inline float cg_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
+__device__ CG_SPLIT
 __device__ inline float cg_bf16r(float x) { const unsigned b = __float_as_uint(x); return __uint_as_float(((unsigned)BF16_BITS) << 16); }
 // D += A B: one m16n8k8 TF32 product of the warp (A: 4 registers, B: 2, C and D: 4 a lane)
 __device__ inline void cg_mma(float* d, const float* a, const float* b) {
@@ -62,8 +67,7 @@ __device__ inline void cg_mma(float* d, const float* a, const float* b) {
 // OpMultiplyAddFastF32): a float32 product to about 2^-21 of its terms; the small terms first
 __device__ inline void cg_mma3(float* d, const float* a, const float* b) {
     float ah[4], al[4], bh[2], bl[2];
-    for (int e = 0; e < 4; ++e) { ah[e] = cg_tf32(a[e]); al[e] = cg_tf32(a[e] - ah[e]); }
-    for (int e = 0; e < 2; ++e) { bh[e] = cg_tf32(b[e]); bl[e] = cg_tf32(b[e] - bh[e]); }
+    cg_split(ah, al, a, 4); cg_split(bh, bl, b, 2);
     cg_mma(d, al, bh); cg_mma(d, ah, bl); cg_mma(d, ah, bh);
 }
 #define CG_NL 1
@@ -71,7 +75,7 @@ __device__ inline void cg_mma3(float* d, const float* a, const float* b) {
 #define CG_MMA(D, A, B) do { const int I = 0; cg_mma(D, A, B); } while (0)
 #define CG_MMA3(D, A, B) do { const int I = 0; cg_mma3(D, A, B); } while (0)
 #define CG_SYNC __syncwarp()
-#define CG_SMEM float*
+#define CG_SMEM(n) float*
 #else
 #include <string.h>
 inline unsigned cg_bits(float x) { unsigned b; memcpy(&b, &x, 4); return b; }
@@ -80,6 +84,7 @@ inline float cg_tf32(float x) {             // cvt.rna.tf32.f32; a NaN the quiet
     const unsigned b = cg_bits(x);
     return cg_float((b & 0x7FFFFFFFu) > 0x7F800000u ? (b & 0x80000000u) | 0x7FC00000u : (b + 0x1000u) & 0xFFFFE000u);
 }
+CG_SPLIT
 inline float cg_bf16r(float x) { const unsigned b = cg_bits(x); return cg_float(((unsigned)BF16_BITS) << 16); }
 inline int cg_mma_lane(int l) {            // the host execution mode's thread order: lanes 31 ... 0 in reverse
 #ifdef CG_HOSTRUN
@@ -113,26 +118,30 @@ inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
     float ah[32][4], al[32][4], bh[32][2], bl[32][2];
     const float *pah[32], *pal[32], *pbh[32], *pbl[32];
     for (int l = 0; l < 32; ++l) {
-        for (int e = 0; e < 4; ++e) { ah[l][e] = cg_tf32(a[l][e]); al[l][e] = cg_tf32(a[l][e] - ah[l][e]); }
-        for (int e = 0; e < 2; ++e) { bh[l][e] = cg_tf32(b[l][e]); bl[l][e] = cg_tf32(b[l][e] - bh[l][e]); }
+        cg_split(ah[l], al[l], a[l], 4); cg_split(bh[l], bl[l], b[l], 2);
         pah[l] = ah[l]; pal[l] = al[l]; pbh[l] = bh[l]; pbl[l] = bl[l];
     }
     cg_mma_warp(d, pal, pbh); cg_mma_warp(d, pah, pbl); cg_mma_warp(d, pah, pbh);
 }
 // A warp's shared memory on the host, checked as a device would need it: a lane reading an element another lane
 // wrote, or writing one another lane read or wrote, since the last __syncwarp (CG_SYNC) races on a device, and
-// reading an element no lane wrote reads junk; either aborts with a message (the lanes run in turn here).
+// reading an element no lane wrote reads junk, as does an index past the warp's slice; each aborts with a message
+// (the lanes run in turn here).
 #include <stdio.h>
 #include <stdlib.h>
 static thread_local int cg_lane_now = -1;        // the lane running (CG_LANES)
 static thread_local unsigned cg_epoch = 1;       // advanced by each CG_SYNC
-struct cg_shared {
-    float v[128]; int wl[128], rl[128]; unsigned we[128], re[128];
-    cg_shared() { for (int i = 0; i < 128; ++i) { v[i] = 0; wl[i] = rl[i] = -1; we[i] = re[i] = 0; } }
+template <int N> struct cg_shared {       // N elements, as the device's per-warp slice
+    float v[N]; int wl[N], rl[N]; unsigned we[N], re[N];
+    cg_shared() { for (int i = 0; i < N; ++i) { v[i] = 0; wl[i] = rl[i] = -1; we[i] = re[i] = 0; } }
     void fail(int i, int other, const char* what) {
         fprintf(stderr, "circuitgrad hostrun: lane %d %s shared element %d, which lane %d %s since the last "
                 "__syncwarp: a race on a device\n", cg_lane_now, what[0] == 'r' ? "reads" : "writes", i, other, what);
         abort();
+    }
+    void bound(long long i, const char* what) {
+        if (i < 0 || i >= N) { fprintf(stderr, "circuitgrad hostrun: lane %d %s shared element %lld of a warp's %d: "
+                                       "out of bounds on a device\n", cg_lane_now, what, i, N); abort(); }
     }
     void read(int i) {
         if (we[i] == 0) { fprintf(stderr, "circuitgrad hostrun: lane %d reads shared element %d, which no lane wrote\n",
@@ -146,14 +155,14 @@ struct cg_shared {
         we[i] = cg_epoch; wl[i] = cg_lane_now;
     }
     struct ref {
-        cg_shared& s; int i;
-        operator float() const { s.read(i); return s.v[i]; }
-        ref& operator=(float x) { s.write(i); s.v[i] = x; return *this; }
+        cg_shared& s; long long i;
+        operator float() const { s.bound(i, "reads"); s.read((int)i); return s.v[i]; }
+        ref& operator=(float x) { s.bound(i, "writes"); s.write((int)i); s.v[i] = x; return *this; }
         ref& operator=(const ref& o) { return *this = (float)o; }
     };
-    ref operator[](long long i) { return ref{*this, (int)i}; }
+    ref operator[](long long i) { return ref{*this, i}; }
 };
-#define CG_SMEM cg_shared&
+#define CG_SMEM(n) cg_shared<n>&
 #define CG_NL 32
 #define CG_LANES for (int cg_l0 = 0, lane = 0, I = 0; \
     cg_l0 < 32 && ((lane = I = cg_lane_now = cg_mma_lane(cg_l0)), 1); ++cg_l0)
@@ -164,7 +173,7 @@ struct cg_shared {
 #define CG_SYNC (++cg_epoch)
 #endif
 #endif
-""".replace("BF16_BITS", blas.BF16_BITS)
+""".replace("BF16_BITS", blas.BF16_BITS).replace("CG_SPLIT", _SPLIT)
 
 
 def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
@@ -188,24 +197,25 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     sig, args = ", ".join(params), ", ".join(ins + [f"{n}_out" for n in outs])
     body = {AttentionForward: _forward, AttentionGradQ: _grad_q, AttentionGradV: _grad_kv,
             AttentionGradK: _grad_kv}[type(op)](op, _Tile(op, w))
-    shared = ROWS * KEYS
+    shared, stats = ROWS * KEYS, 3 * ROWS          # a warp's score tiles, and its rows' statistics
     src = (PRELUDE +
-           f"__host__ __device__ inline void {name}_warp(long long item, CG_SMEM sS, CG_SMEM sP, CG_SMEM sR, {sig}) {{\n"
+           f"__host__ __device__ inline void {name}_warp(long long item, CG_SMEM({shared}) sS, CG_SMEM({shared}) sP, "
+           f"CG_SMEM({stats}) sR, {sig}) {{\n"
            f"{body}}}\n"
            f"extern \"C\" __global__ void {name}({sig}) {{\n"
            "#ifdef __CUDA_ARCH__\n"
-           f"    __shared__ float sS[{WARPS * shared}], sP[{WARPS * shared}], sR[{WARPS * 3 * ROWS}];\n"
+           f"    __shared__ float sS[{WARPS * shared}], sP[{WARPS * shared}], sR[{WARPS * stats}];\n"
            f"    const long long item = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
            f"    const int wi = (int)(threadIdx.x >> 5);\n"
            f"    if (item < {warps}LL) {name}_warp(item, sS + wi * {shared}, sP + wi * {shared}, "
-           f"sR + wi * {3 * ROWS}, {args});\n"
+           f"sR + wi * {stats}, {args});\n"
            "#endif\n"
            f"}}\n"
            "#ifndef __CUDA_ARCH__\n"
            f"// the host runs the warp once, its lanes in turn (CG_LANES), its products whole (CG_MMA), its shared\n"
-           f"// memory checked for races (cg_shared)\n"
+           f"// memory checked for races and bounds (cg_shared)\n"
            f"inline void {name}_body(long long item, {sig}) {{\n"
-           f"    cg_shared sS, sP, sR;\n"
+           f"    cg_shared<{shared}> sS, sP; cg_shared<{stats}> sR;\n"
            f"    {name}_warp(item, sS, sP, sR, {args});\n"
            f"}}\n"
            "#ifdef CG_HOSTRUN\n"
