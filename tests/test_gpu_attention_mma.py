@@ -205,29 +205,44 @@ def test_16_byte_loads_and_their_fallback_give_the_same_bits(precision, rng):
         np.testing.assert_array_equal(a, b)
 
 
+#: a forward kernel's source edited (old text, new text), or its generator patched (a module attribute)
+MUTATIONS = {
+    "A fragments with the middle registers swapped (rows 8-15 and a pair's second column crossed)":
+        ("qa[I][2 * m][1] = cg_tf32(y[0]); qa[I][2 * m][2] = cg_tf32(x[1]);",
+         "qa[I][2 * m][1] = cg_tf32(x[1]); qa[I][2 * m][2] = cg_tf32(y[0]);"),
+    "the maximum of rows g + 8 left to each lane (no quad reduction)": ("        CG_QUAD(red[I][1], fmaxf);\n", ""),
+    "a quad's butterfly one step short": ("for (int cg_m = 1; cg_m <= 2; cg_m <<= 1) { float cg_x[32];",
+                                          "for (int cg_m = 1; cg_m <= 1; cg_m <<= 1) { float cg_x[32];"),
+    "weights in the scores' register order (A_OF_C the identity)": ("A_OF_C", (0, 1, 2, 3)),
+}
+
+
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
-def test_a_wrong_fragment_layout_fails():
-    """The host's ``mma.sync`` reads the lanes' registers by PTX's layout: a kernel loading its A fragments with
-    the two middle registers swapped (rows 8–15 and the second column of a pair crossed) gives wrong outputs."""
-    T = cg.NdArrayType((1, 1, 16, 16), cg.float32)
-    op = attention.AttentionForward(T, False, 0.25, mma="tf32")
+@pytest.mark.parametrize("mutation", [None, *MUTATIONS])
+def test_a_wrong_fragment_layout_or_quad_reduction_fails(mutation, monkeypatch):
+    """The host's ``mma.sync`` reads the lanes' registers by PTX's layout and its quad reductions step as the
+    device's shuffles: the kernel as generated computes its reference; each mutation (of the kernel, or of the
+    host's ``__shfl_xor_sync`` butterfly) gives wrong outputs."""
+    T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
+    op = attention.AttentionForward(T, True, 0.25, mma="tf32")
     rng = np.random.default_rng(2)
     q, k, v = (rng.normal(size=T.shape).astype(np.float32) for _ in range(3))
     want, _ = op.evaluate(q, k, v)
-    results = []
-    for mutate in (False, True):
-        src, warps, names = attention_mma.source(op, f"lay{int(mutate)}")
-        if mutate:
-            right = "qa[I][2 * m][1] = cg_tf32(y[0]); qa[I][2 * m][2] = cg_tf32(x[1]);"
-            assert right in src
-            src = src.replace(right, "qa[I][2 * m][1] = cg_tf32(x[1]); qa[I][2 * m][2] = cg_tf32(y[0]);")
-        with hostrun.device() as cp:
-            kern = cp.RawKernel(src, f"lay{int(mutate)}")
-            O, L = cp.empty(T.shape, dtype=np.float32), cp.empty(T.shape[:-1], dtype=np.float32)
-            kern((1,), (32 * attention_mma.WARPS,), (cp.asarray(q), cp.asarray(k), cp.asarray(v), O, L))
-            results.append(O.get())
-    assert np.max(np.abs(results[0] - want)) < 1e-5
-    assert np.max(np.abs(results[1] - want)) > 1e-2
+    old, new = MUTATIONS.get(mutation, (None, None))
+    if old == "A_OF_C":
+        monkeypatch.setattr(attention_mma, "A_OF_C", new)
+    src = attention_mma.source(op, "lay")[0]
+    if old != "A_OF_C" and old is not None:
+        assert src.count(old) == 1
+        src = src.replace(old, new)
+    with hostrun.device() as cp:
+        O, L = cp.empty(T.shape, dtype=np.float32), cp.empty(T.shape[:-1], dtype=np.float32)
+        cp.RawKernel(src, "lay")((1,), (32 * attention_mma.WARPS,), (cp.asarray(q), cp.asarray(k), cp.asarray(v), O, L))
+        got = O.get()
+    if mutation is None:
+        assert np.max(np.abs(got - want)) < 1e-5
+    else:
+        assert np.max(np.abs(got - want)) > 1e-2
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -333,66 +348,6 @@ def test_the_host_mma_reads_lanes_by_the_ptx_layout(split, tmp_path, rng):
     want = A.astype(np.float64) @ B + C
     terms = np.abs(A).astype(np.float64) @ np.abs(B) + np.abs(C)
     assert np.all(np.abs(D - want) <= (2.0 ** -21 * split + 9 * 2.0 ** -24) * terms)
-
-
-def _run_alone(tmp_path, src: str, name: str, shape) -> subprocess.CompletedProcess:
-    """A forward kernel's ``src`` run on the host in a fresh process (a host-mode abort ends that process)."""
-    (tmp_path / "k.cu").write_text(src)
-    code = f"""
-import numpy as np
-from circuitgrad.backends.gpu.host import run as hostrun
-src = open({str(tmp_path / "k.cu")!r}).read()
-with hostrun.device() as cp:
-    rng = np.random.default_rng(0)
-    q, k, v = (cp.asarray(rng.normal(size={shape!r}).astype(np.float32)) for _ in range(3))
-    O, L = cp.empty({shape!r}, dtype=np.float32), cp.empty({shape[:-1]!r}, dtype=np.float32)
-    cp.RawKernel(src, {name!r})((1,), (128,), (q, k, v, O, L))
-    print("ran", float(O.get().sum()))
-"""
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-
-
-@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
-@pytest.mark.parametrize("which", ["after the scores", "at the end of a key tile"])
-def test_the_host_mode_finds_a_missing_syncwarp(which, tmp_path):
-    """The host runs a warp's lanes in turn, so a missing ``__syncwarp`` changes no number there; its shared
-    memory is checked instead: a lane reading what another lane wrote (or writing what another read) since the
-    last ``__syncwarp`` aborts, naming the race. The kernel as generated runs."""
-    T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
-    op = attention.AttentionForward(T, True, 0.25, mma="tf32")
-    src = attention_mma.source(op, "race")[0]
-    assert "ran" in _run_alone(tmp_path, src, "race", T.shape).stdout
-    lines = src.splitlines()
-    syncs = [i for i, line in enumerate(lines) if line.strip() == "CG_SYNC;"]
-    pick = {"after the scores": next(i for i in syncs if "sS[(g) * 8 + 2 * t]" in lines[i - 1]),
-            "at the end of a key tile": max(i for i in syncs if lines[i + 1].strip() == "}")}[which]
-    del lines[pick]
-    r = _run_alone(tmp_path, "\n".join(lines) + "\n", "race", T.shape)
-    assert r.returncode != 0 and "since the last __syncwarp: a race on a device" in r.stderr, r.stderr[-2000:]
-
-
-#: a forward kernel's source edited to misuse its shared memory, and the host mode's message (lanes in order)
-MISUSES = {
-    "statistics read before any lane wrote them": (
-        "sR[lane] = CG_LOWEST; sR[16 + lane] = 0;", "",
-        "circuitgrad hostrun: lane 0 reads shared element 0, which no lane wrote"),
-    "statistics written past the warp's slice": (
-        "sR[32 + lane] = sR[lane] +", "sR[40 + lane] = sR[lane] +",
-        "circuitgrad hostrun: lane 8 writes shared element 48 of a warp's 48: out of bounds on a device"),
-}
-
-
-@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
-@pytest.mark.parametrize("misuse", list(MISUSES))
-def test_the_host_mode_finds_shared_memory_misuse(misuse, tmp_path):
-    """Reading shared memory no lane wrote (junk on a device), or past the warp's slice of the block's arrays
-    (another warp's, or out of bounds), aborts the host mode with a message naming the lane and the element."""
-    old, new, message = MISUSES[misuse]
-    T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
-    src = attention_mma.source(attention.AttentionForward(T, True, 0.25, mma="tf32"), "misuse")[0]
-    assert src.count(old) == 1
-    r = _run_alone(tmp_path, src.replace(old, new), "misuse", T.shape)
-    assert r.returncode != 0 and message + "\n" in r.stderr, r.stderr[-2000:]
 
 
 _ONE_SHIFTED = """

@@ -7,8 +7,14 @@ values TF32 holds exactly), so the fused step multiplies what the definition mul
 (query rows: forward and ``dq``; key rows: ``dk`` and ``dv``) and streams the other side 8 rows at a time::
 
     scores  S[16×8] = c·(Q[16×dh] Kᵀ[dh×8])        mma over dh/8 steps, Q's fragments held in registers
-    weights P[16×8] from S (shared memory: a row's 8 scores meet in one lane)
+    weights P[16×8] from S where the mma left it     a row's statistics reduced over its quad of lanes
     output  O[16×dh] += P[16×8] V[8×dh]             mma per 8 columns, accumulators held in registers
+
+Nothing goes through shared memory. The weights are computed in S's accumulator layout and used there as the
+A operand of the next product: A's column ``t`` holds the tile's key ``2t`` and its column ``t + 4`` key
+``2t + 1`` (:data:`A_OF_C`), and the B operand takes V's rows in the same order, which permutes the product's
+sum, not its terms (FlashAttention-2's trick). A row's 8 scores lie in the four lanes of a quad, two each:
+its maximum and sums meet by ``__shfl_xor_sync`` (``CG_QUAD``).
 
 The softmax forward takes two passes over the keys (the row statistic ``L``, then ``O = Σ exp(s − L)·v``) and
 the spherical one likewise (``L = 1/√(Σ s² + ε)``, then ``O = Σ (L·s)·v``): the weights are final before they
@@ -17,8 +23,9 @@ are rounded for the product, as the definition's are, and no accumulator fragmen
 Fragment layouts are PTX ISA's for ``mma.m16n8k8`` with ``.tf32`` (lane ``l``: ``g = l >> 2``, ``t = l & 3``):
 A holds ``(g, t), (g+8, t), (g, t+4), (g+8, t+4)``; B ``(t, g), (t+4, g)``; C ``(g, 2t), (g, 2t+1), (g+8, 2t),
 (g+8, 2t+1)``. On the host (the host execution mode, :mod:`.host.check`) the warp runs once: ``CG_LANES`` loops
-over its 32 lanes, a register is an array over lanes, and ``CG_MMA`` gathers the lanes' fragments into whole tiles
-with the same layout, multiplies them and scatters the result back.
+over its 32 lanes, a register is an array over lanes, ``CG_MMA`` gathers the lanes' fragments into whole tiles
+with the same layout, multiplies them and scatters the result back, and ``CG_QUAD`` steps the shuffles' butterfly
+over the lanes' registers.
 """
 from __future__ import annotations
 
@@ -35,6 +42,12 @@ __all__ = ["attention_kernel", "source", "ROWS", "KEYS", "WARPS", "PRELUDE"]
 ROWS = 16      #: rows a warp takes (the mma tile's M)
 KEYS = 8       #: rows of the other side per mma tile (its N, and K for the weights' product)
 WARPS = 4      #: warps a block
+#: a C fragment's elements: (row, column) in the tile of lane ``(g, t)``'s registers 0 … 3 (PTX's layout)
+C = (("g", "2 * t"), ("g", "2 * t + 1"), ("g + 8", "2 * t"), ("g + 8", "2 * t + 1"))
+#: the C element that each A register takes, for a product of weights computed where their scores lie (A's
+#: registers hold ``(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)``: columns ``t`` and ``t + 4`` stand for the
+#: tile's columns ``2t`` and ``2t + 1``, which permutes the product's sum, not its terms)
+A_OF_C = (0, 2, 1, 3)
 
 #: 3xTF32's split, one text for the device's ``cg_mma3`` and the host's ``cg_mma3_warp`` (each with its ``cg_tf32``)
 _SPLIT = ("inline void cg_split(float* hi, float* lo, const float* x, int n) {   // TF32 part, remainder's TF32 part\n"
@@ -52,6 +65,7 @@ __host__ __device__ inline void cg_ld4(float* d, const float* p, bool vec) {
     if (vec) { CG_VEC_LOAD(p); const float4 v = *(const float4*)p; d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w; }
     else { d[0] = p[0]; d[1] = p[1]; d[2] = p[2]; d[3] = p[3]; }
 }
+__host__ __device__ inline float cg_add(float a, float b) { return a + b; }
 #ifdef __CUDA_ARCH__
 __device__ inline float cg_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
 __device__ CG_SPLIT
@@ -74,8 +88,10 @@ __device__ inline void cg_mma3(float* d, const float* a, const float* b) {
 #define CG_LANES for (int cg_once = 1, lane = (int)(threadIdx.x & 31), I = 0; cg_once; cg_once = 0, (void)lane, (void)I)
 #define CG_MMA(D, A, B) do { const int I = 0; cg_mma(D, A, B); } while (0)
 #define CG_MMA3(D, A, B) do { const int I = 0; cg_mma3(D, A, B); } while (0)
-#define CG_SYNC __syncwarp()
-#define CG_SMEM(n) float*
+// v (a lane's register, an expression in I) reduced by OP over its quad (lanes 4g ... 4g + 3) in a butterfly,
+// which leaves the same bits in the quad's four lanes (OP commutative)
+#define CG_QUAD(v, OP) do { const int I = 0; \
+    for (int cg_m = 1; cg_m <= 2; cg_m <<= 1) v = OP(v, __shfl_xor_sync(0xffffffffu, v, cg_m)); } while (0)
 #else
 #include <string.h>
 inline unsigned cg_bits(float x) { unsigned b; memcpy(&b, &x, 4); return b; }
@@ -123,54 +139,16 @@ inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
     }
     cg_mma_warp(d, pal, pbh); cg_mma_warp(d, pah, pbl); cg_mma_warp(d, pah, pbh);
 }
-// A warp's shared memory on the host, checked as a device would need it: a lane reading an element another lane
-// wrote, or writing one another lane read or wrote, since the last __syncwarp (CG_SYNC) races on a device, and
-// reading an element no lane wrote reads junk, as does an index past the warp's slice; each aborts with a message
-// (the lanes run in turn here).
-#include <stdio.h>
-#include <stdlib.h>
-static thread_local int cg_lane_now = -1;        // the lane running (CG_LANES)
-static thread_local unsigned cg_epoch = 1;       // advanced by each CG_SYNC
-template <int N> struct cg_shared {       // N elements, as the device's per-warp slice
-    float v[N]; int wl[N], rl[N]; unsigned we[N], re[N];
-    cg_shared() { for (int i = 0; i < N; ++i) { v[i] = 0; wl[i] = rl[i] = -1; we[i] = re[i] = 0; } }
-    void fail(int i, int other, const char* what) {
-        fprintf(stderr, "circuitgrad hostrun: lane %d %s shared element %d, which lane %d %s since the last "
-                "__syncwarp: a race on a device\n", cg_lane_now, what[0] == 'r' ? "reads" : "writes", i, other, what);
-        abort();
-    }
-    void bound(long long i, const char* what) {
-        if (i < 0 || i >= N) { fprintf(stderr, "circuitgrad hostrun: lane %d %s shared element %lld of a warp's %d: "
-                                       "out of bounds on a device\n", cg_lane_now, what, i, N); abort(); }
-    }
-    void read(int i) {
-        if (we[i] == 0) { fprintf(stderr, "circuitgrad hostrun: lane %d reads shared element %d, which no lane wrote\n",
-                                  cg_lane_now, i); abort(); }
-        if (we[i] == cg_epoch && wl[i] != cg_lane_now) fail(i, wl[i], "read after it wrote");
-        if (re[i] == cg_epoch && rl[i] != cg_lane_now) rl[i] = -2; else { re[i] = cg_epoch; rl[i] = cg_lane_now; }
-    }
-    void write(int i) {
-        if (we[i] == cg_epoch && wl[i] != cg_lane_now) fail(i, wl[i], "wrote");
-        if (re[i] == cg_epoch && rl[i] != cg_lane_now) fail(i, rl[i], "read");
-        we[i] = cg_epoch; wl[i] = cg_lane_now;
-    }
-    struct ref {
-        cg_shared& s; long long i;
-        operator float() const { s.bound(i, "reads"); s.read((int)i); return s.v[i]; }
-        ref& operator=(float x) { s.bound(i, "writes"); s.write((int)i); s.v[i] = x; return *this; }
-        ref& operator=(const ref& o) { return *this = (float)o; }
-    };
-    ref operator[](long long i) { return ref{*this, i}; }
-};
-#define CG_SMEM(n) cg_shared<n>&
 #define CG_NL 32
-#define CG_LANES for (int cg_l0 = 0, lane = 0, I = 0; \
-    cg_l0 < 32 && ((lane = I = cg_lane_now = cg_mma_lane(cg_l0)), 1); ++cg_l0)
+#define CG_LANES for (int cg_l0 = 0, lane = 0, I = 0; cg_l0 < 32 && ((lane = I = cg_mma_lane(cg_l0)), 1); ++cg_l0)
 #define CG_MMA(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma_warp(cg_d, cg_a, cg_b); } while (0)
 #define CG_MMA3(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma3_warp(cg_d, cg_a, cg_b); } while (0)
-#define CG_SYNC (++cg_epoch)
+// the quad's butterfly over the lanes' registers, step by step as the device's shuffles
+#define CG_QUAD(v, OP) do { for (int cg_m = 1; cg_m <= 2; cg_m <<= 1) { float cg_x[32]; \
+    for (int I = 0; I < 32; ++I) cg_x[I] = v; \
+    for (int I = 0; I < 32; ++I) v = OP(cg_x[I], cg_x[I ^ cg_m]); } } while (0)
 #endif
 #endif
 """.replace("BF16_BITS", blas.BF16_BITS).replace("CG_SPLIT", _SPLIT)
@@ -197,27 +175,19 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     sig, args = ", ".join(params), ", ".join(ins + [f"{n}_out" for n in outs])
     body = {AttentionForward: _forward, AttentionGradQ: _grad_q, AttentionGradV: _grad_kv,
             AttentionGradK: _grad_kv}[type(op)](op, _Tile(op, w))
-    shared, stats = ROWS * KEYS, 3 * ROWS          # a warp's score tiles, and its rows' statistics
     src = (PRELUDE +
-           f"__host__ __device__ inline void {name}_warp(long long item, CG_SMEM({shared}) sS, CG_SMEM({shared}) sP, "
-           f"CG_SMEM({stats}) sR, {sig}) {{\n"
+           f"__host__ __device__ inline void {name}_warp(long long item, {sig}) {{\n"
            f"{body}}}\n"
            f"extern \"C\" __global__ void {name}({sig}) {{\n"
            "#ifdef __CUDA_ARCH__\n"
-           f"    __shared__ float sS[{WARPS * shared}], sP[{WARPS * shared}], sR[{WARPS * stats}];\n"
            f"    const long long item = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
-           f"    const int wi = (int)(threadIdx.x >> 5);\n"
-           f"    if (item < {warps}LL) {name}_warp(item, sS + wi * {shared}, sP + wi * {shared}, "
-           f"sR + wi * {stats}, {args});\n"
+           f"    if (item < {warps}LL) {name}_warp(item, {args});\n"
            "#endif\n"
            f"}}\n"
            "#ifndef __CUDA_ARCH__\n"
-           f"// the host runs the warp once, its lanes in turn (CG_LANES), its products whole (CG_MMA), its shared\n"
-           f"// memory checked for races and bounds (cg_shared)\n"
-           f"inline void {name}_body(long long item, {sig}) {{\n"
-           f"    cg_shared<{shared}> sS, sP; cg_shared<{stats}> sR;\n"
-           f"    {name}_warp(item, sS, sP, sR, {args});\n"
-           f"}}\n"
+           f"// the host runs the warp once: its lanes in turn (CG_LANES), its products (CG_MMA) and reductions\n"
+           f"// across a quad (CG_QUAD) whole\n"
+           f"inline void {name}_body(long long item, {sig}) {{ {name}_warp(item, {args}); }}\n"
            "#ifdef CG_HOSTRUN\n"
            f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n"
            f"    const long long item = (long long)block * {WARPS}LL + warp;\n"
@@ -284,46 +254,46 @@ class _Tile:
                 f"            {self.mma}({out}[I], {a}[I][2 * m + 1], b[I][1]);\n"
                 f"        }}\n")
 
-    def to_shared(self, frag: str, tile: str, scale: str = "") -> str:
-        """A C fragment (16 × 8) into a row-major shared tile (times ``scale``)."""
-        pos = [("g", "2 * t"), ("g", "2 * t + 1"), ("g + 8", "2 * t"), ("g + 8", "2 * t + 1")]
-        mul = f" * {scale}" if scale else ""
-        return " ".join(f"{tile}[({r}) * 8 + {c}] = {frag}[I][{e}]{mul};" for e, (r, c) in enumerate(pos))
+    def scale(self, frag: str, c: str) -> str:
+        """A C fragment times ``c`` (the scores' scale)."""
+        return f"for (int e = 0; e < 4; ++e) {frag}[I][e] = {frag}[I][e] * {c};"
 
     def accumulate(self, acc: str, a: str, n: str, r0: str) -> str:
-        """``acc[16×dh] += a[16×8] · n[r0…r0+8, :]``: column ``j`` of tile ``nt`` is column ``j·dh/8 + nt`` of the
+        """``acc[16×dh] += a[16×8] · n[r0…r0+8, :]``, ``a`` from :meth:`weights` (its column ``t`` is row ``2t`` of
+        ``n``, its column ``t + 4`` row ``2t + 1``): column ``j`` of tile ``nt`` is column ``j·dh/8 + nt`` of the
         output (:meth:`store`), so lane ``(g, t)``'s B values of every tile are the ``dh/8`` consecutive columns
-        from ``g·dh/8`` of rows ``t`` and ``t + 4`` (16-byte loads when ``dh/8`` is a multiple of four)."""
+        from ``g·dh/8`` of rows ``2t`` and ``2t + 1`` (16-byte loads when ``dh/8`` is a multiple of four)."""
         nt, r = self.nk, self.r
         if nt % 4 == 0:
             load = (f"for (int h = 0; h < {nt}; h += 4) {{ float x[4], y[4]; "
-                    f"cg_ld4(x, &{self.at(n, f'{r0} + t', f'g * {nt} + h')}, vec); "
-                    f"cg_ld4(y, &{self.at(n, f'{r0} + t + 4', f'g * {nt} + h')}, vec); "
+                    f"cg_ld4(x, &{self.at(n, f'{r0} + 2 * t', f'g * {nt} + h')}, vec); "
+                    f"cg_ld4(y, &{self.at(n, f'{r0} + 2 * t + 1', f'g * {nt} + h')}, vec); "
                     f"for (int e = 0; e < 4; ++e) {{ b[I][h + e][0] = {r('x[e]')}; b[I][h + e][1] = {r('y[e]')}; }} }}")
         else:
-            load = (f"for (int h = 0; h < {nt}; ++h) {{ b[I][h][0] = {r(self.at(n, f'{r0} + t', f'g * {nt} + h'))}; "
-                    f"b[I][h][1] = {r(self.at(n, f'{r0} + t + 4', f'g * {nt} + h'))}; }}")
+            load = (f"for (int h = 0; h < {nt}; ++h) {{ b[I][h][0] = {r(self.at(n, f'{r0} + 2 * t', f'g * {nt} + h'))}; "
+                    f"b[I][h][1] = {r(self.at(n, f'{r0} + 2 * t + 1', f'g * {nt} + h'))}; }}")
         return (f"        {{ float b[CG_NL][{nt}][2];\n"
                 f"          CG_LANES {{ const int g = lane >> 2, t = lane & 3; {load} }}\n"
                 f"          for (int nt = 0; nt < {nt}; ++nt) {self.mma}({acc}[I][nt], {a}[I], b[I][nt]); }}\n")
 
     def weights(self, frag: str, value) -> str:
-        """An A fragment (16 × 8) of weights ``value(r, c)`` (C expressions of the tile's row and column), rounded."""
-        pos = [("g", "t"), ("g + 8", "t"), ("g", "t + 4"), ("g + 8", "t + 4")]
-        return " ".join(f"{{ const int r = {r}, c = {c}; {frag}[I][{e}] = {self.rnd}({value('r', 'c')}); }}"
-                        for e, (r, c) in enumerate(pos))
+        """An A fragment (16 × 8) of weights, rounded, from the C fragment of the tile's scores where it lies: A's
+        register ``a`` takes C's element ``e = A_OF_C[a]``, so A's column ``t`` is the tile's column ``2t`` and
+        its column ``t + 4`` column ``2t + 1`` (:meth:`accumulate` reads B's rows alike). ``value(e)`` is the
+        weight of C's element ``e`` (in row ``r``, column ``c`` of the tile)."""
+        return " ".join(f"{{ const int r = {C[e][0]}, c = {C[e][1]}; "
+                        f"{frag}[I][{a}] = {self.rnd}({value(e)}); }}" for a, e in enumerate(A_OF_C))
 
     def store(self, acc: str, n: str, r0: str, scale: str = "") -> str:
         """The accumulators (16 × dh) into output ``n``'s rows from ``r0`` (tile ``nt``'s column ``j`` is column
         ``j·dh/8 + nt``, as :meth:`accumulate` reads)."""
-        pos = [("g", "2 * t"), ("g", "2 * t + 1"), ("g + 8", "2 * t"), ("g + 8", "2 * t + 1")]
         mul = f" * {scale}" if scale else ""
         out = f"{n}_out"
         return (f"    {{ float* OUT_ = {self.w.at(out, '0')}; const long long rs = {self.w.strides[out][-2]}LL;\n"
                 f"      CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
                 f"        for (int nt = 0; nt < {self.nk}; ++nt) {{ "
                 + " ".join(f"OUT_[({r0} + {r}) * rs + ({c}) * {self.nk} + nt] = {acc}[I][nt][{e}]{mul};"
-                           for e, (r, c) in enumerate(pos))
+                           for e, (r, c) in enumerate(C))
                 + " } } }\n")
 
 
@@ -334,111 +304,119 @@ def _head(op: Attention, t: _Tile, queries: bool) -> str:
     return f"    const long long bh = item / {tiles}LL, r0 = {ROWS}LL * ({tile});\n" + t.aligned()
 
 
+def _zero(*frags: str) -> str:
+    """``CG_LANES`` zeroing C fragments (4 registers a lane)."""
+    return "        CG_LANES { for (int e = 0; e < 4; ++e) { " + " ".join(f"{f}[I][e] = 0;" for f in frags) + " } }\n"
+
+
+def _per_row(t: _Tile, what: str, names: list[str], expr) -> str:
+    """For the lane's two rows ``h`` (``g``, ``g + 8``): ``expr(n)`` into ``n[I][h]``, each reduced over the quad,
+    whose lanes hold the other columns of the rows (``CG_QUAD`` with ``what``: ``fmaxf`` or ``cg_add``)."""
+    return (f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; (void)g; (void)t;\n"
+            f"            for (int h = 0; h < 2; ++h) {{ {expr} }} }}\n"
+            + "".join(f"        CG_QUAD({n}[I][{h}], {what});\n" for n in names for h in range(2)))
+
+
 def _forward(op: AttentionForward, t: _Tile) -> str:
-    """16 query rows: the row statistic over the keys they see (pass 1), then ``O = Σ p(s)·v`` (pass 2)."""
+    """16 query rows: the row statistic over the keys they see (pass 1), then ``O = Σ p(s)·v`` (pass 2). A lane
+    keeps the statistics of its rows ``g`` and ``g + 8`` (``st[h]``: running maximum and sum, or sum of
+    squares), its quad reducing each tile's columns; the weights never leave the registers."""
     w, nk, S = t.w, t.nk, t.S
     exp, log, c = w.exp, w.log, w.c
     soft = op.norm == "softmax"
+    causal = "true" if op.causal else "false"
     end = f"(r0 + {ROWS}LL) / {KEYS}LL" if op.causal else f"{S // KEYS}LL"     # key tiles the rows see
-    seen = "(!causal_ || key <= r0 + r)".replace("causal_", "true" if op.causal else "false")
-    init = "sR[lane] = CG_LOWEST; sR[16 + lane] = 0;" if soft else "sR[16 + lane] = 0;"
-    if soft:        # the running maximum sR[r] and sum sR[16 + r] of the row's weights (online softmax)
-        update = (f"float mt = sR[r]; for (int k = 0; k < {KEYS}; ++k) {{ const long long key = jt * {KEYS}LL + k; "
-                  f"if ({seen}) mt = fmaxf(mt, sS[r * 8 + k]); }} "
-                  f"float l = sR[16 + r] * {exp}(sR[r] - mt); "
-                  f"for (int k = 0; k < {KEYS}; ++k) {{ const long long key = jt * {KEYS}LL + k; "
-                  f"if ({seen}) l += {exp}(sS[r * 8 + k] - mt); }} sR[r] = mt; sR[16 + r] = l;")
-        final = "sR[32 + lane] = sR[lane] + " + f"{log}(sR[16 + lane]);"
-    else:           # the sum of squared scores sR[16 + r]
-        update = (f"float Q = sR[16 + r]; for (int k = 0; k < {KEYS}; ++k) {{ const long long key = jt * {KEYS}LL + k; "
-                  f"if ({seen}) {{ const float s = sS[r * 8 + k]; Q += s * s; }} }} sR[16 + r] = Q;")
-        final = f"sR[32 + lane] = 1.0f / {w.sqrt}(sR[16 + lane] + {w.eps});"
-    key = f"jt * {KEYS}LL + c"
-    weight = lambda r, cc: (f"((!{'true' if op.causal else 'false'} || {key} <= r0 + {r}) ? "  # noqa: E731
-                            f"{w.weight(f'sS[{r} * 8 + {cc}]', f'sR[32 + {r}]')} : 0.0f)")
-    scores = ("        float s[CG_NL][4];\n"
-              "        CG_LANES { s[I][0] = s[I][1] = s[I][2] = s[I][3] = 0; }\n"
-              + t.product("s", "qa", "k", f"jt * {KEYS}LL")
-              + f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.to_shared('s', 'sS', c)} }}\n"
-              f"        CG_SYNC;\n")
+    each = (f"for (int j = 0; j < 2; ++j) {{ const float x = s[I][2 * h + j]; "
+            f"if (!{causal} || jt * {KEYS}LL + 2 * t + j <= r0 + g + 8 * h) ")   # the row's scores it sees
+    if soft:        # online softmax: the tile's maximum, then its sum of exp(s − m) with the sum so far rescaled
+        stats = (_per_row(t, "fmaxf", ["red"], f"float m = CG_LOWEST; {each}m = fmaxf(m, x); }} red[I][h] = m;")
+                 + _per_row(t, "cg_add", ["red"],
+                            f"const float m = fmaxf(st[I][h][0], red[I][h]); float l = 0; {each}l += {exp}(x - m); }} "
+                            f"old[I][h] = st[I][h][1] * {exp}(st[I][h][0] - m); st[I][h][0] = m; red[I][h] = l;")
+                 + "        CG_LANES { for (int h = 0; h < 2; ++h) st[I][h][1] = old[I][h] + red[I][h]; }\n")
+        init, final = "st[I][h][0] = CG_LOWEST; st[I][h][1] = 0;", f"st[I][h][0] + {log}(st[I][h][1])"
+    else:           # the sum of squared scores
+        stats = (_per_row(t, "cg_add", ["red"], f"float q = 0; {each}q += x * x; }} red[I][h] = q;")
+                 + "        CG_LANES { for (int h = 0; h < 2; ++h) st[I][h][1] = st[I][h][1] + red[I][h]; }\n")
+        init, final = "st[I][h][1] = 0;", f"1.0f / {w.sqrt}(st[I][h][1] + {w.eps})"
+    weight = lambda e: (f"((!{causal} || jt * {KEYS}LL + c <= r0 + r) ? "  # noqa: E731
+                        f"{w.weight(f's[I][{e}]', f'Lr[I][{e >> 1}]')} : 0.0f)")
+    scores = ("        float s[CG_NL][4];\n" + _zero("s") + t.product("s", "qa", "k", f"jt * {KEYS}LL"))
     return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") +
-            f"    float qa[CG_NL][{nk}][4], acc[CG_NL][{nk}][4];\n"
+            f"    float qa[CG_NL][{nk}][4], acc[CG_NL][{nk}][4], st[CG_NL][2][2], Lr[CG_NL][2];\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
             f"        {t.a_rows('qa[I]', 'q', 'r0')}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
-            f"        if (lane < 16) {{ {init} }} }}\n"
-            f"    CG_SYNC;\n"
+            f"        for (int h = 0; h < 2; ++h) {{ {init} }} }}\n"
             f"    for (long long jt = 0; jt < {end}; ++jt) {{      // pass 1: the rows' statistics\n"
             + scores +
-            f"        CG_LANES {{ if (lane < 16) {{ const int r = lane; {update} }} }}\n"
-            f"        CG_SYNC;\n"
+            f"        float red[CG_NL][2]{', old[CG_NL][2]' if soft else ''};\n"
+            f"        CG_LANES {{ {t.scale('s', c)} }}\n"
+            + stats +
             f"    }}\n"
-            f"    CG_LANES {{ if (lane < 16) {{ {final} }} }}\n"
-            f"    CG_SYNC;\n"
+            f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = {final}; }}\n"
             f"    for (long long jt = 0; jt < {end}; ++jt) {{      // pass 2: O += p(s) v\n"
             + scores +
             f"        float pa[CG_NL][4];\n"
-            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.weights('pa', weight)} }}\n"
+            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', c)} {t.weights('pa', weight)} }}\n"
             + t.accumulate("acc", "pa", "v", f"jt * {KEYS}LL") +
-            "        CG_SYNC;\n"
             "    }\n"
             + t.store("acc", "O", "r0") +
-            f"    CG_LANES {{ if (lane < 16) L_out[bh * {S}LL + r0 + lane] = sR[32 + lane]; }}\n")
+            f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
+            f"if (t == 0) {{ L_out[bh * {S}LL + r0 + g] = Lr[I][0]; L_out[bh * {S}LL + r0 + g + 8] = Lr[I][1]; }} }}\n")
 
 
 def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
-    """16 query rows: ``D = rowsum(dO∘O)``, then ``dq = Σ (c·ds)·k`` over the keys they see."""
-    w, nk, S, dh = t.w, t.nk, t.S, t.dh
-    end = f"(r0 + {ROWS}LL) / {KEYS}LL" if op.causal else f"{S // KEYS}LL"
-    key = f"jt * {KEYS}LL + c"
+    """16 query rows: ``D = rowsum(dO∘O)`` (a lane's columns, then its quad's), then ``dq = Σ (c·ds)·k`` over
+    the keys they see."""
+    w, nk, S = t.w, t.nk, t.S
     causal = "true" if op.causal else "false"
-    grad = lambda r, cc: (f"((!{causal} || {key} <= r0 + {r}) ? {w.c} * "  # noqa: E731
-                          f"({w.ds(f'sS[{r} * 8 + {cc}]', f'sP[{r} * 8 + {cc}]', f'sR[{r}]', f'sR[16 + {r}]')}) : 0.0f)")
+    end = f"(r0 + {ROWS}LL) / {KEYS}LL" if op.causal else f"{S // KEYS}LL"
+    grad = lambda e: (f"((!{causal} || jt * {KEYS}LL + c <= r0 + r) ? {w.c} * "  # noqa: E731
+                      f"({w.ds(f's[I][{e}]', f'dp[I][{e}]', f'Lr[I][{e >> 1}]', f'Dr[I][{e >> 1}]')}) : 0.0f)")
+    row = "r0 + g + 8 * h"
+    D = (f"Lr[I][h] = L[bh * {S}LL + {row}]; float x = 0; for (int m = 0; m < {nk // 2}; ++m) {{ float o[4], d[4]; "
+         f"cg_ld4(d, &{t.at('dO', row, '16 * m + 4 * t')}, vec); cg_ld4(o, &{t.at('O', row, '16 * m + 4 * t')}, vec); "
+         f"for (int e = 0; e < 4; ++e) x += d[e] * o[e]; }} Dr[I][h] = x;")
     return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") + t.ptr("O") + t.ptr("dO") +
-            f"    float qa[CG_NL][{nk}][4], da[CG_NL][{nk}][4], acc[CG_NL][{nk}][4];\n"
+            f"    float qa[CG_NL][{nk}][4], da[CG_NL][{nk}][4], acc[CG_NL][{nk}][4], Lr[CG_NL][2], Dr[CG_NL][2];\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
             f"        {t.a_rows('qa[I]', 'q', 'r0')}\n        {t.a_rows('da[I]', 'dO', 'r0')}\n"
-            f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
-            f"        if (lane < 16) {{ float Dt = 0; for (int d = 0; d < {dh}; ++d) "
-            f"Dt += {t.at('dO', 'r0 + lane', 'd')} * {t.at('O', 'r0 + lane', 'd')};\n"
-            f"            sR[lane] = L[bh * {S}LL + r0 + lane]; sR[16 + lane] = Dt; D_out[bh * {S}LL + r0 + lane] = Dt; }} }}\n"
-            f"    CG_SYNC;\n"
+            f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0; }}\n"
+            + _per_row(t, "cg_add", ["Dr"], D) +
+            f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
+            f"if (t == 0) {{ D_out[bh * {S}LL + r0 + g] = Dr[I][0]; D_out[bh * {S}LL + r0 + g + 8] = Dr[I][1]; }} }}\n"
             f"    for (long long jt = 0; jt < {end}; ++jt) {{\n"
-            f"        float s[CG_NL][4], dp[CG_NL][4];\n"
-            f"        CG_LANES {{ for (int e = 0; e < 4; ++e) s[I][e] = dp[I][e] = 0; }}\n"
+            f"        float s[CG_NL][4], dp[CG_NL][4], ga[CG_NL][4];\n"
+            + _zero("s", "dp")
             + t.product("s", "qa", "k", f"jt * {KEYS}LL")
             + t.product("dp", "da", "v", f"jt * {KEYS}LL") +
-            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.to_shared('s', 'sS', f'{w.c}')} "
-            f"{t.to_shared('dp', 'sP')} }}\n"
-            f"        CG_SYNC;\n"
-            f"        float ga[CG_NL][4];\n"
-            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.weights('ga', grad)} }}\n"
+            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} {t.weights('ga', grad)} }}\n"
             + t.accumulate("acc", "ga", "k", f"jt * {KEYS}LL") +
-            "        CG_SYNC;\n"
             "    }\n"
             + t.store("acc", "dq", "r0"))
 
 
 def _grad_kv(op: Attention, t: _Tile) -> str:
     """16 key rows: ``dv = Σ p·dO`` or ``dk = Σ (c·ds)·q`` over the query rows that see them, 8 at a time (the
-    tile holds ``Sᵀ``: a key per row, a query per column)."""
+    tile holds ``Sᵀ``: a key per row, a query per column; a lane reads ``L`` and ``D`` of its two queries)."""
     w, nk, S = t.w, t.nk, t.S
     grad_k = isinstance(op, AttentionGradK)
     start = f"r0 / {KEYS}LL" if op.causal else "0LL"
-    query = f"it * {KEYS}LL + c"
     causal = "true" if op.causal else "false"
-    Li, Di = f"L[bh * {S}LL + {query}]", f"D[bh * {S}LL + {query}]"
+    seen = f"(!{causal} || r0 + r <= it * {KEYS}LL + c)"
     if grad_k:
-        value = lambda r, cc: (f"((!{causal} || r0 + {r} <= {query}) ? {w.c} * "  # noqa: E731
-                               f"({w.ds(f'sS[{r} * 8 + {cc}]', f'sP[{r} * 8 + {cc}]', Li, Di)}) : 0.0f)")
+        value = lambda e: (f"({seen} ? {w.c} * "  # noqa: E731
+                           f"({w.ds(f's[I][{e}]', f'dp[I][{e}]', f'Lq[{e & 1}]', f'Dq[{e & 1}]')}) : 0.0f)")
     else:
-        value = lambda r, cc: (f"((!{causal} || r0 + {r} <= {query}) ? "  # noqa: E731
-                               f"{w.weight(f'sS[{r} * 8 + {cc}]', Li)} : 0.0f)")
+        value = lambda e: f"({seen} ? {w.weight(f's[I][{e}]', f'Lq[{e & 1}]')} : 0.0f)"  # noqa: E731
+    query = f"bh * {S}LL + it * {KEYS}LL + 2 * t + j"
+    stats = (f"float Lq[2]{', Dq[2]' if grad_k else ''}; for (int j = 0; j < 2; ++j) {{ Lq[j] = L[{query}]; "
+             + (f"Dq[j] = D[{query}]; " if grad_k else "") + "}")
     regs = f"ka[CG_NL][{nk}][4], acc[CG_NL][{nk}][4]" + (f", va[CG_NL][{nk}][4]" if grad_k else "")
     loads = t.a_rows("ka[I]", "k", "r0") + ("\n        " + t.a_rows("va[I]", "v", "r0")
                                                           if grad_k else "")
     dp = (t.product("dp", "va", "dO", f"it * {KEYS}LL") if grad_k else "")
-    shared = t.to_shared("s", "sS", f"{w.c}") + (" " + t.to_shared("dp", "sP") if grad_k else "")
     out = "dk" if grad_k else "dv"
     return (_head(op, t, False) + t.ptr("q") + t.ptr("k") + (t.ptr("v") if grad_k else "") + t.ptr("dO") +
             f"    float {regs};\n"
@@ -446,14 +424,11 @@ def _grad_kv(op: Attention, t: _Tile) -> str:
             f"        {loads}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0; }}\n"
             f"    for (long long it = {start}; it < {S // KEYS}LL; ++it) {{\n"
-            f"        float s[CG_NL][4]{', dp[CG_NL][4]' if grad_k else ''};\n"
-            f"        CG_LANES {{ for (int e = 0; e < 4; ++e) s[I][e] = {'dp[I][e] = ' if grad_k else ''}0; }}\n"
+            f"        float s[CG_NL][4]{', dp[CG_NL][4]' if grad_k else ''}, ga[CG_NL][4];\n"
+            + _zero("s", *(["dp"] if grad_k else []))
             + t.product("s", "ka", "q", f"it * {KEYS}LL") + dp +
-            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {shared} }}\n"
-            f"        CG_SYNC;\n"
-            f"        float ga[CG_NL][4];\n"
-            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.weights('ga', value)} }}\n"
+            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} {stats}\n"
+            f"            {t.weights('ga', value)} }}\n"
             + t.accumulate("acc", "ga", "q" if grad_k else "dO", f"it * {KEYS}LL") +
-            "        CG_SYNC;\n"
             "    }\n"
             + t.store("acc", out, "r0"))
