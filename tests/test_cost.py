@@ -158,8 +158,8 @@ def test_gpu_cost_takes_the_compiled_models_precision_and_graph():
 def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, whole, precision):
     """Under ``precision="bf16"`` cuBLAS's products run on the tensor cores at the bf16 rate (under fp32 on the
     CUDA cores); the streaming attention kernels' do when their rows fill whole tiles (``S`` a multiple of 16) and
-    the precision asks (bf16; fp32 with ``attention_3xtf32``): TF32 instructions, three a product for 3xTF32, the
-    scores computed twice in the forward; else on the CUDA cores (thread per row)."""
+    the precision asks (bf16 instructions under bf16; fp32 with ``attention_3xtf32``: TF32 instructions, three a
+    product), the scores computed twice in the forward; else on the CUDA cores (thread per row)."""
     from circuitgrad.backends.gpu import attention
     from circuitgrad.backends.gpu import cost as gpu_cost
     from circuitgrad.backends.gpu.host.emulate import emulated_kernel
@@ -183,10 +183,11 @@ def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, whole, 
     c = gpu_cost.launch_cost(pl.program, pl, fwd, dev, real)
     pairs = 2 * 2 * seq * seq * 0.5                     # B·H·S²/2: the causal pairs costs() counts
     assert c["matmul_flops"] == pairs * 2 * 16 * (3 if tensor_cores else 2)
-    if tensor_cores:                                    # the products' time at the TF32 rate, three times for 3xTF32
+    if tensor_cores:                                    # the products' time at the bf16 rate, or three at TF32's
         dev = dataclasses.replace(dev, hbm_bytes_s=1e30, launch_s=0.0, fp32_flops=1e30)
         c = gpu_cost.launch_cost(pl.program, pl, fwd, dev, real)
-        assert c["roofline_s"] == pytest.approx(c["matmul_flops"] * (3 if precision == "3xtf32" else 1) / dev.tf32_flops)
+        rate = dev.bf16_flops if precision == "bf16" else dev.tf32_flops / 3
+        assert c["roofline_s"] == pytest.approx(c["matmul_flops"] / rate)
 
 
 def test_gpu_launches_equal_the_backend_plan():

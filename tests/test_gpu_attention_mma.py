@@ -208,27 +208,34 @@ def test_16_byte_loads_and_their_fallback_give_the_same_bits(precision, rng):
 #: a forward kernel's source edited (old text, new text), or its generator patched (a module attribute)
 MUTATIONS = {
     "A fragments with the middle registers swapped (rows 8-15 and a pair's second column crossed)":
-        ("qa[I][2 * m][1] = cg_tf32(y[0]); qa[I][2 * m][2] = cg_tf32(x[1]);",
+        ("tf32", "qa[I][2 * m][1] = cg_tf32(y[0]); qa[I][2 * m][2] = cg_tf32(x[1]);",
          "qa[I][2 * m][1] = cg_tf32(x[1]); qa[I][2 * m][2] = cg_tf32(y[0]);"),
-    "the maximum of rows g + 8 left to each lane (no quad reduction)": ("        CG_QUAD(red[I][1], fmaxf);\n", ""),
-    "a quad's butterfly one step short": ("for (int cg_m = 1; cg_m <= 2; cg_m <<= 1) { float cg_x[32];",
+    "the maximum of rows g + 8 left to each lane (no quad reduction)":
+        ("tf32", "        CG_QUAD(red[I][1], fmaxf);\n", ""),
+    "a quad's butterfly one step short": ("tf32", "for (int cg_m = 1; cg_m <= 2; cg_m <<= 1) { float cg_x[32];",
                                           "for (int cg_m = 1; cg_m <= 1; cg_m <<= 1) { float cg_x[32];"),
-    "weights in the scores' register order (A_OF_C the identity)": ("A_OF_C", (0, 1, 2, 3)),
+    "weights in the scores' register order (A_OF_C the identity)": ("tf32", "A_OF_C", (0, 1, 2, 3)),
+    "bf16 A registers of rows g + 8 and of columns 2t + 8 swapped":
+        ("bf16", "qa[I][m][1] = cg_pack(cg_bf16r(y[0]), cg_bf16r(y[1])); qa[I][m][2] = cg_pack(cg_bf16r(x[2]), cg_bf16r(x[3]));",
+         "qa[I][m][2] = cg_pack(cg_bf16r(y[0]), cg_bf16r(y[1])); qa[I][m][1] = cg_pack(cg_bf16r(x[2]), cg_bf16r(x[3]));"),
+    "bf16 B operand's key 2t + 9 read from key 2t + 8": ("bf16", "y[1] = {V_[(jt * 16LL + 8 + 2 * t + 1) * rs_v",
+                                                          "y[1] = {V_[(jt * 16LL + 8 + 2 * t) * rs_v"),
+    "bf16 weights of keys 2t + 8 and 2t + 9 crossed": ("bf16", "pa[I][2] = cg_pack(y, x);", "pa[I][2] = cg_pack(x, y);"),
 }
 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
-@pytest.mark.parametrize("mutation", [None, *MUTATIONS])
-def test_a_wrong_fragment_layout_or_quad_reduction_fails(mutation, monkeypatch):
+@pytest.mark.parametrize("mutation, precision", [(None, "tf32"), (None, "bf16"), *((m, None) for m in MUTATIONS)])
+def test_a_wrong_fragment_layout_or_quad_reduction_fails(mutation, precision, monkeypatch):
     """The host's ``mma.sync`` reads the lanes' registers by PTX's layout and its quad reductions step as the
     device's shuffles: the kernel as generated computes its reference; each mutation (of the kernel, or of the
     host's ``__shfl_xor_sync`` butterfly) gives wrong outputs."""
+    precision, old, new = MUTATIONS.get(mutation, (precision, None, None))
     T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
-    op = attention.AttentionForward(T, True, 0.25, mma="tf32")
+    op = attention.AttentionForward(T, True, 0.25, mma=precision)
     rng = np.random.default_rng(2)
     q, k, v = (rng.normal(size=T.shape).astype(np.float32) for _ in range(3))
     want, _ = op.evaluate(q, k, v)
-    old, new = MUTATIONS.get(mutation, (None, None))
     if old == "A_OF_C":
         monkeypatch.setattr(attention_mma, "A_OF_C", new)
     src = attention_mma.source(op, "lay")[0]
@@ -303,7 +310,8 @@ def test_the_kernels_compile_for_sm90_with_mma_and_no_spills(tmp_path):
     assert all(v == 0 for n, v in spills.items() if n not in heavy) and max(spills[n] for n in heavy) <= 128, spills
     p = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-o", "-", str(tmp_path / "att.cu")], capture_output=True,
                        text=True)
-    assert p.stdout.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") >= 24
+    assert p.stdout.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") >= 16          # tf32, 3xtf32
+    assert p.stdout.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") >= 8          # bf16
 
 
 #: PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32, transcribed on its own (g = lane >> 2, t = lane % 4):
@@ -348,6 +356,54 @@ def test_the_host_mma_reads_lanes_by_the_ptx_layout(split, tmp_path, rng):
     want = A.astype(np.float64) @ B + C
     terms = np.abs(A).astype(np.float64) @ np.abs(B) + np.abs(C)
     assert np.all(np.abs(D - want) <= (2.0 ** -21 * split + 9 * 2.0 ** -24) * terms)
+
+
+#: PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type" (.bf16), transcribed on its own: A's
+#: element i (0 … 7; two a register, the lower i in the low half) at row g for i in {0, 1, 4, 5}, else g + 8,
+#: column 2t + (i & 1), plus 8 for i ≥ 4; B's element i (0 … 3) at row 2t + (i & 1), plus 8 for i ≥ 2, column g
+PTX16_A = lambda g, t: [(g + 8 * ((i >> 1) & 1), 2 * t + (i & 1) + 8 * (i >= 4)) for i in range(8)]  # noqa: E731
+PTX16_B = lambda g, t: [(2 * t + (i & 1) + 8 * (i >= 2), g) for i in range(4)]  # noqa: E731
+
+
+def _bf16_pairs(x: np.ndarray) -> np.ndarray:
+    """bfloat16 values (float32 with zero low halves), in pairs, as registers: the first of a pair low."""
+    bits = x.view(np.uint32) >> 16
+    return (bits[..., 0::2] | (bits[..., 1::2] << 16)).astype(np.uint32)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_host_bf16_mma_reads_lanes_by_the_ptx_layout(tmp_path, rng):
+    """The host's ``m16n8k16`` bfloat16 ``mma.sync`` (``cg_mma16_warp``) against PTX's fragment table
+    transcribed here, with each register's two values packed low first: ``D = A B + C``."""
+    import ctypes
+    (tmp_path / "m.cpp").write_text(
+        "#define __host__\n#define __device__\n#include <math.h>\nstruct float4 { float x, y, z, w; };\n"
+        + attention_mma.PRELUDE +
+        'extern "C" void run(const unsigned* a, const unsigned* b, float* d) {\n'
+        "    float* dp[32]; const unsigned* ap[32]; const unsigned* bp[32];\n"
+        "    for (int l = 0; l < 32; ++l) { dp[l] = d + 4 * l; ap[l] = a + 4 * l; bp[l] = b + 2 * l; }\n"
+        "    cg_mma16_warp(dp, ap, bp);\n}\n")
+    r = subprocess.run(["nvcc", "-x", "c++", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "m.so"),
+                        str(tmp_path / "m.cpp")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lib = ctypes.CDLL(str(tmp_path / "m.so"))
+    A, B = (blas.round_bf16(np, rng.normal(size=n).astype(np.float32)) for n in ((16, 16), (16, 8)))
+    C = rng.normal(size=(16, 8)).astype(np.float32)
+    a = np.stack([_bf16_pairs(np.array([A[i, j] for i, j in PTX16_A(lane >> 2, lane & 3)], np.float32))
+                  for lane in range(32)])
+    b = np.stack([_bf16_pairs(np.array([B[i, j] for i, j in PTX16_B(lane >> 2, lane & 3)], np.float32))
+                  for lane in range(32)])
+    d = np.stack([np.array([C[i, j] for i, j in PTX_C(lane >> 2, lane & 3)], np.float32) for lane in range(32)])
+    assert a.shape == (32, 4) and b.shape == (32, 2)
+    lib.run(*(ctypes.c_void_p(x.ctypes.data) for x in (a, b, d)))
+    D = np.zeros((16, 8))
+    for lane in range(32):
+        for (i, j), x in zip(PTX_C(lane >> 2, lane & 3), d[lane]):
+            D[i, j] = x
+    want = A.astype(np.float64) @ B + C          # bfloat16 products are exact; 16 float32 additions
+    terms = np.abs(A).astype(np.float64) @ np.abs(B) + np.abs(C)
+    assert np.all(np.abs(D - want) <= 17 * 2.0 ** -24 * terms)
+    assert np.max(np.abs(D - want)) < 1e-4 * np.max(terms)
 
 
 _ONE_SHIFTED = """

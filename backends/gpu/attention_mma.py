@@ -1,31 +1,34 @@
 """The streaming attention kernels on the tensor cores (``precision="tf32"`` or ``"bf16"``): a warp per 16 rows.
 
 The same four kernels as :mod:`.attention_source` (same operands, outputs and recurrences), with every product
-a PTX ``mma.sync.m16n8k8`` on TF32 operands and float32 accumulation. Each operand element is rounded as the
-unfused definition's product rounds it (``cvt.rna.tf32`` under ``"tf32"``; to bfloat16 under ``"bf16"``, whose
-values TF32 holds exactly), so the fused step multiplies what the definition multiplies. A warp takes 16 rows
-(query rows: forward and ``dq``; key rows: ``dk`` and ``dv``) and streams the other side 8 rows at a time::
+a PTX ``mma.sync`` with float32 accumulation: ``m16n8k8`` on TF32 operands (``cvt.rna.tf32`` under ``"tf32"``;
+3xTF32 under ``"fp32"`` when asked), ``m16n8k16`` on bfloat16 pairs under ``"bf16"``. Each operand element is
+rounded as the unfused definition's product rounds it, so the fused step multiplies what the definition
+multiplies. A warp takes 16 rows (query rows: forward and ``dq``; key rows: ``dk`` and ``dv``) and streams the
+other side 8 rows at a time (16 under ``"bf16"``, one product's K)::
 
-    scores  S[16×8] = c·(Q[16×dh] Kᵀ[dh×8])        mma over dh/8 steps, Q's fragments held in registers
+    scores  S[16×8] = c·(Q[16×dh] Kᵀ[dh×8])        mma over dh, Q's fragments held in registers
     weights P[16×8] from S where the mma left it     a row's statistics reduced over its quad of lanes
     output  O[16×dh] += P[16×8] V[8×dh]             mma per 8 columns, accumulators held in registers
 
-Nothing goes through shared memory. The weights are computed in S's accumulator layout and used there as the
-A operand of the next product: A's column ``t`` holds the tile's key ``2t`` and its column ``t + 4`` key
-``2t + 1`` (:data:`A_OF_C`), and the B operand takes V's rows in the same order, which permutes the product's
-sum, not its terms (FlashAttention-2's trick). A row's 8 scores lie in the four lanes of a quad, two each:
-its maximum and sums meet by ``__shfl_xor_sync`` (``CG_QUAD``).
+Nothing goes through shared memory. The weights are computed in S's accumulator (C) layout and used there as
+the A operand of the next product, the B operand taking V's rows in the matching order, which permutes the
+product's sum, not its terms (FlashAttention-2's trick). ``m16n8k16``: two C tiles are one A operand as they
+lie. ``m16n8k8``: A's column ``t`` holds the tile's key ``2t`` and its column ``t + 4`` key ``2t + 1``
+(:data:`A_OF_C`). A row's scores lie in the four lanes of a quad: its maximum and sums meet by
+``__shfl_xor_sync`` (``CG_QUAD``).
 
 The softmax forward takes two passes over the keys (the row statistic ``L``, then ``O = Σ exp(s − L)·v``) and
 the spherical one likewise (``L = 1/√(Σ s² + ε)``, then ``O = Σ (L·s)·v``): the weights are final before they
 are rounded for the product, as the definition's are, and no accumulator fragment is rescaled.
 
-Fragment layouts are PTX ISA's for ``mma.m16n8k8`` with ``.tf32`` (lane ``l``: ``g = l >> 2``, ``t = l & 3``):
-A holds ``(g, t), (g+8, t), (g, t+4), (g+8, t+4)``; B ``(t, g), (t+4, g)``; C ``(g, 2t), (g, 2t+1), (g+8, 2t),
-(g+8, 2t+1)``. On the host (the host execution mode, :mod:`.host.check`) the warp runs once: ``CG_LANES`` loops
-over its 32 lanes, a register is an array over lanes, ``CG_MMA`` gathers the lanes' fragments into whole tiles
-with the same layout, multiplies them and scatters the result back, and ``CG_QUAD`` steps the shuffles' butterfly
-over the lanes' registers.
+Fragment layouts are PTX ISA's (lane ``l``: ``g = l >> 2``, ``t = l & 3``). ``m16n8k8.tf32``: A holds ``(g, t),
+(g+8, t), (g, t+4), (g+8, t+4)``; B ``(t, g), (t+4, g)``. ``m16n8k16.bf16``, two values a register, the first
+in its low half: A ``(g, 2t|2t+1), (g+8, 2t|2t+1), (g, 2t+8|2t+9), (g+8, 2t+8|2t+9)``; B ``(2t|2t+1, g),
+(2t+8|2t+9, g)``. Both: C ``(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)``. On the host (the host execution mode,
+:mod:`.host.check`) the warp runs once: ``CG_LANES`` loops over its 32 lanes, a register is an array over lanes,
+``CG_MMA`` (``CG_MMA16``) gathers the lanes' fragments into whole tiles with the same layout, multiplies them
+and scatters the result back, and ``CG_QUAD`` steps the shuffles' butterfly over the lanes' registers.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from .plan import Launch, Plan
 __all__ = ["attention_kernel", "source", "ROWS", "KEYS", "WARPS", "PRELUDE"]
 
 ROWS = 16      #: rows a warp takes (the mma tile's M)
-KEYS = 8       #: rows of the other side per mma tile (its N, and K for the weights' product)
+KEYS = 8       #: rows of the other side an mma tile of scores takes (its N); a step takes one tile, or two (bf16)
 WARPS = 4      #: warps a block
 #: a C fragment's elements: (row, column) in the tile of lane ``(g, t)``'s registers 0 … 3 (PTX's layout)
 C = (("g", "2 * t"), ("g", "2 * t + 1"), ("g + 8", "2 * t"), ("g + 8", "2 * t + 1"))
@@ -84,10 +87,19 @@ __device__ inline void cg_mma3(float* d, const float* a, const float* b) {
     cg_split(ah, al, a, 4); cg_split(bh, bl, b, 2);
     cg_mma(d, al, bh); cg_mma(d, ah, bl); cg_mma(d, ah, bh);
 }
+// two bfloat16 values (rounded already: their low halves zero) packed in a register, the first in its low half
+__device__ inline unsigned cg_pack(float lo, float hi) { return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xFFFF0000u); }
+// D += A B: one m16n8k16 bfloat16 product of the warp (A: 4 registers of two values, B: 2; C and D: 4 floats)
+__device__ inline void cg_mma16(float* d, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
 #define CG_NL 1
 #define CG_LANES for (int cg_once = 1, lane = (int)(threadIdx.x & 31), I = 0; cg_once; cg_once = 0, (void)lane, (void)I)
 #define CG_MMA(D, A, B) do { const int I = 0; cg_mma(D, A, B); } while (0)
 #define CG_MMA3(D, A, B) do { const int I = 0; cg_mma3(D, A, B); } while (0)
+#define CG_MMA16(D, A, B) do { const int I = 0; cg_mma16(D, A, B); } while (0)
 // v (a lane's register, an expression in I) reduced by OP over its quad (lanes 4g ... 4g + 3) in a butterfly,
 // which leaves the same bits in the quad's four lanes (OP commutative)
 #define CG_QUAD(v, OP) do { const int I = 0; \
@@ -129,6 +141,33 @@ inline void cg_mma_warp(float* d[32], const float* a[32], const float* b[32]) {
         d[l][0] = C[g][2 * t]; d[l][1] = C[g][2 * t + 1]; d[l][2] = C[g + 8][2 * t]; d[l][3] = C[g + 8][2 * t + 1];
     }
 }
+inline unsigned cg_pack(float lo, float hi) { return (cg_bits(lo) >> 16) | (cg_bits(hi) & 0xFFFF0000u); }
+inline float cg_lo(unsigned p) { return cg_float(p << 16); }
+inline float cg_hi(unsigned p) { return cg_float(p & 0xFFFF0000u); }
+// The warp's m16n8k16 bfloat16 mma.sync on the host (PTX's layout: A's registers hold (g, 2t | 2t+1),
+// (g+8, 2t | 2t+1), (g, 2t+8 | 2t+9), (g+8, 2t+8 | 2t+9), B's (2t | 2t+1, g), (2t+8 | 2t+9, g), low half first).
+inline void cg_mma16_warp(float* d[32], const unsigned* a[32], const unsigned* b[32]) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+        const int g = l >> 2, t = l & 3;
+        for (int h = 0; h < 2; ++h) {
+            A[g][2 * t + 8 * h] = cg_lo(a[l][2 * h]); A[g][2 * t + 8 * h + 1] = cg_hi(a[l][2 * h]);
+            A[g + 8][2 * t + 8 * h] = cg_lo(a[l][2 * h + 1]); A[g + 8][2 * t + 8 * h + 1] = cg_hi(a[l][2 * h + 1]);
+            B[2 * t + 8 * h][g] = cg_lo(b[l][h]); B[2 * t + 8 * h + 1][g] = cg_hi(b[l][h]);
+        }
+        C[g][2 * t] = d[l][0]; C[g][2 * t + 1] = d[l][1]; C[g + 8][2 * t] = d[l][2]; C[g + 8][2 * t + 1] = d[l][3];
+    }
+    for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 8; ++j) {
+            float s = C[i][j];
+            for (int k = 0; k < 16; ++k) s += A[i][k] * B[k][j];
+            C[i][j] = s;
+        }
+    for (int l = 0; l < 32; ++l) {
+        const int g = l >> 2, t = l & 3;
+        d[l][0] = C[g][2 * t]; d[l][1] = C[g][2 * t + 1]; d[l][2] = C[g + 8][2 * t]; d[l][3] = C[g + 8][2 * t + 1];
+    }
+}
 // 3xTF32 on the host: each lane's operands split as on the device, then the warp's three products in turn
 inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
     float ah[32][4], al[32][4], bh[32][2], bl[32][2];
@@ -143,6 +182,8 @@ inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
 #define CG_LANES for (int cg_l0 = 0, lane = 0, I = 0; cg_l0 < 32 && ((lane = I = cg_mma_lane(cg_l0)), 1); ++cg_l0)
 #define CG_MMA(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma_warp(cg_d, cg_a, cg_b); } while (0)
+#define CG_MMA16(D, A, B) do { float* cg_d[32]; const unsigned* cg_a[32]; const unsigned* cg_b[32]; \
+    for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma16_warp(cg_d, cg_a, cg_b); } while (0)
 #define CG_MMA3(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma3_warp(cg_d, cg_a, cg_b); } while (0)
 // the quad's butterfly over the lanes' registers, step by step as the device's shuffles
@@ -200,14 +241,24 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
 class _Tile:
     """What a tensor-core kernel's body is written with: :class:`~.attention_source.Text`'s formulas, the
     rounding of an operand, and the fragment loads and stores of the PTX layout (in a ``CG_LANES`` block, where
-    ``g = lane >> 2`` and ``t = lane & 3``)."""
+    ``g = lane >> 2`` and ``t = lane & 3``). A step of a kernel's loop takes :attr:`keys` rows of the other side:
+    :attr:`tiles` 16 × 8 tiles of scores (``s[I][u]``), then one product of their weights: two tiles and
+    ``m16n8k16`` under ``"bf16"``, else one and ``m16n8k8``."""
 
     def __init__(self, op: Attention, w: Text):
         self.op, self.w, self.S, self.dh = op, w, w.S, w.dh
         # operands rounded as they are read (tf32, bf16), or split at each product (3xtf32: float32 products)
         self.rnd = {"tf32": "cg_tf32", "bf16": "cg_bf16r", "3xtf32": ""}[op.mma]
-        self.mma = "CG_MMA3" if op.mma == "3xtf32" else "CG_MMA"
-        self.nk = w.dh // KEYS                      # mma steps over dh, and 8-column tiles of a row
+        self.k16 = op.mma == "bf16"                 # m16n8k16 on bfloat16 pairs, else m16n8k8 on TF32 values
+        self.mma = {"tf32": "CG_MMA", "3xtf32": "CG_MMA3", "bf16": "CG_MMA16"}[op.mma]
+        self.nk = w.dh // 8                         # 8-column tiles of an output row
+        self.steps = w.dh // (16 if self.k16 else 8)  # products over dh
+        self.tiles = 2 if self.k16 else 1           # tiles of scores a step (one product's K: 16 or 8)
+        self.keys = KEYS * self.tiles               # rows of the other side a step takes
+
+    def rows(self, name: str) -> str:
+        """The declaration of a warp's A fragments of 16 rows × dh (:meth:`a_rows`)."""
+        return f"{'unsigned' if self.k16 else 'float'} {name}[CG_NL][{self.steps}][4]"
 
     def ptr(self, n: str) -> str:
         """``const float* <N> = `` matrix ``bh`` of operand ``n``, with its row stride ``rs_<n>``."""
@@ -227,62 +278,102 @@ class _Tile:
         """``x`` rounded as the products' operands are."""
         return f"{self.rnd}({x})"
 
+    def pack(self, lo: str, hi: str) -> str:
+        """Two values rounded to bfloat16 in one register, ``lo`` in its low half."""
+        return f"cg_pack({self.r(lo)}, {self.r(hi)})"
+
     def a_rows(self, frag: str, n: str, r0: str) -> str:
-        """The A fragments (16 rows × dh: ``dh/8`` steps) of operand ``n``'s rows ``r0…``, rounded. Steps ``2m`` and
-        ``2m + 1`` take columns ``16m + 4t …  16m + 4t + 3`` of rows ``g`` and ``g + 8`` (a permutation of ``dh``
-        that :meth:`product`'s B fragments share), one 16-byte load a row."""
-        r = self.r
-        return (f"for (int m = 0; m < {self.nk // 2}; ++m) {{ float x[4], y[4]; "
+        """The A fragments (16 rows × dh) of operand ``n``'s rows ``r0…``, rounded. Lane ``(g, t)`` reads columns
+        ``16m + 4t … 16m + 4t + 3`` of rows ``g`` and ``g + 8``, one 16-byte load a row: a permutation of ``dh``
+        that :meth:`product`'s B fragments share. They are A's columns ``t`` and ``t + 4`` of products ``2m`` and
+        ``2m + 1`` (``m16n8k8``), or its columns ``2t, 2t + 1, 2t + 8, 2t + 9`` of product ``m`` (``m16n8k16``)."""
+        r, p = self.r, self.pack
+        load = (f"for (int m = 0; m < {self.dh // 16}; ++m) {{ float x[4], y[4]; "
                 f"cg_ld4(x, &{self.at(n, f'{r0} + g', '16 * m + 4 * t')}, vec); "
-                f"cg_ld4(y, &{self.at(n, f'{r0} + g + 8', '16 * m + 4 * t')}, vec);\n"
-                f"            {frag}[2 * m][0] = {r('x[0]')}; {frag}[2 * m][1] = {r('y[0]')}; "
+                f"cg_ld4(y, &{self.at(n, f'{r0} + g + 8', '16 * m + 4 * t')}, vec);\n")
+        if self.k16:
+            return (load + f"            {frag}[m][0] = {p('x[0]', 'x[1]')}; {frag}[m][1] = {p('y[0]', 'y[1]')}; "
+                    f"{frag}[m][2] = {p('x[2]', 'x[3]')}; {frag}[m][3] = {p('y[2]', 'y[3]')}; }}")
+        return (load + f"            {frag}[2 * m][0] = {r('x[0]')}; {frag}[2 * m][1] = {r('y[0]')}; "
                 f"{frag}[2 * m][2] = {r('x[1]')}; {frag}[2 * m][3] = {r('y[1]')};\n"
                 f"            {frag}[2 * m + 1][0] = {r('x[2]')}; {frag}[2 * m + 1][1] = {r('y[2]')}; "
                 f"{frag}[2 * m + 1][2] = {r('x[3]')}; {frag}[2 * m + 1][3] = {r('y[3]')}; }}")
 
-    def product(self, out: str, a: str, other: str, r0: str) -> str:
-        """``out[16×8] += a[16×dh] · other[r0…r0+8]ᵀ``: the scores (or ``dp``) of a tile, mma over dh in
-        :meth:`a_rows`'s column order (lane ``(g, t)`` reads row ``g``'s columns ``16m + 4t …``)."""
-        r = self.r
-        return (f"        for (int m = 0; m < {self.nk // 2}; ++m) {{\n"
-                "            float b[CG_NL][2][2];\n"
-                f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; float x[4]; "
-                f"cg_ld4(x, &{self.at(other, f'{r0} + g', '16 * m + 4 * t')}, vec); "
-                f"b[I][0][0] = {r('x[0]')}; b[I][0][1] = {r('x[1]')}; b[I][1][0] = {r('x[2]')}; "
-                f"b[I][1][1] = {r('x[3]')}; }}\n"
-                f"            {self.mma}({out}[I], {a}[I][2 * m], b[I][0]);\n"
-                f"            {self.mma}({out}[I], {a}[I][2 * m + 1], b[I][1]);\n"
-                f"        }}\n")
+    def product(self, out: str, a: str, other: str, base: str) -> str:
+        """``out[u][16×8] += a[16×dh] · other[base + 8u … + 8]ᵀ`` for both tiles ``u``: the scores (or ``dp``) of a
+        step, over dh in :meth:`a_rows`'s column order (lane ``(g, t)`` reads row ``g``'s columns ``16m + 4t …``)."""
+        code = ""
+        for u in range(self.tiles):
+            load = f"float x[4]; cg_ld4(x, &{self.at(other, f'{base} + {8 * u} + g', '16 * m + 4 * t')}, vec);"
+            if self.k16:
+                code += (f"        for (int m = 0; m < {self.dh // 16}; ++m) {{ unsigned b[CG_NL][2];\n"
+                         f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; {load} "
+                         f"b[I][0] = {self.pack('x[0]', 'x[1]')}; b[I][1] = {self.pack('x[2]', 'x[3]')}; }}\n"
+                         f"            {self.mma}({out}[I][{u}], {a}[I][m], b[I]); }}\n")
+            else:
+                r = self.r
+                code += (f"        for (int m = 0; m < {self.dh // 16}; ++m) {{ float b[CG_NL][2][2];\n"
+                         f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; {load} "
+                         f"b[I][0][0] = {r('x[0]')}; b[I][0][1] = {r('x[1]')}; b[I][1][0] = {r('x[2]')}; "
+                         f"b[I][1][1] = {r('x[3]')}; }}\n"
+                         f"            {self.mma}({out}[I][{u}], {a}[I][2 * m], b[I][0]);\n"
+                         f"            {self.mma}({out}[I][{u}], {a}[I][2 * m + 1], b[I][1]); }}\n")
+        return code
 
     def scale(self, frag: str, c: str) -> str:
-        """A C fragment times ``c`` (the scores' scale)."""
-        return f"for (int e = 0; e < 4; ++e) {frag}[I][e] = {frag}[I][e] * {c};"
+        """A step's scores (two C fragments) times ``c``."""
+        return (f"for (int u = 0; u < {self.tiles}; ++u) for (int e = 0; e < 4; ++e) {frag}[I][u][e] = {frag}[I][u][e] * {c};")
 
-    def accumulate(self, acc: str, a: str, n: str, r0: str) -> str:
-        """``acc[16×dh] += a[16×8] · n[r0…r0+8, :]``, ``a`` from :meth:`weights` (its column ``t`` is row ``2t`` of
-        ``n``, its column ``t + 4`` row ``2t + 1``): column ``j`` of tile ``nt`` is column ``j·dh/8 + nt`` of the
-        output (:meth:`store`), so lane ``(g, t)``'s B values of every tile are the ``dh/8`` consecutive columns
-        from ``g·dh/8`` of rows ``2t`` and ``2t + 1`` (16-byte loads when ``dh/8`` is a multiple of four)."""
-        nt, r = self.nk, self.r
-        if nt % 4 == 0:
-            load = (f"for (int h = 0; h < {nt}; h += 4) {{ float x[4], y[4]; "
-                    f"cg_ld4(x, &{self.at(n, f'{r0} + 2 * t', f'g * {nt} + h')}, vec); "
-                    f"cg_ld4(y, &{self.at(n, f'{r0} + 2 * t + 1', f'g * {nt} + h')}, vec); "
-                    f"for (int e = 0; e < 4; ++e) {{ b[I][h + e][0] = {r('x[e]')}; b[I][h + e][1] = {r('y[e]')}; }} }}")
-        else:
-            load = (f"for (int h = 0; h < {nt}; ++h) {{ b[I][h][0] = {r(self.at(n, f'{r0} + 2 * t', f'g * {nt} + h'))}; "
-                    f"b[I][h][1] = {r(self.at(n, f'{r0} + 2 * t + 1', f'g * {nt} + h'))}; }}")
-        return (f"        {{ float b[CG_NL][{nt}][2];\n"
-                f"          CG_LANES {{ const int g = lane >> 2, t = lane & 3; {load} }}\n"
-                f"          for (int nt = 0; nt < {nt}; ++nt) {self.mma}({acc}[I][nt], {a}[I], b[I][nt]); }}\n")
+    def scores(self, *names: str) -> str:
+        """The declaration of a step's C fragments (:attr:`tiles` of them)."""
+        return "float " + ", ".join(f"{n}[CG_NL][{self.tiles}][4]" for n in names)
+
+    def weights_decl(self, name: str) -> str:
+        """The declaration of a step's weights as an A operand (:meth:`weights`)."""
+        return f"unsigned {name}[CG_NL][4]" if self.k16 else f"float {name}[CG_NL][{self.tiles}][4]"
 
     def weights(self, frag: str, value) -> str:
-        """An A fragment (16 × 8) of weights, rounded, from the C fragment of the tile's scores where it lies: A's
-        register ``a`` takes C's element ``e = A_OF_C[a]``, so A's column ``t`` is the tile's column ``2t`` and
-        its column ``t + 4`` column ``2t + 1`` (:meth:`accumulate` reads B's rows alike). ``value(e)`` is the
-        weight of C's element ``e`` (in row ``r``, column ``c`` of the tile)."""
-        return " ".join(f"{{ const int r = {C[e][0]}, c = {C[e][1]}; "
-                        f"{frag}[I][{a}] = {self.rnd}({value(e)}); }}" for a, e in enumerate(A_OF_C))
+        """A step's weights (16 × 16), rounded, as A operands, from the C fragments of its scores where they lie.
+        ``value(u, e)`` is the weight of element ``e`` of tile ``u`` (in row ``r``, column ``c`` of the step).
+        ``m16n8k16``: C's elements are A's, in order (tile ``u``'s as A's columns ``8u + 2t``, ``8u + 2t + 1``).
+        ``m16n8k8``: a product a tile, A's register ``a`` taking C's element ``A_OF_C[a]``, so that A's column
+        ``t`` is the tile's column ``2t``, its column ``t + 4`` column ``2t + 1`` (:meth:`accumulate` reads B's
+        rows alike)."""
+        def one(u: int, e: int) -> str:
+            return f"{{ const int r = {C[e][0]}, c = {8 * u} + {C[e][1]}; x = {self.rnd}({value(u, e)}); }}"
+        if self.k16:
+            return " ".join(f"{{ float x, y; {one(u, 2 * h)} y = x; {one(u, 2 * h + 1)} "
+                            f"{frag}[I][{2 * u + h}] = cg_pack(y, x); }}" for u in range(self.tiles) for h in range(2))
+        return " ".join(f"{{ float x; {one(u, e)} {frag}[I][{u}][{a}] = x; }}"
+                        for u in range(self.tiles) for a, e in enumerate(A_OF_C))
+
+    def accumulate(self, acc: str, a: str, n: str, base: str) -> str:
+        """``acc[16×dh] += a[16×16] · n[base…base+16, :]``, ``a`` from :meth:`weights` (its columns ``8u + 2t`` and
+        ``8u + 2t + 1`` are rows ``8u + 2t`` and ``8u + 2t + 1`` of ``n``): column ``j`` of tile ``nt`` is column
+        ``j·dh/8 + nt`` of the output (:meth:`store`), so lane ``(g, t)``'s B values of every tile are the ``dh/8``
+        consecutive columns from ``g·dh/8`` of those rows (16-byte loads when ``dh/8`` is a multiple of four)."""
+        nt, r = self.nk, self.r
+        put = ("b[I][h + e][{u}] = " + self.pack("x[e]", "y[e]") + ";" if self.k16 else
+               f"b[I][h + e][0] = {r('x[e]')}; b[I][h + e][1] = {r('y[e]')};")
+
+        def load(u: int) -> str:
+            rows = (f"{base} + {8 * u} + 2 * t", f"{base} + {8 * u} + 2 * t + 1")
+            if nt % 4 == 0:
+                return (f"for (int h = 0; h < {nt}; h += 4) {{ float x[4], y[4]; "
+                        f"cg_ld4(x, &{self.at(n, rows[0], f'g * {nt} + h')}, vec); "
+                        f"cg_ld4(y, &{self.at(n, rows[1], f'g * {nt} + h')}, vec); "
+                        f"for (int e = 0; e < 4; ++e) {{ {put.format(u=u)} }} }}")
+            return (f"for (int h = 0; h < {nt}; ++h) {{ const int e = 0; "
+                    f"const float x[1] = {{{self.at(n, rows[0], f'g * {nt} + h')}}}, "
+                    f"y[1] = {{{self.at(n, rows[1], f'g * {nt} + h')}}}; {put.format(u=u)} }}")
+        if self.k16:
+            return (f"        {{ unsigned b[CG_NL][{nt}][2];\n"
+                    f"          CG_LANES {{ const int g = lane >> 2, t = lane & 3; {load(0)} {load(1)} }}\n"
+                    f"          for (int nt = 0; nt < {nt}; ++nt) {self.mma}({acc}[I][nt], {a}[I], b[I][nt]); }}\n")
+        return "".join(f"        {{ float b[CG_NL][{nt}][2];\n"
+                       f"          CG_LANES {{ const int g = lane >> 2, t = lane & 3; {load(u)} }}\n"
+                       f"          for (int nt = 0; nt < {nt}; ++nt) {self.mma}({acc}[I][nt], {a}[I][{u}], b[I][nt]); }}\n"
+                       for u in range(self.tiles))
 
     def store(self, acc: str, n: str, r0: str, scale: str = "") -> str:
         """The accumulators (16 × dh) into output ``n``'s rows from ``r0`` (tile ``nt``'s column ``j`` is column
@@ -304,13 +395,14 @@ def _head(op: Attention, t: _Tile, queries: bool) -> str:
     return f"    const long long bh = item / {tiles}LL, r0 = {ROWS}LL * ({tile});\n" + t.aligned()
 
 
-def _zero(*frags: str) -> str:
-    """``CG_LANES`` zeroing C fragments (4 registers a lane)."""
-    return "        CG_LANES { for (int e = 0; e < 4; ++e) { " + " ".join(f"{f}[I][e] = 0;" for f in frags) + " } }\n"
+def _zero(t: _Tile, *frags: str) -> str:
+    """``CG_LANES`` zeroing a step's C fragments (:attr:`_Tile.tiles` of 4 registers a lane)."""
+    return (f"        CG_LANES {{ for (int u = 0; u < {t.tiles}; ++u) for (int e = 0; e < 4; ++e) {{ "
+            + " ".join(f"{f}[I][u][e] = 0;" for f in frags) + " } }\n")
 
 
-def _per_row(t: _Tile, what: str, names: list[str], expr) -> str:
-    """For the lane's two rows ``h`` (``g``, ``g + 8``): ``expr(n)`` into ``n[I][h]``, each reduced over the quad,
+def _per_row(what: str, names: list[str], expr: str) -> str:
+    """For the lane's two rows ``h`` (``g``, ``g + 8``): ``expr`` computing ``n[I][h]``, each reduced over the quad,
     whose lanes hold the other columns of the rows (``CG_QUAD`` with ``what``: ``fmaxf`` or ``cg_add``)."""
     return (f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; (void)g; (void)t;\n"
             f"            for (int h = 0; h < 2; ++h) {{ {expr} }} }}\n"
@@ -320,30 +412,30 @@ def _per_row(t: _Tile, what: str, names: list[str], expr) -> str:
 def _forward(op: AttentionForward, t: _Tile) -> str:
     """16 query rows: the row statistic over the keys they see (pass 1), then ``O = Σ p(s)·v`` (pass 2). A lane
     keeps the statistics of its rows ``g`` and ``g + 8`` (``st[h]``: running maximum and sum, or sum of
-    squares), its quad reducing each tile's columns; the weights never leave the registers."""
+    squares), its quad reducing each step's columns; the weights never leave the registers."""
     w, nk, S = t.w, t.nk, t.S
     exp, log, c = w.exp, w.log, w.c
     soft = op.norm == "softmax"
     causal = "true" if op.causal else "false"
-    end = f"(r0 + {ROWS}LL) / {KEYS}LL" if op.causal else f"{S // KEYS}LL"     # key tiles the rows see
-    each = (f"for (int j = 0; j < 2; ++j) {{ const float x = s[I][2 * h + j]; "
-            f"if (!{causal} || jt * {KEYS}LL + 2 * t + j <= r0 + g + 8 * h) ")   # the row's scores it sees
-    if soft:        # online softmax: the tile's maximum, then its sum of exp(s − m) with the sum so far rescaled
-        stats = (_per_row(t, "fmaxf", ["red"], f"float m = CG_LOWEST; {each}m = fmaxf(m, x); }} red[I][h] = m;")
-                 + _per_row(t, "cg_add", ["red"],
+    end = f"(r0 + {ROWS}LL) / {t.keys}LL" if op.causal else f"{S // t.keys}LL"     # steps of keys the rows see
+    each = (f"for (int u = 0; u < {t.tiles}; ++u) for (int j = 0; j < 2; ++j) {{ const float x = s[I][u][2 * h + j]; "
+            f"if (!{causal} || jt * {t.keys}LL + 8 * u + 2 * t + j <= r0 + g + 8 * h) ")   # the row's scores it sees
+    if soft:        # online softmax: the step's maximum, then its sum of exp(s − m) with the sum so far rescaled
+        stats = (_per_row("fmaxf", ["red"], f"float m = CG_LOWEST; {each}m = fmaxf(m, x); }} red[I][h] = m;")
+                 + _per_row("cg_add", ["red"],
                             f"const float m = fmaxf(st[I][h][0], red[I][h]); float l = 0; {each}l += {exp}(x - m); }} "
                             f"old[I][h] = st[I][h][1] * {exp}(st[I][h][0] - m); st[I][h][0] = m; red[I][h] = l;")
                  + "        CG_LANES { for (int h = 0; h < 2; ++h) st[I][h][1] = old[I][h] + red[I][h]; }\n")
         init, final = "st[I][h][0] = CG_LOWEST; st[I][h][1] = 0;", f"st[I][h][0] + {log}(st[I][h][1])"
     else:           # the sum of squared scores
-        stats = (_per_row(t, "cg_add", ["red"], f"float q = 0; {each}q += x * x; }} red[I][h] = q;")
+        stats = (_per_row("cg_add", ["red"], f"float q = 0; {each}q += x * x; }} red[I][h] = q;")
                  + "        CG_LANES { for (int h = 0; h < 2; ++h) st[I][h][1] = st[I][h][1] + red[I][h]; }\n")
         init, final = "st[I][h][1] = 0;", f"1.0f / {w.sqrt}(st[I][h][1] + {w.eps})"
-    weight = lambda e: (f"((!{causal} || jt * {KEYS}LL + c <= r0 + r) ? "  # noqa: E731
-                        f"{w.weight(f's[I][{e}]', f'Lr[I][{e >> 1}]')} : 0.0f)")
-    scores = ("        float s[CG_NL][4];\n" + _zero("s") + t.product("s", "qa", "k", f"jt * {KEYS}LL"))
+    weight = lambda u, e: (f"((!{causal} || jt * {t.keys}LL + c <= r0 + r) ? "  # noqa: E731
+                           f"{w.weight(f's[I][{u}][{e}]', f'Lr[I][{e >> 1}]')} : 0.0f)")
+    scores = (f"        {t.scores('s')};\n" + _zero(t, "s") + t.product("s", "qa", "k", f"jt * {t.keys}LL"))
     return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") +
-            f"    float qa[CG_NL][{nk}][4], acc[CG_NL][{nk}][4], st[CG_NL][2][2], Lr[CG_NL][2];\n"
+            f"    {t.rows('qa')}; float acc[CG_NL][{nk}][4], st[CG_NL][2][2], Lr[CG_NL][2];\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
             f"        {t.a_rows('qa[I]', 'q', 'r0')}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
@@ -357,9 +449,9 @@ def _forward(op: AttentionForward, t: _Tile) -> str:
             f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = {final}; }}\n"
             f"    for (long long jt = 0; jt < {end}; ++jt) {{      // pass 2: O += p(s) v\n"
             + scores +
-            f"        float pa[CG_NL][4];\n"
+            f"        {t.weights_decl('pa')};\n"
             f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', c)} {t.weights('pa', weight)} }}\n"
-            + t.accumulate("acc", "pa", "v", f"jt * {KEYS}LL") +
+            + t.accumulate("acc", "pa", "v", f"jt * {t.keys}LL") +
             "    }\n"
             + t.store("acc", "O", "r0") +
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
@@ -371,64 +463,67 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
     the keys they see."""
     w, nk, S = t.w, t.nk, t.S
     causal = "true" if op.causal else "false"
-    end = f"(r0 + {ROWS}LL) / {KEYS}LL" if op.causal else f"{S // KEYS}LL"
-    grad = lambda e: (f"((!{causal} || jt * {KEYS}LL + c <= r0 + r) ? {w.c} * "  # noqa: E731
-                      f"({w.ds(f's[I][{e}]', f'dp[I][{e}]', f'Lr[I][{e >> 1}]', f'Dr[I][{e >> 1}]')}) : 0.0f)")
+    end = f"(r0 + {ROWS}LL) / {t.keys}LL" if op.causal else f"{S // t.keys}LL"
+    grad = lambda u, e: (f"((!{causal} || jt * {t.keys}LL + c <= r0 + r) ? {w.c} * "  # noqa: E731
+                         f"({w.ds(f's[I][{u}][{e}]', f'dp[I][{u}][{e}]', f'Lr[I][{e >> 1}]', f'Dr[I][{e >> 1}]')}) : 0.0f)")
     row = "r0 + g + 8 * h"
-    D = (f"Lr[I][h] = L[bh * {S}LL + {row}]; float x = 0; for (int m = 0; m < {nk // 2}; ++m) {{ float o[4], d[4]; "
-         f"cg_ld4(d, &{t.at('dO', row, '16 * m + 4 * t')}, vec); cg_ld4(o, &{t.at('O', row, '16 * m + 4 * t')}, vec); "
-         f"for (int e = 0; e < 4; ++e) x += d[e] * o[e]; }} Dr[I][h] = x;")
+    D = (f"Lr[I][h] = L[bh * {S}LL + {row}]; float x = 0; for (int m = 0; m < {t.dh // 16}; ++m) {{ "
+         f"float o[4], d[4]; cg_ld4(d, &{t.at('dO', row, '16 * m + 4 * t')}, vec); "
+         f"cg_ld4(o, &{t.at('O', row, '16 * m + 4 * t')}, vec); for (int e = 0; e < 4; ++e) x += d[e] * o[e]; }} "
+         f"Dr[I][h] = x;")
     return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") + t.ptr("O") + t.ptr("dO") +
-            f"    float qa[CG_NL][{nk}][4], da[CG_NL][{nk}][4], acc[CG_NL][{nk}][4], Lr[CG_NL][2], Dr[CG_NL][2];\n"
+            f"    {t.rows('qa')}, da[CG_NL][{t.steps}][4]; float acc[CG_NL][{nk}][4], Lr[CG_NL][2], Dr[CG_NL][2];\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
             f"        {t.a_rows('qa[I]', 'q', 'r0')}\n        {t.a_rows('da[I]', 'dO', 'r0')}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0; }}\n"
-            + _per_row(t, "cg_add", ["Dr"], D) +
+            + _per_row("cg_add", ["Dr"], D) +
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
             f"if (t == 0) {{ D_out[bh * {S}LL + r0 + g] = Dr[I][0]; D_out[bh * {S}LL + r0 + g + 8] = Dr[I][1]; }} }}\n"
             f"    for (long long jt = 0; jt < {end}; ++jt) {{\n"
-            f"        float s[CG_NL][4], dp[CG_NL][4], ga[CG_NL][4];\n"
-            + _zero("s", "dp")
-            + t.product("s", "qa", "k", f"jt * {KEYS}LL")
-            + t.product("dp", "da", "v", f"jt * {KEYS}LL") +
+            f"        {t.scores('s', 'dp')}; {t.weights_decl('ga')};\n"
+            + _zero(t, "s", "dp")
+            + t.product("s", "qa", "k", f"jt * {t.keys}LL")
+            + t.product("dp", "da", "v", f"jt * {t.keys}LL") +
             f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} {t.weights('ga', grad)} }}\n"
-            + t.accumulate("acc", "ga", "k", f"jt * {KEYS}LL") +
+            + t.accumulate("acc", "ga", "k", f"jt * {t.keys}LL") +
             "    }\n"
             + t.store("acc", "dq", "r0"))
 
 
 def _grad_kv(op: Attention, t: _Tile) -> str:
-    """16 key rows: ``dv = Σ p·dO`` or ``dk = Σ (c·ds)·q`` over the query rows that see them, 8 at a time (the
-    tile holds ``Sᵀ``: a key per row, a query per column; a lane reads ``L`` and ``D`` of its two queries)."""
+    """16 key rows: ``dv = Σ p·dO`` or ``dk = Σ (c·ds)·q`` over the query rows that see them, 16 at a time (the
+    tiles hold ``Sᵀ``: a key per row, a query per column; a lane reads ``L`` and ``D`` of its four queries)."""
     w, nk, S = t.w, t.nk, t.S
     grad_k = isinstance(op, AttentionGradK)
-    start = f"r0 / {KEYS}LL" if op.causal else "0LL"
+    start = f"r0 / {t.keys}LL" if op.causal else "0LL"
     causal = "true" if op.causal else "false"
-    seen = f"(!{causal} || r0 + r <= it * {KEYS}LL + c)"
+    seen = f"(!{causal} || r0 + r <= it * {t.keys}LL + c)"
     if grad_k:
-        value = lambda e: (f"({seen} ? {w.c} * "  # noqa: E731
-                           f"({w.ds(f's[I][{e}]', f'dp[I][{e}]', f'Lq[{e & 1}]', f'Dq[{e & 1}]')}) : 0.0f)")
+        value = lambda u, e: (f"({seen} ? {w.c} * "  # noqa: E731
+                              f"({w.ds(f's[I][{u}][{e}]', f'dp[I][{u}][{e}]', f'Lq[{u}][{e & 1}]', f'Dq[{u}][{e & 1}]')})"
+                              f" : 0.0f)")
     else:
-        value = lambda e: f"({seen} ? {w.weight(f's[I][{e}]', f'Lq[{e & 1}]')} : 0.0f)"  # noqa: E731
-    query = f"bh * {S}LL + it * {KEYS}LL + 2 * t + j"
-    stats = (f"float Lq[2]{', Dq[2]' if grad_k else ''}; for (int j = 0; j < 2; ++j) {{ Lq[j] = L[{query}]; "
-             + (f"Dq[j] = D[{query}]; " if grad_k else "") + "}")
-    regs = f"ka[CG_NL][{nk}][4], acc[CG_NL][{nk}][4]" + (f", va[CG_NL][{nk}][4]" if grad_k else "")
+        value = lambda u, e: f"({seen} ? {w.weight(f's[I][{u}][{e}]', f'Lq[{u}][{e & 1}]')} : 0.0f)"  # noqa: E731
+    query = f"bh * {S}LL + it * {t.keys}LL + 8 * u + 2 * t + j"
+    stats = (f"float Lq[{t.tiles}][2]{f', Dq[{t.tiles}][2]' if grad_k else ''}; "
+             f"for (int u = 0; u < {t.tiles}; ++u) for (int j = 0; j < 2; ++j) "
+             f"{{ Lq[u][j] = L[{query}]; " + (f"Dq[u][j] = D[{query}]; " if grad_k else "") + "}")
+    regs = f"{t.rows('ka')}" + (f", va[CG_NL][{t.steps}][4]" if grad_k else "") + f"; float acc[CG_NL][{nk}][4]"
     loads = t.a_rows("ka[I]", "k", "r0") + ("\n        " + t.a_rows("va[I]", "v", "r0")
                                                           if grad_k else "")
-    dp = (t.product("dp", "va", "dO", f"it * {KEYS}LL") if grad_k else "")
+    dp = (t.product("dp", "va", "dO", f"it * {t.keys}LL") if grad_k else "")
     out = "dk" if grad_k else "dv"
     return (_head(op, t, False) + t.ptr("q") + t.ptr("k") + (t.ptr("v") if grad_k else "") + t.ptr("dO") +
-            f"    float {regs};\n"
+            f"    {regs};\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
             f"        {loads}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0; }}\n"
-            f"    for (long long it = {start}; it < {S // KEYS}LL; ++it) {{\n"
-            f"        float s[CG_NL][4]{', dp[CG_NL][4]' if grad_k else ''}, ga[CG_NL][4];\n"
-            + _zero("s", *(["dp"] if grad_k else []))
-            + t.product("s", "ka", "q", f"it * {KEYS}LL") + dp +
+            f"    for (long long it = {start}; it < {S // t.keys}LL; ++it) {{\n"
+            f"        {t.scores('s', *(['dp'] if grad_k else []))}; {t.weights_decl('ga')};\n"
+            + _zero(t, "s", *(["dp"] if grad_k else []))
+            + t.product("s", "ka", "q", f"it * {t.keys}LL") + dp +
             f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} {stats}\n"
             f"            {t.weights('ga', value)} }}\n"
-            + t.accumulate("acc", "ga", "q" if grad_k else "dO", f"it * {KEYS}LL") +
+            + t.accumulate("acc", "ga", "q" if grad_k else "dO", f"it * {t.keys}LL") +
             "    }\n"
             + t.store("acc", out, "r0"))

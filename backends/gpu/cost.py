@@ -76,12 +76,12 @@ def launch_cost(p: Any, pl: Any, step: Any, dev: Device, precision: str = "fp32"
     other = sum(w.flops for w in ws) - mm
     dt = p.types[step.instrs[0].results[0]].dtype if step.instrs and step.instrs[0].results else None
     # float32 products on the tensor cores: cuBLAS's under tf32 and bf16, and the attention kernels' that have
-    # ``mma`` (TF32 instructions, three a product under 3xtf32); other attention kernels' on the CUDA cores
+    # ``mma`` (bf16 or TF32 instructions, three a product under 3xtf32); other attention kernels' on the CUDA cores
     mma = step.instrs[0].op.mma if step.kind == "attention" else ""
     on_tc = mm if mma or (precision != "fp32" and isinstance(dt, Float) and dt.bits == 32
                           and step.kind == "matmul") else 0
     simt_rate = dev.fp64_flops if isinstance(dt, Float) and dt.bits == 64 else dev.fp32_flops
-    tc_rate = (dev.bf16_flops if precision == "bf16" and not mma else dev.tf32_flops) / (3 if mma == "3xtf32" else 1)
+    tc_rate = (dev.bf16_flops if precision == "bf16" else dev.tf32_flops) / (3 if mma == "3xtf32" else 1)
     compute = on_tc / tc_rate + (mm - on_tc + other) / simt_rate
     roofline = max(nbytes / dev.hbm_bytes_s, compute)
     issue = 0.0 if graph else ISSUE_S["matmul"] if step.kind == "matmul" else ISSUE_S["kernel"]
