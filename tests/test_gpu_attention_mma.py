@@ -183,6 +183,82 @@ def test_the_generated_kernels_compute_their_reference(kind, causal, precision, 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
 @pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("dh", [64, 48])
+def test_the_kernels_at_the_head_sizes_of_real_models(dh, precision, rng):
+    """dh = 64 (GPT-2's) takes every loop a real model does (the B loads of the weights' product in several
+    16-byte groups); dh = 48 (dh/8 not a multiple of four) loads those one by one. Each of the four kernels
+    against its reference, causal softmax."""
+    T = cg.NdArrayType((1, 2, 32, dh), cg.float32)
+    prog, xs = _program("softmax", True, T), _inputs(T, rng)
+    names = ["q", "k", "v", "do"]
+    want = _build(prog, names, precision).run(*xs)
+    with hostrun.device() as cp:
+        f = gpu.compile_function(prog, names, "fb", **_options(precision))
+        ks = [k for k in f.kernels.values() if k.ops[0].startswith("Attention")]
+        assert len(ks) == 4 and all("mma.sync" in k.source for k in ks)
+        got = [o.get() for o in f.run(*[cp.asarray(x) for x in xs])]
+    for g, w, tol in zip(got, want, _tolerance("softmax", True, precision, *xs)):
+        assert np.all(np.abs(g - w) <= tol), float(np.max(np.abs(g - w) - tol))
+        assert np.max(np.abs(g - w)) < 1e-3 * np.max(np.abs(w))
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_scores_far_below_zero(precision):
+    """Every score about −400 (``exp`` of it is 0 in float32): the running maximum starts at the lowest float,
+    not at 0, so the row statistic stays finite and the weights uniform over the keys a row sees."""
+    T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
+    op = attention.AttentionForward(T, True, 0.25, mma=precision)
+    q = np.full(T.shape, 10.0, np.float32)
+    k, v = -q, np.random.default_rng(4).normal(size=T.shape).astype(np.float32)
+    want, L = op.evaluate(q, k, v)
+    assert np.all(np.isfinite(want)) and np.allclose(L, -400 + np.log(np.arange(1, 33)))
+    src = attention_mma.source(op, "low")[0]
+    with hostrun.device() as cp:
+        O, Lg = cp.empty(T.shape, dtype=np.float32), cp.empty(T.shape[:-1], dtype=np.float32)
+        cp.RawKernel(src, "low")((1,), (32 * attention_mma.WARPS,), (cp.asarray(q), cp.asarray(k), cp.asarray(v), O, Lg))
+        got, gotL = O.get(), Lg.get()
+    assert np.all(np.isfinite(got)) and np.max(np.abs(gotL - L)) <= 4 * 2.0 ** -24 * 400
+    assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(v))
+
+
+def _run_alone(tmp_path, src: str, name: str, q, k, v) -> tuple[subprocess.CompletedProcess, np.ndarray | None]:
+    """A forward kernel's ``src`` run on the host in a fresh process (a host-mode abort ends that process):
+    the process, and its output ``O`` if it ran."""
+    (tmp_path / "k.cu").write_text(src)
+    np.savez(tmp_path / "in.npz", q=q, k=k, v=v)
+    code = f"""
+import numpy as np
+from circuitgrad.backends.gpu.host import run as hostrun
+src, x = open({str(tmp_path / "k.cu")!r}).read(), np.load({str(tmp_path / "in.npz")!r})
+with hostrun.device() as cp:
+    O, L = cp.empty(x["q"].shape, dtype=np.float32), cp.empty(x["q"].shape[:-1], dtype=np.float32)
+    cp.RawKernel(src, {name!r})((1,), (128,), (*(cp.asarray(x[n]) for n in "qkv"), O, L))
+    np.save({str(tmp_path / "O.npy")!r}, O.get())
+"""
+    (tmp_path / "O.npy").unlink(missing_ok=True)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    return r, (np.load(tmp_path / "O.npy") if r.returncode == 0 else None)
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_the_host_mode_finds_a_quad_whose_lanes_disagree(tmp_path):
+    """Each lane of a quad keeps its own copy of its rows' statistics, which the quad's reductions leave equal
+    (a device would compute with the copies as they are): the host mode checks the copies' bits and aborts,
+    naming the statistic, when a reduction is left out."""
+    T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
+    src = attention_mma.source(attention.AttentionForward(T, True, 0.25, mma="tf32"), "quad")[0]
+    q, k, v = (np.random.default_rng(i).normal(size=T.shape).astype(np.float32) for i in range(3))
+    assert _run_alone(tmp_path, src, "quad", q, k, v)[0].returncode == 0
+    old = "        CG_QUAD(red[I][1], cg_add);\n"
+    assert src.count(old) == 1
+    r, _ = _run_alone(tmp_path, src.replace(old, ""), "quad", q, k, v)
+    assert r.returncode != 0 and "circuitgrad hostrun: the lanes of quad 0 hold different Lr[I][1]: " in r.stderr, \
+        r.stderr[-2000:]
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("precision", PRECISIONS)
 def test_16_byte_loads_and_their_fallback_give_the_same_bits(precision, rng):
     """Rows are read four elements at a time, as one 16-byte load when the operands are 16-byte aligned, else one
     by one: operands at a 4-byte offset take the fallback and give the same bits (the host mode checks every
@@ -212,8 +288,8 @@ MUTATIONS = {
          "qa[I][2 * m][1] = cg_tf32(x[1]); qa[I][2 * m][2] = cg_tf32(y[0]);"),
     "the maximum of rows g + 8 left to each lane (no quad reduction)":
         ("tf32", "        CG_QUAD(red[I][1], fmaxf);\n", ""),
-    "a quad's butterfly one step short": ("tf32", "for (int cg_m = 1; cg_m <= 2; cg_m <<= 1) { float cg_x[32];",
-                                          "for (int cg_m = 1; cg_m <= 1; cg_m <<= 1) { float cg_x[32];"),
+    "a quad's butterfly one step short (device and host)": ("tf32", "for (int cg_m = 1; cg_m <= 2; cg_m <<= 1)",
+                                                            "for (int cg_m = 1; cg_m <= 1; cg_m <<= 1)"),
     "weights in the scores' register order (A_OF_C the identity)": ("tf32", "A_OF_C", (0, 1, 2, 3)),
     "bf16 A registers of rows g + 8 and of columns 2t + 8 swapped":
         ("bf16", "qa[I][m][1] = cg_pack(cg_bf16r(y[0]), cg_bf16r(y[1])); qa[I][m][2] = cg_pack(cg_bf16r(x[2]), cg_bf16r(x[3]));",
@@ -226,10 +302,11 @@ MUTATIONS = {
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
 @pytest.mark.parametrize("mutation, precision", [(None, "tf32"), (None, "bf16"), *((m, None) for m in MUTATIONS)])
-def test_a_wrong_fragment_layout_or_quad_reduction_fails(mutation, precision, monkeypatch):
+def test_a_wrong_fragment_layout_or_quad_reduction_fails(mutation, precision, monkeypatch, tmp_path):
     """The host's ``mma.sync`` reads the lanes' registers by PTX's layout and its quad reductions step as the
     device's shuffles: the kernel as generated computes its reference; each mutation (of the kernel, or of the
-    host's ``__shfl_xor_sync`` butterfly) gives wrong outputs."""
+    quad's ``__shfl_xor_sync`` butterfly) gives wrong outputs, or leaves a quad's copies of a statistic
+    differing, which the host mode aborts on (in a fresh process)."""
     precision, old, new = MUTATIONS.get(mutation, (precision, None, None))
     T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
     op = attention.AttentionForward(T, True, 0.25, mma=precision)
@@ -242,12 +319,11 @@ def test_a_wrong_fragment_layout_or_quad_reduction_fails(mutation, precision, mo
     if old != "A_OF_C" and old is not None:
         assert src.count(old) == 1
         src = src.replace(old, new)
-    with hostrun.device() as cp:
-        O, L = cp.empty(T.shape, dtype=np.float32), cp.empty(T.shape[:-1], dtype=np.float32)
-        cp.RawKernel(src, "lay")((1,), (32 * attention_mma.WARPS,), (cp.asarray(q), cp.asarray(k), cp.asarray(v), O, L))
-        got = O.get()
+    r, got = _run_alone(tmp_path, src, "lay", q, k, v)
     if mutation is None:
-        assert np.max(np.abs(got - want)) < 1e-5
+        assert r.returncode == 0 and np.max(np.abs(got - want)) < 1e-5, r.stderr[-2000:]
+    elif got is None:                   # the host mode found the quad's copies of a statistic differing
+        assert "circuitgrad hostrun: the lanes of quad " in r.stderr, r.stderr[-2000:]
     else:
         assert np.max(np.abs(got - want)) > 1e-2
 

@@ -28,7 +28,8 @@ in its low half: A ``(g, 2t|2t+1), (g+8, 2t|2t+1), (g, 2t+8|2t+9), (g+8, 2t+8|2t
 (2t+8|2t+9, g)``. Both: C ``(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)``. On the host (the host execution mode,
 :mod:`.host.check`) the warp runs once: ``CG_LANES`` loops over its 32 lanes, a register is an array over lanes,
 ``CG_MMA`` (``CG_MMA16``) gathers the lanes' fragments into whole tiles with the same layout, multiplies them
-and scatters the result back, and ``CG_QUAD`` steps the shuffles' butterfly over the lanes' registers.
+and scatters the result back, and ``CG_QUAD`` steps the shuffles' butterfly over the lanes' registers (and
+``CG_QUAD_SAME`` checks that a quad's lanes keep the same bits of each statistic).
 """
 from __future__ import annotations
 
@@ -69,6 +70,8 @@ __host__ __device__ inline void cg_ld4(float* d, const float* p, bool vec) {
     else { d[0] = p[0]; d[1] = p[1]; d[2] = p[2]; d[3] = p[3]; }
 }
 __host__ __device__ inline float cg_add(float a, float b) { return a + b; }
+// the lane distances of a quad's butterfly (CG_QUAD), one text for the device's shuffles and the host's replay
+#define CG_QUAD_STEPS for (int cg_m = 1; cg_m <= 2; cg_m <<= 1)
 #ifdef __CUDA_ARCH__
 __device__ inline float cg_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
 __device__ CG_SPLIT
@@ -102,8 +105,8 @@ __device__ inline void cg_mma16(float* d, const unsigned* a, const unsigned* b) 
 #define CG_MMA16(D, A, B) do { const int I = 0; cg_mma16(D, A, B); } while (0)
 // v (a lane's register, an expression in I) reduced by OP over its quad (lanes 4g ... 4g + 3) in a butterfly,
 // which leaves the same bits in the quad's four lanes (OP commutative)
-#define CG_QUAD(v, OP) do { const int I = 0; \
-    for (int cg_m = 1; cg_m <= 2; cg_m <<= 1) v = OP(v, __shfl_xor_sync(0xffffffffu, v, cg_m)); } while (0)
+#define CG_QUAD(v, OP) do { const int I = 0; CG_QUAD_STEPS v = OP(v, __shfl_xor_sync(0xffffffffu, v, cg_m)); } while (0)
+#define CG_QUAD_SAME(v)
 #else
 #include <string.h>
 inline unsigned cg_bits(float x) { unsigned b; memcpy(&b, &x, 4); return b; }
@@ -187,9 +190,16 @@ inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
 #define CG_MMA3(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma3_warp(cg_d, cg_a, cg_b); } while (0)
 // the quad's butterfly over the lanes' registers, step by step as the device's shuffles
-#define CG_QUAD(v, OP) do { for (int cg_m = 1; cg_m <= 2; cg_m <<= 1) { float cg_x[32]; \
+#define CG_QUAD(v, OP) do { CG_QUAD_STEPS { float cg_x[32]; \
     for (int I = 0; I < 32; ++I) cg_x[I] = v; \
     for (int I = 0; I < 32; ++I) v = OP(cg_x[I], cg_x[I ^ cg_m]); } } while (0)
+// a statistic every lane of a quad keeps a copy of (the quad's reduction): the copies' bits must agree
+#include <stdio.h>
+#include <stdlib.h>
+#define CG_QUAD_SAME(v) do { float cg_x[32]; for (int I = 0; I < 32; ++I) cg_x[I] = v; \
+    for (int I = 0; I < 32; I += 4) for (int j = 1; j < 4; ++j) if (cg_bits(cg_x[I + j]) != cg_bits(cg_x[I])) { \
+        fprintf(stderr, "circuitgrad hostrun: the lanes of quad %d hold different %s: %a in lane %d, %a in lane %d\n", \
+                I / 4, #v, (double)cg_x[I], I, (double)cg_x[I + j], I + j); abort(); } } while (0)
 #endif
 #endif
 """.replace("BF16_BITS", blas.BF16_BITS).replace("CG_SPLIT", _SPLIT)
@@ -447,6 +457,7 @@ def _forward(op: AttentionForward, t: _Tile) -> str:
             + stats +
             f"    }}\n"
             f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = {final}; }}\n"
+            f"    CG_QUAD_SAME(Lr[I][0]); CG_QUAD_SAME(Lr[I][1]);\n"
             f"    for (long long jt = 0; jt < {end}; ++jt) {{      // pass 2: O += p(s) v\n"
             + scores +
             f"        {t.weights_decl('pa')};\n"
@@ -477,6 +488,7 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
             f"        {t.a_rows('qa[I]', 'q', 'r0')}\n        {t.a_rows('da[I]', 'dO', 'r0')}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0; }}\n"
             + _per_row("cg_add", ["Dr"], D) +
+            f"    CG_QUAD_SAME(Dr[I][0]); CG_QUAD_SAME(Dr[I][1]);\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
             f"if (t == 0) {{ D_out[bh * {S}LL + r0 + g] = Dr[I][0]; D_out[bh * {S}LL + r0 + g + 8] = Dr[I][1]; }} }}\n"
             f"    for (long long jt = 0; jt < {end}; ++jt) {{\n"
