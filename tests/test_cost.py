@@ -153,7 +153,7 @@ def test_gpu_cost_takes_the_compiled_models_precision_and_graph():
     assert "float32 products in bf16" in own.notes[0]
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp32", "3xtf32"])
+@pytest.mark.parametrize("precision", ["bf16", "tf32", "fp32", "3xtf32"])
 @pytest.mark.parametrize("seq, whole", [(12, False), (16, True)])
 def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, whole, precision):
     """Under ``precision="bf16"`` cuBLAS's products run on the tensor cores at the bf16 rate (under fp32 on the
@@ -176,7 +176,7 @@ def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, whole, 
     assert len(att) == 4 and all(bool(s.instrs[0].op.mma) == tensor_cores for s in att)
     for s in att + [s for s in pl.steps if s.kind == "matmul"]:
         c = gpu_cost.launch_cost(pl.program, pl, s, dev, real)
-        on_tc = (s.kind == "matmul" and real == "bf16") or (s.kind == "attention" and tensor_cores)
+        on_tc = (s.kind == "matmul" and real != "fp32") or (s.kind == "attention" and tensor_cores)
         assert c["matmul_flops"] > 0 and c["tensor_core_flops"] == (c["matmul_flops"] if on_tc else 0)
         assert c["cuda_core_flops"] == c["flops"] - c["tensor_core_flops"]
     fwd = next(s for s in att if isinstance(s.instrs[0].op, attention.AttentionForward))
@@ -186,8 +186,13 @@ def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, whole, 
     if tensor_cores:                                    # the products' time at the bf16 rate, or three at TF32's
         dev = dataclasses.replace(dev, hbm_bytes_s=1e30, launch_s=0.0, fp32_flops=1e30)
         c = gpu_cost.launch_cost(pl.program, pl, fwd, dev, real)
-        rate = dev.bf16_flops if precision == "bf16" else dev.tf32_flops / 3
+        rate = {"bf16": dev.bf16_flops, "tf32": dev.tf32_flops, "3xtf32": dev.tf32_flops / 3}[precision]
         assert c["roofline_s"] == pytest.approx(c["matmul_flops"] / rate)
+    mm = next(s for s in pl.steps if s.kind == "matmul")         # cuBLAS's products: at the precision's rate
+    c = gpu_cost.launch_cost(pl.program, pl, mm, dataclasses.replace(dev, hbm_bytes_s=1e30, launch_s=0.0), real)
+    rate = {"bf16": dev.bf16_flops, "tf32": dev.tf32_flops}.get(real, dev.fp32_flops)
+    assert c["roofline_s"] == pytest.approx(c["flops"] / rate if real == "fp32" else c["matmul_flops"] / rate
+                                            + (c["flops"] - c["matmul_flops"]) / dev.fp32_flops)
 
 
 def test_gpu_launches_equal_the_backend_plan():

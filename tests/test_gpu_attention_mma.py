@@ -296,7 +296,7 @@ MUTATIONS = {
          "qa[I][m][2] = cg_pack(cg_bf16r(y[0]), cg_bf16r(y[1])); qa[I][m][1] = cg_pack(cg_bf16r(x[2]), cg_bf16r(x[3]));"),
     "bf16 B operand's key 2t + 9 read from key 2t + 8": ("bf16", "y[1] = {V_[(jt * 16LL + 8 + 2 * t + 1) * rs_v",
                                                           "y[1] = {V_[(jt * 16LL + 8 + 2 * t) * rs_v"),
-    "bf16 weights of keys 2t + 8 and 2t + 9 crossed": ("bf16", "pa[I][2] = cg_pack(y, x);", "pa[I][2] = cg_pack(x, y);"),
+    "bf16 weights of keys 2t + 8 and 2t + 9 crossed": ("bf16", "pa[I][2] = cg_pack(lo, hi);", "pa[I][2] = cg_pack(hi, lo);"),
 }
 
 
@@ -387,7 +387,8 @@ def test_the_kernels_compile_for_sm90_with_mma_and_no_spills(tmp_path):
     p = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-o", "-", str(tmp_path / "att.cu")], capture_output=True,
                        text=True)
     assert p.stdout.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") >= 16          # tf32, 3xtf32
-    assert p.stdout.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") >= 8          # bf16
+    # bf16: per kernel at least dh/16 products for the scores (two tiles) and dh/8 for the weights' product
+    assert p.stdout.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") >= 8 * (2 * 64 // 16 + 64 // 8)
 
 
 #: PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32, transcribed on its own (g = lane >> 2, t = lane % 4):

@@ -57,6 +57,10 @@ A_OF_C = (0, 2, 1, 3)
 _SPLIT = ("inline void cg_split(float* hi, float* lo, const float* x, int n) {   // TF32 part, remainder's TF32 part\n"
           "    for (int e = 0; e < n; ++e) { hi[e] = cg_tf32(x[e]); lo[e] = cg_tf32(x[e] - hi[e]); }\n}")
 
+#: two bfloat16 values (rounded already: their low halves zero) in a register, the first in its low half; one
+#: text for the device and the host (each with its ``cg_bits``)
+_PACK = "inline unsigned cg_pack(float lo, float hi) { return (cg_bits(lo) >> 16) | (cg_bits(hi) & 0xFFFF0000u); }"
+
 #: the helpers every tensor-core attention kernel uses, once per compilation unit
 PRELUDE = r"""#ifndef CG_MMA_PRELUDE
 #define CG_MMA_PRELUDE
@@ -90,8 +94,8 @@ __device__ inline void cg_mma3(float* d, const float* a, const float* b) {
     cg_split(ah, al, a, 4); cg_split(bh, bl, b, 2);
     cg_mma(d, al, bh); cg_mma(d, ah, bl); cg_mma(d, ah, bh);
 }
-// two bfloat16 values (rounded already: their low halves zero) packed in a register, the first in its low half
-__device__ inline unsigned cg_pack(float lo, float hi) { return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xFFFF0000u); }
+__device__ inline unsigned cg_bits(float x) { return __float_as_uint(x); }
+__device__ CG_PACK
 // D += A B: one m16n8k16 bfloat16 product of the warp (A: 4 registers of two values, B: 2; C and D: 4 floats)
 __device__ inline void cg_mma16(float* d, const unsigned* a, const unsigned* b) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -144,7 +148,7 @@ inline void cg_mma_warp(float* d[32], const float* a[32], const float* b[32]) {
         d[l][0] = C[g][2 * t]; d[l][1] = C[g][2 * t + 1]; d[l][2] = C[g + 8][2 * t]; d[l][3] = C[g + 8][2 * t + 1];
     }
 }
-inline unsigned cg_pack(float lo, float hi) { return (cg_bits(lo) >> 16) | (cg_bits(hi) & 0xFFFF0000u); }
+CG_PACK
 inline float cg_lo(unsigned p) { return cg_float(p << 16); }
 inline float cg_hi(unsigned p) { return cg_float(p & 0xFFFF0000u); }
 // The warp's m16n8k16 bfloat16 mma.sync on the host (PTX's layout: A's registers hold (g, 2t | 2t+1),
@@ -202,7 +206,7 @@ inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
                 I / 4, #v, (double)cg_x[I], I, (double)cg_x[I + j], I + j); abort(); } } while (0)
 #endif
 #endif
-""".replace("BF16_BITS", blas.BF16_BITS).replace("CG_SPLIT", _SPLIT)
+""".replace("BF16_BITS", blas.BF16_BITS).replace("CG_SPLIT", _SPLIT).replace("CG_PACK", _PACK)
 
 
 def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
@@ -349,12 +353,12 @@ class _Tile:
         ``m16n8k8``: a product a tile, A's register ``a`` taking C's element ``A_OF_C[a]``, so that A's column
         ``t`` is the tile's column ``2t``, its column ``t + 4`` column ``2t + 1`` (:meth:`accumulate` reads B's
         rows alike)."""
-        def one(u: int, e: int) -> str:
-            return f"{{ const int r = {C[e][0]}, c = {8 * u} + {C[e][1]}; x = {self.rnd}({value(u, e)}); }}"
-        if self.k16:
-            return " ".join(f"{{ float x, y; {one(u, 2 * h)} y = x; {one(u, 2 * h + 1)} "
-                            f"{frag}[I][{2 * u + h}] = cg_pack(y, x); }}" for u in range(self.tiles) for h in range(2))
-        return " ".join(f"{{ float x; {one(u, e)} {frag}[I][{u}][{a}] = x; }}"
+        def one(u: int, e: int, x: str) -> str:
+            return f"{{ const int r = {C[e][0]}, c = {8 * u} + {C[e][1]}; {x} = {self.rnd}({value(u, e)}); }}"
+        if self.k16:                # C's elements 2h (low) and 2h + 1 (high) of tile u: A's register 2u + h
+            return " ".join(f"{{ float lo, hi; {one(u, 2 * h, 'lo')} {one(u, 2 * h + 1, 'hi')} "
+                            f"{frag}[I][{2 * u + h}] = cg_pack(lo, hi); }}" for u in range(self.tiles) for h in range(2))
+        return " ".join(f"{{ float x; {one(u, e, 'x')} {frag}[I][{u}][{a}] = x; }}"
                         for u in range(self.tiles) for a, e in enumerate(A_OF_C))
 
     def accumulate(self, acc: str, a: str, n: str, base: str) -> str:

@@ -81,7 +81,8 @@ def launch_cost(p: Any, pl: Any, step: Any, dev: Device, precision: str = "fp32"
     on_tc = mm if mma or (precision != "fp32" and isinstance(dt, Float) and dt.bits == 32
                           and step.kind == "matmul") else 0
     simt_rate = dev.fp64_flops if isinstance(dt, Float) and dt.bits == 64 else dev.fp32_flops
-    tc_rate = (dev.bf16_flops if precision == "bf16" else dev.tf32_flops) / (3 if mma == "3xtf32" else 1)
+    unit = mma or ("bf16" if precision == "bf16" else "tf32")      # the tensor cores' instructions
+    tc_rate = (dev.bf16_flops if unit == "bf16" else dev.tf32_flops) / (3 if unit == "3xtf32" else 1)
     compute = on_tc / tc_rate + (mm - on_tc + other) / simt_rate
     roofline = max(nbytes / dev.hbm_bytes_s, compute)
     issue = 0.0 if graph else ISSUE_S["matmul"] if step.kind == "matmul" else ISSUE_S["kernel"]
