@@ -128,19 +128,18 @@ inline int cg_mma_lane(int l) {            // the host execution mode's thread o
     return l;
 #endif
 }
-// The warp's mma.sync on the host: the lanes' fragments gathered into whole tiles (PTX's layout), D = A B + C.
-inline void cg_mma_warp(float* d[32], const float* a[32], const float* b[32]) {
-    float A[16][8], B[8][8], C[16][8];
+// D = A B + C of the warp on the host, over the first K columns of A (16 × K) and rows of B (K × 8), with C and D
+// in the lanes' registers by PTX's layout (the same for m16n8k8 and m16n8k16).
+inline void cg_mma_tiles(float* d[32], const float A[16][16], const float B[16][8], int K) {
+    float C[16][8];
     for (int l = 0; l < 32; ++l) {
         const int g = l >> 2, t = l & 3;
-        A[g][t] = a[l][0]; A[g + 8][t] = a[l][1]; A[g][t + 4] = a[l][2]; A[g + 8][t + 4] = a[l][3];
-        B[t][g] = b[l][0]; B[t + 4][g] = b[l][1];
         C[g][2 * t] = d[l][0]; C[g][2 * t + 1] = d[l][1]; C[g + 8][2 * t] = d[l][2]; C[g + 8][2 * t + 1] = d[l][3];
     }
     for (int i = 0; i < 16; ++i)
         for (int j = 0; j < 8; ++j) {
             float s = C[i][j];
-            for (int k = 0; k < 8; ++k) s += A[i][k] * B[k][j];
+            for (int k = 0; k < K; ++k) s += A[i][k] * B[k][j];
             C[i][j] = s;
         }
     for (int l = 0; l < 32; ++l) {
@@ -148,13 +147,23 @@ inline void cg_mma_warp(float* d[32], const float* a[32], const float* b[32]) {
         d[l][0] = C[g][2 * t]; d[l][1] = C[g][2 * t + 1]; d[l][2] = C[g + 8][2 * t]; d[l][3] = C[g + 8][2 * t + 1];
     }
 }
+// The warp's m16n8k8 TF32 mma.sync on the host: the lanes' fragments gathered into whole tiles (PTX's layout).
+inline void cg_mma_warp(float* d[32], const float* a[32], const float* b[32]) {
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; ++l) {
+        const int g = l >> 2, t = l & 3;
+        A[g][t] = a[l][0]; A[g + 8][t] = a[l][1]; A[g][t + 4] = a[l][2]; A[g + 8][t + 4] = a[l][3];
+        B[t][g] = b[l][0]; B[t + 4][g] = b[l][1];
+    }
+    cg_mma_tiles(d, A, B, 8);
+}
 CG_PACK
 inline float cg_lo(unsigned p) { return cg_float(p << 16); }
 inline float cg_hi(unsigned p) { return cg_float(p & 0xFFFF0000u); }
 // The warp's m16n8k16 bfloat16 mma.sync on the host (PTX's layout: A's registers hold (g, 2t | 2t+1),
 // (g+8, 2t | 2t+1), (g, 2t+8 | 2t+9), (g+8, 2t+8 | 2t+9), B's (2t | 2t+1, g), (2t+8 | 2t+9, g), low half first).
 inline void cg_mma16_warp(float* d[32], const unsigned* a[32], const unsigned* b[32]) {
-    float A[16][16], B[16][8], C[16][8];
+    float A[16][16], B[16][8];
     for (int l = 0; l < 32; ++l) {
         const int g = l >> 2, t = l & 3;
         for (int h = 0; h < 2; ++h) {
@@ -162,18 +171,8 @@ inline void cg_mma16_warp(float* d[32], const unsigned* a[32], const unsigned* b
             A[g + 8][2 * t + 8 * h] = cg_lo(a[l][2 * h + 1]); A[g + 8][2 * t + 8 * h + 1] = cg_hi(a[l][2 * h + 1]);
             B[2 * t + 8 * h][g] = cg_lo(b[l][h]); B[2 * t + 8 * h + 1][g] = cg_hi(b[l][h]);
         }
-        C[g][2 * t] = d[l][0]; C[g][2 * t + 1] = d[l][1]; C[g + 8][2 * t] = d[l][2]; C[g + 8][2 * t + 1] = d[l][3];
     }
-    for (int i = 0; i < 16; ++i)
-        for (int j = 0; j < 8; ++j) {
-            float s = C[i][j];
-            for (int k = 0; k < 16; ++k) s += A[i][k] * B[k][j];
-            C[i][j] = s;
-        }
-    for (int l = 0; l < 32; ++l) {
-        const int g = l >> 2, t = l & 3;
-        d[l][0] = C[g][2 * t]; d[l][1] = C[g][2 * t + 1]; d[l][2] = C[g + 8][2 * t]; d[l][3] = C[g + 8][2 * t + 1];
-    }
+    cg_mma_tiles(d, A, B, 16);
 }
 // 3xTF32 on the host: each lane's operands split as on the device, then the warp's three products in turn
 inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
@@ -270,9 +269,9 @@ class _Tile:
         self.tiles = 2 if self.k16 else 1           # tiles of scores a step (one product's K: 16 or 8)
         self.keys = KEYS * self.tiles               # rows of the other side a step takes
 
-    def rows(self, name: str) -> str:
+    def rows(self, *names: str) -> str:
         """The declaration of a warp's A fragments of 16 rows × dh (:meth:`a_rows`)."""
-        return f"{'unsigned' if self.k16 else 'float'} {name}[CG_NL][{self.steps}][4]"
+        return ("unsigned " if self.k16 else "float ") + ", ".join(f"{n}[CG_NL][{self.steps}][4]" for n in names)
 
     def ptr(self, n: str) -> str:
         """``const float* <N> = `` matrix ``bh`` of operand ``n``, with its row stride ``rs_<n>``."""
@@ -314,7 +313,7 @@ class _Tile:
                 f"{frag}[2 * m + 1][2] = {r('x[3]')}; {frag}[2 * m + 1][3] = {r('y[3]')}; }}")
 
     def product(self, out: str, a: str, other: str, base: str) -> str:
-        """``out[u][16×8] += a[16×dh] · other[base + 8u … + 8]ᵀ`` for both tiles ``u``: the scores (or ``dp``) of a
+        """``out[u][16×8] += a[16×dh] · other[base + 8u … + 8]ᵀ`` for each of the step's tiles ``u``: the scores (or ``dp``) of a
         step, over dh in :meth:`a_rows`'s column order (lane ``(g, t)`` reads row ``g``'s columns ``16m + 4t …``)."""
         code = ""
         for u in range(self.tiles):
@@ -336,7 +335,7 @@ class _Tile:
 
     def scale(self, frag: str, c: str) -> str:
         """A step's scores (two C fragments) times ``c``."""
-        return (f"for (int u = 0; u < {self.tiles}; ++u) for (int e = 0; e < 4; ++e) {frag}[I][u][e] = {frag}[I][u][e] * {c};")
+        return f"for (int u = 0; u < {self.tiles}; ++u) for (int e = 0; e < 4; ++e) {frag}[I][u][e] = {frag}[I][u][e] * {c};"
 
     def scores(self, *names: str) -> str:
         """The declaration of a step's C fragments (:attr:`tiles` of them)."""
@@ -389,15 +388,14 @@ class _Tile:
                        f"          for (int nt = 0; nt < {nt}; ++nt) {self.mma}({acc}[I][nt], {a}[I][{u}], b[I][nt]); }}\n"
                        for u in range(self.tiles))
 
-    def store(self, acc: str, n: str, r0: str, scale: str = "") -> str:
+    def store(self, acc: str, n: str, r0: str) -> str:
         """The accumulators (16 × dh) into output ``n``'s rows from ``r0`` (tile ``nt``'s column ``j`` is column
         ``j·dh/8 + nt``, as :meth:`accumulate` reads)."""
-        mul = f" * {scale}" if scale else ""
         out = f"{n}_out"
         return (f"    {{ float* OUT_ = {self.w.at(out, '0')}; const long long rs = {self.w.strides[out][-2]}LL;\n"
                 f"      CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
                 f"        for (int nt = 0; nt < {self.nk}; ++nt) {{ "
-                + " ".join(f"OUT_[({r0} + {r}) * rs + ({c}) * {self.nk} + nt] = {acc}[I][nt][{e}]{mul};"
+                + " ".join(f"OUT_[({r0} + {r}) * rs + ({c}) * {self.nk} + nt] = {acc}[I][nt][{e}];"
                            for e, (r, c) in enumerate(C))
                 + " } } }\n")
 
@@ -487,7 +485,7 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
          f"cg_ld4(o, &{t.at('O', row, '16 * m + 4 * t')}, vec); for (int e = 0; e < 4; ++e) x += d[e] * o[e]; }} "
          f"Dr[I][h] = x;")
     return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") + t.ptr("O") + t.ptr("dO") +
-            f"    {t.rows('qa')}, da[CG_NL][{t.steps}][4]; float acc[CG_NL][{nk}][4], Lr[CG_NL][2], Dr[CG_NL][2];\n"
+            f"    {t.rows('qa', 'da')}; float acc[CG_NL][{nk}][4], Lr[CG_NL][2], Dr[CG_NL][2];\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
             f"        {t.a_rows('qa[I]', 'q', 'r0')}\n        {t.a_rows('da[I]', 'dO', 'r0')}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0; }}\n"
@@ -524,7 +522,7 @@ def _grad_kv(op: Attention, t: _Tile) -> str:
     stats = (f"float Lq[{t.tiles}][2]{f', Dq[{t.tiles}][2]' if grad_k else ''}; "
              f"for (int u = 0; u < {t.tiles}; ++u) for (int j = 0; j < 2; ++j) "
              f"{{ Lq[u][j] = L[{query}]; " + (f"Dq[u][j] = D[{query}]; " if grad_k else "") + "}")
-    regs = f"{t.rows('ka')}" + (f", va[CG_NL][{t.steps}][4]" if grad_k else "") + f"; float acc[CG_NL][{nk}][4]"
+    regs = t.rows("ka", *(["va"] if grad_k else [])) + f"; float acc[CG_NL][{nk}][4]"
     loads = t.a_rows("ka[I]", "k", "r0") + ("\n        " + t.a_rows("va[I]", "v", "r0")
                                                           if grad_k else "")
     dp = (t.product("dp", "va", "dO", f"it * {t.keys}LL") if grad_k else "")
