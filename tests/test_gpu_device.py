@@ -270,3 +270,21 @@ def test_tensor_core_attention_computes_its_reference(kind, causal, precision, r
     got = [o.get() for o in f.run(*[cupy.asarray(x) for x in xs])]
     for g, w, tol in zip(got, want, _tolerance(kind, causal, precision, *xs)):
         assert np.all(np.abs(g - w) <= tol), float(np.max(np.abs(g - w) - tol))
+
+
+@pytest.mark.parametrize("kind, causal", [("softmax", True), ("softmax", False), ("spherical", True)])
+def test_quad_attention_computes_its_reference(kind, causal, rng):
+    """The float32 CUDA-core attention kernels, a quad of lanes per row (``__shfl_xor_sync`` within each quad),
+    on the device against their NumPy reference, within the bound of ``tests/test_gpu_attention_quad.py``."""
+    import cupy
+    from test_gpu_attention_mma import _build, _program, _tolerance
+    T = cg.NdArrayType((2, 4, 136, 64), cg.float32)        # S a multiple of 8, not of 16
+    prog = _program(kind, causal, T)
+    xs = [rng.normal(size=T.shape).astype(np.float32) for _ in range(4)]
+    names = ["q", "k", "v", "do"]
+    want = _build(prog, names, "fp32").run(*xs)
+    f = gpu.compile_function(prog, names, "fb")
+    assert sum("CG_QUAD(s[I], cg_add);" in k.source for k in f.kernels.values()) == 4
+    got = [o.get() for o in f.run(*[cupy.asarray(x) for x in xs])]
+    for g, w, tol in zip(got, want, _tolerance(kind, causal, "3xtf32", *xs)):
+        assert np.all(np.abs(g - w) <= tol), float(np.max(np.abs(g - w) - tol))

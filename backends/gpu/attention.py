@@ -16,8 +16,9 @@ and ``dq = dS k``, ``dk = dSᵀ q``, ``dv = Aᵀ dO``. :func:`fuse` then replace
     q k L dO ──► AttentionGradV ──► dv
     q k v L dO D ──► AttentionGradK ──► dk
 
-Each kernel is a thread per row (query row for the forward and ``dq``, key row for ``dk`` and ``dv``), its
-row and accumulators in registers, streaming the other rows (:mod:`.attention_source`): the softmax forward
+Each kernel takes a row at a time (query row for the forward and ``dq``, key row for ``dk`` and ``dv``), its
+row and accumulators in registers, streaming the other rows: a quad of lanes per row in float32 where ``dh`` is a
+multiple of 16 and ``S`` of 8 (:mod:`.attention_quad`), else a thread (:mod:`.attention_source`). The softmax forward
 keeps a running maximum and sum (online softmax, FlashAttention's recurrence), the spherical one a running sum
 of squares (FlashSign's: no maximum, no rescaling), and the backward recomputes ``A`` from ``L``. This is the
 streaming form that "FlashAttention on a Napkin" derives from the diagram (``costmodel/napkin.py`` counts its

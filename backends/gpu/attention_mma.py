@@ -40,6 +40,7 @@ from .attention import Attention, AttentionForward, AttentionGradK, AttentionGra
 from .attention_source import Text, read_strides, text
 from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
+from .warp import LANES
 
 __all__ = ["attention_kernel", "source", "ROWS", "KEYS", "WARPS", "PRELUDE"]
 
@@ -61,21 +62,9 @@ _SPLIT = ("inline void cg_split(float* hi, float* lo, const float* x, int n) {  
 #: text for the device and the host (each with its ``cg_bits``)
 _PACK = "inline unsigned cg_pack(float lo, float hi) { return (cg_bits(lo) >> 16) | (cg_bits(hi) & 0xFFFF0000u); }"
 
-#: the helpers every tensor-core attention kernel uses, once per compilation unit
-PRELUDE = r"""#ifndef CG_MMA_PRELUDE
+#: the helpers every tensor-core attention kernel uses, once per compilation unit (after :data:`.warp.LANES`)
+_MMA = r"""#ifndef CG_MMA_PRELUDE
 #define CG_MMA_PRELUDE
-#define CG_LOWEST (-3.402823466e38f)
-#ifndef CG_VEC_LOAD
-#define CG_VEC_LOAD(p)
-#endif
-// four consecutive elements, in one 16-byte load when vec (the pointers checked aligned) else one by one
-__host__ __device__ inline void cg_ld4(float* d, const float* p, bool vec) {
-    if (vec) { CG_VEC_LOAD(p); const float4 v = *(const float4*)p; d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w; }
-    else { d[0] = p[0]; d[1] = p[1]; d[2] = p[2]; d[3] = p[3]; }
-}
-__host__ __device__ inline float cg_add(float a, float b) { return a + b; }
-// the lane distances of a quad's butterfly (CG_QUAD), one text for the device's shuffles and the host's replay
-#define CG_QUAD_STEPS for (int cg_m = 1; cg_m <= 2; cg_m <<= 1)
 #ifdef __CUDA_ARCH__
 __device__ inline float cg_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
 __device__ CG_SPLIT
@@ -102,32 +91,16 @@ __device__ inline void cg_mma16(float* d, const unsigned* a, const unsigned* b) 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-#define CG_NL 1
-#define CG_LANES for (int cg_once = 1, lane = (int)(threadIdx.x & 31), I = 0; cg_once; cg_once = 0, (void)lane, (void)I)
 #define CG_MMA(D, A, B) do { const int I = 0; cg_mma(D, A, B); } while (0)
 #define CG_MMA3(D, A, B) do { const int I = 0; cg_mma3(D, A, B); } while (0)
 #define CG_MMA16(D, A, B) do { const int I = 0; cg_mma16(D, A, B); } while (0)
-// v (a lane's register, an expression in I) reduced by OP over its quad (lanes 4g ... 4g + 3) in a butterfly,
-// which leaves the same bits in the quad's four lanes (OP commutative)
-#define CG_QUAD(v, OP) do { const int I = 0; CG_QUAD_STEPS v = OP(v, __shfl_xor_sync(0xffffffffu, v, cg_m)); } while (0)
-#define CG_QUAD_SAME(v)
 #else
-#include <string.h>
-inline unsigned cg_bits(float x) { unsigned b; memcpy(&b, &x, 4); return b; }
-inline float cg_float(unsigned b) { float x; memcpy(&x, &b, 4); return x; }
 inline float cg_tf32(float x) {             // cvt.rna.tf32.f32; a NaN the quiet NaN of its sign (blas.round_tf32)
     const unsigned b = cg_bits(x);
     return cg_float((b & 0x7FFFFFFFu) > 0x7F800000u ? (b & 0x80000000u) | 0x7FC00000u : (b + 0x1000u) & 0xFFFFE000u);
 }
 CG_SPLIT
 inline float cg_bf16r(float x) { const unsigned b = cg_bits(x); return cg_float(((unsigned)BF16_BITS) << 16); }
-inline int cg_mma_lane(int l) {            // the host execution mode's thread order: lanes 31 ... 0 in reverse
-#ifdef CG_HOSTRUN
-    return cg_reverse ? 31 - l : l;
-#else
-    return l;
-#endif
-}
 // D = A B + C of the warp on the host, over the first K columns of A (16 × K) and rows of B (K × 8), with C and D
 // in the lanes' registers by PTX's layout (the same for m16n8k8 and m16n8k16).
 inline void cg_mma_tiles(float* d[32], const float A[16][16], const float B[16][8], int K) {
@@ -184,28 +157,17 @@ inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
     }
     cg_mma_warp(d, pal, pbh); cg_mma_warp(d, pah, pbl); cg_mma_warp(d, pah, pbh);
 }
-#define CG_NL 32
-#define CG_LANES for (int cg_l0 = 0, lane = 0, I = 0; cg_l0 < 32 && ((lane = I = cg_mma_lane(cg_l0)), 1); ++cg_l0)
 #define CG_MMA(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma_warp(cg_d, cg_a, cg_b); } while (0)
 #define CG_MMA16(D, A, B) do { float* cg_d[32]; const unsigned* cg_a[32]; const unsigned* cg_b[32]; \
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma16_warp(cg_d, cg_a, cg_b); } while (0)
 #define CG_MMA3(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma3_warp(cg_d, cg_a, cg_b); } while (0)
-// the quad's butterfly over the lanes' registers, step by step as the device's shuffles
-#define CG_QUAD(v, OP) do { CG_QUAD_STEPS { float cg_x[32]; \
-    for (int I = 0; I < 32; ++I) cg_x[I] = v; \
-    for (int I = 0; I < 32; ++I) v = OP(cg_x[I], cg_x[I ^ cg_m]); } } while (0)
-// a statistic every lane of a quad keeps a copy of (the quad's reduction): the copies' bits must agree
-#include <stdio.h>
-#include <stdlib.h>
-#define CG_QUAD_SAME(v) do { float cg_x[32]; for (int I = 0; I < 32; ++I) cg_x[I] = v; \
-    for (int I = 0; I < 32; I += 4) for (int j = 1; j < 4; ++j) if (cg_bits(cg_x[I + j]) != cg_bits(cg_x[I])) { \
-        fprintf(stderr, "circuitgrad hostrun: the lanes of quad %d hold different %s: %a in lane %d, %a in lane %d\n", \
-                I / 4, #v, (double)cg_x[I], I, (double)cg_x[I + j], I + j); abort(); } } while (0)
 #endif
 #endif
 """.replace("BF16_BITS", blas.BF16_BITS).replace("CG_SPLIT", _SPLIT).replace("CG_PACK", _PACK)
+#: what a tensor-core kernel's source starts with
+PRELUDE = LANES + _MMA
 
 
 def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:

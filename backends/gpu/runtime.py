@@ -36,7 +36,7 @@ from circuitgrad.arguments import distinct_arrays
 from circuitgrad.codegen import ident
 from circuitgrad.schedule import Program
 
-from . import attention, attention_mma, attention_source, blas, storage
+from . import attention, attention_mma, attention_quad, attention_source, blas, storage
 from .elementwise import donations, fused_kernel
 from .gather import copy_kernel, gather_kernel
 from .graph import Graphed
@@ -82,7 +82,9 @@ def kernels(plan: Plan, prefix: str = "cg", donate_pairs: dict[int, int] | None 
         elif s.kind == "reduce":
             out[i] = reduce_kernel(s, plan, f"{prefix}_reduce{i}")
         elif s.kind == "attention":
-            make = attention_mma.attention_kernel if s.instrs[0].op.mma else attention_source.attention_kernel
+            op = s.instrs[0].op
+            make = (attention_mma.attention_kernel if op.mma else
+                    attention_quad.attention_kernel if attention_quad.fits(op) else attention_source.attention_kernel)
             out[i] = make(s, plan, f"{prefix}_attention{i}")
     return out
 

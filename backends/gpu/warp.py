@@ -9,10 +9,65 @@ combine function the device calls (:func:`combine`). The host execution mode cal
 """
 from __future__ import annotations
 
-__all__ = ["WARP", "FULL", "lanes", "host_lane", "combine", "host_replay"]
+__all__ = ["WARP", "FULL", "LANES", "lanes", "host_lane", "combine", "host_replay"]
 
 WARP = 32
 FULL = "0xffffffffu"            # the mask of a whole warp's lanes
+
+#: a warp run once on the host: ``CG_LANES { … }`` is a block of statements of one lane (``lane``, ``I``), its
+#: registers arrays over lanes indexed by ``I`` (``x[CG_NL]``: one on a device, 32 on the host, where the block
+#: loops over the lanes in the host mode's order); ``CG_QUAD(v, OP)`` reduces ``v`` over each quad of lanes by
+#: ``__shfl_xor_sync`` (the host replaying the butterfly step by step), ``CG_QUAD_SAME(v)`` checks on the host
+#: that a quad's copies agree; ``cg_ld4`` reads four floats, 16 bytes at once when ``vec``. Statements outside
+#: ``CG_LANES`` are the warp's, the same in every lane (loops, shuffles).
+LANES = r"""#ifndef CG_LANES_PRELUDE
+#define CG_LANES_PRELUDE
+#define CG_LOWEST (-3.402823466e38f)
+#ifndef CG_VEC_LOAD
+#define CG_VEC_LOAD(p)
+#endif
+// four consecutive elements, in one 16-byte load when vec (the pointers checked aligned) else one by one
+__host__ __device__ inline void cg_ld4(float* d, const float* p, bool vec) {
+    if (vec) { CG_VEC_LOAD(p); const float4 v = *(const float4*)p; d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w; }
+    else { d[0] = p[0]; d[1] = p[1]; d[2] = p[2]; d[3] = p[3]; }
+}
+__host__ __device__ inline float cg_add(float a, float b) { return a + b; }
+// the lane distances of a quad's butterfly (CG_QUAD), one text for the device's shuffles and the host's replay
+#define CG_QUAD_STEPS for (int cg_m = 1; cg_m <= 2; cg_m <<= 1)
+#ifdef __CUDA_ARCH__
+#define CG_NL 1
+#define CG_LANES for (int cg_once = 1, lane = (int)(threadIdx.x & 31), I = 0; cg_once; cg_once = 0, (void)lane, (void)I)
+// v (a lane's register, an expression in I) reduced by OP over its quad (lanes 4g ... 4g + 3) in a butterfly,
+// which leaves the same bits in the quad's four lanes (OP commutative)
+#define CG_QUAD(v, OP) do { const int I = 0; CG_QUAD_STEPS v = OP(v, __shfl_xor_sync(0xffffffffu, v, cg_m)); } while (0)
+#define CG_QUAD_SAME(v)
+#else
+#include <string.h>
+inline unsigned cg_bits(float x) { unsigned b; memcpy(&b, &x, 4); return b; }
+inline float cg_float(unsigned b) { float x; memcpy(&x, &b, 4); return x; }
+inline int cg_lane(int l) {                // the host execution mode's thread order: lanes 31 ... 0 in reverse
+#ifdef CG_HOSTRUN
+    return cg_reverse ? 31 - l : l;
+#else
+    return l;
+#endif
+}
+#define CG_NL 32
+#define CG_LANES for (int cg_l0 = 0, lane = 0, I = 0; cg_l0 < 32 && ((lane = I = cg_lane(cg_l0)), 1); ++cg_l0)
+// the quad's butterfly over the lanes' registers, step by step as the device's shuffles
+#define CG_QUAD(v, OP) do { CG_QUAD_STEPS { float cg_x[32]; \
+    for (int I = 0; I < 32; ++I) cg_x[I] = v; \
+    for (int I = 0; I < 32; ++I) v = OP(cg_x[I], cg_x[I ^ cg_m]); } } while (0)
+// a statistic every lane of a quad keeps a copy of (the quad's reduction): the copies' bits must agree
+#include <stdio.h>
+#include <stdlib.h>
+#define CG_QUAD_SAME(v) do { float cg_x[32]; for (int I = 0; I < 32; ++I) cg_x[I] = v; \
+    for (int I = 0; I < 32; I += 4) for (int j = 1; j < 4; ++j) if (cg_bits(cg_x[I + j]) != cg_bits(cg_x[I])) { \
+        fprintf(stderr, "circuitgrad hostrun: the lanes of quad %d hold different %s: %a in lane %d, %a in lane %d\n", \
+                I / 4, #v, (double)cg_x[I], I, (double)cg_x[I + j], I + j); abort(); } } while (0)
+#endif
+#endif
+"""
 
 
 def lanes(name: str, stmt: str, pad: str = "    ") -> str:
