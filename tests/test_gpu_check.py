@@ -135,8 +135,14 @@ class _CompileException(Exception):
 
 
 def _distinct(ks) -> int:
-    """How many kernels the backend's module of these holds (kernels equal but for their names once)."""
+    """How many kernels the backend's modules of these hold (kernels equal but for their names once)."""
     return len(set(module.source({n: k for n, (_, _, k) in enumerate(ks)})[1].values()))
+
+
+def _modules(ks) -> list[int]:
+    """The kernels each of the backend's modules of these holds."""
+    codes, _ = module.split({n: k for n, (_, _, k) in enumerate(ks)})
+    return [c.count('extern "C" __global__') for c in codes]
 
 
 def _fake_nvrtc(broken: str | None, log: list, broken_in_module: str | None = None):
@@ -162,7 +168,16 @@ def _fake_nvrtc(broken: str | None, log: list, broken_in_module: str | None = No
             if broken is not None and f"void {broken_in_module}(" in self.code:
                 raise error(broken)
             log.append(("module", self.code.count('extern "C" __global__')))
-    return types.SimpleNamespace(RawKernel=RawKernel, RawModule=RawModule)
+    class Device:                       # the current device, as module.compile_all asks for it
+        def __init__(self, id=0):
+            self.id = id
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+    return types.SimpleNamespace(RawKernel=RawKernel, RawModule=RawModule, cuda=types.SimpleNamespace(Device=Device))
 
 
 def test_every_tinygpt_kernel_is_listed_and_nvrtc_failures_are_reported_one_by_one(monkeypatch):
@@ -179,8 +194,12 @@ def test_every_tinygpt_kernel_is_listed_and_nvrtc_failures_are_reported_one_by_o
     log: list = []
     monkeypatch.setitem(sys.modules, "cupy", _fake_nvrtc(broken, log, module.source({0: kb})[1][0]))
     out = gpu_check.phase_nvrtc(dict(TINY, budget=60))
-    modules = [c for kind, c in log if kind == "module"]
-    assert sorted(modules) == sorted(_distinct(ks) for f, ks in kernels.items() if f != home)   # one a function
+    modules = [c for kind, c in log if kind == "module"]     # every module of the backend's but the broken one
+    codes, where = module.split({n: k for n, (_, _, k) in enumerate(kernels[home])})
+    bad = next(m for n, (m, _) in where.items() if kernels[home][n][2].name == broken)
+    want = [c for f, ks in kernels.items() for c in _modules(ks)]
+    want.remove(codes[bad].count('extern "C" __global__'))
+    assert sorted(modules) == sorted(want)
     alone = [c for kind, c in log if kind == "kernel"]
     assert sorted(alone + [broken]) == sorted(k.name for _, _, k in kernels[home])   # its function's, isolated
     assert out["status"] == "fail" and out["kernels"] == len(names) and out["compiled"] == len(names) - 1
@@ -196,12 +215,15 @@ def test_nvrtc_compiles_one_module_a_function_when_all_compile(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", _fake_nvrtc(None, log))
     out = gpu_check.phase_nvrtc(dict(TINY, budget=60))
     assert out["status"] == "pass" and out["failed"] == [] and out["unchecked"] == []
-    assert sorted(c for kind, c in log if kind == "module") == sorted(_distinct(ks) for ks in kernels.values())
+    parts = [c for ks in kernels.values() for c in _modules(ks)]
+    assert sorted(c for kind, c in log if kind == "module") == sorted(parts)
     assert all(kind == "module" for kind, _ in log)
+    assert out["message"].startswith(f"all {out['kernels']} "
+                                     f"tinygpt kernels compile with NVRTC ({len(parts)} modules, ")
     # no time left: the modules still decide
     log.clear()
     out = gpu_check.phase_nvrtc(dict(TINY, budget=1))
-    assert out["status"] == "pass" and [kind for kind, _ in log] == ["module"] * 3
+    assert out["status"] == "pass" and [kind for kind, _ in log] == ["module"] * len(parts)
 
 
 def test_the_nvrtc_budget_scales_with_the_kernel_count_and_the_whole_fits(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""TF32 products, steps replayed as CUDA graphs, and one NVRTC module a function, without a device: the host
+"""TF32 products, steps replayed as CUDA graphs, and a function's NVRTC modules, without a device: the host
 execution mode (:mod:`circuitgrad.backends.gpu.host.run`) records a capture and replays it as a device does, the
 cuBLAS operand layouts are checked against a column-major reading of the same memory, and the module's source
 is compiled by nvcc for sm_90."""
@@ -274,17 +274,114 @@ def test_local_names_are_numbered_in_order_of_appearance():
                                       "out0[i] = cg_t1 + cg_t0; // cg_t1")
 
 
+def _kernels():
+    return cg.compile_model(nn.gpt(4, 8, 13, d=32, heads=2, layers=2), loss=nn.softmax_cross_entropy,
+                            optimizer=nn.adamw(0.01), backend="cupy-emulated", donate=True).fn("step").compiled.kernels
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 8, 1000])
+def test_the_kernels_split_into_modules_of_about_equal_source(parts):
+    """``split``: every distinct kernel in exactly one module (at most ``parts``, one at least), every step's
+    kernel where it says, the modules' sizes within the largest kernel of each other, the same split each time,
+    and one module is :func:`module.source`'s."""
+    ks = _kernels()
+    code, names = module.source(ks)
+    codes, where = module.split(ks, parts)
+    distinct = set(names.values())
+    assert len(codes) == min(parts, len(distinct)) and set(where) == set(ks)
+    for i, (m, n) in where.items():
+        assert n == names[i] and f"void {n}(" in codes[m]
+    assert sorted(n for c in codes for n in distinct if f"void {n}(" in c) == sorted(distinct)   # once each
+    assert sum(c.count("__global__") for c in codes) == len(distinct)
+    largest = max(len(module.canonical(module.renamed(k, names[i]))) for i, k in ks.items())
+    assert max(map(len, codes)) - min(map(len, codes)) <= largest + len(distinct)    # and a newline a kernel
+    assert module.split(ks, parts) == (codes, where)
+    if parts == 1:
+        assert codes == [code]
+
+
+class _FakeCupy:
+    """RawModules that record the thread and device each compiles on, meeting at a barrier (so that they pass only
+    if they compile side by side); ``broken``: the name of a kernel whose module fails to compile."""
+
+    def __init__(self, n: int, broken: str | None = None):
+        import threading
+        self.local, self.barrier, self.seen, self.broken = threading.local(), threading.Barrier(n, timeout=30), [], broken
+        self.lock, self.got = threading.Lock(), []
+        outer = self
+
+        class Device:
+            def __init__(self, id=None):
+                self.id = getattr(outer.local, "device", 0) if id is None else id
+
+            def __enter__(self):
+                self.old, outer.local.device = getattr(outer.local, "device", 0), self.id
+
+            def __exit__(self, *exc):
+                outer.local.device = self.old
+
+        class RawModule:
+            def __init__(self, code):
+                self.code, self.compiled = code, 0
+
+            def compile(self):
+                outer.barrier.wait()
+                with outer.lock:
+                    outer.seen.append((threading.get_ident(), getattr(outer.local, "device", 0)))
+                if outer.broken and f"void {outer.broken}(" in self.code:
+                    raise RuntimeError(f"{outer.broken}: error")
+                self.compiled += 1
+
+            def get_function(self, name):
+                assert self.compiled == 1 and f"void {name}(" in self.code
+                return lambda grid, block, args, **kw: outer.got.append(name)
+        self.cuda = type("cuda", (), {"Device": Device})
+        self.RawModule = RawModule
+
+
+def test_modules_compile_side_by_side_on_the_callers_device_at_the_first_launch():
+    """``launchers``: nothing compiles before a launch; the first launch compiles every module once, each on its
+    own thread (they meet at a barrier) and on the caller's device; each kernel comes from its module."""
+    import threading
+    ks = _kernels()
+    fake = _FakeCupy(3)
+    with fake.cuda.Device(2):
+        made = module.launchers(fake, 3)(None, ks)
+        assert fake.seen == []
+        first = next(iter(made))
+        made[first]((1,), (32,), ())
+        assert len(fake.seen) == 3 and {d for _, d in fake.seen} == {2}
+        assert len({t for t, _ in fake.seen}) == 3 and threading.get_ident() not in {t for t, _ in fake.seen}
+        for f in made.values():
+            f((1,), (32,), ())
+    _, where = module.split(ks, 3)
+    assert len(fake.seen) == 3 and fake.got == [where[first][1]] + [where[i][1] for i in made]
+
+
+def test_a_module_that_fails_to_compile_fails_the_first_launch():
+    ks = _kernels()
+    codes, where = module.split(ks, 2)
+    fake = _FakeCupy(2, broken=next(iter(where.values()))[1])
+    made = module.launchers(fake, 2)(None, ks)
+    with pytest.raises(RuntimeError, match=": error"):
+        next(iter(made.values()))((1,), (32,), ())
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_the_module_compiles_for_sm90(tmp_path):
-    step = cg.compile_model(nn.gpt(4, 8, 13, d=24, heads=3, layers=2), loss=nn.softmax_cross_entropy,
+def test_the_modules_compile_for_sm90(tmp_path):
+    """A GPT step's kernels as one module and as two (the backend's split on two cores), each with nvcc."""
+    step = cg.compile_model(nn.gpt(4, 8, 13, d=32, heads=2, layers=2), loss=nn.softmax_cross_entropy,
                             optimizer=nn.adamw(0.01), backend="cupy-emulated", donate=True)
-    code, names = module.source(step.fn("step").compiled.kernels)
-    src = tmp_path / "module.cu"
-    src.write_text(code)
-    r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "m.cubin"), str(src)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    elf = (tmp_path / "m.cubin").read_bytes()         # the kernels' names are the ELF's symbol strings
-    for n in set(names.values()):
-        assert n.encode() + b"\0" in elf
+    ks = step.fn("step").compiled.kernels
+    code, names = module.source(ks)
+    codes, where = module.split(ks, 2)
+    for j, c in enumerate([code] + codes):
+        src = tmp_path / f"module{j}.cu"
+        src.write_text(c)
+        r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / f"m{j}.cubin"), str(src)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-3000:]
+    elf = [(tmp_path / f"m{j}.cubin").read_bytes() for j in range(3)]   # the kernels' names: the ELF's symbols
+    for i, (m, n) in where.items():
+        assert n.encode() + b"\0" in elf[0] and n.encode() + b"\0" in elf[1 + m]
     assert hostcapture.capturing() is None
