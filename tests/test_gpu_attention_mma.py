@@ -292,11 +292,11 @@ MUTATIONS = {
                                                             "for (int cg_m = 1; cg_m <= 1; cg_m <<= 1)"),
     "weights in the scores' register order (A_OF_C the identity)": ("tf32", "A_OF_C", (0, 1, 2, 3)),
     "bf16 A registers of rows g + 8 and of columns 2t + 8 swapped":
-        ("bf16", "qa[I][m][1] = cg_pack(cg_bf16r(y[0]), cg_bf16r(y[1])); qa[I][m][2] = cg_pack(cg_bf16r(x[2]), cg_bf16r(x[3]));",
-         "qa[I][m][2] = cg_pack(cg_bf16r(y[0]), cg_bf16r(y[1])); qa[I][m][1] = cg_pack(cg_bf16r(x[2]), cg_bf16r(x[3]));"),
+        ("bf16", "qa[I][m][1] = cg_pack_rn(y[0], y[1]); qa[I][m][2] = cg_pack_rn(x[2], x[3]);",
+         "qa[I][m][2] = cg_pack_rn(y[0], y[1]); qa[I][m][1] = cg_pack_rn(x[2], x[3]);"),
     "bf16 B operand's key 2t + 9 read from key 2t + 8": ("bf16", "y[1] = {V_[(jt * 16LL + 8 + 2 * t + 1) * rs_v",
                                                           "y[1] = {V_[(jt * 16LL + 8 + 2 * t) * rs_v"),
-    "bf16 weights of keys 2t + 8 and 2t + 9 crossed": ("bf16", "pa[I][2] = cg_pack(lo, hi);", "pa[I][2] = cg_pack(hi, lo);"),
+    "bf16 weights of keys 2t + 8 and 2t + 9 crossed": ("bf16", "pa[I][2] = cg_pack_rn(lo, hi);", "pa[I][2] = cg_pack_rn(hi, lo);"),
 }
 
 
@@ -389,6 +389,55 @@ def test_the_kernels_compile_for_sm90_with_mma_and_no_spills(tmp_path):
     assert p.stdout.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") >= 16          # tf32, 3xtf32
     # bf16: per kernel at least dh/16 products for the scores (two tiles) and dh/8 for the weights' product
     assert p.stdout.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") >= 8 * (2 * 64 // 16 + 64 // 8)
+    # and round and pack their operands two at a time, one instruction (each kernel's B loads at least)
+    assert p.stdout.count("cvt.rn.bf16x2.f32") >= 8 * 2
+
+
+#: ``cg_pack_rn`` of each pair of ``lo[i], hi[i]`` (``cvt.rn.bf16x2.f32`` on a device)
+PACK_KERNEL = attention_mma.PRELUDE + """
+extern "C" __global__ void pack_rn(const float* lo, const float* hi, unsigned* out, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = cg_pack_rn(lo[i], hi[i]);
+}
+#ifdef CG_HOSTRUN
+// the prelude names warp shuffles: the host mode runs this kernel a warp (of blocks of 128) at a time
+void pack_rn__host_warp(unsigned long long block, unsigned warp, const float* lo, const float* hi, unsigned* out,
+                        int n) {
+    for (int l = 0; l < 32; ++l) { const long long i = (long long)block * 128 + warp * 32 + l;
+                                   if (i < n) out[i] = cg_pack_rn(lo[i], hi[i]); }
+}
+#endif
+"""
+
+
+def pack_cases() -> tuple[np.ndarray, np.ndarray]:
+    """Pairs of float32 values (no NaN): halfway cases rounding to even both ways, the largest floats (to
+    infinity), infinities, signed zeros, subnormals (a halfway one), and random values."""
+    bits = np.array([0x3F808000, 0x3F818000, 0x3F807FFF, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F7FFF, 0x7F800000,
+                     0xFF800000, 0x00000000, 0x80000000, 0x00000001, 0x00008000, 0x00018000, 0x807FFFFF,
+                     0x3EAAAAAB, 0xC2F6E979], dtype=np.uint32)
+    rand = np.random.default_rng(5).normal(size=240).astype(np.float32) * np.float32(1e3)
+    x = np.concatenate([bits.view(np.float32), rand])
+    return x, np.roll(x, 7)
+
+
+def pack_expected(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Each pair rounded to bfloat16 (``blas.round_bf16``: nearest even), ``lo`` in the low half."""
+    b = lambda x: blas.round_bf16(np, x).view(np.uint32)  # noqa: E731
+    return (b(lo) >> np.uint32(16)) | (b(hi) & np.uint32(0xFFFF0000))
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_the_host_rounds_and_packs_pairs_as_cvt_rn_bf16x2():
+    """The host's ``cg_pack_rn`` (each value rounded, then packed) against ``blas.round_bf16`` on every case;
+    ``tests/test_gpu_device.py`` checks the device's one instruction against the same."""
+    lo, hi = pack_cases()
+    with hostrun.device() as cp:
+        out = cp.zeros(lo.size, dtype=cp.uint32)
+        cp.RawKernel(PACK_KERNEL, "pack_rn")((2,), (128,), (cp.asarray(lo), cp.asarray(hi), out, np.int32(lo.size)))
+        got = out.get()
+    np.testing.assert_array_equal(got, pack_expected(lo, hi))
+    assert got[0] & 0xFFFF == 0x3F80 and got[1] & 0xFFFF == 0x3F82      # halfway: to the even neighbour
 
 
 #: PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32, transcribed on its own (g = lane >> 2, t = lane % 4):

@@ -2,7 +2,8 @@
 
 The same four kernels as :mod:`.attention_source` (same operands, outputs and recurrences), with every product
 a PTX ``mma.sync`` with float32 accumulation: ``m16n8k8`` on TF32 operands (``cvt.rna.tf32`` under ``"tf32"``;
-3xTF32 under ``"fp32"`` when asked), ``m16n8k16`` on bfloat16 pairs under ``"bf16"``. Each operand element is
+3xTF32 under ``"fp32"`` when asked), ``m16n8k16`` on bfloat16 pairs under ``"bf16"`` (each pair rounded and
+packed by one ``cvt.rn.bf16x2.f32``). Each operand element is
 rounded as the unfused definition's product rounds it, so the fused step multiplies what the definition
 multiplies. A warp takes 16 rows (query rows: forward and ``dq``; key rows: ``dk`` and ``dv``) and streams the
 other side 8 rows at a time (16 under ``"bf16"``, one product's K)::
@@ -85,6 +86,11 @@ __device__ inline void cg_mma3(float* d, const float* a, const float* b) {
 }
 __device__ inline unsigned cg_bits(float x) { return __float_as_uint(x); }
 __device__ CG_PACK
+// two floats rounded to bfloat16 (nearest even) and packed, the first in the low half, in one instruction
+// (cvt.rn.bf16x2.f32 d, a, b puts a in d's upper half); the host rounds each (cg_bf16r), then packs
+__device__ inline unsigned cg_pack_rn(float lo, float hi) {
+    unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+}
 // D += A B: one m16n8k16 bfloat16 product of the warp (A: 4 registers of two values, B: 2; C and D: 4 floats)
 __device__ inline void cg_mma16(float* d, const unsigned* a, const unsigned* b) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -131,6 +137,7 @@ inline void cg_mma_warp(float* d[32], const float* a[32], const float* b[32]) {
     cg_mma_tiles(d, A, B, 8);
 }
 CG_PACK
+inline unsigned cg_pack_rn(float lo, float hi) { return cg_pack(cg_bf16r(lo), cg_bf16r(hi)); }
 inline float cg_lo(unsigned p) { return cg_float(p << 16); }
 inline float cg_hi(unsigned p) { return cg_float(p & 0xFFFF0000u); }
 // The warp's m16n8k16 bfloat16 mma.sync on the host (PTX's layout: A's registers hold (g, 2t | 2t+1),
@@ -254,8 +261,9 @@ class _Tile:
         return f"{self.rnd}({x})"
 
     def pack(self, lo: str, hi: str) -> str:
-        """Two values rounded to bfloat16 in one register, ``lo`` in its low half."""
-        return f"cg_pack({self.r(lo)}, {self.r(hi)})"
+        """Two values rounded to bfloat16 in one register, ``lo`` in its low half (``cg_pack_rn``: one
+        instruction on a device)."""
+        return f"cg_pack_rn({lo}, {hi})"
 
     def a_rows(self, frag: str, n: str, r0: str) -> str:
         """The A fragments (16 rows × dh) of operand ``n``'s rows ``r0…``, rounded. Lane ``(g, t)`` reads columns
@@ -314,11 +322,12 @@ class _Tile:
         ``m16n8k8``: a product a tile, A's register ``a`` taking C's element ``A_OF_C[a]``, so that A's column
         ``t`` is the tile's column ``2t``, its column ``t + 4`` column ``2t + 1`` (:meth:`accumulate` reads B's
         rows alike)."""
-        def one(u: int, e: int, x: str) -> str:
-            return f"{{ const int r = {C[e][0]}, c = {8 * u} + {C[e][1]}; {x} = {self.rnd}({value(u, e)}); }}"
+        def one(u: int, e: int, x: str, rnd: str = self.rnd) -> str:
+            return f"{{ const int r = {C[e][0]}, c = {8 * u} + {C[e][1]}; {x} = {rnd}({value(u, e)}); }}"
         if self.k16:                # C's elements 2h (low) and 2h + 1 (high) of tile u: A's register 2u + h
-            return " ".join(f"{{ float lo, hi; {one(u, 2 * h, 'lo')} {one(u, 2 * h + 1, 'hi')} "
-                            f"{frag}[I][{2 * u + h}] = cg_pack(lo, hi); }}" for u in range(self.tiles) for h in range(2))
+            return " ".join(f"{{ float lo, hi; {one(u, 2 * h, 'lo', '')} {one(u, 2 * h + 1, 'hi', '')} "
+                            f"{frag}[I][{2 * u + h}] = {self.pack('lo', 'hi')}; }}"
+                            for u in range(self.tiles) for h in range(2))
         return " ".join(f"{{ float x; {one(u, e, 'x')} {frag}[I][{u}][{a}] = x; }}"
                         for u in range(self.tiles) for a, e in enumerate(A_OF_C))
 
