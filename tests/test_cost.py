@@ -159,7 +159,7 @@ def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, whole, 
     """Under ``precision="bf16"`` cuBLAS's products run on the tensor cores at the bf16 rate (under fp32 on the
     CUDA cores); the streaming attention kernels' do when their rows fill whole tiles (``S`` a multiple of 16) and
     the precision asks (bf16 instructions under bf16; fp32 with ``attention_3xtf32``: TF32 instructions, three a
-    product), the scores computed twice in the forward; else on the CUDA cores (thread per row)."""
+    product), the scores computed twice in the forward; else on the CUDA cores (a quad or a thread per row)."""
     from circuitgrad.backends.gpu import attention
     from circuitgrad.backends.gpu import cost as gpu_cost
     from circuitgrad.backends.gpu.host.emulate import emulated_kernel

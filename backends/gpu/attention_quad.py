@@ -8,7 +8,7 @@ Here a warp takes 8 rows, lane ``l`` row ``g = l >> 2`` and the columns ``16m + 
 row (16 bytes each), and the warp's 8 quads read the same row::
 
     lane (g, t):  qr, acc … : columns 16m + 4t + e of row r0 + g       (m < dh/16, e < 4)
-    s = Σ qr·k_j:            a lane's 16 products, then its quad's four partials (CG_QUAD, a butterfly
+    s = Σ qr·k_j:            a lane's dh/4 products, then its quad's four partials (CG_QUAD, a butterfly
                              that leaves the same bits in the four lanes), then each lane updates its columns
 
 The softmax forward keeps the online recurrence (running maximum ``m`` and sum ``l``, every lane a copy), the

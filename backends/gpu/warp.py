@@ -6,6 +6,9 @@ such kernel also has a host-only ``<name>_body(item, …)`` (under ``#ifndef __C
 one after another, in ``<name>_lane`` order (:func:`host_lane`), and replays every shuffle exactly with the same
 combine function the device calls (:func:`combine`). The host execution mode calls it through
 ``<name>__host_warp`` (``#ifdef CG_HOSTRUN``, :func:`host_replay`); :mod:`~.host.check` through its loop over items.
+
+The attention kernels (:mod:`~.attention_quad`, :mod:`~.attention_mma`) instead write the warp's code once over
+registers that are arrays over its lanes (:data:`LANES`): a device runs it per lane, the host once for the warp.
 """
 from __future__ import annotations
 
