@@ -133,6 +133,9 @@ MUTATIONS = {
     "dq: D left to each lane": ("AttentionGradQ", "    CG_QUAD(Dt[I], cg_add);\n", ""),
     "dk: dp left to each lane": ("AttentionGradK", " CG_QUAD(dp[I], cg_add);", ""),
     "dv: a query that does not see the key counted": ("AttentionGradV", "if (i >= row)", "if (true)"),
+    "keys read past the warp's last row (past S in the last warp)": ("AttentionForward", "j < r0 + 8LL",
+                                                                     "j < r0 + 9LL"),
+    "dk: queries read from the warp's row before its first": ("AttentionGradK", "i = r0;", "i = r0 - 1;"),
 }
 
 
@@ -170,8 +173,9 @@ def _operands(T, rng) -> dict:
 @pytest.mark.parametrize("mutation", [None, *MUTATIONS])
 def test_a_wrong_reduction_or_layout_fails(mutation, tmp_path):
     """Each kernel as generated computes its reference; each mutation (of a quad's reduction, of a lane's
-    columns, of the causal mask) gives wrong outputs, or leaves a quad's copies of a statistic differing, which
-    the host mode aborts on (each run in a fresh process). Causal softmax, 16 rows of 32."""
+    columns, of the causal mask, of a loop's bounds) gives wrong outputs, or leaves a quad's copies of a statistic
+    differing, or reads a row outside its operand, which the host mode aborts on (each run in a fresh process).
+    Causal softmax, 16 rows of 32."""
     T = cg.NdArrayType((1, 1, 16, 32), cg.float32)
     x = _operands(T, np.random.default_rng(2))
     for cls in attention.OPS if mutation is None else [getattr(attention, MUTATIONS[mutation][0])]:
@@ -189,8 +193,9 @@ def test_a_wrong_reduction_or_layout_fails(mutation, tmp_path):
             assert r.returncode == 0, r.stderr[-2000:]
             for g, w in zip(got, want):
                 assert np.max(np.abs(g - w)) < 1e-5 * max(1.0, float(np.max(np.abs(w)))), cls
-        elif got is None:
-            assert "circuitgrad hostrun: the lanes of quad " in r.stderr, r.stderr[-2000:]
+        elif got is None:       # a quad's copies of a statistic differ, or a row outside its operand is read
+            assert ("circuitgrad hostrun: the lanes of quad " in r.stderr
+                    or ", which has 16 rows: on a device, an access outside the operand" in r.stderr), r.stderr[-2000:]
         else:
             assert max(float(np.max(np.abs(g - w))) for g, w in zip(got, want)) > 1e-2
 

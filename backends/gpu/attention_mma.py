@@ -249,7 +249,7 @@ class _Tile:
 
     def at(self, n: str, r: str, c: str) -> str:
         """Element ``(r, c)`` of operand ``n``'s matrix ``bh``."""
-        return f"{n.upper()}_[({r}) * rs_{n} + ({c})]"
+        return f"{n.upper()}_[({self.w.row(r, n)}) * rs_{n} + ({c})]"
 
     def aligned(self) -> str:
         """``vec``: whether the operands' rows are read 16 bytes at a time (every row starts on a multiple of four
@@ -366,7 +366,7 @@ class _Tile:
         return (f"    {{ float* OUT_ = {self.w.at(out, '0')}; const long long rs = {self.w.strides[out][-2]}LL;\n"
                 f"      CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
                 f"        for (int nt = 0; nt < {self.nk}; ++nt) {{ "
-                + " ".join(f"OUT_[({r0} + {r}) * rs + ({c}) * {self.nk} + nt] = {acc}[I][nt][{e}];"
+                + " ".join(f"OUT_[({self.w.row(f'{r0} + {r}', out)}) * rs + ({c}) * {self.nk} + nt] = {acc}[I][nt][{e}];"
                            for e, (r, c) in enumerate(C))
                 + " } } }\n")
 
@@ -439,7 +439,7 @@ def _forward(op: AttentionForward, t: _Tile) -> str:
             "    }\n"
             + t.store("acc", "O", "r0") +
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
-            f"if (t == 0) {{ L_out[bh * {S}LL + r0 + g] = Lr[I][0]; L_out[bh * {S}LL + r0 + g + 8] = Lr[I][1]; }} }}\n")
+            f"if (t == 0) {{ {w.stat('L_out', 'r0 + g')} = Lr[I][0]; {w.stat('L_out', 'r0 + g + 8')} = Lr[I][1]; }} }}\n")
 
 
 def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
@@ -451,7 +451,7 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
     grad = lambda u, e: (f"((!{causal} || jt * {t.keys}LL + c <= r0 + r) ? {w.c} * "  # noqa: E731
                          f"({w.ds(f's[I][{u}][{e}]', f'dp[I][{u}][{e}]', f'Lr[I][{e >> 1}]', f'Dr[I][{e >> 1}]')}) : 0.0f)")
     row = "r0 + g + 8 * h"
-    D = (f"Lr[I][h] = L[bh * {S}LL + {row}]; float x = 0; for (int m = 0; m < {t.dh // 16}; ++m) {{ "
+    D = (f"Lr[I][h] = {w.stat('L', row)}; float x = 0; for (int m = 0; m < {t.dh // 16}; ++m) {{ "
          f"float o[4], d[4]; cg_ld4(d, &{t.at('dO', row, '16 * m + 4 * t')}, vec); "
          f"cg_ld4(o, &{t.at('O', row, '16 * m + 4 * t')}, vec); for (int e = 0; e < 4; ++e) x += d[e] * o[e]; }} "
          f"Dr[I][h] = x;")
@@ -463,7 +463,7 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
             + _per_row("cg_add", ["Dr"], D) +
             f"    CG_QUAD_SAME(Dr[I][0]); CG_QUAD_SAME(Dr[I][1]);\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
-            f"if (t == 0) {{ D_out[bh * {S}LL + r0 + g] = Dr[I][0]; D_out[bh * {S}LL + r0 + g + 8] = Dr[I][1]; }} }}\n"
+            f"if (t == 0) {{ {w.stat('D_out', 'r0 + g')} = Dr[I][0]; {w.stat('D_out', 'r0 + g + 8')} = Dr[I][1]; }} }}\n"
             f"    for (long long jt = 0; jt < {end}; ++jt) {{\n"
             f"        {t.scores('s', 'dp')}; {t.weights_decl('ga')};\n"
             + _zero(t, "s", "dp")
@@ -489,10 +489,10 @@ def _grad_kv(op: Attention, t: _Tile) -> str:
                               f" : 0.0f)")
     else:
         value = lambda u, e: f"({seen} ? {w.weight(f's[I][{u}][{e}]', f'Lq[{u}][{e & 1}]')} : 0.0f)"  # noqa: E731
-    query = f"bh * {S}LL + it * {t.keys}LL + 8 * u + 2 * t + j"
+    query = f"it * {t.keys}LL + 8 * u + 2 * t + j"
     stats = (f"float Lq[{t.tiles}][2]{f', Dq[{t.tiles}][2]' if grad_k else ''}; "
              f"for (int u = 0; u < {t.tiles}; ++u) for (int j = 0; j < 2; ++j) "
-             f"{{ Lq[u][j] = L[{query}]; " + (f"Dq[u][j] = D[{query}]; " if grad_k else "") + "}")
+             f"{{ Lq[u][j] = {w.stat('L', query)}; " + (f"Dq[u][j] = {w.stat('D', query)}; " if grad_k else "") + "}")
     regs = t.rows("ka", *(["va"] if grad_k else [])) + f"; float acc[CG_NL][{nk}][4]"
     loads = t.a_rows("ka[I]", "k", "r0") + ("\n        " + t.a_rows("va[I]", "v", "r0")
                                                           if grad_k else "")

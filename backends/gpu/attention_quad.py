@@ -142,7 +142,7 @@ class _Quad:
 
     def stat(self, n: str, value: str) -> str:
         """Row statistic ``n`` (``L`` or ``D``) of row ``row``, written by the quad's first lane."""
-        return self.lanes(f"if (t == 0) {n}_out[bh * {self.S}LL + row] = {value};")
+        return self.lanes(f"if (t == 0) {self.w.stat(f'{n}_out', 'row')} = {value};")
 
 
 def _forward(q: _Quad) -> str:
@@ -190,11 +190,11 @@ def _forward_spherical(q: _Quad) -> str:
 def _grad_q(q: _Quad) -> str:
     """A query row: ``D = rowsum(dO∘O)`` (a lane's columns, then its quad's), then ``dq`` over the keys it sees,
     each weight recomputed from ``L``."""
-    w, c, S = q.w, q.w.c, q.S
+    w, c = q.w, q.w.c
     return (f"    {q.regs('qr', 'dor', 'acc', 'kv', 'vv')} float s[CG_NL], dp[CG_NL], Lt[CG_NL], Dt[CG_NL];\n"
             + q.lanes(q.load("qr", "q", "row", f"(float){c}") + " " + q.load("dor", "dO", "row") + " "
                       + q.load("kv", "O", "row") + " " + q.dot("Dt", [("dor", "kv")])
-                      + f" for (int e = 0; e < {q.ne}; ++e) acc[I][e] = 0; Lt[I] = L[bh * {S}LL + row];")
+                      + f" for (int e = 0; e < {q.ne}; ++e) acc[I][e] = 0; Lt[I] = {w.stat('L', 'row')};")
             + "    CG_QUAD(Dt[I], cg_add);\n    CG_QUAD_SAME(Dt[I]);\n"
             + f"    for (long long j = 0; j < {q.end()}; ++j) {{\n"
             + q.lanes(q.load("kv", "k", "j") + " " + q.load("vv", "v", "j") + " "
@@ -218,13 +218,13 @@ def _grad_kv(q: _Quad) -> str:
     if grad_k:
         scores = (q.load("qv", "q", "i") + " " + q.load("gv", "dO", "i") + " "
                   + q.dot("s dp", [("qv", "kr"), ("gv", "vr")]))
-        update = (f"const float Li = L[bh * {S}LL + i], Di = D[bh * {S}LL + i]; "
+        update = (f"const float Li = {w.stat('L', 'i')}, Di = {w.stat('D', 'i')}; "
                   f"const float ds = {w.ds('s[I]', 'dp[I]', 'Li', 'Di')}; "
                   f"for (int e = 0; e < {q.ne}; ++e) acc[I][e] += ds * qv[I][e];")
         quads = "        CG_QUAD(s[I], cg_add); CG_QUAD(dp[I], cg_add);\n"
     else:
         scores = q.load("qv", "q", "i") + " " + q.dot("s", [("qv", "kr")])
-        update = (q.load("gv", "dO", "i") + f" const float p = {w.weight('s[I]', f'L[bh * {S}LL + i]')}; "
+        update = (q.load("gv", "dO", "i") + f" const float p = {w.weight('s[I]', w.stat('L', 'i'))}; "
                   f"for (int e = 0; e < {q.ne}; ++e) acc[I][e] += p * gv[I][e];")
         quads = "        CG_QUAD(s[I], cg_add);\n"
     return (f"    {q.regs(*regs)} float s[CG_NL]{', dp[CG_NL]' if grad_k else ''};\n"

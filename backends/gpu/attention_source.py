@@ -78,6 +78,7 @@ def source(op: Attention, name: str, ctype: str,
         body = _grad_kv(op, w)
     args = ", ".join(ins + [f"{n}_out" for n in outs])
     src = ("#ifndef CG_VEC_LOAD\n#define CG_VEC_LOAD(p)\n#endif\n"     # checked only by the host execution mode
+           "#ifndef CG_ROW\n#define CG_ROW(i, n, what) (i)\n#endif\n"
            f"__host__ __device__ inline void {name}_body(long long t, {', '.join(params)}) {{\n{body}}}\n"
            f"extern \"C\" __global__ void {name}({', '.join(params)}) {{\n"
            f"    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
@@ -125,7 +126,7 @@ class Text:
         last = self.S - 1
         row = (f"{last}LL - t % {self.S}LL" if op.causal and isinstance(op, (AttentionForward, AttentionGradQ))
                else f"t % {self.S}LL")
-        self.mine = f"bh * {self.S}LL + row"         # this row's entry of L and D
+        self.mine = f'bh * {self.S}LL + CG_ROW(row, {self.S}LL, "L/D")'         # this row's entry of L and D
         #: the run-time check of the operands' alignment (``vec``), where the rows allow 16-byte loads
         self.aligned = f"    const bool vec = (({aligned}) & 15ULL) == 0;   // 16-byte loads\n" if self.vec else ""
         self.head = f"    const long long bh = t / {self.S}LL, row = {row};\n" + self.aligned
@@ -146,8 +147,17 @@ class Text:
                 f"else {{ {scalar} }}")
 
     def at(self, n: str, i: str) -> str:
-        """A pointer to row ``i`` of the current matrix ``bh`` of operand ``n``."""
-        return _row(n, self.strides[n], self.lead, "bh", i)
+        """A pointer to row ``i`` of the current matrix ``bh`` of operand ``n`` (the host execution mode checks
+        ``0 ≤ i < S``: ``CG_ROW``)."""
+        return _row(n, self.strides[n], self.lead, "bh", self.row(i, n))
+
+    def row(self, i: str, n: str) -> str:
+        """Row index ``i`` of operand ``n``, checked by the host execution mode (``CG_ROW``)."""
+        return f'CG_ROW({i}, {self.S}LL, "{n}")'
+
+    def stat(self, n: str, i: str) -> str:
+        """Entry ``i`` (a row) of the current matrix's row statistic ``n`` (``L`` or ``D``, or an output)."""
+        return f"{n}[bh * {self.S}LL + {self.row(i, n)}]"
 
     def weight(self, s: str, L: str) -> str:
         """The weight of score ``s`` in a row whose statistic is ``L``."""
@@ -245,13 +255,13 @@ def _grad_kv(op: Attention, w: Text) -> str:
             + (" vr[d] = vj[d];" if grad_k else "") + " } }\n")
     if grad_k:
         step = (f"        {T} s = 0, dp = 0; {w.each('s += $qi * kr[$d]; dp += $doi * vr[$d];', ('qi', 'doi'))}\n"
-                f"        const {T} Li = L[bh * {S}LL + i], Di = D[bh * {S}LL + i];\n"
+                f"        const {T} Li = {w.stat('L', 'i')}, Di = {w.stat('D', 'i')};\n"
                 f"        const {T} ds = {w.ds('s', 'dp', 'Li', 'Di')};\n"
                 f"        {w.each('acc[$d] += ds * $qi;', ('qi',))}\n")
         out = f"    {{ {T}* out = {at('dk_out', 'row')}; {loop} out[d] = acc[d] * ({T}){c}; }}\n"
     else:
         step = (f"        {T} s = 0; {w.each('s += $qi * kr[$d];', ('qi',))}\n"
-                f"        const {T} p = {w.weight('s', f'L[bh * {S}LL + i]')};\n"
+                f"        const {T} p = {w.weight('s', w.stat('L', 'i'))};\n"
                 f"        {w.each('acc[$d] += p * $doi;', ('doi',))}\n")
         out = f"    {{ {T}* out = {at('dv_out', 'row')}; {loop} out[d] = acc[d]; }}\n"
     return (w.head + f"    {regs};\n" + init +

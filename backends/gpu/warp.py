@@ -29,6 +29,9 @@ LANES = r"""#ifndef CG_LANES_PRELUDE
 #ifndef CG_VEC_LOAD
 #define CG_VEC_LOAD(p)
 #endif
+#ifndef CG_ROW
+#define CG_ROW(i, n, what) (i)
+#endif
 // four consecutive elements, in one 16-byte load when vec (the pointers checked aligned) else one by one
 __host__ __device__ inline void cg_ld4(float* d, const float* p, bool vec) {
     if (vec) { CG_VEC_LOAD(p); const float4 v = *(const float4*)p; d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w; }

@@ -191,6 +191,17 @@ static inline void cg_vec_load(const void* p, const char* what) {
     }
 }
 #define CG_VEC_LOAD(p) cg_vec_load(p, #p)
+// Row i of an operand of n rows (an attention kernel's matrix), read or written outside [0, n): on a device,
+// memory outside the operand (a fault, or another array's values), which the guard elements may not show.
+static inline long long cg_row(long long i, long long n, const char* what) {
+    if (i < 0 || i >= n) {
+        fprintf(stderr, "circuitgrad hostrun: row %lld of %s, which has %lld rows: on a device, an access "
+                "outside the operand\n", i, what, n);
+        abort();
+    }
+    return i;
+}
+#define CG_ROW(i, n, what) cg_row((i), (n), what)
 """
 _COOPERATIVE = re.compile(r"\b(__shfl\w*_sync|__syncthreads|__syncwarp|__shared__)\b")
 
