@@ -173,7 +173,8 @@ def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, whole, 
     pl, dev = f.plan, gpu_cost.DEVICES["h100"]
     tensor_cores = whole and precision != "fp32"
     att = [s for s in pl.steps if s.kind == "attention"]
-    assert len(att) == 4 and all(bool(s.instrs[0].op.mma) == tensor_cores for s in att)
+    together = whole and precision != "3xtf32"          # dk and dv in one kernel (S = 16: a quad a row, or tiles)
+    assert len(att) == (3 if together else 4) and all(bool(s.instrs[0].op.mma) == tensor_cores for s in att)
     for s in att + [s for s in pl.steps if s.kind == "matmul"]:
         c = gpu_cost.launch_cost(pl.program, pl, s, dev, real)
         on_tc = (s.kind == "matmul" and real != "fp32") or (s.kind == "attention" and tensor_cores)
@@ -183,6 +184,9 @@ def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, whole, 
     c = gpu_cost.launch_cost(pl.program, pl, fwd, dev, real)
     pairs = 2 * 2 * seq * seq * 0.5                     # B·H·S²/2: the causal pairs costs() counts
     assert c["matmul_flops"] == pairs * 2 * 16 * (3 if tensor_cores else 2)
+    for s in att:                                       # dk and dv together: s, dp, dSᵀq and Aᵀ dO, four products
+        if isinstance(s.instrs[0].op, attention.AttentionGradKV):
+            assert gpu_cost.launch_cost(pl.program, pl, s, dev, real)["matmul_flops"] == pairs * 2 * 16 * 4
     if tensor_cores:                                    # the products' time at the bf16 rate, or three at TF32's
         dev = dataclasses.replace(dev, hbm_bytes_s=1e30, launch_s=0.0, fp32_flops=1e30)
         c = gpu_cost.launch_cost(pl.program, pl, fwd, dev, real)

@@ -138,7 +138,7 @@ def test_the_step_holds_less_memory_and_launches_fewer_kernels(kind):
     f = step.fn("step").compiled
     unfused = runtime.build(step.fn("step").program, step.arg_names["step"], "step", np, emulated_kernel,
                             dict(zip(f.program.outputs, f.program.inputs)), fuse_attention=False)
-    assert sum(s.kind == "attention" for s in f.plan.steps) == 8
+    assert sum(s.kind == "attention" for s in f.plan.steps) == 6      # dk and dv in one kernel (a quad a row)
     assert f.launches < unfused.launches
     assert memory.peak(f) <= memory.peak(unfused) - 4 * 2 * 64 * 64 * 4         # a layer's S×S scores, at least
 
@@ -173,7 +173,7 @@ def test_the_kernels_compile_for_sm90(tmp_path):
     code = ""
     for norm in attention.NORMS:
         for causal in (True, False):
-            for cls in attention.OPS:
+            for cls in attention.OPS[:4]:            # a thread per row takes dk and dv apart
                 for c in ("float", "double"):
                     op = cls(T, causal, 0.125, norm=norm, eps=1e-6 if norm == "spherical" else 0.0)
                     code += attention_source.source(op, f"k_{norm}_{cls.__name__}_{causal}_{c}", c, strided)[0]

@@ -63,7 +63,8 @@ def test_the_generated_kernels_compute_their_reference(kind, causal, shape, rng)
             f = gpu.compile_function(prog, NAMES, "fb")
             ks = _attention_kernels(f)
             warps = int(np.prod(shape[:-2])) * shape[-2] // attention_quad.ROWS
-            assert len(ks) == 4 and all(k.lanes == 32 and k.n == warps and k.block == 32 * attention_quad.WARPS
+            assert [k.ops[0] for k in ks] == ["AttentionForward", "AttentionGradQ", "AttentionGradKV"]
+            assert all(k.lanes == 32 and k.n == warps and k.block == 32 * attention_quad.WARPS
                                         and "CG_QUAD(s[I], cg_add);" in k.source for k in ks)
             got = [o.get() for o in f.run(*[cp.asarray(x) for x in xs])]
         for g, w, tol in zip(got, want, tols):
@@ -116,7 +117,7 @@ def test_a_gpt_step_runs_the_quad_kernels(rng):
     with hostrun.device() as cp:
         dev = cg.compile_model(make(), backend="cupy", donate=True, **kw)
         f = dev.fn("step").compiled
-        assert sum("CG_QUAD(s[I], cg_add);" in k.source for k in _attention_kernels(f)) == 8
+        assert sum("CG_QUAD(s[I], cg_add);" in k.source for k in _attention_kernels(f)) == 6
         got = {k: v.get() for k, v in dev.step({k: cp.asarray(v) for k, v in p.items()}, x, y).items()}
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=2e-5, err_msg=k)
@@ -133,6 +134,11 @@ MUTATIONS = {
     "dq: D left to each lane": ("AttentionGradQ", "    CG_QUAD(Dt[I], cg_add);\n", ""),
     "dk: dp left to each lane": ("AttentionGradK", " CG_QUAD(dp[I], cg_add);", ""),
     "dv: a query that does not see the key counted": ("AttentionGradV", "if (i >= row)", "if (true)"),
+    "dk and dv: dp left to each lane": ("AttentionGradKV", " CG_QUAD(dp[I], cg_add);", ""),
+    "dk and dv: dv accumulates q instead of dO": ("AttentionGradKV", "av[I][e] += p * gv[I][e];",
+                                                  "av[I][e] += p * qv[I][e];"),
+    "dk and dv: dk accumulates dO instead of q": ("AttentionGradKV", "ak[I][e] += ds * qv[I][e];",
+                                                  "ak[I][e] += ds * gv[I][e];"),
     "keys read past the warp's last row (past S in the last warp)": ("AttentionForward", "j < r0 + 8LL",
                                                                      "j < r0 + 9LL"),
     "dk: queries read from the warp's row before its first": ("AttentionGradK", "i = r0;", "i = r0 - 1;"),
@@ -213,4 +219,4 @@ def test_the_kernels_compile_with_no_spills(arch, tmp_path):
                 op = cls(T, causal, 0.125, norm=norm, eps=1e-6 if norm == "spherical" else 0.0)
                 code += attention_quad.source(op, f"k_{norm}_{cls.__name__}_{causal}", strided)[0]
     spills = ptxas_spills(code, tmp_path, arch)
-    assert len(spills) == 16 and set(spills.values()) == {0}, spills
+    assert len(spills) == 20 and set(spills.values()) == {0}, spills

@@ -1,5 +1,5 @@
-"""Streaming attention: a step's softmax or spherical attention core, forward and reverse derivative, as four
-kernels that never hold the ``S×S`` scores in memory.
+"""Streaming attention: a step's softmax or spherical attention core, forward and reverse derivative, as three
+or four kernels that never hold the ``S×S`` scores in memory.
 
 The compiler finds the core by its definition (``ops.attention``'s ``softmax_attention`` or
 ``spherical_attention`` path) and checks its shape: the forward ``A = norm(c·q kᵀ)``, ``O = A v`` and the
@@ -15,6 +15,7 @@ and ``dq = dS k``, ``dk = dSᵀ q``, ``dv = Aᵀ dO``. :func:`fuse` then replace
     q k v O L dO ──► AttentionGradQ ──► dq, D    D = rowsum(dO∘O)
     q k L dO ──► AttentionGradV ──► dv
     q k v L dO D ──► AttentionGradK ──► dk
+    q k v L dO D ──► AttentionGradKV ──► dk, dv  in their stead where the kernel holds both (kv_together)
 
 Each kernel takes a row at a time (query row for the forward and ``dq``, key row for ``dk`` and ``dv``), its
 row and accumulators in registers, streaming the other rows: a quad of lanes per row in float32 where ``dh`` is a
@@ -42,8 +43,8 @@ from circuitgrad.types import Float, NdArrayType
 
 from . import blas
 
-__all__ = ["Attention", "AttentionForward", "AttentionGradQ", "AttentionGradV", "AttentionGradK", "OPS", "MAX_DH", "NORMS",
-           "fuse", "costs", "tensor_cores", "MMA"]
+__all__ = ["Attention", "AttentionForward", "AttentionGradQ", "AttentionGradV", "AttentionGradK", "AttentionGradKV",
+           "OPS", "MAX_DH", "NORMS", "fuse", "costs", "tensor_cores", "quad", "kv_together", "MMA"]
 
 #: the largest head dimension fused (a row and its accumulators live in a thread's registers)
 MAX_DH = 64
@@ -167,12 +168,24 @@ class AttentionGradQ(Attention):
         return self.c * np.matmul(self._ds(q, k, v, L, dO, D), k), D
 
 
+def _dv(op: Attention, q, k, L, dO):
+    """``dv = Aᵀ dO``."""
+    return op._mm(np.swapaxes(op._p(q, k, L), -1, -2), dO)
+
+
+def _dk(op: Attention, q, k, v, L, dO, D):
+    """``dk = c·dSᵀ q``."""
+    if op.mma:
+        return op._mm(np.swapaxes(op.c * op._ds(q, k, v, L, dO, D), -1, -2), q)
+    return op.c * np.matmul(np.swapaxes(op._ds(q, k, v, L, dO, D), -1, -2), q)
+
+
 class AttentionGradV(Attention):
     """``q, k, L, dO → dv``."""
     ins, outs = "q k L dO", "dv"
 
     def logical(self, q, k, L, dO):
-        return (self._mm(np.swapaxes(self._p(q, k, L), -1, -2), dO),)
+        return (_dv(self, q, k, L, dO),)
 
 
 class AttentionGradK(Attention):
@@ -180,12 +193,19 @@ class AttentionGradK(Attention):
     ins, outs = "q k v L dO D", "dk"
 
     def logical(self, q, k, v, L, dO, D):
-        if self.mma:
-            return (self._mm(np.swapaxes(self.c * self._ds(q, k, v, L, dO, D), -1, -2), q),)
-        return (self.c * np.matmul(np.swapaxes(self._ds(q, k, v, L, dO, D), -1, -2), q),)
+        return (_dk(self, q, k, v, L, dO, D),)
 
 
-OPS = (AttentionForward, AttentionGradQ, AttentionGradV, AttentionGradK)
+class AttentionGradKV(Attention):
+    """``q, k, v, L, dO, D → dk, dv`` in one pass over the queries: each score, weight and ``dp`` computed once
+    for both (where :func:`kv_together`)."""
+    ins, outs = "q k v L dO D", "dk dv"
+
+    def logical(self, q, k, v, L, dO, D):
+        return _dk(self, q, k, v, L, dO, D), _dv(self, q, k, L, dO)
+
+
+OPS = (AttentionForward, AttentionGradQ, AttentionGradV, AttentionGradK, AttentionGradKV)
 
 
 def costs(op: Attention) -> tuple[float, float, float]:
@@ -196,7 +216,7 @@ def costs(op: Attention) -> tuple[float, float, float]:
     rows = float(np.prod(lead)) * S
     pairs = rows * S * (0.5 if op.causal else 1.0)
     products = {AttentionForward: 3 if op.mma else 2, AttentionGradQ: 3, AttentionGradV: 2,
-                AttentionGradK: 3}[type(op)]
+                AttentionGradK: 3, AttentionGradKV: 4}[type(op)]
     forward = isinstance(op, AttentionForward)
     special = (pairs * (2 if op.mma and forward else 1) if op.norm == "softmax"      # exp in both passes
                else rows if forward else 0.0)
@@ -443,8 +463,22 @@ def tensor_cores(T: NdArrayType, precision: str | None) -> str:
     return MMA.get(precision, "") if fits else ""
 
 
+def quad(T: NdArrayType) -> bool:
+    """Whether CUDA-core kernels over ``T`` take a quad of lanes a row (:mod:`.attention_quad`): float32, ``dh`` a
+    multiple of 16 (a lane's 16-byte groups), ``S`` of 8 (whole warps of rows); else a thread a row."""
+    *_, S, dh = T.shape
+    return T.dtype == Float(32) and dh % 16 == 0 and S % 8 == 0
+
+
+def kv_together(T: NdArrayType, mma: str) -> bool:
+    """Whether ``dk`` and ``dv`` come from one kernel (:class:`AttentionGradKV`): on the tensor cores under
+    ``"tf32"`` and ``"bf16"`` (3xTF32's ``dk`` alone fills the registers), and a quad a row on the CUDA cores (a
+    thread would hold four rows)."""
+    return mma in ("tf32", "bf16") or (not mma and quad(T))
+
+
 def fuse(prog: Program, precision: str | None = "fp32") -> Program:
-    """``prog`` with every softmax or spherical attention core that qualifies replaced by the four streaming
+    """``prog`` with every softmax or spherical attention core that qualifies replaced by the streaming
     kernels' instructions (the same program when none does); their products go to the tensor cores where the
     shape allows, as ``precision`` says (:func:`tensor_cores`; ``None``: a device without TF32 ``mma``)."""
     producers, uses = prog.producers(), prog.uses()
@@ -489,10 +523,14 @@ def fuse(prog: Program, precision: str | None = "fp32") -> Program:
         q_ax, q_res, q_view = written(m.dq, D)
         v_ax, v_res, v_view = written(m.dv)
         k_ax, k_res, k_view = written(m.dk)
-        at.setdefault(m.backward_at, []).extend(
-            [Apply(AttentionGradQ(**op, order=q_ax), (m.q, m.k, m.v, m.O, L, m.dO), q_res, path)] + q_view +
-            [Apply(AttentionGradV(**op, order=v_ax), (m.q, m.k, L, m.dO), v_res, path)] + v_view +
-            [Apply(AttentionGradK(**op, order=k_ax), (m.q, m.k, m.v, L, m.dO, D), k_res, path)] + k_view)
+        grad_q = [Apply(AttentionGradQ(**op, order=q_ax), (m.q, m.k, m.v, m.O, L, m.dO), q_res, path)] + q_view
+        if kv_together(m.T, op["mma"]):
+            grad_kv = [Apply(AttentionGradKV(**op, order=k_ax + v_ax), (m.q, m.k, m.v, L, m.dO, D),
+                             k_res + v_res, path)] + k_view + v_view
+        else:
+            grad_kv = ([Apply(AttentionGradV(**op, order=v_ax), (m.q, m.k, L, m.dO), v_res, path)] + v_view +
+                       [Apply(AttentionGradK(**op, order=k_ax), (m.q, m.k, m.v, L, m.dO, D), k_res, path)] + k_view)
+        at.setdefault(m.backward_at, []).extend(grad_q + grad_kv)
     instrs = []
     for i, a in enumerate(prog.instrs):
         instrs.extend(at.get(i, []))

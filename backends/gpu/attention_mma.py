@@ -1,6 +1,7 @@
 """The streaming attention kernels on the tensor cores (``precision="tf32"`` or ``"bf16"``): a warp per 16 rows.
 
-The same four kernels as :mod:`.attention_source` (same operands, outputs and recurrences), with every product
+The kernels of :mod:`.attention_source` (same operands, outputs and recurrences; dk and dv in one under tf32
+and bf16, :class:`~.attention.AttentionGradKV`), with every product
 a PTX ``mma.sync`` with float32 accumulation: ``m16n8k8`` on TF32 operands (``cvt.rna.tf32`` under ``"tf32"``;
 3xTF32 under ``"fp32"`` when asked), ``m16n8k16`` on bfloat16 pairs under ``"bf16"`` (each pair rounded and
 packed by one ``cvt.rn.bf16x2.f32``). Each operand element is
@@ -37,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import blas
-from .attention import Attention, AttentionForward, AttentionGradK, AttentionGradQ, AttentionGradV
+from .attention import Attention, AttentionForward, AttentionGradK, AttentionGradKV, AttentionGradQ, AttentionGradV
 from .attention_source import Text, read_strides, text
 from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
@@ -196,7 +197,7 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     ins, outs = op.ins.split(), op.outs.split()
     params = [f"const float* __restrict__ {n}" for n in ins] + [f"float* __restrict__ {n}_out" for n in outs]
     sig, args = ", ".join(params), ", ".join(ins + [f"{n}_out" for n in outs])
-    body = {AttentionForward: _forward, AttentionGradQ: _grad_q, AttentionGradV: _grad_kv,
+    body = {AttentionForward: _forward, AttentionGradQ: _grad_q, AttentionGradV: _grad_kv, AttentionGradKV: _grad_kv,
             AttentionGradK: _grad_kv}[type(op)](op, _Tile(op, w))
     src = (PRELUDE +
            f"__host__ __device__ inline void {name}_warp(long long item, {sig}) {{\n"
@@ -476,39 +477,46 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
 
 
 def _grad_kv(op: Attention, t: _Tile) -> str:
-    """16 key rows: ``dv = Σ p·dO`` or ``dk = Σ (c·ds)·q`` over the query rows that see them, 16 at a time (the
-    tiles hold ``Sᵀ``: a key per row, a query per column; a lane reads ``L`` and ``D`` of its four queries)."""
+    """16 key rows: ``dk = Σ (c·ds)·q``, ``dv = Σ p·dO`` or both (:class:`~.attention.AttentionGradKV`: one
+    score and one ``dp`` tile for both) over the query rows that see them, 16 at a time (the tiles hold ``Sᵀ``: a
+    key per row, a query per column; a lane reads ``L`` and ``D`` of its four queries)."""
     w, nk, S = t.w, t.nk, t.S
-    grad_k = isinstance(op, AttentionGradK)
+    grad_k = isinstance(op, (AttentionGradK, AttentionGradKV))
+    grad_v = not isinstance(op, AttentionGradK)
     start = f"r0 / {t.keys}LL" if op.causal else "0LL"
     causal = "true" if op.causal else "false"
     seen = f"(!{causal} || r0 + r <= it * {t.keys}LL + c)"
-    if grad_k:
-        value = lambda u, e: (f"({seen} ? {w.c} * "  # noqa: E731
-                              f"({w.ds(f's[I][{u}][{e}]', f'dp[I][{u}][{e}]', f'Lq[{u}][{e & 1}]', f'Dq[{u}][{e & 1}]')})"
-                              f" : 0.0f)")
-    else:
-        value = lambda u, e: f"({seen} ? {w.weight(f's[I][{u}][{e}]', f'Lq[{u}][{e & 1}]')} : 0.0f)"  # noqa: E731
+    grad = lambda u, e: (f"({seen} ? {w.c} * "  # noqa: E731
+                         f"({w.ds(f's[I][{u}][{e}]', f'dp[I][{u}][{e}]', f'Lq[{u}][{e & 1}]', f'Dq[{u}][{e & 1}]')})"
+                         f" : 0.0f)")
+    weight = lambda u, e: f"({seen} ? {w.weight(f's[I][{u}][{e}]', f'Lq[{u}][{e & 1}]')} : 0.0f)"  # noqa: E731
     query = f"it * {t.keys}LL + 8 * u + 2 * t + j"
     stats = (f"float Lq[{t.tiles}][2]{f', Dq[{t.tiles}][2]' if grad_k else ''}; "
              f"for (int u = 0; u < {t.tiles}; ++u) for (int j = 0; j < 2; ++j) "
              f"{{ Lq[u][j] = {w.stat('L', query)}; " + (f"Dq[u][j] = {w.stat('D', query)}; " if grad_k else "") + "}")
-    regs = t.rows("ka", *(["va"] if grad_k else [])) + f"; float acc[CG_NL][{nk}][4]"
+    accs = (["acc"] if grad_k else []) + (["accv"] if grad_v else [])
+    frags = (["ga"] if grad_k else []) + (["pa"] if grad_v else [])
+    regs = t.rows("ka", *(["va"] if grad_k else [])) + "".join(f"; float {a}[CG_NL][{nk}][4]" for a in accs)
     loads = t.a_rows("ka[I]", "k", "r0") + ("\n        " + t.a_rows("va[I]", "v", "r0")
                                                           if grad_k else "")
     dp = (t.product("dp", "va", "dO", f"it * {t.keys}LL") if grad_k else "")
-    out = "dk" if grad_k else "dv"
+    zero = " ".join(f"{a}[I][nt][0] = {a}[I][nt][1] = {a}[I][nt][2] = {a}[I][nt][3] = 0;" for a in accs)
+    weights = " ".join(t.weights(f, v) for f, v in zip(frags, ([grad] if grad_k else []) + ([weight] if grad_v else [])))
+    base = f"it * {t.keys}LL"
     return (_head(op, t, False) + t.ptr("q") + t.ptr("k") + (t.ptr("v") if grad_k else "") + t.ptr("dO") +
             f"    {regs};\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
             f"        {loads}\n"
-            f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0; }}\n"
+            f"        for (int nt = 0; nt < {nk}; ++nt) {{ {zero} }} }}\n"
             f"    for (long long it = {start}; it < {S // t.keys}LL; ++it) {{\n"
-            f"        {t.scores('s', *(['dp'] if grad_k else []))}; {t.weights_decl('ga')};\n"
+            f"        {t.scores('s', *(['dp'] if grad_k else []))}; "
+            + "; ".join(t.weights_decl(f) for f in frags) + ";\n"
             + _zero(t, "s", *(["dp"] if grad_k else []))
-            + t.product("s", "ka", "q", f"it * {t.keys}LL") + dp +
+            + t.product("s", "ka", "q", base) + dp +
             f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} {stats}\n"
-            f"            {t.weights('ga', value)} }}\n"
-            + t.accumulate("acc", "ga", "q" if grad_k else "dO", f"it * {t.keys}LL") +
+            f"            {weights} }}\n"
+            + (t.accumulate("acc", "ga", "q", base) if grad_k else "")
+            + (t.accumulate("accv", "pa", "dO", base) if grad_v else "") +
             "    }\n"
-            + t.store("acc", out, "r0"))
+            + (t.store("acc", "dk", "r0") if grad_k else "")
+            + (t.store("accv", "dv", "r0") if grad_v else ""))

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from circuitgrad.types import Float
-
-from .attention import Attention, AttentionForward, AttentionGradK, AttentionGradQ
+from .attention import Attention, AttentionForward, AttentionGradK, AttentionGradKV, AttentionGradQ, quad
 from .warp import LANES
 from .attention_source import Text, read_strides, text
 from .kernel import Kernel, with_extents
@@ -36,10 +34,8 @@ WARPS = 4      #: warps a block
 
 
 def fits(op: Attention) -> bool:
-    """Whether ``op`` runs here: CUDA-core products (no ``mma``) in float32, ``dh`` a multiple of 16 (a lane's
-    16-byte groups) and ``S`` of 8 (whole warps of rows)."""
-    *_, S, dh = op.T.shape
-    return not op.mma and op.T.dtype == Float(32) and dh % 16 == 0 and S % ROWS == 0
+    """Whether ``op`` runs here: CUDA-core products (no ``mma``) over a type :func:`.attention.quad` takes."""
+    return not op.mma and quad(op.T)
 
 
 def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
@@ -208,25 +204,29 @@ def _grad_q(q: _Quad) -> str:
 
 
 def _grad_kv(q: _Quad) -> str:
-    """A key row (``dk`` or ``dv``): the query rows it is visible to, each weight recomputed from ``L``."""
+    """A key row (``dk``, ``dv`` or both): the query rows it is visible to, each weight recomputed from ``L``;
+    both from one score ``s`` and one ``dp`` a query under :class:`~.attention.AttentionGradKV`."""
     w, c, S = q.w, q.w.c, q.S
-    grad_k = isinstance(q.op, AttentionGradK)
+    grad_k = isinstance(q.op, (AttentionGradK, AttentionGradKV))
+    grad_v = not isinstance(q.op, AttentionGradK)
     start = "r0" if q.causal else "0LL"
-    regs = ["kr", "acc", "qv", "gv"] + (["vr"] if grad_k else [])
+    regs = ["kr", "qv", "gv"] + (["vr", "ak"] if grad_k else []) + (["av"] if grad_v else [])
     init = (q.load("kr", "k", "row", f"(float){c}") + (" " + q.load("vr", "v", "row") if grad_k else "")
-            + f" for (int e = 0; e < {q.ne}; ++e) acc[I][e] = 0;")
+            + "".join(f" for (int e = 0; e < {q.ne}; ++e) {a}[I][e] = 0;" for a in regs if a in ("ak", "av")))
     if grad_k:
         scores = (q.load("qv", "q", "i") + " " + q.load("gv", "dO", "i") + " "
                   + q.dot("s dp", [("qv", "kr"), ("gv", "vr")]))
+        quads = "        CG_QUAD(s[I], cg_add); CG_QUAD(dp[I], cg_add);\n"
         update = (f"const float Li = {w.stat('L', 'i')}, Di = {w.stat('D', 'i')}; "
                   f"const float ds = {w.ds('s[I]', 'dp[I]', 'Li', 'Di')}; "
-                  f"for (int e = 0; e < {q.ne}; ++e) acc[I][e] += ds * qv[I][e];")
-        quads = "        CG_QUAD(s[I], cg_add); CG_QUAD(dp[I], cg_add);\n"
+                  f"for (int e = 0; e < {q.ne}; ++e) ak[I][e] += ds * qv[I][e];")
     else:
         scores = q.load("qv", "q", "i") + " " + q.dot("s", [("qv", "kr")])
-        update = (q.load("gv", "dO", "i") + f" const float p = {w.weight('s[I]', w.stat('L', 'i'))}; "
-                  f"for (int e = 0; e < {q.ne}; ++e) acc[I][e] += p * gv[I][e];")
         quads = "        CG_QUAD(s[I], cg_add);\n"
+        update = q.load("gv", "dO", "i") + f" const float Li = {w.stat('L', 'i')};"
+    if grad_v:
+        update += (f" const float p = {w.weight('s[I]', 'Li')}; "
+                   f"for (int e = 0; e < {q.ne}; ++e) av[I][e] += p * gv[I][e];")
     return (f"    {q.regs(*regs)} float s[CG_NL]{', dp[CG_NL]' if grad_k else ''};\n"
             + q.lanes(init)
             + f"    for (long long i = {start}; i < {S}LL; ++i) {{\n"
@@ -234,5 +234,5 @@ def _grad_kv(q: _Quad) -> str:
             + quads
             + q.lanes(f"if ({q.sees('i')}) {{ {update} }}")
             + "    }\n"
-            + q.store("acc", "dk" if grad_k else "dv", f"{{x}} * (float){c}" if grad_k else "{x}"))
-
+            + (q.store("ak", "dk", f"{{x}} * (float){c}") if grad_k else "")
+            + (q.store("av", "dv") if grad_v else ""))

@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from .attention import AttentionForward, AttentionGradK, AttentionGradQ, Attention
+from .attention import AttentionForward, AttentionGradK, AttentionGradKV, AttentionGradQ, Attention
 from .cuda import ctype, literal, mathfn
 from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
@@ -75,6 +75,7 @@ def source(op: Attention, name: str, ctype: str,
     elif isinstance(op, AttentionGradQ):
         body = _grad_q(op, w)
     else:
+        assert not isinstance(op, AttentionGradKV), "a thread per row holds dk or dv, not both (attention.kv_together)"
         body = _grad_kv(op, w)
     args = ", ".join(ins + [f"{n}_out" for n in outs])
     src = ("#ifndef CG_VEC_LOAD\n#define CG_VEC_LOAD(p)\n#endif\n"     # checked only by the host execution mode
