@@ -450,6 +450,22 @@ def test_the_host_rounds_and_packs_pairs_as_cvt_rn_bf16x2():
     assert got[0] & 0xFFFF == 0x3F80 and got[1] & 0xFFFF == 0x3F82      # halfway: to the even neighbour
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("mma", ["tf32", "bf16"])
+def test_dk_and_dv_together_take_each_exponential_once(mma, tmp_path):
+    """The fused dk and dv kernel computes each weight ``exp(s − L)`` once, for dv's product and for dk's score
+    gradient: its sm_90 PTX has as many exponentials as the dv kernel's, which computes only the weights."""
+    T = cg.NdArrayType((2, 2, 64, 64), cg.float32)
+    count = {}
+    for cls in (attention.AttentionGradV, attention.AttentionGradKV):
+        (tmp_path / "k.cu").write_text(attention_mma.source(cls(T, True, 0.125, mma=mma), "k")[0])
+        p = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-w", "-o", "-", str(tmp_path / "k.cu")],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr[-2000:]
+        count[cls] = p.stdout.count("ex2.approx")
+    assert count[attention.AttentionGradV] > 0 and count[attention.AttentionGradKV] == count[attention.AttentionGradV]
+
+
 #: PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32, transcribed on its own (g = lane >> 2, t = lane % 4):
 #: (row, column) of each register of A (16 × 8), B (8 × 8, row = k) and C/D (16 × 8)
 PTX_A = lambda g, t: [(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)]  # noqa: E731

@@ -20,10 +20,11 @@ from conftest import ptxas_spills
 from test_gpu_attention_mma import CASES, _build, _inputs, _program, _tolerance
 
 import circuitgrad as cg
-from circuitgrad import nn
+from circuitgrad import nn, ops
 from circuitgrad.backends import gpu
 from circuitgrad.backends.gpu import attention, attention_quad
 from circuitgrad.backends.gpu.host import run as hostrun
+from circuitgrad.rewrite import simplify
 
 ok, why = hostrun.available()
 NAMES = ["q", "k", "v", "do"]
@@ -105,6 +106,34 @@ def test_16_byte_loads_and_their_fallback_give_the_same_bits(kind, rng):
 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_dk_and_dv_written_in_different_orders(precision, rng):
+    """One kernel writes dk and dv, each in the order its reader wants: here k is a ``[B, S, H, dh]`` projection
+    read as ``[B, H, S, dh]`` (dk written back in the projection's order) and v is given as it is (dv too). The
+    fused step, emulated and run on the host, against the unfused one."""
+    from circuitgrad.tracing import permute
+    B, S, H, dh = 2, 16, 2, 16
+    Q, P = cg.NdArrayType((B, H, S, dh), cg.float32), cg.NdArrayType((B, S, H, dh), cg.float32)
+    d = cg.trace(lambda q, k, v: ops.attention(q, permute(k, (0, 2, 1, 3)), v, causal=True), [Q, P, Q], name="att")
+    R = cg.rdiff(d)
+    prog = simplify(cg.schedule(cg.trace(lambda q, k, v, do: (*d(q, k, v), *R(q, k, v, do)), [Q, P, Q, Q],
+                                         name="fb")))
+    xs = [rng.normal(size=t.shape).astype(np.float32) for t in (Q, P, Q, Q)]
+    fused, unfused = _build(prog, NAMES, precision), _build(prog, NAMES, precision, fuse_attention=False)
+    (kv,) = [a.op for a in fused.program.instrs if isinstance(a.op, attention.AttentionGradKV)]
+    assert kv.axes(0) == (0, 2, 1, 3) and kv.axes(1) is None
+    want = unfused.run(*xs)
+    with hostrun.device() as cp:
+        got = [o.get() for o in gpu.compile_function(prog, NAMES, "fb", precision=precision).run(
+            *[cp.asarray(x) for x in xs])]
+    k = np.ascontiguousarray(np.transpose(xs[1], (0, 2, 1, 3)))
+    tols = _tolerance("softmax", True, "3xtf32" if precision == "fp32" else precision, xs[0], k, xs[2], xs[3])
+    tols[2] = np.transpose(tols[2], (0, 2, 1, 3))          # dk in the projection's order
+    for g, e, w, tol in zip(got, fused.run(*xs), want, tols):
+        assert g.shape == w.shape and np.all(np.abs(g - w) <= tol) and np.all(np.abs(e - w) <= tol)
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
 def test_a_gpt_step_runs_the_quad_kernels(rng):
     """A float32 GPT step whose attention qualifies (S = 16, dh = 16): its projections read as strided
     ``[B, H, S, dh]`` views and its outputs written back permuted; host-run kernels against the NumPy backend."""
@@ -132,8 +161,7 @@ MUTATIONS = {
                                                         "cg_ld4(&vv[I][4 * m], p + 16 * m + 4 * (t ^ 1),"),
     "every key seen by every row": ("AttentionForward", "if (j <= row)", "if (true)"),
     "dq: D left to each lane": ("AttentionGradQ", "    CG_QUAD(Dt[I], cg_add);\n", ""),
-    "dk: dp left to each lane": ("AttentionGradK", " CG_QUAD(dp[I], cg_add);", ""),
-    "dv: a query that does not see the key counted": ("AttentionGradV", "if (i >= row)", "if (true)"),
+    "dk and dv: a query that does not see the key counted": ("AttentionGradKV", "if (i >= row)", "if (true)"),
     "dk and dv: dp left to each lane": ("AttentionGradKV", " CG_QUAD(dp[I], cg_add);", ""),
     "dk and dv: dv accumulates q instead of dO": ("AttentionGradKV", "av[I][e] += p * gv[I][e];",
                                                   "av[I][e] += p * qv[I][e];"),
@@ -141,7 +169,7 @@ MUTATIONS = {
                                                   "ak[I][e] += ds * gv[I][e];"),
     "keys read past the warp's last row (past S in the last warp)": ("AttentionForward", "j < r0 + 8LL",
                                                                      "j < r0 + 9LL"),
-    "dk: queries read from the warp's row before its first": ("AttentionGradK", "i = r0;", "i = r0 - 1;"),
+    "dk and dv: queries read from the warp's row before its first": ("AttentionGradKV", "i = r0;", "i = r0 - 1;"),
 }
 
 

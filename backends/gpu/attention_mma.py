@@ -486,10 +486,17 @@ def _grad_kv(op: Attention, t: _Tile) -> str:
     start = f"r0 / {t.keys}LL" if op.causal else "0LL"
     causal = "true" if op.causal else "false"
     seen = f"(!{causal} || r0 + r <= it * {t.keys}LL + c)"
-    grad = lambda u, e: (f"({seen} ? {w.c} * "  # noqa: E731
-                         f"({w.ds(f's[I][{u}][{e}]', f'dp[I][{u}][{e}]', f'Lq[{u}][{e & 1}]', f'Dq[{u}][{e & 1}]')})"
-                         f" : 0.0f)")
     weight = lambda u, e: f"({seen} ? {w.weight(f's[I][{u}][{e}]', f'Lq[{u}][{e & 1}]')} : 0.0f)"  # noqa: E731
+    both = grad_k and grad_v        # each weight once (pw), and the score's gradient from it (Text.ds_p)
+    ds = (lambda u, e: w.ds_p(f"pw[{u}][{e}]", f"dp[I][{u}][{e}]", f"Lq[{u}][{e & 1}]", f"Dq[{u}][{e & 1}]")) if both \
+        else (lambda u, e: w.ds(f"s[I][{u}][{e}]", f"dp[I][{u}][{e}]", f"Lq[{u}][{e & 1}]", f"Dq[{u}][{e & 1}]"))
+    grad = lambda u, e: f"({seen} ? {w.c} * ({ds(u, e)}) : 0.0f)"  # noqa: E731
+    pw = ""
+    if both:
+        pw = f"float pw[{t.tiles}][4]; " + " ".join(
+            f"{{ const int r = {C[e][0]}, c = {8 * u} + {C[e][1]}; pw[{u}][{e}] = {weight(u, e)}; }}"
+            for u in range(t.tiles) for e in range(4))
+        weight = lambda u, e: f"pw[{u}][{e}]"  # noqa: E731
     query = f"it * {t.keys}LL + 8 * u + 2 * t + j"
     stats = (f"float Lq[{t.tiles}][2]{f', Dq[{t.tiles}][2]' if grad_k else ''}; "
              f"for (int u = 0; u < {t.tiles}; ++u) for (int j = 0; j < 2; ++j) "
@@ -514,7 +521,7 @@ def _grad_kv(op: Attention, t: _Tile) -> str:
             + _zero(t, "s", *(["dp"] if grad_k else []))
             + t.product("s", "ka", "q", base) + dp +
             f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} {stats}\n"
-            f"            {weights} }}\n"
+            f"            {pw}{weights} }}\n"
             + (t.accumulate("acc", "ga", "q", base) if grad_k else "")
             + (t.accumulate("accv", "pa", "dO", base) if grad_v else "") +
             "    }\n"

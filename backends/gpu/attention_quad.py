@@ -213,20 +213,21 @@ def _grad_kv(q: _Quad) -> str:
     regs = ["kr", "qv", "gv"] + (["vr", "ak"] if grad_k else []) + (["av"] if grad_v else [])
     init = (q.load("kr", "k", "row", f"(float){c}") + (" " + q.load("vr", "v", "row") if grad_k else "")
             + "".join(f" for (int e = 0; e < {q.ne}; ++e) {a}[I][e] = 0;" for a in regs if a in ("ak", "av")))
+    # the weight p once, and under both the score's gradient from it (Text.ds_p: the same operations)
+    p = f"const float p = {w.weight('s[I]', 'Li')}; " if grad_v else ""
+    ds = w.ds_p("p", "dp[I]", "Li", "Di") if grad_v else w.ds("s[I]", "dp[I]", "Li", "Di")
     if grad_k:
         scores = (q.load("qv", "q", "i") + " " + q.load("gv", "dO", "i") + " "
                   + q.dot("s dp", [("qv", "kr"), ("gv", "vr")]))
         quads = "        CG_QUAD(s[I], cg_add); CG_QUAD(dp[I], cg_add);\n"
-        update = (f"const float Li = {w.stat('L', 'i')}, Di = {w.stat('D', 'i')}; "
-                  f"const float ds = {w.ds('s[I]', 'dp[I]', 'Li', 'Di')}; "
+        update = (f"const float Li = {w.stat('L', 'i')}, Di = {w.stat('D', 'i')}; {p}const float ds = {ds}; "
                   f"for (int e = 0; e < {q.ne}; ++e) ak[I][e] += ds * qv[I][e];")
     else:
         scores = q.load("qv", "q", "i") + " " + q.dot("s", [("qv", "kr")])
         quads = "        CG_QUAD(s[I], cg_add);\n"
-        update = q.load("gv", "dO", "i") + f" const float Li = {w.stat('L', 'i')};"
+        update = q.load("gv", "dO", "i") + f" const float Li = {w.stat('L', 'i')}; {p}"
     if grad_v:
-        update += (f" const float p = {w.weight('s[I]', 'Li')}; "
-                   f"for (int e = 0; e < {q.ne}; ++e) av[I][e] += p * gv[I][e];")
+        update += f" for (int e = 0; e < {q.ne}; ++e) av[I][e] += p * gv[I][e];"
     return (f"    {q.regs(*regs)} float s[CG_NL]{', dp[CG_NL]' if grad_k else ''};\n"
             + q.lanes(init)
             + f"    for (long long i = {start}; i < {S}LL; ++i) {{\n"

@@ -166,9 +166,13 @@ class Text:
 
     def ds(self, s: str, dp: str, L: str, D: str) -> str:
         """The score's gradient (before the scale ``c``) from ``dp = dO_i·v_j`` and ``D = rowsum(dO∘O)``."""
+        return self.ds_p(self.weight(s, L), dp, L, D)
+
+    def ds_p(self, p: str, dp: str, L: str, D: str) -> str:
+        """:meth:`ds` from the score's weight ``p`` (:meth:`weight`), the same operations in the same order."""
         if self.norm == "softmax":
-            return f"{self.exp}({s} - {L}) * ({dp} - {D})"
-        return f"{L} * ({dp} - {L} * {s} * {D})"
+            return f"{p} * ({dp} - {D})"
+        return f"{L} * ({dp} - {p} * {D})"
 
 
 def _row(name: str, strides: tuple[int, ...], lead: list[int], bh: str, i: str) -> str:
