@@ -1,5 +1,5 @@
-"""Streaming attention on the tensor cores (:mod:`circuitgrad.backends.gpu.attention_mma`): the four float32
-kernels take a warp per 16 rows and multiply with ``mma.sync``, their operands rounded as the unfused
+"""Streaming attention on the tensor cores (:mod:`circuitgrad.backends.gpu.attention_mma`): the float32
+kernels (dk and dv in one but under 3xTF32) take a warp per 16 rows and multiply with ``mma.sync``, their operands rounded as the unfused
 definition's products round them under ``precision="tf32"`` or ``"bf16"``, or float32 products as 3xTF32
 under ``"fp32"`` when asked (``attention_3xtf32=True``). Checked here: where they apply; the NumPy
 reference of what they compute against the unfused definition at the same precision; the generated CUDA C run
@@ -165,7 +165,7 @@ def test_3xtf32_products_are_float32_products():
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("kind, causal", CASES)
 def test_the_generated_kernels_compute_their_reference(kind, causal, precision, rng):
-    """The four kernels' CUDA C, compiled for the host and run a warp at a time (lanes in both orders, each
+    """The kernels' CUDA C (dk and dv in one but under 3xTF32), compiled for the host and run a warp at a time (lanes in both orders, each
     ``mma.sync`` gathered into whole tiles by PTX's fragment layout), against their NumPy reference (the GPT
     step below reads strided views: ``[B, S, H, dh]`` projections as ``[B, H, S, dh]``)."""
     T = cg.NdArrayType((2, 3, 32, 32), cg.float32)
@@ -190,7 +190,7 @@ def test_the_generated_kernels_compute_their_reference(kind, causal, precision, 
 @pytest.mark.parametrize("dh", [64, 48])
 def test_the_kernels_at_the_head_sizes_of_real_models(dh, precision, rng):
     """dh = 64 (GPT-2's) takes every loop a real model does (the B loads of the weights' product in several
-    16-byte groups); dh = 48 (dh/8 not a multiple of four) loads those one by one. Each of the four kernels
+    16-byte groups); dh = 48 (dh/8 not a multiple of four) loads those one by one. Each kernel
     against its reference, causal softmax."""
     T = cg.NdArrayType((1, 2, 32, dh), cg.float32)
     prog, xs = _program("softmax", True, T), _inputs(T, rng)

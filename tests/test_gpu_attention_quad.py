@@ -52,8 +52,8 @@ def _attention_kernels(f) -> list:
 @pytest.mark.parametrize("shape", [(2, 3, 24, 16), (1, 2, 16, 64), (1, 1, 8, 48)])
 @pytest.mark.parametrize("kind, causal", CASES)
 def test_the_generated_kernels_compute_their_reference(kind, causal, shape, rng):
-    """The four kernels' CUDA C, compiled for the host and run a warp at a time (lanes in both orders, the
-    quads' ``__shfl_xor_sync`` butterflies replayed), against their float32 NumPy reference: S = 24 makes 3
+    """The three kernels' CUDA C (dk and dv in one), compiled for the host and run a warp at a time (lanes in
+    both orders, the quads' ``__shfl_xor_sync`` butterflies replayed), against their float32 NumPy reference: S = 24 makes 3
     warps a matrix (a block of 4 spans two), dh = 64 and 48 take four and three 16-byte groups a lane."""
     T = cg.NdArrayType(shape, cg.float32)
     prog, xs = _program(kind, causal, T), _inputs(T, rng)
