@@ -264,65 +264,50 @@ def test_the_longest_causal_rows_come_first(cls, causal, row):
     assert "[t]" not in src                  # L and D are indexed by the row, not by the thread
 
 
-@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
-def test_the_host_mode_refuses_a_row_outside_its_operand(tmp_path):
-    """A row read past ``S`` would read another array (or fault) on a device, and the guard elements around an
-    allocation need not show it: the host execution mode checks each row an attention kernel reads (here the
-    forward's loop is made to run one key too far)."""
+def _forward_aborts(tmp_path, old: str, new: str, shift_k: bool = False) -> str:
+    """A causal forward kernel over ``[1, 1, 8, 8]`` with ``old`` replaced by ``new`` in its source (``shift_k``:
+    ``k`` passed 4 bytes past an aligned address), run by the host execution mode in a fresh process, which must
+    abort: its standard error."""
     import os
     import sys
     import textwrap
-    script = tmp_path / "past.py"
-    script.write_text(textwrap.dedent('''
+    script = tmp_path / "forward.py"
+    script.write_text(textwrap.dedent(f'''
         import numpy as np
         import circuitgrad as cg
         from circuitgrad.backends.gpu import attention, attention_source
         from circuitgrad.backends.gpu.host import run as hostrun
         T = cg.NdArrayType((1, 1, 8, 8), cg.float32)
         src, rows, _ = attention_source.source(attention.AttentionForward(T, True, 0.5), "fw", "float")
-        past = src.replace("j < row + 1;", "j < row + 2;")
-        assert past != src
+        edited = src.replace({old!r}, {new!r})
+        assert edited != src
         with hostrun.device() as cp:
             x = cp.asarray(np.ones(T.shape, np.float32))
+            k = cp.zeros(T.size + 1, dtype=cp.float32)[1:].reshape(T.shape) if {shift_k!r} else x
             O, L = cp.empty(T.shape, dtype=cp.float32), cp.empty(T.shape[:-1], dtype=cp.float32)
-            cp.RawKernel(past, "fw")((1,), (64,), (x, x, x, O, L))
+            cp.RawKernel(edited, "fw")((1,), (64,), (x, k, x, O, L))
         print("ran")
     '''))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=dict(os.environ),
                        timeout=600)
     assert r.returncode != 0 and "ran" not in r.stdout, (r.stdout, r.stderr[-2000:])
-    assert ("circuitgrad hostrun: row 8 of k, which has 8 rows: on a device, an access outside the operand\n"
-            in r.stderr), r.stderr[-2000:]
+    return r.stderr
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_the_host_mode_refuses_a_row_outside_its_operand(tmp_path):
+    """A row read past ``S`` would read another array (or fault) on a device, and the guard elements around an
+    allocation need not show it: the host execution mode checks each row an attention kernel reads (here the
+    forward's loop is made to run one key too far)."""
+    err = _forward_aborts(tmp_path, "j < row + 1;", "j < row + 2;")
+    assert "circuitgrad hostrun: row 8 of k, which has 8 rows: on a device, an access outside the operand\n" in err, \
+        err[-2000:]
 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
 def test_the_host_mode_refuses_a_vector_load_a_device_would_fault_on(tmp_path):
     """Were the run-time alignment guard to miss an operand, a device would fault on its 16-byte loads: the host
     execution mode checks each such load's address (here the guard is forced true and ``k`` is shifted by 4 bytes)."""
-    import os
-    import sys
-    import textwrap
-    script = tmp_path / "misaligned.py"
-    script.write_text(textwrap.dedent('''
-        import numpy as np
-        import circuitgrad as cg
-        from circuitgrad.backends.gpu import attention, attention_source
-        from circuitgrad.backends.gpu.host import run as hostrun
-        T = cg.NdArrayType((1, 1, 8, 8), cg.float32)
-        op = attention.AttentionForward(T, True, 0.5)
-        src, rows, _ = attention_source.source(op, "fw", "float")
-        forced = src.replace("const bool vec = (", "const bool vec = true || (")
-        assert forced != src
-        with hostrun.device() as cp:
-            x = cp.asarray(np.ones(T.shape, np.float32))
-            buf = cp.zeros(T.size + 1, dtype=cp.float32)
-            k = buf[1:].reshape(T.shape)
-            O, L = cp.empty(T.shape, dtype=cp.float32), cp.empty(T.shape[:-1], dtype=cp.float32)
-            cp.RawKernel(forced, "fw")((1,), (64,), (x, k, x, O, L))
-        print("ran")
-    '''))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=dict(os.environ),
-                       timeout=600)
-    assert r.returncode != 0 and "ran" not in r.stdout, (r.stdout, r.stderr[-2000:])
-    assert "circuitgrad hostrun: a 16-byte load of kj from " in r.stderr, r.stderr[-2000:]
-    assert "not 16-byte aligned: on a device, a misaligned address error" in r.stderr
+    err = _forward_aborts(tmp_path, "const bool vec = (", "const bool vec = true || (", shift_k=True)
+    assert "circuitgrad hostrun: a 16-byte load of kj from " in err, err[-2000:]
+    assert "not 16-byte aligned: on a device, a misaligned address error" in err

@@ -273,14 +273,19 @@ def test_16_byte_loads_and_their_fallback_give_the_same_bits(precision, rng):
         f = gpu.compile_function(prog, ["q", "k", "v", "do"], "fb", **_options(precision))
         ks = [k for k in f.kernels.values() if k.ops[0].startswith("Attention")]
         assert [k.ops[0] for k in ks] == _KERNELS[precision] and all("const bool vec = ((" in k.source for k in ks)
-        shifted = []
-        for x in xs:
-            buf = cp.zeros(x.size + 1, dtype=x.dtype)
-            buf[1:] = cp.asarray(x.ravel())
-            shifted.append(buf[1:].reshape(x.shape))
-        aligned = [cp.asarray(x) for x in xs]
-        assert all(a.data.ptr % 16 == 0 for a in aligned) and all(b.data.ptr % 16 == 4 for b in shifted)
-        got = [[o.get() for o in f.run(*args)] for args in (aligned, shifted)]
+        same_bits_shifted(cp, f, xs)
+
+
+def same_bits_shifted(cp, f, xs) -> None:
+    """``f`` on ``xs`` 16-byte aligned (16-byte loads) and 4 bytes past (loads one by one): the same bits."""
+    shifted = []
+    for x in xs:
+        buf = cp.zeros(x.size + 1, dtype=x.dtype)
+        buf[1:] = cp.asarray(x.ravel())
+        shifted.append(buf[1:].reshape(x.shape))
+    aligned = [cp.asarray(x) for x in xs]
+    assert all(a.data.ptr % 16 == 0 for a in aligned) and all(b.data.ptr % 16 == 4 for b in shifted)
+    got = [[o.get() for o in f.run(*args)] for args in (aligned, shifted)]
     for a, b in zip(*got):
         np.testing.assert_array_equal(a, b)
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import ptxas_spills
-from test_gpu_attention_mma import CASES, _build, _inputs, _program, _tolerance
+from test_gpu_attention_mma import CASES, _build, _inputs, _program, _tolerance, same_bits_shifted
 
 import circuitgrad as cg
 from circuitgrad import nn, ops
@@ -93,16 +93,7 @@ def test_16_byte_loads_and_their_fallback_give_the_same_bits(kind, rng):
     with hostrun.device() as cp:
         f = gpu.compile_function(prog, NAMES, "fb")
         assert all("const bool vec = ((" in k.source for k in _attention_kernels(f))
-        shifted = []
-        for x in xs:
-            buf = cp.zeros(x.size + 1, dtype=x.dtype)
-            buf[1:] = cp.asarray(x.ravel())
-            shifted.append(buf[1:].reshape(x.shape))
-        aligned = [cp.asarray(x) for x in xs]
-        assert all(a.data.ptr % 16 == 0 for a in aligned) and all(b.data.ptr % 16 == 4 for b in shifted)
-        got = [[o.get() for o in f.run(*args)] for args in (aligned, shifted)]
-    for a, b in zip(*got):
-        np.testing.assert_array_equal(a, b)
+        same_bits_shifted(cp, f, xs)
 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")

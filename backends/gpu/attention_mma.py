@@ -39,10 +39,10 @@ import numpy as np
 
 from . import blas
 from .attention import Attention, AttentionForward, AttentionGradK, AttentionGradKV, AttentionGradQ, AttentionGradV
-from .attention_source import Text, read_strides, text
-from .kernel import Kernel, with_extents
+from .attention_source import Text, signature, text, warp_kernel
+from .kernel import Kernel
 from .plan import Launch, Plan
-from .warp import LANES
+from .warp import LANES, lanes_kernel
 
 __all__ = ["attention_kernel", "source", "ROWS", "KEYS", "WARPS", "PRELUDE"]
 
@@ -181,11 +181,7 @@ PRELUDE = LANES + _MMA
 def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     """The tensor-core kernel of an ``attention`` step whose op has :attr:`~.attention.Attention.mma`: a warp per
     16 rows."""
-    (a,) = step.instrs
-    src, warps, _ = source(a.op, name, read_strides(step, plan, name))
-    return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), warps, [a.op.name],
-                               frozenset(step.inputs), tuple("float" for _ in step.inputs), lanes=32,
-                               block=32 * WARPS), plan)
+    return warp_kernel(step, plan, name, source, WARPS)
 
 
 def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None = None) -> tuple[str, int, list[str]]:
@@ -194,31 +190,12 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     w = text(op, "float", strides)
     assert w.S % ROWS == 0 and w.dh % 16 == 0, op.T
     warps = int(np.prod(w.lead)) * (w.S // ROWS)
-    ins, outs = op.ins.split(), op.outs.split()
-    params = [f"const float* __restrict__ {n}" for n in ins] + [f"float* __restrict__ {n}_out" for n in outs]
-    sig, args = ", ".join(params), ", ".join(ins + [f"{n}_out" for n in outs])
+    sig, args, names = signature(op, "float")
     body = {AttentionForward: _forward, AttentionGradQ: _grad_q, AttentionGradV: _grad_kv, AttentionGradKV: _grad_kv,
             AttentionGradK: _grad_kv}[type(op)](op, _Tile(op, w))
-    src = (PRELUDE +
-           f"__host__ __device__ inline void {name}_warp(long long item, {sig}) {{\n"
-           f"{body}}}\n"
-           f"extern \"C\" __global__ void {name}({sig}) {{\n"
-           "#ifdef __CUDA_ARCH__\n"
-           f"    const long long item = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
-           f"    if (item < {warps}LL) {name}_warp(item, {args});\n"
-           "#endif\n"
-           f"}}\n"
-           "#ifndef __CUDA_ARCH__\n"
-           f"// the host runs the warp once: its lanes in turn (CG_LANES), its products (CG_MMA) and reductions\n"
-           f"// across a quad (CG_QUAD) whole\n"
-           f"inline void {name}_body(long long item, {sig}) {{ {name}_warp(item, {args}); }}\n"
-           "#ifdef CG_HOSTRUN\n"
-           f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n"
-           f"    const long long item = (long long)block * {WARPS}LL + warp;\n"
-           f"    if (item < {warps}LL) {name}_body(item, {args});\n"
-           f"}}\n"
-           "#endif\n#endif\n")
-    return src, warps, ins + outs
+    comment = ("// the host runs the warp once: its lanes in turn (CG_LANES), its products (CG_MMA) and reductions\n"
+               "// across a quad (CG_QUAD) whole\n")
+    return PRELUDE + lanes_kernel(name, sig, args, body, warps, WARPS, comment), warps, names
 
 
 class _Tile:

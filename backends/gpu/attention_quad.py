@@ -22,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 
 from .attention import Attention, AttentionForward, AttentionGradK, AttentionGradKV, AttentionGradQ, quad
-from .warp import LANES
-from .attention_source import Text, read_strides, text
-from .kernel import Kernel, with_extents
+from .attention_source import Text, signature, text, warp_kernel
+from .kernel import Kernel
 from .plan import Launch, Plan
+from .warp import LANES, lanes_kernel
 
 __all__ = ["attention_kernel", "source", "fits", "ROWS", "WARPS"]
 
@@ -40,11 +40,7 @@ def fits(op: Attention) -> bool:
 
 def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     """The kernel of an ``attention`` step that :func:`fits`: a quad of lanes per row."""
-    (a,) = step.instrs
-    src, warps, _ = source(a.op, name, read_strides(step, plan, name))
-    return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), warps, [a.op.name],
-                               frozenset(step.inputs), tuple("float" for _ in step.inputs), lanes=32,
-                               block=32 * WARPS), plan)
+    return warp_kernel(step, plan, name, source, WARPS)
 
 
 def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None = None) -> tuple[str, int, list[str]]:
@@ -52,9 +48,7 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     assert fits(op), op
     w = text(op, "float", strides)
     warps = int(np.prod(w.lead)) * (w.S // ROWS)
-    ins, outs = op.ins.split(), op.outs.split()
-    params = [f"const float* __restrict__ {n}" for n in ins] + [f"float* __restrict__ {n}_out" for n in outs]
-    sig, args = ", ".join(params), ", ".join(ins + [f"{n}_out" for n in outs])
+    sig, args, names = signature(op, "float")
     q = _Quad(op, w)
     if isinstance(op, AttentionForward):
         body = _forward(q) if op.norm == "softmax" else _forward_spherical(q)
@@ -62,24 +56,8 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
         body = _grad_q(q)
     else:
         body = _grad_kv(q)
-    src = (LANES +
-           f"__host__ __device__ inline void {name}_warp(long long item, {sig}) {{\n{q.head()}{body}}}\n"
-           f"extern \"C\" __global__ void {name}({sig}) {{\n"
-           "#ifdef __CUDA_ARCH__\n"
-           f"    const long long item = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
-           f"    if (item < {warps}LL) {name}_warp(item, {args});\n"
-           "#endif\n"
-           f"}}\n"
-           "#ifndef __CUDA_ARCH__\n"
-           f"// the host runs the warp once: its lanes in turn (CG_LANES) and the quads' shuffles whole (CG_QUAD)\n"
-           f"inline void {name}_body(long long item, {sig}) {{ {name}_warp(item, {args}); }}\n"
-           "#ifdef CG_HOSTRUN\n"
-           f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n"
-           f"    const long long item = (long long)block * {WARPS}LL + warp;\n"
-           f"    if (item < {warps}LL) {name}_body(item, {args});\n"
-           f"}}\n"
-           "#endif\n#endif\n")
-    return src, warps, ins + outs
+    comment = "// the host runs the warp once: its lanes in turn (CG_LANES) and the quads' shuffles whole (CG_QUAD)\n"
+    return LANES + lanes_kernel(name, sig, args, q.head() + body, warps, WARPS, comment), warps, names
 
 
 class _Quad:

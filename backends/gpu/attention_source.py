@@ -22,7 +22,7 @@ from .cuda import ctype, literal, mathfn
 from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
 
-__all__ = ["attention_kernel", "source", "read_strides", "text", "Text", "VEC", "BLOCK"]
+__all__ = ["attention_kernel", "warp_kernel", "signature", "source", "read_strides", "text", "Text", "VEC", "BLOCK"]
 
 #: threads per block: a thread holds two or three rows in registers (168 to 255 at dh = 64), so six blocks of
 #: 64 fit an SM where one of 256 would, and causal rows' unequal work spreads over more blocks
@@ -38,6 +38,25 @@ def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     src, rows, _ = source(a.op, name, c, read_strides(step, plan, name))
     return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), rows, [a.op.name],
                                frozenset(step.inputs), tuple(c for _ in step.inputs), block=BLOCK), plan)
+
+
+def warp_kernel(step: Launch, plan: Plan, name: str, source, warps_per_block: int) -> Kernel:
+    """The kernel of an ``attention`` step whose ``source(op, name, strides)`` gives ``(CUDA source, warps, _)``
+    of a warp an item (:mod:`.attention_quad`, :mod:`.attention_mma`), ``warps_per_block`` warps a block."""
+    (a,) = step.instrs
+    src, warps, _ = source(a.op, name, read_strides(step, plan, name))
+    return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), warps, [a.op.name],
+                               frozenset(step.inputs), tuple("float" for _ in step.inputs), lanes=32,
+                               block=32 * warps_per_block), plan)
+
+
+def signature(op: Attention, ctype: str) -> tuple[str, str, list[str]]:
+    """``op``'s kernel parameters (its inputs ``const``, then each output ``<name>_out``), the arguments passing
+    them on, and their names."""
+    ins, outs = op.ins.split(), op.outs.split()
+    names = ins + [f"{n}_out" for n in outs]
+    params = [f"const {ctype}* __restrict__ {n}" for n in ins] + [f"{ctype}* __restrict__ {n}_out" for n in outs]
+    return ", ".join(params), ", ".join(names), ins + outs
 
 
 def read_strides(step: Launch, plan: Plan, name: str) -> dict[str, tuple[int, ...]]:
@@ -68,8 +87,7 @@ def source(op: Attention, name: str, ctype: str,
     contiguous."""
     w = text(op, ctype, strides)
     rows = int(np.prod(w.lead)) * w.S
-    ins, outs = op.ins.split(), op.outs.split()
-    params = [f"const {ctype}* __restrict__ {n}" for n in ins] + [f"{ctype}* __restrict__ {n}_out" for n in outs]
+    sig, args, names = signature(op, ctype)
     if isinstance(op, AttentionForward):
         body = _forward(op, w) if op.norm == "softmax" else _forward_spherical(op, w)
     elif isinstance(op, AttentionGradQ):
@@ -77,15 +95,14 @@ def source(op: Attention, name: str, ctype: str,
     else:
         assert not isinstance(op, AttentionGradKV), "a thread per row holds dk or dv, not both (attention.kv_together)"
         body = _grad_kv(op, w)
-    args = ", ".join(ins + [f"{n}_out" for n in outs])
     src = ("#ifndef CG_VEC_LOAD\n#define CG_VEC_LOAD(p)\n#endif\n"     # checked only by the host execution mode
            "#ifndef CG_ROW\n#define CG_ROW(i, n, what) (i)\n#endif\n"
-           f"__host__ __device__ inline void {name}_body(long long t, {', '.join(params)}) {{\n{body}}}\n"
-           f"extern \"C\" __global__ void {name}({', '.join(params)}) {{\n"
+           f"__host__ __device__ inline void {name}_body(long long t, {sig}) {{\n{body}}}\n"
+           f"extern \"C\" __global__ void {name}({sig}) {{\n"
            f"    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
            f"    if (t < {rows}LL) {name}_body(t, {args});\n"
            f"}}\n")
-    return src, rows, ins + outs
+    return src, rows, names
 
 
 def _strides(op: Attention, given: dict[str, tuple[int, ...]] | None) -> dict[str, tuple[int, ...]]:

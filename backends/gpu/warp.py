@@ -12,7 +12,7 @@ registers that are arrays over its lanes (:data:`LANES`): a device runs it per l
 """
 from __future__ import annotations
 
-__all__ = ["WARP", "FULL", "LANES", "lanes", "host_lane", "combine", "host_replay"]
+__all__ = ["WARP", "FULL", "LANES", "lanes", "host_lane", "combine", "host_replay", "lanes_kernel"]
 
 WARP = 32
 FULL = "0xffffffffu"            # the mask of a whole warp's lanes
@@ -124,4 +124,27 @@ def host_replay(name: str, comment: str, item: str, sig: str, host: str, warp: s
             + f"inline void {name}_body(long long {item}, {sig}) {{\n" + host + "}\n"
             "#ifdef CG_HOSTRUN\n"
             f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n" + warp + "}\n"
+            "#endif\n#endif\n")
+
+
+def lanes_kernel(name: str, sig: str, args: str, body: str, warps: int, per_block: int, comment: str) -> str:
+    """The kernel of a warp per item written with :data:`LANES`: ``<name>_warp(item, <sig>)`` (statements
+    ``body``), the ``__global__`` entry (a warp an item, ``items`` of them), and for the host ``<name>_body`` and
+    ``<name>__host_warp`` (``per_block`` warps a block), which run the warp once. ``comment``: ``//`` lines saying
+    how the host runs it."""
+    return (f"__host__ __device__ inline void {name}_warp(long long item, {sig}) {{\n{body}}}\n"
+            f"extern \"C\" __global__ void {name}({sig}) {{\n"
+            "#ifdef __CUDA_ARCH__\n"
+            f"    const long long item = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
+            f"    if (item < {warps}LL) {name}_warp(item, {args});\n"
+            "#endif\n"
+            f"}}\n"
+            "#ifndef __CUDA_ARCH__\n"
+            + comment +
+            f"inline void {name}_body(long long item, {sig}) {{ {name}_warp(item, {args}); }}\n"
+            "#ifdef CG_HOSTRUN\n"
+            f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n"
+            f"    const long long item = (long long)block * {per_block}LL + warp;\n"
+            f"    if (item < {warps}LL) {name}_body(item, {args});\n"
+            f"}}\n"
             "#endif\n#endif\n")
