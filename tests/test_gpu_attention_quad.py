@@ -44,6 +44,13 @@ def test_a_quad_per_row_where_the_shape_allows(shape, dtype, mma, want):
     assert attention_quad.fits(attention.AttentionForward(cg.NdArrayType(shape, dtype), True, 0.5, mma=mma)) == want
 
 
+def test_dk_or_dv_alone_keeps_a_thread_per_row():
+    """Where a quad fits, ``fuse`` asks for dk and dv in one kernel; either alone keeps a thread per row."""
+    T = cg.NdArrayType((2, 4, 32, 64), cg.float32)
+    assert {cls for cls in attention.OPS if not attention_quad.fits(cls(T, True, 0.5))} == {
+        attention.AttentionGradK, attention.AttentionGradV}
+
+
 def _attention_kernels(f) -> list:
     return [k for k in f.kernels.values() if k.ops[0].startswith("Attention")]
 
@@ -203,7 +210,9 @@ def test_a_wrong_reduction_or_layout_fails(mutation, tmp_path):
     Causal softmax, 16 rows of 32."""
     T = cg.NdArrayType((1, 1, 16, 32), cg.float32)
     x = _operands(T, np.random.default_rng(2))
-    for cls in attention.OPS if mutation is None else [getattr(attention, MUTATIONS[mutation][0])]:
+    kernels = [cls for cls in attention.OPS if attention_quad.fits(cls(T, True, 0.25))]
+    assert len(kernels) == 3
+    for cls in kernels if mutation is None else [getattr(attention, MUTATIONS[mutation][0])]:
         op = cls(T, True, 0.25)
         ins = [x[n] for n in op.ins.split()]
         want = op.evaluate(*ins)
@@ -234,8 +243,8 @@ def test_the_kernels_compile_with_no_spills(arch, tmp_path):
     code = ""
     for norm in attention.NORMS:
         for causal in (True, False):
-            for cls in attention.OPS:
+            for cls in (attention.AttentionForward, attention.AttentionGradQ, attention.AttentionGradKV):
                 op = cls(T, causal, 0.125, norm=norm, eps=1e-6 if norm == "spherical" else 0.0)
                 code += attention_quad.source(op, f"k_{norm}_{cls.__name__}_{causal}", strided)[0]
     spills = ptxas_spills(code, tmp_path, arch)
-    assert len(spills) == 20 and set(spills.values()) == {0}, spills
+    assert len(spills) == 12 and set(spills.values()) == {0}, spills

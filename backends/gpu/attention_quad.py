@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import Attention, AttentionForward, AttentionGradK, AttentionGradKV, AttentionGradQ, quad
+from .attention import Attention, AttentionForward, AttentionGradK, AttentionGradQ, AttentionGradV, quad
 from .attention_source import Text, signature, text, warp_kernel
 from .kernel import Kernel
 from .plan import Launch, Plan
@@ -34,8 +34,9 @@ WARPS = 4      #: warps a block
 
 
 def fits(op: Attention) -> bool:
-    """Whether ``op`` runs here: CUDA-core products (no ``mma``) over a type :func:`.attention.quad` takes."""
-    return not op.mma and quad(op.T)
+    """Whether ``op`` runs here: CUDA-core products (no ``mma``) over a type :func:`.attention.quad` takes, and
+    not ``dk`` or ``dv`` alone (where a quad fits, :func:`.attention.fuse` asks for both in one kernel)."""
+    return not op.mma and quad(op.T) and not isinstance(op, (AttentionGradK, AttentionGradV))
 
 
 def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
@@ -182,36 +183,24 @@ def _grad_q(q: _Quad) -> str:
 
 
 def _grad_kv(q: _Quad) -> str:
-    """A key row (``dk``, ``dv`` or both): the query rows it is visible to, each weight recomputed from ``L``;
-    both from one score ``s`` and one ``dp`` a query under :class:`~.attention.AttentionGradKV`."""
+    """A key row's ``dk`` and ``dv`` (:class:`~.attention.AttentionGradKV`): the query rows it is visible to,
+    one score ``s``, one ``dp`` and one weight ``p`` (recomputed from ``L``) a query for both."""
     w, c, S = q.w, q.w.c, q.S
-    grad_k = isinstance(q.op, (AttentionGradK, AttentionGradKV))
-    grad_v = not isinstance(q.op, AttentionGradK)
     start = "r0" if q.causal else "0LL"
-    regs = ["kr", "qv", "gv"] + (["vr", "ak"] if grad_k else []) + (["av"] if grad_v else [])
-    init = (q.load("kr", "k", "row", f"(float){c}") + (" " + q.load("vr", "v", "row") if grad_k else "")
-            + "".join(f" for (int e = 0; e < {q.ne}; ++e) {a}[I][e] = 0;" for a in regs if a in ("ak", "av")))
-    # the weight p once, and under both the score's gradient from it (Text.ds_p: the same operations)
-    p = f"const float p = {w.weight('s[I]', 'Li')}; " if grad_v else ""
-    ds = w.ds_p("p", "dp[I]", "Li", "Di") if grad_v else w.ds("s[I]", "dp[I]", "Li", "Di")
-    if grad_k:
-        scores = (q.load("qv", "q", "i") + " " + q.load("gv", "dO", "i") + " "
-                  + q.dot("s dp", [("qv", "kr"), ("gv", "vr")]))
-        quads = "        CG_QUAD(s[I], cg_add); CG_QUAD(dp[I], cg_add);\n"
-        update = (f"const float Li = {w.stat('L', 'i')}, Di = {w.stat('D', 'i')}; {p}const float ds = {ds}; "
-                  f"for (int e = 0; e < {q.ne}; ++e) ak[I][e] += ds * qv[I][e];")
-    else:
-        scores = q.load("qv", "q", "i") + " " + q.dot("s", [("qv", "kr")])
-        quads = "        CG_QUAD(s[I], cg_add);\n"
-        update = q.load("gv", "dO", "i") + f" const float Li = {w.stat('L', 'i')}; {p}"
-    if grad_v:
-        update += f" for (int e = 0; e < {q.ne}; ++e) av[I][e] += p * gv[I][e];"
-    return (f"    {q.regs(*regs)} float s[CG_NL]{', dp[CG_NL]' if grad_k else ''};\n"
+    init = (q.load("kr", "k", "row", f"(float){c}") + " " + q.load("vr", "v", "row")
+            + "".join(f" for (int e = 0; e < {q.ne}; ++e) {a}[I][e] = 0;" for a in ("ak", "av")))
+    # the weight once, and the score's gradient from it (Text.ds_p: the same operations as Text.ds)
+    update = (f"const float Li = {w.stat('L', 'i')}, Di = {w.stat('D', 'i')}; "
+              f"const float p = {w.weight('s[I]', 'Li')}; const float ds = {w.ds_p('p', 'dp[I]', 'Li', 'Di')}; "
+              f"for (int e = 0; e < {q.ne}; ++e) ak[I][e] += ds * qv[I][e]; "
+              f"for (int e = 0; e < {q.ne}; ++e) av[I][e] += p * gv[I][e];")
+    return (f"    {q.regs('kr', 'qv', 'gv', 'vr', 'ak', 'av')} float s[CG_NL], dp[CG_NL];\n"
             + q.lanes(init)
             + f"    for (long long i = {start}; i < {S}LL; ++i) {{\n"
-            + q.lanes(scores)
-            + quads
+            + q.lanes(q.load("qv", "q", "i") + " " + q.load("gv", "dO", "i") + " "
+                      + q.dot("s dp", [("qv", "kr"), ("gv", "vr")]))
+            + "        CG_QUAD(s[I], cg_add); CG_QUAD(dp[I], cg_add);\n"
             + q.lanes(f"if ({q.sees('i')}) {{ {update} }}")
             + "    }\n"
-            + (q.store("ak", "dk", f"{{x}} * (float){c}") if grad_k else "")
-            + (q.store("av", "dv") if grad_v else ""))
+            + q.store("ak", "dk", f"{{x}} * (float){c}")
+            + q.store("av", "dv"))
