@@ -13,11 +13,17 @@ compiled by the GPU backend (``gpu.compile_function``) in float32 (on the CUDA c
 ``--repeats`` calls after ``--warmup`` (CUDA events), the ratio to SDPA in the same precision class
 (float32 rows against SDPA fp32, tf32 and bf16 rows against SDPA bf16), kernel launches, and peak MB
 (circuitgrad: ``gpu.memory.peak`` of the program, i.e. predicted; PyTorch: ``max_memory_allocated``).
-Without a GPU (and without ``--dry``) the script says why and exits with 0.
+
+Two things only a device decides are timed beside the defaults: each precision that computes dk and dv in one
+kernel (:func:`~circuitgrad.backends.gpu.attention.kv_together`: fp32 on quads, tf32, bf16) also with the two in
+separate kernels (``, dk dv apart``; float32's then take a thread per row), and every forward+backward row's
+launches one by one (``gpu.profile``: measured beside the cost model's prediction), so that the note can say
+where the time goes. Without a GPU (and without ``--dry``) the script says why and exits with 0.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -34,11 +40,14 @@ from circuitgrad import ops  # noqa: E402
 from circuitgrad.backends import gpu  # noqa: E402
 from circuitgrad.backends.gpu import attention, memory  # noqa: E402
 from circuitgrad.rewrite import simplify  # noqa: E402
+from circuitgrad.schedule import Apply  # noqa: E402
 
 KINDS = ("softmax", "spherical")
 #: circuitgrad's rows: float32 (CUDA cores), float32 as 3xTF32 on the tensor cores (``attention_3xtf32``, SDPA
 #: float32's own method), TF32, bf16
 PRECISIONS = ("fp32", "3xtf32", "tf32", "bf16")
+#: the precisions timed again with dk and dv in separate kernels (:func:`apart`)
+APART = ("fp32", "tf32", "bf16")
 
 
 def programs(kind: str, shape: tuple[int, ...]) -> dict:
@@ -74,13 +83,40 @@ def timed(fn, repeats: int, warmup: int, events) -> float:
     return statistics.median(times)
 
 
-def ours(kind: str, shape, precision: str, a, emulate: bool) -> list[dict]:
+def apart(prog, mma: str):
+    """``prog`` with its attention fused as ``gpu.attention.fuse`` fuses it for ``mma``, but each
+    :class:`~circuitgrad.backends.gpu.attention.AttentionGradKV` replaced by the two kernels it stands for."""
+    fused, instrs = attention.fuse(prog, mma), []
+    for x in fused.instrs:
+        if not isinstance(x.op, attention.AttentionGradKV):
+            instrs.append(x)
+            continue
+        q, k, v, L, dO, D = x.args
+        dk, dv = x.results
+        op = {f.name: getattr(x.op, f.name) for f in dataclasses.fields(x.op) if f.name != "order"}
+        instrs += [Apply(attention.AttentionGradV(**op, order=(x.op.axes(1),)), (q, k, L, dO), (dv,), x.path),
+                   Apply(attention.AttentionGradK(**op, order=(x.op.axes(0),)), (q, k, v, L, dO, D), (dk,), x.path)]
+    return dataclasses.replace(fused, instrs=instrs)
+
+
+def kernels(f, args, a, device: str) -> list[dict]:
+    """Each launch of ``f`` on ``args``: what it runs, measured and predicted ms (``gpu.profile``)."""
+    prof = gpu.profile(f, *args, repeats=a.repeats, warmup=a.warmup, device=device)
+    return [{"what": x.what, "ms": x.measured_s * 1e3, "predicted_ms": x.predicted_s * 1e3} for x in prof.launches]
+
+
+def ours(kind: str, shape, precision: str, a, emulate: bool, split: bool = False, device: str = "h100") -> list[dict]:
+    """circuitgrad's rows of ``kind`` at ``precision`` (``split``: forward+backward alone, dk and dv apart)."""
     rows = []
     rng = np.random.default_rng(0)
+    base = "fp32" if precision == "3xtf32" else precision
     for what, prog in programs(kind, shape).items():
+        if split and what == "forward":
+            continue
+        if split:       # fused here as compile_function would fuse it (a device with TF32 mma), then split
+            prog = apart(prog, attention.tensor_cores(prog.types[prog.inputs[0]], precision))
         f = gpu.compile_function(prog, [f"a{i}" for i in range(len(prog.inputs))], "attention", emulate=emulate,
-                                 precision="fp32" if precision == "3xtf32" else precision,
-                                 attention_3xtf32=precision == "3xtf32")
+                                 precision=base, attention_3xtf32=precision == "3xtf32")
         xp = f.namespace["xp"]
         args = [xp.asarray(rng.normal(size=prog.types[v].shape).astype(np.float32)) for v in prog.inputs]
         events = None
@@ -89,11 +125,15 @@ def ours(kind: str, shape, precision: str, a, emulate: bool) -> list[dict]:
 
             def events():
                 return cupy.cuda.Event(), cupy.cuda.Event()
-        rows.append({"kind": kind, "what": what, "implementation": f"circuitgrad {precision}",
-                     "ms": timed(lambda: f.run(*args), a.repeats, a.warmup, events), "launches": f.launches,
-                     "peak_mb": memory.peak(f) / 2 ** 20,
-                     "mma": sorted({x.op.mma or "cuda cores" for x in f.program.instrs
-                                    if isinstance(x.op, attention.OPS)})})
+        row = {"kind": kind, "what": what, "precision": precision,
+               "implementation": f"circuitgrad {precision}" + (", dk dv apart" if split else ""),
+               "ms": timed(lambda: f.run(*args), a.repeats, a.warmup, events), "launches": f.launches,
+               "peak_mb": memory.peak(f) / 2 ** 20,
+               "mma": sorted({x.op.mma or "cuda cores" for x in f.program.instrs if isinstance(x.op, attention.OPS)}),
+               "ops": [type(x.op).__name__ for x in f.program.instrs if isinstance(x.op, attention.OPS)]}
+        if what == "forward+backward":
+            row["kernels"] = kernels(f, args, a, device)
+        rows.append(row)
     return rows
 
 
@@ -142,8 +182,8 @@ def ratios(rows: list[dict]) -> None:
     bf16), same task."""
     ref = {(r["what"], r["implementation"].split()[-1]): r["ms"] for r in rows if r["implementation"].startswith("PyTorch")}
     for r in rows:
-        if r["implementation"].startswith("circuitgrad"):
-            cls = "fp32" if r["implementation"].endswith(("fp32", "3xtf32")) else "bf16"
+        if "precision" in r:
+            cls = "fp32" if r["precision"] in ("fp32", "3xtf32") else "bf16"
             if (r["what"], cls) in ref:
                 r["ratio"] = r["ms"] / ref[(r["what"], cls)]
 
@@ -169,22 +209,30 @@ def main(argv=None) -> int:
     if a.dry:
         a.batch, a.heads, a.seq, a.dh, a.repeats, a.warmup = 1, 2, 16, 16, 1, 0
     shape = (a.batch, a.heads, a.seq, a.dh)
+    device = "h200" if "H200" in why else "h100"        # the cost model's profile for the predictions
     rows: list[dict] = []
-    for kind in KINDS:
-        for precision in PRECISIONS:
-            try:
-                rows += ours(kind, shape, precision, a, emulate=a.dry)
-            except Exception as e:          # report, go on
-                rows.append({"kind": kind, "what": "-", "implementation": f"circuitgrad {precision}",
-                             "error": f"{type(e).__name__}: {e}"})
-        if kind == "softmax" and not a.dry:
+
+    def save(status: str) -> None:          # after each group of rows: a run cut short keeps what it measured
+        if a.json:
+            with open(a.json, "w") as fh:
+                json.dump({"status": status, "shape": shape, "rows": rows}, fh, indent=1, default=str)
+    # the defaults and SDPA first, the variants after them
+    tasks = [(k, p, False) for k in KINDS for p in PRECISIONS] + [(k, p, True) for k in KINDS for p in APART]
+    for i, (kind, precision, split) in enumerate(tasks):
+        try:
+            rows.extend(ours(kind, shape, precision, a, emulate=a.dry, split=split, device=device))
+        except Exception as e:          # report, go on
+            rows.append({"kind": kind, "what": "-", "implementation": f"circuitgrad {precision}"
+                         + (", dk dv apart" if split else ""), "error": f"{type(e).__name__}: {e}"})
+        if kind == "softmax" and precision == PRECISIONS[-1] and not split and not a.dry:
             for dtype in ("fp32", "bf16"):
                 try:
-                    rows += sdpa(kind, shape, dtype, a)
+                    rows.extend(sdpa(kind, shape, dtype, a))
                 except Exception as e:
                     rows.append({"kind": kind, "what": "-", "implementation": f"PyTorch SDPA {dtype}",
                                  "error": f"{type(e).__name__}: {e}"})
-    ratios(rows)
+        ratios(rows)
+        save("partial" if i + 1 < len(tasks) else "ok")
     print(f"causal attention, B={a.batch} H={a.heads} S={a.seq} dh={a.dh}; median of {a.repeats} after "
           f"{a.warmup}; device: {why if ok else 'cupy-emulated on the CPU'}")
     body = [[r["kind"], r["what"], r["implementation"],
@@ -192,9 +240,10 @@ def main(argv=None) -> int:
              f"{r['ratio']:.2f}" if "ratio" in r else "-", str(r.get("launches", "-")),
              f"{r['peak_mb']:.0f}" if "peak_mb" in r else "-"] for r in rows]
     print(table(["attention", "pass", "implementation", "ms", "× SDPA", "launches", "peak MB"], body))
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump({"status": "ok", "shape": shape, "rows": rows}, fh, indent=1, default=str)
+    steps = [[r["kind"], r["implementation"], k["what"], f"{k['ms']:.3f}", f"{k['predicted_ms']:.3f}"]
+             for r in rows for k in r.get("kernels", [])]
+    print("\nforward+backward, launch by launch (gpu.profile; predicted: the cost model's "
+          f"{device} profile)\n" + table(["attention", "implementation", "launch", "ms", "predicted ms"], steps))
     return 0
 
 

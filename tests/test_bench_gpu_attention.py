@@ -1,14 +1,27 @@
 """bench/gpu_attention.py without a GPU: its ``--dry`` run (cupy-emulated, tiny) and its no-device message."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
 from circuitgrad.backends import gpu
+from circuitgrad.backends.gpu import attention
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench/gpu_attention.py")
+
+
+def _bench():
+    """bench/gpu_attention.py as a module."""
+    spec = importlib.util.spec_from_file_location("gpu_attention_bench", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_dry_run_times_both_attentions_in_every_precision(tmp_path):
@@ -16,18 +29,53 @@ def test_dry_run_times_both_attentions_in_every_precision(tmp_path):
     r = subprocess.run([sys.executable, SCRIPT, "--dry", "--json", str(out)], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
-    rows = json.loads(out.read_text())["rows"]
+    report = json.loads(out.read_text())
+    rows = report["rows"]
+    assert report["status"] == "ok"             # "partial" until the last rows are in (saved after each group)
+    kinds = ("softmax", "spherical")
     assert [(x["kind"], x["implementation"], x["what"]) for x in rows] == [
-        (k, f"circuitgrad {p}", w) for k in ("softmax", "spherical") for p in ("fp32", "3xtf32", "tf32", "bf16")
-        for w in ("forward", "forward+backward")]
+        (k, f"circuitgrad {p}", w) for k in kinds for p in ("fp32", "3xtf32", "tf32", "bf16")
+        for w in ("forward", "forward+backward")] + [
+        (k, f"circuitgrad {p}, dk dv apart", "forward+backward") for k in kinds for p in ("fp32", "tf32", "bf16")]
     assert all("error" not in x and x["ms"] > 0 and x["launches"] > 0 for x in rows)
+    # dk and dv in one kernel by default (but under 3xTF32), in two in the rows that time them apart
+    for x in rows:
+        if x["what"] == "forward+backward":
+            kv = ["AttentionGradKV"] if x["precision"] != "3xtf32" and "apart" not in x["implementation"] \
+                else ["AttentionGradV", "AttentionGradK"]
+            assert x["ops"] == ["AttentionForward", "AttentionGradQ"] + kv, x["implementation"]
+            # every launch timed and predicted, named by its kernel's op
+            assert [k["what"].split(": ")[-1] for k in x["kernels"]] == x["ops"]
+            assert all(k["ms"] > 0 and k["predicted_ms"] > 0 for k in x["kernels"])
+        else:
+            assert "kernels" not in x
     # the dry shape (S = dh = 16) takes the tensor-core kernels but in plain float32
-    assert {p: x["mma"] for x in rows for p in [x["implementation"].split()[-1]]} == {
+    assert {x["precision"]: x["mma"] for x in rows} == {
         "fp32": ["cuda cores"], "3xtf32": ["3xtf32"], "tf32": ["tf32"], "bf16": ["bf16"]}
     # the reverse derivative recomputes the forward: more launches than the forward alone
     for k in ("softmax", "spherical"):
         fwd, both = (x for x in rows if x["kind"] == k and x["implementation"] == "circuitgrad fp32")
         assert both["launches"] > fwd["launches"]
+    assert "forward+backward, launch by launch" in r.stdout
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+def test_dk_and_dv_apart_compute_the_fused_kernels_bits(precision):
+    """The benchmark's split program (:func:`apart`) computes what the fused one does: emulated, the kernels
+    are the ops' NumPy definitions, the fused one's ``_dk`` and ``_dv`` those of the two apart, so the bits agree."""
+    ga = _bench()
+    (prog,) = [p for w, p in ga.programs("softmax", (1, 2, 16, 16)).items() if w == "forward+backward"]
+    names = [f"a{i}" for i in range(len(prog.inputs))]
+    mma = attention.tensor_cores(prog.types[prog.inputs[0]], precision)
+    fused = gpu.compile_function(prog, names, "f", emulate=True, precision=precision)
+    split = gpu.compile_function(ga.apart(prog, mma), names, "f", emulate=True, precision=precision)
+    ops = [[type(x.op).__name__ for x in f.program.instrs if isinstance(x.op, attention.OPS)] for f in (fused, split)]
+    assert ops == [["AttentionForward", "AttentionGradQ", "AttentionGradKV"],
+                   ["AttentionForward", "AttentionGradQ", "AttentionGradV", "AttentionGradK"]]
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=prog.types[v].shape).astype(np.float32) for v in prog.inputs]
+    for a, b in zip(fused.run(*xs), split.run(*xs)):
+        assert a.shape == b.shape and np.array_equal(a, b)
 
 
 def test_without_a_gpu_it_says_why_and_exits_0(tmp_path):
