@@ -577,8 +577,8 @@ prog, xs = _program("softmax", True, T), _inputs(T, np.random.default_rng(3))
 if {mutate!r}:              # the dq kernel's check leaves out its operand dO
     source = attention_mma.source
 
-    def left_out(op, name, strides=None):
-        src, warps, names = source(op, name, strides)
+    def left_out(op, name, strides=None, narrow=frozenset()):
+        src, warps, names = source(op, name, strides, narrow)
         if isinstance(op, attention.AttentionGradQ):
             assert src.count(" | (unsigned long long)dO)") == 1
             src = src.replace(" | (unsigned long long)dO)", ")")

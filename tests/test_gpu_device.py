@@ -232,8 +232,9 @@ def test_a_bf16_graph_step_trains_as_the_float32_step(rng):
 
 
 def test_bf16_stored_values_give_the_bits_of_float32_stored_ones(rng, monkeypatch):
-    """On the device: values only products read, stored as bfloat16 by their kernels (``gpu.storage``), give the
-    products the same operands as storing them in float32 and casting before each product. cuBLAS may then read
+    """On the device: values only products read (the bf16 attention kernels' q, k, v among them), stored as
+    bfloat16 by their kernels (``gpu.storage``), give the products the same operands as storing them in float32
+    and casting before each product. cuBLAS may then read
     an operand transposed instead of as a cast copy, so the accumulation order (not the operands) can differ:
     float32 tolerance, as the graph step's test."""
     import cupy
@@ -251,6 +252,18 @@ def test_bf16_stored_values_give_the_bits_of_float32_stored_ones(rng, monkeypatc
     qb = plain.step({k: cupy.asarray(v) for k, v in p.items()}, x, y)
     for k in qa:
         np.testing.assert_allclose(qa[k].get(), qb[k].get(), rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize("cls", ["AttentionForward", "AttentionGradQ", "AttentionGradKV"])
+def test_attention_reads_stored_q_k_v_as_the_pairs_it_would_round(cls, rng):
+    """On the device: a bf16 attention kernel reading q, k, v (and dO) as bfloat16 bits (8-byte loads, and their
+    fallback) gives the bits of the kernel reading float32 and rounding each pair by ``cvt.rn.bf16x2.f32``."""
+    import cupy
+    from test_gpu_storage import stored_against_plain
+    got, want = stored_against_plain(cupy, cls, 32, rng)
+    for g in got:
+        for a, b in zip(g, want):
+            np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("precision", ["3xtf32", "tf32", "bf16"])

@@ -2,6 +2,10 @@
 that the step computes the same bits as with every value stored in float32, and what the memory model counts."""
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -10,6 +14,7 @@ from circuitgrad import nn, ops
 from circuitgrad.backends.gpu import blas, memory, runtime, storage
 from circuitgrad.backends.gpu.host import run as hostrun
 from circuitgrad.backends.gpu.host.emulate import emulated_kernel
+from conftest import ptxas_spills
 
 ok, why = hostrun.available()
 needs_host = pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
@@ -201,3 +206,177 @@ def test_the_cost_of_another_precision_is_that_of_the_step_built_so(monkeypatch)
         assert a.total.values["bytes"] == b.total.values["bytes"] and a.detail["peak_bytes"] == b.detail["peak_bytes"]
     assert cg.cost(fp, target="gpu", precision="bf16").detail["peak_bytes"] < cg.cost(fp, target="gpu").detail["peak_bytes"]
 
+
+
+# ------------------------------------------------------------------ attention's operands
+def _attention_gpt():
+    """A GPT whose heads (dh = 16) take the tensor-core attention kernels."""
+    return nn.gpt(4, 16, 13, d=32, heads=2, layers=1)
+
+
+def _attention_step(backend="cupy-emulated", **kw):
+    return cg.compile_model(_attention_gpt(), loss=nn.softmax_cross_entropy, optimizer=nn.adamw(0.01),
+                            backend=backend, donate=True, **kw)
+
+
+def _no_attention_operands(plan):
+    """:func:`storage.bf16_operands` as if attention kernels read every operand in float32."""
+    att = {plan.read(plan.src(x))[0] for s in plan.steps if s.kind == "attention" for x in s.inputs}
+    return frozenset(v for v in _BF16_OPERANDS(plan) if v not in att)
+
+
+_BF16_OPERANDS = storage.bf16_operands
+
+
+def test_a_tensor_core_attention_reads_q_k_v_stored_as_bfloat16():
+    """Under ``bf16`` the attention kernels' products round q, k and v as cuBLAS's round theirs: the fused kernel
+    that makes them stores them so, and the three attention kernels read ``unsigned short``. ``O``, ``L``, ``D``
+    and ``dO`` (which ``D = rowsum(dO∘O)`` reads in float32) stay float32; tf32 stores nothing narrow."""
+    f = _attention_step(precision="bf16").fn("step").compiled
+    p = f.plan
+    att = [s for s in p.steps if s.kind == "attention"]
+    assert [type(s.instrs[0].op).__name__ for s in att] == ["AttentionForward", "AttentionGradQ", "AttentionGradKV"]
+    qkv = {p.read(p.src(x))[0] for s in att for n, x in zip(s.instrs[0].op.ins.split(), s.inputs) if n in "q k v".split()}
+    others = {p.read(p.src(x))[0] for s in att for n, x in zip(s.instrs[0].op.ins.split(), s.inputs)
+              if n not in "q k v".split()}
+    assert len(qkv) == 3 and qkv <= p.narrow and not others & p.narrow
+    for s in att:
+        k = f.kernels[p.steps.index(s)]
+        names = s.instrs[0].op.ins.split()
+        assert k.in_types == tuple("unsigned short" if n in ("q", "k", "v") else "float" for n in names)
+        assert all(f"const unsigned short* __restrict__ {n}," in k.source for n in ("q", "k", "v"))
+    assert not _attention_step(precision="tf32").fn("step").compiled.plan.narrow
+
+
+@needs_host
+def test_stored_attention_operands_give_the_same_bits(rng, monkeypatch):
+    """The GPT step with q, k, v stored as bfloat16 equals, bit for bit, the step that stores them in float32,
+    emulated and run on the host in both lane orders (the kernels read the pairs the products would round)."""
+    x, y = rng.integers(0, 13, size=(4, 16)), rng.integers(0, 13, size=(4, 16))
+    p = _attention_step().init_params(seed=0)
+    fresh = lambda: {k: v.copy() for k, v in p.items()}        # noqa: E731
+    runs = {}
+    for narrow in (True, False):
+        with monkeypatch.context() as m:
+            if not narrow:
+                m.setattr(storage, "bf16_operands", _no_attention_operands)
+            runs["emulated", narrow] = _attention_step(precision="bf16").step(fresh(), x, y)
+            for order in hostrun.ORDERS:
+                with hostrun.device(order) as cp:
+                    step = _attention_step(backend="cupy", precision="bf16")
+                    ks = step.fn("step").compiled.kernels.values()
+                    assert any("unsigned short" in k.in_types for k in ks if k.ops[0].startswith("Attention")) == narrow
+                    got = step.step({k: cp.asarray(v) for k, v in p.items()}, x, y)
+                    runs[order, narrow] = {k: v.get() for k, v in got.items()}
+    for key in ("emulated", *hostrun.ORDERS):
+        for k in p:
+            np.testing.assert_array_equal(runs[key, True][k], runs[key, False][k], err_msg=f"{key} {k}")
+
+
+def stored_against_plain(cp, cls: str, dh: int, rng) -> tuple[list, list]:
+    """A bf16 attention kernel (``cls``, causal softmax over ``(1, 2, 32, dh)``) reading its bfloat16-stored
+    operands as bits, in ``cp``'s memory (the host mode's or a device's): its outputs from aligned operands, then
+    with each stored operand alone 2 bytes past 8-byte alignment (the loads' fallback); and the outputs of the
+    same kernel reading the operands' float32 values and rounding them."""
+    from circuitgrad.backends.gpu import attention, attention_mma
+    T = cg.NdArrayType((1, 2, 32, dh), cg.float32)
+    op = getattr(attention, cls)(T, True, 0.25, mma="bf16")
+    bits = {n: storage.to_bf16_bits(rng.normal(size=T.shape).astype(np.float32)) for n in ("q", "k", "v", "dO")}
+    x = {n: blas.widen_bf16(np, b) for n, b in bits.items()}
+    x["O"], x["L"] = attention.AttentionForward(T, True, 0.25, mma="bf16").evaluate(x["q"], x["k"], x["v"])
+    _, x["D"] = attention.AttentionGradQ(T, True, 0.25, mma="bf16").evaluate(*(x[n] for n in "q k v O L dO".split()))
+    names, narrow = op.ins.split(), op.bf16_inputs()
+    assert narrow == ({"q", "k", "v"} if cls != "AttentionGradKV" else {"q", "k", "v", "dO"})
+    shapes = [T.shape[:-1] if n in "LD" else T.shape for n in op.outs.split()]
+    plain_src, warps, _ = attention_mma.source(op, "plain")
+    stored_src, _, _ = attention_mma.source(op, "stored", narrow=narrow)
+    assert "cg_ld4p(x, &" in stored_src and "cg_ld4p(x, &" not in plain_src
+    grid = (-(-warps * 32 // 128),)
+
+    def run(src, name, args):
+        outs = [cp.empty(s, dtype=np.float32) for s in shapes]
+        cp.RawKernel(src, name)(grid, (128,), (*args, *outs))
+        return [o.get() for o in outs]
+
+    def shifted(b):                 # two bytes past 8-byte alignment: the kernel's loads take the fallback
+        buf = cp.zeros(b.size + 1, dtype=b.dtype)
+        buf[1:] = cp.asarray(b.ravel())
+        return buf[1:].reshape(b.shape)
+    want = run(plain_src, "plain", [cp.asarray(x[n]) for n in names])
+    aligned = [cp.asarray(bits[n] if n in narrow else x[n]) for n in names]
+    assert all(a.data.ptr % 16 == 0 for a in aligned)
+    got = [run(stored_src, "stored", aligned)]
+    for i, n in enumerate(names):
+        if n in narrow:
+            got.append(run(stored_src, "stored", [shifted(bits[n]) if j == i else a for j, a in enumerate(aligned)]))
+    assert len(got) == 1 + len(narrow)
+    return got, want
+
+
+@needs_host
+@pytest.mark.parametrize("dh", [16, 32])
+@pytest.mark.parametrize("cls", ["AttentionForward", "AttentionGradQ", "AttentionGradKV"])
+def test_the_kernels_read_stored_bits_as_the_pairs_they_would_round(cls, dh, rng):
+    """A bf16 kernel reading its operands as bfloat16 bits gives the bits of the same kernel reading their
+    float32 values and rounding them: from 8-byte loads, and one by one with an operand 2 bytes off 8-byte
+    alignment. dh = 16 reads v's pairs one by one, dh = 32 four at a time."""
+    with hostrun.device() as cp:
+        got, want = stored_against_plain(cp, cls, dh, rng)
+    for g in got:
+        for a, b in zip(g, want):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_kernels_reading_stored_operands_compile_for_sm90(tmp_path):
+    """At a real head size the kernels that read q, k, v (and dO) as bfloat16 bits compile with no spills, read
+    them 8 bytes at a time (``ld.global.v2.u32``) and convert a small part of what the float32 readers do (the
+    weights and, in dq, dO: the products' other operands)."""
+    from circuitgrad.backends.gpu import attention, attention_mma
+    T = cg.NdArrayType((4, 6, 256, 64), cg.float32)
+    strided = {n: (256 * 384, 64, 384, 1) for n in ("q", "k", "v")}      # a [B, S, H, dh] projection
+    ptx = {}
+    for narrowed in (False, True):
+        code = ""
+        for cls in (attention.AttentionForward, attention.AttentionGradQ, attention.AttentionGradKV):
+            for norm in attention.NORMS:
+                op = cls(T, True, 0.125, norm=norm, eps=1e-6 if norm == "spherical" else 0.0, mma="bf16")
+                code += attention_mma.source(op, f"k_{norm}_{cls.__name__}", strided,
+                                             op.bf16_inputs() if narrowed else frozenset())[0]
+        spills = ptxas_spills(code, tmp_path)
+        assert len(spills) == 6 and set(spills.values()) == {0}, spills
+        ptx[narrowed] = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-o", "-", str(tmp_path / "att.cu")],
+                                       capture_output=True, text=True, check=True).stdout
+    assert ptx[True].count("ld.global.v2.u32") >= 6 * 2 and "ld.global.v2.u32" not in ptx[False]
+    assert ptx[True].count("cvt.rn.bf16x2.f32") * 4 < ptx[False].count("cvt.rn.bf16x2.f32")
+
+
+_MISALIGNED = """
+import numpy as np
+import circuitgrad as cg
+from circuitgrad.backends.gpu import attention, attention_mma, storage
+from circuitgrad.backends.gpu.host import run as hostrun
+T = cg.NdArrayType((1, 1, 16, 16), cg.float32)
+op = attention.AttentionForward(T, True, 0.25, mma="bf16")
+src = attention_mma.source(op, "f", narrow=op.bf16_inputs())[0]
+assert src.count("const bool vec = ((") == 1
+src = src.replace("const bool vec = ((", "const bool vec = true || ((")      # the alignment check left out
+bits = storage.to_bf16_bits(np.ones(T.shape, np.float32))
+with hostrun.device() as cp:
+    buf = cp.zeros(bits.size + 1, dtype=np.uint16)
+    buf[1:] = cp.asarray(bits.ravel())
+    q = buf[1:].reshape(T.shape)
+    O, L = cp.empty(T.shape, dtype=np.float32), cp.empty(T.shape[:-1], dtype=np.float32)
+    cp.RawKernel(src, "f")((1,), (128,), (q, cp.asarray(bits), cp.asarray(bits), O, L))
+print("ran")
+"""
+
+
+@needs_host
+def test_the_host_mode_refuses_a_misaligned_8_byte_load(tmp_path):
+    """Four stored values are one 8-byte load only where the run-time check finds them aligned: a kernel that
+    skipped the check would fault on a device, and the host mode aborts (in a fresh process)."""
+    r = subprocess.run([sys.executable, "-c", _MISALIGNED], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode != 0 and "ran" not in r.stdout
+    assert "circuitgrad hostrun: an 8-byte load of p from 0x" in r.stderr, r.stderr[-2000:]
+    assert ", not 8-byte aligned: on a device, a misaligned address error\n" in r.stderr

@@ -71,6 +71,14 @@ class Attention(P.Primitive):
     kind: ClassVar[str] = "attention"
     ins: ClassVar[str] = ""
     outs: ClassVar[str] = ""
+    #: the inputs read only as products' operands (never ``O``, ``L``, ``D``, nor ``dO`` where ``D = rowsum(dO∘O)``
+    #: is summed from it)
+    operands: ClassVar[str] = ""
+
+    def bf16_inputs(self) -> frozenset[str]:
+        """The inputs every read of which rounds to bfloat16 (the products' operands under ``mma="bf16"``): a
+        value that only such reads and other products read may be stored rounded (:mod:`.storage`)."""
+        return frozenset(self.operands.split()) if self.mma == "bf16" else frozenset()
 
     @property
     def R(self) -> NdArrayType:
@@ -139,6 +147,7 @@ def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class AttentionForward(Attention):
     """``q, k, v → O, L``."""
     ins, outs = "q k v", "O L"
+    operands = "q k v"
 
     def logical(self, q, k, v):
         s, keep = self._scores(q, k)
@@ -160,6 +169,7 @@ class AttentionForward(Attention):
 class AttentionGradQ(Attention):
     """``q, k, v, O, L, dO → dq, D``."""
     ins, outs = "q k v O L dO", "dq D"
+    operands = "q k v"
 
     def logical(self, q, k, v, O, L, dO):
         D = (dO * O).sum(axis=-1)
@@ -183,6 +193,7 @@ def _dk(op: Attention, q, k, v, L, dO, D):
 class AttentionGradV(Attention):
     """``q, k, L, dO → dv``."""
     ins, outs = "q k L dO", "dv"
+    operands = "q k dO"
 
     def logical(self, q, k, L, dO):
         return (_dv(self, q, k, L, dO),)
@@ -191,6 +202,7 @@ class AttentionGradV(Attention):
 class AttentionGradK(Attention):
     """``q, k, v, L, dO, D → dk``."""
     ins, outs = "q k v L dO D", "dk"
+    operands = "q k v dO"
 
     def logical(self, q, k, v, L, dO, D):
         return (_dk(self, q, k, v, L, dO, D),)
@@ -200,6 +212,7 @@ class AttentionGradKV(Attention):
     """``q, k, v, L, dO, D → dk, dv`` in one pass over the queries: each score, weight and ``dp`` computed once
     for both (where :func:`kv_together`)."""
     ins, outs = "q k v L dO D", "dk dv"
+    operands = "q k v dO"
 
     def logical(self, q, k, v, L, dO, D):
         return _dk(self, q, k, v, L, dO, D), _dv(self, q, k, L, dO)

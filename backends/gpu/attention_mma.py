@@ -4,7 +4,8 @@ The kernels of :mod:`.attention_source` (same operands, outputs and recurrences;
 and bf16, :class:`~.attention.AttentionGradKV`), with every product
 a PTX ``mma.sync`` with float32 accumulation: ``m16n8k8`` on TF32 operands (``cvt.rna.tf32`` under ``"tf32"``;
 3xTF32 under ``"fp32"`` when asked), ``m16n8k16`` on bfloat16 pairs under ``"bf16"`` (each pair rounded and
-packed by one ``cvt.rn.bf16x2.f32``). Each operand element is
+packed by one ``cvt.rn.bf16x2.f32``; an operand stored as bfloat16, :mod:`.storage`, read as the pairs it
+holds: 8-byte loads, no conversion). Each operand element is
 rounded as the unfused definition's product rounds it, so the fused step multiplies what the definition
 multiplies. A warp takes 16 rows (query rows: forward and ``dq``; key rows: ``dk`` and ``dv``) and streams the
 other side 8 rows at a time (16 under ``"bf16"``, one product's K)::
@@ -42,6 +43,7 @@ from .attention import Attention, AttentionForward, AttentionGradK, AttentionGra
 from .attention_source import Text, signature, text, warp_kernel
 from .kernel import Kernel
 from .plan import Launch, Plan
+from .storage import STORE
 from .warp import LANES, lanes_kernel
 
 __all__ = ["attention_kernel", "source", "ROWS", "KEYS", "WARPS", "PRELUDE"]
@@ -67,6 +69,25 @@ _PACK = "inline unsigned cg_pack(float lo, float hi) { return (cg_bits(lo) >> 16
 #: the helpers every tensor-core attention kernel uses, once per compilation unit (after :data:`.warp.LANES`)
 _MMA = r"""#ifndef CG_MMA_PRELUDE
 #define CG_MMA_PRELUDE
+#ifndef CG_VEC_LOAD8
+#define CG_VEC_LOAD8(p)
+#endif
+// four consecutive bfloat16 values stored as their bits (storage.py), rounded already: as two registers of
+// pairs, each pair's first value in the low half (cg_ld4p), or one by one (cg_ld4s); one 8-byte load when vec
+__host__ __device__ inline void cg_ld4p(unsigned* d, const unsigned short* p, bool vec) {
+    if (vec) {
+        CG_VEC_LOAD8(p);
+#ifdef __CUDA_ARCH__
+        const uint2 v = *(const uint2*)p; d[0] = v.x; d[1] = v.y;
+#else
+        memcpy(d, p, 8);                // the same two registers: little-endian, as the device
+#endif
+    } else { d[0] = p[0] | ((unsigned)p[1] << 16); d[1] = p[2] | ((unsigned)p[3] << 16); }
+}
+__host__ __device__ inline void cg_ld4s(unsigned short* d, const unsigned short* p, bool vec) {
+    unsigned u[2]; cg_ld4p(u, p, vec);
+    d[0] = (unsigned short)u[0]; d[1] = (unsigned short)(u[0] >> 16); d[2] = (unsigned short)u[1]; d[3] = (unsigned short)(u[1] >> 16);
+}
 #ifdef __CUDA_ARCH__
 __device__ inline float cg_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
 __device__ CG_SPLIT
@@ -184,15 +205,18 @@ def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     return warp_kernel(step, plan, name, source, WARPS)
 
 
-def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None = None) -> tuple[str, int, list[str]]:
-    """``(CUDA source, warps, parameter names)`` of ``op``'s tensor-core kernel: a warp per 16 rows."""
+def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None = None,
+           narrow: frozenset[str] = frozenset()) -> tuple[str, int, list[str]]:
+    """``(CUDA source, warps, parameter names)`` of ``op``'s tensor-core kernel: a warp per 16 rows; the inputs
+    in ``narrow`` hold bfloat16 bits (:mod:`.storage`), read as the products' operands they already are."""
     assert op.mma in ("tf32", "bf16", "3xtf32"), op.mma
+    assert narrow <= op.bf16_inputs(), (narrow, op)
     w = text(op, "float", strides)
     assert w.S % ROWS == 0 and w.dh % 16 == 0, op.T
     warps = int(np.prod(w.lead)) * (w.S // ROWS)
-    sig, args, names = signature(op, "float")
+    sig, args, names = signature(op, "float", narrow)
     body = {AttentionForward: _forward, AttentionGradQ: _grad_q, AttentionGradV: _grad_kv, AttentionGradKV: _grad_kv,
-            AttentionGradK: _grad_kv}[type(op)](op, _Tile(op, w))
+            AttentionGradK: _grad_kv}[type(op)](op, _Tile(op, w, narrow))
     comment = ("// the host runs the warp once: its lanes in turn (CG_LANES), its products (CG_MMA) and reductions\n"
                "// across a quad (CG_QUAD) whole\n")
     return PRELUDE + lanes_kernel(name, sig, args, body, warps, WARPS, comment), warps, names
@@ -205,8 +229,8 @@ class _Tile:
     :attr:`tiles` 16 × 8 tiles of scores (``s[I][u]``), then one product of their weights: two tiles and
     ``m16n8k16`` under ``"bf16"``, else one and ``m16n8k8``."""
 
-    def __init__(self, op: Attention, w: Text):
-        self.op, self.w, self.S, self.dh = op, w, w.S, w.dh
+    def __init__(self, op: Attention, w: Text, narrow: frozenset[str] = frozenset()):
+        self.op, self.w, self.S, self.dh, self.narrow = op, w, w.S, w.dh, narrow
         # operands rounded as they are read (tf32, bf16), or split at each product (3xtf32: float32 products)
         self.rnd = {"tf32": "cg_tf32", "bf16": "cg_bf16r", "3xtf32": ""}[op.mma]
         self.k16 = op.mma == "bf16"                 # m16n8k16 on bfloat16 pairs, else m16n8k8 on TF32 values
@@ -221,8 +245,9 @@ class _Tile:
         return ("unsigned " if self.k16 else "float ") + ", ".join(f"{n}[CG_NL][{self.steps}][4]" for n in names)
 
     def ptr(self, n: str) -> str:
-        """``const float* <N> = `` matrix ``bh`` of operand ``n``, with its row stride ``rs_<n>``."""
-        return (f"    const float* {n.upper()}_ = {self.w.at(n, '0')}; "
+        """``const float* <N> = `` matrix ``bh`` of operand ``n`` (``unsigned short``: bfloat16 bits), with its
+        row stride ``rs_<n>``."""
+        return (f"    const {STORE if n in self.narrow else 'float'}* {n.upper()}_ = {self.w.at(n, '0')}; "
                 f"const long long rs_{n} = {self.w.strides[n][-2]}LL;\n")
 
     def at(self, n: str, r: str, c: str) -> str:
@@ -249,6 +274,11 @@ class _Tile:
         that :meth:`product`'s B fragments share. They are A's columns ``t`` and ``t + 4`` of products ``2m`` and
         ``2m + 1`` (``m16n8k8``), or its columns ``2t, 2t + 1, 2t + 8, 2t + 9`` of product ``m`` (``m16n8k16``)."""
         r, p = self.r, self.pack
+        if n in self.narrow:        # stored rounded: a row's four values are two pairs as they lie
+            return (f"for (int m = 0; m < {self.dh // 16}; ++m) {{ unsigned x[2], y[2]; "
+                    f"cg_ld4p(x, &{self.at(n, f'{r0} + g', '16 * m + 4 * t')}, vec); "
+                    f"cg_ld4p(y, &{self.at(n, f'{r0} + g + 8', '16 * m + 4 * t')}, vec);\n"
+                    f"            {frag}[m][0] = x[0]; {frag}[m][1] = y[0]; {frag}[m][2] = x[1]; {frag}[m][3] = y[1]; }}")
         load = (f"for (int m = 0; m < {self.dh // 16}; ++m) {{ float x[4], y[4]; "
                 f"cg_ld4(x, &{self.at(n, f'{r0} + g', '16 * m + 4 * t')}, vec); "
                 f"cg_ld4(y, &{self.at(n, f'{r0} + g + 8', '16 * m + 4 * t')}, vec);\n")
@@ -266,7 +296,12 @@ class _Tile:
         code = ""
         for u in range(self.tiles):
             load = f"float x[4]; cg_ld4(x, &{self.at(other, f'{base} + {8 * u} + g', '16 * m + 4 * t')}, vec);"
-            if self.k16:
+            if other in self.narrow:
+                code += (f"        for (int m = 0; m < {self.dh // 16}; ++m) {{ unsigned b[CG_NL][2];\n"
+                         f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
+                         f"cg_ld4p(b[I], &{self.at(other, f'{base} + {8 * u} + g', '16 * m + 4 * t')}, vec); }}\n"
+                         f"            {self.mma}({out}[I][{u}], {a}[I][m], b[I]); }}\n")
+            elif self.k16:
                 code += (f"        for (int m = 0; m < {self.dh // 16}; ++m) {{ unsigned b[CG_NL][2];\n"
                          f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; {load} "
                          f"b[I][0] = {self.pack('x[0]', 'x[1]')}; b[I][1] = {self.pack('x[2]', 'x[3]')}; }}\n"
@@ -317,16 +352,20 @@ class _Tile:
         nt, r = self.nk, self.r
         put = ("b[I][h + e][{u}] = " + self.pack("x[e]", "y[e]") + ";" if self.k16 else
                f"b[I][h + e][0] = {r('x[e]')}; b[I][h + e][1] = {r('y[e]')};")
+        # stored rounded (bfloat16 bits): the two rows' values are a pair's halves as they lie
+        elem, ld4 = ("unsigned short", "cg_ld4s") if n in self.narrow else ("float", "cg_ld4")
+        if n in self.narrow:
+            put = "b[I][h + e][{u}] = (unsigned)x[e] | ((unsigned)y[e] << 16);"
 
         def load(u: int) -> str:
             rows = (f"{base} + {8 * u} + 2 * t", f"{base} + {8 * u} + 2 * t + 1")
             if nt % 4 == 0:
-                return (f"for (int h = 0; h < {nt}; h += 4) {{ float x[4], y[4]; "
-                        f"cg_ld4(x, &{self.at(n, rows[0], f'g * {nt} + h')}, vec); "
-                        f"cg_ld4(y, &{self.at(n, rows[1], f'g * {nt} + h')}, vec); "
+                return (f"for (int h = 0; h < {nt}; h += 4) {{ {elem} x[4], y[4]; "
+                        f"{ld4}(x, &{self.at(n, rows[0], f'g * {nt} + h')}, vec); "
+                        f"{ld4}(y, &{self.at(n, rows[1], f'g * {nt} + h')}, vec); "
                         f"for (int e = 0; e < 4; ++e) {{ {put.format(u=u)} }} }}")
             return (f"for (int h = 0; h < {nt}; ++h) {{ const int e = 0; "
-                    f"const float x[1] = {{{self.at(n, rows[0], f'g * {nt} + h')}}}, "
+                    f"const {elem} x[1] = {{{self.at(n, rows[0], f'g * {nt} + h')}}}, "
                     f"y[1] = {{{self.at(n, rows[1], f'g * {nt} + h')}}}; {put.format(u=u)} }}")
         if self.k16:
             return (f"        {{ unsigned b[CG_NL][{nt}][2];\n"

@@ -44,9 +44,11 @@ def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     return warp_kernel(step, plan, name, source, WARPS)
 
 
-def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None = None) -> tuple[str, int, list[str]]:
-    """``(CUDA source, warps, parameter names)`` of ``op``'s kernel: a warp per 8 rows, a quad per row."""
-    assert fits(op), op
+def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None = None,
+           narrow: frozenset[str] = frozenset()) -> tuple[str, int, list[str]]:
+    """``(CUDA source, warps, parameter names)`` of ``op``'s kernel: a warp per 8 rows, a quad per row (every
+    input float32: ``narrow``, the inputs stored as bfloat16, is empty on the CUDA cores)."""
+    assert fits(op) and not narrow, (op, narrow)
     w = text(op, "float", strides)
     warps = int(np.prod(w.lead)) * (w.S // ROWS)
     sig, args, names = signature(op, "float")

@@ -21,8 +21,9 @@ from .attention import AttentionForward, AttentionGradK, AttentionGradKV, Attent
 from .cuda import ctype, literal, mathfn
 from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
+from .storage import STORE
 
-__all__ = ["attention_kernel", "warp_kernel", "signature", "source", "read_strides", "text", "Text", "VEC", "BLOCK"]
+__all__ = ["attention_kernel", "warp_kernel", "stored_bf16", "signature", "source", "read_strides", "text", "Text", "VEC", "BLOCK"]
 
 #: threads per block: a thread holds two or three rows in registers (168 to 255 at dh = 64), so six blocks of
 #: 64 fit an SM where one of 256 would, and causal rows' unequal work spreads over more blocks
@@ -34,6 +35,7 @@ VEC = {"float": (4, "float4"), "double": (2, "double2")}
 def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     """The streaming attention kernel of an ``attention`` step: a thread per row."""
     (a,) = step.instrs
+    assert not stored_bf16(step, plan), "a thread per row reads float32 (only tensor-core products read bf16)"
     c = ctype(plan.program.types[a.results[0]])
     src, rows, _ = source(a.op, name, c, read_strides(step, plan, name))
     return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), rows, [a.op.name],
@@ -41,21 +43,30 @@ def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
 
 
 def warp_kernel(step: Launch, plan: Plan, name: str, source, warps_per_block: int) -> Kernel:
-    """The kernel of an ``attention`` step whose ``source(op, name, strides)`` gives ``(CUDA source, warps, _)``
-    of a warp an item (:mod:`.attention_quad`, :mod:`.attention_mma`), ``warps_per_block`` warps a block."""
+    """The kernel of an ``attention`` step whose ``source(op, name, strides, narrow)`` gives ``(CUDA source,
+    warps, _)`` of a warp an item (:mod:`.attention_quad`, :mod:`.attention_mma`), ``warps_per_block`` warps a
+    block; ``narrow``: the inputs stored as bfloat16 (:mod:`.storage`)."""
     (a,) = step.instrs
-    src, warps, _ = source(a.op, name, read_strides(step, plan, name))
+    narrow = stored_bf16(step, plan)
+    src, warps, _ = source(a.op, name, read_strides(step, plan, name), narrow)
     return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), warps, [a.op.name],
-                               frozenset(step.inputs), tuple("float" for _ in step.inputs), lanes=32,
-                               block=32 * warps_per_block), plan)
+                               frozenset(step.inputs), tuple(STORE if n in narrow else "float" for n in a.op.ins.split()),
+                               lanes=32, block=32 * warps_per_block), plan)
 
 
-def signature(op: Attention, ctype: str) -> tuple[str, str, list[str]]:
+def stored_bf16(step: Launch, plan: Plan) -> frozenset[str]:
+    """The names of the ``attention`` step's inputs whose memory holds bfloat16 bits (:mod:`.storage`)."""
+    (a,) = step.instrs
+    return frozenset(n for n, x in zip(a.op.ins.split(), a.args) if plan.read(plan.src(x))[0] in plan.narrow)
+
+
+def signature(op: Attention, ctype: str, narrow: frozenset[str] = frozenset()) -> tuple[str, str, list[str]]:
     """``op``'s kernel parameters (its inputs ``const``, then each output ``<name>_out``), the arguments passing
-    them on, and their names."""
+    them on, and their names; an input in ``narrow`` holds bfloat16 bits (``unsigned short``, :mod:`.storage`)."""
     ins, outs = op.ins.split(), op.outs.split()
     names = ins + [f"{n}_out" for n in outs]
-    params = [f"const {ctype}* __restrict__ {n}" for n in ins] + [f"{ctype}* __restrict__ {n}_out" for n in outs]
+    params = ([f"const {STORE if n in narrow else ctype}* __restrict__ {n}" for n in ins]
+              + [f"{ctype}* __restrict__ {n}_out" for n in outs])
     return ", ".join(params), ", ".join(names), ins + outs
 
 

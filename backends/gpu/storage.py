@@ -11,8 +11,11 @@ GPT's layer-norm and GELU outputs, saved for the backward)::
     fused kernel --(float32)--> store --> cast --(bf16)--> cuBLAS      before
     fused kernel --(round)--> store bf16 -------------------> cuBLAS      after
 
-Nothing else is narrowed: a value a kernel, a sum, a copy or the function's caller reads stays float32, as do
-cuBLAS's results (float32 accumulation), parameters and the optimizer's state.
+The tensor-core attention kernels under ``"bf16"`` round their products' operands as cuBLAS does, so their
+q, k and v count as products' operands (:meth:`~.attention.Attention.bf16_inputs`): a GPT's are stored rounded
+and the kernels read them as the bfloat16 pairs their ``mma.sync`` takes, with no conversion. Nothing else is
+narrowed: a value another kernel, a sum, a copy or the function's caller reads stays float32, as do cuBLAS's
+results (float32 accumulation), parameters and the optimizer's state.
 """
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ STORE = "unsigned short"        # the C type of a value stored as bfloat16 (its 
 
 def bf16_operands(plan: Plan) -> frozenset[int]:
     """The float32 values of ``plan`` that a fused kernel writes and only products read (directly or through
-    views); never an output of the function."""
+    views): cuBLAS's, and the tensor-core attention kernels' under ``"bf16"`` (a GPT's q, k and v); never an
+    output of the function."""
     root: dict[int, int] = {}
 
     def base(v: int) -> int:
@@ -43,8 +47,11 @@ def bf16_operands(plan: Plan) -> frozenset[int]:
             for r in s.outputs:
                 root[plan.src(r)] = base(s.inputs[0]) if s.inputs else plan.src(r)
             continue
-        for v in s.inputs:
-            kinds.setdefault(base(v), set()).add(s.kind)
+        # an attention kernel's bf16 products round their operands as cuBLAS's do (Attention.bf16_inputs)
+        rounded = s.instrs[0].op.bf16_inputs() if s.kind == "attention" else frozenset()
+        names = s.instrs[0].op.ins.split() if s.kind == "attention" else [None] * len(s.inputs)
+        for v, n in zip(s.inputs, names):
+            kinds.setdefault(base(v), set()).add("matmul" if n in rounded else s.kind)
     returned = {base(v) for v in plan.program.outputs} | {plan.src(v) for v in plan.program.outputs}
     types = plan.program.types
     return frozenset(v for s in plan.steps if s.kind == "fused" for v in s.outputs

@@ -13,6 +13,7 @@ import numpy as np
 
 from circuitgrad.interpret import FLOAT_RULES
 
+from ..blas import widen_bf16
 from ..kernel import Kernel
 from ..layout import read_through
 from ..plan import Plan
@@ -40,7 +41,10 @@ def emulated_kernel(p: Plan, step_index: int, kern: Kernel) -> Callable:
             if s in p.constants:
                 return np.full(shape, p.constants[s], dtype=dtype)
             b, stages = p.read(s)
-            return read_through(env[b] if b in env else bases[b], shape, stages)
+            base = env[b] if b in env else bases[b]
+            if b in p.narrow:               # stored as bfloat16 (an attention kernel's operand): its values
+                base = widen_bf16(np, base)
+            return read_through(base, shape, stages)
 
         if step.kind == "copy":
             (r,) = kern.outputs

@@ -191,6 +191,14 @@ static inline void cg_vec_load(const void* p, const char* what) {
     }
 }
 #define CG_VEC_LOAD(p) cg_vec_load(p, #p)
+static inline void cg_vec_load8(const void* p, const char* what) {   // likewise an 8-byte load
+    if ((cg_ull)p & 7ULL) {
+        fprintf(stderr, "circuitgrad hostrun: an 8-byte load of %s from %p, not 8-byte aligned: on a device, "
+                "a misaligned address error\n", what, p);
+        abort();
+    }
+}
+#define CG_VEC_LOAD8(p) cg_vec_load8(p, #p)
 // Row i of an operand of n rows (an attention kernel's matrix), read or written outside [0, n): on a device,
 // memory outside the operand (a fault, or another array's values), which the guard elements may not show.
 static inline long long cg_row(long long i, long long n, const char* what) {
