@@ -14,11 +14,13 @@ compiled by the GPU backend (``gpu.compile_function``) in float32 (on the CUDA c
 (float32 rows against SDPA fp32, tf32 and bf16 rows against SDPA bf16), kernel launches, and peak MB
 (circuitgrad: ``gpu.memory.peak`` of the program, i.e. predicted; PyTorch: ``max_memory_allocated``).
 
-Two things only a device decides are timed beside the defaults: each precision that computes dk and dv in one
-kernel (:func:`~circuitgrad.backends.gpu.attention.kv_together`: fp32 on quads, tf32, bf16) also with the two in
-separate kernels (``, dk dv apart``; float32's then take a thread per row), and every forward+backward row's
-launches one by one (``gpu.profile``: measured beside the cost model's prediction), so that the note can say
-where the time goes. Without a GPU (and without ``--dry``) the script says why and exits with 0.
+Variants are timed after the defaults (forward+backward): each precision that computes dk and dv in one
+kernel (:func:`~circuitgrad.backends.gpu.attention.kv_together`: fp32 on quads, tf32, bf16) with the two in
+separate kernels (``, dk dv apart``; float32's then take a thread per row), which only a device decides, and
+bf16 attention of ``q/2, k/2, v/2`` (``, q k v stored``: a fused kernel makes them, so they are stored as
+bfloat16 as a GPT's are, and the attention kernels read two bytes an element). Every forward+backward row's
+launches are profiled one by one (``gpu.profile``: measured beside the cost model's prediction), so that the
+note can say where the time goes. Without a GPU (and without ``--dry``) the script says why and exits with 0.
 """
 from __future__ import annotations
 
@@ -46,14 +48,21 @@ KINDS = ("softmax", "spherical")
 #: circuitgrad's rows: float32 (CUDA cores), float32 as 3xTF32 on the tensor cores (``attention_3xtf32``, SDPA
 #: float32's own method), TF32, bf16
 PRECISIONS = ("fp32", "3xtf32", "tf32", "bf16")
-#: the precisions timed again with dk and dv in separate kernels (:func:`apart`)
-APART = ("fp32", "tf32", "bf16")
+#: the variants timed after the defaults (forward+backward): each precision that computes dk and dv in one kernel
+#: with the two apart (:func:`apart`), and bf16 with q, k, v made inside the program (``stored``: as a GPT's,
+#: stored as bfloat16, ``gpu.storage``)
+VARIANTS = [("fp32", "apart"), ("tf32", "apart"), ("bf16", "apart"), ("bf16", "stored")]
+#: how each variant's rows are named
+NAMED = {"": "", "apart": ", dk dv apart", "stored": ", q k v stored"}
 
 
-def programs(kind: str, shape: tuple[int, ...]) -> dict:
-    """``{"forward": Program, "forward+backward": Program}`` of causal attention of ``kind`` on ``shape``."""
+def programs(kind: str, shape: tuple[int, ...], stored: bool = False) -> dict:
+    """``{"forward": Program, "forward+backward": Program}`` of causal attention of ``kind`` on ``shape``
+    (``stored``: of ``q/2, k/2, v/2``, which one fused kernel makes, as a GPT's projections make its q, k, v)."""
     T = cg.NdArrayType(shape, cg.float32)
-    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3, name=f"{kind}_attention")
+    half = (lambda x: x * 0.5) if stored else (lambda x: x)
+    d = cg.trace(lambda q, k, v: ops.attention(half(q), half(k), half(v), causal=True, kind=kind), [T] * 3,
+                 name=f"{kind}_attention")
     R = cg.rdiff(d)
 
     def both(q, k, v, do):                 # what a training step computes: O, and the gradients from dO
@@ -105,15 +114,16 @@ def kernels(f, args, a, device: str) -> list[dict]:
     return [{"what": x.what, "ms": x.measured_s * 1e3, "predicted_ms": x.predicted_s * 1e3} for x in prof.launches]
 
 
-def ours(kind: str, shape, precision: str, a, emulate: bool, split: bool = False, device: str = "h100") -> list[dict]:
-    """circuitgrad's rows of ``kind`` at ``precision`` (``split``: forward+backward alone, dk and dv apart)."""
+def ours(kind: str, shape, precision: str, a, emulate: bool, variant: str = "", device: str = "h100") -> list[dict]:
+    """circuitgrad's rows of ``kind`` at ``precision`` (a ``variant`` of :data:`VARIANTS`: forward+backward
+    alone)."""
     rows = []
     rng = np.random.default_rng(0)
     base = "fp32" if precision == "3xtf32" else precision
-    for what, prog in programs(kind, shape).items():
-        if split and what == "forward":
+    for what, prog in programs(kind, shape, stored=variant == "stored").items():
+        if variant and what == "forward":
             continue
-        if split:       # fused here as compile_function would fuse it (a device with TF32 mma), then split
+        if variant == "apart":      # fused here as compile_function would fuse it (TF32 mma), then split
             prog = apart(prog, attention.tensor_cores(prog.types[prog.inputs[0]], precision))
         f = gpu.compile_function(prog, [f"a{i}" for i in range(len(prog.inputs))], "attention", emulate=emulate,
                                  precision=base, attention_3xtf32=precision == "3xtf32")
@@ -126,7 +136,7 @@ def ours(kind: str, shape, precision: str, a, emulate: bool, split: bool = False
             def events():
                 return cupy.cuda.Event(), cupy.cuda.Event()
         row = {"kind": kind, "what": what, "precision": precision,
-               "implementation": f"circuitgrad {precision}" + (", dk dv apart" if split else ""),
+               "implementation": f"circuitgrad {precision}{NAMED[variant]}", "stored": len(f.plan.narrow),
                "ms": timed(lambda: f.run(*args), a.repeats, a.warmup, events), "launches": f.launches,
                "peak_mb": memory.peak(f) / 2 ** 20,
                "mma": sorted({x.op.mma or "cuda cores" for x in f.program.instrs if isinstance(x.op, attention.OPS)}),
@@ -217,14 +227,14 @@ def main(argv=None) -> int:
             with open(a.json, "w") as fh:
                 json.dump({"status": status, "shape": shape, "rows": rows}, fh, indent=1, default=str)
     # the defaults and SDPA first, the variants after them
-    tasks = [(k, p, False) for k in KINDS for p in PRECISIONS] + [(k, p, True) for k in KINDS for p in APART]
-    for i, (kind, precision, split) in enumerate(tasks):
+    tasks = [(k, p, "") for k in KINDS for p in PRECISIONS] + [(k, p, v) for k in KINDS for p, v in VARIANTS]
+    for i, (kind, precision, variant) in enumerate(tasks):
         try:
-            rows.extend(ours(kind, shape, precision, a, emulate=a.dry, split=split, device=device))
+            rows.extend(ours(kind, shape, precision, a, emulate=a.dry, variant=variant, device=device))
         except Exception as e:          # report, go on
-            rows.append({"kind": kind, "what": "-", "implementation": f"circuitgrad {precision}"
-                         + (", dk dv apart" if split else ""), "error": f"{type(e).__name__}: {e}"})
-        if kind == "softmax" and precision == PRECISIONS[-1] and not split and not a.dry:
+            rows.append({"kind": kind, "what": "-", "implementation": f"circuitgrad {precision}{NAMED[variant]}",
+                         "error": f"{type(e).__name__}: {e}"})
+        if kind == "softmax" and precision == PRECISIONS[-1] and not variant and not a.dry:
             for dtype in ("fp32", "bf16"):
                 try:
                     rows.extend(sdpa(kind, shape, dtype, a))

@@ -36,7 +36,9 @@ def test_dry_run_times_both_attentions_in_every_precision(tmp_path):
     assert [(x["kind"], x["implementation"], x["what"]) for x in rows] == [
         (k, f"circuitgrad {p}", w) for k in kinds for p in ("fp32", "3xtf32", "tf32", "bf16")
         for w in ("forward", "forward+backward")] + [
-        (k, f"circuitgrad {p}, dk dv apart", "forward+backward") for k in kinds for p in ("fp32", "tf32", "bf16")]
+        (k, f"circuitgrad {p}{v}", "forward+backward") for k in kinds
+        for p, v in (("fp32", ", dk dv apart"), ("tf32", ", dk dv apart"), ("bf16", ", dk dv apart"),
+                     ("bf16", ", q k v stored"))]
     assert all("error" not in x and x["ms"] > 0 and x["launches"] > 0 for x in rows)
     # dk and dv in one kernel by default (but under 3xTF32), in two in the rows that time them apart
     for x in rows:
@@ -44,8 +46,12 @@ def test_dry_run_times_both_attentions_in_every_precision(tmp_path):
             kv = ["AttentionGradKV"] if x["precision"] != "3xtf32" and "apart" not in x["implementation"] \
                 else ["AttentionGradV", "AttentionGradK"]
             assert x["ops"] == ["AttentionForward", "AttentionGradQ"] + kv, x["implementation"]
-            # every launch timed and predicted, named by its kernel's op
-            assert [k["what"].split(": ")[-1] for k in x["kernels"]] == x["ops"]
+            # every launch timed and predicted: the attention kernels, and where q, k, v are made inside the
+            # program the fused kernels that make them (stored as bfloat16) and that scale their gradients
+            stored = "stored" in x["implementation"]
+            assert [k["what"].split(": ")[-1] for k in x["kernels"]] == ["Scale + Scale + Scale"] * stored + \
+                x["ops"] + ["Scale + Scale + Scale"] * stored
+            assert x["stored"] == 3 * stored
             assert all(k["ms"] > 0 and k["predicted_ms"] > 0 for k in x["kernels"])
         else:
             assert "kernels" not in x
