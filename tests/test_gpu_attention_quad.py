@@ -248,3 +248,27 @@ def test_the_kernels_compile_with_no_spills(arch, tmp_path):
                 code += attention_quad.source(op, f"k_{norm}_{cls.__name__}_{causal}", strided)[0]
     spills = ptxas_spills(code, tmp_path, arch)
     assert len(spills) == 12 and set(spills.values()) == {0}, spills
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("block", [32, 64, 256])
+def test_a_warp_kernel_gives_the_same_bits_with_any_whole_warps_a_block(block, rng):
+    """A device numbers a warp by its threads (``(blockIdx.x·blockDim.x + threadIdx.x) >> 5``), so a warp
+    kernel computes the same with 32, 64 or 256 threads a block as with the 128 it is launched with; the host
+    mode numbers its warps by the launch's block size too. The quad and tensor-core forward kernels, 18 and 9
+    warps: the last block partial at 64 and 256."""
+    from circuitgrad.backends.gpu import attention_mma
+    T = cg.NdArrayType((1, 3, 48, 16), cg.float32)
+    q, k, v = (rng.normal(size=T.shape).astype(np.float32) for _ in range(3))
+    for mod, mma in ((attention_quad, ""), (attention_mma, "tf32")):
+        src, warps, _ = mod.source(attention.AttentionForward(T, True, 0.25, mma=mma), "f")
+        got = {}
+        with hostrun.device() as cp:
+            for threads in (128, block):
+                O, L = cp.empty(T.shape, dtype=np.float32), cp.empty(T.shape[:-1], dtype=np.float32)
+                cp.RawKernel(src, "f")((-(-warps * 32 // threads),), (threads,),
+                                       (cp.asarray(q), cp.asarray(k), cp.asarray(v), O, L))
+                got[threads] = (O.get(), L.get())
+        for a, b in zip(got[128], got[block]):
+            assert np.all(np.isfinite(a))
+            np.testing.assert_array_equal(a, b)

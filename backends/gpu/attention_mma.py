@@ -219,7 +219,7 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
             AttentionGradK: _grad_kv}[type(op)](op, _Tile(op, w, narrow))
     comment = ("// the host runs the warp once: its lanes in turn (CG_LANES), its products (CG_MMA) and reductions\n"
                "// across a quad (CG_QUAD) whole\n")
-    return PRELUDE + lanes_kernel(name, sig, args, body, warps, WARPS, comment), warps, names
+    return PRELUDE + lanes_kernel(name, sig, args, body, warps, comment), warps, names
 
 
 class _Tile:

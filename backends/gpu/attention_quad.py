@@ -60,7 +60,7 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     else:
         body = _grad_kv(q)
     comment = "// the host runs the warp once: its lanes in turn (CG_LANES) and the quads' shuffles whole (CG_QUAD)\n"
-    return LANES + lanes_kernel(name, sig, args, q.head() + body, warps, WARPS, comment), warps, names
+    return LANES + lanes_kernel(name, sig, args, q.head() + body, warps, comment), warps, names
 
 
 class _Quad:

@@ -127,11 +127,11 @@ def host_replay(name: str, comment: str, item: str, sig: str, host: str, warp: s
             "#endif\n#endif\n")
 
 
-def lanes_kernel(name: str, sig: str, args: str, body: str, warps: int, per_block: int, comment: str) -> str:
+def lanes_kernel(name: str, sig: str, args: str, body: str, warps: int, comment: str) -> str:
     """The kernel of a warp per item written with :data:`LANES`: ``<name>_warp(item, <sig>)`` (statements
-    ``body``), the ``__global__`` entry (a warp an item, ``items`` of them), and for the host ``<name>_body`` and
-    ``<name>__host_warp`` (``per_block`` warps a block), which run the warp once. ``comment``: ``//`` lines saying
-    how the host runs it."""
+    ``body``), the ``__global__`` entry (a warp an item, ``warps`` of them, whatever the block's size), and for the
+    host ``<name>_body`` and ``<name>__host_warp`` (the launch's ``blockDim.x / 32`` warps a block), which run
+    the warp once. ``comment``: ``//`` lines saying how the host runs it."""
     return (f"__host__ __device__ inline void {name}_warp(long long item, {sig}) {{\n{body}}}\n"
             f"extern \"C\" __global__ void {name}({sig}) {{\n"
             "#ifdef __CUDA_ARCH__\n"
@@ -144,7 +144,7 @@ def lanes_kernel(name: str, sig: str, args: str, body: str, warps: int, per_bloc
             f"inline void {name}_body(long long item, {sig}) {{ {name}_warp(item, {args}); }}\n"
             "#ifdef CG_HOSTRUN\n"
             f"void {name}__host_warp(unsigned long long block, unsigned warp, {sig}) {{\n"
-            f"    const long long item = (long long)block * {per_block}LL + warp;\n"
+            f"    const long long item = (long long)block * (blockDim.x / {WARP}) + warp;\n"
             f"    if (item < {warps}LL) {name}_body(item, {args});\n"
             f"}}\n"
             "#endif\n#endif\n")
