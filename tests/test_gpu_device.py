@@ -307,7 +307,7 @@ def test_cvt_rn_bf16x2_rounds_and_packs_as_the_host():
     """The bf16 attention kernels' ``cg_pack_rn`` (one ``cvt.rn.bf16x2.f32``, its first source in the upper
     half) rounds to nearest even and packs as the host execution mode does."""
     import cupy
-    from test_gpu_attention_mma import PACK_KERNEL, pack_cases, pack_expected
+    from test_gpu_mma_prelude import PACK_KERNEL, pack_cases, pack_expected
     lo, hi = pack_cases()
     out = cupy.zeros(lo.size, dtype=cupy.uint32)
     cupy.RawKernel(PACK_KERNEL, "pack_rn")((2,), (128,), (cupy.asarray(lo), cupy.asarray(hi), out, np.int32(lo.size)))

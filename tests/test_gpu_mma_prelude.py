@@ -1,0 +1,155 @@
+"""The host's emulation of the tensor-core instructions the attention kernels use
+(:data:`circuitgrad.backends.gpu.attention_mma.PRELUDE`), against PTX ISA's own tables transcribed here: the
+``mma.sync`` fragment layouts (m16n8k8 TF32, 3xTF32, m16n8k16 bfloat16) and ``cvt.rn.bf16x2.f32``'s rounding and
+packing. ``tests/test_gpu_device.py`` runs the same packing cases on a device."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from circuitgrad.backends.gpu import attention_mma, blas
+from circuitgrad.backends.gpu.host import run as hostrun
+
+ok, why = hostrun.available()
+
+
+#: ``cg_pack_rn`` of each pair of ``lo[i], hi[i]`` (``cvt.rn.bf16x2.f32`` on a device)
+PACK_KERNEL = attention_mma.PRELUDE + """
+extern "C" __global__ void pack_rn(const float* lo, const float* hi, unsigned* out, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = cg_pack_rn(lo[i], hi[i]);
+}
+#ifdef CG_HOSTRUN
+// the prelude names warp shuffles: the host mode runs this kernel a warp (of blocks of 128) at a time
+void pack_rn__host_warp(unsigned long long block, unsigned warp, const float* lo, const float* hi, unsigned* out,
+                        int n) {
+    for (int l = 0; l < 32; ++l) { const long long i = (long long)block * 128 + warp * 32 + l;
+                                   if (i < n) out[i] = cg_pack_rn(lo[i], hi[i]); }
+}
+#endif
+"""
+
+
+def pack_cases() -> tuple[np.ndarray, np.ndarray]:
+    """Pairs of float32 values (no NaN): halfway cases rounding to even both ways, the largest floats (to
+    infinity), infinities, signed zeros, subnormals (a halfway one), and random values."""
+    bits = np.array([0x3F808000, 0x3F818000, 0x3F807FFF, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F7FFF, 0x7F800000,
+                     0xFF800000, 0x00000000, 0x80000000, 0x00000001, 0x00008000, 0x00018000, 0x807FFFFF,
+                     0x3EAAAAAB, 0xC2F6E979], dtype=np.uint32)
+    rand = np.random.default_rng(5).normal(size=240).astype(np.float32) * np.float32(1e3)
+    x = np.concatenate([bits.view(np.float32), rand])
+    return x, np.roll(x, 7)
+
+
+def pack_expected(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Each pair rounded to bfloat16 (``blas.round_bf16``: nearest even), ``lo`` in the low half."""
+    b = lambda x: blas.round_bf16(np, x).view(np.uint32)  # noqa: E731
+    return (b(lo) >> np.uint32(16)) | (b(hi) & np.uint32(0xFFFF0000))
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_the_host_rounds_and_packs_pairs_as_cvt_rn_bf16x2():
+    """The host's ``cg_pack_rn`` (each value rounded, then packed) against ``blas.round_bf16`` on every case;
+    ``tests/test_gpu_device.py`` checks the device's one instruction against the same."""
+    lo, hi = pack_cases()
+    with hostrun.device() as cp:
+        out = cp.zeros(lo.size, dtype=cp.uint32)
+        cp.RawKernel(PACK_KERNEL, "pack_rn")((2,), (128,), (cp.asarray(lo), cp.asarray(hi), out, np.int32(lo.size)))
+        got = out.get()
+    np.testing.assert_array_equal(got, pack_expected(lo, hi))
+    assert got[0] & 0xFFFF == 0x3F80 and got[1] & 0xFFFF == 0x3F82      # halfway: to the even neighbour
+
+
+#: PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32, transcribed on its own (g = lane >> 2, t = lane % 4):
+#: (row, column) of each register of A (16 × 8), B (8 × 8, row = k) and C/D (16 × 8)
+PTX_A = lambda g, t: [(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)]  # noqa: E731
+PTX_B = lambda g, t: [(t, g), (t + 4, g)]  # noqa: E731
+PTX_C = lambda g, t: [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]  # noqa: E731
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("split", [False, True], ids=["mma", "3xtf32"])
+def test_the_host_mma_reads_lanes_by_the_ptx_layout(split, tmp_path, rng):
+    """The host's ``mma.sync`` (``cg_mma_warp``, ``cg_mma3_warp``) against a transcription of PTX's fragment
+    table made here: lanes loaded by the table give ``D = A B + C``, whatever the generator does."""
+    import ctypes
+    fn = "cg_mma3_warp" if split else "cg_mma_warp"
+    (tmp_path / "m.cpp").write_text(
+        "#define __host__\n#define __device__\n#include <math.h>\nstruct float4 { float x, y, z, w; };\n"
+        + attention_mma.PRELUDE +
+        'extern "C" void run(const float* a, const float* b, float* d) {\n'
+        "    float* dp[32]; const float* ap[32]; const float* bp[32];\n"
+        "    for (int l = 0; l < 32; ++l) { dp[l] = d + 4 * l; ap[l] = a + 4 * l; bp[l] = b + 2 * l; }\n"
+        f"    {fn}(dp, ap, bp);\n}}\n")
+    r = subprocess.run(["nvcc", "-x", "c++", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "m.so"),
+                        str(tmp_path / "m.cpp")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lib = ctypes.CDLL(str(tmp_path / "m.so"))
+    A, B, C = (rng.normal(size=n).astype(np.float32) for n in ((16, 8), (8, 8), (16, 8)))
+    if not split:                                # TF32 operands: their products are exact in float32
+        A, B = blas.round_tf32(np, A), blas.round_tf32(np, B)
+    a, b, d = np.zeros((32, 4), np.float32), np.zeros((32, 2), np.float32), np.zeros((32, 4), np.float32)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        a[lane] = [A[i, j] for i, j in PTX_A(g, t)]
+        b[lane] = [B[i, j] for i, j in PTX_B(g, t)]
+        d[lane] = [C[i, j] for i, j in PTX_C(g, t)]
+    lib.run(*(ctypes.c_void_p(x.ctypes.data) for x in (a, b, d)))
+    D = np.zeros((16, 8))
+    for lane in range(32):
+        for (i, j), x in zip(PTX_C(lane >> 2, lane & 3), d[lane]):
+            D[i, j] = x
+    want = A.astype(np.float64) @ B + C
+    terms = np.abs(A).astype(np.float64) @ np.abs(B) + np.abs(C)
+    assert np.all(np.abs(D - want) <= (2.0 ** -21 * split + 9 * 2.0 ** -24) * terms)
+
+
+#: PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type" (.bf16), transcribed on its own: A's
+#: element i (0 … 7; two a register, the lower i in the low half) at row g for i in {0, 1, 4, 5}, else g + 8,
+#: column 2t + (i & 1), plus 8 for i ≥ 4; B's element i (0 … 3) at row 2t + (i & 1), plus 8 for i ≥ 2, column g
+PTX16_A = lambda g, t: [(g + 8 * ((i >> 1) & 1), 2 * t + (i & 1) + 8 * (i >= 4)) for i in range(8)]  # noqa: E731
+PTX16_B = lambda g, t: [(2 * t + (i & 1) + 8 * (i >= 2), g) for i in range(4)]  # noqa: E731
+
+
+def _bf16_pairs(x: np.ndarray) -> np.ndarray:
+    """bfloat16 values (float32 with zero low halves), in pairs, as registers: the first of a pair low."""
+    bits = x.view(np.uint32) >> 16
+    return (bits[..., 0::2] | (bits[..., 1::2] << 16)).astype(np.uint32)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_host_bf16_mma_reads_lanes_by_the_ptx_layout(tmp_path, rng):
+    """The host's ``m16n8k16`` bfloat16 ``mma.sync`` (``cg_mma16_warp``) against PTX's fragment table
+    transcribed here, with each register's two values packed low first: ``D = A B + C``."""
+    import ctypes
+    (tmp_path / "m.cpp").write_text(
+        "#define __host__\n#define __device__\n#include <math.h>\nstruct float4 { float x, y, z, w; };\n"
+        + attention_mma.PRELUDE +
+        'extern "C" void run(const unsigned* a, const unsigned* b, float* d) {\n'
+        "    float* dp[32]; const unsigned* ap[32]; const unsigned* bp[32];\n"
+        "    for (int l = 0; l < 32; ++l) { dp[l] = d + 4 * l; ap[l] = a + 4 * l; bp[l] = b + 2 * l; }\n"
+        "    cg_mma16_warp(dp, ap, bp);\n}\n")
+    r = subprocess.run(["nvcc", "-x", "c++", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "m.so"),
+                        str(tmp_path / "m.cpp")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lib = ctypes.CDLL(str(tmp_path / "m.so"))
+    A, B = (blas.round_bf16(np, rng.normal(size=n).astype(np.float32)) for n in ((16, 16), (16, 8)))
+    C = rng.normal(size=(16, 8)).astype(np.float32)
+    a = np.stack([_bf16_pairs(np.array([A[i, j] for i, j in PTX16_A(lane >> 2, lane & 3)], np.float32))
+                  for lane in range(32)])
+    b = np.stack([_bf16_pairs(np.array([B[i, j] for i, j in PTX16_B(lane >> 2, lane & 3)], np.float32))
+                  for lane in range(32)])
+    d = np.stack([np.array([C[i, j] for i, j in PTX_C(lane >> 2, lane & 3)], np.float32) for lane in range(32)])
+    assert a.shape == (32, 4) and b.shape == (32, 2)
+    lib.run(*(ctypes.c_void_p(x.ctypes.data) for x in (a, b, d)))
+    D = np.zeros((16, 8))
+    for lane in range(32):
+        for (i, j), x in zip(PTX_C(lane >> 2, lane & 3), d[lane]):
+            D[i, j] = x
+    want = A.astype(np.float64) @ B + C          # bfloat16 products are exact; 16 float32 additions
+    terms = np.abs(A).astype(np.float64) @ np.abs(B) + np.abs(C)
+    assert np.all(np.abs(D - want) <= 17 * 2.0 ** -24 * terms)
+    assert np.max(np.abs(D - want)) < 1e-4 * np.max(terms)
