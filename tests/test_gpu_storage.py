@@ -14,6 +14,7 @@ from circuitgrad import nn, ops
 from circuitgrad.backends.gpu import blas, memory, runtime, storage
 from circuitgrad.backends.gpu.host import run as hostrun
 from circuitgrad.backends.gpu.host.emulate import emulated_kernel
+from circuitgrad.rewrite import simplify
 from conftest import ptxas_spills
 
 ok, why = hostrun.available()
@@ -273,6 +274,54 @@ def test_stored_attention_operands_give_the_same_bits(rng, monkeypatch):
             np.testing.assert_array_equal(runs[key, True][k], runs[key, False][k], err_msg=f"{key} {k}")
 
 
+#: the inputs each attention kernel reads only as bf16 products' operands (not D's dO: dq sums D from it)
+OPERANDS = {"AttentionForward": "q k v", "AttentionGradQ": "q k v", "AttentionGradV": "q k dO",
+            "AttentionGradK": "q k v dO", "AttentionGradKV": "q k v dO"}
+
+
+def _operands(T, rng) -> dict:
+    """Inputs of every attention op over ``T``, bfloat16 values (low halves zero); O, L and D computed."""
+    from circuitgrad.backends.gpu import attention
+    x = {n: blas.round_bf16(np, rng.normal(size=T.shape).astype(np.float32)) for n in ("q", "k", "v", "dO")}
+    x["O"], x["L"] = attention.AttentionForward(T, True, 0.25, mma="bf16").evaluate(x["q"], x["k"], x["v"])
+    _, x["D"] = attention.AttentionGradQ(T, True, 0.25, mma="bf16").evaluate(*(x[n] for n in "q k v O L dO".split()))
+    return x
+
+
+@pytest.mark.parametrize("cls", list(OPERANDS))
+def test_an_operand_is_read_only_as_it_rounds(cls, rng):
+    """Each input ``Attention.operands`` names is read only as a bfloat16 product operand: low halves under
+    0x8000 added to bfloat16 values round away, and change no bit of the op's outputs (its NumPy reference, and
+    its kernel on the host); the same added to dO, which dq's ``D = rowsum(dO∘O)`` reads in float32, does."""
+    from circuitgrad.backends.gpu import attention, attention_mma
+    T = cg.NdArrayType((1, 2, 32, 16), cg.float32)
+    op = getattr(attention, cls)(T, True, 0.25, mma="bf16")
+    assert op.bf16_inputs() == set(OPERANDS[cls].split())
+    x = _operands(T, rng)
+
+    def fuzz(a):            # the same bfloat16 value, float32 bits below it
+        low = rng.integers(1, 0x8000, size=a.shape, dtype=np.uint32)
+        return (a.view(np.uint32) | low).view(np.float32)
+    names = op.ins.split()
+    changed = {n: {**x, n: fuzz(x[n])} for n in names if n in ("q", "k", "v", "dO")}
+    want = op.evaluate(*(x[n] for n in names))
+    src, warps, _ = attention_mma.source(op, "k")
+    shapes = [T.shape[:-1] if n in "LD" else T.shape for n in op.outs.split()]
+
+    def kernel(xs):
+        with hostrun.device() as cp:
+            outs = [cp.empty(s, dtype=np.float32) for s in shapes]
+            cp.RawKernel(src, "k")((-(-warps * 32 // 128),), (128,), (*(cp.asarray(xs[n]) for n in names), *outs))
+            return [o.get() for o in outs]
+    on_host = kernel(x) if ok else None
+    for n, xs in changed.items():
+        same = [op.evaluate(*(xs[m] for m in names))] + ([kernel(xs)] if ok else [])
+        base = [want] + ([on_host] if ok else [])
+        diff = [any(not np.array_equal(a, b) for a, b in zip(g, w)) for g, w in zip(same, base)]
+        assert diff == [n not in op.bf16_inputs()] * len(diff), (n, diff)
+    assert ("dO" in changed and "dO" not in op.bf16_inputs()) == (cls == "AttentionGradQ")
+
+
 def stored_against_plain(cp, cls: str, dh: int, rng) -> tuple[list, list]:
     """A bf16 attention kernel (``cls``, causal softmax over ``(1, 2, 32, dh)``) reading its bfloat16-stored
     operands as bits, in ``cp``'s memory (the host mode's or a device's): its outputs from aligned operands, then
@@ -286,7 +335,7 @@ def stored_against_plain(cp, cls: str, dh: int, rng) -> tuple[list, list]:
     x["O"], x["L"] = attention.AttentionForward(T, True, 0.25, mma="bf16").evaluate(x["q"], x["k"], x["v"])
     _, x["D"] = attention.AttentionGradQ(T, True, 0.25, mma="bf16").evaluate(*(x[n] for n in "q k v O L dO".split()))
     names, narrow = op.ins.split(), op.bf16_inputs()
-    assert narrow == ({"q", "k", "v"} if cls != "AttentionGradKV" else {"q", "k", "v", "dO"})
+    assert narrow == set(OPERANDS[cls].split())
     shapes = [T.shape[:-1] if n in "LD" else T.shape for n in op.outs.split()]
     plain_src, warps, _ = attention_mma.source(op, "plain")
     stored_src, _, _ = attention_mma.source(op, "stored", narrow=narrow)
@@ -315,7 +364,7 @@ def stored_against_plain(cp, cls: str, dh: int, rng) -> tuple[list, list]:
 
 @needs_host
 @pytest.mark.parametrize("dh", [16, 32])
-@pytest.mark.parametrize("cls", ["AttentionForward", "AttentionGradQ", "AttentionGradKV"])
+@pytest.mark.parametrize("cls", list(OPERANDS))
 def test_the_kernels_read_stored_bits_as_the_pairs_they_would_round(cls, dh, rng):
     """A bf16 kernel reading its operands as bfloat16 bits gives the bits of the same kernel reading their
     float32 values and rounding them: from 8-byte loads, and one by one with an operand 2 bytes off 8-byte
@@ -380,3 +429,44 @@ def test_the_host_mode_refuses_a_misaligned_8_byte_load(tmp_path):
     assert r.returncode != 0 and "ran" not in r.stdout
     assert "circuitgrad hostrun: an 8-byte load of p from 0x" in r.stderr, r.stderr[-2000:]
     assert ", not 8-byte aligned: on a device, a misaligned address error\n" in r.stderr
+
+
+def _tanh_product(a, w):
+    t = ops.tanh(a)
+    return t @ w, ops.exp(t)
+
+
+def _halved_attention(q, k, v):
+    h = q * 0.5
+    return ops.attention(h, k * 0.5, v * 0.5, causal=True), ops.tanh(h)
+
+
+@pytest.mark.parametrize("backend", ["cupy-emulated", "cupy"])
+@pytest.mark.parametrize("fn, shapes", [(_tanh_product, [(4, 12), (12, 5)]), (_halved_attention, [(1, 2, 32, 16)] * 3)],
+                         ids=["product", "attention"])
+def test_a_stored_value_read_by_the_kernel_that_makes_it_is_its_float32_there(fn, shapes, backend, monkeypatch, rng):
+    """A value stored as bfloat16 that the kernel making it also reads (``exp(tanh(a))`` beside ``tanh(a) @ w``;
+    ``tanh(q/2)`` beside attention of ``q/2``) is read there as the kernel computed it, unrounded: the function's
+    outputs are the bits of the function that stores nothing narrow, emulated and on the host."""
+    if backend == "cupy" and not ok:
+        pytest.skip(why)
+    from circuitgrad.backends import gpu
+    types = [cg.NdArrayType(s, cg.float32) for s in shapes]
+    prog = simplify(cg.schedule(cg.trace(fn, types, name="f")))
+    xs = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    names = [f"a{i}" for i in range(len(xs))]
+    outs = []
+    for narrow in (True, False):
+        with monkeypatch.context() as m:
+            if not narrow:
+                m.setattr(storage, "bf16_operands", lambda p: frozenset())
+            if backend == "cupy":
+                with hostrun.device() as cp:
+                    f = gpu.compile_function(prog, names, "f", precision="bf16")
+                    outs.append([o.get() for o in f.run(*[cp.asarray(x) for x in xs])])
+            else:
+                f = gpu.compile_function(prog, names, "f", emulate=True, precision="bf16")
+                outs.append([np.asarray(o) for o in f.run(*xs)])
+        assert len(f.plan.narrow) == (0 if not narrow else 1 if fn is _tanh_product else 3)
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)

@@ -41,10 +41,10 @@ def emulated_kernel(p: Plan, step_index: int, kern: Kernel) -> Callable:
             if s in p.constants:
                 return np.full(shape, p.constants[s], dtype=dtype)
             b, stages = p.read(s)
-            base = env[b] if b in env else bases[b]
-            if b in p.narrow:               # stored as bfloat16 (an attention kernel's operand): its values
-                base = widen_bf16(np, base)
-            return read_through(base, shape, stages)
+            if b in env:                    # made in this launch: float values, as a register holds them
+                return read_through(env[b], shape, stages)
+            base = bases[b]                 # stored as bfloat16 (an attention kernel's operand): its values
+            return read_through(widen_bf16(np, base) if b in p.narrow else base, shape, stages)
 
         if step.kind == "copy":
             (r,) = kern.outputs
