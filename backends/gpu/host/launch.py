@@ -182,23 +182,17 @@ template <class T> static inline T __shfl_up_sync(unsigned, T v, unsigned, int =
 template <class T> static inline T __shfl_sync(unsigned, T v, int, int = 32) { return cg_no_warp(v); }
 static inline void __syncwarp(unsigned = 0xffffffffu) { cg_no_warp(0); }
 static inline void __syncthreads() { cg_no_warp(0); }
-// A 16-byte vector load (float4, double2) from an address a device would refuse (misaligned address).
-static inline void cg_vec_load(const void* p, const char* what) {
-    if ((cg_ull)p & 15ULL) {
-        fprintf(stderr, "circuitgrad hostrun: a 16-byte load of %s from %p, not 16-byte aligned: on a device, "
-                "a misaligned address error\n", what, p);
+// A vector load (16 bytes: float4, double2; 8: four bfloat16 values) from an address a device would refuse
+// (misaligned address).
+static inline void cg_vec_load(const void* p, unsigned bytes, const char* a, const char* what) {
+    if ((cg_ull)p % bytes) {
+        fprintf(stderr, "circuitgrad hostrun: %s %u-byte load of %s from %p, not %u-byte aligned: on a device, "
+                "a misaligned address error\n", a, bytes, what, p, bytes);
         abort();
     }
 }
-#define CG_VEC_LOAD(p) cg_vec_load(p, #p)
-static inline void cg_vec_load8(const void* p, const char* what) {   // likewise an 8-byte load
-    if ((cg_ull)p & 7ULL) {
-        fprintf(stderr, "circuitgrad hostrun: an 8-byte load of %s from %p, not 8-byte aligned: on a device, "
-                "a misaligned address error\n", what, p);
-        abort();
-    }
-}
-#define CG_VEC_LOAD8(p) cg_vec_load8(p, #p)
+#define CG_VEC_LOAD(p) cg_vec_load(p, 16, "a", #p)
+#define CG_VEC_LOAD8(p) cg_vec_load(p, 8, "an", #p)
 // Row i of an operand of n rows (an attention kernel's matrix), read or written outside [0, n): on a device,
 // memory outside the operand (a fault, or another array's values), which the guard elements may not show.
 static inline long long cg_row(long long i, long long n, const char* what) {
