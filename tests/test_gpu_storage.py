@@ -168,6 +168,28 @@ def test_storing_bfloat16_lowers_the_peak_and_the_bytes_moved(monkeypatch):
     assert b.total.values["bytes"] - a.total.values["bytes"] >= saved       # each is written once and read at least once
 
 
+def _with_and_without_stored(prog, xs, backend: str, monkeypatch) -> tuple[list, list]:
+    """``prog`` at ``bf16`` on ``xs`` (``backend``: emulated, or ``cupy`` in the host mode), as built and with
+    nothing stored as bfloat16: ``(functions, outputs)``, the stored one first."""
+    from circuitgrad.backends import gpu
+    names = [f"a{i}" for i in range(len(xs))]
+    fs, outs = [], []
+    for narrow in (True, False):
+        with monkeypatch.context() as m:
+            if not narrow:
+                m.setattr(storage, "bf16_operands", lambda p: frozenset())
+            if backend == "cupy":
+                with hostrun.device() as cp:
+                    f = gpu.compile_function(prog, names, "f", precision="bf16")
+                    outs.append([o.get() for o in f.run(*[cp.asarray(x) for x in xs])])
+            else:
+                f = gpu.compile_function(prog, names, "f", emulate=True, precision="bf16")
+                outs.append([np.asarray(o) for o in f.run(*xs)])
+        fs.append(f)
+    assert not fs[1].plan.narrow
+    return fs, outs
+
+
 @pytest.mark.parametrize("backend", ["cupy-emulated", "cupy"])
 def test_a_stored_value_read_through_a_strided_view_has_two_byte_strides(backend, monkeypatch, rng):
     """``tanh(a).reshape(8, 6).T @ w``: the stored value reaches the product as ``as_strided`` of its bfloat16
@@ -177,25 +199,12 @@ def test_a_stored_value_read_through_a_strided_view_has_two_byte_strides(backend
     A, W = cg.NdArrayType((4, 12), cg.float32), cg.NdArrayType((8, 5), cg.float32)
     prog = cg.schedule(cg.trace(lambda a, w: ops.transpose(ops.reshape(ops.tanh(a), (8, 6))) @ w, [A, W], name="f"))
     a, w = rng.normal(size=A.shape).astype(np.float32), rng.normal(size=W.shape).astype(np.float32)
-    from circuitgrad.backends import gpu
-    outs = []
-    for narrow in (True, False):
-        with monkeypatch.context() as m:
-            if not narrow:
-                m.setattr(storage, "bf16_operands", lambda p: frozenset())
-            if backend == "cupy":
-                with hostrun.device() as cp:
-                    f = gpu.compile_function(prog, ["a", "w"], "f", precision="bf16")
-                    outs.append(f.run(cp.asarray(a), cp.asarray(w))[0].get())
-            else:
-                f = gpu.compile_function(prog, ["a", "w"], "f", emulate=True, precision="bf16")
-                outs.append(np.asarray(f.run(a, w)[0]))
-        assert bool(f.plan.narrow) == narrow
-        if narrow:
-            assert "as_strided" in f.python and "(2, 12)" in f.python, f.python
-    np.testing.assert_array_equal(outs[0], outs[1])
+    (f, _), ((stored,), (plain,)) = _with_and_without_stored(prog, [a, w], backend, monkeypatch)
+    assert f.plan.narrow
+    assert "as_strided" in f.python and "(2, 12)" in f.python, f.python
+    np.testing.assert_array_equal(stored, plain)
     want = blas.round_bf16(np, np.tanh(a).reshape(8, 6).T.copy()).astype(np.float64) @ blas.round_bf16(np, w)
-    np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(stored, want, rtol=1e-5, atol=1e-6)
 
 
 def test_the_cost_of_another_precision_is_that_of_the_step_built_so(monkeypatch):
@@ -288,6 +297,14 @@ def _operands(T, rng) -> dict:
     return x
 
 
+def _run_kernel(cp, op, src: str, name: str, warps: int, args) -> list[np.ndarray]:
+    """``op``'s kernel ``name`` in ``src`` (``warps`` warps, 128 threads a block) on ``args`` in ``cp``'s
+    memory: its outputs, fetched."""
+    outs = [cp.empty(op.T.shape[:-1] if n in "LD" else op.T.shape, dtype=np.float32) for n in op.outs.split()]
+    cp.RawKernel(src, name)((-(-warps * 32 // 128),), (128,), (*args, *outs))
+    return [o.get() for o in outs]
+
+
 @pytest.mark.parametrize("cls", list(OPERANDS))
 def test_an_operand_is_read_only_as_it_rounds(cls, rng):
     """Each input ``Attention.operands`` names is read only as a bfloat16 product operand: low halves under
@@ -306,13 +323,10 @@ def test_an_operand_is_read_only_as_it_rounds(cls, rng):
     changed = {n: {**x, n: fuzz(x[n])} for n in names if n in ("q", "k", "v", "dO")}
     want = op.evaluate(*(x[n] for n in names))
     src, warps, _ = attention_mma.source(op, "k")
-    shapes = [T.shape[:-1] if n in "LD" else T.shape for n in op.outs.split()]
 
     def kernel(xs):
         with hostrun.device() as cp:
-            outs = [cp.empty(s, dtype=np.float32) for s in shapes]
-            cp.RawKernel(src, "k")((-(-warps * 32 // 128),), (128,), (*(cp.asarray(xs[n]) for n in names), *outs))
-            return [o.get() for o in outs]
+            return _run_kernel(cp, op, src, "k", warps, [cp.asarray(xs[n]) for n in names])
     on_host = kernel(x) if ok else None
     for n, xs in changed.items():
         same = [op.evaluate(*(xs[m] for m in names))] + ([kernel(xs)] if ok else [])
@@ -330,22 +344,16 @@ def stored_against_plain(cp, cls: str, dh: int, rng) -> tuple[list, list]:
     from circuitgrad.backends.gpu import attention, attention_mma
     T = cg.NdArrayType((1, 2, 32, dh), cg.float32)
     op = getattr(attention, cls)(T, True, 0.25, mma="bf16")
-    bits = {n: storage.to_bf16_bits(rng.normal(size=T.shape).astype(np.float32)) for n in ("q", "k", "v", "dO")}
-    x = {n: blas.widen_bf16(np, b) for n, b in bits.items()}
-    x["O"], x["L"] = attention.AttentionForward(T, True, 0.25, mma="bf16").evaluate(x["q"], x["k"], x["v"])
-    _, x["D"] = attention.AttentionGradQ(T, True, 0.25, mma="bf16").evaluate(*(x[n] for n in "q k v O L dO".split()))
+    x = _operands(T, rng)
+    bits = {n: storage.to_bf16_bits(x[n]) for n in ("q", "k", "v", "dO")}        # the values as stored
     names, narrow = op.ins.split(), op.bf16_inputs()
     assert narrow == set(OPERANDS[cls].split())
-    shapes = [T.shape[:-1] if n in "LD" else T.shape for n in op.outs.split()]
     plain_src, warps, _ = attention_mma.source(op, "plain")
     stored_src, _, _ = attention_mma.source(op, "stored", narrow=narrow)
     assert "cg_ld4p(x, &" in stored_src and "cg_ld4p(x, &" not in plain_src
-    grid = (-(-warps * 32 // 128),)
 
     def run(src, name, args):
-        outs = [cp.empty(s, dtype=np.float32) for s in shapes]
-        cp.RawKernel(src, name)(grid, (128,), (*args, *outs))
-        return [o.get() for o in outs]
+        return _run_kernel(cp, op, src, name, warps, args)
 
     def shifted(b):                 # two bytes past 8-byte alignment: the kernel's loads take the fallback
         buf = cp.zeros(b.size + 1, dtype=b.dtype)
@@ -450,23 +458,10 @@ def test_a_stored_value_read_by_the_kernel_that_makes_it_is_its_float32_there(fn
     outputs are the bits of the function that stores nothing narrow, emulated and on the host."""
     if backend == "cupy" and not ok:
         pytest.skip(why)
-    from circuitgrad.backends import gpu
     types = [cg.NdArrayType(s, cg.float32) for s in shapes]
     prog = simplify(cg.schedule(cg.trace(fn, types, name="f")))
     xs = [rng.normal(size=s).astype(np.float32) for s in shapes]
-    names = [f"a{i}" for i in range(len(xs))]
-    outs = []
-    for narrow in (True, False):
-        with monkeypatch.context() as m:
-            if not narrow:
-                m.setattr(storage, "bf16_operands", lambda p: frozenset())
-            if backend == "cupy":
-                with hostrun.device() as cp:
-                    f = gpu.compile_function(prog, names, "f", precision="bf16")
-                    outs.append([o.get() for o in f.run(*[cp.asarray(x) for x in xs])])
-            else:
-                f = gpu.compile_function(prog, names, "f", emulate=True, precision="bf16")
-                outs.append([np.asarray(o) for o in f.run(*xs)])
-        assert len(f.plan.narrow) == (0 if not narrow else 1 if fn is _tanh_product else 3)
+    (f, _), outs = _with_and_without_stored(prog, xs, backend, monkeypatch)
+    assert len(f.plan.narrow) == (1 if fn is _tanh_product else 3)
     for a, b in zip(*outs):
         np.testing.assert_array_equal(a, b)
