@@ -25,7 +25,6 @@ note can say where the time goes. Without a GPU (and without ``--dry``) the scri
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -42,14 +41,13 @@ from circuitgrad import ops  # noqa: E402
 from circuitgrad.backends import gpu  # noqa: E402
 from circuitgrad.backends.gpu import attention, memory  # noqa: E402
 from circuitgrad.rewrite import simplify  # noqa: E402
-from circuitgrad.schedule import Apply  # noqa: E402
 
 KINDS = ("softmax", "spherical")
 #: circuitgrad's rows: float32 (CUDA cores), float32 as 3xTF32 on the tensor cores (``attention_3xtf32``, SDPA
 #: float32's own method), TF32, bf16
 PRECISIONS = ("fp32", "3xtf32", "tf32", "bf16")
 #: the variants timed after the defaults (forward+backward): each precision that computes dk and dv in one kernel
-#: with the two apart (:func:`apart`), and bf16 with q, k, v made inside the program (``stored``: as a GPT's,
+#: with the two apart (``attention.fuse(..., together=False)``), and bf16 with q, k, v made inside the program (``stored``: as a GPT's,
 #: stored as bfloat16, ``gpu.storage``)
 VARIANTS = [("fp32", "apart"), ("tf32", "apart"), ("bf16", "apart"), ("bf16", "stored")]
 #: how each variant's rows are named
@@ -92,22 +90,6 @@ def timed(fn, repeats: int, warmup: int, events) -> float:
     return statistics.median(times)
 
 
-def apart(prog, mma: str):
-    """``prog`` with its attention fused as ``gpu.attention.fuse`` fuses it for ``mma``, but each
-    :class:`~circuitgrad.backends.gpu.attention.AttentionGradKV` replaced by the two kernels it stands for."""
-    fused, instrs = attention.fuse(prog, mma), []
-    for x in fused.instrs:
-        if not isinstance(x.op, attention.AttentionGradKV):
-            instrs.append(x)
-            continue
-        q, k, v, L, dO, D = x.args
-        dk, dv = x.results
-        op = {f.name: getattr(x.op, f.name) for f in dataclasses.fields(x.op) if f.name != "order"}
-        instrs += [Apply(attention.AttentionGradV(**op, order=(x.op.axes(1),)), (q, k, L, dO), (dv,), x.path),
-                   Apply(attention.AttentionGradK(**op, order=(x.op.axes(0),)), (q, k, v, L, dO, D), (dk,), x.path)]
-    return dataclasses.replace(fused, instrs=instrs)
-
-
 def kernels(f, args, a, device: str) -> list[dict]:
     """Each launch of ``f`` on ``args``: what it runs, measured and predicted ms (``gpu.profile``)."""
     prof = gpu.profile(f, *args, repeats=a.repeats, warmup=a.warmup, device=device)
@@ -123,8 +105,8 @@ def ours(kind: str, shape, precision: str, a, emulate: bool, variant: str = "", 
     for what, prog in programs(kind, shape, stored=variant == "stored").items():
         if variant and what == "forward":
             continue
-        if variant == "apart":      # fused here as compile_function would fuse it (TF32 mma), then split
-            prog = apart(prog, attention.tensor_cores(prog.types[prog.inputs[0]], precision))
+        if variant == "apart":      # fused here as compile_function would fuse it, dk and dv a kernel each
+            prog = attention.fuse(prog, attention.tensor_cores(prog.types[prog.inputs[0]], precision), together=False)
         f = gpu.compile_function(prog, [f"a{i}" for i in range(len(prog.inputs))], "attention", emulate=emulate,
                                  precision=base, attention_3xtf32=precision == "3xtf32")
         xp = f.namespace["xp"]

@@ -14,9 +14,11 @@ from conftest import ptxas_spills
 
 import circuitgrad as cg
 from circuitgrad import nn, ops
+from circuitgrad.backends import gpu
 from circuitgrad.backends.gpu import attention, attention_source, memory
 from circuitgrad.backends.gpu.host import run as hostrun
 from circuitgrad.interpret import FLOAT_RULES
+from circuitgrad.rewrite import simplify
 
 ok, why = hostrun.available()
 
@@ -105,7 +107,6 @@ def _normalised(variant: str, eps: float):
 def test_only_a_per_row_normalisation_is_spherical_attention(variant, fused, rng):
     """The matcher checks the axis of the sum of squares and of its broadcasts, not only the instructions'
     names; ε is the program's own."""
-    from circuitgrad.rewrite import simplify
     T = cg.NdArrayType((2, 3, 8, 4), cg.float64)
     d = cg.trace(_normalised(variant, 1e-3), [T] * 3, name="att")
     for prog in (simplify(cg.schedule(d)), simplify(cg.schedule(cg.rdiff(d)))):
@@ -121,7 +122,6 @@ def test_only_a_per_row_normalisation_is_spherical_attention(variant, fused, rng
 @pytest.mark.parametrize("kind", attention.NORMS)
 def test_a_core_without_its_forward_output_is_left_alone(kind):
     """The reverse derivative alone (no ``O`` computed) is not the pattern: nothing is replaced."""
-    from circuitgrad.rewrite import simplify
     T = cg.NdArrayType((2, 3, 8, 4), cg.float32)
     d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3, name="att")
     prog = simplify(cg.schedule(cg.rdiff(d)))
@@ -141,6 +141,27 @@ def test_the_step_holds_less_memory_and_launches_fewer_kernels(kind):
     assert sum(s.kind == "attention" for s in f.plan.steps) == 6      # dk and dv in one kernel (a quad a row)
     assert f.launches < unfused.launches
     assert memory.peak(f) <= memory.peak(unfused) - 4 * 2 * 64 * 64 * 4         # a layer's S×S scores, at least
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+def test_dk_and_dv_apart_give_the_kernel_of_both_its_bits(precision, rng):
+    """``fuse(..., together=False)`` gives dk and dv a kernel each where one would take both (a quad a row under
+    fp32, the tensor cores under tf32 and bf16); emulated, the kernels are the ops' NumPy definitions and the
+    kernel of both computes each as the one alone does, so the bits agree."""
+    T = cg.NdArrayType((1, 2, 16, 16), cg.float32)
+    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True), [T] * 3)
+    R = cg.rdiff(d)
+    prog = simplify(cg.schedule(cg.trace(lambda q, k, v, do: (*d(q, k, v), *R(q, k, v, do)), [T] * 4)))
+    mma = attention.tensor_cores(T, precision)
+    names = [f"a{i}" for i in range(4)]
+    fs = [gpu.compile_function(p, names, "f", emulate=True, precision=precision)
+          for p in (prog, attention.fuse(prog, mma, together=False))]
+    assert [[type(x.op).__name__ for x in f.program.instrs if isinstance(x.op, attention.OPS)] for f in fs] == [
+        ["AttentionForward", "AttentionGradQ", "AttentionGradKV"],
+        ["AttentionForward", "AttentionGradQ", "AttentionGradV", "AttentionGradK"]]
+    xs = [rng.normal(size=T.shape).astype(np.float32) for _ in range(4)]
+    for a, b in zip(*(f.run(*xs) for f in fs)):
+        assert a.shape == b.shape and np.array_equal(a, b)
 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
@@ -204,7 +225,6 @@ def test_vector_loads_and_their_fallback_give_the_same_bits(kind, dtype, rng):
     else one element at a time, in the same order of operations: an operand passed at an 8- or 4-byte offset takes
     the fallback and gives the same bits."""
     from circuitgrad.backends import gpu
-    from circuitgrad.rewrite import simplify
     T = cg.NdArrayType((1, 2, 12, 8), dtype)
     d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3, name=f"{kind}_attention")
     R = cg.rdiff(d)

@@ -490,10 +490,12 @@ def kv_together(T: NdArrayType, mma: str) -> bool:
     return mma in ("tf32", "bf16") or (not mma and quad(T))
 
 
-def fuse(prog: Program, precision: str | None = "fp32") -> Program:
+def fuse(prog: Program, precision: str | None = "fp32", together: bool = True) -> Program:
     """``prog`` with every softmax or spherical attention core that qualifies replaced by the streaming
     kernels' instructions (the same program when none does); their products go to the tensor cores where the
-    shape allows, as ``precision`` says (:func:`tensor_cores`; ``None``: a device without TF32 ``mma``)."""
+    shape allows, as ``precision`` says (:func:`tensor_cores`; ``None``: a device without TF32 ``mma``).
+    ``dk`` and ``dv`` come from one kernel where :func:`kv_together` says so; ``together=False``: from a kernel
+    each even there (the choice that only a device's timing settles; ``bench/gpu_attention.py`` times both)."""
     producers, uses = prog.producers(), prog.uses()
     matches: list[_Core] = []
     for i, a in enumerate(prog.instrs):
@@ -537,7 +539,7 @@ def fuse(prog: Program, precision: str | None = "fp32") -> Program:
         v_ax, v_res, v_view = written(m.dv)
         k_ax, k_res, k_view = written(m.dk)
         grad_q = [Apply(AttentionGradQ(**op, order=q_ax), (m.q, m.k, m.v, m.O, L, m.dO), q_res, path)] + q_view
-        if kv_together(m.T, op["mma"]):
+        if together and kv_together(m.T, op["mma"]):
             grad_kv = [Apply(AttentionGradKV(**op, order=k_ax + v_ax), (m.q, m.k, m.v, L, m.dO, D),
                              k_res + v_res, path)] + k_view + v_view
         else:
