@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up .venv (if needed) with the test dependencies and runs the whole test suite on the current NumPy, then
 # the core tests on NumPy 1.26 (scripts/test-numpy1.sh, in .venv-numpy1; only when no pytest arguments are given).
-# PyTorch (CPU build 2.13.0, for the autograd cross-check), MKL (the optional fast GEMM) and
+# PyTorch (CPU build 2.13.0, for the autograd cross-check), MKL (the optional fast GEMM), NVRTC (the device's
+# kernel compiler, run here without a device) and
 # snarkjs (npm, for the ZK proof tests) are installed when available; without them those tests
 # are skipped or use NumPy, not failed.
 set -uo pipefail
@@ -34,6 +35,11 @@ if ! torch_loads; then
 fi
 if ! .venv/bin/python -c "import glob, sys; sys.exit(not glob.glob(sys.prefix + '/lib/libmkl_rt.so*'))"; then
   .venv/bin/python -m pip install -q 'mkl>=2024' || echo "note: MKL not installable here; NumPy's matmul will be used"
+fi
+# NVRTC, the compiler a device runs, so that tests/test_gpu_nvrtc.py compiles the generated kernels without one
+if ! .venv/bin/python -c "import sys; sys.path.insert(0, 'tests'); import _nvrtc; sys.exit(_nvrtc.load()[0] is None)"; then
+  .venv/bin/python -m pip install -q 'nvidia-cuda-nvrtc>=13,<14' \
+    || echo "note: NVRTC not installable here; the kernels' NVRTC compile tests will be skipped"
 fi
 if command -v node >/dev/null && command -v npm >/dev/null; then
   # snarkjs for the ZK backend's proof tests (installed once into ~/.cache/circuitgrad/npm)

@@ -1,0 +1,57 @@
+"""The GPU backend's modules compiled by NVRTC, the compiler a device runs (``cupy.RawModule``), here without a
+device: every kernel of a GPT's step, predict and loss in each precision and norm, as the backend assembles them
+(:func:`~circuitgrad.backends.gpu.module.split`), for sm_90. nvcc (the other tests) compiles with a host
+compiler's headers beside it; NVRTC has none, so what only nvcc takes would otherwise first fail on a device."""
+from __future__ import annotations
+
+import pytest
+from _nvrtc import compile_source, load
+
+import circuitgrad as cg
+from circuitgrad import nn
+from circuitgrad.backends.gpu import module
+
+lib, why = load()
+pytestmark = pytest.mark.skipif(lib is None, reason=why)
+
+KERNEL = 'extern "C" __global__ void k(float* y, const float* x) { y[threadIdx.x] = %s; }\n'
+
+
+def test_nvrtc_compiles_a_kernel_and_refuses_a_host_header():
+    """The check can fail: NVRTC has no C library headers (nvcc would take this source), and its log says so."""
+    good = compile_source(KERNEL % "expf(x[threadIdx.x])")
+    assert good.ok and set(good.registers) == {"k"} and good.spill_bytes == {"k": 0}, good.log
+    bad = compile_source("#include <string.h>\n" + KERNEL % "x[0]")
+    assert not bad.ok and "string.h" in bad.log
+
+
+def test_a_compile_error_names_its_line():
+    bad = compile_source(KERNEL % "undefined_function(x[0])")
+    assert not bad.ok and 'identifier "undefined_function" is undefined' in bad.log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("norm", ["softmax", "spherical"])
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+def test_every_kernel_of_a_gpt_compiles_for_sm90_without_spills(precision, norm):
+    """A GPT with 64-wide heads (the real models' ``dh``: streaming attention on quads under fp32, on the tensor
+    cores under tf32 and bf16, q, k, v stored as bfloat16 under bf16), its step (donated), predict and loss."""
+    step = cg.compile_model(nn.gpt(2, 64, 13, d=128, heads=2, layers=1, attention=norm),
+                            loss=nn.softmax_cross_entropy, optimizer=nn.adamw(1e-3), backend="cupy-emulated",
+                            donate=True, precision=precision)
+    kernels = 0
+    for key in ("step", "predict", "loss"):
+        f = step.fn(key).compiled
+        assert any(s.kind == "attention" for s in f.plan.steps)
+        codes, where = module.split(f.kernels)
+        kernels += len(f.kernels)
+        compiled = set()
+        for code in codes:
+            out = compile_source(code)
+            assert out.ok, f"{key}: {out.log[-3000:]}"
+            assert out.spill_bytes and not any(out.spill_bytes.values()), (key, out.spill_bytes)
+            assert set(out.registers) == set(out.spill_bytes)
+            compiled |= set(out.registers)
+        # every kernel a launch names was in a module NVRTC compiled (and reported on)
+        assert {name for _, name in where.values()} <= compiled
+    assert kernels > 20
