@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from _nvrtc import compile_source, load
+from test_gpu_hostrun import MODELS as HOSTRUN_MODELS
 
 import circuitgrad as cg
 from circuitgrad import nn
@@ -25,24 +26,16 @@ def test_nvrtc_compiles_a_kernel_and_refuses_a_host_header():
     assert not bad.ok and "string.h" in bad.log
 
 
-def test_a_compile_error_names_its_line():
+def test_a_compile_error_is_in_the_log():
     bad = compile_source(KERNEL % "undefined_function(x[0])")
     assert not bad.ok and 'identifier "undefined_function" is undefined' in bad.log
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("norm", ["softmax", "spherical"])
-@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
-def test_every_kernel_of_a_gpt_compiles_for_sm90_without_spills(precision, norm):
-    """A GPT with 64-wide heads (the real models' ``dh``: streaming attention on quads under fp32, on the tensor
-    cores under tf32 and bf16, q, k, v stored as bfloat16 under bf16), its step (donated), predict and loss."""
-    step = cg.compile_model(nn.gpt(2, 64, 13, d=128, heads=2, layers=1, attention=norm),
-                            loss=nn.softmax_cross_entropy, optimizer=nn.adamw(1e-3), backend="cupy-emulated",
-                            donate=True, precision=precision)
+def _compiles(step) -> int:
+    """Each function's modules compiled by NVRTC for sm_90 with no error and no spill; the kernels' count."""
     kernels = 0
     for key in ("step", "predict", "loss"):
         f = step.fn(key).compiled
-        assert any(s.kind == "attention" for s in f.plan.steps)
         codes, where = module.split(f.kernels)
         kernels += len(f.kernels)
         compiled = set()
@@ -54,4 +47,31 @@ def test_every_kernel_of_a_gpt_compiles_for_sm90_without_spills(precision, norm)
             compiled |= set(out.registers)
         # every kernel a launch names was in a module NVRTC compiled (and reported on)
         assert {name for _, name in where.values()} <= compiled
+    return kernels
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("norm", ["softmax", "spherical"])
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+def test_every_kernel_of_a_gpt_compiles_for_sm90_without_spills(precision, norm):
+    """A GPT with 64-wide heads (the real models' ``dh``: streaming attention on quads under fp32, on the tensor
+    cores under tf32 and bf16, q, k, v stored as bfloat16 under bf16), its step (donated), predict and loss."""
+    step = cg.compile_model(nn.gpt(2, 64, 13, d=128, heads=2, layers=1, attention=norm),
+                            loss=nn.softmax_cross_entropy, optimizer=nn.adamw(1e-3), backend="cupy-emulated",
+                            donate=True, precision=precision)
+    for key in ("step", "predict", "loss"):
+        assert any(s.kind == "attention" for s in step.fn(key).compiled.plan.steps)
+    kernels = _compiles(step)
     assert kernels > 20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [cg.float32, cg.float64])
+@pytest.mark.parametrize("name", list(HOSTRUN_MODELS))
+def test_every_kernel_of_the_host_mode_models_compiles(name, dtype):
+    """The models the host execution mode checks against NumPy (an MLP, a layer norm, a CNN's gathers, attention
+    a thread per row, small GPTs), in float32 and float64 (``double`` kernels)."""
+    make, loss, _ = HOSTRUN_MODELS[name]
+    step = cg.compile_model(make(), loss=loss, optimizer=nn.momentum(0.05), dtype=dtype, backend="cupy-emulated",
+                            donate=True)
+    assert _compiles(step) > 3
