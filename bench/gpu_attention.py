@@ -16,9 +16,9 @@ compiled by the GPU backend (``gpu.compile_function``) in float32 (on the CUDA c
 
 Variants are timed after the defaults (forward+backward): each precision that computes dk and dv in one
 kernel (:func:`~circuitgrad.backends.gpu.attention.kv_together`: fp32 on quads, tf32, bf16) with the two in
-separate kernels (``, dk dv apart``; float32's then take a thread per row), which only a device decides, and
-bf16 attention of ``q/2, k/2, v/2`` (``, q k v stored``: a fused kernel makes them, so they are stored as
-bfloat16 as a GPT's are, and the attention kernels read two bytes an element). Every forward+backward row's
+separate kernels (``, dk dv apart``; float32's then take a thread per row, whose dk spills at dh = 64), which
+only a device decides, and bf16 attention of ``q/2, k/2, v/2`` (``, q k v stored``: a fused kernel makes
+them, so they are stored as bfloat16 as a GPT's are, and the attention kernels read two bytes an element). Every forward+backward row's
 launches are profiled one by one (``gpu.profile``: measured beside the cost model's prediction), so that the
 note can say where the time goes. Without a GPU (and without ``--dry``) the script says why and exits with 0.
 """
@@ -47,8 +47,8 @@ KINDS = ("softmax", "spherical")
 #: float32's own method), TF32, bf16
 PRECISIONS = ("fp32", "3xtf32", "tf32", "bf16")
 #: the variants timed after the defaults (forward+backward): each precision that computes dk and dv in one kernel
-#: with the two apart (``attention.fuse(..., together=False)``), and bf16 with q, k, v made inside the program (``stored``: as a GPT's,
-#: stored as bfloat16, ``gpu.storage``)
+#: with the two apart (``attention.fuse(..., together=False)``), and bf16 with q, k, v made inside the program
+#: (``stored``: as a GPT's, stored as bfloat16, ``gpu.storage``)
 VARIANTS = [("fp32", "apart"), ("tf32", "apart"), ("bf16", "apart"), ("bf16", "stored")]
 #: how each variant's rows are named
 NAMED = {"": "", "apart": ", dk dv apart", "stored": ", q k v stored"}
@@ -106,7 +106,7 @@ def ours(kind: str, shape, precision: str, a, emulate: bool, variant: str = "", 
         if variant and what == "forward":
             continue
         if variant == "apart":      # fused here as compile_function would fuse it, dk and dv a kernel each
-            prog = attention.fuse(prog, attention.tensor_cores(prog.types[prog.inputs[0]], precision), together=False)
+            prog = attention.fuse(prog, precision, together=False)
         f = gpu.compile_function(prog, [f"a{i}" for i in range(len(prog.inputs))], "attention", emulate=emulate,
                                  precision=base, attention_3xtf32=precision == "3xtf32")
         xp = f.namespace["xp"]

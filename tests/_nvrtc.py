@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["load", "compile_source", "Compiled"]
+__all__ = ["load", "compile_source", "Compiled", "CUPY_OPTIONS"]
 
 _LIB: ctypes.CDLL | None = None
 
@@ -75,33 +75,43 @@ class Compiled:
         return self.status == 0
 
 
+#: what CuPy's ``RawModule`` adds to a module's options (CuPy 13, 14: ``-std=c++14`` where none is given, and
+#: ``-ftz=true`` always, last: float32 subnormals flush to zero on a device)
+CUPY_OPTIONS = ("-std=c++14", "-ftz=true")
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"{what} failed with NVRTC status {status}")
+
+
 def compile_source(code: str, arch: str = "sm_90") -> Compiled:
-    """``code`` compiled by NVRTC for ``arch`` to a cubin, ptxas verbose (registers and spill stores per kernel)."""
+    """``code`` compiled by NVRTC for ``arch`` to a cubin with :data:`CUPY_OPTIONS`, ptxas verbose: registers per
+    kernel (entry function) and spill-store bytes per function (kernels and any function not inlined)."""
     lib, why = load()
     if lib is None:
         raise RuntimeError(why)
     prog = ctypes.c_void_p()
-    status = lib.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), b"circuitgrad.cu", 0, None, None)
-    if status != 0:
-        raise RuntimeError(f"nvrtcCreateProgram failed with status {status}")
+    _check(lib.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), b"circuitgrad.cu", 0, None, None),
+           "nvrtcCreateProgram")
     try:
-        opts = [f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
+        opts = [o.encode() for o in (f"--gpu-architecture={arch}", *CUPY_OPTIONS, "--ptxas-options=-v")]
         status = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
         n = ctypes.c_size_t()
-        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
-        buf = ctypes.create_string_buffer(n.value)
-        lib.nvrtcGetProgramLog(prog, buf)
+        _check(lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n)), "nvrtcGetProgramLogSize")
+        buf = ctypes.create_string_buffer(max(1, n.value))
+        _check(lib.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
     out = Compiled(status, buf.value.decode(errors="replace"))
-    name = None
+    entry = function = None
     for line in out.log.splitlines():
-        if m := re.search(r"Function properties for (\w+)", line):
-            name = m.group(1)
-        elif (m := re.search(r"(\d+) bytes spill stores", line)) and name:
-            out.spill_bytes[name] = int(m.group(1))
-        elif (m := re.search(r"Compiling entry function '(\w+)'", line)):
-            name = m.group(1)
-        elif (m := re.search(r"Used (\d+) registers", line)) and name:
-            out.registers[name] = int(m.group(1))
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            entry = m.group(1)
+        elif m := re.search(r"Function properties for (\w+)", line):
+            function = m.group(1)
+        elif (m := re.search(r"(\d+) bytes spill stores", line)) and function:
+            out.spill_bytes[function] = int(m.group(1))
+        elif (m := re.search(r"Used (\d+) registers", line)) and entry:
+            out.registers[entry] = int(m.group(1))
     return out

@@ -143,25 +143,30 @@ def test_the_step_holds_less_memory_and_launches_fewer_kernels(kind):
     assert memory.peak(f) <= memory.peak(unfused) - 4 * 2 * 64 * 64 * 4         # a layer's S×S scores, at least
 
 
-@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
-def test_dk_and_dv_apart_give_the_kernel_of_both_its_bits(precision, rng):
-    """``fuse(..., together=False)`` gives dk and dv a kernel each where one would take both (a quad a row under
-    fp32, the tensor cores under tf32 and bf16); emulated, the kernels are the ops' NumPy definitions and the
-    kernel of both computes each as the one alone does, so the bits agree."""
-    T = cg.NdArrayType((1, 2, 16, 16), cg.float32)
-    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True), [T] * 3)
-    R = cg.rdiff(d)
-    prog = simplify(cg.schedule(cg.trace(lambda q, k, v, do: (*d(q, k, v), *R(q, k, v, do)), [T] * 4)))
-    mma = attention.tensor_cores(T, precision)
-    names = [f"a{i}" for i in range(4)]
-    fs = [gpu.compile_function(p, names, "f", emulate=True, precision=precision)
-          for p in (prog, attention.fuse(prog, mma, together=False))]
-    assert [[type(x.op).__name__ for x in f.program.instrs if isinstance(x.op, attention.OPS)] for f in fs] == [
-        ["AttentionForward", "AttentionGradQ", "AttentionGradKV"],
-        ["AttentionForward", "AttentionGradQ", "AttentionGradV", "AttentionGradK"]]
-    xs = [rng.normal(size=T.shape).astype(np.float32) for _ in range(4)]
-    for a, b in zip(*(f.run(*xs) for f in fs)):
-        assert a.shape == b.shape and np.array_equal(a, b)
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("kind", attention.NORMS)
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_dk_and_dv_apart_give_the_kernel_of_both_its_bits(precision, kind, monkeypatch, rng):
+    """``fuse(..., together=False)`` gives dk and dv a kernel each where one would take both (the tensor cores
+    under tf32 and bf16): a GPT step (its heads' q, k, v strided views of the projections, dk and dv written in
+    their readers' order), its CUDA C run on the host, gives the same bits either way: the kernel of both takes
+    the same tiles in the same order as each alone."""
+    make = lambda: nn.gpt(2, 16, 13, d=32, heads=2, layers=1, attention=kind)  # noqa: E731
+    p = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1)).init_params(seed=0)
+    x, y = rng.integers(0, 13, size=(2, 16)), rng.integers(0, 13, size=(2, 16))
+    fuse, ops, out = attention.fuse, [], []
+    for together in (True, False):
+        monkeypatch.setattr(attention, "fuse", lambda prog, mma, t=together: fuse(prog, mma, together=t))
+        with hostrun.device() as cp:
+            dev = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.sgd(0.1), backend="cupy",
+                                   donate=True, precision=precision)
+            ops.append([type(a.op).__name__ for a in dev.fn("step").compiled.program.instrs
+                        if isinstance(a.op, attention.OPS)])
+            out.append({k: v.get() for k, v in dev.step({k: cp.asarray(v) for k, v in p.items()}, x, y).items()})
+    assert ops == [["AttentionForward", "AttentionGradQ", "AttentionGradKV"],
+                   ["AttentionForward", "AttentionGradQ", "AttentionGradV", "AttentionGradK"]]
+    for k in out[0]:
+        assert np.array_equal(out[0][k], out[1][k]), k
 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
@@ -224,7 +229,6 @@ def test_vector_loads_and_their_fallback_give_the_same_bits(kind, dtype, rng):
     """Streamed rows are read 16 bytes at a time (``float4``, ``double2``) when the operands are 16-byte aligned,
     else one element at a time, in the same order of operations: an operand passed at an 8- or 4-byte offset takes
     the fallback and gives the same bits."""
-    from circuitgrad.backends import gpu
     T = cg.NdArrayType((1, 2, 12, 8), dtype)
     d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3, name=f"{kind}_attention")
     R = cg.rdiff(d)

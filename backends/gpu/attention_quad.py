@@ -35,7 +35,8 @@ WARPS = 4      #: warps a block
 
 def fits(op: Attention) -> bool:
     """Whether ``op`` runs here: CUDA-core products (no ``mma``) over a type :func:`.attention.quad` takes, and
-    not ``dk`` or ``dv`` alone (where a quad fits, :func:`.attention.fuse` asks for both in one kernel)."""
+    not ``dk`` or ``dv`` alone (where a quad fits, :func:`.attention.fuse` asks for both in one kernel unless told
+    ``together=False``; then they take a thread per row)."""
     return not op.mma and quad(op.T) and not isinstance(op, (AttentionGradK, AttentionGradV))
 
 
