@@ -9,8 +9,10 @@ from _nvrtc import compile_source, load
 from test_gpu_hostrun import MODELS as HOSTRUN_MODELS
 
 import circuitgrad as cg
-from circuitgrad import nn
-from circuitgrad.backends.gpu import module
+from circuitgrad import nn, ops
+from circuitgrad.backends import gpu
+from circuitgrad.backends.gpu import attention, module
+from circuitgrad.rewrite import simplify
 
 lib, why = load()
 pytestmark = pytest.mark.skipif(lib is None, reason=why)
@@ -85,3 +87,27 @@ def test_every_kernel_of_the_host_mode_models_compiles(name, dtype):
     step = cg.compile_model(make(), loss=loss, optimizer=nn.momentum(0.05), dtype=dtype, backend="cupy-emulated",
                             donate=True)
     assert _compiles(step) > 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["softmax", "spherical"])
+def test_the_attention_benchmarks_other_kernels_compile(kind):
+    """What ``bench/gpu_attention.py`` runs beyond a GPT's kernels, at its shape's ``dh = 64``: 3xTF32 (opt-in),
+    and dk and dv apart (a thread per row under fp32, whose dk spills, as nvcc's ptxas says too; see
+    ``tests/test_gpu_attention_mma.py`` for 3xTF32's bound)."""
+    T = cg.NdArrayType((1, 2, 64, 64), cg.float32)
+    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3)
+    R = cg.rdiff(d)
+    prog = simplify(cg.schedule(cg.trace(lambda q, k, v, do: (*d(q, k, v), *R(q, k, v, do)), [T] * 4)))
+    cases = [("fp32", True, prog)] + [(p, False, attention.fuse(prog, p, together=False))
+                                       for p in ("fp32", "tf32", "bf16")]
+    for precision, three, p in cases:
+        f = gpu.compile_function(p, ["q", "k", "v", "do"], "f", emulate=True, precision=precision,
+                                 attention_3xtf32=three)
+        cores = [x.op for x in f.program.instrs if isinstance(x.op, attention.OPS)]
+        assert [type(c).__name__ for c in cores] == ["AttentionForward", "AttentionGradQ", "AttentionGradV",
+                                                     "AttentionGradK"]
+        assert {c.mma for c in cores} == {"3xtf32" if three else attention.tensor_cores(T, precision)}
+        for code in module.split(f.kernels)[0]:
+            out = compile_source(code)
+            assert out.ok, f"{precision}: {out.log[-3000:]}"
