@@ -401,6 +401,23 @@ def _zero(t: _Tile, *frags: str) -> str:
             + " ".join(f"{f}[I][u][e] = 0;" for f in frags) + " } }\n")
 
 
+def _steps(op: Attention, t: _Tile, var: str, queries: bool, body: str, comment: str = "") -> str:
+    """The loop over the other side's steps of ``t.keys`` rows, ``body`` its text, in which ``masked`` says
+    whether the causal mask is tested. Causal: the steps holding the diagonal (one, two under tf32) are one loop,
+    the steps every row sees entirely another, whose tests the compiler drops; in one loop's order (keys up to
+    the diagonal for query rows, queries from it for key rows), so every sum runs as before."""
+    k = f"{t.keys}LL"
+    if not op.causal:
+        ranges = [("0LL", f"{t.S // t.keys}LL", "false")]
+    else:
+        diagonal = (f"r0 / {k}", f"(r0 + {ROWS}LL) / {k}", "true")
+        ranges = ([("0LL", f"r0 / {k}", "false"), diagonal] if queries else
+                  [diagonal, (f"(r0 + {ROWS}LL) / {k}", f"{t.S // t.keys}LL", "false")])
+    note = f"      // {comment}" if comment else ""
+    return "".join(f"    for (long long {var} = {lo}; {var} < {hi}; ++{var}) {{{note}\n"
+                   f"        const bool masked = {m}; (void)masked;\n" + body + "    }\n" for lo, hi, m in ranges)
+
+
 def _per_row(what: str, names: list[str], expr: str) -> str:
     """For the lane's two rows ``h`` (``g``, ``g + 8``): ``expr`` computing ``n[I][h]``, each reduced over the quad,
     whose lanes hold the other columns of the rows (``CG_QUAD`` with ``what``: ``fmaxf`` or ``cg_add``)."""
@@ -413,13 +430,11 @@ def _forward(op: AttentionForward, t: _Tile) -> str:
     """16 query rows: the row statistic over the keys they see (pass 1), then ``O = Σ p(s)·v`` (pass 2). A lane
     keeps the statistics of its rows ``g`` and ``g + 8`` (``st[h]``: running maximum and sum, or sum of
     squares), its quad reducing each step's columns; the weights never leave the registers."""
-    w, nk, S = t.w, t.nk, t.S
+    w, nk = t.w, t.nk
     exp, log, c = w.exp, w.log, w.c
     soft = op.norm == "softmax"
-    causal = "true" if op.causal else "false"
-    end = f"(r0 + {ROWS}LL) / {t.keys}LL" if op.causal else f"{S // t.keys}LL"     # steps of keys the rows see
     each = (f"for (int u = 0; u < {t.tiles}; ++u) for (int j = 0; j < 2; ++j) {{ const float x = s[I][u][2 * h + j]; "
-            f"if (!{causal} || jt * {t.keys}LL + 8 * u + 2 * t + j <= r0 + g + 8 * h) ")   # the row's scores it sees
+            f"if (!masked || jt * {t.keys}LL + 8 * u + 2 * t + j <= r0 + g + 8 * h) ")   # the row's scores it sees
     if soft:        # online softmax: the step's maximum, then its sum of exp(s − m) with the sum so far rescaled
         stats = (_per_row("fmaxf", ["red"], f"float m = CG_LOWEST; {each}m = fmaxf(m, x); }} red[I][h] = m;")
                  + _per_row("cg_add", ["red"],
@@ -431,7 +446,7 @@ def _forward(op: AttentionForward, t: _Tile) -> str:
         stats = (_per_row("cg_add", ["red"], f"float q = 0; {each}q += x * x; }} red[I][h] = q;")
                  + "        CG_LANES { for (int h = 0; h < 2; ++h) st[I][h][1] = st[I][h][1] + red[I][h]; }\n")
         init, final = "st[I][h][1] = 0;", f"1.0f / {w.sqrt}(st[I][h][1] + {w.eps})"
-    weight = lambda u, e: (f"((!{causal} || jt * {t.keys}LL + c <= r0 + r) ? "  # noqa: E731
+    weight = lambda u, e: (f"((!masked || jt * {t.keys}LL + c <= r0 + r) ? "  # noqa: E731
                            f"{w.weight(f's[I][{u}][{e}]', f'Lr[I][{e >> 1}]')} : 0.0f)")
     scores = (f"        {t.scores('s')};\n" + _zero(t, "s") + t.product("s", "qa", "k", f"jt * {t.keys}LL"))
     return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") +
@@ -440,20 +455,16 @@ def _forward(op: AttentionForward, t: _Tile) -> str:
             f"        {t.a_rows('qa[I]', 'q', 'r0')}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
             f"        for (int h = 0; h < 2; ++h) {{ {init} }} }}\n"
-            f"    for (long long jt = 0; jt < {end}; ++jt) {{      // pass 1: the rows' statistics\n"
-            + scores +
-            f"        float red[CG_NL][2]{', old[CG_NL][2]' if soft else ''};\n"
-            f"        CG_LANES {{ {t.scale('s', c)} }}\n"
-            + stats +
-            f"    }}\n"
+            + _steps(op, t, "jt", True, scores +
+                     f"        float red[CG_NL][2]{', old[CG_NL][2]' if soft else ''};\n"
+                     f"        CG_LANES {{ {t.scale('s', c)} }}\n" + stats, "pass 1: the rows' statistics") +
             f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = {final}; }}\n"
             f"    CG_QUAD_SAME(Lr[I][0]); CG_QUAD_SAME(Lr[I][1]);\n"
-            f"    for (long long jt = 0; jt < {end}; ++jt) {{      // pass 2: O += p(s) v\n"
-            + scores +
-            f"        {t.weights_decl('pa')};\n"
-            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', c)} {t.weights('pa', weight)} }}\n"
-            + t.accumulate("acc", "pa", "v", f"jt * {t.keys}LL") +
-            "    }\n"
+            + _steps(op, t, "jt", True, scores +
+                     f"        {t.weights_decl('pa')};\n"
+                     f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', c)} "
+                     f"{t.weights('pa', weight)} }}\n"
+                     + t.accumulate("acc", "pa", "v", f"jt * {t.keys}LL"), "pass 2: O += p(s) v")
             + t.store("acc", "O", "r0") +
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
             f"if (t == 0) {{ {w.stat('L_out', 'r0 + g')} = Lr[I][0]; {w.stat('L_out', 'r0 + g + 8')} = Lr[I][1]; }} }}\n")
@@ -462,10 +473,8 @@ def _forward(op: AttentionForward, t: _Tile) -> str:
 def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
     """16 query rows: ``D = rowsum(dO∘O)`` (a lane's columns, then its quad's), then ``dq = Σ (c·ds)·k`` over
     the keys they see."""
-    w, nk, S = t.w, t.nk, t.S
-    causal = "true" if op.causal else "false"
-    end = f"(r0 + {ROWS}LL) / {t.keys}LL" if op.causal else f"{S // t.keys}LL"
-    grad = lambda u, e: (f"((!{causal} || jt * {t.keys}LL + c <= r0 + r) ? {w.c} * "  # noqa: E731
+    w, nk = t.w, t.nk
+    grad = lambda u, e: (f"((!masked || jt * {t.keys}LL + c <= r0 + r) ? {w.c} * "  # noqa: E731
                          f"({w.ds(f's[I][{u}][{e}]', f'dp[I][{u}][{e}]', f'Lr[I][{e >> 1}]', f'Dr[I][{e >> 1}]')}) : 0.0f)")
     row = "r0 + g + 8 * h"
     D = (f"Lr[I][h] = {w.stat('L', row)}; float x = 0; for (int m = 0; m < {t.dh // 16}; ++m) {{ "
@@ -481,14 +490,14 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
             f"    CG_QUAD_SAME(Dr[I][0]); CG_QUAD_SAME(Dr[I][1]);\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
             f"if (t == 0) {{ {w.stat('D_out', 'r0 + g')} = Dr[I][0]; {w.stat('D_out', 'r0 + g + 8')} = Dr[I][1]; }} }}\n"
-            f"    for (long long jt = 0; jt < {end}; ++jt) {{\n"
-            f"        {t.scores('s', 'dp')}; {t.weights_decl('ga')};\n"
-            + _zero(t, "s", "dp")
-            + t.product("s", "qa", "k", f"jt * {t.keys}LL")
-            + t.product("dp", "da", "v", f"jt * {t.keys}LL") +
-            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} {t.weights('ga', grad)} }}\n"
-            + t.accumulate("acc", "ga", "k", f"jt * {t.keys}LL") +
-            "    }\n"
+            + _steps(op, t, "jt", True,
+                     f"        {t.scores('s', 'dp')}; {t.weights_decl('ga')};\n"
+                     + _zero(t, "s", "dp")
+                     + t.product("s", "qa", "k", f"jt * {t.keys}LL")
+                     + t.product("dp", "da", "v", f"jt * {t.keys}LL") +
+                     f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} "
+                     f"{t.weights('ga', grad)} }}\n"
+                     + t.accumulate("acc", "ga", "k", f"jt * {t.keys}LL"))
             + t.store("acc", "dq", "r0"))
 
 
@@ -496,12 +505,10 @@ def _grad_kv(op: Attention, t: _Tile) -> str:
     """16 key rows: ``dk = Σ (c·ds)·q``, ``dv = Σ p·dO`` or both (:class:`~.attention.AttentionGradKV`: one
     score and one ``dp`` tile for both) over the query rows that see them, 16 at a time (the tiles hold ``Sᵀ``: a
     key per row, a query per column; a lane reads ``L`` and ``D`` of its four queries)."""
-    w, nk, S = t.w, t.nk, t.S
+    w, nk = t.w, t.nk
     grad_k = isinstance(op, (AttentionGradK, AttentionGradKV))
     grad_v = not isinstance(op, AttentionGradK)
-    start = f"r0 / {t.keys}LL" if op.causal else "0LL"
-    causal = "true" if op.causal else "false"
-    seen = f"(!{causal} || r0 + r <= it * {t.keys}LL + c)"
+    seen = f"(!masked || r0 + r <= it * {t.keys}LL + c)"
     weight = lambda u, e: f"({seen} ? {w.weight(f's[I][{u}][{e}]', f'Lq[{u}][{e & 1}]')} : 0.0f)"  # noqa: E731
     both = grad_k and grad_v        # each weight once (pw), and the score's gradient from it (Text.ds_p)
     ds = (lambda u, e: w.ds_p(f"pw[{u}][{e}]", f"dp[I][{u}][{e}]", f"Lq[{u}][{e & 1}]", f"Dq[{u}][{e & 1}]")) if both \
@@ -531,15 +538,14 @@ def _grad_kv(op: Attention, t: _Tile) -> str:
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
             f"        {loads}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) {{ {zero} }} }}\n"
-            f"    for (long long it = {start}; it < {S // t.keys}LL; ++it) {{\n"
-            f"        {t.scores('s', *(['dp'] if grad_k else []))}; "
-            + "; ".join(t.weights_decl(f) for f in frags) + ";\n"
-            + _zero(t, "s", *(["dp"] if grad_k else []))
-            + t.product("s", "ka", "q", base) + dp +
-            f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} {stats}\n"
-            f"            {pw}{weights} }}\n"
-            + (t.accumulate("acc", "ga", "q", base) if grad_k else "")
-            + (t.accumulate("accv", "pa", "dO", base) if grad_v else "") +
-            "    }\n"
+            + _steps(op, t, "it", False,
+                     f"        {t.scores('s', *(['dp'] if grad_k else []))}; "
+                     + "; ".join(t.weights_decl(f) for f in frags) + ";\n"
+                     + _zero(t, "s", *(["dp"] if grad_k else []))
+                     + t.product("s", "ka", "q", base) + dp +
+                     f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} {stats}\n"
+                     f"            {pw}{weights} }}\n"
+                     + (t.accumulate("acc", "ga", "q", base) if grad_k else "")
+                     + (t.accumulate("accv", "pa", "dO", base) if grad_v else ""))
             + (t.store("acc", "dk", "r0") if grad_k else "")
             + (t.store("accv", "dv", "r0") if grad_v else ""))
