@@ -14,8 +14,9 @@ other side 8 rows at a time (16 under ``"bf16"``, one product's K)::
     weights P[16×8] from S where the mma left it     a row's statistics reduced over its quad of lanes
     output  O[16×dh] += P[16×8] V[8×dh]             mma per 8 columns, accumulators held in registers
 
-Nothing goes through shared memory. The weights are computed in S's accumulator (C) layout and used there as
-the A operand of the next product, the B operand taking V's rows in the matching order, which permutes the
+A causal kernel takes the steps that hold the diagonal in a loop of their own (:func:`_steps`): the other
+steps, which every row sees whole, test no mask. Nothing goes through shared memory. The weights are computed
+in S's accumulator (C) layout and used there as the A operand of the next product, the B operand taking V's rows in the matching order, which permutes the
 product's sum, not its terms (FlashAttention-2's trick). ``m16n8k16``: two C tiles are one A operand as they
 lie. ``m16n8k8``: A's column ``t`` holds the tile's key ``2t`` and its column ``t + 4`` key ``2t + 1``
 (:data:`A_OF_C`). A row's scores lie in the four lanes of a quad: its maximum and sums meet by
@@ -403,7 +404,8 @@ def _zero(t: _Tile, *frags: str) -> str:
 
 def _steps(op: Attention, t: _Tile, var: str, queries: bool, body: str, comment: str = "") -> str:
     """The loop over the other side's steps of ``t.keys`` rows, ``body`` its text, in which ``masked`` says
-    whether the causal mask is tested. Causal: the steps holding the diagonal (one, two under tf32) are one loop,
+    whether the causal mask is tested. Causal: the steps holding the diagonal (one under bf16, two under tf32 and
+    3xTF32) are one loop,
     the steps every row sees entirely another, whose tests the compiler drops; in one loop's order (keys up to
     the diagonal for query rows, queries from it for key rows), so every sum runs as before."""
     k = f"{t.keys}LL"
