@@ -33,7 +33,6 @@ def test_a_compile_error_is_in_the_log():
     assert not bad.ok and 'identifier "undefined_function" is undefined' in bad.log
 
 
-
 def test_registers_are_the_kernels_and_spills_every_function():
     """ptxas reports a function that is not inlined (``__noinline__``; double ``sin``'s slow path) as well: its
     spills count, its registers are its kernel's."""
@@ -42,6 +41,7 @@ def test_registers_are_the_kernels_and_spills_every_function():
                          'extern "C" __global__ void k2(double* y) { y[threadIdx.x] = sin(y[1]); }\n')
     assert out.ok and set(out.registers) == {"k1", "k2"}, out.log
     assert {"k1", "k2", "_Z6helperf"} <= set(out.spill_bytes) and not any(out.spill_bytes.values())
+
 
 def _compiles(step) -> int:
     """Each function's modules compiled by NVRTC for sm_90 with no error and no spill; the kernels' count."""
