@@ -41,6 +41,7 @@ class PlanState:
     prog: Program
     free: set[int]                         # parameter-only instructions (indices into prog.instrs)
     updates: dict[int, int] = field(default_factory=dict)   # input -> the output written into it (donation)
+    late: dict[int, int] = field(default_factory=dict)      # instruction -> the value it makes again (recompute)
     producer: dict[int, int] = field(init=False)         # variable -> the instruction defining it
     uses: dict[int, list[int]] = field(init=False)       # variable -> the instructions reading it
     # fold_constants
@@ -166,6 +167,12 @@ class PlanState:
             return not stages
         return self.pos(j) < at if j >= 0 else True
 
+    def may_join(self, i: int, g: int) -> bool:
+        """Instruction ``i`` may run in group ``g``: an instruction making a value again (:mod:`~.recompute`) joins
+        no group that runs before it, but one making the same value again."""
+        n = self.late.get(i)
+        return n is None or self.start[g] >= i or any(self.late.get(j) == n for j in self.groups[g])
+
     def sinkable(self, g: int, i: int) -> bool:
         """Nothing outside group ``g`` reads its results before instruction ``i``: it may run at ``i``."""
         members = set(self.groups[g])
@@ -263,7 +270,7 @@ def group_elementwise(st: PlanState) -> None:
         if st.known(a) or a.op.kind != "elementwise":
             continue
         size = st.size_of(a.results[0])
-        chosen = _producer_group(st, a, size)
+        chosen = _producer_group(st, i, a, size)
         if chosen is None:
             chosen = _horizontal_group(st, i, a, size)
         if chosen is None:
@@ -279,7 +286,7 @@ def group_elementwise(st: PlanState) -> None:
         st.group_of[i] = chosen
 
 
-def _producer_group(st: PlanState, a: Apply, size: int) -> int | None:
+def _producer_group(st: PlanState, i: int, a: Apply, size: int) -> int | None:
     """The group of a producer that ``a`` reads element for element and may join, if any."""
     for x in a.args:
         s = st.src(x)
@@ -292,7 +299,7 @@ def _producer_group(st: PlanState, a: Apply, size: int) -> int | None:
         g = st.group_of[j]
         if st.size_of(st.prog.instrs[j].results[0]) != size:
             continue
-        if all(st.fits(a, y, g, st.start[g]) for y in a.args) and st.pointers(a, g) <= POINTERS:
+        if all(st.fits(a, y, g, st.start[g]) for y in a.args) and st.pointers(a, g) <= POINTERS and st.may_join(i, g):
             return g
     return None
 
@@ -304,7 +311,8 @@ def _horizontal_group(st: PlanState, i: int, a: Apply, size: int) -> int | None:
         if st.pointers(a, g) > POINTERS:
             continue
         # parameter-only work never joins a group that starts before it: before its gradients
-        if (i not in st.free or st.start[g] >= i) and all(st.fits(a, y, g, st.start[g]) for y in a.args):
+        if ((i not in st.free or st.start[g] >= i) and st.may_join(i, g)
+                and all(st.fits(a, y, g, st.start[g]) for y in a.args)):
             return g
         if st.sinkable(g, i) and all(st.fits(a, y, g, i) for y in a.args):
             st.start[g] = i                      # the group now runs here, when all its inputs are ready

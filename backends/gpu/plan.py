@@ -42,7 +42,8 @@ are not kept alive from the forward pass on.
 Rematerialisation. A small group (at most ``REMAT`` instructions) whose results only fused
 kernels read, through layouts, is recomputed inside each of them at the index each read needs:
 a layer norm's ``1/sqrt(var + eps)`` per row, read through a broadcast along the row, costs no
-launch and no memory of its own.
+launch and no memory of its own. Before all this, :func:`~.recompute.recompute` copies the elementwise work
+making a large value that products read in both passes to just before the backward pass's products.
 """
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ from .layout import (Layout, contiguous_strides, gather_index, located, nocopy_r
                      viewable)
 from .passes import (PlanState, choose_remat, choose_unstored, fold_constants, group_elementwise, inline_producers,
                      place_views)
+from .recompute import recompute
 # re-exported: the names other modules (and tests) import from here
 from .layout import Stage as Stage
 from .passes import HORIZONTAL as HORIZONTAL, POINTERS as POINTERS, REMAT as REMAT
@@ -167,11 +169,13 @@ def plan(prog: Program, data: Sequence[int] = (), updates: dict[int, int] | None
 
     The passes, in order (each in :mod:`~.passes` but the first and the last)::
 
-        sink parameter work --> fold constants --> place views --> group elementwise work
+        make values again --> sink parameter work --> fold constants --> place views --> group elementwise work
             --> inline producers --> choose remat --> choose unstored --> emit launches
     """
+    prog, again = recompute(prog, updates)
     prog, free = _sink_parameter_work(prog, set(data))
     st = PlanState(prog, free, dict(updates or {}))
+    st.late = {i: again[a] for i, a in enumerate(prog.instrs) if a in again}
     fold_constants(st)
     place_views(st)
     group_elementwise(st)

@@ -1,0 +1,143 @@
+"""``backends/gpu/recompute.py``: values made again for the backward pass's products, on small programs whose
+answer is known, then on GPT steps (same bits, less memory)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import interpret, nn, ops
+from circuitgrad.backends.gpu import memory, recompute as rc
+from circuitgrad.backends.gpu.host import run as hostrun
+
+X = cg.NdArrayType((16, 8), cg.float32)
+W = cg.NdArrayType((8, 8), cg.float32)
+U = cg.NdArrayType((16, 8), cg.float32)
+
+
+@pytest.fixture
+def every_value(monkeypatch):
+    """Make values of any size again (the default skips those under 4 MiB)."""
+    monkeypatch.setattr(rc, "BYTES", 0)
+
+
+def _prog(fn, types):
+    return cg.schedule(cg.trace(fn, types, name="f"))
+
+
+def _names(prog):
+    return [type(a.op).__name__ for a in prog.instrs]
+
+
+def _forward_and_backward(x, w, w2):
+    """``y = tanh(x)`` read by a product, then by another after a product that does not read it."""
+    y = ops.tanh(x)
+    z = y @ w
+    u = z @ w2
+    return ops.transpose(y) @ u
+
+
+def test_a_value_read_again_after_other_products_is_made_again(every_value, rng):
+    prog = _prog(_forward_and_backward, [X, W, W])
+    again, added = rc.recompute(prog)
+    assert _names(prog).count("Tanh") == 1 and _names(again).count("Tanh") == 2
+    assert {type(a.op).__name__ for a in added} == {"Tanh", "Transpose"} and set(added.values()) == {0}
+    tanhs = [a.results[0] for a in again.instrs if type(a.op).__name__ == "Tanh"]
+    products = [a for a in again.instrs if type(a.op).__name__ == "MatMul"]
+    first, last = tanhs
+    assert first in products[0].args and all(first not in a.args for a in products[1:])
+    remade = next(a for a in added if a.results[0] == last)
+    assert again.instrs.index(remade) < again.instrs.index(products[-1])
+    xs = [rng.normal(size=t.shape).astype(np.float32) for t in (X, W, W)]
+    (a,), (b,) = interpret.run(prog, xs), interpret.run(again, xs)
+    assert np.array_equal(a, b)                  # the same operations on the same operands
+
+
+@pytest.mark.parametrize("case", ["no product between", "an elementwise late reader", "inputs not alive later",
+                                  "an output", "too small"])
+def test_values_kept(case, every_value, monkeypatch):
+    """What is not made again: nothing but its own readers between them, a late reader a kernel (it recomputes
+    the value itself), operands freed before the late readers (making it again would keep them), an output, and
+    (at the default) anything under 4 MiB."""
+    if case == "no product between":
+        prog = _prog(lambda x, w: ops.transpose(ops.tanh(x)) @ (ops.tanh(x) @ w), [X, W])
+    elif case == "an elementwise late reader":
+        prog = _prog(lambda x, w, w2: ops.tanh(x) * ((ops.tanh(x) @ w) @ w2), [X, W, W])
+    elif case == "inputs not alive later":
+        prog = _prog(lambda x, w0, w, w2: _forward_and_backward(x @ w0, w, w2), [X, W, W, W])
+    elif case == "an output":
+        def both(x, w, w2):
+            y = ops.tanh(x)
+            return ops.transpose(y) @ ((y @ w) @ w2), y
+        prog = _prog(both, [X, W, W])
+    else:
+        monkeypatch.setattr(rc, "BYTES", 16 * 8 * 4 + 1)
+        prog = _prog(_forward_and_backward, [X, W, W])
+    assert rc.recompute(prog) == (prog, {})
+
+
+def test_a_donated_input_updated_before_the_late_product_is_not_read_there(every_value):
+    """``x`` is donated and its update, ``x - 0.5``, is written into it before the late product: a copy of ``tanh``
+    there would read the update."""
+    prog = _prog(lambda x, w, w2: (_forward_and_backward(x, w, w2), x - ops.constant(X, 0.5)), [X, W, W])
+    x, update = prog.inputs[0], prog.outputs[1]
+    made = {r: i for i, a in enumerate(prog.instrs) for r in a.results}
+    late = max(i for i, a in enumerate(prog.instrs) if type(a.op).__name__ == "MatMul")
+    assert made[update] < late                   # as scheduled: the update is made before the late product
+    assert rc.recompute(prog, {x: update}) == (prog, {})
+    assert _names(rc.recompute(prog)[0]).count("Tanh") == 2      # not donated: made again
+
+
+GPT = (lambda: nn.gpt(8, 8, 13, d=32, heads=2, layers=2), nn.softmax_cross_entropy, 13)
+
+
+def _gpt_step(backend, precision, rng, monkeypatch, on):
+    monkeypatch.setattr(rc, "BYTES", 0 if on else 1 << 62)
+    make, loss, vocab = GPT
+    step = cg.compile_model(make(), loss=loss, optimizer=nn.adamw(0.01), backend=backend, donate=True,
+                            precision=precision)
+    x = rng.integers(0, vocab, size=step.x_type.shape)
+    y = rng.integers(0, vocab, size=step.x_type.shape)
+    p = step.init_params(seed=0)
+    for _ in range(2):
+        p = step.step(p, x, y)
+    f = step.fn("step").compiled
+    return {k: np.asarray(step.to_host(v)) for k, v in p.items()}, memory.peak(f), f.plan.launches, f.python
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_gpt_step_makes_its_layer_norm_and_gelu_outputs_again(precision, monkeypatch):
+    """Two AdamW steps of a GPT on ``cupy-emulated``: the same bits with and without values made again, a lower
+    peak, and a launch or none for each value (a copy may join a kernel of the backward pass)."""
+    kept, on = (_gpt_step("cupy-emulated", precision, np.random.default_rng(1), monkeypatch, flag)
+                for flag in (False, True))
+    assert kept[0].keys() == on[0].keys()
+    assert all(np.array_equal(kept[0][k], on[0][k]) for k in kept[0])
+    layers = 2
+    values = layers * 3 + 1                      # two layer norms and a GELU a layer, and the final layer norm
+    assert on[1] < kept[1]
+    assert kept[2] <= on[2] <= kept[2] + values
+    assert on[3].count("# cuBLAS") == kept[3].count("# cuBLAS")
+
+
+@pytest.mark.skipif(not hostrun.available()[0], reason="host execution mode unavailable: no nvcc")
+def test_the_generated_cuda_gives_the_same_bits(monkeypatch):
+    """The same in the host execution mode: the kernels nvcc compiles, the copies among them."""
+    with hostrun.device():
+        kept, on = (_gpt_step("cupy", "bf16", np.random.default_rng(2), monkeypatch, flag) for flag in (False, True))
+    assert all(np.array_equal(kept[0][k], on[0][k]) for k in kept[0])
+    assert on[1] < kept[1]
+
+
+def test_a_real_size_gpt_holds_less():
+    """The GPT of ``bench/gpu_gpt.py``'s d384 row (d=384, 6 layers, 6 heads, batch 16 × 256), at the default size:
+    every layer's GELU output (24 MiB in float32) and layer-norm outputs are made again, and the float32 peak
+    falls by more than 6 × 24 MiB."""
+    peaks = {}
+    for size in (1 << 62, rc.BYTES):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(rc, "BYTES", size)
+            step = cg.compile_model(nn.gpt(16, 256, 96, d=384, heads=6, layers=6), loss=nn.softmax_cross_entropy,
+                                    optimizer=nn.adamw(3e-3, weight_decay=0.01), backend="cupy-emulated", donate=True)
+            peaks[size] = memory.peak(step.fn("step").compiled)
+    assert peaks[1 << 62] - peaks[rc.BYTES] > 6 * 24 * 2**20
