@@ -41,7 +41,7 @@ class PlanState:
     prog: Program
     free: set[int]                         # parameter-only instructions (indices into prog.instrs)
     updates: dict[int, int] = field(default_factory=dict)   # input -> the output written into it (donation)
-    late: dict[int, int] = field(default_factory=dict)      # instruction -> the value it makes again (recompute)
+    late: dict[int, int] = field(default_factory=dict)      # copy (recompute) -> the number of the value it makes
     producer: dict[int, int] = field(init=False)         # variable -> the instruction defining it
     uses: dict[int, list[int]] = field(init=False)       # variable -> the instructions reading it
     # fold_constants
@@ -168,10 +168,10 @@ class PlanState:
         return self.pos(j) < at if j >= 0 else True
 
     def may_join(self, i: int, g: int) -> bool:
-        """Instruction ``i`` may run in group ``g``: an instruction making a value again (:mod:`~.recompute`) joins
-        no group that runs before it, but one making the same value again."""
+        """Instruction ``i`` may run in group ``g``: copies making a value again (:mod:`~.recompute`) run with copies
+        of the same value alone; other work runs with none (it would run at the copies' place, or they at its)."""
         n = self.late.get(i)
-        return n is None or self.start[g] >= i or any(self.late.get(j) == n for j in self.groups[g])
+        return all(self.late.get(j) == n for j in self.groups[g])
 
     def sinkable(self, g: int, i: int) -> bool:
         """Nothing outside group ``g`` reads its results before instruction ``i``: it may run at ``i``."""
@@ -314,7 +314,7 @@ def _horizontal_group(st: PlanState, i: int, a: Apply, size: int) -> int | None:
         if ((i not in st.free or st.start[g] >= i) and st.may_join(i, g)
                 and all(st.fits(a, y, g, st.start[g]) for y in a.args)):
             return g
-        if st.sinkable(g, i) and all(st.fits(a, y, g, i) for y in a.args):
+        if st.sinkable(g, i) and st.may_join(i, g) and all(st.fits(a, y, g, i) for y in a.args):
             st.start[g] = i                      # the group now runs here, when all its inputs are ready
             return g
     return None

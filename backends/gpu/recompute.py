@@ -11,11 +11,12 @@ readers::
                   |                     becomes
                   '---------> yᵀ·dz (backward)   h --[gelu]--> y' --> y'ᵀ·dz (backward)
 
-``h`` is alive until the backward pass anyway (the GELU's derivative reads it), so the copy extends no other
-value's life: the step holds ``y`` for the layer's product alone. The copy computes the same operations on the
-same operands, so the products read the same bits. It costs one more launch, and a read of its inputs; the
-plan fuses the copy like any elementwise work (its members never join a group that runs before it), and
-recomputes inside it what the forward kernel does not store (:func:`~.passes.choose_unstored`). This is what
+``h`` is alive until the backward pass anyway (the GELU's derivative reads it), so the copy keeps no value
+longer: the step holds ``y`` for the layer's product alone. The copy computes the same operations on the
+same operands, so the products read the same bits. It costs one more launch, and a read of its inputs: the
+plan fuses a value's copies together and with nothing else (other work would run earlier than it did, or keep
+its results longer), and recomputes inside them what the forward kernel does not store
+(:func:`~.passes.choose_unstored`). This is what
 PyTorch's ``torch.compile`` does to elementwise work between its forward and backward graphs.
 
 A value is made again when:
@@ -26,8 +27,8 @@ A value is made again when:
   (the forward and the backward pass), and the later run are all products;
 * its instructions, traced back to values alive at the later run's first reader anyway (the step's inputs, or
   values something reads from there on), are at most :data:`LIMIT` elementwise, view or copy instructions;
-* none of those inputs is a donated parameter whose update comes before the later run (an update written in
-  place would change what the copy reads), and none is a value made again itself.
+* none of those inputs is a donated parameter whose update may run before the later run (written in place, it
+  would change what the copy reads, so the step would not donate it), and none is a value made again itself.
 """
 from __future__ import annotations
 
@@ -48,26 +49,24 @@ _PASS_THROUGH = ("view", "copy")
 
 def recompute(prog: Program, updates: dict[int, int] | None = None) -> tuple[Program, dict[Apply, int]]:
     """``prog`` with the values described above made again for their later products, and the instructions added,
-    each with the number of the value it helps make again (the plan runs them with no earlier work, and with no
-    other value's copies). ``updates``: donated input -> the output written into it."""
+    each with the number of the value it helps make again (the plan fuses them with copies of the same value
+    alone). ``updates``: donated input -> the output written into it."""
     a = _Analysis(prog, updates or {})
     remade: set[int] = set()
-    leaves_used: set[int] = set()
     plans = []
     for i, ins in enumerate(prog.instrs):
         if ins.op.kind != "elementwise" or len(ins.results) != 1:
             continue
         r = ins.results[0]
-        if r in leaves_used or a.bytes(r) < BYTES:
+        if a.bytes(r) < BYTES:
             continue
         found = a.candidate(r)
         if found is None:
             continue
         at, late, views, cone, leaves = found
-        if leaves & remade:
-            continue
+        if any(a.base(v) in remade for v in leaves):
+            continue                       # it would read, and keep, a value made again (or a view of one)
         remade.add(r)
-        leaves_used |= leaves
         plans.append((r, at, late, views, cone))
     if not plans:
         return prog, {}
@@ -107,6 +106,7 @@ class _Analysis:
         self.uses = {v: sorted(set(ks)) for v, ks in prog.uses().items()}
         self.inputs, self.outputs = set(prog.inputs), set(prog.outputs)
         self._leaves: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+        self._ready: dict[int, int] = {}
 
     def bytes(self, v: int) -> int:
         t = self.prog.types[v]
@@ -130,19 +130,36 @@ class _Analysis:
         """``v`` is in memory at instruction ``at`` whatever is made again: an input not yet updated in place, or a
         value something reads from ``at`` on."""
         if v in self.inputs:
-            return v not in self.updates or self._origin(self.updates[v]) > at
+            return v not in self.updates or self.ready(self.updates[v]) >= at
         return any(k >= at or k < 0 for k, _ in self.leaves(v))
 
-    def _origin(self, v: int) -> int:
-        """The index of the instruction really computing ``v`` (copies and views walked back); inputs: -1."""
-        while True:
-            j = self.producer.get(v)
-            if j is None:
-                return -1
-            ins = self.prog.instrs[j]
-            if ins.op.kind not in _PASS_THROUGH:
-                return j
-            v = ins.args[0]
+    def base(self, v: int) -> int:
+        """The variable ``v`` views or copies (``v`` itself if it is neither)."""
+        while (j := self.producer.get(v)) is not None and self.prog.instrs[j].op.kind in _PASS_THROUGH:
+            v = self.prog.instrs[j].args[0]
+        return v
+
+    def ready(self, v: int) -> int:
+        """The last instruction other than elementwise work, views and copies that ``v`` depends on through such work:
+        the kernel making ``v`` runs after it, wherever the plan groups it (-1: nothing such, it may run first)."""
+        if v in self._ready:
+            return self._ready[v]
+        todo = [v]
+        while todo:                        # depth first, without recursion: elementwise chains run across layers
+            u = todo[-1]
+            j = self.producer.get(u)
+            ins = self.prog.instrs[j] if j is not None else None
+            if ins is None or ins.op.kind not in ("elementwise", "source", *_PASS_THROUGH):
+                self._ready[u] = -1 if j is None else j
+                todo.pop()
+                continue
+            missing = [x for x in ins.args if x not in self._ready]
+            if missing:
+                todo.extend(missing)
+                continue
+            self._ready[u] = max((self._ready[x] for x in ins.args), default=-1)
+            todo.pop()
+        return self._ready[v]
 
     def candidate(self, r: int):
         """``(at, late readers, their views, instructions to copy, values the copy reads)`` for ``r``, or None."""
