@@ -1,5 +1,6 @@
 """One causal attention head as a fixed-point program, and its ZK constraints split into the attention weights'
-and the rest (``tests/test_attention_cost.py``; ``bench/attention_targets.py`` tabulates them)."""
+and the rest (``tests/test_attention_cost.py``; ``bench/attention_targets.py`` tabulates them); attention and its
+reverse derivative as one program, as a training step runs them (the GPU tests)."""
 from __future__ import annotations
 
 import circuitgrad as cg
@@ -16,6 +17,18 @@ def head(kind: str, S: int, dh: int, dt: cg.Fixed, reverse: bool) -> Program:
     if reverse:
         d = cg.rdiff(d)
     return simplify(retype(cg.schedule(d), dt))       # as compile_model does
+
+
+def step(kind: str, T: cg.NdArrayType, causal: bool = True) -> Program:
+    """``O, dq, dk, dv``: attention of ``kind`` over ``q, k, v`` (each of type ``T``) and the reverse derivative
+    from the output's cotangent ``do``; its inputs ``q, k, v, do``."""
+    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=causal, kind=kind), [T] * 3, name=f"{kind}_attention")
+    R = cg.rdiff(d)
+
+    def both(q, k, v, do):
+        o = d(q, k, v)
+        return (*(o if isinstance(o, tuple) else (o,)), *R(q, k, v, do))
+    return simplify(cg.schedule(cg.trace(both, [T] * 4, name="fb")))
 
 
 def shared(prog: Program, i: int) -> bool:

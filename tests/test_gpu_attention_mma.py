@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 
+import _attention
 from conftest import ptxas_spills
 
 import circuitgrad as cg
@@ -26,7 +27,6 @@ from circuitgrad.backends.gpu import attention, attention_mma, blas
 from circuitgrad.backends.gpu.host import run as hostrun
 from circuitgrad.backends.gpu.runtime import build
 from circuitgrad.backends.gpu.host.emulate import emulated_kernel
-from circuitgrad.rewrite import simplify
 
 ok, why = hostrun.available()
 #: the unit an operand's rounding may differ by, relative to it: TF32, bfloat16; under fp32 (3xTF32) the part
@@ -54,13 +54,7 @@ _KERNELS = {p: ["AttentionForward", "AttentionGradQ"] + (["AttentionGradV", "Att
 
 def _program(kind: str, causal: bool, T: cg.NdArrayType):
     """``O, dq, dk, dv`` of attention over ``q, k, v`` and the output's cotangent ``do``."""
-    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=causal, kind=kind), [T] * 3, name=f"{kind}_attention")
-    R = cg.rdiff(d)
-
-    def both(q, k, v, do):
-        o = d(q, k, v)
-        return (*(o if isinstance(o, tuple) else (o,)), *R(q, k, v, do))
-    return simplify(cg.schedule(cg.trace(both, [T] * 4, name="fb")))
+    return _attention.step(kind, T, causal)
 
 
 def _tolerance(kind: str, causal: bool, precision: str, q, k, v, do) -> list[np.ndarray]:

@@ -4,15 +4,15 @@ device: every kernel of a GPT's step, predict and loss in each precision and nor
 compiler's headers beside it; NVRTC has none, so what only nvcc takes would otherwise first fail on a device."""
 from __future__ import annotations
 
+import _attention
 import pytest
 from _nvrtc import compile_source, load
 from test_gpu_hostrun import MODELS as HOSTRUN_MODELS
 
 import circuitgrad as cg
-from circuitgrad import nn, ops
+from circuitgrad import nn
 from circuitgrad.backends import gpu
 from circuitgrad.backends.gpu import attention, module
-from circuitgrad.rewrite import simplify
 
 lib, why = load()
 pytestmark = pytest.mark.skipif(lib is None, reason=why)
@@ -96,9 +96,7 @@ def test_the_attention_benchmarks_other_kernels_compile(kind):
     and dk and dv apart (a thread per row under fp32, whose dk spills, as nvcc's ptxas says too; see
     ``tests/test_gpu_attention_mma.py`` for 3xTF32's bound)."""
     T = cg.NdArrayType((1, 2, 64, 64), cg.float32)
-    d = cg.trace(lambda q, k, v: ops.attention(q, k, v, causal=True, kind=kind), [T] * 3)
-    R = cg.rdiff(d)
-    prog = simplify(cg.schedule(cg.trace(lambda q, k, v, do: (*d(q, k, v), *R(q, k, v, do)), [T] * 4)))
+    prog = _attention.step(kind, T)
     cases = [("fp32", True, prog)] + [(p, False, attention.fuse(prog, p, together=False))
                                        for p in ("fp32", "tf32", "bf16")]
     for precision, three, p in cases:
