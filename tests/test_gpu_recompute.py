@@ -7,6 +7,7 @@ import pytest
 
 import circuitgrad as cg
 from circuitgrad import interpret, nn, ops
+from circuitgrad.backends import gpu
 from circuitgrad.backends.gpu import memory, recompute as rc
 from circuitgrad.backends.gpu.host import run as hostrun
 
@@ -115,6 +116,35 @@ def test_a_donated_input_updated_before_the_late_product_is_not_read_there(every
     assert _names(rc.recompute(prog)[0]).count("Tanh") == 2      # not donated: made again
 
 
+def test_an_update_that_waits_for_no_product_may_run_first(every_value):
+    """``x - tanh(x)/2`` comes after the late product in program order, but waits for no product: the plan may run
+    it with the forward pass's kernels, so ``tanh(x)`` is not made again from the donated ``x``."""
+    prog = _prog(lambda x, w, w2: (_forward_and_backward(x, w, w2), x - ops.tanh(x) * ops.constant(X, 0.5)), [X, W, W])
+    x, update = prog.inputs[0], prog.outputs[1]
+    made = {r: i for i, a in enumerate(prog.instrs) for r in a.results}
+    late = max(i for i, a in enumerate(prog.instrs) if type(a.op).__name__ == "MatMul")
+    assert made[update] > late                   # program order alone would allow it
+    assert rc.recompute(prog, {x: update}) == (prog, {})
+
+
+def test_an_update_that_waits_for_the_late_product_runs_after_it(every_value, monkeypatch):
+    """``x - yᵀ·u`` waits for the late product itself: ``tanh(x)`` is made again before it, ``x`` is still donated,
+    and the step gives the same bits."""
+    S = cg.NdArrayType((8, 8), cg.float32)
+    prog = _prog(lambda x, w, w2: x - _forward_and_backward(x, w, w2) * ops.constant(S, 0.5), [S, W, W])
+    x, update = prog.inputs[0], prog.outputs[0]
+    assert _names(rc.recompute(prog, {x: update})[0]).count("Tanh") == 2
+    xs = [np.random.default_rng(3).normal(size=(8, 8)).astype(np.float32) for _ in range(3)]
+    out = {}
+    for size in (0, 1 << 62):
+        monkeypatch.setattr(rc, "BYTES", size)
+        f = gpu.compile_function(prog, ["x", "w", "w2"], "f", emulate=True, donate_pairs={update: x})
+        assert "# donated buffer" in f.python
+        out[size] = (f.fn(*[a.copy() for a in xs])[0], str(f.plan.program).count("Tanh"))
+    assert out[0][1] == 2 and out[1 << 62][1] == 1
+    assert np.array_equal(out[0][0], out[1 << 62][0])
+
+
 GPT = (lambda: nn.gpt(8, 8, 13, d=32, heads=2, layers=2), nn.softmax_cross_entropy, 13)
 
 
@@ -155,6 +185,19 @@ def test_the_generated_cuda_gives_the_same_bits(monkeypatch):
         kept, on = (_gpt_step("cupy", "bf16", np.random.default_rng(2), monkeypatch, flag) for flag in (False, True))
     assert all(np.array_equal(kept[0][k], on[0][k]) for k in kept[0])
     assert on[1] < kept[1]
+
+
+@pytest.mark.parametrize("optimizer", [nn.adamw(0.01), nn.momentum(0.05)], ids=["adamw", "momentum"])
+def test_each_value_made_again_costs_one_launch(optimizer, monkeypatch):
+    """A GPT at B·S = 1024 (where a copy's kernel could have moved an earlier group of its size down to it):
+    every value's copies are one kernel more, all other work fused as without them."""
+    launches = []
+    for size in (1 << 62, 0):
+        monkeypatch.setattr(rc, "BYTES", size)
+        step = cg.compile_model(nn.gpt(8, 128, 96, d=256, heads=4, layers=2), loss=nn.softmax_cross_entropy,
+                                optimizer=optimizer, backend="cupy-emulated", donate=True)
+        launches.append(step.fn("step").compiled.plan.launches)
+    assert launches[1] == launches[0] + 2 * 3 + 2
 
 
 MODELS = {

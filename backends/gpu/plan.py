@@ -37,7 +37,8 @@ reads that group's results before the instruction, moving the group there (horiz
 the optimizer updates of all parameters of one size run in one kernel, after the last gradient).
 Parameter-only work (reading no data input: Adam's ``b1·m``, a weight decay) is first moved just
 before its first reader, and never joins a group that starts before it, so its weight-sized results
-are not kept alive from the forward pass on.
+are not kept alive from the forward pass on. The copies of :mod:`~.recompute` fuse with copies of the same
+value alone.
 
 Rematerialisation. A small group (at most ``REMAT`` instructions) whose results only fused
 kernels read, through layouts, is recomputed inside each of them at the index each read needs:

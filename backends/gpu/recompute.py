@@ -14,8 +14,8 @@ readers::
 ``h`` is alive until the backward pass anyway (the GELU's derivative reads it), so the copy keeps no value
 longer: the step holds ``y`` for the layer's product alone. The copy computes the same operations on the
 same operands, so the products read the same bits. It costs one more launch, and a read of its inputs: the
-plan fuses a value's copies together and with nothing else (other work would run earlier than it did, or keep
-its results longer), and recomputes inside them what the forward kernel does not store
+plan fuses a value's copies together and with nothing else (fused with other work, they would run at its
+earlier position, or it at theirs), and recomputes inside them what the forward kernel does not store
 (:func:`~.passes.choose_unstored`). This is what
 PyTorch's ``torch.compile`` does to elementwise work between its forward and backward graphs.
 
@@ -28,7 +28,8 @@ A value is made again when:
 * its instructions, traced back to values alive at the later run's first reader anyway (the step's inputs, or
   values something reads from there on), are at most :data:`LIMIT` elementwise, view or copy instructions;
 * none of those inputs is a donated parameter whose update may run before the later run (written in place, it
-  would change what the copy reads, so the step would not donate it), and none is a value made again itself.
+  would change what the copy reads, so the step would not donate it), and none is a value made again, or a view
+  or copy of one.
 """
 from __future__ import annotations
 
@@ -127,8 +128,8 @@ class _Analysis:
         return self._leaves[v]
 
     def alive(self, v: int, at: int) -> bool:
-        """``v`` is in memory at instruction ``at`` whatever is made again: an input not yet updated in place, or a
-        value something reads from ``at`` on."""
+        """``v`` is in memory at instruction ``at`` whatever is made again: an input whose update in place cannot run
+        before ``at``, or a value something reads from ``at`` on."""
         if v in self.inputs:
             return v not in self.updates or self.ready(self.updates[v]) >= at
         return any(k >= at or k < 0 for k, _ in self.leaves(v))
@@ -140,8 +141,8 @@ class _Analysis:
         return v
 
     def ready(self, v: int) -> int:
-        """The last instruction other than elementwise work, views and copies that ``v`` depends on through such work:
-        the kernel making ``v`` runs after it, wherever the plan groups it (-1: nothing such, it may run first)."""
+        """The last instruction other than elementwise work, views, copies and sources that ``v`` depends on through
+        such work: the kernel making ``v`` runs after it, wherever the plan groups it (-1: none, it may run first)."""
         if v in self._ready:
             return self._ready[v]
         todo = [v]
