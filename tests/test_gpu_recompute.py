@@ -13,7 +13,6 @@ from circuitgrad.backends.gpu.host import run as hostrun
 
 X = cg.NdArrayType((16, 8), cg.float32)
 W = cg.NdArrayType((8, 8), cg.float32)
-U = cg.NdArrayType((16, 8), cg.float32)
 
 
 @pytest.fixture
@@ -50,8 +49,9 @@ def test_a_value_read_again_after_other_products_is_made_again(every_value, rng)
     remade = next(a for a in added if a.results[0] == last)
     assert again.instrs.index(remade) < again.instrs.index(products[-1])
     xs = [rng.normal(size=t.shape).astype(np.float32) for t in (X, W, W)]
-    (a,), (b,) = interpret.run(prog, xs), interpret.run(again, xs)
-    assert np.array_equal(a, b)                  # the same operations on the same operands
+    values: dict[int, np.ndarray] = {}
+    interpret.run(again, xs, after=lambda i, a, results: values.update(zip(a.results, results)))
+    assert np.array_equal(values[first], values[last])       # the late product reads the same operand
 
 
 def _tanh_read_by(readers):
@@ -188,16 +188,21 @@ def test_the_generated_cuda_gives_the_same_bits(monkeypatch):
 
 
 @pytest.mark.parametrize("optimizer", [nn.adamw(0.01), nn.momentum(0.05)], ids=["adamw", "momentum"])
-def test_each_value_made_again_costs_one_launch(optimizer, monkeypatch):
+def test_each_value_made_again_costs_one_launch(optimizer):
     """A GPT at B·S = 1024 (where a copy's kernel could have moved an earlier group of its size down to it):
     every value's copies are one kernel more, all other work fused as without them."""
-    launches = []
-    for size in (1 << 62, 0):
-        monkeypatch.setattr(rc, "BYTES", size)
-        step = cg.compile_model(nn.gpt(8, 128, 96, d=256, heads=4, layers=2), loss=nn.softmax_cross_entropy,
-                                optimizer=optimizer, backend="cupy-emulated", donate=True)
-        launches.append(step.fn("step").compiled.plan.launches)
-    assert launches[1] == launches[0] + 2 * 3 + 2
+    kept, on = (_step(nn.gpt(8, 128, 96, d=256, heads=4, layers=2), nn.softmax_cross_entropy, size, optimizer)
+                for size in (1 << 62, 0))
+    assert on.plan.launches == kept.plan.launches + 2 * 3 + 2
+
+
+def _step(model, loss, size: int, optimizer=None, donate: bool = True):
+    """The compiled step function of ``model`` on ``cupy-emulated``, values of ``size`` bytes or more made again."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(rc, "BYTES", size)
+        step = cg.compile_model(model, loss=loss, optimizer=optimizer or nn.adamw(0.01), backend="cupy-emulated",
+                                donate=donate)
+    return step.fn("step").compiled
 
 
 MODELS = {
@@ -214,13 +219,7 @@ MODELS = {
 def test_the_peak_never_rises(name, donate):
     """At the default size, on steps whose peak is not between a value's readers (one GPT layer, an MLP whose
     largest values are its last layer's) as on those whose peak is: values made again never hold more."""
-    peaks = []
-    for size in (1 << 62, rc.BYTES):
-        with pytest.MonkeyPatch.context() as m:
-            m.setattr(rc, "BYTES", size)
-            model, loss = MODELS[name]()
-            step = cg.compile_model(model, loss=loss, optimizer=nn.adamw(0.01), backend="cupy-emulated", donate=donate)
-            peaks.append(memory.peak(step.fn("step").compiled))
+    peaks = [memory.peak(_step(*MODELS[name](), size, donate=donate)) for size in (1 << 62, rc.BYTES)]
     assert peaks[1] <= peaks[0]
     assert (peaks[1] < peaks[0]) == (name == "gpt, two layers")
 
@@ -229,11 +228,6 @@ def test_a_real_size_gpt_holds_less():
     """The GPT of ``bench/gpu_gpt.py``'s d384 row (d=384, 6 layers, 6 heads, batch 16 × 256), at the default size:
     every layer's GELU output (24 MiB in float32) and layer-norm outputs are made again, and the float32 peak
     falls by more than 6 × 24 MiB."""
-    peaks = {}
-    for size in (1 << 62, rc.BYTES):
-        with pytest.MonkeyPatch.context() as m:
-            m.setattr(rc, "BYTES", size)
-            step = cg.compile_model(nn.gpt(16, 256, 96, d=384, heads=6, layers=6), loss=nn.softmax_cross_entropy,
-                                    optimizer=nn.adamw(3e-3, weight_decay=0.01), backend="cupy-emulated", donate=True)
-            peaks[size] = memory.peak(step.fn("step").compiled)
-    assert peaks[1 << 62] - peaks[rc.BYTES] > 6 * 24 * 2**20
+    kept, on = (memory.peak(_step(nn.gpt(16, 256, 96, d=384, heads=6, layers=6), nn.softmax_cross_entropy, size,
+                                  nn.adamw(3e-3, weight_decay=0.01))) for size in (1 << 62, rc.BYTES))
+    assert kept - on > 6 * 24 * 2**20

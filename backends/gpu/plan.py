@@ -175,8 +175,7 @@ def plan(prog: Program, data: Sequence[int] = (), updates: dict[int, int] | None
     """
     prog, again = recompute(prog, updates)
     prog, free = _sink_parameter_work(prog, set(data))
-    st = PlanState(prog, free, dict(updates or {}))
-    st.late = {i: again[a] for i, a in enumerate(prog.instrs) if a in again}
+    st = PlanState(prog, free, dict(updates or {}), late={i: again[a] for i, a in enumerate(prog.instrs) if a in again})
     fold_constants(st)
     place_views(st)
     group_elementwise(st)

@@ -55,7 +55,7 @@ def recompute(prog: Program, updates: dict[int, int] | None = None) -> tuple[Pro
     a = _Analysis(prog, updates or {})
     remade: set[int] = set()
     plans = []
-    for i, ins in enumerate(prog.instrs):
+    for ins in prog.instrs:
         if ins.op.kind != "elementwise" or len(ins.results) != 1:
             continue
         r = ins.results[0]
