@@ -206,7 +206,7 @@ def test_a_view_of_an_input_is_read_through_its_layout(case, rng):
 def test_every_group_shape_sums_the_same_terms(g, warps, order, rng):
     """Any G dividing 32 and W dividing 8 is a correct kernel (the geometry only picks the fastest): the same
     column sum through each, and the same result bit for bit in both thread orders."""
-    prog = _prog("columns-tall")
+    prog = _prog("columns-tall", view_of_input=True)          # the kernel reads its input: x is a
     p = make_plan(prog)
     (i, step) = next((i, s) for i, s in enumerate(p.steps) if s.kind == "reduce")
     r = reduction.reduce_source(step, p, "colsum", "float", g, warps)

@@ -19,7 +19,7 @@ from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
 from .storage import STORE, store_helper
 
-__all__ = ["fused_kernel", "donations"]
+__all__ = ["fused_kernel", "donations", "value_function"]
 
 
 def fused_kernel(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None = None) -> Kernel:
@@ -43,6 +43,18 @@ def fused_kernel(step: Launch, plan: Plan, name: str, donated: dict[int, int] | 
     return with_extents(Kernel(name, helper + element_kernel(name, params, lines, out_t.size), list(step.inputs),
                                list(step.outputs), out_t.size, ops, frozenset(w.strided), w.in_types, dict(donated),
                                reads=tuple(w.read_at)), plan)
+
+
+def value_function(step: Launch, plan: Plan, name: str, v: int) -> tuple[str, tuple[str, ...]]:
+    """``(source, input types)`` of ``__host__ __device__ T <name>(long long i, const T0* in0, …)``: the value of
+    ``v`` at its element ``i``, made by ``step.remat`` from ``step.inputs`` (a sum kernel's terms)."""
+    c = ctype(plan.program.types[v])
+    w = _Writer(step, plan, c)
+    lines: list[str] = []
+    reg = w.recompute(v, "i", _Scope(lines, "    ", True))
+    params = ", ".join(f"const {t}* __restrict__ in{k}" for k, t in enumerate(w.in_types))
+    return (f"__host__ __device__ inline {c} {name}(long long i, {params}) {{\n" + "\n".join(lines)
+            + f"\n    return {reg};\n}}\n", w.in_types)
 
 
 def donations(kern: Kernel, step: Launch, donate_pairs: dict[int, int] | None, index: int | None = None,

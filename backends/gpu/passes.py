@@ -6,6 +6,8 @@ Each pass fills its own fields of the state and reads those of the passes before
                   values             layouts         group_of, groups       group_of, groups     remat
                   constants          copies          start, by_size         outside, nres        gone
                   folded, out_src    built           outside, nres
+            --> choose_unstored --> choose_summed
+                  unstored, remat     summed, gone
 
 :func:`~.plan.plan` then turns the state into launches (:func:`~.plan.emit_launches`).
 """
@@ -22,7 +24,7 @@ from circuitgrad.schedule import Apply, Program
 from .layout import Layout, fortran, located, operand, resolve, transposed, view_stages, viewable
 
 __all__ = ["HORIZONTAL", "REMAT", "PARTIAL", "POINTERS", "PlanState", "fold_constants", "place_views", "group_elementwise",
-           "inline_producers", "choose_remat", "choose_unstored"]
+           "inline_producers", "choose_remat", "choose_unstored", "choose_summed"]
 
 #: how many recent groups of the same size an instruction without a producer group may join
 HORIZONTAL = 8
@@ -64,6 +66,8 @@ class PlanState:
     remat: dict[int, list[int]] = field(default_factory=dict)  # host group -> groups recomputed in it
     gone: set[int] = field(default_factory=set)                # groups recomputed in their hosts, not launched
     unstored: dict[int, set[int]] = field(default_factory=dict)  # launched group -> results its hosts recompute
+    # choose_summed
+    summed: dict[int, list[int]] = field(default_factory=dict)  # SumTo instruction -> groups making its terms
 
     def __post_init__(self) -> None:
         self.producer, self.uses = self.prog.producers(), self.prog.uses()
@@ -80,6 +84,9 @@ class PlanState:
 
     def size_of(self, v: int) -> int:
         return self.prog.types[v].size
+
+    def bytes_of(self, v: int) -> int:
+        return self.prog.types[v].size * self.prog.types[v].dtype.numpy_dtype().itemsize
 
     def known(self, a: Apply) -> bool:
         """Every result of ``a`` is a compile-time constant."""
@@ -424,6 +431,71 @@ def choose_unstored(st: PlanState) -> None:
         for h in hosts:
             mine = st.remat.setdefault(h, [])
             mine.extend(k for k in [*inner, g] if k not in mine)
+
+
+def choose_summed(st: PlanState) -> None:
+    """Make in the sum kernels that read them the terms of a group that only sums read, instead of launching it::
+
+        g = [d = x - m; s = d·d] --s--> SumTo(s)        becomes        SumTo's term i: (x[i] - m[i / n])²
+
+    A group qualifies when every result it still stores (:func:`choose_unstored`) is read only by ``SumTo``
+    instructions, element for element (through reshapes; a layout would change which term is which), with at
+    most ``PARTIAL`` instructions and no copy that makes a value again. Its inputs, and those of the groups it
+    recomputes, must be in memory at each sum and not yet overwritten by a donated parameter's update, and those
+    held for the sums alone must hold no more bytes than its results. The group is then not launched: no array of
+    its results is written, nor read back by the sums.
+    """
+    instrs = st.prog.instrs
+    for g in sorted((g for g in range(len(st.groups)) if st.groups[g]), key=lambda g: st.start[g]):
+        if g in st.gone or len(st.groups[g]) > PARTIAL or any(j in st.late for j in st.groups[g]):
+            continue
+        inner = st.remat.get(g, [])
+        made = {r for k in [*inner, g] for j in st.groups[k] for r in instrs[j].results}
+        sums: set[int] = set()
+        unstored = st.unstored.get(g, set())
+        ok = True
+        for r in st.group_results(g):
+            if r in unstored:
+                continue
+            if r in st.out_src:
+                ok = False
+                break
+            outside = [k for k in st.readers(r) if k is None or k not in st.groups[g]]
+            if not all(k is not None and isinstance(instrs[k].op, P.SumTo) and k > st.start[g] for k in outside):
+                ok = False
+                break
+            sums.update(outside)
+        if not ok or not sums:
+            continue
+        ins = {b for k in [*inner, g] for j in st.groups[k] for b in st.memory_inputs(instrs[j])} - made
+        if any((p := st.group_of.get(st.producer.get(b, -1))) is not None
+               and (p in st.gone or b in st.unstored.get(p, set())) for b in ins):
+            continue                # an input not in memory (defensive: the earlier passes leave none)
+        if len(ins) + 1 > POINTERS:
+            continue
+        if any(k >= st.written_at(b) for b in ins if b in st.updates for k in sums):
+            continue                       # a donated parameter would be read after its update overwrote it
+        last = max(sums)
+        held = sum(st.bytes_of(b) for b in ins if not _read_from(st, b, last))
+        if held > sum(st.bytes_of(r) for r in st.group_results(g) if r not in unstored) and _work_between(st, g, sums):
+            continue                       # inputs kept for the sums would hold more than the terms they replace
+        st.gone.add(g)
+        for k in sums:
+            mine = st.summed.setdefault(k, [])
+            mine.extend(h for h in [*inner, g] if h not in mine)
+
+
+def _work_between(st: PlanState, g: int, sums: set[int]) -> bool:
+    """Something but the sums and views runs after group ``g`` and before the last of ``sums``."""
+    return any(st.prog.instrs[j].op.kind != "view" and j not in sums and st.group_of.get(j) not in st.gone
+               for j in range(st.start[g] + 1, max(sums)) if st.pos(j) > st.start[g])
+
+
+def _read_from(st: PlanState, b: int, k: int) -> bool:
+    """Array ``b`` stays in memory until instruction ``k`` anyway: an input or output, or read there or later."""
+    if b in st.prog.inputs or b in st.out_src:
+        return True
+    return any(j is None or st.pos(j) >= k for j in st.kernel_readers(b))
 
 
 def _remat_hosts(st: PlanState, g: int, results: list[int]) -> set[int]:

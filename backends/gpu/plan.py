@@ -43,7 +43,8 @@ value alone.
 Rematerialisation. A small group (at most ``REMAT`` instructions) whose results only fused
 kernels read, through layouts, is recomputed inside each of them at the index each read needs:
 a layer norm's ``1/sqrt(var + eps)`` per row, read through a broadcast along the row, costs no
-launch and no memory of its own. Before all this, :func:`~.recompute.recompute` copies the elementwise work
+launch and no memory of its own. A group whose results only sums read is not launched: each sum computes
+its terms where it reads them (:func:`~.passes.choose_summed`; a layer norm's ``(x − mean)²``). Before all this, :func:`~.recompute.recompute` copies the elementwise work
 making a large value that products read in both passes to just before the backward pass's products.
 """
 from __future__ import annotations
@@ -59,8 +60,8 @@ from circuitgrad.schedule import Apply, Program
 from .layout import (Layout, contiguous_strides, gather_index, located, nocopy_reshape, operand, read_through, resolve,
                      view_stages,
                      viewable)
-from .passes import (PlanState, choose_remat, choose_unstored, fold_constants, group_elementwise, inline_producers,
-                     place_views)
+from .passes import (PlanState, choose_remat, choose_summed, choose_unstored, fold_constants, group_elementwise,
+                     inline_producers, place_views)
 from .recompute import recompute
 # re-exported: the names other modules (and tests) import from here
 from .layout import Stage as Stage
@@ -83,7 +84,7 @@ class Launch:
     ``layout``: for ``copy`` steps, and ``view`` steps built from their base, the layout read.
     ``remat``: for ``fused`` steps, instructions of small groups recomputed inside this kernel at
     each index where ``instrs`` read their results (through a broadcast, say), instead of a launch
-    of their own.
+    of their own; for ``reduce`` steps, those making the sum's terms where it reads them.
     """
     kind: str
     instrs: list[Apply]
@@ -171,7 +172,7 @@ def plan(prog: Program, data: Sequence[int] = (), updates: dict[int, int] | None
     The passes, in order (each in :mod:`~.passes` but the first and the last)::
 
         make values again --> sink parameter work --> fold constants --> place views --> group elementwise work
-            --> inline producers --> choose remat --> choose unstored --> emit launches
+            --> inline producers --> choose remat --> choose unstored --> choose summed --> emit launches
     """
     prog, again = recompute(prog, updates)
     prog, free = _sink_parameter_work(prog, set(data))
@@ -182,6 +183,7 @@ def plan(prog: Program, data: Sequence[int] = (), updates: dict[int, int] | None
     inline_producers(st)
     choose_remat(st)
     choose_unstored(st)
+    choose_summed(st)
     return Plan(prog, emit_launches(st), st.folded, st.constants, st.values, st.layouts)
 
 
@@ -207,7 +209,7 @@ def emit_launches(st: PlanState) -> list[Launch]:
             emitted.update(st.groups[g])
             steps.append(_fused_step(st, g))
             continue
-        step = _single_step(st, a)
+        step = _single_step(st, i, a)
         if step is not None:
             steps.append(step)
     return steps
@@ -225,7 +227,18 @@ def _fused_step(st: PlanState, g: int) -> Launch:
     (the results read by anything but its members)."""
     instrs = st.prog.instrs
     members = st.groups[g]
-    made = {r: j for h in st.remat.get(g, []) for j in st.groups[h] for r in instrs[j].results}
+    again, ins = _recomputed(st, members, st.remat.get(g, []))
+    mset, unstored = set(members), st.unstored.get(g, set())
+    outs = [r for j in members for r in instrs[j].results if r not in unstored
+            and (r in st.out_src or any(k is None or k not in mset for k in st.readers(r)))]
+    return Launch("fused", [instrs[j] for j in members], ins, outs, remat=[instrs[j] for j in again])
+
+
+def _recomputed(st: PlanState, members: list[int], groups: list[int]) -> tuple[list[int], list[int]]:
+    """``(again, ins)``: the instructions of ``groups`` that the reads of instructions ``members`` need (in
+    program order; a kernel recomputes them), and the arrays all of them read from memory."""
+    instrs = st.prog.instrs
+    made = {r: j for h in groups for j in st.groups[h] for r in instrs[j].results}
     needed: set[int] = set()
     todo = [x for j in members for x in instrs[j].args]
     while todo:                           # the recomputed instructions the members' reads need, no more
@@ -235,7 +248,7 @@ def _fused_step(st: PlanState, g: int) -> Launch:
             needed.add(j)
             todo.extend(instrs[j].args)
     again = sorted(needed)
-    inside = {r for j in members + again for r in instrs[j].results}
+    inside = {r for j in again + members for r in instrs[j].results}
     ins: list[int] = []
     for j in again + members:
         for x in instrs[j].args:
@@ -245,13 +258,10 @@ def _fused_step(st: PlanState, g: int) -> Launch:
             b = st.read(s)[0]
             if b not in inside and b not in ins:
                 ins.append(b)
-    mset, unstored = set(members), st.unstored.get(g, set())
-    outs = [r for j in members for r in instrs[j].results if r not in unstored
-            and (r in st.out_src or any(k is None or k not in mset for k in st.readers(r)))]
-    return Launch("fused", [instrs[j] for j in members], ins, outs, remat=[instrs[j] for j in again])
+    return again, ins
 
 
-def _single_step(st: PlanState, a: Apply) -> Launch | None:
+def _single_step(st: PlanState, i: int, a: Apply) -> Launch | None:
     """The step of an instruction outside the fused groups (None: a view only kernels read, through its layout)."""
     if a.op.kind == "view":
         r = a.results[0]
@@ -264,6 +274,9 @@ def _single_step(st: PlanState, a: Apply) -> Launch | None:
         return None
     if a.op.kind == "contraction":
         return Launch("matmul", [a], [st.src(x) for x in a.args], list(a.results))
+    if a.op.kind == "reduce" and i in st.summed:      # its terms made where they are summed (choose_summed)
+        again, ins = _recomputed(st, [i], st.summed[i])
+        return Launch("reduce", [a], ins, list(a.results), remat=[st.prog.instrs[j] for j in again])
     if a.op.kind == "reduce":
         return Launch("reduce", [a], [st.src(x) for x in a.args], list(a.results))
     if a.op.kind == "rowwise":

@@ -21,6 +21,10 @@ output end with one value), and with ``W > 1`` warp 0 of the group adds the warp
 warp 0 first. The order of every addition is fixed by the geometry, so the result is the same bit for bit on
 every run. ``W`` grows with the terms per output (more loads in flight for a long reduction).
 
+Where the plan makes the terms in the sum (:func:`~.passes.choose_summed`), a lane reads term ``o`` as
+``<name>_term(o, in0, …)``, the instructions of ``Launch.remat`` at that element of their result (contiguous: an
+offset is an element's index), from the step's inputs.
+
 The per-lane partial is ``__host__ __device__``; ``<name>_body(group, …)`` (host only) runs the group's lanes in
 turn, in the host mode's order, and replays the shuffles and the shared-memory sum exactly, and
 ``<name>__host_warp`` (``#ifdef CG_HOSTRUN``) runs it for the group's first warp, as the row kernels of
@@ -35,6 +39,7 @@ import numpy as np
 from circuitgrad import primitives as P
 
 from .cuda import ctype
+from .elementwise import value_function
 from .kernel import Kernel, with_extents
 from .layout import contiguous_strides
 from .plan import Launch, Plan
@@ -60,6 +65,7 @@ class Reduction:
     g: int                     # outputs per group
     warps: int                 # warps per group
     source: str = ""
+    in_types: tuple = ()       # C types of the kernel's inputs: the operand, or those its terms are made from
 
     @property
     def m(self) -> int:
@@ -144,31 +150,54 @@ def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = N
     """The geometry of ``step`` with its CUDA C source (``c``: the C type of the output, ``float`` or
     ``double``); ``g`` and ``warps`` override the chosen ``G`` and ``W`` (the tests and benchmarks try others)."""
     r = geometry(step, plan, g, warps)
-    sig = f"const {c}* __restrict__ x, {c}* __restrict__ y"
-    src = _partial(r, name, c) + _device(r, name, c, sig) + host_replay(
+    t = _Terms(step, plan, name, c)
+    sig = f"{t.params}, {c}* __restrict__ y"
+    src = t.source + _partial(r, name, c, t) + _device(r, name, c, sig, t.args) + host_replay(
         name,
         "// host only: the group's lanes one after another (31 … 0 in the host mode's reverse order), the\n"
         "// shuffles and the sum over the warps replayed in the device's order\n",
-        "grp", sig, _host(r, name, c),
+        "grp", sig, _host(r, name, c, t.args),
         f"    if (warp % {r.warps} != 0) return;                   // the group's first warp runs the whole group\n"
         f"    const long long grp = (long long)(block * blockDim.x / {WARP} + warp) / {r.warps};\n"
-        f"    if (grp < {r.groups}LL) {name}_body(grp, x, y);\n")
-    return Reduction(r.base, r.output, r.kept, r.reduced, r.g, r.warps, src)
+        f"    if (grp < {r.groups}LL) {name}_body(grp, {t.args}, y);\n")
+    return Reduction(r.base, r.output, r.kept, r.reduced, r.g, r.warps, src, t.in_types)
 
 
-def _partial(r: Reduction, name: str, c: str) -> str:
+class _Terms:
+    """How a lane reads the term at an offset: ``x[o]`` (the operand in memory), or, where the step makes its
+    terms (:func:`~.passes.choose_summed`), ``<name>_term(o, in0, …)`` computing them from the step's inputs."""
+
+    def __init__(self, step: Launch, plan: Plan, name: str, c: str):
+        if step.remat:
+            (a,) = step.instrs
+            v = plan.read(plan.src(a.args[0]))[0]
+            self.source, self.in_types = value_function(step, plan, f"{name}_term", v)
+            self.params = ", ".join(f"const {t}* __restrict__ in{k}" for k, t in enumerate(self.in_types))
+            self.args = ", ".join(f"in{k}" for k in range(len(self.in_types)))
+        else:
+            self.source, self.in_types = "", (c,)
+            self.params, self.args = f"const {c}* __restrict__ x", "x"
+        self.made = bool(step.remat)
+        self.name = name
+
+    def at(self, offset: str) -> str:
+        return f"{self.name}_term({offset}, {self.args})" if self.made else f"x[{offset}]"
+
+
+def _partial(r: Reduction, name: str, c: str, t: _Terms) -> str:
     """The per-lane helpers: ``<name>_out(o)`` and ``<name>_red(r)`` (offsets of an output and of a term) and
-    ``<name>_part(grp, L, x)``, lane ``L``'s partial sum in :data:`UNROLL` accumulators."""
+    ``<name>_part(grp, L, …)``, lane ``L``'s partial sum in :data:`UNROLL` accumulators."""
     G, W, m, n = r.g, r.warps, r.m, r.n
     stride = W * WARP // G                           # terms between a lane's loads
     hd = "__host__ __device__ inline"
     acc = [f"s{u}" for u in range(UNROLL)]
-    loads = "".join(f"            {s} += x[at + {name}_red(r + {u * stride}LL)];\n" for u, s in enumerate(acc))
+    loads = "".join(f"            {s} += {t.at(f'at + {name}_red(r + {u * stride}LL)')};\n"
+                    for u, s in enumerate(acc))
     assert UNROLL == 4
     return (f"{hd} long long {name}_out(long long o) {{ return {_offset('o', r.kept)}; }}\n"
             f"{hd} long long {name}_red(long long r) {{ return {_offset('r', r.reduced)}; }}\n"
             f"// lane L (0 <= L < {W * WARP}) of group `grp`: output grp*{G} + L%{G}, terms L/{G}, L/{G} + {stride}, ...\n"
-            f"{hd} {c} {name}_part(long long grp, int L, const {c}* __restrict__ x) {{\n"
+            f"{hd} {c} {name}_part(long long grp, int L, {t.params}) {{\n"
             f"    {c} {' = 0, '.join(acc)} = 0;\n"
             f"    const long long o = grp * {G}LL + L % {G};\n"
             f"    if (o < {m}LL) {{\n"
@@ -177,12 +206,12 @@ def _partial(r: Reduction, name: str, c: str) -> str:
             f"        for (; r + {(UNROLL - 1) * stride}LL < {n}LL; r += {UNROLL * stride}LL) {{\n"
             + loads +
             f"        }}\n"
-            f"        for (; r < {n}LL; r += {stride}LL) s0 += x[at + {name}_red(r)];\n"
+            f"        for (; r < {n}LL; r += {stride}LL) s0 += {t.at(f'at + {name}_red(r)')};\n"
             f"    }}\n"
             f"    return (s0 + s1) + (s2 + s3);\n}}\n")
 
 
-def _device(r: Reduction, name: str, c: str, sig: str) -> str:
+def _device(r: Reduction, name: str, c: str, sig: str, args: str) -> str:
     """The ``__global__`` kernel: each lane's partial, the shuffles down to ``G`` lanes, and with ``W > 1`` the
     warps' partials added in shared memory by the group's first warp."""
     G, W, m = r.g, r.warps, r.m
@@ -197,9 +226,9 @@ def _device(r: Reduction, name: str, c: str, sig: str) -> str:
             f"    const int L = (int)(t % {W * WARP});\n")
     if W == 1:
         return (head + f"    if (grp >= {r.groups}LL) return;             // the whole warp\n"
-                f"    {c} s = {name}_part(grp, L, x);\n" + shuffle
+                f"    {c} s = {name}_part(grp, L, {args});\n" + shuffle
                 + f"    if (L < {G} && grp * {G}LL + L < {m}LL) y[grp * {G}LL + L] = s;\n}}\n")
-    return (head + f"    {c} s = {name}_part(grp, L, x);          // 0 past the last output: every thread "
+    return (head + f"    {c} s = {name}_part(grp, L, {args});          // 0 past the last output: every thread "
             f"reaches __syncthreads\n" + shuffle
             + f"    __shared__ {c} part[{WARP * G}];                 // [warp of the block][output]\n"
             f"    const int w = (int)(threadIdx.x / {WARP});\n"
@@ -212,12 +241,12 @@ def _device(r: Reduction, name: str, c: str, sig: str) -> str:
             f"        y[grp * {G}LL + L] = tot;\n    }}\n}}\n")
 
 
-def _host(r: Reduction, name: str, c: str) -> str:
+def _host(r: Reduction, name: str, c: str, args: str) -> str:
     """The host replay of group ``grp``: its lanes in turn, the shuffles, then the sum over the warps."""
     G, W, m = r.g, r.warps, r.m
     return (f"    {c} s[{W * WARP}] = {{}}, s2[{W * WARP}] = {{}};\n"
             f"    for (int w = 0; w < {W}; ++w) {{\n"
-            + lanes(name, f"s[w * {WARP} + l] = {name}_part(grp, w * {WARP} + l, x);", "        ")
+            + lanes(name, f"s[w * {WARP} + l] = {name}_part(grp, w * {WARP} + l, {args});", "        ")
             + f"        for (int o = {WARP // 2}; o >= {G}; o >>= 1) {{\n"
             + lanes(name, f"s2[w * {WARP} + l] = s[w * {WARP} + l] + s[w * {WARP} + (l ^ o)];", "            ")
             + lanes(name, f"s[w * {WARP} + l] = s2[w * {WARP} + l];", "            ")
@@ -231,5 +260,7 @@ def _host(r: Reduction, name: str, c: str) -> str:
 def reduce_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     """The sum kernel of a ``reduce`` step (``SumTo``): a warp or a few per group of outputs."""
     r = reduce_source(step, plan, name, ctype(plan.program.types[step.outputs[0]]))
-    return with_extents(Kernel(name, r.source, [r.base], [r.output], r.groups, ["SumTo"], frozenset([r.base]),
-                               (ctype(plan.program.types[r.base]),), lanes=r.lanes), plan)
+    ins = list(step.inputs) if step.remat else [r.base]
+    ops = ["SumTo"] + [f"({a.op.name})" for a in step.remat]
+    return with_extents(Kernel(name, r.source, ins, [r.output], r.groups, ops, frozenset(ins), r.in_types,
+                               lanes=r.lanes), plan)

@@ -136,7 +136,10 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         elif s.kind == "reduce" and k in ks:          # a sum kernel (reduction.reduce_kernel): a warp or a few per outputs
             kern, (r,), x = ks[k], ks[k].outputs, src(a.args[0])
             b = kern.inputs[0]              # the base array of x, read through x's layout
-            if b == x or b in keep or b in p.values or last.get(b, k) >= k:
+            if s.remat:                     # its terms made from its inputs (passes.choose_summed)
+                arg = ", ".join(names[src(v)] if src(v) in contiguous or src(v) in p.values
+                                else f"xp.ascontiguousarray({names[src(v)]})" for v in kern.inputs)
+            elif b == x or b in keep or b in p.values or last.get(b, k) >= k:
                 arg = names[b] if b in contiguous or b in p.values else f"xp.ascontiguousarray({names[b]})"
             elif p.read(x)[1]:              # the base was freed after its last step: its memory through x, flat
                 item = ty(b).dtype.numpy_dtype().itemsize

@@ -1,0 +1,186 @@
+"""``passes.choose_summed``: a group that only sums read is not launched; each sum makes its terms (small programs
+whose answer is known, then layer norms and GPT steps: same bits on the emulated backend, fewer launches)."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn, ops
+from circuitgrad import primitives as P
+from circuitgrad.backends import gpu
+from circuitgrad.backends.gpu import memory
+from circuitgrad.backends.gpu.host import run as hostrun
+from circuitgrad.backends.gpu.plan import plan as make_plan
+
+from _tolerance import assert_sums_close
+
+ok, why = hostrun.available()
+needs_nvcc = pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+
+X = cg.NdArrayType((64, 48), cg.float32)
+M = cg.NdArrayType((48, 48), cg.float32)
+
+
+def _sum_to(a, shape):
+    return a.builder.apply(P.SumTo(a.type, a.type.with_shape(shape)), a)[0]
+
+
+def _prog(fn, types=(X,)):
+    return cg.schedule(cg.trace(fn, list(types), name="f"))
+
+
+def _squares(x):
+    """A row's sum of squares about its mean: ``d = x − mean``, ``Σ d²``, as a layer norm computes it."""
+    mean = _sum_to(x, (64, 1)) * (1 / 48)
+    d = x - ops.broadcast_to(mean, (64, 48))
+    return _sum_to(d * d, (64, 1))
+
+
+@pytest.fixture
+def without_pass():
+    """Plans made with ``choose_summed`` off: every group launched, its results stored and read back."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "choose_summed", lambda st: None)
+        yield
+
+
+def _kinds(p):
+    return [s.kind for s in p.steps if s.kind not in ("view", "const")]
+
+
+def test_a_group_only_a_sum_reads_is_made_in_the_sum():
+    p = make_plan(_prog(_squares))
+    assert _kinds(p) == ["reduce", "reduce"]                    # the mean's sum, then Σ d² making its terms
+    first, second = (s for s in p.steps if s.kind == "reduce")
+    assert not first.remat
+    assert sorted(type(a.op).__name__ for a in second.remat) == ["Add", "Mul", "Neg", "Scale"]
+    assert set(second.inputs) == {p.program.inputs[0], first.outputs[0]}      # x and the row sum: never d·d
+
+
+def test_without_the_pass_the_group_is_launched(without_pass):
+    p = make_plan(_prog(_squares))
+    assert _kinds(p) == ["reduce", "fused", "reduce"]
+    assert not any(s.remat for s in p.steps if s.kind == "reduce")
+
+
+def _also_read(x):
+    """``d·d`` read by a sum and by an elementwise kernel: stored, and summed from memory."""
+    mean = _sum_to(x, (64, 1)) * (1 / 48)
+    d = x - ops.broadcast_to(mean, (64, 48))
+    sq = d * d
+    return _sum_to(sq, (64, 1)), ops.tanh(sq) @ ops.constant(M, 1.0)
+
+
+def _transposed(x):
+    """``d·d`` summed through a transpose: a term's index is not its element's."""
+    d = x * x
+    return _sum_to(ops.transpose(d), (48, 1))
+
+
+def _output(x):
+    d = x * 3.0
+    return _sum_to(d, (64, 1)), d
+
+
+def _held(x):
+    """``u·v`` of two products that die there, summed after other work (a product): the sum would hold ``u`` and
+    ``v`` through it, twice the bytes of the ``u·v`` it replaces."""
+    u, v = x @ ops.constant(M, 0.5), x @ ops.constant(M, 0.25)
+    w = ops.tanh(x @ ops.constant(M, 2.0)) @ ops.constant(M, 2.0)
+    return _sum_to(u * v, (64, 1)) + _sum_to(w, (64, 1))
+
+
+KEPT = {"read by a kernel too": _also_read, "read through a layout": _transposed, "an output": _output,
+        "inputs held longer": _held}
+
+
+@pytest.mark.parametrize("case", list(KEPT))
+def test_groups_kept(case):
+    """A result another kernel reads, one a sum reads through a layout, an output, and one whose inputs would be
+    held for the sum in more bytes than it has stay in memory."""
+    p = make_plan(_prog(KEPT[case]))
+    assert not any(s.remat for s in p.steps if s.kind == "reduce")
+    assert "fused" in _kinds(p)
+
+
+B = cg.NdArrayType((1, 48), cg.float32)
+
+
+def _update_before_the_sum(w, x):
+    """A bias-like ``w``: its update ``w + Σ x`` (donated into ``w``) runs first, ``Σ w·(x M)`` after the product."""
+    upd = w + _sum_to(x, (1, 48))
+    m = x @ ops.constant(M, 0.5)
+    return upd, _sum_to(ops.broadcast_to(w, (64, 48)) * m, (64, 1))
+
+
+def test_a_donated_input_updated_before_the_sum_is_not_read_there():
+    prog = _prog(_update_before_the_sum, (B, X))
+    w, upd = prog.inputs[0], prog.outputs[0]
+    taken = make_plan(prog, data=[prog.inputs[1]])
+    assert [len(s.remat) > 0 for s in taken.steps if s.kind == "reduce"] == [False, True]   # the sum makes w·m
+    kept = make_plan(prog, data=[prog.inputs[1]], updates={w: upd})
+    assert not any(s.remat for s in kept.steps if s.kind == "reduce")         # w is overwritten before the sum
+    (product,) = [s for s in kept.steps if s.kind == "fused" and any(type(a.op).__name__ == "Mul" for a in s.instrs)]
+    assert w in product.inputs
+
+
+def _run_emulated(prog, xs, summed: bool):
+    with pytest.MonkeyPatch.context() as m:
+        if not summed:
+            m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "choose_summed", lambda st: None)
+        f = gpu.compile_function(prog, [f"a{k}" for k in range(len(xs))], "f", emulate=True)
+    return f, f.run(*xs)
+
+
+@pytest.mark.parametrize("fn", [_squares, _also_read, _output], ids=["squares", "also read", "output"])
+def test_the_emulated_sums_are_the_same_bits(fn, rng):
+    """The terms made in the sum are the values the group stored: the same sums, bit for bit."""
+    x = rng.normal(size=X.shape).astype(np.float32)
+    prog = _prog(fn)
+    (f_off, off), (f_on, on) = (_run_emulated(prog, [x], s) for s in (False, True))
+    assert len(off) == len(on) and all(np.array_equal(a, b) for a, b in zip(off, on))
+    assert (f_on.plan.launches < f_off.plan.launches) == (fn is _squares)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("order", hostrun.ORDERS)
+def test_terms_made_in_the_sum_on_the_host(order, rng):
+    """The generated kernel, compiled by nvcc for the host: ``Σ (x − mean)²`` against NumPy in float64."""
+    x = rng.normal(size=X.shape).astype(np.float32)
+    with hostrun.device(order) as cp:
+        f = gpu.compile_function(_prog(_squares), ["a"], "f")
+        (got,) = f.run(cp.asarray(x))
+        got = got.get()
+    (k,) = [f.kernels[i] for i, s in enumerate(f.plan.steps) if s.kind == "reduce" and s.remat]
+    assert "_term(" in k.source and len(k.inputs) == 2
+    x64 = x.astype(np.float64)
+    mean = x.sum(1, keepdims=True, dtype=np.float32).astype(np.float64) / 48
+    d2 = (x64 - mean) ** 2
+    assert_sums_close(got, d2.sum(1, keepdims=True), 48, d2.sum(1, keepdims=True))
+
+
+def _gpt_step(rng, summed: bool):
+    make = lambda: nn.gpt(8, 64, 96, d=64, heads=2, layers=2)        # noqa: E731
+    with pytest.MonkeyPatch.context() as m:
+        if not summed:
+            m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "choose_summed", lambda st: None)
+        step = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.adamw(0.01),
+                                backend="cupy-emulated", donate=True)
+    params = step.init_params(seed=0)
+    x, y = (rng.integers(0, 96, size=step.x_type.shape) for _ in range(2))
+    out = step.step({k: v.copy() for k, v in params.items()}, x, y)
+    return step.fn("step").compiled, out
+
+
+def test_a_gpt_step_launches_less_with_the_same_bits(rng):
+    """Every layer norm's ``(x − mean)²`` and the backward's sums of products are made in their sums: fewer
+    launches, a peak no higher, the same parameters bit for bit."""
+    seed = int(rng.integers(1 << 30))
+    (f_off, off), (f_on, on) = (_gpt_step(np.random.default_rng(seed), s) for s in (False, True))
+    layer_norms = 2 * 2 + 1
+    assert f_on.plan.launches <= f_off.plan.launches - layer_norms
+    assert memory.peak(f_on) <= memory.peak(f_off)
+    assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off)
