@@ -1,5 +1,6 @@
-"""``passes.choose_summed``: a group that only sums read is not launched; each sum makes its terms (small programs
-whose answer is known, then layer norms and GPT steps: same bits on the emulated backend, fewer launches)."""
+"""``passes.choose_summed``: a group that only sums read is not launched, each sum makes its terms; ``group_sums``:
+sums of one geometry share a kernel (small programs whose answer is known, then GPT steps: the same bits on the
+emulated backend, fewer launches)."""
 from __future__ import annotations
 
 import sys
@@ -166,7 +167,8 @@ def _gpt_step(rng, summed: bool):
     make = lambda: nn.gpt(8, 64, 96, d=64, heads=2, layers=2)        # noqa: E731
     with pytest.MonkeyPatch.context() as m:
         if not summed:
-            m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "choose_summed", lambda st: None)
+            for name in ("choose_summed", "group_sums"):
+                m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], name, lambda st: None)
         step = cg.compile_model(make(), loss=nn.softmax_cross_entropy, optimizer=nn.adamw(0.01),
                                 backend="cupy-emulated", donate=True)
     params = step.init_params(seed=0)
@@ -176,11 +178,88 @@ def _gpt_step(rng, summed: bool):
 
 
 def test_a_gpt_step_launches_less_with_the_same_bits(rng):
-    """Every layer norm's ``(x − mean)²`` and the backward's sums of products are made in their sums: fewer
-    launches, a peak no higher, the same parameters bit for bit."""
+    """Every layer norm's ``(x − mean)²`` and the backward's sums of products are made in their sums, and sums of
+    one geometry share a kernel: fewer launches, a peak no higher, the same parameters bit for bit."""
     seed = int(rng.integers(1 << 30))
     (f_off, off), (f_on, on) = (_gpt_step(np.random.default_rng(seed), s) for s in (False, True))
     layer_norms = 2 * 2 + 1
     assert f_on.plan.launches <= f_off.plan.launches - layer_norms
     assert memory.peak(f_on) <= memory.peak(f_off)
     assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off)
+
+
+# ------------------------------------------------------------------ sums side by side (passes.group_sums)
+def _reduce_steps(p):
+    return [s for s in p.steps if s.kind == "reduce"]
+
+
+TALL = cg.NdArrayType((600, 19), cg.float32)      # column sums of 8 warps a group
+LONG = cg.NdArrayType((5, 3000), cg.float32)      # row sums of several warps a row
+SIDE = {
+    "columns": (TALL, (19,)),
+    "rows": (LONG, (5, 1)),
+    "small": (X, (48,)),
+}
+
+
+def _three(shape):
+    """Three sums of one geometry: two operands as they are, one made (``a·b``)."""
+    return lambda a, b: (_sum_to(a, shape), _sum_to(b, shape), _sum_to(a * b, shape))
+
+
+@pytest.mark.parametrize("case", list(SIDE))
+def test_sums_of_one_geometry_share_a_kernel(case):
+    t, out = SIDE[case]
+    p = make_plan(_prog(_three(out), (t, t)))
+    (step,) = _reduce_steps(p)
+    assert len(step.instrs) == 3 and len(step.outputs) == 3 and len(step.remat) == 1
+    assert set(step.inputs) == set(p.program.inputs)                      # a and b, each read once
+
+
+def test_a_sum_reading_an_earlier_one_does_not_join_it():
+    """``Σ x·s`` reads ``s = Σ x`` (the same geometry): it runs after that kernel, in one of its own."""
+    def f(x):
+        s = _sum_to(x, (64, 1))
+        return _sum_to(x * ops.broadcast_to(s, (64, 48)), (64, 1))
+    assert [len(s.instrs) for s in _reduce_steps(make_plan(_prog(f)))] == [1, 1]
+
+
+def test_sums_of_other_geometries_or_through_a_layout_do_not_join():
+    """``Σ a`` and ``Σ b`` over other axes; ``Σ cᵀ``, of ``Σ a``'s types, reads ``c`` through a transpose."""
+    def f(a, b, c):
+        return _sum_to(a, (64, 1)), _sum_to(b, (48,)), _sum_to(ops.transpose(c), (64, 1))
+    p = make_plan(_prog(f, (X, X, cg.NdArrayType((48, 64), cg.float32))))
+    assert [len(s.instrs) for s in _reduce_steps(p)] == [1, 1, 1]
+
+
+def test_at_most_SUMS_sums_a_kernel():
+    from circuitgrad.backends.gpu.passes import SUMS
+    n = SUMS + 2
+    p = make_plan(_prog(lambda *xs: tuple(_sum_to(x, (48,)) for x in xs), (X,) * n))
+    assert [len(s.instrs) for s in _reduce_steps(p)] == [SUMS, 2]
+
+
+@pytest.mark.parametrize("case", list(SIDE))
+def test_sums_side_by_side_are_each_sum_alone_bit_for_bit(case, rng):
+    """On the emulated backend, and for sums of operands as they are (additions alone, in the same order) in
+    the host mode too, where the two operands are also summed apart, in kernels of their own."""
+    t, out = SIDE[case]
+    a, b = (rng.normal(size=t.shape).astype(np.float32) for _ in range(2))
+    prog = _prog(_three(out), (t, t))
+    (_, alone), (_, side) = (_run_emulated(prog, [a, b], s) for s in (False, True))
+    assert all(np.array_equal(u, v) for u, v in zip(alone, side))
+    if not ok:
+        pytest.skip(f"host execution mode unavailable: {why}")
+    with hostrun.device("reverse") as cp:
+        f = gpu.compile_function(_prog(lambda a, b: _three(out)(a, b)[:2], (t, t)), ["a", "b"], "f")
+        assert [len(s.instrs) for s in _reduce_steps(f.plan)] == [2]
+        together = [y.get() for y in f.run(cp.asarray(a), cp.asarray(b))]
+        apart = [gpu.compile_function(_prog(lambda a: _sum_to(a, out), (t,)), ["a"], "g").run(cp.asarray(v))[0].get()
+                 for v in (a, b)]
+    assert all(np.array_equal(u, v) for u, v in zip(together, apart))
+    for got, v in zip(together, (a, b)):
+        lead = v.ndim - len(out)
+        axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(out) if d == 1)
+        want = v.astype(np.float64).sum(axis=axes, keepdims=True).reshape(out)
+        mag = np.abs(v.astype(np.float64)).sum(axis=axes, keepdims=True).reshape(out)
+        assert_sums_close(got, want, v.size // int(np.prod(out)), mag)

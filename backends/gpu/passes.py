@@ -6,8 +6,8 @@ Each pass fills its own fields of the state and reads those of the passes before
                   values             layouts         group_of, groups       group_of, groups     remat
                   constants          copies          start, by_size         outside, nres        gone
                   folded, out_src    built           outside, nres
-            --> choose_unstored --> choose_summed
-                  unstored, remat     summed, gone
+            --> choose_unstored --> choose_summed --> group_sums
+                  unstored, remat     summed, gone      sums, joined
 
 :func:`~.plan.plan` then turns the state into launches (:func:`~.plan.emit_launches`).
 """
@@ -24,7 +24,7 @@ from circuitgrad.schedule import Apply, Program
 from .layout import Layout, fortran, located, operand, resolve, transposed, view_stages, viewable
 
 __all__ = ["HORIZONTAL", "REMAT", "PARTIAL", "POINTERS", "PlanState", "fold_constants", "place_views", "group_elementwise",
-           "inline_producers", "choose_remat", "choose_unstored", "choose_summed"]
+           "inline_producers", "choose_remat", "choose_unstored", "choose_summed", "group_sums", "SUMS"]
 
 #: how many recent groups of the same size an instruction without a producer group may join
 HORIZONTAL = 8
@@ -32,6 +32,8 @@ HORIZONTAL = 8
 REMAT = 12
 #: the largest launched group whose results only later fused kernels read are recomputed there, not stored
 PARTIAL = 32
+#: the most sums one kernel computes side by side (:func:`group_sums`)
+SUMS = 4
 #: a bound on a fused kernel's pointer arguments (inputs read, plus every member's result): CUDA
 #: takes at most 4 KB of kernel arguments (before CUDA 12.1), 512 pointers
 POINTERS = 384
@@ -68,6 +70,9 @@ class PlanState:
     unstored: dict[int, set[int]] = field(default_factory=dict)  # launched group -> results its hosts recompute
     # choose_summed
     summed: dict[int, list[int]] = field(default_factory=dict)  # SumTo instruction -> groups making its terms
+    # group_sums
+    sums: dict[int, list[int]] = field(default_factory=dict)    # first SumTo -> the sums its kernel computes
+    joined: set[int] = field(default_factory=set)               # SumTos computed in an earlier one's kernel
 
     def __post_init__(self) -> None:
         self.producer, self.uses = self.prog.producers(), self.prog.uses()
@@ -483,6 +488,49 @@ def choose_summed(st: PlanState) -> None:
         for k in sums:
             mine = st.summed.setdefault(k, [])
             mine.extend(h for h in [*inner, g] if h not in mine)
+
+
+def group_sums(st: PlanState) -> None:
+    """Compute sums of one geometry side by side, in the first one's kernel::
+
+        SumTo(dy) -> [384]   ...   SumTo(dy·x̂) -> [384]        becomes        one kernel at the first: dy read once
+
+    A ``SumTo`` joins the latest earlier one with the same operand and result types when both read their
+    operands element for element (no layout: a term's offset is the same in both) or make their terms, and
+    every array it reads is made before the earlier one runs (so it reads no result of the kernel it joins);
+    at most ``SUMS`` a kernel, within ``POINTERS``. Each sum adds its terms in the order it would alone.
+    """
+    instrs = st.prog.instrs
+    latest: dict[tuple, int] = {}
+    reads: dict[int, set[int]] = {}
+    for k, a in enumerate(instrs):
+        if not isinstance(a.op, P.SumTo):
+            continue
+        made = k in st.summed
+        base, stages = st.read(st.src(a.args[0]))
+        if stages and not made:
+            continue
+        if made:
+            inner = {r for h in st.summed[k] for j in st.groups[h] for r in instrs[j].results}
+            ins = {b for h in st.summed[k] for j in st.groups[h] for b in st.memory_inputs(instrs[j])} - inner
+        else:
+            ins = {base}
+        reads[k] = ins
+        key = (a.op.T, a.op.S)
+        first = latest.get(key)
+        if first is not None:
+            members = st.sums.setdefault(first, [first])
+            ready = all((j := st.producer.get(b)) is None or st.pos(j) < first for b in ins)
+            union = set().union(*(reads[m] for m in members), ins)
+            if ready and len(members) < SUMS and len(union) + len(members) + 1 <= POINTERS:
+                members.append(k)
+                st.joined.add(k)
+                continue
+            if len(members) == 1:
+                del st.sums[first]
+        latest[key] = k
+    for first in [f for f, m in st.sums.items() if len(m) == 1]:
+        del st.sums[first]
 
 
 def _work_between(st: PlanState, g: int, sums: set[int]) -> bool:

@@ -44,8 +44,10 @@ Rematerialisation. A small group (at most ``REMAT`` instructions) whose results 
 kernels read, through layouts, is recomputed inside each of them at the index each read needs:
 a layer norm's ``1/sqrt(var + eps)`` per row, read through a broadcast along the row, costs no
 launch and no memory of its own. A group whose results only sums read is not launched: each sum computes
-its terms where it reads them (:func:`~.passes.choose_summed`; a layer norm's ``(x − mean)²``). Before all this, :func:`~.recompute.recompute` copies the elementwise work
-making a large value that products read in both passes to just before the backward pass's products.
+its terms where it reads them (:func:`~.passes.choose_summed`; a layer norm's ``(x − mean)²``), and sums of
+one geometry share a kernel (:func:`~.passes.group_sums`). Before all this, :func:`~.recompute.recompute`
+copies the elementwise work making a large value that products read in both passes to just before the
+backward pass's products.
 """
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ from .layout import (Layout, contiguous_strides, gather_index, located, nocopy_r
                      view_stages,
                      viewable)
 from .passes import (PlanState, choose_remat, choose_summed, choose_unstored, fold_constants, group_elementwise,
-                     inline_producers, place_views)
+                     group_sums, inline_producers, place_views)
 from .recompute import recompute
 # re-exported: the names other modules (and tests) import from here
 from .layout import Stage as Stage
@@ -172,7 +174,8 @@ def plan(prog: Program, data: Sequence[int] = (), updates: dict[int, int] | None
     The passes, in order (each in :mod:`~.passes` but the first and the last)::
 
         make values again --> sink parameter work --> fold constants --> place views --> group elementwise work
-            --> inline producers --> choose remat --> choose unstored --> choose summed --> emit launches
+            --> inline producers --> choose remat --> choose unstored --> choose summed --> group sums
+            --> emit launches
     """
     prog, again = recompute(prog, updates)
     prog, free = _sink_parameter_work(prog, set(data))
@@ -184,6 +187,7 @@ def plan(prog: Program, data: Sequence[int] = (), updates: dict[int, int] | None
     choose_remat(st)
     choose_unstored(st)
     choose_summed(st)
+    group_sums(st)
     return Plan(prog, emit_launches(st), st.folded, st.constants, st.values, st.layouts)
 
 
@@ -274,9 +278,10 @@ def _single_step(st: PlanState, i: int, a: Apply) -> Launch | None:
         return None
     if a.op.kind == "contraction":
         return Launch("matmul", [a], [st.src(x) for x in a.args], list(a.results))
-    if a.op.kind == "reduce" and i in st.summed:      # its terms made where they are summed (choose_summed)
-        again, ins = _recomputed(st, [i], st.summed[i])
-        return Launch("reduce", [a], ins, list(a.results), remat=[st.prog.instrs[j] for j in again])
+    if a.op.kind == "reduce" and i in st.joined:      # computed in an earlier sum's kernel (group_sums)
+        return None
+    if a.op.kind == "reduce" and (i in st.summed or i in st.sums):
+        return _sums_step(st, st.sums.get(i, [i]))
     if a.op.kind == "reduce":
         return Launch("reduce", [a], [st.src(x) for x in a.args], list(a.results))
     if a.op.kind == "rowwise":
@@ -286,6 +291,25 @@ def _single_step(st: PlanState, i: int, a: Apply) -> Launch | None:
     if a.op.kind == "attention":               # the streaming kernels of gpu.attention: contiguous operands
         return Launch("attention", [a], [st.read(x)[0] for x in a.args], list(a.results))
     raise NotImplementedError(f"GPU backend: no rule for {a.op}")
+
+
+def _sums_step(st: PlanState, members: list[int]) -> Launch:
+    """The kernel of sums side by side (:func:`~.passes.group_sums`), each reading its operand's base or making its
+    terms (:func:`~.passes.choose_summed`): the instructions that make them, and every array they read (and the views
+    they read them through, so that the glue frees those after it)."""
+    instrs = st.prog.instrs
+    again: set[int] = set()
+    ins: list[int] = []
+    for k in members:
+        if k in st.summed:
+            made, reads = _recomputed(st, [k], st.summed[k])
+            again.update(made)
+        else:                 # its operand's base, which the kernel reads, and the operand (a view: freed after)
+            x = st.src(instrs[k].args[0])
+            reads = [st.read(x)[0], x]
+        ins.extend(b for b in reads if b not in ins)
+    return Launch("reduce", [instrs[k] for k in members], ins, [r for k in members for r in instrs[k].results],
+                  remat=[instrs[j] for j in sorted(again)])
 
 
 def last_readers(plan: Plan) -> dict[int, int]:

@@ -23,7 +23,9 @@ every run. ``W`` grows with the terms per output (more loads in flight for a lon
 
 Where the plan makes the terms in the sum (:func:`~.passes.choose_summed`), a lane reads term ``o`` as
 ``<name>_term(o, in0, …)``, the instructions of ``Launch.remat`` at that element of their result (contiguous: an
-offset is an element's index), from the step's inputs.
+offset is an element's index), from the step's inputs. Sums of one geometry side by side
+(:func:`~.passes.group_sums`) share the loop: each keeps its own accumulators, shuffles and shared memory, and
+adds its terms in the order it would alone, so each output has the bits of its own kernel.
 
 The per-lane partial is ``__host__ __device__``; ``<name>_body(group, …)`` (host only) runs the group's lanes in
 turn, in the host mode's order, and replays the shuffles and the shared-memory sum exactly, and
@@ -32,7 +34,7 @@ turn, in the host mode's order, and replays the shuffles and the shared-memory s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -96,8 +98,28 @@ def _merge(axes: list[tuple[int, int, bool]]) -> list[tuple[int, int, bool]]:
 
 
 def geometry(step: Launch, plan: Plan, g: int | None = None, warps: int | None = None) -> Reduction:
-    """How ``step`` (a ``SumTo``) is summed: its axes, ``G`` and ``W`` (chosen unless given)."""
-    (a,) = step.instrs
+    """How ``step`` (one ``SumTo``, or several of one geometry side by side) is summed: its axes, ``G`` and ``W``
+    (chosen unless given)."""
+    found = [_axes(a, plan) for a in step.instrs]
+    base, ks, rs = found[0]
+    if any((k, r) != (ks, rs) for _, k, r in found[1:]):
+        raise AssertionError(f"sums side by side with different geometries: {[(k, r) for _, k, r in found]}")
+    if g is None:
+        g = 1
+        if ks and ks[-1][1] == 1 and not (rs and rs[-1][1] == 1):
+            g = min(COLUMNS, 1 << (ks[-1][0].bit_length() - 1))
+    if warps is None:
+        n = int(np.prod([e for e, _ in rs], dtype=np.int64))
+        warps = 1
+        while warps < MAX_WARPS and -(-n * g // (WARP * warps)) > TERMS:
+            warps *= 2
+    if WARP % g or MAX_WARPS % warps:
+        raise ValueError(f"reduction: G = {g} must divide {WARP} and W = {warps} divide {MAX_WARPS}")
+    return Reduction(base, step.instrs[0].results[0], ks, rs, g, warps)
+
+
+def _axes(a, plan: Plan) -> tuple[int, tuple[Axis, ...], tuple[Axis, ...]]:
+    """``(base, kept, reduced)`` of one ``SumTo``: the array it reads and its axes over that array's memory."""
     op = a.op
     if not isinstance(op, P.SumTo):
         raise NotImplementedError(f"GPU backend: no reduction kernel for {op.name}")
@@ -112,23 +134,10 @@ def geometry(step: Launch, plan: Plan, g: int | None = None, warps: int | None =
     else:  # place_views copies an operand that is not one strided view of its base
         raise AssertionError(f"SumTo reads {len(stages)} layout stages: one strided view expected")
     axes = _merge([(e, s, d in summed) for d, (e, s) in enumerate(zip(shape, strides)) if e != 1])
-    ks = tuple((e, s) for e, s, red in axes if not red)
-    rs = tuple((e, s) for e, s, red in axes if red)
     top = sum((e - 1) * s for e, s, _ in axes)
     if top >= plan.program.types[base].size:
         raise AssertionError(f"SumTo reads offset {top} of a base of {plan.program.types[base].size} elements")
-    if g is None:
-        g = 1
-        if ks and ks[-1][1] == 1 and not (rs and rs[-1][1] == 1):
-            g = min(COLUMNS, 1 << (ks[-1][0].bit_length() - 1))
-    if warps is None:
-        n = int(np.prod([e for e, _ in rs], dtype=np.int64))
-        warps = 1
-        while warps < MAX_WARPS and -(-n * g // (WARP * warps)) > TERMS:
-            warps *= 2
-    if WARP % g or MAX_WARPS % warps:
-        raise ValueError(f"reduction: G = {g} must divide {WARP} and W = {warps} divide {MAX_WARPS}")
-    return Reduction(base, a.results[0], ks, rs, g, warps)
+    return (base, tuple((e, s) for e, s, red in axes if not red), tuple((e, s) for e, s, red in axes if red))
 
 
 def _offset(var: str, axes: tuple[Axis, ...]) -> str:
@@ -151,54 +160,75 @@ def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = N
     ``double``); ``g`` and ``warps`` override the chosen ``G`` and ``W`` (the tests and benchmarks try others)."""
     r = geometry(step, plan, g, warps)
     t = _Terms(step, plan, name, c)
-    sig = f"{t.params}, {c}* __restrict__ y"
-    src = t.source + _partial(r, name, c, t) + _device(r, name, c, sig, t.args) + host_replay(
+    sig = ", ".join([t.params] + [f"{c}* __restrict__ {y}" for y in t.outs])
+    args = ", ".join([t.args] + t.outs)
+    src = t.source + _partial(r, name, c, t) + _device(r, name, c, sig, t) + host_replay(
         name,
         "// host only: the group's lanes one after another (31 … 0 in the host mode's reverse order), the\n"
         "// shuffles and the sum over the warps replayed in the device's order\n",
-        "grp", sig, _host(r, name, c, t.args),
+        "grp", sig, _host(r, name, c, t),
         f"    if (warp % {r.warps} != 0) return;                   // the group's first warp runs the whole group\n"
         f"    const long long grp = (long long)(block * blockDim.x / {WARP} + warp) / {r.warps};\n"
-        f"    if (grp < {r.groups}LL) {name}_body(grp, {t.args}, y);\n")
+        f"    if (grp < {r.groups}LL) {name}_body(grp, {args});\n")
     return Reduction(r.base, r.output, r.kept, r.reduced, r.g, r.warps, src, t.in_types)
 
 
 class _Terms:
-    """How a lane reads the term at an offset: ``x[o]`` (the operand in memory), or, where the step makes its
-    terms (:func:`~.passes.choose_summed`), ``<name>_term(o, in0, …)`` computing them from the step's inputs."""
+    """The kernel's parameters and how a lane reads sum ``k``'s term at an offset: ``x[o]`` (one sum reading its
+    operand), ``in<j>[o]`` (sums side by side, :func:`~.passes.group_sums`), or ``<name>_term<k>(o, in0, …)``
+    where the step makes the terms (:func:`~.passes.choose_summed`) from its inputs."""
 
     def __init__(self, step: Launch, plan: Plan, name: str, c: str):
-        if step.remat:
-            (a,) = step.instrs
-            v = plan.read(plan.src(a.args[0]))[0]
-            self.source, self.in_types = value_function(step, plan, f"{name}_term", v)
-            self.params = ", ".join(f"const {t}* __restrict__ in{k}" for k, t in enumerate(self.in_types))
-            self.args = ", ".join(f"in{k}" for k in range(len(self.in_types)))
-        else:
+        self.name, self.k = name, len(step.instrs)
+        if self.k == 1 and not step.remat:
             self.source, self.in_types = "", (c,)
-            self.params, self.args = f"const {c}* __restrict__ x", "x"
-        self.made = bool(step.remat)
-        self.name = name
+            self.params, self.args, self.outs = f"const {c}* __restrict__ x", "x", ["y"]
+            self.read = ["x[{}]"]
+            return
+        made = {r for a in step.remat for r in a.results}
+        ins = kernel_inputs(step, plan)
+        self.in_types = tuple(ctype(plan.program.types[v]) for v in ins)
+        self.params = ", ".join(f"const {t}* __restrict__ in{k}" for k, t in enumerate(self.in_types))
+        self.args = ", ".join(f"in{k}" for k in range(len(self.in_types)))
+        self.outs = ["y"] if self.k == 1 else [f"y{k}" for k in range(self.k)]
+        self.source, self.read = "", []
+        for k, a in enumerate(step.instrs):
+            v = plan.read(plan.src(a.args[0]))[0]
+            if v in made:
+                fn = f"{name}_term{k}" if self.k > 1 else f"{name}_term"
+                src, types = value_function(replace(step, inputs=ins), plan, fn, v)
+                assert types == self.in_types
+                self.source += src
+                self.read.append(f"{fn}({{}}, {self.args})")
+            else:
+                self.read.append(f"in{ins.index(v)}[{{}}]")
 
-    def at(self, offset: str) -> str:
-        return f"{self.name}_term({offset}, {self.args})" if self.made else f"x[{offset}]"
+    def at(self, k: int, offset: str) -> str:
+        return self.read[k].format(offset)
+
+
+def kernel_inputs(step: Launch, plan: Plan) -> list[int]:
+    """The arrays a sum kernel reads: its step's inputs but the views (a view's base is among them)."""
+    return [v for v in step.inputs if plan.read(v)[0] == v]
 
 
 def _partial(r: Reduction, name: str, c: str, t: _Terms) -> str:
     """The per-lane helpers: ``<name>_out(o)`` and ``<name>_red(r)`` (offsets of an output and of a term) and
-    ``<name>_part(grp, L, …)``, lane ``L``'s partial sum in :data:`UNROLL` accumulators."""
-    G, W, m, n = r.g, r.warps, r.m, r.n
+    ``<name>_part(grp, L, …, s)``, lane ``L``'s partial sum of each sum ``k`` into ``s[k]``, each in
+    :data:`UNROLL` accumulators (the same order whatever the number of sums)."""
+    G, W, m, n, K = r.g, r.warps, r.m, r.n, t.k
     stride = W * WARP // G                           # terms between a lane's loads
     hd = "__host__ __device__ inline"
-    acc = [f"s{u}" for u in range(UNROLL)]
-    loads = "".join(f"            {s} += {t.at(f'at + {name}_red(r + {u * stride}LL)')};\n"
-                    for u, s in enumerate(acc))
+    acc = [[f"s{u}_{k}" for k in range(K)] for u in range(UNROLL)]
+    loads = "".join(f"            {{ const long long e = at + {name}_red(r + {u * stride}LL); "
+                    + " ".join(f"{acc[u][k]} += {t.at(k, 'e')};" for k in range(K)) + " }\n" for u in range(UNROLL))
+    tail = " ".join(f"{acc[0][k]} += {t.at(k, 'e')};" for k in range(K))
     assert UNROLL == 4
     return (f"{hd} long long {name}_out(long long o) {{ return {_offset('o', r.kept)}; }}\n"
             f"{hd} long long {name}_red(long long r) {{ return {_offset('r', r.reduced)}; }}\n"
             f"// lane L (0 <= L < {W * WARP}) of group `grp`: output grp*{G} + L%{G}, terms L/{G}, L/{G} + {stride}, ...\n"
-            f"{hd} {c} {name}_part(long long grp, int L, {t.params}) {{\n"
-            f"    {c} {' = 0, '.join(acc)} = 0;\n"
+            f"{hd} void {name}_part(long long grp, int L, {t.params}, {c}* s) {{\n"
+            f"    {c} {' = 0, '.join(x for row in acc for x in row)} = 0;\n"
             f"    const long long o = grp * {G}LL + L % {G};\n"
             f"    if (o < {m}LL) {{\n"
             f"        const long long at = {name}_out(o);\n"
@@ -206,61 +236,77 @@ def _partial(r: Reduction, name: str, c: str, t: _Terms) -> str:
             f"        for (; r + {(UNROLL - 1) * stride}LL < {n}LL; r += {UNROLL * stride}LL) {{\n"
             + loads +
             f"        }}\n"
-            f"        for (; r < {n}LL; r += {stride}LL) s0 += {t.at(f'at + {name}_red(r)')};\n"
+            f"        for (; r < {n}LL; r += {stride}LL) {{ const long long e = at + {name}_red(r); {tail} }}\n"
             f"    }}\n"
-            f"    return (s0 + s1) + (s2 + s3);\n}}\n")
+            + "".join(f"    s[{k}] = ({acc[0][k]} + {acc[1][k]}) + ({acc[2][k]} + {acc[3][k]});\n" for k in range(K))
+            + "}\n")
 
 
-def _device(r: Reduction, name: str, c: str, sig: str, args: str) -> str:
-    """The ``__global__`` kernel: each lane's partial, the shuffles down to ``G`` lanes, and with ``W > 1`` the
+def _device(r: Reduction, name: str, c: str, sig: str, t: _Terms) -> str:
+    """The ``__global__`` kernel: each lane's partials, the shuffles down to ``G`` lanes, and with ``W > 1`` the
     warps' partials added in shared memory by the group's first warp."""
-    G, W, m = r.g, r.warps, r.m
+    G, W, m, K = r.g, r.warps, r.m, t.k
     shuffle = (f"    for (int o = {WARP // 2}; o >= {G}; o >>= 1) {{\n"
-               f"        const {c} s_o = __shfl_xor_sync({FULL}, s, o);\n"
-               f"        s = s + s_o;\n    }}\n")
+               + "".join(f"        const {c} s_o{k} = __shfl_xor_sync({FULL}, s[{k}], o);\n"
+                         f"        s[{k}] = s[{k}] + s_o{k};\n" for k in range(K))
+               + "    }\n")
     head = (f"extern \"C\" __global__ void {name}({sig}) {{\n"
             f"    // {W} warp(s) per group of {G} outputs (blockDim.x is a multiple of {W * WARP}: a group never "
             f"straddles blocks)\n"
             f"    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
             f"    const long long grp = t / {W * WARP};\n"
-            f"    const int L = (int)(t % {W * WARP});\n")
+            f"    const int L = (int)(t % {W * WARP});\n"
+            f"    {c} s[{K}];\n")
     if W == 1:
         return (head + f"    if (grp >= {r.groups}LL) return;             // the whole warp\n"
-                f"    {c} s = {name}_part(grp, L, {args});\n" + shuffle
-                + f"    if (L < {G} && grp * {G}LL + L < {m}LL) y[grp * {G}LL + L] = s;\n}}\n")
-    return (head + f"    {c} s = {name}_part(grp, L, {args});          // 0 past the last output: every thread "
+                f"    {name}_part(grp, L, {t.args}, s);\n" + shuffle
+                + f"    if (L < {G} && grp * {G}LL + L < {m}LL) {{\n"
+                + "".join(f"        {y}[grp * {G}LL + L] = s[{k}];\n" for k, y in enumerate(t.outs))
+                + "    }\n}\n")
+    part = WARP * G
+    return (head + f"    {name}_part(grp, L, {t.args}, s);          // 0 past the last output: every thread "
             f"reaches __syncthreads\n" + shuffle
-            + f"    __shared__ {c} part[{WARP * G}];                 // [warp of the block][output]\n"
+            + f"    __shared__ {c} part[{K * part}];                 // [sum][warp of the block][output]\n"
             f"    const int w = (int)(threadIdx.x / {WARP});\n"
-            f"    if (L % {WARP} < {G}) part[w * {G} + L % {WARP}] = s;\n"
+            f"    if (L % {WARP} < {G}) {{\n"
+            + "".join(f"        part[{k * part} + w * {G} + L % {WARP}] = s[{k}];\n" for k in range(K))
+            + f"    }}\n"
             f"    __syncthreads();\n"
             f"    if (L < {G} && grp * {G}LL + L < {m}LL) {{      // the group's first warp adds its warps, "
             f"in order\n"
-            f"        {c} tot = part[w * {G} + L];\n"
-            f"        for (int j = 1; j < {W}; ++j) tot = tot + part[(w + j) * {G} + L];\n"
-            f"        y[grp * {G}LL + L] = tot;\n    }}\n}}\n")
+            + "".join(f"        {c} tot{k} = part[{k * part} + w * {G} + L];\n"
+                      f"        for (int j = 1; j < {W}; ++j) tot{k} = tot{k} + part[{k * part} + (w + j) * {G} + L];\n"
+                      f"        {y}[grp * {G}LL + L] = tot{k};\n" for k, y in enumerate(t.outs))
+            + "    }\n}\n")
 
 
-def _host(r: Reduction, name: str, c: str, args: str) -> str:
+def _host(r: Reduction, name: str, c: str, t: _Terms) -> str:
     """The host replay of group ``grp``: its lanes in turn, the shuffles, then the sum over the warps."""
-    G, W, m = r.g, r.warps, r.m
-    return (f"    {c} s[{W * WARP}] = {{}}, s2[{W * WARP}] = {{}};\n"
-            f"    for (int w = 0; w < {W}; ++w) {{\n"
-            + lanes(name, f"s[w * {WARP} + l] = {name}_part(grp, w * {WARP} + l, {args});", "        ")
+    G, W, m, K = r.g, r.warps, r.m, t.k
+    n = W * WARP
+    keep = " ".join(f"s{k}[w * {WARP} + l] = p[{k}];" for k in range(K))
+    return ("".join(f"    {c} s{k}[{n}] = {{}}, s2_{k}[{n}] = {{}};\n" for k in range(K))
+            + f"    for (int w = 0; w < {W}; ++w) {{\n"
+            + lanes(name, f"{c} p[{K}]; {name}_part(grp, w * {WARP} + l, {t.args}, p); {keep}", "        ")
             + f"        for (int o = {WARP // 2}; o >= {G}; o >>= 1) {{\n"
-            + lanes(name, f"s2[w * {WARP} + l] = s[w * {WARP} + l] + s[w * {WARP} + (l ^ o)];", "            ")
-            + lanes(name, f"s[w * {WARP} + l] = s2[w * {WARP} + l];", "            ")
+            + "".join(lanes(name, f"s2_{k}[w * {WARP} + l] = s{k}[w * {WARP} + l] + s{k}[w * {WARP} + (l ^ o)];",
+                            "            ")
+                      + lanes(name, f"s{k}[w * {WARP} + l] = s2_{k}[w * {WARP} + l];", "            ")
+                      for k in range(K))
             + f"        }}\n    }}\n"
             f"    for (int l = 0; l < {G}; ++l) {{\n"
-            f"        {c} tot = s[l];\n"
-            f"        for (int w = 1; w < {W}; ++w) tot = tot + s[w * {WARP} + l];\n"
-            f"        if (grp * {G}LL + l < {m}LL) y[grp * {G}LL + l] = tot;\n    }}\n")
+            + "".join(f"        {c} tot{k} = s{k}[l];\n"
+                      f"        for (int w = 1; w < {W}; ++w) tot{k} = tot{k} + s{k}[w * {WARP} + l];\n"
+                      f"        if (grp * {G}LL + l < {m}LL) {y}[grp * {G}LL + l] = tot{k};\n"
+                      for k, y in enumerate(t.outs))
+            + "    }\n")
 
 
 def reduce_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     """The sum kernel of a ``reduce`` step (``SumTo``): a warp or a few per group of outputs."""
     r = reduce_source(step, plan, name, ctype(plan.program.types[step.outputs[0]]))
-    ins = list(step.inputs) if step.remat else [r.base]
-    ops = ["SumTo"] + [f"({a.op.name})" for a in step.remat]
-    return with_extents(Kernel(name, r.source, ins, [r.output], r.groups, ops, frozenset(ins), r.in_types,
+    alone = len(step.instrs) == 1 and not step.remat         # reads its operand's base: x, then y
+    ins = [r.base] if alone else kernel_inputs(step, plan)
+    ops = ["SumTo"] * len(step.instrs) + [f"({a.op.name})" for a in step.remat]
+    return with_extents(Kernel(name, r.source, ins, list(step.outputs), r.groups, ops, frozenset(ins), r.in_types,
                                lanes=r.lanes), plan)

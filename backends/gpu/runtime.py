@@ -134,9 +134,9 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
             lines.append(f"    {names[a.results[0]]} = _matmul({args[0]}, {args[1]})".ljust(60) + note)
             contiguous.add(a.results[0])
         elif s.kind == "reduce" and k in ks:          # a sum kernel (reduction.reduce_kernel): a warp or a few per outputs
-            kern, (r,), x = ks[k], ks[k].outputs, src(a.args[0])
+            kern, x = ks[k], src(a.args[0])
             b = kern.inputs[0]              # the base array of x, read through x's layout
-            if s.remat:                     # its terms made from its inputs (passes.choose_summed)
+            if s.remat or len(s.instrs) > 1:    # terms made from its inputs, or sums side by side (passes)
                 arg = ", ".join(names[src(v)] if src(v) in contiguous or src(v) in p.values
                                 else f"xp.ascontiguousarray({names[src(v)]})" for v in kern.inputs)
             elif b == x or b in keep or b in p.values or last.get(b, k) >= k:
@@ -146,10 +146,12 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
                 arg = f"xp.lib.stride_tricks.as_strided({names[x]}, ({ty(b).size},), ({item},))"
             else:                           # a reshape of the base: the same memory, in order
                 arg = names[x]
-            lines.append(f"    {names[r]} = xp.empty({ty(r).shape!r}, dtype=xp.{ty(r).dtype.numpy_dtype().name})")
+            for r in kern.outputs:
+                lines.append(f"    {names[r]} = xp.empty({ty(r).shape!r}, dtype=xp.{ty(r).dtype.numpy_dtype().name})")
             grid = max(1, math.ceil(kern.threads / BLOCK))
-            lines.append(f"    {kern.name}(({grid},), ({BLOCK},), ({arg}, {names[r]}))".ljust(60) + "# SumTo")
-            contiguous.add(r)
+            outs = ", ".join(names[r] for r in kern.outputs)
+            lines.append(f"    {kern.name}(({grid},), ({BLOCK},), ({arg}, {outs}))".ljust(60) + "# SumTo")
+            contiguous.update(kern.outputs)
         elif s.kind == "reduce":
             lead, kept = a.op.axes()
             axes = lead + kept
