@@ -5,8 +5,8 @@
 Each sum of ``CASES`` is timed with CUDA events (50 launches after 3) for the kernel's automatic geometry and
 other (G outputs, W warps) choices, beside CuPy's ``.sum`` of the same view, with its error against a float64
 sum and whether two runs agree bit for bit. Then the d=384, 6-layer GPT AdamW step (16 × 256 tokens) is
-compiled twice, with the sum kernels and with CuPy's ``.sum`` in their place (``runtime.kernels`` filtered
-for that one build), and profiled by ``gpu.profile``. Without a GPU it says why and exits with 0. Figures:
+compiled twice, with the sum kernels and with CuPy's ``.sum`` in their place (``runtime.kernels`` filtered,
+and no sums making their terms or sharing a kernel, for that one build), and profiled by ``gpu.profile``. Without a GPU it says why and exits with 0. Figures:
 docs/BENCHMARKS.md, "Sum kernels against CuPy's ``.sum``".
 """
 import json
@@ -82,14 +82,19 @@ for shape, out, tr in CASES[int(os.environ.get("SKIP", "0")):]:
 B, S, V = 16, 256, 96
 def build(sum_kernels: bool):
     orig = runtime.kernels
+    plan_module = sys.modules["circuitgrad.backends.gpu.plan"]
+    passes = plan_module.choose_summed, plan_module.group_sums
     if not sum_kernels:
         runtime.kernels = lambda p, **kw: {i: k for i, k in orig(p, **kw).items() if p.steps[i].kind != "reduce"}
+        # CuPy's .sum takes one stored operand: no sums making their terms or sharing a kernel
+        plan_module.choose_summed = plan_module.group_sums = lambda st: None
     try:
         m = cg.compile_model(nn.gpt(B, S, V, d=384, heads=6, layers=6), loss=nn.softmax_cross_entropy,
                              optimizer=nn.sgd(0.1) if os.environ.get("OPT") == "sgd" else nn.adamw(1e-3), backend="cupy", donate=True)
         m.fn("step")
     finally:
         runtime.kernels = orig
+        plan_module.choose_summed, plan_module.group_sums = passes
     return m
 rng = np.random.default_rng(0)
 xs, ys = rng.integers(0, V, size=(B, S)), rng.integers(0, V, size=(B, S))

@@ -263,3 +263,12 @@ def test_sums_side_by_side_are_each_sum_alone_bit_for_bit(case, rng):
         want = v.astype(np.float64).sum(axis=axes, keepdims=True).reshape(out)
         mag = np.abs(v.astype(np.float64)).sum(axis=axes, keepdims=True).reshape(out)
         assert_sums_close(got, want, v.size // int(np.prod(out)), mag)
+
+
+def test_cupys_own_sum_is_refused_where_a_sum_makes_its_terms():
+    """The glue's fallback to CuPy's ``.sum`` (``bench/gpu_sums.py`` builds a step so) takes one stored operand."""
+    from circuitgrad.backends.gpu import runtime
+    p = make_plan(_prog(_squares))
+    ks = {i: k for i, k in runtime.kernels(p).items() if p.steps[i].kind != "reduce"}
+    with pytest.raises(ValueError, match="^a sum that makes its terms or shares a kernel needs its generated kernel$"):
+        runtime.generate(p, ks, ["x"], "f")
