@@ -86,11 +86,15 @@ def _output(x):
     return _sum_to(d, (64, 1)), d
 
 
+WIDE = cg.NdArrayType((48, 96), cg.float32)
+
+
 def _held(x):
-    """``u·v`` of two products that die there, summed after other work (a product): the sum would hold ``u`` and
-    ``v`` through it, twice the bytes of the ``u·v`` it replaces."""
+    """``u·v`` of two products that die there, summed after other work (``tanh`` of a product twice as wide, so
+    not in ``u·v``'s group): the sum would hold ``u`` and ``v`` through it, twice the bytes of the ``u·v`` it
+    replaces."""
     u, v = x @ ops.constant(M, 0.5), x @ ops.constant(M, 0.25)
-    w = ops.tanh(x @ ops.constant(M, 2.0)) @ ops.constant(M, 2.0)
+    w = ops.tanh(x @ ops.constant(WIDE, 2.0)) @ ops.constant(cg.NdArrayType((96, 48), cg.float32), 2.0)
     return _sum_to(u * v, (64, 1)) + _sum_to(w, (64, 1))
 
 
@@ -115,6 +119,52 @@ def _update_before_the_sum(w, x):
     upd = w + _sum_to(x, (1, 48))
     m = x @ ops.constant(M, 0.5)
     return upd, _sum_to(ops.broadcast_to(w, (64, 48)) * m, (64, 1))
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_a_group_of_more_than_PARTIAL_instructions_is_kept(extra):
+    from circuitgrad.backends.gpu.passes import PARTIAL
+
+    def f(x):
+        for _ in range(PARTIAL + extra):
+            x = ops.tanh(x)
+        return _sum_to(x, (64, 1))
+    p = make_plan(_prog(f))
+    assert [len(s.remat) for s in _reduce_steps(p)] == [0 if extra else PARTIAL]
+
+
+@pytest.mark.parametrize("pointers", [2, 3])
+def test_a_sum_takes_at_most_POINTERS_arguments(pointers, monkeypatch):
+    """``Σ (x − mean)²`` takes x, the row sums and its output: three pointers."""
+    from circuitgrad.backends.gpu import passes
+    monkeypatch.setattr(passes, "POINTERS", pointers)
+    assert [bool(s.remat) for s in _reduce_steps(make_plan(_prog(_squares)))] == [False, pointers >= 3]
+
+
+def test_held_inputs_keep_a_group_only_where_work_runs_before_the_sum(monkeypatch):
+    """``_held``'s group is kept for its held inputs alone: with the bytes compared the other way, it is summed."""
+    from circuitgrad.backends.gpu import passes
+    prog = _prog(_held)
+    assert not any(s.remat for s in _reduce_steps(make_plan(prog)))
+    monkeypatch.setattr(passes, "_work_between", lambda st, g, sums: False)
+    assert any(s.remat for s in _reduce_steps(make_plan(prog)))
+
+
+def _inner_reads_w(w, x):
+    """``g = e·m`` recomputes the small group ``e = exp(w)`` (2 × 48, read through a broadcast): g's sum would
+    read ``w`` itself, which its update (donated) overwrites before the sum runs."""
+    upd = w + _sum_to(x, (1, 48))
+    m = x @ ops.constant(M, 0.5)
+    e = ops.exp(ops.broadcast_to(w, (2, 48)))
+    wide = ops.reshape(ops.broadcast_to(ops.reshape(e, (2, 1, 48)), (2, 32, 48)), (64, 48))
+    return upd, _sum_to(wide * m, (64, 1))
+
+
+def test_the_inputs_of_the_groups_a_group_recomputes_are_checked_too():
+    prog = _prog(_inner_reads_w, (B, X))
+    w, upd = prog.inputs[0], prog.outputs[0]
+    assert any(s.remat for s in _reduce_steps(make_plan(prog, data=[prog.inputs[1]])))
+    assert not any(s.remat for s in _reduce_steps(make_plan(prog, data=[prog.inputs[1]], updates={w: upd})))
 
 
 def test_a_donated_input_updated_before_the_sum_is_not_read_there():

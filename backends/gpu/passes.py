@@ -444,15 +444,16 @@ def choose_summed(st: PlanState) -> None:
         g = [d = x - m; s = d·d] --s--> SumTo(s)        becomes        SumTo's term i: (x[i] - m[i / n])²
 
     A group qualifies when every result it still stores (:func:`choose_unstored`) is read only by ``SumTo``
-    instructions, element for element (through reshapes; a layout would change which term is which), with at
-    most ``PARTIAL`` instructions and no copy that makes a value again. Its inputs, and those of the groups it
+    instructions, element for element (no view in between: a layout would change which term is which), with at
+    most ``PARTIAL`` instructions (a copy that makes a value again, :mod:`~.recompute`, is read by products
+    only: its group never qualifies). Its inputs, and those of the groups it
     recomputes, must be in memory at each sum and not yet overwritten by a donated parameter's update, and those
     held for the sums alone must hold no more bytes than its results. The group is then not launched: no array of
     its results is written, nor read back by the sums.
     """
     instrs = st.prog.instrs
     for g in sorted((g for g in range(len(st.groups)) if st.groups[g]), key=lambda g: st.start[g]):
-        if g in st.gone or len(st.groups[g]) > PARTIAL or any(j in st.late for j in st.groups[g]):
+        if g in st.gone or len(st.groups[g]) > PARTIAL:
             continue
         inner = st.remat.get(g, [])
         made = {r for k in [*inner, g] for j in st.groups[k] for r in instrs[j].results}
