@@ -100,6 +100,31 @@ def local_error_bounds(prog, instrs, values: dict, outputs) -> list[np.ndarray]:
     return [err.get(v, np.zeros(np.shape(values[v]))) for v in outputs]
 
 
+def kernel_instrs(prog, step) -> list:
+    """The instructions one GPU kernel (``step``) evaluates, for :func:`local_error_bounds`: its work, with the
+    program's views and copies of what it computes put back before they are read (a fused epilogue reads a
+    sum's result through a view; the kernel indexes the sum directly, which a view does not round)."""
+    made = {r for a in step.work for r in a.results}
+    maker = {r: a for a in prog.instrs for r in a.results if a.op.kind in ("view", "copy")}
+    out, have = [], set()
+
+    def need(v):
+        a = maker.get(v)
+        if a is None or v in have or v in made:
+            return
+        for x in a.args:
+            need(x)
+        if all(x in made or x in have for x in a.args):
+            out.append(a)
+            have.update(a.results)
+
+    for a in step.work:
+        for x in a.args:
+            need(x)
+        out.append(a)
+    return out
+
+
 def _propagate(instrs, val: dict, err: dict) -> None:
     from circuitgrad import primitives as P
     from circuitgrad.interpret import FLOAT_RULES, causal_keep

@@ -10,7 +10,7 @@ from circuitgrad import nn
 from circuitgrad.backends.gpu import cuda, runtime
 from circuitgrad.backends.gpu.host import check as hostcheck
 from circuitgrad.backends.gpu import plan as make_plan
-from _tolerance import assert_within, local_error_bounds
+from _tolerance import assert_within, kernel_instrs, local_error_bounds
 from conftest import all_values
 
 pytestmark = pytest.mark.skipif(hostcheck.nvcc() is None, reason="nvcc not installed")
@@ -43,7 +43,7 @@ def test_kernels_compile_and_match_numpy_on_the_host(name, make, loss, opt, dtyp
             outs = [np.zeros(prog.types[v].shape, dtype=npdt) for v in k.outputs]
             host(k.name, *ins, *outs)
             # the kernel's own instructions, from exact inputs: C's libm and NumPy's, each within its bound
-            bounds = local_error_bounds(prog, p.steps[i].remat + p.steps[i].instrs, env, k.outputs)
+            bounds = local_error_bounds(prog, kernel_instrs(prog, p.steps[i]), env, k.outputs)
             assert_within(outs, [env[v] for v in k.outputs], bounds, err_msg=f"{k.name} ({' + '.join(k.ops)})")
 
 

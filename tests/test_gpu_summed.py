@@ -40,11 +40,17 @@ def _squares(x):
     return _sum_to(d * d, (64, 1))
 
 
+def _no_epilogues(m):
+    """Plans without ``fuse_epilogues``: the pass under test alone (an epilogue would take the group it keeps)."""
+    m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "fuse_epilogues", lambda p, updates=None: p.steps)
+
+
 @pytest.fixture
 def without_pass():
     """Plans made with ``choose_summed`` off: every group launched, its results stored and read back."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "choose_summed", lambda st: None)
+        _no_epilogues(m)
         yield
 
 
@@ -180,6 +186,7 @@ def test_a_donated_input_updated_before_the_sum_is_not_read_there():
 
 def _run_emulated(prog, xs, summed: bool):
     with pytest.MonkeyPatch.context() as m:
+        _no_epilogues(m)
         if not summed:
             m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "choose_summed", lambda st: None)
         f = gpu.compile_function(prog, [f"a{k}" for k in range(len(xs))], "f", emulate=True)
@@ -320,5 +327,5 @@ def test_cupys_own_sum_is_refused_where_a_sum_makes_its_terms():
     from circuitgrad.backends.gpu import runtime
     p = make_plan(_prog(_squares))
     ks = {i: k for i, k in runtime.kernels(p).items() if p.steps[i].kind != "reduce"}
-    with pytest.raises(ValueError, match="^a sum that makes its terms or shares a kernel needs its generated kernel$"):
+    with pytest.raises(ValueError, match="^a sum that makes its terms, shares a kernel or has an epilogue needs its generated kernel$"):
         runtime.generate(p, ks, ["x"], "f")

@@ -71,7 +71,7 @@ def launch_cost(p: Any, pl: Any, step: Any, dev: Device, precision: str = "fp32"
         return p.types[v].size * (2 if v in pl.narrow else itemsize(p.types[v]))
     nbytes = sum(size(v) for v in dict.fromkeys(pl.read(x)[0] for x in step.inputs))
     nbytes += sum(size(v) for v in step.outputs)
-    ws = [_work(p, a) for a in step.instrs + step.remat]
+    ws = [_work(p, a) for a in step.work]
     mm = sum(w.matmul_flops for w in ws)
     other = sum(w.flops for w in ws) - mm
     dt = p.types[step.instrs[0].results[0]].dtype if step.instrs and step.instrs[0].results else None

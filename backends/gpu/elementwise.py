@@ -19,30 +19,50 @@ from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
 from .storage import STORE, store_helper
 
-__all__ = ["fused_kernel", "donations", "value_function"]
+__all__ = ["Body", "element_body", "fused_kernel", "donations", "value_function"]
 
 
 def fused_kernel(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None = None) -> Kernel:
     """The kernel of a ``fused`` step. ``donated``: output -> input it overwrites; neither pointer is
     ``__restrict__`` (they alias)."""
+    out_t = plan.program.types[step.instrs[-1].results[0]]
+    b = element_body(step, plan, name, donated)
+    ops = [a.op.name for a in step.instrs] + [f"({a.op.name})" for a in step.remat]
+    return with_extents(Kernel(name, b.helper + element_kernel(name, b.params, b.lines, out_t.size), list(step.inputs),
+                               list(step.outputs), out_t.size, ops, frozenset(b.strided), b.in_types,
+                               dict(donated or {}), reads=b.reads), plan)
+
+
+@dataclass
+class Body:
+    """The statements of a fused step at element ``i`` (its outputs written), the parameters they use (``in<k>``,
+    ``out<k>``), the C types of the inputs, those read through a layout, the reads at ``i`` itself, and the
+    helper a bfloat16 store needs."""
+    lines: list[str]
+    params: list[str]
+    in_types: tuple
+    strided: set[int]
+    reads: tuple
+    helper: str
+
+
+def element_body(step: Launch, plan: Plan, name: str, donated: dict[int, int] | None = None,
+                 given: dict[int, str] | None = None, pad: str = "    ") -> Body:
+    """The body of ``step``'s kernel at element ``i``: each instruction a register, each output written.
+    ``donated``: output -> input it overwrites (neither pointer ``__restrict__``); ``given``: variables the
+    caller holds, an expression each (a row's sum, :mod:`~.reduction`), read as that wherever they are read."""
     prog = plan.program
-    out_t = prog.types[step.instrs[-1].results[0]]
-    w = _Writer(step, plan, ctype(out_t))
+    w = _Writer(step, plan, ctype(prog.types[step.instrs[-1].results[0]]), given)
     lines: list[str] = []
-    value = w.emit(step.instrs, _Scope(lines, "    ", False))
+    value = w.emit(step.instrs, _Scope(lines, pad, False))
     narrow = [v in plan.narrow for v in step.outputs]          # stored as bfloat16 (:mod:`~.storage`)
     for k, v in enumerate(step.outputs):
-        lines.append(f"    out{k}[i] = {f'{name}_bf16({value[v]})' if narrow[k] else value[v]};")
-    donated = donated or {}
-    aliased = set(donated) | set(donated.values())
+        lines.append(f"{pad}out{k}[i] = {f'{name}_bf16({value[v]})' if narrow[k] else value[v]};")
+    aliased = set(donated or {}) | set((donated or {}).values())
     restrict = lambda v: "" if v in aliased else " __restrict__"     # noqa: E731
     params = [f"const {t}*{restrict(v)} in{k}" for k, (t, v) in enumerate(zip(w.in_types, step.inputs))] + \
              [f"{STORE if narrow[k] else ctype(prog.types[v])}*{restrict(v)} out{k}" for k, v in enumerate(step.outputs)]
-    ops = [a.op.name for a in step.instrs] + [f"({a.op.name})" for a in step.remat]
-    helper = store_helper(name) if any(narrow) else ""
-    return with_extents(Kernel(name, helper + element_kernel(name, params, lines, out_t.size), list(step.inputs),
-                               list(step.outputs), out_t.size, ops, frozenset(w.strided), w.in_types, dict(donated),
-                               reads=tuple(w.read_at)), plan)
+    return Body(lines, params, w.in_types, w.strided, tuple(w.read_at), store_helper(name) if any(narrow) else "")
 
 
 def value_function(step: Launch, plan: Plan, name: str, v: int) -> tuple[str, tuple[str, ...]]:
@@ -84,8 +104,8 @@ class _Scope:
 class _Writer:
     """The statements of one fused kernel's body, and what its reads are (strided, checked at ``i``)."""
 
-    def __init__(self, step: Launch, plan: Plan, c: str):
-        self.step, self.plan, self.c = step, plan, c
+    def __init__(self, step: Launch, plan: Plan, c: str, given: dict[int, str] | None = None):
+        self.step, self.plan, self.c, self.given = step, plan, c, given or {}
         self.in_types = tuple(ctype(plan.program.types[v]) for v in step.inputs)
         self.defined = {r: a for a in step.remat for r in a.results}       # recomputed where they are read
         self.strided: set[int] = set()
@@ -112,6 +132,8 @@ class _Writer:
         if s in plan.constants:
             return literal(plan.constants[s], ctype(plan.program.types[s]))
         b, stages = plan.operand(a, s)
+        if b in self.given:                 # held by the caller (checked to be the one this element reads)
+            return self.given[b]
         if b in scope.value:
             assert not stages, "a fused kernel reads its own values element for element"
             return scope.value[b]

@@ -64,6 +64,7 @@ from .layout import (Layout, contiguous_strides, gather_index, located, nocopy_r
                      viewable)
 from .passes import (PlanState, choose_remat, choose_summed, choose_unstored, fold_constants, group_elementwise,
                      group_sums, inline_producers, place_views)
+from .epilogue import fuse_epilogues
 from .recompute import recompute
 # re-exported: the names other modules (and tests) import from here
 from .layout import Stage as Stage
@@ -87,6 +88,8 @@ class Launch:
     ``remat``: for ``fused`` steps, instructions of small groups recomputed inside this kernel at
     each index where ``instrs`` read their results (through a broadcast, say), instead of a launch
     of their own; for ``reduce`` steps, those making the sum's terms where it reads them.
+    ``then``: for ``reduce`` steps, the fused step its kernel runs after the sums, row by row
+    (:mod:`~.epilogue`); ``inputs`` and ``outputs`` then hold both steps'.
     """
     kind: str
     instrs: list[Apply]
@@ -94,6 +97,12 @@ class Launch:
     outputs: list[int] = field(default_factory=list)
     layout: Layout | None = None
     remat: list[Apply] = field(default_factory=list)
+    then: Launch | None = None
+
+    @property
+    def work(self) -> list[Apply]:
+        """Every instruction the launch runs: those it recomputes, its own, and its epilogue's."""
+        return self.remat + self.instrs + (self.then.work if self.then is not None else [])
 
     @property
     def launches(self) -> int:
@@ -171,11 +180,12 @@ def plan(prog: Program, data: Sequence[int] = (), updates: dict[int, int] | None
     the others being parameters and optimizer state; ``updates``: input -> the output that may be written
     into it (a donated parameter's update), which no recomputation may read it after.
 
-    The passes, in order (each in :mod:`~.passes` but the first and the last)::
+    The passes, in order (each in :mod:`~.passes` but the first two, the emission of launches and the last,
+    in :mod:`~.epilogue`)::
 
         make values again --> sink parameter work --> fold constants --> place views --> group elementwise work
             --> inline producers --> choose remat --> choose unstored --> choose summed --> group sums
-            --> emit launches
+            --> emit launches --> fuse epilogues
     """
     prog, again = recompute(prog, updates)
     prog, free = _sink_parameter_work(prog, set(data))
@@ -188,7 +198,9 @@ def plan(prog: Program, data: Sequence[int] = (), updates: dict[int, int] | None
     choose_unstored(st)
     choose_summed(st)
     group_sums(st)
-    return Plan(prog, emit_launches(st), st.folded, st.constants, st.values, st.layouts)
+    p = Plan(prog, emit_launches(st), st.folded, st.constants, st.values, st.layouts)
+    p.steps = fuse_epilogues(p, updates)
+    return p
 
 
 def emit_launches(st: PlanState) -> list[Launch]:

@@ -34,139 +34,36 @@ turn, in the host mode's order, and replays the shuffles and the shared-memory s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
-import numpy as np
-
-from circuitgrad import primitives as P
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from .cuda import ctype
-from .elementwise import value_function
+from .elementwise import element_body, value_function
 from .kernel import Kernel, with_extents
-from .layout import contiguous_strides
-from .plan import Launch, Plan
+from .sums import MAX_WARPS, UNROLL, Reduction, geometry, offset
 from .warp import FULL, WARP, host_replay, lanes
 
+if TYPE_CHECKING:
+    from .plan import Launch, Plan
+
 __all__ = ["Reduction", "geometry", "reduce_source", "reduce_kernel", "MAX_WARPS", "UNROLL"]
-
-MAX_WARPS = 8           # warps of one group: a group never straddles a block of 256 threads (runtime.BLOCK)
-UNROLL = 4              # accumulators per lane (independent loads in flight)
-TERMS = 32              # a lane sums at most about this many terms before the group takes another warp
-COLUMNS = 8             # outputs per group of a column sum (8 floats: one 32-byte sector)
-
-Axis = tuple[int, int]  # (extent, stride in elements of the base array)
-
-
-@dataclass(frozen=True)
-class Reduction:
-    """A sum kernel's geometry and source: ``groups`` groups of ``lanes`` threads each."""
-    base: int                  # the variable read (the base array of the step's operand)
-    output: int
-    kept: tuple[Axis, ...]     # output axes, outer to inner
-    reduced: tuple[Axis, ...]  # summed axes, outer to inner
-    g: int                     # outputs per group
-    warps: int                 # warps per group
-    source: str = ""
-    in_types: tuple = ()       # C types of the kernel's inputs: the operand, or those its terms are made from
-
-    @property
-    def m(self) -> int:
-        return int(np.prod([e for e, _ in self.kept], dtype=np.int64))
-
-    @property
-    def n(self) -> int:
-        return int(np.prod([e for e, _ in self.reduced], dtype=np.int64))
-
-    @property
-    def groups(self) -> int:
-        return -(-self.m // self.g)
-
-    @property
-    def lanes(self) -> int:
-        return self.warps * WARP
-
-
-def _merge(axes: list[tuple[int, int, bool]]) -> list[tuple[int, int, bool]]:
-    """Neighbouring axes of one kind (kept or reduced) that are one run in memory, as one axis."""
-    out: list[tuple[int, int, bool]] = []
-    for e, s, red in axes:
-        if out and out[-1][2] == red and out[-1][1] == e * s:
-            pe, _, _ = out.pop()
-            e = pe * e
-        out.append((e, s, red))
-    return out
-
-
-def geometry(step: Launch, plan: Plan, g: int | None = None, warps: int | None = None) -> Reduction:
-    """How ``step`` (one ``SumTo``, or several of one geometry side by side) is summed: its axes, ``G`` and ``W``
-    (chosen unless given)."""
-    found = [_axes(a, plan) for a in step.instrs]
-    base, ks, rs = found[0]
-    if any((k, r) != (ks, rs) for _, k, r in found[1:]):
-        raise AssertionError(f"sums side by side with different geometries: {[(k, r) for _, k, r in found]}")
-    if g is None:
-        g = 1
-        if ks and ks[-1][1] == 1 and not (rs and rs[-1][1] == 1):
-            g = min(COLUMNS, 1 << (ks[-1][0].bit_length() - 1))
-    if warps is None:
-        n = int(np.prod([e for e, _ in rs], dtype=np.int64))
-        warps = 1
-        while warps < MAX_WARPS and -(-n * g // (WARP * warps)) > TERMS:
-            warps *= 2
-    if WARP % g or MAX_WARPS % warps:
-        raise ValueError(f"reduction: G = {g} must divide {WARP} and W = {warps} divide {MAX_WARPS}")
-    return Reduction(base, step.instrs[0].results[0], ks, rs, g, warps)
-
-
-def _axes(a, plan: Plan) -> tuple[int, tuple[Axis, ...], tuple[Axis, ...]]:
-    """``(base, kept, reduced)`` of one ``SumTo``: the array it reads and its axes over that array's memory."""
-    op = a.op
-    if not isinstance(op, P.SumTo):
-        raise NotImplementedError(f"GPU backend: no reduction kernel for {op.name}")
-    shape = op.T.shape
-    lead, kept = op.axes()
-    summed = set(lead) | set(kept)
-    base, stages = plan.read(plan.src(a.args[0]))
-    if not stages:
-        strides = contiguous_strides(shape)
-    elif len(stages) == 1 and tuple(stages[0][0]) == tuple(shape):
-        strides = tuple(stages[0][1])
-    else:  # place_views copies an operand that is not one strided view of its base
-        raise AssertionError(f"SumTo reads {len(stages)} layout stages: one strided view expected")
-    axes = _merge([(e, s, d in summed) for d, (e, s) in enumerate(zip(shape, strides)) if e != 1])
-    top = sum((e - 1) * s for e, s, _ in axes)
-    if top >= plan.program.types[base].size:
-        raise AssertionError(f"SumTo reads offset {top} of a base of {plan.program.types[base].size} elements")
-    return (base, tuple((e, s) for e, s, red in axes if not red), tuple((e, s) for e, s, red in axes if red))
-
-
-def _offset(var: str, axes: tuple[Axis, ...]) -> str:
-    """The offset of element ``var`` (a linear index over ``axes``): ``Σ coord_d(var) · stride_d``."""
-    terms, inner = [], 1
-    for k in range(len(axes) - 1, -1, -1):
-        e, s = axes[k]
-        coord = var if inner == 1 else f"({var} / {inner}LL)"
-        if k > 0:                                    # the outermost coordinate is below its extent already
-            coord = f"({coord} % {e}LL)"
-        if s:
-            terms.append(coord if s == 1 else f"{coord} * {s}LL")
-        inner *= e
-    return " + ".join(terms) if terms else "0"
-
 
 def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = None,
                   warps: int | None = None) -> Reduction:
     """The geometry of ``step`` with its CUDA C source (``c``: the C type of the output, ``float`` or
     ``double``); ``g`` and ``warps`` override the chosen ``G`` and ``W`` (the tests and benchmarks try others)."""
-    r = geometry(step, plan, g, warps)
-    t = _Terms(step, plan, name, c)
-    sig = ", ".join([t.params] + [f"{c}* __restrict__ {y}" for y in t.outs])
-    args = ", ".join([t.args] + t.outs)
-    src = t.source + _partial(r, name, c, t) + _device(r, name, c, sig, t) + host_replay(
+    core = alone(step, plan)
+    r = geometry(core, plan, g, warps)
+    t = _Terms(core, plan, name, c)
+    e = _Epilogue(step, plan, name, c, r) if step.then is not None else None
+    ein, eout = (e.params[:e.ins], e.params[e.ins:]) if e else ([], [])      # the kernel's inputs, then outputs
+    sig = ", ".join([t.params] + ein + [f"{c}* __restrict__ {y}" for y in t.outs] + eout)
+    args = ", ".join([t.args] + (e.args[:e.ins] if e else []) + t.outs + (e.args[e.ins:] if e else []))
+    src = t.source + (e.source if e else "") + _partial(r, name, c, t) + _device(r, name, c, sig, t, e) + host_replay(
         name,
         "// host only: the group's lanes one after another (31 … 0 in the host mode's reverse order), the\n"
         "// shuffles and the sum over the warps replayed in the device's order\n",
-        "grp", sig, _host(r, name, c, t),
+        "grp", sig, _host(r, name, c, t, e),
         f"    if (warp % {r.warps} != 0) return;                   // the group's first warp runs the whole group\n"
         f"    const long long grp = (long long)(block * blockDim.x / {WARP} + warp) / {r.warps};\n"
         f"    if (grp < {r.groups}LL) {name}_body(grp, {args});\n")
@@ -207,6 +104,54 @@ class _Terms:
         return self.read[k].format(offset)
 
 
+class _Epilogue:
+    """The fused step a kernel of row sums runs after them (``Launch.then``, :mod:`~.epilogue`):
+    ``<name>_epi(grp, L, s, …)`` makes lane ``L``'s columns ``L, L + 32, …`` of row ``grp``, reading sum ``k``'s
+    total of the row as ``s[k]`` (every lane holds it after the shuffles). Its arrays are the kernel's last
+    parameters, ``e_in<k>`` and ``e_out<k>``."""
+
+    def __init__(self, step: Launch, plan: Plan, name: str, c: str, r: Reduction):
+        if r.g != 1 or r.warps != 1:
+            raise AssertionError(f"an epilogue after sums of G = {r.g}, W = {r.warps}: row sums of one warp expected")
+        f = step.then
+        sums = step.outputs[:len(step.outputs) - len(f.outputs)]
+        self.inputs = epilogue_inputs(step)
+        e = replace(f, inputs=self.inputs)
+        b = element_body(e, plan, name, given={v: f"s[{k}]" for k, v in enumerate(sums)}, pad="        ")
+        self.body, self.outputs = b, list(f.outputs)
+        names = [p.rsplit(" ", 1) for p in b.params]        # the inputs, then the outputs
+        self.params = [f"{t} e_{n}" for t, n in names]
+        self.args = [f"e_{n}" for _, n in names]
+        self.ins = len(self.inputs)
+        n = r.n
+        self.source = (b.helper + f"// the epilogue: lane L makes columns L, L + {WARP}, ... of row grp, the row's sums "
+                       f"in s\n__host__ __device__ inline void {name}_epi(long long grp, int L, const {c}* s, "
+                       f"{', '.join(b.params)}) {{\n"
+                       f"    for (long long col = L; col < {n}LL; col += {WARP}) {{\n"
+                       f"        const long long i = grp * {n}LL + col;\n"
+                       + "\n".join(b.lines) + "\n    }\n}\n")
+
+
+def alone(step: Launch, plan: Plan) -> Launch:
+    """The sums of ``step`` without their epilogue (``step`` itself when it has none): its own outputs, and the
+    arrays its sums and the terms they make read."""
+    if step.then is None:
+        return step
+    made = {r for a in step.remat + step.instrs for r in a.results}
+    ins: list[int] = []
+    for a in step.remat + step.instrs:
+        for x in a.args:
+            v = plan.src(x)
+            if v not in plan.constants and plan.read(v)[0] not in made and plan.read(v)[0] not in ins:
+                ins.append(plan.read(v)[0])
+    return replace(step, inputs=ins, outputs=step.outputs[:len(step.outputs) - len(step.then.outputs)], then=None)
+
+
+def epilogue_inputs(step: Launch) -> list[int]:
+    """The arrays a sum kernel's epilogue reads: its fused step's inputs but the sums (held in registers)."""
+    return [v for v in step.then.inputs if v not in step.outputs]
+
+
 def kernel_inputs(step: Launch, plan: Plan) -> list[int]:
     """The arrays a sum kernel reads: its step's inputs but the views (a view's base is among them)."""
     return [v for v in step.inputs if plan.read(v)[0] == v]
@@ -224,8 +169,8 @@ def _partial(r: Reduction, name: str, c: str, t: _Terms) -> str:
                     + " ".join(f"{acc[u][k]} += {t.at(k, 'e')};" for k in range(K)) + " }\n" for u in range(UNROLL))
     tail = " ".join(f"{acc[0][k]} += {t.at(k, 'e')};" for k in range(K))
     assert UNROLL == 4
-    return (f"{hd} long long {name}_out(long long o) {{ return {_offset('o', r.kept)}; }}\n"
-            f"{hd} long long {name}_red(long long r) {{ return {_offset('r', r.reduced)}; }}\n"
+    return (f"{hd} long long {name}_out(long long o) {{ return {offset('o', r.kept)}; }}\n"
+            f"{hd} long long {name}_red(long long r) {{ return {offset('r', r.reduced)}; }}\n"
             f"// lane L (0 <= L < {W * WARP}) of group `grp`: output grp*{G} + L%{G}, terms L/{G}, L/{G} + {stride}, ...\n"
             f"{hd} void {name}_part(long long grp, int L, {t.params}, {c}* s) {{\n"
             f"    {c} {' = 0, '.join(x for row in acc for x in row)} = 0;\n"
@@ -242,9 +187,9 @@ def _partial(r: Reduction, name: str, c: str, t: _Terms) -> str:
             + "}\n")
 
 
-def _device(r: Reduction, name: str, c: str, sig: str, t: _Terms) -> str:
+def _device(r: Reduction, name: str, c: str, sig: str, t: _Terms, e: _Epilogue | None = None) -> str:
     """The ``__global__`` kernel: each lane's partials, the shuffles down to ``G`` lanes, and with ``W > 1`` the
-    warps' partials added in shared memory by the group's first warp."""
+    warps' partials added in shared memory by the group's first warp; then the epilogue ``e``, if any."""
     G, W, m, K = r.g, r.warps, r.m, t.k
     shuffle = (f"    for (int o = {WARP // 2}; o >= {G}; o >>= 1) {{\n"
                + "".join(f"        const {c} s_o{k} = __shfl_xor_sync({FULL}, s[{k}], o);\n"
@@ -262,7 +207,9 @@ def _device(r: Reduction, name: str, c: str, sig: str, t: _Terms) -> str:
                 f"    {name}_part(grp, L, {t.args}, s);\n" + shuffle
                 + f"    if (L < {G} && grp * {G}LL + L < {m}LL) {{\n"
                 + "".join(f"        {y}[grp * {G}LL + L] = s[{k}];\n" for k, y in enumerate(t.outs))
-                + "    }\n}\n")
+                + "    }\n"
+                + (f"    {name}_epi(grp, L, s, {', '.join(e.args)});     // every lane holds the row's sums\n"
+                   if e else "") + "}\n")
     part = WARP * G
     return (head + f"    {name}_part(grp, L, {t.args}, s);          // 0 past the last output: every thread "
             f"reaches __syncthreads\n" + shuffle
@@ -280,8 +227,9 @@ def _device(r: Reduction, name: str, c: str, sig: str, t: _Terms) -> str:
             + "    }\n}\n")
 
 
-def _host(r: Reduction, name: str, c: str, t: _Terms) -> str:
-    """The host replay of group ``grp``: its lanes in turn, the shuffles, then the sum over the warps."""
+def _host(r: Reduction, name: str, c: str, t: _Terms, e: _Epilogue | None = None) -> str:
+    """The host replay of group ``grp``: its lanes in turn, the shuffles, then the sum over the warps; then the
+    epilogue ``e``, if any, for each lane (with ``W = 1``, every lane's sums are lane 0's, bit for bit)."""
     G, W, m, K = r.g, r.warps, r.m, t.k
     n = W * WARP
     keep = " ".join(f"s{k}[w * {WARP} + l] = p[{k}];" for k in range(K))
@@ -299,14 +247,25 @@ def _host(r: Reduction, name: str, c: str, t: _Terms) -> str:
                       f"        for (int w = 1; w < {W}; ++w) tot{k} = tot{k} + s{k}[w * {WARP} + l];\n"
                       f"        if (grp * {G}LL + l < {m}LL) {y}[grp * {G}LL + l] = tot{k};\n"
                       for k, y in enumerate(t.outs))
-            + "    }\n")
+            + "    }\n"
+            + (f"    const {c} tot[{K}] = {{{', '.join(f's{k}[0]' for k in range(K))}}};\n"
+               + lanes(name, f"{name}_epi(grp, l, tot, {', '.join(e.args)});") if e else ""))
 
 
 def reduce_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     """The sum kernel of a ``reduce`` step (``SumTo``): a warp or a few per group of outputs."""
     r = reduce_source(step, plan, name, ctype(plan.program.types[step.outputs[0]]))
-    alone = len(step.instrs) == 1 and not step.remat         # reads its operand's base: x, then y
-    ins = [r.base] if alone else kernel_inputs(step, plan)
+    own = len(step.instrs) == 1 and not step.remat           # reads its operand's base: x, then y
+    ins = [r.base] if own else kernel_inputs(alone(step, plan), plan)
     ops = ["SumTo"] * len(step.instrs) + [f"({a.op.name})" for a in step.remat]
-    return with_extents(Kernel(name, r.source, ins, list(step.outputs), r.groups, ops, frozenset(ins), r.in_types,
+    types = r.in_types
+    if step.then is not None:                                # then the epilogue's arrays (:class:`_Epilogue`)
+        f = step.then
+        extra = epilogue_inputs(step)
+        b = element_body(replace(f, inputs=extra), plan, name, given=dict.fromkeys(step.outputs, "s[0]"))
+        n = plan.program.types[f.instrs[-1].results[0]].size      # its reads at its own elements stay in bounds
+        with_extents(Kernel(name, "", extra, list(f.outputs), n, [], reads=b.reads), plan)
+        ins, types = ins + extra, types + b.in_types
+        ops += [a.op.name for a in f.instrs] + [f"({a.op.name})" for a in f.remat]
+    return with_extents(Kernel(name, r.source, ins, list(step.outputs), r.groups, ops, frozenset(ins), types,
                                lanes=r.lanes), plan)

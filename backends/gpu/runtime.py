@@ -42,7 +42,7 @@ from .gather import copy_kernel, gather_kernel
 from .graph import Graphed
 from .kernel import Kernel
 from .plan import Plan, last_readers, plan
-from .reduction import reduce_kernel
+from .reduction import epilogue_inputs, reduce_kernel
 from .row import row_kernel
 
 __all__ = ["GpuFunction", "kernels", "generate", "build", "tensor_cores", "BLOCK", "VIEWS"]
@@ -136,9 +136,12 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         elif s.kind == "reduce" and k in ks:          # a sum kernel (reduction.reduce_kernel): a warp or a few per outputs
             kern, x = ks[k], src(a.args[0])
             b = kern.inputs[0]              # the base array of x, read through x's layout
+            extra = epilogue_inputs(s) if s.then is not None else []   # the epilogue's arrays come last
+            own = kern.inputs[:len(kern.inputs) - len(extra)]
+            flat = lambda vs: [names[src(v)] if src(v) in contiguous or src(v) in p.values  # noqa: E731
+                               else f"xp.ascontiguousarray({names[src(v)]})" for v in vs]
             if s.remat or len(s.instrs) > 1:    # terms made from its inputs, or sums side by side (passes)
-                arg = ", ".join(names[src(v)] if src(v) in contiguous or src(v) in p.values
-                                else f"xp.ascontiguousarray({names[src(v)]})" for v in kern.inputs)
+                arg = ", ".join(flat(own))
             elif b == x or b in keep or b in p.values or last.get(b, k) >= k:
                 arg = names[b] if b in contiguous or b in p.values else f"xp.ascontiguousarray({names[b]})"
             elif p.read(x)[1]:              # the base was freed after its last step: its memory through x, flat
@@ -146,15 +149,19 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
                 arg = f"xp.lib.stride_tricks.as_strided({names[x]}, ({ty(b).size},), ({item},))"
             else:                           # a reshape of the base: the same memory, in order
                 arg = names[x]
-            for r in kern.outputs:
-                lines.append(f"    {names[r]} = xp.empty({ty(r).shape!r}, dtype=xp.{ty(r).dtype.numpy_dtype().name})")
+            arg = ", ".join([arg] + flat(extra))
+            for r in kern.outputs:          # bfloat16 bits for an epilogue's output stored so (storage)
+                dt = "uint16" if r in p.narrow else ty(r).dtype.numpy_dtype().name
+                lines.append(f"    {names[r]} = xp.empty({ty(r).shape!r}, dtype=xp.{dt})")
             grid = max(1, math.ceil(kern.threads / BLOCK))
             outs = ", ".join(names[r] for r in kern.outputs)
-            lines.append(f"    {kern.name}(({grid},), ({BLOCK},), ({arg}, {outs}))".ljust(60) + "# SumTo")
+            lines.append(f"    {kern.name}(({grid},), ({BLOCK},), ({arg}, {outs}))".ljust(60)
+                         + f"# {' + '.join(kern.ops)}")
             contiguous.update(kern.outputs)
         elif s.kind == "reduce":                   # CuPy's own sum: one stored operand (bench/gpu_sums.py)
-            if s.remat or len(s.instrs) > 1:
-                raise ValueError("a sum that makes its terms or shares a kernel needs its generated kernel")
+            if s.remat or len(s.instrs) > 1 or s.then is not None:
+                raise ValueError("a sum that makes its terms, shares a kernel or has an epilogue needs its "
+                                 "generated kernel")
             lead, kept = a.op.axes()
             axes = lead + kept
             lines.append(f"    {names[a.results[0]]} = {args[0]}.sum(axis={axes!r}, keepdims=True)"

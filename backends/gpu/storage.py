@@ -32,7 +32,7 @@ STORE = "unsigned short"        # the C type of a value stored as bfloat16 (its 
 
 
 def bf16_operands(plan: Plan) -> frozenset[int]:
-    """The float32 values of ``plan`` that a fused kernel writes and only products read (directly or through
+    """The float32 values of ``plan`` that a fused kernel (or a sum kernel's epilogue) writes and only products read (directly or through
     views): cuBLAS's, and the tensor-core attention kernels' under ``"bf16"`` (a GPT's q, k and v); never an
     output of the function."""
     root: dict[int, int] = {}
@@ -54,7 +54,8 @@ def bf16_operands(plan: Plan) -> frozenset[int]:
             kinds.setdefault(base(v), set()).add("matmul" if n in rounded else s.kind)
     returned = {base(v) for v in plan.program.outputs} | {plan.src(v) for v in plan.program.outputs}
     types = plan.program.types
-    return frozenset(v for s in plan.steps if s.kind == "fused" for v in s.outputs
+    fused = [s for s in plan.steps if s.kind == "fused"] + [s.then for s in plan.steps if s.then is not None]
+    return frozenset(v for s in fused for v in s.outputs
                      if v not in returned and kinds.get(v) == {"matmul"}
                      and isinstance(types[v].dtype, Float) and types[v].dtype.bits == 32)
 

@@ -51,7 +51,7 @@ def emulated_kernel(p: Plan, step_index: int, kern: Kernel) -> Callable:
             base, stages = step.layout
             env[r] = read_through(bases[base], prog.types[r].shape, stages)
         else:
-            for a in step.remat + step.instrs:      # recomputed groups first (once, in their own shape)
+            for a in step.work:      # recomputed groups first (once, in their own shape), an epilogue last
                 own = getattr(a.op, "evaluate", None)   # the backend's own instructions (gpu.attention)
                 res = own(*(value(x) for x in a.args)) if own else FLOAT_RULES[type(a.op)](a.op, *(value(x) for x in a.args))
                 for r, y in zip(a.results, res):

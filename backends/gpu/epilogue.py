@@ -1,0 +1,141 @@
+"""A row's sums and the elementwise work that reads them, in one kernel (the plan's last pass).
+
+A layer norm sums each row, then normalises the row with those sums; its backward pass does the same with two
+sums of products. The plan makes the sums a ``reduce`` step and the work reading them the ``fused`` step right
+after it: two launches, and the row read twice from memory. Where the sums are row sums of one warp each
+(``G = 1``, ``W = 1``: every lane ends the warp's shuffles holding the row's total) and the fused step reads
+them only at its own row, the fused step becomes the sum kernel's *epilogue* (``Launch.then``)::
+
+    x ──► [ Σ_row ] ──► s (R×1) ──► [ f(x, s) ] ──► y          two launches
+    x ──► [ Σ_row ; f(x, s) ] ──► s, y                         one: the warp of row o sums it, then
+                                                               writes y[o·n + c] for its columns c
+
+The sums are still written (a later step may read them), and the epilogue reads them from the warp's registers,
+so every value has the bits it had in two launches. Not fused: a fused step that writes a donated parameter's
+update (the update is written in place only by a fused kernel), column sums and sums of more than one warp, and
+a fused step reading a sum at another row than its own, or through a layout whose offsets are not ``i // k``
+(followed symbolically through the layouts' stages at compile time).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .sums import geometry
+
+if TYPE_CHECKING:
+    from .plan import Launch, Plan
+
+__all__ = ["fuse_epilogues", "fits", "AHEAD"]
+
+AHEAD = 8             # steps after the sums searched for the fused step that reads them
+
+
+def fuse_epilogues(p: Plan, updates: dict[int, int] | None = None) -> list[Launch]:
+    """``p``'s steps with each fused step that :func:`fits` a ``reduce`` step before it made that step's epilogue.
+    The fused step is the first one after the sums that reads them, within ``AHEAD`` steps; it moves up to the
+    sums only when no step between makes anything it reads (the parameter work the plan sinks to its reader, or
+    another sum, often stands between). ``updates``: input -> the output written into it (a donated update,
+    which stays a fused kernel)."""
+    donated = set((updates or {}).values())
+    steps = list(p.steps)
+    out: list[Launch] = []
+    i = 0
+    while i < len(steps):
+        s = steps[i]
+        j = _reader(p, steps, i) if s.kind == "reduce" and s.then is None else None
+        if j is not None and fits(p, s, steps[j], donated):
+            f = steps.pop(j)
+            s = replace(s, inputs=s.inputs + [v for v in f.inputs if v not in s.inputs and v not in s.outputs],
+                        outputs=s.outputs + f.outputs, then=f)
+        out.append(s)
+        i += 1
+    return out
+
+
+def _reader(p: Plan, steps: list[Launch], i: int) -> int | None:
+    """The index of the first fused step after ``steps[i]`` that reads its results, if it is within ``AHEAD``
+    steps and no step between makes a value it reads (directly, or as the base of a view it reads)."""
+    sums = set(steps[i].outputs)
+    made: set[int] = set()
+    for j in range(i + 1, min(i + 1 + AHEAD, len(steps))):
+        t = steps[j]
+        reads = {w for v in t.inputs for w in (v, p.src(v), p.read(p.src(v))[0])}
+        if t.kind == "fused" and reads & sums:
+            return j if not reads & made else None
+        made.update(t.outputs)
+    return None
+
+
+def fits(p: Plan, sums: Launch, f: Launch, donated: set[int] = frozenset()) -> bool:
+    """Whether fused step ``f`` can run as the epilogue of the ``reduce`` step ``sums`` (see the module)."""
+    if sums.kind != "reduce" or f.kind != "fused" or sums.then is not None:
+        return False
+    if not set(sums.outputs) & set(f.inputs) or set(f.outputs) & donated:
+        return False
+    r = geometry(sums, p)
+    n = p.program.types[f.instrs[-1].results[0]].size
+    if r.g != 1 or r.warps != 1 or r.m * r.n != n:
+        return False
+    if any(p.program.types[v].size != n for a in f.instrs for v in a.results):
+        return False
+    return _reads_own_row(p, f, set(sums.outputs), r.n)
+
+
+def _reads_own_row(p: Plan, f: Launch, sums: set[int], n: int) -> bool:
+    """Whether every read of ``sums`` by ``f`` (its instructions', and those it recomputes where they are read)
+    is, at ``f``'s element ``i``, of the sum's element ``i // n``. Index maps are followed symbolically as
+    ``i -> i // k`` (:func:`_divides`); a read of a sum through any other map is refused."""
+    defined = {r: a for a in f.remat for r in a.results}
+
+    def touches(a) -> bool:                    # whether ``a`` reads a sum, itself or through what it recomputes
+        bases = [p.operand(a, p.src(x))[0] for x in a.args if p.src(x) not in p.constants]
+        return any(b in sums or (b in defined and touches(defined[b])) for b in bases)
+
+    def ok(a, k: int | None) -> bool:          # f's element i reads element i // k of a's result (None: unknown)
+        size = p.program.types[a.results[0]].size
+        for x in a.args:
+            s = p.src(x)
+            if s in p.constants:
+                continue
+            b, stages = p.operand(a, s)
+            j = _divides(stages, size, k)
+            if b in sums and j != n:
+                return False
+            if b in defined and not (ok(defined[b], j) if j is not None else not touches(defined[b])):
+                return False
+        return True
+
+    return all(ok(a, 1) for a in f.instrs)
+
+
+def _divides(stages: tuple, size: int, k: int | None) -> int | None:
+    """``k'`` where element ``i // k`` of a result of ``size`` elements reads element ``i // k'`` of its operand
+    through ``stages`` (:func:`~.layout.gather_index`); ``None`` where no such ``k'`` is found."""
+    for shape, strides in stages:
+        if k is None:
+            return None
+        d = _stage_divides(shape, strides, size)
+        if d is None:
+            return None
+        k, size = k * d, -(-size // d)
+    return k
+
+
+def _stage_divides(shape: tuple[int, ...], strides: tuple[int, ...], size: int) -> int | None:
+    """``d`` where one stage maps each element ``i < size`` to ``i // d``: its inner axes (of ``d`` elements) have
+    stride 0, its outer axes the strides of an array of their shape, in order; ``None`` otherwise."""
+    if size > int(np.prod(shape, dtype=np.int64)):
+        return None                            # the coordinates wrap
+    axes = [(m, st) for m, st in zip(shape, strides) if m != 1]
+    inner = 1
+    while axes and axes[-1][1] == 0:
+        inner *= axes.pop()[0]
+    step = 1
+    for m, st in reversed(axes):
+        if st != step:
+            return None
+        step *= m
+    return inner
