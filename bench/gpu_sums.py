@@ -83,18 +83,19 @@ B, S, V = 16, 256, 96
 def build(sum_kernels: bool):
     orig = runtime.kernels
     plan_module = sys.modules["circuitgrad.backends.gpu.plan"]
-    passes = plan_module.choose_summed, plan_module.group_sums
+    passes = plan_module.choose_summed, plan_module.group_sums, plan_module.fuse_epilogues
     if not sum_kernels:
         runtime.kernels = lambda p, **kw: {i: k for i, k in orig(p, **kw).items() if p.steps[i].kind != "reduce"}
-        # CuPy's .sum takes one stored operand: no sums making their terms or sharing a kernel
+        # CuPy's .sum takes one stored operand: no sums making their terms, sharing a kernel or with an epilogue
         plan_module.choose_summed = plan_module.group_sums = lambda st: None
+        plan_module.fuse_epilogues = lambda p, updates=None: p.steps
     try:
         m = cg.compile_model(nn.gpt(B, S, V, d=384, heads=6, layers=6), loss=nn.softmax_cross_entropy,
                              optimizer=nn.sgd(0.1) if os.environ.get("OPT") == "sgd" else nn.adamw(1e-3), backend="cupy", donate=True)
         m.fn("step")
     finally:
         runtime.kernels = orig
-        plan_module.choose_summed, plan_module.group_sums = passes
+        plan_module.choose_summed, plan_module.group_sums, plan_module.fuse_epilogues = passes
     return m
 rng = np.random.default_rng(0)
 xs, ys = rng.integers(0, V, size=(B, S)), rng.integers(0, V, size=(B, S))

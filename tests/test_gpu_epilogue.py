@@ -4,6 +4,7 @@ a read of another row's sum); that the fused kernel computes the same bits as tw
 and in the host mode; that bfloat16 storage still narrows an epilogue's outputs."""
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -125,27 +126,46 @@ def test_a_fused_step_writing_a_donated_update_is_not_an_epilogue():
 M = cg.NdArrayType((48, 48), cg.float32)
 
 
-def _product_between(reads_it: bool):
-    """A row sum, a product the schedule puts next, then the step reading the sum (and the product, or not)."""
+def _product_between(reads_it: bool, made: bool = True):
+    """A row sum of ``h`` (made by a kernel, or the argument ``x``), a product the schedule puts next, then the
+    step reading the sum and ``h`` (and the product, or not)."""
     def f(x, z):
-        s = _sum_to(x, (64, 1))
+        h = ops.tanh(x) if made else x
+        s = _sum_to(h, (64, 1))
         w = z @ ops.constant(M, 0.5)
-        y = ((x + w) if reads_it else x) * ops.broadcast_to(s, (64, 48))
+        y = ((h + w) if reads_it else h) * ops.broadcast_to(s, (64, 48))
         return (y,) if reads_it else (y, w)
     return f
 
 
 def test_the_reader_moves_up_to_the_sums_past_steps_it_does_not_read(monkeypatch):
     p = make_plan(_prog(_product_between(False), (X, X)))
-    assert [(s.kind, s.then is not None) for s in _launched(p)] == [("reduce", True), ("matmul", False)]
+    assert [(s.kind, s.then is not None) for s in _launched(p)] == [("fused", False), ("reduce", True),
+                                                                    ("matmul", False)]
     monkeypatch.setattr(epilogue, "AHEAD", 1)                                 # the next step only: the product
     p = make_plan(_prog(_product_between(False), (X, X)))
-    assert [s.kind for s in _launched(p)] == ["reduce", "matmul", "fused"]
+    assert [s.kind for s in _launched(p)] == ["fused", "reduce", "matmul", "fused"]
+
+
+def test_the_reader_moves_up_only_if_it_frees_its_size():
+    """Reading only the argument ``x`` (never freed), its result would be alive while the product runs."""
+    prog = _prog(_product_between(False, made=False), (X, X))
+    assert [s.kind for s in _launched(make_plan(prog))] == ["reduce", "matmul", "fused"]
+    (f0, _), (f1, _) = (_emulated(prog, [np.ones(X.shape, np.float32)] * 2, s) for s in (False, True))
+    assert memory.peak(f1) == memory.peak(f0)
+
+
+def test_a_sum_only_its_epilogue_reads_is_freed_after_the_kernel(rng):
+    """The sums stay in registers for the epilogue; the array they are also written to is dropped at once."""
+    f, _ = _emulated(_prog(ops.layer_norm), [rng.normal(size=X.shape).astype(np.float32)], True)
+    (k,) = [i for i, s in enumerate(f.plan.steps) if s.then is not None]
+    var = f.plan.steps[k].outputs[0]
+    assert re.search(rf"\n    del [^\n]*\bv{var}\b", f.python)
 
 
 def test_the_reader_stays_after_a_step_making_what_it_reads():
     p = make_plan(_prog(_product_between(True), (X, X)))
-    assert [s.kind for s in _launched(p)] == ["reduce", "matmul", "fused"]
+    assert [s.kind for s in _launched(p)] == ["fused", "reduce", "matmul", "fused"]
     assert not any(s.then for s in p.steps)
 
 
@@ -208,6 +228,8 @@ CASES = {"forward": (ops.layer_norm, (X,)), "backward": (_layer_norm_grad, (X, X
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_emulated_epilogue_is_the_same_bits(case, rng):
+    """The plan's order and arrays (the emulator runs each step's instructions in NumPy; the generated kernel is
+    checked in the host mode, below)."""
     fn, types = CASES[case]
     xs = [rng.normal(size=t.shape).astype(np.float32) for t in types]
     (f0, off), (f1, on) = (_emulated(_prog(fn, types), xs, s) for s in (False, True))

@@ -37,8 +37,9 @@ def fuse_epilogues(p: Plan, updates: dict[int, int] | None = None) -> list[Launc
     """``p``'s steps with each fused step that :func:`fits` a ``reduce`` step before it made that step's epilogue.
     The fused step is the first one after the sums that reads them, within ``AHEAD`` steps; it moves up to the
     sums only when no step between makes anything it reads (the parameter work the plan sinks to its reader, or
-    another sum, often stands between). ``updates``: input -> the output written into it (a donated update,
-    which stays a fused kernel)."""
+    another sum, often stands between), and when its results are no larger than the values it reads last,
+    which it frees as early (its results are made before the steps between, not after). ``updates``: input ->
+    the output written into it (a donated update, which stays a fused kernel)."""
     donated = set((updates or {}).values())
     steps = list(p.steps)
     out: list[Launch] = []
@@ -46,7 +47,7 @@ def fuse_epilogues(p: Plan, updates: dict[int, int] | None = None) -> list[Launc
     while i < len(steps):
         s = steps[i]
         j = _reader(p, steps, i) if s.kind == "reduce" and s.then is None else None
-        if j is not None and fits(p, s, steps[j], donated):
+        if j is not None and fits(p, s, steps[j], donated) and (j == i + 1 or _frees_its_size(p, steps, j)):
             f = steps.pop(j)
             s = replace(s, inputs=s.inputs + [v for v in f.inputs if v not in s.inputs and v not in s.outputs],
                         outputs=s.outputs + f.outputs, then=f)
@@ -57,7 +58,7 @@ def fuse_epilogues(p: Plan, updates: dict[int, int] | None = None) -> list[Launc
 
 def _reader(p: Plan, steps: list[Launch], i: int) -> int | None:
     """The index of the first fused step after ``steps[i]`` that reads its results, if it is within ``AHEAD``
-    steps and no step between makes a value it reads (directly, or as the base of a view it reads)."""
+    steps and no step between makes a value it reads (or the base of one)."""
     sums = set(steps[i].outputs)
     made: set[int] = set()
     for j in range(i + 1, min(i + 1 + AHEAD, len(steps))):
@@ -67,6 +68,21 @@ def _reader(p: Plan, steps: list[Launch], i: int) -> int | None:
             return j if not reads & made else None
         made.update(t.outputs)
     return None
+
+
+def _frees_its_size(p: Plan, steps: list[Launch], j: int) -> bool:
+    """Whether the values ``steps[j]`` reads last (made by steps, not arguments: freed after it) hold as many
+    bytes as its results: moved up, it then adds nothing to what is alive while the steps it passes run."""
+    types = p.program.types
+    made = {p.src(r) for s in steps[:j] for r in s.outputs if s.kind not in ("view", "const")}
+    later = {p.read(p.src(v))[0] for s in steps[j + 1:] for v in s.inputs} | \
+        {p.read(p.src(v))[0] for v in p.program.outputs}
+    views = {p.src(r) for s in steps if s.kind == "view" for r in s.outputs}
+    freed = {b for v in steps[j].inputs for b in [p.read(p.src(v))[0]] if b in made and b not in later}
+    if any(v in views for v in freed):
+        return False
+    nbytes = lambda vs: sum(types[v].size * types[v].dtype.numpy_dtype().itemsize for v in vs)   # noqa: E731
+    return nbytes(steps[j].outputs) <= nbytes(freed)
 
 
 def fits(p: Plan, sums: Launch, f: Launch, donated: set[int] = frozenset()) -> bool:

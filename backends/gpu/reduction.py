@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Reduction", "geometry", "reduce_source", "reduce_kernel", "MAX_WARPS", "UNROLL"]
 
+
 def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = None,
                   warps: int | None = None) -> Reduction:
     """The geometry of ``step`` with its CUDA C source (``c``: the C type of the output, ``float`` or
@@ -263,7 +264,8 @@ def reduce_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
         f = step.then
         extra = epilogue_inputs(step)
         b = element_body(replace(f, inputs=extra), plan, name, given=dict.fromkeys(step.outputs, "s[0]"))
-        n = plan.program.types[f.instrs[-1].results[0]].size      # its reads at its own elements stay in bounds
+        n = plan.program.types[f.instrs[-1].results[0]].size
+        # a check only (it raises): the epilogue's reads at its own elements stay inside its arrays
         with_extents(Kernel(name, "", extra, list(f.outputs), n, [], reads=b.reads), plan)
         ins, types = ins + extra, types + b.in_types
         ops += [a.op.name for a in f.instrs] + [f"({a.op.name})" for a in f.remat]

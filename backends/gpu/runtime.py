@@ -211,7 +211,10 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         if probe and s.kind not in ("view", "const"):
             lines.append(f"    _probe({k})")
         dead = sorted({src(x) for x in s.inputs if last.get(src(x)) == k and src(x) not in keep
-                       and not names[src(x)].startswith("C")})
+                       and not names[src(x)].startswith("C")}
+                      # and what it makes that nothing reads (a row's sums only its epilogue reads, in registers)
+                      | {src(r) for r in s.outputs if s.kind not in ("view", "const") and src(r) not in last
+                         and src(r) not in keep})
         if dead:
             lines.append(f"    del {', '.join(names[v] for v in dead)}")
     args = ", ".join(names[v] for v in prog.inputs)
