@@ -56,26 +56,33 @@ def _layer_norm_grad(x, dy):
         * ops.broadcast_to(r, (64, 48))
 
 
-def test_a_layer_norm_is_two_launches():
-    """The mean's sum, then ``Σ (x − mean)²`` making its terms with the normalisation as its epilogue."""
+def test_a_layer_norm_is_one_launch():
+    """The mean's sum, then ``Σ (x − mean)²`` making its terms, then the normalisation: one kernel reading x."""
     p = make_plan(_prog(ops.layer_norm))
-    first, second = _launched(p)
-    assert (first.kind, first.then, second.kind) == ("reduce", None, "reduce")
-    assert second.then is not None and second.then.kind == "fused"
-    assert set(second.outputs) >= set(p.program.outputs)                      # y is the kernel's output
-    assert set(second.inputs) == {p.program.inputs[0], first.outputs[0]}      # x and the mean: y reads no more
+    (step,) = _launched(p)
+    assert [m.kind for m in step.chain] == ["reduce", "reduce", "fused"]
+    assert set(step.outputs) >= set(p.program.outputs)                        # y is the kernel's output
+    assert step.inputs == [p.program.inputs[0]]                                # x: the sums are the kernel's own
+
+
+def test_the_chained_kernel_orders_its_stages():
+    """Lane 0 writes the mean's sum; after ``__syncwarp`` every lane reads it (a pointer not ``__restrict__``)."""
+    f = gpu.compile_function(_prog(ops.layer_norm), ["x"], "f", emulate=True)
+    (k,) = f.kernels.values()
+    assert k.source.count("__syncwarp();") == 1 and "_1_part(grp, L, b1_in0, b1_in1, s)" in k.source
+    assert "const float* b1_in1" in k.source and "float* y," in k.source.replace("float* __restrict__ y", "")
 
 
 def test_without_the_pass_it_is_three(unfused):
     assert [s.kind for s in _launched(make_plan(_prog(ops.layer_norm)))] == ["reduce", "reduce", "fused"]
 
 
-def test_a_layer_norms_backward_fuses_its_last_sums():
+def test_a_layer_norms_backward_is_one_launch():
     p = make_plan(_prog(_layer_norm_grad, (X, X)))
-    fused = [s for s in _launched(p) if s.then is not None]
-    assert fused and all(s.kind == "reduce" for s in fused)
-    assert p.program.outputs[0] in fused[-1].then.outputs                      # dx, written by the last kernel
-    assert not [s for s in _launched(p) if s.kind == "fused"]
+    (step,) = _launched(p)                          # Σx and Σdy, Σ (x − mean)², Σ dy·x̂, then dx: one kernel
+    assert [(m.kind, len(m.instrs)) for m in step.chain] == [("reduce", 2), ("reduce", 1), ("reduce", 1),
+                                                             ("fused", 4)]
+    assert p.program.outputs[0] in step.chain[-1].outputs
 
 
 def _columns(x):
@@ -121,6 +128,41 @@ def test_a_fused_step_writing_a_donated_update_is_not_an_epilogue():
     p = make_plan(prog, updates={prog.inputs[0]: prog.outputs[0]})
     sums, step = _launched(p)
     assert not epilogue.fits(p, sums, step, {prog.outputs[0]}) and sums.then is None and step.kind == "fused"
+
+
+def _two_sums(second):
+    """``s = Σ_row x``, then a second sum of terms made from ``s``: ``second(x, s)`` gives the terms and shape."""
+    def f(x):
+        s = _sum_to(x, (64, 1))
+        terms, shape = second(x, s)
+        return _sum_to(terms, shape), s
+    return f
+
+
+CHAINED = {
+    "own row": (lambda x, s: (x * ops.broadcast_to(s, (64, 48)), (64, 1)), True),
+    "column sum": (lambda x, s: (x * ops.broadcast_to(s, (64, 48)), (48,)), False),
+    "read transposed": (lambda x, s: (x * ops.transpose(ops.broadcast_to(ops.reshape(s, (1, 64)), (48, 64))),
+                                      (64, 1)), True),                    # (i, j) reads s[i]: its own row
+    "another row": (lambda x, s: (x * ops.reshape(ops.broadcast_to(ops.reshape(s, (1, 64)), (48, 64)), (64, 48)),
+                                  (64, 1)), False),                       # element e reads s[e % 64]
+    "rows read transposed": (lambda x, s: (ops.transpose(ops.reshape(x, (48, 64)) * ops.broadcast_to(
+        ops.reshape(s, (1, 64)), (48, 64))), (64, 1)), False),
+}
+
+
+@pytest.mark.parametrize("case", list(CHAINED))
+def test_which_sums_run_after_sums(case):
+    second, chained = CHAINED[case]
+    p = make_plan(_prog(_two_sums(second)))
+    assert any(len(s.chain) > 1 for s in p.steps) == chained
+    assert len(_launched(p)) == (1 if chained else 2 + (case == "rows read transposed"))   # its terms stored
+
+
+def test_at_most_STAGES_sums_a_kernel(monkeypatch):
+    monkeypatch.setattr(epilogue, "STAGES", 2)
+    p = make_plan(_prog(_layer_norm_grad, (X, X)))
+    assert [[m.kind for m in s.chain] for s in _launched(p)] == [["reduce", "reduce"], ["reduce", "fused"]]
 
 
 M = cg.NdArrayType((48, 48), cg.float32)
@@ -223,7 +265,8 @@ def _emulated(prog, xs, fused: bool):
 
 
 CASES = {"forward": (ops.layer_norm, (X,)), "backward": (_layer_norm_grad, (X, X)),
-         "moved up": (_product_between(False), (X, X)), "regrouped": (_regrouped, (X,))}
+         "moved up": (_product_between(False), (X, X)), "regrouped": (_regrouped, (X,)),
+         "sums after sums": (_two_sums(CHAINED["own row"][0]), (X,))}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -254,7 +297,7 @@ def test_the_generated_epilogue_is_the_same_bits_on_the_host(case, order, rng):
             got.append([y.get() for y in f.run(*(cp.asarray(x) for x in xs))])
             if fused:
                 (k,) = [f.kernels[i] for i, s in enumerate(f.plan.steps) if s.then is not None][-1:]
-                assert "_epi(grp, L, s," in k.source
+                assert "_epi(grp, L, tot," in k.source or "__syncwarp();" in k.source
     assert len(got[0]) == len(got[1]) and all(np.array_equal(a, b) for a, b in zip(*got))
     if case == "forward":                                     # and y is a layer norm, to float32's accuracy
         x = xs[0].astype(np.float64)

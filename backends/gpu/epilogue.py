@@ -28,43 +28,57 @@ from .sums import geometry
 if TYPE_CHECKING:
     from .plan import Launch, Plan
 
-__all__ = ["fuse_epilogues", "fits", "AHEAD"]
+__all__ = ["fuse_epilogues", "chains", "fits", "AHEAD", "STAGES"]
 
-AHEAD = 8             # steps after the sums searched for the fused step that reads them
+AHEAD = 8             # steps after the sums searched for the step that reads them
+STAGES = 3            # sums a kernel runs, one after another
 
 
 def fuse_epilogues(p: Plan, updates: dict[int, int] | None = None) -> list[Launch]:
-    """``p``'s steps with each fused step that :func:`fits` a ``reduce`` step before it made that step's epilogue.
-    The fused step is the first one after the sums that reads them, within ``AHEAD`` steps; it moves up to the
-    sums only when no step between makes anything it reads (the parameter work the plan sinks to its reader, or
-    another sum, often stands between), and when its results are no larger than the values it reads last,
-    which it frees as early (its results are made before the steps between, not after). ``updates``: input ->
-    the output written into it (a donated update, which stays a fused kernel)."""
+    """``p``'s steps with each ``reduce`` step's readers run by its kernel: first row sums that :func:`chains`
+    take, then a fused step that :func:`fits`, its epilogue. Each is the first step of its kind after the sums
+    that reads them, within ``AHEAD`` steps; it moves up to the sums only when no step between makes anything
+    it reads (the parameter work the plan sinks to its reader, or another sum, often stands between), and when
+    its results are no larger than the values it reads last, which it frees as early (its results are made
+    before the steps between, not after). ``updates``: input -> the output written into it (a donated update,
+    which stays a fused kernel)."""
     donated = set((updates or {}).values())
     steps = list(p.steps)
     out: list[Launch] = []
     i = 0
     while i < len(steps):
         s = steps[i]
-        j = _reader(p, steps, i) if s.kind == "reduce" and s.then is None else None
-        if j is not None and fits(p, s, steps[j], donated) and (j == i + 1 or _frees_its_size(p, steps, j)):
-            f = steps.pop(j)
-            s = replace(s, inputs=s.inputs + [v for v in f.inputs if v not in s.inputs and v not in s.outputs],
-                        outputs=s.outputs + f.outputs, then=f)
+        if s.kind == "reduce" and s.then is None:
+            while len(s.chain) < STAGES:
+                k = _reader(p, steps, i, "reduce")
+                if k is None or not chains(p, s, steps[k], donated) or not (k == i + 1
+                                                                            or _frees_its_size(p, steps, k)):
+                    break
+                steps[i] = s = _then(s, steps.pop(k))
+            j = _reader(p, steps, i, "fused")
+            if j is not None and fits(p, s, steps[j], donated) and (j == i + 1 or _frees_its_size(p, steps, j)):
+                steps[i] = s = _then(s, steps.pop(j))
         out.append(s)
         i += 1
     return out
 
 
-def _reader(p: Plan, steps: list[Launch], i: int) -> int | None:
-    """The index of the first fused step after ``steps[i]`` that reads its results, if it is within ``AHEAD``
-    steps and no step between makes a value it reads (or the base of one)."""
+def _then(s: Launch, t: Launch) -> Launch:
+    """``s`` with ``t`` run last by its kernel (at the end of its :attr:`~.plan.Launch.chain`)."""
+    inner = t if s.then is None else _then(s.then, t)
+    return replace(s, inputs=s.inputs + [v for v in t.inputs if v not in s.inputs and v not in s.outputs],
+                   outputs=s.outputs + t.outputs, then=inner)
+
+
+def _reader(p: Plan, steps: list[Launch], i: int, kind: str) -> int | None:
+    """The index of the first step of ``kind`` after ``steps[i]`` that reads its results, if it is within
+    ``AHEAD`` steps and no step between makes a value it reads (or the base of one)."""
     sums = set(steps[i].outputs)
     made: set[int] = set()
     for j in range(i + 1, min(i + 1 + AHEAD, len(steps))):
         t = steps[j]
         reads = {w for v in t.inputs for w in (v, p.src(v), p.read(p.src(v))[0])}
-        if t.kind == "fused" and reads & sums:
+        if t.kind == kind and reads & sums:
             return j if not reads & made else None
         made.update(t.outputs)
     return None
@@ -85,9 +99,31 @@ def _frees_its_size(p: Plan, steps: list[Launch], j: int) -> bool:
     return nbytes(steps[j].outputs) <= nbytes(freed)
 
 
+def chains(p: Plan, sums: Launch, t: Launch, donated: set[int] = frozenset()) -> bool:
+    """Whether the ``reduce`` step ``t`` can run in the kernel of the ``reduce`` step ``sums`` (and those it runs
+    after them), after them: both row sums of one warp a row over rows of the same length, ``t``'s rows read in
+    order (its term ``o·n + r`` is term ``r`` of row ``o``), and ``t`` making its terms from their results read
+    only at their own row."""
+    if sums.kind != "reduce" or t.kind != "reduce" or t.then is not None \
+            or any(m.kind != "reduce" for m in sums.chain):
+        return False
+    if set(t.outputs) & donated:
+        return False
+    r, q = geometry(sums, p), geometry(t, p)
+    if (r.g, r.warps, q.g, q.warps) != (1, 1, 1, 1) or (r.m, r.n) != (q.m, q.n):
+        return False
+    if q.reduced != ((q.n, 1),) or q.kept not in (((q.m, q.n),), ()):
+        return False
+    made = {v: a for a in t.remat for v in a.results}
+    roots = [made.get(p.read(p.src(a.args[0]))[0]) for a in t.instrs]
+    if any(a is None for a in roots):                    # a sum of an array: it reads no sum of ``sums``
+        return False
+    return _reads_own_row(p, replace(t, instrs=roots), set(sums.outputs), q.n)
+
+
 def fits(p: Plan, sums: Launch, f: Launch, donated: set[int] = frozenset()) -> bool:
     """Whether fused step ``f`` can run as the epilogue of the ``reduce`` step ``sums`` (see the module)."""
-    if sums.kind != "reduce" or f.kind != "fused" or sums.then is not None:
+    if sums.kind != "reduce" or f.kind != "fused" or sums.chain[-1].kind != "reduce":
         return False
     if not set(sums.outputs) & set(f.inputs) or set(f.outputs) & donated:
         return False

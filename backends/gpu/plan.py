@@ -88,8 +88,9 @@ class Launch:
     ``remat``: for ``fused`` steps, instructions of small groups recomputed inside this kernel at
     each index where ``instrs`` read their results (through a broadcast, say), instead of a launch
     of their own; for ``reduce`` steps, those making the sum's terms where it reads them.
-    ``then``: for ``reduce`` steps, the fused step its kernel runs after the sums, row by row
-    (:mod:`~.epilogue`); ``inputs`` and ``outputs`` then hold both steps'.
+    ``then``: for ``reduce`` steps, what its kernel runs after the sums, row by row (:mod:`~.epilogue`): row sums
+    reading these (which may have a ``then`` of their own), or a fused step; ``inputs`` and ``outputs`` then hold
+    every step's of the :attr:`chain`.
     """
     kind: str
     instrs: list[Apply]
@@ -103,6 +104,11 @@ class Launch:
     def work(self) -> list[Apply]:
         """Every instruction the launch runs: those it recomputes, its own, and its epilogue's."""
         return self.remat + self.instrs + (self.then.work if self.then is not None else [])
+
+    @property
+    def chain(self) -> list[Launch]:
+        """This step and those its kernel runs after it (``then``), in order."""
+        return [self] + (self.then.chain if self.then is not None else [])
 
     @property
     def launches(self) -> int:
@@ -119,6 +125,11 @@ class Plan:
     values: dict[int, np.ndarray] = field(default_factory=dict)   # every compile-time constant (C-contiguous)
     layouts: dict[int, Layout] = field(default_factory=dict)      # view variables read through their base
     narrow: frozenset = frozenset()    # values stored as bfloat16 bits (``precision="bf16"``, :mod:`~.storage`)
+
+    @property
+    def chain(self) -> list[Launch]:
+        """This step and those its kernel runs after it (``then``), in order."""
+        return [self] + (self.then.chain if self.then is not None else [])
 
     @property
     def launches(self) -> int:

@@ -52,23 +52,41 @@ __all__ = ["Reduction", "geometry", "reduce_source", "reduce_kernel", "MAX_WARPS
 def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = None,
                   warps: int | None = None) -> Reduction:
     """The geometry of ``step`` with its CUDA C source (``c``: the C type of the output, ``float`` or
-    ``double``); ``g`` and ``warps`` override the chosen ``G`` and ``W`` (the tests and benchmarks try others)."""
-    core = alone(step, plan)
-    r = geometry(core, plan, g, warps)
-    t = _Terms(core, plan, name, c)
-    e = _Epilogue(step, plan, name, c, r) if step.then is not None else None
+    ``double``); ``g`` and ``warps`` override the chosen ``G`` and ``W`` (the tests and benchmarks try others).
+    Sums it runs after its own (``Launch.then``, :mod:`~.epilogue`) are stages ``<name>_1``, … of the kernel, each
+    after a ``__syncwarp`` (a later stage reads the sums lane 0 wrote: those pointers are not ``__restrict__``)."""
+    cores, f = stages(step, plan)
+    r = geometry(cores[0], plan, g, warps)
+    if len(cores) > 1 and (r.g, r.warps) != (1, 1):
+        raise AssertionError(f"sums after sums of G = {r.g}, W = {r.warps}: row sums of one warp expected")
+    names = [name] + [f"{name}_{k}" for k in range(1, len(cores))]
+    read_again = {v for core in cores[1:] for v in kernel_inputs(core, plan)}
+    ts = [_Terms(core, plan, nm, c, prefix=f"b{k}_" if k else "", shared=read_again)
+          for k, (core, nm) in enumerate(zip(cores, names))]
+    e = _Epilogue(step, f, plan, name, c, r) if f is not None else None
     ein, eout = (e.params[:e.ins], e.params[e.ins:]) if e else ([], [])      # the kernel's inputs, then outputs
-    sig = ", ".join([t.params] + ein + [f"{c}* __restrict__ {y}" for y in t.outs] + eout)
-    args = ", ".join([t.args] + (e.args[:e.ins] if e else []) + t.outs + (e.args[e.ins:] if e else []))
-    src = t.source + (e.source if e else "") + _partial(r, name, c, t) + _device(r, name, c, sig, t, e) + host_replay(
+    outs = [f"{c}*{'' if v in read_again else ' __restrict__'} {y}" for t, core in zip(ts, cores)
+            for y, v in zip(t.outs, core.outputs)]
+    sig = ", ".join([t.params for t in ts] + ein + outs + eout)
+    args = ", ".join([t.args for t in ts] + (e.args[:e.ins] if e else []) + [y for t in ts for y in t.outs]
+                     + (e.args[e.ins:] if e else []))
+    src = (e.source if e else "") + "".join(t.source + _partial(r, nm, c, t) for t, nm in zip(ts, names))
+    src += _device(r, name, c, sig, ts, names, e) + host_replay(
         name,
         "// host only: the group's lanes one after another (31 … 0 in the host mode's reverse order), the\n"
         "// shuffles and the sum over the warps replayed in the device's order\n",
-        "grp", sig, _host(r, name, c, t, e),
+        "grp", sig, _host(r, name, c, ts, names, e),
         f"    if (warp % {r.warps} != 0) return;                   // the group's first warp runs the whole group\n"
         f"    const long long grp = (long long)(block * blockDim.x / {WARP} + warp) / {r.warps};\n"
         f"    if (grp < {r.groups}LL) {name}_body(grp, {args});\n")
-    return Reduction(r.base, r.output, r.kept, r.reduced, r.g, r.warps, src, t.in_types)
+    return Reduction(r.base, r.output, r.kept, r.reduced, r.g, r.warps, src, sum((t.in_types for t in ts), ()))
+
+
+def stages(step: Launch, plan: Plan) -> tuple[list[Launch], Launch | None]:
+    """The sums ``step``'s kernel runs, in order, each :func:`alone`, and its epilogue (``None`` without one)."""
+    chain = step.chain
+    f = chain[-1] if chain[-1].kind == "fused" else None
+    return [alone(m, plan) for m in chain if m.kind == "reduce"], f
 
 
 class _Terms:
@@ -76,19 +94,23 @@ class _Terms:
     operand), ``in<j>[o]`` (sums side by side, :func:`~.passes.group_sums`), or ``<name>_term<k>(o, in0, …)``
     where the step makes the terms (:func:`~.passes.choose_summed`) from its inputs."""
 
-    def __init__(self, step: Launch, plan: Plan, name: str, c: str):
+    def __init__(self, step: Launch, plan: Plan, name: str, c: str, prefix: str = "",
+                 shared: set[int] = frozenset()):
+        """``prefix``: of its parameters' names (the stages of a kernel); ``shared``: arrays another stage writes,
+        read through pointers that are not ``__restrict__``."""
         self.name, self.k = name, len(step.instrs)
         if self.k == 1 and not step.remat:
             self.source, self.in_types = "", (c,)
-            self.params, self.args, self.outs = f"const {c}* __restrict__ x", "x", ["y"]
-            self.read = ["x[{}]"]
+            self.params, self.args, self.outs = f"const {c}* __restrict__ {prefix}x", f"{prefix}x", [f"{prefix}y"]
+            self.read = [f"{prefix}x[{{}}]"]
             return
         made = {r for a in step.remat for r in a.results}
         ins = kernel_inputs(step, plan)
         self.in_types = tuple(ctype(plan.program.types[v]) for v in ins)
-        self.params = ", ".join(f"const {t}* __restrict__ in{k}" for k, t in enumerate(self.in_types))
-        self.args = ", ".join(f"in{k}" for k in range(len(self.in_types)))
-        self.outs = ["y"] if self.k == 1 else [f"y{k}" for k in range(self.k)]
+        self.params = ", ".join(f"const {t}*{'' if v in shared else ' __restrict__'} {prefix}in{k}"
+                                for k, (t, v) in enumerate(zip(self.in_types, ins)))
+        self.args = ", ".join(f"{prefix}in{k}" for k in range(len(self.in_types)))
+        self.outs = [f"{prefix}y"] if self.k == 1 else [f"{prefix}y{k}" for k in range(self.k)]
         self.source, self.read = "", []
         for k, a in enumerate(step.instrs):
             v = plan.read(plan.src(a.args[0]))[0]
@@ -99,7 +121,7 @@ class _Terms:
                 self.source += src
                 self.read.append(f"{fn}({{}}, {self.args})")
             else:
-                self.read.append(f"in{ins.index(v)}[{{}}]")
+                self.read.append(f"{prefix}in{ins.index(v)}[{{}}]")
 
     def at(self, k: int, offset: str) -> str:
         return self.read[k].format(offset)
@@ -111,10 +133,9 @@ class _Epilogue:
     total of the row as ``s[k]`` (every lane holds it after the shuffles). Its arrays are the kernel's last
     parameters, ``e_in<k>`` and ``e_out<k>``."""
 
-    def __init__(self, step: Launch, plan: Plan, name: str, c: str, r: Reduction):
+    def __init__(self, step: Launch, f: Launch, plan: Plan, name: str, c: str, r: Reduction):
         if r.g != 1 or r.warps != 1:
             raise AssertionError(f"an epilogue after sums of G = {r.g}, W = {r.warps}: row sums of one warp expected")
-        f = step.then
         sums = step.outputs[:len(step.outputs) - len(f.outputs)]
         self.inputs = epilogue_inputs(step)
         e = replace(f, inputs=self.inputs)
@@ -134,8 +155,8 @@ class _Epilogue:
 
 
 def alone(step: Launch, plan: Plan) -> Launch:
-    """The sums of ``step`` without their epilogue (``step`` itself when it has none): its own outputs, and the
-    arrays its sums and the terms they make read."""
+    """The sums of ``step`` without what its kernel runs after them (``step`` itself when nothing): its own
+    outputs, and the arrays its sums and the terms they make read."""
     if step.then is None:
         return step
     made = {r for a in step.remat + step.instrs for r in a.results}
@@ -150,7 +171,16 @@ def alone(step: Launch, plan: Plan) -> Launch:
 
 def epilogue_inputs(step: Launch) -> list[int]:
     """The arrays a sum kernel's epilogue reads: its fused step's inputs but the sums (held in registers)."""
-    return [v for v in step.then.inputs if v not in step.outputs]
+    return [v for v in step.chain[-1].inputs if v not in step.outputs]
+
+
+def kernel_arrays(step: Launch, plan: Plan) -> list[list[int]]:
+    """The arrays a sum kernel reads, by stage (:func:`stages`), then its epilogue's: the first stage reads its
+    operand's base where it sums one operand (``x``), else the arrays its terms are made from."""
+    cores, f = stages(step, plan)
+    parts = [[geometry(core, plan).base] if len(core.instrs) == 1 and not core.remat else kernel_inputs(core, plan)
+             for core in cores]
+    return parts + [epilogue_inputs(step) if f is not None else []]
 
 
 def kernel_inputs(step: Launch, plan: Plan) -> list[int]:
@@ -188,32 +218,50 @@ def _partial(r: Reduction, name: str, c: str, t: _Terms) -> str:
             + "}\n")
 
 
-def _device(r: Reduction, name: str, c: str, sig: str, t: _Terms, e: _Epilogue | None = None) -> str:
+def _shuffle(c: str, K: int, G: int, pad: str) -> str:
+    """Each lane adds its partner's partial, for o = 16, 8, … down to ``G`` (``s[k]`` for the ``K`` sums)."""
+    return (f"{pad}for (int o = {WARP // 2}; o >= {G}; o >>= 1) {{\n"
+            + "".join(f"{pad}    const {c} s_o{k} = __shfl_xor_sync({FULL}, s[{k}], o);\n"
+                      f"{pad}    s[{k}] = s[{k}] + s_o{k};\n" for k in range(K))
+            + f"{pad}}}\n")
+
+
+def _device(r: Reduction, name: str, c: str, sig: str, ts: list[_Terms], names: list[str],
+            e: _Epilogue | None = None) -> str:
     """The ``__global__`` kernel: each lane's partials, the shuffles down to ``G`` lanes, and with ``W > 1`` the
-    warps' partials added in shared memory by the group's first warp; then the epilogue ``e``, if any."""
-    G, W, m, K = r.g, r.warps, r.m, t.k
-    shuffle = (f"    for (int o = {WARP // 2}; o >= {G}; o >>= 1) {{\n"
-               + "".join(f"        const {c} s_o{k} = __shfl_xor_sync({FULL}, s[{k}], o);\n"
-                         f"        s[{k}] = s[{k}] + s_o{k};\n" for k in range(K))
-               + "    }\n")
+    warps' partials added in shared memory by the group's first warp. With ``W = 1``: each stage so in turn
+    (``names``: its helpers'), then the epilogue ``e``, if any, with every sum of the row."""
+    G, W, m = r.g, r.warps, r.m
     head = (f"extern \"C\" __global__ void {name}({sig}) {{\n"
             f"    // {W} warp(s) per group of {G} outputs (blockDim.x is a multiple of {W * WARP}: a group never "
             f"straddles blocks)\n"
             f"    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
             f"    const long long grp = t / {W * WARP};\n"
-            f"    const int L = (int)(t % {W * WARP});\n"
-            f"    {c} s[{K}];\n")
+            f"    const int L = (int)(t % {W * WARP});\n")
     if W == 1:
-        return (head + f"    if (grp >= {r.groups}LL) return;             // the whole warp\n"
-                f"    {name}_part(grp, L, {t.args}, s);\n" + shuffle
-                + f"    if (L < {G} && grp * {G}LL + L < {m}LL) {{\n"
-                + "".join(f"        {y}[grp * {G}LL + L] = s[{k}];\n" for k, y in enumerate(t.outs))
-                + "    }\n"
-                + (f"    {name}_epi(grp, L, s, {', '.join(e.args)});     // every lane holds the row's sums\n"
-                   if e else "") + "}\n")
-    part = WARP * G
-    return (head + f"    {name}_part(grp, L, {t.args}, s);          // 0 past the last output: every thread "
-            f"reaches __syncthreads\n" + shuffle
+        code = head + f"    if (grp >= {r.groups}LL) return;             // the whole warp\n"
+        if e:
+            code += f"    {c} tot[{sum(t.k for t in ts)}];                       // the row's sums, for the epilogue\n"
+        at = 0
+        for j, (t, nm) in enumerate(zip(ts, names)):
+            if j:
+                code += "    __syncwarp();                   // lane 0's sums above are read below by every lane\n"
+            code += (f"    {{\n        {c} s[{t.k}];\n        {nm}_part(grp, L, {t.args}, s);\n"
+                     + _shuffle(c, t.k, G, "        ")
+                     + f"        if (L < {G} && grp * {G}LL + L < {m}LL) {{\n"
+                     + "".join(f"            {y}[grp * {G}LL + L] = s[{k}];\n" for k, y in enumerate(t.outs))
+                     + "        }\n"
+                     + ("".join(f"        tot[{at + k}] = s[{k}];\n" for k in range(t.k)) if e else "")
+                     + "    }\n")
+            at += t.k
+        if e:
+            code += f"    {name}_epi(grp, L, tot, {', '.join(e.args)});     // every lane holds the row's sums\n"
+        return code + "}\n"
+    (t,) = ts
+    K, part = t.k, WARP * G
+    return (head + f"    {c} s[{K}];\n"
+            f"    {name}_part(grp, L, {t.args}, s);          // 0 past the last output: every thread "
+            f"reaches __syncthreads\n" + _shuffle(c, K, G, "    ")
             + f"    __shared__ {c} part[{K * part}];                 // [sum][warp of the block][output]\n"
             f"    const int w = (int)(threadIdx.x / {WARP});\n"
             f"    if (L % {WARP} < {G}) {{\n"
@@ -228,41 +276,49 @@ def _device(r: Reduction, name: str, c: str, sig: str, t: _Terms, e: _Epilogue |
             + "    }\n}\n")
 
 
-def _host(r: Reduction, name: str, c: str, t: _Terms, e: _Epilogue | None = None) -> str:
-    """The host replay of group ``grp``: its lanes in turn, the shuffles, then the sum over the warps; then the
-    epilogue ``e``, if any, for each lane (with ``W = 1``, every lane's sums are lane 0's, bit for bit)."""
-    G, W, m, K = r.g, r.warps, r.m, t.k
+def _host(r: Reduction, name: str, c: str, ts: list[_Terms], names: list[str], e: _Epilogue | None = None) -> str:
+    """The host replay of group ``grp``: for each stage, its lanes in turn, the shuffles, then the sum over the
+    warps; then the epilogue ``e``, if any, for each lane (with ``W = 1``, every lane's sums are lane 0's, bit
+    for bit)."""
+    G, W, m = r.g, r.warps, r.m
     n = W * WARP
-    keep = " ".join(f"s{k}[w * {WARP} + l] = p[{k}];" for k in range(K))
-    return ("".join(f"    {c} s{k}[{n}] = {{}}, s2_{k}[{n}] = {{}};\n" for k in range(K))
-            + f"    for (int w = 0; w < {W}; ++w) {{\n"
-            + lanes(name, f"{c} p[{K}]; {name}_part(grp, w * {WARP} + l, {t.args}, p); {keep}", "        ")
-            + f"        for (int o = {WARP // 2}; o >= {G}; o >>= 1) {{\n"
-            + "".join(lanes(name, f"s2_{k}[w * {WARP} + l] = s{k}[w * {WARP} + l] + s{k}[w * {WARP} + (l ^ o)];",
-                            "            ")
-                      + lanes(name, f"s{k}[w * {WARP} + l] = s2_{k}[w * {WARP} + l];", "            ")
-                      for k in range(K))
-            + f"        }}\n    }}\n"
-            f"    for (int l = 0; l < {G}; ++l) {{\n"
-            + "".join(f"        {c} tot{k} = s{k}[l];\n"
-                      f"        for (int w = 1; w < {W}; ++w) tot{k} = tot{k} + s{k}[w * {WARP} + l];\n"
-                      f"        if (grp * {G}LL + l < {m}LL) {y}[grp * {G}LL + l] = tot{k};\n"
-                      for k, y in enumerate(t.outs))
-            + "    }\n"
-            + (f"    const {c} tot[{K}] = {{{', '.join(f's{k}[0]' for k in range(K))}}};\n"
-               + lanes(name, f"{name}_epi(grp, l, tot, {', '.join(e.args)});") if e else ""))
+    code = f"    {c} tot[{sum(t.k for t in ts)}];\n" if e else ""
+    at = 0
+    for t, nm in zip(ts, names):
+        K = t.k
+        keep = " ".join(f"s{k}[w * {WARP} + l] = p[{k}];" for k in range(K))
+        code += ("    {\n" + "".join(f"    {c} s{k}[{n}] = {{}}, s2_{k}[{n}] = {{}};\n" for k in range(K))
+                 + f"    for (int w = 0; w < {W}; ++w) {{\n"
+                 + lanes(name, f"{c} p[{K}]; {nm}_part(grp, w * {WARP} + l, {t.args}, p); {keep}", "        ")
+                 + f"        for (int o = {WARP // 2}; o >= {G}; o >>= 1) {{\n"
+                 + "".join(lanes(name, f"s2_{k}[w * {WARP} + l] = s{k}[w * {WARP} + l] + s{k}[w * {WARP} + (l ^ o)];",
+                                 "            ")
+                           + lanes(name, f"s{k}[w * {WARP} + l] = s2_{k}[w * {WARP} + l];", "            ")
+                           for k in range(K))
+                 + f"        }}\n    }}\n"
+                 f"    for (int l = 0; l < {G}; ++l) {{\n"
+                 + "".join(f"        {c} tot{k} = s{k}[l];\n"
+                           f"        for (int w = 1; w < {W}; ++w) tot{k} = tot{k} + s{k}[w * {WARP} + l];\n"
+                           f"        if (grp * {G}LL + l < {m}LL) {y}[grp * {G}LL + l] = tot{k};\n"
+                           for k, y in enumerate(t.outs))
+                 + "    }\n"
+                 + ("".join(f"    tot[{at + k}] = s{k}[0];\n" for k in range(K)) if e else "")
+                 + "    }\n")
+        at += K
+    return code + (lanes(name, f"{name}_epi(grp, l, tot, {', '.join(e.args)});") if e else "")
 
 
 def reduce_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
-    """The sum kernel of a ``reduce`` step (``SumTo``): a warp or a few per group of outputs."""
+    """The sum kernel of a ``reduce`` step (``SumTo``): a warp or a few per group of outputs; with the sums and
+    the epilogue it runs after its own (``Launch.then``)."""
     r = reduce_source(step, plan, name, ctype(plan.program.types[step.outputs[0]]))
-    own = len(step.instrs) == 1 and not step.remat           # reads its operand's base: x, then y
-    ins = [r.base] if own else kernel_inputs(alone(step, plan), plan)
-    ops = ["SumTo"] * len(step.instrs) + [f"({a.op.name})" for a in step.remat]
+    parts = kernel_arrays(step, plan)
+    ins = [v for part in parts[:-1] for v in part]
+    cores, f = stages(step, plan)
+    ops = [op for core in cores for op in ["SumTo"] * len(core.instrs) + [f"({a.op.name})" for a in core.remat]]
     types = r.in_types
-    if step.then is not None:                                # then the epilogue's arrays (:class:`_Epilogue`)
-        f = step.then
-        extra = epilogue_inputs(step)
+    if f is not None:                                        # then the epilogue's arrays (:class:`_Epilogue`)
+        extra = parts[-1]
         b = element_body(replace(f, inputs=extra), plan, name, given=dict.fromkeys(step.outputs, "s[0]"))
         n = plan.program.types[f.instrs[-1].results[0]].size
         # a check only (it raises): the epilogue's reads at its own elements stay inside its arrays

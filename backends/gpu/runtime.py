@@ -42,7 +42,7 @@ from .gather import copy_kernel, gather_kernel
 from .graph import Graphed
 from .kernel import Kernel
 from .plan import Plan, last_readers, plan
-from .reduction import epilogue_inputs, reduce_kernel
+from .reduction import kernel_arrays, reduce_kernel
 from .row import row_kernel
 
 __all__ = ["GpuFunction", "kernels", "generate", "build", "tensor_cores", "BLOCK", "VIEWS"]
@@ -136,10 +136,11 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         elif s.kind == "reduce" and k in ks:          # a sum kernel (reduction.reduce_kernel): a warp or a few per outputs
             kern, x = ks[k], src(a.args[0])
             b = kern.inputs[0]              # the base array of x, read through x's layout
-            extra = epilogue_inputs(s) if s.then is not None else []   # the epilogue's arrays come last
-            own = kern.inputs[:len(kern.inputs) - len(extra)]
+            parts = kernel_arrays(s, p)     # the first sums' arrays, then later sums' and the epilogue's
+            own, extra = parts[0], [v for part in parts[1:] for v in part]
+            made = set(kern.outputs)        # later sums may read earlier ones, made by this kernel
             flat = lambda vs: [names[src(v)] if src(v) in contiguous or src(v) in p.values  # noqa: E731
-                               else f"xp.ascontiguousarray({names[src(v)]})" for v in vs]
+                               or src(v) in made else f"xp.ascontiguousarray({names[src(v)]})" for v in vs]
             if s.remat or len(s.instrs) > 1:    # terms made from its inputs, or sums side by side (passes)
                 arg = ", ".join(flat(own))
             elif b == x or b in keep or b in p.values or last.get(b, k) >= k:

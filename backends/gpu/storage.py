@@ -54,7 +54,8 @@ def bf16_operands(plan: Plan) -> frozenset[int]:
             kinds.setdefault(base(v), set()).add("matmul" if n in rounded else s.kind)
     returned = {base(v) for v in plan.program.outputs} | {plan.src(v) for v in plan.program.outputs}
     types = plan.program.types
-    fused = [s for s in plan.steps if s.kind == "fused"] + [s.then for s in plan.steps if s.then is not None]
+    fused = [s for s in plan.steps if s.kind == "fused"] + [s.chain[-1] for s in plan.steps
+                                                             if s.then is not None and s.chain[-1].kind == "fused"]
     return frozenset(v for s in fused for v in s.outputs
                      if v not in returned and kinds.get(v) == {"matmul"}
                      and isinstance(types[v].dtype, Float) and types[v].dtype.bits == 32)
