@@ -27,6 +27,10 @@ offset is an element's index), from the step's inputs. Sums of one geometry side
 (:func:`~.passes.group_sums`) share the loop: each keeps its own accumulators, shuffles and shared memory, and
 adds its terms in the order it would alone, so each output has the bits of its own kernel.
 
+Row sums of one warp a row may run more in the same kernel (``Launch.then``, :mod:`~.epilogue`): further
+stages of row sums (``<name>_1``, …), each after a ``__syncwarp`` so that it reads the sums lane 0 wrote, and
+then an epilogue (``<name>_epi``) over the row's columns with every sum of the row in registers.
+
 The per-lane partial is ``__host__ __device__``; ``<name>_body(group, …)`` (host only) runs the group's lanes in
 turn, in the host mode's order, and replays the shuffles and the shared-memory sum exactly, and
 ``<name>__host_warp`` (``#ifdef CG_HOSTRUN``) runs it for the group's first warp, as the row kernels of
