@@ -312,9 +312,11 @@ def test_no_restrict_on_a_donated_input_or_its_output():
                 for k in (args.index(out), args.index(donor)):
                     assert "__restrict__" not in params[k], f"{name}: {params[k]} aliases a donated buffer"
                     checked += 1
-        # the other pointers keep it
+        # the other pointers keep it, but for a row's sums that a sum kernel writes and its later stages read
+        # (passed twice: as an output, and as an input)
+        twice = {a for a in args if args.count(a) > 1 and not a.startswith("xp.")}
         assert all("__restrict__" in p for k, p in enumerate(params) if args[k] not in donated
-                   and args[k] not in donated.values())
+                   and args[k] not in donated.values() and args[k] not in twice)
     assert checked >= 2 * len(donated)
 
 

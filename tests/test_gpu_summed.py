@@ -45,6 +45,15 @@ def _no_epilogues(m):
     m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "fuse_epilogues", lambda p, updates=None: p.steps)
 
 
+@pytest.fixture(autouse=True)
+def _alone():
+    """The passes under test alone: no epilogues (:mod:`~.epilogue` takes the sums' readers and later sums into
+    their kernels; tests/test_gpu_epilogue.py tests them together)."""
+    with pytest.MonkeyPatch.context() as m:
+        _no_epilogues(m)
+        yield
+
+
 @pytest.fixture
 def without_pass():
     """Plans made with ``choose_summed`` off: every group launched, its results stored and read back."""

@@ -65,14 +65,18 @@ def element_body(step: Launch, plan: Plan, name: str, donated: dict[int, int] | 
     return Body(lines, params, w.in_types, w.strided, tuple(w.read_at), store_helper(name) if any(narrow) else "")
 
 
-def value_function(step: Launch, plan: Plan, name: str, v: int) -> tuple[str, tuple[str, ...]]:
+def value_function(step: Launch, plan: Plan, name: str, v: int,
+                   shared: frozenset[int] | set[int] = frozenset()) -> tuple[str, tuple[str, ...]]:
     """``(source, input types)`` of ``__host__ __device__ T <name>(long long i, const T0* in0, …)``: the value of
-    ``v`` at its element ``i``, made by ``step.remat`` from ``step.inputs`` (a sum kernel's terms)."""
+    ``v`` at its element ``i``, made by ``step.remat`` from ``step.inputs`` (a sum kernel's terms). ``shared``:
+    inputs the same kernel writes (an earlier stage's sums): not ``__restrict__``, so that they are not read
+    through the read-only data cache (``ld.global.nc``), which the kernel's own stores do not update."""
     c = ctype(plan.program.types[v])
     w = _Writer(step, plan, c)
     lines: list[str] = []
     reg = w.recompute(v, "i", _Scope(lines, "    ", True))
-    params = ", ".join(f"const {t}* __restrict__ in{k}" for k, t in enumerate(w.in_types))
+    params = ", ".join(f"const {t}*{'' if x in shared else ' __restrict__'} in{k}"
+                       for k, (t, x) in enumerate(zip(w.in_types, step.inputs)))
     return (f"__host__ __device__ inline {c} {name}(long long i, {params}) {{\n" + "\n".join(lines)
             + f"\n    return {reg};\n}}\n", w.in_types)
 

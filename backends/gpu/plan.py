@@ -127,11 +127,6 @@ class Plan:
     narrow: frozenset = frozenset()    # values stored as bfloat16 bits (``precision="bf16"``, :mod:`~.storage`)
 
     @property
-    def chain(self) -> list[Launch]:
-        """This step and those its kernel runs after it (``then``), in order."""
-        return [self] + (self.then.chain if self.then is not None else [])
-
-    @property
     def launches(self) -> int:
         return sum(s.launches for s in self.steps)
 

@@ -64,8 +64,9 @@ def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = N
     if len(cores) > 1 and (r.g, r.warps) != (1, 1):
         raise AssertionError(f"sums after sums of G = {r.g}, W = {r.warps}: row sums of one warp expected")
     names = [name] + [f"{name}_{k}" for k in range(1, len(cores))]
-    read_again = {v for core in cores[1:] for v in kernel_inputs(core, plan)}
-    ts = [_Terms(core, plan, nm, c, prefix=f"b{k}_" if k else "", shared=read_again)
+    read_again = {v for core in cores[1:] for v in kernel_inputs(core, plan)} & {v for core in cores
+                                                                                  for v in core.outputs}
+    ts = [_Terms(core, plan, nm, c, prefix=f"b{k}_" if k else "", shared=read_again)   # sums read again
           for k, (core, nm) in enumerate(zip(cores, names))]
     e = _Epilogue(step, f, plan, name, c, r) if f is not None else None
     ein, eout = (e.params[:e.ins], e.params[e.ins:]) if e else ([], [])      # the kernel's inputs, then outputs
@@ -120,7 +121,7 @@ class _Terms:
             v = plan.read(plan.src(a.args[0]))[0]
             if v in made:
                 fn = f"{name}_term{k}" if self.k > 1 else f"{name}_term"
-                src, types = value_function(replace(step, inputs=ins), plan, fn, v)
+                src, types = value_function(replace(step, inputs=ins), plan, fn, v, shared)
                 assert types == self.in_types
                 self.source += src
                 self.read.append(f"{fn}({{}}, {self.args})")
@@ -134,7 +135,8 @@ class _Terms:
 class _Epilogue:
     """The fused step a kernel of row sums runs after them (``Launch.then``, :mod:`~.epilogue`):
     ``<name>_epi(grp, L, s, …)`` makes lane ``L``'s columns ``L, L + 32, …`` of row ``grp``, reading sum ``k``'s
-    total of the row as ``s[k]`` (every lane holds it after the shuffles). Its arrays are the kernel's last
+    total of the row (of every stage's, in order) as ``s[k]`` (the kernel's ``tot``: every lane holds it after
+    the shuffles). Its arrays are the kernel's last
     parameters, ``e_in<k>`` and ``e_out<k>``."""
 
     def __init__(self, step: Launch, f: Launch, plan: Plan, name: str, c: str, r: Reduction):
