@@ -84,7 +84,8 @@ def reduce_source(step: Launch, plan: Plan, name: str, c: str, g: int | None = N
         f"    if (warp % {r.warps} != 0) return;                   // the group's first warp runs the whole group\n"
         f"    const long long grp = (long long)(block * blockDim.x / {WARP} + warp) / {r.warps};\n"
         f"    if (grp < {r.groups}LL) {name}_body(grp, {args});\n")
-    return Reduction(r.base, r.output, r.kept, r.reduced, r.g, r.warps, src, sum((t.in_types for t in ts), ()))
+    return Reduction(r.base, r.output, r.kept, r.reduced, r.g, r.warps, src,
+                     sum((t.in_types for t in ts), ()) + (e.body.in_types if e else ()), e.body.reads if e else ())
 
 
 def stages(step: Launch, plan: Plan) -> tuple[list[Launch], Launch | None]:
@@ -319,17 +320,13 @@ def reduce_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     the epilogue it runs after its own (``Launch.then``)."""
     r = reduce_source(step, plan, name, ctype(plan.program.types[step.outputs[0]]))
     parts = kernel_arrays(step, plan)
-    ins = [v for part in parts[:-1] for v in part]
+    ins = [v for part in parts for v in part]
     cores, f = stages(step, plan)
     ops = [op for core in cores for op in ["SumTo"] * len(core.instrs) + [f"({a.op.name})" for a in core.remat]]
-    types = r.in_types
     if f is not None:                                        # then the epilogue's arrays (:class:`_Epilogue`)
-        extra = parts[-1]
-        b = element_body(replace(f, inputs=extra), plan, name, given=dict.fromkeys(step.outputs, "s[0]"))
         n = plan.program.types[f.instrs[-1].results[0]].size
         # a check only (it raises): the epilogue's reads at its own elements stay inside its arrays
-        with_extents(Kernel(name, "", extra, list(f.outputs), n, [], reads=b.reads), plan)
-        ins, types = ins + extra, types + b.in_types
+        with_extents(Kernel(name, "", parts[-1], list(f.outputs), n, [], reads=r.reads), plan)
         ops += [a.op.name for a in f.instrs] + [f"({a.op.name})" for a in f.remat]
-    return with_extents(Kernel(name, r.source, ins, list(step.outputs), r.groups, ops, frozenset(ins), types,
+    return with_extents(Kernel(name, r.source, ins, list(step.outputs), r.groups, ops, frozenset(ins), r.in_types,
                                lanes=r.lanes), plan)

@@ -38,6 +38,8 @@ class Reduction:
     warps: int                 # warps per group
     source: str = ""
     in_types: tuple = ()       # C types of the kernel's inputs: the operand, or those its terms are made from
+                               # (each stage's), then its epilogue's
+    reads: tuple = ()          # the epilogue's reads at its own elements (:attr:`~.kernel.Kernel.reads`)
 
     @property
     def m(self) -> int:
