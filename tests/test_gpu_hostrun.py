@@ -478,3 +478,32 @@ def test_hostcheck_types_each_output_with_its_own_c_type(rng):
     out = np.zeros((B, V), np.float32)
     host(k.name, *[np.ascontiguousarray(env[p.src(v)]) for v in k.inputs], out)
     np.testing.assert_allclose(out, np.eye(V, dtype=np.float32)[ids] * w + 1, rtol=1e-6)
+
+
+def test_the_host_compiler_contracts_no_multiply_add(tmp_path):
+    """The host mode's kernels round each product and each sum (no FMA contraction, whatever the CPU), so the
+    same expression gives the same bits in any kernel that inlines it: the tests that compare fused and unfused
+    kernels in the host mode exactly hold on an FMA CPU (aarch64, or x86 with FMA, where GCC would contract
+    ``a * b + c`` at ``-O2``). Checked with FMA instructions allowed (``-mfma``) at ``-O2``: ``a * b + c`` is the
+    rounded product plus ``c``, not ``fmaf(a, b, c)``."""
+    from circuitgrad.backends.gpu.host import launch
+    if hostcheck.nvcc() is None:
+        pytest.skip("nvcc not installed")
+    if sys.platform != "linux" or os.uname().machine != "x86_64" or " fma " not in open("/proc/cpuinfo").read():
+        pytest.skip("needs an x86-64 CPU with FMA")
+    import ctypes
+    import subprocess
+    src = tmp_path / "mad.cpp"
+    src.write_text('extern "C" float mad(float a, float b, float c) { return a * b + c; }\n')
+    lib = tmp_path / "mad.so"
+    flags = ["-O2" if f == "-O1" else f for f in launch.FLAGS]          # where GCC would contract
+    res = subprocess.run([hostcheck.nvcc(), *flags, "-Xcompiler", "-mfma", "-o", str(lib), str(src)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    mad = ctypes.CDLL(str(lib)).mad
+    mad.restype, mad.argtypes = ctypes.c_float, [ctypes.c_float] * 3
+    a = np.float32(1 + 2.0 ** -12)
+    c = -(a * a)                                  # a·a rounded to float32, negated
+    exact = float(np.float64(a) * np.float64(a) + np.float64(c))   # what an FMA gives: a·a's rounding error
+    assert exact != 0.0
+    assert mad(a, a, c) == 0.0                    # the rounded product plus c

@@ -236,7 +236,9 @@ def _cache_dir() -> str:
     return d
 
 
-FLAGS = ["-x", "c++", "-O1", "-shared", "-Xcompiler", "-fPIC"]
+# -ffp-contract=off: each product and sum rounded, as NumPy does, never fused into an FMA (GCC does at -O2 on an
+# FMA CPU): an expression has the same bits in every kernel that inlines it, on any host
+FLAGS = ["-x", "c++", "-O1", "-shared", "-Xcompiler", "-fPIC", "-Xcompiler", "-ffp-contract=off"]
 
 
 def _build(units: list[tuple[str, str, list[Param]]]) -> ctypes.CDLL:
