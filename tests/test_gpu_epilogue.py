@@ -5,14 +5,12 @@ and in the host mode; that bfloat16 storage still narrows an epilogue's outputs.
 from __future__ import annotations
 
 import re
-import sys
 
 import numpy as np
 import pytest
 
 import circuitgrad as cg
 from circuitgrad import nn, ops
-from circuitgrad import primitives as P
 from circuitgrad.backends import gpu
 from circuitgrad.backends.gpu import epilogue, memory
 from circuitgrad.backends.gpu.host import run as hostrun
@@ -20,18 +18,16 @@ from circuitgrad.backends.gpu.layout import gather_index
 from circuitgrad.backends.gpu.plan import plan as make_plan
 from circuitgrad.backends.gpu.reduction import epilogue_inputs, kernel_arrays
 
+from _plans import program, sum_to, without_epilogues
+
 ok, why = hostrun.available()
 needs_nvcc = pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
 
 X = cg.NdArrayType((64, 48), cg.float32)
 
 
-def _sum_to(a, shape):
-    return a.builder.apply(P.SumTo(a.type, a.type.with_shape(shape)), a)[0]
-
-
 def _prog(fn, types=(X,)):
-    return cg.schedule(cg.trace(fn, list(types), name="f"))
+    return program(fn, types)
 
 
 def _launched(p):
@@ -42,16 +38,16 @@ def _launched(p):
 def unfused():
     """Plans made without the pass: each sum and the step reading it, two launches."""
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "fuse_epilogues", lambda p, updates=None: p.steps)
+        without_epilogues(m)
         yield
 
 
 def _layer_norm_grad(x, dy):
     """A layer norm's backward pass as the derivative writes it: two row sums of products, then ``dx``."""
-    xc = x - ops.broadcast_to(_sum_to(x, (64, 1)) * (1 / 48), (64, 48))
-    r = ops.rsqrt(_sum_to(xc * xc, (64, 1)) * (1 / 48) + 1e-5)
+    xc = x - ops.broadcast_to(sum_to(x, (64, 1)) * (1 / 48), (64, 48))
+    r = ops.rsqrt(sum_to(xc * xc, (64, 1)) * (1 / 48) + 1e-5)
     xh = xc * ops.broadcast_to(r, (64, 48))
-    a, b = _sum_to(dy, (64, 1)), _sum_to(dy * xh, (64, 1))
+    a, b = sum_to(dy, (64, 1)), sum_to(dy * xh, (64, 1))
     return (dy - ops.broadcast_to(a * (1 / 48), (64, 48)) - xh * ops.broadcast_to(b * (1 / 48), (64, 48))) \
         * ops.broadcast_to(r, (64, 48))
 
@@ -107,7 +103,7 @@ def test_a_layer_norms_backward_is_one_launch():
 
 
 def _columns(x):
-    s = _sum_to(x, (48,))                                                     # a column sum: G > 1
+    s = sum_to(x, (48,))                                                     # a column sum: G > 1
     return x * ops.broadcast_to(s, (64, 48))
 
 
@@ -115,12 +111,12 @@ LONG = cg.NdArrayType((5, 3000), cg.float32)
 
 
 def _long_rows(x):
-    s = _sum_to(x, (5, 1))                                                    # 3000 terms a row: W > 1
+    s = sum_to(x, (5, 1))                                                    # 3000 terms a row: W > 1
     return x * ops.broadcast_to(s, (5, 3000))
 
 
 def _other_row(x, z):
-    s = _sum_to(x, (64, 1))                                                   # z's element (i, j) reads s[j]
+    s = sum_to(x, (64, 1))                                                   # z's element (i, j) reads s[j]
     return z * ops.broadcast_to(ops.reshape(s, (1, 64)), (48, 64))
 
 
@@ -142,7 +138,7 @@ def test_refused(case):
 def test_a_fused_step_writing_a_donated_update_is_not_an_epilogue():
     """``w − Σ_row(w)·w`` into ``w``'s memory: an in-place update is written only by a fused kernel."""
     def f(w):
-        return (w - w * ops.broadcast_to(_sum_to(w, (64, 1)), (64, 48)),)
+        return (w - w * ops.broadcast_to(sum_to(w, (64, 1)), (64, 48)),)
     prog = _prog(f)
     (sums,) = _launched(make_plan(prog))                                       # not donated: an epilogue
     assert sums.then is not None
@@ -154,9 +150,9 @@ def test_a_fused_step_writing_a_donated_update_is_not_an_epilogue():
 def _two_sums(second):
     """``s = Σ_row x``, then a second sum of terms made from ``s``: ``second(x, s)`` gives the terms and shape."""
     def f(x):
-        s = _sum_to(x, (64, 1))
+        s = sum_to(x, (64, 1))
         terms, shape = second(x, s)
-        return _sum_to(terms, shape), s
+        return sum_to(terms, shape), s
     return f
 
 
@@ -194,7 +190,7 @@ def _product_between(reads_it: bool, made: bool = True):
     step reading the sum and ``h`` (and the product, or not)."""
     def f(x, z):
         h = ops.tanh(x) if made else x
-        s = _sum_to(h, (64, 1))
+        s = sum_to(h, (64, 1))
         w = z @ ops.constant(M, 0.5)
         y = ((h + w) if reads_it else h) * ops.broadcast_to(s, (64, 48))
         return (y,) if reads_it else (y, w)
@@ -235,13 +231,13 @@ def test_the_reader_stays_after_a_step_making_what_it_reads():
 def _regrouped(x):
     """Row sums of ``[32, 96]`` read by a ``[64, 48]`` step through a reshape: element ``i`` reads row ``i // 96``,
     its own row of the sums (the epilogue runs over the linear index)."""
-    s = _sum_to(ops.reshape(x, (32, 96)), (32, 1))
+    s = sum_to(ops.reshape(x, (32, 96)), (32, 1))
     return ops.reshape(ops.reshape(x, (32, 96)) * ops.broadcast_to(s, (32, 96)), (64, 48)) + x
 
 
 def _transposed_read(x):
     """The same sums' broadcast read through a transpose: element ``(i, j)`` of ``[48, 64]`` reads row ``j``."""
-    s = _sum_to(x, (64, 1))
+    s = sum_to(x, (64, 1))
     return ops.transpose(x) * ops.transpose(ops.broadcast_to(s, (64, 48)))
 
 
@@ -280,7 +276,7 @@ def test_a_stages_divisor_is_its_gathered_offsets(shape, strides, n, want):
 def _emulated(prog, xs, fused: bool):
     with pytest.MonkeyPatch.context() as m:
         if not fused:
-            m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "fuse_epilogues", lambda p, updates=None: p.steps)
+            without_epilogues(m)
         f = gpu.compile_function(prog, [f"a{k}" for k in range(len(xs))], "f", emulate=True)
     return f, f.run(*xs)
 
@@ -312,8 +308,7 @@ def test_the_generated_epilogue_is_the_same_bits_on_the_host(case, order, rng):
     for fused in (False, True):
         with pytest.MonkeyPatch.context() as m, hostrun.device(order) as cp:
             if not fused:
-                m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "fuse_epilogues",
-                          lambda p, updates=None: p.steps)
+                without_epilogues(m)
             f = gpu.compile_function(_prog(fn, types), [f"a{k}" for k in range(len(xs))], "f")
             got.append([y.get() for y in f.run(*(cp.asarray(x) for x in xs))])
             if fused:
@@ -330,7 +325,7 @@ def test_the_generated_epilogue_is_the_same_bits_on_the_host(case, order, rng):
 def _gpt_step(seed, fused: bool, precision="fp32"):
     with pytest.MonkeyPatch.context() as m:
         if not fused:
-            m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "fuse_epilogues", lambda p, updates=None: p.steps)
+            without_epilogues(m)
         step = cg.compile_model(nn.gpt(8, 64, 96, d=64, heads=2, layers=2), loss=nn.softmax_cross_entropy,
                                 optimizer=nn.adamw(0.01), backend="cupy-emulated", donate=True, precision=precision)
     params = step.init_params(seed=0)

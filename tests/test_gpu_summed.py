@@ -10,12 +10,12 @@ import pytest
 
 import circuitgrad as cg
 from circuitgrad import nn, ops
-from circuitgrad import primitives as P
 from circuitgrad.backends import gpu
 from circuitgrad.backends.gpu import memory
 from circuitgrad.backends.gpu.host import run as hostrun
 from circuitgrad.backends.gpu.plan import plan as make_plan
 
+from _plans import program, sum_to, without_epilogues
 from _tolerance import assert_sums_close
 
 ok, why = hostrun.available()
@@ -25,24 +25,15 @@ X = cg.NdArrayType((64, 48), cg.float32)
 M = cg.NdArrayType((48, 48), cg.float32)
 
 
-def _sum_to(a, shape):
-    return a.builder.apply(P.SumTo(a.type, a.type.with_shape(shape)), a)[0]
-
-
 def _prog(fn, types=(X,)):
-    return cg.schedule(cg.trace(fn, list(types), name="f"))
+    return program(fn, types)
 
 
 def _squares(x):
     """A row's sum of squares about its mean: ``d = x − mean``, ``Σ d²``, as a layer norm computes it."""
-    mean = _sum_to(x, (64, 1)) * (1 / 48)
+    mean = sum_to(x, (64, 1)) * (1 / 48)
     d = x - ops.broadcast_to(mean, (64, 48))
-    return _sum_to(d * d, (64, 1))
-
-
-def _no_epilogues(m):
-    """Plans without ``fuse_epilogues``: the pass under test alone (an epilogue would take the group it keeps)."""
-    m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "fuse_epilogues", lambda p, updates=None: p.steps)
+    return sum_to(d * d, (64, 1))
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +41,7 @@ def _alone():
     """The passes under test alone: no epilogues (:mod:`~.epilogue` takes the sums' readers and later sums into
     their kernels; tests/test_gpu_epilogue.py tests them together)."""
     with pytest.MonkeyPatch.context() as m:
-        _no_epilogues(m)
+        without_epilogues(m)
         yield
 
 
@@ -59,7 +50,7 @@ def without_pass():
     """Plans made with ``choose_summed`` off: every group launched, its results stored and read back."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "choose_summed", lambda st: None)
-        _no_epilogues(m)
+        without_epilogues(m)
         yield
 
 
@@ -84,21 +75,21 @@ def test_without_the_pass_the_group_is_launched(without_pass):
 
 def _also_read(x):
     """``d·d`` read by a sum and by an elementwise kernel: stored, and summed from memory."""
-    mean = _sum_to(x, (64, 1)) * (1 / 48)
+    mean = sum_to(x, (64, 1)) * (1 / 48)
     d = x - ops.broadcast_to(mean, (64, 48))
     sq = d * d
-    return _sum_to(sq, (64, 1)), ops.tanh(sq) @ ops.constant(M, 1.0)
+    return sum_to(sq, (64, 1)), ops.tanh(sq) @ ops.constant(M, 1.0)
 
 
 def _transposed(x):
     """``d·d`` summed through a transpose: a term's index is not its element's."""
     d = x * x
-    return _sum_to(ops.transpose(d), (48, 1))
+    return sum_to(ops.transpose(d), (48, 1))
 
 
 def _output(x):
     d = x * 3.0
-    return _sum_to(d, (64, 1)), d
+    return sum_to(d, (64, 1)), d
 
 
 WIDE = cg.NdArrayType((48, 96), cg.float32)
@@ -110,7 +101,7 @@ def _held(x):
     replaces."""
     u, v = x @ ops.constant(M, 0.5), x @ ops.constant(M, 0.25)
     w = ops.tanh(x @ ops.constant(WIDE, 2.0)) @ ops.constant(cg.NdArrayType((96, 48), cg.float32), 2.0)
-    return _sum_to(u * v, (64, 1)) + _sum_to(w, (64, 1))
+    return sum_to(u * v, (64, 1)) + sum_to(w, (64, 1))
 
 
 KEPT = {"read by a kernel too": _also_read, "read through a layout": _transposed, "an output": _output,
@@ -131,9 +122,9 @@ B = cg.NdArrayType((1, 48), cg.float32)
 
 def _update_before_the_sum(w, x):
     """A bias-like ``w``: its update ``w + Σ x`` (donated into ``w``) runs first, ``Σ w·(x M)`` after the product."""
-    upd = w + _sum_to(x, (1, 48))
+    upd = w + sum_to(x, (1, 48))
     m = x @ ops.constant(M, 0.5)
-    return upd, _sum_to(ops.broadcast_to(w, (64, 48)) * m, (64, 1))
+    return upd, sum_to(ops.broadcast_to(w, (64, 48)) * m, (64, 1))
 
 
 @pytest.mark.parametrize("extra", [0, 1])
@@ -143,7 +134,7 @@ def test_a_group_of_more_than_PARTIAL_instructions_is_kept(extra):
     def f(x):
         for _ in range(PARTIAL + extra):
             x = ops.tanh(x)
-        return _sum_to(x, (64, 1))
+        return sum_to(x, (64, 1))
     p = make_plan(_prog(f))
     assert [len(s.remat) for s in _reduce_steps(p)] == [0 if extra else PARTIAL]
 
@@ -168,11 +159,11 @@ def test_held_inputs_keep_a_group_only_where_work_runs_before_the_sum(monkeypatc
 def _inner_reads_w(w, x):
     """``g = e·m`` recomputes the small group ``e = exp(w)`` (2 × 48, read through a broadcast): g's sum would
     read ``w`` itself, which its update (donated) overwrites before the sum runs."""
-    upd = w + _sum_to(x, (1, 48))
+    upd = w + sum_to(x, (1, 48))
     m = x @ ops.constant(M, 0.5)
     e = ops.exp(ops.broadcast_to(w, (2, 48)))
     wide = ops.reshape(ops.broadcast_to(ops.reshape(e, (2, 1, 48)), (2, 32, 48)), (64, 48))
-    return upd, _sum_to(wide * m, (64, 1))
+    return upd, sum_to(wide * m, (64, 1))
 
 
 def test_the_inputs_of_the_groups_a_group_recomputes_are_checked_too():
@@ -195,7 +186,7 @@ def test_a_donated_input_updated_before_the_sum_is_not_read_there():
 
 def _run_emulated(prog, xs, summed: bool):
     with pytest.MonkeyPatch.context() as m:
-        _no_epilogues(m)
+        without_epilogues(m)
         if not summed:
             m.setattr(sys.modules["circuitgrad.backends.gpu.plan"], "choose_summed", lambda st: None)
         f = gpu.compile_function(prog, [f"a{k}" for k in range(len(xs))], "f", emulate=True)
@@ -270,7 +261,7 @@ SIDE = {
 
 def _three(shape):
     """Three sums of one geometry: two operands as they are, one made (``a·b``)."""
-    return lambda a, b: (_sum_to(a, shape), _sum_to(b, shape), _sum_to(a * b, shape))
+    return lambda a, b: (sum_to(a, shape), sum_to(b, shape), sum_to(a * b, shape))
 
 
 @pytest.mark.parametrize("case", list(SIDE))
@@ -285,15 +276,15 @@ def test_sums_of_one_geometry_share_a_kernel(case):
 def test_a_sum_reading_an_earlier_one_does_not_join_it():
     """``Σ x·s`` reads ``s = Σ x`` (the same geometry): it runs after that kernel, in one of its own."""
     def f(x):
-        s = _sum_to(x, (64, 1))
-        return _sum_to(x * ops.broadcast_to(s, (64, 48)), (64, 1))
+        s = sum_to(x, (64, 1))
+        return sum_to(x * ops.broadcast_to(s, (64, 48)), (64, 1))
     assert [len(s.instrs) for s in _reduce_steps(make_plan(_prog(f)))] == [1, 1]
 
 
 def test_sums_of_other_geometries_or_through_a_layout_do_not_join():
     """``Σ a`` and ``Σ b`` over other axes; ``Σ cᵀ``, of ``Σ a``'s types, reads ``c`` through a transpose."""
     def f(a, b, c):
-        return _sum_to(a, (64, 1)), _sum_to(b, (48,)), _sum_to(ops.transpose(c), (64, 1))
+        return sum_to(a, (64, 1)), sum_to(b, (48,)), sum_to(ops.transpose(c), (64, 1))
     p = make_plan(_prog(f, (X, X, cg.NdArrayType((48, 64), cg.float32))))
     assert [len(s.instrs) for s in _reduce_steps(p)] == [1, 1, 1]
 
@@ -301,7 +292,7 @@ def test_sums_of_other_geometries_or_through_a_layout_do_not_join():
 def test_at_most_SUMS_sums_a_kernel():
     from circuitgrad.backends.gpu.passes import SUMS
     n = SUMS + 2
-    p = make_plan(_prog(lambda *xs: tuple(_sum_to(x, (48,)) for x in xs), (X,) * n))
+    p = make_plan(_prog(lambda *xs: tuple(sum_to(x, (48,)) for x in xs), (X,) * n))
     assert [len(s.instrs) for s in _reduce_steps(p)] == [SUMS, 2]
 
 
@@ -320,7 +311,7 @@ def test_sums_side_by_side_are_each_sum_alone_bit_for_bit(case, rng):
         f = gpu.compile_function(_prog(lambda a, b: _three(out)(a, b)[:2], (t, t)), ["a", "b"], "f")
         assert [len(s.instrs) for s in _reduce_steps(f.plan)] == [2]
         together = [y.get() for y in f.run(cp.asarray(a), cp.asarray(b))]
-        apart = [gpu.compile_function(_prog(lambda a: _sum_to(a, out), (t,)), ["a"], "g").run(cp.asarray(v))[0].get()
+        apart = [gpu.compile_function(_prog(lambda a: sum_to(a, out), (t,)), ["a"], "g").run(cp.asarray(v))[0].get()
                  for v in (a, b)]
     assert all(np.array_equal(u, v) for u, v in zip(together, apart))
     for got, v in zip(together, (a, b)):
