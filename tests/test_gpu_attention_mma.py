@@ -63,27 +63,39 @@ def _tolerance(kind: str, causal: bool, precision: str, q, k, v, do) -> list[np.
     to neighbouring values (one unit ``u`` of it: ``u·|X||Y|`` of the product ``X Y``), and ``D`` is
     ``rowsum(dO∘O)`` in the kernels but ``rowsum(dA∘A)`` in the definition, each from rounded operands (up to
     ``4u·Σ|dO|(|P||v|)`` a row, which the score gradient carries through ``c·P``); plus float32 accumulation in
-    another order (``2⁻¹⁶`` of the product)."""
+    another order (``2⁻¹⁶`` of the product). The scores themselves differ by up to ``E = (2u + dh·2⁻²⁴)·c·|q||k|ᵀ``
+    (each adds dh terms), which is not one unit of a score that cancels: the weights carry it (``|δP|``, to first order) into every
+    output, and through the score gradient into dq and dk."""
     q, k, v, do = (x.astype(np.float64) for x in (q, k, v, do))
     c, u = 1 / np.sqrt(q.shape[-1]), UNIT[precision]
     S = q.shape[-2]
     keep = np.tril(np.ones((S, S), bool)) if causal else np.ones((S, S), bool)
     s = np.where(keep, c * q @ np.swapaxes(k, -1, -2), 0)
     dA = np.where(keep, do @ np.swapaxes(v, -1, -2), 0)
+    a = np.abs
+    T = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+    E = np.where(keep, (2 * u + q.shape[-1] * 2.0 ** -24) * c * a(q) @ T(a(k)), 0)   # the scores' difference
+    rows = lambda x: x.sum(-1, keepdims=True)  # noqa: E731
     if kind == "softmax":
         e = np.where(keep, np.exp(s - np.where(keep, s, -np.inf).max(-1, keepdims=True)), 0)
         P = e / e.sum(-1, keepdims=True)
-        ds, carry = c * P * (dA - (dA * P).sum(-1, keepdims=True)), c * P
+        D = rows(dA * P)
+        ds, carry = c * P * (dA - D), c * P
+        dP = P * (E + rows(P * E))                                           # P = exp(s − L)
+        dds = c * (dP * a(dA - D) + P * rows(a(dA) * dP))
     else:
         r = 1 / np.sqrt((s * s).sum(-1, keepdims=True) + ops.ATTENTION_EPS)
         P = s * r
-        ds, carry = c * r * (dA - P * (dA * P).sum(-1, keepdims=True)), c * r * np.abs(P)
-    a = np.abs
-    T = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+        D = rows(dA * P)
+        ds, carry = c * r * (dA - P * D), c * r * a(P)
+        dr = r ** 3 * rows(a(s) * E)                                         # r = (Σ s² + ε)^(−1/2)
+        dP = r * E + a(s) * dr
+        dds = c * (dr * a(dA - P * D) + r * (dP * a(D) + a(P) * rows(a(dA) * dP)))
     flips = [a(P) @ a(v), a(ds) @ a(k), T(a(ds)) @ a(q), T(a(P)) @ a(do)]
     dD = 4 * u * (a(do) * flips[0]).sum(-1, keepdims=True)
     via_D = [0, (carry * dD) @ a(k), T(carry * dD) @ a(q), 0]
-    return [(2 * u + 2.0 ** -16) * f + w for f, w in zip(flips, via_D)]
+    via_s = [dP @ a(v), dds @ a(k), T(dds) @ a(q), T(dP) @ a(do)]
+    return [(2 * u + 2.0 ** -16) * f + w + e for f, w, e in zip(flips, via_D, via_s)]
 
 
 def _inputs(T, rng):
