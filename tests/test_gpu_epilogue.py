@@ -206,12 +206,47 @@ def test_the_reader_moves_up_to_the_sums_past_steps_it_does_not_read(monkeypatch
     assert [s.kind for s in _launched(p)] == ["fused", "reduce", "matmul", "fused"]
 
 
-def test_the_reader_moves_up_only_if_it_frees_its_size():
-    """Reading only the argument ``x`` (never freed), its result would be alive while the product runs."""
+def test_bytes_alive_at_each_step():
+    """``_product_between`` reading only ``x``: the sums (64 floats), the product's constant (48 × 48) and
+    result (64 × 48), then the reader's result beside the sums and the product's (the constant freed)."""
+    p = make_plan(_prog(_product_between(False, made=False), (X, X)))
+    assert [s.kind for s in p.steps] == ["reduce", "const", "matmul", "fused"]
+    n = 4
+    assert list(epilogue._alive(p, p.steps)) == [64 * n, 64 * n + 48 * 48 * n, (64 + 48 * 48 + 64 * 48) * n,
+                                                 (64 + 2 * 64 * 48) * n]
+
+
+def test_the_reader_stays_where_moving_up_would_raise_the_peak():
+    """Reading only the argument ``x`` (never freed), its result would be alive while the product runs beside
+    its constant: more bytes than any step holds."""
     prog = _prog(_product_between(False, made=False), (X, X))
     assert [s.kind for s in _launched(make_plan(prog))] == ["reduce", "matmul", "fused"]
     (f0, _), (f1, _) = (_emulated(prog, [np.ones(X.shape, np.float32)] * 2, s) for s in (False, True))
     assert memory.peak(f1) == memory.peak(f0)
+
+
+WIDE = cg.NdArrayType((48, 960), cg.float32)
+
+
+def _peak_earlier(x, z):
+    """As ``_product_between``, but the reader frees nothing (``h`` is an output) and the peak is earlier (a
+    ``64 × 960`` array): moved up past the product, its result raises no step above that peak."""
+    c = ops.tanh(z @ ops.constant(WIDE, 0.5)) @ ops.constant(cg.NdArrayType((960, 1), cg.float32), 0.5)
+    h = x + ops.broadcast_to(c, (64, 48))
+    s = sum_to(h, (64, 1))
+    w = h @ ops.constant(M, 0.5)
+    return h * ops.broadcast_to(s, (64, 48)), w, h
+
+
+def test_the_reader_moves_up_where_the_peak_is_elsewhere(rng):
+    prog = _prog(_peak_earlier, (X, X))
+    assert [(s.kind, s.then is not None) for s in _launched(make_plan(prog))][-2:] == [("reduce", True),
+                                                                                      ("matmul", False)]
+    xs = [rng.normal(size=X.shape).astype(np.float32) for _ in range(2)]
+    (f0, off), (f1, on) = (_emulated(prog, xs, s) for s in (False, True))
+    assert f1.plan.launches == f0.plan.launches - 1
+    assert memory.peak(f1) == memory.peak(f0)
+    assert all(np.array_equal(a, b) for a, b in zip(off, on))
 
 
 def test_a_sum_only_its_epilogue_reads_is_freed_after_the_kernel(rng):
@@ -347,6 +382,30 @@ def test_a_gpt_step_launches_less_with_the_same_bits(rng):
                if v not in epilogue_inputs(s) and v not in s.outputs)
     assert memory.peak(f1) <= memory.peak(f0) + only
     assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off)
+
+
+def _host_gpt_step(fused: bool, order: str, precision: str):
+    """An AdamW step of a two-layer GPT whose plan takes every kind of move this pass makes (a later sum of terms
+    the sums' reader makes, a reader moved past the parameter updates), its CUDA C compiled for the host."""
+    with pytest.MonkeyPatch.context() as m:
+        if not fused:
+            without_epilogues(m)
+        with hostrun.device(order) as cp:
+            step = cg.compile_model(nn.gpt(4, 16, 13, d=32, heads=2, layers=2), loss=nn.softmax_cross_entropy,
+                                    optimizer=nn.adamw(0.01), backend="cupy", donate=True, precision=precision)
+            rng = np.random.default_rng(5)
+            x, y = (rng.integers(0, 13, size=step.x_type.shape) for _ in range(2))
+            out = step.step({k: cp.asarray(v) for k, v in step.init_params(seed=0).items()}, x, y)
+            return step.launches_per_step, {k: v.get() for k, v in out.items()}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_gpt_step_on_the_host_is_the_same_bits(precision):
+    for order in hostrun.ORDERS:
+        (n0, off), (n1, on) = (_host_gpt_step(s, order, precision) for s in (False, True))
+        assert n1 <= n0 - 20
+        assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off), order
 
 
 def test_bfloat16_storage_narrows_an_epilogues_outputs():

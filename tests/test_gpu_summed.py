@@ -156,6 +156,27 @@ def test_held_inputs_keep_a_group_only_where_work_runs_before_the_sum(monkeypatc
     assert any(s.remat for s in _reduce_steps(make_plan(prog)))
 
 
+def _held_anyway(x):
+    """``_held``, but ``u·v`` is read again after the sums, by the kernel that makes it again (its group's result
+    is recomputed there, :func:`~.passes.choose_unstored`): ``u`` and ``v`` stay in memory until then anyway, so
+    holding them for the sum costs nothing, as in a layer norm's backward."""
+    u, v = x @ ops.constant(M, 0.5), x @ ops.constant(M, 0.25)
+    t = u * v
+    w = ops.tanh(x @ ops.constant(WIDE, 2.0)) @ ops.constant(cg.NdArrayType((96, 48), cg.float32), 2.0)
+    r = sum_to(-t, (64, 1)) + sum_to(w, (64, 1))
+    return t * ops.broadcast_to(r, (64, 48))
+
+
+def test_inputs_read_later_anyway_are_not_held():
+    """The held inputs are those no kernel reads at the sum or later, counting the kernels that make their
+    reader's results again: ``_held_anyway``'s ``−u·v`` is made in its sum (``_held``'s is not)."""
+    p = make_plan(_prog(_held_anyway))
+    assert [sorted(type(a.op).__name__ for a in s.remat) for s in _reduce_steps(p)] == [["Mul", "Neg"]]
+    assert not any(type(a.op).__name__ == "Neg" for s in p.steps if s.kind == "fused" for a in s.instrs)
+    (last,) = [s for s in p.steps if s.kind == "fused" and s.remat]
+    assert [type(a.op).__name__ for a in last.remat] == ["Mul", "Add"]        # u·v made again, and r
+
+
 def _inner_reads_w(w, x):
     """``g = e·m`` recomputes the small group ``e = exp(w)`` (2 × 48, read through a broadcast): g's sum would
     read ``w`` itself, which its update (donated) overwrites before the sum runs."""
@@ -193,14 +214,16 @@ def _run_emulated(prog, xs, summed: bool):
     return f, f.run(*xs)
 
 
-@pytest.mark.parametrize("fn", [_squares, _also_read, _output], ids=["squares", "also read", "output"])
+@pytest.mark.parametrize("fn", [_squares, _also_read, _output, _held_anyway],
+                         ids=["squares", "also read", "output", "held anyway"])
 def test_the_emulated_sums_are_the_same_bits(fn, rng):
     """The terms made in the sum are the values the group stored: the same sums, bit for bit."""
     x = rng.normal(size=X.shape).astype(np.float32)
     prog = _prog(fn)
     (f_off, off), (f_on, on) = (_run_emulated(prog, [x], s) for s in (False, True))
     assert len(off) == len(on) and all(np.array_equal(a, b) for a, b in zip(off, on))
-    assert (f_on.plan.launches < f_off.plan.launches) == (fn is _squares)
+    assert (f_on.plan.launches < f_off.plan.launches) == (fn in (_squares, _held_anyway))
+    assert memory.peak(f_on) <= memory.peak(f_off)
 
 
 @needs_nvcc

@@ -39,9 +39,9 @@ def fuse_epilogues(p: Plan, updates: dict[int, int] | None = None) -> list[Launc
     take, then a fused step that :func:`fits`, its epilogue. Each is the first step of its kind after the sums
     that reads them, within ``AHEAD`` steps; it moves up to the sums only when no step between makes anything
     it reads (the parameter work the plan sinks to its reader, or another sum, often stands between), and when
-    its results are no larger than the values it reads last, which it frees as early (its results are made
-    before the steps between, not after). ``updates``: input -> the output written into it (a donated update,
-    which stays a fused kernel)."""
+    its results, now alive while the steps between run (less the values it reads last, freed as early), raise
+    none of them above the most bytes any step holds (:func:`_may_move_up`). ``updates``: input -> the output
+    written into it (a donated update, which stays a fused kernel)."""
     donated = set((updates or {}).values())
     steps = list(p.steps)
     out: list[Launch] = []
@@ -51,12 +51,11 @@ def fuse_epilogues(p: Plan, updates: dict[int, int] | None = None) -> list[Launc
         if s.kind == "reduce" and s.then is None:
             while len(s.chain) < STAGES:
                 k = _reader(p, steps, i, "reduce")
-                if k is None or not chains(p, s, steps[k], donated) or not (k == i + 1
-                                                                            or _frees_its_size(p, steps, k)):
+                if k is None or not chains(p, s, steps[k], donated) or not _may_move_up(p, steps, i, k):
                     break
                 steps[i] = s = _then(s, steps.pop(k))
             j = _reader(p, steps, i, "fused")
-            if j is not None and fits(p, s, steps[j], donated) and (j == i + 1 or _frees_its_size(p, steps, j)):
+            if j is not None and fits(p, s, steps[j], donated) and _may_move_up(p, steps, i, j):
                 steps[i] = s = _then(s, steps.pop(j))
         out.append(s)
         i += 1
@@ -84,10 +83,12 @@ def _reader(p: Plan, steps: list[Launch], i: int, kind: str) -> int | None:
     return None
 
 
-def _frees_its_size(p: Plan, steps: list[Launch], j: int) -> bool:
-    """Whether the values ``steps[j]`` reads last (made by steps, not arguments: freed after it) hold as many
-    bytes as its results: moved up, it then adds nothing to what is alive while the steps it passes run."""
-    types = p.program.types
+def _may_move_up(p: Plan, steps: list[Launch], i: int, j: int) -> bool:
+    """Whether ``steps[j]`` may run in the kernel of ``steps[i]``, before the steps between: its results are then
+    alive while those run, and the values it reads last are freed before them. It may when that raises no
+    step's bytes alive above the most any step has (:func:`_alive`), or adds nothing to them."""
+    if j == i + 1:
+        return True
     made = {p.src(r) for s in steps[:j] for r in s.outputs if s.kind not in ("view", "const")}
     later = {p.read(p.src(v))[0] for s in steps[j + 1:] for v in s.inputs} | \
         {p.read(p.src(v))[0] for v in p.program.outputs}
@@ -95,8 +96,40 @@ def _frees_its_size(p: Plan, steps: list[Launch], j: int) -> bool:
     freed = {b for v in steps[j].inputs for b in [p.read(p.src(v))[0]] if b in made and b not in later}
     if any(v in views for v in freed):
         return False
-    nbytes = lambda vs: sum(types[v].size * types[v].dtype.numpy_dtype().itemsize for v in vs)   # noqa: E731
-    return nbytes(steps[j].outputs) <= nbytes(freed)
+    added = sum(_nbytes(p, v) for v in steps[j].outputs) - sum(_nbytes(p, v) for v in freed)
+    if added <= 0:
+        return True
+    alive = _alive(p, steps)
+    return max(alive[i + 1:j]) + added <= max(alive)
+
+
+def _nbytes(p: Plan, v: int) -> int:
+    t = p.program.types[v]
+    return t.size * t.dtype.numpy_dtype().itemsize
+
+
+def _alive(p: Plan, steps: list[Launch]) -> np.ndarray:
+    """The bytes of the values each step's kernel makes that are alive while each step runs: from the step making
+    one to the last reading it (through any view), or to the end for the program's outputs. Arguments, alive
+    throughout, are left out; arrays count four bytes an element (bfloat16 storage is chosen after the plan)."""
+    base = lambda v: p.read(p.src(v))[0]                # noqa: E731
+    last: dict[int, int] = {}
+    for m, s in enumerate(steps):
+        for v in s.inputs:
+            last[base(v)] = m
+    end = {base(v) for v in p.program.outputs}
+    delta = np.zeros(len(steps) + 1, dtype=np.int64)
+    seen: set[int] = set()
+    for m, s in enumerate(steps):
+        if s.kind == "view":
+            continue
+        for r in s.outputs:
+            if (b := p.src(r)) not in seen:
+                seen.add(b)
+                n = _nbytes(p, b)
+                delta[m] += n
+                delta[(len(steps) - 1 if b in end else max(m, last.get(b, m))) + 1] -= n
+    return np.cumsum(delta[:-1])
 
 
 def chains(p: Plan, sums: Launch, t: Launch, donated: set[int] = frozenset()) -> bool:

@@ -448,7 +448,8 @@ def choose_summed(st: PlanState) -> None:
     most ``PARTIAL`` instructions (a copy that makes a value again, :mod:`~.recompute`, is read by products
     only: its group never qualifies). Its inputs, and those of the groups it
     recomputes, must be in memory at each sum and not yet overwritten by a donated parameter's update, and those
-    held for the sums alone must hold no more bytes than its results. The group is then not launched: no array of
+    held for the sums alone (no kernel reads them later, nor makes again a result that reads them) must hold no
+    more bytes than its results. The group is then not launched: no array of
     its results is written, nor read back by the sums.
     """
     instrs = st.prog.instrs
@@ -541,10 +542,18 @@ def _work_between(st: PlanState, g: int, sums: set[int]) -> bool:
 
 
 def _read_from(st: PlanState, b: int, k: int) -> bool:
-    """Array ``b`` stays in memory until instruction ``k`` anyway: an input or output, or read there or later."""
+    """Array ``b`` stays in memory until instruction ``k`` anyway: an input or output, or read there or later, by
+    its reader's kernel or by a kernel that makes that reader's results again (:func:`choose_remat`,
+    :func:`choose_unstored`)."""
     if b in st.prog.inputs or b in st.out_src:
         return True
-    return any(j is None or st.pos(j) >= k for j in st.kernel_readers(b))
+    for j in st.kernel_readers(b):
+        if j is None or st.pos(j) >= k:
+            return True
+        h = st.group_of.get(j)
+        if h is not None and any(st.start[x] >= k for x, inner in st.remat.items() if h in inner):
+            return True
+    return False
 
 
 def _remat_hosts(st: PlanState, g: int, results: list[int]) -> set[int]:
