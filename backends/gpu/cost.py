@@ -32,6 +32,7 @@ from circuitgrad.types import Fixed, Float
 
 from . import attention, memory
 from .plan import plan
+from .rounding import RoundBF16
 from .host.emulate import emulated_kernel
 from .runtime import GpuFunction, build
 
@@ -96,11 +97,14 @@ def _size(n: int) -> str:
 
 
 def _work(p: Any, a: Any) -> Work:
-    """The work of an instruction: the streaming attention kernels' own count (:func:`.attention.costs`)."""
+    """The work of an instruction: the streaming attention kernels' own count (:func:`.attention.costs`), none
+    for a rounding."""
+    rd = sum(p.types[x].size * itemsize(p.types[x]) for x in a.args)
+    wr = sum(p.types[r].size * itemsize(p.types[r]) for r in a.results)
     if isinstance(a.op, attention.OPS):
-        rd = sum(p.types[x].size * itemsize(p.types[x]) for x in a.args)
-        wr = sum(p.types[r].size * itemsize(p.types[r]) for r in a.results)
         return Work(*attention.costs(a.op), rd, wr)
+    if isinstance(a.op, RoundBF16):             # a product's operand rounded (:mod:`.rounding`): no arithmetic
+        return Work(0, 0, 0, rd, wr)
     return work(p, a)
 
 

@@ -17,6 +17,7 @@ from circuitgrad.schedule import Apply
 from .cuda import CUDA_EXPRESSIONS, ctype, element_kernel, literal, read_index
 from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
+from . import rounding
 from .storage import STORE, store_helper
 
 __all__ = ["Body", "element_body", "fused_kernel", "donations", "value_function"]
@@ -62,7 +63,9 @@ def element_body(step: Launch, plan: Plan, name: str, donated: dict[int, int] | 
     restrict = lambda v: "" if v in aliased else " __restrict__"     # noqa: E731
     params = [f"const {t}*{restrict(v)} in{k}" for k, (t, v) in enumerate(zip(w.in_types, step.inputs))] + \
              [f"{STORE if narrow[k] else ctype(prog.types[v])}*{restrict(v)} out{k}" for k, v in enumerate(step.outputs)]
-    return Body(lines, params, w.in_types, w.strided, tuple(w.read_at), store_helper(name) if any(narrow) else "")
+    helper = (store_helper(name) if any(narrow) else "") + \
+        (rounding.HELPER if any(isinstance(a.op, rounding.RoundBF16) for a in step.instrs + step.remat) else "")
+    return Body(lines, params, w.in_types, w.strided, tuple(w.read_at), helper)
 
 
 def value_function(step: Launch, plan: Plan, name: str, v: int,

@@ -202,7 +202,9 @@ def fold_constants(st: PlanState) -> None:
     prog = st.prog
     for a in prog.instrs:
         if all(x in st.values for x in a.args) and a.op.pure and a.op.kind != "copy":
-            for r, v in zip(a.results, FLOAT_RULES[type(a.op)](a.op, *(st.values[x] for x in a.args))):
+            own = getattr(a.op, "evaluate", None)      # the backend's own instructions (gpu.rounding)
+            vals = [st.values[x] for x in a.args]
+            for r, v in zip(a.results, own(*vals) if own else FLOAT_RULES[type(a.op)](a.op, *vals)):
                 # C-contiguous: kernels index constants linearly (a folded transpose is a Fortran-ordered
                 # view, and CuPy's asarray keeps that order)
                 st.values[r] = np.array(v, dtype=prog.types[r].dtype.numpy_dtype(), order="C")

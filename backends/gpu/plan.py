@@ -66,6 +66,7 @@ from .passes import (PlanState, choose_remat, choose_summed, choose_unstored, fo
                      group_sums, inline_producers, place_views)
 from .epilogue import fuse_epilogues
 from .recompute import recompute
+from .rounding import RoundBF16
 # re-exported: the names other modules (and tests) import from here
 from .layout import Stage as Stage
 from .passes import HORIZONTAL as HORIZONTAL, POINTERS as POINTERS, REMAT as REMAT
@@ -149,13 +150,16 @@ def _sink_parameter_work(prog: Program, data: set[int]) -> tuple[Program, set[in
 
     Parameter-only work reads no ``data`` input, even indirectly (optimizer terms such as ``b1·m``, a weight
     decay ``W·(1 − lr·wd)``): the schedule may place it anywhere, and run early, its weight-sized results
-    would stay alive through the whole forward and backward pass.
+    would stay alive through the whole forward and backward pass. A weight's rounded copy (:mod:`~.rounding`) is
+    not moved: made up front, the copies of one size are one kernel, alive until the backward reads them.
     """
     if not data:                           # no data input: nothing to tell parameter work from the rest
         return prog, set()
     producer = prog.producers()
     free: set[int] = set()
     for i, a in enumerate(prog.instrs):
+        if isinstance(a.op, RoundBF16):
+            continue                       # a weight's rounded copy: made up front, with the others of its size
         if a.args and all(producer.get(x, -1) in free or (x not in producer and x not in data) for x in a.args):
             free.add(i)
     if not free:

@@ -43,6 +43,7 @@ from .graph import Graphed
 from .kernel import Kernel
 from .plan import Plan, last_readers, plan
 from .reduction import kernel_arrays, reduce_kernel
+from .rounding import round_operands
 from .row import row_kernel
 
 __all__ = ["GpuFunction", "kernels", "generate", "build", "tensor_cores", "BLOCK", "VIEWS"]
@@ -108,6 +109,9 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         for v in s.inputs:
             last[src(v)] = k
     keep = {src(v) for v in prog.outputs} | set(prog.inputs)
+    # views only kernels that ran earlier read (through their bases: a sum joining an earlier one's kernel)
+    unbuilt = {src(r) for k, s in enumerate(p.steps) if s.kind == "view" for r in s.outputs
+               if src(r) not in keep and last.get(src(r), -1) < k}
     contiguous: set[int] = set(prog.inputs)   # caller arrays (made so on entry) and values produced by
                                               # kernels, cuBLAS or reductions: C-contiguous
     lines, consts = [], []
@@ -170,6 +174,8 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
             contiguous.add(a.results[0])
         elif s.kind == "view":
             op, r = a.op, a.results[0]
+            if src(r) in unbuilt:
+                continue
             if s.layout is not None:                  # built from the base array: one strided view of it
                 base, stages = s.layout
                 b = names[base] if base in contiguous or base in p.values else f"xp.ascontiguousarray({names[base]})"
@@ -212,7 +218,7 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
         if probe and s.kind not in ("view", "const"):
             lines.append(f"    _probe({k})")
         dead = sorted({src(x) for x in s.inputs if last.get(src(x)) == k and src(x) not in keep
-                       and not names[src(x)].startswith("C")}
+                       and src(x) not in unbuilt and not names[src(x)].startswith("C")}
                       # and what it makes that nothing reads (a row's sums only its epilogue reads, in registers)
                       | {src(r) for r in s.outputs if s.kind not in ("view", "const") and src(r) not in last
                          and src(r) not in keep})
@@ -288,6 +294,8 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
     if fuse_attention:
         mma = "3xtf32" if precision == "fp32" and attention_3xtf32 else precision
         prog = attention.fuse(prog, mma if tensor_cores(xp) else None)
+    if precision == "bf16" and store_bf16:
+        prog = round_operands(prog)         # each array a product multiplies rounded once (:mod:`~.rounding`)
     p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")],
              updates={i: o for o, i in (donate_pairs or {}).items()})
     if precision == "bf16" and store_bf16:

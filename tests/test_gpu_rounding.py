@@ -1,0 +1,221 @@
+"""``rounding.round_operands``: under ``precision="bf16"`` each array a product multiplies is rounded once, by an
+instruction of the program (one per array, its views made again on the rounded copy), which the kernel making
+the array runs and stores as bfloat16. Small programs whose answer is known, the same bits with and without the
+pass (emulated, and the CUDA C on the host), the C rounding against NumPy's, and GPT steps: no product casts an
+operand, fewer arrays moved, no higher peak."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import circuitgrad as cg
+from circuitgrad import nn, ops
+from circuitgrad import primitives as P
+from circuitgrad.backends import gpu
+from circuitgrad.backends.gpu import blas, memory
+from circuitgrad.backends.gpu.host import run as hostrun
+from circuitgrad.backends.gpu.host.emulate import emulated_kernel
+from circuitgrad.backends.gpu.rounding import PRODUCTS, RoundBF16, round_operands
+from circuitgrad.backends.gpu.runtime import build
+
+from _plans import program
+
+ok, why = hostrun.available()
+needs_nvcc = pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+
+X = cg.NdArrayType((64, 48), cg.float32)
+W = cg.NdArrayType((48, 32), cg.float32)
+Y = cg.NdArrayType((64, 32), cg.float32)
+
+
+def _forward_backward(x, w, dy):
+    """``w`` read by two products (``x @ w`` and ``dy @ wᵀ``), ``t = tanh(x)`` by a product and returned."""
+    t = ops.tanh(x)
+    return t @ w, dy @ ops.transpose(w), t
+
+
+def _rounds(prog):
+    return [a for a in prog.instrs if isinstance(a.op, RoundBF16)]
+
+
+def test_each_array_is_rounded_once_and_read_through_its_views():
+    prog = program(_forward_backward, (X, W, Y))
+    out = round_operands(prog)
+    x, w, dy = prog.inputs
+    rounds = _rounds(out)
+    assert sorted(a.args[0] for a in rounds if a.args[0] in prog.inputs) == [w, dy]       # each argument once
+    t = next(a.results[0] for a in prog.instrs if isinstance(a.op, P.Tanh))
+    assert [a.args[0] for a in rounds if a.args[0] not in prog.inputs] == [t]
+    made = {a.results[0]: a for a in out.instrs}
+    for a in out.instrs:
+        if isinstance(a.op, PRODUCTS):
+            for v in a.args:                     # every operand: a rounded array, or a view of one
+                while not isinstance(made[v].op, RoundBF16):
+                    assert made[v].op.kind == "view"
+                    v = made[v].args[0]
+    (tr,) = [a for a in out.instrs if isinstance(a.op, P.Transpose)]
+    assert isinstance(made[tr.args[0]].op, RoundBF16) and made[tr.args[0]].args == (w,)
+
+
+def test_programs_without_float32_products_are_kept():
+    prog = program(lambda x: ops.tanh(x) * 2.0, (X,))
+    assert round_operands(prog) is prog
+    f64 = cg.NdArrayType((4, 4), cg.float64)
+    prog = program(lambda a, b: a @ b, (f64, f64))
+    assert round_operands(prog) is prog
+
+
+def _build(prog, rounded: bool, store: bool = True):
+    """``prog`` under ``"bf16"`` on ``cupy-emulated``, with the pass or without (``store``: values only products
+    read stored as bfloat16)."""
+    with pytest.MonkeyPatch.context() as m:
+        if not rounded:
+            m.setattr(sys.modules["circuitgrad.backends.gpu.runtime"], "round_operands", lambda p: p)
+        return build(prog, [f"a{k}" for k in range(len(prog.inputs))], "f", np, emulated_kernel, precision="bf16",
+                     store_bf16=store)
+
+
+def _casts(f):
+    """The operands a product still casts: float32 arrays, not stored as bfloat16, that cuBLAS multiplies."""
+    p = f.plan
+    return [v for s in p.steps if s.kind == "matmul" for v in s.instrs[0].args
+            if p.read(p.src(v))[0] not in p.narrow]
+
+
+def test_the_kernel_making_an_array_stores_its_rounded_copy():
+    """``t = tanh(x)`` is read by a product and returned: its kernel writes ``t`` (float32) and the copy the
+    product reads (bfloat16); ``w`` and ``dy`` are rounded by a kernel of their own, each once."""
+    f = _build(program(_forward_backward, (X, W, Y)), True)
+    p = f.plan
+    (tanh,) = [s for s in p.steps if any(isinstance(a.op, P.Tanh) for a in s.instrs)]
+    assert any(isinstance(a.op, RoundBF16) for a in tanh.instrs)
+    assert len([v for v in tanh.outputs if v in p.narrow]) == 1 and len(tanh.outputs) == 2
+    assert _casts(f) == []
+    own = [s for s in p.steps if s.kind == "fused" and all(isinstance(a.op, RoundBF16) for a in s.instrs)]
+    assert sorted(len(s.instrs) for s in own) == [1, 1]           # w and dy: different sizes, a kernel each
+    before = _build(program(_forward_backward, (X, W, Y)), False)
+    assert len(_casts(before)) == 4                               # t, w twice, dy
+
+
+@pytest.mark.parametrize("store", [True, False])
+def test_the_same_bits_emulated(store, rng):
+    prog = program(_forward_backward, (X, W, Y))
+    xs = [rng.normal(size=prog.types[v].shape).astype(np.float32) for v in prog.inputs]
+    got = _build(prog, True, store=store).run(*xs)
+    want = _build(prog, False, store=store).run(*xs)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+@needs_nvcc
+def test_the_same_bits_on_the_host(rng):
+    """The CUDA C with the pass (rounded copies stored as bfloat16) and without (each product casting its
+    operands), compiled for the host."""
+    prog = program(_forward_backward, (X, W, Y))
+    xs = [rng.normal(size=prog.types[v].shape).astype(np.float32) for v in prog.inputs]
+    for order in hostrun.ORDERS:
+        runs = []
+        for rounded in (True, False):
+            with pytest.MonkeyPatch.context() as m, hostrun.device(order) as cp:
+                if not rounded:
+                    m.setattr(sys.modules["circuitgrad.backends.gpu.runtime"], "round_operands", lambda p: p)
+                f = gpu.compile_function(prog, ["a0", "a1", "a2"], "f", precision="bf16")
+                assert any(isinstance(a.op, RoundBF16) for a in f.program.instrs) == rounded
+                runs.append([o.get() for o in f.run(*[cp.asarray(x) for x in xs])])
+        assert all(np.array_equal(a, b) for a, b in zip(*runs)), order
+
+
+@needs_nvcc
+def test_the_c_rounding_is_numpys():
+    """``cg_round_bf16`` (a rounded copy stored as float32: ``"fp32"`` stores nothing narrow) against
+    ``blas.round_bf16``, read back exactly through a product with the identity: halfway cases both ways, the
+    largest float below the rounding to infinity, subnormals and random values."""
+    bits = np.array([0x3F808000, 0x3F818000, 0x3F80FFFF, 0x3F807FFF, 0x7F7F7FFF, 0x00000001, 0x807FFFFF,
+                     0x00008000, 0x3F800000], np.uint32)
+    rng = np.random.default_rng(3)
+    x = np.concatenate([bits.view(np.float32), rng.normal(size=64 * 32 - len(bits)).astype(np.float32)])
+    x = x.reshape(64, 32)
+    prog = round_operands(program(lambda a, b: a @ b, (cg.NdArrayType((64, 32), cg.float32),
+                                                        cg.NdArrayType((32, 32), cg.float32))))
+    with hostrun.device() as cp:
+        f = gpu.compile_function(prog, ["a", "b"], "f", precision="fp32")
+        assert not f.plan.narrow and any("cg_round_bf16(" in k.source for k in f.kernels.values())
+        (got,) = f.run(cp.asarray(x), cp.asarray(np.eye(32, dtype=np.float32)))
+        got = got.get()
+    assert np.array_equal(got.view(np.uint32), blas.round_bf16(np, x).view(np.uint32))
+    assert not np.array_equal(got, x)
+
+
+def _gpt(rounded: bool, precision: str = "bf16"):
+    with pytest.MonkeyPatch.context() as m:
+        if not rounded:
+            m.setattr(sys.modules["circuitgrad.backends.gpu.runtime"], "round_operands", lambda p: p)
+        step = cg.compile_model(nn.gpt(8, 64, 96, d=64, heads=2, layers=2), loss=nn.softmax_cross_entropy,
+                                optimizer=nn.adamw(0.01), backend="cupy-emulated", donate=True, precision=precision)
+    params = step.init_params(seed=0)
+    rng = np.random.default_rng(7)
+    x, y = (rng.integers(0, 96, size=step.x_type.shape) for _ in range(2))
+    return step.fn("step").compiled, step.step({k: v.copy() for k, v in params.items()}, x, y)
+
+
+def test_a_gpt_step_casts_nothing_with_the_same_bits():
+    """Every product reads its operands stored as bfloat16; each weight and gradient is rounded once, not once a
+    product; the same parameters bit for bit. The peak may grow by the rounded copies alone (a weight's, made
+    for the forward product, is alive until the backward's, as PyTorch's autocast keeps its cast)."""
+    (f0, off), (f1, on) = _gpt(False), _gpt(True)
+    assert _casts(f1) == [] and len(_casts(f0)) > len({f0.plan.read(f0.plan.src(v))[0] for v in _casts(f0)})
+    rounds = [a for s in f1.plan.steps for a in s.instrs if isinstance(a.op, RoundBF16)]
+    assert len(rounds) == len({a.args[0] for a in rounds})
+    inputs = set(f1.plan.program.inputs)
+    weights = [s for s in f1.plan.steps if s.kind == "fused" and all(isinstance(a.op, RoundBF16) and a.args[0] in inputs
+                                                                     for a in s.instrs)]
+    sizes = {f1.plan.program.types[a.args[0]].size for s in weights for a in s.instrs}
+    assert len(weights) == len(sizes) and sum(len(s.instrs) for s in weights) >= 2 * 6   # a kernel a size
+    assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off)
+    copies = sum(f1.plan.program.types[a.results[0]].size * 2 for a in rounds)
+    assert memory.peak(f1) <= memory.peak(f0) + copies
+
+
+def test_other_precisions_are_unchanged():
+    f, _ = _gpt(True, "fp32")
+    assert not any(isinstance(a.op, RoundBF16) for a in f.program.instrs)
+
+
+def test_a_constant_operand_is_rounded_at_compile_time(rng):
+    """Folded with the constant (no kernel); uploaded as float32, so its product still casts it."""
+    prog = program(lambda x: ops.tanh(x) @ ops.constant(W, 0.3), (X,))
+    f = _build(prog, True)
+    assert not [s for s in f.plan.steps if all(isinstance(a.op, RoundBF16) for a in s.instrs) and s.kind == "fused"]
+    (c,) = [a.results[0] for a in f.program.instrs if isinstance(a.op, RoundBF16) and a.args[0] in f.plan.values]
+    assert np.array_equal(f.plan.values[c], blas.round_bf16(np, np.full(W.shape, 0.3, np.float32)))
+    assert [f.plan.read(f.plan.src(v))[0] for v in _casts(f)] == [c]
+    x = rng.normal(size=X.shape).astype(np.float32)
+    assert np.array_equal(f.run(x)[0], _build(prog, False).run(x)[0])
+
+
+def _host_steps(rounded: bool, graph: bool, order: str):
+    """Three AdamW steps of a two-layer GPT under ``"bf16"``, its CUDA C compiled for the host."""
+    with pytest.MonkeyPatch.context() as m:
+        if not rounded:
+            m.setattr(sys.modules["circuitgrad.backends.gpu.runtime"], "round_operands", lambda p: p)
+        with hostrun.device(order) as cp:
+            step = cg.compile_model(nn.gpt(4, 16, 13, d=32, heads=2, layers=2), loss=nn.softmax_cross_entropy,
+                                    optimizer=nn.adamw(0.01), backend="cupy", donate=True, precision="bf16",
+                                    graph=graph)
+            p = {k: cp.asarray(v) for k, v in step.init_params(seed=0).items()}
+            rng = np.random.default_rng(5)
+            for _ in range(3):
+                x, y = (rng.integers(0, 13, size=step.x_type.shape) for _ in range(2))
+                p = step.step(p, x, y)
+            return {k: v.get() for k, v in p.items()}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("order", hostrun.ORDERS)
+def test_gpt_steps_on_the_host_are_the_same_bits(order):
+    """With and without the pass, and replayed as a CUDA graph (its second and third steps)."""
+    off = _host_steps(False, False, order)
+    for graph in (False, True):
+        on = _host_steps(True, graph, order)
+        assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off), graph
