@@ -138,8 +138,14 @@ def test_gpu_traffic_of_one_fused_kernel_and_one_product():
     tc = cg.cost(g, "gpu", device="h100", tf32=True)
     assert tc.total.tensor_core_flops == 2 * 64 * 32 * 16 and tc.total.cuda_core_flops == 0
     bf = cg.cost(cg.trace(lambda a, b: a @ b, [N, N], name="big"), "gpu", device="h100", precision="bf16")
-    device_s = dev.launch_s + max(bf.bytes / dev.hbm_bytes_s, 2 * 2048 ** 3 / dev.bf16_flops)
-    assert bf.seconds == pytest.approx(max(issue, device_s)) and bf.total.tensor_core_flops == 2 * 2048 ** 3
+    # both operands rounded to bfloat16 by one kernel (gpu.rounding: four bytes read, two written an element), then
+    # the product reads two bytes an element and writes four
+    rounding, product = 2 * (4 + 2) * 2048 ** 2, (2 + 2 + 4) * 2048 ** 2
+    assert bf.total.kernels == 2 and bf.bytes == rounding + product
+    h100 = bf.detail["device"]
+    rounding_s = max(costmodel_gpu.ISSUE_S["kernel"], h100.launch_s + rounding / h100.hbm_bytes_s)
+    device_s = h100.launch_s + max(product / h100.hbm_bytes_s, 2 * 2048 ** 3 / h100.bf16_flops)
+    assert bf.seconds == pytest.approx(rounding_s + max(issue, device_s)) and bf.total.tensor_core_flops == 2 * 2048 ** 3
     with pytest.raises(ValueError) as e:
         cg.cost(g, "gpu", precision="fp16")
     assert str(e.value) == "cost: precision must be 'fp32', 'tf32' or 'bf16', got 'fp16'"
