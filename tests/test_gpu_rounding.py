@@ -5,6 +5,7 @@ pass (emulated, and the CUDA C on the host), the C rounding against NumPy's, and
 operand, fewer arrays moved, no higher peak."""
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -219,3 +220,24 @@ def test_gpt_steps_on_the_host_are_the_same_bits(order):
     for graph in (False, True):
         on = _host_steps(True, graph, order)
         assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off), graph
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_glue_deletes_only_what_it_made(precision):
+    """Every name a GPT step's glue deletes was assigned before, and every view it builds is read after: a sum that
+    joined an earlier kernel reads its operand's reshape through the base, so the reshape is not built (its
+    ``del`` named a variable never assigned before the glue skipped such views)."""
+    f, _ = _gpt(True, precision)
+    lines = f.python.splitlines()
+    made = set(f.python.split("(", 1)[1].split(")", 1)[0].replace(" ", "").split(","))       # the arguments
+    for k, line in enumerate(lines):
+        body = line.strip()
+        if body.startswith("del "):
+            gone = [n.strip() for n in body[4:].split(",")]
+            assert set(gone) <= made, (k, line)
+            made -= set(gone)
+        elif " = " in body and not body.startswith(("def ", "C")):
+            name = body.split(" = ", 1)[0]
+            made.add(name)
+            if "# view" in body:
+                assert any(re.search(rf"\b{name}\b", later) for later in lines[k + 1:]), line

@@ -23,7 +23,6 @@ from circuitgrad import primitives as P
 from circuitgrad.types import Index, NdArrayType
 
 from .layout import Stage, contiguous_strides
-from .rounding import RoundBF16
 
 __all__ = ["CUDA_EXPRESSIONS", "ctype", "literal", "mathfn", "pointer", "strided_offset", "broadcast_index",
            "read_index", "element_kernel"]
@@ -84,8 +83,6 @@ CUDA_EXPRESSIONS: dict[type, Callable[..., str]] = {
     P.CausalMask: _causal,
     # the operand is the row's id (read through a broadcast along the last axis)
     P.OneHot: lambda c, op, a: f"({a} == i % {op.T.shape[-1]}LL ? ({c})1 : ({c})0)",
-    # the backend's own: a product's operand rounded once (:mod:`~.rounding`; the kernel defines the helper)
-    RoundBF16: lambda c, op, a: f"cg_round_bf16({a})",
 }
 
 

@@ -10,6 +10,8 @@ two pointers then lose ``__restrict__``.
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 
 from circuitgrad.schedule import Apply
@@ -126,7 +128,9 @@ class _Writer:
     def emit(self, instrs: list[Apply], scope: _Scope) -> dict[int, str]:
         """Code for ``instrs`` at index ``i``; returns each result's register."""
         for a in instrs:
-            expr = CUDA_EXPRESSIONS[type(a.op)](self.c, a.op, *(self.arg(a, x, scope) for x in a.args))
+            # the backend's own instructions (gpu.rounding) carry their expression, the core's are in the table
+            rule = getattr(a.op, "cuda", None) or functools.partial(CUDA_EXPRESSIONS[type(a.op)], self.c, a.op)
+            expr = rule(*(self.arg(a, x, scope) for x in a.args))
             r = a.results[0]
             scope.value[r] = f"v{r}"
             scope.lines.append(f"{scope.pad}const {self.c} v{r} = {expr};   // {a.op.name}")

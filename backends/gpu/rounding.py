@@ -67,6 +67,10 @@ class RoundBF16(P.Primitive):
     def target(self):
         return (self.T,)
 
+    def cuda(self, a: str) -> str:
+        """CUDA C of the rounding of expression ``a`` (the kernel defines :data:`HELPER`)."""
+        return f"cg_round_bf16({a})"
+
     def evaluate(self, x) -> tuple[np.ndarray]:
         """NumPy: the values the product reads (:func:`~.blas.round_bf16`)."""
         return (round_bf16(np, np.ascontiguousarray(x, dtype=np.float32)),)
