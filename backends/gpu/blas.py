@@ -18,7 +18,9 @@ cuBLAS's CUDA-graph notes ask) and the current stream set on every call.
   ``CUBLAS_COMPUTE_32F``): the products of ``torch.autocast(dtype=torch.bfloat16)``, with everything else
   (the elementwise work, reductions, the loss, the parameters and the optimizer) in float32. Always on this
   backend's handle (CuPy has no bfloat16 product without ``ml_dtypes``). An operand already stored as
-  bfloat16 (a ``uint16`` array of its bits, :mod:`~.storage`) is read as it is, without a cast.
+  bfloat16 (a ``uint16`` array of its bits, :mod:`~.storage`) is read as it is, without a cast: a compiled
+  step's always are (:mod:`~.rounding` rounds each once, in the program); the cast here serves the rest
+  (``store_bf16=False``, a constant).
 
 Operands are read in place when their last two axes are a row-major or a transposed (column-major) matrix
 and their leading axes one uniform batch stride; any other layout is copied first. Under the host execution
