@@ -83,7 +83,7 @@ def round_operands(prog: Program) -> Program:
     producers = prog.producers()
     types = list(prog.types)
     rounded: dict[int, int] = {}             # array -> its rounded copy
-    made: dict[tuple, int] = {}              # (rounded copy, the views' ops) -> the view of it
+    made: dict[tuple, int] = {}              # (a rounded copy or a view of it, a view op) -> that view
     after: dict[int, list[Apply]] = {}       # instruction index (-1: the arguments) -> the roundings after it
     before: dict[int, list[Apply]] = {}      # product index -> the views it reads
     instrs = list(prog.instrs)
