@@ -5,6 +5,7 @@ pass (emulated, and the CUDA C on the host), the C rounding against NumPy's, and
 operand, fewer arrays moved, no higher peak."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 
@@ -18,7 +19,7 @@ from circuitgrad.backends import gpu
 from circuitgrad.backends.gpu import blas, memory
 from circuitgrad.backends.gpu.host import run as hostrun
 from circuitgrad.backends.gpu.host.emulate import emulated_kernel
-from circuitgrad.backends.gpu.rounding import PRODUCTS, RoundBF16, round_operands
+from circuitgrad.backends.gpu.rounding import PRODUCTS, RoundBF16, into_attention, round_operands
 from circuitgrad.backends.gpu.runtime import build
 
 from _plans import program
@@ -148,10 +149,14 @@ def test_the_c_rounding_is_numpys():
     assert not np.array_equal(got, x)
 
 
-def _gpt(rounded: bool, precision: str = "bf16"):
+def _gpt(rounded: bool, precision: str = "bf16", copies: bool = True):
+    """A two-layer GPT's step under ``precision`` (emulated) and its parameters after one step; ``rounded``: with
+    :func:`round_operands`, ``copies``: with :func:`into_attention`."""
     with pytest.MonkeyPatch.context() as m:
         if not rounded:
             m.setattr(sys.modules["circuitgrad.backends.gpu.runtime"], "round_operands", lambda p: p)
+        if not copies:
+            m.setattr(sys.modules["circuitgrad.backends.gpu.runtime"], "into_attention", lambda p: None)
         step = cg.compile_model(nn.gpt(8, 64, 96, d=64, heads=2, layers=2), loss=nn.softmax_cross_entropy,
                                 optimizer=nn.adamw(0.01), backend="cupy-emulated", donate=True, precision=precision)
     params = step.init_params(seed=0)
@@ -195,11 +200,14 @@ def test_a_constant_operand_is_rounded_at_compile_time(rng):
     assert np.array_equal(f.run(x)[0], _build(prog, False).run(x)[0])
 
 
-def _host_steps(rounded: bool, graph: bool, order: str):
-    """Three AdamW steps of a two-layer GPT under ``"bf16"``, its CUDA C compiled for the host."""
+def _host_steps(rounded: bool, graph: bool, order: str, narrow: bool = True):
+    """Three AdamW steps of a two-layer GPT under ``"bf16"``, its CUDA C compiled for the host; ``narrow=False``:
+    nothing stored as bfloat16 (:mod:`~.storage`)."""
     with pytest.MonkeyPatch.context() as m:
         if not rounded:
             m.setattr(sys.modules["circuitgrad.backends.gpu.runtime"], "round_operands", lambda p: p)
+        if not narrow:
+            m.setattr(sys.modules["circuitgrad.backends.gpu.storage"], "bf16_operands", lambda p: frozenset())
         with hostrun.device(order) as cp:
             step = cg.compile_model(nn.gpt(4, 16, 13, d=32, heads=2, layers=2), loss=nn.softmax_cross_entropy,
                                     optimizer=nn.adamw(0.01), backend="cupy", donate=True, precision="bf16",
@@ -215,7 +223,8 @@ def _host_steps(rounded: bool, graph: bool, order: str):
 @needs_nvcc
 @pytest.mark.parametrize("order", hostrun.ORDERS)
 def test_gpt_steps_on_the_host_are_the_same_bits(order):
-    """With and without the pass, and replayed as a CUDA graph (its second and third steps)."""
+    """With and without the pass, and replayed as a CUDA graph (its second and third steps); with it, the attention
+    kernels store the copies of their results (:func:`into_attention`)."""
     off = _host_steps(False, False, order)
     for graph in (False, True):
         on = _host_steps(True, graph, order)
@@ -241,3 +250,73 @@ def test_the_glue_deletes_only_what_it_made(precision):
             made.add(name)
             if "# view" in body:
                 assert any(re.search(rf"\b{name}\b", later) for later in lines[k + 1:]), line
+
+
+def _rounds_only(s) -> bool:
+    return s.kind == "fused" and all(isinstance(a.op, RoundBF16) for a in s.instrs)
+
+
+def _attention_results(plan) -> dict[int, int]:
+    """Each result of an attention launch: the launch's index."""
+    return {plan.src(v): k for k, s in enumerate(plan.steps) if s.kind == "attention" for v in s.instrs[0].results}
+
+
+def test_attention_kernels_store_the_copies_of_their_results():
+    """The launches that only rounded attention results are gone: each attention kernel writes its results'
+    copies (bfloat16 bits, as it writes the results), the same bits; the peak grows by dq's copy at most (made
+    before dk and dv's kernel, not after it)."""
+    (f0, off), (f1, on) = _gpt(True, copies=False), _gpt(True)
+    made0, made1 = _attention_results(f0.plan), _attention_results(f1.plan)
+    gone = [s for s in f0.plan.steps if _rounds_only(s) and all(f0.plan.src(a.args[0]) in made0 for a in s.instrs)]
+    assert len(gone) == 4 and f1.launches == f0.launches - len(gone)     # O's of two layers, dq, dk, dv's of two
+    assert not [s for s in f1.plan.steps if _rounds_only(s) and any(f1.plan.src(a.args[0]) in made1 for a in s.instrs)]
+    copied = {a.args[0]: a.results[0] for s in f1.plan.steps if s.kind == "attention" for a in s.then.instrs}
+    assert {f0.plan.src(a.args[0]) for s in gone for a in s.instrs} == set(copied)
+    for k, s in enumerate(f1.plan.steps):
+        if s.kind == "attention":
+            op, kern = s.instrs[0].op, f1.kernels[k]
+            results = list(s.instrs[0].results)
+            name = {copied[v]: n for n, v in zip(op.outs.split(), results) if v in copied}
+            assert name and s.outputs[:len(results)] == results and set(s.outputs[len(results):]) == set(name)
+            assert set(name) <= f1.plan.narrow and "(unsigned short)(cg_bits(cg_bf16r(acc" in kern.source
+            # the kernel's parameters: its results, then the copies in the order of the launch's outputs
+            sig = re.search(r'extern "C" __global__ void \w+\(([^)]*)\)', kern.source).group(1)
+            params = re.findall(r"\b(\w+)_(?:out|rnd)\b", sig)
+            assert params == op.outs.split() + [name[v] for v in s.outputs[len(results):]]
+            assert all(f"unsigned short* __restrict__ {n}_rnd" in kern.source for n in name.values())
+    assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off)
+    dq = max(f1.plan.program.types[v].size for v in copied)
+    assert memory.peak(f1) <= memory.peak(f0) + 2 * dq
+
+
+def test_a_rounding_after_other_work_stays_a_launch():
+    """Only a rounding right after the attention kernels making its arrays (views between them aside) joins them:
+    one after other work (a copy made again for the backward, :mod:`~.recompute`) would keep its copy alive
+    longer."""
+    f0, _ = _gpt(True, copies=False)
+    made = _attention_results(f0.plan)
+    steps = list(f0.plan.steps)
+    first = next(k for k, s in enumerate(steps) if _rounds_only(s) and all(f0.plan.src(a.args[0]) in made
+                                                                          for a in s.instrs))
+    other = next(s for s in steps if s.kind == "fused" and not _rounds_only(s))
+    view = next(s for s in steps if s.kind == "view")
+    for between, joins in ((other, False), (view, True)):
+        plan = dataclasses.replace(f0.plan, steps=steps[:first] + [between] + steps[first:])
+        into_attention(plan)
+        assert (steps[first] in plan.steps) is not joins
+        assert (plan.steps[first - 1].then is not None) is joins
+        assert len(plan.steps) == len(steps) + 1 - (len([s for s in steps if _rounds_only(s) and all(
+            f0.plan.src(a.args[0]) in made for a in s.instrs)]) - (0 if joins else 1))
+
+
+@needs_nvcc
+def test_copies_stored_as_float32_on_the_host():
+    """Where a copy is not stored as bfloat16 (here nothing is), the attention kernel writes the rounded float:
+    the same bits."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(sys.modules["circuitgrad.backends.gpu.storage"], "bf16_operands", lambda p: frozenset())
+        f, _ = _gpt(True)
+    assert "float* __restrict__ O_rnd" in f.cuda_source and "= cg_bf16r(acc" in f.cuda_source
+    off = _host_steps(False, False, hostrun.ORDERS[0])
+    on = _host_steps(True, False, hostrun.ORDERS[0], narrow=False)
+    assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off)

@@ -207,17 +207,23 @@ def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
 
 
 def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None = None,
-           narrow: frozenset[str] = frozenset()) -> tuple[str, int, list[str]]:
+           narrow: frozenset[str] = frozenset(), rounded: dict[str, str] | None = None) -> tuple[str, int, list[str]]:
     """``(CUDA source, warps, parameter names)`` of ``op``'s tensor-core kernel: a warp per 16 rows; the inputs
-    in ``narrow`` hold bfloat16 bits (:mod:`.storage`), read as the products' operands they already are."""
+    in ``narrow`` hold bfloat16 bits (:mod:`.storage`), read as the products' operands they already are; each
+    output named in ``rounded`` is also written rounded to bfloat16 (``<name>_rnd``, of C type ``rounded[name]``:
+    ``unsigned short`` for its bits, or ``float``; :func:`~.rounding.into_attention`)."""
     assert op.mma in ("tf32", "bf16", "3xtf32"), op.mma
     assert narrow <= op.bf16_inputs(), (narrow, op)
+    rounded = rounded or {}
+    assert set(rounded) <= set(op.outs.split()) - set("LD"), (rounded, op)
     w = text(op, "float", strides)
     assert w.S % ROWS == 0 and w.dh % 16 == 0, op.T
+    for n in rounded:               # a copy lies as its result does
+        w.strides[f"{n}_rnd"] = w.strides[f"{n}_out"]
     warps = int(np.prod(w.lead)) * (w.S // ROWS)
-    sig, args, names = signature(op, "float", narrow)
+    sig, args, names = signature(op, "float", narrow, rounded)
     body = {AttentionForward: _forward, AttentionGradQ: _grad_q, AttentionGradV: _grad_kv, AttentionGradKV: _grad_kv,
-            AttentionGradK: _grad_kv}[type(op)](op, _Tile(op, w, narrow))
+            AttentionGradK: _grad_kv}[type(op)](op, _Tile(op, w, narrow, rounded))
     comment = ("// the host runs the warp once: its lanes in turn (CG_LANES), its products (CG_MMA) and reductions\n"
                "// across a quad (CG_QUAD) whole\n")
     return PRELUDE + lanes_kernel(name, sig, args, body, warps, comment), warps, names
@@ -230,8 +236,9 @@ class _Tile:
     :attr:`tiles` 16 × 8 tiles of scores (``s[I][u]``), then one product of their weights: two tiles and
     ``m16n8k16`` under ``"bf16"``, else one and ``m16n8k8``."""
 
-    def __init__(self, op: Attention, w: Text, narrow: frozenset[str] = frozenset()):
-        self.op, self.w, self.S, self.dh, self.narrow = op, w, w.S, w.dh, narrow
+    def __init__(self, op: Attention, w: Text, narrow: frozenset[str] = frozenset(),
+                 rounded: dict[str, str] | None = None):
+        self.op, self.w, self.S, self.dh, self.narrow, self.rounded = op, w, w.S, w.dh, narrow, rounded or {}
         # operands rounded as they are read (tf32, bf16), or split at each product (3xtf32: float32 products)
         self.rnd = {"tf32": "cg_tf32", "bf16": "cg_bf16r", "3xtf32": ""}[op.mma]
         self.k16 = op.mma == "bf16"                 # m16n8k16 on bfloat16 pairs, else m16n8k8 on TF32 values
@@ -379,13 +386,22 @@ class _Tile:
 
     def store(self, acc: str, n: str, r0: str) -> str:
         """The accumulators (16 × dh) into output ``n``'s rows from ``r0`` (tile ``nt``'s column ``j`` is column
-        ``j·dh/8 + nt``, as :meth:`accumulate` reads)."""
-        out = f"{n}_out"
-        return (f"    {{ float* OUT_ = {self.w.at(out, '0')}; const long long rs = {self.w.strides[out][-2]}LL;\n"
+        ``j·dh/8 + nt``, as :meth:`accumulate` reads), and rounded into its copy where :attr:`rounded` names it."""
+        code = self._store(acc, n, r0, "out", "float", "{}")
+        if n in self.rounded:           # bfloat16's bits, or the rounded float
+            kind = self.rounded[n]
+            code += self._store(acc, n, r0, "rnd", kind, "cg_bf16r({})" if kind == "float"
+                                else f"({kind})(cg_bits(cg_bf16r({{}})) >> 16)")
+        return code
+
+    def _store(self, acc: str, n: str, r0: str, suffix: str, ctype: str, value: str) -> str:
+        """:meth:`store`'s writes of ``value`` (a format of the accumulator) into ``<n>_<suffix>``."""
+        out = f"{n}_{suffix}"
+        return (f"    {{ {ctype}* OUT_ = {self.w.at(out, '0')}; const long long rs = {self.w.strides[out][-2]}LL;\n"
                 f"      CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
                 f"        for (int nt = 0; nt < {self.nk}; ++nt) {{ "
-                + " ".join(f"OUT_[({self.w.row(f'{r0} + {r}', out)}) * rs + ({c}) * {self.nk} + nt] = {acc}[I][nt][{e}];"
-                           for e, (r, c) in enumerate(C))
+                + " ".join(f"OUT_[({self.w.row(f'{r0} + {r}', out)}) * rs + ({c}) * {self.nk} + nt] = "
+                           f"{value.format(f'{acc}[I][nt][{e}]')};" for e, (r, c) in enumerate(C))
                 + " } } }\n")
 
 

@@ -23,7 +23,7 @@ from .kernel import Kernel, with_extents
 from .plan import Launch, Plan
 from .storage import STORE
 
-__all__ = ["attention_kernel", "warp_kernel", "stored_bf16", "signature", "source", "read_strides", "text", "Text", "VEC", "BLOCK"]
+__all__ = ["attention_kernel", "warp_kernel", "stored_bf16", "copies", "signature", "source", "read_strides", "text", "Text", "VEC", "BLOCK"]
 
 #: threads per block: a thread holds two or three rows in registers (168 to 255 at dh = 64), so six blocks of
 #: 64 fit an SM where one of 256 would, and causal rows' unequal work spreads over more blocks
@@ -48,7 +48,8 @@ def warp_kernel(step: Launch, plan: Plan, name: str, source, warps_per_block: in
     block; ``narrow``: the inputs stored as bfloat16 (:mod:`.storage`)."""
     (a,) = step.instrs
     narrow = stored_bf16(step, plan)
-    src, warps, _ = source(a.op, name, read_strides(step, plan, name), narrow)
+    extra = {"rounded": copies(step, plan)} if step.then is not None else {}
+    src, warps, _ = source(a.op, name, read_strides(step, plan, name), narrow, **extra)
     return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), warps, [a.op.name],
                                frozenset(step.inputs), tuple(STORE if n in narrow else "float" for n in a.op.ins.split()),
                                lanes=32, block=32 * warps_per_block), plan)
@@ -60,14 +61,27 @@ def stored_bf16(step: Launch, plan: Plan) -> frozenset[str]:
     return frozenset(n for n, x in zip(a.op.ins.split(), a.args) if plan.read(plan.src(x))[0] in plan.narrow)
 
 
-def signature(op: Attention, ctype: str, narrow: frozenset[str] = frozenset()) -> tuple[str, str, list[str]]:
-    """``op``'s kernel parameters (its inputs ``const``, then each output ``<name>_out``), the arguments passing
-    them on, and their names; an input in ``narrow`` holds bfloat16 bits (``unsigned short``, :mod:`.storage`)."""
-    ins, outs = op.ins.split(), op.outs.split()
-    names = ins + [f"{n}_out" for n in outs]
+def copies(step: Launch, plan: Plan) -> dict[str, str]:
+    """The results of an ``attention`` step that its kernel also writes rounded to bfloat16 (``step.then``,
+    :func:`~.rounding.into_attention`), in the order of its outputs: the C type of each copy by the result's
+    name (``unsigned short``, bfloat16 bits, where :mod:`.storage` stores it so; else ``float``)."""
+    (a,) = step.instrs
+    names = dict(zip(a.results, a.op.outs.split()))
+    of = {r.results[0]: r.args[0] for r in (step.then.instrs if step.then is not None else [])}
+    return {names[of[v]]: STORE if v in plan.narrow else "float" for v in step.outputs[len(a.results):]}
+
+
+def signature(op: Attention, ctype: str, narrow: frozenset[str] = frozenset(),
+              rounded: dict[str, str] | None = None) -> tuple[str, str, list[str]]:
+    """``op``'s kernel parameters (its inputs ``const``, then each output ``<name>_out``, then each rounded copy
+    ``<name>_rnd`` of C type ``rounded[name]``), the arguments passing them on, and their names; an input in
+    ``narrow`` holds bfloat16 bits (``unsigned short``, :mod:`.storage`)."""
+    ins, outs, rounded = op.ins.split(), op.outs.split(), rounded or {}
+    names = ins + [f"{n}_out" for n in outs] + [f"{n}_rnd" for n in rounded]
     params = ([f"const {STORE if n in narrow else ctype}* __restrict__ {n}" for n in ins]
-              + [f"{ctype}* __restrict__ {n}_out" for n in outs])
-    return ", ".join(params), ", ".join(names), ins + outs
+              + [f"{ctype}* __restrict__ {n}_out" for n in outs]
+              + [f"{c}* __restrict__ {n}_rnd" for n, c in rounded.items()])
+    return ", ".join(params), ", ".join(names), ins + outs + [f"{n}_rnd" for n in rounded]
 
 
 def read_strides(step: Launch, plan: Plan, name: str) -> dict[str, tuple[int, ...]]:

@@ -91,7 +91,8 @@ class Launch:
     of their own; for ``reduce`` steps, those making the sum's terms where it reads them.
     ``then``: for ``reduce`` steps, what its kernel runs after the sums, row by row (:mod:`~.epilogue`): row sums
     reading these (which may have a ``then`` of their own), or a fused step; ``inputs`` and ``outputs`` then hold
-    every step's of the :attr:`chain`.
+    every step's of the :attr:`chain`. For ``attention`` steps, the roundings of its results its kernel stores too
+    (:func:`~.rounding.into_attention`): ``outputs`` holds their copies after its results, ``inputs`` its own.
     """
     kind: str
     instrs: list[Apply]

@@ -12,7 +12,8 @@ plan. :func:`round_operands` makes the rounding an instruction of the program, o
 
 ``RoundBF16`` is elementwise: it joins the fused kernel making ``x``, which writes ``x`` and, as bfloat16, its
 rounded copy (two more bytes an element, no launch); where ``x`` is another kernel's result (cuBLAS's, an
-attention kernel's) it is a fused kernel of its own, in the plan and in the cost model. A weight's is made up
+attention kernel's) it is a fused kernel of its own, in the plan and in the cost model, except that a tensor-core
+attention kernel writes the copies of its own results as it stores them (:func:`into_attention`). A weight's is made up
 front, in one kernel with the others of its size (the plan does not sink it to its first reader,
 :func:`~.plan.plan`), and lives until the backward's product reads it, as ``torch.autocast`` keeps its cast
 of a weight. The products multiply the same operands as before (rounding is idempotent): the same bits.
@@ -31,7 +32,7 @@ from circuitgrad.types import Float, NdArrayType
 
 from .blas import BF16_BITS, round_bf16
 
-__all__ = ["RoundBF16", "round_operands", "HELPER", "PRODUCTS"]
+__all__ = ["RoundBF16", "round_operands", "into_attention", "HELPER", "PRODUCTS"]
 
 #: the products cuBLAS runs, whose float32 operands a ``bf16`` step rounds
 PRODUCTS = (P.MatMul, P.BatchMatMul)
@@ -134,3 +135,39 @@ def _without_unread_views(instrs: list[Apply], outputs: list[int]) -> list[Apply
         if len(kept) == len(instrs):
             return kept
         instrs = kept
+
+
+def into_attention(plan) -> None:
+    """``plan`` (a :class:`~.plan.Plan`, changed in place) with each launch rounding only results of the
+    tensor-core attention kernels just before it (nothing but views in between) run by those kernels: each
+    writes the copies of its own results as it stores them (``then``: the roundings; its ``outputs``: its own,
+    then the copies). One launch less, and a read of the result less, a rounding::
+
+        attention ──► O ──► [RoundBF16] ──► r          attention ──► O
+                                                 becomes          └──► r   (the same store, rounded)
+
+    A rounding made again later (:mod:`~.recompute`: O's copy for the backward) stays a launch of its own."""
+    out: list = []
+    maker: dict[int, int] = {}              # a result of a tensor-core attention kernel -> its launch in ``out``
+    for s in plan.steps:
+        at = [maker.get(plan.src(a.args[0])) for a in s.instrs] if _rounds_only(s) else [None]
+        if None not in at and all(out[k].then is None for k in set(at)) and all(
+                k in at or out[k].kind == "view" for k in range(min(at), len(out))):
+            for k in sorted(set(at)):
+                mine = [a for a, j in zip(s.instrs, at) if j == k]
+                made = {a.results[0] for a in mine}
+                copies = dataclasses.replace(s, instrs=mine, inputs=[a.args[0] for a in mine],
+                                             outputs=[r for r in s.outputs if r in made])
+                out[k] = dataclasses.replace(out[k], outputs=out[k].outputs + copies.outputs, then=copies)
+            continue
+        if s.kind == "attention" and s.instrs[0].op.mma:
+            maker.update((plan.src(v), len(out)) for v in s.outputs)
+        out.append(s)
+    plan.steps = out
+
+
+def _rounds_only(s) -> bool:
+    """Whether launch ``s`` is a fused kernel of roundings alone, each storing its rounded array."""
+    return (s.kind == "fused" and bool(s.instrs) and not s.remat and s.then is None
+            and all(isinstance(a.op, RoundBF16) for a in s.instrs)
+            and set(s.outputs) == {a.results[0] for a in s.instrs})

@@ -43,7 +43,7 @@ from .graph import Graphed
 from .kernel import Kernel
 from .plan import Plan, last_readers, plan
 from .reduction import kernel_arrays, reduce_kernel
-from .rounding import round_operands
+from .rounding import into_attention, round_operands
 from .row import row_kernel
 
 __all__ = ["GpuFunction", "kernels", "generate", "build", "tensor_cores", "BLOCK", "VIEWS"]
@@ -299,6 +299,7 @@ def build(prog: Program, arg_names: Sequence[str], fn_name: str, xp, launcher: C
     p = plan(prog, data=[v for v, n in zip(prog.inputs, arg_names) if n in ("x", "y")],
              updates={i: o for o, i in (donate_pairs or {}).items()})
     if precision == "bf16" and store_bf16:
+        into_attention(p)                   # attention kernels write the copies of their results (:mod:`~.rounding`)
         p.narrow = storage.bf16_operands(p)
     ks = kernels(p, prefix=f"cg_{ident(fn_name)}", donate_pairs=donate_pairs)
     src = generate(p, ks, arg_names, ident(fn_name), donate_pairs)
