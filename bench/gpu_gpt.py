@@ -23,7 +23,8 @@ compiled graph, the optimizer eager). Columns:
   unwrapped: a Python call per allocation would slow them). A CUDA graph's buffers live in a pool of its
   own (``graphed.pool``), added as reserved at its capture. Both count the row's live arrays (weights,
   optimizer state, the batch), the step's temporaries and workspaces allocated through the allocator (the
-  TF32/graph products' 32 MiB cuBLAS workspace), not ``cupy.matmul``'s cuBLAS workspace or CUDA's context;
+  bf16/graph products' 32 MiB cuBLAS workspace, in every row that uses it: the first allocates it), not
+  ``cupy.matmul``'s cuBLAS workspace or CUDA's context;
 * predicted MB: the cost model's peak of the same step (``gpu.memory.peak``: the arguments and the step's
   intermediates at their peak, without the cuBLAS workspace or a graph's copies of its arguments);
 * kernels / step: circuitgrad's ``launches_per_step`` (with ``graph=True`` replayed as one graph launch);
@@ -173,9 +174,12 @@ def ours_row(sp, init: dict, x, y, options: dict, backend: str, a) -> dict:
 
 def ours_measure(sp, init: dict, x, y, options: dict, backend: str, a, mem: PeakPool) -> dict:
     """Compile, three steps (the first timed alone, memory tracked), the loss, then the timed steps."""
+    handled = False     # products on the backend's cuBLAS handle, made (with its workspace) in an earlier row's pool
     if backend == "cupy":
         import cupy
         sync = cupy.cuda.Device().synchronize
+        handled = (gpu.blas.handle_made(cupy.cuda.Device().id)
+                   and gpu.blas.own_handle(options.get("precision", "fp32"), bool(options.get("graph"))))
     else:
         def sync():
             return None
@@ -206,7 +210,8 @@ def ours_measure(sp, init: dict, x, y, options: dict, backend: str, a, mem: Peak
     mem.track(False)
     pool = getattr(getattr(step.fn("step").compiled, "graphed", None), "pool", None)
     if mem.peak is not None:        # a CUDA graph's buffers live in a pool of its own, reserved for it
-        row["peak_mb"] = max(mem.peak, before + (pool.total_bytes() if pool is not None else 0)) / 2 ** 20
+        row["peak_mb"] = (max(mem.peak, before + (pool.total_bytes() if pool is not None else 0))
+                          + (gpu.blas.WORKSPACE if handled else 0)) / 2 ** 20
     row["loss"] = step.loss(dict(zip(names, state["a"][:n])), xd, yd)
     row["ms"] = median_ms(one, a.repeats, a.warmup, sync)
     row["launches"] = step.launches_per_step

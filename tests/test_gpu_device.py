@@ -182,6 +182,17 @@ def test_tf32_products_round_their_operands(capturable, rng):
     assert err.max() > 4 * 2 ** -23 * 8                       # and not float32 products
 
 
+@pytest.mark.parametrize("precision,capturable", [("fp32", False), ("tf32", False), ("bf16", False), ("fp32", True)])
+def test_our_handle_is_made_where_own_handle_says(precision, capturable, monkeypatch, rng):
+    """bench/gpu_gpt.py adds the handle's workspace to the peak of each later row that uses it (own_handle)."""
+    import cupy
+    from circuitgrad.backends.gpu import blas
+    monkeypatch.setattr(blas, "_HANDLES", {})
+    a = cupy.asarray(rng.normal(size=(32, 32)).astype(np.float32))
+    blas.matmul(cupy, precision, capturable)(a, a)
+    assert blas.handle_made(cupy.cuda.Device().id) == blas.own_handle(precision, capturable)
+
+
 def test_a_graph_step_replays_the_eager_steps(rng):
     """tinygpt-like GPT: four steps eagerly and as a CUDA graph (captured at step 2) on four batches agree to float32
     rounding, and the graph's parameters keep their addresses."""

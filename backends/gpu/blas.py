@@ -35,7 +35,8 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["PRECISIONS", "matmul", "round_tf32", "round_bf16", "widen_bf16", "operand"]
+__all__ = ["PRECISIONS", "matmul", "own_handle", "handle_made", "round_tf32", "round_bf16", "widen_bf16", "operand",
+           "WORKSPACE"]
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 OP_N, OP_T = 0, 1                                           # cublasOperation_t
@@ -235,4 +236,15 @@ def matmul(xp, precision: str = "fp32", capturable: bool = False) -> Callable:
         raise ValueError(f"matmul precision must be one of {PRECISIONS}, got {precision!r}")
     if xp is np or getattr(xp, "hostrun", False):
         return _host_matmul(xp, precision)
-    return _device_matmul(xp, precision) if capturable or precision == "bf16" else _cupy_matmul(xp, precision)
+    return _device_matmul(xp, precision) if own_handle(precision, capturable) else _cupy_matmul(xp, precision)
+
+
+def own_handle(precision: str, capturable: bool = False) -> bool:
+    """Whether a device's products at ``precision`` run on this backend's cuBLAS handle, made at the first such
+    product with its :data:`WORKSPACE` (bf16's, and those a CUDA graph captures), rather than ``cupy.matmul``."""
+    return capturable or precision == "bf16"
+
+
+def handle_made(device: int) -> bool:
+    """Whether this process made the backend's cuBLAS handle (and its workspace) on CUDA device ``device``."""
+    return device in _HANDLES
