@@ -10,7 +10,7 @@
 # ('.[cuda13]' or '.[cuda12]', by the driver's CUDA version, and pytest; '.[torch]' only with GPU_CHECK_INSTALL_TORCH=1: CUDA PyTorch is gigabytes). Offline,
 # pip fails fast and the package is registered without dependencies; the report names what is missing.
 # The checks themselves are scripts/gpu_check.py. Exit status: 0 pass (or incomplete), 1 a failure or no device.
-# GPU_CHECK_BENCH=1 runs bench/gpu_gpt.py after them (GPU_BENCH_BUDGET seconds, default 200; REPORT-gpt.json),
+# GPU_CHECK_BENCH=1 runs bench/gpu_step.py after them (GPU_BENCH_BUDGET seconds, default 200; REPORT-step.json),
 # then bench/gpu_attention.py (at most 120 s; REPORT-attention.json).
 set -uo pipefail
 REPORT=${1:-gpu-check.json}
@@ -71,11 +71,11 @@ fi
 REST=$(left)
 if [ "$REST" -lt 30 ]; then note "setup took $((SECONDS - START)) s of $BUDGET: $REST s is too little to check"; fi
 if [ "${GPU_CHECK_BENCH:-0}" = 1 ]; then
-  # then the GPT and attention benchmarks (every precision, graphs, PyTorch's modes), their JSON beside the report
+  # then the step and attention benchmarks (every precision, graphs, PyTorch's modes), their JSON beside the report
   timeout $((REST + 15)) "$VPY" scripts/gpu_check.py --report "$REPORT" --budget "$((REST > 30 ? REST : 30))"
   RC=$?
   BENCH=${GPU_BENCH_BUDGET:-200}
-  timeout $((BENCH + 30)) "$VPY" bench/gpu_gpt.py --budget "$BENCH" --json "${REPORT%.json}-gpt.json"
+  timeout $((BENCH + 30)) "$VPY" bench/gpu_step.py --budget "$BENCH" --json "${REPORT%.json}-step.json"
   timeout 120 "$VPY" bench/gpu_attention.py --json "${REPORT%.json}-attention.json"
   exit $RC
 fi

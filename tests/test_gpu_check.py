@@ -92,9 +92,9 @@ def test_with_the_benchmark_asked_the_check_still_decides_the_status(tmp_path):
     r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-check.sh"), str(report)], capture_output=True,
                        text=True, timeout=180, env=env, cwd=tmp_path)
     assert r.returncode == 1, r.stderr
-    for name in ("gpu_gpt", "gpu_attention"):
+    for name in ("gpu_step", "gpu_attention"):
         assert f"\nbench/{name}.py: no GPU here (" in r.stdout + r.stderr
-    for name in ("gpt", "attention"):
+    for name in ("step", "attention"):
         assert json.loads((tmp_path / f"out-{name}.json").read_text())["status"] == "no-device"
 
 

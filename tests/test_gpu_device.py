@@ -184,7 +184,7 @@ def test_tf32_products_round_their_operands(capturable, rng):
 
 @pytest.mark.parametrize("precision,capturable", [("fp32", False), ("tf32", False), ("bf16", False), ("fp32", True)])
 def test_our_handle_is_made_where_own_handle_says(precision, capturable, monkeypatch, rng):
-    """bench/gpu_gpt.py adds the handle's workspace to the peak of each later row that uses it (own_handle)."""
+    """bench/gpu_step.py adds the handle's workspace to the peak of each later row that uses it (own_handle)."""
     import cupy
     from circuitgrad.backends.gpu import blas
     monkeypatch.setattr(blas, "_HANDLES", {})

@@ -228,7 +228,7 @@ def test_the_peak_never_rises(name, donate):
 
 
 def test_a_real_size_gpt_holds_less():
-    """The GPT of ``bench/gpu_gpt.py``'s d384 row (d=384, 6 layers, 6 heads, batch 16 × 256), at the default size:
+    """The GPT of ``bench/gpu_step.py``'s d384 row (d=384, 6 layers, 6 heads, batch 16 × 256), at the default size:
     every layer's GELU output (24 MiB in float32) and layer-norm outputs are made again, and the float32 peak
     falls by more than 6 × 24 MiB."""
     kept, on = (memory.peak(_step(nn.gpt(16, 256, 96, d=384, heads=6, layers=6), nn.softmax_cross_entropy, size,
