@@ -265,13 +265,13 @@ def ours_measure(sp, init: dict, x, y, options: dict, backend: str, a, mem: Peak
 
 
 def torch_row(cfg: dict, init: dict, param_names: list, x, y, mode: str, a, deadline: float) -> dict:
-    """One PyTorch mode (``fp32``, ``tf32``, ``bf16``, ``compile`` (bf16), ``compile-fp32``); the TF32 flags
-    restored and the row's memory freed after."""
+    """One PyTorch mode (``fp32``, ``tf32``, ``bf16``, ``compile`` (bf16), ``compile-fp32``), TF32 on only for
+    ``tf32`` (cuDNN's flag is on by default: an fp32 row's convolutions would run in TF32); the flags restored
+    and the row's memory freed after."""
     import torch
     flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     try:
-        if mode == "tf32":
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = mode == "tf32"
         if mode.startswith("compile"):
             torch._dynamo.reset()       # no shapes of another model: no dynamic-shape recompilation
         return torch_measure(cfg, init, param_names, x, y, mode, a, deadline)

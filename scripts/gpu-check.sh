@@ -11,7 +11,8 @@
 # pip fails fast and the package is registered without dependencies; the report names what is missing.
 # The checks themselves are scripts/gpu_check.py. Exit status: 0 pass (or incomplete), 1 a failure or no device.
 # GPU_CHECK_BENCH=1 runs bench/gpu_step.py after them (GPU_BENCH_BUDGET seconds, default 200; REPORT-step.json),
-# then bench/gpu_attention.py (at most 120 s; REPORT-attention.json).
+# then bench/gpu_attention.py (at most 120 s; REPORT-attention.json). gpu_step.py measures the GPTs first; rows past
+# its budget are skipped (then: bench/gpu_step.py --models mlp,cnn,mlp4096 on its own).
 set -uo pipefail
 REPORT=${1:-gpu-check.json}
 case "$REPORT" in /*) ;; *) REPORT="$PWD/$REPORT" ;; esac      # relative to where it is called from

@@ -235,9 +235,17 @@ def test_gpt_steps_on_the_host_are_the_same_bits(order):
 def test_the_glue_deletes_only_what_it_made(precision):
     """Every name a GPT step's glue deletes was assigned before, and every view it builds is read after: a sum that
     joined an earlier kernel reads its operand's reshape through the base, so the reshape is not built (its
-    ``del`` named a variable never assigned before the glue skipped such views)."""
+    ``del`` named a variable never assigned before the glue skipped such views). Every array it allocates is
+    deleted or returned: the base of a view it does not build is freed where that view was (it was kept to the
+    end: a bf16 step's dq and dk)."""
     f, _ = _gpt(True, precision)
     lines = f.python.splitlines()
+    returned = set(re.findall(r"\w+", lines[-1].split("return", 1)[1]))
+    for k, line in enumerate(lines):
+        if "= xp.empty(" in line or "= _matmul(" in line:
+            name = line.strip().split(" = ", 1)[0]
+            assert name in returned or any(later.strip().startswith("del ") and re.search(rf"\b{name}\b", later)
+                                           for later in lines[k + 1:]), line
     made = set(f.python.split("(", 1)[1].split(")", 1)[0].replace(" ", "").split(","))       # the arguments
     for k, line in enumerate(lines):
         body = line.strip()
@@ -312,7 +320,8 @@ def test_a_rounding_after_other_work_stays_a_launch():
 @needs_nvcc
 def test_copies_stored_as_float32_on_the_host():
     """Where a copy is not stored as bfloat16 (here nothing is), the attention kernel writes the rounded float:
-    the same bits."""
+    the same bits (products round their float32 operands again: that the copy itself is rounded,
+    :func:`test_an_attention_kernels_copies_are_its_results_rounded`)."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(sys.modules["circuitgrad.backends.gpu.storage"], "bf16_operands", lambda p: frozenset())
         f, _ = _gpt(True)
@@ -320,3 +329,34 @@ def test_copies_stored_as_float32_on_the_host():
     off = _host_steps(False, False, hostrun.ORDERS[0])
     on = _host_steps(True, False, hostrun.ORDERS[0], narrow=False)
     assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("store", ["unsigned short", "float"])
+def test_an_attention_kernels_copies_are_its_results_rounded(store, rng):
+    """Each tensor-core kernel's copies, run on the host: its results rounded to bfloat16 (nearest even), as
+    bfloat16 bits or as floats, with the results themselves unchanged (dk and dv's copies in the other order)."""
+    from circuitgrad.backends.gpu import attention, attention_mma, storage
+    from test_gpu_storage import _operands, _run_kernel
+    T = cg.NdArrayType((1, 2, 32, 16), cg.float32)
+    x = _operands(T, rng)
+    for cls, rounded in ((attention.AttentionForward, ["O"]), (attention.AttentionGradQ, ["dq"]),
+                         (attention.AttentionGradKV, ["dv", "dk"])):
+        op = cls(T, True, 0.25, mma="bf16")
+        names, outs = op.ins.split(), op.outs.split()
+        plain, warps, _ = attention_mma.source(op, "k")
+        src, _, params = attention_mma.source(op, "k", rounded={n: store for n in rounded})
+        assert params == names + outs + [f"{n}_rnd" for n in rounded]
+        with hostrun.device() as cp:
+            args = [cp.asarray(x[n]) for n in names]
+            want = _run_kernel(cp, op, plain, "k", warps, args)
+            results = [cp.empty(T.shape[:-1] if n in "LD" else T.shape, dtype=np.float32) for n in outs]
+            copies = [cp.empty(T.shape, dtype=np.uint16 if store == "unsigned short" else np.float32)
+                      for _ in rounded]
+            cp.RawKernel(src, "k")((-(-warps * 32 // 128),), (128,), (*args, *results, *copies))
+            got, copies = [r.get() for r in results], [c.get() for c in copies]
+        assert all(np.array_equal(g, w) for g, w in zip(got, want)), cls.__name__
+        for n, c in zip(rounded, copies):
+            y = want[outs.index(n)]
+            expect = storage.to_bf16_bits(y) if store == "unsigned short" else blas.round_bf16(np, y)
+            assert np.array_equal(c, expect) and not np.array_equal(blas.round_bf16(np, y), y), (cls.__name__, n)

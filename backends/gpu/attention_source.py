@@ -50,7 +50,8 @@ def warp_kernel(step: Launch, plan: Plan, name: str, source, warps_per_block: in
     narrow = stored_bf16(step, plan)
     extra = {"rounded": copies(step, plan)} if step.then is not None else {}
     src, warps, _ = source(a.op, name, read_strides(step, plan, name), narrow, **extra)
-    return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), warps, [a.op.name],
+    ops = [a.op.name] + ([step.then.instrs[0].op.name] if step.then is not None else [])   # and its copies' rounding
+    return with_extents(Kernel(name, src, list(step.inputs), list(step.outputs), warps, ops,
                                frozenset(step.inputs), tuple(STORE if n in narrow else "float" for n in a.op.ins.split()),
                                lanes=32, block=32 * warps_per_block), plan)
 
@@ -66,8 +67,8 @@ def copies(step: Launch, plan: Plan) -> dict[str, str]:
     :func:`~.rounding.into_attention`), in the order of its outputs: the C type of each copy by the result's
     name (``unsigned short``, bfloat16 bits, where :mod:`.storage` stores it so; else ``float``)."""
     (a,) = step.instrs
-    names = dict(zip(a.results, a.op.outs.split()))
-    of = {r.results[0]: r.args[0] for r in (step.then.instrs if step.then is not None else [])}
+    names = {plan.src(v): n for v, n in zip(a.results, a.op.outs.split())}
+    of = {r.results[0]: plan.src(r.args[0]) for r in (step.then.instrs if step.then is not None else [])}
     return {names[of[v]]: STORE if v in plan.narrow else "float" for v in step.outputs[len(a.results):]}
 
 

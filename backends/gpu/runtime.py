@@ -172,10 +172,10 @@ def generate(p: Plan, ks: dict[int, Kernel], arg_names: Sequence[str], fn_name: 
             lines.append(f"    {names[a.results[0]]} = {args[0]}.sum(axis={axes!r}, keepdims=True)"
                          f".reshape({a.op.S.shape!r})".ljust(60) + "# reduction")
             contiguous.add(a.results[0])
+        elif s.kind == "view" and src(a.results[0]) in unbuilt:
+            pass                                      # not built: its base is freed here, after its readers
         elif s.kind == "view":
             op, r = a.op, a.results[0]
-            if src(r) in unbuilt:
-                continue
             if s.layout is not None:                  # built from the base array: one strided view of it
                 base, stages = s.layout
                 b = names[base] if base in contiguous or base in p.values else f"xp.ascontiguousarray({names[base]})"
