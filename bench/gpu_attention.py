@@ -17,8 +17,9 @@ compiled by the GPU backend (``gpu.compile_function``) in float32 (on the CUDA c
 Variants are timed after the defaults (forward+backward): each precision that computes dk and dv in one
 kernel (:func:`~circuitgrad.backends.gpu.attention.kv_together`: fp32 on quads, tf32, bf16) with the two in
 separate kernels (``, dk dv apart``; float32's then take a thread per row, whose dk spills at dh = 64), which
-only a device decides, and bf16 attention of ``q/2, k/2, v/2`` (``, q k v stored``: a fused kernel makes
-them, so they are stored as bfloat16 as a GPT's are, and the attention kernels read two bytes an element). Every forward+backward row's
+only a device decides, bf16 attention of ``q/2, k/2, v/2`` (``, q k v stored``: a fused kernel makes
+them, so they are stored as bfloat16 as a GPT's are, and the attention kernels read two bytes an element), and
+tf32 and bf16 with the tensor-core kernels' loops unrolled twice (``, loops unrolled 2x``). Every forward+backward row's
 launches are profiled one by one (``gpu.profile``: measured beside the cost model's prediction), so that the
 note can say where the time goes. Without a GPU (and without ``--dry``) the script says why and exits with 0.
 """
@@ -39,7 +40,7 @@ from _util import table  # noqa: E402
 import circuitgrad as cg  # noqa: E402
 from circuitgrad import ops  # noqa: E402
 from circuitgrad.backends import gpu  # noqa: E402
-from circuitgrad.backends.gpu import attention, memory  # noqa: E402
+from circuitgrad.backends.gpu import attention, attention_mma, memory  # noqa: E402
 from circuitgrad.rewrite import simplify  # noqa: E402
 
 KINDS = ("softmax", "spherical")
@@ -48,10 +49,12 @@ KINDS = ("softmax", "spherical")
 PRECISIONS = ("fp32", "3xtf32", "tf32", "bf16")
 #: the variants timed after the defaults (forward+backward): each precision that computes dk and dv in one kernel
 #: with the two apart (``attention.fuse(..., together=False)``), and bf16 with q, k, v made inside the program
-#: (``stored``: as a GPT's, stored as bfloat16, ``gpu.storage``)
-VARIANTS = [("fp32", "apart"), ("tf32", "apart"), ("bf16", "apart"), ("bf16", "stored")]
+#: (``stored``: as a GPT's, stored as bfloat16, ``gpu.storage``), and the tensor-core kernels with their loops over
+#: the other side's steps unrolled twice (``unrolled``: ``attention_mma.UNROLL = 2``, which only a device decides)
+VARIANTS = [("fp32", "apart"), ("tf32", "apart"), ("bf16", "apart"), ("bf16", "stored"), ("tf32", "unrolled"),
+            ("bf16", "unrolled")]
 #: how each variant's rows are named
-NAMED = {"": "", "apart": ", dk dv apart", "stored": ", q k v stored"}
+NAMED = {"": "", "apart": ", dk dv apart", "stored": ", q k v stored", "unrolled": ", loops unrolled 2x"}
 
 
 def programs(kind: str, shape: tuple[int, ...], stored: bool = False) -> dict:
@@ -107,8 +110,13 @@ def ours(kind: str, shape, precision: str, a, emulate: bool, variant: str = "", 
             continue
         if variant == "apart":      # fused here as compile_function would fuse it, dk and dv a kernel each
             prog = attention.fuse(prog, precision, together=False)
-        f = gpu.compile_function(prog, [f"a{i}" for i in range(len(prog.inputs))], "attention", emulate=emulate,
-                                 precision=base, attention_3xtf32=precision == "3xtf32")
+        unroll = attention_mma.UNROLL
+        attention_mma.UNROLL = 2 if variant == "unrolled" else unroll   # read as the kernels' source is written
+        try:
+            f = gpu.compile_function(prog, [f"a{i}" for i in range(len(prog.inputs))], "attention",
+                                     emulate=emulate, precision=base, attention_3xtf32=precision == "3xtf32")
+        finally:
+            attention_mma.UNROLL = unroll
         xp = f.namespace["xp"]
         args = [xp.asarray(rng.normal(size=prog.types[v].shape).astype(np.float32)) for v in prog.inputs]
         events = None

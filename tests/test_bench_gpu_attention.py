@@ -26,7 +26,7 @@ def test_dry_run_times_both_attentions_in_every_precision(tmp_path):
         for w in ("forward", "forward+backward")] + [
         (k, f"circuitgrad {p}{v}", "forward+backward") for k in kinds
         for p, v in (("fp32", ", dk dv apart"), ("tf32", ", dk dv apart"), ("bf16", ", dk dv apart"),
-                     ("bf16", ", q k v stored"))]
+                     ("bf16", ", q k v stored"), ("tf32", ", loops unrolled 2x"), ("bf16", ", loops unrolled 2x"))]
     assert all("error" not in x and x["ms"] > 0 and x["launches"] > 0 for x in rows)
     # dk and dv in one kernel by default (but under 3xTF32), in two in the rows that time them apart
     for x in rows:

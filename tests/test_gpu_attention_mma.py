@@ -560,3 +560,21 @@ def test_a_nan_stays_a_nan(precision):
     assert np.isnan(want[0]).sum() == 32             # O's column 3 (a masked weight is 0, and 0·NaN a NaN)
     for g, w in zip(got, want):
         assert np.array_equal(np.isnan(g), np.isnan(w))
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_unrolled_loops_give_the_same_bits_on_the_host(monkeypatch, rng):
+    """``UNROLL`` only adds a device pragma: the host compiles the same loops, so a GPT step's bits are unchanged
+    (and the source with the pragma compiles for the host)."""
+    x, y = rng.integers(0, 13, size=(2, 16)), rng.integers(0, 13, size=(2, 16))
+    runs = []
+    for unroll in (1, 2):
+        monkeypatch.setattr(attention_mma, "UNROLL", unroll)
+        with hostrun.device() as cp:
+            step = cg.compile_model(nn.gpt(2, 16, 13, d=32, heads=2, layers=1), loss=nn.softmax_cross_entropy,
+                                    optimizer=nn.adamw(1e-3), backend="cupy", donate=True, precision="bf16")
+            src = step.fn("step").compiled.cuda_source
+            assert ("#pragma unroll 2" in src) == (unroll == 2)
+            p = {k: cp.asarray(v) for k, v in step.init_params(seed=0).items()}
+            runs.append({k: v.get() for k, v in step.step(p, x, y).items()})
+    assert all(np.array_equal(runs[0][k], runs[1][k]) for k in runs[0])

@@ -109,3 +109,20 @@ def test_the_attention_benchmarks_other_kernels_compile(kind):
         for code in module.split(f.kernels)[0]:
             out = compile_source(code)
             assert out.ok, f"{precision}: {out.log[-3000:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_unrolled_tensor_core_kernels_compile_without_spills(precision, monkeypatch):
+    """``attention_mma.UNROLL = 2`` (``bench/gpu_attention.py``'s unrolled rows), at dh = 64: each loop over the
+    other side's steps carries ``#pragma unroll 2`` on the device only, and NVRTC compiles the forward, dq and
+    dk-dv kernels for sm_90 without spills."""
+    from circuitgrad.backends.gpu import attention_mma
+    monkeypatch.setattr(attention_mma, "UNROLL", 2)
+    T = cg.NdArrayType((1, 2, 64, 64), cg.float32)
+    for cls in (attention.AttentionForward, attention.AttentionGradQ, attention.AttentionGradKV):
+        src, _, _ = attention_mma.source(cls(T, True, 0.125, mma=precision), "k")
+        loops = src.count("for (long long jt = ") + src.count("for (long long it = ")
+        assert loops and src.count("#ifdef __CUDA_ARCH__\n#pragma unroll 2\n#endif\n    for (long long ") == loops
+        out = compile_source(src)
+        assert out.ok and out.spill_bytes and not any(out.spill_bytes.values()), (cls.__name__, out.log[-2000:])

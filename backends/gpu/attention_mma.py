@@ -47,8 +47,13 @@ from .plan import Launch, Plan
 from .storage import STORE
 from .warp import LANES, lanes_kernel
 
-__all__ = ["attention_kernel", "source", "ROWS", "KEYS", "WARPS", "PRELUDE"]
+__all__ = ["attention_kernel", "source", "ROWS", "KEYS", "WARPS", "PRELUDE", "UNROLL"]
 
+#: how many times the compiler unrolls each loop over the other side's steps (``#pragma unroll`` on the device;
+#: 1: as written). More lets it issue a step's loads before the previous step's products finish, at the cost of
+#: registers: a tuning knob, measured by ``bench/gpu_attention.py`` (its ``unrolled`` rows) until a device run
+#: decides the default. The host runs the loops as written either way.
+UNROLL = 1
 ROWS = 16      #: rows a warp takes (the mma tile's M)
 KEYS = 8       #: rows of the other side an mma tile of scores takes (its N); a step takes one tile, or two (bf16)
 WARPS = 4      #: warps a block
@@ -432,7 +437,8 @@ def _steps(op: Attention, t: _Tile, var: str, queries: bool, body: str, comment:
         ranges = ([("0LL", f"r0 / {k}", "false"), diagonal] if queries else
                   [diagonal, (f"(r0 + {ROWS}LL) / {k}", f"{t.S // t.keys}LL", "false")])
     note = f"      // {comment}" if comment else ""
-    return "".join(f"    for (long long {var} = {lo}; {var} < {hi}; ++{var}) {{{note}\n"
+    unroll = f"#ifdef __CUDA_ARCH__\n#pragma unroll {UNROLL}\n#endif\n" if UNROLL > 1 else ""
+    return "".join(f"{unroll}    for (long long {var} = {lo}; {var} < {hi}; ++{var}) {{{note}\n"
                    f"        const bool masked = {m}; (void)masked;\n" + body + "    }\n" for lo, hi, m in ranges)
 
 
