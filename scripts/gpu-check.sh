@@ -10,8 +10,9 @@
 # ('.[cuda13]' or '.[cuda12]', by the driver's CUDA version, and pytest; '.[torch]' only with GPU_CHECK_INSTALL_TORCH=1: CUDA PyTorch is gigabytes). Offline,
 # pip fails fast and the package is registered without dependencies; the report names what is missing.
 # The checks themselves are scripts/gpu_check.py. Exit status: 0 pass (or incomplete), 1 a failure or no device.
-# GPU_CHECK_BENCH=1 runs bench/gpu_step.py after them (GPU_BENCH_BUDGET seconds, default 200; REPORT-step.json),
-# then bench/gpu_attention.py (at most 120 s; REPORT-attention.json). gpu_step.py measures the GPTs first; rows past
+# GPU_CHECK_BENCH=1 runs bench/gpu_step.py after them (REPORT-step.json), then bench/gpu_attention.py
+# (REPORT-attention.json), in what is left of GPU_CHECK_TOTAL seconds for the whole command (default 570;
+# GPU_BENCH_BUDGET sets the step benchmark's own). gpu_step.py measures the GPTs first; rows past
 # its budget are skipped (then: bench/gpu_step.py --models mlp,cnn,mlp4096 on its own).
 set -uo pipefail
 REPORT=${1:-gpu-check.json}
@@ -75,9 +76,14 @@ if [ "${GPU_CHECK_BENCH:-0}" = 1 ]; then
   # then the step and attention benchmarks (every precision, graphs, PyTorch's modes), their JSON beside the report
   timeout $((REST + 15)) "$VPY" scripts/gpu_check.py --report "$REPORT" --budget "$((REST > 30 ? REST : 30))"
   RC=$?
-  BENCH=${GPU_BENCH_BUDGET:-200}
+  # the benchmarks share what is left of GPU_CHECK_TOTAL seconds for the whole command (default 570: a device
+  # session's call may run 600): attention a third of it (30 to 120 s), the step benchmark the rest (at least 60 s)
+  LEFT=$((${GPU_CHECK_TOTAL:-570} - (SECONDS - START)))
+  ATT=$((LEFT / 3 > 120 ? 120 : LEFT / 3 < 30 ? 30 : LEFT / 3))
+  BENCH=${GPU_BENCH_BUDGET:-$((LEFT - ATT - 30 > 60 ? LEFT - ATT - 30 : 60))}
+  echo "gpu-check: benchmarks: step ${BENCH} s, attention ${ATT} s" >&2
   timeout $((BENCH + 30)) "$VPY" bench/gpu_step.py --budget "$BENCH" --json "${REPORT%.json}-step.json"
-  timeout 120 "$VPY" bench/gpu_attention.py --json "${REPORT%.json}-attention.json"
+  timeout "$ATT" "$VPY" bench/gpu_attention.py --json "${REPORT%.json}-attention.json"
   exit $RC
 fi
 exec timeout $((REST + 15)) "$VPY" scripts/gpu_check.py --report "$REPORT" --budget "$((REST > 30 ? REST : 30))"

@@ -98,6 +98,18 @@ def test_with_the_benchmark_asked_the_check_still_decides_the_status(tmp_path):
         assert json.loads((tmp_path / f"out-{name}.json").read_text())["status"] == "no-device"
 
 
+def test_the_benchmarks_share_what_is_left_of_the_total(tmp_path):
+    """Without ``GPU_BENCH_BUDGET`` the benchmarks get what the check left of ``GPU_CHECK_TOTAL`` seconds:
+    attention a third (at least 30 s), the step benchmark the rest less 30 s (at least 60 s)."""
+    env = stub_env(tmp_path, NO_DEVICE)
+    env.update(GPU_CHECK_VENV=sys.prefix, GPU_CHECK_BENCH="1", GPU_CHECK_TOTAL="60")
+    env.pop("GPU_BENCH_BUDGET", None)
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-check.sh"), str(tmp_path / "out.json")],
+                       capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert "gpu-check: benchmarks: step 60 s, attention 30 s" in r.stderr.splitlines()
+
+
 def test_bad_arguments_are_usage_errors(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_check.py"), "--report",
                         str(tmp_path / "missing" / "r.json")], capture_output=True, text=True, timeout=60)
