@@ -106,18 +106,18 @@ def _error(e: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(e).__name__
 
 
-def batch(cfg: dict) -> tuple[np.ndarray, np.ndarray]:
-    """The model's batch: inputs and integer class labels (a GPT's: tinygpt's first training window at this batch
-    and sequence length, int64 ids and targets; else normal pixels and uniform labels, seed 0)."""
+def batch(cfg: dict, step) -> tuple[np.ndarray, np.ndarray]:
+    """The batch of ``step`` (the model compiled): inputs and integer class labels (a GPT's: tinygpt's first
+    training window at this batch and sequence length, int64 ids and targets; else normal pixels of its input
+    type and uniform labels of its classes, seed 0)."""
     if cfg["kind"] == "gpt":
         import tinygpt
         train, _ = tinygpt.split(tinygpt.corpus(CHARS))
         starts = tinygpt.batch_starts(len(train), cfg["seq"], cfg["batch"], 1, 0)[0]
         return tinygpt.windows(train, starts, cfg["seq"])
     rng = np.random.default_rng(0)
-    features, classes = (cfg["sizes"][0], cfg["sizes"][-1]) if cfg["kind"] == "mlp" else (64, 10)
-    return (rng.normal(size=(cfg["batch"], features)).astype(np.float32),
-            rng.integers(0, classes, size=cfg["batch"]))
+    return (rng.normal(size=step.x_type.shape).astype(np.float32),
+            rng.integers(0, step.y_type.shape[-1], size=step.x_type.shape[0]))
 
 
 def spec(cfg: dict) -> cg.ModelSpec:
@@ -374,8 +374,8 @@ def attempt(model: str, implementation: str, fn, deadline: float, reserve: float
 def model_rows(model: str, cfg: dict, a, deadline: float, have_torch: bool) -> list[dict]:
     """Every implementation's row for one model (the reference first)."""
     sp = spec(cfg)
-    x, y = batch(cfg)
     host = sp.compile(backend="numpy")
+    x, y = batch(cfg, host)
     init = {k: np.asarray(v) for k, v in host.init_params(seed=0).items()}
     rows = []
     if a.dry:

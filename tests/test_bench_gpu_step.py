@@ -75,8 +75,8 @@ def test_the_pytorch_steps_are_circuitgrads(model):
     bench = _script()
     cfg = {**bench.DRY, **bench.MODELS}[model]
     sp = bench.spec(cfg)
-    x, y = bench.batch(cfg)
     step = sp.compile(dtype=cg.float64, backend="numpy")
+    x, y = bench.batch(cfg, step)
     params = step.init_params(seed=0)
     tp = {k: torch.tensor(np.asarray(params[k], dtype=np.float64), requires_grad=True) for k in step.param_names}
     logits_of, opt = bench.torch_step(cfg, tp)

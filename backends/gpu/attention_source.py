@@ -78,11 +78,12 @@ def signature(op: Attention, ctype: str, narrow: frozenset[str] = frozenset(),
     ``<name>_rnd`` of C type ``rounded[name]``), the arguments passing them on, and their names; an input in
     ``narrow`` holds bfloat16 bits (``unsigned short``, :mod:`.storage`)."""
     ins, outs, rounded = op.ins.split(), op.outs.split(), rounded or {}
-    names = ins + [f"{n}_out" for n in outs] + [f"{n}_rnd" for n in rounded]
+    copied = [f"{n}_rnd" for n in rounded]
+    names = ins + [f"{n}_out" for n in outs] + copied
     params = ([f"const {STORE if n in narrow else ctype}* __restrict__ {n}" for n in ins]
               + [f"{ctype}* __restrict__ {n}_out" for n in outs]
-              + [f"{c}* __restrict__ {n}_rnd" for n, c in rounded.items()])
-    return ", ".join(params), ", ".join(names), ins + outs + [f"{n}_rnd" for n in rounded]
+              + [f"{c}* __restrict__ {n}" for n, c in zip(copied, rounded.values())])
+    return ", ".join(params), ", ".join(names), ins + outs + copied
 
 
 def read_strides(step: Launch, plan: Plan, name: str) -> dict[str, tuple[int, ...]]:
