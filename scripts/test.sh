@@ -41,6 +41,11 @@ if ! .venv/bin/python -c "import sys; sys.path.insert(0, 'tests'); import _nvrtc
   .venv/bin/python -m pip install -q 'nvidia-cuda-nvrtc>=13,<14' \
     || echo "note: NVRTC not installable here; the kernels' NVRTC compile tests will be skipped"
 fi
+# nvdisasm, so that tests/test_bench_gpu_sass.py counts the compiled attention kernels' instructions
+if ! .venv/bin/python -c "import sys; sys.path.insert(0, 'bench'); import gpu_sass; sys.exit(gpu_sass.cuda_tool() is None)"; then
+  .venv/bin/python -m pip install -q 'nvidia-cuda-nvdisasm>=13,<14' \
+    || echo "note: nvdisasm not installable here; the kernels' instruction counts will be skipped"
+fi
 if command -v node >/dev/null && command -v npm >/dev/null; then
   # snarkjs for the ZK backend's proof tests (installed once into ~/.cache/circuitgrad/npm)
   .venv/bin/python -c "from circuitgrad.backends.zk.systems.snarkjs import snarkjs; print('snarkjs:', snarkjs())" \

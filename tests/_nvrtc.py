@@ -69,6 +69,7 @@ class Compiled:
     log: str
     registers: dict[str, int] = field(default_factory=dict)
     spill_bytes: dict[str, int] = field(default_factory=dict)
+    cubin: bytes = b""          #: the compiled module (ELF) where it compiled
 
     @property
     def ok(self) -> bool:
@@ -85,9 +86,10 @@ def _check(status: int, what: str) -> None:
         raise RuntimeError(f"{what} failed with NVRTC status {status}")
 
 
-def compile_source(code: str, arch: str = "sm_90") -> Compiled:
+def compile_source(code: str, arch: str = "sm_90", lineinfo: bool = False) -> Compiled:
     """``code`` compiled by NVRTC for ``arch`` to a cubin with :data:`CUPY_OPTIONS`, ptxas verbose: registers per
-    kernel (entry function) and spill-store bytes per function (kernels and any function not inlined)."""
+    kernel (entry function) and spill-store bytes per function (kernels and any function not inlined), and the
+    cubin itself (with the source's line of each instruction when ``lineinfo``: ``bench/gpu_sass.py``)."""
     lib, why = load()
     if lib is None:
         raise RuntimeError(why)
@@ -95,15 +97,22 @@ def compile_source(code: str, arch: str = "sm_90") -> Compiled:
     _check(lib.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), b"circuitgrad.cu", 0, None, None),
            "nvrtcCreateProgram")
     try:
-        opts = [o.encode() for o in (f"--gpu-architecture={arch}", *CUPY_OPTIONS, "--ptxas-options=-v")]
+        opts = [o.encode() for o in (f"--gpu-architecture={arch}", *CUPY_OPTIONS, "--ptxas-options=-v",
+                                     *(["--generate-line-info"] if lineinfo else []))]
         status = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
         n = ctypes.c_size_t()
         _check(lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n)), "nvrtcGetProgramLogSize")
         buf = ctypes.create_string_buffer(max(1, n.value))
         _check(lib.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+        cubin = b""
+        if status == 0:
+            _check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(n)), "nvrtcGetCUBINSize")
+            data = ctypes.create_string_buffer(n.value)
+            _check(lib.nvrtcGetCUBIN(prog, data), "nvrtcGetCUBIN")
+            cubin = data.raw
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    out = Compiled(status, buf.value.decode(errors="replace"))
+    out = Compiled(status, buf.value.decode(errors="replace"), cubin=cubin)
     entry = function = None
     for line in out.log.splitlines():
         if m := re.search(r"Compiling entry function '(\w+)'", line):

@@ -521,6 +521,20 @@ def test_the_kernels_round_their_operands(precision, rng):
         assert np.linalg.norm(g - f) > 10 * np.linalg.norm(g - w)
 
 
+@pytest.mark.parametrize("mma, exp", [("tf32", "cg_exp("), ("bf16", "cg_exp("), ("3xtf32", "expf(")])
+def test_the_kernels_take_exp_as_their_reference_does(mma, exp):
+    """Every exponential of a softmax kernel (the weights, and the forward's running sum) is ``cg_exp``
+    (``2^(x·log₂ e)``) under tf32 and bf16, whose weights are rounded to 10 or 8 bits, as
+    :meth:`~.attention.Attention.exp` takes it; under 3xTF32 (float32 products) ``expf``."""
+    T = cg.NdArrayType((1, 2, 32, 64), cg.float32)
+    other = "expf(" if exp == "cg_exp(" else "cg_exp("
+    for cls in (attention.AttentionForward, attention.AttentionGradQ, attention.AttentionGradKV):
+        src, _, _ = attention_mma.source(cls(T, True, 0.125, mma=mma), "k")
+        body = src[src.index("inline void k_warp("):]
+        assert body.count(exp) >= (2 if cls is attention.AttentionForward else 1) and other not in body, cls
+    assert attention.AttentionForward(T, True, 0.125, mma=mma).exp(np.float32([-1.0])).dtype == np.float32
+
+
 def test_a_device_older_than_sm80_keeps_the_cuda_core_kernels(monkeypatch):
     """TF32 ``mma.sync`` needs sm_80: on an older device (its compute capability from CuPy) the attention
     kernels stay a thread per row, whatever the precision."""

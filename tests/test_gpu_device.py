@@ -323,3 +323,24 @@ def test_cvt_rn_bf16x2_rounds_and_packs_as_the_host():
     out = cupy.zeros(lo.size, dtype=cupy.uint32)
     cupy.RawKernel(PACK_KERNEL, "pack_rn")((2,), (128,), (cupy.asarray(lo), cupy.asarray(hi), out, np.int32(lo.size)))
     np.testing.assert_array_equal(out.get(), pack_expected(lo, hi))
+
+
+def test_the_attention_kernels_exp_is_exp_to_its_bound():
+    """The tf32 and bf16 attention kernels' ``cg_exp`` (a multiplication and ``ex2.approx`` under CuPy's
+    ``-ftz=true``) is ``exp`` to the bound the host's is checked to, results below float32's normals aside."""
+    import cupy
+    from test_gpu_mma_prelude import EXP_KERNEL, exp_cases, exp_within_bound
+    x = exp_cases()
+    out = cupy.zeros(x.size, dtype=cupy.float32)
+    cupy.RawKernel(EXP_KERNEL, "exp_w")(((x.size + 127) // 128,), (128,), (cupy.asarray(x), out, np.int32(x.size)))
+    assert np.all(exp_within_bound(x, out.get()))
+
+
+def test_a_pair_takes_two_registers_halves_on_the_device():
+    """The bf16 kernels' ``cg_pair`` (``__byte_perm`` with selectors 0x5410 and 0x7632) as the host's."""
+    import cupy
+    from test_gpu_mma_prelude import PAIR_KERNEL, pair_expected
+    a, b = np.random.default_rng(3).integers(0, 2 ** 32, size=(2, 256), dtype=np.uint32)
+    out = cupy.zeros(2 * a.size, dtype=cupy.uint32)
+    cupy.RawKernel(PAIR_KERNEL, "pair")((2,), (128,), (cupy.asarray(a), cupy.asarray(b), out, np.int32(a.size)))
+    np.testing.assert_array_equal(out.get(), pair_expected(a, b))

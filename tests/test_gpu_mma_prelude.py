@@ -10,6 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
+import circuitgrad as cg
 from circuitgrad.backends.gpu import attention_mma, blas
 from circuitgrad.backends.gpu.host import run as hostrun
 
@@ -61,6 +62,93 @@ def test_the_host_rounds_and_packs_pairs_as_cvt_rn_bf16x2():
         got = out.get()
     np.testing.assert_array_equal(got, pack_expected(lo, hi))
     assert got[0] & 0xFFFF == 0x3F80 and got[1] & 0xFFFF == 0x3F82      # halfway: to the even neighbour
+
+
+#: ``cg_pair(a[i], b[i], hi)`` for hi = 0 (``out[2i]``) and 1 (``out[2i + 1]``)
+PAIR_KERNEL = attention_mma.PRELUDE + """
+extern "C" __global__ void pair(const unsigned* a, const unsigned* b, unsigned* out, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { out[2 * i] = cg_pair(a[i], b[i], 0); out[2 * i + 1] = cg_pair(a[i], b[i], 1); }
+}
+#ifdef CG_HOSTRUN
+void pair__host_warp(unsigned long long block, unsigned warp, const unsigned* a, const unsigned* b, unsigned* out,
+                     int n) {
+    for (int l = 0; l < 32; ++l) { const long long i = (long long)block * 128 + warp * 32 + l;
+                                   if (i < n) { out[2 * i] = cg_pair(a[i], b[i], 0); out[2 * i + 1] = cg_pair(a[i], b[i], 1); } }
+}
+#endif
+"""
+
+
+def pair_expected(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each register's low halves (a's first), then its high halves: the pairs of two rows' bfloat16 values."""
+    lo, hi = np.uint32(0xFFFF), np.uint32(16)
+    return np.stack([(a & lo) | ((b & lo) << hi), (a >> hi) | ((b >> hi) << hi)], axis=1).ravel()
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_a_pair_takes_two_registers_halves():
+    """``cg_pair`` (a ``__byte_perm`` on a device): the low halves of two registers, or their high halves, as one
+    register, the first's half low; ``tests/test_gpu_device.py`` checks the device's selectors."""
+    a, b = np.random.default_rng(3).integers(0, 2 ** 32, size=(2, 256), dtype=np.uint32)
+    with hostrun.device() as cp:
+        out = cp.zeros(2 * a.size, dtype=cp.uint32)
+        cp.RawKernel(PAIR_KERNEL, "pair")((2,), (128,), (cp.asarray(a), cp.asarray(b), out, np.int32(a.size)))
+        np.testing.assert_array_equal(out.get(), pair_expected(a, b))
+
+
+#: ``cg_exp`` of each ``x[i]``: the tf32 and bf16 attention kernels' exp (``2^(x·log₂ e)``)
+EXP_KERNEL = attention_mma.PRELUDE + """
+extern "C" __global__ void exp_w(const float* x, float* out, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = cg_exp(x[i]);
+}
+#ifdef CG_HOSTRUN
+void exp_w__host_warp(unsigned long long block, unsigned warp, const float* x, float* out, int n) {
+    for (int l = 0; l < 32; ++l) { const long long i = (long long)block * 128 + warp * 32 + l;
+                                   if (i < n) out[i] = cg_exp(x[i]); }
+}
+#endif
+"""
+
+
+def exp_cases() -> np.ndarray:
+    """Arguments of the kernels' exp: ``s − L`` and ``s − m`` (at most 0, any size), 0, and the end of the range."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([-rng.exponential(4.0, 4000), -rng.uniform(0, 100, 2000), [0.0, -1e-8, -87.0, -103.0]])
+    return x.astype(np.float32)
+
+
+def exp_within_bound(x: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """Whether each ``got`` is ``exp(x)`` to the kernels' bound: ``x·log₂ e`` rounded (and log₂ e itself, a
+    float32) shifts the exponent by up to ``|x|·1.5·2⁻²⁴`` relative, ``2^y`` adds 2 units (CUDA's ``exp2f``,
+    ``ex2.approx``) and its result's rounding one: ``|x|·2⁻²³ + 2⁻²¹`` of ``exp(x)``, or below the smallest normal
+    float32 (a device flushes to zero)."""
+    want = np.exp(x.astype(np.float64))
+    tiny = want < np.finfo(np.float32).tiny
+    return tiny | (np.abs(got - want) <= want * (np.abs(x.astype(np.float64)) * 2.0 ** -23 + 2.0 ** -21))
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_the_kernels_exp_is_exp_to_its_bound_and_the_references():
+    """The host's ``cg_exp`` over the range the kernels use: within :func:`exp_within_bound` of ``exp`` (a
+    ``2^x`` without the ``log₂ e``, or ``exp`` of ``x/2``, fails it), and within a unit of the reference's
+    (``Attention.exp``, which the emulation and the tests' expectations use); ``tests/test_gpu_device.py`` checks
+    the device's."""
+    from circuitgrad.backends.gpu import attention
+    x = exp_cases()
+    with hostrun.device() as cp:
+        out = cp.zeros(x.size, dtype=cp.float32)
+        cp.RawKernel(EXP_KERNEL, "exp_w")(((x.size + 127) // 128,), (128,), (cp.asarray(x), out, np.int32(x.size)))
+        got = out.get()
+    assert np.all(exp_within_bound(x, got))
+    op = attention.AttentionForward(cg.NdArrayType((16, 16), cg.float32), True, 0.25, mma="bf16")
+    ref = op.exp(x)
+    assert ref.dtype == np.float32 and np.all(exp_within_bound(x, ref))
+    assert np.all(np.abs(got.view(np.int32).astype(np.int64) - ref.view(np.int32)) <= 1)
+    # the float32 kernels keep exp: the reference of a CUDA-core or 3xTF32 kernel is NumPy's
+    for mma in ("", "3xtf32"):
+        np.testing.assert_array_equal(attention.AttentionForward(op.T, True, 0.25, mma=mma).exp(x), np.exp(x))
 
 
 #: PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32, transcribed on its own (g = lane >> 2, t = lane % 4):

@@ -44,12 +44,15 @@ from circuitgrad.types import Float, NdArrayType
 from . import blas
 
 __all__ = ["Attention", "AttentionForward", "AttentionGradQ", "AttentionGradV", "AttentionGradK", "AttentionGradKV",
-           "OPS", "MAX_DH", "NORMS", "fuse", "costs", "tensor_cores", "quad", "kv_together", "MMA"]
+           "OPS", "MAX_DH", "NORMS", "LOG2E", "fuse", "costs", "tensor_cores", "quad", "kv_together", "MMA"]
 
 #: the largest head dimension fused (a row and its accumulators live in a thread's registers)
 MAX_DH = 64
 #: the normalisations of the scores the kernels stream (``ops.attention``'s kinds)
 NORMS = ("softmax", "spherical")
+#: log₂ e in float32: under ``"tf32"`` and ``"bf16"`` the tensor-core kernels take ``exp(x)`` as ``2^(x·log₂ e)``
+#: (:meth:`Attention.exp`; ``cg_exp`` of :mod:`.attention_mma`)
+LOG2E = np.float32(1.4426950408889634)
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,16 @@ class Attention(P.Primitive):
         results = self.logical(*args)
         return tuple(r if self.axes(k) is None else np.transpose(r, self.axes(k)) for k, r in enumerate(results))
 
+    def exp(self, x):
+        """``exp(x)`` as the kernel computes it. The tensor-core kernels under ``"tf32"`` and ``"bf16"`` (whose
+        weights are rounded to 10 or 8 bits before their product) take ``2^(x·log₂ e)``, one multiplication and
+        the device's ``ex2`` instead of ``expf``'s range reduction: relative error ``|x|·2⁻²⁴`` from the
+        multiplication's rounding, ``2⁻²⁰`` where ``x ≥ −16`` (a weight ``exp(s − L) > 10⁻⁷``), far below a
+        bfloat16 or TF32 unit (``2⁻⁹``, ``2⁻¹²``). Elsewhere NumPy's exp."""
+        if self.mma in ("tf32", "bf16") and x.dtype == np.float32:
+            return np.exp2(x * LOG2E)
+        return np.exp(x)
+
     def _mm(self, a, b):
         """``a @ b`` as the kernel multiplies: operands rounded to :attr:`mma`'s type (none on the CUDA cores)."""
         if not self.mma or a.dtype != np.float32:
@@ -126,7 +139,7 @@ class Attention(P.Primitive):
     def _p(self, q, k, L):
         """The weights, recomputed from the saved row statistic ``L`` (0 above the diagonal when causal)."""
         s, keep = self._scores(q, k)
-        p = np.exp(s - L[..., None]) if self.norm == "softmax" else s * L[..., None]
+        p = self.exp(s - L[..., None]) if self.norm == "softmax" else s * L[..., None]
         return p if keep is None else np.where(keep, p, 0)
 
     def _ds(self, q, k, v, L, dO, D):
@@ -158,11 +171,11 @@ class AttentionForward(Attention):
         if keep is not None:
             s = np.where(keep, s, -np.inf)
         m = s.max(axis=-1)
-        e = np.exp(s - m[..., None])
+        e = self.exp(s - m[..., None])
         l_ = e.sum(axis=-1)
         if self.mma:                    # the tensor-core kernel's weights: exp(s − L), normalised before the product
             L = m + np.log(l_)
-            return self._mm(np.exp(s - L[..., None]), v), L
+            return self._mm(self.exp(s - L[..., None]), v), L
         return np.matmul(e / l_[..., None], v), m + np.log(l_)
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import blas
-from .attention import Attention, AttentionForward, AttentionGradK, AttentionGradKV, AttentionGradQ, AttentionGradV
+from .attention import LOG2E, Attention, AttentionForward, AttentionGradK, AttentionGradKV, AttentionGradQ, AttentionGradV
 from .attention_source import Text, signature, text, warp_kernel
 from .kernel import Kernel
 from .plan import Launch, Plan
@@ -90,10 +90,21 @@ __host__ __device__ inline void cg_ld4p(unsigned* d, const unsigned short* p, bo
 #endif
     } else { d[0] = p[0] | ((unsigned)p[1] << 16); d[1] = p[2] | ((unsigned)p[3] << 16); }
 }
+// the low (hi = 0) or high halves of two registers of pairs as one pair, a's first: one PRMT on a device
+__host__ __device__ inline unsigned cg_pair(unsigned a, unsigned b, int hi) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(a, b, hi ? 0x7632 : 0x5410);
+#else
+    return hi ? (a >> 16) | (b & 0xFFFF0000u) : (a & 0xFFFFu) | (b << 16);
+#endif
+}
 __host__ __device__ inline void cg_ld4s(unsigned short* d, const unsigned short* p, bool vec) {
     unsigned u[2]; cg_ld4p(u, p, vec);
     d[0] = (unsigned short)u[0]; d[1] = (unsigned short)(u[0] >> 16); d[2] = (unsigned short)u[1]; d[3] = (unsigned short)(u[1] >> 16);
 }
+// exp(x) of the tf32 and bf16 kernels (attention.Attention.exp): 2^(x·log2 e), on a device one multiplication
+// and ex2.approx (CuPy compiles with -ftz=true), where expf reduces the range in several more instructions
+__host__ __device__ inline float cg_exp(float x) { return exp2f(x * LOG2E_F); }
 #ifdef __CUDA_ARCH__
 __device__ inline float cg_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
 __device__ CG_SPLIT
@@ -200,7 +211,7 @@ inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
     for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma3_warp(cg_d, cg_a, cg_b); } while (0)
 #endif
 #endif
-""".replace("BF16_BITS", blas.BF16_BITS).replace("CG_SPLIT", _SPLIT).replace("CG_PACK", _PACK)
+""".replace("BF16_BITS", blas.BF16_BITS).replace("LOG2E_F", f"{float(LOG2E):.9g}f").replace("CG_SPLIT", _SPLIT).replace("CG_PACK", _PACK)
 #: what a tensor-core kernel's source starts with
 PRELUDE = LANES + _MMA
 
@@ -222,6 +233,8 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     rounded = rounded or {}
     assert set(rounded) <= set(op.outs.split()) - set("LD"), (rounded, op)
     w = text(op, "float", strides)
+    if op.mma != "3xtf32":          # weights rounded to 10 or 8 bits: exp as 2^(x·log2 e) (Attention.exp)
+        w.exp = "cg_exp"
     assert w.S % ROWS == 0 and w.dh % 16 == 0, op.T
     for n in rounded:               # a copy lies as its result does
         w.strides[f"{n}_rnd"] = w.strides[f"{n}_out"]
@@ -365,13 +378,20 @@ class _Tile:
         nt, r = self.nk, self.r
         put = ("b[I][h + e][{u}] = " + self.pack("x[e]", "y[e]") + ";" if self.k16 else
                f"b[I][h + e][0] = {r('x[e]')}; b[I][h + e][1] = {r('y[e]')};")
-        # stored rounded (bfloat16 bits): the two rows' values are a pair's halves as they lie
+        # stored rounded (bfloat16 bits): the two rows' values are a pair's halves as they lie, four of a row in
+        # two registers of pairs (cg_ld4p), and the rows' e-th halves one register (cg_pair: a byte permutation)
         elem, ld4 = ("unsigned short", "cg_ld4s") if n in self.narrow else ("float", "cg_ld4")
         if n in self.narrow:
             put = "b[I][h + e][{u}] = (unsigned)x[e] | ((unsigned)y[e] << 16);"
+            pairs = "b[I][h + e][{u}] = cg_pair(x[e >> 1], y[e >> 1], e & 1);"
 
         def load(u: int) -> str:
             rows = (f"{base} + {8 * u} + 2 * t", f"{base} + {8 * u} + 2 * t + 1")
+            if nt % 4 == 0 and n in self.narrow:
+                return (f"for (int h = 0; h < {nt}; h += 4) {{ unsigned x[2], y[2]; "
+                        f"cg_ld4p(x, &{self.at(n, rows[0], f'g * {nt} + h')}, vec); "
+                        f"cg_ld4p(y, &{self.at(n, rows[1], f'g * {nt} + h')}, vec); "
+                        f"for (int e = 0; e < 4; ++e) {{ {pairs.format(u=u)} }} }}")
             if nt % 4 == 0:
                 return (f"for (int h = 0; h < {nt}; h += 4) {{ {elem} x[4], y[4]; "
                         f"{ld4}(x, &{self.at(n, rows[0], f'g * {nt} + h')}, vec); "

@@ -1,0 +1,250 @@
+"""The tensor-core attention kernels' machine code, without a GPU: instructions issued per tensor-core product.
+
+    python bench/gpu_sass.py [--seq 1024] [--dh 64] [--precisions bf16,tf32] [--unroll 1,2] [--json out.json]
+
+Causal softmax attention's forward and backward over ``[4, 8, S, dh]`` (``bench/gpu_attention.py``'s programs,
+q, k, v made inside the program as a GPT makes them, so that bf16 stores them as bfloat16) is compiled by the GPU
+backend; each tensor-core kernel (forward, dq, dk+dv) is compiled by NVRTC for sm_90 with CuPy's options (what a
+device runs; line numbers on) and disassembled by ``nvdisasm`` (``pip install nvidia-cuda-nvdisasm``). Each
+innermost loop that runs tensor-core products (``HMMA``: one ``mma.sync``) is one of a kernel's loops over the
+other side's steps; it is named by its source line (the query or key loop, off the diagonal or on it, and its
+pass). Counted in its body: instructions, ``HMMA``, global loads and stores (``LDG``, ``STG``), special
+functions (``MUFU``: exp, rsqrt) and the instructions per ``HMMA``. The operands' 16-byte alignment, a run-time
+test, is taken as true (it is for contiguous operands), so the counts are those of the path a step runs.
+
+A warp issues one instruction at a time while a product occupies its tensor core for several cycles: a loop
+that issues many instructions per product is bound by issue, not by the tensor cores. "instr / 16×16" adds the
+off-diagonal loops of a kernel per 16 × 16 block of scores (a bf16 step takes 16 keys, a TF32 step 8); the
+total of the four (forward's two passes, dq, dk+dv) is what one training step's attention issues per block.
+No peer runs here: PyTorch's SDPA kernels are not on a CPU host. Without NVRTC or nvdisasm the script says
+which is missing and exits with 0.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(os.path.dirname(_HERE), "tests")]
+from _util import table  # noqa: E402
+
+#: the kernels' classes, in the order a training step runs them, and how the table names them
+KERNELS = {"AttentionForward": "forward", "AttentionGradQ": "dq", "AttentionGradKV": "dk+dv"}
+#: keys a step of a loop takes (the scores' columns): two 16 × 8 tiles under bf16 (m16n8k16), one under TF32
+KEYS = {"bf16": 16, "tf32": 8}
+
+
+@dataclass
+class Instr:
+    """One machine instruction: its address, opcode (``HMMA``, without modifiers), whether it is predicated,
+    its branch target's label (a ``BRA``), and the source line it comes from (0: none)."""
+    addr: int
+    op: str
+    target: str = ""
+    line: int = 0
+
+
+@dataclass
+class Loop:
+    """An innermost loop: the addresses of its first instruction and its branch back, the source line of that
+    branch, and how many of each opcode its body holds."""
+    start: int
+    end: int
+    line: int
+    ops: collections.Counter = field(default_factory=collections.Counter)
+
+    @property
+    def instructions(self) -> int:
+        return sum(self.ops.values())
+
+
+_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)([^;]*);")
+_LABEL = re.compile(r"^(\.L_x_\d+):")
+_LINE = re.compile(r'//## File ".*", line (\d+)')
+
+
+def parse(sass: str) -> tuple[list[Instr], dict[str, int]]:
+    """The instructions of ``nvdisasm -c -g``'s listing, and each label's address (that of the instruction after
+    it)."""
+    instrs: list[Instr] = []
+    labels: dict[str, int] = {}
+    pending: list[str] = []
+    line = 0
+    for text in sass.splitlines():
+        if m := _LINE.search(text):
+            line = int(m.group(1))
+        elif m := _LABEL.match(text.strip()):
+            pending.append(m.group(1))
+        elif m := _INSTR.match(text):
+            addr = int(m.group(1), 16)
+            target = re.search(r"`\((\.L_x_\d+)\)", m.group(3)) if m.group(2) == "BRA" else None
+            instrs.append(Instr(addr, m.group(2), target.group(1) if target else "", line))
+            for name in pending:
+                labels[name] = addr
+            pending = []
+    return instrs, labels
+
+
+def loops(instrs: list[Instr], labels: dict[str, int]) -> list[Loop]:
+    """The innermost loops (a branch back to an earlier address, no other such branch inside), in address order."""
+    backs = [(labels[i.target], i.addr, i.line) for i in instrs if i.target in labels and labels[i.target] <= i.addr]
+    inner = [b for b in backs if not any(o != b and b[0] <= o[0] and o[1] <= b[1] for o in backs)]
+    return [Loop(lo, hi, line, collections.Counter(i.op for i in instrs if lo <= i.addr <= hi))
+            for lo, hi, line in sorted(inner)]
+
+
+def label(source_lines: list[str], line: int) -> tuple[str, bool]:
+    """What a loop's branch back at ``line`` (1-based) loops over, from the ``for`` statement at or above it:
+    ``("queries"/"keys" [, pass], masked)``; masked: whether its steps test the causal mask (the diagonal)."""
+    for n in range(min(line, len(source_lines)) - 1, -1, -1):
+        m = re.match(r"\s*for \((?:int|long long) (\w+) = [^;]*;[^;]*;[^)]*\) \{\s*(?://\s*(.*))?$", source_lines[n])
+        if m:
+            masked = "masked = true" in (source_lines[n + 1] if n + 1 < len(source_lines) else "")
+            what = {"jt": "keys", "it": "queries"}.get(m.group(1), m.group(1))
+            return (f"{what}, {m.group(2).split(':')[0]}" if m.group(2) else what), masked
+    return "?", False
+
+
+def cuda_tool(name: str = "nvdisasm") -> str | None:
+    """The CUDA binary tool ``name`` on ``PATH``, else the NVIDIA wheel's (``nvidia-cuda-nvdisasm``,
+    ``nvidia-cuda-cuobjdump``: ``nvidia/cu13/bin``)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", name))):
+            if os.access(path, os.X_OK):
+                return path
+    return None
+
+
+def disassemble(cubin: bytes, tool: str) -> str:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as fh:
+            fh.write(cubin)
+        return subprocess.run([tool, "-c", "-g", path], capture_output=True, text=True, check=True).stdout
+
+
+def kernel_sources(precision: str, shape: tuple[int, ...], unroll: int) -> list[tuple[str, str]]:
+    """``(class name, CUDA source)`` of each tensor-core attention kernel of causal softmax attention's forward
+    and backward at ``precision``, as the backend generates them (its loops unrolled ``unroll`` times), the
+    operands' alignment test taken as true."""
+    import gpu_attention
+
+    from circuitgrad.backends import gpu
+    from circuitgrad.backends.gpu import attention_mma
+    prog = gpu_attention.programs("softmax", shape, stored=True)["forward+backward"]
+    was, attention_mma.UNROLL = attention_mma.UNROLL, unroll
+    try:
+        f = gpu.compile_function(prog, [f"a{i}" for i in range(len(prog.inputs))], "attention", emulate=True,
+                                 precision=precision)
+    finally:
+        attention_mma.UNROLL = was
+    out = []
+    for i, k in f.kernels.items():
+        step = f.plan.steps[i]
+        if step.kind != "attention" or not step.instrs[0].op.mma:
+            continue
+        src, n = re.subn(r"const bool vec = \(\(.*?\) & 15ULL\) == 0;", "const bool vec = true;", k.source)
+        assert n, "no alignment test in the attention kernel's source"
+        out.append((type(step.instrs[0].op).__name__, src))
+    assert {c for c, _ in out} <= set(KERNELS) and out, [c for c, _ in out]
+    return out
+
+
+def measure(precision: str, shape: tuple[int, ...], unroll: int, tool: str) -> list[dict]:
+    """A row per loop of each kernel (:func:`kernel_sources`)."""
+    from _nvrtc import compile_source
+    rows = []
+    for cls, src in kernel_sources(precision, shape, unroll):
+        out = compile_source(src, lineinfo=True)
+        if not out.ok:
+            raise RuntimeError(f"NVRTC refused the {cls} kernel: {out.log[-2000:]}")
+        lines = src.splitlines()
+        for lp in loops(*parse(disassemble(out.cubin, tool))):
+            if not lp.ops["HMMA"]:
+                continue
+            what, masked = label(lines, lp.line)
+            n = lp.instructions
+            rows.append({"precision": precision, "kernel": KERNELS[cls], "unroll": unroll,
+                         "registers": max(out.registers.values()), "loop": what, "diagonal": masked,
+                         "instructions": n, "hmma": lp.ops["HMMA"], "ldg": lp.ops["LDG"], "stg": lp.ops["STG"],
+                         "mufu": lp.ops["MUFU"], "per_hmma": n / lp.ops["HMMA"],
+                         "per_block": n * 16 / (KEYS[precision] * unroll)})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--dh", type=int, default=64)
+    ap.add_argument("--precisions", default="bf16,tf32")
+    ap.add_argument("--unroll", default="1,2", help="the loops' unrolling (attention_mma.UNROLL) to count")
+    ap.add_argument("--json", help="write the rows here as JSON")
+    ap.add_argument("--peer", action="store_true",
+                    help="also count FlashAttention-2's kernels from PyTorch's CUDA wheel (_flash_sass.py; a 530 MB "
+                         "download the first time)")
+    a = ap.parse_args(argv)
+    from _nvrtc import load
+    lib, why = load()
+    tool = cuda_tool()
+    if lib is None or tool is None:
+        print(f"bench/gpu_sass.py: {why or 'nvdisasm not found (pip install nvidia-cuda-nvdisasm)'}; nothing counted")
+        return 0
+    shape = (4, 8, a.seq, a.dh)
+    rows = [r for p in a.precisions.split(",") for u in map(int, a.unroll.split(","))
+            for r in measure(p, shape, u, tool)]
+    print(f"Tensor-core attention kernels, causal softmax over {list(shape)}, sm_90 (NVRTC, nvdisasm): each loop "
+          "over the other side's steps\n")
+    print(table(["precision", "kernel", "unroll", "registers", "loop", "diagonal", "instructions", "HMMA", "LDG",
+                 "MUFU", "instr / HMMA", "instr / 16×16"],
+                [[r["precision"], r["kernel"], r["unroll"], r["registers"], r["loop"], "yes" if r["diagonal"] else "",
+                  r["instructions"], r["hmma"], r["ldg"], r["mufu"], f"{r['per_hmma']:.1f}", f"{r['per_block']:.0f}"]
+                 for r in rows]))
+    total = collections.defaultdict(float)
+    for r in rows:
+        if not r["diagonal"]:
+            total[(r["precision"], r["unroll"])] += r["per_block"]
+    print("\nOff-diagonal loops, forward (both passes) + dq + dk+dv, instructions per 16×16 block of scores:")
+    print(table(["precision", "unroll", "instructions"], [[p, u, f"{v:.0f}"] for (p, u), v in total.items()]))
+    peer: list[dict] = []
+    if a.peer:
+        import _flash_sass
+        cuobjdump = cuda_tool("cuobjdump")
+        if cuobjdump is None:
+            print("\n--peer: cuobjdump not found (pip install nvidia-cuda-cuobjdump); FlashAttention-2 not counted")
+        else:
+            peer = _flash_sass.rows(_flash_sass.listings(cuobjdump, tool))
+            fa2 = sum(r["per_block"] for r in peer)
+            print(f"\nFlashAttention-2 (PyTorch {_flash_sass.TORCH}'s sm_90 bf16 kernels for dh = 64, causal), "
+                  "main loop of each:")
+            print(table(["kernel", "loop", "instructions", "HMMA", "LDG", "LDSM", "MUFU", "instr / HMMA",
+                         "instr / 16×16"],
+                        [[r["kernel"], r["loop"], r["instructions"], r["hmma"], r["ldg"], r["ldsm"], r["mufu"],
+                          f"{r['per_hmma']:.1f}", f"{r['per_block']:.0f}"] for r in peer]))
+            for (p, u), v in total.items():
+                if p == "bf16":
+                    print(f"circuitgrad bf16 (unroll {u}) / FlashAttention-2, instructions per 16×16 block, "
+                          f"forward+backward: {v:.0f} / {fa2:.0f} = {v / fa2:.2f}")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"shape": shape, "rows": rows, "peer": peer,
+                       "totals": [{"precision": p, "unroll": u, "per_block": v} for (p, u), v in total.items()]},
+                      fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
