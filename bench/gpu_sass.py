@@ -16,8 +16,9 @@ A warp issues one instruction at a time while a product occupies its tensor core
 that issues many instructions per product is bound by issue, not by the tensor cores. "instr / 16×16" adds the
 off-diagonal loops of a kernel per 16 × 16 block of scores (a bf16 step takes 16 keys, a TF32 step 8); the
 total of the four (forward's two passes, dq, dk+dv) is what one training step's attention issues per block.
-No peer runs here: PyTorch's SDPA kernels are not on a CPU host. Without NVRTC or nvdisasm the script says
-which is missing and exits with 0.
+``--peer`` counts FlashAttention-2's kernels, which SDPA runs, alike (``bench/peers/flash_sass.py``: from
+PyTorch's CUDA wheel, downloaded once). Without NVRTC or nvdisasm the script says which is missing and exits
+with 0.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [_HERE, os.path.join(os.path.dirname(_HERE), "tests")]
+sys.path[:0] = [_HERE, os.path.join(_HERE, "peers"), os.path.join(os.path.dirname(_HERE), "tests")]
 from _util import table  # noqa: E402
 
 #: the kernels' classes, in the order a training step runs them, and how the table names them
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
     ap.add_argument("--unroll", default="1,2", help="the loops' unrolling (attention_mma.UNROLL) to count")
     ap.add_argument("--json", help="write the rows here as JSON")
     ap.add_argument("--peer", action="store_true",
-                    help="also count FlashAttention-2's kernels from PyTorch's CUDA wheel (_flash_sass.py; a 530 MB "
+                    help="also count FlashAttention-2's kernels from PyTorch's CUDA wheel (bench/peers/flash_sass.py; a 530 MB "
                          "download the first time)")
     a = ap.parse_args(argv)
     from _nvrtc import load
@@ -221,14 +222,14 @@ def main(argv=None) -> int:
     print(table(["precision", "unroll", "instructions"], [[p, u, f"{v:.0f}"] for (p, u), v in total.items()]))
     peer: list[dict] = []
     if a.peer:
-        import _flash_sass
+        import flash_sass
         cuobjdump = cuda_tool("cuobjdump")
         if cuobjdump is None:
             print("\n--peer: cuobjdump not found (pip install nvidia-cuda-cuobjdump); FlashAttention-2 not counted")
         else:
-            peer = _flash_sass.rows(_flash_sass.listings(cuobjdump, tool))
+            peer = flash_sass.rows(flash_sass.listings(cuobjdump, tool), lambda text: loops(*parse(text)))
             fa2 = sum(r["per_block"] for r in peer)
-            print(f"\nFlashAttention-2 (PyTorch {_flash_sass.TORCH}'s sm_90 bf16 kernels for dh = 64, causal), "
+            print(f"\nFlashAttention-2 (PyTorch {flash_sass.TORCH}'s sm_90 bf16 kernels for dh = 64, causal), "
                   "main loop of each:")
             print(table(["kernel", "loop", "instructions", "HMMA", "LDG", "LDSM", "MUFU", "instr / HMMA",
                          "instr / 16×16"],

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from typing import Callable
 
 #: the version of PyTorch whose wheel is read (its kernels' names below are this version's)
 TORCH = "2.13.0"
@@ -88,16 +89,14 @@ def listings(cuobjdump: str, nvdisasm: str, cache: str | None = None) -> dict[st
     return found
 
 
-def rows(listing_of: dict[str, str]) -> list[dict]:
-    """A row per kernel: its main loop's counts (``gpu_sass.loops``), and instructions per 16 × 16 block of
-    scores (the loop covers M × N scores over its warps)."""
-    import gpu_sass
+def rows(listing_of: dict[str, str], loops_of: Callable[[str], list]) -> list[dict]:
+    """A row per kernel: its main loop's counts (``loops_of(listing)``: ``gpu_sass``'s innermost loops), and
+    instructions per 16 × 16 block of scores (the loop covers M × N scores over its warps)."""
     out = []
     for what, name, products in KERNELS:
         dh, M, N, warps = traits(name)
         per_iteration = products * M * N * dh // (16 * 8 * 16) // warps
-        instrs, labels = gpu_sass.parse(listing_of[what])
-        main = [lp for lp in gpu_sass.loops(instrs, labels) if lp.ops["HMMA"] == per_iteration]
+        main = [lp for lp in loops_of(listing_of[what]) if lp.ops["HMMA"] == per_iteration]
         if len(main) != 1:
             raise LookupError(f"FlashAttention-2's {what} kernel: {len(main)} loops of {per_iteration} HMMA")
         lp = main[0]
