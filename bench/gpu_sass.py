@@ -43,6 +43,12 @@ from _util import table  # noqa: E402
 KERNELS = {"AttentionForward": "forward", "AttentionGradQ": "dq", "AttentionGradKV": "dk+dv"}
 #: keys a step of a loop takes (the scores' columns): two 16 × 8 tiles under bf16 (m16n8k16), one under TF32
 KEYS = {"bf16": 16, "tf32": 8}
+#: the K of each precision's product (m16n8k16, m16n8k8)
+K = {"bf16": 16, "tf32": 8}
+#: the products a loop's step does over its 16 × keys scores: forward pass 1 the scores, pass 2 scores and O;
+#: dq scores, dp, dq; dk+dv scores, dp, dk, dv
+PRODUCTS = {("forward", "keys, pass 1"): 1, ("forward", "keys, pass 2"): 2, ("dq", "keys"): 3,
+            ("dk+dv", "queries"): 4}
 
 
 @dataclass
@@ -97,8 +103,13 @@ def parse(sass: str) -> tuple[list[Instr], dict[str, int]]:
 
 
 def loops(instrs: list[Instr], labels: dict[str, int]) -> list[Loop]:
-    """The innermost loops (a branch back to an earlier address, no other such branch inside), in address order."""
-    backs = [(labels[i.target], i.addr, i.line) for i in instrs if i.target in labels and labels[i.target] <= i.addr]
+    """The innermost loops, in address order: a label some branch at or after it goes back to, up to the last such
+    branch (several, ``continue``-like, are one loop), holding no other loop."""
+    last: dict[int, tuple[int, int]] = {}
+    for i in instrs:
+        if i.target in labels and labels[i.target] <= i.addr:
+            last[labels[i.target]] = (i.addr, i.line)
+    backs = [(lo, hi, line) for lo, (hi, line) in last.items()]
     inner = [b for b in backs if not any(o != b and b[0] <= o[0] and o[1] <= b[1] for o in backs)]
     return [Loop(lo, hi, line, collections.Counter(i.op for i in instrs if lo <= i.addr <= hi))
             for lo, hi, line in sorted(inner)]
@@ -178,12 +189,15 @@ def measure(precision: str, shape: tuple[int, ...], unroll: int, tool: str) -> l
             if not lp.ops["HMMA"]:
                 continue
             what, masked = label(lines, lp.line)
-            n = lp.instructions
+            n, hmma = lp.instructions, lp.ops["HMMA"]
+            # 16 × 16 blocks of scores the body covers, from its products (each 2·dh/K HMMA a block), not from
+            # the unrolling asked for (the compiler may unroll otherwise)
+            blocks = hmma / (PRODUCTS[(KERNELS[cls], what)] * 2 * shape[-1] / K[precision])
             rows.append({"precision": precision, "kernel": KERNELS[cls], "unroll": unroll,
                          "registers": max(out.registers.values()), "loop": what, "diagonal": masked,
-                         "instructions": n, "hmma": lp.ops["HMMA"], "ldg": lp.ops["LDG"], "stg": lp.ops["STG"],
-                         "mufu": lp.ops["MUFU"], "per_hmma": n / lp.ops["HMMA"],
-                         "per_block": n * 16 / (KEYS[precision] * unroll)})
+                         "instructions": n, "hmma": hmma, "ldg": lp.ops["LDG"], "stg": lp.ops["STG"],
+                         "mufu": lp.ops["MUFU"], "per_hmma": n / hmma, "steps": blocks * 16 / KEYS[precision],
+                         "per_block": n / blocks})
     return rows
 
 

@@ -89,6 +89,24 @@ def test_each_off_diagonal_loop_does_its_products_and_exponentials(precision):
     want = {("forward", "keys, pass 1"): (scores, weights + 2), ("forward", "keys, pass 2"): (scores + product, weights),
             ("dq", "keys"): (2 * scores + product, weights), ("dk+dv", "queries"): (2 * scores + 2 * product, weights)}
     rows = gpu_sass.measure(precision, (1, 2, 64, 64), 1, tool)
-    got = {(r["kernel"], r["loop"]): (r["hmma"], r["mufu"]) for r in rows if not r["diagonal"]}
-    assert got == want
-    assert all(r["per_hmma"] == r["instructions"] / r["hmma"] and r["registers"] > 0 for r in rows)
+    off = [r for r in rows if not r["diagonal"]]
+    assert [(r["kernel"], r["loop"]) for r in off] == list(want)        # one loop each, in the kernels' order
+    assert {(r["kernel"], r["loop"]): (r["hmma"], r["mufu"]) for r in off} == want
+    # a loop not unrolled takes one step: 16·keys scores, a block of 16 × 16 each 16 keys
+    assert all(r["steps"] == 1 and r["per_block"] == r["instructions"] * 16 / keys for r in off)
+    if precision == "bf16":         # the exp form shows: pass 2 took 11 instructions a product with expf, 6.4 now
+        assert next(r for r in off if r["loop"] == "keys, pass 2")["per_hmma"] <= 8
+
+
+def test_loops_branching_back_to_one_label_are_one_loop():
+    """Two branches back to one label (a ``continue``): one loop, up to the later branch, with all its body."""
+    text = """\
+.L_x_0:
+        /*0000*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0010*/               @P0 BRA `(.L_x_0) ;
+        /*0020*/                   FADD R5, R5, 1 ;
+        /*0030*/               @P1 BRA `(.L_x_0) ;
+        /*0040*/                   EXIT ;
+"""
+    loops = gpu_sass.loops(*gpu_sass.parse(text))
+    assert [(lp.start, lp.end, dict(lp.ops)) for lp in loops] == [(0, 0x30, {"HMMA": 1, "BRA": 2, "FADD": 1})]

@@ -524,7 +524,7 @@ def test_the_kernels_round_their_operands(precision, rng):
 @pytest.mark.parametrize("mma, exp", [("tf32", "cg_exp("), ("bf16", "cg_exp("), ("3xtf32", "expf(")])
 def test_the_kernels_take_exp_as_their_reference_does(mma, exp):
     """Every exponential of a softmax kernel (the weights, and the forward's running sum) is ``cg_exp``
-    (``2^(x·log₂ e)``) under tf32 and bf16, whose weights are rounded to 10 or 8 bits, as
+    (``2^(x·log₂ e)``) under tf32 and bf16, whose weights are rounded to 11 or 8 significant bits, as
     :meth:`~.attention.Attention.exp` takes it; under 3xTF32 (float32 products) ``expf``."""
     T = cg.NdArrayType((1, 2, 32, 64), cg.float32)
     other = "expf(" if exp == "cg_exp(" else "cg_exp("

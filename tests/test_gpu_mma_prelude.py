@@ -113,20 +113,26 @@ void exp_w__host_warp(unsigned long long block, unsigned warp, const float* x, f
 
 
 def exp_cases() -> np.ndarray:
-    """Arguments of the kernels' exp: ``s − L`` and ``s − m`` (at most 0, any size), 0, and the end of the range."""
+    """Arguments of the kernels' exp: ``s − L`` and ``s − m`` (at most 0, any size), zeros, the end of the range,
+    a positive one, the rescale of a running maximum still at its start (``CG_LOWEST − m``, whose product with
+    log₂ e overflows to −inf), a masked score (−inf) and NaN."""
     rng = np.random.default_rng(11)
-    x = np.concatenate([-rng.exponential(4.0, 4000), -rng.uniform(0, 100, 2000), [0.0, -1e-8, -87.0, -103.0]])
-    return x.astype(np.float32)
+    edges = [0.0, -0.0, -1e-8, -87.0, -103.0, 1.5, -3.4028235e38, -np.inf, np.nan]
+    return np.concatenate([-rng.exponential(4.0, 4000), -rng.uniform(0, 100, 2000), edges]).astype(np.float32)
 
 
 def exp_within_bound(x: np.ndarray, got: np.ndarray) -> np.ndarray:
     """Whether each ``got`` is ``exp(x)`` to the kernels' bound: ``x·log₂ e`` rounded (and log₂ e itself, a
-    float32) shifts the exponent by up to ``|x|·1.5·2⁻²⁴`` relative, ``2^y`` adds 2 units (CUDA's ``exp2f``,
-    ``ex2.approx``) and its result's rounding one: ``|x|·2⁻²³ + 2⁻²¹`` of ``exp(x)``, or below the smallest normal
-    float32 (a device flushes to zero)."""
-    want = np.exp(x.astype(np.float64))
-    tiny = want < np.finfo(np.float32).tiny
-    return tiny | (np.abs(got - want) <= want * (np.abs(x.astype(np.float64)) * 2.0 ** -23 + 2.0 ** -21))
+    float32) shifts the exponent by up to ``1.22·|x|·2⁻²⁴`` relative, ``2^y`` adds 2 units (CUDA's ``exp2f``,
+    ``ex2.approx``) and its result's rounding one: ``|x|·2⁻²³ + 2⁻²¹`` of ``exp(x)``; where ``exp(x)`` is below
+    the smallest normal float32, a value from 0 to it (a device flushes to zero); NaN for NaN."""
+    x64 = x.astype(np.float64)
+    want = np.exp(x64)
+    tiny = np.finfo(np.float32).tiny
+    with np.errstate(invalid="ignore"):
+        close = np.abs(got - want) <= want * (np.abs(x64) * 2.0 ** -23 + 2.0 ** -21)
+    flushed = (want < tiny) & (got >= 0) & (got <= tiny)
+    return np.where(np.isnan(x64), np.isnan(got), close | flushed)
 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
@@ -142,10 +148,12 @@ def test_the_kernels_exp_is_exp_to_its_bound_and_the_references():
         cp.RawKernel(EXP_KERNEL, "exp_w")(((x.size + 127) // 128,), (128,), (cp.asarray(x), out, np.int32(x.size)))
         got = out.get()
     assert np.all(exp_within_bound(x, got))
+    assert list(got[-3:-1]) == [0.0, 0.0] and np.isnan(got[-1])    # CG_LOWEST − m and −inf: 0; NaN stays
     op = attention.AttentionForward(cg.NdArrayType((16, 16), cg.float32), True, 0.25, mma="bf16")
     ref = op.exp(x)
     assert ref.dtype == np.float32 and np.all(exp_within_bound(x, ref))
-    assert np.all(np.abs(got.view(np.int32).astype(np.int64) - ref.view(np.int32)) <= 1)
+    finite = ~np.isnan(x)
+    assert np.all(np.abs(got[finite].view(np.int32).astype(np.int64) - ref[finite].view(np.int32)) <= 1)
     # the float32 kernels keep exp: the reference of a CUDA-core or 3xTF32 kernel is NumPy's
     for mma in ("", "3xtf32"):
         np.testing.assert_array_equal(attention.AttentionForward(op.T, True, 0.25, mma=mma).exp(x), np.exp(x))

@@ -112,12 +112,14 @@ class Attention(P.Primitive):
 
     def exp(self, x):
         """``exp(x)`` as the kernel computes it. The tensor-core kernels under ``"tf32"`` and ``"bf16"`` (whose
-        weights are rounded to 10 or 8 bits before their product) take ``2^(x·log₂ e)``, one multiplication and
-        the device's ``ex2`` instead of ``expf``'s range reduction: relative error ``|x|·2⁻²⁴`` from the
-        multiplication's rounding, ``2⁻²⁰`` where ``x ≥ −16`` (a weight ``exp(s − L) > 10⁻⁷``), far below a
-        bfloat16 or TF32 unit (``2⁻⁹``, ``2⁻¹²``). Elsewhere NumPy's exp."""
+        weights are rounded to 11 or 8 significant bits before their product) take ``2^(x·log₂ e)``, one
+        multiplication and the device's ``ex2`` instead of ``expf``'s range reduction: relative error about
+        ``1.22·|x|·2⁻²⁴`` (the product's rounding and log₂ e's) plus ``ex2``'s 2 units, ``2⁻¹⁹·⁵`` where
+        ``x ≥ −16`` (a weight ``exp(s − L) > 10⁻⁷``), far below a bfloat16 or TF32 unit roundoff (``2⁻⁸``,
+        ``2⁻¹¹``). Elsewhere NumPy's exp. (``x`` far below −2.36·10³⁸ gives ``x·log₂ e = −inf`` and 0.)"""
         if self.mma in ("tf32", "bf16") and x.dtype == np.float32:
-            return np.exp2(x * LOG2E)
+            with np.errstate(over="ignore"):
+                return np.exp2(x * LOG2E)
         return np.exp(x)
 
     def _mm(self, a, b):

@@ -233,7 +233,7 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     rounded = rounded or {}
     assert set(rounded) <= set(op.outs.split()) - set("LD"), (rounded, op)
     w = text(op, "float", strides)
-    if op.mma != "3xtf32":          # weights rounded to 10 or 8 bits: exp as 2^(x·log2 e) (Attention.exp)
+    if op.mma != "3xtf32":          # weights rounded to 11 or 8 bits: exp as 2^(x·log2 e) (Attention.exp)
         w.exp = "cg_exp"
     assert w.S % ROWS == 0 and w.dh % 16 == 0, op.T
     for n in rounded:               # a copy lies as its result does
