@@ -211,12 +211,21 @@ def main(argv=None) -> int:
     ap.add_argument("--peer", action="store_true",
                     help="also count FlashAttention-2's kernels from PyTorch's CUDA wheel (bench/peers/flash_sass.py; a 530 MB "
                          "download the first time)")
+    ap.add_argument("--listing", help="only list the innermost loops of this nvdisasm -c -g listing (JSON)")
     a = ap.parse_args(argv)
+    if a.listing:
+        found = loops(*parse(open(a.listing).read()))
+        print(json.dumps([{"start": lp.start, "end": lp.end, "line": lp.line, "ops": dict(lp.ops)} for lp in found]))
+        return 0
     from _nvrtc import load
     lib, why = load()
     tool = cuda_tool()
     if lib is None or tool is None:
-        print(f"bench/gpu_sass.py: {why or 'nvdisasm not found (pip install nvidia-cuda-nvdisasm)'}; nothing counted")
+        why = why or "nvdisasm not found (pip install nvidia-cuda-nvdisasm)"
+        print(f"bench/gpu_sass.py: {why}; nothing counted")
+        if a.json:
+            with open(a.json, "w") as fh:
+                json.dump({"status": f"missing: {why}", "rows": []}, fh)
         return 0
     shape = (4, 8, a.seq, a.dh)
     rows = [r for p in a.precisions.split(",") for u in map(int, a.unroll.split(","))
@@ -255,7 +264,7 @@ def main(argv=None) -> int:
                           f"forward+backward: {v:.0f} / {fa2:.0f} = {v / fa2:.2f}")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"shape": shape, "rows": rows, "peer": peer,
+            json.dump({"status": "ok", "shape": shape, "rows": rows, "peer": peer,
                        "totals": [{"precision": p, "unroll": u, "per_block": v} for (p, u), v in total.items()]},
                       fh, indent=1)
     return 0
