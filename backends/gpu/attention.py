@@ -110,6 +110,12 @@ class Attention(P.Primitive):
         results = self.logical(*args)
         return tuple(r if self.axes(k) is None else np.transpose(r, self.axes(k)) for k, r in enumerate(results))
 
+    @property
+    def exp2(self) -> bool:
+        """Whether the kernel takes ``exp(x)`` as ``2^(x·log₂ e)`` (:meth:`exp`): the tensor-core kernels under
+        ``"tf32"`` and ``"bf16"`` (``cg_exp`` of :mod:`.attention_mma`)."""
+        return self.mma in ("tf32", "bf16")
+
     def exp(self, x):
         """``exp(x)`` as the kernel computes it. The tensor-core kernels under ``"tf32"`` and ``"bf16"`` (whose
         weights are rounded to 11 or 8 significant bits before their product) take ``2^(x·log₂ e)``, one
@@ -117,7 +123,7 @@ class Attention(P.Primitive):
         ``1.22·|x|·2⁻²⁴`` (the product's rounding and log₂ e's) plus ``ex2``'s 2 units, ``2⁻¹⁹·⁵`` where
         ``x ≥ −16`` (a weight ``exp(s − L) > 10⁻⁷``), far below a bfloat16 or TF32 unit roundoff (``2⁻⁸``,
         ``2⁻¹¹``). Elsewhere NumPy's exp. (``x`` far below −2.36·10³⁸ gives ``x·log₂ e = −inf`` and 0.)"""
-        if self.mma in ("tf32", "bf16") and x.dtype == np.float32:
+        if self.exp2 and x.dtype == np.float32:
             with np.errstate(over="ignore"):
                 return np.exp2(x * LOG2E)
         return np.exp(x)

@@ -79,7 +79,7 @@ _MMA = r"""#ifndef CG_MMA_PRELUDE
 #define CG_VEC_LOAD8(p)
 #endif
 // four consecutive bfloat16 values stored as their bits (storage.py), rounded already: as two registers of
-// pairs, each pair's first value in the low half (cg_ld4p), or one by one (cg_ld4s); one 8-byte load when vec
+// pairs, each pair's first value in the low half; one 8-byte load when vec
 __host__ __device__ inline void cg_ld4p(unsigned* d, const unsigned short* p, bool vec) {
     if (vec) {
         CG_VEC_LOAD8(p);
@@ -97,10 +97,6 @@ __host__ __device__ inline unsigned cg_pair(unsigned a, unsigned b, int hi) {
 #else
     return hi ? (a >> 16) | (b & 0xFFFF0000u) : (a & 0xFFFFu) | (b << 16);
 #endif
-}
-__host__ __device__ inline void cg_ld4s(unsigned short* d, const unsigned short* p, bool vec) {
-    unsigned u[2]; cg_ld4p(u, p, vec);
-    d[0] = (unsigned short)u[0]; d[1] = (unsigned short)(u[0] >> 16); d[2] = (unsigned short)u[1]; d[3] = (unsigned short)(u[1] >> 16);
 }
 // exp(x) of the tf32 and bf16 kernels (attention.Attention.exp): 2^(x·log2 e), on a device one multiplication
 // and ex2.approx (CuPy compiles with -ftz=true), where expf reduces the range in several more instructions
@@ -233,7 +229,7 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     rounded = rounded or {}
     assert set(rounded) <= set(op.outs.split()) - set("LD"), (rounded, op)
     w = text(op, "float", strides)
-    if op.mma != "3xtf32":          # weights rounded to 11 or 8 bits: exp as 2^(x·log2 e) (Attention.exp)
+    if op.exp2:                     # weights rounded to 11 or 8 bits: exp as 2^(x·log2 e)
         w.exp = "cg_exp"
     assert w.S % ROWS == 0 and w.dh % 16 == 0, op.T
     for n in rounded:               # a copy lies as its result does
@@ -380,7 +376,7 @@ class _Tile:
                f"b[I][h + e][0] = {r('x[e]')}; b[I][h + e][1] = {r('y[e]')};")
         # stored rounded (bfloat16 bits): the two rows' values are a pair's halves as they lie, four of a row in
         # two registers of pairs (cg_ld4p), and the rows' e-th halves one register (cg_pair: a byte permutation)
-        elem, ld4 = ("unsigned short", "cg_ld4s") if n in self.narrow else ("float", "cg_ld4")
+        elem = "unsigned short" if n in self.narrow else "float"
         if n in self.narrow:
             put = "b[I][h + e][{u}] = (unsigned)x[e] | ((unsigned)y[e] << 16);"
             pairs = "b[I][h + e][{u}] = cg_pair(x[e >> 1], y[e >> 1], e & 1);"
@@ -394,8 +390,8 @@ class _Tile:
                         f"for (int e = 0; e < 4; ++e) {{ {pairs.format(u=u)} }} }}")
             if nt % 4 == 0:
                 return (f"for (int h = 0; h < {nt}; h += 4) {{ {elem} x[4], y[4]; "
-                        f"{ld4}(x, &{self.at(n, rows[0], f'g * {nt} + h')}, vec); "
-                        f"{ld4}(y, &{self.at(n, rows[1], f'g * {nt} + h')}, vec); "
+                        f"cg_ld4(x, &{self.at(n, rows[0], f'g * {nt} + h')}, vec); "
+                        f"cg_ld4(y, &{self.at(n, rows[1], f'g * {nt} + h')}, vec); "
                         f"for (int e = 0; e < 4; ++e) {{ {put.format(u=u)} }} }}")
             return (f"for (int h = 0; h < {nt}; ++h) {{ const int e = 0; "
                     f"const {elem} x[1] = {{{self.at(n, rows[0], f'g * {nt} + h')}}}, "
