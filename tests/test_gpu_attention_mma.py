@@ -10,6 +10,7 @@ score gradient) may round to neighbouring TF32 (bfloat16) values, one unit ``u =
 to it, so an output may differ by ``u·(|X||Y|)`` of its product, plus float32 accumulation in another order."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -252,16 +253,19 @@ with hostrun.device() as cp:
 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
-def test_the_host_mode_finds_a_quad_whose_lanes_disagree(tmp_path):
+@pytest.mark.parametrize("mma, old, count", [
+    ("3xtf32", "        CG_QUAD(red[I][1], cg_add);\n", 2),  # each step's, in the loops over whole and diagonal steps
+    ("tf32", " CG_QUAD(st[I][1][1], cg_add);", 1),            # base 2: the lanes' sums merged once, after pass 1
+])
+def test_the_host_mode_finds_a_quad_whose_lanes_disagree(tmp_path, mma, old, count):
     """Each lane of a quad keeps its own copy of its rows' statistics, which the quad's reductions leave equal
     (a device would compute with the copies as they are): the host mode checks the copies' bits and aborts,
     naming the statistic, when a reduction is left out."""
     T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
-    src = attention_mma.source(attention.AttentionForward(T, True, 0.25, mma="tf32"), "quad")[0]
+    src = attention_mma.source(attention.AttentionForward(T, True, 0.25, mma=mma), "quad")[0]
     q, k, v = (np.random.default_rng(i).normal(size=T.shape).astype(np.float32) for i in range(3))
     assert _run_alone(tmp_path, src, "quad", q, k, v)[0].returncode == 0
-    old = "        CG_QUAD(red[I][1], cg_add);\n"
-    assert src.count(old) == 2              # the loop over the steps the rows see whole, and the diagonal's
+    assert src.count(old) == count
     r, _ = _run_alone(tmp_path, src.replace(old, ""), "quad", q, k, v)
     assert r.returncode != 0 and "circuitgrad hostrun: the lanes of quad 0 hold different Lr[I][1]: " in r.stderr, \
         r.stderr[-2000:]
@@ -301,8 +305,9 @@ MUTATIONS = {
     "A fragments with the middle registers swapped (rows 8-15 and a pair's second column crossed)":
         ("tf32", "qa[I][2 * m][1] = cg_tf32(y[0]); qa[I][2 * m][2] = cg_tf32(x[1]);",
          "qa[I][2 * m][1] = cg_tf32(x[1]); qa[I][2 * m][2] = cg_tf32(y[0]);"),
-    "the maximum of rows g + 8 left to each lane (no quad reduction)":
-        ("tf32", "        CG_QUAD(red[I][1], fmaxf);\n", ""),
+    "the maximum of rows g + 8 left to each lane (no quad reduction)": ("tf32", " CG_QUAD(Lr[I][1], fmaxf);", ""),
+    "each step's maximum of rows g + 8 left to each lane (3xTF32)":
+        ("3xtf32", "        CG_QUAD(red[I][1], fmaxf);\n", ""),
     "a quad's butterfly one step short (device and host)": ("tf32", "for (int cg_m = 1; cg_m <= 2; cg_m <<= 1)",
                                                             "for (int cg_m = 1; cg_m <= 1; cg_m <<= 1)"),
     "weights in the scores' register order (A_OF_C the identity)": ("tf32", "A_OF_C", (0, 1, 2, 3)),
@@ -317,7 +322,7 @@ MUTATIONS = {
 }
 
 #: the mutations of text that both loops over the keys have (the diagonal step's, and the steps seen whole)
-IN_BOTH_LOOPS = {"the maximum of rows g + 8 left to each lane (no quad reduction)",
+IN_BOTH_LOOPS = {"each step's maximum of rows g + 8 left to each lane (3xTF32)",
                  "bf16 B operand's key 2t + 9 read from key 2t + 8", "bf16 weights of keys 2t + 8 and 2t + 9 crossed"}
 
 
@@ -349,6 +354,38 @@ def test_a_wrong_fragment_layout_or_quad_reduction_fails(mutation, precision, mo
                 in r.stderr), r.stderr[-2000:]
     else:
         assert np.max(np.abs(got - want)) > 1e-2
+
+
+#: mutations of the bf16 kernels' reads of eight columns of a row (dh a multiple of 32: two products' operands, a
+#: stored row's 16-byte load): the text, what it becomes, how many times the forward kernel has it
+WIDE = {
+    "A's second product takes the first's columns": ("qa[I][2 * m + 1][0] = cg_pack_rn(x[4], x[5]);",
+                                                     "qa[I][2 * m + 1][0] = cg_pack_rn(x[0], x[1]);", 1),
+    "B's second product takes the first's registers": ("b[I] + 2);", "b[I]);", 8),
+    "B's first four columns read from 4t instead of 8t": ("rs_k + (32 * m + 8 * t)]", "rs_k + (32 * m + 4 * t)]", 8),
+}
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("mutation", [None, *WIDE])
+def test_eight_columns_a_lane_take_two_products_in_one_order(mutation, tmp_path):
+    """Under bf16 with dh = 64 a lane reads columns ``32m + 8t … + 7`` of a row for the products over dh: A and B
+    take them in the same order (a permutation of dh), so the kernel computes its reference; each mutation of the
+    order on one side gives wrong outputs."""
+    T = cg.NdArrayType((1, 1, 32, 64), cg.float32)
+    op = attention.AttentionForward(T, True, 0.125, mma="bf16")
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.normal(size=T.shape).astype(np.float32) for _ in range(3))
+    want, _ = op.evaluate(q, k, v)
+    src = attention_mma.source(op, "wide")[0]
+    if mutation is not None:
+        old, new, count = WIDE[mutation]
+        assert src.count(old) == count
+        src = src.replace(old, new)
+    r, got = _run_alone(tmp_path, src, "wide", q, k, v)
+    assert r.returncode == 0, r.stderr[-2000:]
+    err = np.max(np.abs(got - want))
+    assert err < 1e-5 if mutation is None else err > 1e-2
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -521,18 +558,23 @@ def test_the_kernels_round_their_operands(precision, rng):
         assert np.linalg.norm(g - f) > 10 * np.linalg.norm(g - w)
 
 
-@pytest.mark.parametrize("mma, exp", [("tf32", "cg_exp("), ("bf16", "cg_exp("), ("3xtf32", "expf(")])
+@pytest.mark.parametrize("mma, exp", [("tf32", "cg_ex2("), ("bf16", "cg_ex2("), ("3xtf32", "expf(")])
 def test_the_kernels_take_exp_as_their_reference_does(mma, exp):
-    """Every exponential of a softmax kernel (the weights, and the forward's running sum) is ``cg_exp``
-    (``2^(x·log₂ e)``) under tf32 and bf16, whose weights are rounded to 11 or 8 significant bits, as
-    :meth:`~.attention.Attention.exp` takes it; under 3xTF32 (float32 products) ``expf``."""
+    """Under tf32 and bf16, whose weights are rounded to 11 or 8 significant bits, every weight of a softmax
+    kernel (and each term of the forward's sums) is ``cg_ex2`` of a raw score, ``2^(a·c₂ − L·log₂ e)``, as
+    :attr:`~.attention.Attention.exp2` says and its reference computes (the scores are never scaled by ``c``);
+    under 3xTF32 (float32 products) ``expf`` of ``c·a − L``; spherical attention has no exponential."""
     T = cg.NdArrayType((1, 2, 32, 64), cg.float32)
-    other = "expf(" if exp == "cg_exp(" else "cg_exp("
+    other = "expf(" if exp == "cg_ex2(" else "cg_ex2("
     for cls in (attention.AttentionForward, attention.AttentionGradQ, attention.AttentionGradKV):
-        src, _, _ = attention_mma.source(cls(T, True, 0.125, mma=mma), "k")
+        op = cls(T, True, 0.125, mma=mma)
+        assert op.exp2 == (exp == "cg_ex2(")
+        src, _, _ = attention_mma.source(op, "k")
         body = src[src.index("inline void k_warp("):]
         assert body.count(exp) >= (2 if cls is attention.AttentionForward else 1) and other not in body, cls
-    assert attention.AttentionForward(T, True, 0.125, mma=mma).exp(np.float32([-1.0])).dtype == np.float32
+        assert ("* 0.125f;" in body) == (exp == "expf("), cls
+        spherical = dataclasses.replace(op, norm="spherical", eps=1e-6)
+        assert not spherical.exp2 and "cg_ex2(" not in attention_mma.source(spherical, "k")[0].split("k_warp(")[1]
 
 
 def test_a_device_older_than_sm80_keeps_the_cuda_core_kernels(monkeypatch):

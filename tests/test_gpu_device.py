@@ -325,15 +325,18 @@ def test_cvt_rn_bf16x2_rounds_and_packs_as_the_host():
     np.testing.assert_array_equal(out.get(), pack_expected(lo, hi))
 
 
-def test_the_attention_kernels_exp_is_exp_to_its_bound():
-    """The tf32 and bf16 attention kernels' ``cg_exp`` (a multiplication and ``ex2.approx`` under CuPy's
-    ``-ftz=true``) is ``exp`` to the bound the host's is checked to, results below float32's normals aside."""
+def test_the_attention_kernels_weights_are_exp_to_their_bound():
+    """The tf32 and bf16 softmax kernels' ``cg_ex2`` (an FFMA and ``ex2.approx`` under CuPy's ``-ftz=true``) is
+    ``exp`` to the bound the host's is checked to, results below float32's normals aside."""
     import cupy
-    from test_gpu_mma_prelude import EXP_KERNEL, exp_cases, exp_within_bound
-    x = exp_cases()
-    out = cupy.zeros(x.size, dtype=cupy.float32)
-    cupy.RawKernel(EXP_KERNEL, "exp_w")(((x.size + 127) // 128,), (128,), (cupy.asarray(x), out, np.int32(x.size)))
-    assert np.all(exp_within_bound(x, out.get()))
+    from test_gpu_mma_prelude import EXP_C, EXP_KERNEL, exp_cases, exp_within_bound
+    from circuitgrad.backends.gpu.attention import LOG2E, AttentionForward
+    a, L, x = exp_cases()
+    op = AttentionForward(cg.NdArrayType((16, 64), cg.float32), True, EXP_C, mma="bf16")
+    out = cupy.zeros(a.size, dtype=cupy.float32)
+    cupy.RawKernel(EXP_KERNEL, "exp_w")(((a.size + 127) // 128,), (128,), (
+        cupy.asarray(a), cupy.asarray(L * LOG2E), op.c2, out, np.int32(a.size)))
+    assert np.all(exp_within_bound(x, L, out.get()))
 
 
 def test_a_pair_takes_two_registers_halves_on_the_device():

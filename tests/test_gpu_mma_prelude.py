@@ -97,66 +97,85 @@ def test_a_pair_takes_two_registers_halves():
         np.testing.assert_array_equal(out.get(), pair_expected(a, b))
 
 
-#: ``cg_exp`` of each ``x[i]``: the tf32 and bf16 attention kernels' exp (``2^(x·log₂ e)``)
+#: ``cg_ex2(a[i], c2, b[i])``: the tf32 and bf16 softmax kernels' weight ``2^(a·c2 − b)`` of a raw score ``a``
 EXP_KERNEL = attention_mma.PRELUDE + """
-extern "C" __global__ void exp_w(const float* x, float* out, int n) {
+extern "C" __global__ void exp_w(const float* a, const float* b, float c2, float* out, int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = cg_exp(x[i]);
+    if (i < n) out[i] = cg_ex2(a[i], c2, b[i]);
 }
 #ifdef CG_HOSTRUN
-void exp_w__host_warp(unsigned long long block, unsigned warp, const float* x, float* out, int n) {
+void exp_w__host_warp(unsigned long long block, unsigned warp, const float* a, const float* b, float c2, float* out,
+                      int n) {
     for (int l = 0; l < 32; ++l) { const long long i = (long long)block * 128 + warp * 32 + l;
-                                   if (i < n) out[i] = cg_exp(x[i]); }
+                                   if (i < n) out[i] = cg_ex2(a[i], c2, b[i]); }
 }
 #endif
 """
+#: the scale of the exp cases (``1/√dh``, dh = 64) and the softmax op whose base-2 weights they are
+EXP_C = 0.125
 
 
-def exp_cases() -> np.ndarray:
-    """Arguments of the kernels' exp: ``s − L`` and ``s − m`` (at most 0, any size), zeros, the end of the range,
-    a positive one, the rescale of a running maximum still at its start (``CG_LOWEST − m``, whose product with
-    log₂ e overflows to −inf), a masked score (−inf) and NaN."""
+def exp_cases() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Raw scores ``a`` and row statistics ``L`` (natural logsumexp; ``c·a − L`` at most about 0), the weight's
+    argument ``x = c·a − L`` in float64: scores and statistics of either sign up to ±100, both large and
+    cancelling, ``x`` far below the smallest normal's, a masked score's −inf and NaN."""
     rng = np.random.default_rng(11)
-    edges = [0.0, -0.0, -1e-8, -87.0, -103.0, 1.5, -3.4028235e38, -np.inf, np.nan]
-    return np.concatenate([-rng.exponential(4.0, 4000), -rng.uniform(0, 100, 2000), edges]).astype(np.float32)
+    n = 6000
+    L = np.concatenate([rng.normal(0, 3, n // 2), rng.uniform(-100, 100, n // 2)])
+    x = np.concatenate([-rng.exponential(4.0, n // 2), -rng.uniform(0, 110, n // 2)])
+    a = ((x + L) / EXP_C).astype(np.float32)
+    edges_a = np.float32([800.0, -800.0, 0.0, -np.inf, np.nan, 1.0])
+    edges_L = np.float32([100.0, -100.0, 0.0, 1.0, 0.0, np.nan])
+    a, L = np.concatenate([a, edges_a]), np.concatenate([L.astype(np.float32), edges_L])
+    return a, L, EXP_C * a.astype(np.float64) - L.astype(np.float64)
 
 
-def exp_within_bound(x: np.ndarray, got: np.ndarray) -> np.ndarray:
-    """Whether each ``got`` is ``exp(x)`` to the kernels' bound: ``x·log₂ e`` rounded (and log₂ e itself, a
-    float32) shifts the exponent by up to ``1.22·|x|·2⁻²⁴`` relative, ``2^y`` adds 2 units (CUDA's ``exp2f``,
-    ``ex2.approx``) and its result's rounding one: ``|x|·2⁻²³ + 2⁻²¹`` of ``exp(x)``; where ``exp(x)`` is below
-    the smallest normal float32, a value from 0 to it (a device flushes to zero); NaN for NaN."""
-    x64 = x.astype(np.float64)
-    want = np.exp(x64)
+def exp_within_bound(x: np.ndarray, L: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """Whether each ``got`` is ``exp(x)`` to the base-2 kernels' bound (:attr:`~.attention.Attention.exp2`):
+    ``c₂ = c·log₂ e`` and ``L·log₂ e`` rounded to float32 (and log₂ e itself), then the fused multiply-add's
+    rounding, shift ``2^y`` by up to ``(2|x| + 3|L|)·2⁻²⁴`` relative; ``2^y`` adds 2 units (CUDA's ``exp2f``,
+    ``ex2.approx``) and its result's rounding one, ``2⁻²¹``; where ``exp(x)`` is below the smallest normal float32,
+    a value from 0 to it (a device flushes to zero); NaN for NaN."""
+    want = np.exp(x)
     tiny = np.finfo(np.float32).tiny
     with np.errstate(invalid="ignore"):
-        close = np.abs(got - want) <= want * (np.abs(x64) * 2.0 ** -23 + 2.0 ** -21)
-    flushed = (want < tiny) & (got >= 0) & (got <= tiny)
-    return np.where(np.isnan(x64), np.isnan(got), close | flushed)
+        close = np.abs(got - want) <= want * ((2 * np.abs(x) + 3 * np.abs(L)) * 2.0 ** -24 + 2.0 ** -21)
+        flushed = (want < tiny) & (got >= 0) & (got <= tiny)
+    return np.where(np.isnan(x), np.isnan(got), close | flushed)
+
+
+def _weights(op, a: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """``cg_ex2`` of the cases as a kernel calls it (the statistic held as ``L·log₂ e``), on the host."""
+    from circuitgrad.backends.gpu.attention import LOG2E
+    b = L * LOG2E
+    with hostrun.device() as cp:
+        out = cp.zeros(a.size, dtype=cp.float32)
+        cp.RawKernel(EXP_KERNEL, "exp_w")(((a.size + 127) // 128,), (128,),
+                                          (cp.asarray(a), cp.asarray(b), op.c2, out, np.int32(a.size)))
+        return out.get()
 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
-def test_the_kernels_exp_is_exp_to_its_bound_and_the_references():
-    """The host's ``cg_exp`` over the range the kernels use: within :func:`exp_within_bound` of ``exp`` (a
-    ``2^x`` without the ``log₂ e``, or ``exp`` of ``x/2``, fails it), and within a unit of the reference's
-    (``Attention.exp``, which the emulation and the tests' expectations use); ``tests/test_gpu_device.py`` checks
-    the device's."""
+def test_the_kernels_weights_are_exp_to_their_bound_and_the_references():
+    """The host's ``cg_ex2`` over the range the kernels use: within :func:`exp_within_bound` of ``exp`` (``2^y``
+    without the ``log₂ e``, or ``c₂`` off by a unit of its 12th bit, fails it), and within a unit of the
+    reference's (``Attention.ex2``, which the emulation and the tests' expectations use);
+    ``tests/test_gpu_device.py`` checks the device's."""
     from circuitgrad.backends.gpu import attention
-    x = exp_cases()
-    with hostrun.device() as cp:
-        out = cp.zeros(x.size, dtype=cp.float32)
-        cp.RawKernel(EXP_KERNEL, "exp_w")(((x.size + 127) // 128,), (128,), (cp.asarray(x), out, np.int32(x.size)))
-        got = out.get()
-    assert np.all(exp_within_bound(x, got))
-    assert list(got[-3:-1]) == [0.0, 0.0] and np.isnan(got[-1])    # CG_LOWEST − m and −inf: 0; NaN stays
-    op = attention.AttentionForward(cg.NdArrayType((16, 16), cg.float32), True, 0.25, mma="bf16")
-    ref = op.exp(x)
-    assert ref.dtype == np.float32 and np.all(exp_within_bound(x, ref))
+    from circuitgrad.backends.gpu.attention import LOG2E
+    a, L, x = exp_cases()
+    op = attention.AttentionForward(cg.NdArrayType((16, 64), cg.float32), True, EXP_C, mma="bf16")
+    got = _weights(op, a, L)
+    assert np.all(exp_within_bound(x, L, got))
+    assert got[-3] == 0.0 and np.isnan(got[-2]) and np.isnan(got[-1])    # masked: 0; NaN stays
+    ref = op.ex2(a, op.c2, L * LOG2E)
+    assert ref.dtype == np.float32 and np.all(exp_within_bound(x, L, ref))
     finite = ~np.isnan(x)
     assert np.all(np.abs(got[finite].view(np.int32).astype(np.int64) - ref[finite].view(np.int32)) <= 1)
-    # the float32 kernels keep exp: the reference of a CUDA-core or 3xTF32 kernel is NumPy's
-    for mma in ("", "3xtf32"):
-        np.testing.assert_array_equal(attention.AttentionForward(op.T, True, 0.25, mma=mma).exp(x), np.exp(x))
+    # the bound is tight enough to catch a scale rounded to fewer bits
+    coarse = op.ex2(a, np.float32(op.c2 * (1 + 2.0 ** -12)), L * LOG2E)
+    assert not np.all(exp_within_bound(x, L, coarse))
+    assert not np.all(exp_within_bound(x, L, np.exp2(x).astype(np.float32)))
 
 
 #: PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32, transcribed on its own (g = lane >> 2, t = lane % 4):

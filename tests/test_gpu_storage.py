@@ -393,7 +393,7 @@ def test_the_kernels_read_stored_bits_as_the_pairs_they_would_round(cls, dh, rng
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_the_kernels_reading_stored_operands_compile_for_sm90(tmp_path):
     """At a real head size the kernels that read q, k, v (and dO) as bfloat16 bits compile with no spills, read
-    them 8 bytes at a time (``ld.global.v2.u32``) and convert a small part of what the float32 readers do (the
+    them 16 bytes (eight values) at a time (``ld.global.v4.u32``) and convert a small part of what the float32 readers do (the
     weights and, in dq, dO: the products' other operands)."""
     from circuitgrad.backends.gpu import attention, attention_mma
     T = cg.NdArrayType((4, 6, 256, 64), cg.float32)
@@ -410,7 +410,7 @@ def test_the_kernels_reading_stored_operands_compile_for_sm90(tmp_path):
         assert len(spills) == 6 and set(spills.values()) == {0}, spills
         ptx[narrowed] = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-o", "-", str(tmp_path / "att.cu")],
                                        capture_output=True, text=True, check=True).stdout
-    assert ptx[True].count("ld.global.v2.u32") >= 6 * 2 and "ld.global.v2.u32" not in ptx[False]
+    assert ptx[True].count("ld.global.v4.u32") >= 6 * 2 and "ld.global.v4.u32" not in ptx[False]
     assert ptx[True].count("cvt.rn.bf16x2.f32") * 4 < ptx[False].count("cvt.rn.bf16x2.f32")
 
 

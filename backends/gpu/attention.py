@@ -44,15 +44,16 @@ from circuitgrad.types import Float, NdArrayType
 from . import blas
 
 __all__ = ["Attention", "AttentionForward", "AttentionGradQ", "AttentionGradV", "AttentionGradK", "AttentionGradKV",
-           "OPS", "MAX_DH", "NORMS", "LOG2E", "fuse", "costs", "tensor_cores", "quad", "kv_together", "MMA"]
+           "OPS", "MAX_DH", "NORMS", "LOG2E", "LN2", "fuse", "costs", "tensor_cores", "quad", "kv_together", "MMA"]
 
 #: the largest head dimension fused (a row and its accumulators live in a thread's registers)
 MAX_DH = 64
 #: the normalisations of the scores the kernels stream (``ops.attention``'s kinds)
 NORMS = ("softmax", "spherical")
-#: log₂ e in float32: under ``"tf32"`` and ``"bf16"`` the tensor-core kernels take ``exp(x)`` as ``2^(x·log₂ e)``
-#: (:meth:`Attention.exp`; ``cg_exp`` of :mod:`.attention_mma`)
+#: log₂ e and ln 2 in float32: under ``"tf32"`` and ``"bf16"`` the tensor-core softmax kernels work in base 2
+#: (:attr:`Attention.exp2`)
 LOG2E = np.float32(1.4426950408889634)
+LN2 = np.float32(0.6931471805599453)
 
 
 @dataclass(frozen=True)
@@ -112,20 +113,31 @@ class Attention(P.Primitive):
 
     @property
     def exp2(self) -> bool:
-        """Whether the kernel takes ``exp(x)`` as ``2^(x·log₂ e)`` (:meth:`exp`): the tensor-core kernels under
-        ``"tf32"`` and ``"bf16"`` (``cg_exp`` of :mod:`.attention_mma`)."""
-        return self.mma in ("tf32", "bf16")
+        """Whether the kernel's softmax works in base 2: the tensor-core kernels under ``"tf32"`` and ``"bf16"``,
+        whose weights are rounded to 11 or 8 significant bits before their product. A weight ``exp(c·a − L)`` of a
+        raw score ``a = q·k`` is then ``2^(a·c₂ − L·log₂ e)`` with ``c₂ = c·log₂ e`` (:attr:`c2`): one fused
+        multiply-add and the device's ``ex2`` (``cg_ex2`` of :mod:`.attention_mma`), where ``c·a``, ``− L``,
+        ``·log₂ e`` and ``expf``'s range reduction took several instructions. Relative error at most
+        ``(2|x| + 3|L|)·2⁻²⁴ + 2⁻²¹`` (``x = c·a − L``; the roundings of ``c₂``, ``L·log₂ e`` and the sum, ``ex2``'s
+        2 units and its result's), ``2⁻¹⁴`` for scores and statistics up to 100, far below a bfloat16 or TF32 unit
+        roundoff (``2⁻⁸``, ``2⁻¹¹``). The statistic ``L`` they save stays the natural logsumexp."""
+        return self.mma in ("tf32", "bf16") and self.norm == "softmax" and self.c > 0    # max of a: of c·a
+
+    @property
+    def c2(self) -> np.float32:
+        """``c·log₂ e`` rounded once to float32 (``c`` as a float32 kernel holds it): the base-2 kernels' scale."""
+        return np.float32(float(np.float32(self.c)) * float(np.log2(np.e)))
+
+    @staticmethod
+    def ex2(a, c2, b):
+        """``2^(a·c2 − b)`` in float32 as the base-2 kernels compute it: ``fmaf`` (here in float64, where ``a·c2``
+        is exact: rounded twice, which may differ from one rounding by a unit in rare ties), then ``exp2``."""
+        y = (a.astype(np.float64) * np.float64(c2) - np.asarray(b, np.float64)).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.exp2(y)
 
     def exp(self, x):
-        """``exp(x)`` as the kernel computes it. The tensor-core kernels under ``"tf32"`` and ``"bf16"`` (whose
-        weights are rounded to 11 or 8 significant bits before their product) take ``2^(x·log₂ e)``, one
-        multiplication and the device's ``ex2`` instead of ``expf``'s range reduction: relative error about
-        ``1.22·|x|·2⁻²⁴`` (the product's rounding and log₂ e's) plus ``ex2``'s 2 units, ``2⁻¹⁹·⁵`` where
-        ``x ≥ −16`` (a weight ``exp(s − L) > 10⁻⁷``), far below a bfloat16 or TF32 unit roundoff (``2⁻⁸``,
-        ``2⁻¹¹``). Elsewhere NumPy's exp. (``x`` far below −2.36·10³⁸ gives ``x·log₂ e = −inf`` and 0.)"""
-        if self.exp2 and x.dtype == np.float32:
-            with np.errstate(over="ignore"):
-                return np.exp2(x * LOG2E)
+        """``exp(x)`` as a kernel whose softmax is not in base 2 computes it: NumPy's."""
         return np.exp(x)
 
     def _mm(self, a, b):
@@ -138,16 +150,21 @@ class Attention(P.Primitive):
         rnd = blas.round_tf32 if self.mma == "tf32" else blas.round_bf16
         return np.matmul(rnd(np, np.ascontiguousarray(a)), rnd(np, np.ascontiguousarray(b)))
 
-    def _scores(self, q, k):
-        """``c·q kᵀ`` and the mask of the scores kept (``None``: all of them)."""
-        s = self.c * self._mm(q, np.swapaxes(k, -1, -2))
+    def _scores(self, q, k, raw: bool = False):
+        """``c·q kᵀ`` (``q kᵀ`` when ``raw``) and the mask of the scores kept (``None``: all of them)."""
+        s = self._mm(q, np.swapaxes(k, -1, -2))
+        s = s if raw else self.c * s
         n = s.shape[-1]
         return s, (np.tril(np.ones((n, n), dtype=bool)) if self.causal else None)
 
     def _p(self, q, k, L):
         """The weights, recomputed from the saved row statistic ``L`` (0 above the diagonal when causal)."""
-        s, keep = self._scores(q, k)
-        p = self.exp(s - L[..., None]) if self.norm == "softmax" else s * L[..., None]
+        if self.exp2:
+            a, keep = self._scores(q, k, raw=True)
+            p = self.ex2(a, self.c2, (L * LOG2E)[..., None])
+        else:
+            s, keep = self._scores(q, k)
+            p = self.exp(s - L[..., None]) if self.norm == "softmax" else s * L[..., None]
         return p if keep is None else np.where(keep, p, 0)
 
     def _ds(self, q, k, v, L, dO, D):
@@ -171,6 +188,8 @@ class AttentionForward(Attention):
     operands = "q k v"
 
     def logical(self, q, k, v):
+        if self.exp2:
+            return self._base2(q, k, v)
         s, keep = self._scores(q, k)
         if self.norm == "spherical":
             s = s if keep is None else np.where(keep, s, 0)
@@ -185,6 +204,17 @@ class AttentionForward(Attention):
             L = m + np.log(l_)
             return self._mm(self.exp(s - L[..., None]), v), L
         return np.matmul(e / l_[..., None], v), m + np.log(l_)
+
+    def _base2(self, q, k, v):
+        """The base-2 softmax forward (:attr:`~Attention.exp2`): the maximum ``M`` of the raw scores (``c > 0``),
+        ``L = (M·c₂ + log₂ Σ 2^(a·c₂ − M·c₂))·ln 2``, then the weights from ``L`` as the backward recomputes them,
+        normalised before their product."""
+        a, keep = self._scores(q, k, raw=True)
+        if keep is not None:
+            a = np.where(keep, a, -np.inf)
+        m2 = a.max(axis=-1) * self.c2
+        L = (m2 + np.log2(self.ex2(a, self.c2, m2[..., None]).sum(axis=-1))) * LN2
+        return self._mm(self._p(q, k, L), v), L
 
 
 class AttentionGradQ(Attention):

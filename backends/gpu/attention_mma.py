@@ -5,13 +5,14 @@ and bf16, :class:`~.attention.AttentionGradKV`), with every product
 a PTX ``mma.sync`` with float32 accumulation: ``m16n8k8`` on TF32 operands (``cvt.rna.tf32`` under ``"tf32"``;
 3xTF32 under ``"fp32"`` when asked), ``m16n8k16`` on bfloat16 pairs under ``"bf16"`` (each pair rounded and
 packed by one ``cvt.rn.bf16x2.f32``; an operand stored as bfloat16, :mod:`.storage`, read as the pairs it
-holds: 8-byte loads, no conversion). Each operand element is
+holds: eight values, two products' operands, a 16-byte load where ``dh`` is a multiple of 32; no conversion). Each operand element is
 rounded as the unfused definition's product rounds it, so the fused step multiplies what the definition
 multiplies. A warp takes 16 rows (query rows: forward and ``dq``; key rows: ``dk`` and ``dv``) and streams the
 other side 8 rows at a time (16 under ``"bf16"``, one product's K)::
 
     scores  S[16×8] = c·(Q[16×dh] Kᵀ[dh×8])        mma over dh, Q's fragments held in registers
     weights P[16×8] from S where the mma left it     a row's statistics reduced over its quad of lanes
+                                                     (softmax in base 2 under tf32, bf16: Attention.exp2)
     output  O[16×dh] += P[16×8] V[8×dh]             mma per 8 columns, accumulators held in registers
 
 A causal kernel takes the steps that hold the diagonal in a loop of their own (:func:`_steps`): the other
@@ -39,13 +40,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import blas
-from .attention import LOG2E, Attention, AttentionForward, AttentionGradK, AttentionGradKV, AttentionGradQ, AttentionGradV
+from .attention import LN2, LOG2E, Attention, AttentionForward, AttentionGradK, AttentionGradKV, AttentionGradQ, AttentionGradV
 from .attention_source import Text, signature, text, warp_kernel
 from .kernel import Kernel
 from .plan import Launch, Plan
+from .mma import PRELUDE
 from .storage import STORE
-from .warp import LANES, lanes_kernel
+from .warp import lanes_kernel
 
 __all__ = ["attention_kernel", "source", "ROWS", "KEYS", "WARPS", "PRELUDE", "UNROLL"]
 
@@ -64,154 +65,6 @@ C = (("g", "2 * t"), ("g", "2 * t + 1"), ("g + 8", "2 * t"), ("g + 8", "2 * t + 
 #: tile's columns ``2t`` and ``2t + 1``, which permutes the product's sum, not its terms)
 A_OF_C = (0, 2, 1, 3)
 
-#: 3xTF32's split, one text for the device's ``cg_mma3`` and the host's ``cg_mma3_warp`` (each with its ``cg_tf32``)
-_SPLIT = ("inline void cg_split(float* hi, float* lo, const float* x, int n) {   // TF32 part, remainder's TF32 part\n"
-          "    for (int e = 0; e < n; ++e) { hi[e] = cg_tf32(x[e]); lo[e] = cg_tf32(x[e] - hi[e]); }\n}")
-
-#: two bfloat16 values (rounded already: their low halves zero) in a register, the first in its low half; one
-#: text for the device and the host (each with its ``cg_bits``)
-_PACK = "inline unsigned cg_pack(float lo, float hi) { return (cg_bits(lo) >> 16) | (cg_bits(hi) & 0xFFFF0000u); }"
-
-#: the helpers every tensor-core attention kernel uses, once per compilation unit (after :data:`.warp.LANES`)
-_MMA = r"""#ifndef CG_MMA_PRELUDE
-#define CG_MMA_PRELUDE
-#ifndef CG_VEC_LOAD8
-#define CG_VEC_LOAD8(p)
-#endif
-// four consecutive bfloat16 values stored as their bits (storage.py), rounded already: as two registers of
-// pairs, each pair's first value in the low half; one 8-byte load when vec
-__host__ __device__ inline void cg_ld4p(unsigned* d, const unsigned short* p, bool vec) {
-    if (vec) {
-        CG_VEC_LOAD8(p);
-#ifdef __CUDA_ARCH__
-        const uint2 v = *(const uint2*)p; d[0] = v.x; d[1] = v.y;
-#else
-        memcpy(d, p, 8);                // the same two registers: little-endian, as the device
-#endif
-    } else { d[0] = p[0] | ((unsigned)p[1] << 16); d[1] = p[2] | ((unsigned)p[3] << 16); }
-}
-// the low (hi = 0) or high halves of two registers of pairs as one pair, a's first: one PRMT on a device
-__host__ __device__ inline unsigned cg_pair(unsigned a, unsigned b, int hi) {
-#ifdef __CUDA_ARCH__
-    return __byte_perm(a, b, hi ? 0x7632 : 0x5410);
-#else
-    return hi ? (a >> 16) | (b & 0xFFFF0000u) : (a & 0xFFFFu) | (b << 16);
-#endif
-}
-// exp(x) of the tf32 and bf16 kernels (attention.Attention.exp): 2^(x·log2 e), on a device one multiplication
-// and ex2.approx (CuPy compiles with -ftz=true), where expf reduces the range in several more instructions
-__host__ __device__ inline float cg_exp(float x) { return exp2f(x * LOG2E_F); }
-#ifdef __CUDA_ARCH__
-__device__ inline float cg_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
-__device__ CG_SPLIT
-__device__ inline float cg_bf16r(float x) { const unsigned b = __float_as_uint(x); return __uint_as_float(((unsigned)BF16_BITS) << 16); }
-// D += A B: one m16n8k8 TF32 product of the warp (A: 4 registers, B: 2, C and D: 4 a lane)
-__device__ inline void cg_mma(float* d, const float* a, const float* b) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
-                   "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
-}
-// D += A B in three TF32 products of each operand's TF32 part and remainder (3xTF32, as CUTLASS's
-// OpMultiplyAddFastF32): a float32 product to about 2^-21 of its terms; the small terms first
-__device__ inline void cg_mma3(float* d, const float* a, const float* b) {
-    float ah[4], al[4], bh[2], bl[2];
-    cg_split(ah, al, a, 4); cg_split(bh, bl, b, 2);
-    cg_mma(d, al, bh); cg_mma(d, ah, bl); cg_mma(d, ah, bh);
-}
-__device__ inline unsigned cg_bits(float x) { return __float_as_uint(x); }
-__device__ CG_PACK
-// two floats rounded to bfloat16 (nearest even) and packed, the first in the low half, in one instruction
-// (cvt.rn.bf16x2.f32 d, a, b puts a in d's upper half); the host rounds each (cg_bf16r), then packs
-__device__ inline unsigned cg_pack_rn(float lo, float hi) {
-    unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
-}
-// D += A B: one m16n8k16 bfloat16 product of the warp (A: 4 registers of two values, B: 2; C and D: 4 floats)
-__device__ inline void cg_mma16(float* d, const unsigned* a, const unsigned* b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-#define CG_MMA(D, A, B) do { const int I = 0; cg_mma(D, A, B); } while (0)
-#define CG_MMA3(D, A, B) do { const int I = 0; cg_mma3(D, A, B); } while (0)
-#define CG_MMA16(D, A, B) do { const int I = 0; cg_mma16(D, A, B); } while (0)
-#else
-inline float cg_tf32(float x) {             // cvt.rna.tf32.f32; a NaN the quiet NaN of its sign (blas.round_tf32)
-    const unsigned b = cg_bits(x);
-    return cg_float((b & 0x7FFFFFFFu) > 0x7F800000u ? (b & 0x80000000u) | 0x7FC00000u : (b + 0x1000u) & 0xFFFFE000u);
-}
-CG_SPLIT
-inline float cg_bf16r(float x) { const unsigned b = cg_bits(x); return cg_float(((unsigned)BF16_BITS) << 16); }
-// D = A B + C of the warp on the host, over the first K columns of A (16 × K) and rows of B (K × 8), with C and D
-// in the lanes' registers by PTX's layout (the same for m16n8k8 and m16n8k16).
-inline void cg_mma_tiles(float* d[32], const float A[16][16], const float B[16][8], int K) {
-    float C[16][8];
-    for (int l = 0; l < 32; ++l) {
-        const int g = l >> 2, t = l & 3;
-        C[g][2 * t] = d[l][0]; C[g][2 * t + 1] = d[l][1]; C[g + 8][2 * t] = d[l][2]; C[g + 8][2 * t + 1] = d[l][3];
-    }
-    for (int i = 0; i < 16; ++i)
-        for (int j = 0; j < 8; ++j) {
-            float s = C[i][j];
-            for (int k = 0; k < K; ++k) s += A[i][k] * B[k][j];
-            C[i][j] = s;
-        }
-    for (int l = 0; l < 32; ++l) {
-        const int g = l >> 2, t = l & 3;
-        d[l][0] = C[g][2 * t]; d[l][1] = C[g][2 * t + 1]; d[l][2] = C[g + 8][2 * t]; d[l][3] = C[g + 8][2 * t + 1];
-    }
-}
-// The warp's m16n8k8 TF32 mma.sync on the host: the lanes' fragments gathered into whole tiles (PTX's layout).
-inline void cg_mma_warp(float* d[32], const float* a[32], const float* b[32]) {
-    float A[16][16], B[16][8];
-    for (int l = 0; l < 32; ++l) {
-        const int g = l >> 2, t = l & 3;
-        A[g][t] = a[l][0]; A[g + 8][t] = a[l][1]; A[g][t + 4] = a[l][2]; A[g + 8][t + 4] = a[l][3];
-        B[t][g] = b[l][0]; B[t + 4][g] = b[l][1];
-    }
-    cg_mma_tiles(d, A, B, 8);
-}
-CG_PACK
-inline unsigned cg_pack_rn(float lo, float hi) { return cg_pack(cg_bf16r(lo), cg_bf16r(hi)); }
-inline float cg_lo(unsigned p) { return cg_float(p << 16); }
-inline float cg_hi(unsigned p) { return cg_float(p & 0xFFFF0000u); }
-// The warp's m16n8k16 bfloat16 mma.sync on the host (PTX's layout: A's registers hold (g, 2t | 2t+1),
-// (g+8, 2t | 2t+1), (g, 2t+8 | 2t+9), (g+8, 2t+8 | 2t+9), B's (2t | 2t+1, g), (2t+8 | 2t+9, g), low half first).
-inline void cg_mma16_warp(float* d[32], const unsigned* a[32], const unsigned* b[32]) {
-    float A[16][16], B[16][8];
-    for (int l = 0; l < 32; ++l) {
-        const int g = l >> 2, t = l & 3;
-        for (int h = 0; h < 2; ++h) {
-            A[g][2 * t + 8 * h] = cg_lo(a[l][2 * h]); A[g][2 * t + 8 * h + 1] = cg_hi(a[l][2 * h]);
-            A[g + 8][2 * t + 8 * h] = cg_lo(a[l][2 * h + 1]); A[g + 8][2 * t + 8 * h + 1] = cg_hi(a[l][2 * h + 1]);
-            B[2 * t + 8 * h][g] = cg_lo(b[l][h]); B[2 * t + 8 * h + 1][g] = cg_hi(b[l][h]);
-        }
-    }
-    cg_mma_tiles(d, A, B, 16);
-}
-// 3xTF32 on the host: each lane's operands split as on the device, then the warp's three products in turn
-inline void cg_mma3_warp(float* d[32], const float* a[32], const float* b[32]) {
-    float ah[32][4], al[32][4], bh[32][2], bl[32][2];
-    const float *pah[32], *pal[32], *pbh[32], *pbl[32];
-    for (int l = 0; l < 32; ++l) {
-        cg_split(ah[l], al[l], a[l], 4); cg_split(bh[l], bl[l], b[l], 2);
-        pah[l] = ah[l]; pal[l] = al[l]; pbh[l] = bh[l]; pbl[l] = bl[l];
-    }
-    cg_mma_warp(d, pal, pbh); cg_mma_warp(d, pah, pbl); cg_mma_warp(d, pah, pbh);
-}
-#define CG_MMA(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
-    for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma_warp(cg_d, cg_a, cg_b); } while (0)
-#define CG_MMA16(D, A, B) do { float* cg_d[32]; const unsigned* cg_a[32]; const unsigned* cg_b[32]; \
-    for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma16_warp(cg_d, cg_a, cg_b); } while (0)
-#define CG_MMA3(D, A, B) do { float* cg_d[32]; const float* cg_a[32]; const float* cg_b[32]; \
-    for (int I = 0; I < 32; ++I) { cg_d[I] = D; cg_a[I] = A; cg_b[I] = B; } cg_mma3_warp(cg_d, cg_a, cg_b); } while (0)
-#endif
-#endif
-""".replace("BF16_BITS", blas.BF16_BITS).replace("LOG2E_F", f"{float(LOG2E):.9g}f").replace("CG_SPLIT", _SPLIT).replace("CG_PACK", _PACK)
-#: what a tensor-core kernel's source starts with
-PRELUDE = LANES + _MMA
-
-
 def attention_kernel(step: Launch, plan: Plan, name: str) -> Kernel:
     """The tensor-core kernel of an ``attention`` step whose op has :attr:`~.attention.Attention.mma`: a warp per
     16 rows."""
@@ -229,8 +82,6 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     rounded = rounded or {}
     assert set(rounded) <= set(op.outs.split()) - set("LD"), (rounded, op)
     w = text(op, "float", strides)
-    if op.exp2:                     # weights rounded to 11 or 8 bits: exp as 2^(x·log2 e)
-        w.exp = "cg_exp"
     assert w.S % ROWS == 0 and w.dh % 16 == 0, op.T
     for n in rounded:               # a copy lies as its result does
         w.strides[f"{n}_rnd"] = w.strides[f"{n}_out"]
@@ -241,6 +92,12 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     comment = ("// the host runs the warp once: its lanes in turn (CG_LANES), its products (CG_MMA) and reductions\n"
                "// across a quad (CG_QUAD) whole\n")
     return PRELUDE + lanes_kernel(name, sig, args, body, warps, comment), warps, names
+
+
+def _f32(x) -> str:
+    """A float32 constant as a C literal (nine significant digits: the same float32)."""
+    text = f"{float(x):.9g}"
+    return text + ("f" if any(ch in text for ch in ".e") else ".0f")
 
 
 class _Tile:
@@ -261,6 +118,30 @@ class _Tile:
         self.steps = w.dh // (16 if self.k16 else 8)  # products over dh
         self.tiles = 2 if self.k16 else 1           # tiles of scores a step (one product's K: 16 or 8)
         self.keys = KEYS * self.tiles               # rows of the other side a step takes
+        self.base2 = op.exp2                        # softmax in base 2: weights 2^(a·c2 − L·log2 e) of raw scores a
+        # columns of a row a lane reads for the products over dh (:meth:`a_rows`): 8 (two m16n8k16 products, one
+        # 16-byte load of a stored bfloat16 row) where dh allows, else 4
+        self.W = 8 if self.k16 and self.dh % 32 == 0 else 4
+        # stored operands' rows start on multiples of eight elements: 16-byte loads when the pointers are aligned
+        self.row8 = all(st % 8 == 0 for n in narrow for st in w.strides[n][:-1])
+        self.c2 = _f32(op.c2)
+
+    def scaled(self, frag: str) -> str:
+        """A step's scores ``frag`` times ``c``, where the weights need them so (not in base 2: the scale is ``c2``)."""
+        return "" if self.base2 else self.scale(frag, self.w.c)
+
+    def held(self, L: str) -> str:
+        """A row's statistic ``L`` as the weights take it: ``L·log₂ e`` in base 2."""
+        return f"{L} * {_f32(LOG2E)}" if self.base2 else L
+
+    def weight(self, s: str, L: str) -> str:
+        """The weight of score ``s`` (raw in base 2) in a row whose statistic is held as ``L`` (:meth:`held`)."""
+        return f"cg_ex2({s}, {self.c2}, {L})" if self.base2 else self.w.weight(s, L)
+
+    def ds(self, s: str, dp: str, L: str, D: str) -> str:
+        """The score's gradient before the scale ``c`` (:meth:`.attention_source.Text.ds`), its weight by
+        :meth:`weight`."""
+        return self.w.ds_p(self.weight(s, L), dp, L, D)
 
     def rows(self, *names: str) -> str:
         """The declaration of a warp's A fragments of 16 rows × dh (:meth:`a_rows`)."""
@@ -279,7 +160,16 @@ class _Tile:
     def aligned(self) -> str:
         """``vec``: whether the operands' rows are read 16 bytes at a time (every row starts on a multiple of four
         elements, and the pointers are 16-byte aligned at run time)."""
-        return self.w.aligned or "    const bool vec = false;\n"
+        vec = self.w.aligned or "    const bool vec = false;\n"
+        if self.narrow and self.k16:
+            vec += f"    const bool vec16 = vec && {'true' if self.row8 else 'false'};   // stored rows, 16 bytes\n"
+        return vec
+
+    def ld_pairs(self, d: str, n: str, r: str, c: str, count: int) -> str:
+        """``count`` (4 or 8) consecutive values of stored operand ``n``'s row ``r`` from column ``c`` into registers
+        of pairs ``d``."""
+        return (f"cg_ld8p({d}, &{self.at(n, r, c)}, vec16, vec);" if count == 8 else
+                f"cg_ld4p({d}, &{self.at(n, r, c)}, vec);")
 
     def r(self, x: str) -> str:
         """``x`` rounded as the products' operands are."""
@@ -292,21 +182,29 @@ class _Tile:
 
     def a_rows(self, frag: str, n: str, r0: str) -> str:
         """The A fragments (16 rows × dh) of operand ``n``'s rows ``r0…``, rounded. Lane ``(g, t)`` reads columns
-        ``16m + 4t … 16m + 4t + 3`` of rows ``g`` and ``g + 8``, one 16-byte load a row: a permutation of ``dh``
-        that :meth:`product`'s B fragments share. They are A's columns ``t`` and ``t + 4`` of products ``2m`` and
-        ``2m + 1`` (``m16n8k8``), or its columns ``2t, 2t + 1, 2t + 8, 2t + 9`` of product ``m`` (``m16n8k16``)."""
+        ``4Wm + Wt … 4Wm + Wt + W − 1`` of rows ``g`` and ``g + 8`` (:attr:`W`): a permutation of ``dh`` that
+        :meth:`product`'s B fragments share. ``m16n8k8`` (W = 4): A's columns ``t`` and ``t + 4`` of products ``2m``
+        and ``2m + 1``; ``m16n8k16``: each four its columns ``2t, 2t + 1, 2t + 8, 2t + 9`` of one product (W = 8:
+        products ``2m`` and ``2m + 1``, a stored row's eight values one 16-byte load)."""
         r, p = self.r, self.pack
-        if n in self.narrow:        # stored rounded: a row's four values are two pairs as they lie
-            return (f"for (int m = 0; m < {self.dh // 16}; ++m) {{ unsigned x[2], y[2]; "
-                    f"cg_ld4p(x, &{self.at(n, f'{r0} + g', '16 * m + 4 * t')}, vec); "
-                    f"cg_ld4p(y, &{self.at(n, f'{r0} + g + 8', '16 * m + 4 * t')}, vec);\n"
-                    f"            {frag}[m][0] = x[0]; {frag}[m][1] = y[0]; {frag}[m][2] = x[1]; {frag}[m][3] = y[1]; }}")
+        if self.k16:                # W columns of rows g and g + 8: W / 4 products, W / 2 pairs of each row
+            W = self.W
+            if n in self.narrow:    # stored rounded: the values are pairs as they lie
+                load = (f"unsigned x[{W // 2}], y[{W // 2}]; {self.ld_pairs('x', n, f'{r0} + g', f'{4 * W} * m + {W} * t', W)} "
+                        f"{self.ld_pairs('y', n, f'{r0} + g + 8', f'{4 * W} * m + {W} * t', W)}")
+                x, y = (lambda i: f"x[{i}]"), (lambda i: f"y[{i}]")
+            else:
+                load = (f"float x[{W}], y[{W}]; " + " ".join(
+                    f"cg_ld4({v}{f' + {o}' if o else ''}, &{self.at(n, f'{r0} + g' + (' + 8' if v == 'y' else ''), f'{4 * W} * m + {W} * t + {o}')}, vec);"
+                    for v in "xy" for o in range(0, W, 4)))
+                x, y = (lambda i: p(f"x[{2 * i}]", f"x[{2 * i + 1}]")), (lambda i: p(f"y[{2 * i}]", f"y[{2 * i + 1}]"))
+            put = " ".join(f"{frag}[{i}][0] = {x(2 * j)}; {frag}[{i}][1] = {y(2 * j)}; "
+                           f"{frag}[{i}][2] = {x(2 * j + 1)}; {frag}[{i}][3] = {y(2 * j + 1)};"
+                           for j in range(W // 4) for i in [f"{W // 4} * m + {j}" if W > 4 else "m"])
+            return f"for (int m = 0; m < {self.dh // (4 * W)}; ++m) {{ {load}\n            {put} }}"
         load = (f"for (int m = 0; m < {self.dh // 16}; ++m) {{ float x[4], y[4]; "
                 f"cg_ld4(x, &{self.at(n, f'{r0} + g', '16 * m + 4 * t')}, vec); "
                 f"cg_ld4(y, &{self.at(n, f'{r0} + g + 8', '16 * m + 4 * t')}, vec);\n")
-        if self.k16:
-            return (load + f"            {frag}[m][0] = {p('x[0]', 'x[1]')}; {frag}[m][1] = {p('y[0]', 'y[1]')}; "
-                    f"{frag}[m][2] = {p('x[2]', 'x[3]')}; {frag}[m][3] = {p('y[2]', 'y[3]')}; }}")
         return (load + f"            {frag}[2 * m][0] = {r('x[0]')}; {frag}[2 * m][1] = {r('y[0]')}; "
                 f"{frag}[2 * m][2] = {r('x[1]')}; {frag}[2 * m][3] = {r('y[1]')};\n"
                 f"            {frag}[2 * m + 1][0] = {r('x[2]')}; {frag}[2 * m + 1][1] = {r('y[2]')}; "
@@ -314,20 +212,24 @@ class _Tile:
 
     def product(self, out: str, a: str, other: str, base: str) -> str:
         """``out[u][16×8] += a[16×dh] · other[base + 8u … + 8]ᵀ`` for each of the step's tiles ``u``: the scores (or ``dp``) of a
-        step, over dh in :meth:`a_rows`'s column order (lane ``(g, t)`` reads row ``g``'s columns ``16m + 4t …``)."""
+        step, over dh in :meth:`a_rows`'s column order (lane ``(g, t)`` reads row ``g``'s columns ``4Wm + Wt …``)."""
         code = ""
         for u in range(self.tiles):
             load = f"float x[4]; cg_ld4(x, &{self.at(other, f'{base} + {8 * u} + g', '16 * m + 4 * t')}, vec);"
-            if other in self.narrow:
-                code += (f"        for (int m = 0; m < {self.dh // 16}; ++m) {{ unsigned b[CG_NL][2];\n"
-                         f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
-                         f"cg_ld4p(b[I], &{self.at(other, f'{base} + {8 * u} + g', '16 * m + 4 * t')}, vec); }}\n"
-                         f"            {self.mma}({out}[I][{u}], {a}[I][m], b[I]); }}\n")
-            elif self.k16:
-                code += (f"        for (int m = 0; m < {self.dh // 16}; ++m) {{ unsigned b[CG_NL][2];\n"
-                         f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; {load} "
-                         f"b[I][0] = {self.pack('x[0]', 'x[1]')}; b[I][1] = {self.pack('x[2]', 'x[3]')}; }}\n"
-                         f"            {self.mma}({out}[I][{u}], {a}[I][m], b[I]); }}\n")
+            if self.k16:            # W columns of the row: W / 4 products, W / 2 pairs
+                W = self.W
+                row, col = f"{base} + {8 * u} + g", f"{4 * W} * m + {W} * t"
+                if other in self.narrow:
+                    get = self.ld_pairs("b[I]", other, row, col, W)
+                else:
+                    get = (f"float x[{W}]; " + " ".join(f"cg_ld4(x{f' + {o}' if o else ''}, &{self.at(other, row, f'{col} + {o}' if o else col)}, vec);"
+                                                        for o in range(0, W, 4))
+                           + " " + " ".join(f"b[I][{i}] = {self.pack(f'x[{2 * i}]', f'x[{2 * i + 1}]')};" for i in range(W // 2)))
+                code += (f"        for (int m = 0; m < {self.dh // (4 * W)}; ++m) {{ unsigned b[CG_NL][{W // 2}];\n"
+                         f"            CG_LANES {{ const int g = lane >> 2, t = lane & 3; {get} }}\n"
+                         + "".join(f"            {self.mma}({out}[I][{u}], {a}[I][{f'{W // 4} * m + {j}' if W > 4 else 'm'}], "
+                                   f"b[I]{f' + {2 * j}' if j else ''});\n" for j in range(W // 4))
+                         + "        }\n")
             else:
                 r = self.r
                 code += (f"        for (int m = 0; m < {self.dh // 16}; ++m) {{ float b[CG_NL][2][2];\n"
@@ -383,11 +285,12 @@ class _Tile:
 
         def load(u: int) -> str:
             rows = (f"{base} + {8 * u} + 2 * t", f"{base} + {8 * u} + 2 * t + 1")
-            if nt % 4 == 0 and n in self.narrow:
-                return (f"for (int h = 0; h < {nt}; h += 4) {{ unsigned x[2], y[2]; "
-                        f"cg_ld4p(x, &{self.at(n, rows[0], f'g * {nt} + h')}, vec); "
-                        f"cg_ld4p(y, &{self.at(n, rows[1], f'g * {nt} + h')}, vec); "
-                        f"for (int e = 0; e < 4; ++e) {{ {pairs.format(u=u)} }} }}")
+            if nt % 4 == 0 and n in self.narrow:    # eight values (16 bytes) of each row at a time where nt allows
+                H = 8 if nt % 8 == 0 else 4
+                return (f"for (int h = 0; h < {nt}; h += {H}) {{ unsigned x[{H // 2}], y[{H // 2}]; "
+                        f"{self.ld_pairs('x', n, rows[0], f'g * {nt} + h', H)} "
+                        f"{self.ld_pairs('y', n, rows[1], f'g * {nt} + h', H)} "
+                        f"for (int e = 0; e < {H}; ++e) {{ {pairs.format(u=u)} }} }}")
             if nt % 4 == 0:
                 return (f"for (int h = 0; h < {nt}; h += 4) {{ {elem} x[4], y[4]; "
                         f"cg_ld4(x, &{self.at(n, rows[0], f'g * {nt} + h')}, vec); "
@@ -469,40 +372,59 @@ def _per_row(what: str, names: list[str], expr: str) -> str:
 def _forward(op: AttentionForward, t: _Tile) -> str:
     """16 query rows: the row statistic over the keys they see (pass 1), then ``O = Σ p(s)·v`` (pass 2). A lane
     keeps the statistics of its rows ``g`` and ``g + 8`` (``st[h]``: running maximum and sum, or sum of
-    squares), its quad reducing each step's columns; the weights never leave the registers."""
+    squares), its quad reducing each step's columns (in base 2, :attr:`~.attention.Attention.exp2`, only once,
+    after pass 1: each lane keeps its own columns' maximum and sum); the weights never leave the registers."""
     w, nk = t.w, t.nk
-    exp, log, c = w.exp, w.log, w.c
+    exp, log = w.exp, w.log
     soft = op.norm == "softmax"
     each = (f"for (int u = 0; u < {t.tiles}; ++u) for (int j = 0; j < 2; ++j) {{ const float x = s[I][u][2 * h + j]; "
             f"if (!masked || jt * {t.keys}LL + 8 * u + 2 * t + j <= r0 + g + 8 * h) ")   # the row's scores it sees
-    if soft:        # online softmax: the step's maximum, then its sum of exp(s − m) with the sum so far rescaled
+    if soft and t.base2:    # each lane's running maximum and sum over its own columns, merged once at the end
+        c2 = t.c2
+        stats = (f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; (void)g; (void)t;\n"
+                 f"            for (int h = 0; h < 2; ++h) {{ float m = st[I][h][0]; {each}m = fmaxf(m, x); }}\n"
+                 f"                const float m2 = m * {c2}; float l = st[I][h][1] * exp2f((st[I][h][0] - m) * {c2});\n"
+                 f"                {each}l += cg_ex2(x, {c2}, m2); }} st[I][h][0] = m; st[I][h][1] = l; }} }}\n")
+        init = "st[I][h][0] = CG_LOWEST; st[I][h][1] = 0;"
+        final = (f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = st[I][h][0]; }}\n"
+                 f"    CG_QUAD(Lr[I][0], fmaxf); CG_QUAD(Lr[I][1], fmaxf);\n"
+                 f"    CG_LANES {{ for (int h = 0; h < 2; ++h) {{ const float M = Lr[I][h]; Lr[I][h] = M * {c2}; "
+                 f"st[I][h][1] = st[I][h][1] * exp2f((st[I][h][0] - M) * {c2}); }} }}\n"
+                 f"    CG_QUAD(st[I][0][1], cg_add); CG_QUAD(st[I][1][1], cg_add);\n"
+                 f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = (Lr[I][h] + log2f(st[I][h][1])) * {_f32(LN2)}; }}\n")
+    elif soft:      # online softmax: the step's maximum, then its sum of exp(s − m) with the sum so far rescaled
         stats = (_per_row("fmaxf", ["red"], f"float m = CG_LOWEST; {each}m = fmaxf(m, x); }} red[I][h] = m;")
                  + _per_row("cg_add", ["red"],
                             f"const float m = fmaxf(st[I][h][0], red[I][h]); float l = 0; {each}l += {exp}(x - m); }} "
                             f"old[I][h] = st[I][h][1] * {exp}(st[I][h][0] - m); st[I][h][0] = m; red[I][h] = l;")
                  + "        CG_LANES { for (int h = 0; h < 2; ++h) st[I][h][1] = old[I][h] + red[I][h]; }\n")
-        init, final = "st[I][h][0] = CG_LOWEST; st[I][h][1] = 0;", f"st[I][h][0] + {log}(st[I][h][1])"
+        init = "st[I][h][0] = CG_LOWEST; st[I][h][1] = 0;"
+        final = f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = st[I][h][0] + {log}(st[I][h][1]); }}\n"
     else:           # the sum of squared scores
         stats = (_per_row("cg_add", ["red"], f"float q = 0; {each}q += x * x; }} red[I][h] = q;")
                  + "        CG_LANES { for (int h = 0; h < 2; ++h) st[I][h][1] = st[I][h][1] + red[I][h]; }\n")
-        init, final = "st[I][h][1] = 0;", f"1.0f / {w.sqrt}(st[I][h][1] + {w.eps})"
+        init = "st[I][h][1] = 0;"
+        final = f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = 1.0f / {w.sqrt}(st[I][h][1] + {w.eps}); }}\n"
+    Lw = "Lw" if t.base2 else "Lr"      # the statistic as the weights take it (t.held)
     weight = lambda u, e: (f"((!masked || jt * {t.keys}LL + c <= r0 + r) ? "  # noqa: E731
-                           f"{w.weight(f's[I][{u}][{e}]', f'Lr[I][{e >> 1}]')} : 0.0f)")
+                           f"{t.weight(f's[I][{u}][{e}]', f'{Lw}[I][{e >> 1}]')} : 0.0f)")
     scores = (f"        {t.scores('s')};\n" + _zero(t, "s") + t.product("s", "qa", "k", f"jt * {t.keys}LL"))
+    red = f"        float red[CG_NL][2]{', old[CG_NL][2]' if soft and not t.base2 else ''};\n" if not t.base2 else ""
     return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") +
-            f"    {t.rows('qa')}; float acc[CG_NL][{nk}][4], st[CG_NL][2][2], Lr[CG_NL][2];\n"
+            f"    {t.rows('qa')}; float acc[CG_NL][{nk}][4], st[CG_NL][2][2], Lr[CG_NL][2]{', Lw[CG_NL][2]' if t.base2 else ''};\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
             f"        {t.a_rows('qa[I]', 'q', 'r0')}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
             f"        for (int h = 0; h < 2; ++h) {{ {init} }} }}\n"
-            + _steps(op, t, "jt", True, scores +
-                     f"        float red[CG_NL][2]{', old[CG_NL][2]' if soft else ''};\n"
-                     f"        CG_LANES {{ {t.scale('s', c)} }}\n" + stats, "pass 1: the rows' statistics") +
-            f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = {final}; }}\n"
-            f"    CG_QUAD_SAME(Lr[I][0]); CG_QUAD_SAME(Lr[I][1]);\n"
+            + _steps(op, t, "jt", True, scores + red +
+                     (f"        CG_LANES {{ {t.scaled('s')} }}\n" if t.scaled("s") else "") + stats,
+                     "pass 1: the rows' statistics") +
+            final +
+            "    CG_QUAD_SAME(Lr[I][0]); CG_QUAD_SAME(Lr[I][1]);\n"
+            + (f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lw[I][h] = {t.held('Lr[I][h]')}; }}\n" if t.base2 else "")
             + _steps(op, t, "jt", True, scores +
                      f"        {t.weights_decl('pa')};\n"
-                     f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', c)} "
+                     f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scaled('s')} "
                      f"{t.weights('pa', weight)} }}\n"
                      + t.accumulate("acc", "pa", "v", f"jt * {t.keys}LL"), "pass 2: O += p(s) v")
             + t.store("acc", "O", "r0") +
@@ -515,9 +437,9 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
     the keys they see."""
     w, nk = t.w, t.nk
     grad = lambda u, e: (f"((!masked || jt * {t.keys}LL + c <= r0 + r) ? {w.c} * "  # noqa: E731
-                         f"({w.ds(f's[I][{u}][{e}]', f'dp[I][{u}][{e}]', f'Lr[I][{e >> 1}]', f'Dr[I][{e >> 1}]')}) : 0.0f)")
+                         f"({t.ds(f's[I][{u}][{e}]', f'dp[I][{u}][{e}]', f'Lr[I][{e >> 1}]', f'Dr[I][{e >> 1}]')}) : 0.0f)")
     row = "r0 + g + 8 * h"
-    D = (f"Lr[I][h] = {w.stat('L', row)}; float x = 0; for (int m = 0; m < {t.dh // 16}; ++m) {{ "
+    D = (f"Lr[I][h] = {t.held(w.stat('L', row))}; float x = 0; for (int m = 0; m < {t.dh // 16}; ++m) {{ "
          f"float o[4], d[4]; cg_ld4(d, &{t.at('dO', row, '16 * m + 4 * t')}, vec); "
          f"cg_ld4(o, &{t.at('O', row, '16 * m + 4 * t')}, vec); for (int e = 0; e < 4; ++e) x += d[e] * o[e]; }} "
          f"Dr[I][h] = x;")
@@ -535,7 +457,7 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
                      + _zero(t, "s", "dp")
                      + t.product("s", "qa", "k", f"jt * {t.keys}LL")
                      + t.product("dp", "da", "v", f"jt * {t.keys}LL") +
-                     f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} "
+                     f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scaled('s')} "
                      f"{t.weights('ga', grad)} }}\n"
                      + t.accumulate("acc", "ga", "k", f"jt * {t.keys}LL"))
             + t.store("acc", "dq", "r0"))
@@ -549,10 +471,10 @@ def _grad_kv(op: Attention, t: _Tile) -> str:
     grad_k = isinstance(op, (AttentionGradK, AttentionGradKV))
     grad_v = not isinstance(op, AttentionGradK)
     seen = f"(!masked || r0 + r <= it * {t.keys}LL + c)"
-    weight = lambda u, e: f"({seen} ? {w.weight(f's[I][{u}][{e}]', f'Lq[{u}][{e & 1}]')} : 0.0f)"  # noqa: E731
+    weight = lambda u, e: f"({seen} ? {t.weight(f's[I][{u}][{e}]', f'Lq[{u}][{e & 1}]')} : 0.0f)"  # noqa: E731
     both = grad_k and grad_v        # each weight once (pw), and the score's gradient from it (Text.ds_p)
     ds = (lambda u, e: w.ds_p(f"pw[{u}][{e}]", f"dp[I][{u}][{e}]", f"Lq[{u}][{e & 1}]", f"Dq[{u}][{e & 1}]")) if both \
-        else (lambda u, e: w.ds(f"s[I][{u}][{e}]", f"dp[I][{u}][{e}]", f"Lq[{u}][{e & 1}]", f"Dq[{u}][{e & 1}]"))
+        else (lambda u, e: t.ds(f"s[I][{u}][{e}]", f"dp[I][{u}][{e}]", f"Lq[{u}][{e & 1}]", f"Dq[{u}][{e & 1}]"))
     grad = lambda u, e: f"({seen} ? {w.c} * ({ds(u, e)}) : 0.0f)"  # noqa: E731
     pw = ""
     if both:
@@ -563,7 +485,7 @@ def _grad_kv(op: Attention, t: _Tile) -> str:
     query = f"it * {t.keys}LL + 8 * u + 2 * t + j"
     stats = (f"float Lq[{t.tiles}][2]{f', Dq[{t.tiles}][2]' if grad_k else ''}; "
              f"for (int u = 0; u < {t.tiles}; ++u) for (int j = 0; j < 2; ++j) "
-             f"{{ Lq[u][j] = {w.stat('L', query)}; " + (f"Dq[u][j] = {w.stat('D', query)}; " if grad_k else "") + "}")
+             f"{{ Lq[u][j] = {t.held(w.stat('L', query))}; " + (f"Dq[u][j] = {w.stat('D', query)}; " if grad_k else "") + "}")
     accs = (["acc"] if grad_k else []) + (["accv"] if grad_v else [])
     frags = (["ga"] if grad_k else []) + (["pa"] if grad_v else [])
     regs = t.rows("ka", *(["va"] if grad_k else [])) + "".join(f"; float {a}[CG_NL][{nk}][4]" for a in accs)
@@ -583,7 +505,7 @@ def _grad_kv(op: Attention, t: _Tile) -> str:
                      + "; ".join(t.weights_decl(f) for f in frags) + ";\n"
                      + _zero(t, "s", *(["dp"] if grad_k else []))
                      + t.product("s", "ka", "q", base) + dp +
-                     f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scale('s', w.c)} {stats}\n"
+                     f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scaled('s')} {stats}\n"
                      f"            {pw}{weights} }}\n"
                      + (t.accumulate("acc", "ga", "q", base) if grad_k else "")
                      + (t.accumulate("accv", "pa", "dO", base) if grad_v else ""))
