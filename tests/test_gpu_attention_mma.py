@@ -272,6 +272,23 @@ def test_the_host_mode_finds_a_quad_whose_lanes_disagree(tmp_path, mma, old, cou
 
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("mma", ["tf32", "bf16"])
+def test_nans_of_both_signs_in_a_row_are_nan_not_a_quad_disagreeing(mma, tmp_path):
+    """A row whose scores hold NaNs of both signs: the sum of two NaNs takes one's sign (on x86 the first's), so
+    a quad's lanes, adding in their butterfly's orders, may keep NaNs of different signs. The host mode's check
+    that a quad's copies agree takes any two NaNs as the same (a device computes on with either): the rows that
+    see both keys are NaN, the others as without them."""
+    T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
+    src = attention_mma.source(attention.AttentionForward(T, True, 0.25, mma=mma), "signs")[0]
+    q, k, v = (np.random.default_rng(i).normal(size=T.shape).astype(np.float32) for i in range(3))
+    k[0, 0, 5, 3], k[0, 0, 9, 3] = -np.nan, np.nan
+    assert np.signbit(k[0, 0, 5, 3]) and not np.signbit(k[0, 0, 9, 3])
+    r, got = _run_alone(tmp_path, src, "signs", q, k, v)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert np.all(np.isnan(got[0, 0, 5:])) and not np.any(np.isnan(got[0, 0, :5]))
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_16_byte_loads_and_their_fallback_give_the_same_bits(precision, rng):
     """Rows are read four elements at a time, as one 16-byte load when the operands are 16-byte aligned, else one

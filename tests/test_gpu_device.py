@@ -265,13 +265,15 @@ def test_bf16_stored_values_give_the_bits_of_float32_stored_ones(rng, monkeypatc
         np.testing.assert_allclose(qa[k].get(), qb[k].get(), rtol=1e-4, atol=1e-6, err_msg=k)
 
 
+@pytest.mark.parametrize("dh", [32, 64])
 @pytest.mark.parametrize("cls", ["AttentionForward", "AttentionGradQ", "AttentionGradKV"])
-def test_attention_reads_stored_q_k_v_as_the_pairs_it_would_round(cls, rng):
-    """On the device: a bf16 attention kernel reading q, k, v (and dO) as bfloat16 bits (8-byte loads, and their
-    fallback) gives the bits of the kernel reading float32 and rounding each pair by ``cvt.rn.bf16x2.f32``."""
+def test_attention_reads_stored_q_k_v_as_the_pairs_it_would_round(cls, dh, rng):
+    """On the device: a bf16 attention kernel reading q, k, v (and dO) as bfloat16 bits (16- and 8-byte loads,
+    and their fallback) gives the bits of the kernel reading float32 and rounding each pair by
+    ``cvt.rn.bf16x2.f32``."""
     import cupy
     from test_gpu_storage import stored_against_plain
-    got, want = stored_against_plain(cupy, cls, 32, rng)
+    got, want = stored_against_plain(cupy, cls, dh, rng)
     for g in got:
         for a, b in zip(g, want):
             np.testing.assert_array_equal(a, b)

@@ -2,6 +2,7 @@
 that the step computes the same bits as with every value stored in float32, and what the memory model counts."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -356,7 +357,8 @@ def stored_against_plain(cp, cls: str, dh: int, rng) -> tuple[list, list]:
     assert narrow == set(OPERANDS[cls].split())
     plain_src, warps, _ = attention_mma.source(op, "plain")
     stored_src, _, _ = attention_mma.source(op, "stored", narrow=narrow)
-    assert "cg_ld4p(x, &" in stored_src and "cg_ld4p(x, &" not in plain_src
+    assert re.search(r"cg_ld[48]p\(x, &", stored_src) and not re.search(r"cg_ld[48]p\(x, &", plain_src)
+    assert ("cg_ld8p(x, &" in stored_src) == (dh % 32 == 0)         # eight values of a row, one 16-byte load
 
     def run(src, name, args):
         return _run_kernel(cp, op, src, name, warps, args)
@@ -377,17 +379,43 @@ def stored_against_plain(cp, cls: str, dh: int, rng) -> tuple[list, list]:
 
 
 @needs_host
-@pytest.mark.parametrize("dh", [16, 32])
+@pytest.mark.parametrize("dh", [16, 32, 48, 64])
 @pytest.mark.parametrize("cls", list(OPERANDS))
 def test_the_kernels_read_stored_bits_as_the_pairs_they_would_round(cls, dh, rng):
     """A bf16 kernel reading its operands as bfloat16 bits gives the bits of the same kernel reading their
-    float32 values and rounding them: from 8-byte loads, and one by one with an operand 2 bytes off 8-byte
-    alignment. dh = 16 reads v's pairs one by one, dh = 32 four at a time."""
+    float32 values and rounding them: from 16- and 8-byte loads, and one by one with an operand 2 bytes off
+    8-byte alignment. Products over dh read eight values of a row at a time where dh is a multiple of 32, else
+    four; the weights' products read v (dO, q, k) eight at a time at dh = 64, four at dh = 32, one by one at 16
+    and 48."""
     with hostrun.device() as cp:
         got, want = stored_against_plain(cp, cls, dh, rng)
     for g in got:
         for a, b in zip(g, want):
             np.testing.assert_array_equal(a, b)
+
+
+@needs_host
+def test_stored_rows_off_a_multiple_of_eight_take_8_byte_loads(rng):
+    """A stored operand whose rows start four elements past a multiple of eight (row stride dh + 4) is read in
+    8-byte loads (``vec16`` false: a 16-byte load of its rows would be misaligned, which the host mode
+    checks), with the same bits as the kernel reading float32 values."""
+    from circuitgrad.backends.gpu import attention, attention_mma
+    dh = 64
+    T = cg.NdArrayType((1, 2, 32, dh), cg.float32)
+    op = attention.AttentionForward(T, True, 0.25, mma="bf16")
+    x = _operands(T, rng)
+    rs = dh + 4
+    src, warps, _ = attention_mma.source(op, "s", strides={"k": (2 * 32 * rs, 32 * rs, rs, 1)}, narrow=frozenset("qkv"))
+    assert "const bool vec16 = vec && false;" in src
+    plain, _, _ = attention_mma.source(op, "p")
+    with hostrun.device() as cp:
+        kb = np.zeros((1, 2, 32, rs), np.uint16)
+        kb[..., :dh] = storage.to_bf16_bits(x["k"])
+        want = _run_kernel(cp, op, plain, "p", warps, [cp.asarray(x[n]) for n in "qkv"])
+        got = _run_kernel(cp, op, src, "s", warps, [cp.asarray(storage.to_bf16_bits(x["q"])), cp.asarray(kb.ravel()),
+                                                    cp.asarray(storage.to_bf16_bits(x["v"]))])
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

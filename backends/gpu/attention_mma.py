@@ -272,7 +272,8 @@ class _Tile:
         """``acc[16×dh] += a[16×16] · n[base…base+16, :]``, ``a`` from :meth:`weights` (its columns ``8u + 2t`` and
         ``8u + 2t + 1`` are rows ``8u + 2t`` and ``8u + 2t + 1`` of ``n``): column ``j`` of tile ``nt`` is column
         ``j·dh/8 + nt`` of the output (:meth:`store`), so lane ``(g, t)``'s B values of every tile are the ``dh/8``
-        consecutive columns from ``g·dh/8`` of those rows (16-byte loads when ``dh/8`` is a multiple of four)."""
+        consecutive columns from ``g·dh/8`` of those rows (16-byte loads when ``dh/8`` is a multiple of four, of eight
+        for stored rows)."""
         nt, r = self.nk, self.r
         put = ("b[I][h + e][{u}] = " + self.pack("x[e]", "y[e]") + ";" if self.k16 else
                f"b[I][h + e][0] = {r('x[e]')}; b[I][h + e][1] = {r('y[e]')};")
