@@ -17,8 +17,8 @@ that issues many instructions per product is bound by issue, not by the tensor c
 off-diagonal loops of a kernel per 16 × 16 block of scores (a bf16 step takes 16 keys, a TF32 step 8); the
 total of the four (forward's two passes, dq, dk+dv) is what one training step's attention issues per block.
 ``--peer`` counts FlashAttention-2's kernels, which SDPA runs, alike (``bench/peers/flash_sass.py``: from
-PyTorch's CUDA wheel, downloaded once). Without NVRTC or nvdisasm the script says which is missing and exits
-with 0.
+PyTorch's CUDA wheel, downloaded once; without ``cuobjdump`` or the wheel, a line says why it is not counted).
+Without NVRTC or nvdisasm the script says which is missing and exits with 0.
 """
 from __future__ import annotations
 
@@ -246,11 +246,16 @@ def main(argv=None) -> int:
     peer: list[dict] = []
     if a.peer:
         import flash_sass
-        cuobjdump = cuda_tool("cuobjdump")
+        cuobjdump, listing = cuda_tool("cuobjdump"), None
         if cuobjdump is None:
             print("\n--peer: cuobjdump not found (pip install nvidia-cuda-cuobjdump); FlashAttention-2 not counted")
         else:
-            peer = flash_sass.rows(flash_sass.listings(cuobjdump, tool), lambda text: loops(*parse(text)))
+            try:
+                listing = flash_sass.listings(cuobjdump, tool)
+            except flash_sass.Unavailable as e:
+                print(f"\n--peer: {e}; FlashAttention-2 not counted")
+        if listing is not None:
+            peer = flash_sass.rows(listing, lambda text: loops(*parse(text)))
             fa2 = sum(r["per_block"] for r in peer)
             print(f"\nFlashAttention-2 (PyTorch {flash_sass.TORCH}'s sm_90 bf16 kernels for dh = 64, causal), "
                   "main loop of each:")

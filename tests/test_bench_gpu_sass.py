@@ -97,3 +97,23 @@ def test_each_off_diagonal_loop_does_its_products_and_exponentials(precision, tm
     # base 2, each lane's statistics merged after the loop: pass 1 took 13 instructions a product with a quad's
     # shuffles each step and exp(c·s − m), 8.3 now
     assert loop["keys, pass 1"]["per_hmma"] <= (9 if precision == "bf16" else 12)
+
+
+def test_the_peer_offline_is_a_line_not_a_traceback(tmp_path):
+    """``--peer`` where pip cannot download PyTorch's wheel (no index; an empty cache): our kernels are counted
+    as ever, the peer is a line saying why it is not, and the JSON holds no peer rows."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "cuobjdump").write_text("#!/bin/sh\nexit 1\n")         # found, never reached: pip fails first
+    (bin_ / "cuobjdump").chmod(0o755)
+    env = dict(os.environ, HOME=str(tmp_path), PATH=f"{bin_}{os.pathsep}{os.environ.get('PATH', '')}",
+               PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1")
+    out = tmp_path / "sass.json"
+    r = subprocess.run([sys.executable, SCRIPT, "--seq", "128", "--precisions", "bf16", "--unroll", "1", "--peer",
+                        "--json", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    report = json.loads(out.read_text())
+    if report["status"] != "ok":
+        pytest.skip(report["status"])
+    assert "--peer: pip could not download torch==" in r.stdout and "FlashAttention-2 not counted" in r.stdout
+    assert report["peer"] == [] and report["rows"]

@@ -50,9 +50,13 @@ def _function(listing: str, name: str) -> str:
     raise LookupError(f"{name[:60]}… is not in the listing")
 
 
+class Unavailable(RuntimeError):
+    """PyTorch's wheel could not be had (pip offline, or no such wheel): the peer is not counted."""
+
+
 def listings(cuobjdump: str, nvdisasm: str, cache: str | None = None) -> dict[str, str]:
     """``{what: nvdisasm listing}`` of :data:`KERNELS`, from the cache, else from PyTorch's wheel (downloaded
-    into a temporary directory by pip, then deleted)."""
+    into a temporary directory by pip, then deleted); :class:`Unavailable` where pip cannot download it."""
     cache = cache or os.path.join(os.path.expanduser("~/.cache/circuitgrad/flash-sass"), f"torch-{TORCH}")
     paths = {what: os.path.join(cache, f"{what}.sass") for what, _, _ in KERNELS}
     if all(os.path.exists(p) for p in paths.values()):
@@ -60,9 +64,12 @@ def listings(cuobjdump: str, nvdisasm: str, cache: str | None = None) -> dict[st
     with tempfile.TemporaryDirectory() as tmp:
         print(f"downloading PyTorch {TORCH}'s CUDA wheel (about 530 MB) for its FlashAttention-2 kernels",
               file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
-                        "--platform", "manylinux_2_28_x86_64", "--python-version", "3.12", "-d", tmp,
-                        f"torch=={TORCH}"], check=True)
+        pip = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+                              "--platform", "manylinux_2_28_x86_64", "--python-version", "3.12", "-d", tmp,
+                              f"torch=={TORCH}"], capture_output=True, text=True)
+        if pip.returncode != 0:
+            why = (pip.stderr.strip().splitlines() or [f"exit status {pip.returncode}"])[-1]
+            raise Unavailable(f"pip could not download torch=={TORCH} ({why})")
         (wheel,) = glob.glob(os.path.join(tmp, "torch-*.whl"))
         with zipfile.ZipFile(wheel) as z:
             lib = z.extract("torch/lib/libtorch_cuda.so", tmp)
