@@ -136,10 +136,6 @@ class Attention(P.Primitive):
         with np.errstate(over="ignore", invalid="ignore"):
             return np.exp2(y)
 
-    def exp(self, x):
-        """``exp(x)`` as a kernel whose softmax is not in base 2 computes it: NumPy's."""
-        return np.exp(x)
-
     def _mm(self, a, b):
         """``a @ b`` as the kernel multiplies: operands rounded to :attr:`mma`'s type (none on the CUDA cores)."""
         if not self.mma or a.dtype != np.float32:
@@ -164,7 +160,7 @@ class Attention(P.Primitive):
             p = self.ex2(a, self.c2, (L * LOG2E)[..., None])
         else:
             s, keep = self._scores(q, k)
-            p = self.exp(s - L[..., None]) if self.norm == "softmax" else s * L[..., None]
+            p = np.exp(s - L[..., None]) if self.norm == "softmax" else s * L[..., None]
         return p if keep is None else np.where(keep, p, 0)
 
     def _ds(self, q, k, v, L, dO, D):
@@ -198,11 +194,11 @@ class AttentionForward(Attention):
         if keep is not None:
             s = np.where(keep, s, -np.inf)
         m = s.max(axis=-1)
-        e = self.exp(s - m[..., None])
+        e = np.exp(s - m[..., None])
         l_ = e.sum(axis=-1)
         if self.mma:                    # the tensor-core kernel's weights: exp(s − L), normalised before the product
             L = m + np.log(l_)
-            return self._mm(self.exp(s - L[..., None]), v), L
+            return self._mm(np.exp(s - L[..., None]), v), L
         return np.matmul(e / l_[..., None], v), m + np.log(l_)
 
     def _base2(self, q, k, v):

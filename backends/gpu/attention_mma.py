@@ -5,9 +5,9 @@ and bf16, :class:`~.attention.AttentionGradKV`), with every product
 a PTX ``mma.sync`` with float32 accumulation: ``m16n8k8`` on TF32 operands (``cvt.rna.tf32`` under ``"tf32"``;
 3xTF32 under ``"fp32"`` when asked), ``m16n8k16`` on bfloat16 pairs under ``"bf16"`` (each pair rounded and
 packed by one ``cvt.rn.bf16x2.f32``; an operand stored as bfloat16, :mod:`.storage`, read as the pairs it
-holds: eight values, two products' operands, a 16-byte load where ``dh`` is a multiple of 32; no conversion). Each operand element is
-rounded as the unfused definition's product rounds it, so the fused step multiplies what the definition
-multiplies. A warp takes 16 rows (query rows: forward and ``dq``; key rows: ``dk`` and ``dv``) and streams the
+holds, no conversion: eight values, two products' operands, a 16-byte load where ``dh`` is a multiple of 32).
+Each operand element is rounded as the unfused definition's product rounds it, so the fused step multiplies
+what the definition multiplies. A warp takes 16 rows (query rows: forward and ``dq``; key rows: ``dk`` and ``dv``) and streams the
 other side 8 rows at a time (16 under ``"bf16"``, one product's K)::
 
     scores  S[16×8] = c·(Q[16×dh] Kᵀ[dh×8])        mma over dh, Q's fragments held in registers
@@ -42,6 +42,7 @@ import numpy as np
 
 from .attention import LN2, LOG2E, Attention, AttentionForward, AttentionGradK, AttentionGradKV, AttentionGradQ, AttentionGradV
 from .attention_source import Text, signature, text, warp_kernel
+from .cuda import literal
 from .kernel import Kernel
 from .plan import Launch, Plan
 from .mma import PRELUDE
@@ -94,12 +95,6 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     return PRELUDE + lanes_kernel(name, sig, args, body, warps, comment), warps, names
 
 
-def _f32(x) -> str:
-    """A float32 constant as a C literal (nine significant digits: the same float32)."""
-    text = f"{float(x):.9g}"
-    return text + ("f" if any(ch in text for ch in ".e") else ".0f")
-
-
 class _Tile:
     """What a tensor-core kernel's body is written with: :class:`~.attention_source.Text`'s formulas, the
     rounding of an operand, and the fragment loads and stores of the PTX layout (in a ``CG_LANES`` block, where
@@ -124,7 +119,7 @@ class _Tile:
         self.W = 8 if self.k16 and self.dh % 32 == 0 else 4
         # stored operands' rows start on multiples of eight elements: 16-byte loads when the pointers are aligned
         self.row8 = all(st % 8 == 0 for n in narrow for st in w.strides[n][:-1])
-        self.c2 = _f32(op.c2)
+        self.c2 = literal(op.c2, "float")
 
     def scaled(self, frag: str) -> str:
         """A step's scores ``frag`` times ``c``, where the weights need them so (not in base 2: the scale is ``c2``)."""
@@ -132,7 +127,7 @@ class _Tile:
 
     def held(self, L: str) -> str:
         """A row's statistic ``L`` as the weights take it: ``L·log₂ e`` in base 2."""
-        return f"{L} * {_f32(LOG2E)}" if self.base2 else L
+        return f"{L} * {literal(LOG2E, 'float')}" if self.base2 else L
 
     def weight(self, s: str, L: str) -> str:
         """The weight of score ``s`` (raw in base 2) in a row whose statistic is held as ``L`` (:meth:`held`)."""
@@ -392,7 +387,7 @@ def _forward(op: AttentionForward, t: _Tile) -> str:
                  f"    CG_LANES {{ for (int h = 0; h < 2; ++h) {{ const float M = Lr[I][h]; Lr[I][h] = M * {c2}; "
                  f"st[I][h][1] = st[I][h][1] * exp2f((st[I][h][0] - M) * {c2}); }} }}\n"
                  f"    CG_QUAD(st[I][0][1], cg_add); CG_QUAD(st[I][1][1], cg_add);\n"
-                 f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = (Lr[I][h] + log2f(st[I][h][1])) * {_f32(LN2)}; }}\n")
+                 f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = (Lr[I][h] + log2f(st[I][h][1])) * {literal(LN2, 'float')}; }}\n")
     elif soft:      # online softmax: the step's maximum, then its sum of exp(s − m) with the sum so far rescaled
         stats = (_per_row("fmaxf", ["red"], f"float m = CG_LOWEST; {each}m = fmaxf(m, x); }} red[I][h] = m;")
                  + _per_row("cg_add", ["red"],
@@ -410,15 +405,15 @@ def _forward(op: AttentionForward, t: _Tile) -> str:
     weight = lambda u, e: (f"((!masked || jt * {t.keys}LL + c <= r0 + r) ? "  # noqa: E731
                            f"{t.weight(f's[I][{u}][{e}]', f'{Lw}[I][{e >> 1}]')} : 0.0f)")
     scores = (f"        {t.scores('s')};\n" + _zero(t, "s") + t.product("s", "qa", "k", f"jt * {t.keys}LL"))
-    red = f"        float red[CG_NL][2]{', old[CG_NL][2]' if soft and not t.base2 else ''};\n" if not t.base2 else ""
+    scale = t.scaled("s")
+    red = "" if t.base2 else f"        float red[CG_NL][2]{', old[CG_NL][2]' if soft else ''};\n"
     return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") +
             f"    {t.rows('qa')}; float acc[CG_NL][{nk}][4], st[CG_NL][2][2], Lr[CG_NL][2]{', Lw[CG_NL][2]' if t.base2 else ''};\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
             f"        {t.a_rows('qa[I]', 'q', 'r0')}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
             f"        for (int h = 0; h < 2; ++h) {{ {init} }} }}\n"
-            + _steps(op, t, "jt", True, scores + red +
-                     (f"        CG_LANES {{ {t.scaled('s')} }}\n" if t.scaled("s") else "") + stats,
+            + _steps(op, t, "jt", True, scores + red + (f"        CG_LANES {{ {scale} }}\n" if scale else "") + stats,
                      "pass 1: the rows' statistics") +
             final +
             "    CG_QUAD_SAME(Lr[I][0]); CG_QUAD_SAME(Lr[I][1]);\n"
