@@ -347,7 +347,8 @@ IN_BOTH_LOOPS = {"each step's maximum of rows g + 8 left to each lane (3xTF32)",
 @pytest.mark.parametrize("mutation, precision", [(None, "tf32"), (None, "bf16"), *((m, None) for m in MUTATIONS)])
 def test_a_wrong_fragment_layout_or_quad_reduction_fails(mutation, precision, monkeypatch, tmp_path):
     """The host's ``mma.sync`` reads the lanes' registers by PTX's layout and its quad reductions step as the
-    device's shuffles: the kernel as generated computes its reference; each mutation (of the kernel, or of the
+    device's shuffles: the kernel as generated computes its reference within the rounding bound
+    (:func:`_tolerance`); each mutation (of the kernel, or of the
     quad's ``__shfl_xor_sync`` butterfly) gives wrong outputs, or leaves a quad's copies of a statistic
     differing, which the host mode aborts on (in a fresh process)."""
     precision, old, new = MUTATIONS.get(mutation, (precision, None, None))
@@ -363,14 +364,15 @@ def test_a_wrong_fragment_layout_or_quad_reduction_fails(mutation, precision, mo
         assert src.count(old) == (2 if mutation in IN_BOTH_LOOPS else 1)
         src = src.replace(old, new)
     r, got = _run_alone(tmp_path, src, "lay", q, k, v)
+    tol = _tolerance("softmax", True, precision, q, k, v, v)[0]     # scores summed in another order than BLAS's
     if mutation is None:
-        assert r.returncode == 0 and np.max(np.abs(got - want)) < 1e-5, r.stderr[-2000:]
+        assert r.returncode == 0 and np.all(np.abs(got - want) <= tol), r.stderr[-2000:]
     elif got is None:         # the host mode found a quad's copies of a statistic differing, or a row past S read
         assert ("circuitgrad hostrun: the lanes of quad " in r.stderr
                 or "circuitgrad hostrun: row 32 of k, which has 32 rows: on a device, an access outside the operand"
                 in r.stderr), r.stderr[-2000:]
     else:
-        assert np.max(np.abs(got - want)) > 1e-2
+        assert np.max(np.abs(got - want) - tol) > 1e-2
 
 
 #: mutations of the bf16 kernels' reads of eight columns of a row (dh a multiple of 32: two products' operands, a
