@@ -94,6 +94,8 @@ def test_each_off_diagonal_loop_does_its_products_and_exponentials(precision, tm
         assert loop["keys, pass 2"]["per_hmma"] <= 8
         # stored bfloat16 rows are read 16 bytes (two products' operands) a load: 8 loads a step, 16 with 8-byte ones
         assert loop["keys, pass 2"]["ldg"] * 2 == loop["keys, pass 2"]["hmma"] == loop["keys"]["ldg"] * 4 // 3
+        # dk+dv reads q and dO stored (dO: dq's copy), one load for two products, and L, D of a lane's 4 queries
+        assert loop["queries"]["ldg"] == loop["queries"]["hmma"] // 2 + 8
     # base 2, each lane's statistics merged after the loop: pass 1 took 13 instructions a product with a quad's
     # shuffles each step and exp(c·s − m), 8.3 now
     assert loop["keys, pass 1"]["per_hmma"] <= (9 if precision == "bf16" else 12)

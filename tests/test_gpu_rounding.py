@@ -16,7 +16,7 @@ import circuitgrad as cg
 from circuitgrad import nn, ops
 from circuitgrad import primitives as P
 from circuitgrad.backends import gpu
-from circuitgrad.backends.gpu import blas, memory
+from circuitgrad.backends.gpu import attention, blas, memory
 from circuitgrad.backends.gpu.host import run as hostrun
 from circuitgrad.backends.gpu.host.emulate import emulated_kernel
 from circuitgrad.backends.gpu.rounding import PRODUCTS, RoundBF16, into_attention, round_operands
@@ -265,18 +265,22 @@ def _rounds_only(s) -> bool:
 
 
 def _attention_results(plan) -> dict[int, int]:
-    """Each result of an attention launch: the launch's index."""
-    return {plan.src(v): k for k, s in enumerate(plan.steps) if s.kind == "attention" for v in s.instrs[0].results}
+    """Each result of an attention launch, and each input it reads whole (``Attention.copied``): the launch's
+    index."""
+    made = {plan.src(x): k for k, s in enumerate(plan.steps) if s.kind == "attention"
+            for x, n in zip(s.instrs[0].args, s.instrs[0].op.ins.split()) if n in s.instrs[0].op.copied}
+    made.update((plan.src(v), k) for k, s in enumerate(plan.steps) if s.kind == "attention" for v in s.instrs[0].results)
+    return made
 
 
 def test_attention_kernels_store_the_copies_of_their_results():
-    """The launches that only rounded attention results are gone: each attention kernel writes its results'
-    copies (bfloat16 bits, as it writes the results), the same bits; the peak grows by dq's copy at most (made
-    before dk and dv's kernel, not after it)."""
+    """The launches that only rounded attention results (or dO, which the dq kernel reads whole and the dk and dv
+    kernel multiplies) are gone: each attention kernel writes the copies (bfloat16 bits, as it writes the results),
+    the same bits; the peak grows by dq's and dO's copies at most (made before dk and dv's kernel, not after it)."""
     (f0, off), (f1, on) = _gpt(True, copies=False), _gpt(True)
     made0, made1 = _attention_results(f0.plan), _attention_results(f1.plan)
     gone = [s for s in f0.plan.steps if _rounds_only(s) and all(f0.plan.src(a.args[0]) in made0 for a in s.instrs)]
-    assert len(gone) == 4 and f1.launches == f0.launches - len(gone)     # O's of two layers, dq, dk, dv's of two
+    assert len(gone) == 6 and f1.launches == f0.launches - len(gone)     # of two layers: O's, dO's, dq, dk, dv's
     assert not [s for s in f1.plan.steps if _rounds_only(s) and any(f1.plan.src(a.args[0]) in made1 for a in s.instrs)]
     copied = {a.args[0]: a.results[0] for s in f1.plan.steps if s.kind == "attention" for a in s.then.instrs}
     assert {f0.plan.src(a.args[0]) for s in gone for a in s.instrs} == set(copied)
@@ -285,8 +289,10 @@ def test_attention_kernels_store_the_copies_of_their_results():
             op, kern = s.instrs[0].op, f1.kernels[k]
             results = list(s.instrs[0].results)
             name = {copied[v]: n for n, v in zip(op.outs.split(), results) if v in copied}
+            name.update((copied[x], n) for n, x in zip(op.ins.split(), s.instrs[0].args) if x in copied)
             assert name and s.outputs[:len(results)] == results and set(s.outputs[len(results):]) == set(name)
             assert set(name) <= f1.plan.narrow and "(unsigned short)(cg_bits(cg_bf16r(acc" in kern.source
+            assert ("dO" in name.values()) == isinstance(op, attention.AttentionGradQ)
             # the kernel's parameters: its results, then the copies in the order of the launch's outputs
             sig = re.search(r'extern "C" __global__ void \w+\(([^)]*)\)', kern.source).group(1)
             params = re.findall(r"\b(\w+)_(?:out|rnd)\b", sig)
@@ -294,7 +300,7 @@ def test_attention_kernels_store_the_copies_of_their_results():
             assert all(f"unsigned short* __restrict__ {n}_rnd" in kern.source for n in name.values())
     assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off)
     dq = max(f1.plan.program.types[v].size for v in copied)
-    assert memory.peak(f1) <= memory.peak(f0) + 2 * dq
+    assert memory.peak(f1) <= memory.peak(f0) + 2 * 2 * dq
 
 
 def test_a_rounding_after_other_work_stays_a_launch():
@@ -333,15 +339,18 @@ def test_copies_stored_as_float32_on_the_host():
 
 @needs_nvcc
 @pytest.mark.parametrize("store", ["unsigned short", "float"])
-def test_an_attention_kernels_copies_are_its_results_rounded(store, rng):
+@pytest.mark.parametrize("dh", [16, 64])
+def test_an_attention_kernels_copies_are_its_results_rounded(store, dh, rng):
     """Each tensor-core kernel's copies, run on the host: its results rounded to bfloat16 (nearest even), as
-    bfloat16 bits or as floats, with the results themselves unchanged (dk and dv's copies in the other order)."""
+    bfloat16 bits or as floats, with the results themselves unchanged (dk and dv's copies in the other order);
+    the dq kernel's copy of its input dO likewise (a lane's four or eight columns of a row, dh 16 and 64)."""
     from circuitgrad.backends.gpu import attention, attention_mma, storage
     from test_gpu_storage import _operands, _run_kernel
-    T = cg.NdArrayType((1, 2, 32, 16), cg.float32)
+    T = cg.NdArrayType((1, 2, 32, dh), cg.float32)
     x = _operands(T, rng)
-    for cls, rounded in ((attention.AttentionForward, ["O"]), (attention.AttentionGradQ, ["dq"]),
-                         (attention.AttentionGradKV, ["dv", "dk"])):
+    x["dO"] = rng.normal(size=T.shape).astype(np.float32)      # a float32 gradient, which its copy rounds
+    for cls, rounded in ((attention.AttentionForward, ["O"]), (attention.AttentionGradQ, ["dq", "dO"]),
+                         (attention.AttentionGradQ, ["dO"]), (attention.AttentionGradKV, ["dv", "dk"])):
         op = cls(T, True, 0.25, mma="bf16")
         names, outs = op.ins.split(), op.outs.split()
         plain, warps, _ = attention_mma.source(op, "k")
@@ -357,6 +366,6 @@ def test_an_attention_kernels_copies_are_its_results_rounded(store, rng):
             got, copies = [r.get() for r in results], [c.get() for c in copies]
         assert all(np.array_equal(g, w) for g, w in zip(got, want)), cls.__name__
         for n, c in zip(rounded, copies):
-            y = want[outs.index(n)]
+            y = want[outs.index(n)] if n in outs else x[n]
             expect = storage.to_bf16_bits(y) if store == "unsigned short" else blas.round_bf16(np, y)
             assert np.array_equal(c, expect) and not np.array_equal(blas.round_bf16(np, y), y), (cls.__name__, n)

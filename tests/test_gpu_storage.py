@@ -247,20 +247,26 @@ _BF16_OPERANDS = storage.bf16_operands
 
 def test_a_tensor_core_attention_reads_q_k_v_stored_as_bfloat16():
     """Under ``bf16`` the attention kernels' products round q, k and v as cuBLAS's round theirs: the fused kernel
-    that makes them stores them so, and the three attention kernels read ``unsigned short``. ``O``, ``L``, ``D``
-    and ``dO`` (which ``D = rowsum(dO∘O)`` reads in float32) stay float32; tf32 stores nothing narrow."""
+    that makes them stores them so, and the three attention kernels read ``unsigned short``; so does the dk and dv
+    kernel its ``dO``, a copy the dq kernel writes as it reads ``dO``. ``O``, ``L``, ``D`` and the dq kernel's ``dO``
+    (which ``D = rowsum(dO∘O)`` reads in float32) stay float32; tf32 stores nothing narrow."""
     f = _attention_step(precision="bf16").fn("step").compiled
     p = f.plan
     att = [s for s in p.steps if s.kind == "attention"]
     assert [type(s.instrs[0].op).__name__ for s in att] == ["AttentionForward", "AttentionGradQ", "AttentionGradKV"]
-    qkv = {p.read(p.src(x))[0] for s in att for n, x in zip(s.instrs[0].op.ins.split(), s.inputs) if n in "q k v".split()}
+
+    def stored(s, n):
+        return n in "q k v".split() or (n == "dO" and s is att[2])
+    qkv = {p.read(p.src(x))[0] for s in att for n, x in zip(s.instrs[0].op.ins.split(), s.inputs) if stored(s, n)}
     others = {p.read(p.src(x))[0] for s in att for n, x in zip(s.instrs[0].op.ins.split(), s.inputs)
-              if n not in "q k v".split()}
-    assert len(qkv) == 3 and qkv <= p.narrow and not others & p.narrow
+              if not stored(s, n)}
+    assert len(qkv) == 4 and qkv <= p.narrow and not others & p.narrow
+    (dO,) = qkv & {p.read(p.src(v))[0] for v in att[1].outputs}        # the dq kernel's copy
+    assert att[2].inputs[att[2].instrs[0].op.ins.split().index("dO")] == dO
     for s in att:
         k = f.kernels[p.steps.index(s)]
         names = s.instrs[0].op.ins.split()
-        assert k.in_types == tuple("unsigned short" if n in ("q", "k", "v") else "float" for n in names)
+        assert k.in_types == tuple("unsigned short" if stored(s, n) else "float" for n in names)
         assert all(f"const unsigned short* __restrict__ {n}," in k.source for n in ("q", "k", "v"))
     assert not _attention_step(precision="tf32").fn("step").compiled.plan.narrow
 

@@ -78,6 +78,9 @@ class Attention(P.Primitive):
     #: the inputs read only as products' operands (never ``O``, ``L``, ``D``, nor ``dO`` where ``D = rowsum(dO∘O)``
     #: is summed from it)
     operands: ClassVar[str] = ""
+    #: the inputs the tensor-core kernel reads whole (every row once) and can also write rounded to bfloat16 as
+    #: it reads them (:func:`~.rounding.into_attention`): ``dO`` for the ``dk``/``dv`` kernels' products
+    copied: ClassVar[str] = ""
 
     def bf16_inputs(self) -> frozenset[str]:
         """The inputs every read of which rounds to bfloat16 (the products' operands under ``mma="bf16"``): a
@@ -217,6 +220,7 @@ class AttentionGradQ(Attention):
     """``q, k, v, O, L, dO → dq, D``."""
     ins, outs = "q k v O L dO", "dq D"
     operands = "q k v"
+    copied = "dO"
 
     def logical(self, q, k, v, O, L, dO):
         D = (dO * O).sum(axis=-1)

@@ -77,15 +77,18 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     """``(CUDA source, warps, parameter names)`` of ``op``'s tensor-core kernel: a warp per 16 rows; the inputs
     in ``narrow`` hold bfloat16 bits (:mod:`.storage`), read as the products' operands they already are; each
     output named in ``rounded`` is also written rounded to bfloat16 (``<name>_rnd``, of C type ``rounded[name]``:
-    ``unsigned short`` for its bits, or ``float``; :func:`~.rounding.into_attention`)."""
+    ``unsigned short`` for its bits, or ``float``; :func:`~.rounding.into_attention`), and so is each input named
+    there that the kernel reads whole (:attr:`~.attention.Attention.copied`: ``dq``'s ``dO``, under bf16)."""
     assert op.mma in ("tf32", "bf16", "3xtf32"), op.mma
     assert narrow <= op.bf16_inputs(), (narrow, op)
     rounded = rounded or {}
-    assert set(rounded) <= set(op.outs.split()) - set("LD"), (rounded, op)
+    copied = set(op.copied.split()) if op.mma == "bf16" else set()
+    assert set(rounded) <= set(op.outs.split()) - set("LD") | copied, (rounded, op)
     w = text(op, "float", strides)
     assert w.S % ROWS == 0 and w.dh % 16 == 0, op.T
-    for n in rounded:               # a copy lies as its result does
-        w.strides[f"{n}_rnd"] = w.strides[f"{n}_out"]
+    contiguous = tuple(int(np.prod(op.T.shape[a + 1:])) for a in range(op.T.ndim))
+    for n in rounded:               # a result's copy lies as the result does; an input's is contiguous
+        w.strides[f"{n}_rnd"] = contiguous if n in copied else w.strides[f"{n}_out"]
     warps = int(np.prod(w.lead)) * (w.S // ROWS)
     sig, args, names = signature(op, "float", narrow, rounded)
     body = {AttentionForward: _forward, AttentionGradQ: _grad_q, AttentionGradV: _grad_kv, AttentionGradKV: _grad_kv,
@@ -304,6 +307,20 @@ class _Tile:
                        f"          for (int nt = 0; nt < {nt}; ++nt) {self.mma}({acc}[I][nt], {a}[I][{u}], b[I][nt]); }}\n"
                        for u in range(self.tiles))
 
+    def copy_rows(self, frag: str, n: str, r0: str) -> str:
+        """Input ``n``'s rows ``r0…`` as :meth:`a_rows` read them into ``frag`` (bfloat16 pairs, rounded) stored into
+        its copy ``<n>_rnd`` (``unsigned short``: the bits; ``float``: the rounded values), in a ``CG_LANES``
+        block: lane ``(g, t)``'s registers ``(W/4)·m + j`` hold columns ``4Wm + Wt + 4j …`` of rows ``g`` (0, 2) and
+        ``g + 8`` (1, 3)."""
+        assert self.k16, self.op
+        out, W = f"{n}_rnd", self.W
+        put = " ".join(f"cg_st2p(&OUT_[({self.w.row(f'{r0} + g' + (' + 8' if h else ''), out)}) * rs + "
+                       f"{4 * W} * m + {W} * t + {4 * j + 2 * e}], {frag}[{f'{W // 4} * m + {j}' if W > 4 else 'm'}][{2 * e + h}]);"
+                       for j in range(W // 4) for h in range(2) for e in range(2))
+        return (f"    {{ {self.rounded[n]}* OUT_ = {self.w.at(out, '0')}; const long long rs = {self.w.strides[out][-2]}LL;\n"
+                f"      CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
+                f"        for (int m = 0; m < {self.dh // (4 * W)}; ++m) {{ {put} }} }} }}\n")
+
     def store(self, acc: str, n: str, r0: str) -> str:
         """The accumulators (16 × dh) into output ``n``'s rows from ``r0`` (tile ``nt``'s column ``j`` is column
         ``j·dh/8 + nt``, as :meth:`accumulate` reads), and rounded into its copy where :attr:`rounded` names it."""
@@ -444,6 +461,7 @@ def _grad_q(op: AttentionGradQ, t: _Tile) -> str:
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
             f"        {t.a_rows('qa[I]', 'q', 'r0')}\n        {t.a_rows('da[I]', 'dO', 'r0')}\n"
             f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0; }}\n"
+            + (t.copy_rows("da[I]", "dO", "r0") if "dO" in t.rounded else "")    # dk and dv's operand, rounded
             + _per_row("cg_add", ["Dr"], D) +
             f"    CG_QUAD_SAME(Dr[I][0]); CG_QUAD_SAME(Dr[I][1]);\n"
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3; "

@@ -4,7 +4,8 @@ on a device, and on the host (the host execution mode) the same product of the w
 :data:`PRELUDE` is what a tensor-core kernel's source starts with: the lane macros (:data:`.warp.LANES`), then
 ``cg_mma`` (``m16n8k8`` on TF32 values), ``cg_mma3`` (3xTF32), ``cg_mma16`` (``m16n8k16`` on bfloat16 pairs),
 the roundings ``cg_tf32`` and ``cg_bf16r``, ``cg_pack_rn`` (two floats rounded and packed by one
-``cvt.rn.bf16x2.f32``), the stored-bfloat16 loads ``cg_ld4p``, ``cg_ld8p`` and ``cg_pair`` (one ``PRMT``), and
+``cvt.rn.bf16x2.f32``), the stored-bfloat16 loads ``cg_ld4p``, ``cg_ld8p`` and ``cg_pair`` (one ``PRMT``), the
+store of a pair ``cg_st2p``, and
 ``cg_ex2``, the base-2 softmax weight (:attr:`.attention.Attention.exp2`). On the host ``CG_MMA`` (``CG_MMA16``,
 ``CG_MMA3``) gathers the lanes' fragments into whole tiles by PTX's layout, multiplies them and scatters the
 result back.
@@ -62,6 +63,11 @@ __host__ __device__ inline unsigned cg_pair(unsigned a, unsigned b, int hi) {
     return hi ? (a >> 16) | (b & 0xFFFF0000u) : (a & 0xFFFFu) | (b << 16);
 #endif
 }
+// a register of two bfloat16 values (the first in its low half) stored as their bits at p; as floats: cg_st2p's
+// overload of float* (the device's and the host's)
+__host__ __device__ inline void cg_st2p(unsigned short* p, unsigned v) {
+    p[0] = (unsigned short)(v & 0xFFFFu); p[1] = (unsigned short)(v >> 16);
+}
 // 2^(a·c2 − b) of the tf32 and bf16 softmax kernels, which work in base 2 (attention.Attention.exp2, ex2): on a
 // device one FFMA and ex2.approx (CuPy compiles with -ftz=true)
 __host__ __device__ inline float cg_ex2(float a, float c2, float b) { return exp2f(fmaf(a, c2, -b)); }
@@ -96,6 +102,7 @@ __device__ inline void cg_mma16(float* d, const unsigned* a, const unsigned* b) 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+__device__ inline void cg_st2p(float* p, unsigned v) { p[0] = __uint_as_float(v << 16); p[1] = __uint_as_float(v & 0xFFFF0000u); }
 #define CG_MMA(D, A, B) do { const int I = 0; cg_mma(D, A, B); } while (0)
 #define CG_MMA3(D, A, B) do { const int I = 0; cg_mma3(D, A, B); } while (0)
 #define CG_MMA16(D, A, B) do { const int I = 0; cg_mma16(D, A, B); } while (0)
@@ -139,6 +146,7 @@ CG_PACK
 inline unsigned cg_pack_rn(float lo, float hi) { return cg_pack(cg_bf16r(lo), cg_bf16r(hi)); }
 inline float cg_lo(unsigned p) { return cg_float(p << 16); }
 inline float cg_hi(unsigned p) { return cg_float(p & 0xFFFF0000u); }
+inline void cg_st2p(float* p, unsigned v) { p[0] = cg_lo(v); p[1] = cg_hi(v); }
 // The warp's m16n8k16 bfloat16 mma.sync on the host (PTX's layout: A's registers hold (g, 2t | 2t+1),
 // (g+8, 2t | 2t+1), (g, 2t+8 | 2t+9), (g+8, 2t+8 | 2t+9), B's (2t | 2t+1, g), (2t+8 | 2t+9, g), low half first).
 inline void cg_mma16_warp(float* d[32], const unsigned* a[32], const unsigned* b[32]) {

@@ -30,6 +30,7 @@ from circuitgrad import primitives as P
 from circuitgrad.schedule import Apply, Program
 from circuitgrad.types import Float, NdArrayType
 
+from .attention import Attention, AttentionGradQ
 from .blas import BF16_BITS, round_bf16
 
 __all__ = ["RoundBF16", "round_operands", "into_attention", "HELPER", "PRODUCTS"]
@@ -80,7 +81,9 @@ class RoundBF16(P.Primitive):
 def round_operands(prog: Program) -> Program:
     """``prog`` with each float32 operand of a cuBLAS product read as ``RoundBF16`` of the array it is a view
     of: one rounding per array (right after the instruction making it), the operand's views made again on the
-    rounded array, right before the product."""
+    rounded array, right before the product. The tensor-core ``dk``/``dv`` kernels' ``dO`` (which ``D =
+    rowsum(dO∘O)`` keeps float32) is read as its rounding right after the ``dq`` kernel, which reads ``dO`` whole
+    and writes that copy as it reads it (:func:`into_attention`)."""
     producers = prog.producers()
     types = list(prog.types)
     rounded: dict[int, int] = {}             # array -> its rounded copy
@@ -89,6 +92,15 @@ def round_operands(prog: Program) -> Program:
     before: dict[int, list[Apply]] = {}      # product index -> the views it reads
     instrs = list(prog.instrs)
     for i, a in enumerate(prog.instrs):
+        if (j := _copier(prog, i)) is not None:       # dO of dk/dv's kernels: rounded by dq's
+            n = a.op.ins.split().index("dO")
+            x = a.args[n]
+            if (r := rounded.get(x)) is None:
+                r = rounded[x] = len(types)
+                types.append(types[x])
+                after.setdefault(j, []).append(Apply(RoundBF16(types[x]), (x,), (r,), a.path))
+            instrs[i] = Apply(a.op, a.args[:n] + (r,) + a.args[n + 1:], a.results, a.path)
+            continue
         if not isinstance(a.op, PRODUCTS):
             continue
         args = list(a.args)
@@ -126,6 +138,20 @@ def round_operands(prog: Program) -> Program:
     return dataclasses.replace(prog, types=types, instrs=_without_unread_views(out, prog.outputs))
 
 
+def _copier(prog: Program, i: int) -> int | None:
+    """Where instruction ``i`` is a tensor-core attention kernel under ``"bf16"`` whose products read ``dO`` (``dk``,
+    ``dv``) while an earlier one, ``dq``'s, reads the same float32 ``dO`` whole (:attr:`~.attention.Attention.copied`):
+    that one's index."""
+    a = prog.instrs[i]
+    if not (isinstance(a.op, Attention) and a.op.mma == "bf16" and "dO" in a.op.bf16_inputs()):
+        return None
+    x = a.args[a.op.ins.split().index("dO")]
+    if not (isinstance(prog.types[x].dtype, Float) and prog.types[x].dtype.bits == 32):
+        return None
+    return next((j for j in range(i) if isinstance(prog.instrs[j].op, AttentionGradQ) and prog.instrs[j].op.mma == "bf16"
+                 and prog.instrs[j].args[prog.instrs[j].op.ins.split().index("dO")] == x), None)
+
+
 def _without_unread_views(instrs: list[Apply], outputs: list[int]) -> list[Apply]:
     """``instrs`` less the views nothing reads any more (those the products read before they read the rounded
     copies' views), innermost last."""
@@ -161,7 +187,9 @@ def into_attention(plan) -> None:
                 out[k] = dataclasses.replace(out[k], outputs=out[k].outputs + copies.outputs, then=copies)
             continue
         if s.kind == "attention" and s.instrs[0].op.mma:
+            a = s.instrs[0]
             maker.update((plan.src(v), len(out)) for v in s.outputs)
+            maker.update((plan.src(x), len(out)) for x, n in zip(a.args, a.op.ins.split()) if n in a.op.copied)
         out.append(s)
     plan.steps = out
 
