@@ -1,8 +1,9 @@
 """The tensor-core attention kernels' machine code, without a GPU: instructions issued per tensor-core product.
 
-    python bench/gpu_sass.py [--seq 1024] [--dh 64] [--precisions bf16,tf32] [--unroll 1,2] [--json out.json]
+    python bench/gpu_sass.py [--seq 1024] [--dh 64] [--precisions bf16,tf32] [--unroll 1,2]
+                             [--kinds softmax,spherical] [--json out.json]
 
-Causal softmax attention's forward and backward over ``[4, 8, S, dh]`` (``bench/gpu_attention.py``'s programs,
+Causal softmax (and spherical) attention's forward and backward over ``[4, 8, S, dh]`` (``bench/gpu_attention.py``'s programs,
 q, k, v made inside the program as a GPT makes them, so that bf16 stores them as bfloat16) is compiled by the GPU
 backend; each tensor-core kernel (forward, dq, dk+dv) is compiled by NVRTC for sm_90 with CuPy's options (what a
 device runs; line numbers on) and disassembled by ``nvdisasm`` (``pip install nvidia-cuda-nvdisasm``). Each
@@ -15,7 +16,8 @@ test, is taken as true (it is for contiguous operands), so the counts are those 
 A warp issues one instruction at a time while a product occupies its tensor core for several cycles: a loop
 that issues many instructions per product is bound by issue, not by the tensor cores. "instr / 16×16" adds the
 off-diagonal loops of a kernel per 16 × 16 block of scores (a bf16 step takes 16 keys, a TF32 step 8); the
-total of the four (forward's two passes, dq, dk+dv) is what one training step's attention issues per block.
+total of the four (forward's two passes, dq, dk+dv) is what one training step's attention issues per block, for
+each kind (``--kinds``: spherical attention's kernels have the same products and no exponentials).
 ``--peer`` counts FlashAttention-2's kernels, which SDPA runs, alike (``bench/peers/flash_sass.py``: from
 PyTorch's CUDA wheel, downloaded once; without ``cuobjdump`` or the wheel, a line says why it is not counted).
 Without NVRTC or nvdisasm the script says which is missing and exits with 0.
@@ -149,15 +151,16 @@ def disassemble(cubin: bytes, tool: str) -> str:
         return subprocess.run([tool, "-c", "-g", path], capture_output=True, text=True, check=True).stdout
 
 
-def kernel_sources(precision: str, shape: tuple[int, ...], unroll: int) -> list[tuple[str, str]]:
-    """``(class name, CUDA source)`` of each tensor-core attention kernel of causal softmax attention's forward
+def kernel_sources(precision: str, shape: tuple[int, ...], unroll: int,
+                   kind: str = "softmax") -> list[tuple[str, str]]:
+    """``(class name, CUDA source)`` of each tensor-core attention kernel of causal ``kind`` attention's forward
     and backward at ``precision``, as the backend generates them (its loops unrolled ``unroll`` times), the
     operands' alignment test taken as true."""
     import gpu_attention
 
     from circuitgrad.backends import gpu
     from circuitgrad.backends.gpu import attention_mma
-    prog = gpu_attention.programs("softmax", shape, stored=True)["forward+backward"]
+    prog = gpu_attention.programs(kind, shape, stored=True)["forward+backward"]
     was, attention_mma.UNROLL = attention_mma.UNROLL, unroll
     try:
         f = gpu.compile_function(prog, [f"a{i}" for i in range(len(prog.inputs))], "attention", emulate=True,
@@ -176,11 +179,11 @@ def kernel_sources(precision: str, shape: tuple[int, ...], unroll: int) -> list[
     return out
 
 
-def measure(precision: str, shape: tuple[int, ...], unroll: int, tool: str) -> list[dict]:
+def measure(precision: str, shape: tuple[int, ...], unroll: int, tool: str, kind: str = "softmax") -> list[dict]:
     """A row per loop of each kernel (:func:`kernel_sources`)."""
     from _nvrtc import compile_source
     rows = []
-    for cls, src in kernel_sources(precision, shape, unroll):
+    for cls, src in kernel_sources(precision, shape, unroll, kind):
         out = compile_source(src, lineinfo=True)
         if not out.ok:
             raise RuntimeError(f"NVRTC refused the {cls} kernel: {out.log[-2000:]}")
@@ -193,7 +196,7 @@ def measure(precision: str, shape: tuple[int, ...], unroll: int, tool: str) -> l
             # 16 × 16 blocks of scores the body covers, from its products (each 2·dh/K HMMA a block), not from
             # the unrolling asked for (the compiler may unroll otherwise)
             blocks = hmma / (PRODUCTS[(KERNELS[cls], what)] * 2 * shape[-1] / K[precision])
-            rows.append({"precision": precision, "kernel": KERNELS[cls], "unroll": unroll,
+            rows.append({"kind": kind, "precision": precision, "kernel": KERNELS[cls], "unroll": unroll,
                          "registers": max(out.registers.values()), "loop": what, "diagonal": masked,
                          "instructions": n, "hmma": hmma, "ldg": lp.ops["LDG"], "stg": lp.ops["STG"],
                          "mufu": lp.ops["MUFU"], "per_hmma": n / hmma, "steps": blocks * 16 / KEYS[precision],
@@ -207,6 +210,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dh", type=int, default=64)
     ap.add_argument("--precisions", default="bf16,tf32")
     ap.add_argument("--unroll", default="1,2", help="the loops' unrolling (attention_mma.UNROLL) to count")
+    ap.add_argument("--kinds", default="softmax,spherical", help="the attentions counted (ops.attention's kinds)")
     ap.add_argument("--json", help="write the rows here as JSON")
     ap.add_argument("--peer", action="store_true",
                     help="also count FlashAttention-2's kernels from PyTorch's CUDA wheel (bench/peers/flash_sass.py; a 530 MB "
@@ -228,21 +232,22 @@ def main(argv=None) -> int:
                 json.dump({"status": f"missing: {why}", "rows": []}, fh)
         return 0
     shape = (4, 8, a.seq, a.dh)
-    rows = [r for p in a.precisions.split(",") for u in map(int, a.unroll.split(","))
-            for r in measure(p, shape, u, tool)]
-    print(f"Tensor-core attention kernels, causal softmax over {list(shape)}, sm_90 (NVRTC, nvdisasm): each loop "
-          "over the other side's steps\n")
-    print(table(["precision", "kernel", "unroll", "registers", "loop", "diagonal", "instructions", "HMMA", "LDG",
-                 "MUFU", "instr / HMMA", "instr / 16×16"],
-                [[r["precision"], r["kernel"], r["unroll"], r["registers"], r["loop"], "yes" if r["diagonal"] else "",
+    rows = [r for k in a.kinds.split(",") for p in a.precisions.split(",") for u in map(int, a.unroll.split(","))
+            for r in measure(p, shape, u, tool, k)]
+    print(f"Tensor-core attention kernels, causal {' and '.join(a.kinds.split(','))} over {list(shape)}, sm_90 "
+          "(NVRTC, nvdisasm): each loop over the other side's steps\n")
+    print(table(["kind", "precision", "kernel", "unroll", "registers", "loop", "diagonal", "instructions", "HMMA",
+                 "LDG", "MUFU", "instr / HMMA", "instr / 16×16"],
+                [[r["kind"], r["precision"], r["kernel"], r["unroll"], r["registers"], r["loop"],
+                  "yes" if r["diagonal"] else "",
                   r["instructions"], r["hmma"], r["ldg"], r["mufu"], f"{r['per_hmma']:.1f}", f"{r['per_block']:.0f}"]
                  for r in rows]))
     total = collections.defaultdict(float)
     for r in rows:
         if not r["diagonal"]:
-            total[(r["precision"], r["unroll"])] += r["per_block"]
+            total[(r["kind"], r["precision"], r["unroll"])] += r["per_block"]
     print("\nOff-diagonal loops, forward (both passes) + dq + dk+dv, instructions per 16×16 block of scores:")
-    print(table(["precision", "unroll", "instructions"], [[p, u, f"{v:.0f}"] for (p, u), v in total.items()]))
+    print(table(["kind", "precision", "unroll", "instructions"], [[k, p, u, f"{v:.0f}"] for (k, p, u), v in total.items()]))
     peer: list[dict] = []
     if a.peer:
         import flash_sass
@@ -263,14 +268,15 @@ def main(argv=None) -> int:
                          "instr / 16×16"],
                         [[r["kernel"], r["loop"], r["instructions"], r["hmma"], r["ldg"], r["ldsm"], r["mufu"],
                           f"{r['per_hmma']:.1f}", f"{r['per_block']:.0f}"] for r in peer]))
-            for (p, u), v in total.items():
+            for (k, p, u), v in total.items():
                 if p == "bf16":
-                    print(f"circuitgrad bf16 (unroll {u}) / FlashAttention-2, instructions per 16×16 block, "
+                    print(f"circuitgrad {k} bf16 (unroll {u}) / FlashAttention-2, instructions per 16×16 block, "
                           f"forward+backward: {v:.0f} / {fa2:.0f} = {v / fa2:.2f}")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"status": "ok", "shape": shape, "rows": rows, "peer": peer,
-                       "totals": [{"precision": p, "unroll": u, "per_block": v} for (p, u), v in total.items()]},
+                       "totals": [{"kind": k, "precision": p, "unroll": u, "per_block": v}
+                                  for (k, p, u), v in total.items()]},
                       fh, indent=1)
     return 0
 

@@ -70,11 +70,12 @@ def test_each_off_diagonal_loop_does_its_products_and_exponentials(precision, tm
     m16n8k8, K = 8) and ``dh = 64`` columns: scores ``keys/8 · dh/K`` products, the weights' product with ``v``
     (or ``dO``, ``q``, ``k``) ``dh/8 · keys/K``; forward pass 1 the scores, pass 2 scores and output, dq scores,
     ``dp`` and dq, dk+dv scores, ``dp``, dk and dv. A lane takes ``16·keys/32`` weights, an exponential each
-    (``MUFU``), and pass 1 rescales its two rows' sums (two more)."""
+    (``MUFU``), and pass 1 rescales its two rows' sums (two more). Spherical attention's kernels do the same
+    products, no exponential, and fewer instructions in all (its goal: at most softmax's time)."""
     out = tmp_path / "sass.json"
     # S = 128: at 64 a query tile's keys are at most three steps before its diagonal, and NVRTC unrolls pass 1 whole
     r = subprocess.run([sys.executable, SCRIPT, "--seq", "128", "--precisions", precision, "--unroll", "1",
-                        "--json", str(out)], capture_output=True, text=True, timeout=600)
+                        "--kinds", "softmax,spherical", "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     report = json.loads(out.read_text())
     if report["status"] != "ok":
@@ -84,7 +85,13 @@ def test_each_off_diagonal_loop_does_its_products_and_exponentials(precision, tm
     weights = 16 * keys // 32
     want = {("forward", "keys, pass 1"): (scores, weights + 2), ("forward", "keys, pass 2"): (scores + product, weights),
             ("dq", "keys"): (2 * scores + product, weights), ("dk+dv", "queries"): (2 * scores + 2 * product, weights)}
-    off = [x for x in report["rows"] if not x["diagonal"]]
+    spherical = [x for x in report["rows"] if not x["diagonal"] and x["kind"] == "spherical"]
+    assert {(x["kernel"], x["loop"]): (x["hmma"], x["mufu"]) for x in spherical} == {
+        k: (hmma, 0) for k, (hmma, _) in want.items()}
+    totals = {x["kind"]: x["per_block"] for x in report["totals"]}
+    assert totals["spherical"] < totals["softmax"] == sum(x["per_block"] for x in report["rows"]
+                                                          if not x["diagonal"] and x["kind"] == "softmax")
+    off = [x for x in report["rows"] if not x["diagonal"] and x["kind"] == "softmax"]
     assert [(x["kernel"], x["loop"]) for x in off] == list(want)        # one loop each, in the kernels' order
     assert {(x["kernel"], x["loop"]): (x["hmma"], x["mufu"]) for x in off} == want
     # a loop not unrolled takes one step: 16·keys scores, a block of 16 × 16 each 16 keys
@@ -111,8 +118,8 @@ def test_the_peer_offline_is_a_line_not_a_traceback(tmp_path):
     env = dict(os.environ, HOME=str(tmp_path), PATH=f"{bin_}{os.pathsep}{os.environ.get('PATH', '')}",
                PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1")
     out = tmp_path / "sass.json"
-    r = subprocess.run([sys.executable, SCRIPT, "--seq", "128", "--precisions", "bf16", "--unroll", "1", "--peer",
-                        "--json", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    r = subprocess.run([sys.executable, SCRIPT, "--seq", "128", "--precisions", "bf16", "--unroll", "1", "--kinds",
+                        "softmax", "--peer", "--json", str(out)], capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
     report = json.loads(out.read_text())
     if report["status"] != "ok":
