@@ -279,6 +279,16 @@ def test_attention_reads_stored_q_k_v_as_the_pairs_it_would_round(cls, dh, rng):
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("store", ["unsigned short", "float"])
+@pytest.mark.parametrize("dh", [16, 64])
+def test_attention_kernels_copies_are_their_results_rounded(store, dh, rng):
+    """On the device: the bf16 attention kernels' copies of their results, and the dq kernel's of dO (8- or
+    16-byte stores, and one by one where the copy is misaligned), are those values rounded to bfloat16."""
+    import cupy
+    from test_gpu_rounding import copies_against_plain
+    copies_against_plain(cupy, store, dh, rng)
+
+
 @pytest.mark.parametrize("precision", ["3xtf32", "tf32", "bf16"])
 @pytest.mark.parametrize("kind, causal", [("softmax", True), ("softmax", False), ("spherical", True)])
 def test_tensor_core_attention_computes_its_reference(kind, causal, precision, rng):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
 import sys
 
 import numpy as np
@@ -200,18 +201,22 @@ def test_a_constant_operand_is_rounded_at_compile_time(rng):
     assert np.array_equal(f.run(x)[0], _build(prog, False).run(x)[0])
 
 
-def _host_steps(rounded: bool, graph: bool, order: str, narrow: bool = True):
-    """Three AdamW steps of a two-layer GPT under ``"bf16"``, its CUDA C compiled for the host; ``narrow=False``:
-    nothing stored as bfloat16 (:mod:`~.storage`)."""
+def _host_steps(rounded: bool, graph: bool, order: str, narrow: bool = True, d: int = 32, seq: int = 16,
+                kernels: list | None = None):
+    """Three AdamW steps of a two-layer GPT (width ``d``, two heads, ``seq`` tokens) under ``"bf16"``, its CUDA C
+    compiled for the host; ``narrow=False``: nothing stored as bfloat16 (:mod:`~.storage`); ``kernels``: gets
+    the step's kernels."""
     with pytest.MonkeyPatch.context() as m:
         if not rounded:
             m.setattr(sys.modules["circuitgrad.backends.gpu.runtime"], "round_operands", lambda p: p)
         if not narrow:
             m.setattr(sys.modules["circuitgrad.backends.gpu.storage"], "bf16_operands", lambda p: frozenset())
         with hostrun.device(order) as cp:
-            step = cg.compile_model(nn.gpt(4, 16, 13, d=32, heads=2, layers=2), loss=nn.softmax_cross_entropy,
+            step = cg.compile_model(nn.gpt(4, seq, 13, d=d, heads=2, layers=2), loss=nn.softmax_cross_entropy,
                                     optimizer=nn.adamw(0.01), backend="cupy", donate=True, precision="bf16",
                                     graph=graph)
+            if kernels is not None:
+                kernels.extend(step.fn("step").compiled.kernels.values())
             p = {k: cp.asarray(v) for k, v in step.init_params(seed=0).items()}
             rng = np.random.default_rng(5)
             for _ in range(3):
@@ -229,6 +234,18 @@ def test_gpt_steps_on_the_host_are_the_same_bits(order):
     for graph in (False, True):
         on = _host_steps(True, graph, order)
         assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off), graph
+
+
+@needs_nvcc
+def test_gpt_steps_with_heads_of_32_on_the_host_are_the_same_bits():
+    """dh = 32: the bf16 kernels read eight columns of a row (two products' operands), and each dq kernel stores
+    dO's copy from those registers, reading dO through its strided view of the projection's gradient."""
+    kernels: list = []
+    off = _host_steps(False, False, hostrun.ORDERS[0], d=64, seq=32)
+    on = _host_steps(True, False, hostrun.ORDERS[0], d=64, seq=32, kernels=kernels)
+    dq = [k for k in kernels if k.ops[0] == "AttentionGradQ"]
+    assert len(dq) == 2 and all(k.ops == ["AttentionGradQ", "RoundBF16"] and "cg_st4p(&OUT_" in k.source for k in dq)
+    assert off.keys() == on.keys() and all(np.array_equal(off[k], on[k]) for k in off)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -343,29 +360,76 @@ def test_copies_stored_as_float32_on_the_host():
 def test_an_attention_kernels_copies_are_its_results_rounded(store, dh, rng):
     """Each tensor-core kernel's copies, run on the host: its results rounded to bfloat16 (nearest even), as
     bfloat16 bits or as floats, with the results themselves unchanged (dk and dv's copies in the other order);
-    the dq kernel's copy of its input dO likewise (a lane's four or eight columns of a row, dh 16 and 64)."""
+    the dq kernel's copy of its input dO likewise (a lane's four or eight columns of a row, dh 16 and 64; causal
+    or not; the copy 16-byte aligned, or one element off, where each value is stored alone)."""
+    with hostrun.device() as cp:
+        copies_against_plain(cp, store, dh, rng)
+
+
+def copies_against_plain(cp, store: str, dh: int, rng) -> None:
+    """:func:`test_an_attention_kernels_copies_are_its_results_rounded` in ``cp``'s memory (the host mode's, or a
+    device's: ``tests/test_gpu_device.py``)."""
     from circuitgrad.backends.gpu import attention, attention_mma, storage
     from test_gpu_storage import _operands, _run_kernel
     T = cg.NdArrayType((1, 2, 32, dh), cg.float32)
     x = _operands(T, rng)
     x["dO"] = rng.normal(size=T.shape).astype(np.float32)      # a float32 gradient, which its copy rounds
-    for cls, rounded in ((attention.AttentionForward, ["O"]), (attention.AttentionGradQ, ["dq", "dO"]),
-                         (attention.AttentionGradQ, ["dO"]), (attention.AttentionGradKV, ["dv", "dk"])):
-        op = cls(T, True, 0.25, mma="bf16")
+    dtype = np.uint16 if store == "unsigned short" else np.float32
+    for cls, rounded, causal, shift in ((attention.AttentionForward, ["O"], True, 0),
+                                        (attention.AttentionGradQ, ["dq", "dO"], True, 0),
+                                        (attention.AttentionGradQ, ["dO"], False, 0),
+                                        (attention.AttentionGradQ, ["dO"], True, 1),
+                                        (attention.AttentionGradKV, ["dv", "dk"], True, 0)):
+        op = cls(T, causal, 0.25, mma="bf16")
         names, outs = op.ins.split(), op.outs.split()
         plain, warps, _ = attention_mma.source(op, "k")
         src, _, params = attention_mma.source(op, "k", rounded={n: store for n in rounded})
         assert params == names + outs + [f"{n}_rnd" for n in rounded]
-        with hostrun.device() as cp:
-            args = [cp.asarray(x[n]) for n in names]
-            want = _run_kernel(cp, op, plain, "k", warps, args)
-            results = [cp.empty(T.shape[:-1] if n in "LD" else T.shape, dtype=np.float32) for n in outs]
-            copies = [cp.empty(T.shape, dtype=np.uint16 if store == "unsigned short" else np.float32)
-                      for _ in rounded]
-            cp.RawKernel(src, "k")((-(-warps * 32 // 128),), (128,), (*args, *results, *copies))
-            got, copies = [r.get() for r in results], [c.get() for c in copies]
+        args = [cp.asarray(x[n]) for n in names]
+        want = _run_kernel(cp, op, plain, "k", warps, args)
+        results = [cp.empty(T.shape[:-1] if n in "LD" else T.shape, dtype=np.float32) for n in outs]
+        copies = [cp.zeros(T.size + shift, dtype=dtype)[shift:].reshape(T.shape) for _ in rounded]
+        assert all((c.data.ptr % 16 != 0) == bool(shift) for c in copies)
+        cp.RawKernel(src, "k")((-(-warps * 32 // 128),), (128,), (*args, *results, *copies))
+        got, copies = [r.get() for r in results], [c.get() for c in copies]
         assert all(np.array_equal(g, w) for g, w in zip(got, want)), cls.__name__
         for n, c in zip(rounded, copies):
             y = want[outs.index(n)] if n in outs else x[n]
             expect = storage.to_bf16_bits(y) if store == "unsigned short" else blas.round_bf16(np, y)
             assert np.array_equal(c, expect) and not np.array_equal(blas.round_bf16(np, y), y), (cls.__name__, n)
+
+
+_MISALIGNED_STORE = """
+import sys
+import numpy as np
+import circuitgrad as cg
+from circuitgrad.backends.gpu import attention, attention_mma
+from circuitgrad.backends.gpu.host import run as hostrun
+store = sys.argv[1]
+T = cg.NdArrayType((1, 1, 16, 16), cg.float32)
+op = attention.AttentionGradQ(T, True, 0.25, mma="bf16")
+src, warps, _ = attention_mma.source(op, "f", rounded={"dO": store})
+assert src.count("const bool vst = ((") == 1
+src = src.replace("const bool vst = ((", "const bool vst = true || ((")      # the alignment check left out
+dtype = np.uint16 if store == "unsigned short" else np.float32
+with hostrun.device() as cp:
+    x = [cp.ones(T.shape[:-1] if n == "L" else T.shape, dtype=np.float32) for n in op.ins.split()]
+    outs = [cp.empty(T.shape[:-1] if n == "D" else T.shape, dtype=np.float32) for n in op.outs.split()]
+    copy = cp.zeros(T.size + 1, dtype=dtype)[1:].reshape(T.shape)
+    cp.RawKernel(src, "f")((1,), (128,), (*x, *outs, copy))
+print("ran")
+"""
+
+
+@needs_nvcc
+@pytest.mark.parametrize("store, bytes_", [("unsigned short", 8), ("float", 16)])
+def test_the_host_mode_refuses_a_misaligned_store_of_a_copy(store, bytes_, tmp_path):
+    """The dq kernel stores four values of dO's copy at once only where the run-time check finds the copy
+    aligned: a kernel that skipped the check would fault on a device, and the host mode aborts (in a fresh
+    process)."""
+    r = subprocess.run([sys.executable, "-c", _MISALIGNED_STORE, store], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    assert r.returncode != 0 and "ran" not in r.stdout
+    article = "an" if bytes_ == 8 else "a"
+    assert f"circuitgrad hostrun: {article} {bytes_}-byte store to p at 0x" in r.stderr, r.stderr[-2000:]
+    assert f", not {bytes_}-byte aligned: on a device, a misaligned address error\n" in r.stderr

@@ -79,8 +79,13 @@ class Attention(P.Primitive):
     #: is summed from it)
     operands: ClassVar[str] = ""
     #: the inputs the tensor-core kernel reads whole (every row once) and can also write rounded to bfloat16 as
-    #: it reads them (:func:`~.rounding.into_attention`): ``dO`` for the ``dk``/``dv`` kernels' products
+    #: it reads them (:meth:`copies`): ``dO`` for the ``dk``/``dv`` kernels' products
     copied: ClassVar[str] = ""
+
+    def copies(self) -> frozenset[str]:
+        """The inputs whose bfloat16 copies the kernel writes as it reads them (:func:`~.rounding.into_attention`):
+        :attr:`copied` under ``mma="bf16"``, whose kernels read them as bfloat16 pairs; else none."""
+        return frozenset(self.copied.split()) if self.mma == "bf16" else frozenset()
 
     def bf16_inputs(self) -> frozenset[str]:
         """The inputs every read of which rounds to bfloat16 (the products' operands under ``mma="bf16"``): a

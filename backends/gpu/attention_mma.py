@@ -78,11 +78,11 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     in ``narrow`` hold bfloat16 bits (:mod:`.storage`), read as the products' operands they already are; each
     output named in ``rounded`` is also written rounded to bfloat16 (``<name>_rnd``, of C type ``rounded[name]``:
     ``unsigned short`` for its bits, or ``float``; :func:`~.rounding.into_attention`), and so is each input named
-    there that the kernel reads whole (:attr:`~.attention.Attention.copied`: ``dq``'s ``dO``, under bf16)."""
+    there that the kernel reads whole (:meth:`~.attention.Attention.copies`: ``dq``'s ``dO``, under bf16)."""
     assert op.mma in ("tf32", "bf16", "3xtf32"), op.mma
     assert narrow <= op.bf16_inputs(), (narrow, op)
     rounded = rounded or {}
-    copied = set(op.copied.split()) if op.mma == "bf16" else set()
+    copied = op.copies()
     assert set(rounded) <= set(op.outs.split()) - set("LD") | copied, (rounded, op)
     w = text(op, "float", strides)
     assert w.S % ROWS == 0 and w.dh % 16 == 0, op.T
@@ -311,13 +311,17 @@ class _Tile:
         """Input ``n``'s rows ``r0…`` as :meth:`a_rows` read them into ``frag`` (bfloat16 pairs, rounded) stored into
         its copy ``<n>_rnd`` (``unsigned short``: the bits; ``float``: the rounded values), in a ``CG_LANES``
         block: lane ``(g, t)``'s registers ``(W/4)·m + j`` hold columns ``4Wm + Wt + 4j …`` of rows ``g`` (0, 2) and
-        ``g + 8`` (1, 3)."""
+        ``g + 8`` (1, 3), each four one store (``cg_st4p``)."""
         assert self.k16, self.op
         out, W = f"{n}_rnd", self.W
-        put = " ".join(f"cg_st2p(&OUT_[({self.w.row(f'{r0} + g' + (' + 8' if h else ''), out)}) * rs + "
-                       f"{4 * W} * m + {W} * t + {4 * j + 2 * e}], {frag}[{f'{W // 4} * m + {j}' if W > 4 else 'm'}][{2 * e + h}]);"
-                       for j in range(W // 4) for h in range(2) for e in range(2))
+        put = " ".join(f"cg_st4p(&OUT_[({self.w.row(f'{r0} + g' + (' + 8' if h else ''), out)}) * rs + "
+                       f"{4 * W} * m + {W} * t + {4 * j}], {i}[{h}], {i}[{2 + h}], vst);"
+                       for j in range(W // 4) for h in range(2)
+                       for i in [f"{frag}[{f'{W // 4} * m + {j}' if W > 4 else 'm'}]"])
+        # four values a store (8 bytes of bits, 16 of floats): aligned where the copy's matrix starts on 16 bytes,
+        # its rows and a lane's columns starting on multiples of 4 elements (dh is a multiple of 16)
         return (f"    {{ {self.rounded[n]}* OUT_ = {self.w.at(out, '0')}; const long long rs = {self.w.strides[out][-2]}LL;\n"
+                f"      const bool vst = ((unsigned long long)OUT_ & 15ULL) == 0;\n"
                 f"      CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
                 f"        for (int m = 0; m < {self.dh // (4 * W)}; ++m) {{ {put} }} }} }}\n")
 

@@ -63,12 +63,12 @@ def stored_bf16(step: Launch, plan: Plan) -> frozenset[str]:
 
 
 def copies(step: Launch, plan: Plan) -> dict[str, str]:
-    """The results (and inputs it reads whole, :attr:`~.attention.Attention.copied`) of an ``attention`` step that
+    """The results (and inputs it reads whole, :meth:`~.attention.Attention.copies`) of an ``attention`` step that
     its kernel also writes rounded to bfloat16 (``step.then``, :func:`~.rounding.into_attention`), in the order of
     its outputs: the C type of each copy by the result's or input's name (``unsigned short``, bfloat16 bits,
     where :mod:`.storage` stores it so; else ``float``)."""
     (a,) = step.instrs
-    names = {plan.src(x): n for x, n in zip(a.args, a.op.ins.split()) if n in a.op.copied}
+    names = {plan.src(x): n for x, n in zip(a.args, a.op.ins.split()) if n in a.op.copies()}
     names.update((plan.src(v), n) for v, n in zip(a.results, a.op.outs.split()))
     of = {r.results[0]: plan.src(r.args[0]) for r in (step.then.instrs if step.then is not None else [])}
     return {names[of[v]]: STORE if v in plan.narrow else "float" for v in step.outputs[len(a.results):]}

@@ -5,7 +5,7 @@ on a device, and on the host (the host execution mode) the same product of the w
 ``cg_mma`` (``m16n8k8`` on TF32 values), ``cg_mma3`` (3xTF32), ``cg_mma16`` (``m16n8k16`` on bfloat16 pairs),
 the roundings ``cg_tf32`` and ``cg_bf16r``, ``cg_pack_rn`` (two floats rounded and packed by one
 ``cvt.rn.bf16x2.f32``), the stored-bfloat16 loads ``cg_ld4p``, ``cg_ld8p`` and ``cg_pair`` (one ``PRMT``), the
-store of a pair ``cg_st2p``, and
+stores of two pairs ``cg_st4p``, and
 ``cg_ex2``, the base-2 softmax weight (:attr:`.attention.Attention.exp2`). On the host ``CG_MMA`` (``CG_MMA16``,
 ``CG_MMA3``) gathers the lanes' fragments into whole tiles by PTX's layout, multiplies them and scatters the
 result back.
@@ -30,6 +30,9 @@ _MMA = r"""#ifndef CG_MMA_PRELUDE
 #define CG_MMA_PRELUDE
 #ifndef CG_VEC_LOAD8
 #define CG_VEC_LOAD8(p)
+#endif
+#ifndef CG_VEC_STORE
+#define CG_VEC_STORE(p, bytes)
 #endif
 // four consecutive bfloat16 values stored as their bits (storage.py), rounded already: as two registers of
 // pairs, each pair's first value in the low half; one 8-byte load when vec
@@ -63,10 +66,20 @@ __host__ __device__ inline unsigned cg_pair(unsigned a, unsigned b, int hi) {
     return hi ? (a >> 16) | (b & 0xFFFF0000u) : (a & 0xFFFFu) | (b << 16);
 #endif
 }
-// a register of two bfloat16 values (the first in its low half) stored as their bits at p; as floats: cg_st2p's
-// overload of float* (the device's and the host's)
-__host__ __device__ inline void cg_st2p(unsigned short* p, unsigned v) {
-    p[0] = (unsigned short)(v & 0xFFFFu); p[1] = (unsigned short)(v >> 16);
+// two registers of bfloat16 pairs (four values, the first in a's low half) stored at p as their bits: one 8-byte
+// store when vec, else one by one; as floats, cg_st4p's overload of float* (the device's and the host's)
+__host__ __device__ inline void cg_st4p(unsigned short* p, unsigned a, unsigned b, bool vec) {
+    if (vec) {
+        CG_VEC_STORE(p, 8);
+#ifdef __CUDA_ARCH__
+        *(uint2*)p = make_uint2(a, b);
+#else
+        const unsigned d[2] = {a, b}; memcpy(p, d, 8);
+#endif
+    } else {
+        p[0] = (unsigned short)(a & 0xFFFFu); p[1] = (unsigned short)(a >> 16);
+        p[2] = (unsigned short)(b & 0xFFFFu); p[3] = (unsigned short)(b >> 16);
+    }
 }
 // 2^(a·c2 − b) of the tf32 and bf16 softmax kernels, which work in base 2 (attention.Attention.exp2, ex2): on a
 // device one FFMA and ex2.approx (CuPy compiles with -ftz=true)
@@ -102,7 +115,11 @@ __device__ inline void cg_mma16(float* d, const unsigned* a, const unsigned* b) 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-__device__ inline void cg_st2p(float* p, unsigned v) { p[0] = __uint_as_float(v << 16); p[1] = __uint_as_float(v & 0xFFFF0000u); }
+__device__ inline void cg_st4p(float* p, unsigned a, unsigned b, bool vec) {   // one 16-byte store when vec
+    const float4 x = make_float4(__uint_as_float(a << 16), __uint_as_float(a & 0xFFFF0000u),
+                                 __uint_as_float(b << 16), __uint_as_float(b & 0xFFFF0000u));
+    if (vec) *(float4*)p = x; else { p[0] = x.x; p[1] = x.y; p[2] = x.z; p[3] = x.w; }
+}
 #define CG_MMA(D, A, B) do { const int I = 0; cg_mma(D, A, B); } while (0)
 #define CG_MMA3(D, A, B) do { const int I = 0; cg_mma3(D, A, B); } while (0)
 #define CG_MMA16(D, A, B) do { const int I = 0; cg_mma16(D, A, B); } while (0)
@@ -146,7 +163,10 @@ CG_PACK
 inline unsigned cg_pack_rn(float lo, float hi) { return cg_pack(cg_bf16r(lo), cg_bf16r(hi)); }
 inline float cg_lo(unsigned p) { return cg_float(p << 16); }
 inline float cg_hi(unsigned p) { return cg_float(p & 0xFFFF0000u); }
-inline void cg_st2p(float* p, unsigned v) { p[0] = cg_lo(v); p[1] = cg_hi(v); }
+inline void cg_st4p(float* p, unsigned a, unsigned b, bool vec) {
+    if (vec) CG_VEC_STORE(p, 16);
+    p[0] = cg_lo(a); p[1] = cg_hi(a); p[2] = cg_lo(b); p[3] = cg_hi(b);
+}
 // The warp's m16n8k16 bfloat16 mma.sync on the host (PTX's layout: A's registers hold (g, 2t | 2t+1),
 // (g+8, 2t | 2t+1), (g, 2t+8 | 2t+9), (g+8, 2t+8 | 2t+9), B's (2t | 2t+1, g), (2t+8 | 2t+9, g), low half first).
 inline void cg_mma16_warp(float* d[32], const unsigned* a[32], const unsigned* b[32]) {

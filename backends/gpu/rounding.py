@@ -13,7 +13,8 @@ plan. :func:`round_operands` makes the rounding an instruction of the program, o
 ``RoundBF16`` is elementwise: it joins the fused kernel making ``x``, which writes ``x`` and, as bfloat16, its
 rounded copy (two more bytes an element, no launch); where ``x`` is another kernel's result (cuBLAS's, an
 attention kernel's) it is a fused kernel of its own, in the plan and in the cost model, except that a tensor-core
-attention kernel writes the copies of its own results as it stores them (:func:`into_attention`). A weight's is made up
+attention kernel writes the copies of its own results as it stores them, and the ``dq`` kernel the copy of the
+``dO`` it reads whole, which the ``dk``/``dv`` kernel multiplies (:func:`into_attention`). A weight's is made up
 front, in one kernel with the others of its size (the plan does not sink it to its first reader,
 :func:`~.plan.plan`), and lives until the backward's product reads it, as ``torch.autocast`` keeps its cast
 of a weight. The products multiply the same operands as before (rounding is idempotent): the same bits.
@@ -140,7 +141,7 @@ def round_operands(prog: Program) -> Program:
 
 def _copier(prog: Program, i: int) -> int | None:
     """Where instruction ``i`` is a tensor-core attention kernel under ``"bf16"`` whose products read ``dO`` (``dk``,
-    ``dv``) while an earlier one, ``dq``'s, reads the same float32 ``dO`` whole (:attr:`~.attention.Attention.copied`):
+    ``dv``) while an earlier one, ``dq``'s, reads the same float32 ``dO`` whole (:meth:`~.attention.Attention.copies`):
     that one's index."""
     a = prog.instrs[i]
     if not (isinstance(a.op, Attention) and a.op.mma == "bf16" and "dO" in a.op.bf16_inputs()):
@@ -165,16 +166,17 @@ def _without_unread_views(instrs: list[Apply], outputs: list[int]) -> list[Apply
 
 def into_attention(plan) -> None:
     """``plan`` (a :class:`~.plan.Plan`, changed in place) with each launch rounding only results of the
-    tensor-core attention kernels just before it (nothing but views in between) run by those kernels: each
-    writes the copies of its own results as it stores them (``then``: the roundings; its ``outputs``: its own,
-    then the copies). One launch less, and a read of the result less, a rounding::
+    tensor-core attention kernels just before it (nothing but views in between), or inputs they read whole
+    (:meth:`~.attention.Attention.copies`: ``dq``'s ``dO``), run by those kernels: each writes the copies as it
+    stores its results or reads those inputs (``then``: the roundings; its ``outputs``: its own, then the
+    copies). One launch less, and a read of the result less, a rounding::
 
         attention ──► O ──► [RoundBF16] ──► r          attention ──► O
                                                  becomes          └──► r   (the same store, rounded)
 
     A rounding made again later (:mod:`~.recompute`: O's copy for the backward) stays a launch of its own."""
     out: list = []
-    maker: dict[int, int] = {}              # a result of a tensor-core attention kernel -> its launch in ``out``
+    maker: dict[int, int] = {}              # a result (or copied input) of a tensor-core attention kernel -> its launch
     for s in plan.steps:
         at = [maker.get(plan.src(a.args[0])) for a in s.instrs] if _rounds_only(s) else [None]
         if None not in at and all(out[k].then is None for k in set(at)) and all(
@@ -189,7 +191,7 @@ def into_attention(plan) -> None:
         if s.kind == "attention" and s.instrs[0].op.mma:
             a = s.instrs[0]
             maker.update((plan.src(v), len(out)) for v in s.outputs)
-            maker.update((plan.src(x), len(out)) for x, n in zip(a.args, a.op.ins.split()) if n in a.op.copied)
+            maker.update((plan.src(x), len(out)) for x, n in zip(a.args, a.op.ins.split()) if n in a.op.copies())
         out.append(s)
     plan.steps = out
 

@@ -13,9 +13,11 @@ GPT's layer-norm and GELU outputs, saved for the backward)::
 
 The tensor-core attention kernels under ``"bf16"`` round their products' operands as cuBLAS does, so their
 q, k and v count as products' operands (:meth:`~.attention.Attention.bf16_inputs`): a GPT's are stored rounded
-and the kernels read them as the bfloat16 pairs their ``mma.sync`` takes, with no conversion. Nothing else is
-narrowed: a value another kernel, a sum, a copy or the function's caller reads stays float32, as do cuBLAS's
-results (float32 accumulation), parameters and the optimizer's state.
+and the kernels read them as the bfloat16 pairs their ``mma.sync`` takes, with no conversion; so is the rounded
+copy of ``dO`` (a cuBLAS result in a GPT) that the ``dq`` kernel writes for the ``dk``/``dv`` kernel
+(:func:`~.rounding.into_attention`). Nothing else is narrowed: a value another kernel, a sum, a copy or the
+function's caller reads stays float32, as do cuBLAS's results (float32 accumulation), parameters and the
+optimizer's state.
 """
 from __future__ import annotations
 

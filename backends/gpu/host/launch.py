@@ -193,6 +193,15 @@ static inline void cg_vec_load(const void* p, unsigned bytes, const char* a, con
 }
 #define CG_VEC_LOAD(p) cg_vec_load(p, 16, "a", #p)
 #define CG_VEC_LOAD8(p) cg_vec_load(p, 8, "an", #p)
+// A vector store (8 or 16 bytes) to an address a device would refuse.
+static inline void cg_vec_store(const void* p, unsigned bytes, const char* what) {
+    if ((cg_ull)p % bytes) {
+        fprintf(stderr, "circuitgrad hostrun: %s %u-byte store to %s at %p, not %u-byte aligned: on a device, "
+                "a misaligned address error\n", bytes == 8 ? "an" : "a", bytes, what, p, bytes);
+        abort();
+    }
+}
+#define CG_VEC_STORE(p, bytes) cg_vec_store(p, bytes, #p)
 // Row i of an operand of n rows (an attention kernel's matrix), read or written outside [0, n): on a device,
 // memory outside the operand (a fault, or another array's values), which the guard elements may not show.
 static inline long long cg_row(long long i, long long n, const char* what) {
