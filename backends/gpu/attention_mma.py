@@ -82,13 +82,9 @@ def source(op: Attention, name: str, strides: dict[str, tuple[int, ...]] | None 
     assert op.mma in ("tf32", "bf16", "3xtf32"), op.mma
     assert narrow <= op.bf16_inputs(), (narrow, op)
     rounded = rounded or {}
-    copied = op.copies()
-    assert set(rounded) <= set(op.outs.split()) - set("LD") | copied, (rounded, op)
-    w = text(op, "float", strides)
+    assert set(rounded) <= set(op.outs.split()) - set("LD") | op.copies(), (rounded, op)
+    w = text(op, "float", strides)          # its strides name each copy's (<name>_rnd)
     assert w.S % ROWS == 0 and w.dh % 16 == 0, op.T
-    contiguous = tuple(int(np.prod(op.T.shape[a + 1:])) for a in range(op.T.ndim))
-    for n in rounded:               # a result's copy lies as the result does; an input's is contiguous
-        w.strides[f"{n}_rnd"] = contiguous if n in copied else w.strides[f"{n}_out"]
     warps = int(np.prod(w.lead)) * (w.S // ROWS)
     sig, args, names = signature(op, "float", narrow, rounded)
     body = {AttentionForward: _forward, AttentionGradQ: _grad_q, AttentionGradV: _grad_kv, AttentionGradKV: _grad_kv,

@@ -135,18 +135,22 @@ def source(op: Attention, name: str, ctype: str,
 
 
 def _strides(op: Attention, given: dict[str, tuple[int, ...]] | None) -> dict[str, tuple[int, ...]]:
-    """The strides each operand is read with (``given``, else contiguous) and each output (``<name>_out``) is
-    written with (its logical strides in the order it is written)."""
+    """The strides each operand is read with (``given``, else contiguous), each output (``<name>_out``) is
+    written with (its logical strides in the order it is written), and each rounded copy (``<name>_rnd``,
+    :func:`copies`): an output's as the output, an input's (:meth:`~.attention.Attention.copies`) contiguous."""
     strides = dict(given or {})
     contiguous = tuple(int(np.prod(op.T.shape[a + 1:])) for a in range(op.T.ndim))
     for n in op.ins.split():
         if n not in "LD":
             strides.setdefault(n, contiguous)
+    for n in op.copies():
+        strides[f"{n}_rnd"] = contiguous
     for k, n in enumerate(op.outs.split()):          # an output written in another order: its logical strides
         ax = op.axes(k)
         if n not in "LD":
             phys = [int(np.prod([op.T.shape[a] for a in ax[j + 1:]])) for j in range(len(ax))] if ax else None
-            strides[f"{n}_out"] = contiguous if ax is None else tuple(phys[ax.index(j)] for j in range(op.T.ndim))
+            strides[f"{n}_out"] = strides[f"{n}_rnd"] = (
+                contiguous if ax is None else tuple(phys[ax.index(j)] for j in range(op.T.ndim)))
     return strides
 
 

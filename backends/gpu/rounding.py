@@ -31,7 +31,7 @@ from circuitgrad import primitives as P
 from circuitgrad.schedule import Apply, Program
 from circuitgrad.types import Float, NdArrayType
 
-from .attention import Attention, AttentionGradQ
+from .attention import Attention
 from .blas import BF16_BITS, round_bf16
 
 __all__ = ["RoundBF16", "round_operands", "into_attention", "HELPER", "PRODUCTS"]
@@ -92,15 +92,18 @@ def round_operands(prog: Program) -> Program:
     after: dict[int, list[Apply]] = {}       # instruction index (-1: the arguments) -> the roundings after it
     before: dict[int, list[Apply]] = {}      # product index -> the views it reads
     instrs = list(prog.instrs)
+
+    def rounding(x: int, at: int, path: str) -> int:
+        """The rounded copy of array ``x``, made right after instruction ``at`` where it is not made yet."""
+        if (r := rounded.get(x)) is None:
+            r = rounded[x] = len(types)
+            types.append(types[x])
+            after.setdefault(at, []).append(Apply(RoundBF16(types[x]), (x,), (r,), path))
+        return r
     for i, a in enumerate(prog.instrs):
-        if (j := _copier(prog, i)) is not None:       # dO of dk/dv's kernels: rounded by dq's
-            n = a.op.ins.split().index("dO")
-            x = a.args[n]
-            if (r := rounded.get(x)) is None:
-                r = rounded[x] = len(types)
-                types.append(types[x])
-                after.setdefault(j, []).append(Apply(RoundBF16(types[x]), (x,), (r,), a.path))
-            instrs[i] = Apply(a.op, a.args[:n] + (r,) + a.args[n + 1:], a.results, a.path)
+        if (c := _copier(prog, i)) is not None:       # dk/dv's dO, rounded as dq's kernel reads it
+            j, n = c
+            instrs[i] = Apply(a.op, a.args[:n] + (rounding(a.args[n], j, a.path),) + a.args[n + 1:], a.results, a.path)
             continue
         if not isinstance(a.op, PRODUCTS):
             continue
@@ -114,12 +117,7 @@ def round_operands(prog: Program) -> Program:
                     and len(prog.instrs[j].args) == 1:
                 chain.append(prog.instrs[j])
                 base = prog.instrs[j].args[0]
-            if (r := rounded.get(base)) is None:
-                r = rounded[base] = len(types)
-                types.append(types[base])
-                j = producers.get(base, -1)
-                after.setdefault(j, []).append(Apply(RoundBF16(types[base]), (base,), (r,), a.path))
-            v = r
+            v = rounding(base, producers.get(base, -1), a.path)
             for view in reversed(chain):
                 key = (v, view.op)
                 if key not in made:
@@ -139,18 +137,22 @@ def round_operands(prog: Program) -> Program:
     return dataclasses.replace(prog, types=types, instrs=_without_unread_views(out, prog.outputs))
 
 
-def _copier(prog: Program, i: int) -> int | None:
-    """Where instruction ``i`` is a tensor-core attention kernel under ``"bf16"`` whose products read ``dO`` (``dk``,
-    ``dv``) while an earlier one, ``dq``'s, reads the same float32 ``dO`` whole (:meth:`~.attention.Attention.copies`):
-    that one's index."""
+def _copier(prog: Program, i: int) -> tuple[int, int] | None:
+    """Where instruction ``i`` is a tensor-core attention kernel under ``"bf16"`` whose products read a float32
+    input that an earlier one reads whole and can copy (:meth:`~.attention.Attention.copies`: ``dq``'s ``dO``,
+    which ``dk`` and ``dv`` multiply): ``(that one's index, the input's position)``."""
     a = prog.instrs[i]
-    if not (isinstance(a.op, Attention) and a.op.mma == "bf16" and "dO" in a.op.bf16_inputs()):
+    if not isinstance(a.op, Attention):
         return None
-    x = a.args[a.op.ins.split().index("dO")]
-    if not (isinstance(prog.types[x].dtype, Float) and prog.types[x].dtype.bits == 32):
-        return None
-    return next((j for j in range(i) if isinstance(prog.instrs[j].op, AttentionGradQ) and prog.instrs[j].op.mma == "bf16"
-                 and prog.instrs[j].args[prog.instrs[j].op.ins.split().index("dO")] == x), None)
+    copied: dict[int, int] = {}             # an input copied -> the first kernel that can copy it
+    for j, b in enumerate(prog.instrs[:i]):
+        if isinstance(b.op, Attention):
+            for n, x in zip(b.op.ins.split(), b.args):
+                if n in b.op.copies():
+                    copied.setdefault(x, j)
+    return next(((copied[x], k) for k, (n, x) in enumerate(zip(a.op.ins.split(), a.args))
+                 if n in a.op.bf16_inputs() and x in copied
+                 and isinstance(prog.types[x].dtype, Float) and prog.types[x].dtype.bits == 32), None)
 
 
 def _without_unread_views(instrs: list[Apply], outputs: list[int]) -> list[Apply]:
