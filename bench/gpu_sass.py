@@ -11,12 +11,14 @@ innermost loop that runs tensor-core products (``HMMA``: one ``mma.sync``) is on
 other side's steps; it is named by its source line (the query or key loop, off the diagonal or on it, and its
 pass). Counted in its body: instructions, ``HMMA``, global loads and stores (``LDG``, ``STG``), special
 functions (``MUFU``: exp, rsqrt) and the instructions per ``HMMA``. The operands' 16-byte alignment, a run-time
-test, is taken as true (it is for contiguous operands), so the counts are those of the path a step runs.
+test, is taken as true (it is for contiguous operands), so the counts are those of the path a step runs; a
+block that a branch after a warp's vote jumps over (the online forward's rescaling: its first step, rarely
+later) is counted apart ("rare").
 
 A warp issues one instruction at a time while a product occupies its tensor core for several cycles: a loop
 that issues many instructions per product is bound by issue, not by the tensor cores. "instr / 16×16" adds the
 off-diagonal loops of a kernel per 16 × 16 block of scores (a bf16 step takes 16 keys, a TF32 step 8); the
-total of the four (forward's two passes, dq, dk+dv) is what one training step's attention issues per block, for
+total of the three (forward, dq, dk+dv) is what one training step's attention issues per block, for
 each kind (``--kinds``: spherical attention's kernels have the same products and no exponentials).
 ``--peer`` counts FlashAttention-2's kernels, which SDPA runs, alike (``bench/peers/flash_sass.py``: from
 PyTorch's CUDA wheel, downloaded once; without ``cuobjdump`` or the wheel, a line says why it is not counted).
@@ -47,10 +49,9 @@ KERNELS = {"AttentionForward": "forward", "AttentionGradQ": "dq", "AttentionGrad
 KEYS = {"bf16": 16, "tf32": 8}
 #: the K of each precision's product (m16n8k16, m16n8k8)
 K = {"bf16": 16, "tf32": 8}
-#: the products a loop's step does over its 16 × keys scores: forward pass 1 the scores, pass 2 scores and O;
-#: dq scores, dp, dq; dk+dv scores, dp, dk, dv
-PRODUCTS = {("forward", "keys, pass 1"): 1, ("forward", "keys, pass 2"): 2, ("dq", "keys"): 3,
-            ("dk+dv", "queries"): 4}
+#: the products a loop's step does over its 16 × keys scores: forward (one pass) scores and O; dq scores, dp,
+#: dq; dk+dv scores, dp, dk, dv
+PRODUCTS = {("forward", "keys, one pass"): 2, ("dq", "keys"): 3, ("dk+dv", "queries"): 4}
 
 
 @dataclass
@@ -66,11 +67,13 @@ class Instr:
 @dataclass
 class Loop:
     """An innermost loop: the addresses of its first instruction and its branch back, the source line of that
-    branch, and how many of each opcode its body holds."""
+    branch, and how many of each opcode its body holds: those a step runs (``ops``), and those of a branch the
+    warp rarely takes (``rare``: the online softmax's rescaling, :func:`loops`)."""
     start: int
     end: int
     line: int
     ops: collections.Counter = field(default_factory=collections.Counter)
+    rare: collections.Counter = field(default_factory=collections.Counter)
 
     @property
     def instructions(self) -> int:
@@ -106,14 +109,26 @@ def parse(sass: str) -> tuple[list[Instr], dict[str, int]]:
 
 def loops(instrs: list[Instr], labels: dict[str, int]) -> list[Loop]:
     """The innermost loops, in address order: a label some branch at or after it goes back to, up to the last such
-    branch (several, ``continue``-like, are one loop), holding no other loop."""
+    branch (several, ``continue``-like, are one loop), holding no other loop. A block that a branch right after
+    a warp's vote (``VOTE``) jumps over is a branch the warp rarely takes (the online softmax's rescaling): its
+    instructions are counted apart."""
     last: dict[int, tuple[int, int]] = {}
     for i in instrs:
         if i.target in labels and labels[i.target] <= i.addr:
             last[labels[i.target]] = (i.addr, i.line)
     backs = [(lo, hi, line) for lo, (hi, line) in last.items()]
     inner = [b for b in backs if not any(o != b and b[0] <= o[0] and o[1] <= b[1] for o in backs)]
-    return [Loop(lo, hi, line, collections.Counter(i.op for i in instrs if lo <= i.addr <= hi))
+    skipped: list[tuple[int, int]] = []
+    for n, i in enumerate(instrs):
+        if i.op == "VOTE":
+            bra = next((j for j in instrs[n + 1:] if j.op == "BRA"), None)
+            if bra is not None and labels.get(bra.target, 0) > bra.addr:
+                skipped.append((bra.addr, labels[bra.target]))
+
+    def rare(addr: int) -> bool:
+        return any(lo < addr < hi for lo, hi in skipped)
+    return [Loop(lo, hi, line, collections.Counter(i.op for i in instrs if lo <= i.addr <= hi and not rare(i.addr)),
+                 collections.Counter(i.op for i in instrs if lo <= i.addr <= hi and rare(i.addr)))
             for lo, hi, line in sorted(inner)]
 
 
@@ -199,7 +214,8 @@ def measure(precision: str, shape: tuple[int, ...], unroll: int, tool: str, kind
             rows.append({"kind": kind, "precision": precision, "kernel": KERNELS[cls], "unroll": unroll,
                          "registers": max(out.registers.values()), "loop": what, "diagonal": masked,
                          "instructions": n, "hmma": hmma, "ldg": lp.ops["LDG"], "stg": lp.ops["STG"],
-                         "mufu": lp.ops["MUFU"], "per_hmma": n / hmma, "steps": blocks * 16 / KEYS[precision],
+                         "mufu": lp.ops["MUFU"], "rare": sum(lp.rare.values()), "per_hmma": n / hmma,
+                         "steps": blocks * 16 / KEYS[precision],
                          "per_block": n / blocks})
     return rows
 
@@ -219,7 +235,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.listing:
         found = loops(*parse(open(a.listing).read()))
-        print(json.dumps([{"start": lp.start, "end": lp.end, "line": lp.line, "ops": dict(lp.ops)} for lp in found]))
+        print(json.dumps([{"start": lp.start, "end": lp.end, "line": lp.line, "ops": dict(lp.ops), "rare": dict(lp.rare)}
+                          for lp in found]))
         return 0
     from _nvrtc import load
     lib, why = load()
@@ -237,16 +254,18 @@ def main(argv=None) -> int:
     print(f"Tensor-core attention kernels, causal {' and '.join(a.kinds.split(','))} over {list(shape)}, sm_90 "
           "(NVRTC, nvdisasm): each loop over the other side's steps\n")
     print(table(["kind", "precision", "kernel", "unroll", "registers", "loop", "diagonal", "instructions", "HMMA",
-                 "LDG", "MUFU", "instr / HMMA", "instr / 16×16"],
+                 "LDG", "MUFU", "rare", "instr / HMMA", "instr / 16×16"],
                 [[r["kind"], r["precision"], r["kernel"], r["unroll"], r["registers"], r["loop"],
                   "yes" if r["diagonal"] else "",
-                  r["instructions"], r["hmma"], r["ldg"], r["mufu"], f"{r['per_hmma']:.1f}", f"{r['per_block']:.0f}"]
+                  r["instructions"], r["hmma"], r["ldg"], r["mufu"], r["rare"] or "", f"{r['per_hmma']:.1f}",
+                  f"{r['per_block']:.0f}"]
                  for r in rows]))
     total = collections.defaultdict(float)
     for r in rows:
         if not r["diagonal"]:
             total[(r["kind"], r["precision"], r["unroll"])] += r["per_block"]
-    print("\nOff-diagonal loops, forward (both passes) + dq + dk+dv, instructions per 16×16 block of scores:")
+    print("\nOff-diagonal loops, forward + dq + dk+dv, instructions per 16×16 block of scores (\"rare\": the "
+          "rescaling branch's, not counted):")
     print(table(["kind", "precision", "unroll", "instructions"], [[k, p, u, f"{v:.0f}"] for (k, p, u), v in total.items()]))
     peer: list[dict] = []
     if a.peer:

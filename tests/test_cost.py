@@ -165,7 +165,8 @@ def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, whole, 
     """Under ``precision="bf16"`` cuBLAS's products run on the tensor cores at the bf16 rate (under fp32 on the
     CUDA cores); the streaming attention kernels' do when their rows fill whole tiles (``S`` a multiple of 16) and
     the precision asks (bf16 instructions under bf16; fp32 with ``attention_3xtf32``: TF32 instructions, three a
-    product), the scores computed twice in the forward; else on the CUDA cores (a quad or a thread per row)."""
+    product), the scores computed twice in the 3xTF32 forward (two passes; tf32 and bf16 take one); else on the
+    CUDA cores (a quad or a thread per row)."""
     from circuitgrad.backends.gpu import attention
     from circuitgrad.backends.gpu import cost as gpu_cost
     from circuitgrad.backends.gpu.host.emulate import emulated_kernel
@@ -189,7 +190,7 @@ def test_gpu_streaming_attention_products_are_costed_where_they_run(seq, whole, 
     fwd = next(s for s in att if isinstance(s.instrs[0].op, attention.AttentionForward))
     c = gpu_cost.launch_cost(pl.program, pl, fwd, dev, real)
     pairs = 2 * 2 * seq * seq * 0.5                     # B·H·S²/2: the causal pairs costs() counts
-    assert c["matmul_flops"] == pairs * 2 * 16 * (3 if tensor_cores else 2)
+    assert c["matmul_flops"] == pairs * 2 * 16 * (3 if tensor_cores and precision == "3xtf32" else 2)
     for s in att:                                       # dk and dv together: s, dp, dSᵀq and Aᵀ dO, four products
         if isinstance(s.instrs[0].op, attention.AttentionGradKV):
             assert gpu_cost.launch_cost(pl.program, pl, s, dev, real)["matmul_flops"] == pairs * 2 * 16 * 4

@@ -144,11 +144,16 @@ def test_the_reference_rounds_each_product_operand():
     tf32 = attention.AttentionForward(T, True, 0.5, mma="tf32")
     (o32, _), (o_tc, _) = fp32.evaluate(q, k, v), tf32.evaluate(q, k, v)
     assert np.max(np.abs(o32 - o_tc)) > 1e-4
-    s = 0.5 * (blas.round_tf32(np, q) @ np.swapaxes(blas.round_tf32(np, k), -1, -2))
-    s = np.where(np.tril(np.ones((16, 16), bool)), s, -np.inf)
-    L = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
-    want = blas.round_tf32(np, np.exp(s - L[..., None]).astype(np.float32)) @ blas.round_tf32(np, v)
+    # online softmax in base 2: the weights 2^(a·c₂ − M) at a whole power of two M ≥ max a·c₂, rounded as they
+    # are, and the sum divided by theirs at the end
+    a = blas.round_tf32(np, q).astype(np.float64) @ np.swapaxes(blas.round_tf32(np, k), -1, -2)
+    a = np.where(np.tril(np.ones((16, 16), bool)), a, -np.inf)
+    c2 = 0.5 * np.log2(np.e)
+    e = np.exp2(a * c2 - np.ceil(a.max(-1, keepdims=True) * c2)).astype(np.float32)
+    want = (blas.round_tf32(np, e) @ blas.round_tf32(np, v)) / e.sum(-1, keepdims=True)
     np.testing.assert_allclose(o_tc, want, rtol=0, atol=1e-6)
+    unnormalised = blas.round_tf32(np, (e / e.sum(-1, keepdims=True)).astype(np.float32)) @ blas.round_tf32(np, v)
+    assert np.max(np.abs(unnormalised - o_tc)) > 1e-5        # rounding the normalised weights is another sum
 
 
 def test_3xtf32_products_are_float32_products():
@@ -255,7 +260,7 @@ with hostrun.device() as cp:
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
 @pytest.mark.parametrize("mma, old, count", [
     ("3xtf32", "        CG_QUAD(red[I][1], cg_add);\n", 2),  # each step's, in the loops over whole and diagonal steps
-    ("tf32", " CG_QUAD(st[I][1][1], cg_add);", 1),            # base 2: the lanes' sums merged once, after pass 1
+    ("tf32", " CG_QUAD(st[I][1][1], cg_add);", 1),            # base 2: the lanes' sums merged once, after the loop
 ])
 def test_the_host_mode_finds_a_quad_whose_lanes_disagree(tmp_path, mma, old, count):
     """Each lane of a quad keeps its own copy of its rows' statistics, which the quad's reductions leave equal
@@ -322,7 +327,7 @@ MUTATIONS = {
     "A fragments with the middle registers swapped (rows 8-15 and a pair's second column crossed)":
         ("tf32", "qa[I][2 * m][1] = cg_tf32(y[0]); qa[I][2 * m][2] = cg_tf32(x[1]);",
          "qa[I][2 * m][1] = cg_tf32(x[1]); qa[I][2 * m][2] = cg_tf32(y[0]);"),
-    "the maximum of rows g + 8 left to each lane (no quad reduction)": ("tf32", " CG_QUAD(Lr[I][1], fmaxf);", ""),
+    "a step's maximum of rows g + 8 left to each lane (no quad reduction)": ("tf32", " CG_QUAD(mx[I][1], fmaxf);", ""),
     "each step's maximum of rows g + 8 left to each lane (3xTF32)":
         ("3xtf32", "        CG_QUAD(red[I][1], fmaxf);\n", ""),
     "a quad's butterfly one step short (device and host)": ("tf32", "for (int cg_m = 1; cg_m <= 2; cg_m <<= 1)",
@@ -333,13 +338,14 @@ MUTATIONS = {
          "qa[I][m][2] = cg_pack_rn(y[0], y[1]); qa[I][m][1] = cg_pack_rn(x[2], x[3]);"),
     "bf16 B operand's key 2t + 9 read from key 2t + 8": ("bf16", 'y[1] = {V_[(CG_ROW(jt * 16LL + 8 + 2 * t + 1, 32LL, "v"))',
                                                           'y[1] = {V_[(CG_ROW(jt * 16LL + 8 + 2 * t, 32LL, "v"))'),
-    "keys read past S in the last tile of queries (pass 2)": ("tf32", "jt < (r0 + 16LL) / 8LL; ++jt) {      // pass 2",
-                                                              "jt < (r0 + 24LL) / 8LL; ++jt) {      // pass 2"),
+    "keys read past S in the last tile of queries": ("tf32", "jt < (r0 + 16LL) / 8LL; ++jt) {      // one pass",
+                                                     "jt < (r0 + 24LL) / 8LL; ++jt) {      // one pass"),
     "bf16 weights of keys 2t + 8 and 2t + 9 crossed": ("bf16", "pa[I][2] = cg_pack_rn(lo, hi);", "pa[I][2] = cg_pack_rn(hi, lo);"),
 }
 
 #: the mutations of text that both loops over the keys have (the diagonal step's, and the steps seen whole)
 IN_BOTH_LOOPS = {"each step's maximum of rows g + 8 left to each lane (3xTF32)",
+                 "a step's maximum of rows g + 8 left to each lane (no quad reduction)",
                  "bf16 B operand's key 2t + 9 read from key 2t + 8", "bf16 weights of keys 2t + 8 and 2t + 9 crossed"}
 
 
@@ -375,13 +381,57 @@ def test_a_wrong_fragment_layout_or_quad_reduction_fails(mutation, precision, mo
         assert np.max(np.abs(got - want) - tol) > 1e-2
 
 
+#: mutations of the online softmax's rescaling (in both loops): the text and what it becomes
+RESCALING = {
+    "the output not rescaled where a row's power of two moves": ("acc[I][nt][2 * h] *= f; acc[I][nt][2 * h + 1] *= f;", ""),
+    "the sum not rescaled where a row's power of two moves": ("st[I][h][1] *= f;", ""),
+}
+
+
+def rescaling_case(precision: str):
+    """A causal forward over ``[1, 1, 32, 16]`` (``c = 1/4``) whose keys 0-15 score 0 and keys 16-31 score 7:
+    ``(op, q, k, v)``."""
+    T = cg.NdArrayType((1, 1, 32, 16), cg.float32)
+    op = attention.AttentionForward(T, True, 0.25, mma=precision)
+    q = np.ones(T.shape, np.float32)
+    k = np.zeros(T.shape, np.float32)
+    k[..., 16:, :] = 7 / (0.25 * 16)
+    return op, q, k, np.random.default_rng(6).normal(size=T.shape).astype(np.float32)
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+@pytest.mark.parametrize("mutation", [None, *RESCALING])
+def test_the_online_softmax_rescales_by_powers_of_two(mutation, precision, tmp_path):
+    """Keys 0-15 score 0 and keys 16-31 score 7 (about 10.1 in base 2): the query rows 16-31 see the first keys in
+    their first steps, and the later ones pass their power of two by more than ``RESCALE``, so the warp moves it
+    (by 11) and rescales what it has summed. The kernel computes its reference (which takes the final power of
+    two at once) within the rounding bound; without the output's or the sum's rescaling it does not (the first
+    keys would weigh 2¹¹ times too much)."""
+    op, q, k, v = rescaling_case(precision)
+    assert np.ceil(7 * op.c2 / 0.25) > attention_mma.RESCALE
+    want, _ = op.evaluate(q, k, v)
+    src = attention_mma.source(op, "grow")[0]
+    if mutation is not None:
+        old, new = RESCALING[mutation]
+        assert src.count(old) == 2
+        src = src.replace(old, new)
+    r, got = _run_alone(tmp_path, src, "grow", q, k, v)
+    assert r.returncode == 0, r.stderr[-2000:]
+    tol = _tolerance("softmax", True, precision, q, k, v, v)[0]
+    if mutation is None:
+        assert np.all(np.abs(got - want) <= tol), float(np.max(np.abs(got - want) - tol))
+    else:
+        assert np.max(np.abs(got - want) - tol) > 1e-2
+
+
 #: mutations of the bf16 kernels' reads of eight columns of a row (dh a multiple of 32: two products' operands, a
 #: stored row's 16-byte load): the text, what it becomes, how many times the forward kernel has it
 WIDE = {
     "A's second product takes the first's columns": ("qa[I][2 * m + 1][0] = cg_pack_rn(x[4], x[5]);",
                                                      "qa[I][2 * m + 1][0] = cg_pack_rn(x[0], x[1]);", 1),
-    "B's second product takes the first's registers": ("b[I] + 2);", "b[I]);", 8),
-    "B's first four columns read from 4t instead of 8t": ("rs_k + (32 * m + 8 * t)]", "rs_k + (32 * m + 4 * t)]", 8),
+    "B's second product takes the first's registers": ("b[I] + 2);", "b[I]);", 4),
+    "B's first four columns read from 4t instead of 8t": ("rs_k + (32 * m + 8 * t)]", "rs_k + (32 * m + 4 * t)]", 4),
 }
 
 

@@ -351,6 +351,30 @@ def test_the_attention_kernels_weights_are_exp_to_their_bound():
     assert np.all(exp_within_bound(x, L, out.get()))
 
 
+def test_the_online_softmax_rescales_by_exact_powers_of_two_on_the_device():
+    """``cg_pow2`` (the exponent's bits, ``__uint_as_float``) as the host's: ``2^d`` exactly, 0 below −126."""
+    import cupy
+    from test_gpu_mma_prelude import pow2_cases, run_pow2
+    np.testing.assert_array_equal(run_pow2(cupy), pow2_cases()[1])
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_the_online_softmax_rescales_on_the_device(precision):
+    """Scores that pass their rows' power of two after the first steps (``tests/test_gpu_attention_mma.py``'s
+    case): the device's forward, its rescaling branch taken by the warp as a whole (``__any_sync``), against the
+    reference."""
+    import cupy
+    from test_gpu_attention_mma import _tolerance, rescaling_case
+    from circuitgrad.backends.gpu import attention_mma
+    op, q, k, v = rescaling_case(precision)
+    want, _ = op.evaluate(q, k, v)
+    src = attention_mma.source(op, "grow")[0]
+    O, L = cupy.empty(q.shape, dtype=cupy.float32), cupy.empty(q.shape[:-1], dtype=cupy.float32)
+    cupy.RawKernel(src, "grow")((1,), (128,), (cupy.asarray(q), cupy.asarray(k), cupy.asarray(v), O, L))
+    tol = _tolerance("softmax", True, precision, q, k, v, v)[0]
+    assert np.all(np.abs(O.get() - want) <= tol)
+
+
 def test_a_pair_takes_two_registers_halves_on_the_device():
     """The bf16 kernels' ``cg_pair`` (``__byte_perm`` with selectors 0x5410 and 0x7632) as the host's."""
     import cupy

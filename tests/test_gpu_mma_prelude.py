@@ -178,6 +178,47 @@ def test_the_kernels_weights_are_exp_to_their_bound_and_the_references():
     assert not np.all(exp_within_bound(x, L, np.exp2(x).astype(np.float32)))
 
 
+POW2_KERNEL = attention_mma.PRELUDE + """
+extern "C" __global__ void pow2(const float* d, float* out, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = cg_pow2(d[i]);
+}
+#ifdef CG_HOSTRUN
+void pow2__host_warp(unsigned long long block, unsigned warp, const float* d, float* out, int n) {
+    for (int l = 0; l < 32; ++l) { const long long i = (long long)block * 128 + warp * 32 + l;
+                                   if (i < n) out[i] = cg_pow2(d[i]); }
+}
+#endif
+"""
+
+
+def pow2_cases() -> tuple[np.ndarray, np.ndarray]:
+    """The online softmax's rescalings ``2^d`` (``d`` whole, at most 0: the old power of two less the new one)
+    and what they are exactly: float32's normal powers of two, 0 below them (the lowest float as the old
+    power of two, before a row's first step, gives 0)."""
+    d = np.concatenate([-np.arange(0, 140), [np.finfo(np.float32).min]]).astype(np.float32)
+    want = np.where(d >= -126, np.ldexp(np.float32(1), np.maximum(d, -126).astype(np.int32)), 0).astype(np.float32)
+    return d, want
+
+
+def run_pow2(cp) -> np.ndarray:
+    """``cg_pow2`` of :func:`pow2_cases` by ``cp`` (CuPy or the host execution mode)."""
+    d, _ = pow2_cases()
+    out = cp.full(d.size, np.nan, dtype=cp.float32)
+    cp.RawKernel(POW2_KERNEL, "pow2")(((d.size + 127) // 128,), (128,), (cp.asarray(d), out, np.int32(d.size)))
+    return out.get()
+
+
+@pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
+def test_the_online_softmax_rescales_by_exact_powers_of_two():
+    """``cg_pow2(d)`` is ``2^d`` exactly for whole ``d`` from 0 down to −126, and 0 below (a rescaling that
+    rounds would make the online forward's result depend on its steps); ``tests/test_gpu_device.py`` checks the
+    device's."""
+    with hostrun.device() as cp:
+        got = run_pow2(cp)
+    np.testing.assert_array_equal(got, pow2_cases()[1])
+
+
 #: PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32, transcribed on its own (g = lane >> 2, t = lane % 4):
 #: (row, column) of each register of A (16 × 8), B (8 × 8, row = k) and C/D (16 × 8)
 PTX_A = lambda g, t: [(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)]  # noqa: E731

@@ -198,27 +198,34 @@ class AttentionForward(Attention):
         if self.norm == "spherical":
             s = s if keep is None else np.where(keep, s, 0)
             r = 1 / np.sqrt((s * s).sum(axis=-1) + self.eps)
+            if self.mma:                # the tensor-core kernel's one pass: the scores rounded, the sum scaled
+                return self._mm(s, v) * r[..., None], r
             return self._mm(s * r[..., None], v), r
         if keep is not None:
             s = np.where(keep, s, -np.inf)
         m = s.max(axis=-1)
         e = np.exp(s - m[..., None])
         l_ = e.sum(axis=-1)
-        if self.mma:                    # the tensor-core kernel's weights: exp(s − L), normalised before the product
+        if self.mma:                    # 3xTF32: the weights exp(s − L), normalised before the product
             L = m + np.log(l_)
             return self._mm(np.exp(s - L[..., None]), v), L
         return np.matmul(e / l_[..., None], v), m + np.log(l_)
 
     def _base2(self, q, k, v):
-        """The base-2 softmax forward (:attr:`~Attention.exp2`): the maximum ``M`` of the raw scores (``c > 0``),
-        ``L = (M·c₂ + log₂ Σ 2^(a·c₂ − M·c₂))·ln 2``, then the weights from ``L`` as the backward recomputes them,
-        normalised before their product."""
+        """The base-2 softmax forward (:attr:`~Attention.exp2`) in one pass (online softmax): a row's weights
+        ``e = 2^(a·c₂ − M)`` of its raw scores ``a`` (``c > 0``) at a whole power of two ``M = ⌈max a·c₂⌉``, rounded
+        for their product unnormalised, ``O = (e @ v) / Σ e`` and ``L = (M + log₂ Σ e)·ln 2``. The kernel may hold a
+        smaller ``M`` (by up to ``RESCALE``): its weights are these times a power of two, which rounding commutes
+        with, to the float32 rounding of ``a·c₂ − M``."""
         a, keep = self._scores(q, k, raw=True)
         if keep is not None:
             a = np.where(keep, a, -np.inf)
-        m2 = a.max(axis=-1) * self.c2
-        L = (m2 + np.log2(self.ex2(a, self.c2, m2[..., None]).sum(axis=-1))) * LN2
-        return self._mm(self._p(q, k, L), v), L
+        M = np.ceil((a.max(axis=-1) * self.c2).astype(np.float32))
+        e = self.ex2(a, self.c2, M[..., None])
+        l_ = e.sum(axis=-1, dtype=np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (self._mm(e, v) * (np.float32(1) / l_)[..., None],
+                    ((M + np.log2(l_)) * LN2).astype(np.float32))
 
 
 class AttentionGradQ(Attention):
@@ -279,16 +286,16 @@ OPS = (AttentionForward, AttentionGradQ, AttentionGradV, AttentionGradK, Attenti
 
 def costs(op: Attention) -> tuple[float, float, float]:
     """``(flops, matmul flops, transcendentals)`` of one launch: the products it does (half when causal; the
-    tensor-core forward computes the scores twice); an exponential per score (softmax; two in the tensor-core
+    3xTF32 softmax forward computes the scores twice); an exponential per score (softmax; two in the 3xTF32
     forward's passes), a square root per row (spherical's forward)."""
     *lead, S, dh = op.T.shape
     rows = float(np.prod(lead)) * S
     pairs = rows * S * (0.5 if op.causal else 1.0)
-    products = {AttentionForward: 3 if op.mma else 2, AttentionGradQ: 3, AttentionGradV: 2,
-                AttentionGradK: 3, AttentionGradKV: 4}[type(op)]
     forward = isinstance(op, AttentionForward)
-    special = (pairs * (2 if op.mma and forward else 1) if op.norm == "softmax"      # exp in both passes
-               else rows if forward else 0.0)
+    twice = forward and op.mma == "3xtf32" and op.norm == "softmax"    # two passes: the scores, exp twice
+    products = {AttentionForward: 3 if twice else 2, AttentionGradQ: 3, AttentionGradV: 2,
+                AttentionGradK: 3, AttentionGradKV: 4}[type(op)]
+    special = (pairs * (2 if twice else 1) if op.norm == "softmax" else rows if forward else 0.0)
     return pairs * (2 * dh * products + 4), pairs * 2 * dh * products, special
 
 

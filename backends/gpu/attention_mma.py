@@ -23,9 +23,11 @@ lie. ``m16n8k8``: A's column ``t`` holds the tile's key ``2t`` and its column ``
 (:data:`A_OF_C`). A row's scores lie in the four lanes of a quad: its maximum and sums meet by
 ``__shfl_xor_sync`` (``CG_QUAD``).
 
-The softmax forward takes two passes over the keys (the row statistic ``L``, then ``O = Σ exp(s − L)·v``) and
-the spherical one likewise (``L = 1/√(Σ s² + ε)``, then ``O = Σ (L·s)·v``): the weights are final before they
-are rounded for the product, as the definition's are, and no accumulator fragment is rescaled.
+The forward takes one pass over the keys. Softmax in base 2 (:func:`_online`): weights at a whole power of two
+per row, rounded unnormalised, the output divided by their sum at the end; the power of two moves in a branch
+the warp rarely takes, and rescaling by it is exact, so no rounding depends on the steps' order. Spherical
+(:func:`_one_pass`): the scores themselves, the output scaled by ``L = 1/√(Σ s² + ε)`` at the end. Under
+3xTF32 the softmax takes two passes (``L``, then ``O = Σ exp(s − L)·v``).
 
 Fragment layouts are PTX ISA's (lane ``l``: ``g = l >> 2``, ``t = l & 3``). ``m16n8k8.tf32``: A holds ``(g, t),
 (g+8, t), (g, t+4), (g+8, t+4)``; B ``(t, g), (t+4, g)``. ``m16n8k16.bf16``, two values a register, the first
@@ -58,6 +60,10 @@ __all__ = ["attention_kernel", "source", "ROWS", "KEYS", "WARPS", "PRELUDE", "UN
 UNROLL = 1
 ROWS = 16      #: rows a warp takes (the mma tile's M)
 KEYS = 8       #: rows of the other side an mma tile of scores takes (its N); a step takes one tile, or two (bf16)
+#: the online softmax moves a row's power of two ``M`` only where a lane's weights of a step sum to more than
+#: ``2^RESCALE`` (a score passed ``M`` by more than this, base 2): weights up to ``2⁸``, and a rescaling rarely
+#: after the first step (FlashAttention-4's threshold)
+RESCALE = 8
 WARPS = 4      #: warps a block
 #: a C fragment's elements: (row, column) in the tile of lane ``(g, t)``'s registers 0 … 3 (PTX's layout)
 C = (("g", "2 * t"), ("g", "2 * t + 1"), ("g + 8", "2 * t"), ("g + 8", "2 * t + 1"))
@@ -383,63 +389,135 @@ def _per_row(what: str, names: list[str], expr: str) -> str:
 
 
 def _forward(op: AttentionForward, t: _Tile) -> str:
-    """16 query rows: the row statistic over the keys they see (pass 1), then ``O = Σ p(s)·v`` (pass 2). A lane
-    keeps the statistics of its rows ``g`` and ``g + 8`` (``st[h]``: running maximum and sum, or sum of
-    squares), its quad reducing each step's columns (in base 2, :attr:`~.attention.Attention.exp2`, only once,
-    after pass 1: each lane keeps its own columns' maximum and sum); the weights never leave the registers."""
-    w, nk = t.w, t.nk
-    exp, log = w.exp, w.log
-    soft = op.norm == "softmax"
-    each = (f"for (int u = 0; u < {t.tiles}; ++u) for (int j = 0; j < 2; ++j) {{ const float x = s[I][u][2 * h + j]; "
-            f"if (!masked || jt * {t.keys}LL + 8 * u + 2 * t + j <= r0 + g + 8 * h) ")   # the row's scores it sees
-    if soft and t.base2:    # each lane's running maximum and sum over its own columns, merged once at the end
-        c2 = t.c2
-        stats = (f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; (void)g; (void)t;\n"
-                 f"            for (int h = 0; h < 2; ++h) {{ float m = st[I][h][0]; {each}m = fmaxf(m, x); }}\n"
-                 f"                const float m2 = m * {c2}; float l = st[I][h][1] * exp2f((st[I][h][0] - m) * {c2});\n"
-                 f"                {each}l += cg_ex2(x, {c2}, m2); }} st[I][h][0] = m; st[I][h][1] = l; }} }}\n")
-        init = "st[I][h][0] = CG_LOWEST; st[I][h][1] = 0;"
-        final = (f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = st[I][h][0]; }}\n"
-                 f"    CG_QUAD(Lr[I][0], fmaxf); CG_QUAD(Lr[I][1], fmaxf);\n"
-                 f"    CG_LANES {{ for (int h = 0; h < 2; ++h) {{ const float M = Lr[I][h]; Lr[I][h] = M * {c2}; "
-                 f"st[I][h][1] = st[I][h][1] * exp2f((st[I][h][0] - M) * {c2}); }} }}\n"
-                 f"    CG_QUAD(st[I][0][1], cg_add); CG_QUAD(st[I][1][1], cg_add);\n"
-                 f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = (Lr[I][h] + log2f(st[I][h][1])) * {literal(LN2, 'float')}; }}\n")
-    elif soft:      # online softmax: the step's maximum, then its sum of exp(s − m) with the sum so far rescaled
-        stats = (_per_row("fmaxf", ["red"], f"float m = CG_LOWEST; {each}m = fmaxf(m, x); }} red[I][h] = m;")
-                 + _per_row("cg_add", ["red"],
-                            f"const float m = fmaxf(st[I][h][0], red[I][h]); float l = 0; {each}l += {exp}(x - m); }} "
-                            f"old[I][h] = st[I][h][1] * {exp}(st[I][h][0] - m); st[I][h][0] = m; red[I][h] = l;")
-                 + "        CG_LANES { for (int h = 0; h < 2; ++h) st[I][h][1] = old[I][h] + red[I][h]; }\n")
-        init = "st[I][h][0] = CG_LOWEST; st[I][h][1] = 0;"
-        final = f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = st[I][h][0] + {log}(st[I][h][1]); }}\n"
-    else:           # the sum of squared scores
-        stats = (_per_row("cg_add", ["red"], f"float q = 0; {each}q += x * x; }} red[I][h] = q;")
-                 + "        CG_LANES { for (int h = 0; h < 2; ++h) st[I][h][1] = st[I][h][1] + red[I][h]; }\n")
-        init = "st[I][h][1] = 0;"
-        final = f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = 1.0f / {w.sqrt}(st[I][h][1] + {w.eps}); }}\n"
-    Lw = "Lw" if t.base2 else "Lr"      # the statistic as the weights take it (t.held)
+    """16 query rows, their output and row statistic: :func:`_online` (softmax in base 2), :func:`_one_pass`
+    (spherical), else (softmax under 3xTF32) two passes over the keys, the row statistic ``L`` (each step's
+    maximum and sum reduced over the quad), then ``O = Σ exp(s − L)·v``. A lane keeps the statistics of its rows
+    ``g`` and ``g + 8`` (``st[h]``); the weights never leave the registers."""
+    if op.norm == "spherical":
+        return _one_pass(op, t)
+    if t.base2:
+        return _online(op, t)
+    w, exp = t.w, t.w.exp
+    each = _each(t)
+    stats = (_per_row("fmaxf", ["red"], f"float m = CG_LOWEST; {each}m = fmaxf(m, x); }} red[I][h] = m;")
+             + _per_row("cg_add", ["red"],
+                        f"const float m = fmaxf(st[I][h][0], red[I][h]); float l = 0; {each}l += {exp}(x - m); }} "
+                        f"old[I][h] = st[I][h][1] * {exp}(st[I][h][0] - m); st[I][h][0] = m; red[I][h] = l;")
+             + "        CG_LANES { for (int h = 0; h < 2; ++h) st[I][h][1] = old[I][h] + red[I][h]; }\n")
     weight = lambda u, e: (f"((!masked || jt * {t.keys}LL + c <= r0 + r) ? "  # noqa: E731
-                           f"{t.weight(f's[I][{u}][{e}]', f'{Lw}[I][{e >> 1}]')} : 0.0f)")
-    scores = (f"        {t.scores('s')};\n" + _zero(t, "s") + t.product("s", "qa", "k", f"jt * {t.keys}LL"))
-    scale = t.scaled("s")
-    red = "" if t.base2 else f"        float red[CG_NL][2]{', old[CG_NL][2]' if soft else ''};\n"
-    return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") +
-            f"    {t.rows('qa')}; float acc[CG_NL][{nk}][4], st[CG_NL][2][2], Lr[CG_NL][2]{', Lw[CG_NL][2]' if t.base2 else ''};\n"
-            f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
-            f"        {t.a_rows('qa[I]', 'q', 'r0')}\n"
-            f"        for (int nt = 0; nt < {nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
-            f"        for (int h = 0; h < 2; ++h) {{ {init} }} }}\n"
-            + _steps(op, t, "jt", True, scores + red + (f"        CG_LANES {{ {scale} }}\n" if scale else "") + stats,
-                     "pass 1: the rows' statistics") +
-            final +
-            "    CG_QUAD_SAME(Lr[I][0]); CG_QUAD_SAME(Lr[I][1]);\n"
-            + (f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lw[I][h] = {t.held('Lr[I][h]')}; }}\n" if t.base2 else "")
-            + _steps(op, t, "jt", True, scores +
+                           f"{t.weight(f's[I][{u}][{e}]', f'Lr[I][{e >> 1}]')} : 0.0f)")
+    scale = f"        CG_LANES {{ {t.scaled('s')} }}\n"
+    return (_start(op, t, "st[I][h][0] = CG_LOWEST; st[I][h][1] = 0;")
+            + _steps(op, t, "jt", True, _scores(t) + "        float red[CG_NL][2], old[CG_NL][2];\n" + scale + stats,
+                     "pass 1: the rows' statistics")
+            + f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = st[I][h][0] + {w.log}(st[I][h][1]); }}\n"
+            + "    CG_QUAD_SAME(Lr[I][0]); CG_QUAD_SAME(Lr[I][1]);\n"
+            + _steps(op, t, "jt", True, _scores(t) +
                      f"        {t.weights_decl('pa')};\n"
                      f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scaled('s')} "
                      f"{t.weights('pa', weight)} }}\n"
                      + t.accumulate("acc", "pa", "v", f"jt * {t.keys}LL"), "pass 2: O += p(s) v")
+            + _finish(t))
+
+
+def _online(op: AttentionForward, t: _Tile) -> str:
+    """Softmax in base 2 (:attr:`~.attention.Attention.exp2`), one pass over the keys (online softmax). A row
+    holds a whole power of two ``M`` (``st[h][0]``): its weights are ``e = 2^(a·c₂ − M)`` of raw scores ``a``,
+    accumulated unnormalised into ``O`` and summed into the lane's ``l`` (``st[h][1]``). Where a lane's step sums
+    more than ``2^RESCALE`` for a row (a score passed ``M`` by more than ``RESCALE``; the first step always), the
+    warp takes the branch (``CG_ANY``) that reduces the step's maxima over each quad, moves ``M`` up to
+    ``⌈max·c₂⌉``, multiplies ``O`` and ``l`` by ``2^(M_old − M)`` exactly (``cg_pow2``) and computes the step's
+    weights again. A power of two commutes with rounding, so a weight is rounded as ``2^(a·c₂ − M)`` at the
+    final ``M`` would be, whichever step moved it (to the float32 rounding of the exponent):
+    :meth:`~.attention.AttentionForward.logical`. After the loop the quad adds its lanes' ``l``; ``O = acc / l``,
+    ``L = (M + log₂ l)·ln 2``."""
+    c2, nk, each = t.c2, t.nk, _each(t)
+    value = lambda u, e: (f"((!masked || jt * {t.keys}LL + c <= r0 + r) ? "  # noqa: E731
+                          f"cg_ex2(s[I][{u}][{e}], {c2}, st[I][{e >> 1}][0]) : 0.0f)")
+    pe = (" ".join(f"{{ const int r = {C[e][0]}, c = {8 * u} + {C[e][1]}; pe[I][{u}][{e}] = {value(u, e)}; }}"
+                   for u in range(t.tiles) for e in range(4))
+          + " " + " ".join(f"ls[I][{h}] = " + " + ".join(f"pe[I][{u}][{2 * h + j}]" for u in range(t.tiles) for j in range(2))
+                           + ";" for h in range(2)))
+    lanes = "CG_LANES { const int g = lane >> 2, t = lane & 3; (void)g; (void)t;"
+    weights = (f"        float pe[CG_NL][{t.tiles}][4], ls[CG_NL][2]; bool grow[CG_NL]; {t.weights_decl('pa')};\n"
+               f"        {lanes} {pe}\n"
+               f"            grow[I] = ls[I][0] > {2 ** RESCALE}.0f || ls[I][1] > {2 ** RESCALE}.0f; }}\n"
+               # the warp's branch, rarely taken (bench/gpu_sass.py counts it apart)
+               f"        if (CG_ANY(grow)) {{ float mx[CG_NL][2];\n"
+               f"            {lanes} for (int h = 0; h < 2; ++h) {{ float m = CG_LOWEST; {each}m = fmaxf(m, x); }} mx[I][h] = m; }} }}\n"
+               f"            CG_QUAD(mx[I][0], fmaxf); CG_QUAD(mx[I][1], fmaxf);\n"
+               f"            {lanes} for (int h = 0; h < 2; ++h) {{\n"
+               f"                const float M = fmaxf(st[I][h][0], ceilf(mx[I][h] * {c2})), f = cg_pow2(st[I][h][0] - M);\n"
+               f"                st[I][h][0] = M; st[I][h][1] *= f;\n"
+               f"                for (int nt = 0; nt < {nk}; ++nt) {{ acc[I][nt][2 * h] *= f; acc[I][nt][2 * h + 1] *= f; }} }}\n"
+               f"                {pe} }}\n"
+               f"        }}\n"
+               f"        {lanes} st[I][0][1] += ls[I][0]; st[I][1][1] += ls[I][1]; "
+               f"{t.weights('pa', lambda u, e: f'pe[I][{u}][{e}]')} }}\n")
+    return (_start(op, t, "st[I][h][0] = CG_LOWEST; st[I][h][1] = 0;")
+            + _steps(op, t, "jt", True, _scores(t) + weights
+                     + t.accumulate("acc", "pa", "v", f"jt * {t.keys}LL"), "one pass: O += 2^(a c2 - M) v")
+            + "    CG_QUAD(st[I][0][1], cg_add); CG_QUAD(st[I][1][1], cg_add);\n"
+            + "    CG_QUAD_SAME(st[I][0][0]); CG_QUAD_SAME(st[I][1][0]);\n"
+            + f"    CG_LANES {{ for (int h = 0; h < 2; ++h) {{ Lr[I][h] = (st[I][h][0] + log2f(st[I][h][1])) * "
+              f"{literal(LN2, 'float')}; st[I][h][1] = 1.0f / st[I][h][1]; }}\n"
+            + _scaled_acc(t, "st[I][{h}][1]") + " }\n"
+            + _finish(t))
+
+
+def _one_pass(op: AttentionForward, t: _Tile) -> str:
+    """Spherical attention, one pass over the keys: the weights are the scores ``s = c·a`` as they are, rounded
+    for the product, and the lane's sum of their squares; after the loop the quad adds the sums, ``L = 1/√(Σ s² +
+    ε)`` and ``O = L·acc`` (:meth:`~.attention.AttentionForward.logical`)."""
+    w, each = t.w, _each(t)
+    value = lambda u, e: f"((!masked || jt * {t.keys}LL + c <= r0 + r) ? s[I][{u}][{e}] : 0.0f)"  # noqa: E731
+    return (_start(op, t, "st[I][h][1] = 0;")
+            + _steps(op, t, "jt", True, _scores(t) +
+                     f"        {t.weights_decl('pa')};\n"
+                     f"        CG_LANES {{ const int g = lane >> 2, t = lane & 3; {t.scaled('s')}\n"
+                     f"            for (int h = 0; h < 2; ++h) {{ float q = 0; {each}q += x * x; }} st[I][h][1] += q; }}\n"
+                     f"            {t.weights('pa', value)} }}\n"
+                     + t.accumulate("acc", "pa", "v", f"jt * {t.keys}LL"), "one pass: O += s v")
+            + "    CG_QUAD(st[I][0][1], cg_add); CG_QUAD(st[I][1][1], cg_add);\n"
+            + f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = 1.0f / {w.sqrt}(st[I][h][1] + {w.eps});\n"
+            + _scaled_acc(t, "Lr[I][{h}]") + " }\n"
+            + _finish(t))
+
+
+def _each(t: _Tile) -> str:
+    """The head of a loop over the step's scores ``x`` of a lane's row ``h`` that the row sees (its body follows,
+    closed by ``}``)."""
+    return (f"for (int u = 0; u < {t.tiles}; ++u) for (int j = 0; j < 2; ++j) {{ const float x = s[I][u][2 * h + j]; "
+            f"if (!masked || jt * {t.keys}LL + 8 * u + 2 * t + j <= r0 + g + 8 * h) ")
+
+
+def _scores(t: _Tile) -> str:
+    """A step's scores ``s`` (raw: ``q·k``)."""
+    return f"        {t.scores('s')};\n" + _zero(t, "s") + t.product("s", "qa", "k", f"jt * {t.keys}LL")
+
+
+def _scaled_acc(t: _Tile, f: str) -> str:
+    """Statements of a ``CG_LANES`` block: the accumulators of row ``h`` times ``f`` (a format of ``h``)."""
+    return (f"        for (int nt = 0; nt < {t.nk}; ++nt) for (int e = 0; e < 4; ++e) "
+            f"acc[I][nt][e] *= {f.format(h='e >> 1')};")
+
+
+def _start(op: AttentionForward, t: _Tile, init: str) -> str:
+    """The forward's head: the warp's query rows as A fragments, the accumulators zeroed, each row's statistics
+    ``st[h]`` set by ``init``."""
+    return (_head(op, t, True) + t.ptr("q") + t.ptr("k") + t.ptr("v") +
+            f"    {t.rows('qa')}; float acc[CG_NL][{t.nk}][4], st[CG_NL][2][2], Lr[CG_NL][2];\n"
+            f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3;\n"
+            f"        {t.a_rows('qa[I]', 'q', 'r0')}\n"
+            f"        for (int nt = 0; nt < {t.nk}; ++nt) acc[I][nt][0] = acc[I][nt][1] = acc[I][nt][2] = acc[I][nt][3] = 0;\n"
+            f"        for (int h = 0; h < 2; ++h) {{ {init} }} }}\n")
+
+
+def _finish(t: _Tile) -> str:
+    """The forward's tail: ``O`` (and its rounded copy) from the accumulators, ``L`` from ``Lr``, which a quad's
+    lanes hold alike."""
+    w = t.w
+    return ("    CG_QUAD_SAME(Lr[I][0]); CG_QUAD_SAME(Lr[I][1]);\n"
             + t.store("acc", "O", "r0") +
             f"    CG_LANES {{ const int g = lane >> 2, t = lane & 3; "
             f"if (t == 0) {{ {w.stat('L_out', 'r0 + g')} = Lr[I][0]; {w.stat('L_out', 'r0 + g + 8')} = Lr[I][1]; }} }}\n")

@@ -6,7 +6,8 @@ on a device, and on the host (the host execution mode) the same product of the w
 the roundings ``cg_tf32`` and ``cg_bf16r``, ``cg_pack_rn`` (two floats rounded and packed by one
 ``cvt.rn.bf16x2.f32``), the stored-bfloat16 loads ``cg_ld4p``, ``cg_ld8p`` and ``cg_pair`` (one ``PRMT``), the
 stores of two pairs ``cg_st4p``, and
-``cg_ex2``, the base-2 softmax weight (:attr:`.attention.Attention.exp2`). On the host ``CG_MMA`` (``CG_MMA16``,
+``cg_ex2``, the base-2 softmax weight (:attr:`.attention.Attention.exp2`), and ``cg_pow2``, the online softmax's
+exact rescaling. On the host ``CG_MMA`` (``CG_MMA16``,
 ``CG_MMA3``) gathers the lanes' fragments into whole tiles by PTX's layout, multiplies them and scatters the
 result back.
 """
@@ -84,6 +85,15 @@ __host__ __device__ inline void cg_st4p(unsigned short* p, unsigned a, unsigned 
 // 2^(a·c2 − b) of the tf32 and bf16 softmax kernels, which work in base 2 (attention.Attention.exp2, ex2): on a
 // device one FFMA and ex2.approx (CuPy compiles with -ftz=true)
 __host__ __device__ inline float cg_ex2(float a, float c2, float b) { return exp2f(fmaf(a, c2, -b)); }
+// 2^d for a whole d <= 0 (a rescaling of the online softmax), exactly; 0 below float32's normal range
+__host__ __device__ inline float cg_pow2(float d) {
+    const unsigned b = d < -126.0f ? 0u : (unsigned)(127 + (int)d) << 23;
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(b);
+#else
+    float x; memcpy(&x, &b, 4); return x;
+#endif
+}
 #ifdef __CUDA_ARCH__
 __device__ inline float cg_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
 __device__ CG_SPLIT

@@ -21,7 +21,8 @@ FULL = "0xffffffffu"            # the mask of a whole warp's lanes
 #: registers arrays over lanes indexed by ``I`` (``x[CG_NL]``: one on a device, 32 on the host, where the block
 #: loops over the lanes in the host mode's order); ``CG_QUAD(v, OP)`` reduces ``v`` over each quad of lanes by
 #: ``__shfl_xor_sync`` (the host replaying the butterfly step by step), ``CG_QUAD_SAME(v)`` checks on the host
-#: that a quad's copies agree; ``cg_ld4`` reads four floats, 16 bytes at once when ``vec``. Statements outside
+#: that a quad's copies agree; ``CG_ANY(flags)`` whether any lane's flag is set (``__any_sync``: a branch the
+#: warp takes whole); ``cg_ld4`` reads four floats, 16 bytes at once when ``vec``. Statements outside
 #: ``CG_LANES`` are the warp's, the same in every lane (loops, shuffles).
 LANES = r"""#ifndef CG_LANES_PRELUDE
 #define CG_LANES_PRELUDE
@@ -47,6 +48,8 @@ __host__ __device__ inline float cg_add(float a, float b) { return a + b; }
 // which leaves the same bits in the quad's four lanes (OP commutative)
 #define CG_QUAD(v, OP) do { const int I = 0; CG_QUAD_STEPS v = OP(v, __shfl_xor_sync(0xffffffffu, v, cg_m)); } while (0)
 #define CG_QUAD_SAME(v)
+// whether any lane's flag (a bool array over lanes) is set: the same in every lane, a branch the warp takes whole
+#define CG_ANY(v) __any_sync(0xffffffffu, (v)[0])
 #else
 #include <string.h>
 inline unsigned cg_bits(float x) { unsigned b; memcpy(&b, &x, 4); return b; }
@@ -60,6 +63,8 @@ inline int cg_lane(int l) {                // the host execution mode's thread o
 }
 #define CG_NL 32
 #define CG_LANES for (int cg_l0 = 0, lane = 0, I = 0; cg_l0 < 32 && ((lane = I = cg_lane(cg_l0)), 1); ++cg_l0)
+inline bool cg_any(const bool* v) { bool any = false; for (int I = 0; I < 32; ++I) any = any || v[I]; return any; }
+#define CG_ANY(v) cg_any(v)
 // the quad's butterfly over the lanes' registers, step by step as the device's shuffles
 #define CG_QUAD(v, OP) do { CG_QUAD_STEPS { float cg_x[32]; \
     for (int I = 0; I < 32; ++I) cg_x[I] = v; \
