@@ -62,6 +62,8 @@ class Instr:
     op: str
     target: str = ""
     line: int = 0
+    guard: str = ""         # its predicate (``!P0``), if any
+    rest: str = ""          # what follows the opcode: modifiers and operands
 
 
 @dataclass
@@ -80,7 +82,7 @@ class Loop:
         return sum(self.ops.values())
 
 
-_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)([^;]*);")
+_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@(!?U?P[T0-9]+)\s+)?([A-Z][A-Z0-9_]*)([^;]*);")
 _LABEL = re.compile(r"^(\.L_x_\d+):")
 _LINE = re.compile(r'//## File ".*", line (\d+)')
 
@@ -99,8 +101,8 @@ def parse(sass: str) -> tuple[list[Instr], dict[str, int]]:
             pending.append(m.group(1))
         elif m := _INSTR.match(text):
             addr = int(m.group(1), 16)
-            target = re.search(r"`\((\.L_x_\d+)\)", m.group(3)) if m.group(2) == "BRA" else None
-            instrs.append(Instr(addr, m.group(2), target.group(1) if target else "", line))
+            target = re.search(r"`\((\.L_x_\d+)\)", m.group(4)) if m.group(3) == "BRA" else None
+            instrs.append(Instr(addr, m.group(3), target.group(1) if target else "", line, m.group(2) or "", m.group(4)))
             for name in pending:
                 labels[name] = addr
             pending = []
@@ -109,9 +111,9 @@ def parse(sass: str) -> tuple[list[Instr], dict[str, int]]:
 
 def loops(instrs: list[Instr], labels: dict[str, int]) -> list[Loop]:
     """The innermost loops, in address order: a label some branch at or after it goes back to, up to the last such
-    branch (several, ``continue``-like, are one loop), holding no other loop. A block that a branch right after
-    a warp's vote (``VOTE``) jumps over is a branch the warp rarely takes (the online softmax's rescaling): its
-    instructions are counted apart."""
+    branch (several, ``continue``-like, are one loop), holding no other loop. A block of a loop that a branch on
+    a warp's vote jumps over (``VOTE.ANY Pn`` then ``@!Pn BRA`` forward, within the loop) is a branch the warp
+    rarely takes (the online softmax's rescaling): its instructions are counted apart."""
     last: dict[int, tuple[int, int]] = {}
     for i in instrs:
         if i.target in labels and labels[i.target] <= i.addr:
@@ -119,16 +121,16 @@ def loops(instrs: list[Instr], labels: dict[str, int]) -> list[Loop]:
     backs = [(lo, hi, line) for lo, (hi, line) in last.items()]
     inner = [b for b in backs if not any(o != b and b[0] <= o[0] and o[1] <= b[1] for o in backs)]
     skipped: list[tuple[int, int]] = []
-    for n, i in enumerate(instrs):
-        if i.op == "VOTE":
-            bra = next((j for j in instrs[n + 1:] if j.op == "BRA"), None)
-            if bra is not None and labels.get(bra.target, 0) > bra.addr:
-                skipped.append((bra.addr, labels[bra.target]))
+    for n, i in enumerate(instrs):         # VOTE.ANY P0, …; then @!P0 BRA forward over the branch's body
+        vote = re.match(r"(?:\.\w+)*\s+(U?P\d+),", i.rest) if i.op in ("VOTE", "VOTEU") else None
+        bra = next((j for j in instrs[n + 1:] if j.op == "BRA" and j.guard == f"!{vote.group(1)}"), None) if vote else None
+        if bra is not None and not bra.rest.startswith(".") and labels.get(bra.target, 0) > bra.addr:
+            skipped.append((bra.addr, labels[bra.target]))
 
-    def rare(addr: int) -> bool:
-        return any(lo < addr < hi for lo, hi in skipped)
-    return [Loop(lo, hi, line, collections.Counter(i.op for i in instrs if lo <= i.addr <= hi and not rare(i.addr)),
-                 collections.Counter(i.op for i in instrs if lo <= i.addr <= hi and rare(i.addr)))
+    def rare(addr: int, lo: int, hi: int) -> bool:
+        return any(lo <= a < addr < b <= hi for a, b in skipped)
+    return [Loop(lo, hi, line, collections.Counter(i.op for i in instrs if lo <= i.addr <= hi and not rare(i.addr, lo, hi)),
+                 collections.Counter(i.op for i in instrs if lo <= i.addr <= hi and rare(i.addr, lo, hi)))
             for lo, hi, line in sorted(inner)]
 
 

@@ -62,6 +62,25 @@ VOTE = """\
 """
 
 
+#: a vote, a divergence check branching out of the loop (``BRA.DIV``), then the branch on the vote: only the block
+#: that branch jumps over is apart, not the loop's second product
+DIVERGENT = """\
+.L_x_0:
+        /*0000*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0010*/                   VOTE.ANY P0, P0 ;
+        /*0020*/                   BRA.DIV UR4, `(.L_x_9) ;
+        /*0030*/              @!P0 BRA `(.L_x_1) ;
+        /*0040*/                   SHFL.BFLY PT, R56, R60, 0x1, 0x1f ;
+.L_x_1:
+        /*0050*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0060*/               @P1 BRA `(.L_x_0) ;
+        /*0070*/                   EXIT ;
+.L_x_9:
+        /*0080*/                   WARPSYNC.COLLECTIVE R11, `(.L_x_1) ;
+        /*0090*/                   EXIT ;
+"""
+
+
 def _loops(tmp_path, text: str) -> list[dict]:
     path = tmp_path / "k.sass"
     path.write_text(text)
@@ -75,7 +94,11 @@ def _loops(tmp_path, text: str) -> list[dict]:
     (LISTING, [(0x30, 0x40, 12, {"FADD": 1, "BRA": 1}, {}), (0x80, 0x90, 16, {"HMMA": 1, "BRA": 1}, {})]),
     (CONTINUE, [(0, 0x30, 0, {"HMMA": 1, "BRA": 2, "FADD": 1}, {})]),
     (VOTE, [(0, 0x60, 0, {"HMMA": 1, "VOTE": 1, "BRA": 2, "FADD": 1}, {"SHFL": 1, "FMUL": 1})]),
-], ids=["nested", "continue", "vote"])
+    (DIVERGENT, [(0, 0x60, 0, {"HMMA": 2, "VOTE": 1, "BRA": 3}, {"SHFL": 1})]),
+    # a branch on another predicate than the vote's is not the vote's branch
+    (VOTE.replace("@!P0 BRA", "@!P2 BRA"), [(0, 0x60, 0, {"HMMA": 1, "VOTE": 1, "BRA": 2, "FADD": 1, "SHFL": 1,
+                                                        "FMUL": 1}, {})]),
+], ids=["nested", "continue", "vote", "divergent", "other predicate"])
 def test_the_innermost_loops_of_a_listing(text, want, tmp_path):
     assert [(x["start"], x["end"], x["line"], x["ops"], x["rare"]) for x in _loops(tmp_path, text)] == want
 

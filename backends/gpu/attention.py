@@ -206,7 +206,7 @@ class AttentionForward(Attention):
         m = s.max(axis=-1)
         e = np.exp(s - m[..., None])
         l_ = e.sum(axis=-1)
-        if self.mma:                    # 3xTF32: the weights exp(s − L), normalised before the product
+        if self.mma:                    # not in base 2 (3xTF32, c ≤ 0): exp(s − L), normalised, two passes
             L = m + np.log(l_)
             return self._mm(np.exp(s - L[..., None]), v), L
         return np.matmul(e / l_[..., None], v), m + np.log(l_)
@@ -286,13 +286,13 @@ OPS = (AttentionForward, AttentionGradQ, AttentionGradV, AttentionGradK, Attenti
 
 def costs(op: Attention) -> tuple[float, float, float]:
     """``(flops, matmul flops, transcendentals)`` of one launch: the products it does (half when causal; the
-    3xTF32 softmax forward computes the scores twice); an exponential per score (softmax; two in the 3xTF32
-    forward's passes), a square root per row (spherical's forward)."""
+    tensor-core softmax forward not in base 2, 3xTF32's, computes the scores twice); an exponential per score
+    (softmax; two in that forward's passes), a square root per row (spherical's forward)."""
     *lead, S, dh = op.T.shape
     rows = float(np.prod(lead)) * S
     pairs = rows * S * (0.5 if op.causal else 1.0)
     forward = isinstance(op, AttentionForward)
-    twice = forward and op.mma == "3xtf32" and op.norm == "softmax"    # two passes: the scores, exp twice
+    twice = forward and bool(op.mma) and op.norm == "softmax" and not op.exp2   # two passes: scores, exp twice
     products = {AttentionForward: 3 if twice else 2, AttentionGradQ: 3, AttentionGradV: 2,
                 AttentionGradK: 3, AttentionGradKV: 4}[type(op)]
     special = (pairs * (2 if twice else 1) if op.norm == "softmax" else rows if forward else 0.0)

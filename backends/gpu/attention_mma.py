@@ -26,8 +26,8 @@ lie. ``m16n8k8``: A's column ``t`` holds the tile's key ``2t`` and its column ``
 The forward takes one pass over the keys. Softmax in base 2 (:func:`_online`): weights at a whole power of two
 per row, rounded unnormalised, the output divided by their sum at the end; the power of two moves in a branch
 the warp rarely takes, and rescaling by it is exact, so no rounding depends on the steps' order. Spherical
-(:func:`_one_pass`): the scores themselves, the output scaled by ``L = 1/√(Σ s² + ε)`` at the end. Under
-3xTF32 the softmax takes two passes (``L``, then ``O = Σ exp(s − L)·v``).
+(:func:`_one_pass`): the scores themselves, the output scaled by ``L = 1/√(Σ s² + ε)`` at the end. Softmax
+not in base 2 (3xTF32, or ``c ≤ 0``) takes two passes (``L``, then ``O = Σ exp(s − L)·v``).
 
 Fragment layouts are PTX ISA's (lane ``l``: ``g = l >> 2``, ``t = l & 3``). ``m16n8k8.tf32``: A holds ``(g, t),
 (g+8, t), (g, t+4), (g+8, t+4)``; B ``(t, g), (t+4, g)``. ``m16n8k16.bf16``, two values a register, the first
@@ -61,8 +61,8 @@ UNROLL = 1
 ROWS = 16      #: rows a warp takes (the mma tile's M)
 KEYS = 8       #: rows of the other side an mma tile of scores takes (its N); a step takes one tile, or two (bf16)
 #: the online softmax moves a row's power of two ``M`` only where a lane's weights of a step sum to more than
-#: ``2^RESCALE`` (a score passed ``M`` by more than this, base 2): weights up to ``2⁸``, and a rescaling rarely
-#: after the first step (FlashAttention-4's threshold)
+#: ``2^RESCALE`` (at the latest where a score passes ``M`` by this, base 2): weights up to ``2⁸``, and a
+#: rescaling rarely after the first step (FlashAttention-4's threshold)
 RESCALE = 8
 WARPS = 4      #: warps a block
 #: a C fragment's elements: (row, column) in the tile of lane ``(g, t)``'s registers 0 … 3 (PTX's layout)
@@ -119,6 +119,7 @@ class _Tile:
         self.tiles = 2 if self.k16 else 1           # tiles of scores a step (one product's K: 16 or 8)
         self.keys = KEYS * self.tiles               # rows of the other side a step takes
         self.base2 = op.exp2                        # softmax in base 2: weights 2^(a·c2 − L·log2 e) of raw scores a
+        #                                             (the backward's; the forward's at a power of two, _online)
         # columns of a row a lane reads for the products over dh (:meth:`a_rows`): 8 (two m16n8k16 products, one
         # 16-byte load of a stored bfloat16 row) where dh allows, else 4
         self.W = 8 if self.k16 and self.dh % 32 == 0 else 4
@@ -390,7 +391,7 @@ def _per_row(what: str, names: list[str], expr: str) -> str:
 
 def _forward(op: AttentionForward, t: _Tile) -> str:
     """16 query rows, their output and row statistic: :func:`_online` (softmax in base 2), :func:`_one_pass`
-    (spherical), else (softmax under 3xTF32) two passes over the keys, the row statistic ``L`` (each step's
+    (spherical), else (softmax not in base 2: 3xTF32, ``c ≤ 0``) two passes over the keys, the row statistic ``L`` (each step's
     maximum and sum reduced over the quad), then ``O = Σ exp(s − L)·v``. A lane keeps the statistics of its rows
     ``g`` and ``g + 8`` (``st[h]``); the weights never leave the registers."""
     if op.norm == "spherical":
