@@ -425,46 +425,31 @@ def _L_bound(L: np.ndarray, n: int) -> np.ndarray:
 
 @pytest.mark.skipif(not ok, reason=f"host execution mode unavailable: {why}")
 @pytest.mark.parametrize("precision", ["tf32", "bf16"])
-@pytest.mark.parametrize("case", list(JUMPS))
 @pytest.mark.parametrize("mutation", [None, *RESCALING])
-def test_the_online_softmax_rescales_by_powers_of_two(mutation, case, precision, tmp_path):
-    """Rows whose scores jump after their first steps (:data:`JUMPS`) move their power of two by more than
-    ``RESCALE``, so the warp rescales what it has summed. The kernel computes its reference (which takes the
-    final power of two at once): ``O`` within the rounding bound, ``L`` within :func:`_L_bound`. Each mutation
-    of the rescaling fails one case at least (``O`` or ``L`` outside its bound, or NaN where the reference has
-    none); :func:`test_every_rescaling_mutation_fails_a_case` checks that it does."""
-    op, q, k, v = rescaling_case(precision, case)
-    want, wL = op.evaluate(q, k, v)
-    assert np.all(np.isfinite(want)) and np.all(np.isfinite(wL))
-    src = attention_mma.source(op, "grow")[0]
-    if mutation is not None:
-        old, new = RESCALING[mutation]
-        assert src.count(old) == 2
-        src = src.replace(old, new)
-    r, got, gL = _run_alone(tmp_path, src, "grow", q, k, v, stat=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    tol = _tolerance("softmax", True, precision, q, k, v, v)[0]
-    right = bool(np.all(np.abs(got - want) <= tol) and np.all(np.abs(gL - wL) <= _L_bound(wL, 32)))
+def test_the_online_softmax_rescales_by_powers_of_two(mutation, precision, tmp_path):
+    """Rows whose scores jump after their first steps (each of :data:`JUMPS`) move their power of two by more
+    than ``RESCALE``, so the warp rescales what it has summed. The kernel computes its reference (which takes
+    the final power of two at once): ``O`` within the rounding bound, ``L`` within :func:`_L_bound`, in every
+    case. Each mutation of the rescaling gets one case at least wrong (``O`` or ``L`` outside its bound, or
+    NaN where the reference has none)."""
+    right = {}
+    for case in JUMPS:
+        op, q, k, v = rescaling_case(precision, case)
+        want, wL = op.evaluate(q, k, v)
+        assert np.all(np.isfinite(want)) and np.all(np.isfinite(wL))
+        src = attention_mma.source(op, "grow")[0]
+        if mutation is not None:
+            old, new = RESCALING[mutation]
+            assert src.count(old) == 2
+            src = src.replace(old, new)
+        r, got, gL = _run_alone(tmp_path, src, "grow", q, k, v, stat=True)
+        assert r.returncode == 0, r.stderr[-2000:]
+        tol = _tolerance("softmax", True, precision, q, k, v, v)[0]
+        right[case] = bool(np.all(np.abs(got - want) <= tol) and np.all(np.abs(gL - wL) <= _L_bound(wL, 32)))
     if mutation is None:
-        assert right, (float(np.nanmax(np.abs(got - want) - tol)), float(np.nanmax(np.abs(gL - wL) - _L_bound(wL, 32))))
-    _FAILED.setdefault((mutation, precision), []).append(not right)
-
-
-#: which (mutation, precision) failed which cases, filled by the test above
-_FAILED: dict = {}
-
-
-def test_every_rescaling_mutation_fails_a_case():
-    """After :func:`test_the_online_softmax_rescales_by_powers_of_two` (same module, run before): every mutation
-    made some case wrong at each precision."""
-    if not ok:
-        pytest.skip(f"host execution mode unavailable: {why}")
-    for mutation in RESCALING:
-        for precision in ("tf32", "bf16"):
-            runs = _FAILED.get((mutation, precision))
-            if runs is None or len(runs) < len(JUMPS):
-                pytest.skip("the rescaling tests did not all run (a -k selection)")
-            assert any(runs), (mutation, precision)
+        assert all(right.values()), right
+    else:
+        assert not all(right.values()), right
 
 
 #: mutations of the bf16 kernels' reads of eight columns of a row (dh a multiple of 32: two products' operands, a

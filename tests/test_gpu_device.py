@@ -361,18 +361,20 @@ def test_the_online_softmax_rescales_by_exact_powers_of_two_on_the_device():
 @pytest.mark.parametrize("precision", ["tf32", "bf16"])
 def test_the_online_softmax_rescales_on_the_device(precision):
     """Scores that pass their rows' power of two after the first steps (``tests/test_gpu_attention_mma.py``'s
-    case): the device's forward, its rescaling branch taken by the warp as a whole (``__any_sync``), against the
-    reference."""
+    cases, ``JUMPS``): the device's forward, its rescaling branch taken by the warp as a whole (``__any_sync``),
+    against the reference, ``O`` and ``L``."""
     import cupy
-    from test_gpu_attention_mma import _tolerance, rescaling_case
+    from test_gpu_attention_mma import JUMPS, _L_bound, _tolerance, rescaling_case
     from circuitgrad.backends.gpu import attention_mma
-    op, q, k, v = rescaling_case(precision)
-    want, _ = op.evaluate(q, k, v)
-    src = attention_mma.source(op, "grow")[0]
-    O, L = cupy.empty(q.shape, dtype=cupy.float32), cupy.empty(q.shape[:-1], dtype=cupy.float32)
-    cupy.RawKernel(src, "grow")((1,), (128,), (cupy.asarray(q), cupy.asarray(k), cupy.asarray(v), O, L))
-    tol = _tolerance("softmax", True, precision, q, k, v, v)[0]
-    assert np.all(np.abs(O.get() - want) <= tol)
+    for case in JUMPS:
+        op, q, k, v = rescaling_case(precision, case)
+        want, wL = op.evaluate(q, k, v)
+        src = attention_mma.source(op, "grow")[0]
+        O, L = cupy.empty(q.shape, dtype=cupy.float32), cupy.empty(q.shape[:-1], dtype=cupy.float32)
+        cupy.RawKernel(src, "grow")((1,), (128,), (cupy.asarray(q), cupy.asarray(k), cupy.asarray(v), O, L))
+        tol = _tolerance("softmax", True, precision, q, k, v, v)[0]
+        assert np.all(np.abs(O.get() - want) <= tol), case
+        assert np.all(np.abs(L.get() - wL) <= _L_bound(wL, 32)), case
 
 
 def test_a_pair_takes_two_registers_halves_on_the_device():
