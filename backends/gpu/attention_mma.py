@@ -391,9 +391,9 @@ def _per_row(what: str, names: list[str], expr: str) -> str:
 
 def _forward(op: AttentionForward, t: _Tile) -> str:
     """16 query rows, their output and row statistic: :func:`_online` (softmax in base 2), :func:`_one_pass`
-    (spherical), else (softmax not in base 2: 3xTF32, ``c ≤ 0``) two passes over the keys, the row statistic ``L`` (each step's
-    maximum and sum reduced over the quad), then ``O = Σ exp(s − L)·v``. A lane keeps the statistics of its rows
-    ``g`` and ``g + 8`` (``st[h]``); the weights never leave the registers."""
+    (spherical), else (softmax not in base 2: 3xTF32, ``c ≤ 0``) two passes over the keys, the row statistic
+    ``L`` (each step's maximum and sum reduced over the quad), then ``O = Σ exp(s − L)·v``. A lane keeps the
+    statistics of its rows ``g`` and ``g + 8`` (``st[h]``); the weights never leave the registers."""
     if op.norm == "spherical":
         return _one_pass(op, t)
     if t.base2:
@@ -405,8 +405,7 @@ def _forward(op: AttentionForward, t: _Tile) -> str:
                         f"const float m = fmaxf(st[I][h][0], red[I][h]); float l = 0; {each}l += {exp}(x - m); }} "
                         f"old[I][h] = st[I][h][1] * {exp}(st[I][h][0] - m); st[I][h][0] = m; red[I][h] = l;")
              + "        CG_LANES { for (int h = 0; h < 2; ++h) st[I][h][1] = old[I][h] + red[I][h]; }\n")
-    weight = lambda u, e: (f"((!masked || jt * {t.keys}LL + c <= r0 + r) ? "  # noqa: E731
-                           f"{t.weight(f's[I][{u}][{e}]', f'Lr[I][{e >> 1}]')} : 0.0f)")
+    weight = lambda u, e: f"({_seen(t)} ? {t.weight(f's[I][{u}][{e}]', f'Lr[I][{e >> 1}]')} : 0.0f)"  # noqa: E731
     scale = f"        CG_LANES {{ {t.scaled('s')} }}\n"
     return (_start(op, t, "st[I][h][0] = CG_LOWEST; st[I][h][1] = 0;")
             + _steps(op, t, "jt", True, _scores(t) + "        float red[CG_NL][2], old[CG_NL][2];\n" + scale + stats,
@@ -433,8 +432,7 @@ def _online(op: AttentionForward, t: _Tile) -> str:
     :meth:`~.attention.AttentionForward.logical`. After the loop the quad adds its lanes' ``l``; ``O = acc / l``,
     ``L = (M + log₂ l)·ln 2``."""
     c2, nk, each = t.c2, t.nk, _each(t)
-    value = lambda u, e: (f"((!masked || jt * {t.keys}LL + c <= r0 + r) ? "  # noqa: E731
-                          f"cg_ex2(s[I][{u}][{e}], {c2}, st[I][{e >> 1}][0]) : 0.0f)")
+    value = lambda u, e: f"({_seen(t)} ? cg_ex2(s[I][{u}][{e}], {c2}, st[I][{e >> 1}][0]) : 0.0f)"  # noqa: E731
     pe = (" ".join(f"{{ const int r = {C[e][0]}, c = {8 * u} + {C[e][1]}; pe[I][{u}][{e}] = {value(u, e)}; }}"
                    for u in range(t.tiles) for e in range(4))
           + " " + " ".join(f"ls[I][{h}] = " + " + ".join(f"pe[I][{u}][{2 * h + j}]" for u in range(t.tiles) for j in range(2))
@@ -471,7 +469,7 @@ def _one_pass(op: AttentionForward, t: _Tile) -> str:
     for the product, and the lane's sum of their squares; after the loop the quad adds the sums, ``L = 1/√(Σ s² +
     ε)`` and ``O = L·acc`` (:meth:`~.attention.AttentionForward.logical`)."""
     w, each = t.w, _each(t)
-    value = lambda u, e: f"((!masked || jt * {t.keys}LL + c <= r0 + r) ? s[I][{u}][{e}] : 0.0f)"  # noqa: E731
+    value = lambda u, e: f"({_seen(t)} ? s[I][{u}][{e}] : 0.0f)"  # noqa: E731
     return (_start(op, t, "st[I][h][1] = 0;")
             + _steps(op, t, "jt", True, _scores(t) +
                      f"        {t.weights_decl('pa')};\n"
@@ -483,6 +481,12 @@ def _one_pass(op: AttentionForward, t: _Tile) -> str:
             + f"    CG_LANES {{ for (int h = 0; h < 2; ++h) Lr[I][h] = 1.0f / {w.sqrt}(st[I][h][1] + {w.eps});\n"
             + _scaled_acc(t, "Lr[I][{h}]") + " }\n"
             + _finish(t))
+
+
+def _seen(t: _Tile) -> str:
+    """Whether query row ``r0 + r`` sees key ``jt·keys + c`` of the step (in a weight's ``{ const int r, c }``
+    block, :meth:`_Tile.weights`)."""
+    return f"(!masked || jt * {t.keys}LL + c <= r0 + r)"
 
 
 def _each(t: _Tile) -> str:
